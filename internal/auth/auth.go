@@ -1,0 +1,118 @@
+// Package auth authenticates connections between the processes of one job.
+//
+// Every job has a random token, known to its processes only. Before any
+// frame is accepted, both ends of a connection prove that they know it:
+// each sends a hello (magic, purpose, its own ID and a fresh 32-byte nonce),
+// then an HMAC-SHA256 keyed with the token over both hellos and its role.
+// Neither the token nor anything replayable crosses the wire, a stray client
+// fails at the magic, and a process of another job fails at the MAC.
+package auth
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// TokenSize is the size of a job token in bytes.
+const TokenSize = 32
+
+var (
+	// ErrAuth is returned when the peer is not of this job: a wrong token, a
+	// wrong purpose, or a client that does not speak the protocol.
+	ErrAuth = errors.New("auth: peer failed the job-token handshake")
+	// ErrToken is returned by ParseToken for malformed tokens.
+	ErrToken = errors.New("auth: malformed job token")
+)
+
+var magic = [8]byte{'G', 'A', 'S', 'P', 'I', 'G', 'O', '1'}
+
+const helloSize = 8 + 8 + 4 + 32
+
+// NewToken returns a fresh random job token.
+func NewToken() []byte {
+	t := make([]byte, TokenSize)
+	if _, err := rand.Read(t); err != nil {
+		panic("auth: no randomness: " + err.Error())
+	}
+	return t
+}
+
+// FormatToken encodes a token for an environment variable.
+func FormatToken(t []byte) string { return hex.EncodeToString(t) }
+
+// ParseToken decodes a token made by FormatToken.
+func ParseToken(s string) ([]byte, error) {
+	t, err := hex.DecodeString(s)
+	if err != nil || len(t) < 16 {
+		return nil, fmt.Errorf("%w: want at least 32 hex digits, got %d characters", ErrToken, len(s))
+	}
+	return t, nil
+}
+
+// Purpose separates the uses of one token (data connections, rendezvous,
+// membership), so a connection of one kind cannot be passed off as another.
+type Purpose [8]byte
+
+// Purposes in use.
+var (
+	PurposeData       = Purpose{'d', 'a', 't', 'a'}
+	PurposeRendezvous = Purpose{'r', 'e', 'n', 'd', 'e', 'z'}
+	PurposeControl    = Purpose{'c', 't', 'r', 'l'}
+)
+
+// Handshake runs the protocol on rw (set a deadline on the connection first)
+// and returns the peer's ID. dialer says which end this is; the two ends must
+// disagree.
+func Handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bool) (peer uint32, err error) {
+	var mine [helloSize]byte
+	copy(mine[0:], magic[:])
+	copy(mine[8:], p[:])
+	binary.LittleEndian.PutUint32(mine[16:], self)
+	if _, err := rand.Read(mine[20:]); err != nil {
+		return 0, err
+	}
+	if _, err := rw.Write(mine[:]); err != nil {
+		return 0, fmt.Errorf("auth: send hello: %w", err)
+	}
+	var theirs [helloSize]byte
+	if _, err := io.ReadFull(rw, theirs[:]); err != nil {
+		return 0, fmt.Errorf("%w: reading hello: %v", ErrAuth, err)
+	}
+	if !bytes.Equal(theirs[0:8], magic[:]) {
+		return 0, fmt.Errorf("%w: not a gaspigo peer (bad magic %q)", ErrAuth, theirs[0:8])
+	}
+	if !bytes.Equal(theirs[8:16], p[:]) {
+		return 0, fmt.Errorf("%w: purpose %q, want %q", ErrAuth, bytes.TrimRight(theirs[8:16], "\x00"), bytes.TrimRight(p[:], "\x00"))
+	}
+	peer = binary.LittleEndian.Uint32(theirs[16:])
+	if _, err := rw.Write(mac(token, mine[:], theirs[:], dialer)); err != nil {
+		return 0, fmt.Errorf("auth: send proof: %w", err)
+	}
+	var proof [sha256.Size]byte
+	if _, err := io.ReadFull(rw, proof[:]); err != nil {
+		return 0, fmt.Errorf("%w: reading proof: %v", ErrAuth, err)
+	}
+	if !hmac.Equal(proof[:], mac(token, theirs[:], mine[:], !dialer)) {
+		return 0, fmt.Errorf("%w: wrong job token from peer %d", ErrAuth, peer)
+	}
+	return peer, nil
+}
+
+func mac(token, own, other []byte, dialer bool) []byte {
+	m := hmac.New(sha256.New, token)
+	if dialer {
+		m.Write([]byte{'D'})
+	} else {
+		m.Write([]byte{'A'})
+	}
+	m.Write(own)
+	m.Write(other)
+	return m.Sum(nil)
+}
