@@ -1,0 +1,511 @@
+package pgas
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// Group is an ordered set of ranks that run collectives together. Every
+// member must create it with the same tag and ranks, and call the same
+// collectives on it in the same order.
+type Group struct {
+	tag   uint16
+	ranks []int
+
+	mu    sync.Mutex
+	epoch uint32
+	seq   uint64
+}
+
+// GroupAll returns the group of all ranks (tag 0).
+func (rt *Runtime) GroupAll() *Group {
+	rt.groupOnce.Do(func() {
+		ranks := make([]int, rt.Size())
+		for i := range ranks {
+			ranks[i] = i
+		}
+		rt.all = &Group{tag: 0, ranks: ranks}
+	})
+	return rt.all
+}
+
+// NewGroup makes a group of the given ranks with a tag from 1 to 65535
+// that no other live group uses. Ranks are sorted; duplicates are an error.
+func (rt *Runtime) NewGroup(tag uint16, ranks []int) (*Group, error) {
+	if tag == 0 {
+		return nil, fmt.Errorf("pgas: new_group: tag 0 is GroupAll's: %w", ErrInvalid)
+	}
+	rs := slices.Clone(ranks)
+	slices.Sort(rs)
+	for i, r := range rs {
+		if r < 0 || r >= rt.Size() {
+			return nil, fmt.Errorf("pgas: new_group: rank %d outside 0..%d: %w", r, rt.Size()-1, ErrInvalid)
+		}
+		if i > 0 && rs[i-1] == r {
+			return nil, fmt.Errorf("pgas: new_group: rank %d twice: %w", r, ErrInvalid)
+		}
+	}
+	if len(rs) == 0 {
+		return nil, fmt.Errorf("pgas: new_group: no ranks: %w", ErrInvalid)
+	}
+	return &Group{tag: tag, ranks: rs}, nil
+}
+
+// Size returns the number of ranks in g.
+func (g *Group) Size() int { return len(g.ranks) }
+
+// Ranks returns g's ranks in order.
+func (g *Group) Ranks() []int { return slices.Clone(g.ranks) }
+
+// index returns rank's position in g, or -1.
+func (g *Group) index(rank int) int {
+	i, ok := slices.BinarySearch(g.ranks, rank)
+	if !ok {
+		return -1
+	}
+	return i
+}
+
+// next returns the sequence number of the group's next collective. The
+// count restarts at each epoch, so survivors and a promoted spare agree.
+func (g *Group) next(epoch uint32) uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.epoch != epoch {
+		g.epoch, g.seq = epoch, 0
+	}
+	g.seq++
+	return g.seq
+}
+
+// coll is one collective call in progress.
+type coll struct {
+	rt    *Runtime
+	g     *Group
+	v     *view
+	me    int // index of this rank in g
+	seq   uint64
+	op    string
+	round uint64
+}
+
+func (rt *Runtime) startColl(g *Group, op string) (*coll, error) {
+	if rt.isClosed() {
+		return nil, ErrClosed
+	}
+	if g == nil {
+		g = rt.GroupAll()
+	}
+	v := rt.view.Load()
+	me := g.index(v.rankOf[rt.self])
+	if me < 0 {
+		return nil, fmt.Errorf("pgas: %s: rank %d: %w", op, v.rankOf[rt.self], ErrNotMember)
+	}
+	return &coll{rt: rt, g: g, v: v, me: me, seq: g.next(v.epoch), op: op}, nil
+}
+
+func (c *coll) send(ctx context.Context, idx int, round uint64, data []byte) error {
+	rank := c.g.ranks[idx]
+	proc, err := c.rt.procOf(c.v, rank, c.op)
+	if err != nil {
+		return err
+	}
+	h := transport.Header{Type: transport.FrameColl, Seg: c.g.tag, Off: c.seq, A: round, Epoch: c.v.epoch}
+	return c.rt.sendErr(ctx, c.rt.tr.Send(ctx, proc, &h, data), rank, c.op)
+}
+
+func (c *coll) recv(ctx context.Context, idx int, round uint64) ([]byte, error) {
+	rank := c.g.ranks[idx]
+	proc, err := c.rt.procOf(c.v, rank, c.op)
+	if err != nil {
+		return nil, err
+	}
+	k := mailKey{epoch: c.v.epoch, tag: c.g.tag, seq: c.seq, round: round, from: proc}
+	return c.rt.mail.wait(ctx, c.rt, k, rank, c.op)
+}
+
+// exchange sends data to idx and receives what idx sent in the same round.
+func (c *coll) exchange(ctx context.Context, idx int, data []byte) ([]byte, error) {
+	c.round++
+	if err := c.send(ctx, idx, c.round, data); err != nil {
+		return nil, err
+	}
+	return c.recv(ctx, idx, c.round)
+}
+
+// Barrier returns once every member of g has entered it (dissemination
+// algorithm: ceil(log2 n) rounds of one message each).
+func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
+	c, err := rt.startColl(g, "barrier")
+	if err != nil {
+		return err
+	}
+	n := c.g.Size()
+	for d := 1; d < n; d *= 2 {
+		c.round++
+		if err := c.send(ctx, (c.me+d)%n, c.round, nil); err != nil {
+			return err
+		}
+		if _, err := c.recv(ctx, (c.me-d+n)%n, c.round); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AllreduceBytes combines buf across g in place with combine, which must
+// set dst to "dst op src" where dst is always the operand of the lower
+// group position. The order of combination depends only on the group size,
+// never on timing, so every member gets the same bits, run after run
+// (recursive doubling, with the ranks above the largest power of two folded
+// into their lower neighbours first).
+func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, combine func(dst, src []byte)) error {
+	c, err := rt.startColl(g, "allreduce")
+	if err != nil {
+		return err
+	}
+	n, i := c.g.Size(), c.me
+	if n == 1 {
+		return nil
+	}
+	p := 1
+	for p*2 <= n {
+		p *= 2
+	}
+	rem := n - p
+	const foldRound, finalRound = 1 << 32, 1<<32 + 1
+	check := func(d []byte) error {
+		if len(d) != len(buf) {
+			return fmt.Errorf("pgas: allreduce: %d bytes from a peer, %d here: every member must pass the same size: %w", len(d), len(buf), ErrInvalid)
+		}
+		return nil
+	}
+	var v int
+	if i < 2*rem {
+		if i%2 == 1 {
+			if err := c.send(ctx, i-1, foldRound, buf); err != nil {
+				return err
+			}
+			d, err := c.recv(ctx, i-1, finalRound)
+			if err != nil {
+				return err
+			}
+			if err := check(d); err != nil {
+				return err
+			}
+			copy(buf, d)
+			return nil
+		}
+		d, err := c.recv(ctx, i+1, foldRound)
+		if err != nil {
+			return err
+		}
+		if err := check(d); err != nil {
+			return err
+		}
+		combine(buf, d)
+		v = i / 2
+	} else {
+		v = i - rem
+	}
+	var tmp []byte
+	for mask := 1; mask < p; mask <<= 1 {
+		pv := v ^ mask
+		pi := pv + rem
+		if pv < rem {
+			pi = pv * 2
+		}
+		d, err := c.exchange(ctx, pi, buf)
+		if err != nil {
+			return err
+		}
+		if err := check(d); err != nil {
+			return err
+		}
+		if v < pv {
+			combine(buf, d)
+		} else {
+			if tmp == nil {
+				tmp = make([]byte, len(buf))
+			}
+			copy(tmp, d)
+			combine(tmp, buf)
+			copy(buf, tmp)
+		}
+	}
+	if i < 2*rem {
+		return c.send(ctx, i+1, finalRound, buf)
+	}
+	return nil
+}
+
+// Bcast copies root's buf into buf on every member of g (binomial tree).
+// root is a rank; every member passes a buf of the same size.
+func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) error {
+	c, err := rt.startColl(g, "bcast")
+	if err != nil {
+		return err
+	}
+	n := c.g.Size()
+	ri := c.g.index(root)
+	if ri < 0 {
+		return fmt.Errorf("pgas: bcast: root %d not in group: %w", root, ErrInvalid)
+	}
+	rel := (c.me - ri + n) % n
+	mask := 1
+	for mask < n {
+		if rel&mask != 0 {
+			d, err := c.recv(ctx, (rel-mask+ri)%n, 0)
+			if err != nil {
+				return err
+			}
+			if len(d) != len(buf) {
+				return fmt.Errorf("pgas: bcast: root sent %d bytes, buffer holds %d: %w", len(d), len(buf), ErrInvalid)
+			}
+			copy(buf, d)
+			break
+		}
+		mask <<= 1
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if rel+mask < n {
+			if err := c.send(ctx, (rel+mask+ri)%n, 0, buf); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// AllgatherBytes concatenates every member's block, in group order, into
+// out, which must hold Size()*len(block) bytes (ring algorithm).
+func (rt *Runtime) AllgatherBytes(ctx context.Context, g *Group, block, out []byte) error {
+	c, err := rt.startColl(g, "allgather")
+	if err != nil {
+		return err
+	}
+	n, b := c.g.Size(), len(block)
+	if len(out) != n*b {
+		return fmt.Errorf("pgas: allgather: out holds %d bytes, want %d: %w", len(out), n*b, ErrInvalid)
+	}
+	copy(out[c.me*b:], block)
+	for s := 0; s < n-1; s++ {
+		sendIdx := (c.me - s + n) % n
+		recvIdx := (c.me - s - 1 + n) % n
+		if err := c.send(ctx, (c.me+1)%n, uint64(s), out[sendIdx*b:(sendIdx+1)*b]); err != nil {
+			return err
+		}
+		d, err := c.recv(ctx, (c.me-1+n)%n, uint64(s))
+		if err != nil {
+			return err
+		}
+		if len(d) != b {
+			return fmt.Errorf("pgas: allgather: block of %d bytes from a peer, %d here: %w", len(d), b, ErrInvalid)
+		}
+		copy(out[recvIdx*b:], d)
+	}
+	return nil
+}
+
+// Op is a built-in reduction.
+type Op uint8
+
+// Reductions for Allreduce.
+const (
+	OpSum Op = iota
+	OpMin
+	OpMax
+)
+
+// Number is an element type Allreduce reduces with a built-in Op.
+type Number interface {
+	~float64 | ~int64 | ~uint64
+}
+
+// Allreduce reduces data element-wise across g in place with op. The result
+// is bit-identical on every member and across runs with the same inputs.
+// For Min and Max a NaN in the lower group position wins.
+func Allreduce[T Number](ctx context.Context, rt *Runtime, g *Group, data []T, op Op) error {
+	var f func(dst, src []T)
+	switch op {
+	case OpSum:
+		f = func(dst, src []T) {
+			for i := range dst {
+				dst[i] += src[i]
+			}
+		}
+	case OpMin:
+		f = func(dst, src []T) {
+			for i := range dst {
+				if src[i] < dst[i] {
+					dst[i] = src[i]
+				}
+			}
+		}
+	case OpMax:
+		f = func(dst, src []T) {
+			for i := range dst {
+				if src[i] > dst[i] {
+					dst[i] = src[i]
+				}
+			}
+		}
+	default:
+		return fmt.Errorf("pgas: allreduce: unknown op %d: %w", op, ErrInvalid)
+	}
+	return AllreduceFunc(ctx, rt, g, data, f)
+}
+
+// AllreduceFunc reduces data across g in place with a user reduction:
+// f(dst, src) sets dst to dst op src, dst being the lower group position's
+// operand (so f need not be commutative, only associative). T must be plain
+// data with no pointers.
+func AllreduceFunc[T any](ctx context.Context, rt *Runtime, g *Group, data []T, f func(dst, src []T)) error {
+	return rt.AllreduceBytes(ctx, g, asBytes(data), func(dst, src []byte) {
+		f(fromBytes[T](dst), fromBytes[T](src))
+	})
+}
+
+// Allgather returns every member's data, concatenated in group order.
+// Every member passes the same number of elements.
+func Allgather[T any](ctx context.Context, rt *Runtime, g *Group, data []T) ([]T, error) {
+	if g == nil {
+		g = rt.GroupAll()
+	}
+	out := make([]T, len(data)*g.Size())
+	if err := rt.AllgatherBytes(ctx, g, asBytes(data), asBytes(out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func asBytes[T any](s []T) []byte {
+	if len(s) == 0 {
+		return []byte{}
+	}
+	var zero T
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(zero)))
+}
+
+// fromBytes views b as []T. b comes from asBytes or from a mailbox buffer,
+// which is allocated 8-byte aligned.
+func fromBytes[T any](b []byte) []T {
+	var zero T
+	size := int(unsafe.Sizeof(zero))
+	if len(b) == 0 {
+		return []T{}
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/size)
+}
+
+// mailKey names one collective message.
+type mailKey struct {
+	epoch uint32
+	tag   uint16
+	seq   uint64
+	round uint64
+	from  transport.Proc
+}
+
+// mailbox holds collective messages until their collective asks for them.
+type mailbox struct {
+	mu     sync.Mutex
+	slots  map[mailKey]*slot
+	closed bool
+}
+
+type slot struct {
+	data  []byte
+	ready chan struct{}
+	full  bool
+}
+
+func newMailbox() *mailbox { return &mailbox{slots: make(map[mailKey]*slot)} }
+
+func (m *mailbox) slot(k mailKey) *slot {
+	s := m.slots[k]
+	if s == nil {
+		s = &slot{ready: make(chan struct{})}
+		m.slots[k] = s
+	}
+	return s
+}
+
+func (m *mailbox) deliver(from transport.Proc, h *transport.Header, p transport.Payload) error {
+	// Allocate as []uint64 so typed views of the buffer are aligned.
+	words := make([]uint64, (p.Len()+7)/8)
+	buf := asBytes(words)[:p.Len()]
+	if err := p.ReadInto(buf); err != nil {
+		return err
+	}
+	k := mailKey{epoch: h.Epoch, tag: h.Seg, seq: h.Off, round: h.A, from: from}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	s := m.slot(k)
+	if s.full {
+		return fmt.Errorf("pgas: duplicate collective message from proc %d (tag %d seq %d round %d)", from, k.tag, k.seq, k.round)
+	}
+	s.data, s.full = buf, true
+	close(s.ready)
+	return nil
+}
+
+func (m *mailbox) wait(ctx context.Context, rt *Runtime, k mailKey, rank int, op string) ([]byte, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s := m.slot(k)
+	m.mu.Unlock()
+	pr := rt.peers[k.from]
+	if rt.cfg.SpinWait > 0 {
+		spinOn(s.ready, rt.cfg.SpinWait) // then the select below returns at once
+	}
+	select {
+	case <-s.ready:
+	case <-pr.down:
+		select {
+		case <-s.ready: // it arrived before the connection went
+		default:
+			return nil, &RankError{Rank: rank, Op: op, Err: ErrRankFailed}
+		}
+	case <-ctx.Done():
+		return nil, ctxError(ctx, op)
+	case <-rt.closed:
+		return nil, ErrClosed
+	}
+	m.mu.Lock()
+	delete(m.slots, k)
+	m.mu.Unlock()
+	return s.data, nil
+}
+
+// peerDown wakes nothing directly: waiters select on the peer's down
+// channel. It exists so the mailbox can drop what that proc sent.
+func (m *mailbox) peerDown(proc transport.Proc) {}
+
+// purge drops messages of epochs older than epoch.
+func (m *mailbox) purge(epoch uint32) {
+	m.mu.Lock()
+	for k := range m.slots {
+		if k.epoch < epoch {
+			delete(m.slots, k)
+		}
+	}
+	m.mu.Unlock()
+}
+
+func (m *mailbox) close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+}

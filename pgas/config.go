@@ -1,0 +1,80 @@
+package pgas
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// Config describes one process of a job. Tests build it by hand over
+// transport/mem; programs started by gaspirun use InitFromEnv, which builds
+// it from the launcher's environment.
+type Config struct {
+	// Proc is this process's ID, 0..NumProcs-1.
+	Proc transport.Proc
+	// NumProcs is the number of processes in the job: ranks plus spares.
+	NumProcs int
+	// NumRanks is the number of ranks. Processes NumRanks..NumProcs-1 start
+	// as spares.
+	NumRanks int
+	// Transport carries frames to the other processes. Init starts it and
+	// Close closes it.
+	Transport transport.Transport
+	// Hosts gives each process's host label (indexed by Proc), used for
+	// host-aware placement. Nil means every process is on one host.
+	Hosts []string
+
+	// NumQueues is the number of queues, 0..NumQueues-1.
+	NumQueues int
+	// QueueDepth is how many operations a queue may hold between two Waits.
+	// Posting more gives ErrQueueFull: a full queue is an error, never a
+	// silent stall.
+	QueueDepth int
+	// SpinWait is how long a waiting call (NotifyWaitSome, collectives,
+	// Wait) polls before it parks its goroutine. Polling cuts the wake-up
+	// latency of small messages from tens of microseconds to a few, at the
+	// price of a busy core; keep it 0 on oversubscribed hosts.
+	SpinWait time.Duration
+	// Logger receives runtime events. Nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the settings for a job on dedicated cores.
+func DefaultConfig() Config {
+	return Config{NumQueues: 8, QueueDepth: 1024, SpinWait: 20 * time.Microsecond}
+}
+
+// LocalConfig returns settings for many processes sharing a few cores, as
+// in tests: no spinning.
+func LocalConfig() Config {
+	c := DefaultConfig()
+	c.SpinWait = 0
+	return c
+}
+
+// Validate checks the configuration without changing it.
+func (c *Config) Validate() error {
+	switch {
+	case c.NumRanks < 1:
+		return fmt.Errorf("pgas: config: NumRanks is %d, want at least 1", c.NumRanks)
+	case c.NumProcs < c.NumRanks:
+		return fmt.Errorf("pgas: config: NumProcs %d is less than NumRanks %d", c.NumProcs, c.NumRanks)
+	case int(c.Proc) >= c.NumProcs:
+		return fmt.Errorf("pgas: config: Proc %d outside 0..%d", c.Proc, c.NumProcs-1)
+	case c.Transport == nil:
+		return fmt.Errorf("pgas: config: Transport is nil")
+	case c.Transport.Self() != c.Proc:
+		return fmt.Errorf("pgas: config: Transport is for proc %d, Proc is %d", c.Transport.Self(), c.Proc)
+	case c.NumQueues < 1 || c.NumQueues > 1024:
+		return fmt.Errorf("pgas: config: NumQueues is %d, want 1..1024", c.NumQueues)
+	case c.QueueDepth < 1:
+		return fmt.Errorf("pgas: config: QueueDepth is %d, want at least 1", c.QueueDepth)
+	case c.SpinWait < 0:
+		return fmt.Errorf("pgas: config: SpinWait is %v, want >= 0", c.SpinWait)
+	case c.Hosts != nil && len(c.Hosts) != c.NumProcs:
+		return fmt.Errorf("pgas: config: %d host labels for %d processes", len(c.Hosts), c.NumProcs)
+	}
+	return nil
+}

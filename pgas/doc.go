@@ -1,0 +1,57 @@
+// Package pgas is the one-sided runtime: ranks, segments, queues,
+// notifications, collectives and atomics, after the GASPI model.
+//
+// A job is a set of processes; N of them hold ranks 0..N-1, the rest are
+// spares. Each rank creates segments collectively and then reads and writes
+// the segments of other ranks directly, addressing them as (rank, segment,
+// offset). Writes are posted to a queue and complete asynchronously;
+// notifications tell the target that data is in place.
+//
+//	rt, err := pgas.InitFromEnv(ctx) // under gaspirun
+//	defer rt.Close()
+//	seg, err := rt.SegmentCreate(ctx, 1, 1<<20, nil) // collective
+//	right := (rt.Rank() + 1) % rt.Size()
+//	err = rt.WriteNotify(ctx, 0, right, pgas.Loc{Seg: 1, Off: 0}, pgas.Loc{Seg: 1, Off: 4096}, 4096, 7, 1)
+//	err = rt.Wait(ctx, 0)                       // the data is at the target
+//	id, err := rt.NotifyWaitSome(ctx, 1, 7, 1)  // a left neighbour's data is here
+//	_, err = rt.NotifyReset(1, id)
+//	err = pgas.Allreduce(ctx, rt, nil, sums, pgas.OpSum) // nil group: all ranks
+//
+// # Semantics
+//
+//   - Write, WriteNotify, Notify and Read post an operation on a queue and
+//     return once the local buffer may be reused. Wait(ctx, q) returns once
+//     every operation posted on q since the previous Wait is complete at its
+//     target: writes and notifications applied there, reads landed here.
+//     This is remote completion, stronger than GASPI's local completion.
+//   - A notification is set at the target only after every write that the
+//     same process posted to that target before it (frames from one process
+//     to another are applied in order).
+//   - A queue holds at most Config.QueueDepth operations between Waits;
+//     one more is ErrQueueFull at once, never a silent stall.
+//   - Ranges are bounds-checked against the local segment, against the
+//     remote segment's size learnt at collective creation, and again at the
+//     target. An out-of-range access is an error; nothing is written.
+//   - Collectives (Barrier, Allreduce, Bcast, Allgather) run on Groups. The
+//     reduction order of Allreduce depends only on the group size, so the
+//     result is bit-identical on every member and across runs.
+//   - Every blocking call takes a context. A context that ends gives an
+//     error wrapping ErrTimeout (retryable, says nothing about peers). A
+//     peer whose connection is lost gives a *RankError wrapping
+//     ErrRankFailed, promptly, for every operation waiting on it: no call
+//     blocks forever after a peer dies.
+//   - Every frame carries the sender's epoch. Frames from an older epoch or
+//     from a process declared failed are rejected and counted.
+//
+// # Concurrency
+//
+// A Runtime is safe for concurrent use. Operations on one queue from
+// several goroutines are allowed but Wait then covers all of them. The
+// runtime owns these goroutines: the transport's reader per peer (which
+// applies incoming frames and never blocks on a send), and one outbox
+// drainer per peer while replies are pending. Close stops the transport
+// first, then waits for them.
+//
+// Lock order (outer first): segMu; peer.sendMu; peer.mu / peer.ackMu /
+// outbox.mu / reqMu / mailbox.mu (leaves, never held together).
+package pgas

@@ -1,0 +1,603 @@
+package pgas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gaspigo/gaspigo/segments"
+	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/mem"
+)
+
+// newJob starts n ranks over one in-memory network.
+func newJob(t *testing.T, n int, seed int64, mut func(*Config)) ([]*Runtime, *mem.Network) {
+	t.Helper()
+	nw, err := mem.New(n, mem.Config{Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rts := make([]*Runtime, n)
+	for i := range rts {
+		cfg := LocalConfig()
+		cfg.Proc = transport.Proc(i)
+		cfg.NumProcs, cfg.NumRanks = n, n
+		cfg.Transport = nw.Endpoint(transport.Proc(i))
+		if mut != nil {
+			mut(&cfg)
+		}
+		rt, err := Init(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rts[i] = rt
+	}
+	t.Cleanup(func() {
+		for _, rt := range rts {
+			rt.Close()
+		}
+		nw.Close()
+	})
+	return rts, nw
+}
+
+// each runs f on every rank concurrently and fails the test on any error.
+func each(t *testing.T, rts []*Runtime, f func(rt *Runtime) error) {
+	t.Helper()
+	errs := make([]error, len(rts))
+	var wg sync.WaitGroup
+	for i, rt := range rts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(rt)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+	}
+}
+
+func createSeg(t *testing.T, rts []*Runtime, id segments.ID, size int64) {
+	t.Helper()
+	each(t, rts, func(rt *Runtime) error {
+		_, err := rt.SegmentCreate(context.Background(), id, size, nil)
+		return err
+	})
+}
+
+// Rule: a notification is seen only after the data written before it.
+// Writes are many small frames on randomly delayed links.
+func TestWriteThenNotifyOrdering(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, nw := newJob(t, 3, 1, nil)
+		nw.Delay(mem.Any, mem.Any, 50*time.Microsecond, 200*time.Microsecond)
+		createSeg(t, rts, 1, 1<<16)
+		ctx := context.Background()
+		const rounds = 20
+		each(t, rts, func(rt *Runtime) error {
+			me := rt.Rank()
+			seg, _ := rt.Segment(1)
+			right, left := (me+1)%3, (me+2)%3
+			for r := 1; r <= rounds; r++ {
+				src := seg.Bytes()[32768:]
+				for i := 0; i < 4096; i++ {
+					src[i] = byte(r*7 + i + me)
+				}
+				// 16 writes of 256 bytes, then one notify.
+				for c := 0; c < 16; c++ {
+					if err := rt.Write(ctx, 0, right, Loc{1, int64(c * 256)}, Loc{1, 32768 + int64(c*256)}, 256); err != nil {
+						return err
+					}
+				}
+				if err := rt.Notify(ctx, 0, right, 1, 5, uint32(r)); err != nil {
+					return err
+				}
+				if _, err := rt.NotifyWaitSome(ctx, 1, 5, 1); err != nil {
+					return err
+				}
+				v, _ := rt.NotifyReset(1, 5)
+				if v != uint32(r) {
+					return fmt.Errorf("round %d: notification value %d", r, v)
+				}
+				for i := 0; i < 4096; i++ {
+					if want := byte(r*7 + i + left); seg.Bytes()[i] != want {
+						return fmt.Errorf("round %d: byte %d = %d before the notification's data, want %d", r, i, seg.Bytes()[i], want)
+					}
+				}
+				if err := rt.Wait(ctx, 0); err != nil {
+					return err
+				}
+				// The next round's writes must not overtake our reading.
+				if err := rt.Barrier(ctx, nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+}
+
+func TestWriteNotifyAndRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _ := newJob(t, 2, 2, nil)
+		createSeg(t, rts, 3, 8192)
+		ctx := context.Background()
+		s0, _ := rts[0].Segment(3)
+		copy(s0.Bytes()[4096:], "hello, one-sided world")
+		if err := rts[0].WriteNotify(ctx, 1, 1, Loc{3, 100}, Loc{3, 4096}, 22, 9, 42); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[0].Wait(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		id, err := rts[1].NotifyWaitSome(ctx, 3, 0, 16)
+		if err != nil || id != 9 {
+			t.Fatalf("NotifyWaitSome = %d, %v; want 9", id, err)
+		}
+		if v, _ := rts[1].NotifyReset(3, 9); v != 42 {
+			t.Fatalf("reset returned %d, want 42", v)
+		}
+		if v, _ := rts[1].NotifyReset(3, 9); v != 0 {
+			t.Fatalf("second reset returned %d, want 0", v)
+		}
+		s1, _ := rts[1].Segment(3)
+		if got := string(s1.Bytes()[100:122]); got != "hello, one-sided world" {
+			t.Fatalf("target holds %q", got)
+		}
+		// Read it back into rank 0 at another place.
+		if err := rts[0].Read(ctx, 2, 1, Loc{3, 100}, Loc{3, 0}, 22); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[0].Wait(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(s0.Bytes()[:22]); got != "hello, one-sided world" {
+			t.Fatalf("read got %q", got)
+		}
+	})
+}
+
+func TestQueueFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _ := newJob(t, 2, 3, func(c *Config) { c.QueueDepth = 4 })
+		createSeg(t, rts, 1, 1024)
+		ctx := context.Background()
+		for i := 0; i < 4; i++ {
+			if err := rts[0].Write(ctx, 0, 1, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := rts[0].Write(ctx, 0, 1, Loc{1, 0}, Loc{1, 0}, 8)
+		if !errors.Is(err, ErrQueueFull) {
+			t.Fatalf("fifth write: %v, want ErrQueueFull", err)
+		}
+		// Another queue is independent.
+		if err := rts[0].Write(ctx, 1, 1, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
+			t.Fatalf("queue 1: %v", err)
+		}
+		if err := rts[0].Wait(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[0].Write(ctx, 0, 1, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
+			t.Fatalf("after Wait: %v", err)
+		}
+	})
+}
+
+func TestTimeoutIsNotFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, nw := newJob(t, 2, 4, nil)
+		createSeg(t, rts, 1, 1024)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := rts[0].NotifyWaitSome(ctx, 1, 0, 4)
+		var re *RankError
+		if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || errors.As(err, &re) {
+			t.Fatalf("NotifyWaitSome: %v; want ErrTimeout and not a RankError", err)
+		}
+		// A partition holds frames: Wait and Barrier time out, nobody is declared failed.
+		nw.Partition([]transport.Proc{0}, []transport.Proc{1})
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel2()
+		if err := rts[0].Write(ctx2, 0, 1, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[0].Wait(ctx2, 0); !errors.Is(err, ErrTimeout) || errors.As(err, &re) {
+			t.Fatalf("Wait under partition: %v; want ErrTimeout", err)
+		}
+		ctx3, cancel3 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel3()
+		if err := rts[0].Barrier(ctx3, nil); !errors.Is(err, ErrTimeout) || errors.As(err, &re) {
+			t.Fatalf("Barrier under partition: %v; want ErrTimeout", err)
+		}
+		if sv := rts[0].StateVector(); sv[1].Suspect {
+			t.Fatalf("partition alone made rank 1 suspect: %+v", sv)
+		}
+		// After healing, the retried Wait completes.
+		nw.Heal()
+		if err := rts[0].Wait(context.Background(), 0); err != nil {
+			t.Fatalf("Wait after heal: %v", err)
+		}
+	})
+}
+
+func TestBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _ := newJob(t, 2, 5, nil)
+		ctx := context.Background()
+		// Ranks create segment 1 with different sizes.
+		each(t, rts, func(rt *Runtime) error {
+			_, err := rt.SegmentCreate(ctx, 1, int64(1024*(rt.Rank()+1)), nil)
+			return err
+		})
+		s1, _ := rts[1].Segment(1)
+		before := append([]byte(nil), s1.Bytes()...)
+		cases := []struct {
+			name          string
+			remote, local Loc
+			size          int64
+		}{
+			{"remote past end", Loc{1, 2040}, Loc{1, 0}, 16},
+			{"remote negative", Loc{1, -8}, Loc{1, 0}, 8},
+			{"local past end", Loc{1, 0}, Loc{1, 1020}, 8},
+			{"huge size", Loc{1, 0}, Loc{1, 0}, math.MaxInt64},
+		}
+		for _, c := range cases {
+			err := rts[0].Write(ctx, 0, 1, c.remote, c.local, c.size)
+			if !errors.Is(err, ErrBounds) {
+				t.Errorf("%s: %v, want ErrBounds", c.name, err)
+			}
+		}
+		// rank 1's segment is 2048 bytes, so this fits there though not at rank 0.
+		if err := rts[0].Write(ctx, 0, 1, Loc{1, 1500}, Loc{1, 0}, 500); err != nil {
+			t.Fatalf("in-bounds write to the larger remote segment: %v", err)
+		}
+		if err := rts[0].Wait(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[0].Write(ctx, 0, 1, Loc{9, 0}, Loc{1, 0}, 8); !errors.Is(err, ErrNoSegment) {
+			// segment 9 is unknown here too: the local check refuses it.
+			if err == nil {
+				if err2 := rts[0].Wait(ctx, 0); !errors.Is(err2, ErrNoSegment) {
+					t.Fatalf("write to a missing remote segment: %v / %v", err, err2)
+				}
+			}
+		}
+		if err := rts[0].Read(ctx, 0, 1, Loc{1, 2047}, Loc{1, 0}, 2); !errors.Is(err, ErrBounds) {
+			t.Errorf("read past end: %v", err)
+		}
+		if _, err := rts[0].FetchAdd(ctx, 1, Loc{1, 4}, 1); !errors.Is(err, ErrInvalid) {
+			t.Errorf("misaligned atomic: %v", err)
+		}
+		if err := rts[0].Write(ctx, 0, 7, Loc{1, 0}, Loc{1, 0}, 8); !errors.Is(err, ErrInvalid) {
+			t.Errorf("rank 7: %v", err)
+		}
+		// Only the legal write changed rank 1's memory.
+		after := s1.Bytes()
+		for i := range after {
+			if (i < 1500 || i >= 2000) && after[i] != before[i] {
+				t.Fatalf("byte %d of rank 1 changed outside the legal write", i)
+			}
+		}
+	})
+}
+
+// The target re-checks bounds: a frame that slipped past the sender's check
+// (here: a segment unknown to the sender's size table) is refused, and
+// Wait reports the refusal.
+func TestTargetRefusesOutOfBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _ := newJob(t, 2, 6, nil)
+		ctx := context.Background()
+		// Rank 1 creates segment 2 locally only; rank 0 has a bigger local one.
+		rts[1].segMu.Lock()
+		small, _ := segments.New(2, 64, segments.Options{})
+		rts[1].segs[2] = &segInfo{seg: small}
+		rts[1].segMu.Unlock()
+		big, _ := segments.New(2, 4096, segments.Options{})
+		rts[0].segMu.Lock()
+		rts[0].segs[2] = &segInfo{seg: big}
+		rts[0].segMu.Unlock()
+		if err := rts[0].Write(ctx, 0, 1, Loc{2, 32}, Loc{2, 0}, 64); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[0].Write(ctx, 0, 1, Loc{2, 0}, Loc{2, 0}, 8); err != nil {
+			t.Fatal(err)
+		}
+		err := rts[0].Wait(ctx, 0)
+		if !errors.Is(err, ErrRemote) || !errors.Is(err, ErrBounds) {
+			t.Fatalf("Wait = %v, want remote bounds error", err)
+		}
+		if rts[1].Stats().FramesRejected == 0 {
+			t.Fatal("target did not count the refused frame")
+		}
+	})
+}
+
+func TestAllreduceDeterministic(t *testing.T) {
+	for n := 1; n <= 8; n++ {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			var ref [][]float64
+			for seed := int64(0); seed < 4; seed++ {
+				var got [][]float64
+				synctest.Test(t, func(t *testing.T) {
+					rts, nw := newJob(t, n, seed, nil)
+					// Random per-frame delays shuffle arrival order across links.
+					nw.Delay(mem.Any, mem.Any, 10*time.Microsecond, 500*time.Microsecond)
+					got = make([][]float64, n)
+					each(t, rts, func(rt *Runtime) error {
+						rng := rand.New(rand.NewPCG(uint64(rt.Rank()), 99))
+						data := make([]float64, 257)
+						for i := range data {
+							data[i] = rng.NormFloat64() * math.Pow(10, float64(rng.IntN(30)-15))
+						}
+						if err := Allreduce(context.Background(), rt, nil, data, OpSum); err != nil {
+							return err
+						}
+						got[rt.Rank()] = data
+						return nil
+					})
+				})
+				for r := 1; r < n; r++ {
+					if !bitsEqual(got[r], got[0]) {
+						t.Fatalf("seed %d: rank %d differs from rank 0", seed, r)
+					}
+				}
+				if ref == nil {
+					ref = got
+				} else if !bitsEqual(got[0], ref[0]) {
+					t.Fatalf("seed %d: result bits differ from seed 0 under another delivery order", seed)
+				}
+			}
+			// And it is the sum, up to rounding.
+			want := make([]float64, 257)
+			for r := 0; r < n; r++ {
+				rng := rand.New(rand.NewPCG(uint64(r), 99))
+				for i := range want {
+					want[i] += rng.NormFloat64() * math.Pow(10, float64(rng.IntN(30)-15))
+				}
+			}
+			for i := range want {
+				if d := math.Abs(ref[0][i] - want[i]); d > 1e-9*math.Abs(want[i])+1e-300 {
+					t.Fatalf("element %d = %g, want %g", i, ref[0][i], want[i])
+				}
+			}
+		})
+	}
+}
+
+func bitsEqual(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCollectives(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 5
+		rts, nw := newJob(t, n, 7, nil)
+		nw.Delay(mem.Any, mem.Any, 0, 300*time.Microsecond)
+		ctx := context.Background()
+		each(t, rts, func(rt *Runtime) error {
+			me := rt.Rank()
+			mins := []int64{int64(me), int64(-me)}
+			if err := Allreduce(ctx, rt, nil, mins, OpMin); err != nil {
+				return err
+			}
+			if mins[0] != 0 || mins[1] != -(n-1) {
+				return fmt.Errorf("min = %v", mins)
+			}
+			maxs := []uint64{uint64(me)}
+			if err := Allreduce(ctx, rt, nil, maxs, OpMax); err != nil {
+				return err
+			}
+			if maxs[0] != n-1 {
+				return fmt.Errorf("max = %v", maxs)
+			}
+			// A non-commutative, associative user reduction: 2x2 matrix
+			// products (mod 2^64) must come out in rank order.
+			mat := func(r int) [4]uint64 { return [4]uint64{uint64(r + 2), uint64(3*r + 1), uint64(r * r), uint64(7 - r)} }
+			mul := func(a, b [4]uint64) [4]uint64 {
+				return [4]uint64{a[0]*b[0] + a[1]*b[2], a[0]*b[1] + a[1]*b[3], a[2]*b[0] + a[3]*b[2], a[2]*b[1] + a[3]*b[3]}
+			}
+			m := []uint64{0, 0, 0, 0}
+			mm := mat(me)
+			copy(m, mm[:])
+			err := AllreduceFunc(ctx, rt, nil, m, func(dst, src []uint64) {
+				r := mul([4]uint64(dst), [4]uint64(src))
+				copy(dst, r[:])
+			})
+			if err != nil {
+				return err
+			}
+			want := mat(0)
+			for r := 1; r < n; r++ {
+				want = mul(want, mat(r))
+			}
+			if [4]uint64(m) != want {
+				return fmt.Errorf("ordered user reduction = %v, want %v", m, want)
+			}
+			buf := make([]byte, 10)
+			if me == 3 {
+				copy(buf, "from three")
+			}
+			if err := rt.Bcast(ctx, nil, buf, 3); err != nil {
+				return err
+			}
+			if string(buf) != "from three" {
+				return fmt.Errorf("bcast got %q", buf)
+			}
+			all, err := Allgather(ctx, rt, nil, []int64{int64(me * 10), int64(me)})
+			if err != nil {
+				return err
+			}
+			for r := 0; r < n; r++ {
+				if all[2*r] != int64(r*10) || all[2*r+1] != int64(r) {
+					return fmt.Errorf("allgather = %v", all)
+				}
+			}
+			g, err := rt.NewGroup(5, []int{1, 3, 4})
+			if err != nil {
+				return err
+			}
+			if g.index(me) >= 0 {
+				s := []float64{1}
+				if err := Allreduce(ctx, rt, g, s, OpSum); err != nil {
+					return err
+				}
+				if s[0] != 3 {
+					return fmt.Errorf("group sum = %v", s)
+				}
+			} else if err := rt.Barrier(ctx, g); !errors.Is(err, ErrNotMember) {
+				return fmt.Errorf("barrier on a foreign group: %v", err)
+			}
+			return rt.Barrier(ctx, nil)
+		})
+	})
+}
+
+func TestAtomicsUnderContention(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n, per = 4, 50
+		rts, nw := newJob(t, n, 8, nil)
+		nw.Delay(mem.Any, mem.Any, 0, 100*time.Microsecond)
+		createSeg(t, rts, 1, 64)
+		ctx := context.Background()
+		seen := make([][]uint64, n)
+		each(t, rts, func(rt *Runtime) error {
+			for i := 0; i < per; i++ {
+				old, err := rt.FetchAdd(ctx, 0, Loc{1, 8}, 1)
+				if err != nil {
+					return err
+				}
+				seen[rt.Rank()] = append(seen[rt.Rank()], old)
+			}
+			// A CAS spin lock guarding a non-atomic counter at offset 16.
+			for i := 0; i < 10; i++ {
+				for {
+					prev, err := rt.CompareSwap(ctx, 0, Loc{1, 0}, 0, uint64(rt.Rank()+1))
+					if err != nil {
+						return err
+					}
+					if prev == 0 {
+						break
+					}
+				}
+				q := Queue(1)
+				if err := rt.Read(ctx, q, 0, Loc{1, 16}, Loc{1, 24}, 8); err != nil {
+					return err
+				}
+				if err := rt.Wait(ctx, q); err != nil {
+					return err
+				}
+				seg, _ := rt.Segment(1)
+				w, _ := seg.Uint64s(16, 2)
+				w[1]++
+				if err := rt.Write(ctx, q, 0, Loc{1, 16}, Loc{1, 24}, 8); err != nil {
+					return err
+				}
+				if err := rt.Wait(ctx, q); err != nil {
+					return err
+				}
+				if prev, err := rt.CompareSwap(ctx, 0, Loc{1, 0}, uint64(rt.Rank()+1), 0); err != nil || prev != uint64(rt.Rank()+1) {
+					return fmt.Errorf("unlock: prev %d, %v", prev, err)
+				}
+			}
+			return nil
+		})
+		s0, _ := rts[0].Segment(1)
+		w, _ := s0.Uint64s(0, 3)
+		if w[1] != n*per {
+			t.Fatalf("counter = %d, want %d", w[1], n*per)
+		}
+		if w[2] != n*10 {
+			t.Fatalf("lock-protected counter = %d, want %d (lost updates)", w[2], n*10)
+		}
+		distinct := map[uint64]bool{}
+		for _, s := range seen {
+			for _, v := range s {
+				if distinct[v] {
+					t.Fatalf("FetchAdd returned %d twice", v)
+				}
+				distinct[v] = true
+			}
+		}
+	})
+}
+
+func TestPassive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _ := newJob(t, 3, 9, nil)
+		ctx := context.Background()
+		each(t, rts, func(rt *Runtime) error {
+			if rt.Rank() != 0 {
+				return rt.PassiveSend(ctx, 0, []byte(fmt.Sprintf("hi from %d", rt.Rank())))
+			}
+			got := map[int]string{}
+			for len(got) < 2 {
+				from, msg, err := rt.PassiveReceive(ctx)
+				if err != nil {
+					return err
+				}
+				got[from] = string(msg)
+			}
+			if got[1] != "hi from 1" || got[2] != "hi from 2" {
+				return fmt.Errorf("got %v", got)
+			}
+			return nil
+		})
+	})
+}
+
+// A peer that dies turns every operation waiting on it into a *RankError,
+// promptly and without any timeout.
+func TestPeerDeathGivesRankError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, nw := newJob(t, 3, 10, nil)
+		createSeg(t, rts, 1, 1024)
+		ctx := context.Background()
+		nw.Partition([]transport.Proc{0, 1}, []transport.Proc{2}) // hold rank 2's frames
+		if err := rts[0].Write(ctx, 0, 2, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 4)
+		go func() { errs <- rts[0].Wait(ctx, 0) }()
+		go func() { errs <- rts[0].Barrier(ctx, nil) }()
+		go func() { errs <- rts[1].Barrier(ctx, nil) }()
+		go func() {
+			_, err := rts[1].FetchAdd(ctx, 2, Loc{1, 0}, 1)
+			errs <- err
+		}()
+		synctest.Wait()
+		nw.Kill(2)
+		for i := 0; i < 4; i++ {
+			err := <-errs
+			var re *RankError
+			if !errors.As(err, &re) || !errors.Is(err, ErrRankFailed) {
+				t.Fatalf("blocked op returned %v, want *RankError", err)
+			}
+			if re.Rank != 2 && re.Rank != 0 {
+				t.Fatalf("RankError names rank %d", re.Rank)
+			}
+		}
+		if sv := rts[0].StateVector(); !sv[2].Suspect {
+			t.Fatalf("state vector after death: %+v", sv)
+		}
+	})
+}

@@ -1,0 +1,570 @@
+package pgas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/segments"
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// view is an immutable picture of the membership: which process holds
+// which rank in which epoch. The runtime swaps whole views atomically.
+type view struct {
+	epoch  uint32
+	ranks  []transport.Proc // rank -> proc; transport.NoProc for a vacant rank
+	rankOf []int            // proc -> rank, -1 for none
+	failed []bool           // proc -> declared failed
+}
+
+func newView(epoch uint32, ranks []transport.Proc, numProcs int, failed []bool) *view {
+	v := &view{epoch: epoch, ranks: ranks, rankOf: make([]int, numProcs), failed: failed}
+	if v.failed == nil {
+		v.failed = make([]bool, numProcs)
+	}
+	for i := range v.rankOf {
+		v.rankOf[i] = -1
+	}
+	for r, p := range ranks {
+		if p != transport.NoProc && int(p) < numProcs {
+			v.rankOf[p] = r
+		}
+	}
+	return v
+}
+
+// Runtime is one process's handle on the job. All methods are safe for
+// concurrent use.
+type Runtime struct {
+	cfg  Config
+	tr   transport.Transport
+	self transport.Proc
+	log  *slog.Logger
+
+	view atomic.Pointer[view]
+
+	segMu sync.RWMutex
+	segs  map[segments.ID]*segInfo
+
+	peers  []*peer
+	queues []*queue
+
+	reqMu   sync.Mutex
+	reqs    map[uint64]*request
+	nextReq atomic.Uint64
+
+	mail    *mailbox
+	passive *inbox
+
+	groupOnce sync.Once
+	all       *Group
+
+	stats Stats
+
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closed    chan struct{}
+	closeErr  error
+}
+
+// segInfo is a local segment plus the sizes of the same segment on every
+// rank, learnt at collective creation so that remote bounds are checked
+// before anything is sent.
+type segInfo struct {
+	seg   *segments.Segment
+	sizes []int64 // by rank; nil for a segment created locally only
+}
+
+// Stats counts what the runtime did. Read it with (*Runtime).Stats.
+type Stats struct {
+	FramesRejected atomic.Uint64 // frames refused: stale epoch, unknown sender, bad segment
+	RemoteErrors   atomic.Uint64 // operations the target refused
+	PeersDown      atomic.Uint64 // connections lost
+}
+
+// StatsSnapshot is a copy of Stats.
+type StatsSnapshot struct {
+	FramesRejected, RemoteErrors, PeersDown uint64
+}
+
+// Init starts a runtime over cfg.Transport. Every process of the job calls
+// it; a rank process returns at once. (Spare processes are handled by the
+// membership layer; without one, Init returns ErrNotPromoted for them.)
+func Init(ctx context.Context, cfg Config) (*Runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	rt := &Runtime{
+		cfg:     cfg,
+		tr:      cfg.Transport,
+		self:    cfg.Proc,
+		segs:    make(map[segments.ID]*segInfo),
+		reqs:    make(map[uint64]*request),
+		closed:  make(chan struct{}),
+		mail:    newMailbox(),
+		passive: newInbox(64 << 20),
+	}
+	ranks := make([]transport.Proc, cfg.NumRanks)
+	for r := range ranks {
+		ranks[r] = transport.Proc(r)
+	}
+	rt.view.Store(newView(0, ranks, cfg.NumProcs, nil))
+	rt.log = log.With("proc", int(cfg.Proc), "rank", rt.Rank())
+	rt.peers = make([]*peer, cfg.NumProcs)
+	for i := range rt.peers {
+		rt.peers[i] = newPeer(transport.Proc(i))
+	}
+	rt.queues = make([]*queue, cfg.NumQueues)
+	for i := range rt.queues {
+		rt.queues[i] = &queue{}
+	}
+	if err := rt.tr.Start(rt); err != nil {
+		return nil, fmt.Errorf("pgas: start transport: %w", err)
+	}
+	return rt, nil
+}
+
+// Rank returns this process's rank in the current view, or -1 for a spare.
+func (rt *Runtime) Rank() int { return rt.view.Load().rankOf[rt.self] }
+
+// Size returns the number of ranks.
+func (rt *Runtime) Size() int { return len(rt.view.Load().ranks) }
+
+// Epoch returns the current membership epoch.
+func (rt *Runtime) Epoch() uint64 { return uint64(rt.view.Load().epoch) }
+
+// Proc returns this process's ID.
+func (rt *Runtime) Proc() transport.Proc { return rt.self }
+
+// Host returns the host label of the process holding rank r, or "" when
+// host labels are unknown.
+func (rt *Runtime) Host(r int) string {
+	v := rt.view.Load()
+	if rt.cfg.Hosts == nil || r < 0 || r >= len(v.ranks) || v.ranks[r] == transport.NoProc {
+		return ""
+	}
+	return rt.cfg.Hosts[v.ranks[r]]
+}
+
+// Logger returns the runtime's logger, with proc and rank attributes.
+func (rt *Runtime) Logger() *slog.Logger { return rt.log }
+
+// Stats returns a copy of the runtime's counters.
+func (rt *Runtime) Stats() StatsSnapshot {
+	return StatsSnapshot{
+		FramesRejected: rt.stats.FramesRejected.Load(),
+		RemoteErrors:   rt.stats.RemoteErrors.Load(),
+		PeersDown:      rt.stats.PeersDown.Load(),
+	}
+}
+
+// StateVector returns one entry per rank: HEALTHY or CORRUPT as the current
+// view sees it, plus this process's local suspicion (a lost connection).
+func (rt *Runtime) StateVector() []health.Entry {
+	v := rt.view.Load()
+	out := make([]health.Entry, len(v.ranks))
+	for r, p := range v.ranks {
+		if p == transport.NoProc || v.failed[p] {
+			out[r].State = health.Corrupt
+			continue
+		}
+		out[r].Suspect = rt.peers[p].isDown()
+	}
+	return out
+}
+
+// Close stops the runtime: the transport first, then every goroutine the
+// runtime owns. Blocked calls return ErrClosed. Close is idempotent.
+func (rt *Runtime) Close() error {
+	rt.closeOnce.Do(func() {
+		close(rt.closed)
+		rt.closeErr = rt.tr.Close()
+		for _, p := range rt.peers {
+			p.fail(ErrClosed)
+		}
+		rt.failRequests(func(*request) bool { return true }, ErrClosed)
+		rt.mail.close()
+		rt.passive.close()
+		rt.wg.Wait()
+		rt.segMu.Lock()
+		for id, si := range rt.segs {
+			si.seg.Close()
+			delete(rt.segs, id)
+		}
+		rt.segMu.Unlock()
+	})
+	return rt.closeErr
+}
+
+func (rt *Runtime) isClosed() bool {
+	select {
+	case <-rt.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// goFunc runs f in a goroutine owned by the runtime: Close waits for it.
+func (rt *Runtime) goFunc(f func()) {
+	rt.wg.Add(1)
+	go func() {
+		defer rt.wg.Done()
+		f()
+	}()
+}
+
+// procOf maps a rank to the process holding it in view v.
+func (rt *Runtime) procOf(v *view, rank int, op string) (transport.Proc, error) {
+	if rank < 0 || rank >= len(v.ranks) {
+		return 0, fmt.Errorf("pgas: %s: rank %d outside 0..%d: %w", op, rank, len(v.ranks)-1, ErrInvalid)
+	}
+	p := v.ranks[rank]
+	if p == transport.NoProc || v.failed[p] {
+		return 0, &RankError{Rank: rank, Op: op, Err: ErrRankFailed}
+	}
+	return p, nil
+}
+
+// send sends one frame to p with the current epoch stamped in.
+func (rt *Runtime) send(ctx context.Context, p transport.Proc, h *transport.Header, payload []byte) error {
+	h.Epoch = rt.view.Load().epoch
+	return rt.tr.Send(ctx, p, h, payload)
+}
+
+// sendErr turns a transport error on an operation addressed to rank into
+// what the caller sees.
+func (rt *Runtime) sendErr(ctx context.Context, err error, rank int, op string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, transport.ErrPeerDown):
+		return &RankError{Rank: rank, Op: op, Err: fmt.Errorf("%w: %v", ErrRankFailed, err)}
+	case errors.Is(err, transport.ErrClosed):
+		return ErrClosed
+	case ctx.Err() != nil:
+		return ctxError(ctx, op)
+	}
+	return fmt.Errorf("pgas: %s: rank %d: %w", op, rank, err)
+}
+
+// peer is the per-process state of the one-sided protocol.
+type peer struct {
+	proc transport.Proc
+
+	// sendMu serialises frames that carry a sequence number, so that
+	// sequence order is wire order and one cumulative ack covers a prefix.
+	sendMu  sync.Mutex
+	nextSeq uint64
+
+	mu      sync.Mutex
+	acked   uint64            // highest sequence the peer applied
+	nacks   map[uint64]uint64 // seq -> error code, for refused operations
+	downErr error             // set once the connection is lost
+	changed chan struct{}     // closed and replaced when acked or downErr changes
+	down    chan struct{}     // closed when downErr is set
+
+	// inbound side, under ackMu
+	ackMu     sync.Mutex
+	applied   uint64      // highest sequence applied from this peer
+	ackedOut  uint64      // highest sequence acknowledged to it
+	nacksOut  [][2]uint64 // refused sequences and their codes, not yet sent
+	ackDirty  bool        // an ack job is queued
+
+	out outbox // replies to this peer, sent by a goroutine of their own
+}
+
+func newPeer(p transport.Proc) *peer {
+	return &peer{proc: p, changed: make(chan struct{}), down: make(chan struct{})}
+}
+
+func (p *peer) isDown() bool {
+	select {
+	case <-p.down:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *peer) fail(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.downErr != nil {
+		return
+	}
+	p.downErr = err
+	close(p.down)
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *peer) ack(seq uint64) {
+	p.mu.Lock()
+	if seq > p.acked {
+		p.acked = seq
+		close(p.changed)
+		p.changed = make(chan struct{})
+	}
+	p.mu.Unlock()
+}
+
+func (p *peer) nack(seq, code uint64) {
+	p.mu.Lock()
+	if p.nacks == nil {
+		p.nacks = make(map[uint64]uint64)
+	}
+	p.nacks[seq] = code
+	p.acked = max(p.acked, seq-1) // the target applied everything before it
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// HandleFrame implements transport.Handler. It runs on the transport's
+// reader goroutine for from, so it never blocks on a send: replies go
+// through the peer's outbox.
+func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p transport.Payload) error {
+	if int(from) >= len(rt.peers) {
+		rt.stats.FramesRejected.Add(1)
+		p.Discard()
+		return fmt.Errorf("pgas: frame from unknown proc %d", from)
+	}
+	if err := rt.admit(from, h); err != nil {
+		rt.stats.FramesRejected.Add(1)
+		p.Discard()
+		if h.Flags&transport.FlagAck != 0 {
+			rt.queueNack(from, h.Seq, codeOf(err))
+		}
+		return err
+	}
+	switch h.Type {
+	case transport.FrameWrite:
+		return rt.handleWrite(from, h, p)
+	case transport.FrameNotify:
+		err := rt.setNotification(h.Seg, h.A, h.B)
+		rt.applied(from, h, err)
+		return err
+	case transport.FrameAck:
+		peer := rt.peers[from]
+		if h.A != codeOK {
+			rt.stats.RemoteErrors.Add(1)
+			peer.nack(h.Seq, h.A)
+		} else {
+			peer.ack(h.Seq)
+		}
+		return p.Discard()
+	case transport.FrameReadReq:
+		rt.handleReadReq(from, h)
+		return p.Discard()
+	case transport.FrameReadResp, transport.FrameAtomicResp:
+		return rt.handleResponse(from, h, p)
+	case transport.FrameAtomicReq:
+		old, err := rt.localAtomic(h.Seg, int64(h.Off), h.Flags, h.A, h.B)
+		resp := transport.Header{Type: transport.FrameAtomicResp, Seq: h.Seq, A: old, B: codeOf(err)}
+		rt.reply(from, resp, nil)
+		return p.Discard()
+	case transport.FramePassive:
+		return rt.handlePassive(from, h, p)
+	case transport.FrameColl:
+		return rt.mail.deliver(from, h, p)
+	}
+	rt.stats.FramesRejected.Add(1)
+	p.Discard()
+	return fmt.Errorf("pgas: unexpected frame type %d from proc %d", h.Type, from)
+}
+
+// admit decides whether a frame may be applied. Epoch fencing lives here.
+func (rt *Runtime) admit(from transport.Proc, h *transport.Header) error {
+	v := rt.view.Load()
+	if v.failed[from] {
+		return fmt.Errorf("pgas: frame from failed proc %d: %w", from, ErrFenced)
+	}
+	if h.Epoch < v.epoch {
+		return fmt.Errorf("pgas: frame from proc %d with epoch %d < %d: %w", from, h.Epoch, v.epoch, ErrFenced)
+	}
+	return nil
+}
+
+func (rt *Runtime) localSeg(id uint16) (*segments.Segment, error) {
+	rt.segMu.RLock()
+	si := rt.segs[segments.ID(id)]
+	rt.segMu.RUnlock()
+	if si == nil {
+		return nil, fmt.Errorf("pgas: segment %d: %w", id, ErrNoSegment)
+	}
+	return si.seg, nil
+}
+
+func (rt *Runtime) handleWrite(from transport.Proc, h *transport.Header, p transport.Payload) error {
+	seg, err := rt.localSeg(h.Seg)
+	var dst []byte
+	if err == nil {
+		dst, err = seg.Slice(int64(h.Off), int64(h.Len))
+		if err != nil || h.Off > 1<<62 {
+			err = fmt.Errorf("pgas: write from proc %d: %w: %v", from, ErrBounds, err)
+		}
+	}
+	if err != nil {
+		p.Discard()
+		rt.stats.FramesRejected.Add(1)
+		rt.applied(from, h, err)
+		return err
+	}
+	if err := p.ReadInto(dst); err != nil {
+		return err // the connection is failing; PeerDown follows
+	}
+	if h.Flags&transport.FlagNotify != 0 {
+		err = rt.setNotification(h.Seg, h.A, h.B)
+	}
+	rt.applied(from, h, err)
+	return err
+}
+
+func (rt *Runtime) setNotification(segID uint16, id, val uint64) error {
+	seg, err := rt.localSeg(segID)
+	if err != nil {
+		return err
+	}
+	if id > 0xffff || val > 0xffffffff {
+		return fmt.Errorf("pgas: notification %d=%d: %w", id, val, ErrInvalid)
+	}
+	if err := seg.SetNotification(segments.NotificationID(id), uint32(val)); err != nil {
+		return fmt.Errorf("pgas: notification %d: %w: %v", id, ErrInvalid, err)
+	}
+	return nil
+}
+
+// applied records that a sequenced frame from a peer was applied (or
+// refused with err) and schedules the acknowledgement. Refusals are queued
+// in the same state as the cumulative ack and flushed before it, so the
+// sender always learns of a refused sequence before any ack that covers it.
+func (rt *Runtime) applied(from transport.Proc, h *transport.Header, err error) {
+	if h.Flags&transport.FlagAck == 0 {
+		return
+	}
+	pr := rt.peers[from]
+	pr.ackMu.Lock()
+	if err != nil {
+		pr.nacksOut = append(pr.nacksOut, [2]uint64{h.Seq, codeOf(err)})
+	} else {
+		pr.applied = h.Seq
+	}
+	start := !pr.ackDirty
+	pr.ackDirty = true
+	pr.ackMu.Unlock()
+	if start {
+		rt.enqueue(from, outJob{ack: true})
+	}
+}
+
+func (rt *Runtime) queueNack(from transport.Proc, seq, code uint64) {
+	h := transport.Header{Type: transport.FrameWrite, Flags: transport.FlagAck, Seq: seq}
+	rt.applied(from, &h, errOf(code))
+}
+
+// PeerDown implements transport.Handler: the connection to proc was lost.
+func (rt *Runtime) PeerDown(proc transport.Proc, err error) {
+	if int(proc) >= len(rt.peers) {
+		return
+	}
+	rt.stats.PeersDown.Add(1)
+	rt.log.Warn("peer connection lost", "peer_proc", int(proc), "err", err)
+	rt.peers[proc].fail(fmt.Errorf("%w: connection lost: %v", ErrRankFailed, err))
+	rt.failRequests(func(r *request) bool { return r.proc == proc }, ErrRankFailed)
+	rt.mail.peerDown(proc)
+}
+
+// outJob is one reply queued for a peer.
+type outJob struct {
+	ack     bool // send the peer's latest applied sequence
+	h       transport.Header
+	payload []byte
+}
+
+// outbox is an unbounded FIFO of replies with at most one goroutine
+// draining it. Unbounded, because a bounded one could make reader goroutines
+// on two processes wait on each other.
+type outbox struct {
+	mu      sync.Mutex
+	jobs    []outJob
+	running bool
+}
+
+func (rt *Runtime) reply(to transport.Proc, h transport.Header, payload []byte) {
+	rt.enqueue(to, outJob{h: h, payload: payload})
+}
+
+func (rt *Runtime) enqueue(to transport.Proc, j outJob) {
+	pr := rt.peers[to]
+	ob := &pr.out
+	ob.mu.Lock()
+	ob.jobs = append(ob.jobs, j)
+	start := !ob.running
+	ob.running = true
+	ob.mu.Unlock()
+	if start {
+		if rt.isClosed() {
+			return
+		}
+		rt.goFunc(func() { rt.drain(pr) })
+	}
+}
+
+func (rt *Runtime) drain(pr *peer) {
+	ob := &pr.out
+	ctx := context.Background()
+	for {
+		ob.mu.Lock()
+		if len(ob.jobs) == 0 || rt.isClosed() {
+			ob.jobs = nil
+			ob.running = false
+			ob.mu.Unlock()
+			return
+		}
+		j := ob.jobs[0]
+		ob.jobs[0] = outJob{}
+		ob.jobs = ob.jobs[1:]
+		ob.mu.Unlock()
+		if j.ack {
+			rt.flushAcks(ctx, pr)
+			continue
+		}
+		h := j.h
+		if err := rt.send(ctx, pr.proc, &h, j.payload); err != nil {
+			rt.log.Debug("reply dropped", "peer_proc", int(pr.proc), "err", err)
+		}
+	}
+}
+
+// flushAcks sends the refusals queued for pr, then one cumulative ack.
+func (rt *Runtime) flushAcks(ctx context.Context, pr *peer) {
+	pr.ackMu.Lock()
+	nacks := pr.nacksOut
+	pr.nacksOut = nil
+	applied := pr.applied
+	send := applied > pr.ackedOut
+	pr.ackedOut = max(pr.ackedOut, applied)
+	pr.ackDirty = false
+	pr.ackMu.Unlock()
+	for _, n := range nacks {
+		h := transport.Header{Type: transport.FrameAck, Seq: n[0], A: n[1]}
+		if err := rt.send(ctx, pr.proc, &h, nil); err != nil {
+			return
+		}
+	}
+	if send {
+		h := transport.Header{Type: transport.FrameAck, Seq: applied}
+		rt.send(ctx, pr.proc, &h, nil)
+	}
+}
