@@ -275,11 +275,11 @@ type peer struct {
 	down    chan struct{}     // closed when downErr is set
 
 	// inbound side, under ackMu
-	ackMu     sync.Mutex
-	applied   uint64      // highest sequence applied from this peer
-	ackedOut  uint64      // highest sequence acknowledged to it
-	nacksOut  [][2]uint64 // refused sequences and their codes, not yet sent
-	ackDirty  bool        // an ack job is queued
+	ackMu    sync.Mutex
+	applied  uint64      // highest sequence applied from this peer
+	ackedOut uint64      // highest sequence acknowledged to it
+	nacksOut [][2]uint64 // refused sequences and their codes, not yet sent
+	ackDirty bool        // an ack job is queued
 
 	out outbox // replies to this peer, sent by a goroutine of their own
 }
