@@ -1,0 +1,155 @@
+package mem
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// Transport is one endpoint of a Network: proc Self() of the job.
+type Transport struct {
+	net       *Network
+	self      transport.Proc
+	startedCh chan struct{} // closed by Start
+	deadCh    chan struct{} // closed by Kill, Close or Network.Close
+
+	// Guarded by net.mu.
+	handler transport.Handler
+	started bool
+	dead    bool
+	cause   error // why it died, as its peers see it
+	conns   map[transport.Proc]*conn
+
+	wg sync.WaitGroup // goroutines owned by this endpoint
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// Self returns this endpoint's proc.
+func (t *Transport) Self() transport.Proc { return t.self }
+
+// Start begins delivering frames to h. Frames sent to this endpoint before
+// Start wait in their links' queues. It returns ErrNilHandler, ErrStarted on
+// a second call, or transport.ErrClosed after Close or Kill.
+func (t *Transport) Start(h transport.Handler) error {
+	if h == nil {
+		return ErrNilHandler
+	}
+	n := t.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if t.dead {
+		return t.closedErrLocked()
+	}
+	if t.started {
+		return ErrStarted
+	}
+	t.handler = h
+	t.started = true
+	close(t.startedCh)
+	for _, c := range t.conns {
+		if c.broken {
+			n.notifyLocked(t, c)
+		}
+	}
+	return nil
+}
+
+// Send copies payload into a frame and queues it on the link to peer to.
+// It blocks while that link's queue is full, at most until ctx ends. It
+// sets h.Len and h.Src. Errors: transport.ErrTooLarge,
+// transport.ErrUnknownPeer, ErrNotStarted, transport.ErrClosed after Close,
+// Kill or Network.Close, a *PeerError (wrapping transport.ErrPeerDown) when
+// the connection to the peer failed, or ctx's error.
+func (t *Transport) Send(ctx context.Context, to transport.Proc, h *transport.Header, payload []byte) error {
+	if len(payload) > transport.MaxPayload {
+		return fmt.Errorf("mem: send of %d bytes to proc %d: %w (limit %d; split the transfer)",
+			len(payload), to, transport.ErrTooLarge, transport.MaxPayload)
+	}
+	n := t.net
+	n.mu.Lock()
+	if t.dead {
+		err := t.closedErrLocked()
+		n.mu.Unlock()
+		return err
+	}
+	if !t.started {
+		n.mu.Unlock()
+		return ErrNotStarted
+	}
+	if int64(to) >= int64(n.size) {
+		n.mu.Unlock()
+		return fmt.Errorf("mem: send to proc %d on a network of %d procs: %w", to, n.size, transport.ErrUnknownPeer)
+	}
+	l, err := n.linkLocked(t, to)
+	n.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h.Len = uint32(len(payload))
+	h.Src = t.self
+	f := &frame{h: *h, sent: time.Now()}
+	if len(payload) > 0 {
+		f.payload = append([]byte(nil), payload...)
+	}
+	select {
+	case l.q <- f:
+		n.sent.Add(1)
+		return nil
+	case <-l.c.stop:
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if t.dead {
+			return t.closedErrLocked()
+		}
+		return l.c.errFor(t.self)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close crashes the endpoint as Kill does (its peers get PeerDown with
+// ErrPeerClosed as the cause), then waits for the goroutines it owns: the
+// delivery goroutines of links into it, including a HandleFrame in
+// progress, and pending PeerDown calls. No Handler call happens after Close
+// returns. It is idempotent; do not call it from this endpoint's Handler.
+func (t *Transport) Close() error {
+	n := t.net
+	n.mu.Lock()
+	if !n.closed {
+		n.killLocked(t, ErrPeerClosed)
+	}
+	n.mu.Unlock()
+	t.wg.Wait()
+	return nil
+}
+
+func (t *Transport) closedErrLocked() error {
+	return fmt.Errorf("mem: proc %d: %w (%v)", t.self, transport.ErrClosed, t.cause)
+}
+
+func (t *Transport) addConn(peer transport.Proc, c *conn) {
+	if t.conns == nil {
+		t.conns = make(map[transport.Proc]*conn)
+	}
+	t.conns[peer] = c
+}
+
+// goFunc runs fn on a goroutine owned by t and by the network. Callers hold
+// net.mu and have checked that neither t nor the network is closed, so no
+// Add races with the Waits in Close.
+func (t *Transport) goFunc(fn func()) {
+	t.wg.Add(1)
+	t.net.wg.Add(1)
+	go func() {
+		defer t.net.wg.Done()
+		defer t.wg.Done()
+		fn()
+	}()
+}

@@ -1,0 +1,759 @@
+package transporttest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// Timeout bounds every wait in the suite: long enough for TCP on a busy
+// 2-core machine, and free inside a synctest bubble.
+const Timeout = 10 * time.Second
+
+// Factory returns n transports for procs 0..n-1 (transport i has Self() ==
+// i) that can reach each other and are not started yet. It registers their
+// cleanup with t.Cleanup; the suite may Close some of them itself first, so
+// Close must be idempotent.
+type Factory func(t *testing.T, n int) []transport.Transport
+
+// Case is one conformance check.
+type Case struct {
+	Name string
+	Test func(t *testing.T, f Factory)
+}
+
+// Cases returns the conformance checks, in the order Run runs them.
+func Cases() []Case {
+	return []Case{
+		{"Self", testSelf},
+		{"HeaderFields", testHeaderFields},
+		{"PayloadReuse", testPayloadReuse},
+		{"ReadIntoCallerBuffer", testReadInto},
+		{"FIFOConcurrentSenders", testFIFO},
+		{"HandlerErrorKeepsConnection", testHandlerError},
+		{"TooLarge", testTooLarge},
+		{"UnknownPeer", testUnknownPeer},
+		{"CanceledContext", testCanceledContext},
+		{"BlockedReceiverHonoursContext", testBlockedReceiver},
+		{"SendAfterClose", testSendAfterClose},
+		{"CloseNotifiesPeers", testCloseNotifiesPeers},
+		{"CloseUnderLoad", testCloseUnderLoad},
+	}
+}
+
+// Run runs every Case as a subtest of t.
+func Run(t *testing.T, f Factory) {
+	t.Helper()
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t *testing.T) { c.Test(t, f) })
+	}
+}
+
+// --- helpers ---
+
+func newTransports(t *testing.T, f Factory, n int) []transport.Transport {
+	t.Helper()
+	ts := f(t, n)
+	if len(ts) != n {
+		t.Fatalf("factory returned %d transports, want %d", len(ts), n)
+	}
+	for i, tr := range ts {
+		if tr == nil {
+			t.Fatalf("factory returned a nil transport at index %d", i)
+		}
+	}
+	return ts
+}
+
+// startAll starts ts[i] with a new Recorder and returns the recorders.
+func startAll(t *testing.T, f Factory, n int) ([]transport.Transport, []*Recorder) {
+	t.Helper()
+	ts := newTransports(t, f, n)
+	recs := make([]*Recorder, n)
+	for i := range ts {
+		recs[i] = NewRecorder()
+		if err := ts[i].Start(recs[i]); err != nil {
+			t.Fatalf("Start(proc %d): %v", i, err)
+		}
+	}
+	return ts, recs
+}
+
+func timeoutCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), Timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// pattern is the source of all payload bytes: payloads are windows of it at
+// an offset derived from (sender, seq), so that receivers can check them
+// without storing what was sent.
+var pattern = func() []byte {
+	b := make([]byte, 1<<20+256)
+	x := uint32(2463534242)
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	return b
+}()
+
+func payloadFor(src transport.Proc, seq uint64, size int) []byte {
+	off := int((seq*31 + uint64(src)*17) % 251)
+	return pattern[off : off+size]
+}
+
+// errList collects failures seen on transport goroutines, to be reported
+// from the test goroutine.
+type errList struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (e *errList) add(format string, args ...any) {
+	e.mu.Lock()
+	if len(e.errs) < 20 {
+		e.errs = append(e.errs, fmt.Sprintf(format, args...))
+	}
+	e.mu.Unlock()
+}
+
+func (e *errList) report(t *testing.T) {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.errs {
+		t.Error(s)
+	}
+}
+
+func noDowns(t *testing.T, recs []*Recorder) {
+	t.Helper()
+	for i, r := range recs {
+		for _, d := range r.Downs() {
+			t.Errorf("proc %d got unexpected PeerDown(%d): %v", i, d.Peer, d.Err)
+		}
+	}
+}
+
+// --- cases ---
+
+// Rule: Self returns this process's ID.
+func testSelf(t *testing.T, f Factory) {
+	ts := newTransports(t, f, 3)
+	for i, tr := range ts {
+		if got := tr.Self(); got != transport.Proc(i) {
+			t.Errorf("transport %d: Self() = %d", i, got)
+		}
+	}
+}
+
+// Rule: header fields arrive intact; Send sets Src to the sender and Len
+// from the payload, whatever the caller put there.
+func testHeaderFields(t *testing.T, f Factory) {
+	ts, recs := startAll(t, f, 2)
+	ctx := timeoutCtx(t)
+	want := transport.Header{
+		Type:  transport.FrameWrite,
+		Flags: transport.FlagNotify | transport.FlagAck,
+		Seg:   0xBEEF,
+		Epoch: 0xDEADBEEF,
+		Seq:   1<<40 + 3,
+		Off:   1<<50 + 5,
+		A:     ^uint64(0),
+		B:     12345,
+	}
+	h := want
+	h.Src = 77   // wrong on purpose: Send must overwrite it
+	h.Len = 9999 // likewise
+	payload := bytes.Clone(payloadFor(0, 1, 300))
+	if err := ts[0].Send(ctx, 1, &h, payload); err != nil {
+		t.Fatalf("Send 0->1: %v", err)
+	}
+	empty := transport.Header{Type: transport.FramePassive, Seq: 2, Len: 5}
+	if err := ts[1].Send(ctx, 0, &empty, nil); err != nil {
+		t.Fatalf("Send 1->0 with no payload: %v", err)
+	}
+
+	got, err := recs[1].WaitFrames(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Src, want.Len = 0, 300
+	if got[0].From != 0 {
+		t.Errorf("HandleFrame from = %d, want 0", got[0].From)
+	}
+	if got[0].Header != want {
+		t.Errorf("header\n got %+v\nwant %+v", got[0].Header, want)
+	}
+	if !bytes.Equal(got[0].Payload, payload) {
+		t.Errorf("payload differs (len %d, want %d)", len(got[0].Payload), len(payload))
+	}
+
+	got, err = recs[0].WaitFrames(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].From != 1 || got[0].Header.Src != 1 || got[0].Header.Len != 0 || len(got[0].Payload) != 0 {
+		t.Errorf("empty frame arrived as from=%d header %+v with %d payload bytes; want from=1 Src=1 Len=0 and no payload",
+			got[0].From, got[0].Header, len(got[0].Payload))
+	}
+	if got[0].Header.Type != transport.FramePassive || got[0].Header.Seq != 2 {
+		t.Errorf("empty frame header %+v: Type or Seq changed", got[0].Header)
+	}
+	noDowns(t, recs)
+}
+
+// Rule: Send returns once the payload may be reused.
+func testPayloadReuse(t *testing.T, f Factory) {
+	ts, recs := startAll(t, f, 2)
+	ctx := timeoutCtx(t)
+	const frames = 16
+	buf := make([]byte, 64<<10)
+	for seq := range uint64(frames) {
+		copy(buf, payloadFor(0, seq, len(buf)))
+		h := transport.Header{Type: transport.FrameWrite, Seq: seq}
+		if err := ts[0].Send(ctx, 1, &h, buf); err != nil {
+			t.Fatalf("Send seq %d: %v", seq, err)
+		}
+		clear(buf) // the caller reuses the slice at once
+	}
+	got, err := recs[1].WaitFrames(ctx, frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, fr := range got {
+		if fr.Header.Seq != uint64(i) {
+			t.Fatalf("frame %d has Seq %d", i, fr.Header.Seq)
+		}
+		if !bytes.Equal(fr.Payload, payloadFor(0, uint64(i), len(buf))) {
+			t.Errorf("frame %d: payload changed after Send returned (the caller's later writes leaked in)", i)
+		}
+	}
+}
+
+// Rule: a receiver reads the payload straight into its destination, or
+// discards it, and later frames are unaffected.
+func testReadInto(t *testing.T, f Factory) {
+	ts := newTransports(t, f, 2)
+	ctx := timeoutCtx(t)
+	const size = 256 << 10
+	seg := make([]byte, size)
+	var errs errList
+	done := make(chan struct{})
+	var got atomic.Int64
+	h1 := handlerFunc{
+		frame: func(from transport.Proc, h *transport.Header, p transport.Payload) error {
+			if p.Len() != int(h.Len) {
+				errs.add("Payload.Len() = %d, header Len = %d", p.Len(), h.Len)
+			}
+			if h.Flags&flagDiscard != 0 {
+				if err := p.Discard(); err != nil {
+					errs.add("Discard: %v", err)
+				}
+			} else {
+				end := h.Off + uint64(h.Len)
+				if end > size {
+					errs.add("frame writes [%d,%d) past the %d-byte destination", h.Off, end, size)
+					return p.Discard()
+				}
+				if err := p.ReadInto(seg[h.Off:end]); err != nil {
+					errs.add("ReadInto: %v", err)
+				}
+			}
+			if got.Add(1) == 9 {
+				close(done)
+			}
+			return nil
+		},
+	}
+	if err := ts[0].Start(handlerFunc{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[1].Start(h1); err != nil {
+		t.Fatal(err)
+	}
+	src := payloadFor(0, 9, size)
+	junk := bytes.Repeat([]byte{0xAA}, 4096)
+	// Eight pieces of 32 KiB written out of order, with a discarded frame
+	// in the middle; 9 frames in all.
+	order := []int{3, 0, 7, 1, -1, 6, 2, 5, 4}
+	for i, piece := range order {
+		h := transport.Header{Type: transport.FrameWrite, Seq: uint64(i)}
+		body := junk
+		if piece < 0 {
+			h.Flags = flagDiscard
+		} else {
+			h.Off = uint64(piece * size / 8)
+			body = src[h.Off : h.Off+size/8]
+		}
+		if err := ts[0].Send(ctx, 1, &h, body); err != nil {
+			t.Fatalf("Send %d: %v", i, err)
+		}
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("only %d of 9 frames arrived within %v", got.Load(), Timeout)
+	}
+	errs.report(t)
+	if !bytes.Equal(seg, src) {
+		t.Error("destination buffer differs from the data sent")
+	}
+}
+
+const flagDiscard uint8 = 1 << 7
+
+type handlerFunc struct {
+	frame func(from transport.Proc, h *transport.Header, p transport.Payload) error
+	down  func(peer transport.Proc, err error)
+}
+
+func (h handlerFunc) HandleFrame(from transport.Proc, hd *transport.Header, p transport.Payload) error {
+	if h.frame == nil {
+		return p.Discard()
+	}
+	return h.frame(from, hd, p)
+}
+
+func (h handlerFunc) PeerDown(peer transport.Proc, err error) {
+	if h.down != nil {
+		h.down(peer, err)
+	}
+}
+
+var fifoSizes = []int{0, 1, 3, 48, 1000, 4096, 65536, 65537, 300_000, 1 << 20}
+
+// Rule: frames from one process to another arrive in order, each once,
+// intact; HandleFrame is serial for any one sender. Several senders send to
+// one receiver at once, while the receiver sends back.
+func testFIFO(t *testing.T, f Factory) {
+	const (
+		n        = 4
+		perPeer  = 30 // frames from each of procs 1..n-1 to proc 0
+		backward = 12 // frames from proc 0 to each of procs 1..n-1
+	)
+	ts := newTransports(t, f, n)
+	ctx := timeoutCtx(t)
+	sizeOf := func(src transport.Proc, seq uint64) int {
+		return fifoSizes[(int(seq)*7+int(src))%len(fifoSizes)]
+	}
+
+	var errs errList
+	type peerState struct {
+		next     uint64
+		inFlight atomic.Int32
+	}
+	var remaining atomic.Int64
+	remaining.Store((n-1)*perPeer + (n-1)*backward)
+	allDone := make(chan struct{})
+	for i := range n {
+		states := make([]peerState, n)
+		buf := make([]byte, 1<<20)
+		var bufMu sync.Mutex // HandleFrame may run concurrently across senders
+		h := handlerFunc{
+			frame: func(from transport.Proc, h *transport.Header, p transport.Payload) error {
+				if int(from) >= n {
+					errs.add("proc %d: frame from unknown proc %d", i, from)
+					return p.Discard()
+				}
+				st := &states[from]
+				if st.inFlight.Add(1) != 1 {
+					errs.add("proc %d: HandleFrame called concurrently for sender %d", i, from)
+				}
+				defer st.inFlight.Add(-1)
+				if h.Src != from {
+					errs.add("proc %d: frame from %d has Src %d", i, from, h.Src)
+				}
+				if h.Seq != st.next {
+					errs.add("proc %d: from %d got Seq %d, want %d (order broken or frame lost/duplicated)", i, from, h.Seq, st.next)
+				}
+				st.next = h.Seq + 1
+				want := sizeOf(from, h.Seq)
+				if int(h.Len) != want || p.Len() != want {
+					errs.add("proc %d: from %d Seq %d: Len %d / Payload.Len %d, want %d", i, from, h.Seq, h.Len, p.Len(), want)
+					return p.Discard()
+				}
+				bufMu.Lock()
+				defer bufMu.Unlock()
+				if err := p.ReadInto(buf[:want]); err != nil {
+					errs.add("proc %d: from %d Seq %d: ReadInto: %v", i, from, h.Seq, err)
+				} else if !bytes.Equal(buf[:want], payloadFor(from, h.Seq, want)) {
+					errs.add("proc %d: from %d Seq %d: payload corrupted", i, from, h.Seq)
+				}
+				if remaining.Add(-1) == 0 {
+					close(allDone)
+				}
+				return nil
+			},
+			down: func(peer transport.Proc, err error) {
+				errs.add("proc %d: unexpected PeerDown(%d): %v", i, peer, err)
+			},
+		}
+		if err := ts[i].Start(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var wg sync.WaitGroup
+	send := func(from, to transport.Proc, count int) {
+		defer wg.Done()
+		for seq := range uint64(count) {
+			h := transport.Header{Type: transport.FrameWrite, Seq: seq}
+			if err := ts[from].Send(ctx, to, &h, payloadFor(from, seq, sizeOf(from, seq))); err != nil {
+				errs.add("Send %d->%d Seq %d: %v", from, to, seq, err)
+				return
+			}
+		}
+	}
+	for p := transport.Proc(1); p < n; p++ {
+		wg.Add(2)
+		go send(p, 0, perPeer)
+		go send(0, p, backward)
+	}
+	wg.Wait()
+	select {
+	case <-allDone:
+	case <-ctx.Done():
+		t.Errorf("%d frames still missing after %v", remaining.Load(), Timeout)
+	}
+	errs.report(t)
+}
+
+// Rule: an error returned by HandleFrame drops that frame but the
+// connection survives.
+func testHandlerError(t *testing.T, f Factory) {
+	ts := newTransports(t, f, 2)
+	ctx := timeoutCtx(t)
+	rejecting := errors.New("transporttest: rejected on purpose")
+	rec := &Recorder{Reject: func(_ transport.Proc, h *transport.Header) error {
+		if h.Seq%2 == 0 {
+			return rejecting
+		}
+		return nil
+	}}
+	back := NewRecorder()
+	if err := ts[0].Start(back); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[1].Start(rec); err != nil {
+		t.Fatal(err)
+	}
+	const frames = 20
+	for seq := range uint64(frames) {
+		h := transport.Header{Type: transport.FramePassive, Seq: seq}
+		if err := ts[0].Send(ctx, 1, &h, payloadFor(0, seq, 100)); err != nil {
+			t.Fatalf("Send Seq %d after rejected frames: %v", seq, err)
+		}
+	}
+	got, err := rec.WaitFrames(ctx, frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, fr := range got {
+		if fr.Header.Seq != uint64(i) {
+			t.Errorf("frame %d has Seq %d", i, fr.Header.Seq)
+		}
+	}
+	h := transport.Header{Type: transport.FramePassive, Seq: 99}
+	if err := ts[1].Send(ctx, 0, &h, []byte("still here")); err != nil {
+		t.Fatalf("reply after rejected frames: %v", err)
+	}
+	if _, err := back.WaitFrames(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	noDowns(t, []*Recorder{back, rec})
+}
+
+// Rule: Send rejects a payload above MaxPayload with ErrTooLarge, and the
+// connection stays usable.
+func testTooLarge(t *testing.T, f Factory) {
+	ts, recs := startAll(t, f, 2)
+	ctx := timeoutCtx(t)
+	big := make([]byte, transport.MaxPayload+1)
+	h := transport.Header{Type: transport.FrameWrite}
+	if err := ts[0].Send(ctx, 1, &h, big); !errors.Is(err, transport.ErrTooLarge) {
+		t.Fatalf("Send of %d bytes: got %v, want ErrTooLarge", len(big), err)
+	}
+	h = transport.Header{Type: transport.FrameWrite, Seq: 1}
+	if err := ts[0].Send(ctx, 1, &h, []byte("small")); err != nil {
+		t.Fatalf("Send after ErrTooLarge: %v", err)
+	}
+	got, err := recs[1].WaitFrames(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Header.Seq != 1 || got[0].Header.Len != 5 || string(got[0].Payload) != "small" {
+		t.Errorf("got frame %+v %q, want Seq 1 \"small\"", got[0].Header, got[0].Payload)
+	}
+	noDowns(t, recs)
+}
+
+// Rule: Send to a Proc the transport has no address for returns
+// ErrUnknownPeer.
+func testUnknownPeer(t *testing.T, f Factory) {
+	ts, _ := startAll(t, f, 2)
+	ctx := timeoutCtx(t)
+	for _, to := range []transport.Proc{2, 1000, transport.NoProc} {
+		h := transport.Header{Type: transport.FramePassive}
+		if err := ts[0].Send(ctx, to, &h, nil); !errors.Is(err, transport.ErrUnknownPeer) {
+			t.Errorf("Send to proc %d of 2: got %v, want ErrUnknownPeer", to, err)
+		}
+	}
+}
+
+// Rule: Send never blocks past ctx; with a context already done it returns
+// at once, with nil or the context's error.
+func testCanceledContext(t *testing.T, f Factory) {
+	ts, _ := startAll(t, f, 2)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	h := transport.Header{Type: transport.FramePassive}
+	done := make(chan error, 1)
+	go func() { done <- ts[0].Send(ctx, 1, &h, []byte("x")) }()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("Send with a canceled context: got %v, want nil or context.Canceled", err)
+		}
+	case <-time.After(Timeout):
+		t.Fatalf("Send with a canceled context still blocked after %v", Timeout)
+	}
+}
+
+// Rule: Send never blocks past ctx. The receiver stalls in HandleFrame, so
+// the sender must eventually block (transports have bounded buffers) and
+// return the context's error; after the receiver resumes, every frame that
+// Send accepted arrives in order, unless the connection was failed (with
+// PeerDown) because a frame was cut short.
+func testBlockedReceiver(t *testing.T, f Factory) {
+	const (
+		frameSize = 1 << 20
+		maxFrames = 128 // 128 MiB: more than any sane transport buffers
+		sendWait  = time.Second
+	)
+	ts := newTransports(t, f, 2)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // runs before the factory's cleanup closes the transports
+	rec := NewRecorder()
+	var blocked atomic.Bool
+	stall := handlerFunc{
+		frame: func(from transport.Proc, h *transport.Header, p transport.Payload) error {
+			err := rec.HandleFrame(from, h, p)
+			if blocked.CompareAndSwap(false, true) {
+				<-release
+			}
+			return err
+		},
+		down: rec.PeerDown,
+	}
+	sender := NewRecorder()
+	if err := ts[0].Start(sender); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[1].Start(stall); err != nil {
+		t.Fatal(err)
+	}
+	accepted := 0
+	var lastErr error
+	for seq := range uint64(maxFrames) {
+		ctx, cancel := context.WithTimeout(t.Context(), sendWait)
+		h := transport.Header{Type: transport.FrameWrite, Seq: seq}
+		start := time.Now()
+		err := ts[0].Send(ctx, 1, &h, payloadFor(0, seq, frameSize))
+		elapsed := time.Since(start)
+		cancel()
+		if elapsed > sendWait+Timeout {
+			t.Fatalf("Send Seq %d took %v with a %v context", seq, elapsed, sendWait)
+		}
+		if err != nil {
+			lastErr = err
+			break
+		}
+		accepted++
+	}
+	switch {
+	case lastErr == nil:
+		t.Errorf("%d Sends of %d bytes all succeeded while the receiver was stalled: buffering looks unbounded", maxFrames, frameSize)
+	case !errors.Is(lastErr, context.DeadlineExceeded):
+		t.Errorf("Send to a stalled receiver after %d frames: got %v, want an error wrapping context.DeadlineExceeded", accepted, lastErr)
+	}
+	unblock()
+	ctx := timeoutCtx(t)
+	err := rec.Wait(ctx, func(frames []Frame, downs []Down) bool {
+		return len(frames) >= accepted || len(downs) > 0
+	})
+	if err != nil {
+		t.Fatalf("after release, of %d accepted frames: %v", accepted, err)
+	}
+	frames := rec.Frames()
+	for i, fr := range frames {
+		if fr.Header.Seq != uint64(i) {
+			t.Fatalf("after release, frame %d has Seq %d", i, fr.Header.Seq)
+		}
+		if !bytes.Equal(fr.Payload, payloadFor(0, uint64(i), frameSize)) {
+			t.Fatalf("frame Seq %d: payload corrupted", i)
+		}
+	}
+	if downs := rec.Downs(); len(frames) < accepted && len(downs) == 0 {
+		t.Errorf("%d of %d accepted frames arrived and no PeerDown reported the loss", len(frames), accepted)
+	}
+}
+
+// Rule: after Close, Send returns ErrClosed; Close is idempotent.
+func testSendAfterClose(t *testing.T, f Factory) {
+	ts, _ := startAll(t, f, 2)
+	ctx := timeoutCtx(t)
+	h := transport.Header{Type: transport.FramePassive}
+	if err := ts[0].Send(ctx, 1, &h, []byte("before")); err != nil {
+		t.Fatalf("Send before Close: %v", err)
+	}
+	if err := ts[0].Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := ts[0].Close(); err != nil {
+		t.Errorf("second Close: %v, want nil (Close is idempotent)", err)
+	}
+	for _, to := range []transport.Proc{1, 0} {
+		h := transport.Header{Type: transport.FramePassive}
+		if err := ts[0].Send(ctx, to, &h, []byte("after")); !errors.Is(err, transport.ErrClosed) {
+			t.Errorf("Send to %d after Close: got %v, want ErrClosed", to, err)
+		}
+	}
+}
+
+// Rule: when a process closes, every peer it was connected to gets
+// PeerDown for it once, within a bounded time; later Sends to it fail with
+// ErrPeerDown; other connections are unaffected; the closed transport calls
+// its handler no more once Close has returned.
+func testCloseNotifiesPeers(t *testing.T, f Factory) {
+	const n = 3
+	ts, recs := startAll(t, f, n)
+	ctx := timeoutCtx(t)
+	// Connect every pair both ways.
+	for from := range n {
+		for to := range n {
+			if from == to {
+				continue
+			}
+			h := transport.Header{Type: transport.FramePassive, Seq: uint64(from)}
+			if err := ts[from].Send(ctx, transport.Proc(to), &h, []byte("hello")); err != nil {
+				t.Fatalf("Send %d->%d: %v", from, to, err)
+			}
+		}
+	}
+	for i, r := range recs {
+		if _, err := r.WaitFrames(ctx, n-1); err != nil {
+			t.Fatalf("proc %d: %v", i, err)
+		}
+	}
+	const victim = transport.Proc(n - 1)
+	if err := ts[victim].Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	framesAtClose, downsAtClose := len(recs[victim].Frames()), len(recs[victim].Downs())
+
+	for p := transport.Proc(0); p < victim; p++ {
+		d, err := recs[p].WaitDown(ctx, victim)
+		if err != nil {
+			t.Fatalf("proc %d: %v", p, err)
+		}
+		if d.Err == nil {
+			t.Errorf("proc %d: PeerDown(%d) with a nil error", p, victim)
+		}
+		h := transport.Header{Type: transport.FramePassive}
+		if err := ts[p].Send(ctx, victim, &h, []byte("anyone?")); !errors.Is(err, transport.ErrPeerDown) {
+			t.Errorf("proc %d: Send to closed proc %d: got %v, want an error wrapping ErrPeerDown", p, victim, err)
+		}
+	}
+	// The surviving pair still talks.
+	h := transport.Header{Type: transport.FramePassive, Seq: 42}
+	if err := ts[0].Send(ctx, 1, &h, []byte("still up")); err != nil {
+		t.Fatalf("Send 0->1 after proc %d closed: %v", victim, err)
+	}
+	if err := recs[1].Wait(ctx, func(frames []Frame, _ []Down) bool {
+		return len(frames) > 0 && frames[len(frames)-1].Header.Seq == 42
+	}); err != nil {
+		t.Fatalf("0->1 after proc %d closed: %v", victim, err)
+	}
+	for p := transport.Proc(0); p < victim; p++ {
+		count := 0
+		for _, d := range recs[p].Downs() {
+			if d.Peer != victim {
+				t.Errorf("proc %d: unexpected PeerDown(%d): %v", p, d.Peer, d.Err)
+			} else {
+				count++
+			}
+		}
+		if count != 1 {
+			t.Errorf("proc %d: PeerDown(%d) called %d times, want once", p, victim, count)
+		}
+	}
+	if fr, dn := len(recs[victim].Frames()), len(recs[victim].Downs()); fr != framesAtClose || dn != downsAtClose {
+		t.Errorf("closed proc %d: handler called after Close returned (frames %d->%d, downs %d->%d)",
+			victim, framesAtClose, fr, downsAtClose, dn)
+	}
+}
+
+// Rule: Close while frames flow: senders to the closed process stop with
+// ErrPeerDown instead of hanging, the closed process's own sender stops with
+// ErrClosed, and Close returns.
+func testCloseUnderLoad(t *testing.T, f Factory) {
+	const n = 3
+	ts, recs := startAll(t, f, n)
+	ctx := timeoutCtx(t)
+	results := make(chan string, n)
+	var wg sync.WaitGroup
+	loop := func(from, to transport.Proc, want error) {
+		defer wg.Done()
+		for seq := uint64(0); ; seq++ {
+			h := transport.Header{Type: transport.FrameWrite, Seq: seq}
+			err := ts[from].Send(ctx, to, &h, payloadFor(from, seq, 4096))
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, want) {
+				results <- fmt.Sprintf("sender %d->%d stopped after %d frames with %v, want an error wrapping %v", from, to, seq, err, want)
+			}
+			return
+		}
+	}
+	wg.Add(3)
+	go loop(1, 0, transport.ErrPeerDown)
+	go loop(2, 0, transport.ErrPeerDown)
+	go loop(0, 1, transport.ErrClosed)
+	if err := recs[0].Wait(ctx, func(frames []Frame, _ []Down) bool { return len(frames) >= 50 }); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- ts[0].Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("Close under load did not return within %v", Timeout)
+	}
+	wg.Wait()
+	close(results)
+	for s := range results {
+		t.Error(s)
+	}
+	for _, p := range []transport.Proc{1, 2} {
+		if _, err := recs[p].WaitDown(ctx, 0); err != nil {
+			t.Errorf("proc %d: %v", p, err)
+		}
+	}
+}
