@@ -1,0 +1,163 @@
+package tcp
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// Config configures a Transport. Start from DefaultConfig or LocalConfig,
+// then set Self and Token.
+type Config struct {
+	// Self is this process's ID. Required; NoProc is not allowed.
+	Self transport.Proc
+
+	// Listener is an already bound listener to accept peers on, for a
+	// launcher that reserves ports before it starts processes. The
+	// Transport owns it once New succeeds and closes it in Close. When
+	// nil, New binds ListenAddr.
+	Listener net.Listener
+	// ListenAddr is the host:port to bind when Listener is nil, e.g.
+	// "127.0.0.1:0" (port 0 picks a free port; Addr reports it). Ignored
+	// when Listener is set.
+	ListenAddr string
+
+	// Token is the job token (see internal/auth.NewToken). Every connection
+	// proves knowledge of it before any frame is read. At least 16 bytes.
+	Token []byte
+
+	// HandshakeTimeout bounds the authentication of one connection, dial or
+	// accept, so that a silent client cannot hold a goroutine. Must be > 0.
+	HandshakeTimeout time.Duration
+
+	// DialTimeout bounds one TCP connect attempt. Must be > 0.
+	DialTimeout time.Duration
+	// DialInitialInterval is the first pause between dial attempts; it grows
+	// exponentially (with jitter) up to DialMaxInterval. Peers of a job
+	// start at slightly different times, so the first dials are often
+	// refused. Must be > 0.
+	DialInitialInterval time.Duration
+	// DialMaxInterval caps the pause between dial attempts. Must be >=
+	// DialInitialInterval.
+	DialMaxInterval time.Duration
+	// DialMaxElapsed is how long the dialer keeps retrying a peer before it
+	// declares the peer down (Handler.PeerDown). It must cover the spread of
+	// process start-up times of a job. Must be >= DialInitialInterval.
+	DialMaxElapsed time.Duration
+
+	// ReadBufferSize is the size in bytes of each connection's read buffer.
+	// Payloads at least this large are read from the socket straight into
+	// the handler's destination; smaller ones pass through the buffer, which
+	// batches small frames into few system calls. 4 KiB..64 MiB.
+	ReadBufferSize int
+
+	// SocketReadBuffer and SocketWriteBuffer set SO_RCVBUF and SO_SNDBUF in
+	// bytes. 0 keeps the operating system's default, which on Linux
+	// auto-tunes and is usually best. Must be >= 0.
+	SocketReadBuffer  int
+	SocketWriteBuffer int
+
+	// KeepAlive is the TCP keep-alive period: 0 uses Go's default (15 s),
+	// a negative value disables keep-alives. It lets a connection to a
+	// vanished host fail even when nothing is being sent.
+	KeepAlive time.Duration
+
+	// PollSpin, when > 0, makes each connection's reader poll the socket
+	// with non-blocking reads for up to this long before it parks in the
+	// network poller. It trades CPU for small-message latency; keep it 0
+	// on oversubscribed hosts. 0..10ms.
+	PollSpin time.Duration
+
+	// Logger receives refusals, connection failures and dial progress, with
+	// self, peer and remote attributes. nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns settings for a job spread over hosts: it listens on
+// every interface and keeps retrying dials for a minute.
+func DefaultConfig() Config {
+	return Config{
+		Self:                transport.NoProc,
+		ListenAddr:          ":0",
+		HandshakeTimeout:    10 * time.Second,
+		DialTimeout:         5 * time.Second,
+		DialInitialInterval: 50 * time.Millisecond,
+		DialMaxInterval:     2 * time.Second,
+		DialMaxElapsed:      time.Minute,
+		ReadBufferSize:      64 << 10,
+	}
+}
+
+// LocalConfig returns settings for processes on one host and for tests: it
+// listens on loopback and gives up on a peer sooner.
+func LocalConfig() Config {
+	c := DefaultConfig()
+	c.ListenAddr = "127.0.0.1:0"
+	c.HandshakeTimeout = 5 * time.Second
+	c.DialTimeout = 2 * time.Second
+	c.DialInitialInterval = 10 * time.Millisecond
+	c.DialMaxInterval = 500 * time.Millisecond
+	c.DialMaxElapsed = 20 * time.Second
+	return c
+}
+
+const (
+	minReadBuffer = 4 << 10
+	maxPollSpin   = 10 * time.Millisecond
+	minTokenSize  = 16
+)
+
+// Validate reports every field that is out of range, naming the values. It
+// does not change c.
+func (c *Config) Validate() error {
+	var bad []string
+	add := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
+	if c.Self == transport.NoProc {
+		add("Self is NoProc; set it to this process's ID")
+	}
+	if c.Listener == nil {
+		if c.ListenAddr == "" {
+			add("neither Listener nor ListenAddr is set; use e.g. ListenAddr \"127.0.0.1:0\"")
+		} else if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
+			add("ListenAddr %q is not host:port (%v)", c.ListenAddr, err)
+		}
+	}
+	if len(c.Token) < minTokenSize {
+		add("Token is %d bytes, want at least %d (use auth.NewToken)", len(c.Token), minTokenSize)
+	}
+	if c.HandshakeTimeout <= 0 {
+		add("HandshakeTimeout %v must be > 0", c.HandshakeTimeout)
+	}
+	if c.DialTimeout <= 0 {
+		add("DialTimeout %v must be > 0", c.DialTimeout)
+	}
+	if c.DialInitialInterval <= 0 {
+		add("DialInitialInterval %v must be > 0", c.DialInitialInterval)
+	}
+	if c.DialMaxInterval < c.DialInitialInterval {
+		add("DialMaxInterval %v is below DialInitialInterval %v", c.DialMaxInterval, c.DialInitialInterval)
+	}
+	if c.DialMaxElapsed < c.DialInitialInterval {
+		add("DialMaxElapsed %v is below DialInitialInterval %v", c.DialMaxElapsed, c.DialInitialInterval)
+	}
+	if c.ReadBufferSize < minReadBuffer || c.ReadBufferSize > transport.MaxPayload {
+		add("ReadBufferSize %d outside %d..%d bytes", c.ReadBufferSize, minReadBuffer, transport.MaxPayload)
+	}
+	if c.SocketReadBuffer < 0 {
+		add("SocketReadBuffer %d must be >= 0 (0 keeps the OS default)", c.SocketReadBuffer)
+	}
+	if c.SocketWriteBuffer < 0 {
+		add("SocketWriteBuffer %d must be >= 0 (0 keeps the OS default)", c.SocketWriteBuffer)
+	}
+	if c.PollSpin < 0 || c.PollSpin > maxPollSpin {
+		add("PollSpin %v outside 0..%v", c.PollSpin, maxPollSpin)
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(bad, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,554 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// conn is the one authenticated connection to a peer.
+type conn struct {
+	t      *Transport
+	peer   *peer
+	nc     net.Conn
+	remote string
+	fr     *frameReader
+
+	// wsem is the write token (capacity 1): its holder writes one whole
+	// frame. A channel rather than a mutex so that waiting for it honours
+	// ctx. The fields below belong to the holder.
+	wsem      chan struct{}
+	hdr       [transport.HeaderSize]byte
+	iov       [2][]byte
+	bufs      net.Buffers
+	wdeadline time.Time // the write deadline set on nc (zero, or aLongTimeAgo after a ctx ended)
+}
+
+// aLongTimeAgo is a deadline in the past: setting it unblocks a write.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func (t *Transport) newConn(p *peer, nc net.Conn, remote string) *conn {
+	br := bufio.NewReaderSize(newSocketReader(nc, t.cfg.PollSpin), t.cfg.ReadBufferSize)
+	return &conn{
+		t:      t,
+		peer:   p,
+		nc:     nc,
+		remote: remote,
+		fr:     newFrameReader(br, p.id, &t.stats),
+		wsem:   make(chan struct{}, 1),
+	}
+}
+
+// upLocked makes nc the connection to p. t.mu is held and p is waiting.
+func (t *Transport) upLocked(p *peer, nc net.Conn) *conn {
+	c := t.newConn(p, nc, nc.RemoteAddr().String())
+	p.conn = c
+	p.state = stateUp
+	close(p.ready)
+	t.log.Debug("tcp: connected", "peer", uint32(p.id), "remote", c.remote)
+	return c
+}
+
+// send writes one frame. See Transport.Send for the ctx rules.
+func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) error {
+	t := c.t
+	select {
+	case c.wsem <- struct{}{}:
+	default:
+		select {
+		case c.wsem <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("tcp: send to peer %d: waiting for the connection: %w", c.peer.id, ctx.Err())
+		case <-t.closing:
+			return transport.ErrClosed
+		}
+	}
+	detached := false // the token passed to a background writer
+	defer func() {
+		if !detached {
+			<-c.wsem
+		}
+	}()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("tcp: send to peer %d: %w", c.peer.id, err)
+	}
+
+	if !c.wdeadline.IsZero() {
+		// A previous Send's ctx ended mid-write and left a deadline.
+		_ = c.nc.SetWriteDeadline(time.Time{})
+		c.wdeadline = time.Time{}
+	}
+	// The ctx's end (deadline or cancellation) sets a past write deadline,
+	// which unblocks the write in progress.
+	var stop func() bool
+	var fired chan struct{}
+	if ctx.Done() != nil {
+		fired = make(chan struct{})
+		stop = context.AfterFunc(ctx, func() {
+			_ = c.nc.SetWriteDeadline(aLongTimeAgo)
+			close(fired)
+		})
+	}
+
+	h.Encode(c.hdr[:])
+	total := int64(transport.HeaderSize + len(payload))
+	var n int64
+	var err error
+	if len(payload) == 0 {
+		var k int
+		k, err = c.nc.Write(c.hdr[:])
+		n = int64(k)
+	} else {
+		c.iov[0], c.iov[1] = c.hdr[:], payload
+		c.bufs = c.iov[:]
+		n, err = c.bufs.WriteTo(c.nc) // one writev, straight from payload
+		c.iov[1], c.bufs = nil, nil
+	}
+	if stop != nil && !stop() {
+		<-fired // the deadline is in the past now; the next send clears it
+		c.wdeadline = aLongTimeAgo
+	}
+	if err == nil {
+		t.stats.framesOut.Add(1)
+		t.stats.bytesOut.Add(uint64(len(payload)))
+		return nil
+	}
+	if t.isClosed() {
+		return transport.ErrClosed
+	}
+
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		ctxErr := ctx.Err()
+		if ctxErr == nil {
+			ctxErr = context.DeadlineExceeded // only the AfterFunc sets deadlines; not expected
+		}
+		if n == 0 {
+			return fmt.Errorf("tcp: send to peer %d: nothing written: %w", c.peer.id, ctxErr)
+		}
+		// Part of the frame is on the wire. Cutting the stream here would
+		// turn a timeout into a death, so the rest is copied (the caller
+		// gets its slice back now) and written in the background; the
+		// write token stays held until then.
+		rest := make([]byte, total-n)
+		k := 0
+		if n < transport.HeaderSize {
+			k = copy(rest, c.hdr[n:])
+		}
+		copy(rest[k:], payload[max(n-transport.HeaderSize, 0):])
+		_ = c.nc.SetWriteDeadline(time.Time{})
+		c.wdeadline = time.Time{}
+		pl := len(payload)
+		if !t.goTracked(func() { c.finishWrite(rest, pl) }) {
+			return transport.ErrClosed
+		}
+		detached = true
+		t.log.Debug("tcp: send timed out mid-frame; finishing it in the background",
+			"peer", uint32(c.peer.id), "written", n, "total", total, "err", ctxErr)
+		return fmt.Errorf("tcp: send to peer %d: %w (%d of %d bytes were written; the frame is completed in the background)",
+			c.peer.id, ctxErr, n, total)
+	}
+	return &PeerDownError{Peer: c.peer.id, Err: c.fail(fmt.Errorf("tcp: write to peer %d (%s): %w", c.peer.id, c.remote, err))}
+}
+
+// finishWrite writes the tail of a frame whose Send timed out, then hands
+// the write token back.
+func (c *conn) finishWrite(rest []byte, payloadLen int) {
+	defer func() { <-c.wsem }()
+	if _, err := c.nc.Write(rest); err != nil {
+		if !c.t.isClosed() {
+			c.fail(fmt.Errorf("tcp: write to peer %d (%s): %w", c.peer.id, c.remote, err))
+		}
+		return
+	}
+	c.t.stats.framesOut.Add(1)
+	c.t.stats.bytesOut.Add(uint64(payloadLen))
+}
+
+// fail marks the peer down with cause, unless it already is, and closes the
+// socket. The connection's reader then reports PeerDown. It returns the
+// cause that stuck.
+func (c *conn) fail(cause error) error {
+	t := c.t
+	t.mu.Lock()
+	p := c.peer
+	if p.state == stateUp && p.conn == c {
+		p.state = stateDown
+		p.err = cause
+	}
+	if p.err != nil {
+		cause = p.err
+	}
+	t.mu.Unlock()
+	_ = c.nc.Close()
+	return cause
+}
+
+// readLoop delivers c's frames until the connection fails or Close, then
+// reports PeerDown once.
+func (c *conn) readLoop() {
+	t := c.t
+	select {
+	case <-t.started:
+	case <-t.closing:
+		t.closeSocket(c.nc)
+		return
+	}
+	id := c.peer.id
+	err := c.fr.run(t.handler, func(h *transport.Header, err error) {
+		t.log.Debug("tcp: handler rejected a frame", "peer", uint32(id), "type", h.Type, "seq", h.Seq, "err", err)
+	})
+	t.closeSocket(c.nc)
+
+	var cause error
+	switch {
+	case errors.Is(err, transport.ErrBadFrame):
+		cause = fmt.Errorf("tcp: peer %d (%s) sent a malformed frame: %w", id, c.remote, err)
+		if !t.isClosed() {
+			t.log.Warn("tcp: bad frame; closing the connection", "peer", uint32(id), "remote", c.remote, "err", err)
+		}
+	case err == io.EOF:
+		cause = fmt.Errorf("tcp: peer %d (%s) closed the connection: %w", id, c.remote, err)
+	default:
+		cause = fmt.Errorf("tcp: read from peer %d (%s): %w", id, c.remote, err)
+	}
+
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	p := c.peer
+	if p.state == stateUp && p.conn == c {
+		p.state = stateDown
+		p.err = cause
+	}
+	deliver := p.state == stateDown && p.conn == c && !p.notified
+	if deliver {
+		p.notified = true
+		cause = p.err
+	}
+	h := t.handler
+	t.mu.Unlock()
+	if deliver {
+		t.stats.peersDown.Add(1)
+		t.log.Warn("tcp: peer down", "peer", uint32(id), "remote", c.remote, "err", cause)
+		h.PeerDown(id, cause)
+	}
+}
+
+// acceptLoop accepts connections until Close; each is authenticated in its
+// own goroutine so that a silent client cannot stall the others.
+func (t *Transport) acceptLoop() {
+	var pause time.Duration
+	for {
+		nc, err := t.ln.Accept()
+		if err != nil {
+			if t.isClosed() {
+				return
+			}
+			if errors.Is(err, net.ErrClosed) {
+				t.log.Error("tcp: listener closed under the transport; no more peers can connect", "err", err)
+				return
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			t.log.Warn("tcp: accept failed", "err", err, "retry_in", pause)
+			select {
+			case <-t.closing:
+				return
+			case <-time.After(pause):
+			}
+			continue
+		}
+		pause = 0
+		if !t.track(nc) {
+			_ = nc.Close()
+			return
+		}
+		// This goroutine is counted in t.wg, so Close's Wait cannot have
+		// returned: Add is safe here.
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.serveIncoming(nc)
+		}()
+	}
+}
+
+// serveIncoming authenticates an accepted connection and, if it is the
+// first from a lower peer, runs its reader.
+func (t *Transport) serveIncoming(nc net.Conn) {
+	remote := nc.RemoteAddr().String()
+	t.tune(nc)
+	_ = nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	wc := &watchedConn{Conn: nc}
+	id, err := auth.Handshake(wc, t.cfg.Token, auth.PurposeData, uint32(t.self), false)
+	if err != nil {
+		if wc.read == 0 && wc.err != nil && !errors.Is(wc.err, os.ErrDeadlineExceeded) && !t.isClosed() {
+			// Closed by the remote end before it sent a byte: a liveness
+			// probe of watchLoop (or a port scan). Nothing to refuse.
+			t.closeSocket(nc)
+			t.stats.probes.Add(1)
+			t.log.Debug("tcp: probe connection", "remote", remote)
+			if t.hooks.onProbe != nil {
+				t.hooks.onProbe(remote)
+			}
+			return
+		}
+		t.refuse(nc, remote, transport.NoProc, fmt.Errorf("%w: %w", transport.ErrAuth, err))
+		return
+	}
+	_ = nc.SetDeadline(time.Time{})
+	from := transport.Proc(id)
+	if from >= t.self {
+		t.refuse(nc, remote, from, fmt.Errorf("proc %d dialed proc %d, but only the lower proc dials", from, t.self))
+		return
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		t.closeSocket(nc)
+		return
+	}
+	p := t.peerLocked(from)
+	if p.state != stateWaiting {
+		what := "connected"
+		if p.state == stateDown {
+			what = "down (a Proc is never reused)"
+		}
+		t.mu.Unlock()
+		t.refuse(nc, remote, from, fmt.Errorf("proc %d is already %s", from, what))
+		return
+	}
+	c := t.upLocked(p, nc)
+	t.mu.Unlock()
+	c.readLoop()
+}
+
+// watchedConn records how a handshake went on an accepted connection.
+type watchedConn struct {
+	net.Conn
+	read int   // bytes received
+	err  error // first read or write error
+}
+
+func (c *watchedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.read += n
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+func (c *watchedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// dialLoop connects to the higher peer p with exponential backoff, bounded
+// by Close and DialMaxElapsed, then runs the connection's reader. A peer
+// that cannot be reached is reported down.
+func (t *Transport) dialLoop(p *peer) {
+	t.mu.Lock()
+	addr := p.addr
+	t.mu.Unlock()
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(t.cfg.DialInitialInterval),
+		backoff.WithMaxInterval(t.cfg.DialMaxInterval),
+		backoff.WithMaxElapsedTime(t.cfg.DialMaxElapsed),
+	)
+	begin := time.Now()
+	attempts := 0
+	nc, err := backoff.RetryNotifyWithData(func() (net.Conn, error) {
+		attempts++
+		return t.dialOnce(p.id, addr)
+	}, backoff.WithContext(b, t.ctx), func(err error, next time.Duration) {
+		t.log.Debug("tcp: dial failed; retrying", "peer", uint32(p.id), "addr", addr,
+			"attempt", attempts, "retry_in", next, "err", err)
+	})
+	if err != nil {
+		t.giveUp(p, fmt.Errorf("tcp: dial peer %d at %s: gave up after %d attempts in %v: %w",
+			p.id, addr, attempts, time.Since(begin).Round(time.Millisecond), err))
+		return
+	}
+	t.mu.Lock()
+	if t.closed || p.state != stateWaiting {
+		// Close won the race (or, impossibly, the peer came up another way).
+		t.mu.Unlock()
+		t.closeSocket(nc)
+		return
+	}
+	c := t.upLocked(p, nc)
+	t.mu.Unlock()
+	c.readLoop()
+}
+
+// giveUp declares the peer p, which never connected, down with cause.
+func (t *Transport) giveUp(p *peer, cause error) {
+	t.mu.Lock()
+	if t.closed || p.state != stateWaiting {
+		t.mu.Unlock()
+		return
+	}
+	p.state = stateDown
+	p.err = cause
+	p.notified = true
+	close(p.ready)
+	h, addr := t.handler, p.addr
+	t.mu.Unlock()
+	t.stats.peersDown.Add(1)
+	t.log.Warn("tcp: peer down", "peer", uint32(p.id), "remote", addr, "err", cause)
+	h.PeerDown(p.id, cause)
+}
+
+// probeRefusals is how many refused connects in a row show that nothing
+// listens at a lower peer's address any more.
+const probeRefusals = 3
+
+// watchLoop runs on the higher side while a Send waits for the lower peer p
+// to dial. A lower peer that dies before it connects would otherwise leave
+// the waiters hanging until their ctx ends, so the peer's listener is probed
+// with plain TCP connects (closed at once, without a byte sent), on the dial
+// backoff schedule: probeRefusals refusals in a row mean its process is gone
+// and the peer is declared down. It stops when p connects or goes down, or
+// at Close.
+func (t *Transport) watchLoop(p *peer) {
+	t.mu.Lock()
+	addr, ready := p.addr, p.ready
+	t.mu.Unlock()
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(t.cfg.DialInitialInterval),
+		backoff.WithMaxInterval(t.cfg.DialMaxInterval),
+		backoff.WithMaxElapsedTime(0), // until p connects or Close
+	)
+	timer := time.NewTimer(b.NextBackOff())
+	defer timer.Stop()
+	refused := 0
+	for {
+		select {
+		case <-ready:
+			return
+		case <-t.closing:
+			return
+		case <-timer.C:
+		}
+		d := net.Dialer{Timeout: t.cfg.DialTimeout}
+		nc, err := d.DialContext(t.ctx, "tcp", addr)
+		switch {
+		case err == nil:
+			_ = nc.Close()
+			refused = 0
+		case errors.Is(err, syscall.ECONNREFUSED):
+			refused++
+		}
+		if refused >= probeRefusals {
+			t.giveUp(p, fmt.Errorf("tcp: peer %d never connected and nothing listens at %s any more: %w", p.id, addr, err))
+			return
+		}
+		timer.Reset(b.NextBackOff())
+	}
+}
+
+// dialOnce makes one authenticated connection to peer id at addr.
+func (t *Transport) dialOnce(id transport.Proc, addr string) (net.Conn, error) {
+	t.stats.dialAttempts.Add(1)
+	d := net.Dialer{Timeout: t.cfg.DialTimeout, KeepAlive: t.cfg.KeepAlive}
+	nc, err := d.DialContext(t.ctx, "tcp", addr)
+	if err != nil {
+		if t.ctx.Err() != nil {
+			return nil, backoff.Permanent(transport.ErrClosed)
+		}
+		return nil, err
+	}
+	if !t.track(nc) {
+		_ = nc.Close()
+		return nil, backoff.Permanent(transport.ErrClosed)
+	}
+	t.tune(nc)
+	remote := nc.RemoteAddr().String()
+	_ = nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	got, err := auth.Handshake(nc, t.cfg.Token, auth.PurposeData, uint32(t.self), true)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", transport.ErrAuth, err)
+	} else if transport.Proc(got) != id {
+		err = fmt.Errorf("%w: %s answered as proc %d, want %d", transport.ErrAuth, addr, got, id)
+	}
+	if err != nil {
+		t.refuse(nc, remote, id, err)
+		if t.isClosed() {
+			return nil, backoff.Permanent(transport.ErrClosed)
+		}
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return nc, nil
+}
+
+// refuse closes a connection that failed authentication or broke the
+// connection rules, and logs and counts it. It never produces PeerDown.
+func (t *Transport) refuse(nc net.Conn, remote string, claimed transport.Proc, err error) {
+	t.closeSocket(nc)
+	if t.isClosed() {
+		return // the handshake was cut by Close
+	}
+	t.stats.handshakesRefused.Add(1)
+	attrs := []any{"remote", remote, "err", err}
+	if claimed != transport.NoProc {
+		attrs = append(attrs, "peer", uint32(claimed))
+	}
+	t.log.Warn("tcp: connection refused", attrs...)
+	if t.hooks.onRefuse != nil {
+		t.hooks.onRefuse(remote, err)
+	}
+}
+
+// tune applies the socket options of the Config.
+func (t *Transport) tune(nc net.Conn) {
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	_ = tc.SetNoDelay(true)
+	if t.cfg.SocketReadBuffer > 0 {
+		_ = tc.SetReadBuffer(t.cfg.SocketReadBuffer)
+	}
+	if t.cfg.SocketWriteBuffer > 0 {
+		_ = tc.SetWriteBuffer(t.cfg.SocketWriteBuffer)
+	}
+	switch {
+	case t.cfg.KeepAlive < 0:
+		_ = tc.SetKeepAlive(false)
+	case t.cfg.KeepAlive > 0:
+		_ = tc.SetKeepAlive(true)
+		_ = tc.SetKeepAlivePeriod(t.cfg.KeepAlive)
+	}
+}
+
+// goTracked runs f in a goroutine that Close waits for; false after Close.
+func (t *Transport) goTracked(f func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+	return true
+}

@@ -1,0 +1,331 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// wait bounds every wait on real sockets: generous for a busy 2-core box.
+const wait = 20 * time.Second
+
+// testLogger logs to stderr only with -v, so refusals are visible when
+// debugging and quiet otherwise.
+func testLogger(t testing.TB) *slog.Logger {
+	if !testing.Verbose() {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
+}
+
+// testConfig is LocalConfig for proc self with the given token.
+func testConfig(t testing.TB, self transport.Proc, token []byte) Config {
+	cfg := LocalConfig()
+	cfg.Self = self
+	cfg.Token = token
+	cfg.Logger = testLogger(t)
+	return cfg
+}
+
+// newCluster returns n transports for procs 0..n-1 that know each other's
+// addresses, not started; Close runs at cleanup. mod, if not nil, adjusts
+// each Config.
+func newCluster(t testing.TB, n int, mod func(*Config)) []*Transport {
+	t.Helper()
+	token := auth.NewToken()
+	ts := make([]*Transport, n)
+	addrs := make(map[transport.Proc]string, n)
+	for i := range ts {
+		cfg := testConfig(t, transport.Proc(i), token)
+		if mod != nil {
+			mod(&cfg)
+		}
+		tr, err := New(cfg)
+		if err != nil {
+			t.Fatalf("New(proc %d): %v", i, err)
+		}
+		t.Cleanup(func() { _ = tr.Close() })
+		ts[i] = tr
+		addrs[transport.Proc(i)] = tr.Addr()
+	}
+	for i, tr := range ts {
+		if err := tr.SetPeers(addrs); err != nil {
+			t.Fatalf("SetPeers(proc %d): %v", i, err)
+		}
+	}
+	return ts
+}
+
+// down is one PeerDown call.
+type down struct {
+	peer transport.Proc
+	err  error
+}
+
+// handler is a transport.Handler over functions; PeerDown calls go to downs
+// (buffered, so the transport never blocks on a test that stopped reading).
+type handler struct {
+	frame func(from transport.Proc, h *transport.Header, p transport.Payload) error
+	downs chan down
+}
+
+func newHandler(frame func(transport.Proc, *transport.Header, transport.Payload) error) *handler {
+	return &handler{frame: frame, downs: make(chan down, 64)}
+}
+
+func (h *handler) HandleFrame(from transport.Proc, hd *transport.Header, p transport.Payload) error {
+	if h.frame == nil {
+		return p.Discard()
+	}
+	return h.frame(from, hd, p)
+}
+
+func (h *handler) PeerDown(peer transport.Proc, err error) {
+	select {
+	case h.downs <- down{peer, err}:
+	default:
+	}
+}
+
+// waitDown waits for PeerDown(peer) on h.
+func waitDown(t *testing.T, h *handler, peer transport.Proc) down {
+	t.Helper()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case d := <-h.downs:
+			if d.peer == peer {
+				return d
+			}
+			t.Errorf("unexpected PeerDown(%d): %v", d.peer, d.err)
+		case <-timer.C:
+			t.Fatalf("no PeerDown(%d) within %v", peer, wait)
+		}
+	}
+}
+
+// noDowns fails if h got any PeerDown so far.
+func noDowns(t *testing.T, h *handler) {
+	t.Helper()
+	for {
+		select {
+		case d := <-h.downs:
+			t.Errorf("unexpected PeerDown(%d): %v", d.peer, d.err)
+		default:
+			return
+		}
+	}
+}
+
+// errList collects failures seen on transport goroutines.
+type errList struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (e *errList) add(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.errs) < 20 {
+		e.errs = append(e.errs, fmt.Sprintf(format, args...))
+	}
+}
+
+func (e *errList) report(t *testing.T) {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.errs {
+		t.Error(s)
+	}
+}
+
+func ctxWait(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// pattern is the source of payload bytes: windows of it at offsets derived
+// from (sender, seq), so receivers can check payloads with bytes.Equal.
+var pattern = func() []byte {
+	b := make([]byte, 4<<20+4096)
+	x := uint64(0x9E3779B97F4A7C15)
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x >> 24)
+	}
+	return b
+}()
+
+func payloadFor(src transport.Proc, seq uint64, size int) []byte {
+	off := int((seq*131 + uint64(src)*977) % 4093)
+	return pattern[off : off+size]
+}
+
+// newOne returns one transport for proc self with hooks hk, not started.
+func newOne(t testing.TB, self transport.Proc, token []byte, mod func(*Config), hk hooks) *Transport {
+	t.Helper()
+	cfg := testConfig(t, self, token)
+	if mod != nil {
+		mod(&cfg)
+	}
+	tr, err := newTransport(cfg, hk)
+	if err != nil {
+		t.Fatalf("New(proc %d): %v", self, err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr
+}
+
+// events turns the test hooks into channels.
+type events struct {
+	refused chan error
+	probes  chan string
+}
+
+func newEvents() *events {
+	return &events{refused: make(chan error, 64), probes: make(chan string, 64)}
+}
+
+func (e *events) hooks() hooks {
+	return hooks{
+		onRefuse: func(_ string, err error) {
+			select {
+			case e.refused <- err:
+			default:
+			}
+		},
+		onProbe: func(remote string) {
+			select {
+			case e.probes <- remote:
+			default:
+			}
+		},
+	}
+}
+
+func (e *events) waitRefused(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-e.refused:
+		return err
+	case <-time.After(wait):
+		t.Fatalf("no refusal within %v", wait)
+		return nil
+	}
+}
+
+// rawDial connects to addr and runs the handshake as proc self with token,
+// as a hand-driven peer. The connection is closed at cleanup.
+func rawDial(t *testing.T, addr string, token []byte, self transport.Proc) (net.Conn, error) {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, wait)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(wait))
+	_, err = auth.Handshake(nc, token, auth.PurposeData, uint32(self), true)
+	_ = nc.SetDeadline(time.Time{})
+	return nc, err
+}
+
+// writeFrame writes h (with Len set from payload) and payload to w.
+func writeFrame(w io.Writer, h transport.Header, payload []byte) error {
+	h.Len = uint32(len(payload))
+	var b [transport.HeaderSize]byte
+	h.Encode(b[:])
+	bufs := net.Buffers{b[:], payload}
+	_, err := bufs.WriteTo(w)
+	return err
+}
+
+// readFrame reads one frame from r.
+func readFrame(r io.Reader) (transport.Header, []byte, error) {
+	var b [transport.HeaderSize]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return transport.Header{}, nil, err
+	}
+	h, err := transport.DecodeHeader(b[:])
+	if err != nil {
+		return h, nil, err
+	}
+	p := make([]byte, h.Len)
+	_, err = io.ReadFull(r, p)
+	return h, p, err
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// exchange sends one frame each way between a and b and waits for both.
+func exchange(t *testing.T, a, b *Transport, ha, hb *recv, seq uint64) {
+	t.Helper()
+	ctx := ctxWait(t)
+	h := transport.Header{Type: transport.FramePassive, Seq: seq}
+	if err := a.Send(ctx, b.Self(), &h, []byte("ping")); err != nil {
+		t.Fatalf("Send %d->%d: %v", a.Self(), b.Self(), err)
+	}
+	h = transport.Header{Type: transport.FramePassive, Seq: seq}
+	if err := b.Send(ctx, a.Self(), &h, []byte("pong")); err != nil {
+		t.Fatalf("Send %d->%d: %v", b.Self(), a.Self(), err)
+	}
+	hb.waitSeq(t, seq)
+	ha.waitSeq(t, seq)
+}
+
+// recv is a handler that records the Seq of each frame and its PeerDowns.
+type recv struct {
+	*handler
+	seqs chan uint64
+}
+
+func newRecv() *recv {
+	r := &recv{seqs: make(chan uint64, 1024)}
+	r.handler = newHandler(func(_ transport.Proc, h *transport.Header, p transport.Payload) error {
+		if err := p.Discard(); err != nil {
+			return err
+		}
+		r.seqs <- h.Seq
+		return nil
+	})
+	return r
+}
+
+func (r *recv) waitSeq(t *testing.T, seq uint64) {
+	t.Helper()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case s := <-r.seqs:
+			if s == seq {
+				return
+			}
+		case <-timer.C:
+			t.Fatalf("frame Seq %d did not arrive within %v", seq, wait)
+		}
+	}
+}

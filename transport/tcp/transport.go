@@ -1,0 +1,367 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+var _ transport.Transport = (*Transport)(nil)
+
+// peerState is where the one connection to a peer stands.
+type peerState uint8
+
+const (
+	stateWaiting peerState = iota // no connection yet (dialing, or waiting for the peer's dial)
+	stateUp                       // connected and authenticated
+	stateDown                     // failed; never reconnected
+)
+
+// peer is the per-peer state, guarded by Transport.mu.
+type peer struct {
+	id       transport.Proc
+	addr     string // "" until SetPeers names it (a lower peer may dial first)
+	state    peerState
+	ready    chan struct{} // closed when state leaves stateWaiting
+	conn     *conn         // set in stateUp (and kept in stateDown)
+	err      error         // why the peer is down
+	notified bool          // Handler.PeerDown was called (or is being)
+	dialing  bool          // a dial goroutine owns this peer (higher peers)
+	watching bool          // a watch goroutine probes this peer (lower peers)
+}
+
+// Transport is the TCP implementation of transport.Transport. See the
+// package documentation for the connection rules.
+type Transport struct {
+	cfg  Config
+	self transport.Proc
+	log  *slog.Logger
+	ln   net.Listener
+
+	ctx       context.Context // cancelled by Close; bounds dials
+	cancel    context.CancelFunc
+	closing   chan struct{} // closed by Close
+	started   chan struct{} // closed by Start
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	handler transport.Handler
+	peers   map[transport.Proc]*peer
+	sockets map[net.Conn]struct{} // every open socket, so Close can cut handshakes too
+
+	stats counters
+
+	hooks hooks
+}
+
+// hooks let tests observe events that leave no other trace; all nil in
+// production.
+type hooks struct {
+	onRefuse func(remote string, err error) // after a refusal is counted
+	onProbe  func(remote string)            // after a probe connection is counted
+}
+
+// New checks cfg, binds the listener (or adopts cfg.Listener) and starts
+// accepting connections. Frames are delivered only after Start.
+func New(cfg Config) (*Transport, error) { return newTransport(cfg, hooks{}) }
+
+func newTransport(cfg Config, hk hooks) (*Transport, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		ln, err = net.Listen("tcp", cfg.ListenAddr)
+		if err != nil {
+			return nil, fmt.Errorf("tcp: listen on %s: %w", cfg.ListenAddr, err)
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg.Token = append([]byte(nil), cfg.Token...)
+	t := &Transport{
+		cfg:     cfg,
+		self:    cfg.Self,
+		log:     log.With("self", uint32(cfg.Self)),
+		ln:      ln,
+		closing: make(chan struct{}),
+		started: make(chan struct{}),
+		peers:   make(map[transport.Proc]*peer),
+		sockets: make(map[net.Conn]struct{}),
+		hooks:   hk,
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		t.acceptLoop()
+	}()
+	return t, nil
+}
+
+// Self returns this process's ID.
+func (t *Transport) Self() transport.Proc { return t.self }
+
+// Addr returns the address the listener is bound to, e.g. "127.0.0.1:40123".
+// With a wildcard ListenAddr the host part is the wildcard; a launcher
+// combines the port with a reachable host name.
+func (t *Transport) Addr() string { return t.ln.Addr().String() }
+
+// SetPeers records the address of each peer (entries for Self are ignored).
+// It may be called again to add peers, e.g. after a membership change; a
+// known peer cannot change its address, since a process is never restarted
+// under the same Proc. After Start, this process dials every higher peer it
+// has an address for in the background; lower peers dial it. The table is
+// checked as a whole: on error nothing is applied.
+func (t *Transport) SetPeers(addrs map[transport.Proc]string) error {
+	var bad []string
+	for id, addr := range addrs {
+		if id == transport.NoProc {
+			bad = append(bad, fmt.Sprintf("NoProc has address %q", addr))
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			bad = append(bad, fmt.Sprintf("peer %d: address %q is not host:port (%v)", id, addr, err))
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return transport.ErrClosed
+	}
+	for id, addr := range addrs {
+		if p := t.peers[id]; p != nil && p.addr != "" && p.addr != addr {
+			bad = append(bad, fmt.Sprintf("peer %d: address %q, but it is already known at %q", id, addr, p.addr))
+		}
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return fmt.Errorf("%w: %v", ErrPeers, bad)
+	}
+	for id, addr := range addrs {
+		if id == t.self {
+			continue
+		}
+		p := t.peerLocked(id)
+		p.addr = addr
+		t.maybeDialLocked(p)
+	}
+	return nil
+}
+
+// peerLocked returns the state of peer id, creating it. t.mu is held.
+func (t *Transport) peerLocked(id transport.Proc) *peer {
+	p := t.peers[id]
+	if p == nil {
+		p = &peer{id: id, ready: make(chan struct{})}
+		t.peers[id] = p
+	}
+	return p
+}
+
+// maybeDialLocked starts the dialer of p if this side must dial it and it is
+// not dialed yet. t.mu is held, so Close cannot be waiting yet.
+func (t *Transport) maybeDialLocked(p *peer) {
+	if t.closed || t.handler == nil || p.id < t.self || p.addr == "" || p.dialing || p.state != stateWaiting {
+		return
+	}
+	p.dialing = true
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		t.dialLoop(p)
+	}()
+}
+
+// maybeWatchLocked starts probing the lower peer p, which this side waits
+// for, unless that is already being done. t.mu is held.
+func (t *Transport) maybeWatchLocked(p *peer) {
+	if t.closed || p.addr == "" || p.watching || p.state != stateWaiting {
+		return
+	}
+	p.watching = true
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		t.watchLoop(p)
+	}()
+}
+
+// Start begins delivering frames to h and dialing the higher peers.
+func (t *Transport) Start(h transport.Handler) error {
+	if h == nil {
+		return fmt.Errorf("tcp: Start with a nil Handler")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return transport.ErrClosed
+	}
+	if t.handler != nil {
+		return ErrStarted
+	}
+	t.handler = h
+	close(t.started)
+	for _, p := range t.peers {
+		t.maybeDialLocked(p)
+	}
+	return nil
+}
+
+// Send writes one frame to peer to with a single writev straight from
+// payload, and returns once the kernel has all of it. It sets h.Len and
+// h.Src. When this process is the higher of the two and the peer has not
+// dialed yet, Send waits for it, bounded by ctx. The end of ctx (deadline
+// or cancellation) interrupts a blocked write: when nothing of the frame was
+// written the error wraps ctx.Err(); when part of it was, the rest is
+// copied and written in the background (the frame will arrive, and the
+// connection stays usable) and the error still wraps ctx.Err(). A write
+// that fails otherwise makes the peer down: the error is a *PeerDownError.
+func (t *Transport) Send(ctx context.Context, to transport.Proc, h *transport.Header, payload []byte) error {
+	if len(payload) > transport.MaxPayload {
+		return fmt.Errorf("%w: %d bytes to peer %d, cap %d; split the transfer", transport.ErrTooLarge, len(payload), to, transport.MaxPayload)
+	}
+	c, err := t.connTo(ctx, to)
+	if err != nil {
+		return err
+	}
+	h.Len = uint32(len(payload))
+	h.Src = t.self
+	return c.send(ctx, h, payload)
+}
+
+// connTo returns the live connection to peer to, waiting for it to come up.
+func (t *Transport) connTo(ctx context.Context, to transport.Proc) (*conn, error) {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, transport.ErrClosed
+		}
+		if t.handler == nil {
+			t.mu.Unlock()
+			return nil, ErrNotStarted
+		}
+		p := t.peers[to]
+		if p == nil {
+			t.mu.Unlock()
+			if to == t.self {
+				return nil, fmt.Errorf("%w: %d is this process; deliver to self locally", transport.ErrUnknownPeer, to)
+			}
+			return nil, fmt.Errorf("%w: no address for peer %d (call SetPeers)", transport.ErrUnknownPeer, to)
+		}
+		switch p.state {
+		case stateUp:
+			c := p.conn
+			t.mu.Unlock()
+			return c, nil
+		case stateDown:
+			err := p.err
+			t.mu.Unlock()
+			return nil, &PeerDownError{Peer: to, Err: err}
+		}
+		ready := p.ready
+		if to < t.self {
+			t.maybeWatchLocked(p)
+		}
+		t.mu.Unlock()
+		select {
+		case <-ready:
+		case <-t.closing:
+			return nil, transport.ErrClosed
+		case <-ctx.Done():
+			return nil, fmt.Errorf("tcp: send to peer %d: no connection yet: %w", to, ctx.Err())
+		}
+	}
+}
+
+// Stats is a snapshot of a Transport's counters.
+type Stats struct {
+	FramesIn, FramesOut uint64 // frames delivered to the handler / fully written
+	BytesIn, BytesOut   uint64 // payload bytes of those frames (headers not counted)
+	HandshakesRefused   uint64 // connections refused: failed handshake, wrong or duplicate proc, failed dial handshake
+	Probes              uint64 // accepted connections closed by the remote end before sending a byte (liveness probes)
+	BadFrames           uint64 // malformed headers from authenticated peers (each closed the connection)
+	HandlerErrors       uint64 // frames the handler rejected with an error
+	PeersDown           uint64 // Handler.PeerDown calls
+	DialAttempts        uint64 // TCP connect attempts
+}
+
+// Stats returns the current counters.
+func (t *Transport) Stats() Stats {
+	s := &t.stats
+	return Stats{
+		FramesIn:          s.framesIn.Load(),
+		FramesOut:         s.framesOut.Load(),
+		BytesIn:           s.bytesIn.Load(),
+		BytesOut:          s.bytesOut.Load(),
+		HandshakesRefused: s.handshakesRefused.Load(),
+		Probes:            s.probes.Load(),
+		BadFrames:         s.badFrames.Load(),
+		HandlerErrors:     s.handlerErrors.Load(),
+		PeersDown:         s.peersDown.Load(),
+		DialAttempts:      s.dialAttempts.Load(),
+	}
+}
+
+// Close closes the listener and every connection and waits for every
+// goroutine of the transport, including a HandleFrame or PeerDown call in
+// progress. No PeerDown is reported for connections Close cuts. Close is
+// idempotent; concurrent calls all wait.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		close(t.closing)
+		t.cancel()
+		socks := make([]net.Conn, 0, len(t.sockets))
+		for nc := range t.sockets {
+			socks = append(socks, nc)
+		}
+		t.mu.Unlock()
+		_ = t.ln.Close()
+		for _, nc := range socks {
+			_ = nc.Close()
+		}
+		t.wg.Wait()
+	})
+	return nil
+}
+
+// track registers an open socket so Close can cut it; false after Close.
+func (t *Transport) track(nc net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.sockets[nc] = struct{}{}
+	return true
+}
+
+// closeSocket closes and forgets nc.
+func (t *Transport) closeSocket(nc net.Conn) {
+	t.mu.Lock()
+	delete(t.sockets, nc)
+	t.mu.Unlock()
+	_ = nc.Close()
+}
+
+func (t *Transport) isClosed() bool {
+	select {
+	case <-t.closing:
+		return true
+	default:
+		return false
+	}
+}
