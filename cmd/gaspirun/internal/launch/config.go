@@ -1,0 +1,238 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode"
+)
+
+// Exit codes of the launcher besides a propagated process exit code.
+const (
+	ExitTimeout     = 124 // --timeout expired (as timeout(1))
+	ExitInterrupted = 130 // Ctrl-C (128 + SIGINT)
+	ExitLost        = 1   // a rank lost its process and nobody took it over
+)
+
+// MaxProcs caps ranks plus spares: gaspirun starts every process on this
+// machine.
+const MaxProcs = 4096
+
+// DeathPolicy says what a process killed by a signal means for the job.
+type DeathPolicy string
+
+// Death policies.
+const (
+	// DeathAuto continues when the job has spares, and aborts without.
+	DeathAuto DeathPolicy = ""
+	// DeathContinue keeps the job going: the runtime detects the death and
+	// promotes a spare (or exits with its own code when none is left).
+	DeathContinue DeathPolicy = "continue"
+	// DeathAbort tears the job down and exits 128 + the signal number.
+	DeathAbort DeathPolicy = "abort"
+)
+
+// Config is one gaspirun invocation.
+type Config struct {
+	// Ranks is the number of ranks, N (-n), at least 1.
+	Ranks int
+	// Spares is the number of spare processes, K (--spares), at least 0.
+	// Processes N..N+K-1 start as spares.
+	Spares int
+	// Program is the program to run, a path or a name looked up on PATH;
+	// Args are its arguments.
+	Program string
+	Args    []string
+	// Timeout ends the whole job after this long (exit 124); 0: no limit.
+	Timeout time.Duration
+	// Hosts are host labels given to the processes (PGAS_HOST), filled host
+	// by host: process p gets Hosts[p / ProcsPerHost]. One machine can thus
+	// stand in for several hosts, for host-aware placement. Empty: every
+	// process gets this machine's hostname, unless ProcsPerHost is set.
+	Hosts []string
+	// ProcsPerHost is how many processes share a host label
+	// (--ranks-per-host; spares count too). With Hosts empty the labels are
+	// host0, host1, ...; with Hosts set and this 0, the processes are spread
+	// evenly over Hosts.
+	ProcsPerHost int
+	// StateDir is the job's state directory (PGAS_STATE_DIR), created if
+	// missing; empty: the processes keep state in memory.
+	StateDir string
+	// OnDeath is the policy for a process killed by a signal.
+	OnDeath DeathPolicy
+	// Quiet suppresses informational lines and the final summary; failures
+	// are still printed.
+	Quiet bool
+	// JobID names the job (PGAS_JOB_ID); empty: a random one.
+	JobID string
+	// Grace is how long processes get between SIGTERM and SIGKILL when the
+	// job is torn down or idle spares are stopped.
+	Grace time.Duration
+	// ExitSettle is how long a process's exit is held back waiting for its
+	// control connection to close, so that reports it sent just before
+	// exiting (a promoted spare's "role") are seen first.
+	ExitSettle time.Duration
+	// Env holds extra KEY=VALUE variables for every process. It may not set
+	// the PGAS_ variables of the contract; gaspirun sets those.
+	Env []string
+	// Stdout and Stderr receive the processes' prefixed output and the
+	// launcher's own lines (on Stderr). Nil: discarded.
+	Stdout, Stderr io.Writer
+	// Logger receives the rendezvous's diagnostics (refused connections).
+	// Nil: warnings go to Stderr.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the settings gaspirun uses; the caller sets Ranks,
+// Program and the rest from flags.
+func DefaultConfig() Config {
+	return Config{Grace: 3 * time.Second, ExitSettle: 500 * time.Millisecond}
+}
+
+// LocalConfig is DefaultConfig with short waits, for tests.
+func LocalConfig() Config {
+	return Config{Grace: 500 * time.Millisecond, ExitSettle: 300 * time.Millisecond}
+}
+
+// NumProcs is ranks plus spares.
+func (c Config) NumProcs() int { return c.Ranks + c.Spares }
+
+// Policy resolves DeathAuto.
+func (c Config) Policy() DeathPolicy {
+	if c.OnDeath == DeathAuto {
+		if c.Spares > 0 {
+			return DeathContinue
+		}
+		return DeathAbort
+	}
+	return c.OnDeath
+}
+
+// HostLabel is the PGAS_HOST of process p, or "" for this machine's
+// hostname.
+func (c Config) HostLabel(p int) string {
+	per := c.ProcsPerHost
+	if len(c.Hosts) > 0 {
+		if per == 0 {
+			per = (c.NumProcs() + len(c.Hosts) - 1) / len(c.Hosts)
+		}
+		return c.Hosts[min(p/per, len(c.Hosts)-1)]
+	}
+	if per > 0 {
+		return "host" + strconv.Itoa(p/per)
+	}
+	return ""
+}
+
+// Validate checks c without changing it. Errors are *FlagError values that
+// name the flag and say what to change.
+func (c Config) Validate() error {
+	if c.Ranks < 1 {
+		return &FlagError{Flag: "-n", Value: strconv.Itoa(c.Ranks), Problem: "the job needs at least 1 rank",
+			Fix: "say how many ranks to run, e.g. gaspirun -n 4 ./prog (gaspirun's flags go before the program)"}
+	}
+	if c.Spares < 0 {
+		return &FlagError{Flag: "--spares", Value: strconv.Itoa(c.Spares), Problem: "cannot be negative", Fix: "use 0 for no spares"}
+	}
+	if c.NumProcs() > MaxProcs {
+		return &FlagError{Flag: "-n", Value: strconv.Itoa(c.Ranks),
+			Problem: fmt.Sprintf("with --spares %d that is %d processes, and gaspirun starts at most %d on one machine", c.Spares, c.NumProcs(), MaxProcs),
+			Fix:     "use fewer ranks, or start the job under Slurm or Kubernetes"}
+	}
+	if err := checkProgram(c.Program); err != nil {
+		return err
+	}
+	if c.Timeout < 0 {
+		return &FlagError{Flag: "--timeout", Value: c.Timeout.String(), Problem: "cannot be negative", Fix: "use e.g. --timeout 10m, or 0 for no limit"}
+	}
+	if c.Grace <= 0 {
+		return &FlagError{Flag: "--grace", Value: c.Grace.String(), Problem: "must be positive", Fix: "use e.g. --grace 3s"}
+	}
+	if c.ExitSettle < 0 {
+		return &FlagError{Flag: "ExitSettle", Value: c.ExitSettle.String(), Problem: "cannot be negative"}
+	}
+	if c.ProcsPerHost < 0 {
+		return &FlagError{Flag: "--ranks-per-host", Value: strconv.Itoa(c.ProcsPerHost), Problem: "cannot be negative", Fix: "use e.g. --ranks-per-host 2"}
+	}
+	seen := map[string]bool{}
+	for _, h := range c.Hosts {
+		if h == "" {
+			return &FlagError{Flag: "--hosts", Value: strings.Join(c.Hosts, ","), Problem: "has an empty host label", Fix: "list labels separated by commas, e.g. --hosts a,b,c"}
+		}
+		if strings.IndexFunc(h, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0 {
+			return &FlagError{Flag: "--hosts", Value: strings.Join(c.Hosts, ","), Problem: fmt.Sprintf("label %q has a space or control character", h), Fix: "use short labels such as node1"}
+		}
+		if seen[h] {
+			return &FlagError{Flag: "--hosts", Value: strings.Join(c.Hosts, ","), Problem: fmt.Sprintf("label %q appears twice", h), Fix: "list each host once; --ranks-per-host says how many processes share one"}
+		}
+		seen[h] = true
+	}
+	if len(c.Hosts) > 0 && c.ProcsPerHost > 0 && len(c.Hosts)*c.ProcsPerHost < c.NumProcs() {
+		return &FlagError{Flag: "--ranks-per-host", Value: strconv.Itoa(c.ProcsPerHost),
+			Problem: fmt.Sprintf("%d hosts x %d processes leave no host for %d of the %d processes (ranks plus spares)",
+				len(c.Hosts), c.ProcsPerHost, c.NumProcs()-len(c.Hosts)*c.ProcsPerHost, c.NumProcs()),
+			Fix: fmt.Sprintf("use --ranks-per-host %d or list more --hosts", (c.NumProcs()+len(c.Hosts)-1)/len(c.Hosts))}
+	}
+	switch c.OnDeath {
+	case DeathAuto, DeathContinue, DeathAbort:
+	default:
+		return &FlagError{Flag: "--on-death", Value: string(c.OnDeath), Problem: "unknown policy", Fix: "use continue or abort"}
+	}
+	for _, kv := range c.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return &FlagError{Flag: "Env", Value: kv, Problem: "not KEY=VALUE"}
+		}
+		if isContractVar(k) {
+			return &FlagError{Flag: "Env", Value: kv, Problem: k + " is set by gaspirun for each process", Fix: "use the matching flag instead"}
+		}
+	}
+	return nil
+}
+
+func checkProgram(p string) error {
+	if p == "" {
+		return &FlagError{Flag: "PROGRAM", Problem: "no program given", Fix: "usage: gaspirun -n N [flags] [--] PROGRAM [ARGS...]"}
+	}
+	if _, err := exec.LookPath(p); err != nil {
+		fe := &FlagError{Flag: "PROGRAM", Value: p}
+		switch {
+		case errors.Is(err, exec.ErrNotFound):
+			fe.Problem = "not found on PATH"
+			fe.Fix = "give its path (e.g. ./" + p + ") or install it"
+		case errors.Is(err, exec.ErrDot):
+			fe.Problem = "found only in the current directory through PATH"
+			fe.Fix = "write ./" + p
+		case errors.Is(err, syscall.EISDIR):
+			fe.Problem = "is a directory, not an executable file"
+			fe.Fix = "give the program inside it"
+		case errors.Is(err, fs.ErrNotExist):
+			fe.Problem = "no such file"
+			fe.Fix = "check the path (build the program first?)"
+		case errors.Is(err, fs.ErrPermission):
+			fe.Problem = "is not an executable file"
+			fe.Fix = "make it executable (chmod +x) or give the program that runs it (e.g. python3 " + p + ")"
+		default:
+			fe.Problem = err.Error()
+		}
+		return fe
+	}
+	return nil
+}
+
+// isContractVar reports whether k is one of the variables gaspirun sets.
+func isContractVar(k string) bool {
+	switch k {
+	case "PGAS_PROC", "PGAS_NPROCS", "PGAS_NRANKS", "PGAS_SPARES", "PGAS_RENDEZVOUS", "PGAS_TOKEN",
+		"PGAS_HOST", "PGAS_JOB_ID", "PGAS_STATE_DIR", "PGAS_SERVE_RENDEZVOUS":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,211 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/bootstrap"
+)
+
+// The test binary doubles as the job's program and as a launcher, selected
+// by these variables (see TestMain).
+const (
+	roleVar = "GASPIRUN_TEST_ROLE" // "child", "sleeper" or "launcher"
+	modeVar = "GASPIRUN_TEST_MODE" // what a child does
+	dirVar  = "GASPIRUN_TEST_DIR"  // where "survive" children leave marks
+
+	// noRaceExitDelay keeps children built with -race from sleeping a
+	// second at exit.
+	noRaceExitDelay = "GORACE=atexit_sleep_ms=0"
+)
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(roleVar) {
+	case "child":
+		os.Exit(childMain(os.Getenv(modeVar)))
+	case "sleeper":
+		time.Sleep(time.Hour)
+		os.Exit(0)
+	case "launcher":
+		os.Exit(launcherMain())
+	}
+	os.Exit(m.Run())
+}
+
+func sleepForever() { time.Sleep(time.Hour) }
+
+// childMain is the job's program. Modes:
+//
+//	env      print the environment contract and the table, one line to stdout and one to stderr
+//	exit3    rank 1 exits 3; the others wait to be stopped
+//	hang     start a grandchild in the same process group, ignore SIGTERM, hang
+//	promote  rank 1 kills itself; the spare waits until rank 1's listener is gone,
+//	         reports that it holds rank 1, and exits 0
+//	survive  leave a pid file, print until the launcher is gone, mark that, wait for a stop file
+func childMain(mode string) int {
+	if mode == "hang" {
+		// The grandchild first, so the test sees it even on a slow machine.
+		gc := exec.Command(os.Args[0])
+		gc.Env = append(os.Environ(), roleVar+"=sleeper")
+		if err := gc.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 90
+		}
+		signal.Ignore(syscall.SIGTERM)
+		fmt.Printf("grandchild %d\n", gc.Process.Pid)
+	}
+	env, err := bootstrap.FromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 91
+	}
+	bootstrap.SurviveLauncherExit()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 92
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sess, table, err := bootstrap.RegisterWith(ctx, bootstrap.LocalClientConfig(), env, bootstrap.Member{Proc: env.Proc, Addr: ln.Addr().String()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 93
+	}
+	rank, isRank := env.InitialRank()
+	switch mode {
+	case "env":
+		fmt.Printf("proc=%d nprocs=%d nranks=%d host=%s job=%s state=%s launcher=%s token=%d serve=%v table=%d\n",
+			env.Proc, env.NumProcs, env.NumRanks, env.Host, env.JobID, env.StateDir, env.Launcher, len(env.Token), env.ServeRendezvous, table.NumProcs())
+		fmt.Fprintf(os.Stderr, "stderr line from %d\n", env.Proc)
+		if !isRank {
+			waitTerm()
+		}
+	case "exit3":
+		if rank == 1 {
+			fmt.Println("rank 1 failing")
+			return 3
+		}
+		fmt.Println("waiting")
+		sleepForever()
+	case "hang":
+		fmt.Println("ready")
+		sleepForever()
+	case "promote":
+		switch {
+		case rank == 1:
+			fmt.Println("dying")
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			sleepForever()
+		case !isRank:
+			// A refused dial is how a peer learns of a death.
+			for {
+				c, err := net.Dial("tcp", table.Members[1].Addr)
+				if err != nil {
+					break
+				}
+				c.Close()
+				select {
+				case <-ctx.Done():
+					return 94
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			sess.Report(bootstrap.Report{Kind: bootstrap.KindRole, Rank: 1, Epoch: 1})
+			fmt.Println("promoted")
+		}
+	case "survive":
+		dir := os.Getenv(dirVar)
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("pid.%d", env.Proc)), []byte(fmt.Sprint(os.Getpid())), 0o644)
+		tick := time.NewTicker(10 * time.Millisecond)
+		for lost := false; !lost; {
+			select {
+			case <-tick.C:
+				fmt.Println("tick")
+			case <-sess.Lost():
+				lost = true
+			case <-ctx.Done():
+				return 95
+			}
+		}
+		// The launcher is gone and so is the reader of our stdout: this
+		// write fails with EPIPE instead of killing us.
+		fmt.Println("still here")
+		fmt.Fprintln(os.Stderr, "still here")
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("lost.%d", env.Proc)), nil, 0o644)
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "stop")); err == nil {
+				return 0
+			}
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return 96
+			}
+		}
+	}
+	sess.Close()
+	return 0
+}
+
+func waitTerm() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM)
+	<-c
+}
+
+// launcherMain runs a job of "survive" children, for the test that kills
+// the launcher.
+func launcherMain() int {
+	cfg := LocalConfig()
+	cfg.Ranks = 2
+	cfg.Program = os.Args[0]
+	cfg.Env = []string{roleVar + "=child", modeVar + "=survive", dirVar + "=" + os.Getenv(dirVar), noRaceExitDelay}
+	cfg.Stdout, cfg.Stderr = os.Stdout, os.Stderr
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	return res.ExitCode
+}
+
+// alive reports whether pid is a running (not zombie) process.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// State is the field after the parenthesised command name.
+	for i := len(b) - 1; i > 0; i-- {
+		if b[i] == ')' && i+2 < len(b) {
+			return b[i+2] != 'Z'
+		}
+	}
+	return true
+}
+
+// waitGone fails the test unless every pid is gone within the deadline.
+func waitGone(t *testing.T, pids []int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d is still running", pid)
+			}
+			time.Sleep(10 * time.Millisecond) // real processes: poll with a deadline
+		}
+	}
+}

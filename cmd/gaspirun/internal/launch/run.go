@@ -1,0 +1,461 @@
+package launch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/internal/bootstrap"
+)
+
+// Result is how a job ended.
+type Result struct {
+	// ExitCode is what gaspirun exits with: 0, the failing process's exit
+	// code, 128+signal for a process killed under --on-death abort,
+	// ExitTimeout, ExitInterrupted (or 128+signal of the Interrupt), or
+	// ExitLost.
+	ExitCode int
+	// Reason says why the job failed; empty on success.
+	Reason string
+	// TimedOut and Interrupted say the job was cut short.
+	TimedOut, Interrupted bool
+	// Procs is one entry per process, by process id.
+	Procs []ProcResult
+	// Wall is the time from the first start to the last exit.
+	Wall time.Duration
+	// Summary is the final line gaspirun prints (without "gaspirun: ").
+	Summary string
+}
+
+// ProcResult is how one process ended.
+type ProcResult struct {
+	Proc    int
+	Pid     int
+	Host    string
+	Label   string         // output prefix at the end, e.g. "r2", "s5"
+	Code    int            // exit code; -1 when killed by a signal
+	Signal  syscall.Signal // 0 when it exited
+	Stopped bool           // gaspirun signalled it (teardown or idle spare)
+}
+
+// Run starts the job described by cfg and waits for it to end. Cancelling
+// ctx (the user's Ctrl-C; see Interrupt) tears the job down. The error is
+// non-nil only when the job could not be started (ErrConfig, ErrStart);
+// how the job ended is in the Result.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	path, err := exec.LookPath(cfg.Program)
+	if err != nil {
+		return Result{}, checkProgram(cfg.Program)
+	}
+	out := newOutput(cfg.Stdout, cfg.Stderr)
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(out.noticeWriter(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if cfg.StateDir != "" {
+		if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+			return Result{}, fmt.Errorf("%w: --state-dir %s: %v; give a directory you can write", ErrStart, cfg.StateDir, err)
+		}
+	}
+	jobID := cfg.JobID
+	if jobID == "" {
+		var b [4]byte
+		rand.Read(b[:])
+		jobID = "gaspirun-" + hex.EncodeToString(b[:])
+	}
+	hostname, err := os.Hostname()
+	if err != nil || hostname == "" {
+		hostname = "localhost"
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: rendezvous cannot listen on 127.0.0.1: %v", ErrStart, err)
+	}
+	token := auth.NewToken()
+	scfg := bootstrap.LocalServerConfig()
+	scfg.Listener = l
+	scfg.Token = token
+	scfg.NumProcs = cfg.NumProcs()
+	scfg.NumRanks = cfg.Ranks
+	scfg.JobID = jobID
+	scfg.Logger = logger
+	scfg.ReportBuffer = 4096
+	srv := bootstrap.NewServer(scfg)
+	srvDone := make(chan struct{})
+	go func() {
+		defer close(srvDone)
+		if err := srv.Serve(context.Background()); err != nil {
+			logger.Error("rendezvous stopped", "err", err)
+		}
+	}()
+	defer func() {
+		srv.Close()
+		<-srvDone
+	}()
+
+	j := &job{
+		cfg:   cfg,
+		path:  path,
+		out:   out,
+		srv:   srv,
+		tr:    newTracker(cfg.Ranks, cfg.NumProcs(), cfg.Policy()),
+		exits: make(chan exitEvent, cfg.NumProcs()),
+		base: bootstrap.Env{
+			NumProcs: cfg.NumProcs(), NumRanks: cfg.Ranks, Rendezvous: l.Addr().String(), Token: token,
+			JobID: jobID, StateDir: cfg.StateDir, Launcher: bootstrap.LauncherPGAS,
+		},
+		hostname: hostname,
+	}
+	start := time.Now()
+	for p := 0; p < cfg.NumProcs(); p++ {
+		if err := j.start(p); err != nil {
+			j.signalAll(syscall.SIGKILL)
+			for range j.procs {
+				<-j.exits
+			}
+			j.closePumps()
+			return Result{}, fmt.Errorf("%w: %v", ErrStart, err)
+		}
+	}
+	res := j.loop(ctx)
+	res.Wall = time.Since(start)
+	res.Summary = fmt.Sprintf("%s; exit %d; wall time %v", j.tr.summary(), res.ExitCode, res.Wall.Round(time.Millisecond))
+	if res.Reason != "" {
+		res.Summary = "job failed: " + res.Reason + "; " + res.Summary
+	}
+	if !cfg.Quiet {
+		out.notice(res.Summary)
+	}
+	return res, nil
+}
+
+type exitEvent struct {
+	proc int
+	info exitInfo
+}
+
+type proc struct {
+	id    int
+	pid   int
+	host  string
+	label atomic.Pointer[string]
+	files []*os.File // read ends of the output pipes
+}
+
+// job is the state of one Run. The loop goroutine owns tr; the pumps read
+// labels through proc.label.
+type job struct {
+	cfg      Config
+	path     string
+	out      *output
+	srv      *bootstrap.Server
+	tr       *tracker
+	base     bootstrap.Env
+	hostname string
+	procs    []*proc
+	exits    chan exitEvent
+	pumps    sync.WaitGroup
+}
+
+// childEnviron is the parent's environment without PGAS_ variables, then
+// the extra ones, then the contract.
+func childEnviron(extra, contract []string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "PGAS_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	out = append(out, extra...)
+	return append(out, contract...)
+}
+
+func (j *job) start(p int) error {
+	env := j.base
+	env.Proc = uint32(p)
+	env.Host = j.cfg.HostLabel(p)
+	if env.Host == "" {
+		env.Host = j.hostname
+	}
+	cmd := exec.Command(j.path, j.cfg.Args...)
+	cmd.Env = childEnviron(j.cfg.Env, env.Environ())
+	// Its own process group: a teardown kills the process and whatever it
+	// started, and the terminal's Ctrl-C reaches only gaspirun, which then
+	// tears down in order. No parent-death signal: the processes outlive a
+	// killed launcher.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return fmt.Errorf("process %d (%s): %v", p, j.path, err)
+	}
+	pr := &proc{id: p, pid: cmd.Process.Pid, host: env.Host, files: []*os.File{outR, errR}}
+	l := j.tr.label(p)
+	pr.label.Store(&l)
+	j.procs = append(j.procs, pr)
+	label := func() string { return *pr.label.Load() }
+	j.pumps.Add(2)
+	go func() { defer j.pumps.Done(); j.out.pump(outR, j.out.stdout, label) }()
+	go func() { defer j.pumps.Done(); j.out.pump(errR, j.out.stderr, label) }()
+	go func() {
+		cmd.Wait()
+		j.exits <- exitEvent{proc: p, info: exitInfoOf(cmd.ProcessState)}
+	}()
+	return nil
+}
+
+func exitInfoOf(ps *os.ProcessState) exitInfo {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitInfo{Code: -1, Signal: ws.Signal()}
+	}
+	return exitInfo{Code: ps.ExitCode()}
+}
+
+// signalAll signals the process group of every process started, whether
+// or not its leader has exited (what it started may still run).
+func (j *job) signalAll(sig syscall.Signal) {
+	for _, pr := range j.procs {
+		syscall.Kill(-pr.pid, sig)
+	}
+}
+
+// signalLive signals the process groups of the processes still running.
+func (j *job) signalLive(sig syscall.Signal, waited []bool) {
+	for _, pr := range j.procs {
+		if !waited[pr.id] {
+			syscall.Kill(-pr.pid, sig)
+		}
+	}
+}
+
+// loop runs until every process has exited and its exit was decided on.
+func (j *job) loop(ctx context.Context) Result {
+	n := len(j.procs)
+	var (
+		res       Result
+		waited    = make([]bool, n) // Wait returned
+		pending   = map[int]exitEvent{}
+		settleC   = make(chan int, n)
+		timers    []*time.Timer
+		handled   = 0
+		timeoutC  <-chan time.Time
+		killC     <-chan time.Time
+		ctxDone   = ctx.Done()
+		reports   = j.srv.Reports()
+		tornDown  = false
+		killTimer *time.Timer
+	)
+	if j.cfg.Timeout > 0 {
+		t := time.NewTimer(j.cfg.Timeout)
+		defer t.Stop()
+		timeoutC = t.C
+	}
+	defer func() {
+		for _, t := range timers {
+			t.Stop()
+		}
+		if killTimer != nil {
+			killTimer.Stop()
+		}
+	}()
+	armKill := func() {
+		if killTimer == nil {
+			killTimer = time.NewTimer(j.cfg.Grace)
+			killC = killTimer.C
+		}
+	}
+	apply := func(acts []action) {
+		for _, a := range acts {
+			switch a.kind {
+			case actNotice:
+				if a.important || !j.cfg.Quiet {
+					j.out.notice(a.text)
+				}
+			case actRelabel:
+				l := a.label
+				j.procs[a.proc].label.Store(&l)
+			case actTeardown:
+				tornDown = true
+				j.signalAll(syscall.SIGTERM)
+				armKill()
+			case actStop:
+				j.signalLive(syscall.SIGTERM, waited)
+				armKill()
+			case actKill:
+				j.signalAll(syscall.SIGKILL)
+			}
+		}
+	}
+	decide := func(ev exitEvent) {
+		delete(pending, ev.proc)
+		handled++
+		apply(j.tr.onExit(ev.proc, ev.info))
+	}
+	onReport := func(r bootstrap.Report) {
+		if r.Kind == bootstrap.KindRole {
+			// The exit of the rank's current holder, if already seen, came
+			// first: judge it as the death of the rank, not of a replaced
+			// process.
+			if old := j.tr.holderOf(r.Rank); old >= 0 && old != int(r.Proc) {
+				if ev, ok := pending[old]; ok {
+					decide(ev)
+				}
+			}
+		}
+		if r.Kind != bootstrap.KindDisconnected {
+			apply(j.tr.onReport(r))
+			return
+		}
+		if ev, ok := pending[int(r.Proc)]; ok {
+			decide(ev)
+		}
+	}
+	// drain applies the reports already delivered, without waiting.
+	drain := func() {
+		for reports != nil {
+			select {
+			case r, ok := <-reports:
+				if !ok {
+					reports = nil
+					return
+				}
+				onReport(r)
+			default:
+				return
+			}
+		}
+	}
+	for handled < n {
+		select {
+		case ev := <-j.exits:
+			waited[ev.proc] = true
+			if j.tr.phase != running || j.cfg.ExitSettle == 0 {
+				decide(ev)
+				continue
+			}
+			// Reports the process sent before exiting must be applied
+			// before its exit is judged. Once its connection is known to be
+			// closed, they are all in the channel; until then, hold the exit
+			// (for at most ExitSettle).
+			if !j.srv.Connected(uint32(ev.proc)) {
+				drain()
+				decide(ev)
+				continue
+			}
+			pending[ev.proc] = ev
+			p := ev.proc
+			timers = append(timers, time.AfterFunc(j.cfg.ExitSettle, func() { settleC <- p }))
+		case p := <-settleC:
+			if ev, ok := pending[p]; ok {
+				decide(ev)
+			}
+		case r, ok := <-reports:
+			if !ok {
+				reports = nil
+				continue
+			}
+			onReport(r)
+		case <-timeoutC:
+			timeoutC = nil
+			if j.tr.phase == running {
+				res.TimedOut = true
+			}
+			apply(j.tr.onAbort(ExitTimeout, fmt.Sprintf("timeout: the job ran longer than --timeout %v", j.cfg.Timeout)))
+		case <-ctxDone:
+			ctxDone = nil
+			code, why := ExitInterrupted, "interrupted"
+			var in *Interrupt
+			if errors.As(context.Cause(ctx), &in) {
+				code, why = in.ExitCode(), "interrupted by "+in.Signal.String()
+				if sig, ok := in.Signal.(syscall.Signal); ok {
+					why = "interrupted by " + signalName(sig)
+				}
+			}
+			if j.tr.phase == running {
+				res.Interrupted = true
+			}
+			apply(j.tr.onAbort(code, why))
+		case <-killC:
+			killC = nil
+			j.signalAll(syscall.SIGKILL)
+		}
+		// Pending exits are decided at once after a teardown: order no
+		// longer matters.
+		if j.tr.phase == aborting {
+			for _, ev := range pending {
+				decide(ev)
+			}
+		}
+	}
+	if tornDown || j.tr.phase == aborting {
+		// Whatever the processes started must not outlive the job.
+		j.signalAll(syscall.SIGKILL)
+	} else {
+		j.signalAll(syscall.SIGTERM)
+	}
+	j.closePumps()
+
+	res.ExitCode = j.tr.code
+	res.Reason = j.tr.reason
+	for _, pr := range j.procs {
+		ex := j.tr.exit[pr.id]
+		res.Procs = append(res.Procs, ProcResult{
+			Proc: pr.id, Pid: pr.pid, Host: pr.host, Label: *pr.label.Load(),
+			Code: ex.Code, Signal: ex.Signal, Stopped: j.tr.stopped[pr.id],
+		})
+	}
+	return res
+}
+
+// closePumps waits for the output pumps to drain (a process's children may
+// hold its pipes open), for at most the grace period, then closes the pipes.
+func (j *job) closePumps() {
+	done := make(chan struct{})
+	go func() {
+		j.pumps.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(j.cfg.Grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	for _, pr := range j.procs {
+		for _, f := range pr.files {
+			f.Close()
+		}
+	}
+	<-done
+}

@@ -1,0 +1,404 @@
+package launch
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gaspigo/gaspigo/internal/bootstrap"
+)
+
+// exitInfo is how a process ended.
+type exitInfo struct {
+	Code   int            // exit code; -1 when killed by a signal
+	Signal syscall.Signal // 0 when it exited
+}
+
+func (e exitInfo) ok() bool { return e.Signal == 0 && e.Code == 0 }
+
+func (e exitInfo) String() string {
+	if e.Signal != 0 {
+		return fmt.Sprintf("killed by signal %d (%s)", int(e.Signal), signalName(e.Signal))
+	}
+	return fmt.Sprintf("exited with code %d", e.Code)
+}
+
+type actKind int
+
+const (
+	actNotice   actKind = iota // print text (always when important, else unless quiet)
+	actRelabel                 // proc's output prefix becomes label
+	actTeardown                // SIGTERM every process group, SIGKILL after the grace
+	actStop                    // SIGTERM the processes still running (idle spares), SIGKILL after the grace
+	actKill                    // SIGKILL every process group now
+)
+
+type action struct {
+	kind      actKind
+	proc      int
+	label     string
+	text      string
+	important bool
+}
+
+type phase int
+
+const (
+	running   phase = iota
+	finishing       // every rank finished; idle spares are being stopped
+	aborting        // the job failed or was cut short; everything is being stopped
+)
+
+// tracker is the launcher's decision core: a pure state machine fed with
+// process exits, reports and interruptions, returning what to do. It knows
+// which process holds which rank, so it can tell a rank failure from the
+// exit of a replaced or idle process, and when the job is done.
+type tracker struct {
+	nRanks, nProcs int
+	policy         DeathPolicy // DeathContinue or DeathAbort
+
+	holder    []int    // rank -> process holding it, -1: lost
+	rankEpoch []uint64 // rank -> epoch of the last role report for it
+	rankOf    []int    // process -> rank it holds, -1: none
+	heldRank  []int    // process -> last rank it held, -1: never
+	replaced  []bool   // process lost its rank to another (fenced)
+	exited    []bool
+	exit      []exitInfo
+	stopped   []bool // the launcher signalled it
+	spareOK   int    // processes that never held a rank and exited 0 on their own
+
+	phase  phase
+	code   int
+	reason string
+}
+
+func newTracker(nRanks, nProcs int, policy DeathPolicy) *tracker {
+	t := &tracker{
+		nRanks: nRanks, nProcs: nProcs, policy: policy,
+		holder:    make([]int, nRanks),
+		rankEpoch: make([]uint64, nRanks),
+		rankOf:    make([]int, nProcs),
+		heldRank:  make([]int, nProcs),
+		replaced:  make([]bool, nProcs),
+		exited:    make([]bool, nProcs),
+		exit:      make([]exitInfo, nProcs),
+		stopped:   make([]bool, nProcs),
+	}
+	for r := range t.holder {
+		t.holder[r] = r
+	}
+	for p := range t.rankOf {
+		t.rankOf[p], t.heldRank[p] = -1, -1
+		if p < nRanks {
+			t.rankOf[p], t.heldRank[p] = p, p
+		}
+	}
+	return t
+}
+
+// label is the output prefix of process p, without brackets: "r2" for a
+// rank, "s5" for an idle spare, "p1" for a process that lost its rank.
+func (t *tracker) label(p int) string {
+	switch {
+	case t.rankOf[p] >= 0:
+		return fmt.Sprintf("r%d", t.rankOf[p])
+	case t.heldRank[p] >= 0:
+		return fmt.Sprintf("p%d", p)
+	default:
+		return fmt.Sprintf("s%d", p)
+	}
+}
+
+// describe names process p for messages.
+func (t *tracker) describe(p int) string {
+	switch {
+	case t.rankOf[p] >= 0:
+		return fmt.Sprintf("rank %d (process %d)", t.rankOf[p], p)
+	case t.heldRank[p] >= 0:
+		return fmt.Sprintf("process %d (formerly rank %d)", p, t.heldRank[p])
+	default:
+		return fmt.Sprintf("spare process %d", p)
+	}
+}
+
+// holderOf is the process holding rank r, or -1 (also for a bad r).
+func (t *tracker) holderOf(r int) int {
+	if r < 0 || r >= t.nRanks {
+		return -1
+	}
+	return t.holder[r]
+}
+
+func (t *tracker) live() int {
+	n := 0
+	for _, e := range t.exited {
+		if !e {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *tracker) done() bool { return t.live() == 0 }
+
+// onExit handles the end of process p.
+func (t *tracker) onExit(p int, ex exitInfo) []action {
+	if p < 0 || p >= t.nProcs || t.exited[p] {
+		return nil
+	}
+	t.exited[p] = true
+	t.exit[p] = ex
+	if t.phase != running || t.stopped[p] {
+		return nil
+	}
+	r := t.rankOf[p]
+	switch {
+	case ex.ok():
+		if t.heldRank[p] < 0 {
+			t.spareOK++
+		}
+		return t.check()
+	case t.replaced[p] && r < 0:
+		// Another process holds its rank now: whatever happens to this one
+		// (a fenced process exits with an error) is not a rank failure.
+		var acts []action
+		if ex.Signal != 0 {
+			acts = append(acts, action{kind: actNotice, important: true,
+				text: fmt.Sprintf("%s was %s after it was replaced; the job continues", t.describe(p), ex)})
+		} else {
+			acts = append(acts, action{kind: actNotice,
+				text: fmt.Sprintf("%s %s after it was replaced; ignored, the job continues", t.describe(p), ex)})
+		}
+		return append(acts, t.check()...)
+	case ex.Signal == 0:
+		return t.abort(ex.Code, fmt.Sprintf("%s %s", t.describe(p), ex))
+	case t.policy == DeathContinue:
+		what := t.describe(p)
+		var text string
+		if r >= 0 {
+			text = fmt.Sprintf("%s was %s; the job continues (the runtime recovers the rank)", what, ex)
+			t.holder[r] = -1
+			t.rankOf[p] = -1
+		} else {
+			text = fmt.Sprintf("%s was %s; the job continues with one spare fewer", what, ex)
+		}
+		acts := []action{{kind: actNotice, important: true, text: text}}
+		return append(acts, t.check()...)
+	default:
+		return t.abort(128+int(ex.Signal), fmt.Sprintf("%s was %s", t.describe(p), ex))
+	}
+}
+
+// onReport handles a status report from a process.
+func (t *tracker) onReport(r bootstrap.Report) []action {
+	p := int(r.Proc)
+	if p < 0 || p >= t.nProcs {
+		return nil
+	}
+	switch r.Kind {
+	case bootstrap.KindRole:
+		return t.onRole(p, r.Rank, r.Epoch)
+	case bootstrap.KindError:
+		return []action{{kind: actNotice, important: true, text: fmt.Sprintf("%s reported an error: %s", t.describe(p), oneLine(r.Text))}}
+	case bootstrap.KindEvent:
+		return []action{{kind: actNotice, text: fmt.Sprintf("[%s] %s", t.label(p), oneLine(r.Text))}}
+	}
+	return nil
+}
+
+func (t *tracker) onRole(p, rank int, epoch uint64) []action {
+	if rank >= t.nRanks {
+		return nil
+	}
+	var acts []action
+	if rank < 0 {
+		if cur := t.rankOf[p]; cur >= 0 {
+			t.holder[cur] = -1
+			t.rankOf[p] = -1
+			t.replaced[p] = true
+			acts = append(acts, action{kind: actRelabel, proc: p, label: t.label(p)},
+				action{kind: actNotice, text: fmt.Sprintf("process %d gave up rank %d (epoch %d)", p, cur, epoch)})
+		}
+		return append(acts, t.check()...)
+	}
+	if epoch < t.rankEpoch[rank] || t.holder[rank] == p {
+		return nil
+	}
+	t.rankEpoch[rank] = epoch
+	if cur := t.rankOf[p]; cur >= 0 && t.holder[cur] == p {
+		t.holder[cur] = -1
+	}
+	if old := t.holder[rank]; old >= 0 {
+		t.rankOf[old] = -1
+		t.replaced[old] = true
+		acts = append(acts, action{kind: actRelabel, proc: old, label: t.label(old)},
+			action{kind: actNotice, text: fmt.Sprintf("process %d no longer holds rank %d (replaced)", old, rank)})
+	}
+	was := t.describe(p)
+	if t.heldRank[p] < 0 && t.exited[p] && t.exit[p].ok() {
+		t.spareOK-- // counted as an idle spare; it ran the rank after all
+	}
+	t.holder[rank] = p
+	t.rankOf[p] = rank
+	t.heldRank[p] = rank
+	acts = append(acts, action{kind: actRelabel, proc: p, label: t.label(p)},
+		action{kind: actNotice, text: fmt.Sprintf("%s now holds rank %d (epoch %d)", was, rank, epoch)})
+	return append(acts, t.check()...)
+}
+
+// onAbort handles a timeout or an interruption.
+func (t *tracker) onAbort(code int, reason string) []action {
+	if t.phase == running {
+		return t.abort(code, reason)
+	}
+	// Already stopping: stop harder.
+	return []action{{kind: actKill}}
+}
+
+func (t *tracker) abort(code int, reason string) []action {
+	t.phase = aborting
+	t.code = code
+	t.reason = reason
+	n := t.stopAll()
+	text := reason
+	if n > 0 {
+		text += fmt.Sprintf("; stopping the other %d %s", n, plural(n, "process", "processes"))
+	}
+	return []action{{kind: actNotice, important: true, text: text}, {kind: actTeardown}}
+}
+
+// stopAll marks every running process as stopped by the launcher and
+// returns how many there are.
+func (t *tracker) stopAll() int {
+	n := 0
+	for p := range t.exited {
+		if !t.exited[p] {
+			t.stopped[p] = true
+			n++
+		}
+	}
+	return n
+}
+
+// check decides whether the job is over.
+func (t *tracker) check() []action {
+	if t.phase != running {
+		return nil
+	}
+	var lost []int
+	finished := true
+	for r, h := range t.holder {
+		switch {
+		case h < 0:
+			lost = append(lost, r)
+			finished = false
+		case !t.exited[h] || !t.exit[h].ok():
+			finished = false
+		}
+	}
+	if finished {
+		t.phase = finishing
+		if n := t.stopAll(); n > 0 {
+			return []action{
+				{kind: actNotice, text: fmt.Sprintf("all %d ranks finished; stopping the %d remaining %s (idle spares)", t.nRanks, n, plural(n, "process", "processes"))},
+				{kind: actStop},
+			}
+		}
+		return nil
+	}
+	if t.live() > 0 {
+		return nil
+	}
+	// Every process has ended, and some rank has no process that finished
+	// it. Ranks whose holder finished count as done.
+	othersDone := true
+	for _, h := range t.holder {
+		if h >= 0 && !t.exit[h].ok() {
+			othersDone = false
+		}
+	}
+	if othersDone && len(lost) <= t.spareOK {
+		// Spares finished on their own, so they ran the lost ranks, but no
+		// role report reached us.
+		t.phase = finishing
+		return []action{{kind: actNotice, text: fmt.Sprintf("%s lost %s process, and %d %s finished without reporting a promotion; assuming %s over",
+			rankList(lost), plural(len(lost), "its", "their"), t.spareOK, plural(t.spareOK, "spare", "spares"), plural(t.spareOK, "it took", "they took"))}}
+	}
+	t.phase = aborting
+	t.code = ExitLost
+	t.reason = fmt.Sprintf("%s lost %s process and no process took over (a promoted spare sends a %q report)",
+		rankList(lost), plural(len(lost), "its", "their"), bootstrap.KindRole)
+	return []action{{kind: actNotice, important: true, text: t.reason}}
+}
+
+// summary is the final line: processes, how they ended, exit status.
+func (t *tracker) summary() string {
+	counts := map[string]int{}
+	for p := range t.exited {
+		switch {
+		case !t.exited[p]:
+			counts["still running"]++
+		case t.stopped[p]:
+			counts["stopped by gaspirun"]++
+		case t.exit[p].ok():
+			counts["exited 0"]++
+		default:
+			counts[t.exit[p].String()]++
+		}
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if (keys[i] == "exited 0") != (keys[j] == "exited 0") {
+			return keys[i] == "exited 0"
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", counts[k], k)
+	}
+	spares := t.nProcs - t.nRanks
+	return fmt.Sprintf("%d %s (%d %s + %d %s): %s",
+		t.nProcs, plural(t.nProcs, "process", "processes"), t.nRanks, plural(t.nRanks, "rank", "ranks"),
+		spares, plural(spares, "spare", "spares"), strings.Join(parts, ", "))
+}
+
+// signalName is e.g. "SIGKILL", or the description for a signal without a
+// name.
+func signalName(s syscall.Signal) string {
+	if n := unix.SignalName(s); n != "" {
+		return n
+	}
+	return s.String()
+}
+
+func rankList(rs []int) string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = fmt.Sprint(r)
+	}
+	return plural(len(rs), "rank ", "ranks ") + strings.Join(s, ", ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// oneLine keeps a report's text on one output line.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' {
+			return ' '
+		}
+		return r
+	}, s)
+}

@@ -1,0 +1,194 @@
+package launch
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gaspigo/gaspigo/internal/bootstrap"
+)
+
+var (
+	ok     = exitInfo{Code: 0}
+	code3  = exitInfo{Code: 3}
+	killed = exitInfo{Code: -1, Signal: syscall.SIGKILL}
+	termed = exitInfo{Code: -1, Signal: syscall.SIGTERM}
+	role   = func(p, r int, e uint64) bootstrap.Report {
+		return bootstrap.Report{Proc: uint32(p), Kind: bootstrap.KindRole, Rank: r, Epoch: e}
+	}
+	actNames = map[actKind]string{actNotice: "notice", actRelabel: "relabel", actTeardown: "teardown", actStop: "stop", actKill: "kill"}
+)
+
+// trace renders actions compactly: "notice!:text" (important), "notice:text",
+// "relabel:2=r1", "teardown", "stop", "kill".
+func trace(acts []action) []string {
+	var out []string
+	for _, a := range acts {
+		s := actNames[a.kind]
+		switch a.kind {
+		case actNotice:
+			if a.important {
+				s += "!"
+			}
+			s += ":" + a.text
+		case actRelabel:
+			s += ":" + string(rune('0'+a.proc)) + "=" + a.label
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func expect(t *testing.T, step string, acts []action, want ...string) {
+	t.Helper()
+	got := trace(acts)
+	if len(got) != len(want) {
+		t.Fatalf("%s: actions %q, want %d matching %q", step, got, len(want), want)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Fatalf("%s: action %d = %q, want prefix %q (all: %q)", step, i, got[i], want[i], got)
+		}
+	}
+}
+
+func TestTrackerAllRanksFinishStopsSpares(t *testing.T) {
+	tr := newTracker(2, 3, DeathContinue)
+	if l := []string{tr.label(0), tr.label(1), tr.label(2)}; l[0] != "r0" || l[1] != "r1" || l[2] != "s2" {
+		t.Fatalf("labels %v", l)
+	}
+	expect(t, "rank 0 exits 0", tr.onExit(0, ok))
+	expect(t, "rank 1 exits 0", tr.onExit(1, ok),
+		"notice:all 2 ranks finished; stopping the 1 remaining process (idle spares)", "stop")
+	expect(t, "spare stopped", tr.onExit(2, termed))
+	if !tr.done() || tr.code != 0 || tr.reason != "" {
+		t.Fatalf("done=%v code=%d reason=%q", tr.done(), tr.code, tr.reason)
+	}
+	if s := tr.summary(); s != "3 processes (2 ranks + 1 spare): 2 exited 0, 1 stopped by gaspirun" {
+		t.Fatalf("summary %q", s)
+	}
+}
+
+func TestTrackerNonZeroExitAborts(t *testing.T) {
+	tr := newTracker(3, 3, DeathContinue)
+	expect(t, "rank 1 exits 3", tr.onExit(1, code3),
+		"notice!:rank 1 (process 1) exited with code 3; stopping the other 2 processes", "teardown")
+	expect(t, "others stopped", tr.onExit(0, termed))
+	expect(t, "a stopped process exiting non-zero changes nothing", tr.onExit(2, exitInfo{Code: 1}))
+	if tr.code != 3 || !strings.Contains(tr.reason, "rank 1 (process 1) exited with code 3") {
+		t.Fatalf("code=%d reason=%q", tr.code, tr.reason)
+	}
+	if s := tr.summary(); s != "3 processes (3 ranks + 0 spares): 1 exited with code 3, 2 stopped by gaspirun" {
+		t.Fatalf("summary %q", s)
+	}
+}
+
+func TestTrackerDeathContinuesAndSpareTakesOver(t *testing.T) {
+	tr := newTracker(2, 3, DeathContinue)
+	expect(t, "rank 1 killed", tr.onExit(1, killed),
+		"notice!:rank 1 (process 1) was killed by signal 9 (SIGKILL); the job continues")
+	expect(t, "promotion", tr.onReport(role(2, 1, 1)),
+		"relabel:2=r1", "notice:spare process 2 now holds rank 1 (epoch 1)")
+	expect(t, "rank 0 done", tr.onExit(0, ok))
+	expect(t, "new rank 1 done", tr.onExit(2, ok))
+	if tr.phase != finishing || tr.code != 0 || tr.label(2) != "r1" {
+		t.Fatalf("phase=%v code=%d label=%s", tr.phase, tr.code, tr.label(2))
+	}
+}
+
+func TestTrackerDeathAbortsWithoutSpares(t *testing.T) {
+	tr := newTracker(2, 2, DeathAbort)
+	expect(t, "rank 0 killed", tr.onExit(0, killed),
+		"notice!:rank 0 (process 0) was killed by signal 9 (SIGKILL); stopping the other 1 process", "teardown")
+	if tr.code != 128+9 {
+		t.Fatalf("code %d, want 137", tr.code)
+	}
+}
+
+func TestTrackerSpareDeath(t *testing.T) {
+	tr := newTracker(1, 2, DeathContinue)
+	expect(t, "spare killed", tr.onExit(1, killed),
+		"notice!:spare process 1 was killed by signal 9 (SIGKILL); the job continues with one spare fewer")
+	expect(t, "rank done", tr.onExit(0, ok))
+	if tr.phase != finishing || tr.code != 0 {
+		t.Fatalf("phase=%v code=%d", tr.phase, tr.code)
+	}
+}
+
+func TestTrackerLostRankFailsWhenNobodyTakesOver(t *testing.T) {
+	tr := newTracker(2, 3, DeathContinue)
+	tr.onExit(1, killed)
+	expect(t, "rank 0 done", tr.onExit(0, ok))
+	expect(t, "spare dies too", tr.onExit(2, killed),
+		"notice!:spare process 2 was killed", "notice!:rank 1 lost its process and no process took over")
+	if tr.code != ExitLost {
+		t.Fatalf("code %d, want %d", tr.code, ExitLost)
+	}
+}
+
+func TestTrackerSilentPromotionIsAccepted(t *testing.T) {
+	tr := newTracker(2, 3, DeathContinue)
+	tr.onExit(1, killed)
+	expect(t, "spare finishes without reporting", tr.onExit(2, ok))
+	expect(t, "rank 0 done", tr.onExit(0, ok),
+		"notice:rank 1 lost its process, and 1 spare finished without reporting a promotion")
+	if tr.phase != finishing || tr.code != 0 {
+		t.Fatalf("phase=%v code=%d", tr.phase, tr.code)
+	}
+}
+
+func TestTrackerRoleReportAfterExit(t *testing.T) {
+	// The report arrives after the promoted spare's exit was handled.
+	tr := newTracker(2, 3, DeathContinue)
+	tr.onExit(1, killed)
+	tr.onExit(2, ok)
+	expect(t, "late role", tr.onReport(role(2, 1, 1)), "relabel:2=r1", "notice:spare process 2 now holds rank 1")
+	if tr.spareOK != 0 {
+		t.Fatalf("spareOK = %d, want 0", tr.spareOK)
+	}
+	expect(t, "rank 0 done", tr.onExit(0, ok))
+	if tr.phase != finishing || tr.code != 0 {
+		t.Fatalf("phase=%v code=%d", tr.phase, tr.code)
+	}
+}
+
+func TestTrackerReplacedProcessIsFenced(t *testing.T) {
+	// Rank 1's process was declared failed (say it was paused) and a spare
+	// took over; when it wakes up and exits with an error, the job goes on.
+	tr := newTracker(2, 3, DeathContinue)
+	expect(t, "promotion", tr.onReport(role(2, 1, 4)),
+		"relabel:1=p1", "notice:process 1 no longer holds rank 1", "relabel:2=r1", "notice:spare process 2 now holds rank 1 (epoch 4)")
+	expect(t, "fenced exit", tr.onExit(1, exitInfo{Code: 5}),
+		"notice:process 1 (formerly rank 1) exited with code 5 after it was replaced; ignored, the job continues")
+	expect(t, "stale role", tr.onReport(role(1, 1, 3)))
+	expect(t, "rank 0", tr.onExit(0, ok))
+	expect(t, "rank 1", tr.onExit(2, ok))
+	if tr.phase != finishing || tr.code != 0 {
+		t.Fatalf("phase=%v code=%d", tr.phase, tr.code)
+	}
+}
+
+func TestTrackerTimeoutAndReports(t *testing.T) {
+	tr := newTracker(1, 2, DeathContinue)
+	expect(t, "event", tr.onReport(bootstrap.Report{Proc: 0, Kind: bootstrap.KindEvent, Text: "restored\ncheckpoint 3"}),
+		"notice:[r0] restored checkpoint 3")
+	expect(t, "error", tr.onReport(bootstrap.Report{Proc: 1, Kind: bootstrap.KindError, Text: "boom"}),
+		"notice!:spare process 1 reported an error: boom")
+	expect(t, "out of range", tr.onReport(role(7, 0, 1)))
+	expect(t, "rank out of range", tr.onReport(role(1, 5, 1)))
+	expect(t, "timeout", tr.onAbort(ExitTimeout, "timeout"), "notice!:timeout; stopping the other 2 processes", "teardown")
+	expect(t, "second signal", tr.onAbort(ExitInterrupted, "interrupted"), "kill")
+	if tr.code != ExitTimeout {
+		t.Fatalf("code %d", tr.code)
+	}
+}
+
+func TestTrackerReplacedProcessKilled(t *testing.T) {
+	tr := newTracker(2, 3, DeathAbort)
+	tr.onReport(role(2, 1, 1))
+	expect(t, "replaced process killed", tr.onExit(1, killed),
+		"notice!:process 1 (formerly rank 1) was killed by signal 9 (SIGKILL) after it was replaced; the job continues")
+	if tr.phase != running {
+		t.Fatalf("phase %v: a replaced process's death must not abort", tr.phase)
+	}
+}

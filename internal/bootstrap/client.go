@@ -1,0 +1,435 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/gaspigo/gaspigo/internal/auth"
+)
+
+// ClientConfig configures Register and the Session it returns.
+type ClientConfig struct {
+	// DialTimeout bounds one connection attempt to the rendezvous.
+	DialTimeout time.Duration
+	// HandshakeTimeout bounds the handshake, the hello and the rendezvous's
+	// acknowledgement on one connection. The wait for the table after that
+	// is bounded only by the ctx given to Register.
+	HandshakeTimeout time.Duration
+	// RetryInitial and RetryMax are the first and the largest delay between
+	// attempts (exponential backoff with jitter): the rendezvous may not be
+	// up yet when a process starts, e.g. under Slurm, where process 0 hosts
+	// it.
+	RetryInitial, RetryMax time.Duration
+	// AuthAttempts is how many handshakes in a row may fail before Register
+	// gives up with ErrAuth: a wrong token never gets better, a connection
+	// cut during the handshake does.
+	AuthAttempts int
+	// ReportQueue is how many reports Session.Report buffers; more are
+	// dropped and counted, so Report never blocks.
+	ReportQueue int
+	// WriteTimeout bounds sending one report; a rendezvous that does not
+	// take it within this time is considered gone.
+	WriteTimeout time.Duration
+	// FlushTimeout bounds how long Session.Close spends sending queued
+	// reports.
+	FlushTimeout time.Duration
+	// Logger receives retries (Debug) and the loss of the rendezvous (Info).
+	// Nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultClientConfig returns settings for a real job.
+func DefaultClientConfig() ClientConfig {
+	return ClientConfig{
+		DialTimeout:      5 * time.Second,
+		HandshakeTimeout: 10 * time.Second,
+		RetryInitial:     50 * time.Millisecond,
+		RetryMax:         time.Second,
+		AuthAttempts:     3,
+		ReportQueue:      256,
+		WriteTimeout:     2 * time.Second,
+		FlushTimeout:     time.Second,
+	}
+}
+
+// LocalClientConfig is DefaultClientConfig with shorter delays, for loopback
+// jobs and tests.
+func LocalClientConfig() ClientConfig {
+	c := DefaultClientConfig()
+	c.DialTimeout = time.Second
+	c.HandshakeTimeout = 3 * time.Second
+	c.RetryInitial = 10 * time.Millisecond
+	c.RetryMax = 200 * time.Millisecond
+	c.WriteTimeout = time.Second
+	c.FlushTimeout = 500 * time.Millisecond
+	return c
+}
+
+// Validate checks c without changing it.
+func (c ClientConfig) Validate() error {
+	switch {
+	case c.DialTimeout <= 0:
+		return fmt.Errorf("%w: ClientConfig.DialTimeout=%v, want > 0", ErrConfig, c.DialTimeout)
+	case c.HandshakeTimeout <= 0:
+		return fmt.Errorf("%w: ClientConfig.HandshakeTimeout=%v, want > 0", ErrConfig, c.HandshakeTimeout)
+	case c.RetryInitial <= 0 || c.RetryMax < c.RetryInitial:
+		return fmt.Errorf("%w: ClientConfig.RetryInitial=%v RetryMax=%v, want 0 < RetryInitial <= RetryMax", ErrConfig, c.RetryInitial, c.RetryMax)
+	case c.AuthAttempts < 1:
+		return fmt.Errorf("%w: ClientConfig.AuthAttempts=%d, want >= 1", ErrConfig, c.AuthAttempts)
+	case c.ReportQueue < 1:
+		return fmt.Errorf("%w: ClientConfig.ReportQueue=%d, want >= 1", ErrConfig, c.ReportQueue)
+	case c.WriteTimeout <= 0:
+		return fmt.Errorf("%w: ClientConfig.WriteTimeout=%v, want > 0", ErrConfig, c.WriteTimeout)
+	case c.FlushTimeout <= 0:
+		return fmt.Errorf("%w: ClientConfig.FlushTimeout=%v, want > 0", ErrConfig, c.FlushTimeout)
+	}
+	return nil
+}
+
+// Register registers self with the rendezvous named by env and returns
+// once every process has registered, with the member table. It uses
+// DefaultClientConfig; see RegisterWith.
+func Register(ctx context.Context, env Env, self Member) (*Session, Table, error) {
+	return RegisterWith(ctx, DefaultClientConfig(), env, self)
+}
+
+// RegisterWith is Register with explicit settings. It dials env.Rendezvous
+// with retries until ctx ends, authenticates with env.Token, sends self and
+// waits for the table. self.Proc must be env.Proc; an empty self.Host is
+// env.Host and a zero self.Pid is os.Getpid(). A connection lost while
+// waiting is redialled (the registration is repeated). Errors are
+// *RegisterError values wrapping ErrRendezvous (ctx ended; the text names
+// the last failure), ErrRejected, ErrAuth or ErrProtocol; bad arguments
+// return ErrEnv or ErrConfig at once.
+func RegisterWith(ctx context.Context, cfg ClientConfig, env Env, self Member) (*Session, Table, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, Table{}, err
+	}
+	if err := env.Validate(); err != nil {
+		return nil, Table{}, err
+	}
+	if self.Host == "" {
+		self.Host = env.Host
+	}
+	if self.Pid == 0 {
+		self.Pid = os.Getpid()
+	}
+	if self.Proc != env.Proc {
+		return nil, Table{}, fmt.Errorf("%w: Member.Proc=%d but the environment says process %d", ErrConfig, self.Proc, env.Proc)
+	}
+	if err := checkMember(self); err != nil {
+		return nil, Table{}, fmt.Errorf("%w: own member: %v", ErrConfig, err)
+	}
+	h := &envelope{Kind: msgHello, Hello: &hello{Version: protoVersion, NumProcs: env.NumProcs, NumRanks: env.NumRanks, JobID: env.JobID, Member: self}}
+	helloMsg, err := encodeMsg(h, MaxClientMessage)
+	if err != nil {
+		return nil, Table{}, fmt.Errorf("%w: own member does not fit a message (Extra too large?): %v", ErrConfig, err)
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	r := &registrar{cfg: cfg, env: env, self: self, hello: helloMsg, log: lg}
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(cfg.RetryInitial),
+		backoff.WithMaxInterval(cfg.RetryMax),
+		backoff.WithMaxElapsedTime(0))
+	res, err := backoff.RetryNotifyWithData(func() (attemptResult, error) { return r.attempt(ctx) },
+		backoff.WithContext(b, ctx),
+		func(err error, d time.Duration) {
+			lg.Debug("bootstrap: rendezvous attempt failed; retrying", "proc", env.Proc, "addr", env.Rendezvous, "attempt", r.attempts, "err", err, "in", d)
+		})
+	if err != nil {
+		if ctx.Err() != nil {
+			what := "the rendezvous was not reached"
+			if r.acked {
+				what = fmt.Sprintf("registered, but not all %d processes registered in time", env.NumProcs)
+			}
+			last := ""
+			if r.last != nil {
+				last = "; last attempt: " + r.last.Error()
+			}
+			err = fmt.Errorf("%w: %s (%w)%s; is the launcher (or process 0) running, and PGAS_RENDEZVOUS right?", ErrRendezvous, what, ctx.Err(), last)
+		}
+		return nil, Table{}, &RegisterError{Proc: env.Proc, Addr: env.Rendezvous, Attempts: r.attempts, Err: err}
+	}
+	return newSession(cfg, lg, self, res.conn), res.table, nil
+}
+
+type attemptResult struct {
+	conn  net.Conn
+	table Table
+}
+
+// registrar holds the state of one Register call across attempts.
+type registrar struct {
+	cfg       ClientConfig
+	env       Env
+	self      Member
+	hello     []byte
+	log       *slog.Logger
+	attempts  int
+	authFails int
+	acked     bool  // some attempt was acknowledged
+	last      error // the last attempt's failure
+}
+
+// aLongTimeAgo is a deadline in the past: it makes blocked I/O return.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) {
+	r.attempts++
+	defer func() {
+		// An attempt cut short by ctx says nothing new; keep the one before.
+		if err != nil && ctx.Err() == nil {
+			r.last = err
+		}
+	}()
+	d := net.Dialer{Timeout: r.cfg.DialTimeout}
+	c, err := d.DialContext(ctx, "tcp", r.env.Rendezvous)
+	if err != nil {
+		return res, fmt.Errorf("dial: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(aLongTimeAgo) })
+	ok := false
+	defer func() {
+		if !ok {
+			stop()
+			c.Close()
+		}
+	}()
+	c.SetDeadline(time.Now().Add(r.cfg.HandshakeTimeout))
+	peer, err := auth.Handshake(c, r.env.Token, auth.PurposeRendezvous, r.env.Proc, true)
+	if err != nil {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		if errors.Is(err, auth.ErrAuth) {
+			r.authFails++
+			if r.authFails >= r.cfg.AuthAttempts {
+				return res, backoff.Permanent(fmt.Errorf("%w (%d times in a row): %v; PGAS_TOKEN must be the same as the launcher's, and PGAS_RENDEZVOUS must point at this job's rendezvous",
+					ErrAuth, r.authFails, err))
+			}
+		}
+		return res, fmt.Errorf("handshake: %w", err)
+	}
+	r.authFails = 0
+	if peer != ServerID {
+		return res, backoff.Permanent(fmt.Errorf("%w: the peer at %s presented id %d, not the rendezvous's; PGAS_RENDEZVOUS points at something else", ErrProtocol, r.env.Rendezvous, peer))
+	}
+	if _, err := c.Write(r.hello); err != nil {
+		return res, fmt.Errorf("send hello: %w", err)
+	}
+	for {
+		m, err := readMsg(c, MaxServerMessage)
+		if err != nil {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			if errors.Is(err, ErrProtocol) || errors.Is(err, ErrTooLarge) {
+				return res, backoff.Permanent(err)
+			}
+			return res, fmt.Errorf("connection to the rendezvous lost while waiting for the table: %w", err)
+		}
+		switch m.Kind {
+		case msgAck:
+			r.acked = true
+			// From here the wait is bounded by ctx only: the other
+			// processes may take long to start.
+			c.SetDeadline(time.Time{})
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			r.log.Debug("bootstrap: registered; waiting for the table", "proc", r.env.Proc)
+		case msgReject:
+			return res, backoff.Permanent(&RejectedError{Proc: r.env.Proc, Reason: m.Reason})
+		case msgTable:
+			t := *m.Table
+			if err := r.checkTable(t); err != nil {
+				return res, backoff.Permanent(err)
+			}
+			if !stop() {
+				return res, ctx.Err()
+			}
+			c.SetDeadline(time.Time{})
+			ok = true
+			return attemptResult{conn: c, table: t}, nil
+		default:
+			return res, backoff.Permanent(fmt.Errorf("%w: unexpected message kind %d while waiting for the table", ErrProtocol, m.Kind))
+		}
+	}
+}
+
+func (r *registrar) checkTable(t Table) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if len(t.Members) != r.env.NumProcs || t.NumRanks != r.env.NumRanks {
+		return fmt.Errorf("%w: table has %d processes and %d ranks, this process expects %d and %d",
+			ErrProtocol, len(t.Members), t.NumRanks, r.env.NumProcs, r.env.NumRanks)
+	}
+	if !sameProcess(t.Members[r.env.Proc], r.self) {
+		return fmt.Errorf("%w: the table lists process %d as pid %d at %s, not this process",
+			ErrProtocol, r.env.Proc, t.Members[r.env.Proc].Pid, t.Members[r.env.Proc].Addr)
+	}
+	return nil
+}
+
+// Session is a process's control connection to the rendezvous, open after
+// Register until Close. Losing it never fails the process: reports are then
+// dropped, and Lost is closed.
+type Session struct {
+	cfg  ClientConfig
+	log  *slog.Logger
+	self Member
+	conn net.Conn
+	srv  *Server // hosted in this process by Join, or nil
+
+	mu      sync.RWMutex // guards closed and the queue's closing
+	closed  bool
+	queue   chan Report
+	lost    chan struct{}
+	lostMu  sync.Once
+	dropped atomic.Uint64
+
+	writerDone chan struct{}
+	wg         sync.WaitGroup // writer and reader
+	closeOnce  sync.Once
+}
+
+func newSession(cfg ClientConfig, lg *slog.Logger, self Member, c net.Conn) *Session {
+	s := &Session{
+		cfg:        cfg,
+		log:        lg,
+		self:       self,
+		conn:       c,
+		queue:      make(chan Report, cfg.ReportQueue),
+		lost:       make(chan struct{}),
+		writerDone: make(chan struct{}),
+	}
+	s.wg.Add(2)
+	go s.writer()
+	go s.reader()
+	return s
+}
+
+// Self is the member this process registered.
+func (s *Session) Self() Member { return s.self }
+
+// Lost is closed when the control connection is gone (the launcher or the
+// hosting process exited, or Close was called).
+func (s *Session) Lost() <-chan struct{} { return s.lost }
+
+// Dropped counts reports that were not sent: queue full, connection lost,
+// or sent after Close.
+func (s *Session) Dropped() uint64 { return s.dropped.Load() }
+
+// Server is the rendezvous this process hosts (Join with
+// Env.ServeRendezvous), or nil.
+func (s *Session) Server() *Server { return s.srv }
+
+// Report queues r for the rendezvous and returns at once. It is best
+// effort: when the queue is full or the connection is gone, r is dropped and
+// counted. Proc is set to this process; Text is cut to MaxReportText. Safe
+// for concurrent use, also after Close.
+func (s *Session) Report(r Report) {
+	r.Proc = s.self.Proc
+	if len(r.Text) > MaxReportText {
+		r.Text = r.Text[:MaxReportText]
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.isLost() {
+		s.dropped.Add(1)
+		return
+	}
+	select {
+	case s.queue <- r:
+	default:
+		s.dropped.Add(1)
+	}
+}
+
+func (s *Session) isLost() bool {
+	select {
+	case <-s.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Session) markLost(err error) {
+	s.lostMu.Do(func() {
+		close(s.lost)
+		s.mu.RLock()
+		closing := s.closed
+		s.mu.RUnlock()
+		if !closing {
+			s.log.Info("bootstrap: lost the connection to the rendezvous; carrying on without it",
+				"proc", s.self.Proc, "err", err)
+		}
+		s.conn.Close()
+	})
+}
+
+func (s *Session) writer() {
+	defer s.wg.Done()
+	defer close(s.writerDone)
+	for r := range s.queue {
+		if s.isLost() {
+			s.dropped.Add(1)
+			continue
+		}
+		s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		if err := writeMsg(s.conn, &envelope{Kind: msgReport, Report: &r}, MaxClientMessage); err != nil {
+			s.dropped.Add(1)
+			s.markLost(err)
+		}
+	}
+}
+
+func (s *Session) reader() {
+	defer s.wg.Done()
+	for {
+		// The rendezvous sends nothing after the table today; reading
+		// detects its loss, and skips whatever later versions may send.
+		if _, err := readMsg(s.conn, MaxServerMessage); err != nil {
+			if errors.Is(err, ErrProtocol) {
+				continue
+			}
+			s.markLost(err)
+			return
+		}
+	}
+}
+
+// Close sends what is queued (for at most FlushTimeout), closes the
+// connection, waits for the session's goroutines and, when this process
+// hosts the rendezvous, closes that too. Idempotent.
+func (s *Session) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.queue)
+		s.mu.Unlock()
+		t := time.AfterFunc(s.cfg.FlushTimeout, func() { s.conn.Close() })
+		<-s.writerDone
+		t.Stop()
+		s.markLost(ErrClosed)
+		s.wg.Wait()
+		if s.srv != nil {
+			s.srv.Close()
+		}
+	})
+	return nil
+}

@@ -1,0 +1,102 @@
+// Package bootstrap starts a job: it tells each process who it is (the
+// environment contract) and lets the processes find each other (the
+// rendezvous).
+//
+// A job has N ranks and K spares, N+K processes. Each has a fixed process
+// id, Proc, 0..N+K-1. Processes 0..N-1 hold ranks 0..N-1 at start; the
+// others are spares until the membership promotes them.
+//
+// # Environment contract
+//
+// gaspirun sets these variables for every process, all but PGAS_SPARES and
+// PGAS_SERVE_RENDEZVOUS (bootstrap.Env.Environ makes them; bootstrap.FromEnv
+// reads them):
+//
+//	PGAS_PROC              this process's id, 0..PGAS_NPROCS-1 (required)
+//	PGAS_NPROCS            number of processes, ranks plus spares, 1..65536 (required)
+//	PGAS_NRANKS            number of ranks, 1..PGAS_NPROCS; default PGAS_NPROCS - PGAS_SPARES
+//	PGAS_SPARES            number of spares (default 0); if PGAS_NRANKS is set too, they must agree
+//	PGAS_RENDEZVOUS        host:port of the rendezvous server (required)
+//	PGAS_TOKEN             the job token in hex, auth.FormatToken, at least 32 digits (required)
+//	PGAS_HOST              host label; default SLURMD_NODENAME under Slurm, else the hostname.
+//	                       Processes with equal labels count as one machine, so one machine
+//	                       can stand in for several hosts.
+//	PGAS_JOB_ID            job name for logs and state files; default SLURM_JOB_ID under Slurm, else empty
+//	PGAS_STATE_DIR         the job's state directory (Raft logs, disk checkpoints; one
+//	                       subdirectory per process id); empty: memory only
+//	PGAS_SERVE_RENDEZVOUS  1: this process hosts the rendezvous itself, listening on
+//	                       PGAS_RENDEZVOUS; 0: it does not. Default 0 when PGAS_PROC is
+//	                       set (gaspirun); under the launchers below, 1 for process 0 only.
+//
+// Empty values count as unset. When PGAS_PROC is unset, the process id and
+// count come from the first of these that is present:
+//
+//	Slurm (srun)             SLURM_PROCID, SLURM_NTASKS (or SLURM_NPROCS); also SLURM_JOB_ID, SLURMD_NODENAME
+//	Open MPI (mpirun)        OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
+//	PMI (MPICH, Intel MPI)   PMI_RANK, PMI_SIZE
+//	Kubernetes Indexed Job   JOB_COMPLETION_INDEX, and PGAS_NPROCS (required: the Job's completions)
+//
+// Under those launchers the user must still set PGAS_RENDEZVOUS (an address
+// process 0 can listen on and everyone can reach) and PGAS_TOKEN (the same
+// secret everywhere, e.g. from `gaspirun --new-token`); PGAS_NRANKS
+// defaults to the process count, or PGAS_SPARES=K leaves K spares; and
+// process 0 hosts the rendezvous. A PGAS_NPROCS that disagrees with the
+// launcher's count is an error. FromEnv reports a bad or missing variable
+// as a *bootstrap.EnvError that names it, its value and what to do.
+//
+// # Rendezvous protocol
+//
+// Each process binds its own data-plane listener first, then connects to
+// the rendezvous over TCP and runs auth.Handshake with
+// auth.PurposeRendezvous (the process presents its Proc, the server
+// ServerID). Messages are msgpack (github.com/vmihailenco/msgpack/v5)
+// envelopes behind a 4-byte big-endian length, capped at MaxClientMessage
+// from a process and MaxServerMessage from the server. The process sends a
+// hello (protocol version, its NumProcs, NumRanks and JobID, and its
+// Member); the server answers with an ack, or a reject with a reason (a
+// duplicate id, an id out of range, a different job shape), then sends the
+// complete Table to everyone once all processes have registered. A process
+// that disconnects before that is unregistered, and the same process (same
+// Proc, Pid, Host and Addr) may register again, also after completion, and
+// gets the table. After the table the connection stays open as a control
+// channel: the process sends Reports; the server sends nothing.
+//
+// The rendezvous is not needed after the table: losing it never fails a
+// process. Session.Report drops reports when it is gone, and Session.Lost
+// says so. SurviveLauncherExit keeps a process alive when the launcher
+// that pipes its output dies.
+//
+// # Usage
+//
+//	env, err := bootstrap.FromEnv()
+//	if err != nil {
+//		log.Fatal(err) // names the variable and what to set
+//	}
+//	bootstrap.SurviveLauncherExit()
+//	ln, _ := net.Listen("tcp", ":0") // the data plane, bound first
+//	self := bootstrap.Member{Proc: env.Proc, Addr: advertised(ln), Extra: map[string]string{"raft": raftAddr}}
+//	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+//	sess, table, err := bootstrap.Join(ctx, bootstrap.DefaultClientConfig(), env, self)
+//	cancel()
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer sess.Close()
+//	// ... dial table.Members[p].Addr ...
+//	sess.Report(bootstrap.Report{Kind: bootstrap.KindRole, Rank: 2, Epoch: 3}) // a spare was promoted
+//
+// # Concurrency and ownership
+//
+// A Server owns its listener and one goroutine per connection; Serve owns
+// the accept loop, and Close (or the end of Serve's ctx) stops everything
+// and waits. A table broadcast in progress is allowed to finish (bounded by
+// WriteTimeout) before connections are closed. Reports are delivered on a
+// buffered channel without ever blocking: a full channel drops and counts.
+// Lock order: Server.mu before a connection's write lock.
+//
+// A Session owns two goroutines (a report writer and a reader that notices
+// the loss of the connection); Close flushes queued reports for at most
+// FlushTimeout and waits for both. Report never blocks and may be called
+// from any goroutine, also after Close. A Session made by Join also owns the
+// in-process Server and closes it.
+package bootstrap

@@ -1,0 +1,412 @@
+package bootstrap
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/gaspigo/gaspigo/internal/auth"
+)
+
+// Names of the variables of the environment contract. See the package
+// documentation for their meaning.
+const (
+	VarProc            = "PGAS_PROC"
+	VarNumProcs        = "PGAS_NPROCS"
+	VarNumRanks        = "PGAS_NRANKS"
+	VarSpares          = "PGAS_SPARES"
+	VarRendezvous      = "PGAS_RENDEZVOUS"
+	VarToken           = "PGAS_TOKEN"
+	VarHost            = "PGAS_HOST"
+	VarJobID           = "PGAS_JOB_ID"
+	VarStateDir        = "PGAS_STATE_DIR"
+	VarServeRendezvous = "PGAS_SERVE_RENDEZVOUS"
+)
+
+// MaxProcs caps the number of processes of one job (ranks plus spares). It
+// bounds the size of the member table every process receives.
+const MaxProcs = 1 << 16
+
+// maxHostLen bounds a host label (a DNS name is at most 253 bytes).
+const maxHostLen = 255
+
+// Launcher names what started the process, i.e. which variables FromEnv
+// read the process id and count from.
+type Launcher string
+
+// Launchers that FromEnv recognises, in the order it looks for them.
+const (
+	LauncherPGAS       Launcher = "pgas"       // PGAS_PROC: gaspirun, or set by hand
+	LauncherSlurm      Launcher = "slurm"      // SLURM_PROCID, SLURM_NTASKS (srun)
+	LauncherOpenMPI    Launcher = "openmpi"    // OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (mpirun)
+	LauncherPMI        Launcher = "pmi"        // PMI_RANK, PMI_SIZE (MPICH hydra, Intel MPI)
+	LauncherKubernetes Launcher = "kubernetes" // JOB_COMPLETION_INDEX (Indexed Job) plus PGAS_NPROCS
+)
+
+// Env is what a process learns from its environment: who it is, how big the
+// job is, and where and how to find the others.
+type Env struct {
+	// Proc is this process's fixed id, 0..NumProcs-1. Processes below
+	// NumRanks start holding rank Proc; the others start as spares.
+	Proc uint32
+	// NumProcs is the number of processes of the job, ranks plus spares.
+	NumProcs int
+	// NumRanks is the number of ranks, 1..NumProcs.
+	NumRanks int
+	// Rendezvous is the host:port of the rendezvous server.
+	Rendezvous string
+	// Token is the job's secret (auth.NewToken); every connection of the job
+	// authenticates with it.
+	Token []byte
+	// Host is the label of the host this process runs on. Processes with the
+	// same label are treated as sharing a machine (for mirror placement). It
+	// need not be a real hostname: one machine can stand in for several.
+	Host string
+	// JobID names the job in logs and state files; may be empty.
+	JobID string
+	// StateDir is the job's state directory (Raft logs, disk checkpoints);
+	// empty means state is kept in memory only. Processes use a subdirectory
+	// per process id inside it.
+	StateDir string
+	// ServeRendezvous says this process hosts the rendezvous itself, by
+	// listening on Rendezvous (see ServeInProcess and Join).
+	ServeRendezvous bool
+	// Launcher says which variables the process id came from.
+	Launcher Launcher
+}
+
+// NumSpares is the number of spare processes: NumProcs - NumRanks.
+func (e Env) NumSpares() int { return e.NumProcs - e.NumRanks }
+
+// InitialRank returns the rank this process holds at start, and false for
+// a spare.
+func (e Env) InitialRank() (rank int, ok bool) {
+	if int64(e.Proc) < int64(e.NumRanks) {
+		return int(e.Proc), true
+	}
+	return -1, false
+}
+
+// LogValue keeps the token out of logs.
+func (e Env) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Any("proc", e.Proc),
+		slog.Int("nprocs", e.NumProcs),
+		slog.Int("nranks", e.NumRanks),
+		slog.String("rendezvous", e.Rendezvous),
+		slog.String("host", e.Host),
+		slog.String("job", e.JobID),
+		slog.String("launcher", string(e.Launcher)),
+		slog.Bool("serve_rendezvous", e.ServeRendezvous),
+	)
+}
+
+// String describes e without the token.
+func (e Env) String() string {
+	return fmt.Sprintf("proc %d of %d (%d ranks), host %q, rendezvous %s, launcher %s",
+		e.Proc, e.NumProcs, e.NumRanks, e.Host, e.Rendezvous, e.Launcher)
+}
+
+// FromEnv reads the process's environment. See FromLookup.
+func FromEnv() (Env, error) { return FromLookup(os.LookupEnv) }
+
+// foreign describes a launcher whose variables FromLookup also accepts.
+type foreign struct {
+	launcher Launcher
+	name     string   // for messages
+	procVar  string   // this process's index
+	sizeVars []string // the number of processes, first set wins; none: PGAS_NPROCS is required
+	jobVar   string   // job id, optional
+	hostVar  string   // host name, optional
+	example  string   // how to set PGAS_RENDEZVOUS under this launcher
+}
+
+var foreigns = []foreign{
+	{LauncherSlurm, "Slurm", "SLURM_PROCID", []string{"SLURM_NTASKS", "SLURM_NPROCS"}, "SLURM_JOB_ID", "SLURMD_NODENAME",
+		`e.g. export PGAS_RENDEZVOUS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):29400`},
+	{LauncherOpenMPI, "Open MPI", "OMPI_COMM_WORLD_RANK", []string{"OMPI_COMM_WORLD_SIZE"}, "", "",
+		"e.g. mpirun -x PGAS_RENDEZVOUS=firsthost:29400 -x PGAS_TOKEN ..."},
+	{LauncherPMI, "PMI", "PMI_RANK", []string{"PMI_SIZE"}, "", "",
+		"e.g. mpiexec -genv PGAS_RENDEZVOUS firsthost:29400 -genv PGAS_TOKEN ... "},
+	{LauncherKubernetes, "a Kubernetes Indexed Job", "JOB_COMPLETION_INDEX", nil, "", "",
+		"e.g. PGAS_RENDEZVOUS=<job>-0.<headless-service>:29400 in the pod template"},
+}
+
+// FromLookup builds an Env from the variables lookup returns (os.LookupEnv
+// in FromEnv). PGAS_PROC takes precedence; without it the Slurm, Open MPI,
+// PMI and Kubernetes variables are tried in that order. Empty values count
+// as unset. The result is validated; errors are *EnvError values naming the
+// variable, its value and what to do.
+func FromLookup(lookup func(string) (string, bool)) (Env, error) {
+	get := func(name string) (string, bool) {
+		v, ok := lookup(name)
+		v = strings.TrimSpace(v)
+		return v, ok && v != ""
+	}
+	var e Env
+	var (
+		procVar, procVal string
+		sizeVar, sizeVal string
+		how              string // for messages: what started us
+		example          string
+	)
+	if v, ok := get(VarProc); ok {
+		e.Launcher = LauncherPGAS
+		procVar, procVal = VarProc, v
+		how = "gaspirun (PGAS_PROC is set)"
+		sizeVar = VarNumProcs
+		var ok2 bool
+		if sizeVal, ok2 = get(VarNumProcs); !ok2 {
+			return Env{}, &EnvError{Var: VarNumProcs, Unset: true,
+				Problem: "PGAS_PROC is set, so the PGAS variables are in use",
+				Fix:     "set PGAS_NPROCS to the number of processes of the job (ranks plus spares), or start the program with gaspirun"}
+		}
+	} else {
+		var f *foreign
+		for i := range foreigns {
+			if v, ok := get(foreigns[i].procVar); ok {
+				f = &foreigns[i]
+				procVar, procVal = f.procVar, v
+				break
+			}
+		}
+		if f == nil {
+			return Env{}, &EnvError{Var: VarProc, Unset: true,
+				Problem: "the program was not started by gaspirun, and no Slurm (SLURM_PROCID), Open MPI (OMPI_COMM_WORLD_RANK), PMI (PMI_RANK) or Kubernetes (JOB_COMPLETION_INDEX) variables are set",
+				Fix:     "run it with gaspirun -n N PROGRAM, or set PGAS_PROC, PGAS_NPROCS, PGAS_RENDEZVOUS and PGAS_TOKEN yourself"}
+		}
+		e.Launcher = f.launcher
+		how = f.name + " (" + f.procVar + " is set)"
+		example = f.example
+		for _, sv := range f.sizeVars {
+			if v, ok := get(sv); ok {
+				sizeVar, sizeVal = sv, v
+				break
+			}
+		}
+		if pv, ok := get(VarNumProcs); ok {
+			if sizeVar != "" && pv != sizeVal {
+				return Env{}, &EnvError{Var: VarNumProcs, Value: pv,
+					Problem: fmt.Sprintf("disagrees with %s=%s", sizeVar, sizeVal),
+					Fix:     fmt.Sprintf("unset PGAS_NPROCS (it defaults to %s) or make the two equal", sizeVar)}
+			}
+			sizeVar, sizeVal = VarNumProcs, pv
+		}
+		if sizeVar == "" {
+			fix := "set PGAS_NPROCS to the number of processes of the job (ranks plus spares)"
+			if f.launcher == LauncherKubernetes {
+				fix = "set PGAS_NPROCS to the Job's .spec.completions (Indexed Jobs do not export it)"
+			}
+			return Env{}, &EnvError{Var: VarNumProcs, Unset: true,
+				Problem: "started by " + how + " but the number of processes is unknown", Fix: fix}
+		}
+		if v, ok := get(f.jobVar); ok && f.jobVar != "" {
+			e.JobID = v
+		}
+		if v, ok := get(f.hostVar); ok && f.hostVar != "" {
+			e.Host = v
+		}
+	}
+
+	n, err := parseCount(sizeVar, sizeVal, 1, MaxProcs,
+		"set it to the number of processes of the job (ranks plus spares)")
+	if err != nil {
+		return Env{}, err
+	}
+	e.NumProcs = n
+	p, err := parseCount(procVar, procVal, 0, n-1,
+		fmt.Sprintf("process ids run from 0 to %d (%s=%d); give each process a distinct id in that range", n-1, sizeVar, n))
+	if err != nil {
+		return Env{}, err
+	}
+	e.Proc = uint32(p)
+
+	e.NumRanks = n
+	spares, haveSpares := get(VarSpares)
+	if haveSpares {
+		k, err := parseCount(VarSpares, spares, 0, n-1,
+			fmt.Sprintf("it must leave at least one rank: 0..%d for %s=%d", n-1, sizeVar, n))
+		if err != nil {
+			return Env{}, err
+		}
+		e.NumRanks = n - k
+	}
+	if v, ok := get(VarNumRanks); ok {
+		r, err := parseCount(VarNumRanks, v, 1, n,
+			fmt.Sprintf("it must be 1..%d (%s=%d; the rest are spares)", n, sizeVar, n))
+		if err != nil {
+			return Env{}, err
+		}
+		if haveSpares && r != e.NumRanks {
+			return Env{}, &EnvError{Var: VarNumRanks, Value: v,
+				Problem: fmt.Sprintf("disagrees with PGAS_SPARES=%s and %s=%d (%d+%s != %d)", spares, sizeVar, n, r, spares, n),
+				Fix:     "set only one of PGAS_NRANKS and PGAS_SPARES"}
+		}
+		e.NumRanks = r
+	}
+
+	rv, ok := get(VarRendezvous)
+	if !ok {
+		fix := "set it to the host:port of the rendezvous (gaspirun sets it for you)"
+		if e.Launcher != LauncherPGAS {
+			fix = fmt.Sprintf("under %s you must set it yourself, to a host:port that process 0 can listen on and every process can reach; process 0 hosts the rendezvous there (%s)", how, example)
+		}
+		return Env{}, &EnvError{Var: VarRendezvous, Unset: true, Problem: "processes cannot find each other without it", Fix: fix}
+	}
+	if err := checkAddr(rv); err != nil {
+		return Env{}, &EnvError{Var: VarRendezvous, Value: rv, Problem: err.Error(), Fix: "use host:port, e.g. node1:29400 or 10.0.0.5:29400"}
+	}
+	e.Rendezvous = rv
+
+	tv, ok := get(VarToken)
+	if !ok {
+		fix := "gaspirun sets it for you"
+		if e.Launcher != LauncherPGAS {
+			fix = fmt.Sprintf("under %s you must set it yourself, to the same secret in every process, e.g. export PGAS_TOKEN=$(gaspirun --new-token) or $(openssl rand -hex 32)", how)
+		}
+		return Env{}, &EnvError{Var: VarToken, Unset: true, Problem: "the job's connections authenticate with it", Fix: fix}
+	}
+	tok, err := auth.ParseToken(tv)
+	if err != nil {
+		return Env{}, &EnvError{Var: VarToken, Value: redact(tv), Problem: "not a job token (want at least 32 hex digits)",
+			Fix: "generate one with gaspirun --new-token or openssl rand -hex 32, and give every process the same"}
+	}
+	e.Token = tok
+
+	if v, ok := get(VarHost); ok {
+		e.Host = v
+	}
+	if e.Host == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return Env{}, &EnvError{Var: VarHost, Unset: true, Problem: fmt.Sprintf("and the hostname is unknown (%v)", err),
+				Fix: "set PGAS_HOST to a label for this machine"}
+		}
+		e.Host = h
+	}
+	if v, ok := get(VarJobID); ok {
+		e.JobID = v
+	}
+	if v, ok := get(VarStateDir); ok {
+		e.StateDir = v
+	}
+	if e.Launcher != LauncherPGAS {
+		e.ServeRendezvous = e.Proc == 0
+	}
+	if v, ok := get(VarServeRendezvous); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return Env{}, &EnvError{Var: VarServeRendezvous, Value: v, Problem: "not a boolean",
+				Fix: "use 1 (this process hosts the rendezvous) or 0"}
+		}
+		e.ServeRendezvous = b
+	}
+	if err := e.Validate(); err != nil {
+		return Env{}, err
+	}
+	return e, nil
+}
+
+// Validate checks e without changing it. Errors are *EnvError values that
+// name the PGAS variable the field corresponds to.
+func (e Env) Validate() error {
+	if e.NumProcs < 1 || e.NumProcs > MaxProcs {
+		return &EnvError{Var: VarNumProcs, Value: strconv.Itoa(e.NumProcs),
+			Problem: fmt.Sprintf("must be 1..%d", MaxProcs), Fix: "set it to the number of processes of the job (ranks plus spares)"}
+	}
+	if e.NumRanks < 1 || e.NumRanks > e.NumProcs {
+		return &EnvError{Var: VarNumRanks, Value: strconv.Itoa(e.NumRanks),
+			Problem: fmt.Sprintf("must be 1..%d (PGAS_NPROCS=%d)", e.NumProcs, e.NumProcs), Fix: "ranks plus spares must equal PGAS_NPROCS"}
+	}
+	if int64(e.Proc) >= int64(e.NumProcs) {
+		return &EnvError{Var: VarProc, Value: strconv.FormatUint(uint64(e.Proc), 10),
+			Problem: fmt.Sprintf("must be 0..%d (PGAS_NPROCS=%d)", e.NumProcs-1, e.NumProcs), Fix: "give each process a distinct id below PGAS_NPROCS"}
+	}
+	if err := checkAddr(e.Rendezvous); err != nil {
+		return &EnvError{Var: VarRendezvous, Value: e.Rendezvous, Unset: e.Rendezvous == "", Problem: err.Error(), Fix: "use host:port, e.g. node1:29400"}
+	}
+	if len(e.Token) < 16 {
+		return &EnvError{Var: VarToken, Value: redact(auth.FormatToken(e.Token)), Unset: len(e.Token) == 0,
+			Problem: fmt.Sprintf("a token must be at least 16 bytes, got %d", len(e.Token)), Fix: "use auth.NewToken"}
+	}
+	if err := checkHost(e.Host); err != nil {
+		return &EnvError{Var: VarHost, Value: e.Host, Unset: e.Host == "", Problem: err.Error(), Fix: "use a short label without spaces, e.g. node1"}
+	}
+	return nil
+}
+
+// Environ returns the PGAS variables that describe e, in KEY=VALUE form for
+// exec.Cmd.Env. FromLookup over them gives e back (with Launcher "pgas").
+func (e Env) Environ() []string {
+	out := []string{
+		VarProc + "=" + strconv.FormatUint(uint64(e.Proc), 10),
+		VarNumProcs + "=" + strconv.Itoa(e.NumProcs),
+		VarNumRanks + "=" + strconv.Itoa(e.NumRanks),
+		VarRendezvous + "=" + e.Rendezvous,
+		VarToken + "=" + auth.FormatToken(e.Token),
+		VarHost + "=" + e.Host,
+	}
+	if e.JobID != "" {
+		out = append(out, VarJobID+"="+e.JobID)
+	}
+	if e.StateDir != "" {
+		out = append(out, VarStateDir+"="+e.StateDir)
+	}
+	if e.ServeRendezvous {
+		out = append(out, VarServeRendezvous+"=1")
+	}
+	return out
+}
+
+func parseCount(name, v string, lo, hi int, fix string) (int, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, &EnvError{Var: name, Value: v, Problem: "not a whole number", Fix: fix}
+	}
+	if n < int64(lo) || n > int64(hi) {
+		return 0, &EnvError{Var: name, Value: v, Problem: fmt.Sprintf("out of range %d..%d", lo, hi), Fix: fix}
+	}
+	return int(n), nil
+}
+
+func checkAddr(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("not host:port (%v)", err)
+	}
+	if host == "" {
+		return fmt.Errorf("no host in %q", a)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 {
+		return fmt.Errorf("port %q is not 1..65535", port)
+	}
+	return nil
+}
+
+func checkHost(h string) error {
+	if h == "" {
+		return fmt.Errorf("empty host label")
+	}
+	if len(h) > maxHostLen {
+		return fmt.Errorf("host label is %d bytes, at most %d", len(h), maxHostLen)
+	}
+	for _, r := range h {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return fmt.Errorf("host label contains a space or control character")
+		}
+	}
+	return nil
+}
+
+// redact shows only the start of a secret.
+func redact(s string) string {
+	if len(s) <= 4 {
+		return "****"
+	}
+	return s[:4] + "…(redacted)"
+}

@@ -1,0 +1,123 @@
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+var (
+	// ErrEnv is returned (wrapped in *EnvError) by FromEnv, FromLookup and
+	// Env.Validate when the environment does not describe a valid process of
+	// a job.
+	ErrEnv = errors.New("bootstrap: bad environment")
+
+	// ErrConfig is returned by ServerConfig.Validate, ClientConfig.Validate,
+	// Serve and Register when a configuration value is out of range.
+	ErrConfig = errors.New("bootstrap: bad configuration")
+
+	// ErrRejected is returned (wrapped in *RejectedError) by Register when
+	// the rendezvous refused the registration: a duplicate or out-of-range
+	// process id, or a process started for a different job shape. Retrying
+	// does not help; the processes were started inconsistently.
+	ErrRejected = errors.New("bootstrap: registration rejected by the rendezvous")
+
+	// ErrAuth is returned by Register when the rendezvous repeatedly fails
+	// the job-token handshake: PGAS_TOKEN differs from the launcher's, or the
+	// address is not a gaspigo rendezvous.
+	ErrAuth = errors.New("bootstrap: rendezvous authentication failed")
+
+	// ErrRendezvous is returned by Register when ctx ends before the member
+	// table arrived: the rendezvous was not reachable, or not every process
+	// registered in time. The error text names the last attempt's failure.
+	ErrRendezvous = errors.New("bootstrap: no member table from the rendezvous")
+
+	// ErrProtocol is returned by the message decoder, and thus by Register,
+	// for a malformed message or table.
+	ErrProtocol = errors.New("bootstrap: rendezvous protocol error")
+
+	// ErrTooLarge is returned by the message codec when a message exceeds
+	// its size cap (MaxClientMessage from a process, MaxServerMessage from
+	// the rendezvous).
+	ErrTooLarge = errors.New("bootstrap: rendezvous message too large")
+
+	// ErrServe is returned by ServeInProcess and Join when this process
+	// should host the rendezvous but cannot listen on PGAS_RENDEZVOUS.
+	ErrServe = errors.New("bootstrap: cannot host the rendezvous")
+
+	// ErrClosed is returned by Serve when the Server was closed before or
+	// while it started.
+	ErrClosed = errors.New("bootstrap: closed")
+)
+
+// EnvError says which environment variable was wrong, what it held, and
+// what to do instead. It wraps ErrEnv.
+type EnvError struct {
+	Var     string // the variable, e.g. "PGAS_NPROCS"
+	Value   string // what it held; "" when unset
+	Unset   bool   // the variable was not set (or empty)
+	Problem string // what is wrong
+	Fix     string // what to do instead
+}
+
+func (e *EnvError) Error() string {
+	var b strings.Builder
+	b.WriteString("bootstrap: ")
+	if e.Unset {
+		fmt.Fprintf(&b, "%s is not set", e.Var)
+	} else {
+		fmt.Fprintf(&b, "%s=%q", e.Var, e.Value)
+	}
+	if e.Problem != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Problem)
+	}
+	if e.Fix != "" {
+		b.WriteString("; ")
+		b.WriteString(e.Fix)
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrEnv.
+func (e *EnvError) Unwrap() error { return ErrEnv }
+
+// RejectedError is the rendezvous's reason for refusing a registration. It
+// wraps ErrRejected.
+type RejectedError struct {
+	Proc   uint32 // the process that was refused
+	Reason string // the rendezvous's explanation
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("bootstrap: rendezvous rejected process %d: %s", e.Proc, e.Reason)
+}
+
+// Unwrap returns ErrRejected.
+func (e *RejectedError) Unwrap() error { return ErrRejected }
+
+// RegisterError is what Register returns when it gives up. Err wraps one of
+// ErrRendezvous (ctx ended), ErrRejected, ErrAuth or ErrProtocol, and, for a
+// ctx that ended, the ctx error as well.
+type RegisterError struct {
+	Proc     uint32 // the registering process
+	Addr     string // the rendezvous address (PGAS_RENDEZVOUS)
+	Attempts int    // connection attempts made
+	Err      error
+}
+
+func (e *RegisterError) Error() string {
+	inner := ""
+	if e.Err != nil {
+		inner = strings.TrimPrefix(e.Err.Error(), "bootstrap: ")
+	}
+	attempts := "attempts"
+	if e.Attempts == 1 {
+		attempts = "attempt"
+	}
+	return fmt.Sprintf("bootstrap: process %d could not register with the rendezvous at %s (%d %s): %s",
+		e.Proc, e.Addr, e.Attempts, attempts, inner)
+}
+
+// Unwrap returns Err.
+func (e *RegisterError) Unwrap() error { return e.Err }

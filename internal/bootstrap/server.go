@@ -1,0 +1,560 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/auth"
+)
+
+// ServerConfig configures the rendezvous server.
+type ServerConfig struct {
+	// Listener is where processes connect. The Server owns it from
+	// NewServer on and closes it on Close.
+	Listener net.Listener
+	// Token is the job token every process must prove it knows.
+	Token []byte
+	// NumProcs is the number of processes that must register (ranks plus
+	// spares) before the table is sent.
+	NumProcs int
+	// NumRanks is the number of ranks, 1..NumProcs.
+	NumRanks int
+	// JobID names the job; a process that says it belongs to another
+	// (non-empty) job id is rejected. May be empty.
+	JobID string
+	// Logger receives refusals (Warn), completion (Info) and per-process
+	// detail (Debug). Nil discards.
+	Logger *slog.Logger
+	// HandshakeTimeout bounds the handshake and hello of one connection, so
+	// a stray or stuck client cannot hold a slot. Zero: the default (10 s).
+	HandshakeTimeout time.Duration
+	// WriteTimeout bounds one write to a process (ack, table, reject). Zero:
+	// the default (10 s).
+	WriteTimeout time.Duration
+	// ReportBuffer is the capacity of the Reports channel; reports beyond it
+	// are dropped and counted, never waited for. Zero: the default (1024).
+	ReportBuffer int
+}
+
+// DefaultServerConfig returns the timeouts and buffer sizes for a real job;
+// the caller fills in Listener, Token, NumProcs, NumRanks, JobID and Logger.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{HandshakeTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ReportBuffer: 1024}
+}
+
+// LocalServerConfig is DefaultServerConfig with shorter timeouts, for
+// loopback jobs and tests.
+func LocalServerConfig() ServerConfig {
+	return ServerConfig{HandshakeTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, ReportBuffer: 1024}
+}
+
+// Validate checks c without changing it. Zero timeouts and buffer are valid
+// (they mean the default).
+func (c ServerConfig) Validate() error {
+	switch {
+	case c.Listener == nil:
+		return fmt.Errorf("%w: ServerConfig.Listener is nil; listen first (e.g. net.Listen(\"tcp\", \"127.0.0.1:0\"))", ErrConfig)
+	case len(c.Token) < 16:
+		return fmt.Errorf("%w: ServerConfig.Token is %d bytes, want at least 16 (use auth.NewToken)", ErrConfig, len(c.Token))
+	case c.NumProcs < 1 || c.NumProcs > MaxProcs:
+		return fmt.Errorf("%w: ServerConfig.NumProcs=%d, want 1..%d", ErrConfig, c.NumProcs, MaxProcs)
+	case c.NumRanks < 1 || c.NumRanks > c.NumProcs:
+		return fmt.Errorf("%w: ServerConfig.NumRanks=%d, want 1..NumProcs (%d)", ErrConfig, c.NumRanks, c.NumProcs)
+	case c.HandshakeTimeout < 0:
+		return fmt.Errorf("%w: ServerConfig.HandshakeTimeout=%v is negative", ErrConfig, c.HandshakeTimeout)
+	case c.WriteTimeout < 0:
+		return fmt.Errorf("%w: ServerConfig.WriteTimeout=%v is negative", ErrConfig, c.WriteTimeout)
+	case c.ReportBuffer < 0:
+		return fmt.Errorf("%w: ServerConfig.ReportBuffer=%d is negative", ErrConfig, c.ReportBuffer)
+	}
+	return nil
+}
+
+// ServerStats are the Server's counters.
+type ServerStats struct {
+	Registered  int    // processes registered so far (NumProcs once complete)
+	Connected   int    // open control connections of registered processes
+	Refused     uint64 // connections that failed the handshake, or registrations rejected
+	Reports     uint64 // reports delivered on Reports()
+	Dropped     uint64 // reports dropped because Reports() was full
+	BadMessages uint64 // malformed or unexpected messages from authenticated processes
+}
+
+// Server is the rendezvous: it collects one Member per process, sends the
+// complete table to all of them, then keeps each control connection open to
+// receive Reports. See the package documentation for the rules.
+type Server struct {
+	cfg      ServerConfig
+	log      *slog.Logger
+	reports  chan Report
+	complete chan struct{}
+	done     chan struct{} // closed when the serving goroutine has finished
+
+	// mu guards the fields below. Lock order: Server.mu before srvConn.wmu.
+	mu      sync.Mutex
+	regs    map[uint32]*srvConn // current control connection per process
+	table   *Table              // nil until complete
+	conns   map[*srvConn]struct{}
+	closed  bool
+	serving bool
+
+	wg    sync.WaitGroup // connection handlers
+	bcast sync.WaitGroup // table broadcasts in progress; Close lets them finish
+
+	nRefused, nReports, nDropped, nBad atomic.Uint64
+}
+
+type srvConn struct {
+	c      net.Conn
+	remote string
+	wmu    sync.Mutex // serialises writes
+	proc   uint32
+	member Member
+}
+
+// NewServer makes a Server; Serve runs it. Zero timeouts and buffer take
+// DefaultServerConfig's values. A config that fails Validate makes Serve
+// return the error.
+func NewServer(cfg ServerConfig) *Server {
+	def := DefaultServerConfig()
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = def.HandshakeTimeout
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = def.WriteTimeout
+	}
+	if cfg.ReportBuffer == 0 {
+		cfg.ReportBuffer = def.ReportBuffer
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	rb := max(cfg.ReportBuffer, 0)
+	return &Server{
+		cfg:      cfg,
+		log:      lg,
+		reports:  make(chan Report, rb),
+		complete: make(chan struct{}),
+		done:     make(chan struct{}),
+		regs:     make(map[uint32]*srvConn),
+		conns:    make(map[*srvConn]struct{}),
+	}
+}
+
+// Addr is the listener's address, or nil without a listener.
+func (s *Server) Addr() net.Addr {
+	if s.cfg.Listener == nil {
+		return nil
+	}
+	return s.cfg.Listener.Addr()
+}
+
+// Reports delivers the processes' reports, and a KindDisconnected report
+// when a registered process's connection closes.
+// The server never waits for the reader: when the channel is full, reports
+// are dropped and counted (Stats().Dropped). It is closed when Serve returns.
+func (s *Server) Reports() <-chan Report { return s.reports }
+
+// Complete is closed when every process has registered and the table is
+// fixed.
+func (s *Server) Complete() <-chan struct{} { return s.complete }
+
+// Table returns a copy of the member table, and false while it is not
+// complete.
+func (s *Server) Table() (Table, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.table == nil {
+		return Table{}, false
+	}
+	return cloneTable(*s.table), true
+}
+
+// Connected reports whether process proc has a registered control
+// connection open right now. Once it turns false for a process that had
+// one, every report that came over it has been delivered (or dropped), and
+// a KindDisconnected report follows them.
+func (s *Server) Connected(proc uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.regs[proc]
+	return ok
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() ServerStats {
+	s.mu.Lock()
+	st := ServerStats{Registered: len(s.regs), Connected: len(s.regs)}
+	if s.table != nil {
+		st.Registered = len(s.table.Members)
+	}
+	s.mu.Unlock()
+	st.Refused = s.nRefused.Load()
+	st.Reports = s.nReports.Load()
+	st.Dropped = s.nDropped.Load()
+	st.BadMessages = s.nBad.Load()
+	return st
+}
+
+// Serve accepts connections until ctx ends or Close is called, then closes
+// every connection, waits for its goroutines and returns nil. It returns an
+// error for an invalid config, a second call, a Server already closed
+// (ErrClosed), or a listener that fails for good.
+func (s *Server) Serve(ctx context.Context) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	return s.run(ctx)
+}
+
+// begin marks the server as serving, so Close waits for run.
+func (s *Server) begin() error {
+	if err := s.cfg.Validate(); err != nil {
+		s.Close()
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.serving {
+		return fmt.Errorf("%w: Serve called twice", ErrConfig)
+	}
+	s.serving = true
+	return nil
+}
+
+func (s *Server) run(ctx context.Context) error {
+	defer close(s.done)
+	stopWatch := context.AfterFunc(ctx, s.stop)
+	defer stopWatch()
+	var err error
+	delay := 5 * time.Millisecond
+	for {
+		c, aerr := s.cfg.Listener.Accept()
+		if aerr != nil {
+			if s.isClosed() {
+				break
+			}
+			if errors.Is(aerr, net.ErrClosed) {
+				err = fmt.Errorf("bootstrap: rendezvous listener closed: %w", aerr)
+				break
+			}
+			// Temporary trouble such as running out of file descriptors:
+			// wait a little and go on, as net/http does.
+			s.log.Warn("rendezvous: accept failed; retrying", "err", aerr, "delay", delay)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			delay = min(2*delay, time.Second)
+			continue
+		}
+		delay = 5 * time.Millisecond
+		sc := &srvConn{c: c, remote: c.RemoteAddr().String()}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			break
+		}
+		s.conns[sc] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.handle(sc)
+	}
+	s.stop()
+	s.wg.Wait()
+	close(s.reports)
+	return err
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// stop stops accepting, lets a table broadcast in progress finish, and
+// closes every connection. Idempotent; does not wait for the handlers.
+func (s *Server) stop() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	if s.cfg.Listener != nil {
+		s.cfg.Listener.Close()
+	}
+	s.bcast.Wait()
+	s.mu.Lock()
+	conns := make([]*srvConn, 0, len(s.conns))
+	for sc := range s.conns {
+		conns = append(conns, sc)
+	}
+	s.mu.Unlock()
+	for _, sc := range conns {
+		sc.c.Close()
+	}
+}
+
+// Close stops the server and waits for Serve to return. Idempotent.
+func (s *Server) Close() error {
+	s.stop()
+	s.mu.Lock()
+	serving := s.serving
+	s.mu.Unlock()
+	if serving {
+		<-s.done
+	}
+	return nil
+}
+
+func (s *Server) handle(sc *srvConn) {
+	defer s.wg.Done()
+	defer func() {
+		sc.c.Close()
+		s.mu.Lock()
+		delete(s.conns, sc)
+		s.mu.Unlock()
+	}()
+	c := sc.c
+	c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	peer, err := auth.Handshake(c, s.cfg.Token, auth.PurposeRendezvous, ServerID, false)
+	if err != nil {
+		s.nRefused.Add(1)
+		s.log.Warn("rendezvous: refused connection: job-token handshake failed",
+			"remote", sc.remote, "err", err)
+		return
+	}
+	m, err := readMsg(c, MaxClientMessage)
+	if err != nil {
+		s.nRefused.Add(1)
+		s.log.Warn("rendezvous: refused connection: no valid hello", "remote", sc.remote, "proc", peer, "err", err)
+		return
+	}
+	if m.Kind != msgHello {
+		s.reject(sc, peer, fmt.Sprintf("expected a hello, got message kind %d", m.Kind))
+		return
+	}
+	if reason := s.checkHello(peer, m.Hello); reason != "" {
+		s.reject(sc, peer, reason)
+		return
+	}
+	sc.proc = peer
+	sc.member = m.Hello.Member
+	if !s.register(sc) {
+		return
+	}
+	c.SetDeadline(time.Time{})
+	s.readLoop(sc)
+}
+
+func (s *Server) checkHello(peer uint32, h *hello) string {
+	n := s.cfg.NumProcs
+	switch {
+	case h.Version != protoVersion:
+		return fmt.Sprintf("speaks rendezvous protocol %d, this rendezvous speaks %d; run the same gaspigo build everywhere", h.Version, protoVersion)
+	case h.Member.Proc != peer:
+		return fmt.Sprintf("authenticated as process %d but registers process %d", peer, h.Member.Proc)
+	case int64(peer) >= int64(n):
+		return fmt.Sprintf("process id %d is out of range: this job has %d processes (ids 0..%d); check PGAS_PROC and PGAS_NPROCS", peer, n, n-1)
+	case h.NumProcs != n:
+		return fmt.Sprintf("process was started for %d processes (PGAS_NPROCS), but this job has %d", h.NumProcs, n)
+	case h.NumRanks != s.cfg.NumRanks:
+		return fmt.Sprintf("process was started for %d ranks (PGAS_NRANKS), but this job has %d", h.NumRanks, s.cfg.NumRanks)
+	case h.JobID != "" && s.cfg.JobID != "" && h.JobID != s.cfg.JobID:
+		return fmt.Sprintf("process belongs to job %q, this rendezvous serves job %q", h.JobID, s.cfg.JobID)
+	}
+	if err := checkMember(h.Member); err != nil {
+		return "bad member: " + err.Error()
+	}
+	return ""
+}
+
+func (s *Server) reject(sc *srvConn, proc uint32, reason string) {
+	s.nRefused.Add(1)
+	s.log.Warn("rendezvous: rejected registration", "proc", proc, "remote", sc.remote, "reason", reason)
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	sc.c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	writeMsg(sc.c, &envelope{Kind: msgReject, Reason: reason}, MaxServerMessage)
+}
+
+// sameProcess reports whether two registrations come from one process (a
+// reconnect), as opposed to two processes started with the same id.
+func sameProcess(a, b Member) bool {
+	return a.Proc == b.Proc && a.Pid == b.Pid && a.Host == b.Host && a.Addr == b.Addr
+}
+
+// register adds sc and answers it (ack, or the table). It returns false
+// when sc was rejected or the server is closing.
+func (s *Server) register(sc *srvConn) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	if s.table != nil {
+		m := s.table.Members[sc.proc]
+		if !sameProcess(m, sc.member) {
+			s.mu.Unlock()
+			s.reject(sc, sc.proc, fmt.Sprintf("the member table is complete and process %d is pid %d on host %q; another process was started with the same id",
+				sc.proc, m.Pid, m.Host))
+			return false
+		}
+		old := s.regs[sc.proc]
+		s.regs[sc.proc] = sc
+		tbl := cloneTable(*s.table)
+		sc.wmu.Lock()
+		s.mu.Unlock()
+		if old != nil {
+			old.c.Close()
+		}
+		err := s.writeLocked(sc, &envelope{Kind: msgTable, Table: &tbl})
+		sc.wmu.Unlock()
+		s.log.Info("rendezvous: process reconnected after the table was complete", "proc", sc.proc, "remote", sc.remote, "err", err)
+		return err == nil
+	}
+	old, dup := s.regs[sc.proc]
+	if dup && !sameProcess(old.member, sc.member) {
+		s.mu.Unlock()
+		s.reject(sc, sc.proc, fmt.Sprintf("process %d is already registered by pid %d on host %q (%s); two processes were started with the same id (PGAS_PROC or the launcher's index)",
+			sc.proc, old.member.Pid, old.member.Host, old.remote))
+		return false
+	}
+	s.regs[sc.proc] = sc
+	if len(s.regs) < s.cfg.NumProcs {
+		n := len(s.regs)
+		sc.wmu.Lock()
+		s.mu.Unlock()
+		if dup {
+			old.c.Close()
+		}
+		err := s.writeLocked(sc, &envelope{Kind: msgAck})
+		sc.wmu.Unlock()
+		s.log.Debug("rendezvous: registered", "proc", sc.proc, "host", sc.member.Host, "addr", sc.member.Addr,
+			"registered", n, "of", s.cfg.NumProcs)
+		return err == nil
+	}
+	// The last process: fix the table and send it to everyone.
+	t := Table{NumRanks: s.cfg.NumRanks, JobID: s.cfg.JobID, Members: make([]Member, s.cfg.NumProcs)}
+	targets := make([]*srvConn, 0, len(s.regs))
+	for p, r := range s.regs {
+		t.Members[p] = r.member
+		targets = append(targets, r)
+	}
+	s.table = &t
+	close(s.complete)
+	s.bcast.Add(1)
+	s.mu.Unlock()
+	defer s.bcast.Done()
+	if dup {
+		old.c.Close()
+	}
+	s.log.Info("rendezvous: member table complete", "procs", s.cfg.NumProcs, "ranks", s.cfg.NumRanks, "job", s.cfg.JobID)
+	tbl := cloneTable(t)
+	msg, err := encodeMsg(&envelope{Kind: msgTable, Table: &tbl}, MaxServerMessage)
+	if err != nil {
+		s.log.Error("rendezvous: cannot encode the member table", "err", err)
+		return false
+	}
+	for _, r := range targets {
+		r.wmu.Lock()
+		r.c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		_, werr := r.c.Write(msg)
+		r.wmu.Unlock()
+		if werr != nil {
+			// The process will reconnect and get the table again.
+			s.log.Warn("rendezvous: could not send the table", "proc", r.proc, "remote", r.remote, "err", werr)
+		}
+	}
+	return true
+}
+
+func (s *Server) writeLocked(sc *srvConn, e *envelope) error {
+	sc.c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	return writeMsg(sc.c, e, MaxServerMessage)
+}
+
+func (s *Server) readLoop(sc *srvConn) {
+	for {
+		m, err := readMsg(sc.c, MaxClientMessage)
+		if err != nil {
+			if errors.Is(err, ErrProtocol) || errors.Is(err, ErrTooLarge) {
+				s.nBad.Add(1)
+				s.log.Warn("rendezvous: bad message; closing the connection", "proc", sc.proc, "remote", sc.remote, "err", err)
+			}
+			s.disconnected(sc, err)
+			return
+		}
+		if m.Kind != msgReport || !validKind(m.Report.Kind) {
+			s.nBad.Add(1)
+			kind := ""
+			if m.Report != nil {
+				kind = m.Report.Kind
+			}
+			s.log.Debug("rendezvous: ignored unexpected message", "proc", sc.proc, "msg", m.Kind, "report_kind", kind)
+			continue
+		}
+		r := *m.Report
+		r.Proc = sc.proc
+		if len(r.Text) > MaxReportText {
+			r.Text = r.Text[:MaxReportText]
+		}
+		s.deliver(r)
+	}
+}
+
+func (s *Server) deliver(r Report) {
+	select {
+	case s.reports <- r:
+		s.nReports.Add(1)
+	default:
+		s.nDropped.Add(1)
+	}
+}
+
+func (s *Server) disconnected(sc *srvConn, err error) {
+	s.mu.Lock()
+	current := s.regs[sc.proc] == sc
+	if current {
+		delete(s.regs, sc.proc)
+	}
+	complete := s.table != nil
+	closing := s.closed
+	s.mu.Unlock()
+	if !current || closing {
+		return
+	}
+	if !complete {
+		s.log.Info("rendezvous: process disconnected before the table was complete; it must register again",
+			"proc", sc.proc, "remote", sc.remote, "err", err)
+	} else {
+		s.log.Debug("rendezvous: control connection closed", "proc", sc.proc, "err", err)
+	}
+	s.deliver(Report{Proc: sc.proc, Kind: KindDisconnected, Rank: -1})
+}
+
+func cloneTable(t Table) Table {
+	out := t
+	out.Members = make([]Member, len(t.Members))
+	for i, m := range t.Members {
+		m.Extra = maps.Clone(m.Extra)
+		out.Members[i] = m
+	}
+	return out
+}
