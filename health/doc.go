@@ -1,0 +1,84 @@
+// Package health is the heartbeat failure detector. It produces the local
+// half of the error-state vector: which processes this one suspects, and
+// which failures it has confirmed for the membership leader.
+//
+// # Protocol
+//
+// The members of the committed view form a ring (in the order given, the
+// same on every process). Each process pings its R live ring successors
+// every heartbeat interval and answers the pings of its R predecessors, so
+// it sends about 2R messages per interval whatever the job size.
+//
+//   - A successor that sends no Ack for the suspicion timeout, or whose
+//     connection closes (PeerDown: strong evidence), becomes Suspected.
+//   - The observer then asks up to P helpers (the suspect's other ring
+//     monitors first, then its ring neighbours, chosen deterministically and
+//     rotated on each new round) to probe the suspect (PingReq). A helper
+//     pings it (again every interval, in case a ping is lost) and answers
+//     IndirectAck if it answers, or IndirectNack after the probe timeout or
+//     at once when its own connection to the suspect is down.
+//   - One Ack, direct or indirect, refutes the suspicion. The suspicion is
+//     Confirmed only when C distinct helpers report a Nack: never on the
+//     observer's word alone, so an observer cut off from everybody, which
+//     hears no Nacks, cannot condemn anyone.
+//   - A Hint (a timed-out collective) is weak evidence: a process that is
+//     not already monitored is watched until it answers, and only silence
+//     for the whole suspicion timeout makes it suspected. A Hint never
+//     confirms by itself.
+//   - Lifeguard-style local health: when helpers fail to answer at all, or
+//     a suspicion this process raised on timing turns out wrong, its local
+//     health score rises (up to MaxLocalHealth) and its timeouts scale by
+//     1+score. Every heartbeat interval with an Ack lowers it by one.
+//
+// Few members: C is capped at the number of live members other than the
+// observer and the suspect (members−2). With nobody left to ask (two
+// processes, or all others confirmed), a suspicion is confirmed only by
+// strong evidence: a PeerDown followed by the suspicion timeout without an
+// Ack. A silent peer is then suspected but never confirmed, because with
+// two processes a partition cannot be told from a death. More generally, f
+// simultaneous silent failures are all confirmed only if at least C live
+// helpers remain for each; otherwise the suspicions stay open (and
+// visible through Suspects) until the view changes.
+//
+// A side of a partition with at least C+1 processes can confirm the
+// processes it cannot reach: that is what the membership's quorum decides
+// on. A process alone (or with fewer than C others) can confirm nobody.
+//
+// # Use
+//
+// The Detector is the runtime's entry point:
+//
+//	d, err := health.New(health.DefaultConfig(), self, members, sender, logger)
+//	if err != nil { ... }
+//	defer d.Close()
+//	events := d.Subscribe()
+//	// transport handler: FrameHeartbeat payloads go to d.Deliver(from, payload),
+//	// Handler.PeerDown to d.PeerDown(p); a timed-out collective calls d.Hint(p);
+//	// a newly committed view calls d.SetMembers(view).
+//	for ev := range events {
+//		if ev.Kind == health.Confirmed {
+//			// propose DeclareFailed(ev.Proc) to the membership leader
+//		}
+//	}
+//
+// The Core is the same protocol as a pure state machine with abstract
+// ticks, for tests and simulations: call Tick, Receive, PeerDown, Hint and
+// SetMembers, then Ready to take the messages to send and the events.
+//
+// # Concurrency and ownership
+//
+// A Core is not safe for concurrent use. A Detector is: its methods may be
+// called from any goroutine. It owns one tick goroutine and one sender
+// goroutine per destination it has sent to; Close stops and waits for all
+// of them and is idempotent. Input methods (Deliver, PeerDown, Hint,
+// SetMembers) take the Detector's mutex, run the Core and queue its output
+// without blocking: a destination whose queue (Config.SendQueue) is full
+// loses the message (counted), and a subscriber whose channel is full loses
+// the event (counted). Sender.SendHealth is called only from sender
+// goroutines, never with the mutex held, so it may call back into the
+// Detector (for example Deliver on an in-memory network).
+//
+// Lock order: Detector.mu is the only lock; nothing is called with it held
+// that takes another lock of this package or calls out of it, apart from
+// the logger.
+package health
