@@ -1,0 +1,401 @@
+package spares
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// Encodings. Everything is a msgpack array with positional fields, written
+// with the msgpack Encoder and read back with a strict reader: exact field
+// counts, unsigned integers only where unsigned is meant, every length
+// checked against a cap and against the bytes left before anything is
+// allocated, and no trailing bytes.
+//
+//	command   [kind, fields...]          at most MaxCommandSize bytes
+//	state     [stateVersion, fields...]  at most MaxStateSize bytes
+const (
+	// MaxCommandSize caps an encoded command.
+	MaxCommandSize = 4 << 10
+	// MaxStateSize caps an encoded state (a snapshot).
+	MaxStateSize = 256 << 20
+
+	stateVersion = 1
+)
+
+// EncodeCommand encodes cmd for the log (and the control RPC).
+func EncodeCommand(cmd Command) ([]byte, error) {
+	var buf bytes.Buffer
+	e := msgpack.NewEncoder(&buf)
+	var err error
+	switch c := cmd.(type) {
+	case DeclareFailed:
+		err = encAll(e.EncodeArrayLen(4), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Proc)),
+			e.EncodeUint(uint64(c.Reporter)), e.EncodeUint(c.Epoch))
+	case AddSpare:
+		if verr := c.Info.validate(); verr != nil {
+			return nil, badCmd("AddSpare of proc %d: %v", c.Proc, verr)
+		}
+		err = encAll(e.EncodeArrayLen(6), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Proc)),
+			e.EncodeString(c.Info.Addr), e.EncodeString(c.Info.Host), e.EncodeString(c.Info.RaftAddr), e.EncodeString(c.Info.CtlAddr))
+	case CommitCheckpoint:
+		err = encAll(e.EncodeArrayLen(2), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(c.ID))
+	case Finish:
+		err = encAll(e.EncodeArrayLen(1), e.EncodeUint(uint64(c.Kind())))
+	case SetVoters:
+		if len(c.Voters) > MaxVoters {
+			return nil, badCmd("SetVoters with %d voters, max %d", len(c.Voters), MaxVoters)
+		}
+		err = encAll(e.EncodeArrayLen(2), e.EncodeUint(uint64(c.Kind())), encUints(e, c.Voters))
+	default:
+		return nil, badCmd("cannot encode %T (pass one of the command values)", cmd)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("spares: encode %s: %w", cmd.Kind(), err)
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeCommand decodes a command made by EncodeCommand. Any deviation
+// (size, field count, type, range, trailing bytes) gives an error wrapping
+// ErrBadCommand that says what was wrong.
+func DecodeCommand(b []byte) (Command, error) {
+	if len(b) > MaxCommandSize {
+		return nil, badCmd("encoded command is %d bytes, max %d", len(b), MaxCommandSize)
+	}
+	d := newDec(b, ErrBadCommand)
+	n := d.arrayLen(8)
+	kind := CommandKind(d.uint(255))
+	want := map[CommandKind]int{KindDeclareFailed: 4, KindAddSpare: 6, KindCommitCheckpoint: 2, KindFinish: 1, KindSetVoters: 2}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if w, ok := want[kind]; !ok {
+		return nil, badCmd("unknown command kind %d", kind)
+	} else if n != w {
+		return nil, badCmd("%s has %d fields, want %d", kind, n, w)
+	}
+	var cmd Command
+	switch kind {
+	case KindDeclareFailed:
+		cmd = DeclareFailed{Proc: uint32(d.uint(uint64(NoProc))), Reporter: uint32(d.uint(uint64(NoProc))), Epoch: d.uint(^uint64(0))}
+	case KindAddSpare:
+		c := AddSpare{Proc: uint32(d.uint(uint64(NoProc)))}
+		c.Info = ProcInfo{Addr: d.str(MaxAddrLen), Host: d.str(MaxAddrLen), RaftAddr: d.str(MaxAddrLen), CtlAddr: d.str(MaxAddrLen)}
+		cmd = c
+	case KindCommitCheckpoint:
+		cmd = CommitCheckpoint{ID: d.uint(^uint64(0))}
+	case KindFinish:
+		cmd = Finish{}
+	case KindSetVoters:
+		cmd = SetVoters{Voters: d.uint32s(MaxVoters)}
+	}
+	if err := d.finish(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// EncodeState encodes s (a snapshot). Maps are written in key order, so
+// equal states give equal bytes.
+func EncodeState(s *State) ([]byte, error) {
+	var buf bytes.Buffer
+	e := msgpack.NewEncoder(&buf)
+	errs := []error{e.EncodeArrayLen(12), e.EncodeUint(stateVersion), e.EncodeUint(s.Epoch), e.EncodeUint(uint64(s.NumRanks)),
+		encUints(e, s.Ranks)}
+	procs := slices.Sorted(mapsKeys(s.Procs))
+	errs = append(errs, e.EncodeArrayLen(len(procs)))
+	for _, p := range procs {
+		i := s.Procs[p]
+		errs = append(errs, e.EncodeArrayLen(5), e.EncodeUint(uint64(p)), e.EncodeString(i.Addr), e.EncodeString(i.Host),
+			e.EncodeString(i.RaftAddr), e.EncodeString(i.CtlAddr))
+	}
+	errs = append(errs, encUints(e, s.Spares))
+	failed := slices.Sorted(mapsKeys(s.Failed))
+	errs = append(errs, e.EncodeArrayLen(len(failed)))
+	for _, p := range failed {
+		errs = append(errs, e.EncodeArrayLen(2), e.EncodeUint(uint64(p)), e.EncodeUint(s.Failed[p]))
+	}
+	errs = append(errs, e.EncodeUint(s.LastCheckpoint), e.EncodeUint(uint64(s.Status)), e.EncodeString(s.StatusReason),
+		e.EncodeBool(s.Shrink), encUints(e, s.Voters))
+	if err := encAll(errs...); err != nil {
+		return nil, fmt.Errorf("spares: encode state: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeState decodes a state made by EncodeState and checks its
+// invariants (State.Validate). Errors wrap ErrBadSnapshot.
+func DecodeState(b []byte) (State, error) {
+	if len(b) > MaxStateSize {
+		return State{}, fmt.Errorf("%w: %d bytes, max %d", ErrBadSnapshot, len(b), MaxStateSize)
+	}
+	d := newDec(b, ErrBadSnapshot)
+	if n := d.arrayLen(12); d.err == nil && n != 12 {
+		return State{}, fmt.Errorf("%w: %d fields, want 12", ErrBadSnapshot, n)
+	}
+	if v := d.uint(255); d.err == nil && v != stateVersion {
+		return State{}, fmt.Errorf("%w: version %d, this build reads version %d", ErrBadSnapshot, v, stateVersion)
+	}
+	var s State
+	s.Epoch = d.uint(^uint64(0))
+	s.NumRanks = int(d.uint(MaxProcs))
+	s.Ranks = d.uint32s(MaxProcs)
+	np := d.arrayLen(MaxProcs)
+	s.Procs = make(map[uint32]ProcInfo, min(np, 1024))
+	for i := 0; i < np && d.err == nil; i++ {
+		if d.arrayLen(5) != 5 && d.err == nil {
+			d.fail("proc entry %d: want 5 fields", i)
+		}
+		p := uint32(d.uint(uint64(NoProc)))
+		info := ProcInfo{Addr: d.str(MaxAddrLen), Host: d.str(MaxAddrLen), RaftAddr: d.str(MaxAddrLen), CtlAddr: d.str(MaxAddrLen)}
+		if _, dup := s.Procs[p]; dup && d.err == nil {
+			d.fail("proc %d listed twice", p)
+		}
+		s.Procs[p] = info
+	}
+	s.Spares = d.uint32s(MaxProcs)
+	nf := d.arrayLen(MaxProcs)
+	s.Failed = make(map[uint32]uint64, min(nf, 1024))
+	for i := 0; i < nf && d.err == nil; i++ {
+		if d.arrayLen(2) != 2 && d.err == nil {
+			d.fail("failed entry %d: want 2 fields", i)
+		}
+		p := uint32(d.uint(uint64(NoProc)))
+		s.Failed[p] = d.uint(^uint64(0))
+	}
+	s.LastCheckpoint = d.uint(^uint64(0))
+	s.Status = JobStatus(d.uint(uint64(Failed)))
+	s.StatusReason = d.str(MaxAddrLen)
+	s.Shrink = d.bool()
+	s.Voters = d.uint32s(MaxVoters)
+	if err := d.finish(); err != nil {
+		return State{}, err
+	}
+	if len(s.Spares) == 0 {
+		s.Spares = nil
+	}
+	if len(s.Voters) == 0 {
+		s.Voters = nil
+	}
+	if err := s.Validate(); err != nil {
+		return State{}, err
+	}
+	return s, nil
+}
+
+func mapsKeys[V any](m map[uint32]V) func(func(uint32) bool) {
+	return func(yield func(uint32) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func encAll(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func encUints(e *msgpack.Encoder, v []uint32) error {
+	if err := e.EncodeArrayLen(len(v)); err != nil {
+		return err
+	}
+	for _, x := range v {
+		if err := e.EncodeUint(uint64(x)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dec is a strict msgpack reader over a byte slice. The first error sticks;
+// later reads return zero values, and finish reports it.
+type dec struct {
+	b    []byte
+	r    *bytes.Reader
+	d    *msgpack.Decoder
+	err  error
+	kind error // sentinel wrapped by every error
+}
+
+func newDec(b []byte, kind error) *dec {
+	r := bytes.NewReader(b)
+	d := msgpack.NewDecoder(r) // a *bytes.Reader is read directly, unbuffered
+	return &dec{b: b, r: r, d: d, kind: kind}
+}
+
+func (d *dec) fail(format string, a ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: at byte %d: %s", d.kind, d.pos(), fmt.Sprintf(format, a...))
+	}
+}
+
+func (d *dec) pos() int       { return len(d.b) - d.r.Len() }
+func (d *dec) rest() []byte   { return d.b[d.pos():] }
+func (d *dec) remaining() int { return d.r.Len() }
+
+func (d *dec) peek() (byte, bool) {
+	if d.err != nil {
+		return 0, false
+	}
+	if d.remaining() == 0 {
+		d.fail("unexpected end of input")
+		return 0, false
+	}
+	return d.rest()[0], true
+}
+
+// uint reads an unsigned integer no larger than max.
+func (d *dec) uint(max uint64) uint64 {
+	c, ok := d.peek()
+	if !ok {
+		return 0
+	}
+	positiveFixnum := c <= msgpcode.PosFixedNumHigh
+	if !positiveFixnum && c != msgpcode.Uint8 && c != msgpcode.Uint16 && c != msgpcode.Uint32 && c != msgpcode.Uint64 {
+		d.fail("want an unsigned integer, got code 0x%02x", c)
+		return 0
+	}
+	v, err := d.d.DecodeUint64()
+	if err != nil {
+		d.fail("%v", err)
+		return 0
+	}
+	if v > max {
+		d.fail("value %d is above the limit %d", v, max)
+		return 0
+	}
+	return v
+}
+
+// arrayLen reads an array header of at most max elements (and no more
+// elements than bytes left, since each takes at least one).
+func (d *dec) arrayLen(max int) int {
+	c, ok := d.peek()
+	if !ok {
+		return 0
+	}
+	if !msgpcode.IsFixedArray(c) && c != msgpcode.Array16 && c != msgpcode.Array32 {
+		d.fail("want an array, got code 0x%02x", c)
+		return 0
+	}
+	n, err := d.d.DecodeArrayLen()
+	if err != nil {
+		d.fail("%v", err)
+		return 0
+	}
+	if n < 0 || n > max || n > d.remaining() {
+		d.fail("array of %d elements (limit %d, %d bytes left)", n, max, d.remaining())
+		return 0
+	}
+	return n
+}
+
+func (d *dec) uint32s(max int) []uint32 {
+	n := d.arrayLen(max)
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(d.uint(uint64(^uint32(0))))
+	}
+	return out
+}
+
+// str reads a string of at most max bytes; the length is checked from the
+// header before the decoder allocates.
+func (d *dec) str(max int) string {
+	c, ok := d.peek()
+	if !ok {
+		return ""
+	}
+	rest := d.rest()
+	var n, hdr int
+	switch {
+	case msgpcode.IsFixedString(c):
+		n, hdr = int(c&msgpcode.FixedStrMask), 1
+	case c == msgpcode.Str8 && len(rest) >= 2:
+		n, hdr = int(rest[1]), 2
+	case c == msgpcode.Str16 && len(rest) >= 3:
+		n, hdr = int(binary.BigEndian.Uint16(rest[1:])), 3
+	case c == msgpcode.Str32 && len(rest) >= 5:
+		n, hdr = int(binary.BigEndian.Uint32(rest[1:])), 5
+	default:
+		d.fail("want a string, got code 0x%02x", c)
+		return ""
+	}
+	if n > max || n > len(rest)-hdr {
+		d.fail("string of %d bytes (limit %d, %d bytes left)", n, max, len(rest)-hdr)
+		return ""
+	}
+	s, err := d.d.DecodeString()
+	if err != nil {
+		d.fail("%v", err)
+	}
+	return s
+}
+
+// bin reads a byte string of at most max bytes.
+func (d *dec) bin(max int) []byte {
+	c, ok := d.peek()
+	if !ok {
+		return nil
+	}
+	rest := d.rest()
+	var n, hdr int
+	switch {
+	case c == msgpcode.Bin8 && len(rest) >= 2:
+		n, hdr = int(rest[1]), 2
+	case c == msgpcode.Bin16 && len(rest) >= 3:
+		n, hdr = int(binary.BigEndian.Uint16(rest[1:])), 3
+	case c == msgpcode.Bin32 && len(rest) >= 5:
+		n, hdr = int(binary.BigEndian.Uint32(rest[1:])), 5
+	default:
+		d.fail("want a byte string, got code 0x%02x", c)
+		return nil
+	}
+	if n > max || n > len(rest)-hdr {
+		d.fail("byte string of %d bytes (limit %d, %d bytes left)", n, max, len(rest)-hdr)
+		return nil
+	}
+	b, err := d.d.DecodeBytes()
+	if err != nil {
+		d.fail("%v", err)
+	}
+	return b
+}
+
+func (d *dec) bool() bool {
+	c, ok := d.peek()
+	if !ok {
+		return false
+	}
+	if c != msgpcode.True && c != msgpcode.False {
+		d.fail("want a bool, got code 0x%02x", c)
+		return false
+	}
+	v, err := d.d.DecodeBool()
+	if err != nil {
+		d.fail("%v", err)
+	}
+	return v
+}
+
+func (d *dec) finish() error {
+	if d.err == nil && d.remaining() != 0 {
+		d.fail("%d trailing bytes", d.remaining())
+	}
+	return d.err
+}

@@ -1,0 +1,277 @@
+package spares
+
+import (
+	"fmt"
+	"slices"
+)
+
+// CommandKind numbers the commands; the values are part of the log format.
+type CommandKind uint8
+
+// Command kinds.
+const (
+	KindDeclareFailed    CommandKind = 1
+	KindAddSpare         CommandKind = 2
+	KindCommitCheckpoint CommandKind = 3
+	KindFinish           CommandKind = 4
+	KindSetVoters        CommandKind = 5
+)
+
+func (k CommandKind) String() string {
+	switch k {
+	case KindDeclareFailed:
+		return "DeclareFailed"
+	case KindAddSpare:
+		return "AddSpare"
+	case KindCommitCheckpoint:
+		return "CommitCheckpoint"
+	case KindFinish:
+		return "Finish"
+	case KindSetVoters:
+		return "SetVoters"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Command is one entry of the replicated log. The set is closed: the
+// implementations are the value types below (pass values, not pointers).
+type Command interface {
+	Kind() CommandKind
+	isCommand()
+}
+
+// DeclareFailed declares Proc failed. Reporter is the process that
+// confirmed the failure (NoProc: the launcher or an operator), Epoch the
+// epoch of the view in which it did (0: unknown, not checked).
+//
+// Applied to a rank holder it is one log entry doing the whole recovery
+// step: the epoch goes up, Proc moves to Failed and the first spare of the
+// pool takes the rank (or, with no spare left, the rank becomes vacant and
+// the job fails with ReasonSparesExhausted, or stays vacant when
+// shrinking). Applied to a spare it removes the spare from the pool (the
+// epoch goes up too, since the view changed). It is a no-op when Proc is
+// already failed, when Reporter was itself declared failed (a replaced,
+// fenced process cannot evict live ones), or when the job is no longer
+// running. An Epoch newer than the view is rejected with ErrBadCommand.
+//
+// The report's Epoch does not make a report about a live process stale: a
+// process seen dead while it was a spare is still dead after a promotion
+// committed meanwhile, so the next spare takes its rank in a later epoch.
+type DeclareFailed struct {
+	Proc     uint32
+	Reporter uint32
+	Epoch    uint64
+}
+
+// AddSpare adds a new process to the spare pool (refilling it). The epoch
+// goes up. Adding a process that is already in the job with the same Info
+// is a no-op; with another Info, or after it failed, it is ErrBadCommand (a
+// replacement process needs a new id).
+type AddSpare struct {
+	Proc uint32
+	Info ProcInfo
+}
+
+// CommitCheckpoint records ID as the last committed checkpoint. IDs only go
+// up: an ID not above LastCheckpoint is a no-op. The epoch is unchanged.
+type CommitCheckpoint struct {
+	ID uint64
+}
+
+// Finish marks the job Finished. Idempotent; a no-op on a failed job.
+type Finish struct{}
+
+// SetVoters records the Raft voter set. The leader proposes it after it has
+// changed the Raft configuration; it does not change the epoch. Every voter
+// must be a known process that has not failed, at most MaxVoters of them,
+// without repeats.
+type SetVoters struct {
+	Voters []uint32
+}
+
+func (DeclareFailed) Kind() CommandKind    { return KindDeclareFailed }
+func (AddSpare) Kind() CommandKind         { return KindAddSpare }
+func (CommitCheckpoint) Kind() CommandKind { return KindCommitCheckpoint }
+func (Finish) Kind() CommandKind           { return KindFinish }
+func (SetVoters) Kind() CommandKind        { return KindSetVoters }
+func (DeclareFailed) isCommand()           {}
+func (AddSpare) isCommand()                {}
+func (CommitCheckpoint) isCommand()        {}
+func (Finish) isCommand()                  {}
+func (SetVoters) isCommand()               {}
+
+// Result says what a command did.
+type Result struct {
+	// Changed is false for a no-op (see Note for why).
+	Changed bool
+	// Epoch is the epoch after the command.
+	Epoch uint64
+	// Rank is the rank the failed process held (DeclareFailed), else -1.
+	Rank int
+	// Promoted is the spare that took Rank, NoProc if none.
+	Promoted uint32
+	// Status is the job status after the command.
+	Status JobStatus
+	// Note is a short human-readable account, e.g. "already failed in epoch 3".
+	Note string
+}
+
+func noop(s *State, format string, a ...any) Result {
+	return Result{Epoch: s.Epoch, Rank: -1, Promoted: NoProc, Status: s.Status, Note: fmt.Sprintf(format, a...)}
+}
+
+func badCmd(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadCommand, fmt.Sprintf(format, a...))
+}
+
+// Apply applies cmd to s. It is deterministic and does no I/O: the same
+// state and command give the same result on every process, which is what
+// the Raft FSM relies on. An error means the command was rejected and s is
+// unchanged; errors wrap ErrBadCommand or ErrUnknownProc. Apply is
+// idempotent for every command: applying it again is a no-op, so a
+// proposal retried across a leader change is harmless.
+func (s *State) Apply(cmd Command) (Result, error) {
+	if s.Procs == nil {
+		s.Procs = map[uint32]ProcInfo{}
+	}
+	if s.Failed == nil {
+		s.Failed = map[uint32]uint64{}
+	}
+	switch c := cmd.(type) {
+	case DeclareFailed:
+		return s.declareFailed(c)
+	case AddSpare:
+		return s.addSpare(c)
+	case CommitCheckpoint:
+		if s.Status != Running {
+			return noop(s, "job is %s", s.Status), nil
+		}
+		if c.ID <= s.LastCheckpoint {
+			return noop(s, "checkpoint %d is not newer than %d", c.ID, s.LastCheckpoint), nil
+		}
+		s.LastCheckpoint = c.ID
+		r := noop(s, "checkpoint %d committed", c.ID)
+		r.Changed = true
+		return r, nil
+	case Finish:
+		if s.Status != Running {
+			return noop(s, "job is already %s", s.Status), nil
+		}
+		s.Status = Finished
+		r := noop(s, "job finished")
+		r.Changed = true
+		return r, nil
+	case SetVoters:
+		return s.setVoters(c)
+	case nil:
+		return Result{}, badCmd("nil command")
+	}
+	return Result{}, badCmd("unknown command type %T (pass one of the command values)", cmd)
+}
+
+func (s *State) declareFailed(c DeclareFailed) (Result, error) {
+	if c.Epoch > s.Epoch {
+		return Result{}, badCmd("DeclareFailed of proc %d reported in epoch %d, but the view is only at epoch %d", c.Proc, c.Epoch, s.Epoch)
+	}
+	if _, ok := s.Procs[c.Proc]; !ok {
+		return Result{}, fmt.Errorf("%w: DeclareFailed names proc %d", ErrUnknownProc, c.Proc)
+	}
+	if _, ok := s.Procs[c.Reporter]; !ok && c.Reporter != NoProc {
+		return Result{}, fmt.Errorf("%w: DeclareFailed reported by proc %d", ErrUnknownProc, c.Reporter)
+	}
+	if s.Status != Running {
+		return noop(s, "job is %s", s.Status), nil
+	}
+	if e, ok := s.Failed[c.Proc]; ok {
+		return noop(s, "proc %d already failed in epoch %d", c.Proc, e), nil
+	}
+	if e, ok := s.Failed[c.Reporter]; ok {
+		return noop(s, "reporter %d was itself declared failed in epoch %d", c.Reporter, e), nil
+	}
+	s.Epoch++
+	s.Failed[c.Proc] = s.Epoch
+	s.Voters = slices.DeleteFunc(s.Voters, func(v uint32) bool { return v == c.Proc })
+	res := Result{Changed: true, Epoch: s.Epoch, Rank: -1, Promoted: NoProc}
+	if i := slices.Index(s.Spares, c.Proc); i >= 0 {
+		s.Spares = slices.Delete(s.Spares, i, i+1)
+		res.Note = fmt.Sprintf("spare %d removed from the pool", c.Proc)
+	} else if r, ok := s.RankOf(c.Proc); ok {
+		res.Rank = r
+		switch {
+		case len(s.Spares) > 0:
+			res.Promoted = s.Spares[0]
+			s.Ranks[r] = s.Spares[0]
+			s.Spares = slices.Delete(s.Spares, 0, 1)
+			res.Note = fmt.Sprintf("spare %d takes rank %d", res.Promoted, r)
+		case s.Shrink:
+			s.Ranks[r] = NoProc
+			res.Note = fmt.Sprintf("no spare left: rank %d is vacant (shrink)", r)
+			if s.LiveRanks() == 0 {
+				s.Status, s.StatusReason = Failed, ReasonAllRanksLost
+				res.Note = fmt.Sprintf("rank %d was the last live rank: job failed (%s)", r, ReasonAllRanksLost)
+			}
+		default:
+			s.Ranks[r] = NoProc
+			s.Status, s.StatusReason = Failed, ReasonSparesExhausted
+			res.Note = fmt.Sprintf("no spare left for rank %d: job failed (%s)", r, ReasonSparesExhausted)
+		}
+	} else {
+		res.Note = fmt.Sprintf("proc %d held no rank", c.Proc)
+	}
+	res.Status = s.Status
+	return res, nil
+}
+
+func (s *State) addSpare(c AddSpare) (Result, error) {
+	if c.Proc == NoProc {
+		return Result{}, badCmd("AddSpare of proc %d (NoProc is reserved)", c.Proc)
+	}
+	if err := c.Info.validate(); err != nil {
+		return Result{}, badCmd("AddSpare of proc %d: %v", c.Proc, err)
+	}
+	if e, ok := s.Failed[c.Proc]; ok {
+		return Result{}, badCmd("AddSpare of proc %d, which was declared failed in epoch %d: give the replacement a new process id", c.Proc, e)
+	}
+	if info, ok := s.Procs[c.Proc]; ok {
+		if info != c.Info {
+			return Result{}, badCmd("AddSpare of proc %d, which is already in the job with other addresses (%+v)", c.Proc, info)
+		}
+		return noop(s, "proc %d is already in the job", c.Proc), nil
+	}
+	if s.Status != Running {
+		return noop(s, "job is %s", s.Status), nil
+	}
+	if len(s.Procs) >= MaxProcs {
+		return Result{}, badCmd("AddSpare of proc %d: the job already has %d procs (max %d)", c.Proc, len(s.Procs), MaxProcs)
+	}
+	s.Epoch++
+	s.Procs[c.Proc] = c.Info
+	s.Spares = append(s.Spares, c.Proc)
+	r := noop(s, "spare %d added to the pool (%d spares)", c.Proc, len(s.Spares))
+	r.Changed = true
+	return r, nil
+}
+
+func (s *State) setVoters(c SetVoters) (Result, error) {
+	if len(c.Voters) > MaxVoters {
+		return Result{}, badCmd("SetVoters with %d voters, max %d", len(c.Voters), MaxVoters)
+	}
+	for i, v := range c.Voters {
+		if _, ok := s.Procs[v]; !ok {
+			return Result{}, fmt.Errorf("%w: SetVoters names proc %d", ErrUnknownProc, v)
+		}
+		if e, ok := s.Failed[v]; ok {
+			return Result{}, badCmd("SetVoters names proc %d, declared failed in epoch %d", v, e)
+		}
+		if slices.Contains(c.Voters[:i], v) {
+			return Result{}, badCmd("SetVoters names proc %d twice", v)
+		}
+	}
+	if slices.Equal(s.Voters, c.Voters) {
+		return noop(s, "voters unchanged"), nil
+	}
+	s.Voters = slices.Clone(c.Voters)
+	r := noop(s, "voters %v", s.Voters)
+	r.Changed = true
+	return r, nil
+}

@@ -1,0 +1,310 @@
+package spares
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/auth"
+)
+
+// Member is one process of the initial table. Every process of the job is
+// given the same table, in the same order.
+type Member struct {
+	Proc     uint32 // process id, unique, not NoProc
+	Host     string // host label: voters are spread over hosts
+	Addr     string // data-plane address, recorded in the view
+	RaftAddr string // host:port of the Raft transport
+	CtlAddr  string // host:port of the control RPC (proposals from non-leaders)
+	Spare    bool   // a spare: holds no rank until promoted
+}
+
+// Config configures a Node. Start from DefaultConfig or LocalConfig and
+// fill in Proc, Members, NumRanks and Token.
+type Config struct {
+	// Proc is this process's id; it must be in Members (or, with Join, be
+	// Self.Proc and not in Members).
+	Proc uint32
+	// Members is the initial table. Non-spare members hold ranks 0..NumRanks-1
+	// in table order; spares form the pool in table order. Every process
+	// must be given the same table: it determines the initial state and the
+	// bootstrap Raft configuration, so no join step is needed.
+	Members []Member
+	// Join: this process was started after the job, to refill the pool.
+	// Members is still the job's original table (so the initial state is
+	// the same everywhere) and Self describes this process. The node does
+	// not bootstrap: it proposes AddSpare for itself through any member's
+	// control RPC (Propose with JoinSelf), the leader then adds it to Raft
+	// as a non-voter and it receives the log.
+	Join bool
+	// Self describes this process when Join is set; ignored otherwise.
+	Self Member
+	// NumRanks is the job size; it must equal the number of non-spare members.
+	NumRanks int
+	// Shrink: when the pool is empty, a lost rank becomes vacant instead of
+	// failing the job (for apps that can redistribute work).
+	Shrink bool
+	// MaxVoters is how many Raft voters to keep (1..MaxVoters, default 5).
+	// The rest of the processes are non-voters: they hold the state but do
+	// not count toward a quorum, so Raft cost stays flat as the job grows.
+	MaxVoters int
+	// StateDir: "" keeps the Raft log in memory (a lost process is replaced,
+	// never restarted, so this is the default); otherwise the log, stable
+	// store (raft-boltdb) and snapshots go to StateDir/proc-<Proc>.
+	StateDir string
+	// Token is the job token (internal/auth); it authenticates both the Raft
+	// transport and the control RPC. At least 16 bytes.
+	Token []byte
+
+	// RaftListener and CtlListener, when set, are used instead of binding
+	// the member's RaftAddr and CtlAddr (a launcher that picks ports first,
+	// or tests on port 0). The Node owns and closes them.
+	RaftListener net.Listener
+	CtlListener  net.Listener
+
+	// HeartbeatTimeout (Raft): a follower without contact from the leader
+	// for this long starts an election. Sets failover speed.
+	HeartbeatTimeout time.Duration
+	// ElectionTimeout (Raft): a candidate without a result for this long
+	// starts a new election. At least HeartbeatTimeout.
+	ElectionTimeout time.Duration
+	// LeaderLeaseTimeout (Raft): a leader without quorum contact for this
+	// long steps down. At most HeartbeatTimeout.
+	LeaderLeaseTimeout time.Duration
+	// CommitTimeout (Raft): the leader's idle append interval; bounds the
+	// delay before followers learn a commit. Small on a LAN.
+	CommitTimeout time.Duration
+	// TransportTimeout: I/O deadline of one Raft RPC on the TCP transport.
+	TransportTimeout time.Duration
+	// HandshakeTimeout: deadline for the job-token handshake of an incoming
+	// or outgoing connection (Raft and control), so a stray client cannot
+	// hold a goroutine.
+	HandshakeTimeout time.Duration
+	// RPCTimeout bounds one control-RPC attempt (dial, handshake, commit on
+	// the leader, reply); Propose retries after it.
+	RPCTimeout time.Duration
+	// ProposeRetryMin and ProposeRetryMax bound the exponential backoff of
+	// Propose between attempts (during an election, say).
+	ProposeRetryMin time.Duration
+	ProposeRetryMax time.Duration
+	// ReconcileInterval: how often the leader re-checks the voter set even
+	// without an event (events trigger it at once).
+	ReconcileInterval time.Duration
+	// SnapshotThreshold: Raft log entries between snapshots.
+	SnapshotThreshold uint64
+
+	// Logger receives membership events (epoch changes, promotions, voter
+	// changes, refused connections) and Raft's own warnings and errors.
+	// nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig is for a LAN or one host: failover in well under a second
+// (heartbeat 300 ms, election 300 ms), generous I/O deadlines.
+func DefaultConfig() Config {
+	return Config{
+		MaxVoters:          5,
+		HeartbeatTimeout:   300 * time.Millisecond,
+		ElectionTimeout:    300 * time.Millisecond,
+		LeaderLeaseTimeout: 200 * time.Millisecond,
+		CommitTimeout:      10 * time.Millisecond,
+		TransportTimeout:   2 * time.Second,
+		HandshakeTimeout:   2 * time.Second,
+		RPCTimeout:         3 * time.Second,
+		ProposeRetryMin:    20 * time.Millisecond,
+		ProposeRetryMax:    500 * time.Millisecond,
+		ReconcileInterval:  500 * time.Millisecond,
+		SnapshotThreshold:  1024,
+	}
+}
+
+// LocalConfig is for loopback and tests: faster elections, still tolerant
+// of a busy 2-core machine running the race detector.
+func LocalConfig() Config {
+	c := DefaultConfig()
+	c.HeartbeatTimeout = 200 * time.Millisecond
+	c.ElectionTimeout = 200 * time.Millisecond
+	c.LeaderLeaseTimeout = 150 * time.Millisecond
+	c.CommitTimeout = 5 * time.Millisecond
+	c.ProposeRetryMin = 10 * time.Millisecond
+	c.ProposeRetryMax = 200 * time.Millisecond
+	c.ReconcileInterval = 200 * time.Millisecond
+	return c
+}
+
+// Validate checks the fields and their relations. It never mutates c.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...)))
+	}
+	if err := validateMembers(c.Members, c.NumRanks); err != nil {
+		errs = append(errs, err)
+	}
+	found := false
+	for _, m := range c.Members {
+		if m.Proc == c.Proc {
+			found = true
+		}
+	}
+	switch {
+	case !c.Join && !found:
+		bad("Proc %d is not in Members", c.Proc)
+	case c.Join && found:
+		bad("Proc %d joins but is already in Members (a joining process needs a new id)", c.Proc)
+	case c.Join && c.Self.Proc != c.Proc:
+		bad("Join with Self.Proc %d but Proc %d (they must match)", c.Self.Proc, c.Proc)
+	case c.Join && (c.Self.RaftAddr == "" || c.Self.CtlAddr == ""):
+		bad("joining proc %d needs Self.RaftAddr and Self.CtlAddr (got %q and %q)", c.Proc, c.Self.RaftAddr, c.Self.CtlAddr)
+	case c.Join && c.Proc == NoProc:
+		bad("Proc %d is reserved (NoProc)", c.Proc)
+	}
+	if c.MaxVoters < 1 || c.MaxVoters > MaxVoters {
+		bad("MaxVoters is %d, want 1..%d (5 is usual)", c.MaxVoters, MaxVoters)
+	}
+	if len(c.Token) < 16 {
+		bad("Token is %d bytes, want at least 16 (use auth.NewToken)", len(c.Token))
+	}
+	pos := []struct {
+		name string
+		v    time.Duration
+	}{
+		{"HeartbeatTimeout", c.HeartbeatTimeout}, {"ElectionTimeout", c.ElectionTimeout},
+		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout}, {"CommitTimeout", c.CommitTimeout},
+		{"TransportTimeout", c.TransportTimeout}, {"HandshakeTimeout", c.HandshakeTimeout},
+		{"RPCTimeout", c.RPCTimeout}, {"ProposeRetryMin", c.ProposeRetryMin},
+		{"ProposeRetryMax", c.ProposeRetryMax}, {"ReconcileInterval", c.ReconcileInterval},
+	}
+	for _, p := range pos {
+		if p.v <= 0 {
+			bad("%s is %v, want > 0 (start from DefaultConfig)", p.name, p.v)
+		}
+	}
+	if c.HeartbeatTimeout > 0 && c.HeartbeatTimeout < 5*time.Millisecond {
+		bad("HeartbeatTimeout %v is below Raft's minimum of 5ms", c.HeartbeatTimeout)
+	}
+	if c.ElectionTimeout < c.HeartbeatTimeout {
+		bad("ElectionTimeout %v is below HeartbeatTimeout %v", c.ElectionTimeout, c.HeartbeatTimeout)
+	}
+	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		bad("LeaderLeaseTimeout %v is above HeartbeatTimeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if c.LeaderLeaseTimeout > 0 && c.LeaderLeaseTimeout < 5*time.Millisecond {
+		bad("LeaderLeaseTimeout %v is below Raft's minimum of 5ms", c.LeaderLeaseTimeout)
+	}
+	if c.ProposeRetryMax < c.ProposeRetryMin {
+		bad("ProposeRetryMax %v is below ProposeRetryMin %v", c.ProposeRetryMax, c.ProposeRetryMin)
+	}
+	if c.SnapshotThreshold == 0 {
+		bad("SnapshotThreshold is 0, want > 0 (1024 is usual)")
+	}
+	return errors.Join(errs...)
+}
+
+func validateMembers(members []Member, numRanks int) error {
+	if len(members) == 0 {
+		return fmt.Errorf("%w: Members is empty", ErrConfig)
+	}
+	if len(members) > MaxProcs {
+		return fmt.Errorf("%w: %d members, max %d", ErrConfig, len(members), MaxProcs)
+	}
+	seen := make(map[uint32]bool, len(members))
+	raftAddrs := make(map[string]uint32, len(members))
+	ranks := 0
+	for i, m := range members {
+		if m.Proc == NoProc {
+			return fmt.Errorf("%w: Members[%d] has proc %d, which is reserved (NoProc)", ErrConfig, i, m.Proc)
+		}
+		if seen[m.Proc] {
+			return fmt.Errorf("%w: proc %d appears twice in Members", ErrConfig, m.Proc)
+		}
+		seen[m.Proc] = true
+		if m.RaftAddr == "" || m.CtlAddr == "" {
+			return fmt.Errorf("%w: proc %d needs both RaftAddr and CtlAddr (got %q and %q)", ErrConfig, m.Proc, m.RaftAddr, m.CtlAddr)
+		}
+		if p, dup := raftAddrs[m.RaftAddr]; dup {
+			return fmt.Errorf("%w: procs %d and %d share RaftAddr %q", ErrConfig, p, m.Proc, m.RaftAddr)
+		}
+		raftAddrs[m.RaftAddr] = m.Proc
+		if err := m.info().validate(); err != nil {
+			return fmt.Errorf("%w: proc %d: %v", ErrConfig, m.Proc, err)
+		}
+		if !m.Spare {
+			ranks++
+		}
+	}
+	if numRanks != ranks || numRanks == 0 {
+		return fmt.Errorf("%w: NumRanks is %d but Members has %d non-spare processes (want them equal and > 0)", ErrConfig, numRanks, ranks)
+	}
+	return nil
+}
+
+func (m Member) info() ProcInfo {
+	return ProcInfo{Addr: m.Addr, Host: m.Host, RaftAddr: m.RaftAddr, CtlAddr: m.CtlAddr}
+}
+
+// InitialState builds the state every process starts from: non-spare
+// members hold ranks in table order, spares form the pool in table order,
+// epoch 1, and Voters as chosen by ChooseVoters. It is a pure function of
+// its arguments, which is why all processes agree on it without a message.
+func InitialState(members []Member, numRanks int, shrink bool, maxVoters int) (State, error) {
+	if err := validateMembers(members, numRanks); err != nil {
+		return State{}, err
+	}
+	if maxVoters < 1 || maxVoters > MaxVoters {
+		return State{}, fmt.Errorf("%w: maxVoters is %d, want 1..%d", ErrConfig, maxVoters, MaxVoters)
+	}
+	s := State{
+		Epoch:    1,
+		NumRanks: numRanks,
+		Ranks:    make([]uint32, 0, numRanks),
+		Procs:    make(map[uint32]ProcInfo, len(members)),
+		Failed:   map[uint32]uint64{},
+		Shrink:   shrink,
+		Voters:   ChooseVoters(members, maxVoters),
+	}
+	for _, m := range members {
+		s.Procs[m.Proc] = m.info()
+		if m.Spare {
+			s.Spares = append(s.Spares, m.Proc)
+		} else {
+			s.Ranks = append(s.Ranks, m.Proc)
+		}
+	}
+	return s, nil
+}
+
+// ChooseVoters picks up to max voters from the table, round-robin over
+// hosts: the first member of each host (hosts in order of first
+// appearance), then the second of each, and so on. Losing one host then
+// costs as few votes as the table allows.
+func ChooseVoters(members []Member, max int) []uint32 {
+	var hosts []string
+	byHost := map[string][]uint32{}
+	for _, m := range members {
+		if _, ok := byHost[m.Host]; !ok {
+			hosts = append(hosts, m.Host)
+		}
+		byHost[m.Host] = append(byHost[m.Host], m.Proc)
+	}
+	var out []uint32
+	for round := 0; len(out) < max; round++ {
+		added := false
+		for _, h := range hosts {
+			if round < len(byHost[h]) && len(out) < max {
+				out = append(out, byHost[h][round])
+				added = true
+			}
+		}
+		if !added {
+			break
+		}
+	}
+	return out
+}
+
+// purposeRaft separates Raft transport connections from control and data
+// connections that use the same job token.
+var purposeRaft = auth.Purpose{'r', 'a', 'f', 't'}

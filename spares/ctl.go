@@ -1,0 +1,225 @@
+package spares
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Control RPC: one request per connection, after the job-token handshake
+// (purpose "ctrl"). Frames are a 4-byte big-endian length and a msgpack
+// body of at most maxCtlFrame bytes.
+//
+//	request   [ctlVersion, ctlOpPropose, command bytes]
+//	response  [code, message, leader, changed, epoch, rank+1, promoted, status, note]
+//
+// code is "ok" or one of the codes of errorCodes (or "internal"); leader is
+// the proc the responder believes leads (NoProc if none).
+const (
+	maxCtlFrame  = MaxCommandSize + 1024
+	ctlVersion   = 1
+	ctlOpPropose = 1
+	codeOK       = "ok"
+)
+
+func writeFrame(w io.Writer, body []byte) error {
+	if len(body) > maxCtlFrame {
+		return fmt.Errorf("%w: frame of %d bytes, max %d", ErrProtocol, len(body), maxCtlFrame)
+	}
+	b := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(b, uint32(len(body)))
+	copy(b[4:], body)
+	_, err := w.Write(b)
+	return err
+}
+
+func readFrame(r io.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > maxCtlFrame {
+		return nil, fmt.Errorf("%w: frame of %d bytes announced, max %d", ErrProtocol, n, maxCtlFrame)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func encodeCtlRequest(cmd []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	e := msgpack.NewEncoder(&buf)
+	err := encAll(e.EncodeArrayLen(3), e.EncodeUint(ctlVersion), e.EncodeUint(ctlOpPropose), e.EncodeBytes(cmd))
+	return buf.Bytes(), err
+}
+
+func decodeCtlRequest(b []byte) ([]byte, error) {
+	d := newDec(b, ErrProtocol)
+	if n := d.arrayLen(3); d.err == nil && n != 3 {
+		return nil, fmt.Errorf("%w: request has %d fields, want 3", ErrProtocol, n)
+	}
+	if v := d.uint(255); d.err == nil && v != ctlVersion {
+		return nil, fmt.Errorf("%w: request version %d, this build speaks %d", ErrProtocol, v, ctlVersion)
+	}
+	if op := d.uint(255); d.err == nil && op != ctlOpPropose {
+		return nil, fmt.Errorf("%w: unknown request op %d", ErrProtocol, op)
+	}
+	cmd := d.bin(MaxCommandSize)
+	return cmd, d.finish()
+}
+
+type ctlResponse struct {
+	Code   string
+	Msg    string
+	Leader uint32
+	Result Result
+}
+
+func encodeCtlResponse(r ctlResponse) ([]byte, error) {
+	var buf bytes.Buffer
+	e := msgpack.NewEncoder(&buf)
+	if len(r.Msg) > 1024 {
+		r.Msg = r.Msg[:1024]
+	}
+	if len(r.Result.Note) > 1024 {
+		r.Result.Note = r.Result.Note[:1024]
+	}
+	rank := uint64(0)
+	if r.Result.Rank >= 0 {
+		rank = uint64(r.Result.Rank) + 1
+	}
+	err := encAll(e.EncodeArrayLen(9), e.EncodeString(r.Code), e.EncodeString(r.Msg), e.EncodeUint(uint64(r.Leader)),
+		e.EncodeBool(r.Result.Changed), e.EncodeUint(r.Result.Epoch), e.EncodeUint(rank), e.EncodeUint(uint64(r.Result.Promoted)),
+		e.EncodeUint(uint64(r.Result.Status)), e.EncodeString(r.Result.Note))
+	return buf.Bytes(), err
+}
+
+func decodeCtlResponse(b []byte) (ctlResponse, error) {
+	var r ctlResponse
+	d := newDec(b, ErrProtocol)
+	if n := d.arrayLen(9); d.err == nil && n != 9 {
+		return r, fmt.Errorf("%w: response has %d fields, want 9", ErrProtocol, n)
+	}
+	r.Code = d.str(64)
+	r.Msg = d.str(1024)
+	r.Leader = uint32(d.uint(uint64(NoProc)))
+	r.Result.Changed = d.bool()
+	r.Result.Epoch = d.uint(^uint64(0))
+	r.Result.Rank = int(d.uint(MaxProcs+1)) - 1
+	r.Result.Promoted = uint32(d.uint(uint64(NoProc)))
+	r.Result.Status = JobStatus(d.uint(uint64(Failed)))
+	r.Result.Note = d.str(1024)
+	return r, d.finish()
+}
+
+// serveCtl answers control connections until the listener closes.
+func (n *Node) serveCtl() {
+	for {
+		c, err := n.ctlLn.Accept()
+		if err != nil {
+			return // closed
+		}
+		ac := c.(*authConn)
+		if !n.goFunc(func() { n.handleCtl(ac) }) {
+			c.Close()
+			return
+		}
+	}
+}
+
+func (n *Node) handleCtl(c *authConn) {
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RPCTimeout)
+	defer cancel()
+	_ = c.SetDeadline(time.Now().Add(n.cfg.RPCTimeout))
+	resp := ctlResponse{Code: codeOK, Leader: NoProc}
+	req, err := readFrame(c)
+	var cmd []byte
+	if err == nil {
+		cmd, err = decodeCtlRequest(req)
+	}
+	if err != nil {
+		n.log.Warn("spares: bad control request", "peer", c.peer, "err", err)
+		resp.Code, resp.Msg = "bad-command", err.Error()
+	} else {
+		res, err := n.applyLocal(ctx, cmd)
+		if err != nil {
+			resp.Code, resp.Msg = codeOf(err), err.Error()
+		}
+		resp.Result = res
+	}
+	if p, ok := n.Leader(); ok {
+		resp.Leader = p
+	}
+	body, err := encodeCtlResponse(resp)
+	if err == nil {
+		err = writeFrame(c, body)
+	}
+	if err != nil {
+		n.log.Debug("spares: control reply failed", "peer", c.peer, "err", err)
+	}
+}
+
+// callCtl sends one proposal to the control RPC at addr.
+func (n *Node) callCtl(ctx context.Context, addr string, token []byte, cmd []byte) (Result, error) {
+	c, err := dialAuth(ctx, addr, token, auth.PurposeControl, n.cfg.Proc, n.cfg.RPCTimeout)
+	if err != nil {
+		return Result{}, err
+	}
+	defer c.Close()
+	deadline := time.Now().Add(n.cfg.RPCTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = c.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	req, err := encodeCtlRequest(cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := writeFrame(c, req); err != nil {
+		return Result{}, fmt.Errorf("spares: control request to %s: %w", addr, err)
+	}
+	body, err := readFrame(c)
+	if err != nil {
+		return Result{}, fmt.Errorf("spares: control reply from %s: %w", addr, err)
+	}
+	resp, err := decodeCtlResponse(body)
+	if err != nil {
+		return Result{}, err
+	}
+	if resp.Code == codeOK {
+		return resp.Result, nil
+	}
+	if sentinel := errOfCode(resp.Code); sentinel != nil {
+		return Result{}, &remoteError{Proc: c.peer, Code: resp.Code, Msg: resp.Msg, Leader: resp.Leader, err: sentinel}
+	}
+	return Result{}, &remoteError{Proc: c.peer, Code: resp.Code, Msg: resp.Msg, Leader: resp.Leader, err: errors.New(resp.Msg)}
+}
+
+// remoteError is an error reported by another process over the control
+// RPC; it unwraps to the same sentinel the remote call returned.
+type remoteError struct {
+	Proc   uint32 // the process that answered
+	Code   string
+	Msg    string
+	Leader uint32 // the leader it knows of, NoProc if none
+	err    error
+}
+
+func (e *remoteError) Error() string {
+	return fmt.Sprintf("spares: proc %d: %s", e.Proc, e.Msg)
+}
+
+func (e *remoteError) Unwrap() error { return e.err }

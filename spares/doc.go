@@ -1,0 +1,92 @@
+// Package spares is the job's membership: a Raft-agreed view of which
+// process holds which rank, the spare pool, the failed set, the last
+// committed checkpoint and the job status, with one epoch number that goes
+// up whenever the view changes.
+//
+// # Model
+//
+// State is plain replicated data and State.Apply is a pure, deterministic
+// function of (state, command), tested without Raft from the scripts in
+// testdata/. The commands are DeclareFailed, AddSpare, CommitCheckpoint,
+// Finish and SetVoters. The design's Promote and ReplaceVoter are not
+// separate entries: a DeclareFailed of a rank holder is the whole recovery
+// step in one log entry (epoch+1, the failed process moves to Failed, the
+// first spare takes its rank), and the leader then repairs the Raft voter
+// set and records it with SetVoters. When the pool is empty the job fails
+// with ReasonSparesExhausted (ErrSparesExhausted, exit code
+// ExitSparesExhausted = 75), or, with Config.Shrink, the rank becomes
+// vacant: NumRanks never changes and State.Ranks[r] == NoProc, so an app
+// can hand the vacant rank's work to the others without renumbering.
+// Every command is idempotent, so proposals are retried freely.
+//
+// A Node runs hashicorp/raft for this process. Every process runs one and
+// holds the state locally; up to Config.MaxVoters (5) of them vote, chosen
+// round-robin over host labels so losing a host costs as few votes as
+// possible, the rest are non-voters. Every process bootstraps the same
+// configuration from the same member table, so there is no join step
+// (processes added later use Config.Join and JoinSelf). Raft runs on its
+// own TCP listener with the job-token handshake (purpose "raft"), never on
+// the data plane. Logs live in memory, or in raft-boltdb under
+// Config.StateDir.
+//
+// hashicorp/raft does not forward proposals, so each Node also serves a
+// small control RPC (job-token handshake with auth.PurposeControl, one
+// length-prefixed msgpack request per connection): Propose from any
+// process reaches the leader, and is retried with backoff across elections
+// until its context ends.
+//
+// The leader keeps the Raft configuration in line with the state: after
+// every change and after winning an election it removes failed processes,
+// adds new ones as non-voters and promotes live non-voters (preferring
+// hosts with the fewest voters) until there are MaxVoters voters or no
+// candidate is left.
+//
+// # Usage
+//
+//	cfg := spares.DefaultConfig()
+//	cfg.Proc, cfg.Members, cfg.NumRanks, cfg.Token = me, table, n, token
+//	node, err := spares.NewNode(cfg)
+//	if err != nil { ... }
+//	defer node.Shutdown()
+//
+//	// a spare waits for a rank
+//	rank, view, err := node.WaitPromotion(ctx)
+//	if err != nil { os.Exit(spares.ExitCode(err)) }
+//
+//	// a survivor whose detector confirmed a failure
+//	res, err := node.ReportFailure(ctx, deadProc, me, view.Epoch)
+//	view, err = node.WaitEpoch(ctx, res.Epoch) // then restore from checkpoint
+//
+// # Concurrency and ownership
+//
+// All Node methods are safe for concurrent use. Every blocking method
+// takes a context and returns ErrTimeout (wrapping the context's error)
+// when it ends, and ErrClosed after Shutdown; a timeout never means that a
+// process died. View and Watch values are private copies. Watch channels
+// hold only the latest state (a slow reader skips intermediate states and
+// never blocks the node) and are closed by Shutdown.
+//
+// Goroutines: Raft's own (stopped by raft.Shutdown); per listener one
+// accept loop and one handshake goroutine per pending connection (at most
+// 64, each under HandshakeTimeout); the control server, one goroutine per
+// control connection (under RPCTimeout), one waiter per local apply, and
+// the leader loop. All are owned by the Node and stopped by Shutdown,
+// which closes the control listener, shuts Raft down (closing its
+// transport), waits for the goroutines, then closes Watch channels and
+// stores.
+//
+// Locks: fsm.mu (state, change channel, watchers), Node.mu (closed flag
+// and goroutine registration) and authListener.mu (pending handshakes) are
+// leaves: no lock is held while taking another or while blocking. Raft's
+// FSM goroutine is the only writer of the state.
+//
+// # Costs and limits
+//
+// Every process replicates the log, so the leader sends heartbeats and
+// commit notices to every process: O(processes) small RPCs per
+// CommitTimeout and HeartbeatTimeout/10. That is cheap for tens to a few
+// hundred processes; much larger jobs would want non-voters to read from
+// the voters instead. A process declared failed is removed from Raft and
+// may never learn it from Raft: it is fenced by the data plane's epoch
+// checks (and WaitPromotion on it may block until its context ends).
+package spares

@@ -1,0 +1,178 @@
+package spares
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// fsm is the raft.FSM over State. Raft calls Apply, Snapshot and Restore
+// from its own FSM goroutine; readers take a clone under mu. Watchers are
+// fed without blocking (latest value wins), so a slow reader never stalls
+// the log.
+type fsm struct {
+	log      *slog.Logger
+	onChange func() // called after a change, outside mu; must not block
+
+	mu       sync.Mutex
+	st       State
+	changed  chan struct{} // closed and replaced on every change
+	watchers []chan State
+	closed   bool
+}
+
+var _ raft.FSM = (*fsm)(nil)
+
+// applyResponse is what FSM.Apply returns to raft's ApplyFuture.
+type applyResponse struct {
+	Result Result
+	Err    error
+}
+
+func newFSM(initial State, log *slog.Logger) *fsm {
+	return &fsm{st: initial, changed: make(chan struct{}), log: log}
+}
+
+// Apply decodes and applies one committed command. Rejections are part of
+// the deterministic outcome and go back to the proposer, never panic.
+func (f *fsm) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	cmd, err := DecodeCommand(l.Data)
+	if err != nil {
+		f.log.Warn("spares: undecodable log entry skipped", "index", l.Index, "err", err)
+		return applyResponse{Err: err}
+	}
+	f.mu.Lock()
+	res, err := f.st.Apply(cmd)
+	if err == nil && res.Changed {
+		f.publishLocked()
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return applyResponse{Err: err}
+	}
+	if res.Changed {
+		f.logChange(cmd, res)
+		if f.onChange != nil {
+			f.onChange()
+		}
+	}
+	return applyResponse{Result: res}
+}
+
+func (f *fsm) logChange(cmd Command, res Result) {
+	attrs := []any{"epoch", res.Epoch, "status", res.Status.String(), "note", res.Note}
+	switch c := cmd.(type) {
+	case DeclareFailed:
+		attrs = append(attrs, "failed_proc", c.Proc, "reporter", c.Reporter)
+		if res.Rank >= 0 {
+			attrs = append(attrs, "rank", res.Rank)
+		}
+		if res.Promoted != NoProc {
+			attrs = append(attrs, "promoted", res.Promoted)
+		}
+		f.log.Info("spares: failure committed", attrs...)
+	case AddSpare:
+		f.log.Info("spares: spare added", append(attrs, "proc", c.Proc)...)
+	case SetVoters:
+		f.log.Debug("spares: voters recorded", append(attrs, "voters", c.Voters)...)
+	default:
+		f.log.Debug("spares: "+cmd.Kind().String()+" committed", attrs...)
+	}
+}
+
+func (f *fsm) publishLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+	for _, w := range f.watchers {
+		select {
+		case <-w: // drop the stale value: latest wins
+		default:
+		}
+		w <- f.st.Clone() // cannot block: only this goroutine sends, under mu
+	}
+}
+
+// view returns a clone of the state and the channel closed on its next change.
+func (f *fsm) view() (State, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.st.Clone(), f.changed
+}
+
+func (f *fsm) watch() <-chan State {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := make(chan State, 1)
+	if f.closed {
+		close(w)
+		return w
+	}
+	w <- f.st.Clone()
+	f.watchers = append(f.watchers, w)
+	return w
+}
+
+// close closes every watcher channel; later watch calls get a closed one.
+func (f *fsm) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
+	f.closed = true
+	for _, w := range f.watchers {
+		close(w)
+	}
+	f.watchers = nil
+}
+
+// Snapshot captures a clone; encoding happens in Persist, off the FSM goroutine.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &fsmSnapshot{st: f.st.Clone()}, nil
+}
+
+// Restore replaces the state with a snapshot's.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, MaxStateSize+1))
+	if err != nil {
+		return fmt.Errorf("%w: reading: %v", ErrBadSnapshot, err)
+	}
+	st, err := DecodeState(b)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.st = st
+	f.publishLocked()
+	f.mu.Unlock()
+	f.log.Info("spares: state restored from snapshot", "epoch", st.Epoch)
+	if f.onChange != nil {
+		f.onChange()
+	}
+	return nil
+}
+
+type fsmSnapshot struct{ st State }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	b, err := EncodeState(&s.st)
+	if err == nil {
+		_, err = sink.Write(b)
+	}
+	if err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("spares: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}

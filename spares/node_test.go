@@ -1,0 +1,677 @@
+package spares
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/hashicorp/raft"
+)
+
+var verboseLog = flag.Bool("spares.log", false, "print node and raft logs of the Node tests to stderr")
+
+// Node tests run real hashicorp/raft nodes over loopback TCP in one test
+// process. Deadlines are generous (the machine may be a busy 2-core box);
+// waits are event-driven (WaitEpoch, Await) except for leader discovery,
+// which polls Raft's own state with a deadline.
+const phase = 30 * time.Second
+
+type cluster struct {
+	t     testing.TB
+	token []byte
+	cfgs  []Config
+	nodes []*Node // nil once shut down
+}
+
+func testLogger() *slog.Logger {
+	if *verboseLog {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// newCluster starts ranks+spares nodes on loopback, proc i on host h(i%hosts).
+func newCluster(t testing.TB, ranks, spares, hosts int, mut func(*Config)) *cluster {
+	t.Helper()
+	c := &cluster{t: t, token: auth.NewToken()}
+	n := ranks + spares
+	raftLns := make([]net.Listener, n)
+	ctlLns := make([]net.Listener, n)
+	var members []Member
+	for i := 0; i < n; i++ {
+		var err error
+		if raftLns[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		if ctlLns[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, Member{
+			Proc: uint32(i), Host: fmt.Sprintf("h%d", i%hosts), Addr: fmt.Sprintf("data-%d", i),
+			RaftAddr: raftLns[i].Addr().String(), CtlAddr: ctlLns[i].Addr().String(), Spare: i >= ranks,
+		})
+	}
+	for i := 0; i < n; i++ {
+		cfg := LocalConfig()
+		cfg.Proc, cfg.Members, cfg.NumRanks, cfg.Token = uint32(i), members, ranks, c.token
+		cfg.RaftListener, cfg.CtlListener = raftLns[i], ctlLns[i]
+		cfg.Logger = testLogger()
+		if mut != nil {
+			mut(&cfg)
+		}
+		c.cfgs = append(c.cfgs, cfg)
+	}
+	for i := range c.cfgs {
+		node, err := NewNode(c.cfgs[i])
+		if err != nil {
+			t.Fatalf("NewNode(%d): %v", i, err)
+		}
+		c.nodes = append(c.nodes, node)
+	}
+	t.Cleanup(c.shutdownAll)
+	return c
+}
+
+func (c *cluster) shutdownAll() {
+	for i := range c.nodes {
+		c.kill(uint32(i))
+	}
+}
+
+func (c *cluster) kill(p uint32) {
+	if n := c.nodes[p]; n != nil {
+		if err := n.Shutdown(); err != nil {
+			c.t.Errorf("shutdown %d: %v", p, err)
+		}
+		c.nodes[p] = nil
+	}
+}
+
+func (c *cluster) live() []*Node {
+	var out []*Node
+	for _, n := range c.nodes {
+		if n != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// leader waits until exactly one live node leads and every live voter
+// agrees on it.
+func (c *cluster) leader(ctx context.Context) *Node {
+	c.t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var leaders []*Node
+		for _, n := range c.live() {
+			if n.IsLeader() {
+				leaders = append(leaders, n)
+			}
+		}
+		if len(leaders) == 1 {
+			agree := true
+			for _, n := range c.live() {
+				if p, ok := n.Leader(); !ok || p != leaders[0].Proc() {
+					agree = false
+				}
+			}
+			if agree {
+				return leaders[0]
+			}
+		}
+		select {
+		case <-ctx.Done():
+			c.t.Fatalf("no single agreed leader among %d live nodes: %v", len(c.live()), ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// other returns a live node that is none of the excluded procs.
+func (c *cluster) other(exclude ...uint32) *Node {
+	for _, n := range c.live() {
+		if !slices.Contains(exclude, n.Proc()) {
+			return n
+		}
+	}
+	c.t.Fatalf("no live node outside %v", exclude)
+	return nil
+}
+
+// converge waits until every live node has applied epoch and returns the
+// common membership; it fails if two nodes disagree.
+func (c *cluster) converge(ctx context.Context, epoch uint64) State {
+	c.t.Helper()
+	var first State
+	for i, n := range c.live() {
+		st, err := n.WaitEpoch(ctx, epoch)
+		if err != nil && !errors.Is(err, ErrSparesExhausted) {
+			c.t.Fatalf("node %d WaitEpoch(%d): %v", n.Proc(), epoch, err)
+		}
+		if st.Epoch != epoch {
+			c.t.Fatalf("node %d is at epoch %d, want %d", n.Proc(), st.Epoch, epoch)
+		}
+		if i == 0 {
+			first = st
+			continue
+		}
+		if !slices.Equal(st.Ranks, first.Ranks) || !slices.Equal(st.Spares, first.Spares) || fmt.Sprint(st.Failed) != fmt.Sprint(first.Failed) || st.Status != first.Status {
+			c.t.Fatalf("nodes disagree at epoch %d:\n%d: %s\n%d: %s", epoch, c.live()[0].Proc(), summarize(&first), n.Proc(), summarize(&st))
+		}
+	}
+	return first
+}
+
+// votersRepaired waits until every live node records want voters, none of
+// them failed, and the leader's Raft configuration has exactly those voters.
+func (c *cluster) votersRepaired(ctx context.Context, want int) []uint32 {
+	c.t.Helper()
+	var voters []uint32
+	for _, n := range c.live() {
+		st, err := n.Await(ctx, func(s *State) bool {
+			for _, v := range s.Voters {
+				if _, failed := s.Failed[v]; failed {
+					return false
+				}
+			}
+			return len(s.Voters) == want
+		})
+		if err != nil {
+			c.t.Fatalf("node %d: voters never repaired to %d: %v (have %v)", n.Proc(), want, err, st.Voters)
+		}
+		voters = st.Voters
+	}
+	// The recorded set drops a failed voter at once; Raft's configuration
+	// follows when the leader has run its plan. Poll Raft until it matches.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cf := c.leader(ctx).raft.GetConfiguration()
+		if err := cf.Error(); err == nil {
+			var inRaft []uint32
+			for _, s := range cf.Configuration().Servers {
+				if s.Suffrage == raft.Voter {
+					p, _ := procOfID(s.ID)
+					inRaft = append(inRaft, p)
+				}
+			}
+			slices.Sort(inRaft)
+			if slices.Equal(inRaft, voters) {
+				return voters
+			}
+			select {
+			case <-ctx.Done():
+				c.t.Fatalf("raft voters %v, recorded voters %v", inRaft, voters)
+			case <-tick.C:
+			}
+		}
+	}
+}
+
+// rankHolder returns a live rank holder that is not excluded.
+func (c *cluster) rankHolder(st State, exclude ...uint32) uint32 {
+	for _, p := range st.Ranks {
+		if p != NoProc && c.nodes[p] != nil && !slices.Contains(exclude, p) {
+			return p
+		}
+	}
+	c.t.Fatalf("no live rank holder outside %v in %s", exclude, summarize(&st))
+	return NoProc
+}
+
+// TestNodeFailuresUseSparesThenExhaust: 4 ranks + 2 spares on 3 hosts. Each
+// failure is killed and then reported by a non-leader (through the control
+// RPC); every node sees the same new epoch, the spare holds the rank, the
+// voter set is repaired; the third failure fails the job with
+// ErrSparesExhausted.
+func TestNodeFailuresUseSparesThenExhaust(t *testing.T) {
+	c := newCluster(t, 4, 2, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*phase)
+	defer cancel()
+	watch := c.nodes[3].Watch()
+	promoted := make(chan string, 2)
+	for _, spare := range []uint32{4, 5} {
+		go func() {
+			rank, st, err := c.nodes[spare].WaitPromotion(ctx)
+			promoted <- fmt.Sprintf("spare %d: rank %d epoch %d err %v", spare, rank, st.Epoch, err)
+		}()
+	}
+
+	wantVoters := []int{5, 4}
+	for i, spare := range []uint32{4, 5} {
+		leader := c.leader(ctx)
+		st := leader.View()
+		victim := c.rankHolder(st, leader.Proc())
+		rank, _ := st.RankOf(victim)
+		proposer := c.other(leader.Proc(), victim)
+		c.kill(victim)
+		res, err := proposer.ReportFailure(ctx, victim, proposer.Proc(), st.Epoch)
+		if err != nil {
+			t.Fatalf("failure %d: ReportFailure(%d) from non-leader %d: %v", i+1, victim, proposer.Proc(), err)
+		}
+		if !res.Changed || res.Rank != rank || res.Promoted != spare || res.Epoch != st.Epoch+1 {
+			t.Fatalf("failure %d: result %+v, want rank %d promoted %d epoch %d", i+1, res, rank, spare, st.Epoch+1)
+		}
+		got := c.converge(ctx, st.Epoch+1)
+		if p, _ := got.ProcOf(rank); p != spare {
+			t.Fatalf("failure %d: rank %d held by %d, want spare %d", i+1, rank, p, spare)
+		}
+		if msg := <-promoted; msg != fmt.Sprintf("spare %d: rank %d epoch %d err <nil>", spare, rank, st.Epoch+1) {
+			t.Fatalf("failure %d: WaitPromotion: %s", i+1, msg)
+		}
+		voters := c.votersRepaired(ctx, wantVoters[i])
+		if slices.Contains(voters, victim) {
+			t.Fatalf("failed proc %d is still a voter: %v", victim, voters)
+		}
+		// A repeated report of the same failure is a no-op.
+		if res, err := c.other().ReportFailure(ctx, victim, NoProc, st.Epoch); err != nil || res.Changed {
+			t.Fatalf("repeated report: %+v, %v", res, err)
+		}
+	}
+
+	// Third failure: no spare left.
+	leader := c.leader(ctx)
+	st := leader.View()
+	victim := c.rankHolder(st, leader.Proc())
+	proposer := c.other(leader.Proc(), victim)
+	c.kill(victim)
+	res, err := proposer.ReportFailure(ctx, victim, proposer.Proc(), st.Epoch)
+	if err != nil || res.Status != Failed || res.Promoted != NoProc {
+		t.Fatalf("third failure: %+v, %v", res, err)
+	}
+	for _, n := range c.live() {
+		final, err := n.WaitEpoch(ctx, st.Epoch+1)
+		if !errors.Is(err, ErrSparesExhausted) || ExitCode(err) != ExitSparesExhausted {
+			t.Fatalf("node %d: WaitEpoch after exhaustion: %v", n.Proc(), err)
+		}
+		if final.Status != Failed || final.StatusReason != ReasonSparesExhausted {
+			t.Fatalf("node %d: %s", n.Proc(), summarize(&final))
+		}
+		if _, _, err := n.WaitPromotion(ctx); err != nil && !errors.Is(err, ErrSparesExhausted) {
+			t.Fatalf("node %d: WaitPromotion: %v", n.Proc(), err)
+		}
+	}
+	// The watcher was never read: it holds only the latest state.
+	if got := <-watch; got.Epoch != st.Epoch+1 || got.Status != Failed {
+		t.Fatalf("watch holds epoch %d status %s, want the latest (epoch %d, failed)", got.Epoch, got.Status, st.Epoch+1)
+	}
+}
+
+// TestNodeLeaderFailure: the Raft leader's process dies. A new leader is
+// elected, the report (proposed by a follower, retried across the
+// election) commits the promotion, and the new leader repairs the voter set.
+func TestNodeLeaderFailure(t *testing.T) {
+	c := newCluster(t, 4, 2, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), phase)
+	defer cancel()
+	old := c.leader(ctx)
+	if st := old.View(); !slices.Contains(st.Ranks, old.Proc()) {
+		// Move leadership to a voter holding a rank, so its death needs a promotion.
+		target := slices.IndexFunc(st.Voters, func(v uint32) bool { _, ok := st.RankOf(v); return ok })
+		v := st.Voters[target]
+		if err := old.raft.LeadershipTransferToServer(serverID(v), raft.ServerAddress(st.Procs[v].RaftAddr)).Error(); err != nil {
+			t.Fatalf("leadership transfer: %v", err)
+		}
+		old = c.leader(ctx)
+	}
+	victim := old.Proc()
+	st := old.View()
+	rank, _ := st.RankOf(victim)
+	wasVoters := len(st.Voters)
+	c.kill(victim)
+
+	proposer := c.other(victim)
+	start := time.Now()
+	res, err := proposer.ReportFailure(ctx, victim, proposer.Proc(), st.Epoch)
+	if err != nil {
+		t.Fatalf("ReportFailure of the leader: %v", err)
+	}
+	t.Logf("leader %d declared failed %v after its death (election included)", victim, time.Since(start).Round(time.Millisecond))
+	if res.Rank != rank || res.Promoted != 4 {
+		t.Fatalf("result %+v, want rank %d to spare 4", res, rank)
+	}
+	got := c.converge(ctx, st.Epoch+1)
+	if p, _ := got.ProcOf(rank); p != 4 {
+		t.Fatalf("rank %d held by %d, want 4", rank, p)
+	}
+	if r, _, err := c.nodes[4].WaitPromotion(ctx); err != nil || r != rank {
+		t.Fatalf("WaitPromotion = %d, %v", r, err)
+	}
+	if l := c.leader(ctx); l.Proc() == victim {
+		t.Fatal("dead leader still leads")
+	}
+	voters := c.votersRepaired(ctx, wasVoters)
+	if slices.Contains(voters, victim) {
+		t.Fatalf("dead leader %d still a voter: %v", victim, voters)
+	}
+}
+
+// TestNodeControlPlane: the control RPC refuses a wrong token and stray
+// clients, rejections by the state come back typed and unretried, a
+// proposal without quorum times out with ErrTimeout, and Shutdown is
+// idempotent.
+func TestNodeControlPlane(t *testing.T) {
+	c := newCluster(t, 2, 1, 1, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), phase)
+	defer cancel()
+	leader := c.leader(ctx)
+	follower := c.other(leader.Proc())
+	ctlAddr := leader.View().Procs[leader.Proc()].CtlAddr
+	raftAddr := leader.View().Procs[leader.Proc()].RaftAddr
+
+	cmd, _ := EncodeCommand(Finish{})
+	_, err := follower.callCtl(ctx, ctlAddr, auth.NewToken(), cmd)
+	if !errors.Is(err, auth.ErrAuth) {
+		t.Fatalf("wrong token: %v, want auth.ErrAuth", err)
+	}
+	if _, err := dialAuth(ctx, raftAddr, auth.NewToken(), purposeRaft, 7, time.Second); !errors.Is(err, auth.ErrAuth) {
+		t.Fatalf("wrong token on the raft transport: %v", err)
+	}
+	if _, err := dialAuth(ctx, raftAddr, c.token, auth.PurposeControl, 7, time.Second); !errors.Is(err, auth.ErrAuth) {
+		t.Fatalf("control purpose on the raft transport: %v", err)
+	}
+	stray, err := net.Dial("tcp", ctlAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(stray, "GET / HTTP/1.1\r\nHost: x\r\n\r\n%s", make([]byte, 64))
+	_ = stray.SetReadDeadline(time.Now().Add(phase))
+	buf := make([]byte, 256)
+	for {
+		if _, err := stray.Read(buf); err != nil {
+			break // the server hung up on the stray client
+		}
+	}
+	stray.Close()
+	deadline := time.Now().Add(phase)
+	for leader.Refused() < 4 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // the refusal is counted after the client already saw it
+	}
+	if n := leader.Refused(); n < 4 {
+		t.Fatalf("leader counted %d refused connections, want 4", n)
+	}
+	if st := follower.View(); st.Status != Running || st.Epoch != 1 {
+		t.Fatalf("state changed by refused clients: %s", summarize(&st))
+	}
+
+	// A command the state rejects comes back typed through the control RPC, at once.
+	if _, err := follower.ReportFailure(ctx, 99, follower.Proc(), 1); !errors.Is(err, ErrUnknownProc) {
+		t.Fatalf("unknown proc via ctl: %v", err)
+	}
+	if _, err := follower.Propose(ctx, DeclareFailed{Proc: 0, Reporter: NoProc, Epoch: 50}); !errors.Is(err, ErrBadCommand) {
+		t.Fatalf("future epoch via ctl: %v", err)
+	}
+	if res, err := follower.Propose(ctx, CommitCheckpoint{ID: 3}); err != nil || !res.Changed {
+		t.Fatalf("checkpoint via ctl: %+v, %v", res, err)
+	}
+	if _, err := follower.Await(ctx, func(s *State) bool { return s.LastCheckpoint == 3 }); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without a quorum nothing commits: the proposal times out, typed.
+	for _, n := range c.live() {
+		if n != follower {
+			c.kill(n.Proc())
+		}
+	}
+	short, cancelShort := context.WithTimeout(ctx, 700*time.Millisecond)
+	_, err = follower.ReportFailure(short, 0, follower.Proc(), 1)
+	cancelShort()
+	var pe *ProposeError
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &pe) || pe.Attempts < 1 {
+		t.Fatalf("proposal without quorum: %v", err)
+	}
+	if _, err := follower.WaitEpoch(short, 2); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("WaitEpoch with an ended context: %v", err)
+	}
+
+	w := follower.Watch()
+	<-w
+	if err := follower.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.Shutdown(); err != nil {
+		t.Fatalf("second Shutdown: %v", err)
+	}
+	if _, ok := <-w; ok {
+		t.Fatal("Watch channel still open after Shutdown")
+	}
+	if _, err := follower.WaitEpoch(ctx, 9); !errors.Is(err, ErrClosed) {
+		t.Fatalf("WaitEpoch after Shutdown: %v", err)
+	}
+	if _, err := follower.Propose(ctx, Finish{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Propose after Shutdown: %v", err)
+	}
+}
+
+// TestNodeBoltPersistence: with a StateDir the log lives in raft-boltdb; a
+// restarted group (same addresses, same directory) recovers the committed
+// membership without bootstrapping again.
+func TestNodeBoltPersistence(t *testing.T) {
+	dir := t.TempDir()
+	c := newCluster(t, 2, 1, 1, func(cfg *Config) { cfg.StateDir = dir })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*phase)
+	defer cancel()
+	leader := c.leader(ctx)
+	victim := c.rankHolder(leader.View(), leader.Proc())
+	c.kill(victim)
+	if _, err := c.other(victim).ReportFailure(ctx, victim, NoProc, 1); err != nil {
+		t.Fatal(err)
+	}
+	before := c.converge(ctx, 2)
+	c.votersRepaired(ctx, 2)
+	// A command after the configuration change, so a snapshot may be taken
+	// (Raft refuses while the last configuration entry is newer than the
+	// FSM's last applied command).
+	if _, err := c.other(victim).Propose(ctx, CommitCheckpoint{ID: 5}); err != nil {
+		t.Fatal(err)
+	}
+	hasCkpt := func(s *State) bool { return s.LastCheckpoint == 5 }
+	for _, n := range c.live() {
+		if _, err := n.Await(ctx, hasCkpt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Snapshot one node, so its restart goes through FSM.Restore.
+	if err := c.other(victim).raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	c.shutdownAll()
+	if _, err := os.Stat(filepath.Join(dir, "proc-0", "raft.db")); err != nil {
+		t.Fatalf("no bolt file: %v", err)
+	}
+
+	for p, cfg := range c.cfgs {
+		if uint32(p) == victim {
+			continue
+		}
+		cfg.RaftListener, cfg.CtlListener = nil, nil // rebind the same addresses
+		n, err := NewNode(cfg)
+		if err != nil {
+			t.Fatalf("restart %d: %v", p, err)
+		}
+		c.nodes[p] = n
+		if st := n.View(); st.Epoch != 1 && st.Epoch != 2 {
+			t.Fatalf("restart %d: unexpected epoch %d", p, st.Epoch)
+		}
+	}
+	for _, n := range c.live() {
+		if _, err := n.Await(ctx, hasCkpt); err != nil {
+			t.Fatalf("node %d after restart: %v", n.Proc(), err)
+		}
+	}
+	after := c.converge(ctx, 2)
+	if !slices.Equal(after.Ranks, before.Ranks) || after.LastCheckpoint != 5 {
+		t.Fatalf("after restart: %s, before: %s", summarize(&after), summarize(&before))
+	}
+	// The restarted group still commits.
+	if _, err := c.other().Propose(ctx, CommitCheckpoint{ID: 6}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNodeJoinRefillsPool: a process started after the job joins with
+// Join, proposes its own AddSpare through a member, is added to Raft by the
+// leader, catches up, and is promoted when its turn comes.
+func TestNodeJoinRefillsPool(t *testing.T) {
+	c := newCluster(t, 2, 1, 2, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*phase)
+	defer cancel()
+	raftLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctlLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.cfgs[0]
+	cfg.Proc, cfg.Join = 3, true
+	cfg.Self = Member{Proc: 3, Host: "h1", Addr: "data-3", RaftAddr: raftLn.Addr().String(), CtlAddr: ctlLn.Addr().String(), Spare: true}
+	cfg.RaftListener, cfg.CtlListener = raftLn, ctlLn
+	joiner, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cfgs, c.nodes = append(c.cfgs, cfg), append(c.nodes, joiner)
+	st, err := joiner.JoinSelf(ctx)
+	if err != nil {
+		t.Fatalf("JoinSelf: %v", err)
+	}
+	if !slices.Equal(st.Spares, []uint32{2, 3}) {
+		t.Fatalf("joiner's view after joining: %s", summarize(&st))
+	}
+	c.converge(ctx, 2)
+	c.votersRepaired(ctx, 4)
+
+	for i, spare := range []uint32{2, 3} {
+		leader := c.leader(ctx)
+		st := leader.View()
+		victim := c.rankHolder(st, leader.Proc())
+		c.kill(victim)
+		if res, err := c.other(victim).ReportFailure(ctx, victim, NoProc, st.Epoch); err != nil || res.Promoted != spare {
+			t.Fatalf("failure %d: %+v, %v", i+1, res, err)
+		}
+		c.converge(ctx, st.Epoch+1)
+	}
+	if rank, st, err := joiner.WaitPromotion(ctx); err != nil || st.Ranks[rank] != 3 {
+		t.Fatalf("joiner WaitPromotion: %d, %v (%s)", rank, err, summarize(&st))
+	}
+	c.votersRepaired(ctx, 2)
+}
+
+// TestNodeConfigErrors: NewNode refuses a bad config up front and closes
+// the listeners it was given.
+func TestNodeConfigErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := LocalConfig()
+	cfg.Members = testMembers(2, 0, 1)
+	cfg.NumRanks = 2
+	cfg.RaftListener = ln
+	if _, err := NewNode(cfg); !errors.Is(err, ErrConfig) {
+		t.Fatalf("NewNode without a token: %v", err)
+	}
+	if _, err := ln.Accept(); err == nil {
+		t.Fatal("listener still open after a refused config")
+	}
+}
+
+// measureEpochCommit returns, per sample, the time from ReportFailure on a
+// non-leader to every node having applied the new epoch. Each sample adds
+// a process that runs no Raft node as a spare, then declares it failed:
+// one DeclareFailed log entry through the control RPC, as in production.
+func measureEpochCommit(tb testing.TB, c *cluster, samples int) []time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*phase)
+	defer cancel()
+	var out []time.Duration
+	for i := 0; i < samples; i++ {
+		leader := c.leader(ctx)
+		proposer := c.other(leader.Proc())
+		p := uint32(1000 + i)
+		if _, err := leader.Propose(ctx, AddSpare{Proc: p, Info: ProcInfo{Host: "bench"}}); err != nil {
+			tb.Fatal(err)
+		}
+		st := c.converge(ctx, leader.View().Epoch)
+		start := time.Now()
+		if _, err := proposer.ReportFailure(ctx, p, proposer.Proc(), st.Epoch); err != nil {
+			tb.Fatal(err)
+		}
+		for _, n := range c.live() {
+			if _, err := n.WaitEpoch(ctx, st.Epoch+1); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		out = append(out, time.Since(start))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestEpochCommitLatency(t *testing.T) {
+	c := newCluster(t, 4, 2, 3, nil)
+	d := measureEpochCommit(t, c, 15)
+	t.Logf("epoch commit, 6 nodes on loopback, report from a non-leader: median %v, min %v, max %v",
+		d[len(d)/2].Round(10*time.Microsecond), d[0].Round(10*time.Microsecond), d[len(d)-1].Round(10*time.Microsecond))
+}
+
+// BenchmarkEpochCommit reports the median time from ReportFailure on a
+// non-leader to all 6 nodes having applied the epoch, for both timing
+// profiles (followers learn a commit on the leader's next append, which
+// comes within 1-2 CommitTimeouts).
+func BenchmarkEpochCommit(b *testing.B) {
+	for _, prof := range []struct {
+		name string
+		cfg  Config
+	}{{"config=local", LocalConfig()}, {"config=default", DefaultConfig()}} {
+		b.Run(prof.name, func(b *testing.B) {
+			c := newCluster(b, 4, 2, 3, func(cfg *Config) {
+				p := prof.cfg
+				cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = p.HeartbeatTimeout, p.ElectionTimeout, p.LeaderLeaseTimeout
+				cfg.CommitTimeout, cfg.ReconcileInterval = p.CommitTimeout, p.ReconcileInterval
+			})
+			b.ResetTimer()
+			d := measureEpochCommit(b, c, b.N)
+			b.StopTimer()
+			b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "ms-median")
+			b.ReportMetric(float64(d[len(d)-1].Microseconds())/1000, "ms-max")
+		})
+	}
+}
+
+// TestNodeShutdownLeavesNoGoroutines: Shutdown stops everything the nodes
+// started, including Raft's connection handlers (the stream layer closes
+// the connections Raft's transport leaves open).
+func TestNodeShutdownLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	c := newCluster(t, 2, 1, 1, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), phase)
+	defer cancel()
+	l := c.leader(ctx)
+	if _, err := c.other(l.Proc()).Propose(ctx, CommitCheckpoint{ID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c.shutdownAll()
+	deadline := time.Now().Add(phase)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines after Shutdown, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}

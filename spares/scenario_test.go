@@ -1,0 +1,364 @@
+package spares
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the golden files under testdata/ from the current output")
+
+// TestScenarios runs the scripts testdata/*.txt through State.Apply and
+// compares the trace with testdata/*.golden (go test -run TestScenarios
+// -rewrite regenerates them). Script language, one step per line, several
+// steps on one line separated by ';' happen in the same detection interval
+// (every report on the line carries the epoch the line started in, and
+// "rank R" is resolved in that view):
+//
+//	init ranks=R spares=S [hosts=H] [shrink]   procs 0..R-1 hold ranks, R..R+S-1 are spares
+//	fail P [by=Q] [at=E]     DeclareFailed of proc P by Q (default: none) reported in epoch E
+//	fail rank R ...          fail the proc holding rank R
+//	fail spare P ...         fail proc P, which must be a spare
+//	exhaust                  fail the lowest live rank until the job stops running
+//	add P [host=H]           AddSpare
+//	ckpt ID | finish | voters P...
+//
+// Every step is also checked for: the state invariants, the command's
+// encode/decode round trip, and idempotence (applying it again is a no-op
+// that leaves the state unchanged).
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios in testdata/: %v", err)
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".txt")
+		t.Run(name, func(t *testing.T) {
+			script, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := runScript(t, string(script))
+			golden := strings.TrimSuffix(file, ".txt") + ".golden"
+			if *rewrite {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -rewrite to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("trace differs from %s (run with -rewrite if the change is intended)\n--- got\n%s\n--- want\n%s", golden, got, want)
+			}
+		})
+	}
+}
+
+type scenario struct {
+	t   *testing.T
+	st  *State
+	out strings.Builder
+}
+
+func runScript(t *testing.T, script string) string {
+	s := &scenario{t: t}
+	for lineNo, line := range strings.Split(script, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			if line != "" {
+				s.out.WriteString(line + "\n")
+			}
+			continue
+		}
+		fmt.Fprintf(&s.out, "> %s\n", line)
+		if err := s.line(line); err != nil {
+			t.Fatalf("line %d %q: %v", lineNo+1, line, err)
+		}
+		if s.st != nil {
+			fmt.Fprintf(&s.out, "  view: %s\n", summarize(s.st))
+		}
+	}
+	return s.out.String()
+}
+
+func (s *scenario) line(line string) error {
+	steps := strings.Split(line, ";")
+	if strings.HasPrefix(steps[0], "init") {
+		return s.init(strings.Fields(steps[0])[1:])
+	}
+	if s.st == nil {
+		return fmt.Errorf("script must start with init")
+	}
+	view := s.st.Clone() // the interval's view: every report on this line was made in it
+	for _, step := range steps {
+		f := strings.Fields(step)
+		if len(f) == 0 {
+			return fmt.Errorf("empty step")
+		}
+		switch f[0] {
+		case "fail":
+			cmd, note, err := parseFail(&view, f[1:])
+			if err != nil {
+				return err
+			}
+			if note != "" {
+				fmt.Fprintf(&s.out, "  %s\n", note)
+				continue
+			}
+			s.apply(cmd)
+		case "exhaust":
+			for s.st.Status == Running {
+				r := slices.IndexFunc(s.st.Ranks, func(p uint32) bool { return p != NoProc })
+				s.apply(DeclareFailed{Proc: s.st.Ranks[r], Reporter: NoProc, Epoch: s.st.Epoch})
+			}
+		case "add":
+			if len(f) < 2 {
+				return fmt.Errorf("add needs a proc")
+			}
+			p, err := strconv.ParseUint(f[1], 10, 32)
+			if err != nil {
+				return err
+			}
+			host := "hx"
+			for _, kv := range f[2:] {
+				if v, ok := strings.CutPrefix(kv, "host="); ok {
+					host = v
+				}
+			}
+			s.apply(AddSpare{Proc: uint32(p), Info: infoFor(uint32(p), host)})
+		case "ckpt":
+			id, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				return err
+			}
+			s.apply(CommitCheckpoint{ID: id})
+		case "finish":
+			s.apply(Finish{})
+		case "voters":
+			var v []uint32
+			for _, a := range f[1:] {
+				p, err := strconv.ParseUint(a, 10, 32)
+				if err != nil {
+					return err
+				}
+				v = append(v, uint32(p))
+			}
+			s.apply(SetVoters{Voters: v})
+		default:
+			return fmt.Errorf("unknown step %q", f[0])
+		}
+	}
+	return nil
+}
+
+func (s *scenario) init(args []string) error {
+	ranks, spares, hosts, shrink := 0, 0, 1, false
+	for _, a := range args {
+		k, v, _ := strings.Cut(a, "=")
+		n, _ := strconv.Atoi(v)
+		switch k {
+		case "ranks":
+			ranks = n
+		case "spares":
+			spares = n
+		case "hosts":
+			hosts = n
+		case "shrink":
+			shrink = true
+		default:
+			return fmt.Errorf("unknown init argument %q", a)
+		}
+	}
+	st, err := InitialState(testMembers(ranks, spares, hosts), ranks, shrink, 5)
+	if err != nil {
+		return err
+	}
+	s.st = &st
+	return nil
+}
+
+func infoFor(p uint32, host string) ProcInfo {
+	return ProcInfo{Addr: fmt.Sprintf("%s:d%d", host, p), Host: host, RaftAddr: fmt.Sprintf("%s:r%d", host, p), CtlAddr: fmt.Sprintf("%s:c%d", host, p)}
+}
+
+func testMembers(ranks, spares, hosts int) []Member {
+	var ms []Member
+	for i := 0; i < ranks+spares; i++ {
+		h := fmt.Sprintf("h%d", i%hosts)
+		info := infoFor(uint32(i), h)
+		ms = append(ms, Member{Proc: uint32(i), Host: h, Addr: info.Addr, RaftAddr: info.RaftAddr, CtlAddr: info.CtlAddr, Spare: i >= ranks})
+	}
+	return ms
+}
+
+// parseFail resolves a fail step in the interval's view. A non-empty note
+// means the step is refused by the script (e.g. "fail spare" of a non-spare).
+func parseFail(view *State, args []string) (Command, string, error) {
+	cmd := DeclareFailed{Reporter: NoProc, Epoch: view.Epoch}
+	mode := ""
+	if len(args) > 0 && (args[0] == "rank" || args[0] == "spare") {
+		mode, args = args[0], args[1:]
+	}
+	if len(args) == 0 {
+		return nil, "", fmt.Errorf("fail needs a target")
+	}
+	n, err := strconv.ParseUint(args[0], 10, 32)
+	if err != nil {
+		return nil, "", err
+	}
+	switch mode {
+	case "rank":
+		p, ok := view.ProcOf(int(n))
+		if !ok {
+			return nil, fmt.Sprintf("rank %d is vacant in epoch %d: nothing to report", n, view.Epoch), nil
+		}
+		cmd.Proc = p
+	case "spare":
+		if !view.IsSpare(uint32(n)) {
+			return nil, fmt.Sprintf("proc %d is not a spare in epoch %d", n, view.Epoch), nil
+		}
+		cmd.Proc = uint32(n)
+	default:
+		cmd.Proc = uint32(n)
+	}
+	for _, kv := range args[1:] {
+		k, v, _ := strings.Cut(kv, "=")
+		x, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return nil, "", fmt.Errorf("bad %q: %v", kv, err)
+		}
+		switch k {
+		case "by":
+			cmd.Reporter = uint32(x)
+		case "at":
+			cmd.Epoch = x
+		default:
+			return nil, "", fmt.Errorf("unknown fail argument %q", kv)
+		}
+	}
+	return cmd, "", nil
+}
+
+func (s *scenario) apply(cmd Command) {
+	t := s.t
+	t.Helper()
+	b, err := EncodeCommand(cmd)
+	if err != nil {
+		t.Fatalf("encode %#v: %v", cmd, err)
+	}
+	back, err := DecodeCommand(b)
+	if err != nil || !reflect.DeepEqual(normalize(back), normalize(cmd)) {
+		t.Fatalf("round trip of %#v gave %#v, %v", cmd, back, err)
+	}
+	before := s.st.Epoch
+	res, err := s.st.Apply(cmd)
+	if err != nil {
+		fmt.Fprintf(&s.out, "  %s: error: %v\n", describe(cmd), err)
+	} else {
+		fmt.Fprintf(&s.out, "  %s: %s\n", describe(cmd), describeResult(res))
+	}
+	if err := s.st.Validate(); err != nil {
+		t.Fatalf("after %s: %v", describe(cmd), err)
+	}
+	if s.st.Epoch < before || (res.Changed && res.Epoch != s.st.Epoch) {
+		t.Fatalf("epoch went from %d to %d (result says %d)", before, s.st.Epoch, res.Epoch)
+	}
+	again := s.st.Clone()
+	res2, err2 := again.Apply(cmd)
+	if res2.Changed || !reflect.DeepEqual(normState(again), normState(*s.st)) || (err == nil && err2 != nil) {
+		t.Fatalf("%s is not idempotent: second result %+v, %v", describe(cmd), res2, err2)
+	}
+	enc, err := EncodeState(s.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := DecodeState(enc)
+	if err != nil || !reflect.DeepEqual(normState(dec), normState(*s.st)) {
+		t.Fatalf("state round trip: %v\n got %+v\nwant %+v", err, dec, *s.st)
+	}
+}
+
+func normalize(c Command) Command {
+	if v, ok := c.(SetVoters); ok && len(v.Voters) == 0 {
+		return SetVoters{}
+	}
+	return c
+}
+
+func normState(s State) State {
+	c := s.Clone()
+	if len(c.Spares) == 0 {
+		c.Spares = nil
+	}
+	if len(c.Voters) == 0 {
+		c.Voters = nil
+	}
+	return c
+}
+
+func procName(p uint32) string {
+	if p == NoProc {
+		return "none"
+	}
+	return strconv.FormatUint(uint64(p), 10)
+}
+
+func describe(cmd Command) string {
+	switch c := cmd.(type) {
+	case DeclareFailed:
+		return fmt.Sprintf("DeclareFailed proc=%d by=%s at=%d", c.Proc, procName(c.Reporter), c.Epoch)
+	case AddSpare:
+		return fmt.Sprintf("AddSpare proc=%d host=%s", c.Proc, c.Info.Host)
+	case CommitCheckpoint:
+		return fmt.Sprintf("CommitCheckpoint id=%d", c.ID)
+	case Finish:
+		return "Finish"
+	case SetVoters:
+		return fmt.Sprintf("SetVoters %v", c.Voters)
+	}
+	return fmt.Sprintf("%T", cmd)
+}
+
+func describeResult(r Result) string {
+	var b strings.Builder
+	if r.Changed {
+		b.WriteString("changed")
+	} else {
+		b.WriteString("no-op")
+	}
+	fmt.Fprintf(&b, " epoch=%d", r.Epoch)
+	if r.Rank >= 0 {
+		fmt.Fprintf(&b, " rank=%d promoted=%s", r.Rank, procName(r.Promoted))
+	}
+	fmt.Fprintf(&b, " status=%s (%s)", r.Status, r.Note)
+	return b.String()
+}
+
+func summarize(s *State) string {
+	ranks := make([]string, len(s.Ranks))
+	for i, p := range s.Ranks {
+		ranks[i] = procName(p)
+		if p == NoProc {
+			ranks[i] = "-"
+		}
+	}
+	var failed []string
+	for _, p := range slices.Sorted(mapsKeys(s.Failed)) {
+		failed = append(failed, fmt.Sprintf("%d@%d", p, s.Failed[p]))
+	}
+	status := s.Status.String()
+	if s.StatusReason != "" {
+		status += "(" + s.StatusReason + ")"
+	}
+	return fmt.Sprintf("epoch=%d status=%s ranks=[%s] spares=%v failed=[%s] voters=%v ckpt=%d",
+		s.Epoch, status, strings.Join(ranks, " "), s.Spares, strings.Join(failed, " "), s.Voters, s.LastCheckpoint)
+}

@@ -1,0 +1,271 @@
+package spares
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/hashicorp/raft"
+)
+
+// maxPendingHandshakes bounds the connections being authenticated at once,
+// so a flood of stray clients costs a bounded number of goroutines.
+const maxPendingHandshakes = 64
+
+// authListener accepts TCP connections and hands out only those that pass
+// the job-token handshake for its purpose. Handshakes run in their own
+// goroutines under a deadline, so a slow or stray client never blocks the
+// accept loop. It owns those goroutines and the listener; Close stops them.
+type authListener struct {
+	ln      net.Listener
+	token   []byte
+	purpose auth.Purpose
+	self    uint32
+	timeout time.Duration
+	log     *slog.Logger
+
+	conns   chan *authConn
+	done    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+	refused atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[net.Conn]struct{}  // handshakes under way
+	live    map[*authConn]struct{} // authenticated connections, both directions
+}
+
+// authConn is an authenticated connection and the peer's process id. When
+// it belongs to a listener, the listener closes it on Close: Raft's
+// transport neither closes its pooled connections nor the ones it serves
+// when it shuts down, and their goroutines would block in Read forever.
+type authConn struct {
+	net.Conn
+	peer uint32
+	l    *authListener
+	once sync.Once
+}
+
+func (c *authConn) Close() error {
+	var err error
+	c.once.Do(func() {
+		if c.l != nil {
+			c.l.mu.Lock()
+			delete(c.l.live, c)
+			c.l.mu.Unlock()
+		}
+		err = c.Conn.Close()
+	})
+	return err
+}
+
+// track registers c with the listener; it fails once the listener closed.
+func (l *authListener) track(c *authConn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.done:
+		return false
+	default:
+	}
+	c.l = l
+	l.live[c] = struct{}{}
+	return true
+}
+
+func newAuthListener(ln net.Listener, token []byte, p auth.Purpose, self uint32, timeout time.Duration, log *slog.Logger) *authListener {
+	l := &authListener{
+		ln: ln, token: token, purpose: p, self: self, timeout: timeout, log: log,
+		conns:   make(chan *authConn),
+		done:    make(chan struct{}),
+		pending: map[net.Conn]struct{}{},
+		live:    map[*authConn]struct{}{},
+	}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l
+}
+
+func (l *authListener) acceptLoop() {
+	defer l.wg.Done()
+	sem := make(chan struct{}, maxPendingHandshakes)
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			l.log.Warn("spares: accept failed", "purpose", purposeName(l.purpose), "err", err)
+			select {
+			case <-l.done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			l.refused.Add(1)
+			l.log.Warn("spares: refused connection: too many pending handshakes", "purpose", purposeName(l.purpose), "remote", c.RemoteAddr().String())
+			c.Close()
+			continue
+		}
+		l.mu.Lock()
+		select {
+		case <-l.done:
+			l.mu.Unlock()
+			c.Close()
+			return
+		default:
+		}
+		l.pending[c] = struct{}{}
+		l.wg.Add(1)
+		l.mu.Unlock()
+		go func() {
+			defer l.wg.Done()
+			defer func() { <-sem }()
+			l.handshake(c)
+		}()
+	}
+}
+
+func (l *authListener) handshake(c net.Conn) {
+	defer func() {
+		l.mu.Lock()
+		delete(l.pending, c)
+		l.mu.Unlock()
+	}()
+	_ = c.SetDeadline(time.Now().Add(l.timeout))
+	peer, err := auth.Handshake(c, l.token, l.purpose, l.self, false)
+	if err != nil {
+		l.refused.Add(1)
+		l.log.Warn("spares: refused connection", "purpose", purposeName(l.purpose), "remote", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	ac := &authConn{Conn: c, peer: peer}
+	if !l.track(ac) {
+		c.Close()
+		return
+	}
+	select {
+	case l.conns <- ac:
+	case <-l.done:
+		ac.Close()
+	}
+}
+
+// Accept returns the next authenticated connection, or net.ErrClosed after Close.
+func (l *authListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops accepting, aborts pending handshakes and waits for the
+// goroutines. Idempotent.
+func (l *authListener) Close() error {
+	l.once.Do(func() {
+		l.mu.Lock()
+		close(l.done)
+		for c := range l.pending {
+			c.Close()
+		}
+		live := make([]*authConn, 0, len(l.live))
+		for c := range l.live {
+			live = append(live, c)
+		}
+		l.mu.Unlock()
+		for _, c := range live {
+			c.Close()
+		}
+		l.ln.Close()
+		l.wg.Wait()
+	})
+	return nil
+}
+
+func (l *authListener) Addr() net.Addr { return l.ln.Addr() }
+
+// dialAuth dials addr and runs the handshake as the dialing side. The
+// returned connection has no deadline set.
+func dialAuth(ctx context.Context, addr string, token []byte, p auth.Purpose, self uint32, timeout time.Duration) (*authConn, error) {
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := d.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = c.SetDeadline(deadline)
+	peer, err := auth.Handshake(c, token, p, self, true)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("spares: %s connection to %s: %w", purposeName(p), addr, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return &authConn{Conn: c, peer: peer}, nil
+}
+
+// raftStream is the raft.StreamLayer: TCP with the job-token handshake on
+// both ends, purpose "raft". Raft's own NetworkTransport runs on top, so the
+// control plane never shares a connection with the data plane.
+type raftStream struct {
+	*authListener
+	timeout   time.Duration
+	advertise string // the member's RaftAddr: what the others dial
+}
+
+// Addr is the advertised address (Raft reports it as this node's address),
+// not the bound one, which may be a wildcard.
+func (s *raftStream) Addr() net.Addr { return tcpAddrString(s.advertise) }
+
+type tcpAddrString string
+
+func (a tcpAddrString) Network() string { return "tcp" }
+func (a tcpAddrString) String() string  { return string(a) }
+
+var _ raft.StreamLayer = (*raftStream)(nil)
+
+func (s *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if timeout <= 0 || timeout > s.timeout {
+		timeout = s.timeout
+	}
+	c, err := dialAuth(context.Background(), string(addr), s.token, purposeRaft, s.self, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if !s.track(c) {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	return c, nil
+}
+
+func purposeName(p auth.Purpose) string {
+	n := 0
+	for n < len(p) && p[n] != 0 {
+		n++
+	}
+	return string(p[:n])
+}
