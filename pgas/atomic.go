@@ -31,8 +31,8 @@ func (rt *Runtime) CompareSwap(ctx context.Context, rank int, loc Loc, cmp, swap
 }
 
 func (rt *Runtime) atomic(ctx context.Context, rank int, loc Loc, op uint8, a, b uint64, name string) (uint64, error) {
-	if rt.isClosed() {
-		return 0, ErrClosed
+	if err := rt.check(); err != nil {
+		return 0, err
 	}
 	if loc.Off%8 != 0 {
 		return 0, fmt.Errorf("pgas: %s: offset %d is not 8-byte aligned: %w", name, loc.Off, ErrInvalid)
@@ -89,6 +89,9 @@ const MaxPassive = 1 << 20
 // target has queued it for PassiveReceive.
 func (rt *Runtime) PassiveSend(ctx context.Context, rank int, msg []byte) error {
 	const op = "passive_send"
+	if err := rt.check(); err != nil {
+		return err
+	}
 	if len(msg) > MaxPassive {
 		return fmt.Errorf("pgas: %s: %d bytes above MaxPassive %d: %w", op, len(msg), MaxPassive, ErrInvalid)
 	}

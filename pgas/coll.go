@@ -95,8 +95,8 @@ type coll struct {
 }
 
 func (rt *Runtime) startColl(g *Group, op string) (*coll, error) {
-	if rt.isClosed() {
-		return nil, ErrClosed
+	if err := rt.check(); err != nil {
+		return nil, err
 	}
 	if g == nil {
 		g = rt.GroupAll()
@@ -479,6 +479,9 @@ func (m *mailbox) wait(ctx context.Context, rt *Runtime, k mailKey, rank int, op
 			return nil, &RankError{Rank: rank, Op: op, Err: ErrRankFailed}
 		}
 	case <-ctx.Done():
+		if rt.det != nil {
+			rt.det.Hint(k.from) // a timed-out collective is a hint, never a verdict
+		}
 		return nil, ctxError(ctx, op)
 	case <-rt.closed:
 		return nil, ErrClosed
@@ -488,10 +491,6 @@ func (m *mailbox) wait(ctx context.Context, rt *Runtime, k mailKey, rank int, op
 	m.mu.Unlock()
 	return s.data, nil
 }
-
-// peerDown wakes nothing directly: waiters select on the peer's down
-// channel. It exists so the mailbox can drop what that proc sent.
-func (m *mailbox) peerDown(proc transport.Proc) {}
 
 // purge drops messages of epochs older than epoch.
 func (m *mailbox) purge(epoch uint32) {

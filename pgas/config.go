@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
@@ -37,6 +38,14 @@ type Config struct {
 	// latency of small messages from tens of microseconds to a few, at the
 	// price of a busy core; keep it 0 on oversubscribed hosts.
 	SpinWait time.Duration
+	// Membership, when set, supplies committed views (epochs, the rank
+	// table, failed processes) and takes failure reports. Without it the
+	// rank table never changes and spares cannot be promoted.
+	Membership Membership
+	// Health, when set, runs the heartbeat failure detector with this
+	// configuration; its confirmed failures go to Membership.
+	Health *health.Config
+
 	// Logger receives runtime events. Nil discards them.
 	Logger *slog.Logger
 }
@@ -73,6 +82,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("pgas: config: QueueDepth is %d, want at least 1", c.QueueDepth)
 	case c.SpinWait < 0:
 		return fmt.Errorf("pgas: config: SpinWait is %v, want >= 0", c.SpinWait)
+	case c.Health != nil && c.Membership == nil:
+		return fmt.Errorf("pgas: config: Health is set but Membership is nil: confirmed failures would go nowhere")
 	case c.Hosts != nil && len(c.Hosts) != c.NumProcs:
 		return fmt.Errorf("pgas: config: %d host labels for %d processes", len(c.Hosts), c.NumProcs)
 	}

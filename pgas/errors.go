@@ -75,6 +75,7 @@ const (
 	codeInvalid
 	codeFenced
 	codeBusy
+	codeStale
 )
 
 func codeOf(err error) uint64 {
@@ -89,6 +90,8 @@ func codeOf(err error) uint64 {
 		return codeFenced
 	case errors.Is(err, errBusy):
 		return codeBusy
+	case errors.Is(err, ErrStaleEpoch):
+		return codeStale
 	}
 	return codeInvalid
 }
@@ -105,6 +108,8 @@ func errOf(code uint64) error {
 		return ErrFenced
 	case codeBusy:
 		return errBusy
+	case codeStale:
+		return ErrStaleEpoch
 	}
 	return ErrInvalid
 }

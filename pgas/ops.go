@@ -35,8 +35,8 @@ type pendingOp struct {
 }
 
 func (rt *Runtime) queue(q Queue, op string) (*queue, error) {
-	if rt.isClosed() {
-		return nil, ErrClosed
+	if err := rt.check(); err != nil {
+		return nil, err
 	}
 	if q < 0 || int(q) >= len(rt.queues) {
 		return nil, fmt.Errorf("pgas: %s: queue %d outside 0..%d: %w", op, q, len(rt.queues)-1, ErrInvalid)

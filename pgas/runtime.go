@@ -47,7 +47,16 @@ type Runtime struct {
 	self transport.Proc
 	log  *slog.Logger
 
-	view atomic.Pointer[view]
+	view        atomic.Pointer[view]
+	viewMu      sync.Mutex    // serialises applyView; guards the three below
+	viewChanged chan struct{} // closed and replaced at each applied view
+	viewErr     error         // the membership's verdict that the job cannot go on
+	finished    bool
+	fenced      atomic.Bool
+	failEpoch   atomic.Uint64 // latest epoch in which this process saw a failure
+
+	member Membership
+	det    *health.Detector
 
 	segMu sync.RWMutex
 	segs  map[segments.ID]*segInfo
@@ -113,13 +122,16 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 		closed:  make(chan struct{}),
 		mail:    newMailbox(),
 		passive: newInbox(64 << 20),
+		member:  cfg.Membership,
+
+		viewChanged: make(chan struct{}),
 	}
 	ranks := make([]transport.Proc, cfg.NumRanks)
 	for r := range ranks {
 		ranks[r] = transport.Proc(r)
 	}
 	rt.view.Store(newView(0, ranks, cfg.NumProcs, nil))
-	rt.log = log.With("proc", int(cfg.Proc), "rank", rt.Rank())
+	rt.log = log.With("proc", int(cfg.Proc))
 	rt.peers = make([]*peer, cfg.NumProcs)
 	for i := range rt.peers {
 		rt.peers[i] = newPeer(transport.Proc(i))
@@ -128,10 +140,44 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 	for i := range rt.queues {
 		rt.queues[i] = &queue{}
 	}
+	if cfg.Membership != nil {
+		rt.applyView(cfg.Membership.Current())
+	}
+	if cfg.Health != nil {
+		det, err := health.New(*cfg.Health, rt.self, rt.liveProcs(rt.view.Load()), rt, log.With("proc", int(cfg.Proc)))
+		if err != nil {
+			return nil, fmt.Errorf("pgas: failure detector: %w", err)
+		}
+		rt.det = det
+	}
 	if err := rt.tr.Start(rt); err != nil {
+		rt.closeDetector()
 		return nil, fmt.Errorf("pgas: start transport: %w", err)
 	}
+	if rt.det != nil {
+		events := rt.det.Subscribe()
+		rt.goFunc(func() { rt.watchDetector(events) })
+	}
+	if cfg.Membership != nil {
+		rt.goFunc(func() { rt.watchMembership(cfg.Membership) })
+		if rt.Rank() < 0 {
+			if err := rt.waitPromotion(ctx); err != nil {
+				rt.Close()
+				return nil, err
+			}
+			rt.log.Info("spare promoted", "rank", rt.Rank(), "epoch", rt.Epoch())
+		}
+	} else if rt.Rank() < 0 {
+		rt.Close()
+		return nil, fmt.Errorf("pgas: init: proc %d is a spare and no membership can promote it: %w", cfg.Proc, ErrNotPromoted)
+	}
 	return rt, nil
+}
+
+func (rt *Runtime) closeDetector() {
+	if rt.det != nil {
+		rt.det.Close()
+	}
 }
 
 // Rank returns this process's rank in the current view, or -1 for a spare.
@@ -189,6 +235,7 @@ func (rt *Runtime) Close() error {
 	rt.closeOnce.Do(func() {
 		close(rt.closed)
 		rt.closeErr = rt.tr.Close()
+		rt.closeDetector()
 		for _, p := range rt.peers {
 			p.fail(ErrClosed)
 		}
@@ -357,6 +404,10 @@ func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p trans
 		return err
 	case transport.FrameAck:
 		peer := rt.peers[from]
+		if h.A == codeFenced {
+			// The target's committed view says this process was replaced.
+			rt.fence(fmt.Sprintf("proc %d refused a frame: this process is declared failed", from))
+		}
 		if h.A != codeOK {
 			rt.stats.RemoteErrors.Add(1)
 			peer.nack(h.Seq, h.A)
@@ -378,21 +429,27 @@ func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p trans
 		return rt.handlePassive(from, h, p)
 	case transport.FrameColl:
 		return rt.mail.deliver(from, h, p)
+	case transport.FrameHeartbeat:
+		return rt.handleHeartbeat(from, p)
 	}
 	rt.stats.FramesRejected.Add(1)
 	p.Discard()
 	return fmt.Errorf("pgas: unexpected frame type %d from proc %d", h.Type, from)
 }
 
-// admit decides whether a frame may be applied. Epoch fencing lives here.
+// admit decides whether a frame may be applied. Epoch fencing lives here:
+// nothing from a process declared failed, and nothing sequenced from an
+// older epoch, is ever applied. Detector traffic is exempt from the epoch
+// check (it is what finds out about epochs), not from the failed check.
 func (rt *Runtime) admit(from transport.Proc, h *transport.Header) error {
 	v := rt.view.Load()
 	if v.failed[from] {
-		return fmt.Errorf("pgas: frame from failed proc %d: %w", from, ErrFenced)
+		return fmt.Errorf("pgas: frame from proc %d, declared failed: %w", from, ErrFenced)
 	}
-	if h.Epoch < v.epoch {
-		return fmt.Errorf("pgas: frame from proc %d with epoch %d < %d: %w", from, h.Epoch, v.epoch, ErrFenced)
+	if h.Epoch < v.epoch && h.Type != transport.FrameHeartbeat && h.Type != transport.FrameAck {
+		return fmt.Errorf("pgas: frame from proc %d with epoch %d < %d: %w", from, h.Epoch, v.epoch, ErrStaleEpoch)
 	}
+	// A sender ahead of us applied a newer view first: fine, ours follows.
 	return nil
 }
 
@@ -479,10 +536,21 @@ func (rt *Runtime) PeerDown(proc transport.Proc, err error) {
 		return
 	}
 	rt.stats.PeersDown.Add(1)
-	rt.log.Warn("peer connection lost", "peer_proc", int(proc), "err", err)
-	rt.peers[proc].fail(fmt.Errorf("%w: connection lost: %v", ErrRankFailed, err))
+	rt.failEpoch.Store(max(rt.failEpoch.Load(), rt.Epoch()))
+	rt.cutOff(proc, err)
+}
+
+// cutOff fails everything that waits on proc and tells the detector.
+func (rt *Runtime) cutOff(proc transport.Proc, err error) {
+	if rt.peers[proc].isDown() {
+		return
+	}
+	rt.log.Warn("peer lost", "peer_proc", int(proc), "err", err)
+	rt.peers[proc].fail(fmt.Errorf("%w: %v", ErrRankFailed, err))
+	if rt.det != nil {
+		rt.det.PeerDown(proc)
+	}
 	rt.failRequests(func(r *request) bool { return r.proc == proc }, ErrRankFailed)
-	rt.mail.peerDown(proc)
 }
 
 // outJob is one reply queued for a peer.

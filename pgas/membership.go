@@ -1,0 +1,283 @@
+package pgas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// View is a committed membership view, as the membership layer (package
+// spares) agrees it. Every process that applies the same Epoch sees the
+// same View.
+type View struct {
+	// Epoch increases with every change to the rank table.
+	Epoch uint64
+	// Ranks maps rank -> process. transport.NoProc marks a vacant rank (a
+	// job that shrinks).
+	Ranks []transport.Proc
+	// Failed lists the processes declared failed so far.
+	Failed []transport.Proc
+	// Finished is set once the job has finished.
+	Finished bool
+	// Err is set when the job cannot go on (for example no spare was left
+	// to replace a failed rank). Recover and a waiting spare's Init return it.
+	Err error
+}
+
+// Membership is what the runtime needs from the membership layer. Package
+// spares implements it over Raft; tests use a fake.
+type Membership interface {
+	// Current returns the latest committed view.
+	Current() View
+	// Watch returns a channel that receives committed views in epoch order
+	// (intermediate ones may be skipped). It is closed when the membership
+	// stops. The runtime is its only reader.
+	Watch() <-chan View
+	// ReportFailure reports that proc was confirmed failed while this
+	// process was in epoch. It is idempotent.
+	ReportFailure(ctx context.Context, proc transport.Proc, epoch uint64) error
+}
+
+// ErrStaleEpoch is returned for operations that the target dropped because
+// they were sent in an older epoch than the target's: the membership
+// changed under them. Call Recover and retry from a consistent point.
+var ErrStaleEpoch = errors.New("pgas: operation from an older epoch dropped")
+
+// check returns the error every call gives once the runtime is closed or
+// fenced.
+func (rt *Runtime) check() error {
+	if rt.isClosed() {
+		return ErrClosed
+	}
+	if rt.fenced.Load() {
+		return ErrFenced
+	}
+	return nil
+}
+
+// Fenced reports whether this process learnt that it was replaced.
+func (rt *Runtime) Fenced() bool { return rt.fenced.Load() }
+
+// watchMembership applies committed views as they arrive.
+func (rt *Runtime) watchMembership(m Membership) {
+	ch := m.Watch()
+	for {
+		select {
+		case v, ok := <-ch:
+			if !ok {
+				return
+			}
+			rt.applyView(v)
+		case <-rt.closed:
+			return
+		}
+	}
+}
+
+// applyView installs a committed view: new rank table and epoch, failed
+// peers cut off, this process fenced if it was replaced, stale collective
+// messages dropped, and the detector told whom to watch.
+func (rt *Runtime) applyView(mv View) {
+	rt.viewMu.Lock()
+	old := rt.view.Load()
+	if uint32(mv.Epoch) < old.epoch {
+		rt.viewMu.Unlock()
+		return
+	}
+	failed := make([]bool, len(rt.peers))
+	for _, p := range mv.Failed {
+		if int(p) < len(failed) {
+			failed[p] = true
+		}
+	}
+	nv := newView(uint32(mv.Epoch), append([]transport.Proc(nil), mv.Ranks...), len(rt.peers), failed)
+	rt.view.Store(nv)
+	rt.viewErr = mv.Err
+	rt.finished = mv.Finished
+	ch := rt.viewChanged
+	rt.viewChanged = make(chan struct{})
+	rt.viewMu.Unlock()
+	close(ch)
+
+	wasRank := old.rankOf[rt.self] >= 0
+	if failed[rt.self] || (wasRank && nv.rankOf[rt.self] < 0 && !mv.Finished) {
+		rt.fence(fmt.Sprintf("epoch %d replaced this process", mv.Epoch))
+		return
+	}
+	for p, f := range failed {
+		if f && !old.failed[p] && transport.Proc(p) != rt.self {
+			rt.cutOff(transport.Proc(p), fmt.Errorf("declared failed in epoch %d", mv.Epoch))
+		}
+	}
+	rt.mail.purge(nv.epoch)
+	if rt.det != nil {
+		rt.det.SetMembers(rt.liveProcs(nv))
+	}
+	rt.log.Info("view applied", "epoch", mv.Epoch, "rank", nv.rankOf[rt.self], "failed", mv.Failed)
+}
+
+// liveProcs lists the processes not declared failed.
+func (rt *Runtime) liveProcs(v *view) []transport.Proc {
+	var ps []transport.Proc
+	for p := range rt.peers {
+		if !v.failed[p] {
+			ps = append(ps, transport.Proc(p))
+		}
+	}
+	return ps
+}
+
+// fence stops this process for good: it was replaced in a newer epoch.
+func (rt *Runtime) fence(why string) {
+	if rt.fenced.Swap(true) {
+		return
+	}
+	rt.log.Error("fenced: this process was replaced and must exit", "why", why)
+	for _, p := range rt.peers {
+		p.fail(ErrFenced)
+	}
+	rt.failRequests(func(*request) bool { return true }, ErrFenced)
+}
+
+// Recover waits until the membership has committed a view that replaces
+// every process this runtime saw fail, applies it, and returns. Survivors
+// call it after an operation failed with a *RankError; afterwards they
+// re-run their setup (SegmentCreate is idempotent for survivors) and
+// restore state. It returns ErrFenced if this process was itself replaced,
+// and the membership's error (for example no spares left) when the job
+// cannot go on.
+func (rt *Runtime) Recover(ctx context.Context) error {
+	if rt.member == nil {
+		return fmt.Errorf("pgas: recover: no membership configured: %w", ErrInvalid)
+	}
+	start := time.Now()
+	for {
+		if err := rt.check(); err != nil {
+			return err
+		}
+		rt.viewMu.Lock()
+		v, verr, ch := rt.view.Load(), rt.viewErr, rt.viewChanged
+		rt.viewMu.Unlock()
+		if verr != nil {
+			return verr
+		}
+		if uint64(v.epoch) > rt.failEpoch.Load() && rt.ranksLive(v) {
+			rt.log.Info("recovered", "epoch", v.epoch, "waited", time.Since(start))
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctxError(ctx, "recover")
+		case <-rt.closed:
+			return ErrClosed
+		}
+	}
+}
+
+// ranksLive reports whether every rank of v is held by a process that is
+// neither declared failed nor cut off.
+func (rt *Runtime) ranksLive(v *view) bool {
+	for _, p := range v.ranks {
+		if p == transport.NoProc {
+			continue
+		}
+		if v.failed[p] || (p != rt.self && rt.peers[p].isDown()) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitPromotion blocks a spare until a view gives it a rank.
+func (rt *Runtime) waitPromotion(ctx context.Context) error {
+	for {
+		if err := rt.check(); err != nil {
+			return err
+		}
+		rt.viewMu.Lock()
+		v, verr, fin, ch := rt.view.Load(), rt.viewErr, rt.finished, rt.viewChanged
+		rt.viewMu.Unlock()
+		if v.rankOf[rt.self] >= 0 {
+			return nil
+		}
+		if verr != nil {
+			return fmt.Errorf("%w: %w", ErrNotPromoted, verr)
+		}
+		if fin {
+			return fmt.Errorf("%w: the job finished", ErrNotPromoted)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctxError(ctx, "init (spare waiting for promotion)")
+		case <-rt.closed:
+			return ErrClosed
+		}
+	}
+}
+
+// SendHealth implements health.Sender over FrameHeartbeat frames.
+func (rt *Runtime) SendHealth(ctx context.Context, to transport.Proc, payload []byte) error {
+	h := transport.Header{Type: transport.FrameHeartbeat}
+	return rt.send(ctx, to, &h, payload)
+}
+
+func (rt *Runtime) handleHeartbeat(from transport.Proc, p transport.Payload) error {
+	if rt.det == nil || p.Len() > 4096 {
+		return p.Discard()
+	}
+	buf := make([]byte, p.Len())
+	if err := p.ReadInto(buf); err != nil {
+		return err
+	}
+	return rt.det.Deliver(from, buf)
+}
+
+// watchDetector reports confirmed failures to the membership.
+func (rt *Runtime) watchDetector(events <-chan health.Event) {
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			if ev.Kind != health.Confirmed {
+				continue
+			}
+			epoch := rt.Epoch()
+			rt.failEpoch.Store(max(rt.failEpoch.Load(), epoch))
+			rt.log.Warn("failure confirmed", "failed_proc", int(ev.Proc), "reason", ev.Reason)
+			proc := ev.Proc
+			rt.goFunc(func() { rt.reportFailure(proc, epoch) })
+		case <-rt.closed:
+			return
+		}
+	}
+}
+
+// reportFailure hands a confirmed failure to the membership, retrying until
+// it is accepted, the runtime closes, or a view already covers it.
+func (rt *Runtime) reportFailure(proc transport.Proc, epoch uint64) {
+	for attempt := 0; ; attempt++ {
+		if rt.view.Load().failed[proc] || rt.isClosed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := rt.member.ReportFailure(ctx, proc, epoch)
+		cancel()
+		if err == nil {
+			return
+		}
+		rt.log.Warn("failure report not accepted yet", "failed_proc", int(proc), "err", err, "attempt", attempt)
+		select {
+		case <-rt.closed:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

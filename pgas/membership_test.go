@@ -1,0 +1,264 @@
+package pgas
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/mem"
+)
+
+// fakeMembership stands in for the Raft membership: one shared state, and
+// a reported failure is turned at once into a new epoch in which the first
+// spare takes the failed rank.
+type fakeMembership struct {
+	mu      sync.Mutex
+	cur     View
+	spares  []transport.Proc
+	handles []*fakeHandle
+	reports []transport.Proc
+}
+
+type fakeHandle struct {
+	f      *fakeMembership
+	ch     chan View
+	paused bool
+	held   *View
+}
+
+func newFakeMembership(ranks, procs int) *fakeMembership {
+	f := &fakeMembership{}
+	for r := 0; r < ranks; r++ {
+		f.cur.Ranks = append(f.cur.Ranks, transport.Proc(r))
+	}
+	for p := ranks; p < procs; p++ {
+		f.spares = append(f.spares, transport.Proc(p))
+	}
+	return f
+}
+
+func (f *fakeMembership) handle() *fakeHandle {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := &fakeHandle{f: f, ch: make(chan View, 1)}
+	f.handles = append(f.handles, h)
+	return h
+}
+
+func (h *fakeHandle) Current() View {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	return h.f.cur
+}
+
+func (h *fakeHandle) Watch() <-chan View { return h.ch }
+
+func (h *fakeHandle) ReportFailure(ctx context.Context, proc transport.Proc, epoch uint64) error {
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if slices.Contains(f.cur.Failed, proc) {
+		return nil
+	}
+	f.reports = append(f.reports, proc)
+	v := View{Epoch: f.cur.Epoch + 1, Ranks: slices.Clone(f.cur.Ranks), Failed: append(slices.Clone(f.cur.Failed), proc)}
+	for r, p := range v.Ranks {
+		if p == proc {
+			if len(f.spares) == 0 {
+				v.Err = errors.New("no spares left")
+				break
+			}
+			v.Ranks[r] = f.spares[0]
+			f.spares = f.spares[1:]
+		}
+	}
+	f.cur = v
+	for _, x := range f.handles {
+		x.push(v)
+	}
+	return nil
+}
+
+// push delivers v with latest-value semantics, or holds it while paused.
+func (h *fakeHandle) push(v View) {
+	if h.paused {
+		h.held = &v
+		return
+	}
+	select {
+	case <-h.ch:
+	default:
+	}
+	h.ch <- v
+}
+
+func (h *fakeHandle) setPaused(p bool) {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	h.paused = p
+	if !p && h.held != nil {
+		v := *h.held
+		h.held = nil
+		h.push(v)
+	}
+}
+
+// newFTJob starts ranks+spares processes with the detector and the fake
+// membership. Spares' Init blocks until promotion, so it runs in the
+// background; promoted spares arrive on the returned channel.
+func newFTJob(t *testing.T, ranks, spares int) ([]*Runtime, chan *Runtime, *mem.Network, *fakeMembership, []*fakeHandle) {
+	t.Helper()
+	n := ranks + spares
+	nw, err := mem.New(n, mem.Config{Seed: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm := newFakeMembership(ranks, n)
+	hc := health.LocalConfig()
+	handles := make([]*fakeHandle, n)
+	rts := make([]*Runtime, ranks)
+	promoted := make(chan *Runtime, spares)
+	var all []*Runtime
+	var mu sync.Mutex
+	for i := 0; i < n; i++ {
+		cfg := LocalConfig()
+		cfg.Proc = transport.Proc(i)
+		cfg.NumProcs, cfg.NumRanks = n, ranks
+		cfg.Transport = nw.Endpoint(transport.Proc(i))
+		handles[i] = fm.handle()
+		cfg.Membership = handles[i]
+		cfg.Health = &hc
+		if i >= ranks {
+			go func() {
+				rt, err := Init(context.Background(), cfg)
+				if err == nil {
+					mu.Lock()
+					all = append(all, rt)
+					mu.Unlock()
+					promoted <- rt
+				}
+			}()
+			continue
+		}
+		rt, err := Init(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rts[i] = rt
+		all = append(all, rt)
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		for _, rt := range all {
+			rt.Close()
+		}
+		mu.Unlock()
+		nw.Close()
+	})
+	return rts, promoted, nw, fm, handles
+}
+
+// A killed rank is detected, the spare is promoted, survivors Recover into
+// the new epoch, and the job goes on with a collective that includes the
+// promoted spare.
+func TestDetectPromoteRecover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, promoted, nw, fm, _ := newFTJob(t, 3, 1)
+		ctx := context.Background()
+		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		nw.Kill(1)
+		survivors := []*Runtime{rts[0], rts[2]}
+		each(t, survivors, func(rt *Runtime) error {
+			err := rt.Barrier(ctx, nil)
+			var re *RankError
+			if !errors.As(err, &re) {
+				t.Errorf("barrier with a dead rank returned %v, want *RankError", err)
+			}
+			return rt.Recover(ctx)
+		})
+		spare := <-promoted
+		if spare.Rank() != 1 || spare.Epoch() != 1 || spare.Proc() != 3 {
+			t.Fatalf("promoted spare: rank %d epoch %d proc %d", spare.Rank(), spare.Epoch(), spare.Proc())
+		}
+		if !slices.Equal(fm.reports, []transport.Proc{1}) {
+			t.Fatalf("failures reported: %v", fm.reports)
+		}
+		job := []*Runtime{rts[0], spare, rts[2]}
+		each(t, job, func(rt *Runtime) error {
+			if rt.Epoch() != 1 {
+				t.Errorf("rank %d in epoch %d", rt.Rank(), rt.Epoch())
+			}
+			sv := rt.StateVector()
+			for r, e := range sv {
+				if e.State != health.Healthy {
+					t.Errorf("rank %d sees rank %d as %v", rt.Rank(), r, e.State)
+				}
+			}
+			x := []float64{float64(rt.Rank())}
+			if err := Allreduce(ctx, rt, nil, x, OpSum); err != nil {
+				return err
+			}
+			if x[0] != 3 {
+				t.Errorf("sum after recovery = %v", x[0])
+			}
+			return nil
+		})
+	})
+}
+
+// A process cut off long enough to be replaced (as SIGSTOP would) is
+// fenced: what it sent is refused, and it learns that it must exit.
+func TestPausedProcessIsFenced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, promoted, nw, _, handles := newFTJob(t, 3, 1)
+		ctx := context.Background()
+		each(t, rts, func(rt *Runtime) error {
+			_, err := rt.SegmentCreate(ctx, 1, 64, nil)
+			return err
+		})
+		// "Pause" proc 2: no frames in or out, no membership news.
+		handles[2].setPaused(true)
+		nw.Partition([]transport.Proc{0, 1, 3}, []transport.Proc{2})
+		seg2, _ := rts[2].Segment(1)
+		copy(seg2.Bytes(), "stale data from the paused process")
+		if err := rts[2].Write(ctx, 0, 0, Loc{1, 0}, Loc{1, 0}, 34); err != nil {
+			t.Fatal(err)
+		}
+		// The others detect it and the spare takes rank 2.
+		spare := <-promoted
+		if spare.Rank() != 2 {
+			t.Fatalf("spare holds rank %d", spare.Rank())
+		}
+		each(t, []*Runtime{rts[0], rts[1]}, func(rt *Runtime) error { return rt.Recover(ctx) })
+		// "Resume": the held write arrives with the old epoch.
+		before := rts[0].Stats().FramesRejected
+		nw.Heal()
+		err := rts[2].Wait(ctx, 0)
+		if !errors.Is(err, ErrFenced) && !errors.Is(err, ErrRankFailed) {
+			t.Fatalf("paused process's Wait = %v, want it fenced or cut off", err)
+		}
+		synctest.Wait()
+		seg0, _ := rts[0].Segment(1)
+		for _, b := range seg0.Bytes()[:34] {
+			if b != 0 {
+				t.Fatalf("rank 0 memory was written by the fenced process: %q", seg0.Bytes()[:34])
+			}
+		}
+		if rts[0].Stats().FramesRejected <= before {
+			t.Fatalf("rank 0 did not count the refused frame")
+		}
+		handles[2].setPaused(false)
+		synctest.Wait()
+		if !rts[2].Fenced() {
+			t.Fatal("the replaced process does not know it is fenced")
+		}
+		if err := rts[2].Barrier(ctx, nil); !errors.Is(err, ErrFenced) {
+			t.Fatalf("fenced process's Barrier = %v, want ErrFenced", err)
+		}
+	})
+}
