@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/internal/bootstrap"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -55,8 +57,10 @@ type Runtime struct {
 	fenced      atomic.Bool
 	failEpoch   atomic.Uint64 // latest epoch in which this process saw a failure
 
-	member Membership
-	det    *health.Detector
+	member      Membership
+	det         *health.Detector
+	session     *bootstrap.Session // launcher's report channel; nil in tests
+	closeMember func() error
 
 	segMu sync.RWMutex
 	segs  map[segments.ID]*segInfo
@@ -233,9 +237,16 @@ func (rt *Runtime) StateVector() []health.Entry {
 // runtime owns. Blocked calls return ErrClosed. Close is idempotent.
 func (rt *Runtime) Close() error {
 	rt.closeOnce.Do(func() {
+		rt.sayGoodbye()
 		close(rt.closed)
 		rt.closeErr = rt.tr.Close()
 		rt.closeDetector()
+		if rt.closeMember != nil {
+			rt.closeMember()
+		}
+		if rt.session != nil {
+			rt.session.Close()
+		}
 		for _, p := range rt.peers {
 			p.fail(ErrClosed)
 		}
@@ -329,6 +340,29 @@ type peer struct {
 	ackDirty bool        // an ack job is queued
 
 	out outbox // replies to this peer, sent by a goroutine of their own
+
+	departed atomic.Bool // the peer said goodbye: its connection closing is no failure
+}
+
+// ctlGoodbye in FrameControl.A: the sender is closing its runtime.
+const ctlGoodbye = 1
+
+// sayGoodbye tells every live peer, best effort and briefly, that this
+// process is leaving on purpose, so that its connections closing is not
+// taken for a failure.
+func (rt *Runtime) sayGoodbye() {
+	if rt.fenced.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	for _, p := range rt.peers {
+		if p.proc == rt.self || p.isDown() {
+			continue
+		}
+		h := transport.Header{Type: transport.FrameControl, A: ctlGoodbye}
+		rt.send(ctx, p.proc, &h, nil)
+	}
 }
 
 func newPeer(p transport.Proc) *peer {
@@ -431,6 +465,11 @@ func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p trans
 		return rt.mail.deliver(from, h, p)
 	case transport.FrameHeartbeat:
 		return rt.handleHeartbeat(from, p)
+	case transport.FrameControl:
+		if h.A == ctlGoodbye {
+			rt.peers[from].departed.Store(true)
+		}
+		return p.Discard()
 	}
 	rt.stats.FramesRejected.Add(1)
 	p.Discard()
@@ -545,7 +584,11 @@ func (rt *Runtime) cutOff(proc transport.Proc, err error) {
 	if rt.peers[proc].isDown() {
 		return
 	}
-	rt.log.Warn("peer lost", "peer_proc", int(proc), "err", err)
+	if rt.peers[proc].departed.Load() {
+		rt.log.Debug("peer left", "peer_proc", int(proc))
+	} else {
+		rt.log.Warn("peer lost", "peer_proc", int(proc), "err", err)
+	}
 	rt.peers[proc].fail(fmt.Errorf("%w: %v", ErrRankFailed, err))
 	if rt.det != nil {
 		rt.det.PeerDown(proc)

@@ -242,7 +242,7 @@ func (c *conn) readLoop() {
 	t.mu.Unlock()
 	if deliver {
 		t.stats.peersDown.Add(1)
-		t.log.Warn("tcp: peer down", "peer", uint32(id), "remote", c.remote, "err", cause)
+		t.log.Info("tcp: peer down", "peer", uint32(id), "remote", c.remote, "err", cause)
 		h.PeerDown(id, cause)
 	}
 }
@@ -411,7 +411,7 @@ func (t *Transport) giveUp(p *peer, cause error) {
 	h, addr := t.handler, p.addr
 	t.mu.Unlock()
 	t.stats.peersDown.Add(1)
-	t.log.Warn("tcp: peer down", "peer", uint32(p.id), "remote", addr, "err", cause)
+	t.log.Info("tcp: peer down", "peer", uint32(p.id), "remote", addr, "err", cause)
 	h.PeerDown(p.id, cause)
 }
 
