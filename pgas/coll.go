@@ -470,6 +470,28 @@ func (m *mailbox) wait(ctx context.Context, rt *Runtime, k mailKey, rank int, op
 	if rt.cfg.SpinWait > 0 {
 		spinOn(s.ready, rt.cfg.SpinWait) // then the select below returns at once
 	}
+	vc := rt.viewChan()
+	for rt.member != nil && rt.view.Load().epoch == k.epoch {
+		// Wake when the view changes: peers in the new epoch will not
+		// finish a collective of the old one.
+		select {
+		case <-s.ready:
+		case <-vc:
+			vc = rt.viewChan()
+			continue
+		case <-pr.down:
+		case <-ctx.Done():
+		case <-rt.closed:
+		}
+		break
+	}
+	if rt.member != nil && rt.view.Load().epoch != k.epoch {
+		select {
+		case <-s.ready:
+		default:
+			return nil, fmt.Errorf("pgas: %s: epoch %d ended during the collective: %w", op, k.epoch, ErrStaleEpoch)
+		}
+	}
 	select {
 	case <-s.ready:
 	case <-pr.down:

@@ -140,6 +140,17 @@ func (rt *Runtime) Report(text string) {
 	}
 }
 
+// Listen binds a TCP listener on the interface the job's processes use to
+// reach each other, and returns it with the address they should dial. The
+// membership uses it for its own listeners.
+func Listen(env bootstrap.Env) (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(listenHost(env.Rendezvous), "0"))
+	if err != nil {
+		return nil, "", err
+	}
+	return ln, advertise(ln.Addr().String(), env.Rendezvous), nil
+}
+
 // listenHost picks the interface to listen on: loopback when the job's
 // rendezvous is on loopback (one machine), every interface otherwise.
 func listenHost(rendezvous string) string {

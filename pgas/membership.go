@@ -42,13 +42,22 @@ type Membership interface {
 	ReportFailure(ctx context.Context, proc transport.Proc, epoch uint64) error
 }
 
-// ErrStaleEpoch is returned for operations that the target dropped because
-// they were sent in an older epoch than the target's: the membership
-// changed under them. Call Recover and retry from a consistent point.
-var ErrStaleEpoch = errors.New("pgas: operation from an older epoch dropped")
+// ErrStaleEpoch is returned once the membership has committed a newer
+// epoch than the one the program runs in: by every call until the program
+// calls Recover, by collectives that were waiting when the view changed,
+// and for operations a target dropped because they were sent in an older
+// epoch. Call Recover and resume from a consistent point.
+var ErrStaleEpoch = errors.New("pgas: membership changed (stale epoch)")
+
+// NeedsRecovery reports whether err means the membership changed under an
+// operation (a rank failed, or a newer epoch was committed), so the program
+// should call Recover and resume from a consistent point.
+func NeedsRecovery(err error) bool {
+	return errors.Is(err, ErrRankFailed) || errors.Is(err, ErrStaleEpoch)
+}
 
 // check returns the error every call gives once the runtime is closed or
-// fenced.
+// fenced, or once a newer epoch was committed than the program's.
 func (rt *Runtime) check() error {
 	if rt.isClosed() {
 		return ErrClosed
@@ -56,8 +65,24 @@ func (rt *Runtime) check() error {
 	if rt.fenced.Load() {
 		return ErrFenced
 	}
+	if rt.member != nil {
+		if e, app := rt.view.Load().epoch, rt.appEpoch.Load(); e != app {
+			return fmt.Errorf("pgas: epoch %d committed, the program is in epoch %d: call Recover: %w", e, app, ErrStaleEpoch)
+		}
+	}
 	return nil
 }
+
+// viewChan returns a channel that closes at the next applied view.
+func (rt *Runtime) viewChan() <-chan struct{} {
+	rt.viewMu.Lock()
+	defer rt.viewMu.Unlock()
+	return rt.viewChanged
+}
+
+// StartedAsSpare reports whether this process started as a spare (and was
+// promoted, since Init returned).
+func (rt *Runtime) StartedAsSpare() bool { return int(rt.self) >= rt.cfg.NumRanks }
 
 // Fenced reports whether this process learnt that it was replaced.
 func (rt *Runtime) Fenced() bool { return rt.fenced.Load() }
@@ -156,8 +181,11 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 	}
 	start := time.Now()
 	for {
-		if err := rt.check(); err != nil {
-			return err
+		if rt.isClosed() {
+			return ErrClosed
+		}
+		if rt.fenced.Load() {
+			return ErrFenced
 		}
 		rt.viewMu.Lock()
 		v, verr, ch := rt.view.Load(), rt.viewErr, rt.viewChanged
@@ -166,6 +194,7 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 			return verr
 		}
 		if uint64(v.epoch) > rt.failEpoch.Load() && rt.ranksLive(v) {
+			rt.appEpoch.Store(v.epoch)
 			rt.log.Info("recovered", "epoch", v.epoch, "waited", time.Since(start))
 			return nil
 		}
@@ -196,8 +225,11 @@ func (rt *Runtime) ranksLive(v *view) bool {
 // waitPromotion blocks a spare until a view gives it a rank.
 func (rt *Runtime) waitPromotion(ctx context.Context) error {
 	for {
-		if err := rt.check(); err != nil {
-			return err
+		if rt.isClosed() {
+			return ErrClosed
+		}
+		if rt.fenced.Load() {
+			return ErrFenced
 		}
 		rt.viewMu.Lock()
 		v, verr, fin, ch := rt.view.Load(), rt.viewErr, rt.finished, rt.viewChanged
@@ -280,4 +312,18 @@ func (rt *Runtime) reportFailure(proc transport.Proc, epoch uint64) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Finalize ends the job for this rank: a barrier, then rank 0 tells the
+// membership that the job finished (so idle spares stop waiting and exit),
+// then Close.
+func (rt *Runtime) Finalize(ctx context.Context) error {
+	err := rt.Barrier(ctx, nil)
+	if err == nil && rt.Rank() == 0 {
+		if f, ok := rt.member.(interface{ Finish(context.Context) error }); ok {
+			err = f.Finish(ctx)
+		}
+	}
+	rt.Close()
+	return err
 }

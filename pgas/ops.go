@@ -384,26 +384,37 @@ func (rt *Runtime) NotifyReset(seg segments.ID, id segments.NotificationID) (uin
 // is collective: each member calls it, and it returns once every member has
 // created it, so writes may follow at once. Ranks may pass different sizes;
 // each learns all of them, and remote bounds are checked before sending.
+//
+// After a recovery every rank calls it again: a survivor that already holds
+// segment id with the same size keeps its memory and only rejoins the
+// exchange of sizes, while a promoted spare allocates it. A different size
+// for an existing ID is ErrSegmentExists.
 func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64, g *Group) (*segments.Segment, error) {
 	if g == nil {
 		g = rt.GroupAll()
 	}
 	rt.segMu.Lock()
-	if rt.segs[id] != nil {
+	si := rt.segs[id]
+	fresh := si == nil
+	if !fresh && si.seg.Size() != size {
 		rt.segMu.Unlock()
-		return nil, fmt.Errorf("pgas: segment_create: segment %d: %w", id, ErrSegmentExists)
+		return nil, fmt.Errorf("pgas: segment_create: segment %d exists with %d bytes, asked for %d: %w", id, si.seg.Size(), size, ErrSegmentExists)
 	}
-	seg, err := segments.New(id, size, segments.Options{})
-	if err != nil {
-		rt.segMu.Unlock()
-		return nil, fmt.Errorf("pgas: segment_create: %w", err)
+	if fresh {
+		seg, err := segments.New(id, size, segments.Options{})
+		if err != nil {
+			rt.segMu.Unlock()
+			return nil, fmt.Errorf("pgas: segment_create: %w", err)
+		}
+		si = &segInfo{seg: seg}
+		rt.segs[id] = si
 	}
-	si := &segInfo{seg: seg}
-	rt.segs[id] = si
 	rt.segMu.Unlock()
 	sizes, err := Allgather(ctx, rt, g, []int64{size})
 	if err != nil {
-		rt.SegmentDelete(id)
+		if fresh {
+			rt.SegmentDelete(id)
+		}
 		return nil, err
 	}
 	full := make([]int64, rt.Size())
@@ -416,7 +427,7 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 	rt.segMu.Lock()
 	si.sizes = full
 	rt.segMu.Unlock()
-	return seg, nil
+	return si.seg, nil
 }
 
 // Segment returns local segment id.

@@ -55,6 +55,7 @@ type Runtime struct {
 	viewErr     error         // the membership's verdict that the job cannot go on
 	finished    bool
 	fenced      atomic.Bool
+	appEpoch    atomic.Uint32 // the epoch the program acknowledged (Init, Recover)
 	failEpoch   atomic.Uint64 // latest epoch in which this process saw a failure
 
 	member      Membership
@@ -175,6 +176,7 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 		rt.Close()
 		return nil, fmt.Errorf("pgas: init: proc %d is a spare and no membership can promote it: %w", cfg.Proc, ErrNotPromoted)
 	}
+	rt.appEpoch.Store(rt.view.Load().epoch)
 	return rt, nil
 }
 
@@ -424,8 +426,13 @@ func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p trans
 	if err := rt.admit(from, h); err != nil {
 		rt.stats.FramesRejected.Add(1)
 		p.Discard()
-		if h.Flags&transport.FlagAck != 0 {
+		switch {
+		case h.Flags&transport.FlagAck != 0:
 			rt.queueNack(from, h.Seq, codeOf(err))
+		case h.Type == transport.FrameReadReq:
+			rt.reply(from, transport.Header{Type: transport.FrameReadResp, Seq: h.Seq, A: codeOf(err)}, nil)
+		case h.Type == transport.FrameAtomicReq:
+			rt.reply(from, transport.Header{Type: transport.FrameAtomicResp, Seq: h.Seq, B: codeOf(err)}, nil)
 		}
 		return err
 	}
