@@ -327,3 +327,8 @@ func (rt *Runtime) Finalize(ctx context.Context) error {
 	rt.Close()
 	return err
 }
+
+// Membership returns the membership the runtime was configured with (nil
+// without one), for programs that need more of it than the runtime uses,
+// such as recording checkpoint IDs or asking who leads.
+func (rt *Runtime) Membership() Membership { return rt.member }

@@ -62,6 +62,9 @@
 //	PGAS_SERVE_RENDEZVOUS  1: this process hosts the rendezvous itself, listening on
 //	                       PGAS_RENDEZVOUS; 0: it does not. Default 0 when PGAS_PROC is
 //	                       set (gaspirun); under the launchers below, 1 for process 0 only.
+//	PGAS_RESUME            set by gaspirun --resume DIR: the program resumes from the
+//	                       disk-level checkpoints in DIR instead of starting afresh
+//	PGAS_LOG               runtime log level: debug, info (default), warn, error
 //
 // Empty values count as unset. When PGAS_PROC is unset, the process id and
 // count come from the first of these that is present:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -65,6 +66,10 @@ type Config struct {
 	// StateDir is the job's state directory (PGAS_STATE_DIR), created if
 	// missing; empty: the processes keep state in memory.
 	StateDir string
+	// Resume names a disk-level checkpoint directory (written by an earlier
+	// run through its checkpoint disk level) that the program should resume
+	// from: it reaches every process as PGAS_RESUME. Empty: start afresh.
+	Resume string
 	// OnDeath is the policy for a process killed by a signal.
 	OnDeath DeathPolicy
 	// Quiet suppresses informational lines and the final summary; failures
@@ -185,6 +190,11 @@ func (c Config) Validate() error {
 	default:
 		return &FlagError{Flag: "--on-death", Value: string(c.OnDeath), Problem: "unknown policy", Fix: "use continue or abort"}
 	}
+	if c.Resume != "" {
+		if fi, err := os.Stat(c.Resume); err != nil || !fi.IsDir() {
+			return &FlagError{Flag: "--resume", Value: c.Resume, Problem: "not a directory", Fix: "give the checkpoint directory an earlier run wrote (its --ckpt-dir)"}
+		}
+	}
 	for _, kv := range c.Env {
 		k, _, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -231,7 +241,7 @@ func checkProgram(p string) error {
 func isContractVar(k string) bool {
 	switch k {
 	case "PGAS_PROC", "PGAS_NPROCS", "PGAS_NRANKS", "PGAS_SPARES", "PGAS_RENDEZVOUS", "PGAS_TOKEN",
-		"PGAS_HOST", "PGAS_JOB_ID", "PGAS_STATE_DIR", "PGAS_SERVE_RENDEZVOUS":
+		"PGAS_HOST", "PGAS_JOB_ID", "PGAS_STATE_DIR", "PGAS_SERVE_RENDEZVOUS", "PGAS_RESUME":
 		return true
 	}
 	return false

@@ -195,7 +195,11 @@ func (j *job) start(p int) error {
 		env.Host = j.hostname
 	}
 	cmd := exec.Command(j.path, j.cfg.Args...)
-	cmd.Env = childEnviron(j.cfg.Env, env.Environ())
+	environ := env.Environ()
+	if j.cfg.Resume != "" {
+		environ = append(environ, "PGAS_RESUME="+j.cfg.Resume)
+	}
+	cmd.Env = childEnviron(j.cfg.Env, environ)
 	// Its own process group: a teardown kills the process and whatever it
 	// started, and the terminal's Ctrl-C reaches only gaspirun, which then
 	// tears down in order. No parent-death signal: the processes outlive a
