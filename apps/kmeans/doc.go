@@ -1,0 +1,121 @@
+// Package kmeans is the compute core of the fault-tolerant K-means app: the
+// assignment kernel, the data generator, point and centroid files, the
+// initial-centroid choice and single-process Lloyd's algorithm. The
+// distributed driver (ranks, allreduce, checkpoints) is built on top of it.
+//
+// # Usage
+//
+// One rank, one shard of the global data set:
+//
+//	g := kmeans.DefaultGenConfig()              // or kmeans.ReadShard(path, lo, hi)
+//	shard := make([]float64, (hi-lo)*g.D)
+//	err := kmeans.Generate(g, lo, hi, shard)
+//	idx, err := kmeans.InitIndices(seed, g.N, k) // or kmeans.ReadCentroidsCSV(path, k, d)
+//	// each rank: kmeans.FillFromShard(cent, idx, shard, lo, d), then combine
+//	kr, err := kmeans.NewKernel(shard, g.D, k, kmeans.DefaultConfig())
+//	defer kr.Close()
+//	p := kmeans.NewPartial(k, g.D)
+//	for it := 0; it < maxIter; it++ {
+//		err = kr.Step(cent, p)                   // this shard's sums, counts, SSE, changes
+//		// allreduce p.Sums, p.Counts, p.SSE, p.Changed over the ranks
+//		shift, err := kmeans.Update(cent, cent, p.Sums, p.Counts, k, g.D)
+//		if shift <= tol { break }
+//	}
+//	fmt.Println(kmeans.Checksum(cent))
+//
+// Single process: kmeans.Lloyd(ctx, points, d, init, kmeans.LocalConfig()).
+//
+// # The kernel's arithmetic
+//
+// For point x and centroid c the blocked kernels evaluate
+//
+//	v(x, c) = ||c||² + Σ_t x_t·(−2c_t)
+//
+// (the point's own ||x||² is the same for every centroid and is left out of
+// the comparison): ||c||² is a chain of fused multiply-adds over t in
+// dimension order, and v starts from ||c||² and adds one fused multiply-add
+// per dimension in dimension order. The pure-Go kernel (math.FMA) and the
+// AVX2 and AVX-512 assembly perform exactly these operations, so they
+// choose the same centroids bit for bit; tests require it. The nearest
+// centroid is the smallest v, ties going to the lowest index.
+//
+// Near-ties: the expansion rounds differently from the direct distance
+// Σ(x_t−c_t)², which the naive kernel (ImplNaive) and Reference use. When
+// two centroids are at almost the same distance from a point (relative
+// difference around 1e-16 times (||x||²+||c||²)/||x−c||²) the two methods
+// may pick different ones. Both answers are equally good; tests compare
+// the chosen distances with a tolerance, and demand identical assignments
+// only on well-separated data. Data far from the origin relative to its
+// spread makes the expansion less accurate; centre such data first.
+// Coordinates so large that their squares overflow (|x| above about 1e154)
+// are not supported.
+//
+// Sums, counts and SSE are then accumulated from the assigned points, by
+// the same arithmetic in every implementation (Go, or AVX2 assembly for
+// the assembly kernels): sums[a] += x elementwise in point order, and the
+// SSE is the direct Σ(x_t−c_t)² (accurate and never negative, unlike a
+// value derived from the expansion), summed as four interleaved partial
+// sums over the first d&^3 dimensions, combined (p0+p2)+(p1+p3), then the
+// remaining dimensions, with no fused operations. Because the point's own
+// ||x||² is needed neither for the comparison nor for the SSE, no point
+// norms are stored.
+//
+// # Determinism
+//
+// A shard is cut into fixed accumulation chunks, a function of the shard
+// size, k and d only (at most 64 chunks of at least 8192 points, fewer when
+// k·d is so large that 64 partials would exceed 32 MiB). Each chunk's sums
+// start from zero and add its points in point order; the shard's result is
+// the chunks' partials added in chunk order. Threads only decide which
+// goroutine computes which chunk, so the result is bit-identical for any
+// Config.Threads and any scheduling, on every run. Different shardings of a
+// data set (different numbers of ranks) add in different orders and agree
+// only to rounding; the distributed app must combine rank partials in a
+// fixed order too.
+//
+// Empty clusters keep their previous centroid (Update and Reference).
+// Convergence is decided on the centroid shift only (not on Changed), so a
+// rank restored from a checkpoint with a stale assignment memory still
+// follows the failure-free run; Changed is informational.
+//
+// # Files
+//
+// CSV point files: one point per line, values separated by commas
+// (surrounding blanks allowed), blank lines ignored, optional trailing
+// newline, CRLF accepted, UTF-8 byte order mark ignored. The dimension is
+// the number of values on the first non-blank line. Shards count non-blank
+// lines from 0. NaN and infinities are rejected.
+//
+// Binary point files, little-endian:
+//
+//	offset  size  field
+//	0       8     magic "GGKMPTS\x00"
+//	8       4     version, uint32 = 1
+//	12      4     reserved, uint32 = 0
+//	16      8     n, uint64: number of points, ≥ 1
+//	24      8     d, uint64: dimension, 1..65536
+//	32      8·n·d float64 values, IEEE 754 bits, point-major (row-major)
+//
+// The file size must be exactly 32 + 8·n·d. Point i, dimension t is at
+// offset 32 + 8·(i·d + t), so a rank reads its shard with one seek.
+//
+// Centroid files are CSV with exactly k lines of d values, in cluster
+// order, written with strconv 'g' −1 so they round-trip exactly. Checksum
+// is the hex SHA-256 of the centroids' float64 bits, little-endian, in
+// order.
+//
+// # Concurrency and ownership
+//
+// A Kernel is used by one goroutine at a time. It keeps (does not copy)
+// the points slice, which must not change while the Kernel lives. It owns
+// Threads−1 worker goroutines, started by NewKernel and stopped by Close
+// (idempotent). Step allocates nothing; the slice from Assignments is owned
+// by the Kernel and valid until the next Step. All other functions are
+// safe for concurrent use on distinct arguments.
+//
+// # Assembly
+//
+// On amd64 the AVX-512F and AVX2+FMA kernels are chosen at run time
+// (golang.org/x/sys/cpu); the build tag purego removes them, and every
+// build keeps the pure-Go kernel. ImplAuto picks the fastest available.
+package kmeans

@@ -1,0 +1,17 @@
+//go:build !amd64 || purego
+
+package kmeans
+
+// No assembly kernels in this build: ImplAuto resolves to ImplGo.
+var (
+	hasAVX512 = false
+	hasAVX2   = false
+)
+
+func asmArgmin(impl Impl, x []float64, np, d int, cp []float64, nb int, cn []float64, jbase float64, st []float64, best []int32, flags int) {
+	panic("kmeans: internal error: no assembly kernels in this build")
+}
+
+func asmAccumulate(x []float64, d int, best, assign []int32, cent, sums []float64, counts []int64, k int) (float64, int64) {
+	panic("kmeans: internal error: no assembly kernels in this build")
+}
