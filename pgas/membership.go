@@ -314,15 +314,20 @@ func (rt *Runtime) reportFailure(proc transport.Proc, epoch uint64) {
 	}
 }
 
-// Finalize ends the job for this rank: a barrier, then rank 0 tells the
-// membership that the job finished (so idle spares stop waiting and exit),
-// then Close.
+// Finalize ends the job for this rank. Every rank calls it: a barrier,
+// then rank 0 has the membership record that the job finished (so idle
+// spares stop waiting and exit), then a second barrier so that no rank
+// takes its share of the membership's quorum away before that is
+// committed, then Close.
 func (rt *Runtime) Finalize(ctx context.Context) error {
 	err := rt.Barrier(ctx, nil)
 	if err == nil && rt.Rank() == 0 {
 		if f, ok := rt.member.(interface{ Finish(context.Context) error }); ok {
 			err = f.Finish(ctx)
 		}
+	}
+	if err == nil {
+		err = rt.Barrier(ctx, nil)
 	}
 	rt.Close()
 	return err

@@ -1,0 +1,465 @@
+package kmeans
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/gaspigo/gaspigo/pgas"
+)
+
+// Inject is one injected failure: a real SIGKILL of the process that holds
+// a rank when the job first completes an iteration. Iterations redone after
+// a recovery never fire an injection again.
+type Inject struct {
+	// Exactly one target: Rank >= 0, Host != "", Leader, or MirrorOf >= 0.
+	Rank     int
+	Host     string // every rank whose process has this host label
+	Leader   bool   // the process that leads the Raft membership
+	MirrorOf int    // the rank that holds this rank's checkpoint mirror
+	// Iter is the iteration after which (or during whose checkpoint commit)
+	// the kill happens, 1-based.
+	Iter int
+	// Phase: "" kills after the iteration; "commit" kills inside the
+	// checkpoint commit that follows the iteration.
+	Phase string
+}
+
+// ParseInject parses kill:rank=R,iter=I[,phase=commit], kill:host=H,iter=I,
+// kill:leader,iter=I and kill:mirror-of=R,iter=I.
+func ParseInject(s string) (Inject, error) {
+	in := Inject{Rank: -1, MirrorOf: -1}
+	bad := func(why string) (Inject, error) {
+		return Inject{}, fmt.Errorf("kmeans: --inject %q: %s (want kill:rank=R,iter=I, kill:host=H,iter=I, kill:leader,iter=I or kill:mirror-of=R,iter=I, optionally with ,phase=commit)", s, why)
+	}
+	rest, ok := strings.CutPrefix(s, "kill:")
+	if !ok {
+		return bad("only kill injections exist")
+	}
+	targets := 0
+	for _, kv := range strings.Split(rest, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		var err error
+		switch k {
+		case "rank":
+			in.Rank, err = strconv.Atoi(v)
+			targets++
+		case "host":
+			in.Host = v
+			if v == "" {
+				err = errors.New("empty host")
+			}
+			targets++
+		case "leader":
+			in.Leader = true
+			targets++
+		case "mirror-of":
+			in.MirrorOf, err = strconv.Atoi(v)
+			targets++
+		case "iter":
+			in.Iter, err = strconv.Atoi(v)
+			if err == nil && in.Iter < 1 {
+				err = errors.New("iterations count from 1")
+			}
+		case "phase":
+			in.Phase = v
+			if v != "commit" {
+				err = errors.New("the only phase is commit")
+			}
+		default:
+			return bad("unknown key " + strconv.Quote(k))
+		}
+		if err != nil {
+			return bad(k + ": " + err.Error())
+		}
+	}
+	if targets != 1 {
+		return bad("name exactly one target")
+	}
+	if in.Iter == 0 {
+		return bad("iter is missing")
+	}
+	return in, nil
+}
+
+// Checkpoints is what the job needs from package ckpt.
+type Checkpoints interface {
+	// Register adds a region to every checkpoint, in order.
+	Register(name string, b []byte) error
+	// Start snapshots the regions as checkpoint id and pushes it to the
+	// mirrors in the background; Commit waits until every rank's mirror
+	// holds it.
+	Start(ctx context.Context, id uint64) error
+	Commit(ctx context.Context, id uint64) error
+	// Restore is collective after a recovery: every rank gets the regions
+	// of the last committed checkpoint back and its id (0: none).
+	Restore(ctx context.Context) (uint64, error)
+	// Holders returns the ranks holding rank's mirror.
+	Holders(rank int) []int
+}
+
+// Options describe one K-means run.
+type Options struct {
+	Input    string    // points file (CSV or binary by extension); or Generate
+	Gen      GenConfig // used when Input is ""
+	K        int
+	MaxIter  int
+	Tol      float64 // stop once no centroid moved farther; 0: run MaxIter
+	Init     string  // starting centroids CSV; "" picks points by Gen.Seed
+	Seed     uint64  // for the choice of starting points
+	Every    int     // checkpoint every Every iterations; 0: never
+	Injects  []Inject
+	Kernel   Config
+	Progress io.Writer // rank 0's progress lines; nil: none
+	// IsLeader, when set, reports whether this process leads the
+	// membership (for kill:leader).
+	IsLeader func() bool
+}
+
+// RunResult is what a distributed run ends with, identical on every rank.
+type RunResult struct {
+	Centroids  []float64
+	SSE        float64
+	Iterations int
+	Recoveries int
+}
+
+// Job is one rank's part of a distributed K-means run.
+type Job struct {
+	rt  *pgas.Runtime
+	opt Options
+	n   int // points in the whole data set
+	d   int
+	lo  int // this rank's shard [lo, hi)
+	hi  int
+
+	shard []float64 // this rank's points, row-major
+	kr    *Kernel
+	part  *Partial
+	// The checkpointed state: header (iteration, high-water mark),
+	// centroids and the shard's assignments (the kernel's own slice).
+	hdr    []uint64
+	cent   []float64
+	next   []float64
+	buf    []float64
+	counts []int64
+	ck     Checkpoints
+
+	iter    int // iterations completed
+	high    int // the most iterations the job ever completed (injections fire past it)
+	pending uint64
+	sse     float64
+	recov   int
+}
+
+// NewJob loads this rank's shard and the starting centroids. Every rank
+// calls it (a promoted spare too); it is collective only when the input is
+// a file and no --init is given.
+func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
+	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, 2)}
+	if err := j.load(); err != nil {
+		return nil, err
+	}
+	k := opt.K
+	if k < 1 || k > j.n {
+		return nil, fmt.Errorf("kmeans: --k %d: want 1..%d (the number of points)", k, j.n)
+	}
+	var err error
+	j.kr, err = NewKernel(j.points(), j.d, k, opt.Kernel)
+	if err != nil {
+		return nil, err
+	}
+	j.part = NewPartial(k, j.d)
+	j.cent = make([]float64, k*j.d)
+	j.next = make([]float64, k*j.d)
+	j.buf = make([]float64, k*j.d+k+2)
+	j.counts = make([]int64, k)
+	if err := j.initCentroids(ctx); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+func (j *Job) points() []float64 { return j.shard }
+
+func (j *Job) load() error {
+	r, n := j.rt.Rank(), j.rt.Size()
+	if j.opt.Input != "" {
+		info, err := Inspect(j.opt.Input)
+		if err != nil {
+			return err
+		}
+		j.n, j.d = info.N, info.D
+		j.lo, j.hi = j.n*r/n, j.n*(r+1)/n
+		pts, _, err := ReadShard(j.opt.Input, j.lo, j.hi)
+		if err != nil {
+			return err
+		}
+		j.shard = pts
+		return nil
+	}
+	g := j.opt.Gen
+	if err := g.Validate(); err != nil {
+		return err
+	}
+	j.n, j.d = g.N, g.D
+	j.lo, j.hi = j.n*r/n, j.n*(r+1)/n
+	j.shard = make([]float64, (j.hi-j.lo)*j.d)
+	return Generate(g, j.lo, j.hi, j.shard)
+}
+
+func (j *Job) initCentroids(ctx context.Context) error {
+	k, d := j.opt.K, j.d
+	if j.opt.Init != "" {
+		c, err := ReadCentroidsCSV(j.opt.Init, k, d)
+		if err != nil {
+			return err
+		}
+		copy(j.cent, c)
+		return nil
+	}
+	idx, err := InitIndices(j.opt.Seed, j.n, k)
+	if err != nil {
+		return err
+	}
+	if j.opt.Input == "" {
+		// Generated data: any rank can make any point.
+		for c, i := range idx {
+			if err := Generate(j.opt.Gen, i, i+1, j.cent[c*d:(c+1)*d]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// From a file: each row comes from the rank that owns it. Rows travel
+	// with an ownership flag and are taken, never added, so the bits
+	// (a -0 included) are exactly the file's.
+	rows := make([]float64, k*(d+1))
+	for c, i := range idx {
+		if i >= j.lo && i < j.hi {
+			rows[c*(d+1)] = 1
+			copy(rows[c*(d+1)+1:], j.shard[(i-j.lo)*d:(i-j.lo+1)*d])
+		}
+	}
+	err = pgas.AllreduceFunc(ctx, j.rt, nil, rows, func(dst, src []float64) {
+		for c := 0; c < k; c++ {
+			if src[c*(d+1)] == 1 {
+				copy(dst[c*(d+1):(c+1)*(d+1)], src[c*(d+1):(c+1)*(d+1)])
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for c := 0; c < k; c++ {
+		copy(j.cent[c*d:(c+1)*d], rows[c*(d+1)+1:(c+1)*(d+1)])
+	}
+	return nil
+}
+
+// UseCheckpoints registers the job's state with ck.
+func (j *Job) UseCheckpoints(ck Checkpoints) error {
+	j.ck = ck
+	for _, r := range []struct {
+		name string
+		b    []byte
+	}{{"header", bytesOf(j.hdr)}, {"centroids", bytesOf(j.cent)}, {"assignments", bytesOf(j.kr.Assignments())}} {
+		if err := ck.Register(r.name, r.b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func bytesOf[T any](s []T) []byte {
+	if len(s) == 0 {
+		return []byte{}
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(z)))
+}
+
+func (j *Job) printf(format string, args ...any) {
+	if j.opt.Progress != nil && j.rt.Rank() == 0 {
+		fmt.Fprintf(j.opt.Progress, format, args...)
+	}
+}
+
+// Run iterates to the end, recovering from failures on the way. A
+// promoted spare calls it too and joins the survivors' recovery first.
+func (j *Job) Run(ctx context.Context) (RunResult, error) {
+	if j.rt.StartedAsSpare() {
+		if err := j.rejoin(ctx, nil); err != nil {
+			return RunResult{}, err
+		}
+	} else if j.ck != nil && j.opt.Every > 0 {
+		// Checkpoint the starting state, so a failure before the first
+		// periodic checkpoint restores it instead of nothing.
+		if err := j.checkpoint(ctx); err == nil {
+			err = j.commit(ctx)
+		}
+	}
+	for {
+		done, err := j.iterate(ctx)
+		if err == nil && done {
+			break
+		}
+		if err == nil {
+			continue
+		}
+		if !pgas.NeedsRecovery(err) {
+			return RunResult{}, err
+		}
+		if err := j.rejoin(ctx, err); err != nil {
+			return RunResult{}, err
+		}
+	}
+	return RunResult{Centroids: slices.Clone(j.cent), SSE: j.sse, Iterations: j.iter, Recoveries: j.recov}, nil
+}
+
+// iterate runs one Lloyd iteration; done reports the end of the run.
+func (j *Job) iterate(ctx context.Context) (done bool, err error) {
+	t0 := time.Now()
+	if err := j.kr.Step(j.cent, j.part); err != nil {
+		return false, err
+	}
+	if j.pending != 0 {
+		// The previous checkpoint's push overlapped this step's compute.
+		if err := j.commit(ctx); err != nil {
+			return false, err
+		}
+	}
+	k, d := j.opt.K, j.d
+	kd := k * d
+	copy(j.buf[:kd], j.part.Sums)
+	for i, c := range j.part.Counts {
+		j.buf[kd+i] = float64(c)
+	}
+	j.buf[kd+k] = j.part.SSE
+	j.buf[kd+k+1] = float64(j.part.Changed)
+	if err := pgas.Allreduce(ctx, j.rt, nil, j.buf, pgas.OpSum); err != nil {
+		return false, err
+	}
+	for i := range j.counts {
+		j.counts[i] = int64(j.buf[kd+i])
+	}
+	shift, err := Update(j.next, j.cent, j.buf[:kd], j.counts, k, d)
+	if err != nil {
+		return false, err
+	}
+	copy(j.cent, j.next)
+	j.iter++
+	j.sse = j.buf[kd+k]
+	j.printf("iter %4d  sse=%-22s moved=%-9d shift=%-10.3g time=%v\n", j.iter, strconv.FormatFloat(j.sse, 'g', 10, 64), int64(j.buf[kd+k+1]), shift, time.Since(t0).Round(10*time.Microsecond))
+	j.inject("")
+	j.high = max(j.high, j.iter)
+	done = j.iter >= j.opt.MaxIter || (j.opt.Tol > 0 && shift <= j.opt.Tol)
+	if j.ck != nil && j.opt.Every > 0 && j.iter%j.opt.Every == 0 && !done {
+		if err := j.checkpoint(ctx); err != nil {
+			return false, err
+		}
+	}
+	return done, nil
+}
+
+// checkpoint snapshots the state after iteration j.iter as checkpoint
+// j.iter+1 (id 1 is the starting state); its commit follows the next step.
+func (j *Job) checkpoint(ctx context.Context) error {
+	j.hdr[0], j.hdr[1] = uint64(j.iter), uint64(j.high)
+	id := uint64(j.iter) + 1
+	if err := j.ck.Start(ctx, id); err != nil {
+		return err
+	}
+	j.pending = id
+	return nil
+}
+
+func (j *Job) commit(ctx context.Context) error {
+	j.inject("commit")
+	id := j.pending
+	if err := j.ck.Commit(ctx, id); err != nil {
+		return err
+	}
+	j.pending = 0
+	return nil
+}
+
+// inject fires the injections due now, the first time the job gets here.
+func (j *Job) inject(phase string) {
+	if j.iter <= j.high {
+		return // a redone iteration
+	}
+	me := j.rt.Rank()
+	for _, in := range j.opt.Injects {
+		if in.Iter != j.iter || in.Phase != phase {
+			continue
+		}
+		hit := in.Rank == me ||
+			(in.Host != "" && j.rt.Host(me) == in.Host) ||
+			(in.Leader && j.opt.IsLeader != nil && j.opt.IsLeader()) ||
+			(in.MirrorOf >= 0 && j.ck != nil && slices.Contains(j.ck.Holders(in.MirrorOf), me))
+		if hit {
+			fmt.Fprintf(os.Stderr, "inject: SIGKILL rank %d (pid %d) after iteration %d%s at %s\n",
+				me, os.Getpid(), j.iter, map[string]string{"": "", "commit": ", inside the checkpoint commit"}[phase], time.Now().Format(time.RFC3339Nano))
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}
+}
+
+// rejoin recovers from cause (nil for a promoted spare): wait for the new
+// view, restore the last committed checkpoint everywhere, and agree on the
+// job's high-water mark so redone iterations inject nothing.
+func (j *Job) rejoin(ctx context.Context, cause error) error {
+	for {
+		t0 := time.Now()
+		epoch := j.rt.Epoch()
+		if cause != nil {
+			j.printf("recovery: %v\n", cause)
+			if err := j.rt.Recover(ctx); err != nil {
+				return err
+			}
+		}
+		tView := time.Since(t0)
+		err := j.restore(ctx)
+		if err == nil {
+			j.recov++
+			j.printf("recovery: epoch %d -> %d: new view after %v, checkpoint restored after %v; resuming after iteration %d (%d iterations redone)\n",
+				epoch, j.rt.Epoch(), tView.Round(time.Microsecond), time.Since(t0).Round(time.Microsecond), j.iter, j.high-j.iter)
+			return nil
+		}
+		if !pgas.NeedsRecovery(err) {
+			return err
+		}
+		cause = err // another failure during the recovery
+	}
+}
+
+func (j *Job) restore(ctx context.Context) error {
+	j.pending = 0
+	if j.ck == nil {
+		return errors.New("kmeans: a rank failed and checkpoints are off (--ckpt-every 0): nothing to restore from")
+	}
+	id, err := j.ck.Restore(ctx)
+	if err != nil {
+		return err
+	}
+	if id == 0 {
+		return errors.New("kmeans: a rank failed before the first checkpoint was committed")
+	}
+	j.iter = int(j.hdr[0])
+	h := []int64{int64(max(j.high, int(j.hdr[1])))}
+	if err := pgas.Allreduce(ctx, j.rt, nil, h, pgas.OpMax); err != nil {
+		return err
+	}
+	j.high = int(h[0])
+	return nil
+}
