@@ -57,10 +57,11 @@ func (rt *Runtime) atomic(ctx context.Context, rank int, loc Loc, op uint8, a, b
 }
 
 func (rt *Runtime) localAtomic(segID uint16, off int64, op uint8, a, b uint64) (uint64, error) {
-	seg, err := rt.localSeg(segID)
+	seg, unpin, err := rt.pinSeg(segID)
 	if err != nil {
 		return 0, err
 	}
+	defer unpin()
 	w, err := seg.Word(off)
 	if err != nil {
 		return 0, fmt.Errorf("pgas: atomic at %d: %w: %v", off, ErrBounds, err)
@@ -112,9 +113,6 @@ func (rt *Runtime) PassiveSend(ctx context.Context, rank int, msg []byte) error 
 	pr.nextSeq++
 	h.Seq = pr.nextSeq
 	err = rt.send(ctx, proc, &h, msg)
-	if err != nil {
-		pr.nextSeq--
-	}
 	pr.sendMu.Unlock()
 	if err != nil {
 		return rt.sendErr(ctx, err, rank, op)

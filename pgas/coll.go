@@ -2,6 +2,7 @@ package pgas
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,6 +21,11 @@ type Group struct {
 	mu    sync.Mutex
 	epoch uint32
 	seq   uint64
+	// broken is the epoch in which a collective on the group ended with
+	// ErrTimeout, plus one (0: never). Its peers may or may not have
+	// finished that collective, so the group's sequence numbers no longer
+	// pair up: later collectives in that epoch are refused.
+	broken uint32
 }
 
 // GroupAll returns the group of all ranks (tag 0).
@@ -73,14 +79,25 @@ func (g *Group) index(rank int) int {
 
 // next returns the sequence number of the group's next collective. The
 // count restarts at each epoch, so survivors and a promoted spare agree.
-func (g *Group) next(epoch uint32) uint64 {
+func (g *Group) next(epoch uint32) (uint64, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.broken == epoch+1 {
+		return 0, fmt.Errorf("pgas: group %d: an earlier collective timed out, so its members are out of step; use a new group (or Recover): %w", g.tag, ErrInvalid)
+	}
 	if g.epoch != epoch {
 		g.epoch, g.seq = epoch, 0
 	}
 	g.seq++
-	return g.seq
+	return g.seq, nil
+}
+
+// timedOut marks g out of step after a collective in epoch ended with
+// ErrTimeout.
+func (g *Group) timedOut(epoch uint32) {
+	g.mu.Lock()
+	g.broken = epoch + 1
+	g.mu.Unlock()
 }
 
 // coll is one collective call in progress.
@@ -106,7 +123,11 @@ func (rt *Runtime) startColl(g *Group, op string) (*coll, error) {
 	if me < 0 {
 		return nil, fmt.Errorf("pgas: %s: rank %d: %w", op, v.rankOf[rt.self], ErrNotMember)
 	}
-	return &coll{rt: rt, g: g, v: v, me: me, seq: g.next(v.epoch), op: op}, nil
+	seq, err := g.next(v.epoch)
+	if err != nil {
+		return nil, err
+	}
+	return &coll{rt: rt, g: g, v: v, me: me, seq: seq, op: op}, nil
 }
 
 func (c *coll) send(ctx context.Context, idx int, round uint64, data []byte) error {
@@ -116,7 +137,11 @@ func (c *coll) send(ctx context.Context, idx int, round uint64, data []byte) err
 		return err
 	}
 	h := transport.Header{Type: transport.FrameColl, Seg: c.g.tag, Off: c.seq, A: round, Epoch: c.v.epoch}
-	return c.rt.sendErr(ctx, c.rt.tr.Send(ctx, proc, &h, data), rank, c.op)
+	err = c.rt.sendErr(ctx, c.rt.tr.Send(ctx, proc, &h, data), rank, c.op)
+	if errors.Is(err, ErrTimeout) {
+		c.g.timedOut(c.v.epoch)
+	}
+	return err
 }
 
 func (c *coll) recv(ctx context.Context, idx int, round uint64) ([]byte, error) {
@@ -126,7 +151,11 @@ func (c *coll) recv(ctx context.Context, idx int, round uint64) ([]byte, error) 
 		return nil, err
 	}
 	k := mailKey{epoch: c.v.epoch, tag: c.g.tag, seq: c.seq, round: round, from: proc}
-	return c.rt.mail.wait(ctx, c.rt, k, rank, c.op)
+	d, err := c.rt.mail.wait(ctx, c.rt, k, rank, c.op)
+	if errors.Is(err, ErrTimeout) {
+		c.g.timedOut(c.v.epoch)
+	}
+	return d, err
 }
 
 // exchange sends data to idx and receives what idx sent in the same round.

@@ -52,6 +52,8 @@
 // drainer per peer while replies are pending. Close stops the transport
 // first, then waits for them.
 //
-// Lock order (outer first): segMu; peer.sendMu; peer.mu / peer.ackMu /
+// Lock order (outer first): segMu; a segment's use lock (held while a
+// remote write or read touches its memory); peer.sendMu; peer.flushMu
+// before peer.ackMu; peer.mu / peer.ackMu /
 // outbox.mu / reqMu / mailbox.mu (leaves, never held together).
 package pgas

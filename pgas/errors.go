@@ -8,8 +8,11 @@ import (
 
 var (
 	// ErrTimeout is returned by every blocking call whose context ended
-	// before the operation completed. It is retryable and says nothing about
-	// the health of any peer. The error also wraps the context's own error.
+	// before the operation completed. It says nothing about the health of
+	// any peer. Wait, reads and atomics may be retried; a collective may
+	// not: its group is out of step afterwards (peers may have finished
+	// it), and later collectives on that group return ErrInvalid. The
+	// error also wraps the context's own error.
 	ErrTimeout = errors.New("pgas: timeout")
 	// ErrRankFailed is wrapped by *RankError when an operation could not
 	// complete because the rank it depends on failed (its connection was

@@ -20,8 +20,9 @@ type Loc struct {
 
 // queue tracks the operations posted since the last Wait.
 type queue struct {
-	mu      sync.Mutex
-	pending []pendingOp
+	mu       sync.Mutex
+	pending  []pendingOp
+	reserved int // places taken by posts in progress
 }
 
 // pendingOp is one posted operation: a sequenced frame awaiting the
@@ -44,19 +45,28 @@ func (rt *Runtime) queue(q Queue, op string) (*queue, error) {
 	return rt.queues[q], nil
 }
 
-// reserve checks that the queue has room for one more operation.
+// reserve takes a place in the queue for one more operation; the caller
+// then either adds the operation or releases the place.
 func (qu *queue) reserve(depth int, op string) error {
 	qu.mu.Lock()
 	defer qu.mu.Unlock()
-	if len(qu.pending) >= depth {
-		return fmt.Errorf("pgas: %s: %w: %d operations posted since the last Wait (QueueDepth %d)", op, ErrQueueFull, len(qu.pending), depth)
+	if len(qu.pending)+qu.reserved >= depth {
+		return fmt.Errorf("pgas: %s: %w: %d operations posted since the last Wait (QueueDepth %d)", op, ErrQueueFull, len(qu.pending)+qu.reserved, depth)
 	}
+	qu.reserved++
 	return nil
 }
 
 func (qu *queue) add(op pendingOp) {
 	qu.mu.Lock()
+	qu.reserved--
 	qu.pending = append(qu.pending, op)
+	qu.mu.Unlock()
+}
+
+func (qu *queue) release() {
+	qu.mu.Lock()
+	qu.reserved--
 	qu.mu.Unlock()
 }
 
@@ -77,6 +87,9 @@ func (rt *Runtime) localRange(l Loc, n int64, op string) ([]byte, error) {
 // segment was created collectively. A segment not created collectively is
 // checked by the target only.
 func (rt *Runtime) checkRemote(rank int, l Loc, n int64, op string) error {
+	if rank < 0 || rank >= rt.Size() {
+		return fmt.Errorf("pgas: %s: rank %d outside 0..%d: %w", op, rank, rt.Size()-1, ErrInvalid)
+	}
 	rt.segMu.RLock()
 	si := rt.segs[l.Seg]
 	rt.segMu.RUnlock()
@@ -99,6 +112,12 @@ func (rt *Runtime) post(ctx context.Context, q Queue, rank int, h transport.Head
 	if err := qu.reserve(rt.cfg.QueueDepth, op); err != nil {
 		return err
 	}
+	added := false
+	defer func() {
+		if !added {
+			qu.release()
+		}
+	}()
 	v := rt.view.Load()
 	proc, err := rt.procOf(v, rank, op)
 	if err != nil {
@@ -116,12 +135,14 @@ func (rt *Runtime) post(ctx context.Context, q Queue, rank int, h transport.Head
 	pr.nextSeq++
 	h.Seq = pr.nextSeq
 	err = rt.send(ctx, proc, &h, payload)
+	pr.sendMu.Unlock()
 	if err != nil {
-		pr.nextSeq-- // nothing of it reached the wire in order
-		pr.sendMu.Unlock()
+		// The sequence number stays used: a send cut by ctx may still
+		// complete in the background (transport/tcp), and acks are
+		// cumulative, so a gap is harmless while a reuse is not.
 		return rt.sendErr(ctx, err, rank, op)
 	}
-	pr.sendMu.Unlock()
+	added = true
 	qu.add(pendingOp{rank: rank, peer: pr, seq: h.Seq, op: op})
 	return nil
 }
@@ -223,6 +244,12 @@ func (rt *Runtime) Read(ctx context.Context, q Queue, rank int, remote, local Lo
 	if err := qu.reserve(rt.cfg.QueueDepth, op); err != nil {
 		return err
 	}
+	added := false
+	defer func() {
+		if !added {
+			qu.release()
+		}
+	}()
 	v := rt.view.Load()
 	proc, err := rt.procOf(v, rank, op)
 	if err != nil {
@@ -242,13 +269,14 @@ func (rt *Runtime) Read(ctx context.Context, q Queue, rank int, remote, local Lo
 		rt.dropRequest(req)
 		return rt.sendErr(ctx, err, rank, op)
 	}
+	added = true
 	qu.add(pendingOp{rank: rank, req: req, op: op})
 	return nil
 }
 
 func (rt *Runtime) handleReadReq(from transport.Proc, h *transport.Header) {
 	resp := transport.Header{Type: transport.FrameReadResp, Seq: h.Seq}
-	seg, err := rt.localSeg(h.Seg)
+	seg, unpin, err := rt.pinSeg(h.Seg)
 	var data []byte
 	if err == nil {
 		if h.A > transport.MaxPayload {
@@ -260,10 +288,15 @@ func (rt *Runtime) handleReadReq(from transport.Proc, h *transport.Header) {
 	if err != nil {
 		resp.A = codeOf(err)
 		data = nil
+		if unpin != nil {
+			unpin()
+			unpin = nil
+		}
 	}
 	// The reply is sent later by the outbox goroutine, straight from segment
-	// memory, like an RDMA read: it sees the segment as it is then.
-	rt.reply(from, resp, data)
+	// memory, like an RDMA read: it sees the segment as it is then, and the
+	// segment stays pinned until then.
+	rt.enqueue(from, outJob{h: resp, payload: data, done: unpin})
 }
 
 // Wait blocks until every operation posted on q since the last Wait is
@@ -445,6 +478,10 @@ func (rt *Runtime) SegmentDelete(id segments.ID) error {
 	if si == nil {
 		return fmt.Errorf("pgas: segment_delete: segment %d: %w", id, ErrNoSegment)
 	}
+	// Wait for the handlers using its memory on behalf of peers.
+	si.use.Lock()
+	si.deleted = true
+	si.use.Unlock()
 	return si.seg.Close()
 }
 

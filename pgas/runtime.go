@@ -93,6 +93,28 @@ type Runtime struct {
 type segInfo struct {
 	seg   *segments.Segment
 	sizes []int64 // by rank; nil for a segment created locally only
+
+	// use pins the memory: handlers that read or write it for a peer hold
+	// it shared until they are done with it (a read reply until it is
+	// sent); SegmentDelete takes it exclusively before freeing the memory.
+	use     sync.RWMutex
+	deleted bool // under use
+}
+
+// pinSeg returns local segment id with its memory pinned against
+// SegmentDelete; the caller calls unpin when done with the memory.
+func (rt *Runtime) pinSeg(id uint16) (seg *segments.Segment, unpin func(), err error) {
+	rt.segMu.RLock()
+	si := rt.segs[segments.ID(id)]
+	rt.segMu.RUnlock()
+	if si != nil {
+		si.use.RLock()
+		if !si.deleted {
+			return si.seg, si.use.RUnlock, nil
+		}
+		si.use.RUnlock()
+	}
+	return nil, nil, fmt.Errorf("pgas: segment %d: %w", id, ErrNoSegment)
 }
 
 // Stats counts what the runtime did. Read it with (*Runtime).Stats.
@@ -207,6 +229,11 @@ func (rt *Runtime) Host(r int) string {
 	}
 	return rt.cfg.Hosts[v.ranks[r]]
 }
+
+// Transport returns the transport the runtime runs over, for programs and
+// tools that read its statistics (for example tcp.Stats: refused
+// handshakes, bad frames).
+func (rt *Runtime) Transport() transport.Transport { return rt.tr }
 
 // Logger returns the runtime's logger, with proc and rank attributes.
 func (rt *Runtime) Logger() *slog.Logger { return rt.log }
@@ -340,6 +367,7 @@ type peer struct {
 	ackedOut uint64      // highest sequence acknowledged to it
 	nacksOut [][2]uint64 // refused sequences and their codes, not yet sent
 	ackDirty bool        // an ack job is queued
+	flushMu  sync.Mutex  // held by whoever sends acks to this peer (flushAcks)
 
 	out outbox // replies to this peer, sent by a goroutine of their own
 
@@ -362,6 +390,9 @@ func (rt *Runtime) sayGoodbye() {
 		if p.proc == rt.self || p.isDown() {
 			continue
 		}
+		// Acks of what this process applied go first: the peer may wait
+		// for them, and the outbox is abandoned once Close goes on.
+		rt.flushAcks(ctx, p)
 		h := transport.Header{Type: transport.FrameControl, A: ctlGoodbye}
 		rt.send(ctx, p.proc, &h, nil)
 	}
@@ -440,8 +471,8 @@ func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p trans
 	case transport.FrameWrite:
 		return rt.handleWrite(from, h, p)
 	case transport.FrameNotify:
-		err := rt.setNotification(h.Seg, h.A, h.B)
-		rt.applied(from, h, err)
+		seg, err := rt.notifyTarget(h.Seg, h.A, h.B)
+		rt.appliedNotify(from, h, seg, err)
 		return err
 	case transport.FrameAck:
 		peer := rt.peers[from]
@@ -510,9 +541,10 @@ func (rt *Runtime) localSeg(id uint16) (*segments.Segment, error) {
 }
 
 func (rt *Runtime) handleWrite(from transport.Proc, h *transport.Header, p transport.Payload) error {
-	seg, err := rt.localSeg(h.Seg)
+	seg, unpin, err := rt.pinSeg(h.Seg)
 	var dst []byte
 	if err == nil {
+		defer unpin()
 		dst, err = seg.Slice(int64(h.Off), int64(h.Len))
 		if err != nil || h.Off > 1<<62 {
 			err = fmt.Errorf("pgas: write from proc %d: %w: %v", from, ErrBounds, err)
@@ -527,11 +559,39 @@ func (rt *Runtime) handleWrite(from transport.Proc, h *transport.Header, p trans
 	if err := p.ReadInto(dst); err != nil {
 		return err // the connection is failing; PeerDown follows
 	}
+	var nseg *segments.Segment
 	if h.Flags&transport.FlagNotify != 0 {
-		err = rt.setNotification(h.Seg, h.A, h.B)
+		nseg, err = rt.notifyTarget(h.Seg, h.A, h.B)
 	}
-	rt.applied(from, h, err)
+	rt.appliedNotify(from, h, nseg, err)
 	return err
+}
+
+// notifyTarget checks a notification before it is set and returns its
+// segment.
+func (rt *Runtime) notifyTarget(segID uint16, id, val uint64) (*segments.Segment, error) {
+	seg, err := rt.localSeg(segID)
+	if err != nil {
+		return nil, err
+	}
+	if id >= uint64(seg.NumNotifications()) || val > 0xffffffff {
+		return nil, fmt.Errorf("pgas: notification %d=%d: %w", id, val, ErrInvalid)
+	}
+	return seg, nil
+}
+
+// appliedNotify records a sequenced frame as applied (or refused with
+// err), then sets its notification (seg non-nil), then schedules the ack.
+// Recording first means that a process which sees the notification and
+// closes at once still acknowledges the frame (see sayGoodbye).
+func (rt *Runtime) appliedNotify(from transport.Proc, h *transport.Header, seg *segments.Segment, err error) {
+	start := rt.recordApplied(from, h, err)
+	if seg != nil && err == nil {
+		seg.SetNotification(segments.NotificationID(h.A), uint32(h.B))
+	}
+	if start {
+		rt.enqueue(from, outJob{ack: true})
+	}
 }
 
 func (rt *Runtime) setNotification(segID uint16, id, val uint64) error {
@@ -553,8 +613,16 @@ func (rt *Runtime) setNotification(segID uint16, id, val uint64) error {
 // in the same state as the cumulative ack and flushed before it, so the
 // sender always learns of a refused sequence before any ack that covers it.
 func (rt *Runtime) applied(from transport.Proc, h *transport.Header, err error) {
+	if rt.recordApplied(from, h, err) {
+		rt.enqueue(from, outJob{ack: true})
+	}
+}
+
+// recordApplied is applied without scheduling: it reports whether an ack
+// job must be queued.
+func (rt *Runtime) recordApplied(from transport.Proc, h *transport.Header, err error) bool {
 	if h.Flags&transport.FlagAck == 0 {
-		return
+		return false
 	}
 	pr := rt.peers[from]
 	pr.ackMu.Lock()
@@ -566,9 +634,7 @@ func (rt *Runtime) applied(from transport.Proc, h *transport.Header, err error) 
 	start := !pr.ackDirty
 	pr.ackDirty = true
 	pr.ackMu.Unlock()
-	if start {
-		rt.enqueue(from, outJob{ack: true})
-	}
+	return start
 }
 
 func (rt *Runtime) queueNack(from transport.Proc, seq, code uint64) {
@@ -608,6 +674,7 @@ type outJob struct {
 	ack     bool // send the peer's latest applied sequence
 	h       transport.Header
 	payload []byte
+	done    func() // called once the job is sent or dropped (unpins a read reply's segment)
 }
 
 // outbox is an unbounded FIFO of replies with at most one goroutine
@@ -645,6 +712,11 @@ func (rt *Runtime) drain(pr *peer) {
 	for {
 		ob.mu.Lock()
 		if len(ob.jobs) == 0 || rt.isClosed() {
+			for _, j := range ob.jobs {
+				if j.done != nil {
+					j.done()
+				}
+			}
 			ob.jobs = nil
 			ob.running = false
 			ob.mu.Unlock()
@@ -662,11 +734,18 @@ func (rt *Runtime) drain(pr *peer) {
 		if err := rt.send(ctx, pr.proc, &h, j.payload); err != nil {
 			rt.log.Debug("reply dropped", "peer_proc", int(pr.proc), "err", err)
 		}
+		if j.done != nil {
+			j.done()
+		}
 	}
 }
 
 // flushAcks sends the refusals queued for pr, then one cumulative ack.
 func (rt *Runtime) flushAcks(ctx context.Context, pr *peer) {
+	// One flusher at a time, so that a refusal is never overtaken by an
+	// ack covering it from another flusher (Close's and the outbox's).
+	pr.flushMu.Lock()
+	defer pr.flushMu.Unlock()
 	pr.ackMu.Lock()
 	nacks := pr.nacksOut
 	pr.nacksOut = nil

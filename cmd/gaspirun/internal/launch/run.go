@@ -173,12 +173,13 @@ type job struct {
 	pumps    sync.WaitGroup
 }
 
-// childEnviron is the parent's environment without PGAS_ variables, then
-// the extra ones, then the contract.
+// childEnviron is the parent's environment without the contract's
+// variables (PGAS_LOG, PGAS_ADVERTISE_HOST and the like pass through),
+// then the extra ones, then the contract.
 func childEnviron(extra, contract []string) []string {
 	var out []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "PGAS_") {
+		if k, _, _ := strings.Cut(kv, "="); isContractVar(k) {
 			continue
 		}
 		out = append(out, kv)

@@ -1,0 +1,502 @@
+package tcptier
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// raceEnabled is set by race_test.go: the binaries are then built with
+// -race too, and a data race makes a process exit 66.
+var raceEnabled = false
+
+// jobDeadline bounds every job: generous, for a busy 2-core host.
+const jobDeadline = 60 * time.Second
+
+var bins struct {
+	gaspirun, prog string
+	err            error // why the binaries are missing
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	if runtime.GOOS != "linux" || testing.Short() {
+		// The tests skip themselves (see needBinaries).
+		bins.err = errors.New("real-process tests need Linux and no -short")
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "tcptier-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, "./cmd/gaspirun", "./test/tcptier/testprog/semantics")
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "tcptier: go %s: %v\n%s", strings.Join(args, " "), err, out)
+		return 1
+	}
+	if testing.Verbose() {
+		fmt.Printf("tcptier: built gaspirun and testprog/semantics (race=%v) in %v\n", raceEnabled, time.Since(start).Round(time.Millisecond))
+	}
+	bins.gaspirun = filepath.Join(dir, "gaspirun")
+	bins.prog = filepath.Join(dir, "semantics")
+	return m.Run()
+}
+
+// moduleRoot finds the directory of go.mod above the working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("tcptier: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func needBinaries(t *testing.T) {
+	t.Helper()
+	if bins.err != nil {
+		t.Skip(bins.err)
+	}
+}
+
+// job is one gaspirun run of the test program.
+type job struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+	begin  time.Time
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced when a line arrives or the job ends
+	lines   []line        // stdout lines of the processes
+	partial []byte
+	stderr  bytes.Buffer
+	pids    map[int]int // process id (PGAS_PROC) -> OS pid, from PID lines
+	extra   []int       // other pids the program reported (children)
+	ended   bool
+	code    int
+	wall    time.Duration
+	waitErr error
+}
+
+// line is one output line of a process: "[r1] KIND k=v ... [PASS|FAIL ...]".
+type line struct {
+	label string // r1, s3, ...
+	kind  string
+	kv    map[string]string
+	rest  string // what follows the key=value pairs (PASS, FAIL reason)
+	raw   string
+}
+
+func parseLine(raw string) line {
+	l := line{raw: raw, kv: map[string]string{}}
+	s := raw
+	if strings.HasPrefix(s, "[") {
+		if i := strings.Index(s, "] "); i > 0 {
+			l.label, s = s[1:i], s[i+2:]
+		}
+	}
+	l.kind, s, _ = strings.Cut(s, " ")
+	for s != "" {
+		tok, rest, _ := strings.Cut(s, " ")
+		k, v, ok := strings.Cut(tok, "=")
+		if !ok {
+			l.rest = s
+			break
+		}
+		if k == "err" { // the last field; quoted, may hold spaces
+			if u, err := strconv.Unquote(s[len("err="):]); err == nil {
+				v = u
+			} else {
+				v = s[len("err="):]
+			}
+			l.kv[k] = v
+			break
+		}
+		l.kv[k] = v
+		s = rest
+	}
+	return l
+}
+
+func (l line) int(key string) int {
+	v, err := strconv.Atoi(l.kv[key])
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// startJob runs gaspirun with flags, then the test program with args.
+func startJob(t *testing.T, flags []string, args ...string) *job {
+	t.Helper()
+	needBinaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
+	argv := append(append(append([]string{}, flags...), "--", bins.prog), args...)
+	cmd := exec.CommandContext(ctx, bins.gaspirun, argv...)
+	// gaspirun tears the job down on SIGTERM; SIGKILL would leave the
+	// processes running.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 15 * time.Second
+	if raceEnabled {
+		// The race runtime sleeps 1 s at every exit by default; gaspirun
+		// passes the variable on to the processes.
+		cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=50")
+	}
+	j := &job{t: t, cmd: cmd, cancel: cancel, changed: make(chan struct{}), pids: map[int]int{}}
+	cmd.Stdout = stdoutWriter{j}
+	cmd.Stderr = stderrWriter{j}
+	j.begin = time.Now()
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start gaspirun: %v", err)
+	}
+	go func() {
+		err := cmd.Wait()
+		j.mu.Lock()
+		j.ended, j.wall, j.waitErr = true, time.Since(j.begin), err
+		j.code = cmd.ProcessState.ExitCode()
+		j.notifyLocked()
+		j.mu.Unlock()
+	}()
+	t.Cleanup(func() { j.cleanup() })
+	return j
+}
+
+func (j *job) notifyLocked() {
+	close(j.changed)
+	j.changed = make(chan struct{})
+}
+
+type stdoutWriter struct{ j *job }
+
+func (w stdoutWriter) Write(b []byte) (int, error) {
+	j := w.j
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.partial = append(j.partial, b...)
+	for {
+		i := bytes.IndexByte(j.partial, '\n')
+		if i < 0 {
+			break
+		}
+		l := parseLine(string(j.partial[:i]))
+		j.partial = j.partial[i+1:]
+		switch l.kind {
+		case "PID":
+			j.pids[l.int("proc")] = l.int("pid")
+		case "CHILD", "SLEEPER":
+			j.extra = append(j.extra, l.int("pid"))
+		}
+		j.lines = append(j.lines, l)
+	}
+	j.notifyLocked()
+	return len(b), nil
+}
+
+type stderrWriter struct{ j *job }
+
+func (w stderrWriter) Write(b []byte) (int, error) {
+	w.j.mu.Lock()
+	defer w.j.mu.Unlock()
+	return w.j.stderr.Write(b)
+}
+
+// waitLines waits until count lines of the given kind match (nil: all of
+// that kind) and returns them. It fails the test when the job ends first
+// or after d.
+func (j *job) waitLines(kind string, match func(line) bool, count int, d time.Duration) []line {
+	j.t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		j.mu.Lock()
+		var got []line
+		for _, l := range j.lines {
+			if l.kind == kind && (match == nil || match(l)) {
+				got = append(got, l)
+			}
+		}
+		ended, ch := j.ended, j.changed
+		j.mu.Unlock()
+		if len(got) >= count {
+			return got
+		}
+		if ended {
+			j.t.Fatalf("the job ended with %d of %d %s lines", len(got), count, kind)
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			j.t.Fatalf("%d of %d %s lines after %v", len(got), count, kind, d)
+		}
+	}
+}
+
+// wait waits for gaspirun to exit and returns its exit code.
+func (j *job) wait() int {
+	j.t.Helper()
+	for {
+		j.mu.Lock()
+		ended, code, err, ch := j.ended, j.code, j.waitErr, j.changed
+		j.mu.Unlock()
+		if ended {
+			var ee *exec.ExitError
+			if err != nil && !errors.As(err, &ee) {
+				j.t.Fatalf("gaspirun: %v", err)
+			}
+			return code
+		}
+		<-ch // the command's own deadline (jobDeadline) bounds this
+	}
+}
+
+// waitEnded waits at most d for gaspirun to exit and reports whether it did.
+func (j *job) waitEnded(d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		j.mu.Lock()
+		ended, ch := j.ended, j.changed
+		j.mu.Unlock()
+		if ended {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		}
+	}
+}
+
+// all returns the lines of one kind.
+func (j *job) all(kind string) []line {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []line
+	for _, l := range j.lines {
+		if l.kind == kind {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (j *job) stderrText() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.stderr.String()
+}
+
+func (j *job) pid(proc int) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	p, ok := j.pids[proc]
+	if !ok {
+		j.t.Fatalf("no PID line from process %d", proc)
+	}
+	return p
+}
+
+// allPids returns every pid the job's processes reported.
+func (j *job) allPids() []int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	seen := map[int]bool{}
+	var out []int
+	for _, p := range j.pids {
+		seen[p] = true
+		out = append(out, p)
+	}
+	for _, p := range j.extra {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// requirePass checks one "RESULT case=name rank=r PASS" line per rank.
+func (j *job) requirePass(name string, ranks ...int) {
+	j.t.Helper()
+	got := map[int]string{}
+	for _, l := range j.all("RESULT") {
+		if l.kv["case"] == name {
+			got[l.int("rank")] = l.rest
+		}
+	}
+	for _, r := range ranks {
+		res, ok := got[r]
+		switch {
+		case !ok:
+			j.t.Errorf("case %s: no result from rank %d", name, r)
+		case !strings.HasPrefix(res, "PASS"):
+			j.t.Errorf("case %s, rank %d: %s", name, r, res)
+		}
+	}
+}
+
+// requireGone checks that no process of the job is left: neither the
+// processes nor anything in their process groups.
+func (j *job) requireGone() {
+	j.t.Helper()
+	pids := j.allPids()
+	if len(pids) == 0 {
+		j.t.Errorf("the job reported no pids")
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := livePids(pids)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			j.t.Errorf("processes left behind after gaspirun exited: %v", left)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// livePids returns the processes among pids, or in their process groups,
+// that still run (zombies count as gone: they are dead).
+func livePids(pids []int) []string {
+	groups := map[int]bool{}
+	for _, p := range pids {
+		groups[p] = true
+	}
+	var left []string
+	for _, p := range pids {
+		if alive(p) {
+			left = append(left, fmt.Sprintf("pid %d", p))
+		}
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		state, pgrp, ok := procStat(p)
+		if ok && groups[pgrp] && state != "Z" && state != "X" {
+			left = append(left, fmt.Sprintf("pid %d in group %d", p, pgrp))
+		}
+	}
+	return left
+}
+
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	state, _, ok := procStat(pid)
+	return ok && state != "Z" && state != "X"
+}
+
+// procStat reads the state and process group of pid from /proc.
+func procStat(pid int) (state string, pgrp int, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", 0, false
+	}
+	// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 3 {
+		return "", 0, false
+	}
+	pgrp, err = strconv.Atoi(f[2])
+	return f[0], pgrp, err == nil
+}
+
+// cleanup stops a job that is still running (a failed test) and kills what
+// is left of the processes it reported, by pid. On failure it logs the
+// job's output.
+func (j *job) cleanup() {
+	j.mu.Lock()
+	ended := j.ended
+	j.mu.Unlock()
+	if !ended {
+		j.cancel() // SIGTERM to gaspirun, which tears the job down
+		j.waitEnded(20 * time.Second)
+	}
+	j.cancel()
+	for _, p := range j.allPids() {
+		if alive(p) {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+	if j.t.Failed() {
+		j.mu.Lock()
+		var out strings.Builder
+		for _, l := range j.lines {
+			if len(l.raw) > 300 {
+				l.raw = l.raw[:300] + "..."
+			}
+			out.WriteString(l.raw + "\n")
+		}
+		j.t.Logf("gaspirun %s\n--- stdout ---\n%s--- stderr ---\n%s", strings.Join(j.cmd.Args[1:], " "), out.String(), j.stderr.String())
+		j.mu.Unlock()
+	}
+}
+
+// touch opens a gate of the test program.
+func touch(t *testing.T, dir, name string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkNoRace fails the test if a process reported a data race.
+func (j *job) checkNoRace() {
+	j.t.Helper()
+	if strings.Contains(j.stderrText(), "WARNING: DATA RACE") {
+		j.t.Errorf("a process reported a data race")
+	}
+}

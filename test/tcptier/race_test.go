@@ -1,0 +1,5 @@
+//go:build race
+
+package tcptier
+
+func init() { raceEnabled = true }
