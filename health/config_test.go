@@ -19,15 +19,20 @@ func TestProfilesValidate(t *testing.T) {
 }
 
 // The default profile meets the detection target: p99 < 500 ms after a
-// SIGKILL, and also for a silent failure, with a 1 ms LAN hop.
+// SIGKILL (closed connections), with a 1 ms LAN hop. A silent failure (a
+// paused or partitioned process) is found within 2.5 s: slower on purpose,
+// so a process starved of CPU on a busy host is not condemned.
 func TestDefaultDetectionTarget(t *testing.T) {
 	c := DefaultConfig()
-	for _, strong := range []bool{true, false} {
-		b := c.DetectionBound(time.Millisecond, strong)
-		if b >= 500*time.Millisecond {
-			t.Errorf("DetectionBound(1ms, strong=%v) = %v, want < 500ms", strong, b)
+	for _, tc := range []struct {
+		strong bool
+		limit  time.Duration
+	}{{true, 500 * time.Millisecond}, {false, 2500 * time.Millisecond}} {
+		b := c.DetectionBound(time.Millisecond, tc.strong)
+		if b >= tc.limit {
+			t.Errorf("DetectionBound(1ms, strong=%v) = %v, want < %v", tc.strong, b, tc.limit)
 		}
-		t.Logf("default detection bound (strong=%v): %v", strong, b)
+		t.Logf("default detection bound (strong=%v): %v", tc.strong, b)
 	}
 	if s, w := c.DetectionBound(time.Millisecond, true), c.DetectionBound(time.Millisecond, false); s >= w {
 		t.Errorf("PeerDown bound %v not below the silent bound %v", s, w)

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gaspigo/gaspigo/ckpt"
 	"github.com/gaspigo/gaspigo/pgas"
 )
 
@@ -265,6 +266,28 @@ func (j *Job) initCentroids(ctx context.Context) error {
 	return nil
 }
 
+// needsRecovery: the membership changed under an operation, or the
+// checkpointer saw a failure it cannot settle without a restore.
+func needsRecovery(err error) bool {
+	return pgas.NeedsRecovery(err) || errors.Is(err, ckpt.ErrNeedsRestore)
+}
+
+// StateBytes is the largest checkpoint any rank of the job registers:
+// header, centroids and the largest shard's assignments.
+func (j *Job) StateBytes() int64 {
+	maxShard := (j.n + j.rt.Size() - 1) / j.rt.Size()
+	return int64(8*len(j.hdr) + 8*len(j.cent) + 4*maxShard)
+}
+
+// Resumed takes the iteration counters from a checkpoint just loaded into
+// the registered regions (from the disk level).
+func (j *Job) Resumed() {
+	j.iter, j.high = int(j.hdr[0]), int(j.hdr[1])
+}
+
+// Iteration returns the number of iterations completed.
+func (j *Job) Iteration() int { return j.iter }
+
 // UseCheckpoints registers the job's state with ck.
 func (j *Job) UseCheckpoints(ck Checkpoints) error {
 	j.ck = ck
@@ -315,7 +338,7 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 		if err == nil {
 			continue
 		}
-		if !pgas.NeedsRecovery(err) {
+		if !needsRecovery(err) {
 			return RunResult{}, err
 		}
 		if err := j.rejoin(ctx, err); err != nil {
@@ -385,11 +408,13 @@ func (j *Job) checkpoint(ctx context.Context) error {
 func (j *Job) commit(ctx context.Context) error {
 	j.inject("commit")
 	id := j.pending
-	if err := j.ck.Commit(ctx, id); err != nil {
-		return err
-	}
 	j.pending = 0
-	return nil
+	err := j.ck.Commit(ctx, id)
+	if errors.Is(err, ckpt.ErrNotCommitted) {
+		j.printf("checkpoint %d not committed (%v); the previous one stays in force\n", id, err)
+		return nil
+	}
+	return err
 }
 
 // inject fires the injections due now, the first time the job gets here.
@@ -421,9 +446,8 @@ func (j *Job) inject(phase string) {
 func (j *Job) rejoin(ctx context.Context, cause error) error {
 	for {
 		t0 := time.Now()
-		epoch := j.rt.Epoch()
 		if cause != nil {
-			j.printf("recovery: %v\n", cause)
+			j.printf("recovery: iteration %d failed: %v\n", j.iter+1, cause)
 			if err := j.rt.Recover(ctx); err != nil {
 				return err
 			}
@@ -432,11 +456,11 @@ func (j *Job) rejoin(ctx context.Context, cause error) error {
 		err := j.restore(ctx)
 		if err == nil {
 			j.recov++
-			j.printf("recovery: epoch %d -> %d: new view after %v, checkpoint restored after %v; resuming after iteration %d (%d iterations redone)\n",
-				epoch, j.rt.Epoch(), tView.Round(time.Microsecond), time.Since(t0).Round(time.Microsecond), j.iter, j.high-j.iter)
+			j.printf("recovery: epoch %d in force after %v; checkpoint of iteration %d restored after %v; %d iterations to redo\n",
+				j.rt.Epoch(), tView.Round(time.Microsecond), j.iter, time.Since(t0).Round(time.Microsecond), j.high-j.iter)
 			return nil
 		}
-		if !pgas.NeedsRecovery(err) {
+		if !needsRecovery(err) {
 			return err
 		}
 		cause = err // another failure during the recovery
@@ -455,8 +479,9 @@ func (j *Job) restore(ctx context.Context) error {
 	if id == 0 {
 		return errors.New("kmeans: a rank failed before the first checkpoint was committed")
 	}
-	j.iter = int(j.hdr[0])
-	h := []int64{int64(max(j.high, int(j.hdr[1])))}
+	high := j.high
+	j.Resumed()
+	h := []int64{int64(max(high, j.high))}
 	if err := pgas.Allreduce(ctx, j.rt, nil, h, pgas.OpMax); err != nil {
 		return err
 	}

@@ -1,0 +1,205 @@
+// Command kmeans is fault-tolerant distributed K-means, run under gaspirun:
+//
+//	gaspirun -n 4 --spares 1 -- kmeans --generate 1000000 --dim 10 --k 100 \
+//	    --max-iter 30 --ckpt-every 5 --inject kill:rank=2,iter=15
+//
+// Each rank assigns its shard of the points; one deterministic allreduce
+// per iteration combines sums and counts, so the centroids are the same
+// bits whatever failed on the way. The last line (rank 0) is
+//
+//	centroids sha256=<hex> sse=<value> iterations=<n>
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/gaspigo/gaspigo/apps/kmeans"
+	"github.com/gaspigo/gaspigo/spares"
+)
+
+type injects []kmeans.Inject
+
+func (i *injects) String() string { return fmt.Sprint(*i) }
+func (i *injects) Set(s string) error {
+	in, err := kmeans.ParseInject(s)
+	if err != nil {
+		return err
+	}
+	*i = append(*i, in)
+	return nil
+}
+
+type flags struct {
+	opt      kmeans.Options
+	generate int
+	output   string
+	impl     string
+	mirrors  int
+	ckptDir  string
+	quiet    bool
+}
+
+func parse(args []string) (*flags, error) {
+	f := &flags{}
+	fs := flag.NewFlagSet("kmeans", flag.ContinueOnError)
+	g := kmeans.DefaultGenConfig()
+	var inj injects
+	fs.StringVar(&f.opt.Input, "input", "", "points `FILE`: CSV (one point per line) or the binary format (.bin, see apps/kmeans/doc.go)")
+	fs.IntVar(&f.generate, "generate", 0, "generate `N` points (Gaussian blobs) instead of reading --input")
+	fs.IntVar(&g.D, "dim", g.D, "dimensions `D` of generated points")
+	fs.Uint64Var(&g.Seed, "seed", g.Seed, "seed `S` of the generator and of the starting centroids")
+	fs.IntVar(&g.Blobs, "blobs", g.Blobs, "number of Gaussian blobs generated")
+	fs.IntVar(&f.opt.K, "k", 10, "number of clusters `K`")
+	fs.IntVar(&f.opt.MaxIter, "max-iter", 30, "most iterations `I`")
+	fs.Float64Var(&f.opt.Tol, "tol", 0, "stop once no centroid moves farther than `T`; 0 runs exactly --max-iter iterations")
+	fs.StringVar(&f.opt.Init, "init", "", "starting centroids CSV `FILE` (k lines of d values); default: k points chosen by --seed")
+	fs.IntVar(&f.opt.Every, "ckpt-every", 5, "checkpoint every `C` iterations (0: never; then a failure cannot be recovered)")
+	fs.IntVar(&f.mirrors, "mirrors", 1, "copies of each checkpoint on other ranks (other hosts first)")
+	fs.StringVar(&f.ckptDir, "ckpt-dir", "", "also write committed checkpoints to `DIR` (disk level; resume with gaspirun --resume DIR)")
+	fs.StringVar(&f.output, "output", "", "write the centroids as CSV to `FILE` (one per line, in cluster order)")
+	fs.Var(&inj, "inject", "inject a failure: kill:rank=R,iter=I | kill:host=H,iter=I | kill:leader,iter=I | kill:mirror-of=R,iter=I, optionally ,phase=commit (repeatable)")
+	fs.StringVar(&f.impl, "impl", "auto", "distance kernel: auto, avx512, avx2, go, naive")
+	fs.IntVar(&f.opt.Kernel.Threads, "threads", 1, "goroutines per rank for the distance kernel")
+	fs.BoolVar(&f.quiet, "quiet", false, "no per-iteration lines")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: flags only", fs.Arg(0))
+	}
+	switch {
+	case f.opt.Input == "" && f.generate == 0:
+		return nil, errors.New("give --input FILE or --generate N")
+	case f.opt.Input != "" && f.generate != 0:
+		return nil, errors.New("give either --input or --generate, not both")
+	case f.generate < 0:
+		return nil, fmt.Errorf("--generate %d: want a positive number of points", f.generate)
+	case f.opt.K < 1:
+		return nil, fmt.Errorf("--k %d: want at least 1 cluster", f.opt.K)
+	case f.opt.MaxIter < 1:
+		return nil, fmt.Errorf("--max-iter %d: want at least 1", f.opt.MaxIter)
+	case f.opt.Tol < 0 || f.opt.Tol != f.opt.Tol:
+		return nil, fmt.Errorf("--tol %v: want 0 or a positive distance", f.opt.Tol)
+	case f.opt.Every < 0:
+		return nil, fmt.Errorf("--ckpt-every %d: want 0 (off) or a positive interval", f.opt.Every)
+	case f.mirrors < 1:
+		return nil, fmt.Errorf("--mirrors %d: want at least 1", f.mirrors)
+	}
+	for _, in := range inj {
+		if f.opt.Every == 0 {
+			return nil, errors.New("--inject needs checkpoints to recover from: set --ckpt-every")
+		}
+		if in.Iter > f.opt.MaxIter {
+			return nil, fmt.Errorf("--inject at iteration %d never fires: --max-iter is %d", in.Iter, f.opt.MaxIter)
+		}
+	}
+	impl, err := kmeans.ParseImpl(f.impl)
+	if err != nil {
+		return nil, err
+	}
+	f.opt.Kernel.Impl = impl
+	f.opt.Kernel.MaxIter = f.opt.MaxIter
+	if f.opt.Kernel.Threads < 1 {
+		return nil, fmt.Errorf("--threads %d: want at least 1", f.opt.Kernel.Threads)
+	}
+	g.N = f.generate
+	f.opt.Gen = g
+	f.opt.Seed = g.Seed
+	f.opt.Injects = inj
+	if f.generate > 0 {
+		if err := g.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func main() {
+	f, err := parse(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "kmeans:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, f))
+}
+
+func run(ctx context.Context, f *flags) int {
+	rt, err := spares.Init(ctx, spares.Options{})
+	if err != nil {
+		if code := spares.ExitCodeOf(err); code != 0 {
+			fmt.Fprintln(os.Stderr, "kmeans:", err)
+			return code
+		}
+		return 0 // a spare the job did not need
+	}
+	defer rt.Close()
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "kmeans: rank %d: %v\n", rt.Rank(), err)
+		return spares.ExitCodeOf(err)
+	}
+	if !f.quiet {
+		f.opt.Progress = os.Stdout
+	}
+	if m, ok := rt.Membership().(*spares.Membership); ok {
+		f.opt.IsLeader = m.Node().IsLeader
+	}
+	job, err := kmeans.NewJob(ctx, rt, f.opt)
+	if err != nil {
+		return fail(err)
+	}
+	if f.opt.Every > 0 {
+		ck, err := newCheckpoints(ctx, rt, job, f)
+		if err != nil {
+			return fail(err)
+		}
+		if err := job.UseCheckpoints(ck); err != nil {
+			return fail(err)
+		}
+		if err := resume(ctx, ck, job); err != nil {
+			return fail(err)
+		}
+		defer ck.Close()
+	} else if os.Getenv("PGAS_RESUME") != "" {
+		return fail(errors.New("--resume needs checkpoints: set --ckpt-every"))
+	}
+	res, err := job.Run(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if rt.Rank() == 0 {
+		if f.output != "" {
+			if err := writeCentroids(f.output, res.Centroids, f.opt.K); err != nil {
+				return fail(err)
+			}
+		}
+		fmt.Printf("centroids sha256=%s sse=%s iterations=%d\n", kmeans.Checksum(res.Centroids), formatFloat(res.SSE), res.Iterations)
+	}
+	if err := rt.Finalize(ctx); err != nil && !strings.Contains(err.Error(), "closed") {
+		fmt.Fprintln(os.Stderr, "kmeans: finalize:", err)
+	}
+	return 0
+}
+
+func writeCentroids(path string, c []float64, k int) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := kmeans.WriteCentroidsCSV(out, c, k, len(c)/k); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
