@@ -66,7 +66,7 @@ type Config struct {
 // under a p99 target of 500 ms.
 func DefaultConfig() Config {
 	return Config{
-		Tick:              10 * time.Millisecond,
+		Tick: 10 * time.Millisecond,
 		// A SIGKILLed process is found through its closed connections
 		// (strong evidence), whatever these are. The silent path (a
 		// paused or partitioned process) waits long enough that a process

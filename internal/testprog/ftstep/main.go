@@ -2,6 +2,26 @@
 // steps (an allreduce and a barrier each), and when a step fails because a
 // rank died it recovers into the new epoch and re-runs the step. Every rank
 // prints one "result" line at the end, which must not depend on failures.
+//
+// Output lines (stdout), stable for tests and tools that parse them:
+//
+//	pid <pid> proc <p>                    at start
+//	rank <r> epoch <e>                    after init (a spare: once promoted)
+//	rank <r>: step <s> failed (...); recovering
+//	rank <r>: recovered into epoch <e> in <d>; resuming at step <s>
+//	result rank=<r> sum=<s> epoch=<e>     at the end
+//	stats rank=<r> proc=<p> frames_rejected=<n> remote_errors=<n> peers_down=<n>   with -stats: after result (and after each progress line)
+//	leader proc=<p> epoch=<e>             with -leader, whenever this process becomes the Raft leader
+//	progress rank=<r> step=<s> epoch=<e>  with -progress N, every N completed steps
+//
+// Exit codes come from spares.ExitCodeOf: 0, 75 (no spare left), 77
+// (fenced: this process was replaced), 1 otherwise.
+//
+// With -result-dir DIR (or FTSTEP_RESULT_DIR), each process also writes
+// DIR/pid.<proc> at start, DIR/result.<proc> (the result line) at the end
+// and DIR/exit.<proc> ("code=<n>" and the error, if any) just before it
+// exits, so a test can check the outcome when gaspirun's output is lost;
+// and its log goes to DIR/log.<proc> as well as to stderr.
 package main
 
 import (
@@ -9,8 +29,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
+	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/spares"
 )
@@ -19,31 +42,114 @@ func main() {
 	steps := flag.Int("steps", 50, "steps to run")
 	pause := flag.Duration("pause", 20*time.Millisecond, "time per step")
 	timeout := flag.Duration("timeout", 120*time.Second, "give up after this long")
+	resultDir := flag.String("result-dir", os.Getenv("FTSTEP_RESULT_DIR"), "also write pid, result and exit files into this directory")
+	stats := flag.Bool("stats", false, "print the runtime's counters after the result line")
+	leader := flag.Bool("leader", false, "print a line whenever this process becomes the Raft leader")
+	finTimeout := flag.Duration("finalize-timeout", 0, "bound Finalize separately (0: only -timeout bounds it)")
+	progress := flag.Int64("progress", 0, "print a progress line every N steps (0: never)")
+	suspicion := flag.Duration("suspicion", 0, "detector SuspicionTimeout (0: health.DefaultConfig's)")
+	probe := flag.Duration("probe", 0, "detector ProbeTimeout (0: health.DefaultConfig's)")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	fmt.Printf("pid %d proc %s\n", os.Getpid(), os.Getenv("PGAS_PROC"))
-	rt, err := spares.Init(ctx, spares.Options{})
+	proc := os.Getenv("PGAS_PROC")
+	out := files{dir: *resultDir, proc: proc}
+	fmt.Printf("pid %d proc %s\n", os.Getpid(), proc)
+	out.write("pid", strconv.Itoa(os.Getpid()))
+	var opts spares.Options
+	if err := out.logging(&opts, *leader); err != nil {
+		fmt.Fprintln(os.Stderr, "ftstep: -result-dir:", err)
+		os.Exit(2)
+	}
+	if *suspicion > 0 || *probe > 0 {
+		hc := health.DefaultConfig()
+		if *suspicion > 0 {
+			hc.SuspicionTimeout = *suspicion
+		}
+		if *probe > 0 {
+			hc.ProbeTimeout = *probe
+		}
+		if err := hc.Validate(); err != nil {
+			fmt.Fprintln(os.Stderr, "ftstep: -suspicion/-probe:", err)
+			os.Exit(2)
+		}
+		opts.Health = &hc
+	}
+	rt, err := spares.Init(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)
-		os.Exit(spares.ExitCodeOf(err))
+		out.exit(spares.ExitCodeOf(err), "init", err)
 	}
 	fmt.Printf("rank %d epoch %d\n", rt.Rank(), rt.Epoch())
-	sum, err := run(ctx, rt, *steps, *pause)
+	printStats := func() {
+		st := rt.Stats()
+		fmt.Printf("stats rank=%d proc=%s frames_rejected=%d remote_errors=%d peers_down=%d\n",
+			rt.Rank(), proc, st.FramesRejected, st.RemoteErrors, st.PeersDown)
+	}
+	onStep := func(step int64) {
+		if *progress > 0 && step%*progress == 0 {
+			fmt.Printf("progress rank=%d step=%d epoch=%d\n", rt.Rank(), step, rt.Epoch())
+			if *stats {
+				printStats()
+			}
+		}
+	}
+	sum, err := run(ctx, rt, *steps, *pause, onStep)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: %v\n", rt.Rank(), err)
 		rt.Close()
-		os.Exit(spares.ExitCodeOf(err))
+		out.exit(spares.ExitCodeOf(err), "run", err)
 	}
-	fmt.Printf("result rank=%d sum=%d epoch=%d\n", rt.Rank(), sum, rt.Epoch())
-	if err := rt.Finalize(ctx); err != nil {
+	res := fmt.Sprintf("result rank=%d sum=%d epoch=%d", rt.Rank(), sum, rt.Epoch())
+	out.write("result", res)
+	fmt.Println(res)
+	if *stats {
+		printStats()
+	}
+	fctx := ctx
+	if *finTimeout > 0 {
+		var fcancel context.CancelFunc
+		fctx, fcancel = context.WithTimeout(ctx, *finTimeout)
+		defer fcancel()
+	}
+	if err := rt.Finalize(fctx); err != nil {
 		fmt.Fprintln(os.Stderr, "finalize:", err)
+		out.write("exit", "code=0 finalize_err="+strconv.Quote(err.Error()))
+		return
 	}
+	out.write("exit", "code=0")
+}
+
+// files writes the optional per-process result files.
+type files struct{ dir, proc string }
+
+// write replaces dir/<kind>.<proc> with text and a newline, atomically
+// (rename), so a reader never sees half a file.
+func (f files) write(kind, text string) {
+	if f.dir == "" {
+		return
+	}
+	name := filepath.Join(f.dir, kind+"."+f.proc)
+	tmp := name + ".tmp"
+	if err := os.WriteFile(tmp, []byte(text+"\n"), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "ftstep: -result-dir: %v\n", err)
+		return
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		fmt.Fprintf(os.Stderr, "ftstep: -result-dir: %v\n", err)
+	}
+}
+
+// exit records the exit code and why, then exits.
+func (f files) exit(code int, where string, err error) {
+	f.write("exit", fmt.Sprintf("code=%d %s_err=%s", code, where, strconv.Quote(err.Error())))
+	os.Exit(code)
 }
 
 // run executes steps 0..steps-1. Step i contributes rank*i+1 from each
 // rank; the total is the same whatever failed on the way.
-func run(ctx context.Context, rt *pgas.Runtime, steps int, pause time.Duration) (int64, error) {
+// onStep is called after every completed step.
+func run(ctx context.Context, rt *pgas.Runtime, steps int, pause time.Duration, onStep func(step int64)) (int64, error) {
 	var total int64
 	step := int64(0)
 	// A promoted spare learns where the others are.
@@ -64,6 +170,7 @@ func run(ctx context.Context, rt *pgas.Runtime, steps int, pause time.Duration) 
 			}
 			total += x[0]
 			step++
+			onStep(step)
 			return nil
 		}()
 		if err == nil {
