@@ -31,7 +31,8 @@ func (rt *Runtime) CompareSwap(ctx context.Context, rank int, loc Loc, cmp, swap
 }
 
 func (rt *Runtime) atomic(ctx context.Context, rank int, loc Loc, op uint8, a, b uint64, name string) (uint64, error) {
-	if err := rt.check(); err != nil {
+	v, err := rt.current()
+	if err != nil {
 		return 0, err
 	}
 	if loc.Off%8 != 0 {
@@ -40,7 +41,7 @@ func (rt *Runtime) atomic(ctx context.Context, rank int, loc Loc, op uint8, a, b
 	if err := rt.checkRemote(rank, loc, 8, name); err != nil {
 		return 0, err
 	}
-	proc, err := rt.procOf(rt.view.Load(), rank, name)
+	proc, err := rt.procOf(v, rank, name)
 	if err != nil {
 		return 0, err
 	}
@@ -90,17 +91,18 @@ const MaxPassive = 1 << 20
 // target has queued it for PassiveReceive.
 func (rt *Runtime) PassiveSend(ctx context.Context, rank int, msg []byte) error {
 	const op = "passive_send"
-	if err := rt.check(); err != nil {
+	v, err := rt.current()
+	if err != nil {
 		return err
 	}
 	if len(msg) > MaxPassive {
 		return fmt.Errorf("pgas: %s: %d bytes above MaxPassive %d: %w", op, len(msg), MaxPassive, ErrInvalid)
 	}
-	proc, err := rt.procOf(rt.view.Load(), rank, op)
+	proc, err := rt.procOf(v, rank, op)
 	if err != nil {
 		return err
 	}
-	me := rt.Rank()
+	me := v.rankOf[rt.self]
 	if proc == rt.self {
 		if !rt.passive.push(me, append([]byte(nil), msg...)) {
 			return fmt.Errorf("pgas: %s: own inbox full: %w", op, ErrRemote)

@@ -112,13 +112,13 @@ type coll struct {
 }
 
 func (rt *Runtime) startColl(g *Group, op string) (*coll, error) {
-	if err := rt.check(); err != nil {
+	v, err := rt.current()
+	if err != nil {
 		return nil, err
 	}
 	if g == nil {
 		g = rt.GroupAll()
 	}
-	v := rt.view.Load()
 	me := g.index(v.rankOf[rt.self])
 	if me < 0 {
 		return nil, fmt.Errorf("pgas: %s: rank %d: %w", op, v.rankOf[rt.self], ErrNotMember)

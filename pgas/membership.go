@@ -59,18 +59,27 @@ func NeedsRecovery(err error) bool {
 // check returns the error every call gives once the runtime is closed or
 // fenced, or once a newer epoch was committed than the program's.
 func (rt *Runtime) check() error {
+	_, err := rt.current()
+	return err
+}
+
+// current returns the view an operation runs in, loaded once: checking
+// the epoch and then loading the view again would let a view applied in
+// between start a collective in an epoch the program never acknowledged.
+func (rt *Runtime) current() (*view, error) {
 	if rt.isClosed() {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	if rt.fenced.Load() {
-		return ErrFenced
+		return nil, ErrFenced
 	}
+	v := rt.view.Load()
 	if rt.member != nil {
-		if e, app := rt.view.Load().epoch, rt.appEpoch.Load(); e != app {
-			return fmt.Errorf("pgas: epoch %d committed, the program is in epoch %d: call Recover: %w", e, app, ErrStaleEpoch)
+		if app := rt.appEpoch.Load(); v.epoch != app {
+			return nil, fmt.Errorf("pgas: epoch %d committed, the program is in epoch %d: call Recover: %w", v.epoch, app, ErrStaleEpoch)
 		}
 	}
-	return nil
+	return v, nil
 }
 
 // viewChan returns a channel that closes at the next applied view.
@@ -109,7 +118,7 @@ func (rt *Runtime) watchMembership(m Membership) {
 func (rt *Runtime) applyView(mv View) {
 	rt.viewMu.Lock()
 	old := rt.view.Load()
-	if uint32(mv.Epoch) < old.epoch {
+	if uint32(mv.Epoch) < old.epoch || (uint32(mv.Epoch) == old.epoch && rt.sameView(old, mv)) {
 		rt.viewMu.Unlock()
 		return
 	}
@@ -146,6 +155,26 @@ func (rt *Runtime) applyView(mv View) {
 }
 
 // liveProcs lists the processes not declared failed.
+// sameView reports whether mv says nothing that v (and the verdicts already
+// recorded) does not: the same ranks, failures, status and error.
+func (rt *Runtime) sameView(v *view, mv View) bool {
+	if len(mv.Ranks) != len(v.ranks) || mv.Finished != rt.finished || (mv.Err != nil) != (rt.viewErr != nil) {
+		return false
+	}
+	for r, p := range mv.Ranks {
+		if v.ranks[r] != p {
+			return false
+		}
+	}
+	n := 0
+	for _, f := range v.failed {
+		if f {
+			n++
+		}
+	}
+	return n == len(mv.Failed)
+}
+
 func (rt *Runtime) liveProcs(v *view) []transport.Proc {
 	var ps []transport.Proc
 	for p := range rt.peers {
@@ -281,8 +310,11 @@ func (rt *Runtime) watchDetector(events <-chan health.Event) {
 			if ev.Kind != health.Confirmed {
 				continue
 			}
+			if v := rt.view.Load(); v.failed[ev.Proc] {
+				continue // the view already replaced it
+			}
 			epoch := rt.Epoch()
-			rt.failEpoch.Store(max(rt.failEpoch.Load(), epoch))
+			rt.noteFailure(ev.Proc)
 			rt.log.Warn("failure confirmed", "failed_proc", int(ev.Proc), "reason", ev.Reason)
 			proc := ev.Proc
 			rt.goFunc(func() { rt.reportFailure(proc, epoch) })

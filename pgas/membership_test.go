@@ -174,10 +174,11 @@ func TestDetectPromoteRecover(t *testing.T) {
 		nw.Kill(1)
 		survivors := []*Runtime{rts[0], rts[2]}
 		each(t, survivors, func(rt *Runtime) error {
+			// Depending on timing the barrier meets the dead rank or the
+			// new epoch first: either way the program must recover.
 			err := rt.Barrier(ctx, nil)
-			var re *RankError
-			if !errors.As(err, &re) {
-				t.Errorf("barrier with a dead rank returned %v, want *RankError", err)
+			if !NeedsRecovery(err) {
+				t.Errorf("barrier with a dead rank returned %v, want an error needing recovery", err)
 			}
 			return rt.Recover(ctx)
 		})

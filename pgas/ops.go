@@ -118,7 +118,10 @@ func (rt *Runtime) post(ctx context.Context, q Queue, rank int, h transport.Head
 			qu.release()
 		}
 	}()
-	v := rt.view.Load()
+	v, err := rt.current()
+	if err != nil {
+		return err
+	}
 	proc, err := rt.procOf(v, rank, op)
 	if err != nil {
 		return err
@@ -250,7 +253,10 @@ func (rt *Runtime) Read(ctx context.Context, q Queue, rank int, remote, local Lo
 			qu.release()
 		}
 	}()
-	v := rt.view.Load()
+	v, err := rt.current()
+	if err != nil {
+		return err
+	}
 	proc, err := rt.procOf(v, rank, op)
 	if err != nil {
 		return err

@@ -336,6 +336,10 @@ func (rt *Runtime) sendErr(ctx context.Context, err error, rank int, op string) 
 	case err == nil:
 		return nil
 	case errors.Is(err, transport.ErrPeerDown):
+		// As good as PeerDown, which may not have been delivered yet.
+		if v := rt.view.Load(); rank >= 0 && rank < len(v.ranks) && v.ranks[rank] != transport.NoProc {
+			rt.PeerDown(v.ranks[rank], err)
+		}
 		return &RankError{Rank: rank, Op: op, Err: fmt.Errorf("%w: %v", ErrRankFailed, err)}
 	case errors.Is(err, transport.ErrClosed):
 		return ErrClosed
@@ -648,8 +652,24 @@ func (rt *Runtime) PeerDown(proc transport.Proc, err error) {
 		return
 	}
 	rt.stats.PeersDown.Add(1)
-	rt.failEpoch.Store(max(rt.failEpoch.Load(), rt.Epoch()))
+	rt.noteFailure(proc)
 	rt.cutOff(proc, err)
+}
+
+// noteFailure records that proc was seen failing in the current epoch, so
+// that Recover waits for a view that replaces it. A proc the current view
+// already declared failed needs no newer view.
+func (rt *Runtime) noteFailure(proc transport.Proc) {
+	v := rt.view.Load()
+	if int(proc) < len(v.failed) && v.failed[proc] {
+		return
+	}
+	for {
+		old := rt.failEpoch.Load()
+		if uint64(v.epoch) <= old || rt.failEpoch.CompareAndSwap(old, uint64(v.epoch)) {
+			return
+		}
+	}
 }
 
 // cutOff fails everything that waits on proc and tells the detector.

@@ -166,13 +166,16 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 	return rt, nil
 }
 
+// defaultLogger: the membership's events reach the user through the
+// runtime (view applied, spare promoted) and the launcher, so its own log,
+// mostly Raft's dial retries to a process that just died, shows only
+// errors unless PGAS_LOG asks for more.
 func defaultLogger() *slog.Logger {
 	var l slog.Level
 	if l.UnmarshalText([]byte(os.Getenv("PGAS_LOG"))) != nil {
-		l = slog.LevelInfo
+		l = slog.LevelError
 	}
-	// Raft's own chatter stays below Warn unless asked for.
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: max(l, slog.LevelWarn)}))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }
 
 // Exit codes for a fault-tolerant program's main, from the error that ended

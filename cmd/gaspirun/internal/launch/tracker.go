@@ -144,6 +144,11 @@ func (t *tracker) live() int {
 
 func (t *tracker) done() bool { return t.live() == 0 }
 
+// ExitFenced is the exit code of a process that learnt it was declared
+// failed and replaced in a newer epoch (spares.ExitDeclaredFailed). With
+// spares it is a lost process like a killed one: the job goes on.
+const ExitFenced = 77
+
 // onExit handles the end of process p.
 func (t *tracker) onExit(p int, ex exitInfo) []action {
 	if p < 0 || p >= t.nProcs || t.exited[p] {
@@ -173,17 +178,23 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 				text: fmt.Sprintf("%s %s after it was replaced; ignored, the job continues", t.describe(p), ex)})
 		}
 		return append(acts, t.check()...)
-	case ex.Signal == 0:
+	case ex.Signal == 0 && (ex.Code != ExitFenced || t.policy != DeathContinue):
 		return t.abort(ex.Code, fmt.Sprintf("%s %s", t.describe(p), ex))
 	case t.policy == DeathContinue:
+		// A signal death, or a process that learnt it was replaced
+		// (fenced, exit 77) before its replacement's report reached us.
 		what := t.describe(p)
+		how := "was " + ex.String()
+		if ex.Signal == 0 {
+			how = ex.String() // "exited with code 77"
+		}
 		var text string
 		if r >= 0 {
-			text = fmt.Sprintf("%s was %s; the job continues (the runtime recovers the rank)", what, ex)
+			text = fmt.Sprintf("%s %s; the job continues (the runtime recovers the rank)", what, how)
 			t.holder[r] = -1
 			t.rankOf[p] = -1
 		} else {
-			text = fmt.Sprintf("%s was %s; the job continues with one spare fewer", what, ex)
+			text = fmt.Sprintf("%s %s; the job continues with one spare fewer", what, how)
 		}
 		acts := []action{{kind: actNotice, important: true, text: text}}
 		return append(acts, t.check()...)

@@ -192,3 +192,23 @@ func TestTrackerReplacedProcessKilled(t *testing.T) {
 		t.Fatalf("phase %v: a replaced process's death must not abort", tr.phase)
 	}
 }
+
+// A process that exits 77 learnt it was replaced (fenced) before its
+// replacement's role report arrived: with spares the job goes on, as for a
+// killed process; without them it is a failure like any other exit code.
+func TestTrackerFencedExitBeforeReport(t *testing.T) {
+	fenced := exitInfo{Code: ExitFenced}
+	tr := newTracker(2, 3, DeathContinue)
+	expect(t, "rank 1 fenced", tr.onExit(1, fenced),
+		"notice!:rank 1 (process 1) exited with code 77; the job continues (the runtime recovers the rank)")
+	expect(t, "promotion", tr.onReport(role(2, 1, 1)),
+		"relabel:2=r1", "notice:spare process 2 now holds rank 1 (epoch 1)")
+	expect(t, "rank 0 done", tr.onExit(0, ok))
+	expect(t, "new rank 1 done", tr.onExit(2, ok))
+	if tr.phase != finishing || tr.code != 0 {
+		t.Fatalf("phase=%v code=%d", tr.phase, tr.code)
+	}
+	tr = newTracker(2, 2, DeathAbort)
+	expect(t, "fenced without spares", tr.onExit(1, fenced),
+		"notice!:rank 1 (process 1) exited with code 77; stopping the other 1 process", "teardown")
+}
