@@ -1,0 +1,706 @@
+package ckpt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/segments"
+)
+
+// Memory layout.
+//
+// Local segment (SegmentID), the same size on every rank:
+//
+//	[0, slot)            buffer 0: header area, then payload
+//	[slot, 2*slot)       buffer 1
+//	[2*slot, +64)        zeros (source of the header-clearing write)
+//	[2*slot+64, +64)     this rank's outgoing disk record
+//	[2*slot+128, ...)    disk board (read on rank 0): 4 records per rank
+//
+// Mirror segment (SegmentID+1 or +2) on holder h: for each source rank
+// (ascending) a pair of slots laid out like the local buffers. A rank's
+// snapshot in local buffer b always goes to slot b of its pair, so one
+// index names one checkpoint everywhere.
+const (
+	headerArea  = 4096 // bytes reserved for the header in a buffer or slot
+	clearLen    = 64   // bytes zeroed at a slot's start before it is rewritten
+	recordLen   = 32   // one disk record
+	recordRing  = 4    // disk records per rank on the board
+	boardNotify = 0    // notification id (local segment) for board updates
+)
+
+// Checkpointer takes coordinated in-memory checkpoints of registered
+// regions, mirrored to other ranks. See the package documentation.
+type Checkpointer struct {
+	rt    *pgas.Runtime
+	cfg   Config
+	log   *slog.Logger
+	slot  int64 // bytes per buffer or slot
+	local segments.ID
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	once   sync.Once
+
+	mu           sync.Mutex
+	changed      chan struct{} // closed and replaced on every state change
+	regions      []region
+	ready        bool // segments set up (New on a rank, or a restore)
+	n, rank      int  // job size and this rank, at setup
+	lay          *layout
+	mirrorID     segments.ID
+	mirrorCap    int
+	bufs         [2]bufState
+	committed    int // buffer holding the last committed checkpoint, or -1
+	lastCommit   uint64
+	lastStarted  uint64
+	hasStarted   bool
+	gen          uint64
+	pending      *job // push of the last Start, until Commit
+	needsRestore bool
+	failureAt    time.Time // first failure seen since the last restore
+	queue        []*job    // jobs for the worker
+	cur          *job      // job the worker runs
+	outstanding  int       // jobs queued or running
+	rebuild      *job      // last rebuild job
+	wake         chan struct{}
+	disk         diskState
+	st           Stats
+}
+
+// region is one registered piece of state.
+type region struct {
+	name  string
+	mem   []byte // Register
+	seg   segments.ID
+	off   int64
+	n     int64
+	isSeg bool
+}
+
+// bufState describes one local snapshot buffer.
+type bufState struct {
+	valid      bool // holds a complete snapshot
+	id, gen    uint64
+	hdrLen     int
+	payloadLen int64
+	busy       int // jobs (pushes, rebuilds, disk writes) reading it
+}
+
+type jobKind int
+
+const (
+	jobPush jobKind = iota
+	jobRebuild
+)
+
+// job is one push of a local buffer to mirror slots, run by the worker.
+type job struct {
+	kind       jobKind
+	id         uint64
+	buf        int
+	hdrLen     int
+	payloadLen int64
+	mirror     segments.ID
+	targets    []target
+	ctx        context.Context
+	cancel     context.CancelFunc
+	done       chan struct{}
+	err        error     // set before done closes
+	since      time.Time // rebuilds: start of the unprotected window
+}
+
+// target is a holder rank and the offset of the slot in its mirror segment.
+type target struct {
+	rank int
+	off  int64
+}
+
+// Stats counts what a Checkpointer did. Durations are totals unless named
+// Last or Max.
+type Stats struct {
+	Started      uint64        // Start calls that copied a snapshot
+	Committed    uint64        // checkpoints committed
+	Aborted      uint64        // Commit agreements that found a push had failed
+	BytesPushed  uint64        // bytes written to mirror slots (pushes and rebuilds)
+	PushTime     time.Duration // time the worker spent pushing (Start's background part)
+	LastPushTime time.Duration
+	CommitTime   time.Duration // time in Commit (waiting for the push, then the agreement)
+	LastCommit   time.Duration
+	Restores     uint64 // successful Restore and LoadFromDisk calls
+	Fetched      uint64 // restores that read this rank's snapshot from a holder
+	Rebuilds     uint64 // background rebuilds finished
+	// Unprotected holds the most recent unprotected windows (up to 16,
+	// oldest first): from the first failure this rank saw (or the start of
+	// the restore) to the end of the rebuild of its mirrors.
+	Unprotected    []time.Duration
+	MaxUnprotected time.Duration
+	DiskWrites     uint64 // snapshot files written
+	DiskBytes      uint64
+	DiskErrors     uint64
+	Manifests      uint64 // manifests written (rank 0)
+}
+
+const keepWindows = 16
+
+// New creates a Checkpointer over rt. On the ranks of a starting job it is
+// collective (it creates the checkpoint segments on every rank). On a
+// promoted spare (rt.StartedAsSpare) it is local: the spare joins the
+// collective setup in Restore (or LoadFromDisk), which every rank calls
+// after a recovery. Survivors keep their Checkpointer across a recovery.
+func New(ctx context.Context, rt *pgas.Runtime, cfg Config) (*Checkpointer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if rt == nil {
+		return nil, fmt.Errorf("ckpt: new: nil runtime: %w", ErrInvalid)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = rt.Logger()
+	}
+	c := &Checkpointer{
+		rt:        rt,
+		cfg:       cfg,
+		log:       log.With("component", "ckpt"),
+		slot:      headerArea + (cfg.MaxBytes+63)/64*64,
+		local:     cfg.SegmentID,
+		committed: -1,
+		changed:   make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+	}
+	c.disk.wake = make(chan struct{}, 1)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if !rt.StartedAsSpare() {
+		if _, err := rt.Segment(c.local); err == nil {
+			c.cancel()
+			return nil, fmt.Errorf("ckpt: new: segment %d already exists: another Checkpointer used it (one per runtime and SegmentID; survivors keep theirs across a recovery) or it collides with the program's: %w", c.local, ErrInvalid)
+		}
+		if err := c.setup(ctx); err != nil {
+			c.cancel()
+			return nil, err
+		}
+	}
+	c.goFunc(c.worker)
+	if cfg.Dir != "" {
+		c.goFunc(c.diskWriter)
+	}
+	return c, nil
+}
+
+// setup creates the segments at job start.
+func (c *Checkpointer) setup(ctx context.Context) error {
+	if err := c.createLocal(ctx); err != nil {
+		return err
+	}
+	lay := newLayout(c.hosts(), c.cfg.Mirrors)
+	id := c.cfg.SegmentID + 1
+	cp := lay.capacity(c.rt.Rank())
+	if _, err := c.rt.SegmentCreate(ctx, id, c.mirrorSize(cp), nil); err != nil {
+		return fmt.Errorf("ckpt: new: mirror segment %d: %w", id, err)
+	}
+	c.mu.Lock()
+	c.lay, c.mirrorID, c.mirrorCap, c.ready = lay, id, cp, true
+	c.mu.Unlock()
+	c.startManifester()
+	if len(lay.holders[c.rank]) == 0 {
+		c.log.Warn("no mirrors: a single rank keeps its checkpoints only locally", "rank", c.rank)
+	}
+	return nil
+}
+
+// createLocal creates (or, for a survivor, rejoins) the local segment.
+func (c *Checkpointer) createLocal(ctx context.Context) error {
+	n, rank := c.rt.Size(), c.rt.Rank()
+	if _, err := c.rt.SegmentCreate(ctx, c.local, c.localSize(n), nil); err != nil {
+		return fmt.Errorf("ckpt: local segment %d: %w", c.local, err)
+	}
+	c.mu.Lock()
+	c.n, c.rank = n, rank
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Checkpointer) hosts() []string {
+	n := c.rt.Size()
+	hs := make([]string, n)
+	for r := range hs {
+		hs[r] = c.rt.Host(r)
+	}
+	return hs
+}
+
+func (c *Checkpointer) localSize(n int) int64 { return c.boardOff() + int64(n)*recordRing*recordLen }
+func (c *Checkpointer) zeroOff() int64        { return 2 * c.slot }
+func (c *Checkpointer) recordOff() int64      { return 2*c.slot + 64 }
+func (c *Checkpointer) boardOff() int64       { return 2*c.slot + 128 }
+func (c *Checkpointer) bufOff(b int) int64    { return int64(b) * c.slot }
+
+func (c *Checkpointer) mirrorSize(capacity int) int64 {
+	return max(int64(capacity)*2*c.slot, 64)
+}
+
+func (c *Checkpointer) slotOff(pos, s int) int64 { return int64(pos*2+s) * c.slot }
+
+func (c *Checkpointer) goFunc(f func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+}
+
+// signalLocked wakes everything waiting for a state change. c.mu is held.
+func (c *Checkpointer) signalLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// waitFor blocks until cond (evaluated under c.mu) holds.
+func (c *Checkpointer) waitFor(ctx context.Context, what string, cond func() bool) error {
+	for {
+		c.mu.Lock()
+		ok, ch := cond(), c.changed
+		c.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("ckpt: waiting for %s: %w (%w)", what, pgas.ErrTimeout, ctx.Err())
+		case <-c.ctx.Done():
+			return ErrClosed
+		}
+	}
+}
+
+// noteFailureLocked records when this rank first saw a failure, the start
+// of the unprotected window.
+func (c *Checkpointer) noteFailureLocked(err error) {
+	if err != nil && pgas.NeedsRecovery(err) && c.failureAt.IsZero() {
+		c.failureAt = time.Now()
+	}
+}
+
+// Register adds a byte slice to the snapshot. Regions are saved and
+// restored in registration order; b is read at Start and written by
+// Restore, so it must stay the same slice (same backing array).
+func (c *Checkpointer) Register(name string, b []byte) error {
+	return c.add(region{name: name, mem: b, n: int64(len(b))})
+}
+
+// RegisterSegment adds bytes [off, off+n) of local segment seg to the
+// snapshot. The segment is looked up at Start and Restore, so a promoted
+// spare registers before it creates the segment only if it creates it
+// before Restore.
+func (c *Checkpointer) RegisterSegment(name string, seg segments.ID, off, n int64) error {
+	if off < 0 || n < 0 {
+		return fmt.Errorf("ckpt: register %q: range [%d, %d+%d) is negative: %w", name, off, off, n, ErrInvalid)
+	}
+	if seg >= c.cfg.SegmentID && seg <= c.cfg.SegmentID+2 {
+		return fmt.Errorf("ckpt: register %q: segment %d is the checkpointer's own: %w", name, seg, ErrInvalid)
+	}
+	return c.add(region{name: name, seg: seg, off: off, n: n, isSeg: true})
+}
+
+func (c *Checkpointer) add(r region) error {
+	if r.name == "" {
+		return fmt.Errorf("ckpt: register: empty region name: %w", ErrInvalid)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	total := r.n
+	for _, x := range c.regions {
+		if x.name == r.name {
+			return fmt.Errorf("ckpt: register %q: name already registered: %w", r.name, ErrInvalid)
+		}
+		total += x.n
+	}
+	if len(c.regions) >= MaxRegions {
+		return fmt.Errorf("ckpt: register %q: already %d regions, at most %d: %w", r.name, len(c.regions), MaxRegions, ErrTooLarge)
+	}
+	if total > c.cfg.MaxBytes {
+		return fmt.Errorf("ckpt: register %q: %d bytes registered in all, above MaxBytes %d (raise Config.MaxBytes on every rank): %w", r.name, total, c.cfg.MaxBytes, ErrTooLarge)
+	}
+	c.regions = append(c.regions, r)
+	return nil
+}
+
+// resolve returns the memory of a region now.
+func (c *Checkpointer) resolve(r region) ([]byte, error) {
+	if !r.isSeg {
+		return r.mem, nil
+	}
+	seg, err := c.rt.Segment(r.seg)
+	if err != nil {
+		return nil, fmt.Errorf("ckpt: region %q: %w: %w", r.name, ErrInvalid, err)
+	}
+	b, err := seg.Slice(r.off, r.n)
+	if err != nil {
+		return nil, fmt.Errorf("ckpt: region %q: [%d, %d) of segment %d: %w: %w", r.name, r.off, r.off+r.n, r.seg, ErrInvalid, err)
+	}
+	return b, nil
+}
+
+func regionNames(rs []region) []string {
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		names[i] = r.name
+	}
+	return names
+}
+
+// usableLocked says whether Start and Commit may run. c.mu is held.
+func (c *Checkpointer) usableLocked() error {
+	switch {
+	case c.closed.Load():
+		return ErrClosed
+	case !c.ready:
+		return fmt.Errorf("ckpt: a promoted spare calls Restore (or LoadFromDisk) with the others first: %w", ErrNeedsRestore)
+	case c.needsRestore:
+		return fmt.Errorf("ckpt: an earlier commit's outcome is unknown: %w", ErrNeedsRestore)
+	}
+	return nil
+}
+
+// Start begins checkpoint id: it copies the registered regions into a
+// local snapshot buffer, then returns while a background push copies the
+// snapshot into the mirror slots of this rank's holders. The regions may
+// change as soon as Start returns. ids must increase from one Start to the
+// next. Start blocks only while an earlier push or disk write still reads
+// the buffer it reuses.
+func (c *Checkpointer) Start(ctx context.Context, id uint64) error {
+	c.mu.Lock()
+	if err := c.usableLocked(); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	if c.hasStarted && id <= c.lastStarted {
+		last := c.lastStarted
+		c.mu.Unlock()
+		return fmt.Errorf("ckpt: start %d: the last checkpoint started was %d; ids must increase: %w", id, last, ErrBadID)
+	}
+	b := 0
+	if c.committed >= 0 {
+		b = 1 - c.committed
+	}
+	regions := slices.Clone(c.regions)
+	c.mu.Unlock()
+
+	if err := c.waitFor(ctx, "the snapshot buffer", func() bool { return c.bufs[b].busy == 0 }); err != nil {
+		return fmt.Errorf("ckpt: start %d: %w", id, err)
+	}
+	seg, err := c.rt.Segment(c.local)
+	if err != nil {
+		return fmt.Errorf("ckpt: start %d: %w", id, err)
+	}
+	c.mu.Lock()
+	c.bufs[b].valid = false
+	gen, n, rank := c.gen, c.n, c.rank
+	c.mu.Unlock()
+
+	buf := seg.Bytes()[c.bufOff(b) : c.bufOff(b)+c.slot]
+	payload := buf[headerArea:]
+	h := Header{ID: id, Gen: gen, Epoch: c.rt.Epoch(), Rank: uint32(rank), NumRanks: uint32(n), LayoutCRC: layoutCRC(regionNames(regions))}
+	var off int64
+	var crc uint32
+	for _, r := range regions {
+		src, err := c.resolve(r)
+		if err != nil {
+			return fmt.Errorf("ckpt: start %d: %w", id, err)
+		}
+		copy(payload[off:], src)
+		crc = crc32.Update(crc, castagnoli, src)
+		off += int64(len(src))
+		h.Regions = append(h.Regions, uint64(len(src)))
+	}
+	h.PayloadCRC = crc
+	hl, err := h.Encode(buf[:headerArea])
+	if err != nil {
+		return fmt.Errorf("ckpt: start %d: %w", id, err)
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bufs[b] = bufState{valid: true, id: id, gen: gen, hdrLen: hl, payloadLen: off}
+	c.lastStarted, c.hasStarted = id, true
+	var ts []target
+	for _, hr := range c.lay.holders[c.rank] {
+		ts = append(ts, target{rank: hr, off: c.slotOff(c.lay.position(hr, c.rank), b)})
+	}
+	c.pending = c.enqueueLocked(jobPush, id, b, ts, time.Time{})
+	c.st.Started++
+	return nil
+}
+
+// enqueueLocked queues a push of buffer b for the worker. c.mu is held.
+func (c *Checkpointer) enqueueLocked(kind jobKind, id uint64, b int, ts []target, since time.Time) *job {
+	j := &job{kind: kind, id: id, buf: b, hdrLen: c.bufs[b].hdrLen, payloadLen: c.bufs[b].payloadLen,
+		mirror: c.mirrorID, targets: ts, done: make(chan struct{}), since: since}
+	j.ctx, j.cancel = context.WithCancel(c.ctx)
+	c.bufs[b].busy++
+	c.outstanding++
+	c.queue = append(c.queue, j)
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return j
+}
+
+// worker runs pushes and rebuilds one at a time on Config.Queue.
+func (c *Checkpointer) worker() {
+	for {
+		c.mu.Lock()
+		var j *job
+		if len(c.queue) > 0 {
+			j = c.queue[0]
+			c.queue = c.queue[1:]
+			c.cur = j
+		}
+		c.mu.Unlock()
+		if j == nil {
+			select {
+			case <-c.wake:
+				continue
+			case <-c.ctx.Done():
+				return
+			}
+		}
+		c.run(j)
+	}
+}
+
+func (c *Checkpointer) run(j *job) {
+	t0 := time.Now()
+	var pushed uint64
+	err := j.ctx.Err()
+	if err == nil {
+		pushed, err = c.push(j)
+	}
+	j.cancel()
+	dur := time.Since(t0)
+	var window time.Duration
+	c.mu.Lock()
+	j.err = err
+	c.bufs[j.buf].busy--
+	c.outstanding--
+	c.cur = nil
+	c.st.BytesPushed += pushed
+	if err != nil {
+		c.noteFailureLocked(err)
+	}
+	if j.kind == jobPush {
+		c.st.PushTime += dur
+		c.st.LastPushTime = dur
+	} else if err == nil {
+		window = time.Since(j.since)
+		c.st.Rebuilds++
+		c.recordWindowLocked(window)
+	}
+	c.signalLocked()
+	c.mu.Unlock()
+	close(j.done)
+	switch {
+	case j.kind == jobRebuild && err == nil:
+		c.log.Info("mirror rebuilt", "rank", c.rank, "id", j.id, "holders", len(j.targets), "bytes", pushed, "rebuild", dur, "unprotected", window)
+	case j.kind == jobRebuild:
+		c.log.Warn("mirror rebuild failed", "rank", c.rank, "id", j.id, "err", err)
+	case err != nil && j.ctx.Err() == nil:
+		c.log.Warn("checkpoint push failed", "rank", c.rank, "id", j.id, "err", err)
+	}
+}
+
+func (c *Checkpointer) recordWindowLocked(w time.Duration) {
+	c.st.Unprotected = append(c.st.Unprotected, w)
+	if len(c.st.Unprotected) > keepWindows {
+		c.st.Unprotected = c.st.Unprotected[1:]
+	}
+	c.st.MaxUnprotected = max(c.st.MaxUnprotected, w)
+}
+
+// push writes buffer j.buf into every target slot: the slot's header is
+// cleared first, then the payload is written, then the header with a
+// notification. Frames from one process to another are applied in order,
+// so a slot shows a valid header only once its payload is complete, and a
+// push cut short leaves an invalid slot, never a mix. It waits for remote
+// completion.
+func (c *Checkpointer) push(j *job) (uint64, error) {
+	ctx, q := j.ctx, c.cfg.Queue
+	src := c.bufOff(j.buf)
+	var first error
+	var bytes uint64
+	for _, t := range j.targets {
+		err := c.rt.Write(ctx, q, t.rank, pgas.Loc{Seg: j.mirror, Off: t.off}, pgas.Loc{Seg: c.local, Off: c.zeroOff()}, clearLen)
+		if err == nil && j.payloadLen > 0 {
+			err = c.rt.Write(ctx, q, t.rank, pgas.Loc{Seg: j.mirror, Off: t.off + headerArea}, pgas.Loc{Seg: c.local, Off: src + headerArea}, j.payloadLen)
+		}
+		if err == nil {
+			nid := segments.NotificationID((t.off / c.slot) % segments.DefaultNotifications)
+			val := uint32(j.id%math.MaxUint32) + 1
+			err = c.rt.WriteNotify(ctx, q, t.rank, pgas.Loc{Seg: j.mirror, Off: t.off}, pgas.Loc{Seg: c.local, Off: src}, int64(j.hdrLen), nid, val)
+		}
+		if err != nil {
+			first = err
+			break
+		}
+		bytes += uint64(j.hdrLen) + uint64(j.payloadLen)
+	}
+	if err := c.rt.Wait(ctx, q); err != nil && first == nil {
+		first = err
+	}
+	if first != nil {
+		return 0, fmt.Errorf("ckpt: push of checkpoint %d: %w", j.id, first)
+	}
+	return bytes, nil
+}
+
+// Commit makes checkpoint id the last committed one, once every rank's
+// mirrors hold it. It is collective: it waits for this rank's push to
+// complete at its holders, then agrees with every rank (an allreduce).
+// It returns ErrNotCommitted when some rank's push failed (wrapping a
+// *pgas.RankError naming a failed holder, so pgas.NeedsRecovery tells the
+// program to recover), and the pgas error (a *pgas.RankError, ErrTimeout,
+// ErrStaleEpoch) when the agreement itself failed; then the outcome is
+// unknown on this rank and Restore is required. A timeout while waiting
+// for this rank's own push changes nothing: Commit may be called again.
+func (c *Checkpointer) Commit(ctx context.Context, id uint64) error {
+	t0 := time.Now()
+	c.mu.Lock()
+	if err := c.usableLocked(); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	j := c.pending
+	rank := c.rank
+	c.mu.Unlock()
+	if j == nil || j.id != id {
+		return fmt.Errorf("ckpt: commit %d: not started since the last commit: %w", id, ErrBadID)
+	}
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		return fmt.Errorf("ckpt: commit %d: waiting for this rank's push: %w (%w)", id, pgas.ErrTimeout, ctx.Err())
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
+	// [ok, lowest rank whose push failed, lowest holder found failed]
+	vals := []uint64{1, math.MaxUint64, math.MaxUint64}
+	if j.err != nil {
+		vals[0], vals[1] = 0, uint64(rank)
+		var re *pgas.RankError
+		if errors.As(j.err, &re) {
+			vals[2] = uint64(re.Rank)
+		}
+	}
+	err := pgas.Allreduce(ctx, c.rt, nil, vals, pgas.OpMin)
+	c.mu.Lock()
+	c.st.CommitTime += time.Since(t0)
+	c.st.LastCommit = time.Since(t0)
+	if err != nil {
+		c.needsRestore = true
+		c.noteFailureLocked(err)
+		c.mu.Unlock()
+		return fmt.Errorf("ckpt: commit %d: agreement: %w", id, err)
+	}
+	c.pending = nil
+	if vals[0] == 0 {
+		c.st.Aborted++
+		c.mu.Unlock()
+		if j.err != nil {
+			return fmt.Errorf("ckpt: commit %d: %w: %w", id, ErrNotCommitted, j.err)
+		}
+		err := fmt.Errorf("ckpt: commit %d: %w: rank %d's push failed", id, ErrNotCommitted, vals[1])
+		if vals[2] != math.MaxUint64 {
+			err = fmt.Errorf("%w: %w", err, &pgas.RankError{Rank: int(vals[2]), Op: "ckpt push", Err: pgas.ErrRankFailed})
+		}
+		return err
+	}
+	c.committed, c.lastCommit = j.buf, id
+	c.st.Committed++
+	if c.cfg.Dir != "" {
+		c.enqueueDiskLocked(j.buf)
+	}
+	c.signalLocked()
+	c.mu.Unlock()
+	c.log.Debug("checkpoint committed", "rank", rank, "id", id, "commit", time.Since(t0))
+	return nil
+}
+
+// LastCommitted returns the id of this rank's last committed checkpoint;
+// ok is false before the first commit or restore.
+func (c *Checkpointer) LastCommitted() (id uint64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastCommit, c.committed >= 0
+}
+
+// Holders returns the ranks that hold rank's mirrors under the current
+// placement (see Place), or nil before setup.
+func (c *Checkpointer) Holders(rank int) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lay == nil || rank < 0 || rank >= len(c.lay.holders) {
+		return nil
+	}
+	return slices.Clone(c.lay.holders[rank])
+}
+
+// WaitProtected blocks until the background rebuild started by the last
+// Restore (if any) has finished, and returns its error.
+func (c *Checkpointer) WaitProtected(ctx context.Context) error {
+	c.mu.Lock()
+	j := c.rebuild
+	c.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	select {
+	case <-j.done:
+		return j.err
+	case <-ctx.Done():
+		return fmt.Errorf("ckpt: waiting for the rebuild: %w (%w)", pgas.ErrTimeout, ctx.Err())
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
+}
+
+// Stats returns a copy of the counters.
+func (c *Checkpointer) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.st
+	s.Unprotected = slices.Clone(c.st.Unprotected)
+	return s
+}
+
+// Close stops the background work (pushes, rebuilds, disk writes) and
+// waits for it. It is idempotent. The checkpointer's segments stay
+// allocated until the runtime closes: other ranks may still be writing
+// into them, and freeing segment memory under a peer's write is not safe.
+func (c *Checkpointer) Close() error {
+	c.once.Do(func() {
+		c.closed.Store(true)
+		c.cancel()
+		c.wg.Wait()
+		c.mu.Lock()
+		c.signalLocked()
+		c.mu.Unlock()
+	})
+	return nil
+}

@@ -1,0 +1,83 @@
+// Package ckpt takes coordinated in-memory checkpoints of a program's
+// state, mirrored to other ranks over the pgas one-sided API, and restores
+// them after a failure: survivors from their own copy, a promoted spare
+// from a mirror holder. An optional disk level writes committed
+// checkpoints to a directory so that a job can be resumed after losses
+// beyond the in-memory redundancy.
+//
+// # Usage
+//
+//	ck, err := ckpt.New(ctx, rt, ckpt.DefaultConfig()) // collective on a starting job
+//	defer ck.Close()
+//	ck.Register("centroids", centroidBytes)        // every rank, same names and order
+//	ck.RegisterSegment("points", pointsSeg, 0, n)
+//	for iter := first; iter < last; iter++ {
+//		compute(iter)
+//		if iter%every == 0 {
+//			if err := ck.Start(ctx, uint64(iter)); err != nil { ... } // copy, push in background
+//			computeMore()                                            // overlaps the push
+//			err = ck.Commit(ctx, uint64(iter))                       // collective agreement
+//		}
+//		if pgas.NeedsRecovery(err) {
+//			rt.Recover(ctx)             // survivors; a promoted spare instead: Init, New, Register
+//			id, err := ck.Restore(ctx)  // every rank; regions hold checkpoint id again
+//			iter = int(id)
+//		}
+//	}
+//
+// To resume a job from the disk level (gaspirun --resume DIR), every rank
+// calls LoadFromDisk(ctx, dir) after New and Register.
+//
+// # Design
+//
+// Each rank has two local snapshot buffers and, at each of its holders
+// (Place: the next Config.Mirrors ranks on a host-interleaved ring, on
+// other hosts when there are several), a pair of mirror slots. Start
+// copies the regions into the buffer that does not hold the last
+// committed checkpoint and pushes it into the slot of the same index, so
+// a failure in the middle of a push or of a commit never touches the last
+// committed copy, locally or at a holder. A push clears the slot's header,
+// writes the payload, then writes the header (with a CRC32C of the
+// payload) and a notification; frames between two processes are applied in
+// order, so a slot shows a valid header only over a complete payload.
+// Commit waits for the push's remote completion, then agrees with an
+// allreduce: a checkpoint is committed when every rank's holders have it.
+//
+// A snapshot is named by its id and a generation (the timeline: bumped by
+// every restore), because ids repeat when a program redoes iterations
+// after a rollback. Restore exchanges an inventory (each rank's complete
+// local snapshots and the holder slots whose checksums verify) and
+// restores the snapshot with the highest id that every rank has; Restore's
+// documentation explains why this, and not "the minimum last committed
+// id", is the right target. Afterwards each rank pushes its snapshot to
+// the holders that lack it in the background; the time from the first
+// failure a rank saw (or the start of the restore) to the end of that
+// rebuild is the unprotected window, logged and kept in Stats.
+//
+// After a recovery the placement is recomputed from the current host
+// labels (a spare may sit on another host). When a holder must then hold
+// more or fewer snapshots, the mirror slots move to the other of the two
+// mirror segment IDs (a segment's size is fixed), and the old segment is
+// freed once every rank has restored.
+//
+// # Calls, blocking and ownership
+//
+// New, Restore, LoadFromDisk and Commit are collective: every rank calls
+// them, in the same order relative to the program's other collectives on
+// pgas.GroupAll. Start is local and returns after the copy. Register,
+// RegisterSegment, Start, Commit, Restore and LoadFromDisk belong to the
+// program's goroutine: do not call them concurrently with each other.
+// Stats, LastCommitted, Holders, WaitProtected and FlushDisk are safe
+// from any goroutine. Every blocking call takes a context; a context that
+// ends gives an error wrapping pgas.ErrTimeout.
+//
+// The Checkpointer owns these goroutines, stopped and awaited by Close: a
+// worker that runs pushes and rebuilds one at a time on Config.Queue, a
+// disk writer (when Config.Dir is set) that writes files and reports them
+// to rank 0 on Config.DiskQueue, and on rank 0 a manifest writer that
+// waits on the board notification. Both queues must be used by nothing
+// else. Registered memory is read by Start and written by Restore only.
+//
+// Lock order: Checkpointer.mu is a leaf; it is never held across a pgas
+// call, a file operation or a channel wait.
+package ckpt

@@ -1,0 +1,109 @@
+package ckpt
+
+import "slices"
+
+// Place returns, for every rank, the ranks that hold its mirrors, given
+// each rank's host label (hosts[r]; "" everywhere when unknown).
+//
+// The ring is host-interleaved: hosts are ordered by their lowest rank,
+// and the ring takes the first rank of every host, then the second of
+// every host, and so on. On one host, or when ranks are dealt round-robin
+// over hosts, this is the plain ring 0, 1, ..., n-1. Holders(r) are the
+// next k ranks after r on that ring whose host differs from r's; when
+// fewer than k such ranks exist, the rest are the next ranks of r's own
+// host. So on one host Holders(r) = r+1, ..., r+k (mod n), and on several
+// hosts losing every rank of one host loses no snapshot as long as
+// other hosts exist.
+//
+// Interleaving matters: with ranks in blocks per host (0-3 on A, 4-7 on
+// B), "next rank on another host" on the plain ring would send the
+// mirrors of 0, 1, 2 and 3 all to rank 4. On the interleaved ring each
+// rank holds k snapshots when hosts are balanced.
+//
+// k is capped at n-1. The result is deterministic: every rank computes
+// the same table from the same labels.
+func Place(hosts []string, k int) [][]int {
+	n := len(hosts)
+	k = min(k, n-1)
+	out := make([][]int, n)
+	if k <= 0 {
+		for r := range out {
+			out[r] = []int{}
+		}
+		return out
+	}
+	ring := interleave(hosts)
+	pos := make([]int, n)
+	for i, r := range ring {
+		pos[r] = i
+	}
+	for r := range out {
+		hs := make([]int, 0, k)
+		for j := 1; j < n && len(hs) < k; j++ {
+			if c := ring[(pos[r]+j)%n]; hosts[c] != hosts[r] {
+				hs = append(hs, c)
+			}
+		}
+		for j := 1; j < n && len(hs) < k; j++ {
+			if c := ring[(pos[r]+j)%n]; hosts[c] == hosts[r] {
+				hs = append(hs, c)
+			}
+		}
+		out[r] = hs
+	}
+	return out
+}
+
+// interleave returns the host-interleaved ring order of the ranks.
+func interleave(hosts []string) []int {
+	var order []string
+	byHost := make(map[string][]int)
+	for r, h := range hosts {
+		if _, ok := byHost[h]; !ok {
+			order = append(order, h)
+		}
+		byHost[h] = append(byHost[h], r)
+	}
+	ring := make([]int, 0, len(hosts))
+	for i := 0; len(ring) < len(hosts); i++ {
+		for _, h := range order {
+			if rs := byHost[h]; i < len(rs) {
+				ring = append(ring, rs[i])
+			}
+		}
+	}
+	return ring
+}
+
+// layout is a placement plus where each snapshot sits at its holders:
+// holder h keeps, for each source in sources[h] (ascending), a pair of
+// slots at position index(source).
+type layout struct {
+	holders [][]int
+	sources [][]int
+}
+
+func newLayout(hosts []string, k int) *layout {
+	l := &layout{holders: Place(hosts, k), sources: make([][]int, len(hosts))}
+	for r, hs := range l.holders {
+		for _, h := range hs {
+			l.sources[h] = append(l.sources[h], r)
+		}
+	}
+	for h := range l.sources {
+		slices.Sort(l.sources[h])
+	}
+	return l
+}
+
+// capacity is the number of slot pairs holder h needs.
+func (l *layout) capacity(h int) int { return len(l.sources[h]) }
+
+// position is the index of src's slot pair at holder h, or -1.
+func (l *layout) position(h, src int) int {
+	i, ok := slices.BinarySearch(l.sources[h], src)
+	if !ok {
+		return -1
+	}
+	return i
+}
