@@ -1,0 +1,566 @@
+package kvshuffle
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"slices"
+
+	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/segments"
+)
+
+// Checkpoint takes key-count checkpoint c (c > every earlier one). It is
+// collective over all ranks of the shuffle, called at the same point of
+// every rank's sequence of Send, CloseSend and Checkpoint calls, and not
+// concurrently with Send.
+//
+// The O side flushes its buffers (through Combine) and sends a marker
+// carrying c to every partition after its data, in schedule order. The A
+// side waits until it has the marker of every O task; the drain stops
+// taking frames from a source once its marker is in, so at that moment the
+// A task holds exactly the pairs sent before c. The returned state records
+// what this rank needs to come back to c: the O task's Consumed count, the
+// in-memory data (sorted runs and unsorted batches, copied), and the names
+// of the spill files (which stay on disk, pinned, until Release or Close).
+// The state is this rank's part of the application checkpoint; store it
+// with package ckpt or elsewhere and give it to RollBack.
+//
+// Checkpoint returns ErrState after Recv or Groups started, or for a c
+// that does not increase. If it fails, the shuffle must be rolled back.
+func (s *Shuffle) Checkpoint(ctx context.Context, c uint64) ([]byte, error) {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if c <= s.lastCkpt {
+		return nil, fmt.Errorf("kvshuffle: checkpoint %d: not above the last checkpoint %d: %w", c, s.lastCkpt, ErrState)
+	}
+	if a := s.a; a != nil {
+		a.mu.Lock()
+		started := a.recvStarted
+		a.mu.Unlock()
+		if started {
+			return nil, fmt.Errorf("kvshuffle: checkpoint %d: the received pairs are being read: %w", c, ErrState)
+		}
+	}
+	st := s.newState(c)
+	if o := s.o; o != nil {
+		st.consumed = s.Consumed()
+		st.closed = o.endQueued
+		queued := false
+		if err := o.flush(ctx, frameMarker, c, &queued, "checkpoint"); err != nil {
+			return nil, err
+		}
+	}
+	var unsorted [][]byte
+	if a := s.a; a != nil {
+		if err := a.waitMarkers(ctx, c); err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		copy(st.ended, a.ended)
+		for _, f := range a.files {
+			a.pinLocked(c, f)
+			st.files = append(st.files, stateFile{path: f.path, size: f.size, pairs: f.pairs, crc: f.crc})
+		}
+		for _, r := range a.runs {
+			st.runs = append(st.runs, stateRun{sorted: true, data: r.data})
+		}
+		for _, b := range append(slices.Clone(a.sealed), a.builder) {
+			for _, ch := range b.chunks {
+				unsorted = append(unsorted, ch.data)
+			}
+		}
+		clear(a.paused)
+		a.signalLocked()
+		a.mu.Unlock()
+		s.seg.SetNotification(s.lay.drainWake(), 1)
+	}
+	s.lastCkpt = c
+	out := st.encode(unsorted)
+	s.log.Info("checkpoint taken", "checkpoint", c, "consumed", st.consumed, "state_bytes", len(out), "spill_files", len(st.files))
+	return out, nil
+}
+
+// waitMarkers waits until marker c of every O task is in.
+func (a *aside) waitMarkers(ctx context.Context, c uint64) error {
+	for {
+		a.mu.Lock()
+		done := true
+		for si, m := range a.marker {
+			if m > c {
+				a.mu.Unlock()
+				return fmt.Errorf("kvshuffle: checkpoint %d: rank %d already sent marker %d: %w", c, a.s.oRanks[si], m, ErrState)
+			}
+			done = done && m == c
+		}
+		ch := a.changed
+		a.mu.Unlock()
+		if done {
+			return nil
+		}
+		if err := a.s.waitOn(ctx, ch, "checkpoint"); err != nil {
+			return err
+		}
+	}
+}
+
+func (a *aside) pinLocked(c uint64, f *spillFile) {
+	if f.pins == nil {
+		f.pins = make(map[uint64]bool)
+	}
+	if !f.pins[c] {
+		f.pins[c] = true
+		a.pins[c] = append(a.pins[c], f)
+	}
+}
+
+// Release lets the shuffle delete spill files that only checkpoints older
+// than keep refer to. Call it once checkpoint keep is committed.
+func (s *Shuffle) Release(keep uint64) {
+	a := s.a
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.unpinLocked(func(id uint64) bool { return id < keep })
+}
+
+func (a *aside) unpinLocked(drop func(id uint64) bool) {
+	for _, id := range slices.Sorted(maps.Keys(a.pins)) {
+		if !drop(id) {
+			continue
+		}
+		for _, f := range a.pins[id] {
+			delete(f.pins, id)
+			a.gcFileLocked(f)
+		}
+		delete(a.pins, id)
+	}
+}
+
+// RollBack returns the shuffle to the checkpoint that state describes (a
+// nil or empty state means the start, before any Send). It is collective
+// over all ranks, which must all roll back to the same checkpoint; call it
+// after pgas Recover when a rank was replaced, or to abandon the work
+// since a checkpoint.
+//
+// Everything sent or received after the checkpoint is discarded: buffered
+// and in-flight frames, runs, spill files not named by the state. The A
+// side gets back exactly the data of the state; the O side's Consumed
+// returns the count of the state, and the program resumes its input at
+// that record and sends again. The frame generation is raised on every
+// rank so that nothing from before can be taken for new data.
+//
+// After a rank was replaced (pgas Recover, a new epoch), the promoted
+// spare calls New and then RollBack with the replaced rank's state, while
+// the survivors call only RollBack: a survivor whose epoch changed since
+// its segment was created first joins the spare's collective segment
+// creation (keeping its memory), so the two sequences pair up.
+//
+// It returns ErrMismatch when ranks disagree or the state belongs to
+// another rank or shape, ErrCorrupt for a damaged state or spill file,
+// and pgas errors from its collectives. A RollBack that failed may be
+// called again.
+func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	select {
+	case <-s.closed:
+		return ErrClosed
+	default:
+	}
+	if e := s.rt.Epoch(); e != s.epoch {
+		if _, err := s.rt.SegmentCreate(ctx, s.cfg.SegmentID, s.lay.size, nil); err != nil {
+			return fmt.Errorf("kvshuffle: roll back: rejoin the segment: %w", err)
+		}
+		s.epoch = e
+	}
+	st := s.newState(0)
+	var bad error
+	if len(state) > 0 {
+		if dec, err := decodeState(state); err != nil {
+			bad = err
+		} else if bad = s.checkState(dec); bad == nil {
+			st = dec
+		}
+	}
+	flag := uint64(0)
+	if bad != nil {
+		flag = 1
+	}
+	agree := []uint64{st.c, ^st.c, uint64(s.gen.Load()), flag}
+	if err := pgas.Allreduce(ctx, s.rt, nil, agree, pgas.OpMax); err != nil {
+		return fmt.Errorf("kvshuffle: roll back: %w", err)
+	}
+	switch {
+	case bad != nil:
+		return fmt.Errorf("kvshuffle: roll back: %w", bad)
+	case agree[3] != 0:
+		return fmt.Errorf("kvshuffle: roll back: another rank's state is unusable: %w", ErrMismatch)
+	case agree[0] != st.c || ^agree[1] != st.c:
+		return fmt.Errorf("kvshuffle: roll back to checkpoint %d: ranks roll back to checkpoints %d..%d: %w", st.c, ^agree[1], agree[0], ErrMismatch)
+	}
+	s.stop()
+	for _, q := range []pgas.Queue{s.cfg.Queue, s.cfg.CreditQueue} {
+		if err := s.rt.Wait(ctx, q); err != nil {
+			s.log.Debug("roll back: frames of the old generation", "queue", q, "err", err)
+		}
+	}
+	// After this barrier nothing of the old generation is in flight.
+	if err := s.rt.Barrier(ctx, nil); err != nil {
+		return fmt.Errorf("kvshuffle: roll back: %w", err)
+	}
+	for id := range s.lay.notifications() {
+		s.seg.ResetNotification(segments.NotificationID(id))
+	}
+	s.gen.Store(uint32(agree[2]) + 1)
+	if o := s.o; o != nil {
+		o.mu.Lock()
+		o.reset()
+		o.consumed = st.consumed
+		o.sendClosed, o.endQueued = st.closed, st.closed
+		o.mu.Unlock()
+	}
+	if a := s.a; a != nil {
+		if err := a.load(st); err != nil {
+			return fmt.Errorf("kvshuffle: roll back: %w", err)
+		}
+	}
+	s.mu.Lock()
+	if s.err != nil {
+		s.err = nil
+		s.bad.Store(false)
+		s.failed = make(chan struct{})
+	}
+	s.recvErr = nil
+	s.mu.Unlock()
+	s.lastCkpt = st.c
+	// After this barrier every rank has reset: new frames may flow.
+	if err := s.rt.Barrier(ctx, nil); err != nil {
+		return fmt.Errorf("kvshuffle: roll back: %w", err)
+	}
+	s.start()
+	s.log.Info("rolled back", "checkpoint", st.c, "consumed", st.consumed, "generation", s.gen.Load())
+	return nil
+}
+
+// checkState checks that st fits this rank and that its spill files are
+// intact.
+func (s *Shuffle) checkState(st *state) error {
+	want := s.newState(st.c)
+	if st.rank != want.rank || st.size != want.size || st.nSrc != want.nSrc || st.nParts != want.nParts || st.flags != want.flags {
+		return fmt.Errorf("state of rank %d in a job of %d ranks (%d O, %d A, roles %d) for rank %d of %d (%d O, %d A, roles %d): %w",
+			st.rank, st.size, st.nSrc, st.nParts, st.flags, want.rank, want.size, want.nSrc, want.nParts, want.flags, ErrMismatch)
+	}
+	for _, f := range st.files {
+		h, err := checkSpill(&spillFile{path: f.path, size: f.size, pairs: f.pairs, crc: f.crc})
+		if err != nil {
+			return fmt.Errorf("spill file of checkpoint %d: %w", st.c, err)
+		}
+		h.Close()
+	}
+	return nil
+}
+
+// load replaces the A task's data with st's. The drain and merger must not
+// be running.
+func (a *aside) load(st *state) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.resetStreams()
+	for si, e := range st.ended {
+		if e {
+			a.ended[si], a.gotEnd[si] = true, true
+			a.nEnded++
+		}
+	}
+	// Spill files: the state's become the live set, pinned under st.c so a
+	// second roll back to the same checkpoint finds them again.
+	old := a.files
+	a.files = nil
+	for _, sf := range st.files {
+		f := a.owned[sf.path]
+		if f == nil {
+			f = &spillFile{path: sf.path, size: sf.size, pairs: sf.pairs, crc: sf.crc}
+			a.owned[f.path] = f
+		} else if f.size != sf.size || f.pairs != sf.pairs || f.crc != sf.crc {
+			return corrupt("spill file "+sf.path, 0, "the state and the shuffle disagree on its size, pairs or checksum")
+		}
+		f.live = true
+		a.files = append(a.files, f)
+		if st.c > 0 {
+			a.pinLocked(st.c, f)
+		}
+	}
+	for _, f := range old {
+		if !slices.Contains(a.files, f) {
+			f.live = false
+			a.gcFileLocked(f)
+		}
+	}
+	a.unpinLocked(func(id uint64) bool { return id > st.c })
+	// In-memory data.
+	a.runs, a.sealed, a.builder, a.unsorted, a.mem = nil, nil, &batch{}, nil, 0
+	for _, r := range st.runs {
+		data := slices.Clone(r.data)
+		if r.sorted {
+			a.runs = append(a.runs, &memRun{data: data, pairs: r.pairs})
+			a.addMemLocked(int64(len(data)))
+			continue
+		}
+		es, err := indexRun(data, nil, "state")
+		if err != nil {
+			return err
+		}
+		c := &chunk{data: data, ents: es}
+		b := &batch{chunks: []*chunk{c}, bytes: int64(len(data)), pairs: int64(len(es))}
+		a.sealed = append(a.sealed, b)
+		a.unsorted = append(a.unsorted, c)
+		a.addMemLocked(b.cost())
+	}
+	a.final, a.recvStarted = false, false
+	a.pressure = a.mem > a.s.cfg.MemoryBudget
+	a.signalLocked()
+	return nil
+}
+
+// state is the decoded form of a checkpoint state.
+//
+// Encoding (little-endian):
+//
+//	0   magic "KVSSTATE"
+//	8   version uint32 (1)
+//	12  rank, size, nSrc, nParts, flags uint32 (flags: 1 = O task, 2 = A task)
+//	32  checkpoint uint64, consumed uint64
+//	48  closed uint8 (the O task had called CloseSend)
+//	49  ended: nSrc bytes on an A task (1 = that O task's stream had ended), none otherwise
+//	    files uint32, then per file: path length uint32, path, size uint64, pairs uint64, crc uint32
+//	    runs uint32, then per run: sorted uint8, length uint64, framed pairs
+//	end CRC-32C of everything before, uint32
+type state struct {
+	c                               uint64
+	rank, size, nSrc, nParts, flags uint32
+	consumed                        uint64
+	closed                          bool   // the O task had called CloseSend
+	ended                           []bool // per O task: its stream had ended (A task)
+	files                           []stateFile
+	runs                            []stateRun
+}
+
+type stateFile struct {
+	path  string
+	size  int64
+	pairs uint64
+	crc   uint32
+}
+
+type stateRun struct {
+	sorted bool
+	data   []byte
+	pairs  int64
+}
+
+const (
+	stateMagic   = "KVSSTATE"
+	stateVersion = 1
+	maxPathLen   = 4096
+)
+
+func (s *Shuffle) newState(c uint64) *state {
+	st := &state{c: c, rank: uint32(s.rank), size: uint32(s.rt.Size()), nSrc: uint32(len(s.oRanks)), nParts: uint32(len(s.aRanks))}
+	if s.o != nil {
+		st.flags |= 1
+	}
+	if s.a != nil {
+		st.flags |= 2
+		st.ended = make([]bool, len(s.oRanks))
+	}
+	return st
+}
+
+// encode serialises st, with the unsorted pieces appended as one unsorted
+// run.
+func (st *state) encode(unsorted [][]byte) []byte {
+	size := 64 + len(st.ended)
+	for _, f := range st.files {
+		size += 24 + len(f.path)
+	}
+	for _, r := range st.runs {
+		size += 9 + len(r.data)
+	}
+	for _, u := range unsorted {
+		size += len(u)
+	}
+	b := make([]byte, 0, size+16)
+	b = append(b, stateMagic...)
+	b = binary.LittleEndian.AppendUint32(b, stateVersion)
+	for _, v := range []uint32{st.rank, st.size, st.nSrc, st.nParts, st.flags} {
+		b = binary.LittleEndian.AppendUint32(b, v)
+	}
+	b = binary.LittleEndian.AppendUint64(b, st.c)
+	b = binary.LittleEndian.AppendUint64(b, st.consumed)
+	b = append(b, boolByte(st.closed))
+	for _, e := range st.ended {
+		b = append(b, boolByte(e))
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(st.files)))
+	for _, f := range st.files {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(f.path)))
+		b = append(b, f.path...)
+		b = binary.LittleEndian.AppendUint64(b, uint64(f.size))
+		b = binary.LittleEndian.AppendUint64(b, f.pairs)
+		b = binary.LittleEndian.AppendUint32(b, f.crc)
+	}
+	n := len(st.runs)
+	if len(unsorted) > 0 {
+		n++
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	for _, r := range st.runs {
+		b = append(b, 1)
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(r.data)))
+		b = append(b, r.data...)
+	}
+	if len(unsorted) > 0 {
+		total := 0
+		for _, u := range unsorted {
+			total += len(u)
+		}
+		b = append(b, 0)
+		b = binary.LittleEndian.AppendUint64(b, uint64(total))
+		for _, u := range unsorted {
+			b = append(b, u...)
+		}
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// stateReader decodes with bounds checks; the first problem sticks.
+type stateReader struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (r *stateReader) take(n uint64, what string) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)-r.off) {
+		r.err = corrupt("state", int64(r.off), "%s of %d bytes, %d left", what, n, len(r.b)-r.off)
+		return nil
+	}
+	out := r.b[r.off : r.off+int(n)]
+	r.off += int(n)
+	return out
+}
+
+func (r *stateReader) u32(what string) uint32 {
+	if b := r.take(4, what); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (r *stateReader) flag(what string) bool {
+	b := r.take(1, what)
+	if b == nil {
+		return false
+	}
+	if b[0] > 1 {
+		r.err = corrupt("state", int64(r.off-1), "%s flag is %d", what, b[0])
+	}
+	return b[0] == 1
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (r *stateReader) u64(what string) uint64 {
+	if b := r.take(8, what); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+// decodeState checks a checkpoint state (as Checkpoint returns it) and
+// decodes it; the runs alias b.
+func decodeState(b []byte) (*state, error) {
+	if len(b) < len(stateMagic)+4+4 {
+		return nil, corrupt("state", 0, "%d bytes, too short for a state", len(b))
+	}
+	body := b[:len(b)-4]
+	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(b[len(b)-4:]); got != want {
+		return nil, corrupt("state", int64(len(body)), "checksum %08x, state says %08x", got, want)
+	}
+	r := &stateReader{b: body}
+	if string(r.take(8, "magic")) != stateMagic {
+		return nil, corrupt("state", 0, "bad magic")
+	}
+	if v := r.u32("version"); v != stateVersion {
+		return nil, corrupt("state", 8, "version %d, this build reads %d", v, stateVersion)
+	}
+	st := &state{}
+	st.rank, st.size, st.nSrc, st.nParts, st.flags = r.u32("rank"), r.u32("size"), r.u32("O tasks"), r.u32("A tasks"), r.u32("flags")
+	st.c, st.consumed = r.u64("checkpoint"), r.u64("consumed")
+	if st.flags == 0 || st.flags > 3 {
+		return nil, corrupt("state", 28, "roles %d", st.flags)
+	}
+	st.closed = r.flag("closed")
+	if st.flags&2 != 0 {
+		if st.nSrc > uint32(len(body)) {
+			return nil, corrupt("state", 20, "%d O tasks, more than the state's bytes", st.nSrc)
+		}
+		st.ended = make([]bool, st.nSrc)
+		for i := range st.ended {
+			st.ended[i] = r.flag("ended")
+		}
+	}
+	nf := r.u32("file count")
+	for i := uint32(0); i < nf && r.err == nil; i++ {
+		pl := r.u32("path length")
+		if pl == 0 || pl > maxPathLen {
+			return nil, corrupt("state", int64(r.off), "spill file path of %d bytes", pl)
+		}
+		f := stateFile{path: string(r.take(uint64(pl), "path"))}
+		f.size, f.pairs, f.crc = int64(r.u64("file size")), r.u64("file pairs"), r.u32("file checksum")
+		if f.size < spillHead+spillTail {
+			return nil, corrupt("state", int64(r.off), "spill file of %d bytes", f.size)
+		}
+		st.files = append(st.files, f)
+	}
+	nr := r.u32("run count")
+	for i := uint32(0); i < nr && r.err == nil; i++ {
+		kind := r.take(1, "run kind")
+		n := r.u64("run length")
+		data := r.take(n, "run")
+		if r.err != nil {
+			break
+		}
+		if kind[0] > 1 {
+			return nil, corrupt("state", int64(r.off), "run kind %d", kind[0])
+		}
+		pairs, err := DecodeRun(data, nil)
+		if err != nil {
+			return nil, fmt.Errorf("run %d of the state: %w", i, err)
+		}
+		st.runs = append(st.runs, stateRun{sorted: kind[0] == 1, data: data, pairs: int64(pairs)})
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if r.off != len(body) {
+		return nil, corrupt("state", int64(r.off), "%d bytes after the last run", len(body)-r.off)
+	}
+	return st, nil
+}

@@ -1,0 +1,155 @@
+// Package kvshuffle is a DataMPI-style key-value shuffle over the pgas
+// one-sided runtime: O (operation) tasks Send pairs with no destination,
+// A (aggregation) tasks receive them sorted and grouped by key.
+//
+// # Usage
+//
+//	sh, err := kvshuffle.New(ctx, rt, kvshuffle.DefaultConfig()) // collective
+//	defer sh.Close()
+//	for i := sh.Consumed(); i < uint64(len(input)); i++ {        // O side
+//		err = sh.Send(ctx, key(input[i]), value(input[i]))
+//		err = sh.MarkConsumed(i + 1)
+//	}
+//	err = sh.CloseSend(ctx)
+//	for k, vals := range sh.Groups(ctx) {                        // A side
+//		for v := range vals { ... }
+//	}
+//	err = sh.Err()
+//
+// Recv(ctx) yields every pair in Compare order instead of groups. Both are
+// Go iterators (iter.Seq2), chosen over a Next method because a group's
+// values are themselves an iterator that streams from the merge: a key
+// with more values than fit in memory is fine. Slices yielded are valid
+// only until the next step; errors are reported by Err afterwards, as
+// with bufio.Scanner. SendTyped, RecvTyped and GroupsTyped encode keys
+// and values with msgpack for convenience; Send with bytes never goes
+// through an encoder.
+//
+// # Modes and roles
+//
+// ModeCommon is SPMD: every rank is an O task and an A task. ModeMapReduce
+// is the bipartite job: Config.ORanks send, Config.ARanks receive (the A
+// task of partition p is ARanks[p]); a rank may be in both. Every rank
+// calls New and Close; Send on a rank outside ORanks is ErrNotOperator,
+// Recv outside ARanks ErrNotAggregator. Iteration mode follows from this
+// design without changing the wire protocol: a round is a shuffle whose
+// streams end with CloseSend; the next round resets the streams (as
+// RollBack does, raising the frame generation) and may swap ORanks and
+// ARanks, so data flows back.
+//
+// Hooks: Partition (default HashPartition, FNV-1a modulo; RangePartitioner
+// with splitters from SampleSplitters gives globally sorted output, as
+// TeraSort needs), Compare (default bytewise, with an 8-byte key-prefix
+// fast path) and Combine (optional, applied on the send side to each
+// frame-sized batch of one destination).
+//
+// # Pipeline
+//
+// Send partitions the pair and appends it, framed (see AppendPair), to the
+// destination's current send buffer, which lives in the shuffle's pgas
+// segment. A full buffer is sealed into a frame (16-byte header, see
+// frame.go) and queued; the pump goroutine writes queued frames with
+// WriteNotify straight from the segment into this task's receive ring at
+// the destination: Slots slots of SlotSize bytes per sender. The
+// notification value is the sender's cumulative frame count, so one
+// notification covers any number of frames.
+//
+// Flow control is by credits. A sender may have at most Slots frames
+// outstanding to a receiver. The receiver's drain goroutine copies each
+// frame out of its slot, indexes its pairs, and returns the slot with a
+// Notify whose value is its cumulative count of frames consumed. A
+// receiver that does not drain therefore stops its senders' pumps; their
+// buffers (SendBuffers per destination, fixed in the segment) fill, and
+// Send blocks. Nothing on the send side grows with the data.
+//
+// The merger goroutine sorts the index of every received frame as it
+// arrives (each frame becomes a sorted run), merges the frames of every
+// RunSize bytes into one run in memory, merges runs when more than
+// MergeFanIn pile up, and spills: when the drain cannot take a frame
+// without exceeding MemoryBudget, the merger k-way merges everything in
+// memory (heap) into one sorted spill file in SpillDir and frees it. The
+// drain waits meanwhile, and so do the senders. Once every O task has
+// ended its stream, the merger cuts the number of spill files to
+// MergeFanIn with on-disk merge passes, and Recv merges runs, spill files
+// and the last frames in one heap. Compute (Send), transfer (pump, drain)
+// and sorting (merger) overlap. Spill files are removed once merged or
+// read, unless a checkpoint pins them, and all of them at Close.
+//
+// Exchange order: when several destinations are ready, the pump serves
+// them in schedule order. With Schedule Diagonal, O task i starts at
+// partition i and moves on by one after every frame, so at any time the
+// senders are spread over the receivers; flushes (CloseSend, Checkpoint)
+// go strictly step by step: in step s, O task i sends everything it holds
+// for partition (i+s) mod parts before step s+1, which pairs every
+// receiver with one sender per step (HPMR's diagonal skip). Schedule Naive
+// serves 0, 1, 2, ... on every O task, for comparison (see
+// BenchmarkSchedule).
+//
+// # Memory
+//
+// MemoryBudget bounds the received data an A task holds: batches (pair
+// bytes plus a 24-byte index entry per pair), runs, and the output of an
+// in-memory merge (reserved before it starts). Outside the budget, and
+// constant in the data size:
+//   - the segment: len(ORanks)*Slots*SlotSize bytes of rings on an A rank,
+//     len(ARanks)*SendBuffers*SlotSize+64 bytes of send buffers on an O
+//     rank, allocated by New;
+//   - one frame being copied out of its slot (SlotSize), and one pair
+//     larger than a frame being reassembled (at most MaxPairSize);
+//   - spill I/O: (MergeFanIn+1)*IOBufferSize while merging files, and in
+//     Recv one IOBufferSize per spill file (at most MergeFanIn);
+//   - with Combine, one SlotSize batch per destination on the O side, with
+//     its index;
+//   - checkpoint states, which copy the in-memory data and belong to the
+//     caller.
+//
+// # Key-count checkpoints
+//
+// Checkpoint(ctx, c) is collective. Each O task records Consumed (the
+// input records it marked consumed), flushes its buffers and queues a
+// marker frame carrying c after its data to every partition. Frames from
+// one sender to one receiver are applied in order, so when the A task's
+// drain meets the marker of a sender, everything that sender sent before
+// c has been taken in; the drain stops taking that sender's frames
+// (later frames wait in the ring, and the sender is throttled by credits).
+// When the markers of all senders are in, the A task holds exactly "the
+// data sent before c": it pins its spill files, copies its in-memory runs
+// and batches into the state, and resumes the drain. The state (opaque
+// bytes, versioned and checksummed) is what the application mirrors with
+// package ckpt, next to its own data.
+//
+// RollBack(ctx, state) is collective too. The ranks agree (one Allreduce)
+// that they roll back to the same c and that every state is usable; they
+// stop their goroutines, complete their queues, and pass a barrier, after
+// which nothing of the old generation is in flight. Each rank clears its
+// notifications, raises the frame generation (frames carry it, and a
+// frame of another generation is refused as corrupt), empties its send
+// buffers and rings, loads the state's runs and spill files (files not
+// named by it are deleted), and sets Consumed to the state's count. A
+// second barrier, then the goroutines restart. Each O task resumes its
+// input at record Consumed() and sends again: data sent before c is in
+// the A tasks' states, data sent after c was discarded and is sent again,
+// so no pair is lost and none is counted twice. This assumes a
+// deterministic O task: the same input records produce the same pairs.
+//
+// Spill files stay on the rank's local disk: a state that names them can
+// be restored by a process on the same host (or with SpillDir on shared
+// storage). Integration with package ckpt: store the state bytes in a
+// registered region (with their length), take the checkpoint after
+// Checkpoint returns, call Release(c) once ckpt has committed c.
+//
+// # Concurrency and ownership
+//
+// Send, CloseSend, Checkpoint and RollBack are serialised by one mutex
+// (opMu): they may be called from several goroutines but run one at a
+// time. Recv and Groups are called by the A task; Stats, Consumed,
+// MarkConsumed, Err and Close may be called at any time. Goroutines, owned
+// by the Shuffle and stopped by Close and RollBack: the pump (O side; owns
+// sealed frames, the control frame and Config.Queue), the drain (A side;
+// owns the rings and Config.CreditQueue) and the merger (A side; sorts
+// chunk indexes and owns spill output until it is listed).
+//
+// Lock order (outer first): Shuffle.opMu; oside.mu; aside.mu;
+// Shuffle.mu (a leaf). The drain and the merger never hold aside.mu while
+// doing I/O, sorting or waiting.
+package kvshuffle

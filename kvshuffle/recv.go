@@ -1,0 +1,708 @@
+package kvshuffle
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"os"
+	"slices"
+	"sync"
+)
+
+// aside is the A task: the drain that empties the receive rings into
+// batches and returns credits, the merger that sorts batches into runs,
+// merges runs and spills them, and the final merge that Recv reads.
+type aside struct {
+	s     *Shuffle
+	names []string // "frame from rank r", per source, for errors
+
+	// Owned by the drain goroutine.
+	avail    []uint64 // frames written into each ring (from notifications)
+	consumed []uint64 // frames taken out of each ring
+	asm      []byte   // a large pair being reassembled
+	asmFrom  int      // its source, -1 for none
+	gotEnd   []bool   // the source's end frame was taken
+	cursor   int
+	scratch  []ent
+
+	mu          sync.Mutex
+	changed     chan struct{} // closed and replaced at every change below
+	paused      []bool        // source stopped at a checkpoint marker
+	marker      []uint64      // last marker ID seen per source
+	ended       []bool
+	nEnded      int
+	builder     *batch
+	unsorted    []*chunk // chunks whose index the merger has not sorted yet
+	sealed      []*batch
+	runs        []*memRun
+	files       []*spillFile
+	mem, maxMem int64
+	pressure    bool // the drain waits for memory
+	final       bool // everything ended and the merger prepared the final merge
+	recvStarted bool
+	owned       map[string]*spillFile // every file created or adopted and not removed
+	pins        map[uint64][]*spillFile
+	dir         string // spill directory of this shuffle, created at the first spill
+}
+
+func newAside(s *Shuffle) *aside {
+	n := len(s.oRanks)
+	a := &aside{
+		s:       s,
+		names:   make([]string, n),
+		changed: make(chan struct{}),
+		owned:   make(map[string]*spillFile),
+		pins:    make(map[uint64][]*spillFile),
+	}
+	for i, r := range s.oRanks {
+		a.names[i] = fmt.Sprintf("frame from rank %d", r)
+	}
+	a.resetStreams()
+	a.builder = &batch{}
+	return a
+}
+
+// resetStreams forgets the state of every incoming stream. The drain must
+// not be running.
+func (a *aside) resetStreams() {
+	n := len(a.s.oRanks)
+	a.avail, a.consumed, a.gotEnd = make([]uint64, n), make([]uint64, n), make([]bool, n)
+	a.asm, a.asmFrom, a.cursor = nil, -1, a.s.aIdx%n
+	a.paused, a.marker, a.ended = make([]bool, n), make([]uint64, n), make([]bool, n)
+	a.nEnded = 0
+}
+
+func (a *aside) signalLocked() {
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+func (a *aside) addMemLocked(d int64) {
+	a.mem += d
+	a.maxMem = max(a.maxMem, a.mem)
+}
+
+// drain takes frames out of the receive rings in arrival order per source,
+// copies data into the current batch, returns credits, and records
+// markers and ends. It owns the rings and Config.CreditQueue.
+func (a *aside) drain(ctx context.Context) error {
+	s := a.s
+	n := len(s.oRanks)
+	posted := 0
+	for {
+		if err := a.absorb(); err != nil {
+			return err
+		}
+		if si := a.asmFrom; si >= 0 {
+			got, err := a.drainSource(ctx, si, &posted)
+			if err != nil {
+				return err
+			}
+			if got == 0 && a.asmFrom == si {
+				if _, err := s.rt.NotifyWaitSome(ctx, s.cfg.SegmentID, s.lay.dataNotif(si), 1); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		progress := false
+		for k := range n {
+			si := (a.cursor + k) % n
+			got, err := a.drainSource(ctx, si, &posted)
+			if err != nil {
+				return err
+			}
+			progress = progress || got > 0
+			if a.asmFrom >= 0 {
+				break
+			}
+		}
+		a.cursor = (a.cursor + 1) % n
+		if !progress && a.asmFrom < 0 {
+			if _, err := s.rt.NotifyWaitSome(ctx, s.cfg.SegmentID, 0, n+1); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// absorb reads the data notifications: each carries the sender's
+// cumulative count of frames written into its ring.
+func (a *aside) absorb() error {
+	s := a.s
+	s.seg.ResetNotification(s.lay.drainWake())
+	for si := range a.avail {
+		v, _ := s.seg.ResetNotification(s.lay.dataNotif(si))
+		if v == 0 {
+			continue
+		}
+		if v&0x8000_0000 == 0 {
+			return &AbortError{Rank: s.oRanks[si]}
+		}
+		c := extendCount(a.consumed[si], v)
+		if c > a.consumed[si]+uint64(s.cfg.Slots) {
+			return corrupt(a.names[si], 0, "notification claims %d frames, %d consumed and only %d ring slots", c, a.consumed[si], s.cfg.Slots)
+		}
+		a.avail[si] = max(a.avail[si], c)
+	}
+	return nil
+}
+
+// drainSource consumes the available frames of source si, unless it is
+// paused at a marker, then returns the credits. It returns how many frames
+// it consumed.
+func (a *aside) drainSource(ctx context.Context, si int, posted *int) (int, error) {
+	s := a.s
+	start := a.consumed[si]
+	endSeen := false
+	for a.consumed[si] < a.avail[si] {
+		a.mu.Lock()
+		paused := a.paused[si]
+		a.mu.Unlock()
+		if paused {
+			break
+		}
+		if g := s.cfg.drainGate; g != nil {
+			select {
+			case <-g:
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		seq := a.consumed[si] + 1
+		off := s.lay.ringOff(si, int(a.consumed[si]%uint64(s.cfg.Slots)))
+		slot := s.seg.Bytes()[off : off+s.lay.slot]
+		h, err := decodeFrameHeader(slot, s.cfg.SlotSize, a.names[si])
+		if err != nil {
+			return 0, err
+		}
+		if h.gen != s.gen.Load() || h.seq != uint32(seq) {
+			return 0, corrupt(a.names[si], 8, "frame of generation %d, number %d; expected generation %d, number %d", h.gen, h.seq, s.gen.Load(), uint32(seq))
+		}
+		payload := slot[frameHeader : frameHeader+h.len]
+		if a.asmFrom >= 0 && h.kind != frameLarge && h.kind != frameLargeLast {
+			return 0, corrupt(a.names[si], 0, "frame kind %d inside a large pair", h.kind)
+		}
+		if a.gotEnd[si] && h.kind != frameMarker {
+			return 0, corrupt(a.names[si], 0, "frame kind %d after the end of the stream", h.kind)
+		}
+		switch h.kind {
+		case frameData:
+			if err := a.addData(ctx, payload, si, false); err != nil {
+				return 0, err
+			}
+		case frameLarge, frameLargeLast:
+			if len(a.asm)+len(payload) > s.cfg.MaxPairSize {
+				return 0, corrupt(a.names[si], 4, "large pair grows past MaxPairSize %d", s.cfg.MaxPairSize)
+			}
+			a.asm = append(a.asm, payload...)
+			a.asmFrom = si
+			if h.kind == frameLargeLast {
+				if _, _, n, err := DecodePair(a.asm); err != nil || n != len(a.asm) {
+					return 0, corrupt(a.names[si], 0, "reassembled large pair of %d bytes does not frame one pair (%v)", len(a.asm), err)
+				}
+				if err := a.addData(ctx, a.asm, si, true); err != nil {
+					return 0, err
+				}
+				a.asm, a.asmFrom = nil, -1
+			}
+		case frameMarker:
+			c := binary.LittleEndian.Uint64(payload)
+			a.mu.Lock()
+			if c <= a.marker[si] {
+				a.mu.Unlock()
+				return 0, corrupt(a.names[si], frameHeader, "checkpoint marker %d after marker %d", c, a.marker[si])
+			}
+			a.marker[si], a.paused[si] = c, true
+			a.signalLocked()
+			a.mu.Unlock()
+		case frameEnd:
+			endSeen, a.gotEnd[si] = true, true
+		}
+		a.consumed[si] = seq
+		s.st.framesRecv.Add(1)
+	}
+	got := int(a.consumed[si] - start)
+	if got > 0 {
+		if *posted >= s.cfg.MaxPosted {
+			if err := s.rt.Wait(ctx, s.cfg.CreditQueue); err != nil {
+				return 0, err
+			}
+			*posted = 0
+		}
+		err := s.rt.Notify(ctx, s.cfg.CreditQueue, s.oRanks[si], s.cfg.SegmentID, s.lay.creditNotif(s.aIdx), encodeCount(a.consumed[si]))
+		if err != nil {
+			return 0, fmt.Errorf("credit to rank %d: %w", s.oRanks[si], err)
+		}
+		*posted++
+	}
+	if endSeen {
+		// The sender's CloseSend waits for this credit; make sure it is
+		// applied there before Recv can return and the program exit.
+		if err := s.rt.Wait(ctx, s.cfg.CreditQueue); err != nil {
+			return 0, err
+		}
+		*posted = 0
+		a.mu.Lock()
+		if !a.ended[si] {
+			a.ended[si] = true
+			a.nEnded++
+		}
+		a.signalLocked()
+		a.mu.Unlock()
+	}
+	return got, nil
+}
+
+// addData adds a run of whole pairs to the current batch, waiting while
+// that would exceed the memory budget. The payload is copied unless own
+// says the batch may keep it.
+func (a *aside) addData(ctx context.Context, payload []byte, si int, own bool) error {
+	s := a.s
+	var err error
+	a.scratch, err = indexRun(payload, a.scratch[:0], a.names[si])
+	if err != nil {
+		return err
+	}
+	if !own {
+		payload = slices.Clone(payload)
+	}
+	c := &chunk{data: payload, ents: slices.Clone(a.scratch)}
+	need := int64(len(payload)) + entSize*int64(len(c.ents))
+	a.mu.Lock()
+	for a.mem > 0 && a.mem+need > s.cfg.MemoryBudget {
+		if s.cfg.SpillDir == "" {
+			mem := a.mem
+			a.mu.Unlock()
+			return fmt.Errorf("%w: holding %d bytes, %d more arrived, MemoryBudget is %d: set SpillDir or raise MemoryBudget",
+				ErrBudget, mem, need, s.cfg.MemoryBudget)
+		}
+		a.pressure = true
+		a.signalLocked()
+		ch := a.changed
+		a.mu.Unlock()
+		s.st.budgetWaits.Add(1)
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		a.mu.Lock()
+	}
+	b := a.builder
+	b.chunks = append(b.chunks, c)
+	a.unsorted = append(a.unsorted, c)
+	b.bytes += int64(len(c.data))
+	b.pairs += int64(len(c.ents))
+	a.addMemLocked(need)
+	if b.bytes >= s.cfg.RunSize {
+		a.sealLocked()
+	}
+	a.mu.Unlock()
+	s.st.pairsRecv.Add(uint64(len(c.ents)))
+	s.st.bytesRecv.Add(uint64(len(c.data)))
+	return nil
+}
+
+// sealLocked hands the current batch to the merger.
+func (a *aside) sealLocked() {
+	if len(a.builder.chunks) == 0 {
+		return
+	}
+	a.sealed = append(a.sealed, a.builder)
+	a.builder = &batch{}
+	a.signalLocked()
+}
+
+// task is one piece of merger work, chosen under a.mu.
+type task struct {
+	kind    int // taskSpill, taskSort, taskMergeRuns, taskMergeFiles
+	batches []*batch
+	runs    []*memRun
+	files   []*spillFile
+	reserve int64 // memory reserved for the output
+}
+
+const (
+	taskSpill = iota
+	taskSortChunks
+	taskSort
+	taskMergeRuns
+	taskMergeFiles
+)
+
+// merger sorts the index of every chunk as it arrives (each frame becomes
+// a sorted run), merges the chunks of a sealed batch into one run, merges
+// runs when there are too many, spills everything in memory when the drain
+// waits for memory, and prepares the final merge once every source has
+// ended. The final merge reads the runs, the spill files and the chunks of
+// the last batch in place.
+func (a *aside) merger(ctx context.Context) error {
+	for {
+		a.mu.Lock()
+		t, err := a.nextTaskLocked()
+		if err != nil {
+			a.mu.Unlock()
+			return err
+		}
+		if t == nil {
+			ch := a.changed
+			a.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		a.mu.Unlock()
+		if err := a.run(ctx, t); err != nil {
+			return err
+		}
+	}
+}
+
+func (a *aside) nextTaskLocked() (*task, error) {
+	s := a.s
+	budget := s.cfg.MemoryBudget
+	if a.recvStarted {
+		return nil, nil
+	}
+	spill := func() (*task, error) {
+		if s.cfg.SpillDir == "" {
+			return nil, fmt.Errorf("%w: holding %d bytes, MemoryBudget is %d: set SpillDir or raise MemoryBudget", ErrBudget, a.mem, budget)
+		}
+		a.sealLocked()
+		t := &task{kind: taskSpill, batches: slices.Clone(a.sealed), runs: slices.Clone(a.runs)}
+		if len(t.batches) == 0 && len(t.runs) == 0 {
+			a.pressure = false
+			return nil, nil
+		}
+		return t, nil
+	}
+	if a.pressure || a.mem > budget {
+		return spill()
+	}
+	if len(a.unsorted) > 0 {
+		t := &task{kind: taskSortChunks, batches: []*batch{{chunks: a.unsorted}}}
+		a.unsorted = nil
+		return t, nil
+	}
+	if len(a.sealed) > 0 && a.nEnded < len(a.ended) {
+		// Once every stream has ended, sealed batches are left as sorted
+		// chunks for the final merge: a run would only copy them once more.
+		b := a.sealed[0]
+		if a.mem+b.bytes > budget {
+			return spill()
+		}
+		a.addMemLocked(b.bytes)
+		return &task{kind: taskSort, batches: []*batch{b}, reserve: b.bytes}, nil
+	}
+	if len(a.runs) > s.cfg.MergeFanIn {
+		rs := slices.Clone(a.runs)
+		slices.SortFunc(rs, func(x, y *memRun) int { return cmp.Compare(len(x.data), len(y.data)) })
+		rs = rs[:s.cfg.MergeFanIn]
+		var size int64
+		for _, r := range rs {
+			size += int64(len(r.data))
+		}
+		if a.mem+size > budget {
+			return spill()
+		}
+		a.addMemLocked(size)
+		return &task{kind: taskMergeRuns, runs: rs, reserve: size}, nil
+	}
+	if a.nEnded == len(a.ended) && !a.final {
+		if len(a.files) > s.cfg.MergeFanIn {
+			fs := slices.Clone(a.files)
+			slices.SortFunc(fs, func(x, y *spillFile) int { return cmp.Compare(x.size, y.size) })
+			return &task{kind: taskMergeFiles, files: fs[:s.cfg.MergeFanIn]}, nil
+		}
+		a.final = true
+		a.signalLocked()
+	}
+	return nil, nil
+}
+
+// run performs a task outside a.mu; its inputs stay listed (and visible
+// to checkpoints) until the output replaces them.
+func (a *aside) run(ctx context.Context, t *task) error {
+	s := a.s
+	if t.kind == taskSortChunks {
+		for _, c := range t.batches[0].chunks {
+			if !c.sorted {
+				s.ord.sortEnts(c.data, c.ents)
+				c.sorted = true
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+		}
+		return nil
+	}
+	var srcs []source
+	var in int64 // memory the inputs hold
+	for _, b := range t.batches {
+		for _, c := range b.chunks {
+			if !c.sorted {
+				s.ord.sortEnts(c.data, c.ents)
+				c.sorted = true
+			}
+			srcs = append(srcs, &chunkSource{c: c})
+		}
+		in += b.cost()
+	}
+	for _, r := range t.runs {
+		srcs = append(srcs, &runSource{data: r.data})
+		in += int64(len(r.data))
+	}
+	for _, f := range t.files {
+		fsrc, err := openSpill(f, s.cfg.IOBufferSize, s.cfg.MaxPairSize)
+		if err != nil {
+			for _, x := range srcs {
+				x.close()
+			}
+			return err
+		}
+		srcs = append(srcs, fsrc)
+	}
+	m := newMerge(s.ord, srcs)
+	var run *memRun
+	var file *spillFile
+	var err error
+	switch t.kind {
+	case taskSort, taskMergeRuns:
+		run, err = mergeToMemory(m, t.reserve)
+		s.st.merges.Add(1)
+	default:
+		var dir string
+		if dir, err = a.spillDir(); err == nil {
+			file, err = mergeTo(ctx, m, dir, s.cfg.IOBufferSize)
+		}
+	}
+	if cerr := m.close(); err == nil {
+		err = cerr
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err != nil {
+		a.addMemLocked(-t.reserve)
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	for _, b := range t.batches {
+		a.sealed = slices.DeleteFunc(a.sealed, func(x *batch) bool { return x == b })
+	}
+	for _, r := range t.runs {
+		a.runs = slices.DeleteFunc(a.runs, func(x *memRun) bool { return x == r })
+	}
+	for _, f := range t.files {
+		a.dropFileLocked(f)
+	}
+	if run != nil {
+		a.runs = append(a.runs, run)
+	}
+	if file != nil {
+		file.live = true
+		a.files = append(a.files, file)
+		a.owned[file.path] = file
+		s.st.spills.Add(1)
+		s.st.spillBytes.Add(uint64(file.size))
+		s.log.Debug("spilled", "file", file.path, "bytes", file.size, "pairs", file.pairs, "inputs", len(srcs))
+	}
+	a.addMemLocked(-in)
+	if t.kind == taskSpill {
+		a.pressure = false
+	}
+	a.signalLocked()
+	return nil
+}
+
+// spillDir returns this shuffle's spill directory, creating it.
+func (a *aside) spillDir() (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.dir == "" {
+		dir, err := os.MkdirTemp(a.s.cfg.SpillDir, fmt.Sprintf("kvshuffle-r%d-", a.s.rank))
+		if err != nil {
+			return "", fmt.Errorf("spill directory: %w", err)
+		}
+		a.dir = dir
+	}
+	return a.dir, nil
+}
+
+// dropFileLocked takes f out of the live set and removes it from disk
+// unless a checkpoint pins it.
+func (a *aside) dropFileLocked(f *spillFile) {
+	a.files = slices.DeleteFunc(a.files, func(x *spillFile) bool { return x == f })
+	f.live = false
+	a.gcFileLocked(f)
+}
+
+func (a *aside) gcFileLocked(f *spillFile) {
+	if f.live || len(f.pins) > 0 {
+		return
+	}
+	if err := os.Remove(f.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		a.s.log.Warn("spill file not removed", "file", f.path, "err", err)
+	}
+	delete(a.owned, f.path)
+}
+
+// removeAll deletes every file the shuffle owns and its directory.
+func (a *aside) removeAll() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var first error
+	for path := range a.owned {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) && first == nil {
+			first = err
+		}
+	}
+	clear(a.owned)
+	a.files, a.runs, a.sealed, a.builder, a.unsorted, a.mem = nil, nil, nil, &batch{}, nil, 0
+	if a.dir != "" {
+		if err := os.Remove(a.dir); err != nil && !errors.Is(err, os.ErrNotExist) && first == nil {
+			first = err
+		}
+		a.dir = ""
+	}
+	return first
+}
+
+// openRecv waits until every O task has ended its stream and the merger
+// has prepared the final merge, then opens the merge.
+func (s *Shuffle) openRecv(ctx context.Context, op string) (*mergeIter, error) {
+	a := s.a
+	if a == nil {
+		return nil, fmt.Errorf("kvshuffle: %s on rank %d: %w", op, s.rank, ErrNotAggregator)
+	}
+	for {
+		if err := s.usable(); err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		if a.recvStarted {
+			a.mu.Unlock()
+			return nil, fmt.Errorf("kvshuffle: %s: the received pairs were already read: %w", op, ErrState)
+		}
+		if a.final {
+			break
+		}
+		ch := a.changed
+		a.mu.Unlock()
+		if err := s.waitOn(ctx, ch, op); err != nil {
+			return nil, err
+		}
+	}
+	defer a.mu.Unlock()
+	a.recvStarted = true
+	var srcs []source
+	for _, r := range a.runs {
+		srcs = append(srcs, &runSource{data: r.data})
+	}
+	for _, b := range append(slices.Clone(a.sealed), a.builder) {
+		for _, c := range b.chunks {
+			srcs = append(srcs, &chunkSource{c: c}) // sorted: final waits for the merger
+		}
+	}
+	for _, f := range a.files {
+		fsrc, err := openSpill(f, s.cfg.IOBufferSize, s.cfg.MaxPairSize)
+		if err != nil {
+			for _, x := range srcs {
+				x.close()
+			}
+			return nil, err
+		}
+		srcs = append(srcs, fsrc)
+	}
+	return newMerge(s.ord, srcs), nil
+}
+
+// finishRecv closes the merge and frees what it read.
+func (s *Shuffle) finishRecv(m *mergeIter) {
+	if err := m.close(); err != nil {
+		s.setRecvErr(err)
+	}
+	if m.err != nil {
+		s.setRecvErr(m.err)
+	}
+	a := s.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, f := range slices.Clone(a.files) {
+		a.dropFileLocked(f)
+	}
+	a.runs, a.sealed, a.builder, a.unsorted = nil, nil, &batch{}, nil
+	a.mem = 0
+	a.signalLocked()
+}
+
+// Recv returns the pairs this A task received, sorted by Compare (pairs
+// with equal keys in no specified order). Ranging over it blocks until
+// every O task has called CloseSend and its data is here. key and value
+// are valid only until the next iteration. It may be ranged over once:
+// the data is freed as the iteration ends, so stopping early discards the
+// rest. Check Err afterwards (ErrNotAggregator, ErrState, a timeout of
+// ctx, a failure of the shuffle).
+func (s *Shuffle) Recv(ctx context.Context) iter.Seq2[[]byte, []byte] {
+	return func(yield func([]byte, []byte) bool) {
+		m, err := s.openRecv(ctx, "recv")
+		if err != nil {
+			s.setRecvErr(err)
+			return
+		}
+		defer s.finishRecv(m)
+		for m.next() {
+			if !yield(m.key, m.val) {
+				return
+			}
+		}
+	}
+}
+
+// Groups returns the received pairs grouped by key: each key once, in
+// Compare order, with an iterator over its values. The key is valid until
+// the next group; each value until the next value. Values not consumed are
+// skipped. Like Recv it may be ranged over once; check Err afterwards.
+func (s *Shuffle) Groups(ctx context.Context) iter.Seq2[[]byte, iter.Seq[[]byte]] {
+	return func(yield func([]byte, iter.Seq[[]byte]) bool) {
+		m, err := s.openRecv(ctx, "groups")
+		if err != nil {
+			s.setRecvErr(err)
+			return
+		}
+		defer s.finishRecv(m)
+		var key []byte
+		ok := m.next()
+		for ok {
+			key = append(key[:0], m.key...)
+			in := true
+			step := func() {
+				ok = m.next()
+				in = ok && s.ord.compare(m.key, key) == 0
+			}
+			vals := func(yv func([]byte) bool) {
+				for in {
+					more := yv(m.val)
+					step()
+					if !more {
+						return
+					}
+				}
+			}
+			if !yield(key, vals) {
+				return
+			}
+			for in {
+				step()
+			}
+		}
+	}
+}

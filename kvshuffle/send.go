@@ -1,0 +1,596 @@
+package kvshuffle
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/gaspigo/gaspigo/pgas"
+)
+
+// oside is the O task: per-destination send buffers in the segment, the
+// queue of sealed frames per destination, and the pump that writes them
+// into the receivers' rings as credits allow.
+type oside struct {
+	s          *Shuffle
+	payloadCap int // SlotSize - frameHeader
+
+	mu       sync.Mutex    // guards the fields below and dest's, except as noted
+	changed  chan struct{} // closed and replaced when a frame is sent, a buffer freed, a credit returned or a flush ends
+	dests    []dest
+	strict   bool // flushing: serve destinations strictly in schedule order
+	step     int  // current step of a strict pass
+	cursor   int  // next destination of the work-conserving order (Diagonal)
+	consumed uint64
+
+	// Under Shuffle.opMu.
+	sendClosed bool // CloseSend was called
+	endQueued  bool // the end frames are queued
+	stage      []stage
+	vals       [][]byte
+}
+
+// dest is the O task's state towards one partition. cur and fill belong
+// to whoever holds Shuffle.opMu (the pump never reads them); the other
+// fields are guarded by oside.mu.
+type dest struct {
+	rank  int    // the A rank receiving the partition
+	cur   int    // buffer being filled, -1 for none
+	fill  int    // payload bytes in cur
+	free  []int  // free buffer numbers
+	q     []item // sealed frames, in order
+	sent  uint64 // frames written (pump)
+	acked uint64 // frames the receiver has consumed (credits)
+}
+
+// item is one sealed frame waiting for the pump.
+type item struct {
+	buf  int // buffer number, -1 for a control frame
+	kind frameKind
+	n    int    // payload bytes
+	val  uint64 // checkpoint ID of a marker
+}
+
+// stage is a batch of pairs for one destination waiting for Combine.
+type stage struct {
+	data []byte
+	ents []ent
+}
+
+func newOside(s *Shuffle) *oside {
+	o := &oside{
+		s:          s,
+		payloadCap: s.cfg.SlotSize - frameHeader,
+		changed:    make(chan struct{}),
+		dests:      make([]dest, len(s.aRanks)),
+	}
+	o.reset()
+	if s.cfg.Combine != nil {
+		o.stage = make([]stage, len(s.aRanks))
+	}
+	return o
+}
+
+// reset empties every queue and buffer. The pump must not be running.
+func (o *oside) reset() {
+	for p := range o.dests {
+		free := make([]int, o.s.cfg.SendBuffers)
+		for b := range free {
+			free[b] = len(free) - 1 - b
+		}
+		o.dests[p] = dest{rank: o.s.aRanks[p], free: free, cur: -1}
+	}
+	for p := range o.stage {
+		o.stage[p] = stage{}
+	}
+	o.strict, o.step = false, 0
+	o.cursor = o.s.oIdx % len(o.dests)
+	o.sendClosed, o.endQueued = false, false
+}
+
+func (o *oside) signalLocked() {
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
+
+func (o *oside) wakePump() {
+	o.s.seg.SetNotification(o.s.lay.pumpWake(), 1)
+}
+
+// Send hands one pair to the shuffle. There is no destination: the pair
+// goes to partition Partition(key, Parts()). Send copies key and value
+// into a send buffer and returns; when the buffers for that partition are
+// all full or in flight it blocks until the pump frees one (a slow
+// receiver throttles its senders). It returns ErrNotOperator on a rank
+// outside ORanks, ErrSendClosed after CloseSend, ErrTooLarge,
+// ErrPartition, an error wrapping pgas.ErrTimeout when ctx ends while it
+// waits, ErrClosed, or the shuffle's failure.
+func (s *Shuffle) Send(ctx context.Context, key, value []byte) error {
+	o := s.o
+	if o == nil {
+		return fmt.Errorf("kvshuffle: send on rank %d: %w", s.rank, ErrNotOperator)
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if o.sendClosed {
+		return ErrSendClosed
+	}
+	size := PairSize(len(key), len(value))
+	if size > s.cfg.MaxPairSize {
+		return fmt.Errorf("kvshuffle: send: pair of %d bytes (key %d, value %d) above MaxPairSize %d: %w",
+			size, len(key), len(value), s.cfg.MaxPairSize, ErrTooLarge)
+	}
+	p := s.part(key, len(s.aRanks))
+	if p < 0 || p >= len(s.aRanks) {
+		return fmt.Errorf("kvshuffle: send: Partition returned %d for %d partitions: %w", p, len(s.aRanks), ErrPartition)
+	}
+	s.st.pairsSent.Add(1)
+	s.st.bytesSent.Add(uint64(size))
+	if o.stage != nil && size <= o.payloadCap {
+		return o.stagePair(ctx, p, key, value, size)
+	}
+	return o.emit(ctx, p, key, value, size)
+}
+
+// emit appends a framed pair to partition p's current buffer. Called
+// under Shuffle.opMu; the common case takes no other lock.
+func (o *oside) emit(ctx context.Context, p int, key, value []byte, size int) error {
+	if size > o.payloadCap {
+		return o.emitLarge(ctx, p, key, value, size)
+	}
+	d := &o.dests[p]
+	if d.cur >= 0 && d.fill+size > o.payloadCap {
+		o.seal(p, frameData)
+	}
+	if d.cur < 0 {
+		if err := o.take(ctx, p); err != nil {
+			return err
+		}
+	}
+	off := o.s.lay.bufAt(p, d.cur) + frameHeader + int64(d.fill)
+	putPair(o.s.seg.Bytes()[off:], key, value)
+	d.fill += size
+	if d.fill+2 > o.payloadCap { // not even an empty pair fits any more
+		o.seal(p, frameData)
+	}
+	return nil
+}
+
+// emitLarge carries a pair larger than a frame's payload as consecutive
+// frameLarge pieces ending with a frameLargeLast. Once the first piece is
+// queued the rest must follow or the stream would be broken, so from then
+// on only a failure or Close (not ctx) stops it.
+func (o *oside) emitLarge(ctx context.Context, p int, key, value []byte, size int) error {
+	d := &o.dests[p]
+	o.release(p)
+	var hb [2 * binary.MaxVarintLen64]byte
+	h := binary.PutUvarint(hb[:], uint64(len(key)))
+	h += binary.PutUvarint(hb[h:], uint64(len(value)))
+	pieces := [3][]byte{hb[:h], key, value}
+	for written := 0; written < size; {
+		if err := o.take(ctx, p); err != nil {
+			return err
+		}
+		ctx = context.WithoutCancel(ctx)
+		n := min(o.payloadCap, size-written)
+		off := o.s.lay.bufAt(p, d.cur) + frameHeader
+		copyPieces(o.s.seg.Bytes()[off:off+int64(n)], pieces[:], written)
+		written += n
+		d.fill = n
+		kind := frameLarge
+		if written == size {
+			kind = frameLargeLast
+		}
+		o.seal(p, kind)
+	}
+	return nil
+}
+
+// copyPieces fills dst with the bytes of the concatenation of pieces
+// starting at offset from.
+func copyPieces(dst []byte, pieces [][]byte, from int) {
+	for _, pc := range pieces {
+		if from >= len(pc) {
+			from -= len(pc)
+			continue
+		}
+		n := copy(dst, pc[from:])
+		dst = dst[n:]
+		from = 0
+		if len(dst) == 0 {
+			return
+		}
+	}
+}
+
+// take makes a free buffer partition p's current one, waiting for the
+// pump to free one if needed.
+func (o *oside) take(ctx context.Context, p int) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d := &o.dests[p]
+	for len(d.free) == 0 {
+		ch := o.changed
+		o.mu.Unlock()
+		o.s.st.sendWaits.Add(1)
+		err := o.s.waitOn(ctx, ch, "send")
+		o.mu.Lock()
+		if err != nil {
+			return err
+		}
+	}
+	d.cur = d.free[len(d.free)-1]
+	d.free = d.free[:len(d.free)-1]
+	d.fill = 0
+	return nil
+}
+
+// seal queues partition p's current buffer as a frame of kind.
+func (o *oside) seal(p int, kind frameKind) {
+	d := &o.dests[p]
+	buf := o.s.seg.Bytes()[o.s.lay.bufAt(p, d.cur):]
+	putFrameHeader(buf, frameHdr{kind: kind, len: d.fill, gen: o.s.gen.Load()})
+	o.mu.Lock()
+	d.q = append(d.q, item{buf: d.cur, kind: kind, n: d.fill})
+	o.mu.Unlock()
+	d.cur, d.fill = -1, 0
+	o.wakePump()
+}
+
+// release seals partition p's current buffer if it holds data and gives
+// it back otherwise.
+func (o *oside) release(p int) {
+	d := &o.dests[p]
+	if d.cur < 0 {
+		return
+	}
+	if d.fill > 0 {
+		o.seal(p, frameData)
+		return
+	}
+	o.mu.Lock()
+	d.free = append(d.free, d.cur)
+	o.mu.Unlock()
+	d.cur = -1
+}
+
+// stagePair adds a pair to partition p's Combine batch, combining and
+// emitting the batch first when the pair does not fit.
+func (o *oside) stagePair(ctx context.Context, p int, key, value []byte, size int) error {
+	st := &o.stage[p]
+	if len(st.data)+size > o.payloadCap {
+		if err := o.combineFlush(ctx, p); err != nil {
+			return err
+		}
+	}
+	if st.data == nil {
+		st.data = make([]byte, 0, o.payloadCap)
+	}
+	start := len(st.data)
+	st.data = AppendPair(st.data, key, value)
+	ks := start + uvarintLen(uint64(len(key))) + uvarintLen(uint64(len(value)))
+	st.ents = append(st.ents, ent{pre: keyPrefix(key), kstart: uint32(ks), kend: uint32(ks + len(key)), end: uint32(len(st.data))})
+	return nil
+}
+
+// combineFlush sorts partition p's batch, applies Combine to each run of
+// equal keys, and emits the result.
+func (o *oside) combineFlush(ctx context.Context, p int) error {
+	st := &o.stage[p]
+	if len(st.ents) == 0 {
+		return nil
+	}
+	o.s.ord.sortEnts(st.data, st.ents)
+	for i := 0; i < len(st.ents); {
+		key := st.ents[i].key(st.data)
+		j := i + 1
+		for j < len(st.ents) && o.s.ord.compare(st.ents[j].key(st.data), key) == 0 {
+			j++
+		}
+		o.vals = o.vals[:0]
+		for _, e := range st.ents[i:j] {
+			o.vals = append(o.vals, e.value(st.data))
+		}
+		for _, v := range o.s.cfg.Combine(key, o.vals) {
+			size := PairSize(len(key), len(v))
+			if size > o.s.cfg.MaxPairSize {
+				return fmt.Errorf("kvshuffle: send: Combine returned a pair of %d bytes, above MaxPairSize %d: %w", size, o.s.cfg.MaxPairSize, ErrTooLarge)
+			}
+			if err := o.emit(ctx, p, key, v, size); err != nil {
+				return err
+			}
+		}
+		i = j
+	}
+	clear(o.vals)
+	st.data, st.ents = st.data[:0], st.ents[:0]
+	return nil
+}
+
+// flush seals every buffer, queues a control frame of kind to every
+// destination, and waits until the pump has written all of it, serving
+// destinations strictly in schedule order. Called under Shuffle.opMu.
+func (o *oside) flush(ctx context.Context, kind frameKind, val uint64, queued *bool, op string) error {
+	if !*queued {
+		for p := range o.stage {
+			if err := o.combineFlush(ctx, p); err != nil {
+				return err
+			}
+		}
+		for p := range o.dests {
+			o.release(p)
+		}
+		o.mu.Lock()
+		for p := range o.dests {
+			d := &o.dests[p]
+			n := 0
+			if kind == frameMarker {
+				n = 8
+			}
+			d.q = append(d.q, item{buf: -1, kind: kind, n: n, val: val})
+		}
+		o.strict, o.step = true, 0
+		*queued = true
+		o.mu.Unlock()
+		o.wakePump()
+	}
+	for {
+		o.mu.Lock()
+		done := !o.strict
+		for p := range o.dests {
+			done = done && len(o.dests[p].q) == 0
+		}
+		ch := o.changed
+		o.mu.Unlock()
+		if done {
+			return nil
+		}
+		if err := o.s.waitOn(ctx, ch, op); err != nil {
+			return err
+		}
+	}
+}
+
+// CloseSend ends this O task's stream: it flushes every buffer (through
+// Combine when set), sends an end frame to every partition in schedule
+// order, and waits until every receiver has consumed everything this task
+// sent. Send afterwards returns ErrSendClosed. If it fails (ctx), it may be
+// called again to finish.
+func (s *Shuffle) CloseSend(ctx context.Context) error {
+	o := s.o
+	if o == nil {
+		return fmt.Errorf("kvshuffle: close send on rank %d: %w", s.rank, ErrNotOperator)
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	o.sendClosed = true
+	if err := o.flush(ctx, frameEnd, 0, &o.endQueued, "close send"); err != nil {
+		return err
+	}
+	for {
+		o.mu.Lock()
+		done := true
+		for p := range o.dests {
+			done = done && o.dests[p].acked == o.dests[p].sent
+		}
+		ch := o.changed
+		o.mu.Unlock()
+		if done {
+			return nil
+		}
+		if err := s.waitOn(ctx, ch, "close send"); err != nil {
+			return err
+		}
+	}
+}
+
+// Consumed returns the number of input records this O task has marked
+// consumed (MarkConsumed), or restored by RollBack.
+func (s *Shuffle) Consumed() uint64 {
+	if s.o == nil {
+		return 0
+	}
+	s.o.mu.Lock()
+	defer s.o.mu.Unlock()
+	return s.o.consumed
+}
+
+// MarkConsumed records that this O task has consumed its first n input
+// records and has sent every pair derived from them. A checkpoint stores
+// the count; after RollBack the task resumes its input at record
+// Consumed(). n must not decrease (ErrState).
+func (s *Shuffle) MarkConsumed(n uint64) error {
+	if s.o == nil {
+		return fmt.Errorf("kvshuffle: mark consumed on rank %d: %w", s.rank, ErrNotOperator)
+	}
+	s.o.mu.Lock()
+	defer s.o.mu.Unlock()
+	if n < s.o.consumed {
+		return fmt.Errorf("kvshuffle: mark consumed: %d is below the %d already marked: %w", n, s.o.consumed, ErrState)
+	}
+	s.o.consumed = n
+	return nil
+}
+
+// pump writes sealed frames into the receivers' rings. It owns the
+// frames' headers once they are queued, the control frame area, and the
+// pgas queue Config.Queue.
+func (o *oside) pump(ctx context.Context) error {
+	s := o.s
+	posted := 0
+	for {
+		p, it, ok := o.pick()
+		if !ok {
+			if err := o.absorbCredits(); err != nil {
+				return err
+			}
+			p, it, ok = o.pick()
+		}
+		if !ok {
+			if posted > 0 {
+				if err := s.rt.Wait(ctx, s.cfg.Queue); err != nil {
+					return err
+				}
+				posted = 0
+			}
+			if _, err := s.rt.NotifyWaitSome(ctx, s.cfg.SegmentID, s.lay.creditNotif(0), len(o.dests)+1); err != nil {
+				return err
+			}
+			s.seg.ResetNotification(s.lay.pumpWake())
+			continue
+		}
+		if posted >= s.cfg.MaxPosted {
+			if err := s.rt.Wait(ctx, s.cfg.Queue); err != nil {
+				return err
+			}
+			posted = 0
+		}
+		if err := o.write(ctx, p, it); err != nil {
+			return err
+		}
+		posted++
+		o.complete(p)
+	}
+}
+
+// pick chooses the next frame to write: in a strict pass the head of the
+// current step's destination (or nothing while it lacks credit), else the
+// first destination in schedule order that has a frame and a credit.
+func (o *oside) pick() (int, item, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := len(o.dests)
+	slots := uint64(o.s.cfg.Slots)
+	if o.strict {
+		for o.step < n {
+			p := o.sched(o.step)
+			d := &o.dests[p]
+			if len(d.q) == 0 {
+				o.step++
+				continue
+			}
+			if d.sent-d.acked >= slots {
+				o.s.st.creditWaits.Add(1)
+				return 0, item{}, false
+			}
+			return p, d.q[0], true
+		}
+		o.strict = false
+		o.signalLocked()
+	}
+	waiting := false
+	for k := range n {
+		p := k
+		if o.s.cfg.Schedule == Diagonal {
+			p = (o.cursor + k) % n
+		}
+		d := &o.dests[p]
+		if len(d.q) == 0 {
+			continue
+		}
+		if d.sent-d.acked >= slots {
+			waiting = true
+			continue
+		}
+		if o.s.cfg.Schedule == Diagonal {
+			o.cursor = (p + 1) % n
+		}
+		return p, d.q[0], true
+	}
+	if waiting {
+		o.s.st.creditWaits.Add(1)
+	}
+	return 0, item{}, false
+}
+
+// sched is the destination of step k of a pass.
+func (o *oside) sched(k int) int {
+	if o.s.cfg.Schedule == Naive {
+		return k
+	}
+	return (o.s.oIdx + k) % len(o.dests)
+}
+
+// write posts one frame to partition p's receiver: into this task's ring
+// there, at the slot of the frame's sequence number, with the cumulative
+// count as the notification value.
+func (o *oside) write(ctx context.Context, p int, it item) error {
+	s := o.s
+	d := &o.dests[p] // sent is written only by the pump
+	seq := d.sent + 1
+	mem := s.seg.Bytes()
+	var local int64
+	if it.buf >= 0 {
+		local = s.lay.bufAt(p, it.buf)
+		binary.LittleEndian.PutUint32(mem[local+12:], uint32(seq))
+	} else {
+		local = s.lay.ctlOff
+		putFrameHeader(mem[local:], frameHdr{kind: it.kind, len: it.n, gen: s.gen.Load(), seq: uint32(seq)})
+		if it.kind == frameMarker {
+			binary.LittleEndian.PutUint64(mem[local+frameHeader:], it.val)
+		}
+	}
+	remote := pgas.Loc{Seg: s.cfg.SegmentID, Off: s.lay.ringOff(s.oIdx, int(d.sent%uint64(s.cfg.Slots)))}
+	err := s.rt.WriteNotify(ctx, s.cfg.Queue, d.rank, remote, pgas.Loc{Seg: s.cfg.SegmentID, Off: local},
+		int64(frameHeader+it.n), s.lay.dataNotif(s.oIdx), encodeCount(seq))
+	if err != nil {
+		return fmt.Errorf("frame %d to rank %d: %w", seq, d.rank, err)
+	}
+	s.st.framesSent.Add(1)
+	return nil
+}
+
+// complete retires partition p's head frame after it was written: its
+// buffer may be reused at once (pgas copied it out).
+func (o *oside) complete(p int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d := &o.dests[p]
+	it := d.q[0]
+	d.q = append(d.q[:0], d.q[1:]...)
+	if it.buf >= 0 {
+		d.free = append(d.free, it.buf)
+	}
+	d.sent++
+	maxInto(&o.s.st.maxInFlight, int64(d.sent-d.acked))
+	o.signalLocked()
+}
+
+// absorbCredits reads the credit notifications: each carries the
+// receiver's cumulative count of frames consumed from this task.
+func (o *oside) absorbCredits() error {
+	s := o.s
+	s.seg.ResetNotification(s.lay.pumpWake())
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	changed := false
+	for p := range o.dests {
+		v, _ := s.seg.ResetNotification(s.lay.creditNotif(p))
+		if v == 0 {
+			continue
+		}
+		d := &o.dests[p]
+		if v&0x8000_0000 == 0 {
+			return &AbortError{Rank: d.rank}
+		}
+		c := extendCount(d.acked, v)
+		if c > d.sent {
+			return corrupt(fmt.Sprintf("credit from rank %d", d.rank), 0, "%d frames consumed, only %d sent", c, d.sent)
+		}
+		if c > d.acked {
+			d.acked = c
+			changed = true
+		}
+	}
+	if changed {
+		o.signalLocked()
+	}
+	return nil
+}
