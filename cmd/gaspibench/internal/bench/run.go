@@ -1,0 +1,612 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/segments"
+)
+
+const (
+	segID    segments.ID             = 1 // the benchmark's segment; Run owns the job's segments
+	notePing segments.NotificationID = 1 // set on rank 1 by rank 0's ping
+	notePong segments.NotificationID = 2 // set on rank 0 by rank 1's pong
+	pairTag  uint16                  = 1 // group of ranks 0 and 1
+	queue    pgas.Queue              = 0
+)
+
+// bench is one rank's state during Run.
+type bench struct {
+	rt   *pgas.Runtime
+	cfg  Config
+	me   int
+	n    int
+	all  *pgas.Group
+	pair *pgas.Group // ranks 0 and 1; nil on the other ranks
+	seg  *segments.Segment
+	half int64 // the segment's second half receives; the first holds the pattern
+	raw  *rawLink
+	rep  *Report
+	p    *printer
+}
+
+// Run runs the benchmarks cfg selects on rt. Every rank of the job calls
+// it with the same cfg (it checks that they agree). The point-to-point
+// tests run between ranks 0 and 1 while the other ranks wait; the
+// collectives run on every rank. Rank 0 writes the report to out as it
+// measures (the other ranks write nothing) and returns it; the other ranks
+// return an empty Report. Run creates segment 1 and group tag 1, and
+// deletes the segment before it returns.
+func Run(ctx context.Context, rt *pgas.Runtime, cfg Config, out io.Writer) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Timeout,
+		fmt.Errorf("bench: the run took longer than --timeout %v", cfg.Timeout))
+	defer cancel()
+	start := time.Now()
+	b := &bench{rt: rt, cfg: cfg, me: rt.Rank(), n: rt.Size(), all: rt.GroupAll()}
+	if b.me != 0 {
+		out = nil
+	}
+	b.p = newPrinter(out, cfg.CSV)
+	b.rep = &Report{
+		Ranks:   b.n,
+		Spin:    cfg.Spin,
+		LoadAvg: loadAvg(),
+		Env:     fmt.Sprintf("GOMAXPROCS %d, %d CPUs, %s", runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version()),
+	}
+	if cfg.Tests&pairTests != 0 && b.n < 2 {
+		return nil, fmt.Errorf("%w: the tests %s run between ranks 0 and 1, but the job has %d rank; launch with gaspirun -n 2 or more, or pick --tests barrier,allreduce",
+			ErrJob, cfg.Tests&pairTests, b.n)
+	}
+	if err := b.agree(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.setup(ctx); err != nil {
+		b.teardown()
+		return nil, err
+	}
+	defer b.teardown()
+	b.p.header(b.rep, &b.cfg)
+	if err := b.runAll(ctx); err != nil {
+		return nil, err
+	}
+	if err := rt.Barrier(ctx, b.all); err != nil {
+		return nil, fmt.Errorf("bench: final barrier: %w", err)
+	}
+	if b.me != 0 {
+		return &Report{Ranks: b.n}, nil
+	}
+	b.rep.Targets = targets(b.rep)
+	b.rep.LoadEnd = loadAvg()
+	b.rep.Duration = time.Since(start)
+	b.p.footer(b.rep)
+	return b.rep, nil
+}
+
+func (b *bench) runAll(ctx context.Context) error {
+	t := b.cfg.Tests
+	if t&(TestBW|TestRBW|TestRaw) != 0 {
+		for _, size := range b.cfg.Sizes {
+			row, err := b.bandwidth(ctx, size)
+			if err != nil {
+				return err
+			}
+			if b.me == 0 {
+				b.rep.BW = append(b.rep.BW, row)
+				b.p.bw(b.rep, row)
+			}
+		}
+		if err := b.rt.Barrier(ctx, b.all); err != nil {
+			return fmt.Errorf("bench: barrier after the bandwidth tests: %w", err)
+		}
+	}
+	if t&(TestLat|TestRaw) != 0 {
+		for _, size := range b.cfg.LatSizes {
+			row, err := b.latency(ctx, size)
+			if err != nil {
+				return err
+			}
+			if b.me == 0 {
+				b.rep.Lat = append(b.rep.Lat, row)
+				b.p.lat(b.rep, row)
+			}
+		}
+		if err := b.rt.Barrier(ctx, b.all); err != nil {
+			return fmt.Errorf("bench: barrier after the latency tests: %w", err)
+		}
+	}
+	if t.Has(TestBarrier) {
+		row, err := b.collective(ctx, "barrier", 0)
+		if err != nil {
+			return err
+		}
+		b.addColl(row)
+	}
+	if t.Has(TestAllreduce) {
+		for _, size := range b.cfg.CollSizes {
+			row, err := b.collective(ctx, "allreduce", size)
+			if err != nil {
+				return err
+			}
+			b.addColl(row)
+		}
+	}
+	return nil
+}
+
+func (b *bench) addColl(row CollRow) {
+	if b.me == 0 {
+		b.rep.Coll = append(b.rep.Coll, row)
+		b.p.coll(b.rep, row)
+	}
+}
+
+// agree checks that every rank runs the same configuration: a rank started
+// with other sizes or counts would wait forever for messages that never
+// come.
+func (b *bench) agree(ctx context.Context) error {
+	mine := sha256.Sum256([]byte(b.cfg.fingerprint()))
+	got := mine
+	if err := b.rt.Bcast(ctx, b.all, got[:], 0); err != nil {
+		return fmt.Errorf("bench: comparing settings with rank 0: %w", err)
+	}
+	// Every rank learns the verdict, so none goes on to wait for a rank
+	// that gave up.
+	odd := []int64{-1}
+	if got != mine {
+		odd[0] = int64(b.me)
+	}
+	if err := pgas.Allreduce(ctx, b.rt, b.all, odd, pgas.OpMax); err != nil {
+		return fmt.Errorf("bench: comparing settings with rank 0: %w", err)
+	}
+	if odd[0] >= 0 {
+		return fmt.Errorf("%w: rank %d runs with other settings than rank 0 (here: %s); give every rank the same flags", ErrJob, odd[0], b.cfg.fingerprint())
+	}
+	return nil
+}
+
+// setup creates the segment, the pair group and the raw link.
+func (b *bench) setup(ctx context.Context) error {
+	size := int64(4096)
+	if b.me < 2 && b.cfg.Tests&pairTests != 0 {
+		var largest int64
+		if b.cfg.Tests&(TestBW|TestRBW|TestRaw) != 0 {
+			largest = max(largest, maxOf(b.cfg.Sizes))
+		}
+		if b.cfg.Tests&(TestLat|TestRaw) != 0 {
+			largest = max(largest, maxOf(b.cfg.LatSizes))
+		}
+		size = max(size, 2*largest)
+	}
+	seg, err := b.rt.SegmentCreate(ctx, segID, size, nil)
+	if err != nil {
+		return fmt.Errorf("bench: creating a segment of %s: %w", FormatSize(size), err)
+	}
+	b.seg, b.half = seg, size/2
+	fillPattern(seg.Bytes()[:b.half])
+	if b.me > 1 || b.cfg.Tests&pairTests == 0 {
+		return nil
+	}
+	if b.pair, err = b.rt.NewGroup(pairTag, []int{0, 1}); err != nil {
+		return fmt.Errorf("bench: group of ranks 0 and 1: %w", err)
+	}
+	if b.cfg.Tests.Has(TestRaw) {
+		largest := max(maxOf(b.cfg.Sizes), maxOf(b.cfg.LatSizes))
+		if b.raw, err = setupRaw(ctx, b.rt, b.pair, largest); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) teardown() {
+	b.raw.close()
+	if b.seg != nil {
+		b.rt.SegmentDelete(segID)
+	}
+}
+
+func maxOf(s []int64) int64 {
+	var m int64
+	for _, v := range s {
+		m = max(m, v)
+	}
+	return m
+}
+
+// fillPattern writes the bytes that every transfer carries and is checked
+// against: the same on every rank, and not periodic at small powers of two.
+func fillPattern(b []byte) {
+	for i := range b {
+		b[i] = byte(i*131 + i>>8 + 7)
+	}
+}
+
+// check compares what arrived with the pattern.
+func (b *bench) check(what string, got []byte) error {
+	want := b.seg.Bytes()[:len(got)]
+	if i := firstDiff(got, want); i >= 0 {
+		return fmt.Errorf("%w: %s of %s: byte %d is %#x, want %#x", ErrVerify, what, FormatSize(int64(len(got))), i, got[i], want[i])
+	}
+	return nil
+}
+
+func firstDiff(a, b []byte) int {
+	if bytes.Equal(a, b) {
+		return -1
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return len(a)
+}
+
+// bcastCount gives every member of g rank 0's count.
+func (b *bench) bcastCount(ctx context.Context, g *pgas.Group, n int) (int, error) {
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], uint64(n))
+	if err := b.rt.Bcast(ctx, g, buf[:], 0); err != nil {
+		return 0, err
+	}
+	return int(binary.LittleEndian.Uint64(buf[:])), nil
+}
+
+// step runs k iterations of a measurement on this rank and returns the
+// time they took; samples, when not nil (rank 0 of a latency test), has
+// room for each iteration's time.
+type step func(k int, samples []time.Duration) (time.Duration, error)
+
+// result is one step's measurement as this rank saw it.
+type result struct {
+	total   time.Duration   // this rank's time in the timed iterations
+	samples []time.Duration // per-iteration times: rank 0 only, when asked
+}
+
+// measure runs one measurement of one or more steps among the members of
+// g (rank 0 among them) and returns the count of timed iterations, which
+// every step and every member ran, and each step's result.
+//
+// First each step runs Warmup untimed iterations. Then rank 0 plans the
+// count: fixed when > 0, else enough for the slowest step to fill MinTime
+// at its warm-up pace (see Config.iterations). The timed iterations run in
+// about eight chunks; before each, rank 0 Bcasts its size over g (0 means
+// done), so every member runs the same count and rank 0 can stop at the
+// time cap when the machine slows down (capped). Within a chunk the steps
+// take turns, so that a pgas figure and the raw figure it is divided by
+// see the same load even when it drifts. The Bcasts are outside the timing.
+func (b *bench) measure(ctx context.Context, g *pgas.Group, fixed int, record bool, steps ...step) (iters int, res []result, capped bool, err error) {
+	res = make([]result, len(steps))
+	var slowest time.Duration
+	for _, st := range steps {
+		took, err := st(b.cfg.Warmup, nil)
+		if err != nil {
+			return 0, nil, false, err
+		}
+		slowest = max(slowest, took)
+	}
+	plan := fixed
+	if plan <= 0 {
+		plan = b.cfg.iterations(b.cfg.Warmup, slowest)
+	}
+	if b.me == 0 && record {
+		for i := range res {
+			res[i].samples = make([]time.Duration, plan)
+		}
+	}
+	chunk := max(1, (plan+7)/8)
+	limit := b.cfg.measureCap()
+	start := time.Now()
+	for {
+		k := 0
+		if b.me == 0 {
+			k, capped = nextChunk(plan, iters, chunk, time.Since(start), limit)
+		}
+		if k, err = b.bcastCount(ctx, g, k); err != nil {
+			return 0, nil, false, err
+		}
+		if k == 0 {
+			break
+		}
+		for i, st := range steps {
+			var samples []time.Duration
+			if res[i].samples != nil {
+				samples = res[i].samples[iters : iters+k]
+			}
+			d, err := st(k, samples)
+			if err != nil {
+				return 0, nil, false, err
+			}
+			res[i].total += d
+		}
+		iters += k
+	}
+	for i := range res {
+		if res[i].samples != nil {
+			res[i].samples = res[i].samples[:iters]
+		}
+	}
+	return iters, res, capped, nil
+}
+
+// nextChunk decides the size of the next chunk of a measurement that
+// planned plan iterations and has done done of them in elapsed: 0 ends it.
+// It stops early, with capped set, once elapsed passes limit (0 means no
+// limit) and at least one chunk has run.
+func nextChunk(plan, done, chunk int, elapsed, limit time.Duration) (k int, capped bool) {
+	k = min(chunk, plan-done)
+	if k > 0 && limit > 0 && done > 0 && elapsed > limit {
+		return 0, true
+	}
+	return max(k, 0), false
+}
+
+// bandwidth measures one size: pgas writes, the raw stream and pgas reads,
+// taking turns, with the same number of windows (so the same bytes) each.
+func (b *bench) bandwidth(ctx context.Context, size int64) (BWRow, error) {
+	w := b.cfg.window(size)
+	row := BWRow{Size: size, Window: w}
+	if b.me > 1 {
+		return row, nil
+	}
+	mem := b.seg.Bytes()
+	front, back := pgas.Loc{Seg: segID}, pgas.Loc{Seg: segID, Off: b.half}
+	recv := mem[b.half : b.half+size] // rank 1: written here; rank 0: read here
+	// windows returns a step for rank 0 that posts windows of w operations
+	// and waits for each; rank 1 has nothing to do.
+	windows := func(op func() error) step {
+		return func(k int, _ []time.Duration) (time.Duration, error) {
+			if b.me != 0 {
+				return 0, nil
+			}
+			start := time.Now()
+			for range k {
+				for range w {
+					if err := op(); err != nil {
+						return 0, err
+					}
+				}
+				if err := b.rt.Wait(ctx, queue); err != nil {
+					return 0, err
+				}
+			}
+			return time.Since(start), nil
+		}
+	}
+	var steps []step
+	var names []string
+	var figures []*float64
+	if b.cfg.Tests.Has(TestBW) {
+		steps = append(steps, windows(func() error { return b.rt.Write(ctx, queue, 1, back, front, size) }))
+		names, figures = append(names, "write bandwidth"), append(figures, &row.Write)
+	}
+	if b.cfg.Tests.Has(TestRaw) {
+		src := mem[:size]
+		steps = append(steps, func(k int, _ []time.Duration) (time.Duration, error) {
+			if b.me == 0 {
+				return b.raw.sendStream(ctx, src, k*w)
+			}
+			return 0, b.raw.recvStream(ctx, size, k*w)
+		})
+		names, figures = append(names, "raw stream"), append(figures, &row.Raw)
+	}
+	if b.cfg.Tests.Has(TestRBW) {
+		steps = append(steps, windows(func() error { return b.rt.Read(ctx, queue, 1, front, back, size) }))
+		names, figures = append(names, "read bandwidth"), append(figures, &row.Read)
+	}
+	clear(recv)
+	if err := b.rt.Barrier(ctx, b.pair); err != nil {
+		return row, fmt.Errorf("bench: bandwidth, %s: %w", FormatSize(size), err)
+	}
+	iters, res, capped, err := b.measure(ctx, b.pair, 0, false, steps...)
+	if err != nil {
+		return row, fmt.Errorf("bench: %s, %s: %w", strings.Join(names, ", "), FormatSize(size), err)
+	}
+	row.Iters, row.Capped = iters, capped
+	for i, r := range res {
+		*figures[i] = mibPerSec(int64(iters)*int64(w)*size, r.total)
+	}
+	if b.cfg.Tests.Has(TestRaw) {
+		row.RawIters = iters
+	}
+	if b.cfg.Tests.Has(TestRBW) {
+		row.ReadIters = iters
+	}
+	// The last Bcast of measure came after rank 0's last Wait: the data
+	// is in place on both sides.
+	if b.me == 1 && b.cfg.Tests.Has(TestBW) {
+		if err := b.check("write", recv); err != nil {
+			return row, err
+		}
+	}
+	if b.me == 0 && b.cfg.Tests.Has(TestRBW) {
+		if err := b.check("read", recv); err != nil {
+			return row, err
+		}
+	}
+	if row.Raw > 0 {
+		row.WriteRatio = row.Write / row.Raw
+		row.ReadRatio = row.Read / row.Raw
+	}
+	return row, nil
+}
+
+// latency measures one size: the pgas write+notify ping-pong and the raw
+// TCP ping-pong, taking turns.
+func (b *bench) latency(ctx context.Context, size int64) (LatRow, error) {
+	row := LatRow{Size: size}
+	if b.me > 1 {
+		return row, nil
+	}
+	recv := b.seg.Bytes()[b.half : b.half+size]
+	var steps []step
+	var names []string
+	var dists []*Dist
+	if b.cfg.Tests.Has(TestLat) {
+		steps = append(steps, func(k int, samples []time.Duration) (time.Duration, error) {
+			return b.pgasPingPong(ctx, size, k, samples)
+		})
+		names, dists = append(names, "write+notify latency"), append(dists, &row.RTT)
+	}
+	if b.cfg.Tests.Has(TestRaw) {
+		src := b.seg.Bytes()[:size]
+		steps = append(steps, func(k int, samples []time.Duration) (time.Duration, error) {
+			start := time.Now()
+			var err error
+			if b.me == 0 {
+				err = b.raw.ping(ctx, src, k, samples)
+			} else {
+				err = b.raw.pong(ctx, src, k)
+			}
+			return time.Since(start), err
+		})
+		names, dists = append(names, "raw ping-pong"), append(dists, &row.Raw)
+	}
+	clear(recv)
+	if err := b.rt.Barrier(ctx, b.pair); err != nil {
+		return row, fmt.Errorf("bench: latency, %s: %w", FormatSize(size), err)
+	}
+	_, res, capped, err := b.measure(ctx, b.pair, 0, true, steps...)
+	if err != nil {
+		return row, fmt.Errorf("bench: %s, %s: %w", strings.Join(names, ", "), FormatSize(size), err)
+	}
+	row.Capped = capped
+	for i, r := range res {
+		*dists[i] = Summarize(r.samples)
+	}
+	if b.cfg.Tests.Has(TestLat) {
+		if err := b.check("write+notify ping-pong", recv); err != nil {
+			return row, err
+		}
+	}
+	if row.RTT.N > 0 && row.Raw.N > 0 {
+		row.Ratio = float64(row.RTT.Median) / float64(row.Raw.Median)
+	}
+	return row, nil
+}
+
+// pgasPingPong runs iters round trips: rank 0 writes size bytes with a
+// notification to rank 1, which waits for it, consumes it and answers the
+// same way. Each side waits for its previous operation's completion just
+// before posting the next, so the queue never fills and the
+// acknowledgement is off the critical path when it arrives in time. It
+// returns the time of all iters round trips.
+func (b *bench) pgasPingPong(ctx context.Context, size int64, iters int, samples []time.Duration) (time.Duration, error) {
+	front, back := pgas.Loc{Seg: segID}, pgas.Loc{Seg: segID, Off: b.half}
+	peer, mine, theirs := 1, notePong, notePing
+	if b.me == 1 {
+		peer, mine, theirs = 0, notePing, notePong
+	}
+	exchange := func() error {
+		if err := b.rt.Wait(ctx, queue); err != nil {
+			return err
+		}
+		return b.rt.WriteNotify(ctx, queue, peer, back, front, size, theirs, 1)
+	}
+	await := func() error {
+		if _, err := b.rt.NotifyWaitSome(ctx, segID, mine, 1); err != nil {
+			return err
+		}
+		_, err := b.rt.NotifyReset(segID, mine)
+		return err
+	}
+	begin := time.Now()
+	for i := range iters {
+		start := time.Now()
+		if b.me == 0 {
+			if err := exchange(); err != nil {
+				return 0, err
+			}
+			if err := await(); err != nil {
+				return 0, err
+			}
+		} else {
+			if err := await(); err != nil {
+				return 0, err
+			}
+			if err := exchange(); err != nil {
+				return 0, err
+			}
+		}
+		if samples != nil {
+			samples[i] = time.Since(start)
+		}
+	}
+	d := time.Since(begin)
+	return d, b.rt.Wait(ctx, queue)
+}
+
+// collective measures a barrier, or an allreduce of size bytes of float64,
+// over every rank.
+func (b *bench) collective(ctx context.Context, op string, size int64) (CollRow, error) {
+	row := CollRow{Op: op, Size: size}
+	fail := func(err error) (CollRow, error) {
+		if op == "barrier" {
+			return row, fmt.Errorf("bench: barrier latency: %w", err)
+		}
+		return row, fmt.Errorf("bench: allreduce latency, %s: %w", FormatSize(size), err)
+	}
+	var data, init []float64
+	if op == "allreduce" {
+		data, init = make([]float64, size/8), make([]float64, size/8)
+		for i := range init {
+			init[i] = float64(b.me + i%7)
+		}
+	}
+	call := func() error {
+		if data == nil {
+			return b.rt.Barrier(ctx, b.all)
+		}
+		return pgas.Allreduce(ctx, b.rt, b.all, data, pgas.OpSum)
+	}
+	iters, res, capped, err := b.measure(ctx, b.all, 0, true, func(k int, samples []time.Duration) (time.Duration, error) {
+		var total time.Duration
+		for i := range k {
+			copy(data, init) // outside the timing; the values stay small
+			start := time.Now()
+			if err := call(); err != nil {
+				return 0, err
+			}
+			d := time.Since(start)
+			total += d
+			if samples != nil {
+				samples[i] = d
+			}
+		}
+		return total, nil
+	})
+	if err != nil {
+		return fail(err)
+	}
+	slowest := []float64{float64(res[0].total) / float64(max(iters, 1))}
+	if err := pgas.Allreduce(ctx, b.rt, b.all, slowest, pgas.OpMax); err != nil {
+		return fail(err)
+	}
+	if data != nil {
+		copy(data, init)
+		if err := call(); err != nil {
+			return fail(err)
+		}
+		base := float64(b.n*(b.n-1)) / 2
+		for i, v := range data {
+			if want := base + float64(b.n*(i%7)); v != want {
+				return row, fmt.Errorf("%w: allreduce of %s: element %d is %v, want %v", ErrVerify, FormatSize(size), i, v, want)
+			}
+		}
+	}
+	row.Dist, row.Capped = Summarize(res[0].samples), capped
+	row.SlowestMean = time.Duration(math.Round(slowest[0]))
+	return row, nil
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
+
+	"github.com/gaspigo/gaspigo/cmd/gaspibench/internal/bench"
+	"github.com/gaspigo/gaspigo/pgas"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the program: flags -> Config -> runtime -> bench.Run -> Close.
+func run(args []string, stdout, stderr io.Writer) int {
+	opts, err := bench.ParseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		// Every rank gets the same flags; one copy of the message is enough.
+		if p := os.Getenv("PGAS_PROC"); p == "" || p == "0" {
+			fmt.Fprintf(stderr, "gaspibench: %v\n", err)
+		}
+		return 2
+	}
+	if os.Getenv("PGAS_RENDEZVOUS") == "" {
+		fmt.Fprintln(stderr, "gaspibench: no job to join (PGAS_RENDEZVOUS is unset); start it under the launcher, e.g.\n  gaspirun -n 2 -- gaspibench")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, opts.Config.Timeout)
+	defer cancel()
+
+	base := pgas.DefaultConfig()
+	base.SpinWait = opts.Config.Spin
+	rt, err := pgas.InitFromEnv(ctx, pgas.EnvOptions{Base: &base})
+	if err != nil {
+		fmt.Fprintf(stderr, "gaspibench: joining the job: %v\n", err)
+		return 1
+	}
+	defer rt.Close()
+
+	if opts.CPUProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.r%d", opts.CPUProfile, rt.Rank()))
+		if err != nil {
+			fmt.Fprintf(stderr, "gaspibench: --cpuprofile: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "gaspibench: --cpuprofile: %v\n", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	out := stdout
+	if opts.Out != "" && rt.Rank() == 0 {
+		f, err := os.Create(opts.Out)
+		if err != nil {
+			fmt.Fprintf(stderr, "gaspibench: --out: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		out = io.MultiWriter(stdout, f)
+	}
+	if _, err := bench.Run(ctx, rt, opts.Config, out); err != nil {
+		fmt.Fprintf(stderr, "gaspibench: rank %d: %v\n", rt.Rank(), err)
+		return 1
+	}
+	return 0
+}
