@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// record is one parsed output line of a job.
+type record struct {
+	recv  time.Time // when the tool read the line
+	at    time.Time // the log record's own time; recv for plain lines
+	label string    // gaspirun's prefix without brackets (r2, s5, p1), "" for gaspirun's own lines
+	kind  string    // "log" for slog records, else the first word (pid, rank, result, leader, progress, gaspirun)
+	msg   string    // slog message
+	kv    map[string]string
+	raw   string
+}
+
+// proc is the process id the record is about: the first proc= attribute
+// (the runtime and the membership put the emitting process first).
+func (r record) proc() int {
+	p, err := strconv.Atoi(r.kv["proc"])
+	if err != nil {
+		return -1
+	}
+	return p
+}
+
+func (r record) int(key string) int64 {
+	v, err := strconv.ParseInt(r.kv[key], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// parseLine turns one line of gaspirun's output into a record. Lines are
+// "[label] text" for the processes and "gaspirun: text" for the launcher.
+func parseLine(raw string, recv time.Time) record {
+	r := record{recv: recv, at: recv, raw: raw, kv: map[string]string{}}
+	s := raw
+	if strings.HasPrefix(s, "[") {
+		if i := strings.Index(s, "] "); i > 0 {
+			r.label, s = s[1:i], s[i+2:]
+		}
+	}
+	if strings.HasPrefix(s, "gaspirun: ") {
+		r.kind = "gaspirun"
+		return r
+	}
+	if strings.HasPrefix(s, "time=") {
+		r.kind = "log"
+		parseKV(s, r.kv)
+		r.msg = r.kv["msg"]
+		if t, err := time.Parse(time.RFC3339Nano, r.kv["time"]); err == nil {
+			r.at = t
+		}
+		return r
+	}
+	r.kind, s, _ = strings.Cut(s, " ")
+	switch r.kind {
+	case "pid": // pid <pid> proc <p>
+		f := strings.Fields(s)
+		if len(f) == 3 && f[1] == "proc" {
+			r.kv["pid"], r.kv["proc"] = f[0], f[2]
+		}
+	case "rank": // rank <r> epoch <e>, or rank <r>: ...
+		f := strings.Fields(s)
+		if len(f) == 3 && f[1] == "epoch" {
+			r.kind = "init"
+			r.kv["rank"], r.kv["epoch"] = f[0], f[2]
+		}
+	default:
+		parseKV(s, r.kv)
+	}
+	return r
+}
+
+// parseKV reads key=value pairs, values optionally quoted as slog's text
+// handler quotes them. The first occurrence of a key wins.
+func parseKV(s string, kv map[string]string) {
+	for s != "" {
+		s = strings.TrimLeft(s, " ")
+		eq := strings.IndexByte(s, '=')
+		if eq <= 0 {
+			return
+		}
+		key := s[:eq]
+		if strings.ContainsRune(key, ' ') {
+			// Not a pair: skip the word.
+			_, s, _ = strings.Cut(s, " ")
+			continue
+		}
+		s = s[eq+1:]
+		var val string
+		if strings.HasPrefix(s, `"`) {
+			end := closingQuote(s)
+			q := s[:end]
+			s = s[end:]
+			if u, err := strconv.Unquote(q); err == nil {
+				val = u
+			} else {
+				val = q
+			}
+		} else {
+			val, s, _ = strings.Cut(s, " ")
+		}
+		if _, dup := kv[key]; !dup {
+			kv[key] = val
+		}
+	}
+}
+
+// closingQuote returns the index just past the quoted string at s[0].
+func closingQuote(s string) int {
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(s)
+}
+
+// job is one gaspirun run whose output is parsed as it arrives.
+type job struct {
+	cmd  *exec.Cmd
+	logw io.Writer // raw output copy, may be nil
+
+	mu        sync.Mutex
+	recs      []record
+	changedCh chan struct{}
+	ended     bool
+	code      int
+	readers   sync.WaitGroup
+}
+
+// startJob runs gaspirun with flags, then PROGRAM ARGS.
+func startJob(gaspirun string, flags []string, prog string, args []string, env []string, logw io.Writer) (*job, error) {
+	argv := append(append(append([]string{}, flags...), "--", prog), args...)
+	cmd := exec.Command(gaspirun, argv...)
+	cmd.Env = append(os.Environ(), env...)
+	j := &job{cmd: cmd, logw: logw, changedCh: make(chan struct{})}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	errp, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", gaspirun, err)
+	}
+	for _, r := range []io.Reader{out, errp} {
+		j.readers.Add(1)
+		go func() {
+			defer j.readers.Done()
+			j.read(r)
+		}()
+	}
+	go func() {
+		j.readers.Wait()
+		err := cmd.Wait()
+		j.mu.Lock()
+		j.ended = true
+		j.code = cmd.ProcessState.ExitCode()
+		if err != nil && j.code == 0 {
+			j.code = -1
+		}
+		j.notifyLocked()
+		j.mu.Unlock()
+	}()
+	return j, nil
+}
+
+func (j *job) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		now := time.Now()
+		rec := parseLine(sc.Text(), now)
+		j.mu.Lock()
+		j.recs = append(j.recs, rec)
+		if j.logw != nil {
+			fmt.Fprintln(j.logw, sc.Text())
+		}
+		j.notifyLocked()
+		j.mu.Unlock()
+	}
+}
+
+func (j *job) notifyLocked() {
+	close(j.changedCh)
+	j.changedCh = make(chan struct{})
+}
+
+// wait blocks until cond holds over the records (checked under the lock),
+// the job ends (then cond is checked once more) or ctx ends.
+func (j *job) wait(ctx context.Context, cond func(recs []record) bool) bool {
+	for {
+		j.mu.Lock()
+		ok, ended, ch := cond(j.recs), j.ended, j.changedCh
+		j.mu.Unlock()
+		if ok {
+			return true
+		}
+		if ended {
+			return false
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// changed returns a channel closed at the next line or at the job's end.
+func (j *job) changed() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.changedCh
+}
+
+// snapshot returns a copy of the records so far.
+func (j *job) snapshot() []record {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]record(nil), j.recs...)
+}
+
+// pids maps process id to OS pid from the "pid" lines.
+func pids(recs []record) map[int]int {
+	m := map[int]int{}
+	for _, r := range recs {
+		if r.kind == "pid" {
+			pid, err := strconv.Atoi(r.kv["pid"])
+			if err == nil && r.proc() >= 0 {
+				m[r.proc()] = pid
+			}
+		}
+	}
+	return m
+}
+
+// stop ends the job: SIGTERM to gaspirun (which tears its process groups
+// down), SIGKILL to every known process after grace, then waits.
+func (j *job) stop(grace time.Duration) int {
+	j.mu.Lock()
+	ended := j.ended
+	j.mu.Unlock()
+	if !ended {
+		j.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if !j.wait(ctx, func([]record) bool { return false }) {
+		j.mu.Lock()
+		ended = j.ended
+		j.mu.Unlock()
+		if !ended {
+			j.cmd.Process.Kill()
+		}
+	}
+	for _, pid := range pids(j.snapshot()) {
+		if alive(pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	j.wait(ctx2, func([]record) bool { return false })
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.code
+}
+
+// alive reports whether pid is a running (not zombie) process.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return false
+	}
+	return s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// expectedSum is ftstep's result for n ranks and steps steps: step i
+// contributes sum over r of (r*i+1).
+func expectedSum(n, steps int64) int64 {
+	return n*steps + n*(n-1)/2*(steps*(steps-1)/2)
+}

@@ -1,0 +1,512 @@
+// Command detect measures the failure detector and the membership on real
+// processes: gaspirun jobs of internal/testprog/ftstep on this machine,
+// with the runtime's default configuration (health.DefaultConfig,
+// spares.DefaultConfig).
+//
+//	go run ./bench/detect -mode latency -kills 50      # SIGKILL a rank per job
+//	go run ./bench/detect -mode fp -duration 10m       # no kills, 2 CPU hogs
+//
+// Latency mode starts one job per kill (-n ranks, -spares spares), waits
+// until every rank runs, sleeps a random moment, SIGKILLs one process
+// (-victim random: a rank chosen at random; leader: the Raft leader,
+// whatever it holds; nonleader: a rank that does not lead) and reads the
+// processes' logs (PGAS_LOG=info): the first "failure confirmed" record
+// (a survivor's detector confirmed the death) and the "view applied"
+// record of the new epoch on every surviving process. It reports, over
+// all kills, the time from the kill to the first confirmation (detection),
+// from the first confirmation to the last survivor applying the view
+// (agreement and commit through Raft), and from the kill to the last
+// survivor applying the view (the detection latency, end to end). Log
+// times have millisecond resolution. It also checks every job's result
+// lines against the failure-free sum.
+//
+// False-positive mode runs one job without kills for -duration next to
+// -hogs busy-looping processes (yes > /dev/null, stopped by pid at the
+// end) and counts what should not happen: suspicions, confirmed failures,
+// epochs changed, failed steps, Raft leader changes. It samples the load
+// average every 10 s.
+//
+// Build first; the tool runs the binaries it finds in -bin (default: it
+// builds them into a temporary directory with the go command).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	mode     string
+	kills    int
+	ranks    int
+	spares   int
+	steps    int
+	pause    time.Duration
+	victim   string
+	seed     uint64
+	duration time.Duration
+	hogs     int
+	bin      string
+	csv      string
+	logDir   string
+	minDelay time.Duration
+	maxDelay time.Duration
+	progArgs []string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.mode, "mode", "latency", "latency (kill a process per job) or fp (no kills, count false positives)")
+	flag.IntVar(&o.kills, "kills", 50, "latency mode: number of jobs, one SIGKILL each")
+	flag.IntVar(&o.ranks, "n", 0, "ranks (default 4 in latency mode, 6 in fp mode)")
+	flag.IntVar(&o.spares, "spares", 2, "spare processes")
+	flag.IntVar(&o.steps, "steps", 0, "ftstep -steps (default 200 in latency mode, unbounded in fp mode)")
+	flag.DurationVar(&o.pause, "pause", 0, "ftstep -pause (default 20ms in latency mode, 5ms in fp mode)")
+	flag.StringVar(&o.victim, "victim", "random", "latency mode: random (a random rank), leader (the Raft leader) or nonleader (a rank that does not lead)")
+	flag.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock; printed)")
+	flag.DurationVar(&o.duration, "duration", 10*time.Minute, "fp mode: how long the job runs")
+	flag.IntVar(&o.hogs, "hogs", 2, "fp mode: CPU-hog processes to run beside the job")
+	flag.StringVar(&o.bin, "bin", "", "directory holding gaspirun and ftstep (default: build them)")
+	flag.StringVar(&o.csv, "csv", "", "latency mode: write one line per kill to this file")
+	flag.StringVar(&o.logDir, "logs", "", "keep every job's raw output in this directory")
+	flag.DurationVar(&o.minDelay, "min-delay", 300*time.Millisecond, "latency mode: earliest kill after every rank started")
+	flag.DurationVar(&o.maxDelay, "max-delay", 1200*time.Millisecond, "latency mode: latest kill after every rank started")
+	extra := flag.String("ftstep-args", "", "extra ftstep arguments, space-separated (e.g. \"-suspicion 1s -probe 500ms\")")
+	flag.Parse()
+	o.progArgs = strings.Fields(*extra)
+	if err := o.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "detect:", err)
+		os.Exit(2)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		fmt.Fprintf(os.Stderr, "detect: %v: stopping the CPU hogs and the job\n", s)
+		runCleanups()
+		os.Exit(130)
+	}()
+	if o.seed == 0 {
+		o.seed = uint64(time.Now().UnixNano())
+	}
+	gaspirun, prog, cleanup, err := binaries(o.bin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "detect:", err)
+		os.Exit(1)
+	}
+	defer cleanup()
+	switch o.mode {
+	case "latency":
+		err = latency(o, gaspirun, prog)
+	case "fp":
+		err = falsePositives(o, gaspirun, prog)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "detect:", err)
+		cleanup()
+		os.Exit(1)
+	}
+}
+
+var cleanups struct {
+	sync.Mutex
+	fs []func()
+}
+
+// onSignal registers f to run if the tool is interrupted (it stops what
+// the tool started: CPU hogs, the current job). Latest first.
+func onSignal(f func()) {
+	cleanups.Lock()
+	cleanups.fs = append(cleanups.fs, f)
+	cleanups.Unlock()
+}
+
+func runCleanups() {
+	cleanups.Lock()
+	fs := cleanups.fs
+	cleanups.fs = nil
+	cleanups.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+}
+
+func (o *options) check() error {
+	switch o.mode {
+	case "latency":
+		o.ranks = orInt(o.ranks, 4)
+		o.steps = orInt(o.steps, 200)
+		if o.pause == 0 {
+			o.pause = 20 * time.Millisecond
+		}
+	case "fp":
+		o.ranks = orInt(o.ranks, 6)
+		o.steps = orInt(o.steps, 1<<40)
+		if o.pause == 0 {
+			o.pause = 5 * time.Millisecond
+		}
+	default:
+		return fmt.Errorf("-mode %q: use latency or fp", o.mode)
+	}
+	switch {
+	case o.ranks < 2:
+		return fmt.Errorf("-n %d: need at least 2 ranks", o.ranks)
+	case o.spares < 1 && o.mode == "latency":
+		return fmt.Errorf("-spares %d: latency mode needs a spare to replace the killed rank", o.spares)
+	case o.spares < 0:
+		return fmt.Errorf("-spares %d: must not be negative", o.spares)
+	case o.kills < 1:
+		return fmt.Errorf("-kills %d: need at least 1", o.kills)
+	case o.victim != "random" && o.victim != "leader" && o.victim != "nonleader":
+		return fmt.Errorf("-victim %q: use random, leader or nonleader", o.victim)
+	case o.duration <= 0:
+		return fmt.Errorf("-duration %v: must be positive (e.g. 10m)", o.duration)
+	case o.hogs < 0:
+		return fmt.Errorf("-hogs %d: must not be negative", o.hogs)
+	case o.minDelay < 0 || o.maxDelay < o.minDelay:
+		return fmt.Errorf("-min-delay %v, -max-delay %v: need 0 <= min <= max", o.minDelay, o.maxDelay)
+	}
+	return nil
+}
+
+func orInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// binaries finds or builds gaspirun and ftstep.
+func binaries(dir string) (gaspirun, prog string, cleanup func(), err error) {
+	cleanup = func() {}
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "detect-")
+		if err != nil {
+			return "", "", cleanup, err
+		}
+		cleanup = func() { os.RemoveAll(tmp) }
+		cmd := exec.Command("go", "build", "-o", tmp+string(filepath.Separator), "./cmd/gaspirun", "./internal/testprog/ftstep")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			cleanup()
+			return "", "", func() {}, fmt.Errorf("go build (run from the module root, or pass -bin): %v\n%s", err, out)
+		}
+		dir = tmp
+	}
+	gaspirun, prog = filepath.Join(dir, "gaspirun"), filepath.Join(dir, "ftstep")
+	for _, f := range []string{gaspirun, prog} {
+		if _, err := os.Stat(f); err != nil {
+			cleanup()
+			return "", "", func() {}, fmt.Errorf("-bin %s: %v (build with: go build -o DIR/ ./cmd/gaspirun ./internal/testprog/ftstep)", dir, err)
+		}
+	}
+	return gaspirun, prog, cleanup, nil
+}
+
+// openLog returns where job i's raw output goes.
+func openLog(dir, name string) (io.Writer, func()) {
+	if dir == "" {
+		return nil, func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "detect: -logs:", err)
+		return nil, func() {}
+	}
+	return f, func() { f.Close() }
+}
+
+// killResult is what one kill measured.
+type killResult struct {
+	job           int
+	victim        int // process id
+	victimRank    int // -1: a spare
+	leader        bool
+	detect        time.Duration // kill -> first "failure confirmed"
+	firstApplied  time.Duration // kill -> first survivor applied the new view
+	lastApplied   time.Duration // kill -> last survivor applied it
+	commit        time.Duration // first confirmation -> last survivor applied
+	newLeaderProc int
+	resultOK      bool
+	note          string
+}
+
+func latency(o options, gaspirun, prog string) error {
+	rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
+	fmt.Printf("detect: ftstep extra arguments: %q\n", o.progArgs)
+	fmt.Printf("detect: latency, %d kills, %d ranks + %d spares, ftstep -steps %d -pause %v, victim %s, seed %d\n",
+		o.kills, o.ranks, o.spares, o.steps, o.pause, o.victim, o.seed)
+	fmt.Printf("detect: load average at start: %s\n", loadavg())
+	var csv io.Writer
+	if o.csv != "" {
+		f, err := os.Create(o.csv)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		csv = f
+		fmt.Fprintln(csv, "job,victim_proc,victim_rank,leader,detect_ms,first_applied_ms,last_applied_ms,commit_ms,result_ok,note")
+	}
+	var res []killResult
+	for i := 0; i < o.kills; i++ {
+		r := oneKill(o, gaspirun, prog, i, rng)
+		res = append(res, r)
+		fmt.Printf("kill %2d: proc %d (rank %d, leader %v): detect %v, all applied %v, commit %v, result ok %v %s\n",
+			i, r.victim, r.victimRank, r.leader, ms(r.detect), ms(r.lastApplied), ms(r.commit), r.resultOK, r.note)
+		if csv != nil {
+			fmt.Fprintf(csv, "%d,%d,%d,%v,%.1f,%.1f,%.1f,%.1f,%v,%q\n", i, r.victim, r.victimRank, r.leader,
+				msf(r.detect), msf(r.firstApplied), msf(r.lastApplied), msf(r.commit), r.resultOK, r.note)
+		}
+	}
+	fmt.Printf("detect: load average at end: %s\n", loadavg())
+	summarize(res)
+	return nil
+}
+
+func ms(d time.Duration) string {
+	if d < 0 {
+		return "-"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// oneKill runs one job and kills one process in it.
+func oneKill(o options, gaspirun, prog string, i int, rng *rand.Rand) killResult {
+	r := killResult{job: i, victim: -1, victimRank: -1, detect: -1, firstApplied: -1, lastApplied: -1, commit: -1, newLeaderProc: -1}
+	logw, closeLog := openLog(o.logDir, fmt.Sprintf("latency-%03d.log", i))
+	defer closeLog()
+	nprocs := o.ranks + o.spares
+	flags := []string{"-n", fmt.Sprint(o.ranks), "--spares", fmt.Sprint(o.spares), "--timeout", "180s"}
+	args := append([]string{"-steps", fmt.Sprint(o.steps), "-pause", o.pause.String(), "-leader", "-timeout", "150s", "-finalize-timeout", "10s"}, o.progArgs...)
+	j, err := startJob(gaspirun, flags, prog, args, []string{"PGAS_LOG=info"}, logw)
+	if err != nil {
+		r.note = err.Error()
+		return r
+	}
+	defer j.stop(15 * time.Second)
+	onSignal(func() { j.stop(5 * time.Second) })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	started := j.wait(ctx, func(recs []record) bool {
+		n := 0
+		for _, x := range recs {
+			if x.kind == "init" {
+				n++
+			}
+		}
+		return n >= o.ranks && len(pids(recs)) == nprocs && lastLeader(recs, time.Time{}) >= 0
+	})
+	if !started {
+		r.note = "job did not start"
+		return r
+	}
+	time.Sleep(o.minDelay + time.Duration(rng.Int64N(int64(o.maxDelay-o.minDelay)+1)))
+	recs := j.snapshot()
+	pm := pids(recs)
+	leader := lastLeader(recs, time.Time{})
+	switch o.victim {
+	case "random":
+		r.victim = rng.IntN(o.ranks)
+	case "leader":
+		r.victim = leader
+	case "nonleader":
+		for {
+			r.victim = rng.IntN(o.ranks)
+			if r.victim != leader {
+				break
+			}
+		}
+	}
+	if r.victim < o.ranks {
+		r.victimRank = r.victim // at epoch 1, process p holds rank p
+	}
+	r.leader = r.victim == leader
+	pid := pm[r.victim]
+	killAt := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		r.note = fmt.Sprintf("kill %d: %v", pid, err)
+		return r
+	}
+	// Every surviving process applies an epoch > 1.
+	survivors := map[int]bool{}
+	for p := 0; p < nprocs; p++ {
+		if p != r.victim {
+			survivors[p] = true
+		}
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	applied := func(recs []record) map[int]time.Time {
+		m := map[int]time.Time{}
+		for _, x := range recs {
+			if x.kind == "log" && x.msg == "view applied" && x.int("epoch") > 1 && survivors[x.proc()] {
+				if _, ok := m[x.proc()]; !ok {
+					m[x.proc()] = x.at
+				}
+			}
+		}
+		return m
+	}
+	if !j.wait(ctx2, func(recs []record) bool { return len(applied(recs)) == len(survivors) }) {
+		r.note = fmt.Sprintf("only %d of %d survivors applied a new view within 30s", len(applied(j.snapshot())), len(survivors))
+	}
+	recs = j.snapshot()
+	var first, last time.Time
+	for _, t := range applied(recs) {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+		if t.After(last) {
+			last = t
+		}
+	}
+	var confirmed time.Time
+	for _, x := range recs {
+		if x.kind == "log" && x.msg == "failure confirmed" && x.int("failed_proc") == int64(r.victim) {
+			if confirmed.IsZero() || x.at.Before(confirmed) {
+				confirmed = x.at
+			}
+		}
+	}
+	if !confirmed.IsZero() {
+		r.detect = confirmed.Sub(killAt)
+	}
+	if !first.IsZero() && r.note == "" {
+		r.firstApplied = first.Sub(killAt)
+		r.lastApplied = last.Sub(killAt)
+		if !confirmed.IsZero() {
+			r.commit = last.Sub(confirmed)
+		}
+	}
+	if r.leader {
+		r.newLeaderProc = lastLeader(recs, killAt)
+	}
+	// The job still computes the failure-free result.
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel3()
+	want := fmt.Sprint(expectedSum(int64(o.ranks), int64(o.steps)))
+	j.wait(ctx3, func(recs []record) bool { return count(recs, "result") >= o.ranks })
+	recs = j.snapshot()
+	r.resultOK = count(recs, "result") == o.ranks
+	epochs := map[string]bool{}
+	for _, x := range recs {
+		if x.kind == "result" {
+			epochs[x.kv["epoch"]] = true
+			if x.kv["sum"] != want {
+				r.resultOK = false
+			}
+		}
+	}
+	if len(epochs) != 1 {
+		r.resultOK = false
+	}
+	if !r.resultOK && r.note == "" {
+		r.note = fmt.Sprintf("results: %d of %d, want sum=%s in one epoch", count(recs, "result"), o.ranks, want)
+	}
+	if r.leader && r.newLeaderProc < 0 && r.note == "" {
+		r.note = "no new leader reported"
+	}
+	return r
+}
+
+// lastLeader is the process that most recently reported becoming the Raft
+// leader after since, or -1.
+func lastLeader(recs []record, since time.Time) int {
+	p := -1
+	for _, x := range recs {
+		if x.kind == "leader" && !x.recv.Before(since) {
+			p = x.proc()
+		}
+	}
+	return p
+}
+
+func count(recs []record, kind string) int {
+	n := 0
+	for _, x := range recs {
+		if x.kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// summarize prints medians and tails over the kills that completed.
+func summarize(res []killResult) {
+	groups := []struct {
+		name string
+		keep func(killResult) bool
+	}{
+		{"all kills", func(killResult) bool { return true }},
+		{"non-leader kills", func(r killResult) bool { return !r.leader }},
+		{"leader kills", func(r killResult) bool { return r.leader }},
+	}
+	bad := 0
+	for _, r := range res {
+		if !r.resultOK || r.lastApplied < 0 {
+			bad++
+		}
+	}
+	fmt.Printf("\n%d kills, %d with a wrong/missing result or no new view everywhere\n", len(res), bad)
+	fmt.Printf("%-17s %5s  %-28s %-28s %-28s\n", "", "n", "kill->confirmed", "confirmed->all applied", "kill->all applied")
+	fmt.Printf("%-17s %5s  %-28s %-28s %-28s\n", "", "", "med / p90 / p99 / max ms", "med / p90 / p99 / max ms", "med / p90 / p99 / max ms")
+	for _, g := range groups {
+		var d, c, t []time.Duration
+		for _, r := range res {
+			if !g.keep(r) || r.lastApplied < 0 {
+				continue
+			}
+			if r.detect >= 0 {
+				d = append(d, r.detect)
+			}
+			if r.commit >= 0 {
+				c = append(c, r.commit)
+			}
+			t = append(t, r.lastApplied)
+		}
+		if len(t) == 0 {
+			continue
+		}
+		fmt.Printf("%-17s %5d  %-28s %-28s %-28s\n", g.name, len(t), quantiles(d), quantiles(c), quantiles(t))
+	}
+}
+
+// quantiles formats median, p90, p99 and max (nearest rank).
+func quantiles(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	q := func(p float64) float64 {
+		i := int(p*float64(len(s))+0.999999) - 1
+		i = min(max(i, 0), len(s)-1)
+		return msf(s[i])
+	}
+	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f", q(0.5), q(0.9), q(0.99), msf(s[len(s)-1]))
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,675 @@
+package fttier
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// raceEnabled is set by race_test.go: the binaries are then built with
+// -race too.
+var raceEnabled = false
+
+const (
+	ranks  = 4
+	spares = 2
+	// jobDeadline bounds every job: generous, for a busy 2-core host.
+	jobDeadline = 150 * time.Second
+	// progTimeout is ftstep's own -timeout: it gives up (and a waiting
+	// spare exits) after this long.
+	progTimeout = 90 * time.Second
+	// stepWait bounds one expected event (a detection, a promotion).
+	stepWait = 45 * time.Second
+)
+
+var bins struct {
+	gaspirun, prog string
+	err            error
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	if runtime.GOOS != "linux" || testing.Short() {
+		bins.err = errors.New("real-process tests need Linux and no -short")
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "fttier-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, "./cmd/gaspirun", "./internal/testprog/ftstep")
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "fttier: go %s: %v\n%s", strings.Join(args, " "), err, out)
+		return 1
+	}
+	bins.gaspirun = filepath.Join(dir, "gaspirun")
+	bins.prog = filepath.Join(dir, "ftstep")
+	return m.Run()
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("fttier: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// knownBugs reports whether checks for known runtime problems fail the
+// test (FTTIER_KNOWN_BUGS=1) or are only logged.
+func knownBugs() bool { return os.Getenv("FTTIER_KNOWN_BUGS") == "1" }
+
+// expectedSum is ftstep's result for n ranks and s steps: step i
+// contributes the sum over ranks r of r*i+1.
+func expectedSum(n, s int64) int64 { return n*s + n*(n-1)/2*(s*(s-1)/2) }
+
+// rec is one parsed output line.
+type rec struct {
+	recv  time.Time
+	label string // gaspirun's prefix without brackets; "" for gaspirun's own lines
+	kind  string // log, gaspirun, pid, init, result, stats, leader, progress, rank (step messages), other
+	msg   string // a log record's message
+	kv    map[string]string
+	raw   string
+}
+
+func (r rec) proc() int { return r.int("proc") }
+
+func (r rec) int(key string) int {
+	v, err := strconv.Atoi(r.kv[key])
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+func parseRec(raw string, recv time.Time) rec {
+	r := rec{recv: recv, raw: raw, kv: map[string]string{}}
+	s := raw
+	if strings.HasPrefix(s, "[") {
+		if i := strings.Index(s, "] "); i > 0 {
+			r.label, s = s[1:i], s[i+2:]
+		}
+	}
+	switch {
+	case strings.HasPrefix(s, "gaspirun: "):
+		r.kind = "gaspirun"
+		return r
+	case strings.HasPrefix(s, "time="):
+		r.kind = "log"
+		parseKV(s, r.kv)
+		r.msg = r.kv["msg"]
+		return r
+	}
+	r.kind, s, _ = strings.Cut(s, " ")
+	f := strings.Fields(s)
+	switch r.kind {
+	case "pid": // pid <pid> proc <p>
+		if len(f) == 3 && f[1] == "proc" {
+			r.kv["pid"], r.kv["proc"] = f[0], f[2]
+		}
+	case "rank": // rank <r> epoch <e>, or rank <r>: step ...
+		if len(f) == 3 && f[1] == "epoch" {
+			r.kind = "init"
+			r.kv["rank"], r.kv["epoch"] = f[0], f[2]
+		}
+	case "result", "stats", "leader", "progress":
+		parseKV(s, r.kv)
+	default:
+		r.kind = "other"
+	}
+	return r
+}
+
+// parseKV reads key=value pairs (values possibly quoted, as slog's text
+// handler writes them); the first occurrence of a key wins.
+func parseKV(s string, kv map[string]string) {
+	for s != "" {
+		s = strings.TrimLeft(s, " ")
+		eq := strings.IndexByte(s, '=')
+		if eq <= 0 {
+			return
+		}
+		key := s[:eq]
+		if strings.ContainsRune(key, ' ') {
+			_, s, _ = strings.Cut(s, " ")
+			continue
+		}
+		s = s[eq+1:]
+		var val string
+		if strings.HasPrefix(s, `"`) {
+			end := len(s)
+			for i := 1; i < len(s); i++ {
+				if s[i] == '\\' {
+					i++
+				} else if s[i] == '"' {
+					end = i + 1
+					break
+				}
+			}
+			val, s = s[:end], s[end:]
+			if u, err := strconv.Unquote(val); err == nil {
+				val = u
+			}
+		} else {
+			val, s, _ = strings.Cut(s, " ")
+		}
+		if _, dup := kv[key]; !dup {
+			kv[key] = val
+		}
+	}
+}
+
+// job is one gaspirun run of ftstep.
+type job struct {
+	t         *testing.T
+	cmd       *exec.Cmd
+	cancel    context.CancelFunc
+	begin     time.Time
+	steps     int
+	resultDir string
+
+	mu      sync.Mutex
+	changed chan struct{}
+	recs    []rec
+	all     strings.Builder // raw output, for failure messages
+	pids    map[int]int     // process id -> OS pid
+	ended   bool
+	code    int
+	wall    time.Duration
+	readers sync.WaitGroup
+}
+
+// jobOpts are the knobs of startJob.
+type jobOpts struct {
+	steps    int
+	pause    time.Duration
+	progress int           // ftstep -progress
+	timeout  time.Duration // ftstep -timeout (0: progTimeout)
+	extra    []string
+}
+
+// startJob runs gaspirun -n 4 --spares 2 with ftstep under PGAS_LOG=info.
+func startJob(t *testing.T, o jobOpts) *job {
+	t.Helper()
+	if bins.err != nil {
+		t.Skip(bins.err)
+	}
+	if o.pause == 0 {
+		o.pause = 20 * time.Millisecond
+	}
+	if o.progress == 0 {
+		o.progress = 10
+	}
+	if o.timeout == 0 {
+		o.timeout = progTimeout
+	}
+	j := &job{t: t, steps: o.steps, resultDir: t.TempDir(), changed: make(chan struct{}), pids: map[int]int{}}
+	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
+	args := []string{"-n", strconv.Itoa(ranks), "--spares", strconv.Itoa(spares), "--timeout", jobDeadline.String(),
+		"--", bins.prog, "-steps", strconv.Itoa(o.steps), "-pause", o.pause.String(),
+		"-progress", strconv.Itoa(o.progress), "-leader", "-stats", "-result-dir", j.resultDir,
+		"-timeout", o.timeout.String(), "-finalize-timeout", "10s"}
+	args = append(args, o.extra...)
+	// For example "-suspicion 1s -probe 500ms": a detector configuration
+	// other than the default, for a machine too loaded for it.
+	args = append(args, strings.Fields(os.Getenv("FTTIER_FTSTEP_ARGS"))...)
+	cmd := exec.CommandContext(ctx, bins.gaspirun, args...)
+	// gaspirun tears the job down on SIGTERM; SIGKILL would leave the
+	// processes running.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
+	cmd.Env = append(os.Environ(), "PGAS_LOG=info")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.cmd, j.cancel = cmd, cancel
+	j.begin = time.Now()
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start gaspirun: %v", err)
+	}
+	for _, r := range []io.Reader{stdout, stderr} {
+		j.readers.Add(1)
+		go func() {
+			defer j.readers.Done()
+			j.read(r)
+		}()
+	}
+	go func() {
+		j.readers.Wait()
+		err := cmd.Wait()
+		j.mu.Lock()
+		j.ended, j.wall = true, time.Since(j.begin)
+		j.code = cmd.ProcessState.ExitCode()
+		if err != nil && j.code == 0 {
+			j.code = -1
+		}
+		j.notifyLocked()
+		j.mu.Unlock()
+	}()
+	t.Cleanup(j.cleanup)
+	return j
+}
+
+func (j *job) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		x := parseRec(sc.Text(), time.Now())
+		j.mu.Lock()
+		j.recs = append(j.recs, x)
+		j.all.WriteString(sc.Text())
+		j.all.WriteByte('\n')
+		if x.kind == "pid" {
+			if pid, err := strconv.Atoi(x.kv["pid"]); err == nil && x.proc() >= 0 {
+				j.pids[x.proc()] = pid
+			}
+		}
+		j.notifyLocked()
+		j.mu.Unlock()
+	}
+}
+
+func (j *job) notifyLocked() {
+	close(j.changed)
+	j.changed = make(chan struct{})
+}
+
+// waitFor waits up to d for cond over the records; it fails the test,
+// naming what, if the job ends or the time passes first.
+func (j *job) waitFor(what string, d time.Duration, cond func(recs []rec) bool) {
+	j.t.Helper()
+	if !j.poll(d, cond) {
+		j.fatalf("timed out after %v (or the job ended) waiting for %s", d, what)
+	}
+}
+
+// poll is waitFor without failing: it reports whether cond held.
+func (j *job) poll(d time.Duration, cond func(recs []rec) bool) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		j.mu.Lock()
+		ok, ended, ch := cond(j.recs), j.ended, j.changed
+		j.mu.Unlock()
+		if ok {
+			return true
+		}
+		if ended {
+			return false
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		}
+	}
+}
+
+func (j *job) snapshot() []rec {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]rec(nil), j.recs...)
+}
+
+func (j *job) pidOf(proc int) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.pids[proc]
+}
+
+// fatalf fails the test with the job's output attached.
+func (j *job) fatalf(format string, args ...any) {
+	j.t.Helper()
+	j.t.Fatalf("%s\n--- job output (%v) ---\n%s", fmt.Sprintf(format, args...), time.Since(j.begin).Round(time.Millisecond), j.output())
+}
+
+func (j *job) errorf(format string, args ...any) {
+	j.t.Helper()
+	j.t.Errorf(format, args...)
+}
+
+// output is the job's output without Raft's connection chatter.
+func (j *job) output() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var b strings.Builder
+	for _, x := range j.recs {
+		if x.kind == "log" && x.kv["component"] == "raft" {
+			continue
+		}
+		if x.kind == "log" && x.msg == "failure report not accepted yet" {
+			continue
+		}
+		b.WriteString(x.raw)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// running waits until every rank has started and every process has
+// reported its pid, and returns the Raft leader's process id.
+func (j *job) running() int {
+	j.t.Helper()
+	j.waitFor("every rank to start and a Raft leader", stepWait, func(recs []rec) bool {
+		return count(recs, "init") >= ranks && len(pidsOf(recs)) == ranks+spares && leaderAfter(recs, time.Time{}) >= 0
+	})
+	return leaderAfter(j.snapshot(), time.Time{})
+}
+
+// waitProgress waits until some rank completed step s in epoch e or later.
+func (j *job) waitProgress(s, e int) {
+	j.t.Helper()
+	j.waitFor(fmt.Sprintf("progress to step %d in epoch %d", s, e), stepWait, func(recs []rec) bool {
+		for _, x := range recs {
+			if x.kind == "progress" && x.int("step") >= s && x.int("epoch") >= e {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// signal sends sig to process proc of the job.
+func (j *job) signal(proc int, sig syscall.Signal) time.Time {
+	j.t.Helper()
+	pid := j.pidOf(proc)
+	if pid <= 0 {
+		j.fatalf("no pid for process %d", proc)
+	}
+	at := time.Now()
+	if err := syscall.Kill(pid, sig); err != nil {
+		j.fatalf("kill -%v %d (process %d): %v", sig, pid, proc, err)
+	}
+	j.t.Logf("%v: sent %v to process %d (pid %d)", at.Sub(j.begin).Round(time.Millisecond), sig, proc, pid)
+	return at
+}
+
+// waitHolder waits for gaspirun's notice that a spare process holds rank
+// r and returns the process.
+func (j *job) waitHolder(r int) int {
+	j.t.Helper()
+	holder := -1
+	j.waitFor(fmt.Sprintf("a spare to take rank %d", r), stepWait, func(recs []rec) bool {
+		for _, x := range recs {
+			var p, rr int
+			var e uint64
+			if x.kind == "gaspirun" {
+				if n, _ := fmt.Sscanf(x.raw, "gaspirun: spare process %d now holds rank %d (epoch %d)", &p, &rr, &e); n == 3 && rr == r {
+					holder = p
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return holder
+}
+
+// waitApplied waits until every process in procs applied a view with
+// epoch >= e.
+func (j *job) waitApplied(procs []int, e int) {
+	j.t.Helper()
+	j.waitFor(fmt.Sprintf("processes %v to apply epoch %d", procs, e), stepWait, func(recs []rec) bool {
+		got := map[int]bool{}
+		for _, x := range recs {
+			if x.kind == "log" && x.msg == "view applied" && x.int("epoch") >= e {
+				got[x.proc()] = true
+			}
+		}
+		for _, p := range procs {
+			if !got[p] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// wait waits for gaspirun to exit and returns its exit code.
+func (j *job) wait() int {
+	j.t.Helper()
+	j.poll(jobDeadline, func([]rec) bool { return false })
+	j.mu.Lock()
+	ended, code := j.ended, j.code
+	j.mu.Unlock()
+	if !ended {
+		j.fatalf("gaspirun still running after %v", jobDeadline)
+	}
+	j.t.Logf("gaspirun exited %d after %v", code, time.Since(j.begin).Round(time.Millisecond))
+	return code
+}
+
+// checkResults checks that every rank printed the failure-free result,
+// all in one epoch, and returns that epoch.
+func (j *job) checkResults() int {
+	j.t.Helper()
+	want := strconv.FormatInt(expectedSum(ranks, int64(j.steps)), 10)
+	byRank := map[int]rec{}
+	for _, x := range j.snapshot() {
+		if x.kind == "result" {
+			if _, dup := byRank[x.int("rank")]; dup {
+				j.errorf("rank %d printed two results: %s", x.int("rank"), x.raw)
+			}
+			byRank[x.int("rank")] = x
+		}
+	}
+	epoch := -1
+	for r := 0; r < ranks; r++ {
+		x, ok := byRank[r]
+		switch {
+		case !ok:
+			j.fatalf("rank %d printed no result", r)
+		case x.kv["sum"] != want:
+			j.fatalf("rank %d: %s, want sum=%s (the failure-free result)", r, x.raw, want)
+		case epoch >= 0 && x.int("epoch") != epoch:
+			j.fatalf("ranks ended in different epochs: rank %d in epoch %d, another in %d", r, x.int("epoch"), epoch)
+		}
+		epoch = x.int("epoch")
+	}
+	return epoch
+}
+
+// checkFailures checks that a failure was confirmed only for the
+// processes in expected: anything else is a false positive. After a rank
+// finished its job its process may be reported as failed by the others
+// while they shut down: only records before the first result count.
+func (j *job) checkFailures(expected ...int) {
+	j.t.Helper()
+	j.checkFailuresUntil(func(x rec) bool { return x.kind == "result" }, expected...)
+}
+
+// checkFailuresUntil is checkFailures over the records before the first
+// one for which end holds.
+func (j *job) checkFailuresUntil(end func(rec) bool, expected ...int) {
+	j.t.Helper()
+	exp := map[int]bool{}
+	for _, p := range expected {
+		exp[p] = true
+	}
+	var bad []string
+	for _, x := range j.snapshot() {
+		if end(x) {
+			break
+		}
+		if x.kind == "log" && x.msg == "failure confirmed" && !exp[x.int("failed_proc")] {
+			bad = append(bad, x.raw)
+		}
+	}
+	if len(bad) > 0 {
+		j.fatalf("false positive: a failure was confirmed for a process the test did not kill or stop:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// checkFinalize logs (or, with FTTIER_KNOWN_BUGS=1, fails on) a Finalize
+// that did not complete: see TestFailureFree.
+func (j *job) checkFinalize() {
+	j.t.Helper()
+	for _, x := range j.snapshot() {
+		if x.kind == "other" && strings.HasPrefix(strings.TrimPrefix(x.raw, "["+x.label+"] "), "finalize:") {
+			msg := fmt.Sprintf("known bug (Finalize races the other ranks' Close; Finish needs a Raft quorum they take away): %s", x.raw)
+			if knownBugs() {
+				j.errorf("%s", msg)
+			} else {
+				j.t.Logf("%s (logged only; FTTIER_KNOWN_BUGS=1 fails on it)", msg)
+			}
+		}
+	}
+}
+
+// statsOf returns the stats lines.
+func statsOf(recs []rec) []rec {
+	var out []rec
+	for _, x := range recs {
+		if x.kind == "stats" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// cleanup stops gaspirun if it still runs, then checks by pid that no
+// process of the job is left, killing and reporting any that is.
+func (j *job) cleanup() {
+	j.mu.Lock()
+	ended := j.ended
+	j.mu.Unlock()
+	if !ended {
+		j.cmd.Process.Signal(syscall.SIGTERM)
+		j.poll(30*time.Second, func([]rec) bool { return false })
+	}
+	j.cancel()
+	pids := pidsOf(j.snapshot())
+	for _, pid := range j.extraPids() {
+		pids[-pid] = pid
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for p, pid := range pids {
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond) // real processes: poll with a deadline
+		}
+		if alive(pid) {
+			j.t.Errorf("process %d (pid %d) is still running after the job ended; killing it", p, pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// extraPids are pids from the result directory (processes whose pid line
+// was lost with gaspirun's output).
+func (j *job) extraPids() []int {
+	var out []int
+	ms, _ := filepath.Glob(filepath.Join(j.resultDir, "pid.*"))
+	for _, m := range ms {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// resultFile reads dir/<kind>.<proc>.
+func (j *job) resultFile(kind string, proc int) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(j.resultDir, fmt.Sprintf("%s.%d", kind, proc)))
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(b)), true
+}
+
+func pidsOf(recs []rec) map[int]int {
+	m := map[int]int{}
+	for _, x := range recs {
+		if x.kind == "pid" {
+			if pid, err := strconv.Atoi(x.kv["pid"]); err == nil && x.proc() >= 0 {
+				m[x.proc()] = pid
+			}
+		}
+	}
+	return m
+}
+
+func count(recs []rec, kind string) int {
+	n := 0
+	for _, x := range recs {
+		if x.kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// leaderAfter is the process that last reported becoming the Raft leader
+// at or after since, or -1.
+func leaderAfter(recs []rec, since time.Time) int {
+	p := -1
+	for _, x := range recs {
+		if x.kind == "leader" && !x.recv.Before(since) {
+			p = x.proc()
+		}
+	}
+	return p
+}
+
+// alive reports whether pid runs (a zombie counts as ended).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return false
+	}
+	return s[i+2] != 'Z' && s[i+2] != 'X'
+}

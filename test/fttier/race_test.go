@@ -1,0 +1,5 @@
+//go:build race
+
+package fttier
+
+func init() { raceEnabled = true }
