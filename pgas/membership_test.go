@@ -263,3 +263,47 @@ func TestPausedProcessIsFenced(t *testing.T) {
 		}
 	})
 }
+
+// A spare waiting for promotion learns that the job ended when every rank
+// said goodbye, even if the membership never says so (its voters left).
+func TestSpareExitsWhenEveryRankLeaves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw, err := mem.New(3, mem.Config{Seed: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nw.Close()
+		fm := newFakeMembership(2, 3)
+		cfgFor := func(p int) Config {
+			cfg := LocalConfig()
+			cfg.Proc = transport.Proc(p)
+			cfg.NumProcs, cfg.NumRanks = 3, 2
+			cfg.Transport = nw.Endpoint(transport.Proc(p))
+			cfg.Membership = fm.handle()
+			return cfg
+		}
+		spareErr := make(chan error, 1)
+		go func() {
+			rt, err := Init(context.Background(), cfgFor(2))
+			if rt != nil {
+				rt.Close()
+			}
+			spareErr <- err
+		}()
+		var rts []*Runtime
+		for p := 0; p < 2; p++ {
+			rt, err := Init(context.Background(), cfgFor(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rts = append(rts, rt)
+		}
+		each(t, rts, func(rt *Runtime) error { return rt.Barrier(context.Background(), nil) })
+		for _, rt := range rts {
+			rt.Close()
+		}
+		if err := <-spareErr; !errors.Is(err, ErrNotPromoted) {
+			t.Fatalf("spare's Init = %v, want ErrNotPromoted", err)
+		}
+	})
+}

@@ -381,15 +381,43 @@ type peer struct {
 // ctlGoodbye in FrameControl.A: the sender is closing its runtime.
 const ctlGoodbye = 1
 
-// sayGoodbye tells every live peer, best effort and briefly, that this
-// process is leaving on purpose, so that its connections closing is not
-// taken for a failure.
+// spareSeesEnd: an idle spare that has heard goodbye from every rank's
+// process knows the job is over even if the membership can no longer say
+// so (the ranks' processes were most of its voters and have left).
+func (rt *Runtime) spareSeesEnd() {
+	v := rt.view.Load()
+	if v.rankOf[rt.self] >= 0 {
+		return
+	}
+	for _, p := range v.ranks {
+		if p != transport.NoProc && !rt.peers[p].departed.Load() {
+			return
+		}
+	}
+	rt.viewMu.Lock()
+	if rt.finished {
+		rt.viewMu.Unlock()
+		return
+	}
+	rt.finished = true
+	ch := rt.viewChanged
+	rt.viewChanged = make(chan struct{})
+	rt.viewMu.Unlock()
+	close(ch)
+	rt.log.Info("every rank said goodbye: the job is over for this spare")
+}
+
+// sayGoodbye tells every live peer, briefly, that this process is leaving
+// on purpose, so that its connections closing is not taken for a failure.
+// The goodbye is sequenced and acknowledged: a transport may drop frames
+// still in flight when it closes, and an idle spare counts goodbyes.
 func (rt *Runtime) sayGoodbye() {
 	if rt.fenced.Load() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
+	var sent []pendingOp
 	for _, p := range rt.peers {
 		if p.proc == rt.self || p.isDown() {
 			continue
@@ -397,8 +425,18 @@ func (rt *Runtime) sayGoodbye() {
 		// Acks of what this process applied go first: the peer may wait
 		// for them, and the outbox is abandoned once Close goes on.
 		rt.flushAcks(ctx, p)
-		h := transport.Header{Type: transport.FrameControl, A: ctlGoodbye}
-		rt.send(ctx, p.proc, &h, nil)
+		h := transport.Header{Type: transport.FrameControl, Flags: transport.FlagAck, A: ctlGoodbye}
+		p.sendMu.Lock()
+		p.nextSeq++
+		h.Seq = p.nextSeq
+		err := rt.send(ctx, p.proc, &h, nil)
+		p.sendMu.Unlock()
+		if err == nil {
+			sent = append(sent, pendingOp{rank: -1, peer: p, seq: h.Seq, op: "goodbye"})
+		}
+	}
+	for _, op := range sent {
+		rt.waitAck(ctx, op) // best effort: a peer that does not answer is left
 	}
 }
 
@@ -510,7 +548,9 @@ func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p trans
 	case transport.FrameControl:
 		if h.A == ctlGoodbye {
 			rt.peers[from].departed.Store(true)
+			rt.spareSeesEnd()
 		}
+		rt.applied(from, h, nil)
 		return p.Discard()
 	}
 	rt.stats.FramesRejected.Add(1)
