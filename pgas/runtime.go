@@ -717,13 +717,14 @@ func (rt *Runtime) cutOff(proc transport.Proc, err error) {
 	if rt.peers[proc].isDown() {
 		return
 	}
-	if rt.peers[proc].departed.Load() {
+	departed := rt.peers[proc].departed.Load()
+	if departed {
 		rt.log.Debug("peer left", "peer_proc", int(proc))
 	} else {
 		rt.log.Warn("peer lost", "peer_proc", int(proc), "err", err)
 	}
 	rt.peers[proc].fail(fmt.Errorf("%w: %v", ErrRankFailed, err))
-	if rt.det != nil {
+	if rt.det != nil && !departed {
 		rt.det.PeerDown(proc)
 	}
 	rt.failRequests(func(r *request) bool { return r.proc == proc }, ErrRankFailed)

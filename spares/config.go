@@ -105,7 +105,7 @@ type Config struct {
 // (heartbeat 150 ms, election 150 ms), generous I/O deadlines.
 func DefaultConfig() Config {
 	return Config{
-		MaxVoters:          5,
+		MaxVoters: 5,
 		// A leader that dies with a rank is replaced within about two
 		// heartbeat timeouts; at 300 ms the epoch commit after such a kill
 		// took 640 ms. A spurious election on a starved host only delays

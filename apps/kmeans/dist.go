@@ -120,9 +120,9 @@ type Options struct {
 	Injects  []Inject
 	Kernel   Config
 	Progress io.Writer // rank 0's progress lines; nil: none
-	// IsLeader, when set, reports whether this process leads the
-	// membership (for kill:leader).
-	IsLeader func() bool
+	// Leader, when set, returns the process (transport.Proc) that leads
+	// the membership, if one is known (for kill:leader).
+	Leader func() (proc int, ok bool)
 }
 
 // RunResult is what a distributed run ends with, identical on every rank.
@@ -131,6 +131,14 @@ type RunResult struct {
 	SSE        float64
 	Iterations int
 	Recoveries int
+	// CheckpointTime is the time this rank's loop spent in checkpoint
+	// Start (the copy) and Commit (waiting for the push, the agreement),
+	// the checkpoints' cost on the critical path; Checkpoints counts the
+	// commits. Both leave out the starting state's checkpoint (before the
+	// loop). LoopTime is the time from the start of the loop to the end.
+	CheckpointTime time.Duration
+	Checkpoints    int
+	LoopTime       time.Duration
 }
 
 // Job is one rank's part of a distributed K-means run.
@@ -157,8 +165,15 @@ type Job struct {
 	iter    int // iterations completed
 	high    int // the most iterations the job ever completed (injections fire past it)
 	pending uint64
-	sse     float64
-	recov   int
+	// fresh: the pending checkpoint follows an iteration completed for the
+	// first time, so its commit may fire phase=commit injections.
+	fresh bool
+	sse   float64
+	recov int
+	// ckptTime, commits and loopStart: see RunResult.
+	ckptTime  time.Duration
+	commits   int
+	loopStart time.Time
 }
 
 // NewJob loads this rank's shard and the starting centroids. Every rank
@@ -326,10 +341,23 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 	} else if j.ck != nil && j.opt.Every > 0 {
 		// Checkpoint the starting state, so a failure before the first
 		// periodic checkpoint restores it instead of nothing.
-		if err := j.checkpoint(ctx); err == nil {
+		err := j.checkpoint(ctx)
+		if err == nil {
 			err = j.commit(ctx)
 		}
+		if err != nil && !needsRecovery(err) {
+			return RunResult{}, err
+		}
+		if err != nil {
+			if err := j.rejoin(ctx, err); err != nil {
+				return RunResult{}, err
+			}
+		}
 	}
+	// The starting checkpoint's commit waits for the slowest rank to load
+	// its data: that is not what checkpoints cost, so the figures start
+	// here.
+	j.ckptTime, j.commits, j.loopStart = 0, 0, time.Now()
 	for {
 		done, err := j.iterate(ctx)
 		if err == nil && done {
@@ -345,7 +373,8 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 			return RunResult{}, err
 		}
 	}
-	return RunResult{Centroids: slices.Clone(j.cent), SSE: j.sse, Iterations: j.iter, Recoveries: j.recov}, nil
+	return RunResult{Centroids: slices.Clone(j.cent), SSE: j.sse, Iterations: j.iter, Recoveries: j.recov,
+		CheckpointTime: j.ckptTime, Checkpoints: j.commits, LoopTime: time.Since(j.loopStart)}, nil
 }
 
 // iterate runs one Lloyd iteration; done reports the end of the run.
@@ -382,13 +411,17 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 	j.iter++
 	j.sse = j.buf[kd+k]
 	j.printf("iter %4d  sse=%-22s moved=%-9d shift=%-10.3g time=%v\n", j.iter, strconv.FormatFloat(j.sse, 'g', 10, 64), int64(j.buf[kd+k+1]), shift, time.Since(t0).Round(10*time.Microsecond))
-	j.inject("")
+	fresh := j.iter > j.high
+	if err := j.inject(ctx, "", fresh); err != nil {
+		return false, err
+	}
 	j.high = max(j.high, j.iter)
 	done = j.iter >= j.opt.MaxIter || (j.opt.Tol > 0 && shift <= j.opt.Tol)
 	if j.ck != nil && j.opt.Every > 0 && j.iter%j.opt.Every == 0 && !done {
 		if err := j.checkpoint(ctx); err != nil {
 			return false, err
 		}
+		j.fresh = fresh
 	}
 	return done, nil
 }
@@ -398,6 +431,8 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 func (j *Job) checkpoint(ctx context.Context) error {
 	j.hdr[0], j.hdr[1] = uint64(j.iter), uint64(j.high)
 	id := uint64(j.iter) + 1
+	t0 := time.Now()
+	defer func() { j.ckptTime += time.Since(t0) }()
 	if err := j.ck.Start(ctx, id); err != nil {
 		return err
 	}
@@ -406,10 +441,20 @@ func (j *Job) checkpoint(ctx context.Context) error {
 }
 
 func (j *Job) commit(ctx context.Context) error {
-	j.inject("commit")
+	// The checkpoint of iteration j.iter is being committed; the high-water
+	// mark already counts that iteration, so whether this is the first time
+	// was decided when the checkpoint started.
+	if err := j.inject(ctx, "commit", j.fresh); err != nil {
+		return err
+	}
 	id := j.pending
-	j.pending = 0
+	j.pending, j.fresh = 0, false
+	t0 := time.Now()
 	err := j.ck.Commit(ctx, id)
+	j.ckptTime += time.Since(t0)
+	if err == nil {
+		j.commits++
+	}
 	if errors.Is(err, ckpt.ErrNotCommitted) {
 		j.printf("checkpoint %d not committed (%v); the previous one stays in force\n", id, err)
 		return nil
@@ -417,10 +462,12 @@ func (j *Job) commit(ctx context.Context) error {
 	return err
 }
 
-// inject fires the injections due now, the first time the job gets here.
-func (j *Job) inject(phase string) {
-	if j.iter <= j.high {
-		return // a redone iteration
+// inject fires the injections due now, the first time the job gets here
+// (fresh: iteration j.iter was never completed before). Every rank calls
+// it at the same point; a due kill:leader injection makes it collective.
+func (j *Job) inject(ctx context.Context, phase string, fresh bool) error {
+	if !fresh {
+		return nil // a redone iteration
 	}
 	me := j.rt.Rank()
 	for _, in := range j.opt.Injects {
@@ -429,8 +476,13 @@ func (j *Job) inject(phase string) {
 		}
 		hit := in.Rank == me ||
 			(in.Host != "" && j.rt.Host(me) == in.Host) ||
-			(in.Leader && j.opt.IsLeader != nil && j.opt.IsLeader()) ||
 			(in.MirrorOf >= 0 && j.ck != nil && slices.Contains(j.ck.Holders(in.MirrorOf), me))
+		if in.Leader {
+			var err error
+			if hit, err = j.isAgreedLeader(ctx); err != nil {
+				return err
+			}
+		}
 		if hit {
 			fmt.Fprintf(os.Stderr, "inject: SIGKILL rank %d (pid %d) after iteration %d%s at %s\n",
 				me, os.Getpid(), j.iter, map[string]string{"": "", "commit": ", inside the checkpoint commit"}[phase], time.Now().Format(time.RFC3339Nano))
@@ -438,6 +490,56 @@ func (j *Job) inject(phase string) {
 			select {} // the signal is on its way
 		}
 	}
+	return nil
+}
+
+// leaderWait bounds the wait for a Raft leader at a kill:leader injection.
+const leaderWait = time.Minute
+
+// isAgreedLeader decides a kill:leader injection collectively: every rank
+// waits until its membership knows a leader (the election may still be
+// under way early in a run), the ranks agree on one leader process (the
+// highest any of them saw, so a change of leader between their looks
+// still kills at most one), and this reports whether it is this process.
+// A leader that holds no rank (an idle spare) is not killed: rank 0 says
+// so on stderr.
+func (j *Job) isAgreedLeader(ctx context.Context) (bool, error) {
+	if j.opt.Leader == nil {
+		j.printf("inject: kill:leader after iteration %d: the membership has no leader to ask; nothing killed\n", j.iter)
+		return false, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	seen := int64(-1)
+	for seen < 0 {
+		if p, ok := j.opt.Leader(); ok {
+			seen = int64(p)
+			break
+		}
+		select {
+		case <-wctx.Done():
+			return false, fmt.Errorf("kmeans: kill:leader after iteration %d: no Raft leader known after %v", j.iter, leaderWait)
+		case <-tick.C:
+		}
+	}
+	v := []int64{seen}
+	if err := pgas.Allreduce(ctx, j.rt, nil, v, pgas.OpMax); err != nil {
+		return false, err
+	}
+	mine := int64(0)
+	if v[0] == int64(j.rt.Proc()) {
+		mine = 1
+	}
+	h := []int64{mine}
+	if err := pgas.Allreduce(ctx, j.rt, nil, h, pgas.OpSum); err != nil {
+		return false, err
+	}
+	if h[0] == 0 && j.rt.Rank() == 0 {
+		fmt.Fprintf(os.Stderr, "inject: kill:leader after iteration %d: the Raft leader is process %d, which holds no rank (an idle spare); nothing killed\n", j.iter, v[0])
+	}
+	return mine == 1, nil
 }
 
 // rejoin recovers from cause (nil for a promoted spare): wait for the new
@@ -468,7 +570,7 @@ func (j *Job) rejoin(ctx context.Context, cause error) error {
 }
 
 func (j *Job) restore(ctx context.Context) error {
-	j.pending = 0
+	j.pending, j.fresh = 0, false
 	if j.ck == nil {
 		return errors.New("kmeans: a rank failed and checkpoints are off (--ckpt-every 0): nothing to restore from")
 	}

@@ -11,14 +11,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gaspigo/gaspigo/apps/kmeans"
 	"github.com/gaspigo/gaspigo/spares"
@@ -44,6 +47,7 @@ type flags struct {
 	mirrors  int
 	ckptDir  string
 	quiet    bool
+	stamps   bool
 }
 
 func parse(args []string) (*flags, error) {
@@ -68,6 +72,7 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.impl, "impl", "auto", "distance kernel: auto, avx512, avx2, go, naive")
 	fs.IntVar(&f.opt.Kernel.Threads, "threads", 1, "goroutines per rank for the distance kernel")
 	fs.BoolVar(&f.quiet, "quiet", false, "no per-iteration lines")
+	fs.BoolVar(&f.stamps, "timestamps", false, "start every per-iteration and recovery line with the time (RFC 3339, nanoseconds); the final line stays as it is")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -138,6 +143,12 @@ func main() {
 func run(ctx context.Context, f *flags) int {
 	rt, err := spares.Init(ctx, spares.Options{})
 	if err != nil {
+		if ctx.Err() != nil {
+			// A signal before this process got going: gaspirun stopping
+			// an idle spare at the end of the job, or tearing the job
+			// down. Nothing to add to gaspirun's own account.
+			return 128 + int(syscall.SIGTERM)
+		}
 		if code := spares.ExitCodeOf(err); code != 0 {
 			fmt.Fprintln(os.Stderr, "kmeans:", err)
 			return code
@@ -151,9 +162,15 @@ func run(ctx context.Context, f *flags) int {
 	}
 	if !f.quiet {
 		f.opt.Progress = os.Stdout
+		if f.stamps {
+			f.opt.Progress = &stampWriter{w: os.Stdout}
+		}
 	}
 	if m, ok := rt.Membership().(*spares.Membership); ok {
-		f.opt.IsLeader = m.Node().IsLeader
+		f.opt.Leader = func() (int, bool) {
+			p, ok := m.Node().Leader()
+			return int(p), ok
+		}
 	}
 	job, err := kmeans.NewJob(ctx, rt, f.opt)
 	if err != nil {
@@ -178,6 +195,10 @@ func run(ctx context.Context, f *flags) int {
 	if err != nil {
 		return fail(err)
 	}
+	if f.opt.Progress != nil && rt.Rank() == 0 && f.opt.Every > 0 {
+		fmt.Fprintf(f.opt.Progress, "checkpoints: %d committed in the loop; %v of rank 0's loop time %v in Start and Commit (%.2f%%)\n",
+			res.Checkpoints, res.CheckpointTime.Round(time.Microsecond), res.LoopTime.Round(time.Millisecond), 100*res.CheckpointTime.Seconds()/res.LoopTime.Seconds())
+	}
 	if rt.Rank() == 0 {
 		if f.output != "" {
 			if err := writeCentroids(f.output, res.Centroids, f.opt.K); err != nil {
@@ -190,6 +211,30 @@ func run(ctx context.Context, f *flags) int {
 		fmt.Fprintln(os.Stderr, "kmeans: finalize:", err)
 	}
 	return 0
+}
+
+// stampWriter starts every line written through it with the time. The
+// job writes whole lines, one or more per Write.
+type stampWriter struct {
+	w io.Writer
+}
+
+func (s *stampWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	now := time.Now().UTC().Format(time.RFC3339Nano) + " "
+	var b []byte
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n') + 1
+		if i == 0 {
+			i = len(p)
+		}
+		b = append(append(b, now...), p[:i]...)
+		p = p[i:]
+	}
+	if _, err := s.w.Write(b); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 func writeCentroids(path string, c []float64, k int) error {
