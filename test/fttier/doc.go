@@ -38,8 +38,5 @@
 // default detector timeouts, FTTIER_FTSTEP_ARGS passes extra ftstep flags
 // to every job, e.g. FTTIER_FTSTEP_ARGS="-suspicion 1s -probe 500ms".
 //
-// The tests need Linux (/proc) and are skipped with -short. Known runtime
-// problems that make a check fail today are reported, not hidden: see the
-// messages that mention FTTIER_KNOWN_BUGS; with FTTIER_KNOWN_BUGS=1 those
-// checks fail the test instead of only being logged.
+// The tests need Linux (/proc) and are skipped with -short.
 package fttier

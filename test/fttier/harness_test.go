@@ -94,10 +94,6 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// knownBugs reports whether checks for known runtime problems fail the
-// test (FTTIER_KNOWN_BUGS=1) or are only logged.
-func knownBugs() bool { return os.Getenv("FTTIER_KNOWN_BUGS") == "1" }
-
 // expectedSum is ftstep's result for n ranks and s steps: step i
 // contributes the sum over ranks r of r*i+1.
 func expectedSum(n, s int64) int64 { return n*s + n*(n-1)/2*(s*(s-1)/2) }
@@ -546,18 +542,13 @@ func (j *job) checkFailuresUntil(end func(rec) bool, expected ...int) {
 	}
 }
 
-// checkFinalize logs (or, with FTTIER_KNOWN_BUGS=1, fails on) a Finalize
-// that did not complete: see TestFailureFree.
+// checkFinalize fails on a Finalize that did not complete (it once raced
+// the other ranks' Close: Finish needs a Raft quorum they took away).
 func (j *job) checkFinalize() {
 	j.t.Helper()
 	for _, x := range j.snapshot() {
 		if x.kind == "other" && strings.HasPrefix(strings.TrimPrefix(x.raw, "["+x.label+"] "), "finalize:") {
-			msg := fmt.Sprintf("known bug (Finalize races the other ranks' Close; Finish needs a Raft quorum they take away): %s", x.raw)
-			if knownBugs() {
-				j.errorf("%s", msg)
-			} else {
-				j.t.Logf("%s (logged only; FTTIER_KNOWN_BUGS=1 fails on it)", msg)
-			}
+			j.errorf("Finalize did not complete: %s", x.raw)
 		}
 	}
 }

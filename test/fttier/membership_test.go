@@ -369,18 +369,15 @@ func TestLauncherKilled(t *testing.T) {
 			t.Errorf("process %d exit file %q, want code=0", r, e)
 		}
 		if strings.Contains(e, "finalize_err") {
-			t.Logf("known bug (Finalize races the other ranks' Close): rank %d: %s", r, e)
+			t.Errorf("rank %d: Finalize did not complete: %s", r, e)
 		}
 	}
 	for p := ranks; p < ranks+spares; p++ {
 		e, _ := j.resultFile("exit", p)
 		if e != `code=0 init_err="pgas: spare not promoted: the job finished"` {
-			msg := fmt.Sprintf("spare process %d exit file %q (ended after %v), want code=0 and \"the job finished\"", p, e, ended[p])
-			if knownBugs() {
-				t.Error(msg)
-			} else {
-				t.Logf("known bug (the idle spares never apply the Finish entry: the ranks, most of the Raft voters, close right after it commits, so a spare waits for its timeout): %s (logged only; FTTIER_KNOWN_BUGS=1 fails on it)", msg)
-			}
+			// Without the launcher, an idle spare must learn that the job
+			// ended (from the Finish entry, or from every rank's goodbye).
+			t.Errorf("spare process %d exit file %q (ended after %v), want code=0 and \"the job finished\"", p, e, ended[p])
 		}
 	}
 }
