@@ -79,18 +79,26 @@
 // # The distributed sort
 //
 // `terasort sort --in DIR --out DIR` runs under gaspirun, one process per
-// rank, over kvshuffle (DESIGN.md section 7). Its shape: every rank takes
-// its share of the input's part files; the ranks sample keys
-// (SampleFiles), allgather the samples and compute the same splitters
-// (Splitters, NewPartitioner), so that rank r receives the keys of
-// partition r; every record is sent to Partition(Key(rec)) through the
-// shuffle, whose Compare is bytewise on the key; rank r writes its sorted
-// records to out/PartName(r); and `terasort validate --expect-checksum
-// <input's> DIR` checks the result. SortInMemory can sort a rank's
-// received records when they fit in memory. Until the shuffle is wired
-// into cmd/terasort (cmd/terasort/sort.go is the place), the subcommand
-// prints "terasort sort: built on kvshuffle (see apps/terasort/doc.go)"
-// and exits with status 2.
+// rank, over kvshuffle (DESIGN.md section 7). The input's files (any
+// number) are one sequence of records; rank r takes the records
+// PartRange(total, ranks, r) of it as byte ranges on record boundaries
+// (SplitInputs, Shard), so files and ranks need not match. Every rank
+// samples its range (SampleShards), kvshuffle.SampleSplitters allgathers
+// the samples and picks the same splitters everywhere, and every record is
+// sent to NewPartitioner(splitters).Partition(Key(rec)) as one pair: key =
+// the whole record, value empty (the same framed size as a 10-byte key
+// with a 90-byte value, one slice fewer per pair, and a total order, so
+// the output does not depend on timing or failures). Rank r writes the
+// records it receives, in order, to out/PartName(r); rank 0 prints the
+// Summary of all parts, which `terasort sum` of the input must match, and
+// `terasort validate out` checks the order. --memory and --spill are
+// kvshuffle's MemoryBudget and SpillDir (default: the output directory).
+// With --ckpt-records C the sort takes key-count checkpoints (kvshuffle
+// Checkpoint after every C records sent, state mirrored with package ckpt)
+// and, under gaspirun --spares, survives the loss of a rank: the survivors
+// Recover, every rank restores the last checkpoint, rolls the shuffle back
+// and resumes sending at Consumed() (ReadShards reads from any record).
+// cmd/terasort/sort.go has the details.
 //
 // # In-memory sort
 //

@@ -10,13 +10,15 @@ import (
 var (
 	// ErrConfig is returned by the Validate methods of GenConfig, ScanConfig
 	// and SortConfig, by Generate, GenerateFile, ValidateFiles, SumFiles,
-	// NewSorter and SortInMemory when a setting is out of range or two
+	// NewSorter and SortInMemory, SplitInputs (part out of range) and
+	// ReadShards (negative start) when a setting is out of range or two
 	// settings contradict each other, by SortInMemory and Sorter.Sort when
 	// the buffers overlap, by AllocBuffer for a negative size, and by
 	// ParseFormat for an unknown name. The wrapping error names the values.
 	ErrConfig = errors.New("terasort: invalid configuration")
 	// ErrSize is returned inside a *FileError by Reader.Next,
-	// ValidateFiles, SumFiles, CheckFileSize, LoadFiles and SampleFiles when
+	// ValidateFiles, SumFiles, CheckFileSize, LoadFiles, SampleFiles and
+	// SplitInputs when
 	// a file is not a whole number of 100-byte records (truncated, or
 	// trailing bytes), and directly by SortInMemory, Sorter.Sort and
 	// WriteFile for a slice whose length is not a multiple of RecordSize or

@@ -1,24 +1,369 @@
 package main
 
 // ---------------------------------------------------------------------------
-// terasort sort: the distributed sort, built on kvshuffle.
+// terasort sort: the distributed sort, built on kvshuffle, run under
+// gaspirun (one process per rank):
 //
-// This is the seam where the distributed TeraSort plugs in. It runs under
-// gaspirun (one process per rank): each rank reads its share of --in, the
-// ranks agree on splitters (terasort.SampleFiles on each rank, allgather,
-// terasort.Splitters, terasort.NewPartitioner), send every record to
-// Partition(Key(rec)) through the key-value shuffle, and rank r writes its
-// sorted partition to --out/part-NNNNN (terasort.PartName(r)), so that
-// `terasort validate --expect-checksum <input's> OUT` checks the result.
-// Until that is wired, the command says so and exits with status 2.
+//	gaspirun -n 4 -- terasort sort --in IN --out OUT [--memory BYTES] [--spill DIR]
+//	gaspirun -n 4 --spares 1 -- terasort sort --in IN --out OUT --ckpt-records C \
+//	    --inject kill:rank=2,at=0.5
+//
+// Input split: the files of --in (a directory's part files in part order,
+// or one file) are one sequence of records; rank r takes the records
+// PartRange(total, ranks, r) of it, as byte ranges on record boundaries
+// (terasort.SplitInputs), so any number of files works with any number of
+// ranks. Splitters: every rank samples --sample keys of its own range,
+// kvshuffle.SampleSplitters allgathers them and picks ranks-1 quantiles.
+// Pairs: key = the whole 100-byte record, value empty. That costs the same
+// framed bytes as key = 10-byte key + 90-byte value (102 bytes either
+// way), saves one slice per pair on both sides, and makes the order total
+// (ties on the 10-byte key are broken by the rest of the record), so the
+// output bytes are the same whatever failed on the way. The partitioner
+// looks at the first 10 bytes only.
+//
+// Output: rank r writes OUT/part-NNNNN (terasort.PartName(r)) through a
+// .tmp file renamed at the end; rank 0 prints the summary of all parts as
+// the last line, "records=<n> checksum=<hex>", which must equal the one of
+// `terasort sum IN`, and `terasort validate OUT` checks the order.
+//
+// Fault tolerance (--ckpt-records C > 0): key-count checkpoints. A rank
+// takes shuffle checkpoint c after sending its first c records, for c =
+// C, 2C, ... up to the smallest rank's record count (so every rank takes
+// the same ones); the state goes into a ckpt region (length + bytes),
+// mirrored to ring neighbours, with ckpt id c+1; id 1 is taken at the
+// start with an empty state (roll back to nothing sent) and carries the
+// splitters, which a promoted spare reads from it. On a failure the
+// survivors call pgas Recover, every rank restores the last committed
+// checkpoint and rolls the shuffle back to it, and sending resumes at
+// Consumed(). Spill files named by a state stay on the local disk: a spare
+// on the same host (gaspirun's case) reads them.
 // ---------------------------------------------------------------------------
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gaspigo/gaspigo/apps/terasort"
+	"github.com/gaspigo/gaspigo/ckpt"
+	"github.com/gaspigo/gaspigo/kvshuffle"
+	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/spares"
 )
 
+// sortFlags are the settings of `terasort sort`.
+type sortFlags struct {
+	in, out   string
+	memory    int64  // kvshuffle MemoryBudget, bytes
+	spill     string // kvshuffle SpillDir; "" = under out
+	sample    int    // keys sampled per rank
+	ckptEvery int64  // records between checkpoints; 0 = off
+	mirrors   int
+	inject    *injectSpec
+	verbose   bool
+}
+
+// injectSpec is --inject kill:rank=R,at=F.
+type injectSpec struct {
+	rank int
+	at   float64
+}
+
+func parseInject(s string) (*injectSpec, error) {
+	rest, ok := strings.CutPrefix(s, "kill:")
+	if !ok {
+		return nil, fmt.Errorf("--inject %q: want kill:rank=R,at=FRACTION", s)
+	}
+	in := &injectSpec{rank: -1, at: -1}
+	for _, kv := range strings.Split(rest, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--inject %q: %q is not key=value; want kill:rank=R,at=FRACTION", s, kv)
+		}
+		switch k {
+		case "rank":
+			r, err := strconv.Atoi(v)
+			if err != nil || r < 0 {
+				return nil, fmt.Errorf("--inject %q: rank %q: want a rank number >= 0", s, v)
+			}
+			in.rank = r
+		case "at":
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(f >= 0 && f <= 1) {
+				return nil, fmt.Errorf("--inject %q: at %q: want a fraction of the rank's input in [0, 1]", s, v)
+			}
+			in.at = f
+		default:
+			return nil, fmt.Errorf("--inject %q: unknown key %q; want kill:rank=R,at=FRACTION", s, k)
+		}
+	}
+	if in.rank < 0 || in.at < 0 {
+		return nil, fmt.Errorf("--inject %q: give both rank=R and at=FRACTION", s)
+	}
+	return in, nil
+}
+
+func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
+	f := &sortFlags{}
+	fs := flag.NewFlagSet("terasort sort", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := kvshuffle.DefaultConfig()
+	fs.StringVar(&f.in, "in", "", "input `DIR` of part files (any number), or one FILE")
+	fs.StringVar(&f.out, "out", "", "output `DIR`: rank r writes DIR/part-NNNNN (created if missing; existing part files are replaced)")
+	fs.Int64Var(&f.memory, "memory", def.MemoryBudget, "received data a rank holds in memory, in `BYTES` (kvshuffle MemoryBudget); above it sorted runs spill to --spill")
+	fs.StringVar(&f.spill, "spill", "", "spill `DIR` (default: under --out, the same disk as the output)")
+	fs.IntVar(&f.sample, "sample", 10000, "keys each rank samples for the splitters")
+	fs.Int64Var(&f.ckptEvery, "ckpt-records", 0, "take a key-count checkpoint every `C` records sent per rank (0: none; a failure is then fatal)")
+	fs.IntVar(&f.mirrors, "mirrors", 1, "copies of each checkpoint on other ranks")
+	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records")
+	fs.BoolVar(&f.verbose, "v", false, "log shuffle and checkpoint events to stderr")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(pos) > 0:
+		return nil, usageErr("unexpected argument %q: use --in and --out", pos[0])
+	case f.in == "" || f.out == "":
+		return nil, usageErr("give --in DIR|FILE and --out DIR")
+	case f.sample < 1:
+		return nil, usageErr("--sample %d: want at least 1 key per rank", f.sample)
+	case f.ckptEvery < 0:
+		return nil, usageErr("--ckpt-records %d: want 0 (off) or a positive number of records", f.ckptEvery)
+	case f.mirrors < 1:
+		return nil, usageErr("--mirrors %d: want at least 1", f.mirrors)
+	}
+	if *inj != "" {
+		in, err := parseInject(*inj)
+		if err != nil {
+			return nil, usageErr("%v", err)
+		}
+		if f.ckptEvery == 0 {
+			return nil, usageErr("--inject needs checkpoints to recover from: set --ckpt-records")
+		}
+		f.inject = in
+	}
+	if _, err := f.shuffleConfig(0); err != nil {
+		return nil, usageErr("%v", err)
+	}
+	return f, nil
+}
+
+// shuffleConfig returns the kvshuffle settings for these flags (rank
+// for the logger).
+func (f *sortFlags) shuffleConfig(rank int) (kvshuffle.Config, error) {
+	cfg := kvshuffle.DefaultConfig()
+	cfg.MemoryBudget = f.memory
+	// Runs of a quarter of the budget, at least one frame: several runs
+	// fit, and the merger works while the drain fills the next one.
+	cfg.RunSize = max(min(cfg.RunSize, f.memory/4), int64(cfg.SlotSize))
+	cfg.SpillDir = f.spill
+	if cfg.SpillDir == "" {
+		cfg.SpillDir = f.out
+	}
+	if f.verbose {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("rank", rank)
+	}
+	if err := cfg.Validate(); err != nil {
+		var ce *kvshuffle.ConfigError
+		if errors.As(err, &ce) && (ce.Field == "MemoryBudget" || ce.Field == "RunSize") {
+			return cfg, fmt.Errorf("--memory %d: want at least %d bytes (16 frames of %d)", f.memory, 16*cfg.SlotSize, cfg.SlotSize)
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
 func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	_, _, _, _ = ctx, args, stdout, stderr
-	return &exitError{code: 2, msg: "built on kvshuffle (see apps/terasort/doc.go)"}
+	f, err := parseSort(args, stderr)
+	if err != nil {
+		return err
+	}
+	rt, err := spares.Init(ctx, spares.Options{})
+	if err != nil {
+		if ctx.Err() != nil {
+			return &exitError{code: 128 + int(syscall.SIGTERM)}
+		}
+		if code := spares.ExitCodeOf(err); code != 0 {
+			return &exitError{code: code, msg: err.Error()}
+		}
+		return nil // a spare the job did not need
+	}
+	defer rt.Close()
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	j := &sortJob{f: f, rt: rt, out: stdout}
+	if err := j.run(ctx); err != nil {
+		code := spares.ExitCodeOf(err)
+		if code == 0 {
+			code = 1
+		}
+		return &exitError{code: code, msg: fmt.Sprintf("rank %d: %v", rt.Rank(), err)}
+	}
+	if err := rt.Finalize(ctx); err != nil && !strings.Contains(err.Error(), "closed") {
+		fmt.Fprintf(stderr, "terasort sort: finalize: %v\n", err)
+	}
+	return nil
+}
+
+// sortJob is one rank's part of the distributed sort.
+type sortJob struct {
+	f   *sortFlags
+	rt  *pgas.Runtime
+	out io.Writer
+
+	shards []terasort.Shard
+	total  int64 // records in the whole input
+	mine   int64 // records in this rank's shards
+	part   *terasort.Partitioner
+
+	cfg     kvshuffle.Config
+	sh      *kvshuffle.Shuffle
+	ck      *ckpt.Checkpointer
+	hdr     []byte // ckpt region: splitters, fixed size
+	state   []byte // ckpt region: 8-byte length + shuffle state
+	maxCk   int64  // last checkpoint count every rank reaches
+	killAt  int64  // record index of the injected kill; -1 none
+	recov   int
+	ckpts   int
+	ckptDur time.Duration
+}
+
+func (j *sortJob) printf(format string, args ...any) {
+	if j.rt.Rank() == 0 {
+		fmt.Fprintf(j.out, format, args...)
+	}
+}
+
+func (j *sortJob) run(ctx context.Context) error {
+	rank, n := j.rt.Rank(), j.rt.Size()
+	t0 := time.Now()
+	paths, err := terasort.ResolveInputs([]string{j.f.in})
+	if err != nil {
+		return err
+	}
+	j.shards, j.total, err = terasort.SplitInputs(paths, n, rank)
+	if err != nil {
+		return err
+	}
+	j.mine = terasort.ShardRecords(j.shards)
+	j.killAt = -1
+	if in := j.f.inject; in != nil && in.rank == rank && !j.rt.StartedAsSpare() {
+		j.killAt = int64(math.Floor(in.at * float64(j.mine)))
+	}
+	if in := j.f.inject; in != nil && in.rank >= n {
+		return fmt.Errorf("--inject rank=%d: the job has ranks 0..%d", in.rank, n-1)
+	}
+	cfg, err := j.f.shuffleConfig(rank)
+	if err != nil {
+		return err
+	}
+	// The partitioner is set once the splitters are known (a promoted
+	// spare learns them from the checkpoint, after New).
+	cfg.Partition = func(key []byte, parts int) int { return j.part.Partition(key[:terasort.KeySize]) }
+	j.hdr = make([]byte, (n-1)*terasort.KeySize)
+	j.cfg = cfg
+	spare := j.rt.StartedAsSpare()
+	if !spare {
+		sample, err := terasort.SampleShards(j.shards, j.f.sample)
+		if err != nil {
+			return err
+		}
+		sp, err := kvshuffle.SampleSplitters(ctx, j.rt, sample, n, nil)
+		if err != nil {
+			return err
+		}
+		if err := j.setSplitters(sp); err != nil {
+			return err
+		}
+	}
+	tSample := time.Since(t0)
+	if j.f.ckptEvery > 0 {
+		if err := j.newCheckpoints(ctx); err != nil {
+			return err
+		}
+		defer j.ck.Close()
+	}
+	if spare {
+		// Join the survivors' recovery: restore, then the shuffle (New
+		// pairs with their RollBack's segment rejoin), then roll back.
+		if err := j.rejoin(ctx, nil); err != nil {
+			return err
+		}
+	} else {
+		if j.sh, err = kvshuffle.New(ctx, j.rt, cfg); err != nil {
+			return err
+		}
+		if j.ck != nil {
+			// Checkpoint 1: nothing sent yet, and the splitters.
+			binary.LittleEndian.PutUint64(j.state, 0)
+			if err := j.commit(ctx, 1); err != nil {
+				if !pgas.NeedsRecovery(err) && !errors.Is(err, ckpt.ErrNeedsRestore) {
+					return err
+				}
+				if err := j.rejoin(ctx, err); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	defer func() {
+		if j.sh != nil {
+			j.sh.Close()
+		}
+	}()
+
+	tmp := filepath.Join(j.f.out, terasort.PartName(rank)+".tmp")
+	var sum terasort.Summary
+	tShuffle := time.Now()
+	for {
+		sum, err = j.attempt(ctx, tmp)
+		if err == nil {
+			break
+		}
+		if !pgas.NeedsRecovery(err) && !errors.Is(err, ckpt.ErrNeedsRestore) && !errors.Is(err, kvshuffle.ErrAborted) {
+			return err
+		}
+		if j.ck == nil {
+			return fmt.Errorf("%w (no checkpoints: set --ckpt-records and run with gaspirun --spares to recover)", err)
+		}
+		if err := j.rejoin(ctx, err); err != nil {
+			return err
+		}
+	}
+	shuffleTime := time.Since(tShuffle)
+	st := j.sh.Stats()
+	all, err := pgas.Allgather(ctx, j.rt, nil, []uint64{uint64(sum.Records), sum.Checksum})
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(j.f.out, terasort.PartName(rank))); err != nil {
+		return fmt.Errorf("terasort: %w", err)
+	}
+	fmt.Fprintf(j.out, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
+		rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.MemoryPeak, j.f.memory, peakRSS())
+	var total terasort.Summary
+	for r := range n {
+		total = total.Add(terasort.Summary{Records: int64(all[2*r]), Checksum: all[2*r+1]})
+	}
+	if total.Records != j.total {
+		return fmt.Errorf("terasort: sorted %d records, the input has %d", total.Records, j.total)
+	}
+	j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) recoveries=%d\n",
+		n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),
+		float64(j.total*terasort.RecordSize)/1e6/time.Since(t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.recov)
+	j.printf("%s\n", total)
+	return nil
 }

@@ -1,0 +1,262 @@
+package terasort
+
+// Real-process tests of `terasort sort`: gaspirun and terasort are built
+// into a temporary directory and run as a job of 3 or 4 ranks on small
+// data sets.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// jobTimeout bounds one job (gaspirun --timeout); generous for a busy
+// 2-core host, where these jobs take well under a second.
+const jobTimeout = 60 * time.Second
+
+var distBins struct {
+	once               sync.Once
+	dir                string
+	gaspirun, terasort string
+	err                error
+}
+
+// buildBins builds gaspirun and terasort once per test binary.
+func buildBins(t *testing.T) (gaspirun, terasort string) {
+	t.Helper()
+	if runtime.GOOS != "linux" || testing.Short() {
+		t.Skip("real-process tests need Linux and no -short")
+	}
+	distBins.once.Do(func() {
+		dir, err := os.MkdirTemp("", "terasort-dist-")
+		if err != nil {
+			distBins.err = err
+			return
+		}
+		distBins.dir = dir
+		cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+			"github.com/gaspigo/gaspigo/cmd/gaspirun", "github.com/gaspigo/gaspigo/apps/terasort/cmd/terasort")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			distBins.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		distBins.gaspirun = filepath.Join(dir, "gaspirun")
+		distBins.terasort = filepath.Join(dir, "terasort")
+	})
+	if distBins.err != nil {
+		t.Fatal(distBins.err)
+	}
+	return distBins.gaspirun, distBins.terasort
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if distBins.dir != "" {
+		os.RemoveAll(distBins.dir)
+	}
+	os.Exit(code)
+}
+
+// job runs gaspirun -n ranks --spares spares -- terasort sort args... and
+// returns its exit status and combined output.
+func job(t *testing.T, ranks, spares int, args ...string) (int, string) {
+	t.Helper()
+	gaspirun, terasort := buildBins(t)
+	full := append([]string{"-n", fmt.Sprint(ranks), "--spares", fmt.Sprint(spares), "--timeout", jobTimeout.String(),
+		"--grace", "1s", "--", terasort, "sort"}, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), jobTimeout+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gaspirun, full...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	begin := time.Now()
+	err := cmd.Run()
+	code := cmd.ProcessState.ExitCode()
+	if err != nil && code == 0 {
+		code = -1
+	}
+	t.Logf("gaspirun %s: exit %d in %v", strings.Join(full, " "), code, time.Since(begin).Round(time.Millisecond))
+	return code, buf.String()
+}
+
+var (
+	finalLineRE = regexp.MustCompile(`(?m)^\[r0\] (records=\d+ checksum=[0-9a-f]{16})$`)
+	spillsRE    = regexp.MustCompile(`(?m)^\[r\d+\] sort: rank \d+ .* spills=(\d+) .* memory_peak=(\d+) budget=(\d+) rss_peak=(\S+)$`)
+)
+
+// checkSorted validates out's part files (ranks of them) against want.
+func checkSorted(t *testing.T, out string, ranks int, want Summary, log string) {
+	t.Helper()
+	paths, err := ListParts(out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	if len(paths) != ranks {
+		t.Fatalf("%d part files, want %d", len(paths), ranks)
+	}
+	rep, err := ValidateFiles(context.Background(), paths, DefaultScanConfig())
+	if err != nil {
+		t.Fatalf("validate: %v\n%s", err, log)
+	}
+	if rep.Summary != want {
+		t.Fatalf("output %v, input %v\n%s", rep.Summary, want, log)
+	}
+	m := finalLineRE.FindStringSubmatch(log)
+	if m == nil || m[1] != want.String() {
+		t.Fatalf("rank 0's last line %q, want %q\n%s", m, want, log)
+	}
+}
+
+// genInput writes n records as parts part files (or one file if parts is
+// 0) and returns the input path and its summary.
+func genInput(t *testing.T, n int64, parts int) (string, Summary) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := DefaultGenConfig()
+	cfg.Records = n
+	cfg.Seed = 42
+	if parts == 0 {
+		path := filepath.Join(dir, "all.dat")
+		sum, err := GenerateFile(context.Background(), path, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return path, sum
+	}
+	cfg.Parts = parts
+	in := filepath.Join(dir, "in")
+	sum, err := Generate(context.Background(), in, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in, sum
+}
+
+// TestDistSort: gen -> sort -> validate with the input's checksum, for
+// inputs whose file count does not match the rank count.
+func TestDistSort(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		parts, ranks int
+	}{
+		{"5files-3ranks", 5, 3},
+		{"2files-4ranks", 2, 4},
+		{"1file-3ranks", 0, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in, sum := genInput(t, 30011, c.parts)
+			out := filepath.Join(t.TempDir(), "out")
+			code, log := job(t, c.ranks, 0, "--in", in, "--out", out)
+			if code != 0 {
+				t.Fatalf("exit %d\n%s", code, log)
+			}
+			checkSorted(t, out, c.ranks, sum, log)
+		})
+	}
+}
+
+// TestDistSortSpills: a memory budget below a rank's share of the data
+// makes the receivers spill, and the result still validates.
+func TestDistSortSpills(t *testing.T) {
+	in, sum := genInput(t, 80000, 3)
+	out := filepath.Join(t.TempDir(), "out")
+	spill := t.TempDir()
+	const budget = 2 << 20 // each rank receives about 8 MB
+	code, log := job(t, 3, 0, "--in", in, "--out", out, "--memory", fmt.Sprint(budget), "--spill", spill)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, log)
+	}
+	checkSorted(t, out, 3, sum, log)
+	ms := spillsRE.FindAllStringSubmatch(log, -1)
+	if len(ms) != 3 {
+		t.Fatalf("%d rank stat lines, want 3\n%s", len(ms), log)
+	}
+	for _, m := range ms {
+		if m[1] == "0" {
+			t.Errorf("a rank did not spill under a %d-byte budget: %s", budget, m[0])
+		}
+		var peak int64
+		fmt.Sscan(m[2], &peak)
+		if peak > budget {
+			t.Errorf("memory peak %d above the budget %d: %s", peak, budget, m[0])
+		}
+	}
+	if ents, err := os.ReadDir(spill); err != nil || len(ents) != 0 {
+		t.Errorf("spill directory not cleaned up: %v, %v", ents, err)
+	}
+}
+
+// TestDistSortKill: rank 1 is SIGKILLed after sending half its records;
+// a spare takes over from the last key-count checkpoint and the output is
+// byte for byte the failure-free one.
+func TestDistSortKill(t *testing.T) {
+	in, sum := genInput(t, 60000, 4)
+	args := []string{"--in", in, "--memory", fmt.Sprint(2 << 20), "--ckpt-records", "3000"}
+	ref := filepath.Join(t.TempDir(), "ref")
+	code, log := job(t, 3, 0, append(args, "--out", ref)...)
+	if code != 0 {
+		t.Fatalf("failure-free run: exit %d\n%s", code, log)
+	}
+	checkSorted(t, ref, 3, sum, log)
+	out := filepath.Join(t.TempDir(), "out")
+	code, log = job(t, 3, 1, append(args, "--out", out, "--inject", "kill:rank=1,at=0.5")...)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, log)
+	}
+	if !strings.Contains(log, "[r1] inject: SIGKILL rank 1") || !strings.Contains(log, "rolled back to checkpoint 9000") ||
+		!strings.Contains(log, "spare process 3 now holds rank 1") {
+		t.Fatalf("no kill, promotion and roll back to checkpoint 9000 in the log\n%s", log)
+	}
+	checkSorted(t, out, 3, sum, log)
+	for r := range 3 {
+		a, err1 := os.ReadFile(filepath.Join(ref, PartName(r)))
+		b, err2 := os.ReadFile(filepath.Join(out, PartName(r)))
+		if err1 != nil || err2 != nil || !bytes.Equal(a, b) {
+			t.Fatalf("part %d differs from the failure-free run (%v, %v)", r, err1, err2)
+		}
+	}
+}
+
+// TestDistSortBadInput: a truncated input file fails the job with the
+// file's name and the offset of the cut record; bad flags are usage
+// errors.
+func TestDistSortBadInput(t *testing.T) {
+	in, _ := genInput(t, 1000, 2)
+	bad := filepath.Join(in, PartName(1))
+	if err := os.Truncate(bad, 500*RecordSize-3); err != nil {
+		t.Fatal(err)
+	}
+	code, log := job(t, 2, 0, "--in", in, "--out", filepath.Join(t.TempDir(), "out"))
+	want := fmt.Sprintf("%s", bad)
+	if code == 0 || !strings.Contains(log, want) || !strings.Contains(log, fmt.Sprint(499*RecordSize)) {
+		t.Fatalf("exit %d; want a failure naming %s and offset %d\n%s", code, bad, 499*RecordSize, log)
+	}
+	_, terasort := buildBins(t)
+	for _, c := range []struct {
+		args []string
+		frag string
+	}{
+		{[]string{"--in", in}, "give --in DIR|FILE and --out DIR"},
+		{[]string{"--in", in, "--out", "x", "--memory", "1000"}, "--memory 1000"},
+		{[]string{"--in", in, "--out", "x", "--inject", "kill:rank=1,at=0.5"}, "needs checkpoints"},
+		{[]string{"--in", in, "--out", "x", "--ckpt-records", "10", "--inject", "kill:rank=1,at=2"}, "at \"2\""},
+	} {
+		cmd := exec.Command(terasort, append([]string{"sort"}, c.args...)...)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.frag) {
+			t.Errorf("terasort sort %q: %v, %q; want exit 2 with %q", c.args, err, out, c.frag)
+		}
+	}
+}
