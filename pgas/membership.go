@@ -331,7 +331,7 @@ func (rt *Runtime) reportFailure(proc transport.Proc, epoch uint64) {
 		if rt.view.Load().failed[proc] || rt.isClosed() {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(rt.life, 5*time.Second)
 		err := rt.member.ReportFailure(ctx, proc, epoch)
 		cancel()
 		if err == nil {

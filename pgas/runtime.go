@@ -84,6 +84,8 @@ type Runtime struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closed    chan struct{}
+	life      context.Context // ends at Close: bounds the runtime's own background calls
+	endLife   context.CancelFunc
 	closeErr  error
 }
 
@@ -140,7 +142,10 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	life, endLife := context.WithCancel(context.Background())
 	rt := &Runtime{
+		life:    life,
+		endLife: endLife,
 		cfg:     cfg,
 		tr:      cfg.Transport,
 		self:    cfg.Proc,
@@ -268,6 +273,7 @@ func (rt *Runtime) Close() error {
 	rt.closeOnce.Do(func() {
 		rt.sayGoodbye()
 		close(rt.closed)
+		rt.endLife()
 		rt.closeErr = rt.tr.Close()
 		rt.closeDetector()
 		if rt.closeMember != nil {
