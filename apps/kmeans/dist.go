@@ -338,9 +338,10 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 		if err := j.rejoin(ctx, nil); err != nil {
 			return RunResult{}, err
 		}
-	} else if j.ck != nil && j.opt.Every > 0 {
+	} else if j.ck != nil && j.opt.Every > 0 && j.iter == 0 {
 		// Checkpoint the starting state, so a failure before the first
-		// periodic checkpoint restores it instead of nothing.
+		// periodic checkpoint restores it instead of nothing. (A job
+		// resumed from disk starts from the checkpoint it loaded.)
 		err := j.checkpoint(ctx)
 		if err == nil {
 			err = j.commit(ctx)

@@ -8,6 +8,11 @@
 // bits whatever failed on the way. The last line (rank 0) is
 //
 //	centroids sha256=<hex> sse=<value> iterations=<n>
+//
+// An injection fires the first time the job completes its iteration;
+// redone iterations after a recovery do not fire it again. A job resumed
+// with gaspirun --resume only knows what the loaded checkpoint recorded,
+// so drop the --inject flags when resuming, or the kill happens again.
 package main
 
 import (

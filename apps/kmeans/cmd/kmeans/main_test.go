@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStampWriter(t *testing.T) {
+	var b bytes.Buffer
+	w := &stampWriter{w: &b}
+	in := "iter 1 a\niter 2 b\n"
+	n, err := w.Write([]byte(in))
+	if err != nil || n != len(in) {
+		t.Fatalf("Write = %d, %v; want %d, nil", n, err, len(in))
+	}
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("got %q, want two lines", b.String())
+	}
+	for i, l := range lines {
+		stamp, rest, ok := strings.Cut(l, " ")
+		if !ok {
+			t.Fatalf("line %q has no stamp", l)
+		}
+		if _, err := time.Parse(time.RFC3339Nano, stamp); err != nil {
+			t.Fatalf("line %q: stamp: %v", l, err)
+		}
+		if want := []string{"iter 1 a", "iter 2 b"}[i]; rest != want {
+			t.Fatalf("line %d: %q after the stamp, want %q", i, rest, want)
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		bad  string // a fragment of the error; "" for success
+	}{
+		{[]string{"--generate", "1000"}, ""},
+		{[]string{"--generate", "1000", "--timestamps", "--inject", "kill:leader,iter=3"}, ""},
+		{[]string{"--generate", "1000", "--inject", "kill:rank=1,iter=3,phase=commit"}, ""},
+		{[]string{}, "give --input FILE or --generate N"},
+		{[]string{"--generate", "1000", "--ckpt-every", "0", "--inject", "kill:rank=1,iter=3"}, "needs checkpoints"},
+		{[]string{"--generate", "1000", "--max-iter", "5", "--inject", "kill:rank=1,iter=6"}, "never fires"},
+		{[]string{"--generate", "1000", "--inject", "kill:rank=1"}, "iter is missing"},
+		{[]string{"--generate", "1000", "--inject", "kill:rank=1,leader,iter=2"}, "exactly one target"},
+		{[]string{"--generate", "1000", "--mirrors", "0"}, "--mirrors 0"},
+	} {
+		f, err := parse(c.args)
+		switch {
+		case c.bad == "" && err != nil:
+			t.Errorf("parse(%q): %v", c.args, err)
+		case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad)):
+			t.Errorf("parse(%q) = %v, want an error containing %q", c.args, err, c.bad)
+		case c.bad == "" && f == nil:
+			t.Errorf("parse(%q): nil flags", c.args)
+		}
+	}
+}

@@ -1,0 +1,745 @@
+// Command kmeans measures fault-tolerant K-means (apps/kmeans/cmd/kmeans)
+// under gaspirun on this machine, each figure against a baseline measured
+// in the same run:
+//
+//	go run ./bench/kmeans                      # every experiment
+//	go run ./bench/kmeans -exp overhead,recovery -reps 9
+//
+// Experiments (-exp, comma-separated; default all):
+//
+//	overhead  checkpoint overhead: 4 ranks, 1M points, 10-D, k=100,
+//	          --ckpt-every 10 against --ckpt-every 0, runs alternating;
+//	          the loop time (rank 0's first to last iteration line) is
+//	          compared, median over -reps pairs.
+//	recovery  SIGKILL of rank 2 after iteration 25 (4 ranks + 1 spare,
+//	          --ckpt-every 10): time from the victim's kill (its inject
+//	          line) to rank 0's recovery lines and to the next completed
+//	          iteration; and the job's loop time against a failure-free
+//	          run of the same job.
+//	runtime   2 ranks under gaspirun (--ckpt-every 0) against a
+//	          single-process Lloyd loop of the same kernel with Threads=2
+//	          in this process, on the same data and starting centroids:
+//	          median time per iteration.
+//	kernel    go test -bench Kernel ./apps/kmeans: distance evaluations per
+//	          second of one core's CPU time and the fraction of the FP64 peak.
+//	seed      the seed paper's workload (1M points, 10-D, k = 10, 100,
+//	          1000) with 2 ranks and --ckpt-every 10: time per iteration,
+//	          printed next to the paper's Table 2.
+//
+// Every line of results carries the 1-minute load average read before the
+// runs it summarises: the machine is shared. The tool builds cmd/gaspirun
+// and the kmeans command into a temporary directory (or uses -bin DIR) and
+// runs them with --timestamps, which makes rank 0 stamp each iteration
+// line.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gaspigo/gaspigo/apps/kmeans"
+)
+
+type options struct {
+	exps    []string
+	reps    int
+	bin     string
+	points  int
+	iters   int
+	timeout time.Duration
+	verbose bool
+	logDir  string
+}
+
+func main() {
+	var o options
+	var exps string
+	flag.StringVar(&exps, "exp", "overhead,recovery,runtime,kernel,seed", "experiments to run, comma-separated: overhead, recovery, runtime, kernel, seed")
+	flag.IntVar(&o.reps, "reps", 5, "repetitions of every measurement (medians are reported)")
+	flag.StringVar(&o.bin, "bin", "", "directory with gaspirun and kmeans binaries (default: build them into a temporary directory)")
+	flag.IntVar(&o.points, "points", 1_000_000, "points of the generated data set")
+	flag.IntVar(&o.iters, "iters", 40, "iterations per job (the seed experiment uses fewer for k=1000)")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "gaspirun --timeout for every job")
+	flag.BoolVar(&o.verbose, "v", false, "print every job's command and summary")
+	flag.StringVar(&o.logDir, "logs", "", "keep every job's output in `DIR`")
+	flag.Parse()
+	o.exps = strings.Split(exps, ",")
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/kmeans:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	if o.reps < 1 || o.points < 1000 || o.iters < 5 {
+		return fmt.Errorf("-reps %d, -points %d, -iters %d: want at least 1, 1000 and 5", o.reps, o.points, o.iters)
+	}
+	if o.bin == "" {
+		dir, err := os.MkdirTemp("", "bench-kmeans-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if err := build(dir); err != nil {
+			return err
+		}
+		o.bin = dir
+	}
+	if o.logDir != "" {
+		if err := os.MkdirAll(o.logDir, 0o755); err != nil {
+			return err
+		}
+	}
+	b := &bench{o: o, gaspirun: filepath.Join(o.bin, "gaspirun"), kmeans: filepath.Join(o.bin, "kmeans")}
+	host, _ := os.Hostname()
+	fmt.Printf("# bench/kmeans on %s: %s, %s; load average %s\n", host, cpuModel(), time.Now().UTC().Format(time.RFC3339), loadAvg())
+	for _, e := range o.exps {
+		var err error
+		switch strings.TrimSpace(e) {
+		case "overhead":
+			err = b.overhead()
+		case "recovery":
+			err = b.recovery()
+		case "runtime":
+			err = b.runtimeOverhead()
+		case "kernel":
+			err = b.kernel()
+		case "seed":
+			err = b.seed()
+		default:
+			err = fmt.Errorf("-exp %q: unknown experiment (want overhead, recovery, runtime, kernel or seed)", e)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// build compiles gaspirun and kmeans into dir from the module root.
+func build(dir string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/gaspirun", "./apps/kmeans/cmd/kmeans")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return nil
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory: run from inside the module")
+		}
+		dir = parent
+	}
+}
+
+type bench struct {
+	o                options
+	gaspirun, kmeans string
+	jobs             int
+}
+
+// job is one finished gaspirun run.
+type job struct {
+	code  int
+	wall  time.Duration
+	cpu   time.Duration // user + system time of gaspirun and every process of the job
+	load  string
+	iters []iterLine // rank 0's iteration lines, in order
+	lines []string
+	final string // rank 0's final line
+}
+
+// iterLine is one of rank 0's timestamped lines.
+type iterLine struct {
+	at   time.Time
+	iter int
+	text string // the line after the timestamp
+}
+
+var (
+	stampRE  = regexp.MustCompile(`^\[r0\] (\d{4}-\d\d-\d\dT\S+Z) (.*)$`)
+	iterRE   = regexp.MustCompile(`^iter\s+(\d+)\s`)
+	injectRE = regexp.MustCompile(`^\[r\d+\] inject: SIGKILL rank (\d+) \(pid \d+\) after iteration (\d+).* at (\S+)$`)
+)
+
+// runJob runs gaspirun with the launcher flags, then kmeans with args.
+func (b *bench) runJob(launcher []string, args []string) (*job, error) {
+	b.jobs++
+	full := append([]string{"--timeout", b.o.timeout.String(), "--grace", "1s"}, launcher...)
+	full = append(full, "--", b.kmeans, "--timestamps")
+	full = append(full, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), b.o.timeout+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.gaspirun, full...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
+	// info: the membership's "became raft leader" records, to tell a
+	// leader's kill from another.
+	cmd.Env = append(os.Environ(), "PGAS_LOG=info")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	j := &job{load: loadAvg()}
+	begin := time.Now()
+	err := cmd.Run()
+	j.wall = time.Since(begin)
+	j.code = cmd.ProcessState.ExitCode()
+	// wait4's usage covers gaspirun and the processes it waited for.
+	j.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	if err != nil && j.code == 0 {
+		return nil, fmt.Errorf("gaspirun %s: %v", strings.Join(full, " "), err)
+	}
+	if b.o.logDir != "" {
+		name := filepath.Join(b.o.logDir, fmt.Sprintf("job-%03d.log", b.jobs))
+		os.WriteFile(name, append([]byte("gaspirun "+strings.Join(full, " ")+"\n"), out.Bytes()...), 0o644)
+	}
+	sc := bufio.NewScanner(&out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		j.lines = append(j.lines, l)
+		if strings.HasPrefix(l, "[r0] centroids sha256=") {
+			j.final = strings.TrimPrefix(l, "[r0] ")
+			continue
+		}
+		m := stampRE.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			continue
+		}
+		il := iterLine{at: at, text: m[2], iter: -1}
+		if im := iterRE.FindStringSubmatch(m[2]); im != nil {
+			il.iter, _ = strconv.Atoi(im[1])
+		}
+		j.iters = append(j.iters, il)
+	}
+	if b.o.verbose {
+		fmt.Printf("  job %d: gaspirun %s -> exit %d, %v, load %s\n", b.jobs, strings.Join(full, " "), j.code, j.wall.Round(time.Millisecond), j.load)
+	}
+	return j, nil
+}
+
+// ok fails unless the job exited 0 with a final line.
+func (j *job) ok() error {
+	if j.code != 0 || j.final == "" {
+		tail := j.lines
+		if len(tail) > 30 {
+			tail = tail[len(tail)-30:]
+		}
+		return fmt.Errorf("job exited %d (final line %q):\n%s", j.code, j.final, strings.Join(tail, "\n"))
+	}
+	return nil
+}
+
+// ckptShare is the percentage in rank 0's "checkpoints: ..." line (its
+// time in checkpoint Start and Commit over its whole run), or -1.
+func (j *job) ckptShare() float64 {
+	for _, l := range j.iters {
+		if !strings.HasPrefix(l.text, "checkpoints: ") {
+			continue
+		}
+		i := strings.LastIndexByte(l.text, '(')
+		if i < 0 {
+			break
+		}
+		v, err := strconv.ParseFloat(strings.TrimSuffix(l.text[i+1:], "%)"), 64)
+		if err == nil {
+			return v
+		}
+	}
+	return -1
+}
+
+// loop is the time from rank 0's first completed iteration to its last
+// (so data generation, start-up and the initial checkpoint are out), and
+// the number of iterations it spans.
+func (j *job) loop() (time.Duration, int) {
+	var first, last *iterLine
+	for i := range j.iters {
+		if j.iters[i].iter < 0 {
+			continue
+		}
+		if first == nil {
+			first = &j.iters[i]
+		}
+		last = &j.iters[i]
+	}
+	if first == nil || last == first {
+		return 0, 0
+	}
+	n := 0
+	for _, l := range j.iters {
+		if l.iter >= 0 && l.at.After(first.at) {
+			n++
+		}
+	}
+	return last.at.Sub(first.at), n
+}
+
+// perIter returns the gaps between consecutive iteration lines with no
+// other rank-0 line (recovery) in between.
+func (j *job) perIter() []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(j.iters); i++ {
+		a, b := j.iters[i-1], j.iters[i]
+		if a.iter >= 0 && b.iter == a.iter+1 {
+			out = append(out, b.at.Sub(a.at))
+		}
+	}
+	return out
+}
+
+func kmArgs(points, k, iters, every int) []string {
+	return []string{"--generate", strconv.Itoa(points), "--dim", "10", "--k", strconv.Itoa(k),
+		"--max-iter", strconv.Itoa(iters), "--ckpt-every", strconv.Itoa(every)}
+}
+
+// overhead: --ckpt-every 10 against --ckpt-every 0, alternating.
+func (b *bench) overhead() error {
+	fmt.Printf("\n## (a) checkpoint overhead: 4 ranks, %d points, 10-D, k=100, %d iterations, --ckpt-every 10 vs 0 (load %s)\n", b.o.points, b.o.iters, loadAvg())
+	var on, off, ratios []float64
+	var sums []string
+	fmt.Printf("%4s %12s %12s %8s %8s %12s %10s %10s %8s  %s\n", "rep", "ckpt10 loop", "ckpt0 loop", "ratio", "iters", "in ckpt", "cpu10", "cpu0", "ratio", "load before")
+	var shares, cpuRatios []float64
+	for r := 0; r < b.o.reps; r++ {
+		order := []int{10, 0}
+		if r%2 == 1 {
+			order = []int{0, 10}
+		}
+		got, cpu := map[int]time.Duration{}, map[int]time.Duration{}
+		var n int
+		var share float64
+		load := loadAvg()
+		for _, every := range order {
+			j, err := b.runJob([]string{"-n", "4"}, kmArgs(b.o.points, 100, b.o.iters, every))
+			if err != nil {
+				return err
+			}
+			if err := j.ok(); err != nil {
+				return err
+			}
+			got[every], n = j.loop()
+			cpu[every] = j.cpu
+			sums = append(sums, j.final)
+			if every > 0 {
+				share = j.ckptShare()
+			}
+		}
+		on = append(on, got[10].Seconds())
+		off = append(off, got[0].Seconds())
+		ratios = append(ratios, got[10].Seconds()/got[0].Seconds())
+		shares = append(shares, share)
+		cpuRatios = append(cpuRatios, cpu[10].Seconds()/cpu[0].Seconds())
+		fmt.Printf("%4d %12v %12v %8.3f %8d %11.2f%% %10v %10v %8.3f  %s\n", r+1, got[10].Round(time.Millisecond), got[0].Round(time.Millisecond), ratios[r], n, share,
+			cpu[10].Round(time.Millisecond), cpu[0].Round(time.Millisecond), cpuRatios[r], load)
+	}
+	if !allEqual(sums) {
+		return fmt.Errorf("the runs with and without checkpoints ended with different centroids: %v", sums)
+	}
+	fmt.Printf("median loop: ckpt10 %.3f s, ckpt0 %.3f s; ratio of medians %.3f; median of paired ratios %.3f (min %.3f, max %.3f); overhead target < 1.02; load after %s\n",
+		median(on), median(off), median(on)/median(off), median(ratios), slices.Min(ratios), slices.Max(ratios), loadAvg())
+	fmt.Printf("CPU time of the whole job (all processes, start-up and data generation included): median of paired ratios %.3f (min %.3f, max %.3f)\n", median(cpuRatios), slices.Min(cpuRatios), slices.Max(cpuRatios))
+	fmt.Printf("rank 0's time in checkpoint Start and Commit (the critical path), share of its run: median %.2f%% (min %.2f%%, max %.2f%%)\n", median(shares), slices.Min(shares), slices.Max(shares))
+	fmt.Printf("every run ended with the same centroids: %s\n", sums[0])
+	return nil
+}
+
+// recovery: SIGKILL of rank 2 after iteration 25 against a failure-free
+// run of the same job.
+func (b *bench) recovery() error {
+	const killAt, every = 25, 10
+	iters := max(b.o.iters, killAt+10)
+	fmt.Printf("\n## (b) recovery: 4 ranks + 1 spare, %d points, 10-D, k=100, %d iterations, --ckpt-every %d, kill:rank=2,iter=%d (load %s)\n", b.o.points, iters, every, killAt, loadAvg())
+	fmt.Printf("%4s %10s %10s %10s %10s %10s %10s %10s %7s  %s\n", "rep", "noticed", "view", "restored", "next-iter", "caught-up", "lost", "per-iter", "leader", "load before")
+	var noticed, view, restored, next, caught, lost, per []float64
+	var sums []string
+	for r := 0; r < b.o.reps; r++ {
+		load := loadAvg()
+		args := kmArgs(b.o.points, 100, iters, every)
+		var jf, jk *job
+		for _, kill := range []bool{r%2 == 0, r%2 == 1} {
+			a := args
+			if kill {
+				a = append(slices.Clone(args), "--inject", fmt.Sprintf("kill:rank=2,iter=%d", killAt))
+			}
+			j, err := b.runJob([]string{"-n", "4", "--spares", "1"}, a)
+			if err != nil {
+				return err
+			}
+			if err := j.ok(); err != nil {
+				return err
+			}
+			sums = append(sums, j.final)
+			if kill {
+				jk = j
+			} else {
+				jf = j
+			}
+		}
+		rec, err := recoveryTimes(jk, killAt)
+		if err != nil {
+			return err
+		}
+		lk, _ := jk.loop()
+		lf, _ := jf.loop()
+		pi := median(durations(jf.perIter()))
+		noticed = append(noticed, rec.noticed.Seconds())
+		view = append(view, rec.view.Seconds())
+		restored = append(restored, rec.restored.Seconds())
+		next = append(next, rec.next.Seconds())
+		caught = append(caught, rec.caught.Seconds())
+		lost = append(lost, (lk - lf).Seconds())
+		per = append(per, pi)
+		fmt.Printf("%4d %10s %10s %10s %10s %10s %10s %10s %7v  %s\n", r+1, ms(rec.noticed.Seconds()), ms(rec.view.Seconds()), ms(rec.restored.Seconds()),
+			ms(rec.next.Seconds()), ms(rec.caught.Seconds()), ms((lk - lf).Seconds()), ms(pi), rec.leader, load)
+	}
+	if !allEqual(sums) {
+		return fmt.Errorf("recovered and failure-free runs ended with different centroids: %v", sums)
+	}
+	fmt.Printf("median (ms), from the SIGKILL: rank 0 noticed %s, new view in force %s, checkpoint restored %s, next iteration completed %s (target < 1000), back at iteration %d %s; loop time lost against the failure-free run %s; failure-free time per iteration %s; load after %s\n",
+		ms(median(noticed)), ms(median(view)), ms(median(restored)), ms(median(next)), killAt+1, ms(median(caught)), ms(median(lost)), ms(median(per)), loadAvg())
+	return nil
+}
+
+type recTimes struct {
+	noticed, view, restored, next, caught time.Duration
+	leader                                bool // the victim led Raft when it was killed
+}
+
+// recoveryTimes reads a recovered job: the victim's kill time, rank 0's
+// "recovery: iteration N failed" line (noticed), its "recovery: epoch E in
+// force after V; checkpoint ... restored after R" line (the view is the
+// time the line was printed minus (R - V); restored is the line), the
+// first iteration line after that (next), and the first line of the
+// iteration after the kill (caught).
+func recoveryTimes(j *job, killAt int) (recTimes, error) {
+	var kill time.Time
+	leader, victim := -1, -1
+	for _, l := range j.lines {
+		if strings.Contains(l, `msg="spares: became raft leader"`) {
+			if _, after, ok := strings.Cut(l, " proc="); ok {
+				p, _, _ := strings.Cut(after, " ")
+				leader, _ = strconv.Atoi(p)
+			}
+		}
+		if m := injectRE.FindStringSubmatch(l); m != nil {
+			victim, _ = strconv.Atoi(m[1]) // no earlier failure: process = rank
+			t, err := time.Parse(time.RFC3339Nano, m[3])
+			if err != nil {
+				return recTimes{}, err
+			}
+			kill = t
+			break
+		}
+	}
+	if kill.IsZero() {
+		return recTimes{}, errors.New("recovery job: no inject line")
+	}
+	r := recTimes{leader: leader >= 0 && leader == victim}
+	state := 0
+	for _, l := range j.iters {
+		if l.at.Before(kill) {
+			continue
+		}
+		switch {
+		case state == 0 && strings.HasPrefix(l.text, "recovery: iteration"):
+			r.noticed = l.at.Sub(kill)
+			state = 1
+		case state <= 1 && strings.HasPrefix(l.text, "recovery: epoch"):
+			r.restored = l.at.Sub(kill)
+			var ep int
+			var v, rs string
+			if n, _ := fmt.Sscanf(l.text, "recovery: epoch %d in force after %s", &ep, &v); n == 2 {
+				_, after, _ := strings.Cut(l.text, "restored after ")
+				rs, _, _ = strings.Cut(after, ";")
+				dv, e1 := time.ParseDuration(strings.TrimSuffix(v, ";"))
+				dr, e2 := time.ParseDuration(rs)
+				if e1 == nil && e2 == nil {
+					r.view = r.restored - (dr - dv)
+				}
+			}
+			state = 2
+		case state == 2 && l.iter >= 0:
+			r.next = l.at.Sub(kill)
+			state = 3
+		}
+		if state >= 2 && l.iter == killAt+1 {
+			r.caught = l.at.Sub(kill)
+			return r, nil
+		}
+	}
+	return r, fmt.Errorf("recovery job: incomplete recovery lines (state %d)", state)
+}
+
+// runtimeOverhead: 2 ranks under gaspirun against a single-process loop of
+// the same kernel with 2 threads.
+func (b *bench) runtimeOverhead() error {
+	const k = 100
+	iters := b.o.iters
+	fmt.Printf("\n## (c) runtime overhead: 2 ranks under gaspirun (--ckpt-every 0, 1 kernel thread each) vs one process, kernel with Threads=2; %d points, 10-D, k=%d, %d iterations (load %s)\n", b.o.points, k, iters, loadAvg())
+	g := kmeans.DefaultGenConfig()
+	g.N = b.o.points
+	pts := make([]float64, g.N*g.D)
+	if err := kmeans.Generate(g, 0, g.N, pts); err != nil {
+		return err
+	}
+	idx, err := kmeans.InitIndices(g.Seed, g.N, k)
+	if err != nil {
+		return err
+	}
+	init := make([]float64, k*g.D)
+	for c, i := range idx {
+		if err := kmeans.Generate(g, i, i+1, init[c*g.D:(c+1)*g.D]); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("%4s %14s %14s %8s  %s\n", "rep", "gaspirun -n 2", "1 process", "ratio", "load before")
+	var dist, single, ratios []float64
+	for r := 0; r < b.o.reps; r++ {
+		load := loadAvg()
+		var d, s float64
+		var sse float64
+		for _, which := range order2(r) {
+			if which == 0 {
+				j, err := b.runJob([]string{"-n", "2"}, kmArgs(b.o.points, k, iters, 0))
+				if err != nil {
+					return err
+				}
+				if err := j.ok(); err != nil {
+					return err
+				}
+				d = median(durations(j.perIter()))
+				f := strings.Fields(j.final)
+				if len(f) >= 3 {
+					sse, _ = strconv.ParseFloat(strings.TrimPrefix(f[2], "sse="), 64)
+				}
+			} else {
+				per, lastSSE, err := singleProcess(pts, g.D, init, iters)
+				if err != nil {
+					return err
+				}
+				s = median(durations(per))
+				if sse != 0 && relDiff(sse, lastSSE) > 1e-9 {
+					return fmt.Errorf("single process SSE %v, distributed %v: not the same computation", lastSSE, sse)
+				}
+				sse = lastSSE
+			}
+		}
+		dist = append(dist, d)
+		single = append(single, s)
+		ratios = append(ratios, d/s)
+		fmt.Printf("%4d %14s %14s %8.3f  %s\n", r+1, ms(d), ms(s), d/s, load)
+	}
+	fmt.Printf("median per iteration: gaspirun -n 2 %s ms, one process %s ms; ratio of medians %.3f; median of paired ratios %.3f (min %.3f, max %.3f); target <= 1.2; load after %s\n",
+		ms(median(dist)), ms(median(single)), median(dist)/median(single), median(ratios), slices.Min(ratios), slices.Max(ratios), loadAvg())
+	return nil
+}
+
+func order2(r int) []int {
+	if r%2 == 0 {
+		return []int{0, 1}
+	}
+	return []int{1, 0}
+}
+
+// singleProcess runs iters Lloyd iterations with the kernel (Threads=2)
+// and returns the time of each iteration (step plus update) and the last
+// SSE.
+func singleProcess(pts []float64, d int, init []float64, iters int) ([]time.Duration, float64, error) {
+	k := len(init) / d
+	kr, err := kmeans.NewKernel(pts, d, k, kmeans.Config{Impl: kmeans.ImplAuto, Threads: 2, MaxIter: iters})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer kr.Close()
+	cent := slices.Clone(init)
+	next := make([]float64, len(cent))
+	p := kmeans.NewPartial(k, d)
+	var per []time.Duration
+	for it := 0; it < iters; it++ {
+		t0 := time.Now()
+		if err := kr.Step(cent, p); err != nil {
+			return nil, 0, err
+		}
+		if _, err := kmeans.Update(next, cent, p.Sums, p.Counts, k, d); err != nil {
+			return nil, 0, err
+		}
+		copy(cent, next)
+		if it > 0 { // like the distributed figure: gaps after the first iteration
+			per = append(per, time.Since(t0))
+		}
+	}
+	return per, p.SSE, nil
+}
+
+// kernel runs the apps/kmeans kernel benchmarks.
+func (b *bench) kernel() error {
+	fmt.Printf("\n## (d) kernel: go test -run XXX -bench Kernel -benchtime 20x ./apps/kmeans (load %s)\n", loadAvg())
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "test", "-run", "XXX", "-bench", "Kernel", "-benchtime", "20x", "./apps/kmeans")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go test -bench: %v\n%s", err, out)
+	}
+	fmt.Printf("%-32s %14s %10s %8s %9s\n", "benchmark", "dist/s", "GFLOP/s", "%peak", "x naive")
+	for _, l := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(l, "BenchmarkKernel/") {
+			continue
+		}
+		f := strings.Fields(l)
+		metric := map[string]string{}
+		for i := 2; i+1 < len(f); i += 2 {
+			metric[f[i+1]] = f[i]
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(f[0], "BenchmarkKernel/"), "-2")
+		fmt.Printf("%-32s %14s %10s %8s %9s\n", name, metric["dist/s"], metric["GFLOP/s"], metric["%peak"], metric["x_naive"])
+	}
+	fmt.Printf("(rates per second of the benchmark thread's CPU time; %%peak against 120 GFLOP/s per core, the constant in apps/kmeans/bench_test.go; load after %s)\n", loadAvg())
+	return nil
+}
+
+// seed: the paper's workload with 2 ranks.
+func (b *bench) seed() error {
+	fmt.Printf("\n## (e) the seed's workload: %d points, 10-D, 2 ranks under gaspirun, --ckpt-every 10 (load %s)\n", b.o.points, loadAvg())
+	// The paper's Table 2: seconds to convergence, mixed MPI/GPI-2, 4 MPI
+	// processes per node.
+	paper := map[int][4]float64{10: {4, 3, 2, 2}, 100: {24, 17, 14, 9}, 1000: {150, 72, 50, 37}}
+	fmt.Printf("%6s %8s %14s %14s %12s  %s\n", "k", "iters", "per-iter (ms)", "range (ms)", "dist/s/core", "load before")
+	res := map[int]float64{}
+	for _, k := range []int{10, 100, 1000} {
+		iters := b.o.iters
+		if k == 1000 {
+			iters = max(12, b.o.iters/3)
+		}
+		var per []float64
+		load := loadAvg()
+		for r := 0; r < b.o.reps; r++ {
+			j, err := b.runJob([]string{"-n", "2"}, kmArgs(b.o.points, k, iters, 10))
+			if err != nil {
+				return err
+			}
+			if err := j.ok(); err != nil {
+				return err
+			}
+			per = append(per, median(durations(j.perIter())))
+		}
+		m := median(per)
+		res[k] = m
+		fmt.Printf("%6d %8d %14s %6s..%-6s %12.3g  %s\n", k, iters, ms(m), ms(slices.Min(per)), ms(slices.Max(per)), float64(b.o.points)*float64(k)/m/2, load)
+	}
+	fmt.Printf("\nseed paper, Table 2 (seconds to convergence; 16/32/48/64 processes on 4/8/12/16 nodes) next to ours (2 processes on 2 cores):\n")
+	fmt.Printf("%6s %8s %8s %8s %8s   %s\n", "k", "4 nodes", "8", "12", "16", "ours: ms per iteration (x 550 iterations, the paper's count for k=1000)")
+	for _, k := range []int{10, 100, 1000} {
+		p := paper[k]
+		fmt.Printf("%6d %8.0f %8.0f %8.0f %8.0f   %s ms (%.1f s)\n", k, p[0], p[1], p[2], p[3], ms(res[k]), res[k]*550)
+	}
+	fmt.Printf("k=1000 per iteration in the paper (550 iterations): %.0f / %.0f / %.0f / %.0f ms on 4 / 8 / 12 / 16 nodes; load after %s\n",
+		150.0/550*1000, 72.0/550*1000, 50.0/550*1000, 37.0/550*1000, loadAvg())
+	return nil
+}
+
+func durations(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Seconds()
+	}
+	return out
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func relDiff(a, b float64) float64 {
+	d := a - b
+	if d < 0 {
+		d = -d
+	}
+	m := max(a, b, -a, -b)
+	if m == 0 {
+		return 0
+	}
+	return d / m
+}
+
+func allEqual(s []string) bool {
+	for _, x := range s {
+		if x != s[0] {
+			return false
+		}
+	}
+	return true
+}
+
+func ms(sec float64) string { return strconv.FormatFloat(sec*1000, 'f', 1, 64) }
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	model, n := "", 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "model name") {
+			n++
+			if _, v, ok := strings.Cut(l, ":"); ok {
+				model = strings.TrimSpace(v)
+			}
+		}
+	}
+	return fmt.Sprintf("%d x %s", n, model)
+}

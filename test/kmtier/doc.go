@@ -1,0 +1,53 @@
+// Package kmtier holds the real-process acceptance tests of fault-tolerant
+// K-means (apps/kmeans/cmd/kmeans) under gaspirun: 4 ranks on loopback,
+// SIGKILLs injected by the program itself (--inject), and the outcome
+// checked from the outside. It holds tests only.
+//
+// TestMain builds cmd/gaspirun and the kmeans command once per test binary
+// (with -race when the tests run with -race). Every job runs with
+// PGAS_LOG=info, a unique --job-id and a bounded --timeout; while it runs
+// the harness collects the pids of its processes from /proc (they carry
+// PGAS_JOB_ID in their environment) and, after gaspirun has exited,
+// checks by pid that none of them is left.
+//
+// The workload is 200,000 generated points in 10 dimensions, k = 20, 25
+// iterations, a checkpoint every 5 iterations. The failure-free run's
+// final line (centroid checksum, SSE, iterations) is the reference: every
+// recovered run must print exactly that line.
+//
+// What is checked:
+//
+//   - TestFailureFree: the reference; --ckpt-every 0 gives the same bits.
+//   - TestKillRank: one kill, one spare.
+//   - TestKillTwoRanks: kills at iterations 7 and 17, two spares.
+//   - TestKillDuringCommit: a kill inside a checkpoint's commit
+//     (phase=commit).
+//   - TestKillMirrorHolder: after a first recovery and the background
+//     rebuild of the new process's mirror, the holder of that mirror is
+//     killed (kill:mirror-of=R).
+//   - TestKillLeader: the Raft leader's process is killed (kill:leader); a
+//     new leader is elected. A leader that is an idle spare cannot be
+//     killed from inside the job: the test then runs the job again.
+//   - TestKillHost: --ranks-per-host 2 gives host labels host0 (ranks 0,
+//     1), host1 (ranks 2, 3), host2 (the spares); kill:host=host1 loses two
+//     ranks at once, and both come back from mirrors on other hosts.
+//     TestKillTwoNeighboursOneHost is its control: the same two ranks on
+//     one host lose rank 2's only mirror, and the job fails, naming it.
+//   - TestBeyondRedundancy: a rank and its mirror holder in the same
+//     iteration with --mirrors 1 --ckpt-dir: the in-run fallback to the
+//     disk level, or (if the job fails) gaspirun --resume, gives the
+//     reference result.
+//   - TestResume: a kill without spares fails the job (exit 137);
+//     gaspirun --resume continues it to the reference result.
+//   - TestSparesExhausted: more kills than spares end the job with "spare
+//     pool exhausted" and exit code 75.
+//   - TestMatchesReference: points in a CSV and a binary file, --init
+//     centroids, --output CSV: the distributed result equals
+//     kmeans.Reference within rounding, and a run with a kill gives the
+//     same bits as without.
+//
+// Not covered: shrinking (spares.Config.Shrink exists in the membership,
+// but the app cannot redistribute a vacant rank's points, so a job without
+// spares fails on a loss). The tests need Linux and are skipped with
+// -short.
+package kmtier

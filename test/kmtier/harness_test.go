@@ -1,0 +1,510 @@
+package kmtier
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// raceEnabled is set by race_test.go: the binaries are then built with
+// -race too.
+var raceEnabled = false
+
+const (
+	// jobDeadline is gaspirun's --timeout for every job: generous, for a
+	// busy 2-core host (a job takes well under 5 s there).
+	jobDeadline = 60 * time.Second
+	// killWait bounds the wait for a job's processes to be gone after
+	// gaspirun ended.
+	killWait = 15 * time.Second
+	// grace is gaspirun's --grace: idle spares get SIGKILL this long after
+	// SIGTERM (see TestFailureFree about spares that are slow to exit).
+	grace = time.Second
+)
+
+// The workload every scenario runs: small enough that a job takes a
+// fraction of a second of compute on this machine, with checkpoints
+// every 5 iterations.
+var workload = []string{"--generate", "200000", "--dim", "10", "--k", "20", "--max-iter", "25", "--ckpt-every", "5"}
+
+const (
+	ranks    = 4
+	maxIter  = 25
+	ckptStep = 5
+)
+
+var bins struct {
+	gaspirun, kmeans string
+	err              error
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	if runtime.GOOS != "linux" || testing.Short() {
+		bins.err = errors.New("real-process tests need Linux (/proc) and no -short")
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "kmtier-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, "./cmd/gaspirun", "./apps/kmeans/cmd/kmeans")
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "kmtier: go %s: %v\n%s", strings.Join(args, " "), err, out)
+		return 1
+	}
+	bins.gaspirun = filepath.Join(dir, "gaspirun")
+	bins.kmeans = filepath.Join(dir, "kmeans")
+	return m.Run()
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("kmtier: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// spec is one gaspirun job of kmeans.
+type spec struct {
+	spares   int
+	launcher []string // extra gaspirun flags (--ranks-per-host, --resume, ...)
+	args     []string // kmeans flags; nil: workload
+	extra    []string // kmeans flags after args (--inject, ...)
+}
+
+// result is what a finished job left behind.
+type result struct {
+	code  int
+	lines []string // every output line, in the order gaspirun printed them per stream
+	out   string
+	wall  time.Duration
+}
+
+var (
+	finalRE  = regexp.MustCompile(`^\[r0\] centroids sha256=([0-9a-f]{64}) sse=(\S+) iterations=(\d+)$`)
+	injectRE = regexp.MustCompile(`^\[[rsp]\d+\] inject: SIGKILL rank (\d+) \(pid (\d+)\) after iteration (\d+)(, inside the checkpoint commit)? at (\S+)$`)
+	holdsRE  = regexp.MustCompile(`^gaspirun: spare process (\d+) now holds rank (\d+) \(epoch (\d+)\)$`)
+)
+
+// final is rank 0's last line.
+type final struct {
+	sum  string
+	sse  string
+	iter int
+}
+
+// kill is one inject line.
+type kill struct {
+	rank, pid, iter int
+	commit          bool
+}
+
+// run starts gaspirun -n 4 --spares s -- kmeans ..., waits for it (bounded)
+// and checks by pid that none of its processes is left.
+func run(t *testing.T, s spec) *result {
+	t.Helper()
+	if bins.err != nil {
+		t.Skip(bins.err)
+	}
+	jobID := fmt.Sprintf("kmtier-%d-%x", os.Getpid(), rand.Uint64())
+	args := []string{"-n", strconv.Itoa(ranks), "--spares", strconv.Itoa(s.spares),
+		"--timeout", jobDeadline.String(), "--grace", grace.String(), "--job-id", jobID}
+	args = append(args, s.launcher...)
+	args = append(args, "--", bins.kmeans)
+	if s.args == nil {
+		args = append(args, workload...)
+	} else {
+		args = append(args, s.args...)
+	}
+	args = append(args, s.extra...)
+	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bins.gaspirun, args...)
+	// gaspirun tears the job down on SIGTERM; SIGKILL would leave its
+	// processes running.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
+	cmd.Env = append(os.Environ(), "PGAS_LOG=info")
+	var buf lockedBuffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	t.Logf("gaspirun %s", strings.Join(args, " "))
+	begin := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start gaspirun: %v", err)
+	}
+	// Watch /proc for the job's processes (they carry PGAS_JOB_ID) while it
+	// runs, so that every one of them can be checked by pid at the end.
+	pids := &pidSet{m: map[int]bool{}}
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			pids.scan(jobID, cmd.Process.Pid)
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(stop)
+	<-watched
+	res := &result{code: cmd.ProcessState.ExitCode(), wall: time.Since(begin), out: buf.String()}
+	if err != nil && res.code == 0 {
+		res.code = -1
+	}
+	res.lines = strings.Split(strings.TrimRight(res.out, "\n"), "\n")
+	t.Logf("gaspirun exited %d after %v (load average %s)", res.code, res.wall.Round(time.Millisecond), loadAvg())
+	// The victims' pids come from their inject lines too.
+	for _, k := range res.kills() {
+		pids.add(k.pid)
+	}
+	pids.scan(jobID, cmd.Process.Pid)
+	checkGone(t, pids.list(), jobID)
+	if ctx.Err() != nil {
+		t.Fatalf("gaspirun did not end within %v\n%s", jobDeadline+30*time.Second, res.text())
+	}
+	return res
+}
+
+// checkGone fails the test for every process of the job still running
+// killWait after gaspirun ended (and kills it).
+func checkGone(t *testing.T, pids []int, jobID string) {
+	t.Helper()
+	deadline := time.Now().Add(killWait)
+	for _, pid := range pids {
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond) // real processes: poll with a deadline
+		}
+		if alive(pid) {
+			t.Errorf("process pid %d of job %s is still running %v after gaspirun ended; killing it", pid, jobID, killWait)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if len(pids) < ranks {
+		t.Errorf("saw only %d processes of job %s (pids %v), want at least %d: the pid check cannot be trusted", len(pids), jobID, pids, ranks)
+	}
+}
+
+// pidSet collects the pids of a job's processes.
+type pidSet struct {
+	mu sync.Mutex
+	m  map[int]bool
+}
+
+func (s *pidSet) add(pid int) {
+	s.mu.Lock()
+	s.m[pid] = true
+	s.mu.Unlock()
+}
+
+func (s *pidSet) list() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for p := range s.m {
+		out = append(out, p)
+	}
+	return out
+}
+
+// scan adds every live process whose environment has PGAS_JOB_ID=jobID
+// (gaspirun itself, launcher, excluded).
+func (s *pidSet) scan(jobID string, launcher int) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	want := []byte("PGAS_JOB_ID=" + jobID + "\x00")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == launcher {
+			continue
+		}
+		s.mu.Lock()
+		known := s.m[pid]
+		s.mu.Unlock()
+		if known {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(append(env, 0), want) {
+			s.add(pid)
+		}
+	}
+}
+
+// alive reports whether pid runs (a zombie counts as ended).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return false
+	}
+	return s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// text is the job's output without the Raft library's chatter, for
+// failure messages.
+func (r *result) text() string {
+	var b strings.Builder
+	for _, l := range r.lines {
+		if strings.Contains(l, "component=raft") {
+			continue
+		}
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// final returns rank 0's final line; it fails the test unless there is
+// exactly one.
+func (r *result) final(t *testing.T) final {
+	t.Helper()
+	var out []final
+	for _, l := range r.lines {
+		if m := finalRE.FindStringSubmatch(l); m != nil {
+			it, _ := strconv.Atoi(m[3])
+			out = append(out, final{sum: m[1], sse: m[2], iter: it})
+		}
+	}
+	if len(out) != 1 {
+		t.Fatalf("want exactly one final line from rank 0, got %d (exit %d)\n%s", len(out), r.code, r.text())
+	}
+	return out[0]
+}
+
+// kills returns the inject lines in output order.
+func (r *result) kills() []kill {
+	var out []kill
+	for _, l := range r.lines {
+		if m := injectRE.FindStringSubmatch(l); m != nil {
+			rk, _ := strconv.Atoi(m[1])
+			pid, _ := strconv.Atoi(m[2])
+			it, _ := strconv.Atoi(m[3])
+			out = append(out, kill{rank: rk, pid: pid, iter: it, commit: m[4] != ""})
+		}
+	}
+	return out
+}
+
+// promotions returns rank -> spare process from gaspirun's notices.
+func (r *result) promotions() map[int]int {
+	out := map[int]int{}
+	for _, l := range r.lines {
+		if m := holdsRE.FindStringSubmatch(l); m != nil {
+			p, _ := strconv.Atoi(m[1])
+			rk, _ := strconv.Atoi(m[2])
+			out[rk] = p
+		}
+	}
+	return out
+}
+
+// has reports whether some line contains s.
+func (r *result) has(s string) bool { return strings.Contains(r.out, s) }
+
+// index is the position of the first line containing s at or after from,
+// or -1.
+func (r *result) index(s string, from int) int {
+	for i := max(from, 0); i < len(r.lines); i++ {
+		if strings.Contains(r.lines[i], s) {
+			return i
+		}
+	}
+	return -1
+}
+
+// logRecords returns the slog records (key=value lines) with message msg.
+func (r *result) logRecords(msg string) []map[string]string {
+	var out []map[string]string
+	for _, l := range r.lines {
+		_, s, ok := strings.Cut(l, "] ")
+		if !ok || !strings.HasPrefix(s, "time=") {
+			continue
+		}
+		kv := parseKV(s)
+		if kv["msg"] == msg {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// parseKV reads slog text key=value pairs (values possibly quoted); the
+// first occurrence of a key wins.
+func parseKV(s string) map[string]string {
+	kv := map[string]string{}
+	for s != "" {
+		s = strings.TrimLeft(s, " ")
+		eq := strings.IndexByte(s, '=')
+		if eq <= 0 {
+			break
+		}
+		key := s[:eq]
+		if strings.ContainsRune(key, ' ') {
+			_, s, _ = strings.Cut(s, " ")
+			continue
+		}
+		s = s[eq+1:]
+		var val string
+		if strings.HasPrefix(s, `"`) {
+			end := len(s)
+			for i := 1; i < len(s); i++ {
+				if s[i] == '\\' {
+					i++
+				} else if s[i] == '"' {
+					end = i + 1
+					break
+				}
+			}
+			val, s = s[:end], s[end:]
+			if u, err := strconv.Unquote(val); err == nil {
+				val = u
+			}
+		} else {
+			val, s, _ = strings.Cut(s, " ")
+		}
+		if _, dup := kv[key]; !dup {
+			kv[key] = val
+		}
+	}
+	return kv
+}
+
+// lockedBuffer collects gaspirun's stdout and stderr.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Baselines: the failure-free run of each argument list, once per test
+// binary.
+var baselines struct {
+	mu sync.Mutex
+	m  map[string]final
+}
+
+// baseline returns the failure-free result of gaspirun -n 4 -- kmeans args.
+func baseline(t *testing.T, args []string) final {
+	t.Helper()
+	if args == nil {
+		args = workload
+	}
+	key := strings.Join(args, " ")
+	baselines.mu.Lock()
+	defer baselines.mu.Unlock()
+	if baselines.m == nil {
+		baselines.m = map[string]final{}
+	}
+	if f, ok := baselines.m[key]; ok {
+		return f
+	}
+	res := run(t, spec{args: args})
+	if res.code != 0 {
+		t.Fatalf("failure-free baseline run exited %d\n%s", res.code, res.text())
+	}
+	f := res.final(t)
+	t.Logf("failure-free baseline: sha256=%s sse=%s iterations=%d", f.sum, f.sse, f.iter)
+	baselines.m[key] = f
+	return f
+}
+
+// checkRecovered checks a job that had failures injected: exit 0, the
+// failure-free checksum, SSE and iteration count, and the expected number
+// of kills.
+func checkRecovered(t *testing.T, res *result, wantKills int) {
+	t.Helper()
+	base := baseline(t, nil)
+	if res.code != 0 {
+		t.Fatalf("gaspirun exited %d, want 0 (every failure recovered)\n%s", res.code, res.text())
+	}
+	got := res.final(t)
+	if got != base {
+		t.Fatalf("final line %+v differs from the failure-free run's %+v\n%s", got, base, res.text())
+	}
+	if k := res.kills(); len(k) != wantKills {
+		t.Fatalf("%d inject lines (%v), want %d\n%s", len(k), k, wantKills, res.text())
+	}
+	if !res.has(fmt.Sprintf("%d killed by signal 9 (SIGKILL)", wantKills)) {
+		t.Fatalf("gaspirun's summary does not count %d SIGKILLed processes\n%s", wantKills, res.text())
+	}
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package kmtier
+
+func init() { raceEnabled = true }
