@@ -343,6 +343,7 @@ func (rt *Runtime) Wait(ctx context.Context, q Queue) error {
 
 func (rt *Runtime) waitAck(ctx context.Context, op pendingOp) error {
 	pr := op.peer
+	requested := false
 	for {
 		pr.mu.Lock()
 		if code, ok := pr.nacks[op.seq]; ok {
@@ -364,6 +365,11 @@ func (rt *Runtime) waitAck(ctx context.Context, op pendingOp) error {
 		}
 		ch := pr.changed
 		pr.mu.Unlock()
+		if !requested {
+			// Acks ride on frames going back; with none coming, ask.
+			requested = true
+			rt.requestAck(ctx, pr)
+		}
 		if err := rt.waitChan(ctx, ch, op.op); err != nil {
 			return err
 		}

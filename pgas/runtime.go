@@ -332,6 +332,7 @@ func (rt *Runtime) procOf(v *view, rank int, op string) (transport.Proc, error) 
 // send sends one frame to p with the current epoch stamped in.
 func (rt *Runtime) send(ctx context.Context, p transport.Proc, h *transport.Header, payload []byte) error {
 	h.Epoch = rt.view.Load().epoch
+	rt.stampAck(p, h)
 	return rt.tr.Send(ctx, p, h, payload)
 }
 
@@ -377,6 +378,10 @@ type peer struct {
 	ackedOut uint64      // highest sequence acknowledged to it
 	nacksOut [][2]uint64 // refused sequences and their codes, not yet sent
 	ackDirty bool        // an ack job is queued
+	ackForce bool        // the sender asked for an ack
+	// nacksSending counts refusals taken by a flusher and not yet sent;
+	// while it is non-zero no ack is piggybacked.
+	nacksSending int
 	flushMu  sync.Mutex  // held by whoever sends acks to this peer (flushAcks)
 
 	out outbox // replies to this peer, sent by a goroutine of their own
@@ -502,6 +507,9 @@ func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p trans
 		p.Discard()
 		return fmt.Errorf("pgas: frame from unknown proc %d", from)
 	}
+	if h.Ack != 0 && h.Type != transport.FrameAck && !rt.view.Load().failed[from] {
+		rt.peers[from].ack(h.Ack) // a cumulative ack riding on this frame
+	}
 	if err := rt.admit(from, h); err != nil {
 		rt.stats.FramesRejected.Add(1)
 		p.Discard()
@@ -524,6 +532,10 @@ func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p trans
 		return err
 	case transport.FrameAck:
 		peer := rt.peers[from]
+		if h.Flags&transport.FlagAck != 0 {
+			rt.requestedAck(from)
+			return p.Discard()
+		}
 		if h.A == codeFenced {
 			// The target's committed view says this process was replaced.
 			rt.fence(fmt.Sprintf("proc %d refused a frame: this process is declared failed", from))
@@ -676,15 +688,57 @@ func (rt *Runtime) recordApplied(from transport.Proc, h *transport.Header, err e
 	}
 	pr := rt.peers[from]
 	pr.ackMu.Lock()
-	if err != nil {
-		pr.nacksOut = append(pr.nacksOut, [2]uint64{h.Seq, codeOf(err)})
-	} else {
+	defer pr.ackMu.Unlock()
+	if err == nil {
+		// No ack frame of its own: the cumulative ack rides on the next
+		// frame going back, or answers the sender's request when it waits.
 		pr.applied = h.Seq
+		return false
 	}
+	// A refusal goes out at once, ahead of any ack that covers it.
+	pr.nacksOut = append(pr.nacksOut, [2]uint64{h.Seq, codeOf(err)})
+	start := !pr.ackDirty
+	pr.ackDirty = true
+	return start
+}
+
+// requestedAck handles a sender's request (it waits in Wait): answer with
+// the cumulative ack even if one was already carried by a frame, since
+// that frame may have been cut.
+func (rt *Runtime) requestedAck(from transport.Proc) {
+	pr := rt.peers[from]
+	pr.ackMu.Lock()
+	pr.ackForce = true
 	start := !pr.ackDirty
 	pr.ackDirty = true
 	pr.ackMu.Unlock()
-	return start
+	if start {
+		rt.enqueue(from, outJob{ack: true})
+	}
+}
+
+// stampAck puts the cumulative ack of what this process applied from p on
+// a frame going to p, unless a refusal for p is still unsent: an ack must
+// never reach the sender ahead of the refusal of a sequence it covers.
+func (rt *Runtime) stampAck(p transport.Proc, h *transport.Header) {
+	if h.Type == transport.FrameAck || int(p) >= len(rt.peers) {
+		return
+	}
+	pr := rt.peers[p]
+	pr.ackMu.Lock()
+	if len(pr.nacksOut) == 0 && pr.nacksSending == 0 && pr.applied > 0 {
+		h.Ack = pr.applied
+		pr.ackedOut = max(pr.ackedOut, pr.applied)
+	}
+	pr.ackMu.Unlock()
+}
+
+// requestAck asks p for its cumulative ack: sent by a waiter whose
+// operations are not acknowledged yet. It follows them on the wire, so the
+// answer covers them.
+func (rt *Runtime) requestAck(ctx context.Context, pr *peer) {
+	h := transport.Header{Type: transport.FrameAck, Flags: transport.FlagAck}
+	rt.send(ctx, pr.proc, &h, nil)
 }
 
 func (rt *Runtime) queueNack(from transport.Proc, seq, code uint64) {
@@ -816,11 +870,17 @@ func (rt *Runtime) flushAcks(ctx context.Context, pr *peer) {
 	pr.ackMu.Lock()
 	nacks := pr.nacksOut
 	pr.nacksOut = nil
+	pr.nacksSending += len(nacks) // no piggybacked ack until they are out
 	applied := pr.applied
-	send := applied > pr.ackedOut
+	send := applied > pr.ackedOut || (pr.ackForce && applied > 0)
 	pr.ackedOut = max(pr.ackedOut, applied)
-	pr.ackDirty = false
+	pr.ackDirty, pr.ackForce = false, false
 	pr.ackMu.Unlock()
+	defer func() {
+		pr.ackMu.Lock()
+		pr.nacksSending -= len(nacks)
+		pr.ackMu.Unlock()
+	}()
 	for _, n := range nacks {
 		h := transport.Header{Type: transport.FrameAck, Seq: n[0], A: n[1]}
 		if err := rt.send(ctx, pr.proc, &h, nil); err != nil {

@@ -1,6 +1,6 @@
 // Package transport moves frames between the processes of a job.
 //
-// A frame is a fixed 48-byte binary Header followed by an optional raw
+// A frame is a fixed 56-byte binary Header followed by an optional raw
 // payload of Header.Len bytes. Bulk payload bytes never go through an
 // encoder: a sender hands the transport a slice (usually segment memory) and
 // a receiver is offered a Payload that it reads straight into its

@@ -50,7 +50,7 @@ const (
 )
 
 // HeaderSize is the encoded size of a Header in bytes.
-const HeaderSize = 48
+const HeaderSize = 56
 
 // MaxPayload is the hard cap on one frame's payload; larger transfers are
 // split by the sender. Decoders reject anything larger before allocating.
@@ -71,6 +71,8 @@ const MaxPayload = 64 << 20
 //	24 Off    uint64  byte offset in the segment
 //	32 A      uint64  operand
 //	40 B      uint64  operand
+//	48 Ack    uint64  cumulative acknowledgement of the receiver's sequenced
+//	                  frames, carried on any frame going back (0: none)
 type Header struct {
 	Len   uint32
 	Type  FrameType
@@ -82,6 +84,7 @@ type Header struct {
 	Off   uint64
 	A     uint64
 	B     uint64
+	Ack   uint64
 }
 
 // Encode writes h into b, which must hold HeaderSize bytes.
@@ -97,6 +100,7 @@ func (h *Header) Encode(b []byte) {
 	binary.LittleEndian.PutUint64(b[24:], h.Off)
 	binary.LittleEndian.PutUint64(b[32:], h.A)
 	binary.LittleEndian.PutUint64(b[40:], h.B)
+	binary.LittleEndian.PutUint64(b[48:], h.Ack)
 }
 
 // DecodeHeader parses and checks a header. It rejects short input, unknown
@@ -117,6 +121,7 @@ func DecodeHeader(b []byte) (Header, error) {
 	h.Off = binary.LittleEndian.Uint64(b[24:])
 	h.A = binary.LittleEndian.Uint64(b[32:])
 	h.B = binary.LittleEndian.Uint64(b[40:])
+	h.Ack = binary.LittleEndian.Uint64(b[48:])
 	if !h.Type.Valid() {
 		return h, fmt.Errorf("%w: unknown frame type %d", ErrBadFrame, h.Type)
 	}

@@ -66,6 +66,11 @@
 //	                       disk-level checkpoints in DIR instead of starting afresh
 //	PGAS_LOG               runtime log level: debug, info (default), warn, error
 //
+// gaspirun also sets GOMAXPROCS for every process to its rank's share of
+// the cores (cores / ranks, at least 1), unless GOMAXPROCS is set already:
+// ranks that each run as many threads as there are cores oversubscribe the
+// host, and small messages then pay for wake-ups across threads.
+//
 // Empty values count as unset. When PGAS_PROC is unset, the process id and
 // count come from the first of these that is present:
 //

@@ -1,5 +1,5 @@
 // Package tcp is the networked transport.Transport: one authenticated TCP
-// connection per pair of processes, carrying frames (a 48-byte header, then
+// connection per pair of processes, carrying frames (a 56-byte header, then
 // the raw payload).
 //
 // Usage:

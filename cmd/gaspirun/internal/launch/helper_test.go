@@ -86,6 +86,19 @@ func childMain(mode string) int {
 		fmt.Printf("proc=%d nprocs=%d nranks=%d host=%s job=%s state=%s launcher=%s token=%d serve=%v table=%d\n",
 			env.Proc, env.NumProcs, env.NumRanks, env.Host, env.JobID, env.StateDir, env.Launcher, len(env.Token), env.ServeRendezvous, table.NumProcs())
 		fmt.Fprintf(os.Stderr, "stderr line from %d\n", env.Proc)
+		// Ranks leave only once every process has printed: gaspirun stops
+		// idle spares as soon as the ranks are done.
+		if env.StateDir != "" {
+			os.WriteFile(filepath.Join(env.StateDir, fmt.Sprintf("printed.%d", env.Proc)), nil, 0o644)
+			if isRank {
+				for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+					n, _ := filepath.Glob(filepath.Join(env.StateDir, "printed.*"))
+					if len(n) >= env.NumProcs {
+						break
+					}
+				}
+			}
+		}
 		if !isRank {
 			waitTerm()
 		}
