@@ -382,7 +382,7 @@ type peer struct {
 	// nacksSending counts refusals taken by a flusher and not yet sent;
 	// while it is non-zero no ack is piggybacked.
 	nacksSending int
-	flushMu  sync.Mutex  // held by whoever sends acks to this peer (flushAcks)
+	flushMu      sync.Mutex // held by whoever sends acks to this peer (flushAcks)
 
 	out outbox // replies to this peer, sent by a goroutine of their own
 
