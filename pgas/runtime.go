@@ -386,11 +386,17 @@ type peer struct {
 
 	out outbox // replies to this peer, sent by a goroutine of their own
 
-	departed atomic.Bool // the peer said goodbye: its connection closing is no failure
+	departed   atomic.Bool // the peer said goodbye: its connection closing is no failure
+	toldFenced atomic.Bool // this peer, declared failed, was told it is fenced
 }
 
-// ctlGoodbye in FrameControl.A: the sender is closing its runtime.
-const ctlGoodbye = 1
+// FrameControl.A values.
+const (
+	// ctlGoodbye: the sender is closing its runtime.
+	ctlGoodbye = 1
+	// ctlFenced: the sender's committed view declares the receiver failed.
+	ctlFenced = 2
+)
 
 // spareSeesEnd: an idle spare that has heard goodbye from every rank's
 // process knows the job is over even if the membership can no longer say
@@ -513,6 +519,12 @@ func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p trans
 	if err := rt.admit(from, h); err != nil {
 		rt.stats.FramesRejected.Add(1)
 		p.Discard()
+		if errors.Is(err, ErrFenced) && rt.peers[from].toldFenced.CompareAndSwap(false, true) {
+			// A replaced process may never hear it from the membership (it
+			// left the Raft configuration) and its unacknowledged frames
+			// are dropped silently: tell it once.
+			rt.reply(from, transport.Header{Type: transport.FrameControl, A: ctlFenced}, nil)
+		}
 		switch {
 		case h.Flags&transport.FlagAck != 0:
 			rt.queueNack(from, h.Seq, codeOf(err))
@@ -564,9 +576,13 @@ func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p trans
 	case transport.FrameHeartbeat:
 		return rt.handleHeartbeat(from, p)
 	case transport.FrameControl:
-		if h.A == ctlGoodbye {
+		switch h.A {
+		case ctlGoodbye:
 			rt.peers[from].departed.Store(true)
 			rt.spareSeesEnd()
+		case ctlFenced:
+			rt.fence(fmt.Sprintf("proc %d refused a frame: its committed view declares this process failed", from))
+			return p.Discard()
 		}
 		rt.applied(from, h, nil)
 		return p.Discard()
