@@ -34,10 +34,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/gaspigo/gaspigo/internal/proctest"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -192,17 +192,11 @@ func orInt(v, def int) int {
 func binaries(dir string) (gaspirun, prog string, cleanup func(), err error) {
 	cleanup = func() {}
 	if dir == "" {
-		tmp, err := os.MkdirTemp("", "detect-")
+		tmp, done, err := proctest.Build("detect", false, "./cmd/gaspirun", "./internal/testprog/ftstep")
 		if err != nil {
-			return "", "", cleanup, err
+			return "", "", func() {}, fmt.Errorf("%w (run inside the module, or pass -bin)", err)
 		}
-		cleanup = func() { os.RemoveAll(tmp) }
-		cmd := exec.Command("go", "build", "-o", tmp+string(filepath.Separator), "./cmd/gaspirun", "./internal/testprog/ftstep")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			cleanup()
-			return "", "", func() {}, fmt.Errorf("go build (run from the module root, or pass -bin): %v\n%s", err, out)
-		}
-		dir = tmp
+		cleanup, dir = done, tmp
 	}
 	gaspirun, prog = filepath.Join(dir, "gaspirun"), filepath.Join(dir, "ftstep")
 	for _, f := range []string{gaspirun, prog} {

@@ -40,6 +40,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/gaspigo/gaspigo/internal/proctest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,33 +132,11 @@ func run(o options) error {
 
 // build compiles gaspirun and kmeans into dir from the module root.
 func build(dir string) error {
-	root, err := moduleRoot()
+	root, err := proctest.ModuleRoot()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/gaspirun", "./apps/kmeans/cmd/kmeans")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return nil
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory: run from inside the module")
-		}
-		dir = parent
-	}
+	return proctest.BuildInto(root, dir, false, "./cmd/gaspirun", "./apps/kmeans/cmd/kmeans")
 }
 
 type bench struct {
@@ -605,7 +584,7 @@ func singleProcess(pts []float64, d int, init []float64, iters int) ([]time.Dura
 // kernel runs the apps/kmeans kernel benchmarks.
 func (b *bench) kernel() error {
 	fmt.Printf("\n## (d) kernel: go test -run XXX -bench Kernel -benchtime 20x ./apps/kmeans (load %s)\n", loadAvg())
-	root, err := moduleRoot()
+	root, err := proctest.ModuleRoot()
 	if err != nil {
 		return err
 	}

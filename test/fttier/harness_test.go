@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/gaspigo/gaspigo/internal/proctest"
 	"io"
 	"os"
 	"os/exec"
@@ -50,48 +51,15 @@ func testMain(m *testing.M) int {
 		bins.err = errors.New("real-process tests need Linux and no -short")
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "fttier-")
+	dir, cleanup, err := proctest.Build("fttier", raceEnabled, "./cmd/gaspirun", "./internal/testprog/ftstep")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	root, err := moduleRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	args = append(args, "./cmd/gaspirun", "./internal/testprog/ftstep")
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "fttier: go %s: %v\n%s", strings.Join(args, " "), err, out)
-		return 1
-	}
+	defer cleanup()
 	bins.gaspirun = filepath.Join(dir, "gaspirun")
 	bins.prog = filepath.Join(dir, "ftstep")
 	return m.Run()
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("fttier: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // expectedSum is ftstep's result for n ranks and s steps: step i

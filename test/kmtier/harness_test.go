@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/gaspigo/gaspigo/internal/proctest"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -62,48 +63,15 @@ func testMain(m *testing.M) int {
 		bins.err = errors.New("real-process tests need Linux (/proc) and no -short")
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "kmtier-")
+	dir, cleanup, err := proctest.Build("kmtier", raceEnabled, "./cmd/gaspirun", "./apps/kmeans/cmd/kmeans")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	root, err := moduleRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	args = append(args, "./cmd/gaspirun", "./apps/kmeans/cmd/kmeans")
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "kmtier: go %s: %v\n%s", strings.Join(args, " "), err, out)
-		return 1
-	}
+	defer cleanup()
 	bins.gaspirun = filepath.Join(dir, "gaspirun")
 	bins.kmeans = filepath.Join(dir, "kmeans")
 	return m.Run()
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("kmtier: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // spec is one gaspirun job of kmeans.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/gaspigo/gaspigo/internal/proctest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,57 +38,18 @@ func TestMain(m *testing.M) {
 
 func testMain(m *testing.M) int {
 	if runtime.GOOS != "linux" || testing.Short() {
-		// The tests skip themselves (see needBinaries).
 		bins.err = errors.New("real-process tests need Linux and no -short")
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "tcptier-")
+	dir, cleanup, err := proctest.Build("tcptier", raceEnabled, "./cmd/gaspirun", "./test/tcptier/testprog/semantics")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	root, err := moduleRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	args = append(args, "./cmd/gaspirun", "./test/tcptier/testprog/semantics")
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
-	start := time.Now()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "tcptier: go %s: %v\n%s", strings.Join(args, " "), err, out)
-		return 1
-	}
-	if testing.Verbose() {
-		fmt.Printf("tcptier: built gaspirun and testprog/semantics (race=%v) in %v\n", raceEnabled, time.Since(start).Round(time.Millisecond))
-	}
+	defer cleanup()
 	bins.gaspirun = filepath.Join(dir, "gaspirun")
 	bins.prog = filepath.Join(dir, "semantics")
 	return m.Run()
-}
-
-// moduleRoot finds the directory of go.mod above the working directory.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("tcptier: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 func needBinaries(t *testing.T) {

@@ -1,0 +1,70 @@
+// Package proctest builds the programs that the real-process test tiers
+// and benchmark tools run under gaspirun.
+//
+//	dir, cleanup, err := proctest.Build("fttier", raceEnabled, "./cmd/gaspirun", "./internal/testprog/ftstep")
+//	defer cleanup()
+//	gaspirun := filepath.Join(dir, "gaspirun")
+package proctest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Build compiles the main packages pkgs (module-relative, like
+// "./cmd/gaspirun") into a new temporary directory named after tier, with
+// the race detector when race is set, and returns the directory and a
+// function that removes it. Errors carry the compiler's output.
+func Build(tier string, race bool, pkgs ...string) (dir string, cleanup func(), err error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err = os.MkdirTemp("", tier+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	if err := BuildInto(root, dir, race, pkgs...); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("%s: %w", tier, err)
+	}
+	return dir, cleanup, nil
+}
+
+// BuildInto compiles the main packages pkgs of the module at root into dir.
+func BuildInto(root, dir string, race bool, pkgs ...string) error {
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	if race {
+		args = append(args, "-race")
+	}
+	args = append(args, pkgs...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// ModuleRoot finds the directory of go.mod above the working directory.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory: run from inside the module")
+		}
+		dir = parent
+	}
+}
