@@ -1,0 +1,156 @@
+package segments
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func newSeg(t *testing.T, size int64, opt Options) *Segment {
+	t.Helper()
+	s, err := New(7, size, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestNewRejectsBadSizes(t *testing.T) {
+	for _, size := range []int64{0, -1, MaxSize + 1} {
+		if _, err := New(1, size, Options{}); !errors.Is(err, ErrSize) {
+			t.Errorf("New(size %d) = %v, want ErrSize", size, err)
+		}
+	}
+}
+
+func TestBoundsChecked(t *testing.T) {
+	s := newSeg(t, 4096, Options{})
+	if err := s.CopyIn(4090, make([]byte, 6)); err != nil {
+		t.Fatalf("in-bounds copy: %v", err)
+	}
+	cases := []struct{ off, n int64 }{{4090, 7}, {-1, 1}, {0, -1}, {4097, 0}, {1 << 62, 1 << 62}}
+	for _, c := range cases {
+		err := s.Check(c.off, c.n)
+		var re *RangeError
+		if !errors.Is(err, ErrBounds) || !errors.As(err, &re) || re.ID != 7 || re.Size != 4096 {
+			t.Errorf("Check(%d, %d) = %v, want a RangeError for segment 7", c.off, c.n, err)
+		}
+	}
+	if err := s.CopyOut(4095, make([]byte, 2)); !errors.Is(err, ErrBounds) {
+		t.Errorf("CopyOut past the end: %v", err)
+	}
+	// Nothing was written by the refused copies.
+	if err := s.CopyIn(4095, []byte{1, 2}); !errors.Is(err, ErrBounds) {
+		t.Fatalf("CopyIn past the end: %v", err)
+	}
+	if s.Bytes()[4095] != 0 {
+		t.Fatal("a refused CopyIn wrote into the segment")
+	}
+}
+
+func TestTypedViewsAliasMemory(t *testing.T) {
+	s := newSeg(t, 4096, Options{})
+	f, err := s.Float64s(64, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f[1] = 1.5
+	var back [8]byte
+	s.CopyOut(72, back[:])
+	if got, _ := s.Float64s(72, 1); got[0] != 1.5 {
+		t.Fatalf("view does not alias the segment: %v", got)
+	}
+	if _, err := s.Uint64s(4, 1); !errors.Is(err, ErrAlign) {
+		t.Errorf("misaligned view: %v", err)
+	}
+	if _, err := s.Int64s(4088, 2); !errors.Is(err, ErrBounds) {
+		t.Errorf("view past the end: %v", err)
+	}
+	w, err := s.Word(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Add(5)
+	if u, _ := s.Uint64s(8, 1); u[0] != 5 {
+		t.Fatalf("atomic word does not alias the segment: %d", u[0])
+	}
+}
+
+func TestNotifications(t *testing.T) {
+	s := newSeg(t, 64, Options{Notifications: 16})
+	if s.NumNotifications() != 16 {
+		t.Fatalf("NumNotifications = %d", s.NumNotifications())
+	}
+	if err := s.SetNotification(16, 1); !errors.Is(err, ErrNotificationID) {
+		t.Errorf("slot 16 of 16: %v", err)
+	}
+	if _, err := s.WaitSome(context.Background(), 10, 7, WaitPolicy{}); !errors.Is(err, ErrNotificationID) {
+		t.Errorf("range past the slots: %v", err)
+	}
+	s.SetNotification(5, 42)
+	id, err := s.WaitSome(context.Background(), 0, 16, WaitPolicy{Spin: time.Microsecond})
+	if err != nil || id != 5 {
+		t.Fatalf("WaitSome = %d, %v; want 5", id, err)
+	}
+	if v, _ := s.Notification(5); v != 42 {
+		t.Fatalf("Notification(5) = %d: WaitSome must not consume", v)
+	}
+	if v, _ := s.ResetNotification(5); v != 42 {
+		t.Fatalf("ResetNotification = %d, want 42", v)
+	}
+	if v, _ := s.ResetNotification(5); v != 0 {
+		t.Fatalf("second reset = %d, want 0", v)
+	}
+}
+
+func TestWaitSomeWakesTimesOutAndCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := New(1, 64, Options{Notifications: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan NotificationID, 1)
+		go func() {
+			id, _ := s.WaitSome(context.Background(), 2, 3, WaitPolicy{})
+			got <- id
+		}()
+		synctest.Wait()
+		s.SetNotification(0, 1) // outside the waited range: no wake-up result
+		s.SetNotification(3, 9)
+		if id := <-got; id != 3 {
+			t.Fatalf("woke with %d, want 3", id)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := s.WaitSome(ctx, 5, 1, WaitPolicy{}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("timed-out wait: %v", err)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.WaitSome(context.Background(), 6, 1, WaitPolicy{})
+			errc <- err
+		}()
+		synctest.Wait()
+		s.Close()
+		if err := <-errc; !errors.Is(err, ErrClosed) {
+			t.Fatalf("wait across Close: %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+	})
+}
+
+func TestFileBackingSharesMemory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "seg")
+	a := newSeg(t, 8192, Options{Backing: FileBacking{Path: path}})
+	b := newSeg(t, 8192, Options{Backing: FileBacking{Path: path}})
+	copy(a.Bytes()[100:], "shared")
+	if got := string(b.Bytes()[100:106]); got != "shared" {
+		t.Fatalf("second mapping sees %q", got)
+	}
+}
