@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/gaspigo/gaspigo/internal/proctest"
 	"io"
 	"os"
 	"os/exec"
@@ -59,7 +60,7 @@ func parseLine(raw string, recv time.Time) record {
 	}
 	if strings.HasPrefix(s, "time=") {
 		r.kind = "log"
-		parseKV(s, r.kv)
+		proctest.ParseKV(s, r.kv)
 		r.msg = r.kv["msg"]
 		if t, err := time.Parse(time.RFC3339Nano, r.kv["time"]); err == nil {
 			r.at = t
@@ -80,57 +81,9 @@ func parseLine(raw string, recv time.Time) record {
 			r.kv["rank"], r.kv["epoch"] = f[0], f[2]
 		}
 	default:
-		parseKV(s, r.kv)
+		proctest.ParseKV(s, r.kv)
 	}
 	return r
-}
-
-// parseKV reads key=value pairs, values optionally quoted as slog's text
-// handler quotes them. The first occurrence of a key wins.
-func parseKV(s string, kv map[string]string) {
-	for s != "" {
-		s = strings.TrimLeft(s, " ")
-		eq := strings.IndexByte(s, '=')
-		if eq <= 0 {
-			return
-		}
-		key := s[:eq]
-		if strings.ContainsRune(key, ' ') {
-			// Not a pair: skip the word.
-			_, s, _ = strings.Cut(s, " ")
-			continue
-		}
-		s = s[eq+1:]
-		var val string
-		if strings.HasPrefix(s, `"`) {
-			end := closingQuote(s)
-			q := s[:end]
-			s = s[end:]
-			if u, err := strconv.Unquote(q); err == nil {
-				val = u
-			} else {
-				val = q
-			}
-		} else {
-			val, s, _ = strings.Cut(s, " ")
-		}
-		if _, dup := kv[key]; !dup {
-			kv[key] = val
-		}
-	}
-}
-
-// closingQuote returns the index just past the quoted string at s[0].
-func closingQuote(s string) int {
-	for i := 1; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(s)
 }
 
 // job is one gaspirun run whose output is parsed as it arrives.

@@ -100,7 +100,7 @@ func parseRec(raw string, recv time.Time) rec {
 		return r
 	case strings.HasPrefix(s, "time="):
 		r.kind = "log"
-		parseKV(s, r.kv)
+		proctest.ParseKV(s, r.kv)
 		r.msg = r.kv["msg"]
 		return r
 	}
@@ -117,50 +117,11 @@ func parseRec(raw string, recv time.Time) rec {
 			r.kv["rank"], r.kv["epoch"] = f[0], f[2]
 		}
 	case "result", "stats", "leader", "progress":
-		parseKV(s, r.kv)
+		proctest.ParseKV(s, r.kv)
 	default:
 		r.kind = "other"
 	}
 	return r
-}
-
-// parseKV reads key=value pairs (values possibly quoted, as slog's text
-// handler writes them); the first occurrence of a key wins.
-func parseKV(s string, kv map[string]string) {
-	for s != "" {
-		s = strings.TrimLeft(s, " ")
-		eq := strings.IndexByte(s, '=')
-		if eq <= 0 {
-			return
-		}
-		key := s[:eq]
-		if strings.ContainsRune(key, ' ') {
-			_, s, _ = strings.Cut(s, " ")
-			continue
-		}
-		s = s[eq+1:]
-		var val string
-		if strings.HasPrefix(s, `"`) {
-			end := len(s)
-			for i := 1; i < len(s); i++ {
-				if s[i] == '\\' {
-					i++
-				} else if s[i] == '"' {
-					end = i + 1
-					break
-				}
-			}
-			val, s = s[:end], s[end:]
-			if u, err := strconv.Unquote(val); err == nil {
-				val = u
-			}
-		} else {
-			val, s, _ = strings.Cut(s, " ")
-		}
-		if _, dup := kv[key]; !dup {
-			kv[key] = val
-		}
-	}
 }
 
 // job is one gaspirun run of ftstep.

@@ -365,47 +365,6 @@ func (r *result) logRecords(msg string) []map[string]string {
 	return out
 }
 
-// parseKV reads slog text key=value pairs (values possibly quoted); the
-// first occurrence of a key wins.
-func parseKV(s string) map[string]string {
-	kv := map[string]string{}
-	for s != "" {
-		s = strings.TrimLeft(s, " ")
-		eq := strings.IndexByte(s, '=')
-		if eq <= 0 {
-			break
-		}
-		key := s[:eq]
-		if strings.ContainsRune(key, ' ') {
-			_, s, _ = strings.Cut(s, " ")
-			continue
-		}
-		s = s[eq+1:]
-		var val string
-		if strings.HasPrefix(s, `"`) {
-			end := len(s)
-			for i := 1; i < len(s); i++ {
-				if s[i] == '\\' {
-					i++
-				} else if s[i] == '"' {
-					end = i + 1
-					break
-				}
-			}
-			val, s = s[:end], s[end:]
-			if u, err := strconv.Unquote(val); err == nil {
-				val = u
-			}
-		} else {
-			val, s, _ = strings.Cut(s, " ")
-		}
-		if _, dup := kv[key]; !dup {
-			kv[key] = val
-		}
-	}
-	return kv
-}
-
 // lockedBuffer collects gaspirun's stdout and stderr.
 type lockedBuffer struct {
 	mu sync.Mutex
@@ -475,4 +434,11 @@ func checkRecovered(t *testing.T, res *result, wantKills int) {
 	if !res.has(fmt.Sprintf("%d killed by signal 9 (SIGKILL)", wantKills)) {
 		t.Fatalf("gaspirun's summary does not count %d SIGKILLed processes\n%s", wantKills, res.text())
 	}
+}
+
+// parseKV reads a slog text line's key=value pairs.
+func parseKV(s string) map[string]string {
+	kv := map[string]string{}
+	proctest.ParseKV(s, kv)
+	return kv
 }
