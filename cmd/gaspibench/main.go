@@ -26,10 +26,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err != nil {
-		// Every rank gets the same flags; one copy of the message is enough.
-		if p := os.Getenv("PGAS_PROC"); p == "" || p == "0" {
-			fmt.Fprintf(stderr, "gaspibench: %v\n", err)
-		}
+		// Every process says it before exiting: the launcher stops the
+		// others as soon as the first one exits, so a message printed by
+		// one chosen process only could be lost.
+		fmt.Fprintf(stderr, "gaspibench: %v\n", err)
 		return 2
 	}
 	if os.Getenv("PGAS_RENDEZVOUS") == "" {

@@ -121,7 +121,9 @@ func testTables(t *testing.T, dir string) {
 func testRefuses(t *testing.T, dir string) {
 	bench := filepath.Join(dir, "gaspibench")
 	code, _, errOut := launch(t, dir, "-n", "2", "--", bench, "--window", "0")
-	if code != 2 || !strings.Contains(errOut, "Window (--window) is 0; want 1..1024") || strings.Count(errOut, "--window") != 1 {
+	// Each process reports the bad flag before exiting; the launcher stops
+	// the rest once the first has, so one or two copies arrive.
+	if n := strings.Count(errOut, "Window (--window) is 0; want 1..1024"); code != 2 || n < 1 || n > 2 {
 		t.Errorf("bad flag: exit %d, stderr:\n%s", code, errOut)
 	}
 	cmd := exec.Command(bench, "--iters", "1")
