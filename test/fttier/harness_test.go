@@ -3,15 +3,12 @@ package fttier
 import (
 	"bufio"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"github.com/gaspigo/gaspigo/internal/proctest"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,24 +39,11 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	os.Exit(testMain(m))
-}
-
-func testMain(m *testing.M) int {
-	if runtime.GOOS != "linux" || testing.Short() {
-		bins.err = errors.New("real-process tests need Linux and no -short")
-		return m.Run()
-	}
-	dir, cleanup, err := proctest.Build("fttier", raceEnabled, "./cmd/gaspirun", "./internal/testprog/ftstep")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer cleanup()
-	bins.gaspirun = filepath.Join(dir, "gaspirun")
-	bins.prog = filepath.Join(dir, "ftstep")
-	return m.Run()
+	os.Exit(proctest.Main(m, "fttier", raceEnabled, []string{"./cmd/gaspirun", "./internal/testprog/ftstep"}, func(dir string, skip error) {
+		bins.err = skip
+		bins.gaspirun = filepath.Join(dir, "gaspirun")
+		bins.prog = filepath.Join(dir, "ftstep")
+	}))
 }
 
 // expectedSum is ftstep's result for n ranks and s steps: step i

@@ -3,8 +3,6 @@ package kmtier
 import (
 	"bytes"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"github.com/gaspigo/gaspigo/internal/proctest"
 	"math/rand/v2"
@@ -12,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,24 +51,11 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	os.Exit(testMain(m))
-}
-
-func testMain(m *testing.M) int {
-	if runtime.GOOS != "linux" || testing.Short() {
-		bins.err = errors.New("real-process tests need Linux (/proc) and no -short")
-		return m.Run()
-	}
-	dir, cleanup, err := proctest.Build("kmtier", raceEnabled, "./cmd/gaspirun", "./apps/kmeans/cmd/kmeans")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer cleanup()
-	bins.gaspirun = filepath.Join(dir, "gaspirun")
-	bins.kmeans = filepath.Join(dir, "kmeans")
-	return m.Run()
+	os.Exit(proctest.Main(m, "kmtier", raceEnabled, []string{"./cmd/gaspirun", "./apps/kmeans/cmd/kmeans"}, func(dir string, skip error) {
+		bins.err = skip
+		bins.gaspirun = filepath.Join(dir, "gaspirun")
+		bins.kmeans = filepath.Join(dir, "kmeans")
+	}))
 }
 
 // spec is one gaspirun job of kmeans.

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"github.com/gaspigo/gaspigo/internal/proctest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,24 +30,11 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	os.Exit(testMain(m))
-}
-
-func testMain(m *testing.M) int {
-	if runtime.GOOS != "linux" || testing.Short() {
-		bins.err = errors.New("real-process tests need Linux and no -short")
-		return m.Run()
-	}
-	dir, cleanup, err := proctest.Build("tcptier", raceEnabled, "./cmd/gaspirun", "./test/tcptier/testprog/semantics")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer cleanup()
-	bins.gaspirun = filepath.Join(dir, "gaspirun")
-	bins.prog = filepath.Join(dir, "semantics")
-	return m.Run()
+	os.Exit(proctest.Main(m, "tcptier", raceEnabled, []string{"./cmd/gaspirun", "./test/tcptier/testprog/semantics"}, func(dir string, skip error) {
+		bins.err = skip
+		bins.gaspirun = filepath.Join(dir, "gaspirun")
+		bins.prog = filepath.Join(dir, "semantics")
+	}))
 }
 
 func needBinaries(t *testing.T) {
