@@ -316,8 +316,13 @@ func (s *Shuffle) waitOn(ctx context.Context, ch <-chan struct{}, op string) err
 }
 
 // checkRanks returns a *pgas.RankError for the first rank of the shuffle
-// that the runtime sees as failed or lost.
+// that the runtime sees as failed or lost, or the runtime's error once a
+// newer epoch is committed: by then a failed rank's slot in the state
+// vector is held by its healthy replacement, and only the epoch tells.
 func (s *Shuffle) checkRanks(op string) error {
+	if err := s.rt.Usable(); err != nil {
+		return fmt.Errorf("kvshuffle: %s: %w", op, err)
+	}
 	sv := s.rt.StateVector()
 	for _, set := range [][]int{s.oRanks, s.aRanks} {
 		for _, r := range set {

@@ -82,6 +82,12 @@ func (rt *Runtime) current() (*view, error) {
 	return v, nil
 }
 
+// Usable returns the error every call would return now: ErrClosed,
+// ErrFenced, or ErrStaleEpoch once a newer epoch was committed than the
+// program acknowledged; nil otherwise. Layers that wait on notifications
+// (which no failure interrupts) poll it.
+func (rt *Runtime) Usable() error { return rt.check() }
+
 // viewChan returns a channel that closes at the next applied view.
 func (rt *Runtime) viewChan() <-chan struct{} {
 	rt.viewMu.Lock()
