@@ -146,6 +146,7 @@ func TestStuckWriteHonoursContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitUp(t, tr, 0)
 	const size = 1 << 20
 	accepted := 0
 	var lastErr error

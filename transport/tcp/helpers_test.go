@@ -243,6 +243,27 @@ func rawDial(t *testing.T, addr string, token []byte, self transport.Proc) (net.
 	return nc, err
 }
 
+// waitUp waits until tr has registered a live connection to peer: a
+// client's handshake returns before the accepting side has filed the
+// connection, so a Send right after rawDial could still find no peer.
+func waitUp(t *testing.T, tr *Transport, peer transport.Proc) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		tr.mu.Lock()
+		p := tr.peers[peer]
+		up := p != nil && p.state == stateUp
+		tr.mu.Unlock()
+		if up {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("peer %d never came up at proc %d", peer, tr.self)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // writeFrame writes h (with Len set from payload) and payload to w.
 func writeFrame(w io.Writer, h transport.Header, payload []byte) error {
 	h.Len = uint32(len(payload))
