@@ -10,6 +10,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
+	"github.com/gaspigo/gaspigo/internal/netfault"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/tcp"
 )
@@ -65,6 +66,13 @@ func InitFromEnv(ctx context.Context, opts EnvOptions) (*Runtime, error) {
 	tc.Self = transport.Proc(env.Proc)
 	tc.Token = env.Token
 	tc.ListenAddr = net.JoinHostPort(listenHost(env.Rendezvous), "0")
+	if inj := netfault.FromEnv(env.Proc); inj != nil {
+		ln, err := net.Listen("tcp", tc.ListenAddr)
+		if err != nil {
+			return nil, fmt.Errorf("pgas: init: data-plane listener: %w", err)
+		}
+		tc.Listener, tc.WrapConn = inj.Listener(ln), inj.Wrap
+	}
 	tc.Logger = tcpLog.With("proc", int(env.Proc), "layer", "tcp")
 	tr, err := tcp.New(tc)
 	if err != nil {
@@ -148,7 +156,7 @@ func Listen(env bootstrap.Env) (net.Listener, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	return ln, advertise(ln.Addr().String(), env.Rendezvous), nil
+	return netfault.FromEnv(env.Proc).Listener(ln), advertise(ln.Addr().String(), env.Rendezvous), nil
 }
 
 // listenHost picks the interface to listen on: loopback when the job's

@@ -63,6 +63,10 @@ type Config struct {
 	// or tests on port 0). The Node owns and closes them.
 	RaftListener net.Listener
 	CtlListener  net.Listener
+	// WrapConn, when set, wraps every Raft and control connection this
+	// node dials (internal/netfault injects network faults through it;
+	// wrap the listeners for the accepted ones).
+	WrapConn func(net.Conn) net.Conn
 
 	// HeartbeatTimeout (Raft): a follower without contact from the leader
 	// for this long starts an election. Sets failover speed.

@@ -137,6 +137,7 @@ func NewNode(cfg Config) (_ *Node, err error) {
 		authListener: newAuthListener(raftLn, cfg.Token, purposeRaft, cfg.Proc, cfg.HandshakeTimeout, logger),
 		timeout:      cfg.TransportTimeout,
 		advertise:    n.self.RaftAddr,
+		wrap:         cfg.WrapConn,
 	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  n.stream,

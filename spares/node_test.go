@@ -376,10 +376,10 @@ func TestNodeControlPlane(t *testing.T) {
 	if !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("wrong token: %v, want auth.ErrAuth", err)
 	}
-	if _, err := dialAuth(ctx, raftAddr, auth.NewToken(), purposeRaft, 7, time.Second); !errors.Is(err, auth.ErrAuth) {
+	if _, err := dialAuth(ctx, raftAddr, auth.NewToken(), purposeRaft, 7, time.Second, nil); !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("wrong token on the raft transport: %v", err)
 	}
-	if _, err := dialAuth(ctx, raftAddr, c.token, auth.PurposeControl, 7, time.Second); !errors.Is(err, auth.ErrAuth) {
+	if _, err := dialAuth(ctx, raftAddr, c.token, auth.PurposeControl, 7, time.Second, nil); !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("control purpose on the raft transport: %v", err)
 	}
 	stray, err := net.Dial("tcp", ctlAddr)

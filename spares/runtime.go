@@ -10,6 +10,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
+	"github.com/gaspigo/gaspigo/internal/netfault"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -132,6 +133,9 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 			cfg.NumRanks = job.Table.NumRanks
 			cfg.Token = job.Env.Token
 			cfg.RaftListener, cfg.CtlListener = raftLn, ctlLn
+			if inj := netfault.FromEnv(env.Proc); inj != nil {
+				cfg.WrapConn = inj.Wrap
+			}
 			if job.Env.StateDir != "" {
 				cfg.StateDir = job.Env.StateDir
 			}

@@ -205,13 +205,16 @@ func (l *authListener) Addr() net.Addr { return l.ln.Addr() }
 
 // dialAuth dials addr and runs the handshake as the dialing side. The
 // returned connection has no deadline set.
-func dialAuth(ctx context.Context, addr string, token []byte, p auth.Purpose, self uint32, timeout time.Duration) (*authConn, error) {
+func dialAuth(ctx context.Context, addr string, token []byte, p auth.Purpose, self uint32, timeout time.Duration, wrap func(net.Conn) net.Conn) (*authConn, error) {
 	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c, err := d.DialContext(dctx, "tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	if wrap != nil {
+		c = wrap(c)
 	}
 	deadline := time.Now().Add(timeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
@@ -233,7 +236,8 @@ func dialAuth(ctx context.Context, addr string, token []byte, p auth.Purpose, se
 type raftStream struct {
 	*authListener
 	timeout   time.Duration
-	advertise string // the member's RaftAddr: what the others dial
+	advertise string                  // the member's RaftAddr: what the others dial
+	wrap      func(net.Conn) net.Conn // Config.WrapConn
 }
 
 // Addr is the advertised address (Raft reports it as this node's address),
@@ -251,7 +255,7 @@ func (s *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 	if timeout <= 0 || timeout > s.timeout {
 		timeout = s.timeout
 	}
-	c, err := dialAuth(context.Background(), string(addr), s.token, purposeRaft, s.self, timeout)
+	c, err := dialAuth(context.Background(), string(addr), s.token, purposeRaft, s.self, timeout, s.wrap)
 	if err != nil {
 		return nil, err
 	}

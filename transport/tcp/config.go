@@ -66,6 +66,12 @@ type Config struct {
 	// vanished host fail even when nothing is being sent.
 	KeepAlive time.Duration
 
+	// WrapConn, when set, wraps every connection this transport dials,
+	// before its handshake (internal/netfault uses it to inject network
+	// faults; wrap Listener for the accepted ones). A wrapped connection
+	// gets the socket options through its NetConn method, if it has one.
+	WrapConn func(net.Conn) net.Conn
+
 	// PollSpin, when > 0, makes each connection's reader poll the socket
 	// with non-blocking reads for up to this long before it parks in the
 	// network poller. It trades CPU for small-message latency; keep it 0

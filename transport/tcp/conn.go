@@ -474,6 +474,9 @@ func (t *Transport) dialOnce(id transport.Proc, addr string) (net.Conn, error) {
 		}
 		return nil, err
 	}
+	if t.cfg.WrapConn != nil {
+		nc = t.cfg.WrapConn(nc)
+	}
 	if !t.track(nc) {
 		_ = nc.Close()
 		return nil, backoff.Permanent(transport.ErrClosed)
@@ -518,6 +521,9 @@ func (t *Transport) refuse(nc net.Conn, remote string, claimed transport.Proc, e
 
 // tune applies the socket options of the Config.
 func (t *Transport) tune(nc net.Conn) {
+	if w, ok := nc.(interface{ NetConn() net.Conn }); ok {
+		nc = w.NetConn()
+	}
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
 		return
