@@ -159,6 +159,13 @@ const keepWindows = 16
 // promoted spare (rt.StartedAsSpare) it is local: the spare joins the
 // collective setup in Restore (or LoadFromDisk), which every rank calls
 // after a recovery. Survivors keep their Checkpointer across a recovery.
+//
+// When a rank fails during the collective setup, New returns the
+// Checkpointer together with the error (pgas.NeedsRecovery holds for it):
+// register the regions, call Recover, and Restore finishes the setup with
+// the promoted spare, as after any failure (it finds no checkpoint,
+// ErrNoCheckpoint, so the program starts over). Any other error returns a
+// nil Checkpointer.
 func New(ctx context.Context, rt *pgas.Runtime, cfg Config) (*Checkpointer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -188,15 +195,23 @@ func New(ctx context.Context, rt *pgas.Runtime, cfg Config) (*Checkpointer, erro
 			return nil, fmt.Errorf("ckpt: new: segment %d already exists: another Checkpointer used it (one per runtime and SegmentID; survivors keep theirs across a recovery) or it collides with the program's: %w", c.local, ErrInvalid)
 		}
 		if err := c.setup(ctx); err != nil {
-			c.cancel()
-			return nil, err
+			if !pgas.NeedsRecovery(err) {
+				c.cancel()
+				return nil, err
+			}
+			c.startWorkers()
+			return c, err
 		}
 	}
+	c.startWorkers()
+	return c, nil
+}
+
+func (c *Checkpointer) startWorkers() {
 	c.goFunc(c.worker)
-	if cfg.Dir != "" {
+	if c.cfg.Dir != "" {
 		c.goFunc(c.diskWriter)
 	}
-	return c, nil
 }
 
 // setup creates the segments at job start.
@@ -204,7 +219,7 @@ func (c *Checkpointer) setup(ctx context.Context) error {
 	if err := c.createLocal(ctx); err != nil {
 		return err
 	}
-	lay := newLayout(c.hosts(), c.cfg.Mirrors)
+	lay := newLayout(c.hosts(), c.cfg.Mirrors, c.rt.LiveRanks())
 	id := c.cfg.SegmentID + 1
 	cp := lay.capacity(c.rt.Rank())
 	if _, err := c.rt.SegmentCreate(ctx, id, c.mirrorSize(cp), nil); err != nil {
@@ -651,7 +666,7 @@ func (c *Checkpointer) LastCommitted() (id uint64, ok bool) {
 }
 
 // Holders returns the ranks that hold rank's mirrors under the current
-// placement (see Place), or nil before setup.
+// placement (see Place), or nil before setup and for a vacant rank.
 func (c *Checkpointer) Holders(rank int) []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

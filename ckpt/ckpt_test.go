@@ -63,7 +63,8 @@ func TestRoundTrip(t *testing.T) {
 // source's snapshot of checkpoint id.
 func (j *testJob) checkMirrors(id uint64) {
 	j.t.Helper()
-	for src, m := range j.ranks {
+	for _, src := range j.live() {
+		m := j.ranks[src]
 		for _, h := range m.ck.Holders(src) {
 			hc := j.ranks[h].ck
 			e, err := hc.myEntry()

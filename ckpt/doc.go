@@ -54,6 +54,15 @@
 // failure a rank saw (or the start of the restore) to the end of that
 // rebuild is the unprotected window, logged and kept in Stats.
 //
+// In a job that shrinks (pgas Runtime.Vacant), a rank lost with no spare
+// left is vacant: Restore and Commit run among the live ranks
+// (pgas.GroupAll), the target is the newest snapshot every live rank has
+// (the survivors restore their own; the vacant rank's snapshot and its
+// mirrors are no longer needed), and the placement is recomputed over the
+// live ranks only, so no snapshot is pushed to or expected from a vacant
+// rank. The disk level needs every rank: with Config.Dir set, Restore
+// refuses a job with vacant ranks (ErrInvalid).
+//
 // After a recovery the placement is recomputed from the current host
 // labels (a spare may sit on another host). When a holder must then hold
 // more or fewer snapshots, the mirror slots move to the other of the two

@@ -36,6 +36,9 @@ type fakeMembership struct {
 	handles []*fakeHandle
 	held    bool
 	want    int // while held: publish once this many processes failed
+	// shrink: with no spare left, a failed rank becomes vacant instead of
+	// failing the job.
+	shrink bool
 }
 
 // hold stops publishing until release and until victims more processes
@@ -108,6 +111,10 @@ func (h *fakeHandle) ReportFailure(ctx context.Context, proc transport.Proc, epo
 	v := pgas.View{Epoch: f.cur.Epoch + 1, Ranks: slices.Clone(f.cur.Ranks), Failed: append(slices.Clone(f.cur.Failed), proc)}
 	for r, p := range v.Ranks {
 		if p == proc {
+			if len(f.spares) == 0 && f.shrink {
+				v.Ranks[r] = transport.NoProc
+				break
+			}
 			if len(f.spares) == 0 {
 				v.Err = errors.New("no spares left")
 				break
@@ -146,7 +153,7 @@ type testJob struct {
 	ctx      context.Context // bounds every call, so a hang fails the test
 	nw       *mem.Network
 	cfg      Config
-	ranks    []*member // by rank; replaced on promotion
+	ranks    []*member // by rank; replaced on promotion, nil once vacant
 	promoted chan *pgas.Runtime
 	fm       *fakeMembership
 	mu       sync.Mutex
@@ -158,6 +165,7 @@ type jobOpts struct {
 	hosts         []string // per proc; nil for one host
 	mirrors       int
 	ft            bool // membership and failure detector
+	shrink        bool // with ft: a rank lost with no spare left becomes vacant
 	dir           string
 	maxBytes      int64
 }
@@ -183,6 +191,7 @@ func newTestJob(t testing.TB, o jobOpts) *testJob {
 	var fm *fakeMembership
 	if o.ft {
 		fm = newFakeMembership(o.ranks, n)
+		fm.shrink = o.shrink
 		j.fm = fm
 	}
 	hc := health.LocalConfig()
@@ -242,6 +251,17 @@ func newTestJob(t testing.TB, o jobOpts) *testJob {
 	})
 	copy(j.ranks, ms)
 	return j
+}
+
+// live lists the ranks that are not vacant.
+func (j *testJob) live() []int {
+	var rs []int
+	for r, m := range j.ranks {
+		if m != nil {
+			rs = append(rs, r)
+		}
+	}
+	return rs
 }
 
 func indexes(n int) []int {
@@ -343,7 +363,7 @@ func (j *testJob) each(ranks []int, f func(r int) error) {
 func (j *testJob) checkpoint(iter uint64) {
 	j.t.Helper()
 	ctx := j.ctx
-	j.each(indexes(len(j.ranks)), func(r int) error {
+	j.each(j.live(), func(r int) error {
 		m := j.ranks[r]
 		m.fill(r, iter)
 		if err := m.ck.Start(ctx, iter); err != nil {
@@ -355,8 +375,8 @@ func (j *testJob) checkpoint(iter uint64) {
 
 // advance computes iteration iter on every rank without checkpointing it.
 func (j *testJob) advance(iter uint64) {
-	for r, m := range j.ranks {
-		m.fill(r, iter)
+	for _, r := range j.live() {
+		j.ranks[r].fill(r, iter)
 	}
 }
 
@@ -381,7 +401,7 @@ func (j *testJob) settle(victims []int) {
 		j.ranks[r].ck.Close()
 	}
 	for s, m := range j.ranks {
-		if slices.Contains(victims, s) {
+		if m == nil || slices.Contains(victims, s) {
 			continue
 		}
 		for _, v := range victims {
@@ -390,7 +410,7 @@ func (j *testJob) settle(victims []int) {
 	}
 	synctest.Wait()
 	for s, m := range j.ranks {
-		if slices.Contains(victims, s) {
+		if m == nil || slices.Contains(victims, s) {
 			continue
 		}
 		sv := m.rt.StateVector()
@@ -510,8 +530,8 @@ func retry(rt *pgas.Runtime, step func() error) error {
 
 func (j *testJob) checkAll(iter uint64) {
 	j.t.Helper()
-	for r, m := range j.ranks {
-		if err := m.check(r, iter); err != nil {
+	for _, r := range j.live() {
+		if err := j.ranks[r].check(r, iter); err != nil {
 			j.t.Fatal(err)
 		}
 	}
@@ -519,5 +539,5 @@ func (j *testJob) checkAll(iter uint64) {
 
 func (j *testJob) waitProtected() {
 	j.t.Helper()
-	j.each(indexes(len(j.ranks)), func(r int) error { return j.ranks[r].ck.WaitProtected(j.ctx) })
+	j.each(j.live(), func(r int) error { return j.ranks[r].ck.WaitProtected(j.ctx) })
 }

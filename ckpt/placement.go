@@ -83,8 +83,24 @@ type layout struct {
 	sources [][]int
 }
 
-func newLayout(hosts []string, k int) *layout {
-	l := &layout{holders: Place(hosts, k), sources: make([][]int, len(hosts))}
+// newLayout places the snapshots of the ranks in live (ascending) on each
+// other, as Place does for the host labels of those ranks alone: in a job
+// that shrank, a vacant rank neither has nor holds a copy (its holders and
+// sources are empty). With every rank live it is Place(hosts, k).
+func newLayout(hosts []string, k int, live []int) *layout {
+	n := len(hosts)
+	l := &layout{holders: make([][]int, n), sources: make([][]int, n)}
+	sub := make([]string, len(live))
+	for i, r := range live {
+		sub[i] = hosts[r]
+	}
+	for i, hs := range Place(sub, k) {
+		rs := make([]int, len(hs))
+		for x, h := range hs {
+			rs[x] = live[h]
+		}
+		l.holders[live[i]] = rs
+	}
 	for r, hs := range l.holders {
 		for _, h := range hs {
 			l.sources[h] = append(l.sources[h], r)

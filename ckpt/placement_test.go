@@ -155,7 +155,7 @@ func TestPlaceDifferential(t *testing.T) {
 }
 
 func TestLayoutPositions(t *testing.T) {
-	l := newLayout([]string{"b", "a", "b", "b"}, 1)
+	l := newLayout([]string{"b", "a", "b", "b"}, 1, []int{0, 1, 2, 3})
 	if l.capacity(1) != 3 || l.capacity(0) != 0 {
 		t.Fatalf("capacities %d %d", l.capacity(1), l.capacity(0))
 	}

@@ -27,6 +27,7 @@ type heldCopy struct {
 
 // entry is one rank's contribution to the restore inventory.
 type entry struct {
+	vacant   bool // a rank of a job that shrank: no process, no entry
 	rank     int
 	gen      uint64
 	mirrorID int // -1: none (a fresh spare)
@@ -145,9 +146,14 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	c.mu.Lock()
 	n, me := c.n, c.rank
 	c.mu.Unlock()
-	entries, err := c.inventory(ctx)
+	entries, live, err := c.inventory(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
+	}
+	if len(live) < n && (dir != "" || c.cfg.Dir != "") {
+		// Every disk checkpoint has one file per rank, and its manifest
+		// is written once every rank reported one.
+		return 0, fmt.Errorf("ckpt: %s: the disk level needs every rank, and ranks %v of %d are vacant (the job shrank): turn off Config.Dir for a job that shrinks: %w", op, vacantRanks(entries), n, ErrInvalid)
 	}
 
 	// Pick and prepare the snapshot.
@@ -169,7 +175,7 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	found := false
 	if dir == "" {
 		var best pair
-		best, found = commonPair(entries, n)
+		best, found = commonPair(entries, live)
 		if found {
 			ch, cerr = c.prepareFromMemory(ctx, entries, best)
 		}
@@ -186,7 +192,7 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	newGen++
 
 	// Mirror segments for the current placement.
-	lay := newLayout(c.hosts(), c.cfg.Mirrors)
+	lay := newLayout(c.hosts(), c.cfg.Mirrors, live)
 	mid, err := c.setupMirror(ctx, entries, lay)
 	if err != nil {
 		return 0, fmt.Errorf("ckpt: %s: %w", op, err)
@@ -309,32 +315,55 @@ func (c *Checkpointer) quiesce(ctx context.Context) error {
 	return nil
 }
 
-// inventory gathers every rank's entry.
-func (c *Checkpointer) inventory(ctx context.Context) ([]entry, error) {
+// inventory gathers the entry of every live rank, indexed by rank, and
+// returns them with the live ranks: those of the view the exchange ran in
+// (pgas.GroupAll), the same list on every rank. A vacant rank's entry is
+// marked vacant and holds nothing.
+func (c *Checkpointer) inventory(ctx context.Context) ([]entry, []int, error) {
 	me, err := c.myEntry()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m := []uint64{uint64(len(me.copies))}
 	if err := pgas.Allreduce(ctx, c.rt, nil, m, pgas.OpMax); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	width := entryFixed + 4*int(m[0])
 	words := make([]uint64, width)
 	me.encode(words)
 	all, err := pgas.Allgather(ctx, c.rt, nil, words)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	n := len(all) / width
+	c.mu.Lock()
+	n := c.n
+	c.mu.Unlock()
 	out := make([]entry, n)
 	for r := range out {
-		out[r] = decodeEntry(all[r*width : (r+1)*width])
-		if out[r].rank != r {
-			return nil, fmt.Errorf("ckpt: inventory entry %d claims rank %d: %w", r, out[r].rank, ErrInvalid)
+		out[r] = entry{vacant: true, rank: r, mirrorID: -1}
+	}
+	live := make([]int, 0, len(all)/width)
+	for i := 0; i < len(all)/width; i++ {
+		e := decodeEntry(all[i*width : (i+1)*width])
+		// Members come in ascending rank order, one entry each.
+		if e.rank < 0 || e.rank >= n || (len(live) > 0 && e.rank <= live[len(live)-1]) {
+			return nil, nil, fmt.Errorf("ckpt: inventory entry %d claims rank %d (after ranks %v, of %d): %w", i, e.rank, live, n, ErrInvalid)
+		}
+		out[e.rank] = e
+		live = append(live, e.rank)
+	}
+	return out, live, nil
+}
+
+// vacantRanks lists the ranks whose inventory entry is vacant.
+func vacantRanks(entries []entry) []int {
+	var vs []int
+	for _, e := range entries {
+		if e.vacant {
+			vs = append(vs, e.rank)
 		}
 	}
-	return out, nil
+	return vs
 }
 
 // myEntry describes this rank's snapshots and verified mirror slots.
@@ -382,9 +411,14 @@ func (c *Checkpointer) checkSlot(b []byte) (Header, bool) {
 	return h, crc32.Checksum(b[headerArea:headerArea+int64(pl)], castagnoli) == h.PayloadCRC
 }
 
-// commonPair returns the snapshot every rank has (locally or at a
-// holder), with the highest id (then generation).
-func commonPair(entries []entry, n int) (pair, bool) {
+// commonPair returns the snapshot every live rank has (locally or at a
+// holder), with the highest id (then generation). A vacant rank's
+// snapshots are not needed: no process restores them.
+func commonPair(entries []entry, live []int) (pair, bool) {
+	if len(live) == 0 {
+		return pair{}, false
+	}
+	n := len(entries)
 	have := make([]map[pair]bool, n)
 	for r := range have {
 		have[r] = make(map[pair]bool)
@@ -403,10 +437,12 @@ func commonPair(entries []entry, n int) (pair, bool) {
 	}
 	var best pair
 	found := false
-	for p := range have[0] {
+	for p := range have[live[0]] {
 		all := true
-		for r := 1; r < n && all; r++ {
-			all = have[r][p]
+		for _, r := range live[1:] {
+			if all = have[r][p]; !all {
+				break
+			}
 		}
 		if all && (!found || p.id > best.id || (p.id == best.id && p.gen > best.gen)) {
 			best, found = p, true

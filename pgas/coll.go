@@ -16,7 +16,8 @@ import (
 // collectives on it in the same order.
 type Group struct {
 	tag   uint16
-	ranks []int
+	ranks []int    // fixed members (NewGroup); nil for GroupAll
+	rt    *Runtime // GroupAll: the members are the live ranks of the view
 
 	mu    sync.Mutex
 	epoch uint32
@@ -28,14 +29,14 @@ type Group struct {
 	broken uint32
 }
 
-// GroupAll returns the group of all ranks (tag 0).
+// GroupAll returns the group of all ranks (tag 0). In a job that shrank
+// it leaves the vacant ranks out: each collective on it runs among the
+// live ranks of the view it runs in (Runtime.LiveRanks), so no collective
+// waits on a rank that no process holds. Until a rank is vacant that is
+// every rank.
 func (rt *Runtime) GroupAll() *Group {
 	rt.groupOnce.Do(func() {
-		ranks := make([]int, rt.Size())
-		for i := range ranks {
-			ranks[i] = i
-		}
-		rt.all = &Group{tag: 0, ranks: ranks}
+		rt.all = &Group{tag: 0, rt: rt}
 	})
 	return rt.all
 }
@@ -62,15 +63,34 @@ func (rt *Runtime) NewGroup(tag uint16, ranks []int) (*Group, error) {
 	return &Group{tag: tag, ranks: rs}, nil
 }
 
-// Size returns the number of ranks in g.
-func (g *Group) Size() int { return len(g.ranks) }
+// members returns g's ranks in view v.
+func (g *Group) members(v *view) []int {
+	if g.rt != nil {
+		return v.live
+	}
+	return g.ranks
+}
 
-// Ranks returns g's ranks in order.
-func (g *Group) Ranks() []int { return slices.Clone(g.ranks) }
+// Size returns the number of ranks in g (for GroupAll, in the current
+// view).
+func (g *Group) Size() int { return len(g.current()) }
+
+// Ranks returns g's ranks in order (for GroupAll, in the current view).
+func (g *Group) Ranks() []int { return slices.Clone(g.current()) }
+
+func (g *Group) current() []int {
+	if g.rt != nil {
+		return g.rt.view.Load().live
+	}
+	return g.ranks
+}
 
 // index returns rank's position in g, or -1.
-func (g *Group) index(rank int) int {
-	i, ok := slices.BinarySearch(g.ranks, rank)
+func (g *Group) index(rank int) int { return indexOf(g.current(), rank) }
+
+// indexOf returns rank's position in the ascending list ranks, or -1.
+func indexOf(ranks []int, rank int) int {
+	i, ok := slices.BinarySearch(ranks, rank)
 	if !ok {
 		return -1
 	}
@@ -105,7 +125,8 @@ type coll struct {
 	rt    *Runtime
 	g     *Group
 	v     *view
-	me    int // index of this rank in g
+	ranks []int // g's members in view v
+	me    int   // index of this rank in ranks
 	seq   uint64
 	op    string
 	round uint64
@@ -119,7 +140,8 @@ func (rt *Runtime) startColl(g *Group, op string) (*coll, error) {
 	if g == nil {
 		g = rt.GroupAll()
 	}
-	me := g.index(v.rankOf[rt.self])
+	ranks := g.members(v)
+	me := indexOf(ranks, v.rankOf[rt.self])
 	if me < 0 {
 		return nil, fmt.Errorf("pgas: %s: rank %d: %w", op, v.rankOf[rt.self], ErrNotMember)
 	}
@@ -127,11 +149,11 @@ func (rt *Runtime) startColl(g *Group, op string) (*coll, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &coll{rt: rt, g: g, v: v, me: me, seq: seq, op: op}, nil
+	return &coll{rt: rt, g: g, v: v, ranks: ranks, me: me, seq: seq, op: op}, nil
 }
 
 func (c *coll) send(ctx context.Context, idx int, round uint64, data []byte) error {
-	rank := c.g.ranks[idx]
+	rank := c.ranks[idx]
 	proc, err := c.rt.procOf(c.v, rank, c.op)
 	if err != nil {
 		return err
@@ -146,7 +168,7 @@ func (c *coll) send(ctx context.Context, idx int, round uint64, data []byte) err
 }
 
 func (c *coll) recv(ctx context.Context, idx int, round uint64) ([]byte, error) {
-	rank := c.g.ranks[idx]
+	rank := c.ranks[idx]
 	proc, err := c.rt.procOf(c.v, rank, c.op)
 	if err != nil {
 		return nil, err
@@ -175,7 +197,7 @@ func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 	if err != nil {
 		return err
 	}
-	n := c.g.Size()
+	n := len(c.ranks)
 	for d := 1; d < n; d *= 2 {
 		c.round++
 		if err := c.send(ctx, (c.me+d)%n, c.round, nil); err != nil {
@@ -199,7 +221,7 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 	if err != nil {
 		return err
 	}
-	n, i := c.g.Size(), c.me
+	n, i := len(c.ranks), c.me
 	if n == 1 {
 		return nil
 	}
@@ -281,8 +303,8 @@ func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) er
 	if err != nil {
 		return err
 	}
-	n := c.g.Size()
-	ri := c.g.index(root)
+	n := len(c.ranks)
+	ri := indexOf(c.ranks, root)
 	if ri < 0 {
 		return fmt.Errorf("pgas: bcast: root %d not in group: %w", root, ErrInvalid)
 	}
@@ -315,31 +337,40 @@ func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) er
 // AllgatherBytes concatenates every member's block, in group order, into
 // out, which must hold Size()*len(block) bytes (ring algorithm).
 func (rt *Runtime) AllgatherBytes(ctx context.Context, g *Group, block, out []byte) error {
+	_, _, err := rt.allgather(ctx, g, block, func(int) []byte { return out })
+	return err
+}
+
+// allgather is AllgatherBytes with the output allocated by alloc(number of
+// members) once the members are known, and the members returned with it:
+// GroupAll's members are those of the view the collective runs in.
+func (rt *Runtime) allgather(ctx context.Context, g *Group, block []byte, alloc func(n int) []byte) ([]byte, []int, error) {
 	c, err := rt.startColl(g, "allgather")
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	n, b := c.g.Size(), len(block)
+	n, b := len(c.ranks), len(block)
+	out := alloc(n)
 	if len(out) != n*b {
-		return fmt.Errorf("pgas: allgather: out holds %d bytes, want %d: %w", len(out), n*b, ErrInvalid)
+		return nil, nil, fmt.Errorf("pgas: allgather: out holds %d bytes, want %d: %w", len(out), n*b, ErrInvalid)
 	}
 	copy(out[c.me*b:], block)
 	for s := 0; s < n-1; s++ {
 		sendIdx := (c.me - s + n) % n
 		recvIdx := (c.me - s - 1 + n) % n
 		if err := c.send(ctx, (c.me+1)%n, uint64(s), out[sendIdx*b:(sendIdx+1)*b]); err != nil {
-			return err
+			return nil, nil, err
 		}
 		d, err := c.recv(ctx, (c.me-1+n)%n, uint64(s))
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		if len(d) != b {
-			return fmt.Errorf("pgas: allgather: block of %d bytes from a peer, %d here: %w", len(d), b, ErrInvalid)
+			return nil, nil, fmt.Errorf("pgas: allgather: block of %d bytes from a peer, %d here: %w", len(d), b, ErrInvalid)
 		}
 		copy(out[recvIdx*b:], d)
 	}
-	return nil
+	return out, c.ranks, nil
 }
 
 // Op is a built-in reduction.
@@ -404,14 +435,22 @@ func AllreduceFunc[T any](ctx context.Context, rt *Runtime, g *Group, data []T, 
 // Allgather returns every member's data, concatenated in group order.
 // Every member passes the same number of elements.
 func Allgather[T any](ctx context.Context, rt *Runtime, g *Group, data []T) ([]T, error) {
-	if g == nil {
-		g = rt.GroupAll()
+	out, _, err := allgatherRanks(ctx, rt, g, data)
+	return out, err
+}
+
+// allgatherRanks is Allgather that also returns the members, in the
+// order of their data.
+func allgatherRanks[T any](ctx context.Context, rt *Runtime, g *Group, data []T) ([]T, []int, error) {
+	var out []T
+	_, ranks, err := rt.allgather(ctx, g, asBytes(data), func(n int) []byte {
+		out = make([]T, len(data)*n)
+		return asBytes(out)
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	out := make([]T, len(data)*g.Size())
-	if err := rt.AllgatherBytes(ctx, g, asBytes(data), asBytes(out)); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out, ranks, nil
 }
 
 func asBytes[T any](s []T) []byte {

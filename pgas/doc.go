@@ -43,6 +43,20 @@
 //   - Every frame carries the sender's epoch. Frames from an older epoch or
 //     from a process declared failed are rejected and counted.
 //
+// # Shrinking
+//
+// A job whose membership shrinks (spares.Config.Shrink) goes on without a
+// rank it lost when no spare was left: the view marks the rank vacant.
+// Size never changes and ranks are never renumbered; Vacant(r) and
+// LiveRanks tell which ranks are held. Survivors Recover as after any
+// failure (the new view replaces nothing, so they do not wait for a
+// spare); then GroupAll, and so every collective given a nil group,
+// SegmentCreate and Finalize, runs among the live ranks of the view. A
+// group from NewGroup keeps its ranks: a collective on it that involves a
+// vacant rank, and any one-sided operation on a vacant rank, fails with
+// ErrVacant, which asks for no recovery. Handing the vacant rank's work to
+// the survivors is the program's part.
+//
 // # Concurrency
 //
 // A Runtime is safe for concurrent use. Operations on one queue from

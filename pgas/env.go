@@ -135,6 +135,8 @@ func InitFromEnv(ctx context.Context, opts EnvOptions) (*Runtime, error) {
 		return nil, err
 	}
 	rt.session = sess
+	rt.launcher.Store(sess)
+	rt.reportVacant(nil, rt.view.Load())
 	rt.closeMember = closeMember
 	sess.Report(bootstrap.Report{Proc: env.Proc, Kind: bootstrap.KindRole, Rank: rt.Rank(), Epoch: rt.Epoch()})
 	return rt, nil

@@ -44,6 +44,11 @@ var (
 	// ErrRemote wraps an error reported by the target of a one-sided
 	// operation (for example a bounds error detected there).
 	ErrRemote = errors.New("pgas: remote error")
+	// ErrVacant is returned for an operation addressed to a vacant rank:
+	// one lost in a job that shrinks, which no process holds any more
+	// (Runtime.Vacant). It does not call for recovery: leave the rank out
+	// (GroupAll already does) and hand its work to a live one.
+	ErrVacant = errors.New("pgas: rank is vacant (the job shrank)")
 	// ErrNotPromoted is returned by Init for a spare process when the job
 	// ends without promoting it.
 	ErrNotPromoted = errors.New("pgas: spare not promoted")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/internal/bootstrap"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
@@ -153,11 +154,43 @@ func (rt *Runtime) applyView(mv View) {
 			rt.cutOff(transport.Proc(p), fmt.Errorf("declared failed in epoch %d", mv.Epoch))
 		}
 	}
+	rt.reportVacant(old, nv)
 	rt.mail.purge(nv.epoch)
 	if rt.det != nil {
 		rt.det.SetMembers(rt.liveProcs(nv))
 	}
-	rt.log.Info("view applied", "epoch", mv.Epoch, "rank", nv.rankOf[rt.self], "failed", mv.Failed)
+	holders := make([]int, len(nv.ranks)) // rank -> proc, -1 vacant
+	for r, p := range nv.ranks {
+		holders[r] = -1
+		if p != transport.NoProc {
+			holders[r] = int(p)
+		}
+	}
+	attrs := []any{"epoch", mv.Epoch, "rank", nv.rankOf[rt.self], "failed", mv.Failed, "ranks", holders}
+	if len(nv.live) < len(nv.ranks) {
+		var vacant []int
+		for r, p := range nv.ranks {
+			if p == transport.NoProc {
+				vacant = append(vacant, r)
+			}
+		}
+		attrs = append(attrs, "vacant", vacant)
+	}
+	rt.log.Info("view applied", attrs...)
+}
+
+// reportVacant tells the launcher about the ranks vacant in nv and not in
+// old (nil: none), so that it counts them as done rather than lost.
+func (rt *Runtime) reportVacant(old, nv *view) {
+	s := rt.launcher.Load()
+	if s == nil {
+		return
+	}
+	for r, p := range nv.ranks {
+		if p == transport.NoProc && (old == nil || old.ranks[r] != transport.NoProc) {
+			s.Report(bootstrap.Report{Proc: uint32(rt.self), Kind: bootstrap.KindVacant, Rank: r, Epoch: uint64(nv.epoch)})
+		}
+	}
 }
 
 // liveProcs lists the processes not declared failed.
@@ -204,7 +237,8 @@ func (rt *Runtime) fence(why string) {
 }
 
 // Recover waits until the membership has committed a view that replaces
-// every process this runtime saw fail, applies it, and returns. Survivors
+// every process this runtime saw fail (or, in a job that shrinks, leaves
+// its rank vacant: see Vacant), applies it, and returns. Survivors
 // call it after an operation failed with a *RankError; afterwards they
 // re-run their setup (SegmentCreate is idempotent for survivors) and
 // restore state. It returns ErrFenced if this process was itself replaced,
@@ -352,14 +386,14 @@ func (rt *Runtime) reportFailure(proc transport.Proc, epoch uint64) {
 	}
 }
 
-// Finalize ends the job for this rank. Every rank calls it: a barrier,
-// then rank 0 has the membership record that the job finished (so idle
-// spares stop waiting and exit), then a second barrier so that no rank
-// takes its share of the membership's quorum away before that is
-// committed, then Close.
+// Finalize ends the job for this rank. Every live rank calls it: a
+// barrier, then the lowest live rank (rank 0 unless the job shrank) has
+// the membership record that the job finished (so idle spares stop
+// waiting and exit), then a second barrier so that no rank takes its share
+// of the membership's quorum away before that is committed, then Close.
 func (rt *Runtime) Finalize(ctx context.Context) error {
 	err := rt.Barrier(ctx, nil)
-	if err == nil && rt.Rank() == 0 {
+	if live := rt.view.Load().live; err == nil && len(live) > 0 && rt.Rank() == live[0] {
 		if f, ok := rt.member.(interface{ Finish(context.Context) error }); ok {
 			err = f.Finish(ctx)
 		}

@@ -22,10 +22,15 @@ type fakeMembership struct {
 	spares  []transport.Proc
 	handles []*fakeHandle
 	reports []transport.Proc
+	// shrink: with no spare left, a failed rank becomes vacant instead of
+	// failing the job.
+	shrink   bool
+	finished []transport.Proc // who called Finish
 }
 
 type fakeHandle struct {
 	f      *fakeMembership
+	proc   transport.Proc
 	ch     chan View
 	paused bool
 	held   *View
@@ -69,6 +74,10 @@ func (h *fakeHandle) ReportFailure(ctx context.Context, proc transport.Proc, epo
 	v := View{Epoch: f.cur.Epoch + 1, Ranks: slices.Clone(f.cur.Ranks), Failed: append(slices.Clone(f.cur.Failed), proc)}
 	for r, p := range v.Ranks {
 		if p == proc {
+			if len(f.spares) == 0 && f.shrink {
+				v.Ranks[r] = transport.NoProc
+				break
+			}
 			if len(f.spares) == 0 {
 				v.Err = errors.New("no spares left")
 				break
@@ -81,6 +90,15 @@ func (h *fakeHandle) ReportFailure(ctx context.Context, proc transport.Proc, epo
 	for _, x := range f.handles {
 		x.push(v)
 	}
+	return nil
+}
+
+// Finish records that the job finished and which process said so.
+func (h *fakeHandle) Finish(ctx context.Context) error {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	h.f.finished = append(h.f.finished, h.proc)
+	h.f.cur.Finished = true
 	return nil
 }
 
@@ -131,6 +149,7 @@ func newFTJob(t *testing.T, ranks, spares int) ([]*Runtime, chan *Runtime, *mem.
 		cfg.NumProcs, cfg.NumRanks = n, ranks
 		cfg.Transport = nw.Endpoint(transport.Proc(i))
 		handles[i] = fm.handle()
+		handles[i].proc = transport.Proc(i)
 		cfg.Membership = handles[i]
 		cfg.Health = &hc
 		if i >= ranks {
@@ -304,6 +323,97 @@ func TestSpareExitsWhenEveryRankLeaves(t *testing.T) {
 		}
 		if err := <-spareErr; !errors.Is(err, ErrNotPromoted) {
 			t.Fatalf("spare's Init = %v, want ErrNotPromoted", err)
+		}
+	})
+}
+
+// In a job that shrinks, a rank lost with no spare left becomes vacant:
+// survivors recover without waiting for a replacement, and GroupAll's
+// collectives, SegmentCreate and Finalize run among the live ranks, while
+// an operation addressed to the vacant rank fails with ErrVacant (no
+// recovery asked).
+func TestShrinkLeavesRankVacant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _, nw, fm, _ := newFTJob(t, 4, 0)
+		fm.mu.Lock()
+		fm.shrink = true
+		fm.mu.Unlock()
+		ctx := context.Background()
+		each(t, rts, func(rt *Runtime) error {
+			_, err := rt.SegmentCreate(ctx, 1, 64, nil)
+			return err
+		})
+		nw.Kill(0)
+		survivors := rts[1:]
+		each(t, survivors, func(rt *Runtime) error {
+			err := rt.Barrier(ctx, nil)
+			if !NeedsRecovery(err) {
+				t.Errorf("barrier with a dead rank returned %v, want an error needing recovery", err)
+			}
+			return rt.Recover(ctx)
+		})
+		each(t, survivors, func(rt *Runtime) error {
+			if rt.Size() != 4 || !rt.Vacant(0) || rt.Vacant(1) || rt.Vacant(4) {
+				t.Errorf("rank %d: size %d, vacant(0)=%v vacant(1)=%v", rt.Rank(), rt.Size(), rt.Vacant(0), rt.Vacant(1))
+			}
+			if got := rt.LiveRanks(); !slices.Equal(got, []int{1, 2, 3}) {
+				t.Errorf("rank %d: live ranks %v, want [1 2 3]", rt.Rank(), got)
+			}
+			if g := rt.GroupAll(); g.Size() != 3 || !slices.Equal(g.Ranks(), []int{1, 2, 3}) {
+				t.Errorf("rank %d: GroupAll has %v", rt.Rank(), g.Ranks())
+			}
+			if err := rt.Barrier(ctx, nil); err != nil {
+				return err
+			}
+			x := []int64{int64(rt.Rank())}
+			if err := Allreduce(ctx, rt, nil, x, OpSum); err != nil {
+				return err
+			}
+			if x[0] != 6 {
+				t.Errorf("rank %d: sum of live ranks = %d, want 6", rt.Rank(), x[0])
+			}
+			all, err := Allgather(ctx, rt, nil, []int64{int64(rt.Rank()) * 10})
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(all, []int64{10, 20, 30}) {
+				t.Errorf("rank %d: allgather %v, want [10 20 30]", rt.Rank(), all)
+			}
+			b := []byte{byte(rt.Rank())}
+			if err := rt.Bcast(ctx, nil, b, 2); err != nil {
+				return err
+			}
+			if b[0] != 2 {
+				t.Errorf("rank %d: bcast from rank 2 gave %d", rt.Rank(), b[0])
+			}
+			// A survivor keeps its segment; the sizes it learns leave the
+			// vacant rank out.
+			if _, err := rt.SegmentCreate(ctx, 1, 64, nil); err != nil {
+				return err
+			}
+			next := rt.Rank()%3 + 1
+			if err := rt.Write(ctx, 0, next, Loc{1, 0}, Loc{1, 8}, 8); err != nil {
+				return err
+			}
+			if err := rt.Wait(ctx, 0); err != nil {
+				return err
+			}
+			err = rt.Write(ctx, 0, 0, Loc{1, 0}, Loc{1, 0}, 8)
+			if !errors.Is(err, ErrVacant) || NeedsRecovery(err) {
+				t.Errorf("rank %d: write to the vacant rank = %v, want ErrVacant and no recovery", rt.Rank(), err)
+			}
+			return nil
+		})
+		g, err := rts[1].NewGroup(5, []int{0, 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[1].Barrier(ctx, g); !errors.Is(err, ErrVacant) {
+			t.Fatalf("barrier on a group with the vacant rank = %v, want ErrVacant", err)
+		}
+		each(t, survivors, func(rt *Runtime) error { return rt.Finalize(ctx) })
+		if !slices.Equal(fm.finished, []transport.Proc{1}) {
+			t.Fatalf("Finish called by %v, want only proc 1 (the lowest live rank)", fm.finished)
 		}
 	})
 }

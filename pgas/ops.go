@@ -97,6 +97,11 @@ func (rt *Runtime) checkRemote(rank int, l Loc, n int64, op string) error {
 		return nil
 	}
 	size := si.sizes[rank]
+	if size < 0 && rt.Vacant(rank) {
+		// Vacant when the segment was created: the operation fails with
+		// ErrVacant once it is checked against the program's view.
+		return nil
+	}
 	if l.Off < 0 || n < 0 || l.Off > size || n > size-l.Off {
 		return fmt.Errorf("pgas: %s: rank %d segment %d: range [%d, %d) outside [0, %d): %w", op, rank, l.Seg, l.Off, l.Off+n, size, ErrBounds)
 	}
@@ -455,7 +460,7 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 		rt.segs[id] = si
 	}
 	rt.segMu.Unlock()
-	sizes, err := Allgather(ctx, rt, g, []int64{size})
+	sizes, members, err := allgatherRanks(ctx, rt, g, []int64{size})
 	if err != nil {
 		if fresh {
 			rt.SegmentDelete(id)
@@ -466,7 +471,7 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 	for i := range full {
 		full[i] = -1
 	}
-	for i, r := range g.ranks {
+	for i, r := range members {
 		full[r] = sizes[i]
 	}
 	rt.segMu.Lock()

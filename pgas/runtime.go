@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,10 +24,11 @@ type view struct {
 	ranks  []transport.Proc // rank -> proc; transport.NoProc for a vacant rank
 	rankOf []int            // proc -> rank, -1 for none
 	failed []bool           // proc -> declared failed
+	live   []int            // ranks held by a process, ascending: GroupAll's members
 }
 
 func newView(epoch uint32, ranks []transport.Proc, numProcs int, failed []bool) *view {
-	v := &view{epoch: epoch, ranks: ranks, rankOf: make([]int, numProcs), failed: failed}
+	v := &view{epoch: epoch, ranks: ranks, rankOf: make([]int, numProcs), failed: failed, live: make([]int, 0, len(ranks))}
 	if v.failed == nil {
 		v.failed = make([]bool, numProcs)
 	}
@@ -36,6 +38,7 @@ func newView(epoch uint32, ranks []transport.Proc, numProcs int, failed []bool) 
 	for r, p := range ranks {
 		if p != transport.NoProc && int(p) < numProcs {
 			v.rankOf[p] = r
+			v.live = append(v.live, r)
 		}
 	}
 	return v
@@ -61,6 +64,9 @@ type Runtime struct {
 	member      Membership
 	det         *health.Detector
 	session     *bootstrap.Session // launcher's report channel; nil in tests
+	// launcher is session for the membership watcher, which may apply a
+	// view while InitFromEnv is still setting session.
+	launcher atomic.Pointer[bootstrap.Session]
 	closeMember func() error
 
 	segMu sync.RWMutex
@@ -122,13 +128,18 @@ func (rt *Runtime) pinSeg(id uint16) (seg *segments.Segment, unpin func(), err e
 // Stats counts what the runtime did. Read it with (*Runtime).Stats.
 type Stats struct {
 	FramesRejected atomic.Uint64 // frames refused: stale epoch, unknown sender, bad segment
-	RemoteErrors   atomic.Uint64 // operations the target refused
-	PeersDown      atomic.Uint64 // connections lost
+	// StaleApplied counts frames that finished applying after the program
+	// had acknowledged a newer epoch than the one they were sent in. The
+	// epoch check in admit makes it impossible by design; it is counted
+	// (and logged as an error) so that tests can prove it stayed 0.
+	StaleApplied atomic.Uint64
+	RemoteErrors atomic.Uint64 // operations the target refused
+	PeersDown    atomic.Uint64 // connections lost
 }
 
 // StatsSnapshot is a copy of Stats.
 type StatsSnapshot struct {
-	FramesRejected, RemoteErrors, PeersDown uint64
+	FramesRejected, RemoteErrors, PeersDown, StaleApplied uint64
 }
 
 // Init starts a runtime over cfg.Transport. Every process of the job calls
@@ -216,8 +227,26 @@ func (rt *Runtime) closeDetector() {
 // Rank returns this process's rank in the current view, or -1 for a spare.
 func (rt *Runtime) Rank() int { return rt.view.Load().rankOf[rt.self] }
 
-// Size returns the number of ranks.
+// Size returns the number of ranks. It never changes, not even when the
+// job shrinks: a lost rank then becomes vacant (see Vacant).
 func (rt *Runtime) Size() int { return len(rt.view.Load().ranks) }
+
+// Vacant reports whether rank r is vacant in the current view: it was lost
+// with no spare left in a job that shrinks (spares.Config.Shrink), so no
+// process holds it. Its work is the survivors' to share; GroupAll leaves
+// it out, and one-sided operations on it fail with ErrVacant. Ranks
+// outside 0..Size-1 are not vacant.
+func (rt *Runtime) Vacant(r int) bool {
+	v := rt.view.Load()
+	return r >= 0 && r < len(v.ranks) && v.ranks[r] == transport.NoProc
+}
+
+// LiveRanks returns the ranks that are not vacant in the current view, in
+// ascending order: all of 0..Size-1 unless the job shrank. The current
+// view is the one the program recovered into, unless a newer one was
+// committed since, in which case the next operation fails with
+// ErrStaleEpoch and the program recovers (and asks again).
+func (rt *Runtime) LiveRanks() []int { return slices.Clone(rt.view.Load().live) }
 
 // Epoch returns the current membership epoch.
 func (rt *Runtime) Epoch() uint64 { return uint64(rt.view.Load().epoch) }
@@ -249,6 +278,7 @@ func (rt *Runtime) Stats() StatsSnapshot {
 		FramesRejected: rt.stats.FramesRejected.Load(),
 		RemoteErrors:   rt.stats.RemoteErrors.Load(),
 		PeersDown:      rt.stats.PeersDown.Load(),
+		StaleApplied:   rt.stats.StaleApplied.Load(),
 	}
 }
 
@@ -271,6 +301,9 @@ func (rt *Runtime) StateVector() []health.Entry {
 // runtime owns. Blocked calls return ErrClosed. Close is idempotent.
 func (rt *Runtime) Close() error {
 	rt.closeOnce.Do(func() {
+		st := rt.Stats()
+		rt.log.Info("runtime closed", "rank", rt.Rank(), "epoch", rt.Epoch(), "frames_rejected", st.FramesRejected,
+			"remote_errors", st.RemoteErrors, "peers_down", st.PeersDown, "stale_applied", st.StaleApplied)
 		rt.sayGoodbye()
 		close(rt.closed)
 		rt.endLife()
@@ -323,7 +356,12 @@ func (rt *Runtime) procOf(v *view, rank int, op string) (transport.Proc, error) 
 		return 0, fmt.Errorf("pgas: %s: rank %d outside 0..%d: %w", op, rank, len(v.ranks)-1, ErrInvalid)
 	}
 	p := v.ranks[rank]
-	if p == transport.NoProc || v.failed[p] {
+	if p == transport.NoProc {
+		// Not a failure to recover from: the view the program runs in
+		// has no process for rank, and no later one will.
+		return 0, fmt.Errorf("pgas: %s: rank %d: %w", op, rank, ErrVacant)
+	}
+	if v.failed[p] {
 		return 0, &RankError{Rank: rank, Op: op, Err: ErrRankFailed}
 	}
 	return p, nil
@@ -699,6 +737,11 @@ func (rt *Runtime) applied(from transport.Proc, h *transport.Header, err error) 
 // recordApplied is applied without scheduling: it reports whether an ack
 // job must be queued.
 func (rt *Runtime) recordApplied(from transport.Proc, h *transport.Header, err error) bool {
+	if err == nil && h.Epoch < rt.appEpoch.Load() {
+		rt.stats.StaleApplied.Add(1)
+		rt.log.Error("applied a frame from a stale epoch", "from", uint32(from), "type", h.Type,
+			"frame_epoch", h.Epoch, "program_epoch", rt.appEpoch.Load())
+	}
 	if h.Flags&transport.FlagAck == 0 {
 		return false
 	}

@@ -109,17 +109,24 @@ type Checkpoints interface {
 
 // Options describe one K-means run.
 type Options struct {
-	Input    string    // points file (CSV or binary by extension); or Generate
-	Gen      GenConfig // used when Input is ""
-	K        int
-	MaxIter  int
-	Tol      float64 // stop once no centroid moved farther; 0: run MaxIter
-	Init     string  // starting centroids CSV; "" picks points by Gen.Seed
-	Seed     uint64  // for the choice of starting points
-	Every    int     // checkpoint every Every iterations; 0: never
-	Injects  []Inject
-	Kernel   Config
-	Progress io.Writer // rank 0's progress lines; nil: none
+	Input   string    // points file (CSV or binary by extension); or Generate
+	Gen     GenConfig // used when Input is ""
+	K       int
+	MaxIter int
+	Tol     float64 // stop once no centroid moved farther; 0: run MaxIter
+	Init    string  // starting centroids CSV; "" picks points by Gen.Seed
+	Seed    uint64  // for the choice of starting points
+	Every   int     // checkpoint every Every iterations; 0: never
+	Injects []Inject
+	Kernel  Config
+	// Shrink: the job goes on when a rank is lost with no spare left (the
+	// membership must shrink too: spares.Config.Shrink). The vacant rank's
+	// shard goes to the next live rank in ring order, which regenerates or
+	// re-reads it, and the iteration's partials are combined per shard, in
+	// shard order, so the result is the same bits however many ranks are
+	// live (but not the same bits as a run without Shrink).
+	Shrink   bool
+	Progress io.Writer // the lowest live rank's progress lines; nil: none
 	// Leader, when set, returns the process (transport.Proc) that leads
 	// the membership, if one is known (for kill:leader).
 	Leader func() (proc int, ok bool)
@@ -141,18 +148,27 @@ type RunResult struct {
 	LoopTime       time.Duration
 }
 
-// Job is one rank's part of a distributed K-means run.
+// Job is one rank's part of a distributed K-means run. The data set is
+// cut into one shard per rank (Size, fixed for the job): shard s holds
+// points [N*s/Size, N*(s+1)/Size).
 type Job struct {
 	rt  *pgas.Runtime
 	opt Options
 	n   int // points in the whole data set
 	d   int
+	own int // this rank's shard: the rank it held at the start
 	lo  int // this rank's shard [lo, hi)
 	hi  int
 
 	shard []float64 // this rank's points, row-major
 	kr    *Kernel
 	part  *Partial
+	// Shrink: the shards of vacant ranks this rank took over (ascending
+	// shard), who computes each shard as this rank last agreed it, and
+	// the per-shard reduction buffer.
+	taken []*shard
+	owner []int
+	slots []float64
 	// The checkpointed state: header (iteration, high-water mark),
 	// centroids and the shard's assignments (the kernel's own slice).
 	hdr    []uint64
@@ -207,29 +223,150 @@ func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 func (j *Job) points() []float64 { return j.shard }
 
 func (j *Job) load() error {
-	r, n := j.rt.Rank(), j.rt.Size()
 	if j.opt.Input != "" {
 		info, err := Inspect(j.opt.Input)
 		if err != nil {
 			return err
 		}
 		j.n, j.d = info.N, info.D
-		j.lo, j.hi = j.n*r/n, j.n*(r+1)/n
-		pts, _, err := ReadShard(j.opt.Input, j.lo, j.hi)
-		if err != nil {
+	} else {
+		g := j.opt.Gen
+		if err := g.Validate(); err != nil {
 			return err
 		}
-		j.shard = pts
-		return nil
+		j.n, j.d = g.N, g.D
 	}
-	g := j.opt.Gen
-	if err := g.Validate(); err != nil {
-		return err
+	var err error
+	j.own = j.rt.Rank()
+	j.lo, j.hi, j.shard, err = j.loadShard(j.own)
+	j.owner = make([]int, j.rt.Size())
+	for s := range j.owner {
+		j.owner[s] = s
 	}
-	j.n, j.d = g.N, g.D
-	j.lo, j.hi = j.n*r/n, j.n*(r+1)/n
-	j.shard = make([]float64, (j.hi-j.lo)*j.d)
-	return Generate(g, j.lo, j.hi, j.shard)
+	return err
+}
+
+// shardRange is shard s's range of points.
+func (j *Job) shardRange(s int) (lo, hi int) {
+	n := j.rt.Size()
+	return j.n * s / n, j.n * (s + 1) / n
+}
+
+// loadShard reads shard s from the input file, or generates it (the
+// generator is seeded per point, so any rank makes the same points).
+func (j *Job) loadShard(s int) (lo, hi int, pts []float64, err error) {
+	lo, hi = j.shardRange(s)
+	if j.opt.Input != "" {
+		pts, _, err = ReadShard(j.opt.Input, lo, hi)
+		return lo, hi, pts, err
+	}
+	pts = make([]float64, (hi-lo)*j.d)
+	return lo, hi, pts, Generate(j.opt.Gen, lo, hi, pts)
+}
+
+// shard is a shard of a vacant rank that this rank took over.
+type shard struct {
+	idx, lo, hi int
+	pts         []float64
+	kr          *Kernel
+	part        *Partial
+}
+
+// Close stops the kernels' worker goroutines. It is idempotent.
+func (j *Job) Close() error {
+	if j.kr != nil {
+		j.kr.Close()
+	}
+	for _, sh := range j.taken {
+		sh.kr.Close()
+	}
+	return nil
+}
+
+// ShardOwners returns, for each of the len(vacant) shards, the rank that
+// computes it: its own rank while that is live, else the next live rank in
+// ring order (s+1, s+2, ... modulo the size). It is a pure function of the
+// vacant ranks, so every rank computes the same table; -1 marks every
+// shard when no rank is live.
+func ShardOwners(vacant []bool) []int {
+	n := len(vacant)
+	out := make([]int, n)
+	for s := range out {
+		out[s] = -1
+		for i := 0; i < n; i++ {
+			if r := (s + i) % n; !vacant[r] {
+				out[s] = r
+				break
+			}
+		}
+	}
+	return out
+}
+
+// reporter says whether this rank prints the job's progress: the lowest
+// live rank (rank 0 unless the job shrank).
+func (j *Job) reporter() bool {
+	live := j.rt.LiveRanks()
+	return len(live) > 0 && live[0] == j.rt.Rank()
+}
+
+// redistribute takes over, after a recovery, the shards of vacant ranks
+// that ShardOwners gives this rank (loading their points and building a
+// kernel for each), and returns one line per shard that changed hands
+// since the last agreement, for the progress output. The vacant ranks are
+// those of the view the program recovered into: a newer view fails the
+// next collective and brings the job back here.
+func (j *Job) redistribute() ([]string, error) {
+	size := j.rt.Size()
+	vacant := make([]bool, size)
+	for r := range vacant {
+		vacant[r] = j.rt.Vacant(r)
+	}
+	owner := ShardOwners(vacant)
+	me := j.own
+	live := size
+	for _, v := range vacant {
+		if v {
+			live--
+		}
+	}
+	var lines []string
+	for s, o := range owner {
+		if o != j.owner[s] {
+			lo, hi := j.shardRange(s)
+			lines = append(lines, fmt.Sprintf("recovery: rank %d is vacant: shard %d (points [%d, %d)) goes to rank %d; %d of %d ranks live\n",
+				j.owner[s], s, lo, hi, o, live, size))
+		}
+	}
+	keep := j.taken[:0]
+	for _, sh := range j.taken {
+		if owner[sh.idx] == me {
+			keep = append(keep, sh)
+		} else {
+			// Not expected: views only ever add vacant ranks, so a taken
+			// shard stays with its taker. Dropped all the same, so that no
+			// shard is ever computed twice.
+			sh.kr.Close()
+		}
+	}
+	j.taken = keep
+	for s, o := range owner {
+		if o != me || s == me || slices.ContainsFunc(j.taken, func(sh *shard) bool { return sh.idx == s }) {
+			continue
+		}
+		lo, hi, pts, err := j.loadShard(s)
+		if err != nil {
+			return nil, fmt.Errorf("kmeans: taking over shard %d (points [%d, %d)) of vacant rank %d: %w", s, lo, hi, j.owner[s], err)
+		}
+		kr, err := NewKernel(pts, j.d, j.opt.K, j.opt.Kernel)
+		if err != nil {
+			return nil, err
+		}
+		j.taken = append(j.taken, &shard{idx: s, lo: lo, hi: hi, pts: pts, kr: kr, part: NewPartial(j.opt.K, j.d)})
+	}
+	slices.SortFunc(j.taken, func(a, b *shard) int { return a.idx - b.idx })
+	j.owner = owner
+	return lines, nil
 }
 
 func (j *Job) initCentroids(ctx context.Context) error {
@@ -326,7 +463,7 @@ func bytesOf[T any](s []T) []byte {
 }
 
 func (j *Job) printf(format string, args ...any) {
-	if j.opt.Progress != nil && j.rt.Rank() == 0 {
+	if j.opt.Progress != nil && j.reporter() {
 		fmt.Fprintf(j.opt.Progress, format, args...)
 	}
 }
@@ -384,6 +521,11 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 	if err := j.kr.Step(j.cent, j.part); err != nil {
 		return false, err
 	}
+	for _, sh := range j.taken {
+		if err := sh.kr.Step(j.cent, sh.part); err != nil {
+			return false, err
+		}
+	}
 	if j.pending != 0 {
 		// The previous checkpoint's push overlapped this step's compute.
 		if err := j.commit(ctx); err != nil {
@@ -392,14 +534,15 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 	}
 	k, d := j.opt.K, j.d
 	kd := k * d
-	copy(j.buf[:kd], j.part.Sums)
-	for i, c := range j.part.Counts {
-		j.buf[kd+i] = float64(c)
-	}
-	j.buf[kd+k] = j.part.SSE
-	j.buf[kd+k+1] = float64(j.part.Changed)
-	if err := pgas.Allreduce(ctx, j.rt, nil, j.buf, pgas.OpSum); err != nil {
-		return false, err
+	if j.opt.Shrink {
+		if err := j.reduceShards(ctx); err != nil {
+			return false, err
+		}
+	} else {
+		putPartial(j.buf, j.part)
+		if err := pgas.Allreduce(ctx, j.rt, nil, j.buf, pgas.OpSum); err != nil {
+			return false, err
+		}
 	}
 	for i := range j.counts {
 		j.counts[i] = int64(j.buf[kd+i])
@@ -425,6 +568,74 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 		j.fresh = fresh
 	}
 	return done, nil
+}
+
+// putPartial lays p out as the iteration's reduction vector: sums, counts,
+// SSE, changed points.
+func putPartial(b []float64, p *Partial) {
+	kd := len(p.Sums)
+	copy(b[:kd], p.Sums)
+	for i, c := range p.Counts {
+		b[kd+i] = float64(c)
+	}
+	b[kd+p.K] = p.SSE
+	b[kd+p.K+1] = float64(p.Changed)
+}
+
+// reduceShards combines the iteration's partials by shard rather than by
+// rank (Options.Shrink), so that the result does not depend on how many
+// ranks are live: the reduction vector has one slot per shard, led by a
+// flag, which only the rank computing the shard fills; the combine takes
+// the filled slot instead of adding, so every slot arrives with its exact
+// bits; then every rank adds the slots in shard order. A shard that no
+// rank or two ranks filled means the ranks disagree on who computes it,
+// which the views rule out: it is an error, not a reason to recover.
+func (j *Job) reduceShards(ctx context.Context) error {
+	w := len(j.buf)
+	slot := w + 1
+	n := j.rt.Size()
+	if len(j.slots) != n*slot {
+		j.slots = make([]float64, n*slot)
+	}
+	clear(j.slots)
+	put := func(s int, p *Partial) {
+		j.slots[s*slot] = 1
+		putPartial(j.slots[s*slot+1:(s+1)*slot], p)
+	}
+	put(j.own, j.part)
+	for _, sh := range j.taken {
+		put(sh.idx, sh.part)
+	}
+	err := pgas.AllreduceFunc(ctx, j.rt, nil, j.slots, func(dst, src []float64) {
+		for s := 0; s < n; s++ {
+			ds, ss := dst[s*slot:(s+1)*slot], src[s*slot:(s+1)*slot]
+			switch {
+			case ss[0] == 0:
+			case ds[0] == 0:
+				copy(ds, ss)
+			default:
+				ds[0] = 2 // computed twice
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for s := 0; s < n; s++ {
+		if f := j.slots[s*slot]; f != 1 {
+			who := map[bool]string{true: "no rank", false: "more than one rank"}[f == 0]
+			return fmt.Errorf("kmeans: %s computed shard %d in iteration %d, want exactly one: the ranks disagree on who owns it", who, s, j.iter+1)
+		}
+		b := j.slots[s*slot+1 : (s+1)*slot]
+		if s == 0 {
+			copy(j.buf, b)
+			continue
+		}
+		for i, x := range b {
+			j.buf[i] += x
+		}
+	}
+	return nil
 }
 
 // checkpoint snapshots the state after iteration j.iter as checkpoint
@@ -502,8 +713,8 @@ const leaderWait = time.Minute
 // under way early in a run), the ranks agree on one leader process (the
 // highest any of them saw, so a change of leader between their looks
 // still kills at most one), and this reports whether it is this process.
-// A leader that holds no rank (an idle spare) is not killed: rank 0 says
-// so on stderr.
+// A leader that holds no rank (an idle spare) is not killed: the
+// reporting rank says so on stderr.
 func (j *Job) isAgreedLeader(ctx context.Context) (bool, error) {
 	if j.opt.Leader == nil {
 		j.printf("inject: kill:leader after iteration %d: the membership has no leader to ask; nothing killed\n", j.iter)
@@ -537,7 +748,7 @@ func (j *Job) isAgreedLeader(ctx context.Context) (bool, error) {
 	if err := pgas.Allreduce(ctx, j.rt, nil, h, pgas.OpSum); err != nil {
 		return false, err
 	}
-	if h[0] == 0 && j.rt.Rank() == 0 {
+	if h[0] == 0 && j.reporter() {
 		fmt.Fprintf(os.Stderr, "inject: kill:leader after iteration %d: the Raft leader is process %d, which holds no rank (an idle spare); nothing killed\n", j.iter, v[0])
 	}
 	return mine == 1, nil
@@ -557,6 +768,25 @@ func (j *Job) rejoin(ctx context.Context, cause error) error {
 		}
 		tView := time.Since(t0)
 		err := j.restore(ctx)
+		if live := j.rt.LiveRanks(); err == nil && !j.opt.Shrink && len(live) < j.rt.Size() {
+			// The membership shrank but this job was not told to: the
+			// vacant ranks' points would silently drop out of the sums.
+			var vacant []string
+			for r := 0; r < j.rt.Size(); r++ {
+				if j.rt.Vacant(r) {
+					vacant = append(vacant, strconv.Itoa(r))
+				}
+			}
+			return fmt.Errorf("kmeans: rank %s is vacant (the membership shrinks) but the job does not redistribute shards: run every rank with --shrink (Options.Shrink)", strings.Join(vacant, ", "))
+		}
+		if err == nil && j.opt.Shrink {
+			var lines []string
+			if lines, err = j.redistribute(); err == nil {
+				for _, l := range lines {
+					j.printf("%s", l)
+				}
+			}
+		}
 		if err == nil {
 			j.recov++
 			j.printf("recovery: epoch %d in force after %v; checkpoint of iteration %d restored after %v; %d iterations to redo\n",

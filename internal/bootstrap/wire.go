@@ -39,6 +39,10 @@ const (
 	KindFinished = "finished"
 	// KindError: the process hit an error it is about to exit with (Text).
 	KindError = "error"
+	// KindVacant: Rank was left vacant as of Epoch: lost with no spare
+	// left in a job that shrinks. The job goes on without it, so the
+	// launcher counts it as done, not lost. Every survivor may send it.
+	KindVacant = "vacant"
 	// KindEvent: anything worth showing the user (Text), e.g. "restored
 	// checkpoint 14".
 	KindEvent = "event"
@@ -80,7 +84,7 @@ type Report struct {
 
 func validKind(k string) bool {
 	switch k {
-	case KindRole, KindFinished, KindError, KindEvent:
+	case KindRole, KindFinished, KindError, KindEvent, KindVacant:
 		return true
 	}
 	return false

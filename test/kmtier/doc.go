@@ -45,9 +45,18 @@
 //     centroids, --output CSV: the distributed result equals
 //     kmeans.Reference within rounding, and a run with a kill gives the
 //     same bits as without.
+//   - TestShrinkFailureFree: the --shrink reference (its own: partials
+//     are added per shard, so it differs from TestFailureFree's only in
+//     rounding).
+//   - TestShrinkKillRank: --shrink without spares (gaspirun --on-death
+//     continue), rank 2 killed: rank 2 is left vacant, rank 3 takes over
+//     its shard, and the result is the --shrink reference's.
+//   - TestShrinkAfterSpares: --shrink with one spare and two kills: the
+//     spare takes rank 1, then rank 0 is left vacant, rank 1 takes its
+//     shard and prints the result, which is the --shrink reference's.
 //
-// Not covered: shrinking (spares.Config.Shrink exists in the membership,
-// but the app cannot redistribute a vacant rank's points, so a job without
-// spares fails on a loss). The tests need Linux and are skipped with
-// -short.
+// The survivors report a vacant rank to gaspirun (bootstrap.KindVacant),
+// which then counts it as done: a job that shrank exits 0.
+//
+// The tests need Linux and are skipped with -short.
 package kmtier

@@ -5,9 +5,15 @@
 //
 // Each rank assigns its shard of the points; one deterministic allreduce
 // per iteration combines sums and counts, so the centroids are the same
-// bits whatever failed on the way. The last line (rank 0) is
+// bits whatever failed on the way. The last line (rank 0's, or with
+// --shrink the lowest live rank's) is
 //
 //	centroids sha256=<hex> sse=<value> iterations=<n>
+//
+// With --shrink a job that loses a rank with no spare left goes on: the
+// next live rank takes over the lost rank's shard, the lowest live rank
+// prints, and the result is the same bits as a --shrink run without
+// failures (partials are combined per shard, not per rank).
 //
 // An injection fires the first time the job completes its iteration;
 // redone iterations after a recovery do not fire it again. A job resumed
@@ -24,6 +30,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -51,6 +58,7 @@ type flags struct {
 	impl     string
 	mirrors  int
 	ckptDir  string
+	shrink   bool
 	quiet    bool
 	stamps   bool
 }
@@ -72,6 +80,7 @@ func parse(args []string) (*flags, error) {
 	fs.IntVar(&f.opt.Every, "ckpt-every", 5, "checkpoint every `C` iterations (0: never; then a failure cannot be recovered)")
 	fs.IntVar(&f.mirrors, "mirrors", 1, "copies of each checkpoint on other ranks (other hosts first)")
 	fs.StringVar(&f.ckptDir, "ckpt-dir", "", "also write committed checkpoints to `DIR` (disk level; resume with gaspirun --resume DIR)")
+	fs.BoolVar(&f.shrink, "shrink", false, "when a rank is lost and no spare is left, go on with fewer ranks: the next live rank takes over its shard (every rank must get this flag; the result is that of a --shrink run without failures)")
 	fs.StringVar(&f.output, "output", "", "write the centroids as CSV to `FILE` (one per line, in cluster order)")
 	fs.Var(&inj, "inject", "inject a failure: kill:rank=R,iter=I | kill:host=H,iter=I | kill:leader,iter=I | kill:mirror-of=R,iter=I, optionally ,phase=commit (repeatable)")
 	fs.StringVar(&f.impl, "impl", "auto", "distance kernel: auto, avx512, avx2, go, naive")
@@ -101,6 +110,8 @@ func parse(args []string) (*flags, error) {
 		return nil, fmt.Errorf("--ckpt-every %d: want 0 (off) or a positive interval", f.opt.Every)
 	case f.mirrors < 1:
 		return nil, fmt.Errorf("--mirrors %d: want at least 1", f.mirrors)
+	case f.shrink && f.ckptDir != "":
+		return nil, errors.New("--shrink with --ckpt-dir: the disk level keeps one file per rank and cannot follow a job that shrank; drop one of them")
 	}
 	for _, in := range inj {
 		if f.opt.Every == 0 {
@@ -123,6 +134,7 @@ func parse(args []string) (*flags, error) {
 	f.opt.Gen = g
 	f.opt.Seed = g.Seed
 	f.opt.Injects = inj
+	f.opt.Shrink = f.shrink
 	if f.generate > 0 {
 		if err := g.Validate(); err != nil {
 			return nil, err
@@ -146,7 +158,11 @@ func main() {
 }
 
 func run(ctx context.Context, f *flags) int {
-	rt, err := spares.Init(ctx, spares.Options{})
+	var opts spares.Options
+	if f.shrink {
+		opts.Membership = func(c *spares.Config) { c.Shrink = true }
+	}
+	rt, err := spares.Init(ctx, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			// A signal before this process got going: gaspirun stopping
@@ -181,6 +197,7 @@ func run(ctx context.Context, f *flags) int {
 	if err != nil {
 		return fail(err)
 	}
+	defer job.Close()
 	if f.opt.Every > 0 {
 		ck, err := newCheckpoints(ctx, rt, job, f)
 		if err != nil {
@@ -200,11 +217,13 @@ func run(ctx context.Context, f *flags) int {
 	if err != nil {
 		return fail(err)
 	}
-	if f.opt.Progress != nil && rt.Rank() == 0 && f.opt.Every > 0 {
+	// The lowest live rank reports: rank 0 unless the job shrank.
+	reporter := slices.Index(rt.LiveRanks(), rt.Rank()) == 0
+	if f.opt.Progress != nil && reporter && f.opt.Every > 0 {
 		fmt.Fprintf(f.opt.Progress, "checkpoints: %d committed in the loop; %v of rank 0's loop time %v in Start and Commit (%.2f%%)\n",
 			res.Checkpoints, res.CheckpointTime.Round(time.Microsecond), res.LoopTime.Round(time.Millisecond), 100*res.CheckpointTime.Seconds()/res.LoopTime.Seconds())
 	}
-	if rt.Rank() == 0 {
+	if reporter {
 		if f.output != "" {
 			if err := writeCentroids(f.output, res.Centroids, f.opt.K); err != nil {
 				return fail(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--generate", "1000", "--inject", "kill:rank=1"}, "iter is missing"},
 		{[]string{"--generate", "1000", "--inject", "kill:rank=1,leader,iter=2"}, "exactly one target"},
 		{[]string{"--generate", "1000", "--mirrors", "0"}, "--mirrors 0"},
+		{[]string{"--generate", "1000", "--shrink", "--inject", "kill:rank=1,iter=3"}, ""},
+		{[]string{"--generate", "1000", "--shrink", "--ckpt-dir", "/tmp/x"}, "--shrink with --ckpt-dir"},
 	} {
 		f, err := parse(c.args)
 		switch {
@@ -56,6 +59,9 @@ func TestParseFlags(t *testing.T) {
 			t.Errorf("parse(%q) = %v, want an error containing %q", c.args, err, c.bad)
 		case c.bad == "" && f == nil:
 			t.Errorf("parse(%q): nil flags", c.args)
+		}
+		if err == nil && f.opt.Shrink != slices.Contains(c.args, "--shrink") {
+			t.Errorf("parse(%q): Options.Shrink = %v", c.args, f.opt.Shrink)
 		}
 	}
 }

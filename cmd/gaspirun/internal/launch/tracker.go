@@ -61,6 +61,7 @@ type tracker struct {
 	policy         DeathPolicy // DeathContinue or DeathAbort
 
 	holder    []int    // rank -> process holding it, -1: lost
+	vacant    []bool   // rank left vacant on purpose (a job that shrinks)
 	rankEpoch []uint64 // rank -> epoch of the last role report for it
 	rankOf    []int    // process -> rank it holds, -1: none
 	heldRank  []int    // process -> last rank it held, -1: never
@@ -79,6 +80,7 @@ func newTracker(nRanks, nProcs int, policy DeathPolicy) *tracker {
 	t := &tracker{
 		nRanks: nRanks, nProcs: nProcs, policy: policy,
 		holder:    make([]int, nRanks),
+		vacant:    make([]bool, nRanks),
 		rankEpoch: make([]uint64, nRanks),
 		rankOf:    make([]int, nProcs),
 		heldRank:  make([]int, nProcs),
@@ -214,6 +216,8 @@ func (t *tracker) onReport(r bootstrap.Report) []action {
 		return t.onRole(p, r.Rank, r.Epoch)
 	case bootstrap.KindError:
 		return []action{{kind: actNotice, important: true, text: fmt.Sprintf("%s reported an error: %s", t.describe(p), oneLine(r.Text))}}
+	case bootstrap.KindVacant:
+		return t.onVacant(r.Rank, r.Epoch)
 	case bootstrap.KindEvent:
 		return []action{{kind: actNotice, text: fmt.Sprintf("[%s] %s", t.label(p), oneLine(r.Text))}}
 	}
@@ -260,6 +264,17 @@ func (t *tracker) onRole(p, rank int, epoch uint64) []action {
 	return append(acts, t.check()...)
 }
 
+// onVacant: the membership left rank vacant (a job that shrinks); the job
+// goes on without it, so it is not lost.
+func (t *tracker) onVacant(rank int, epoch uint64) []action {
+	if rank < 0 || rank >= t.nRanks || t.vacant[rank] {
+		return nil
+	}
+	t.vacant[rank] = true
+	acts := []action{{kind: actNotice, text: fmt.Sprintf("rank %d is vacant (epoch %d): the job goes on without it", rank, epoch)}}
+	return append(acts, t.check()...)
+}
+
 // onAbort handles a timeout or an interruption.
 func (t *tracker) onAbort(code int, reason string) []action {
 	if t.phase == running {
@@ -303,6 +318,7 @@ func (t *tracker) check() []action {
 	finished := true
 	for r, h := range t.holder {
 		switch {
+		case h < 0 && t.vacant[r]:
 		case h < 0:
 			lost = append(lost, r)
 			finished = false

@@ -212,3 +212,26 @@ func TestTrackerFencedExitBeforeReport(t *testing.T) {
 	expect(t, "fenced without spares", tr.onExit(1, fenced),
 		"notice!:rank 1 (process 1) exited with code 77; stopping the other 1 process", "teardown")
 }
+
+// A rank the membership left vacant (a job that shrinks) is not lost:
+// once the others finish, the job succeeds, whether the vacant report
+// comes before or after the death is seen.
+func TestTrackerVacantRankIsDone(t *testing.T) {
+	for _, reportFirst := range []bool{false, true} {
+		tr := newTracker(3, 3, DeathContinue)
+		vacant := bootstrap.Report{Proc: 0, Kind: bootstrap.KindVacant, Rank: 1, Epoch: 2}
+		if reportFirst {
+			expect(t, "vacant report", tr.onReport(vacant), "notice:rank 1 is vacant (epoch 2)")
+		}
+		expect(t, "rank 1 killed", tr.onExit(1, killed), "notice!:rank 1 (process 1) was killed")
+		if !reportFirst {
+			expect(t, "vacant report", tr.onReport(vacant), "notice:rank 1 is vacant (epoch 2)")
+		}
+		expect(t, "vacant again", tr.onReport(vacant))
+		expect(t, "rank 0 exits 0", tr.onExit(0, ok))
+		expect(t, "rank 2 exits 0", tr.onExit(2, ok))
+		if tr.phase != finishing || tr.code != 0 {
+			t.Fatalf("report first %v: phase %d code %d (%s), want a finished job", reportFirst, tr.phase, tr.code, tr.reason)
+		}
+	}
+}
