@@ -52,7 +52,7 @@ func (rt *Runtime) atomic(ctx context.Context, rank int, loc Loc, op uint8, a, b
 	h := transport.Header{Type: transport.FrameAtomicReq, Flags: op, Seg: uint16(loc.Seg), Off: uint64(loc.Off), A: a, B: b, Seq: req.id}
 	if err := rt.send(ctx, proc, &h, nil); err != nil {
 		rt.dropRequest(req)
-		return 0, rt.sendErr(ctx, err, rank, name)
+		return 0, rt.sendErr(ctx, err, rank, proc, name)
 	}
 	return rt.waitRequest(ctx, req, rank, name)
 }
@@ -117,7 +117,7 @@ func (rt *Runtime) PassiveSend(ctx context.Context, rank int, msg []byte) error 
 	err = rt.send(ctx, proc, &h, msg)
 	pr.sendMu.Unlock()
 	if err != nil {
-		return rt.sendErr(ctx, err, rank, op)
+		return rt.sendErr(ctx, err, rank, proc, op)
 	}
 	return rt.waitAck(ctx, pendingOp{rank: rank, peer: pr, seq: h.Seq, op: op})
 }

@@ -160,7 +160,7 @@ func (c *coll) send(ctx context.Context, idx int, round uint64, data []byte) err
 	}
 	h := transport.Header{Type: transport.FrameColl, Seg: c.g.tag, Off: c.seq, A: round, Epoch: c.v.epoch}
 	c.rt.stampAck(proc, &h)
-	err = c.rt.sendErr(ctx, c.rt.tr.Send(ctx, proc, &h, data), rank, c.op)
+	err = c.rt.sendErr(ctx, c.rt.tr.Send(ctx, proc, &h, data), rank, proc, c.op)
 	if errors.Is(err, ErrTimeout) {
 		c.g.timedOut(c.v.epoch)
 	}

@@ -151,7 +151,9 @@ func (rt *Runtime) applyView(mv View) {
 	}
 	for p, f := range failed {
 		if f && !old.failed[p] && transport.Proc(p) != rt.self {
-			rt.cutOff(transport.Proc(p), fmt.Errorf("declared failed in epoch %d", mv.Epoch))
+			cause := fmt.Errorf("declared failed in epoch %d", mv.Epoch)
+			rt.cutOff(transport.Proc(p), cause)
+			rt.disconnect(transport.Proc(p), cause)
 		}
 	}
 	rt.reportVacant(old, nv)
@@ -191,6 +193,65 @@ func (rt *Runtime) reportVacant(old, nv *view) {
 			s.Report(bootstrap.Report{Proc: uint32(rt.self), Kind: bootstrap.KindVacant, Rank: r, Epoch: uint64(nv.epoch)})
 		}
 	}
+}
+
+// drainLanding waits until no frame sent in an epoch older than epoch is
+// still being applied: one admitted just before the view changed may be
+// reading its payload into a segment, and it must land before the program
+// restores its state, never after. Frames from processes the view
+// declared failed are cut off (disconnect), so the wait is short.
+func (rt *Runtime) drainLanding(ctx context.Context, epoch uint32) error {
+	for {
+		busy := -1
+		for i := range rt.peers {
+			if l := rt.peers[i].landing.Load(); l != 0 && l-1 < uint64(epoch) {
+				busy = i
+				break
+			}
+		}
+		if busy < 0 {
+			return nil
+		}
+		t := time.NewTimer(time.Millisecond) // rare and short: poll
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("pgas: recover: a frame of an older epoch from proc %d is still landing: %w", busy, ctxError(ctx, "recover"))
+		case <-rt.closed:
+			t.Stop()
+			return ErrClosed
+		}
+	}
+}
+
+// fencedNoticeTimeout bounds the notice sent to a process before its
+// connection is cut: it may be stopped with a full socket buffer.
+const fencedNoticeTimeout = 200 * time.Millisecond
+
+// disconnect cuts the transport's connection to proc, which the
+// membership declared failed, so that nothing more of a frame it was
+// sending lands (transports that can, do: tcp). First it tells proc that
+// it was replaced: a process that was only paused reads the notice when
+// it resumes and exits fenced, instead of waiting for a view that the
+// membership it left will never send it. Recover waits for the cut
+// (drainLanding) if a frame from proc is still landing.
+func (rt *Runtime) disconnect(proc transport.Proc, cause error) {
+	d, ok := rt.tr.(interface {
+		Disconnect(transport.Proc, error)
+	})
+	if !ok {
+		return
+	}
+	rt.goFunc(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), fencedNoticeTimeout)
+		defer cancel()
+		if rt.peers[proc].toldFenced.CompareAndSwap(false, true) {
+			h := transport.Header{Type: transport.FrameControl, A: ctlFenced}
+			rt.send(ctx, proc, &h, nil)
+		}
+		d.Disconnect(proc, cause)
+	})
 }
 
 // liveProcs lists the processes not declared failed.
@@ -263,6 +324,9 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 			return verr
 		}
 		if uint64(v.epoch) > rt.failEpoch.Load() && rt.ranksLive(v) {
+			if err := rt.drainLanding(ctx, v.epoch); err != nil {
+				return err
+			}
 			rt.appEpoch.Store(v.epoch)
 			rt.log.Info("recovered", "epoch", v.epoch, "waited", time.Since(start))
 			return nil

@@ -417,3 +417,53 @@ func TestShrinkLeavesRankVacant(t *testing.T) {
 		}
 	})
 }
+
+// Rule: Recover does not return while a frame of an older epoch is still
+// landing (admitted before the view changed, its payload still arriving):
+// it would otherwise land on top of the state the program restores.
+func TestRecoverWaitsForLandingFrames(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, promoted, nw, _, _ := newFTJob(t, 3, 1)
+		ctx := context.Background()
+		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		// Rank 0 is applying a frame that proc 1 sent in epoch 0 (proc 1,
+		// about to die, sends nothing more that would reset it).
+		rts[0].peers[1].landing.Store(0 + 1)
+		nw.Kill(1)
+		done := make(chan error, 1)
+		go func() {
+			err := rts[0].Barrier(ctx, nil)
+			if !NeedsRecovery(err) {
+				done <- err
+				return
+			}
+			done <- rts[0].Recover(ctx)
+		}()
+		go func() {
+			err := rts[2].Barrier(ctx, nil)
+			if NeedsRecovery(err) {
+				err = rts[2].Recover(ctx)
+			}
+			if err != nil {
+				t.Errorf("rank 2: %v", err)
+			}
+		}()
+		spare := <-promoted
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Recover returned (%v) while an epoch-0 frame was landing", err)
+		default:
+		}
+		if rts[0].appEpoch.Load() != 0 {
+			t.Fatalf("the program acknowledged epoch %d while an epoch-0 frame was landing", rts[0].appEpoch.Load())
+		}
+		rts[0].peers[1].landing.Store(0)
+		if err := <-done; err != nil {
+			t.Fatalf("Recover after the frame landed: %v", err)
+		}
+		if rts[0].Epoch() != spare.Epoch() {
+			t.Fatalf("rank 0 in epoch %d, spare in %d", rts[0].Epoch(), spare.Epoch())
+		}
+	})
+}

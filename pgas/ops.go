@@ -148,7 +148,7 @@ func (rt *Runtime) post(ctx context.Context, q Queue, rank int, h transport.Head
 		// The sequence number stays used: a send cut by ctx may still
 		// complete in the background (transport/tcp), and acks are
 		// cumulative, so a gap is harmless while a reuse is not.
-		return rt.sendErr(ctx, err, rank, op)
+		return rt.sendErr(ctx, err, rank, proc, op)
 	}
 	added = true
 	qu.add(pendingOp{rank: rank, peer: pr, seq: h.Seq, op: op})
@@ -278,7 +278,7 @@ func (rt *Runtime) Read(ctx context.Context, q Queue, rank int, remote, local Lo
 	h := transport.Header{Type: transport.FrameReadReq, Seg: uint16(remote.Seg), Off: uint64(remote.Off), A: uint64(size), Seq: req.id}
 	if err := rt.send(ctx, proc, &h, nil); err != nil {
 		rt.dropRequest(req)
-		return rt.sendErr(ctx, err, rank, op)
+		return rt.sendErr(ctx, err, rank, proc, op)
 	}
 	added = true
 	qu.add(pendingOp{rank: rank, req: req, op: op})

@@ -61,12 +61,12 @@ type Runtime struct {
 	appEpoch    atomic.Uint32 // the epoch the program acknowledged (Init, Recover)
 	failEpoch   atomic.Uint64 // latest epoch in which this process saw a failure
 
-	member      Membership
-	det         *health.Detector
-	session     *bootstrap.Session // launcher's report channel; nil in tests
+	member  Membership
+	det     *health.Detector
+	session *bootstrap.Session // launcher's report channel; nil in tests
 	// launcher is session for the membership watcher, which may apply a
 	// view while InitFromEnv is still setting session.
-	launcher atomic.Pointer[bootstrap.Session]
+	launcher    atomic.Pointer[bootstrap.Session]
 	closeMember func() error
 
 	segMu sync.RWMutex
@@ -374,17 +374,17 @@ func (rt *Runtime) send(ctx context.Context, p transport.Proc, h *transport.Head
 	return rt.tr.Send(ctx, p, h, payload)
 }
 
-// sendErr turns a transport error on an operation addressed to rank into
-// what the caller sees.
-func (rt *Runtime) sendErr(ctx context.Context, err error, rank int, op string) error {
+// sendErr turns a transport error on an operation addressed to rank, sent
+// to its process proc, into what the caller sees.
+func (rt *Runtime) sendErr(ctx context.Context, err error, rank int, proc transport.Proc, op string) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, transport.ErrPeerDown):
-		// As good as PeerDown, which may not have been delivered yet.
-		if v := rt.view.Load(); rank >= 0 && rank < len(v.ranks) && v.ranks[rank] != transport.NoProc {
-			rt.PeerDown(v.ranks[rank], err)
-		}
+		// As good as PeerDown, which may not have been delivered yet. The
+		// process sent to, not the rank's holder in the current view: a
+		// newer view may already give the rank to a healthy spare.
+		rt.PeerDown(proc, err)
 		return &RankError{Rank: rank, Op: op, Err: fmt.Errorf("%w: %v", ErrRankFailed, err)}
 	case errors.Is(err, transport.ErrClosed):
 		return ErrClosed
@@ -409,6 +409,12 @@ type peer struct {
 	downErr error             // set once the connection is lost
 	changed chan struct{}     // closed and replaced when acked or downErr changes
 	down    chan struct{}     // closed when downErr is set
+
+	// landing is 1 + the epoch of the frame from this peer being applied
+	// now (admitted, its payload maybe still arriving), 0 when none. Only
+	// the peer's reader goroutine writes it; Recover waits until no frame
+	// of an older epoch is landing before it lets the program go on.
+	landing atomic.Uint64
 
 	// inbound side, under ackMu
 	ackMu    sync.Mutex
@@ -573,6 +579,9 @@ func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p trans
 		}
 		return err
 	}
+	pr := rt.peers[from]
+	pr.landing.Store(uint64(h.Epoch) + 1)
+	defer pr.landing.Store(0)
 	switch h.Type {
 	case transport.FrameWrite:
 		return rt.handleWrite(from, h, p)

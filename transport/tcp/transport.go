@@ -365,3 +365,28 @@ func (t *Transport) isClosed() bool {
 		return false
 	}
 }
+
+// Disconnect closes the connection to peer for good, as if it had failed
+// with cause: a frame being read from it is cut off where it is (nothing
+// more of it lands), pending Sends fail, and PeerDown follows. The runtime
+// calls it for a process its membership declared failed, which may be
+// merely paused and would otherwise finish a stale frame later.
+func (t *Transport) Disconnect(id transport.Proc, cause error) {
+	t.mu.Lock()
+	p := t.peers[id]
+	if p == nil || t.closed {
+		t.mu.Unlock()
+		return
+	}
+	switch p.state {
+	case stateUp:
+		c := p.conn
+		t.mu.Unlock()
+		c.fail(cause)
+	case stateWaiting:
+		t.mu.Unlock()
+		t.giveUp(p, cause)
+	default:
+		t.mu.Unlock()
+	}
+}
