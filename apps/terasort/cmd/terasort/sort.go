@@ -247,6 +247,62 @@ func (j *sortJob) printf(format string, args ...any) {
 	}
 }
 
+// start samples the splitters, creates the shuffle and takes checkpoint 1
+// (nothing sent yet): the job's beginning, and where every rank starts
+// over when a rank fails before checkpoint 1 was committed.
+func (j *sortJob) start(ctx context.Context, over bool) error {
+	n := j.rt.Size()
+	sample, err := terasort.SampleShards(j.shards, j.f.sample)
+	if err != nil {
+		return err
+	}
+	sp, err := kvshuffle.SampleSplitters(ctx, j.rt, sample, n, nil)
+	if err != nil {
+		return err
+	}
+	if err := j.setSplitters(sp); err != nil {
+		return err
+	}
+	if j.sh == nil {
+		if j.sh, err = kvshuffle.New(ctx, j.rt, j.cfg); err != nil {
+			j.sh = nil
+			return err
+		}
+	}
+	if over {
+		// Every rank rolls back to the empty state, as in any recovery
+		// (a new rank's New pairs with the survivors' segment rejoin).
+		if err := j.sh.RollBack(ctx, nil); err != nil {
+			return err
+		}
+	}
+	if j.ck == nil {
+		return nil
+	}
+	binary.LittleEndian.PutUint64(j.state, 0)
+	return j.commit(ctx, 1)
+}
+
+// recoverLoop takes err from a phase of the job and recovers until the
+// job can go on: nil when err is nil or once the ranks rolled back (or
+// started over), else the error that ends the job.
+func (j *sortJob) recoverLoop(ctx context.Context, err error) error {
+	for err != nil {
+		switch {
+		case errors.Is(err, errStartOver):
+			j.printf("recovery: no checkpoint was committed yet: every rank starts over\n")
+			err = j.start(ctx, true)
+		case !needsRecovery(err) && !errors.Is(err, kvshuffle.ErrAborted):
+			return err
+		case j.ck == nil:
+			return fmt.Errorf("%w (no checkpoints: set --ckpt-records and run with gaspirun --spares to recover)", err)
+		default:
+			err = j.rejoin(ctx, err)
+		}
+	}
+	return nil
+}
+
 func (j *sortJob) run(ctx context.Context) error {
 	rank, n := j.rt.Rank(), j.rt.Size()
 	t0 := time.Now()
@@ -275,48 +331,22 @@ func (j *sortJob) run(ctx context.Context) error {
 	cfg.Partition = func(key []byte, parts int) int { return j.part.Partition(key[:terasort.KeySize]) }
 	j.hdr = make([]byte, (n-1)*terasort.KeySize)
 	j.cfg = cfg
-	spare := j.rt.StartedAsSpare()
-	if !spare {
-		sample, err := terasort.SampleShards(j.shards, j.f.sample)
-		if err != nil {
-			return err
-		}
-		sp, err := kvshuffle.SampleSplitters(ctx, j.rt, sample, n, nil)
-		if err != nil {
-			return err
-		}
-		if err := j.setSplitters(sp); err != nil {
-			return err
-		}
-	}
-	tSample := time.Since(t0)
+	// The checkpoints come first, so that a failure anywhere after this
+	// point (the sampling included) is recovered: with no checkpoint
+	// committed yet, every rank starts over (errStartOver).
 	if j.f.ckptEvery > 0 {
-		if err := j.newCheckpoints(ctx); err != nil {
-			return err
-		}
-		defer j.ck.Close()
-	}
-	if spare {
-		// Join the survivors' recovery: restore, then the shuffle (New
-		// pairs with their RollBack's segment rejoin), then roll back.
-		if err := j.rejoin(ctx, nil); err != nil {
-			return err
-		}
-	} else {
-		if j.sh, err = kvshuffle.New(ctx, j.rt, cfg); err != nil {
-			return err
-		}
+		err = j.newCheckpoints(ctx)
 		if j.ck != nil {
-			// Checkpoint 1: nothing sent yet, and the splitters.
-			binary.LittleEndian.PutUint64(j.state, 0)
-			if err := j.commit(ctx, 1); err != nil {
-				if !pgas.NeedsRecovery(err) && !errors.Is(err, ckpt.ErrNeedsRestore) {
-					return err
-				}
-				if err := j.rejoin(ctx, err); err != nil {
-					return err
-				}
-			}
+			defer j.ck.Close()
+		}
+	}
+	if err == nil {
+		if j.rt.StartedAsSpare() {
+			// Join the survivors' recovery: restore, then the shuffle (New
+			// pairs with their RollBack's segment rejoin), then roll back.
+			err = j.rejoin(ctx, nil)
+		} else {
+			err = j.start(ctx, false)
 		}
 	}
 	defer func() {
@@ -324,6 +354,10 @@ func (j *sortJob) run(ctx context.Context) error {
 			j.sh.Close()
 		}
 	}()
+	tSample := time.Since(t0)
+	if err = j.recoverLoop(ctx, err); err != nil {
+		return err
+	}
 
 	tmp := filepath.Join(j.f.out, terasort.PartName(rank)+".tmp")
 	var sum terasort.Summary
@@ -333,13 +367,7 @@ func (j *sortJob) run(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		if !pgas.NeedsRecovery(err) && !errors.Is(err, ckpt.ErrNeedsRestore) && !errors.Is(err, kvshuffle.ErrAborted) {
-			return err
-		}
-		if j.ck == nil {
-			return fmt.Errorf("%w (no checkpoints: set --ckpt-records and run with gaspirun --spares to recover)", err)
-		}
-		if err := j.rejoin(ctx, err); err != nil {
+		if err = j.recoverLoop(ctx, err); err != nil {
 			return err
 		}
 	}

@@ -53,6 +53,11 @@ func (j *sortJob) stateBytes() int64 {
 	return 8 + j.f.memory + j.f.memory/4 + 1<<20
 }
 
+// errStartOver: a rank failed before checkpoint 1 was committed; every
+// rank (the promoted spare too, the choice is collective in Restore)
+// samples again and starts the shuffle over.
+var errStartOver = errors.New("terasort: no checkpoint committed yet: start over")
+
 func (j *sortJob) newCheckpoints(ctx context.Context) error {
 	n := j.rt.Size()
 	minCount := j.total / int64(n) // the fewest records a rank has
@@ -63,20 +68,21 @@ func (j *sortJob) newCheckpoints(ctx context.Context) error {
 	cfg.Mirrors = j.f.mirrors
 	cfg.MaxBytes = int64(len(j.hdr) + len(j.state))
 	ck, err := ckpt.New(ctx, j.rt, cfg)
-	if err != nil {
+	if ck == nil {
 		return err
 	}
+	// ck with an error: a rank failed during the setup; Restore finishes it.
 	for _, r := range []struct {
 		name string
 		b    []byte
 	}{{"splitters", j.hdr}, {"shuffle-state", j.state}} {
-		if err := ck.Register(r.name, r.b); err != nil {
+		if rerr := ck.Register(r.name, r.b); rerr != nil {
 			ck.Close()
-			return err
+			return rerr
 		}
 	}
 	j.ck = ck
-	return nil
+	return err
 }
 
 // commit takes checkpoint id: id 1 is the start (empty state), id c+1
@@ -142,7 +148,7 @@ func (j *sortJob) rejoin(ctx context.Context, cause error) error {
 func (j *sortJob) restore(ctx context.Context) (uint64, error) {
 	id, err := j.ck.Restore(ctx)
 	if errors.Is(err, ckpt.ErrNoCheckpoint) || (err == nil && id == 0) {
-		return 0, errors.New("terasort: a rank failed before the first checkpoint was committed: nothing to restore")
+		return 0, errStartOver
 	}
 	if err != nil {
 		return 0, err
