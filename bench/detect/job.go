@@ -228,7 +228,7 @@ func (j *job) stop(grace time.Duration) int {
 		}
 	}
 	for _, pid := range pids(j.snapshot()) {
-		if alive(pid) {
+		if proctest.Alive(pid) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
@@ -238,21 +238,6 @@ func (j *job) stop(grace time.Duration) int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.code
-}
-
-// alive reports whether pid is a running (not zombie) process.
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised command name.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return false
-	}
-	return s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
 // expectedSum is ftstep's result for n ranks and steps steps: step i

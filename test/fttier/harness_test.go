@@ -494,10 +494,10 @@ func (j *job) cleanup() {
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for p, pid := range pids {
-		for alive(pid) && time.Now().Before(deadline) {
+		for proctest.Alive(pid) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond) // real processes: poll with a deadline
 		}
-		if alive(pid) {
+		if proctest.Alive(pid) {
 			j.t.Errorf("process %d (pid %d) is still running after the job ended; killing it", p, pid)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -562,18 +562,4 @@ func leaderAfter(recs []rec, since time.Time) int {
 		}
 	}
 	return p
-}
-
-// alive reports whether pid runs (a zombie counts as ended).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return false
-	}
-	return s[i+2] != 'Z' && s[i+2] != 'X'
 }

@@ -128,25 +128,10 @@ func run(t *testing.T, s spec) *result {
 	}
 	// Watch /proc for the job's processes (they carry PGAS_JOB_ID) while it
 	// runs, so that every one of them can be checked by pid at the end.
-	pids := &pidSet{m: map[int]bool{}}
-	stop := make(chan struct{})
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			pids.scan(jobID, cmd.Process.Pid)
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	pids := proctest.NewProcs()
+	stopWatch := pids.Watch(jobID, cmd.Process.Pid, 20*time.Millisecond)
 	err := cmd.Wait()
-	close(stop)
-	<-watched
+	stopWatch()
 	res := &result{code: cmd.ProcessState.ExitCode(), wall: time.Since(begin), out: buf.String()}
 	if err != nil && res.code == 0 {
 		res.code = -1
@@ -155,10 +140,10 @@ func run(t *testing.T, s spec) *result {
 	t.Logf("gaspirun exited %d after %v (load average %s)", res.code, res.wall.Round(time.Millisecond), loadAvg())
 	// The victims' pids come from their inject lines too.
 	for _, k := range res.kills() {
-		pids.add(k.pid)
+		pids.Add(k.pid)
 	}
-	pids.scan(jobID, cmd.Process.Pid)
-	checkGone(t, pids.list(), jobID)
+	pids.Scan(jobID, cmd.Process.Pid)
+	checkGone(t, pids.PIDs(), jobID)
 	if ctx.Err() != nil {
 		t.Fatalf("gaspirun did not end within %v\n%s", jobDeadline+30*time.Second, res.text())
 	}
@@ -169,84 +154,12 @@ func run(t *testing.T, s spec) *result {
 // killWait after gaspirun ended (and kills it).
 func checkGone(t *testing.T, pids []int, jobID string) {
 	t.Helper()
-	deadline := time.Now().Add(killWait)
-	for _, pid := range pids {
-		for alive(pid) && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond) // real processes: poll with a deadline
-		}
-		if alive(pid) {
-			t.Errorf("process pid %d of job %s is still running %v after gaspirun ended; killing it", pid, jobID, killWait)
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
+	for _, pid := range proctest.Leftovers(pids, killWait) {
+		t.Errorf("process pid %d of job %s was still running %v after gaspirun ended; killed it", pid, jobID, killWait)
 	}
 	if len(pids) < ranks {
 		t.Errorf("saw only %d processes of job %s (pids %v), want at least %d: the pid check cannot be trusted", len(pids), jobID, pids, ranks)
 	}
-}
-
-// pidSet collects the pids of a job's processes.
-type pidSet struct {
-	mu sync.Mutex
-	m  map[int]bool
-}
-
-func (s *pidSet) add(pid int) {
-	s.mu.Lock()
-	s.m[pid] = true
-	s.mu.Unlock()
-}
-
-func (s *pidSet) list() []int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []int
-	for p := range s.m {
-		out = append(out, p)
-	}
-	return out
-}
-
-// scan adds every live process whose environment has PGAS_JOB_ID=jobID
-// (gaspirun itself, launcher, excluded).
-func (s *pidSet) scan(jobID string, launcher int) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return
-	}
-	want := []byte("PGAS_JOB_ID=" + jobID + "\x00")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == launcher {
-			continue
-		}
-		s.mu.Lock()
-		known := s.m[pid]
-		s.mu.Unlock()
-		if known {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil {
-			continue
-		}
-		if bytes.Contains(append(env, 0), want) {
-			s.add(pid)
-		}
-	}
-}
-
-// alive reports whether pid runs (a zombie counts as ended).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return false
-	}
-	return s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
 func loadAvg() string {

@@ -1,0 +1,161 @@
+package proctest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Alive reports whether pid is a running process (a zombie counts as
+// ended). Linux only: it reads /proc.
+func Alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return false
+	}
+	return s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// Procs collects the processes of one job, found in /proc by the
+// PGAS_JOB_ID in their environment, with their process ids (PGAS_PROC)
+// and host labels (PGAS_HOST). Safe for concurrent use.
+type Procs struct {
+	mu    sync.Mutex
+	all   map[int]bool   // pid -> seen
+	procs map[int]int    // proc -> pid
+	hosts map[int]string // proc -> host label
+}
+
+// NewProcs returns an empty set.
+func NewProcs() *Procs {
+	return &Procs{all: map[int]bool{}, procs: map[int]int{}, hosts: map[int]string{}}
+}
+
+// Add records a pid learnt otherwise (from a program's own output).
+func (s *Procs) Add(pid int) {
+	s.mu.Lock()
+	s.all[pid] = true
+	s.mu.Unlock()
+}
+
+// PIDs lists every pid seen.
+func (s *Procs) PIDs() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int, 0, len(s.all))
+	for p := range s.all {
+		out = append(out, p)
+	}
+	return out
+}
+
+// PIDOf returns the pid of process id proc.
+func (s *Procs) PIDOf(proc int) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pid, ok := s.procs[proc]
+	return pid, ok
+}
+
+// OnHost lists the process ids whose host label is host.
+func (s *Procs) OnHost(host string) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for p, h := range s.hosts {
+		if h == host {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Scan adds every live process whose environment has PGAS_JOB_ID=jobID,
+// except the launcher's pid.
+func (s *Procs) Scan(jobID string, launcher int) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	want := []byte("PGAS_JOB_ID=" + jobID + "\x00")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == launcher {
+			continue
+		}
+		s.mu.Lock()
+		known := s.all[pid]
+		s.mu.Unlock()
+		if known {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !bytes.Contains(append(env, 0), want) {
+			continue
+		}
+		proc, host := -1, ""
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if v, ok := bytes.CutPrefix(kv, []byte("PGAS_PROC=")); ok {
+				proc, _ = strconv.Atoi(string(v))
+			}
+			if v, ok := bytes.CutPrefix(kv, []byte("PGAS_HOST=")); ok {
+				host = string(v)
+			}
+		}
+		s.mu.Lock()
+		s.all[pid] = true
+		if proc >= 0 {
+			s.procs[proc] = pid
+			s.hosts[proc] = host
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Watch scans every interval until the returned stop function is called;
+// stop waits for the last scan to finish.
+func (s *Procs) Watch(jobID string, launcher int, interval time.Duration) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			s.Scan(jobID, launcher)
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// Leftovers waits up to wait for the given pids to end and returns (and
+// kills) those still running then.
+func Leftovers(pids []int, wait time.Duration) []int {
+	deadline := time.Now().Add(wait)
+	var left []int
+	for _, pid := range pids {
+		for Alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond) // real processes: poll with a deadline
+		}
+		if Alive(pid) {
+			left = append(left, pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return left
+}
