@@ -1,0 +1,166 @@
+package chaos
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gaspigo/gaspigo/internal/proctest"
+)
+
+// Documented exit codes a chaos job may end with when it cannot survive
+// its schedule (cmd/gaspirun's and spares' documentation).
+const (
+	ExitOK              = 0
+	ExitSparesExhausted = 75  // spares.ExitSparesExhausted
+	ExitKilledNoSpares  = 137 // gaspirun: a rank died and the policy was abort
+	ExitTimeout         = 124 // gaspirun --timeout: a hang
+)
+
+// Result is what a finished job left behind, as the checks need it.
+type Result struct {
+	Code   int
+	Lines  []string // every line gaspirun printed, in order
+	Answer string   // the workload's result line ("" if none)
+	Hung   bool     // the harness had to stop it
+}
+
+var (
+	viewRE    = regexp.MustCompile(`msg="view applied"`)
+	closedRE  = regexp.MustCompile(`msg="runtime closed"`)
+	staleLine = "applied a frame from a stale epoch"
+)
+
+// Violations checks the invariants of one finished schedule and returns
+// every one that broke, each a sentence. ref is the failure-free answer.
+func Violations(s Schedule, r Result, ref string) []string {
+	var v []string
+	switch {
+	case r.Hung:
+		v = append(v, "hang: the job did not end within its deadline")
+	case r.Answer != "" && r.Answer != ref:
+		v = append(v, fmt.Sprintf("wrong answer: %q, reference %q", r.Answer, ref))
+	case s.Expect == Succeed && r.Code == ExitSparesExhausted && r.Answer == "" && DeclaredFailed(r.Lines) > s.Spares:
+		// More processes were declared failed than the schedule killed
+		// (a busy machine starved some of their heartbeats) and the pool
+		// ran out: the documented end, counted apart in the summary.
+	case s.Expect == Succeed && (r.Code != ExitOK || r.Answer == ""):
+		v = append(v, fmt.Sprintf("the schedule is survivable, but the job exited %d without the result: %s", r.Code, lastError(r.Lines)))
+	case s.Expect == Exhaust && r.Code == ExitOK:
+		v = append(v, "the schedule has more losses than spares, but the job exited 0")
+	case s.Expect == Exhaust && r.Code != ExitSparesExhausted && !(s.Spares == 0 && r.Code == ExitKilledNoSpares):
+		v = append(v, fmt.Sprintf("losses beyond the spares must end with exit %d (or %d without spares), got %d: %s", ExitSparesExhausted, ExitKilledNoSpares, r.Code, lastError(r.Lines)))
+	case s.Expect == Exhaust && r.Answer != "":
+		v = append(v, "a job that lost more ranks than it had spares printed a result")
+	case s.Expect == ResumeOrRefuse && r.Code == ExitOK && r.Answer == "":
+		v = append(v, "the resumed job exited 0 without a result")
+	case s.Expect == ResumeOrRefuse && r.Code != ExitOK && !strings.Contains(strings.Join(r.Lines, "\n"), "checkpoint"):
+		v = append(v, fmt.Sprintf("the resumed job failed (exit %d) without naming the damaged checkpoint: %s", r.Code, lastError(r.Lines)))
+	}
+	v = append(v, epochViolations(r.Lines)...)
+	v = append(v, staleViolations(r.Lines)...)
+	return v
+}
+
+// DeclaredFailed counts the distinct processes the membership declared
+// failed during a job.
+func DeclaredFailed(lines []string) int {
+	seen := map[string]bool{}
+	for _, l := range lines {
+		if !strings.Contains(l, `msg="spares: failure committed"`) {
+			continue
+		}
+		kv := map[string]string{}
+		proctest.ParseKV(l, kv)
+		if p := kv["failed_proc"]; p != "" {
+			seen[p] = true
+		}
+	}
+	return len(seen)
+}
+
+// epochViolations checks that no two processes held one rank in one epoch,
+// and that every process that applied an epoch saw the same rank table.
+func epochViolations(lines []string) []string {
+	type key struct{ rank, epoch int }
+	holder := map[key]int{}
+	table := map[int]string{}
+	var v []string
+	for _, l := range lines {
+		if !viewRE.MatchString(l) {
+			continue
+		}
+		kv := map[string]string{}
+		proctest.ParseKV(l, kv)
+		proc, e1 := strconv.Atoi(kv["proc"])
+		epoch, e2 := strconv.Atoi(kv["epoch"])
+		rank, e3 := strconv.Atoi(kv["rank"])
+		if e1 != nil || e2 != nil || e3 != nil {
+			v = append(v, "unparsable view line: "+l)
+			continue
+		}
+		if ranks, ok := kv["ranks"]; ok {
+			if t, seen := table[epoch]; seen && t != ranks {
+				v = append(v, fmt.Sprintf("epoch %d: process %d applied rank table %s, another process %s", epoch, proc, ranks, t))
+			}
+			table[epoch] = ranks
+		}
+		if rank < 0 {
+			continue
+		}
+		k := key{rank, epoch}
+		if p, ok := holder[k]; ok && p != proc {
+			v = append(v, fmt.Sprintf("processes %d and %d both held rank %d in epoch %d", p, proc, rank, epoch))
+		}
+		holder[k] = proc
+	}
+	return v
+}
+
+// staleViolations checks that no process applied a frame from an epoch
+// older than the one its program had acknowledged.
+func staleViolations(lines []string) []string {
+	var v []string
+	for _, l := range lines {
+		if strings.Contains(l, staleLine) {
+			v = append(v, "stale frame applied: "+l)
+			continue
+		}
+		if closedRE.MatchString(l) {
+			kv := map[string]string{}
+			proctest.ParseKV(l, kv)
+			if n := kv["stale_applied"]; n != "" && n != "0" {
+				v = append(v, fmt.Sprintf("process %s applied %s frames from stale epochs", kv["proc"], n))
+			}
+		}
+	}
+	return v
+}
+
+// lastError is the most telling line of a failed job, for messages.
+func lastError(lines []string) string {
+	for _, pat := range []string{"gaspirun: job failed", "level=ERROR", "error"} {
+		for i := len(lines) - 1; i >= 0; i-- {
+			if strings.Contains(lines[i], pat) {
+				return lines[i]
+			}
+		}
+	}
+	if len(lines) == 0 {
+		return "(no output)"
+	}
+	return lines[len(lines)-1]
+}
+
+// Percentile returns the p-th percentile (0..100, nearest rank) of xs.
+func Percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(p/100*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}

@@ -1,0 +1,55 @@
+// Package chaos is the chaos suite: seeded fault schedules applied to real
+// jobs (gaspirun, real processes, real sockets, real signals), with
+// invariants checked after every schedule.
+//
+// A seed alone decides a schedule (Draw): the workload (fault-tolerant
+// K-means, or TeraSort for one seed in four), the number of spares, the
+// host layout, and one to three faults with their targets, trigger points
+// and durations. The faults:
+//
+//   - SIGKILL of a rank, of an idle spare, of the Raft leader's process;
+//   - a kill inside a checkpoint's commit, and a kill of the holder of a
+//     recovered rank's rebuilt mirror (K-means --inject);
+//   - a second kill while the first recovery runs;
+//   - SIGSTOP/SIGCONT pauses shorter and longer than failure detection;
+//   - a slow link, a lossy link and a partition of one process, through
+//     internal/netfault (PGAS_NETFAULTS: every connection of the job is
+//     wrapped, and the harness rewrites the rules file);
+//   - the loss of a whole host label (two ranks at once);
+//   - corruption or truncation of a disk-level checkpoint file, then
+//     gaspirun --resume.
+//
+// K-means faults trigger on rank 0's iteration lines (the iteration is the
+// logical clock, so the same seed hits the same point of the computation);
+// TeraSort faults trigger on time since the job started.
+//
+// The invariants (Violations), after every schedule:
+//
+//   - the result equals the failure-free reference (K-means: the centroid
+//     checksum line; TeraSort: terasort validate's order check and its
+//     count and checksum, equal to the input's), or, where the schedule
+//     has more losses than spares, the job ends with exit 75 (spares
+//     exhausted; 137 when there were no spares) and no result;
+//   - no two processes applied a view in which they held the same rank in
+//     the same epoch, and all processes saw the same rank table per epoch
+//     (the runtime's "view applied" lines);
+//   - no frame from a stale epoch was applied (the runtime counts any that
+//     finishes applying after its program acknowledged a newer epoch, and
+//     logs the count when it closes);
+//   - no process of the job is left running after gaspirun ends;
+//   - the job ended by itself: a hang is a violation.
+//
+// On a violation the test prints the seed, the schedule, the violations,
+// the command that replays it, and the job's last output lines.
+//
+// Tiers. The normal test command runs a fixed sample of seeds (a couple of
+// minutes). The long sweep and replays:
+//
+//	go test ./test/chaos -run TestChaos -chaos.schedules=500 -timeout 0 -chaos.summary=/tmp/chaos.md
+//	go test ./test/chaos -run 'TestChaos/kmeans/seed=17$' -chaos.seeds=17 -v
+//
+// The sweep prints a summary table: schedules, faults injected by kind,
+// recoveries, median and p99 recovery time (fault to the next completed
+// K-means iteration, or to the last rank's recovery for TeraSort), wrong
+// answers, hangs and leftover processes.
+package chaos

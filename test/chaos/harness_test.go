@@ -1,0 +1,333 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/netfault"
+	"github.com/gaspigo/gaspigo/internal/proctest"
+)
+
+// raceEnabled is set by race_test.go: the binaries are then built with
+// -race too, and the workloads shrink to keep the sample's time.
+var raceEnabled = false
+
+var bins struct {
+	gaspirun, kmeans, terasort string
+	err                        error
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(proctest.Main(m, "chaos", raceEnabled,
+		[]string{"./cmd/gaspirun", "./apps/kmeans/cmd/kmeans", "./apps/terasort/cmd/terasort"},
+		func(dir string, skip error) {
+			bins.err = skip
+			bins.gaspirun = filepath.Join(dir, "gaspirun")
+			bins.kmeans = filepath.Join(dir, "kmeans")
+			bins.terasort = filepath.Join(dir, "terasort")
+		}))
+}
+
+const (
+	// jobDeadline is gaspirun's --timeout: far beyond any schedule (the
+	// longest takes a few seconds of faults plus detection), so that only
+	// a hang reaches it.
+	jobDeadline = 90 * time.Second
+	// goneWait bounds the wait for a job's processes after gaspirun ended.
+	goneWait = 15 * time.Second
+	grace    = time.Second
+)
+
+// The workloads. K-means iterations are the logical clock faults are
+// aimed at; a fault at iteration I is applied when rank 0 reports I.
+type kmeansLoad struct {
+	points, maxIter, ckptEvery int
+}
+
+func kmWorkload() kmeansLoad {
+	if raceEnabled {
+		return kmeansLoad{points: 60000, maxIter: 120, ckptEvery: 10}
+	}
+	return kmeansLoad{points: 200000, maxIter: 200, ckptEvery: 10}
+}
+
+func (w kmeansLoad) args() []string {
+	return []string{"--generate", strconv.Itoa(w.points), "--dim", "10", "--k", "20", "--seed", "11",
+		"--max-iter", strconv.Itoa(w.maxIter), "--tol", "0", "--ckpt-every", strconv.Itoa(w.ckptEvery)}
+}
+
+// lastAt: faults land in the first 70% of the iterations.
+func (w kmeansLoad) lastAt() int { return w.maxIter * 7 / 10 }
+
+func tsRecords() int {
+	if raceEnabled {
+		return 60000
+	}
+	return 300000
+}
+
+// tsLastAt is the latest TeraSort fault time, in ms after the start.
+func tsLastAt() int {
+	if raceEnabled {
+		return 2500
+	}
+	return 1000
+}
+
+// line is one output line and when the harness read it.
+type line struct {
+	text string
+	at   time.Time
+}
+
+var (
+	iterRE     = regexp.MustCompile(`^\[r0\] iter\s+(\d+)\s`)
+	leaderRE   = regexp.MustCompile(`msg="spares: became raft leader" proc=(\d+)`)
+	confirmRE  = regexp.MustCompile(`msg="failure confirmed"`)
+	recoveryRE = regexp.MustCompile(`^\[r0\] recovery: epoch`)
+	finalKMRE  = regexp.MustCompile(`^\[r0\] (centroids sha256=[0-9a-f]{64} sse=\S+ iterations=\d+)$`)
+	finalTSRE  = regexp.MustCompile(`^\[r0\] (records=\d+ checksum=[0-9a-f]{16})$`)
+)
+
+// job is one running gaspirun job and what the harness learns from its
+// output.
+type job struct {
+	t      *testing.T
+	id     string
+	start  time.Time
+	faults string // the netfault directory
+
+	mu      sync.Mutex
+	lines   []line
+	iter    int // highest iteration rank 0 reported
+	leader  int // proc of the latest Raft leader, -1 none
+	changed chan struct{}
+	ended   bool
+
+	pids    *proctest.Procs
+	stopped map[int]bool // pids under SIGSTOP
+}
+
+func (j *job) onLine(s string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.lines = append(j.lines, line{s, time.Now()})
+	if m := iterRE.FindStringSubmatch(s); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		j.iter = max(j.iter, n)
+	}
+	if m := leaderRE.FindStringSubmatch(s); m != nil {
+		j.leader, _ = strconv.Atoi(m[1])
+	}
+	close(j.changed)
+	j.changed = make(chan struct{})
+}
+
+// waitUntil blocks until cond holds (checked under j.mu after every line),
+// the job ends (false) or d passes (false).
+func (j *job) waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		j.mu.Lock()
+		ok, ended, ch := cond(), j.ended, j.changed
+		j.mu.Unlock()
+		if ok {
+			return true
+		}
+		if ended {
+			return false
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		}
+	}
+}
+
+// linesSince returns how many lines had been read at the call, for later
+// searches past that point.
+func (j *job) mark() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.lines)
+}
+
+// findAfter returns the first line at index >= from that matches re.
+func (j *job) findAfter(from int, re *regexp.Regexp) (line, bool) {
+	for i := from; i < len(j.lines); i++ {
+		if re.MatchString(j.lines[i].text) {
+			return j.lines[i], true
+		}
+	}
+	return line{}, false
+}
+
+// holder returns the process that holds rank r in the newest view any
+// process applied, from the ranks table in the view lines.
+func (j *job) holder(r int) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	best, proc := -1, r
+	for _, l := range j.lines {
+		if !viewRE.MatchString(l.text) {
+			continue
+		}
+		kv := map[string]string{}
+		proctest.ParseKV(l.text, kv)
+		e, err := strconv.Atoi(kv["epoch"])
+		if err != nil || e <= best {
+			continue
+		}
+		f := strings.Fields(strings.Trim(kv["ranks"], "[]"))
+		if r < len(f) {
+			if p, err := strconv.Atoi(f[r]); err == nil && p >= 0 {
+				best, proc = e, p
+			}
+		}
+	}
+	return proc
+}
+
+// spareProcs returns the spare processes not holding a rank in the newest
+// view.
+func (j *job) idleSpares(spares int) []int {
+	held := map[int]bool{}
+	for r := range Ranks {
+		held[j.holder(r)] = true
+	}
+	var out []int
+	for p := Ranks; p < Ranks+spares; p++ {
+		if !held[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// signal sends sig to process proc of the job; it reports whether the
+// process was found alive.
+func (j *job) signal(proc int, sig syscall.Signal) (int, bool) {
+	pid, ok := j.pids.PIDOf(proc)
+	if !ok || !proctest.Alive(pid) {
+		return pid, false
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return pid, false
+	}
+	j.t.Logf("chaos: %v to process %d (pid %d) at %v", sig, proc, pid, time.Since(j.start).Round(time.Millisecond))
+	return pid, true
+}
+
+// setRule replaces the netfault rules of the job.
+func (j *job) setRule(text string) {
+	tmp := filepath.Join(j.faults, "rules.tmp")
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		j.t.Errorf("netfault rules: %v", err)
+		return
+	}
+	if err := os.Rename(tmp, filepath.Join(j.faults, netfault.RulesFile)); err != nil {
+		j.t.Errorf("netfault rules: %v", err)
+	}
+	j.t.Logf("chaos: netfault rules now %q at %v", strings.TrimSpace(text), time.Since(j.start).Round(time.Millisecond))
+}
+
+// spec is one gaspirun job.
+type spec struct {
+	launcher []string // gaspirun flags after -n and --spares
+	program  []string // the program and its arguments
+	spares   int
+	apply    func(j *job) // runs the schedule's faults while the job runs
+}
+
+// run starts the job, applies its faults, waits (bounded) and checks by
+// pid that none of its processes is left.
+func run(t *testing.T, sp spec) (*job, Result) {
+	t.Helper()
+	j := &job{t: t, id: fmt.Sprintf("chaos-%d-%d", os.Getpid(), time.Now().UnixNano()), leader: -1,
+		changed: make(chan struct{}), pids: proctest.NewProcs(), stopped: map[int]bool{}}
+	j.faults = t.TempDir()
+	args := []string{"-n", strconv.Itoa(Ranks), "--spares", strconv.Itoa(sp.spares),
+		"--timeout", jobDeadline.String(), "--grace", grace.String(), "--job-id", j.id}
+	args = append(args, sp.launcher...)
+	args = append(args, "--")
+	args = append(args, sp.program...)
+	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bins.gaspirun, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
+	cmd.Env = append(os.Environ(), "PGAS_LOG=info", netfault.EnvVar+"="+j.faults)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	t.Logf("gaspirun %s", strings.Join(args, " "))
+	j.start = time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start gaspirun: %v", err)
+	}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<16), 1<<20)
+		for sc.Scan() {
+			j.onLine(sc.Text())
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	stopWatch := j.pids.Watch(j.id, cmd.Process.Pid, 10*time.Millisecond)
+	applied := make(chan struct{})
+	go func() {
+		defer close(applied)
+		if sp.apply != nil {
+			sp.apply(j)
+		}
+	}()
+	err := cmd.Wait()
+	pw.Close()
+	<-read
+	j.mu.Lock()
+	j.ended = true
+	close(j.changed)
+	j.changed = make(chan struct{})
+	j.mu.Unlock()
+	<-applied
+	stopWatch()
+	// A process left under SIGSTOP would never go: continue it first.
+	for pid := range j.stopped {
+		syscall.Kill(pid, syscall.SIGCONT)
+	}
+	res := Result{Code: cmd.ProcessState.ExitCode()}
+	if err != nil && res.Code == 0 {
+		res.Code = -1
+	}
+	res.Hung = ctx.Err() != nil || res.Code == ExitTimeout
+	for _, l := range j.lines {
+		res.Lines = append(res.Lines, l.text)
+		for _, re := range []*regexp.Regexp{finalKMRE, finalTSRE} {
+			if m := re.FindStringSubmatch(l.text); m != nil {
+				res.Answer = m[1]
+			}
+		}
+	}
+	t.Logf("gaspirun exited %d after %v", res.Code, time.Since(j.start).Round(time.Millisecond))
+	j.pids.Scan(j.id, cmd.Process.Pid)
+	return j, res
+}
+
+// leftovers returns the job's processes still running goneWait after
+// gaspirun ended (and kills them).
+func (j *job) leftovers() []int { return proctest.Leftovers(j.pids.PIDs(), goneWait) }

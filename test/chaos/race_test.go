@@ -1,0 +1,5 @@
+//go:build race
+
+package chaos
+
+func init() { raceEnabled = true }

@@ -1,0 +1,244 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Kind is a kind of fault.
+type Kind string
+
+// The faults a schedule can hold. "Loss" below means the runtime must
+// replace the process with a spare; the other faults must be ridden out.
+const (
+	// KillRank: SIGKILL of the process holding Rank, from outside, when
+	// the job reaches At. A loss.
+	KillRank Kind = "kill-rank"
+	// KillSpare: SIGKILL of an idle spare. Shrinks the pool by one.
+	KillSpare Kind = "kill-spare"
+	// KillLeader: SIGKILL of the Raft leader's process (a rank or a
+	// spare). A loss either way.
+	KillLeader Kind = "kill-leader"
+	// KillCommit: the rank kills itself inside a checkpoint's commit
+	// (K-means --inject kill:rank=R,iter=I,phase=commit). A loss.
+	KillCommit Kind = "kill-commit"
+	// KillMirror: after a first loss of Rank, the holder of Rank's new
+	// mirror is killed once the mirror was rebuilt (K-means --inject
+	// kill:rank=R then kill:mirror-of=R). Two losses.
+	KillMirror Kind = "kill-mirror"
+	// KillInRecovery: a loss of Rank, then, as soon as a survivor
+	// confirms it, a second rank two places away is killed while the
+	// first recovery runs. Two losses.
+	KillInRecovery Kind = "kill-in-recovery"
+	// PauseShort: SIGSTOP of Rank's process for Dur (below the failure
+	// detector's suspicion timeout), then SIGCONT.
+	PauseShort Kind = "pause-short"
+	// PauseLong: SIGSTOP for Dur (beyond detection), then SIGCONT: the
+	// process is replaced and, resumed, finds itself fenced. A loss.
+	PauseLong Kind = "pause-long"
+	// SlowLink: every read and write of Rank's process waits Param ms
+	// for Dur (internal/netfault).
+	SlowLink Kind = "slow-link"
+	// LossyLink: each write of Rank's process is lost with probability
+	// Param for Dur, costing a retransmission timeout.
+	LossyLink Kind = "lossy-link"
+	// Partition: nothing in or out of Rank's process for Dur (beyond
+	// detection), then the network heals. A loss.
+	Partition Kind = "partition"
+	// HostLoss: SIGKILL of every process on one host label at once
+	// (two ranks). Two losses, recovered from mirrors on other hosts.
+	HostLoss Kind = "host-loss"
+	// DiskCorrupt: the job is killed without spares (it fails), one file
+	// of its newest disk checkpoint is corrupted (Param 0) or truncated
+	// (Param 1), and gaspirun --resume must fall back or fail cleanly.
+	DiskCorrupt Kind = "disk-corrupt"
+)
+
+// Kinds lists every kind, in the order of the summary table.
+var Kinds = []Kind{KillRank, KillSpare, KillLeader, KillCommit, KillMirror, KillInRecovery,
+	PauseShort, PauseLong, SlowLink, LossyLink, Partition, HostLoss, DiskCorrupt}
+
+// losses is how many spares a fault consumes.
+func (k Kind) losses() int {
+	switch k {
+	case KillRank, KillSpare, KillLeader, KillCommit, PauseLong, Partition:
+		return 1
+	case KillMirror, KillInRecovery, HostLoss:
+		return 2
+	}
+	return 0
+}
+
+// netFault reports whether a fault goes through internal/netfault.
+func (k Kind) netFault() bool { return k == SlowLink || k == LossyLink || k == Partition }
+
+// Fault is one entry of a schedule.
+type Fault struct {
+	Kind  Kind
+	Rank  int           // the rank it targets, where it targets one
+	At    int           // K-means: the iteration; TeraSort: ms after the job started
+	Dur   time.Duration // pauses, links, partitions
+	Param float64       // SlowLink: delay ms; LossyLink: probability; DiskCorrupt: 0 corrupt, 1 truncate
+}
+
+func (f Fault) String() string {
+	s := fmt.Sprintf("%s rank=%d at=%d", f.Kind, f.Rank, f.At)
+	if f.Dur > 0 {
+		s += " dur=" + f.Dur.String()
+	}
+	switch f.Kind {
+	case SlowLink:
+		s += fmt.Sprintf(" delay=%gms", f.Param)
+	case LossyLink:
+		s += fmt.Sprintf(" loss=%g", f.Param)
+	case DiskCorrupt:
+		s += map[bool]string{true: " mode=truncate", false: " mode=corrupt"}[f.Param == 1]
+	}
+	return s
+}
+
+// Workload names the job a schedule runs.
+type Workload string
+
+const (
+	KMeans   Workload = "kmeans"
+	TeraSort Workload = "terasort"
+)
+
+// Outcome is what a schedule must end in.
+type Outcome int
+
+const (
+	// Succeed: exit 0 with the failure-free reference result.
+	Succeed Outcome = iota
+	// Exhaust: more losses than spares; the job must end with the spare
+	// pool exhausted (exit 75), or, without any spare, with gaspirun's
+	// abort on the first death (exit 137). Never with a result.
+	Exhaust
+	// ResumeOrRefuse: the disk-level scenario; the resumed job must give
+	// the reference result, or fail naming the damaged checkpoint.
+	ResumeOrRefuse
+)
+
+func (o Outcome) String() string {
+	return [...]string{"succeed", "exhaust", "resume-or-refuse"}[o]
+}
+
+// Schedule is everything one chaos run does, drawn from Seed alone.
+type Schedule struct {
+	Seed         uint64
+	Workload     Workload
+	Spares       int
+	Mirrors      int
+	RanksPerHost int // 0: one host label for all
+	Faults       []Fault
+	Expect       Outcome
+}
+
+// Ranks is the job size every schedule uses.
+const Ranks = 4
+
+// Timing the schedules are built around: the runtime's defaults
+// (health.DefaultConfig: suspicion 1.5 s) decide what is short and long.
+const (
+	shortPause = 300 * time.Millisecond
+	longPause  = 3 * time.Second
+)
+
+// Draw makes the schedule of seed for workload w. lastAt is the latest
+// trigger point the workload can honour (K-means: an iteration well
+// before --max-iter; TeraSort: ms well before the sort ends).
+func Draw(seed uint64, w Workload, lastAt int) Schedule {
+	rng := rand.New(rand.NewPCG(seed, 0x6761737069))
+	s := Schedule{Seed: seed, Workload: w, Mirrors: 1}
+	kinds := Kinds
+	if w == TeraSort {
+		// TeraSort has no iterations to aim at and no disk level: the
+		// kinds that need them are K-means-only.
+		kinds = []Kind{KillRank, KillSpare, KillLeader, KillInRecovery, PauseShort, PauseLong, SlowLink, LossyLink, Partition, HostLoss}
+	}
+	first := kinds[rng.IntN(len(kinds))]
+	if first == DiskCorrupt {
+		s.Expect = ResumeOrRefuse
+		s.Faults = []Fault{{Kind: DiskCorrupt, Rank: rng.IntN(Ranks), At: lastAt/3 + rng.IntN(lastAt/3), Param: float64(rng.IntN(2))}}
+		return s
+	}
+	n := 1
+	if w == KMeans && first != KillMirror && first != HostLoss && first != KillInRecovery {
+		n += rng.IntN(3) // up to three faults, spread over the run
+	}
+	picked := []Kind{first}
+	for len(picked) < n {
+		k := kinds[rng.IntN(len(kinds))]
+		if k == DiskCorrupt || k == KillMirror || k == HostLoss || k == KillInRecovery {
+			continue // these own their schedule
+		}
+		picked = append(picked, k)
+	}
+	span := lastAt / n
+	losses, net, spareKill := 0, false, false
+	for i, k := range picked {
+		f := Fault{Kind: k, Rank: rng.IntN(Ranks)}
+		lo := span * i
+		if w == KMeans {
+			lo = max(lo, 5)
+		} else {
+			lo = max(lo, lastAt/4)
+		}
+		f.At = lo + rng.IntN(max(1, span/2))
+		switch k {
+		case PauseShort:
+			f.Dur = shortPause + time.Duration(rng.IntN(300))*time.Millisecond
+		case PauseLong:
+			f.Dur = longPause
+		case SlowLink:
+			f.Dur = time.Duration(500+rng.IntN(1500)) * time.Millisecond
+			f.Param = float64(5 + rng.IntN(30))
+		case LossyLink:
+			f.Dur = time.Duration(500+rng.IntN(1500)) * time.Millisecond
+			f.Param = []float64{0.01, 0.02, 0.05}[rng.IntN(3)]
+		case Partition:
+			f.Dur = longPause
+		case HostLoss:
+			s.RanksPerHost = 2
+			f.Rank = 2 * rng.IntN(2) // the first rank of host0 or host1
+		}
+		losses += k.losses()
+		net = net || k.netFault() || k == PauseShort
+		spareKill = spareKill || k == KillSpare
+		s.Faults = append(s.Faults, f)
+	}
+	// Enough spares for every loss plus one, for a process that a busy
+	// machine makes miss its heartbeats, and one more where a slow or
+	// lossy link, a partition or a pause might cost a process; or, one
+	// schedule in eight, one spare short of the losses (only where every
+	// loss is certain: no network fault, and no spare kill, which has no
+	// target once the pool is empty).
+	s.Spares = losses + 1
+	if net {
+		s.Spares++
+	}
+	if losses > 0 && !net && !spareKill && rng.IntN(8) == 0 {
+		s.Spares = losses - 1
+		s.Expect = Exhaust
+	}
+	return s
+}
+
+// String is the schedule, one fault per line after a header line.
+func (s Schedule) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed=%d workload=%s ranks=%d spares=%d mirrors=%d ranks-per-host=%d expect=%s",
+		s.Seed, s.Workload, Ranks, s.Spares, s.Mirrors, s.RanksPerHost, s.Expect)
+	for i, f := range s.Faults {
+		fmt.Fprintf(&b, "\n  fault %d: %s", i+1, f)
+	}
+	return b.String()
+}
+
+// Replay is the one-line command that runs this schedule again.
+func (s Schedule) Replay() string {
+	return fmt.Sprintf("go test ./test/chaos -run 'TestChaos/%s/seed=%d$' -chaos.seeds=%d -v", s.Workload, s.Seed, s.Seed)
+}

@@ -1,0 +1,95 @@
+package chaos
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// Rule: a seed alone decides the schedule.
+func TestDrawDeterministic(t *testing.T) {
+	for seed := uint64(1); seed <= 200; seed++ {
+		a, b := ScheduleOf(seed), ScheduleOf(seed)
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("seed %d drew two schedules:\n%s\n%s", seed, a, b)
+		}
+	}
+}
+
+// Rule: every schedule is one the harness can run: targets in range,
+// trigger points within the workload, durations where the kind needs one,
+// spares that cover the losses unless the schedule expects exhaustion.
+func TestDrawValid(t *testing.T) {
+	km := kmWorkload().lastAt()
+	for seed := uint64(1); seed <= 2000; seed++ {
+		s := ScheduleOf(seed)
+		last := km
+		if s.Workload == TeraSort {
+			last = tsLastAt()
+		}
+		if len(s.Faults) == 0 || len(s.Faults) > 3 {
+			t.Fatalf("seed %d: %d faults", seed, len(s.Faults))
+		}
+		losses, net := 0, false
+		for _, f := range s.Faults {
+			if f.Rank < 0 || f.Rank >= Ranks || f.At < 0 || f.At > last {
+				t.Errorf("seed %d: fault out of range: %s (last %d)", seed, f, last)
+			}
+			if needs := f.Kind == PauseShort || f.Kind == PauseLong || f.Kind.netFault(); needs != (f.Dur > 0) {
+				t.Errorf("seed %d: %s: duration %v", seed, f, f.Dur)
+			}
+			if f.Kind == PauseShort && f.Dur >= shortPause*2 {
+				t.Errorf("seed %d: a short pause of %v may reach detection", seed, f.Dur)
+			}
+			if s.Workload == TeraSort && (f.Kind == KillCommit || f.Kind == KillMirror || f.Kind == DiskCorrupt) {
+				t.Errorf("seed %d: TeraSort cannot run %s", seed, f.Kind)
+			}
+			if f.Kind == HostLoss && s.RanksPerHost != 2 {
+				t.Errorf("seed %d: host loss without host labels", seed)
+			}
+			losses += f.Kind.losses()
+			net = net || f.Kind.netFault() || f.Kind == PauseShort
+		}
+		switch s.Expect {
+		case Succeed:
+			if s.Spares < losses {
+				t.Errorf("seed %d: %d spares for %d losses, expecting success", seed, s.Spares, losses)
+			}
+		case Exhaust:
+			if s.Spares >= losses || net {
+				t.Errorf("seed %d: expects exhaustion with %d spares for %d losses (net faults: %v)", seed, s.Spares, losses, net)
+			}
+		case ResumeOrRefuse:
+			if len(s.Faults) != 1 || s.Faults[0].Kind != DiskCorrupt {
+				t.Errorf("seed %d: disk schedule %s", seed, s)
+			}
+		}
+		if !strings.Contains(s.Replay(), "-chaos.seeds=") {
+			t.Errorf("seed %d: replay %q", seed, s.Replay())
+		}
+	}
+}
+
+// Rule: the CI sample covers every fault kind, both workloads and an
+// exhaustion.
+func TestSampleCoversEveryKind(t *testing.T) {
+	seen := map[Kind]bool{}
+	work := map[Workload]bool{}
+	exhaust := false
+	for _, seed := range sampleSeeds {
+		s := ScheduleOf(seed)
+		work[s.Workload] = true
+		exhaust = exhaust || s.Expect == Exhaust
+		for _, f := range s.Faults {
+			seen[f.Kind] = true
+		}
+	}
+	for _, k := range Kinds {
+		if !seen[k] {
+			t.Errorf("no sample seed injects %s", k)
+		}
+	}
+	if !work[KMeans] || !work[TeraSort] || !exhaust {
+		t.Errorf("sample workloads %v, exhaustion %v: want both workloads and an exhaustion", work, exhaust)
+	}
+}
