@@ -14,17 +14,30 @@ import (
 // Alive reports whether pid is a running process (a zombie counts as
 // ended). Linux only: it reads /proc.
 func Alive(pid int) bool {
+	_, ok := stat(pid)
+	return ok
+}
+
+// stat returns the start time (clock ticks after boot) of the running
+// process pid, which with the pid identifies it: pids are reused, fast on
+// a machine whose pid_max is 32768.
+func stat(pid int) (start string, alive bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return "", false
 	}
-	// The state follows the parenthesised command name.
+	// The state follows the parenthesised command name; the start time is
+	// the 22nd field, the 20th after the name.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 || i+2 >= len(s) {
-		return false
+		return "", false
 	}
-	return s[i+2] != 'Z' && s[i+2] != 'X'
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return "", false
+	}
+	return f[19], true
 }
 
 // Procs collects the processes of one job, found in /proc by the
@@ -32,20 +45,24 @@ func Alive(pid int) bool {
 // and host labels (PGAS_HOST). Safe for concurrent use.
 type Procs struct {
 	mu    sync.Mutex
-	all   map[int]bool   // pid -> seen
+	all   map[int]string // pid -> start time (identifies it; "" if unknown)
 	procs map[int]int    // proc -> pid
 	hosts map[int]string // proc -> host label
 }
 
 // NewProcs returns an empty set.
 func NewProcs() *Procs {
-	return &Procs{all: map[int]bool{}, procs: map[int]int{}, hosts: map[int]string{}}
+	return &Procs{all: map[int]string{}, procs: map[int]int{}, hosts: map[int]string{}}
 }
 
-// Add records a pid learnt otherwise (from a program's own output).
+// Add records a pid learnt otherwise (from a program's own output); it is
+// identified by its start time if it still runs.
 func (s *Procs) Add(pid int) {
+	start, _ := stat(pid)
 	s.mu.Lock()
-	s.all[pid] = true
+	if _, ok := s.all[pid]; !ok {
+		s.all[pid] = start
+	}
 	s.mu.Unlock()
 }
 
@@ -66,6 +83,23 @@ func (s *Procs) PIDOf(proc int) (int, bool) {
 	defer s.mu.Unlock()
 	pid, ok := s.procs[proc]
 	return pid, ok
+}
+
+// Signal sends sig to process id proc if the process found for it still
+// runs (the same pid and start time); it returns the pid and whether the
+// signal went out.
+func (s *Procs) Signal(proc int, sig syscall.Signal) (int, bool) {
+	s.mu.Lock()
+	pid, ok := s.procs[proc]
+	want := s.all[pid]
+	s.mu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	if start, alive := stat(pid); !alive || start != want {
+		return pid, false
+	}
+	return pid, syscall.Kill(pid, sig) == nil
 }
 
 // OnHost lists the process ids whose host label is host.
@@ -94,10 +128,11 @@ func (s *Procs) Scan(jobID string, launcher int) {
 		if err != nil || pid == launcher {
 			continue
 		}
+		start, alive := stat(pid)
 		s.mu.Lock()
-		known := s.all[pid]
+		known, seen := s.all[pid]
 		s.mu.Unlock()
-		if known {
+		if !alive || (seen && known == start) {
 			continue
 		}
 		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
@@ -114,7 +149,7 @@ func (s *Procs) Scan(jobID string, launcher int) {
 			}
 		}
 		s.mu.Lock()
-		s.all[pid] = true
+		s.all[pid] = start
 		if proc >= 0 {
 			s.procs[proc] = pid
 			s.hosts[proc] = host
@@ -143,16 +178,27 @@ func (s *Procs) Watch(jobID string, launcher int, interval time.Duration) (stop 
 	return func() { close(done); <-finished }
 }
 
-// Leftovers waits up to wait for the given pids to end and returns (and
-// kills) those still running then.
-func Leftovers(pids []int, wait time.Duration) []int {
+// Leftovers waits up to wait for the job's processes to end and returns
+// (and kills) those still running then. A pid now used by another process
+// (same pid, other start time) is not the job's and is left alone.
+func (s *Procs) Leftovers(wait time.Duration) []int {
+	s.mu.Lock()
+	procs := make(map[int]string, len(s.all))
+	for pid, start := range s.all {
+		procs[pid] = start
+	}
+	s.mu.Unlock()
+	running := func(pid int) bool {
+		start, alive := stat(pid)
+		return alive && start == procs[pid]
+	}
 	deadline := time.Now().Add(wait)
 	var left []int
-	for _, pid := range pids {
-		for Alive(pid) && time.Now().Before(deadline) {
+	for pid := range procs {
+		for running(pid) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond) // real processes: poll with a deadline
 		}
-		if Alive(pid) {
+		if running(pid) {
 			left = append(left, pid)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}

@@ -127,7 +127,9 @@ func runSchedule(t *testing.T, s Schedule, refs *references, sum *summary) {
 		}
 	}
 	viol := Violations(s, res, ref)
+	ended := time.Now()
 	left := j.leftovers()
+	t.Logf("checks after the job took %v", time.Since(ended).Round(time.Millisecond))
 	if len(left) > 0 {
 		viol = append(viol, fmt.Sprintf("processes left running after gaspirun ended: pids %v", left))
 	}

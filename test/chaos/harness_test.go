@@ -221,15 +221,11 @@ func (j *job) idleSpares(spares int) []int {
 // signal sends sig to process proc of the job; it reports whether the
 // process was found alive.
 func (j *job) signal(proc int, sig syscall.Signal) (int, bool) {
-	pid, ok := j.pids.PIDOf(proc)
-	if !ok || !proctest.Alive(pid) {
-		return pid, false
+	pid, ok := j.pids.Signal(proc, sig)
+	if ok {
+		j.t.Logf("chaos: %v to process %d (pid %d) at %v", sig, proc, pid, time.Since(j.start).Round(time.Millisecond))
 	}
-	if err := syscall.Kill(pid, sig); err != nil {
-		return pid, false
-	}
-	j.t.Logf("chaos: %v to process %d (pid %d) at %v", sig, proc, pid, time.Since(j.start).Round(time.Millisecond))
-	return pid, true
+	return pid, ok
 }
 
 // setRule replaces the netfault rules of the job.
@@ -330,4 +326,4 @@ func run(t *testing.T, sp spec) (*job, Result) {
 
 // leftovers returns the job's processes still running goneWait after
 // gaspirun ended (and kills them).
-func (j *job) leftovers() []int { return proctest.Leftovers(j.pids.PIDs(), goneWait) }
+func (j *job) leftovers() []int { return j.pids.Leftovers(goneWait) }

@@ -143,7 +143,7 @@ func run(t *testing.T, s spec) *result {
 		pids.Add(k.pid)
 	}
 	pids.Scan(jobID, cmd.Process.Pid)
-	checkGone(t, pids.PIDs(), jobID)
+	checkGone(t, pids, jobID)
 	if ctx.Err() != nil {
 		t.Fatalf("gaspirun did not end within %v\n%s", jobDeadline+30*time.Second, res.text())
 	}
@@ -152,11 +152,12 @@ func run(t *testing.T, s spec) *result {
 
 // checkGone fails the test for every process of the job still running
 // killWait after gaspirun ended (and kills it).
-func checkGone(t *testing.T, pids []int, jobID string) {
+func checkGone(t *testing.T, procs *proctest.Procs, jobID string) {
 	t.Helper()
-	for _, pid := range proctest.Leftovers(pids, killWait) {
+	for _, pid := range procs.Leftovers(killWait) {
 		t.Errorf("process pid %d of job %s was still running %v after gaspirun ended; killed it", pid, jobID, killWait)
 	}
+	pids := procs.PIDs()
 	if len(pids) < ranks {
 		t.Errorf("saw only %d processes of job %s (pids %v), want at least %d: the pid check cannot be trusted", len(pids), jobID, pids, ranks)
 	}
