@@ -61,6 +61,11 @@ func (s *Shuffle) Checkpoint(ctx context.Context, c uint64) ([]byte, error) {
 		if err := a.waitMarkers(ctx, c); err != nil {
 			return nil, err
 		}
+		if s.cfg.CheckpointSpill && s.cfg.SpillDir != "" {
+			if err := a.spillAll(ctx); err != nil {
+				return nil, err
+			}
+		}
 		a.mu.Lock()
 		copy(st.ended, a.ended)
 		for _, f := range a.files {
@@ -84,6 +89,27 @@ func (s *Shuffle) Checkpoint(ctx context.Context, c uint64) ([]byte, error) {
 	out := st.encode(unsorted)
 	s.log.Info("checkpoint taken", "checkpoint", c, "consumed", st.consumed, "state_bytes", len(out), "spill_files", len(st.files))
 	return out, nil
+}
+
+// spillAll has the merger spill everything held in memory and waits for
+// it: with every source paused at its marker, nothing new arrives.
+func (a *aside) spillAll(ctx context.Context) error {
+	for {
+		a.mu.Lock()
+		empty := len(a.runs) == 0 && len(a.sealed) == 0 && len(a.builder.chunks) == 0
+		if !empty {
+			a.pressure = true
+			a.signalLocked()
+		}
+		ch := a.changed
+		a.mu.Unlock()
+		if empty {
+			return nil
+		}
+		if err := a.s.waitOn(ctx, ch, "checkpoint"); err != nil {
+			return err
+		}
+	}
 }
 
 // waitMarkers waits until marker c of every O task is in.

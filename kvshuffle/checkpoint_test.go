@@ -49,10 +49,11 @@ func sendRecords(s *Shuffle, recs [][]kv, from, to int) error {
 // spill files in the state.
 func TestRollBackResend(t *testing.T) {
 	type variant struct {
-		name  string
-		spill bool
-		after string // what happens between the checkpoint and the roll back
-		twice bool
+		name   string
+		spill  bool
+		after  string // what happens between the checkpoint and the roll back
+		twice  bool
+		cspill bool // Config.CheckpointSpill: the state names files only
 	}
 	variants := []variant{
 		{name: "in-flight", after: "send"},
@@ -62,6 +63,8 @@ func TestRollBackResend(t *testing.T) {
 		{name: "spill", spill: true, after: "send"},
 		{name: "spill-after-recv", spill: true, after: "recv", twice: true},
 		{name: "to-start", after: "send"},
+		{name: "ckpt-spill", spill: true, cspill: true, after: "send"},
+		{name: "ckpt-spill-after-recv", spill: true, cspill: true, after: "recv", twice: true},
 	}
 	for vi, v := range variants {
 		for seed := range uint64(2) {
@@ -75,6 +78,7 @@ func TestRollBackResend(t *testing.T) {
 							spillConfig(t.TempDir())(c)
 							c.MergeFanIn = 4
 						}
+						c.CheckpointSpill = v.cspill
 					})
 					recs := make([][][]kv, n)
 					var inputs [][]kv
@@ -101,6 +105,9 @@ func TestRollBackResend(t *testing.T) {
 						st, err := s.Checkpoint(ctx, 1)
 						if err != nil {
 							return err
+						}
+						if v.cspill && len(st) > 4096 {
+							return fmt.Errorf("checkpoint state of %d bytes with CheckpointSpill: the in-memory data went into it", len(st))
 						}
 						if v.name != "to-start" {
 							states[i] = st

@@ -130,6 +130,14 @@ type Config struct {
 	// SpillDir is where sorted runs go when memory runs out. Empty means
 	// no spilling: exceeding MemoryBudget is then ErrBudget.
 	SpillDir string
+	// CheckpointSpill makes Checkpoint spill every received pair held in
+	// memory to a sorted file in SpillDir before it records the state, so
+	// the state names files only (bytes, not megabytes) and the
+	// application's checkpoint stays small. The files must be readable by
+	// the process that takes over a lost rank: the same host or a shared
+	// file system. Off, the state carries the in-memory data (protected
+	// wherever the application mirrors it). Needs SpillDir.
+	CheckpointSpill bool
 	// IOBufferSize is the buffer in bytes of each spill file being written
 	// or read.
 	IOBufferSize int

@@ -70,6 +70,7 @@ type sortFlags struct {
 	sample    int    // keys sampled per rank
 	ckptEvery int64  // records between checkpoints; 0 = off
 	mirrors   int
+	ckptMem   bool // checkpoints carry the in-memory received data instead of spilling it
 	inject    *injectSpec
 	verbose   bool
 }
@@ -126,6 +127,7 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 	fs.IntVar(&f.sample, "sample", 10000, "keys each rank samples for the splitters")
 	fs.Int64Var(&f.ckptEvery, "ckpt-records", 0, "take a key-count checkpoint every `C` records sent per rank (0: none; a failure is then fatal)")
 	fs.IntVar(&f.mirrors, "mirrors", 1, "copies of each checkpoint on other ranks")
+	fs.BoolVar(&f.ckptMem, "ckpt-in-memory", false, "checkpoints carry the received data held in memory (mirrored to other ranks) instead of spilling it to --spill; use it when the spill directory is not readable from where a lost rank is taken over")
 	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records")
 	fs.BoolVar(&f.verbose, "v", false, "log shuffle and checkpoint events to stderr")
 	pos, err := parseInterleaved(fs, args)
@@ -172,6 +174,9 @@ func (f *sortFlags) shuffleConfig(rank int) (kvshuffle.Config, error) {
 	if cfg.SpillDir == "" {
 		cfg.SpillDir = f.out
 	}
+	// A key-count checkpoint spills what memory holds, so the checkpoint
+	// names files (pinned until a later one) and stays small.
+	cfg.CheckpointSpill = !f.ckptMem
 	if f.verbose {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("rank", rank)
 	}

@@ -47,9 +47,12 @@ func (j *sortJob) splittersFromHeader() error {
 	return j.setSplitters(sp)
 }
 
-// stateBytes bounds a shuffle state: the in-memory data (at most the
-// budget) plus headers.
+// stateBytes bounds a shuffle state: the names of the spill files, plus
+// the in-memory data (at most the budget) when checkpoints carry it.
 func (j *sortJob) stateBytes() int64 {
+	if !j.f.ckptMem {
+		return 8 + 4<<20
+	}
 	return 8 + j.f.memory + j.f.memory/4 + 1<<20
 }
 
