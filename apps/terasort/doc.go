@@ -94,7 +94,9 @@
 // `terasort validate out` checks the order. --memory and --spill are
 // kvshuffle's MemoryBudget and SpillDir (default: the output directory).
 // With --ckpt-records C the sort takes key-count checkpoints (kvshuffle
-// Checkpoint after every C records sent, state mirrored with package ckpt)
+// Checkpoint after every C records sent; the data held in memory is spilled
+// at each checkpoint, or with --ckpt-in-memory carried in the state, which
+// package ckpt mirrors)
 // and, under gaspirun --spares, survives the loss of a rank: the survivors
 // Recover, every rank restores the last checkpoint, rolls the shuffle back
 // and resumes sending at Consumed() (ReadShards reads from any record).

@@ -138,6 +138,7 @@ func TestCLI(t *testing.T) {
 		{"validate"},
 		{"validate", "--expect-checksum", "xyz", sorted},
 		{"frobnicate"},
+		{"sort", "--in", in, "--out", dir, "--schedule", "random"},
 	} {
 		if r := runBin(t, bin, args...); r.code != 2 || r.stderr == "" {
 			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)

@@ -35,8 +35,13 @@ package main
 // splitters, which a promoted spare reads from it. On a failure the
 // survivors call pgas Recover, every rank restores the last committed
 // checkpoint and rolls the shuffle back to it, and sending resumes at
-// Consumed(). Spill files named by a state stay on the local disk: a spare
-// on the same host (gaspirun's case) reads them.
+// Consumed(). Each checkpoint first spills what the rank holds in memory
+// (kvshuffle CheckpointSpill), so the state names spill files only; they
+// stay on the local disk, pinned, and a spare on the same host (gaspirun's
+// case) reads them. --ckpt-in-memory puts the in-memory data into the state
+// instead (mirrored to other ranks: for a spill directory another host
+// cannot read). A failure before checkpoint 1 was committed makes every
+// rank start over (sample again, empty shuffle).
 // ---------------------------------------------------------------------------
 
 import (
@@ -71,6 +76,7 @@ type sortFlags struct {
 	ckptEvery int64  // records between checkpoints; 0 = off
 	mirrors   int
 	ckptMem   bool // checkpoints carry the in-memory received data instead of spilling it
+	schedule  string
 	inject    *injectSpec
 	verbose   bool
 }
@@ -127,6 +133,7 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 	fs.IntVar(&f.sample, "sample", 10000, "keys each rank samples for the splitters")
 	fs.Int64Var(&f.ckptEvery, "ckpt-records", 0, "take a key-count checkpoint every `C` records sent per rank (0: none; a failure is then fatal)")
 	fs.IntVar(&f.mirrors, "mirrors", 1, "copies of each checkpoint on other ranks")
+	fs.StringVar(&f.schedule, "schedule", "diagonal", "exchange `ORDER`: diagonal (contention-free) or naive (every rank serves partition 0 first, for comparison)")
 	fs.BoolVar(&f.ckptMem, "ckpt-in-memory", false, "checkpoints carry the received data held in memory (mirrored to other ranks) instead of spilling it to --spill; use it when the spill directory is not readable from where a lost rank is taken over")
 	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records")
 	fs.BoolVar(&f.verbose, "v", false, "log shuffle and checkpoint events to stderr")
@@ -145,6 +152,8 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 		return nil, usageErr("--ckpt-records %d: want 0 (off) or a positive number of records", f.ckptEvery)
 	case f.mirrors < 1:
 		return nil, usageErr("--mirrors %d: want at least 1", f.mirrors)
+	case f.schedule != "diagonal" && f.schedule != "naive":
+		return nil, usageErr("--schedule %q: want diagonal or naive", f.schedule)
 	}
 	if *inj != "" {
 		in, err := parseInject(*inj)
@@ -177,6 +186,9 @@ func (f *sortFlags) shuffleConfig(rank int) (kvshuffle.Config, error) {
 	// A key-count checkpoint spills what memory holds, so the checkpoint
 	// names files (pinned until a later one) and stays small.
 	cfg.CheckpointSpill = !f.ckptMem
+	if f.schedule == "naive" {
+		cfg.Schedule = kvshuffle.Naive
+	}
 	if f.verbose {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("rank", rank)
 	}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# run.sh: the distributed TeraSort figures of bench/RESULTS.md, every
+# variant in the same run on the same input, so that their ratios hold on a
+# shared machine whose absolute speed drifts.
+#
+#   bench/terasort/run.sh                          # 1 GiB (10,737,418 records)
+#   TERASORT_RECORDS=2000000 bench/terasort/run.sh
+#
+# Variants (4 ranks + 1 spare under gaspirun, --memory as below):
+#   plain        no checkpoints
+#   ckpt         key-count checkpoints every TERASORT_CKPT records per rank
+#                (spilled at each checkpoint: the default)
+#   ckpt-mem     the same, checkpoints carrying the in-memory data (--ckpt-in-memory)
+#   naive        no checkpoints, naive exchange order (--schedule naive)
+#   kill         ckpt, and rank 2 SIGKILLed at half of its records
+# and, single-process on the same records: terasort memsort (Go, in memory)
+# and GNU sort (LC_ALL=C sort -S 50% --parallel=2).
+# Every output is validated against the input's count and checksum.
+#
+# Environment: TERASORT_RECORDS (default 10737418), TERASORT_MEMORY (bytes
+# per rank, default 67108864), TERASORT_CKPT (default 500000), TERASORT_REPS
+# (runs per variant, best shown, default 1), TERASORT_DIR (work directory,
+# default a new one under /tmp, removed at the end).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+records=${TERASORT_RECORDS:-10737418}
+memory=${TERASORT_MEMORY:-67108864}
+ckpt=${TERASORT_CKPT:-500000}
+reps=${TERASORT_REPS:-1}
+work=${TERASORT_DIR:-}
+if [[ -z $work ]]; then
+	work=$(mktemp -d /tmp/terasort-dist.XXXXXX)
+	trap 'rm -rf "$work"' EXIT
+fi
+mkdir -p "$work/bin"
+(cd "$root" && go build -o "$work/bin/" ./cmd/gaspirun ./apps/terasort/cmd/terasort)
+ts=$work/bin/terasort
+run=$work/bin/gaspirun
+
+echo "# $(date -u +%FT%TZ) records=$records memory=$memory ckpt=$ckpt reps=$reps load: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$ts" gen --records "$records" --out "$work/in" --quiet >/dev/null
+want=$("$ts" sum "$work/in" | tail -1)
+echo "# input: $want"
+mb=$(awk -v r="$records" 'BEGIN{printf "%.1f", r*100/1e6}')
+
+now() { date +%s.%N; }
+check() { # dir label
+	local got
+	got=$("$ts" validate "$1"/part-* 2>/dev/null | tail -1) || { echo "$2: validate failed" >&2; exit 1; }
+	[[ $got == "$want" ]] || { echo "$2: got '$got', want '$want'" >&2; exit 1; }
+}
+
+declare -A best
+variant() { # name, sort flags...
+	local name=$1
+	shift
+	local b=""
+	for _ in $(seq "$reps"); do
+		rm -rf "$work/out"
+		local t0 t1 log
+		t0=$(now)
+		log=$("$run" -n 4 --spares 1 --quiet -- "$ts" sort --in "$work/in" --out "$work/out" --memory "$memory" "$@" 2>&1) || { echo "$name failed:"; echo "$log"; exit 1; }
+		t1=$(now)
+		check "$work/out" "$name"
+		local w
+		w=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')
+		if [[ -z $b ]] || awk -v x="$w" -v y="$b" 'BEGIN{exit !(x<y)}'; then b=$w; fi
+		if [[ $name == kill ]]; then
+			grep -o 'rolled back to checkpoint [0-9]* (records sent per rank) in [0-9.]*[mµ]*s' <<<"$log" | head -1 | sed 's/^/#   kill: /'
+		fi
+		grep -o 'checkpoints=[0-9]* ([0-9.]*s)' <<<"$log" | head -1 | sed "s/^/#   $name: /"
+	done
+	best[$name]=$b
+	printf '%-10s %8.2f s %8.1f MB/s\n' "$name" "$b" "$(awk -v m="$mb" -v s="$b" 'BEGIN{print m/s}')"
+}
+
+single() { # name, command...
+	local name=$1
+	shift
+	local b=""
+	for _ in $(seq "$reps"); do
+		local t0 t1
+		t0=$(now)
+		"$@" >/dev/null 2>&1
+		t1=$(now)
+		local w
+		w=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')
+		if [[ -z $b ]] || awk -v x="$w" -v y="$b" 'BEGIN{exit !(x<y)}'; then b=$w; fi
+	done
+	best[$name]=$b
+	printf '%-10s %8.2f s %8.1f MB/s\n' "$name" "$b" "$(awk -v m="$mb" -v s="$b" 'BEGIN{print m/s}')"
+}
+
+cat "$work"/in/part-* >"$work/in.dat"
+single gnu-sort env LC_ALL=C sort -S 50% --parallel=2 -o "$work/gnu.dat" "$work/in.dat"
+"$ts" validate --expect-records "$records" "$work/gnu.dat" >/dev/null 2>&1
+single memsort "$ts" memsort --in "$work/in" --out "$work/mem.dat"
+"$ts" validate --expect-records "$records" "$work/mem.dat" >/dev/null 2>&1
+rm -f "$work/in.dat" "$work/gnu.dat" "$work/mem.dat"
+
+variant plain
+variant ckpt --ckpt-records "$ckpt"
+variant ckpt-mem --ckpt-records "$ckpt" --ckpt-in-memory
+variant naive --schedule naive
+variant kill --ckpt-records "$ckpt" --inject kill:rank=2,at=0.5
+
+ratio() { awk -v a="${best[$1]}" -v b="${best[$2]}" 'BEGIN{printf "%.3f", a/b}'; }
+echo "# ratios (wall time, same run):"
+echo "ckpt/plain      $(ratio ckpt plain)   (key-count checkpoint overhead, spilled)"
+echo "ckpt-mem/plain  $(ratio ckpt-mem plain)   (checkpoints carrying the in-memory data)"
+echo "naive/plain     $(ratio naive plain)   (naive exchange order against diagonal)"
+echo "kill/ckpt       $(ratio kill ckpt)   (one SIGKILL at 50%, recovered)"
+echo "plain/gnu-sort  $(ratio plain gnu-sort)"
+echo "plain/memsort   $(ratio plain memsort)"
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
