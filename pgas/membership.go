@@ -328,6 +328,7 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 				return err
 			}
 			rt.appEpoch.Store(v.epoch)
+			rt.appView.Store(v)
 			rt.log.Info("recovered", "epoch", v.epoch, "waited", time.Since(start))
 			return nil
 		}
@@ -455,7 +456,33 @@ func (rt *Runtime) reportFailure(proc transport.Proc, epoch uint64) {
 // the membership record that the job finished (so idle spares stop
 // waiting and exit), then a second barrier so that no rank takes its share
 // of the membership's quorum away before that is committed, then Close.
+//
+// A membership change that leaves every rank with its process (an idle
+// spare died) does not concern the program: Finalize recovers into the new
+// epoch itself and goes on. One that replaces a rank's process returns the
+// error (NeedsRecovery holds) and leaves the runtime open: the program
+// recovers, brings the new process to its end state (from a final
+// checkpoint, say), and calls Finalize again; or it calls Close. Any other
+// outcome closes the runtime.
 func (rt *Runtime) Finalize(ctx context.Context) error {
+	for {
+		err := rt.finalizeOnce(ctx)
+		if err != nil && NeedsRecovery(err) && rt.member != nil {
+			if rt.ranksKept() {
+				if rerr := rt.Recover(ctx); rerr == nil && rt.ranksKept() {
+					continue
+				}
+			}
+			if !rt.isClosed() && !rt.fenced.Load() {
+				return err
+			}
+		}
+		rt.Close()
+		return err
+	}
+}
+
+func (rt *Runtime) finalizeOnce(ctx context.Context) error {
 	err := rt.Barrier(ctx, nil)
 	if live := rt.view.Load().live; err == nil && len(live) > 0 && rt.Rank() == live[0] {
 		if f, ok := rt.member.(interface{ Finish(context.Context) error }); ok {
@@ -465,8 +492,22 @@ func (rt *Runtime) Finalize(ctx context.Context) error {
 	if err == nil {
 		err = rt.Barrier(ctx, nil)
 	}
-	rt.Close()
 	return err
+}
+
+// ranksKept reports whether the newest view gives every rank the process
+// it had in the view the program acknowledged, none of them failed.
+func (rt *Runtime) ranksKept() bool {
+	app, cur := rt.appView.Load(), rt.view.Load()
+	if app == nil || len(app.ranks) != len(cur.ranks) {
+		return false
+	}
+	for r, p := range cur.ranks {
+		if p != app.ranks[r] || (p != transport.NoProc && cur.failed[p]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Membership returns the membership the runtime was configured with (nil

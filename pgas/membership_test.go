@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/transport"
@@ -464,6 +465,30 @@ func TestRecoverWaitsForLandingFrames(t *testing.T) {
 		}
 		if rts[0].Epoch() != spare.Epoch() {
 			t.Fatalf("rank 0 in epoch %d, spare in %d", rts[0].Epoch(), spare.Epoch())
+		}
+	})
+}
+
+// Rule: an idle spare that dies while the ranks finalize does not fail
+// them: the ranks keep their processes, so Finalize recovers into the new
+// epoch by itself.
+func TestFinalizeRidesOutSpareLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _, nw, fm, _ := newFTJob(t, 3, 1)
+		ctx := context.Background()
+		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		nw.Kill(3)
+		for _, rt := range rts {
+			for rt.Epoch() == 0 {
+				time.Sleep(10 * time.Millisecond) // fake time (synctest)
+			}
+		}
+		if !slices.Equal(fm.reports, []transport.Proc{3}) {
+			t.Fatalf("failures reported: %v", fm.reports)
+		}
+		each(t, rts, func(rt *Runtime) error { return rt.Finalize(ctx) })
+		if !fm.cur.Finished {
+			t.Fatal("the job was not recorded as finished")
 		}
 	})
 }

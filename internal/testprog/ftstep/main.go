@@ -113,6 +113,7 @@ func main() {
 		defer fcancel()
 	}
 	if err := rt.Finalize(fctx); err != nil {
+		rt.Close() // Finalize leaves it open after a membership change
 		fmt.Fprintln(os.Stderr, "finalize:", err)
 		out.write("exit", "code=0 finalize_err="+strconv.Quote(err.Error()))
 		return
