@@ -556,18 +556,23 @@ func (a *aside) gcFileLocked(f *spillFile) {
 }
 
 // removeAll deletes every file the shuffle owns and its directory.
-func (a *aside) removeAll() error {
+func (a *aside) removeAll(keepPinned bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var first error
-	for path := range a.owned {
+	kept := false
+	for path, f := range a.owned {
+		if keepPinned && f != nil && len(f.pins) > 0 {
+			kept = true
+			continue
+		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) && first == nil {
 			first = err
 		}
 	}
 	clear(a.owned)
 	a.files, a.runs, a.sealed, a.builder, a.unsorted, a.mem = nil, nil, nil, &batch{}, nil, 0
-	if a.dir != "" {
+	if a.dir != "" && !kept {
 		if err := os.Remove(a.dir); err != nil && !errors.Is(err, os.ErrNotExist) && first == nil {
 			first = err
 		}

@@ -382,7 +382,9 @@ func (s *Shuffle) Close() error {
 		s.opMu.Lock() // a Send in progress finishes touching the segment
 		defer s.opMu.Unlock()
 		if s.a != nil {
-			err = s.a.removeAll()
+			// A process replaced by a newer epoch leaves the files its
+			// checkpoints name: its successor restores from them.
+			err = s.a.removeAll(s.rt.Fenced())
 		}
 		if derr := s.rt.SegmentDelete(s.cfg.SegmentID); derr != nil {
 			s.log.Debug("segment not deleted", "err", derr) // the runtime was closed first

@@ -171,7 +171,7 @@ func build(t *testing.T, s Schedule, out string) spec {
 		}
 	case TeraSort:
 		in := tsInput(t)
-		sp.program = []string{bins.terasort, "sort", "--in", in, "--out", out, "--ckpt-records", "10000",
+		sp.program = []string{bins.terasort, "sort", "--in", in, "--out", out, "--ckpt-records", strconv.Itoa(tsRecords() / 40),
 			"--mirrors", strconv.Itoa(s.Mirrors)}
 	}
 	sp.apply = func(j *job) {

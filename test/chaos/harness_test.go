@@ -71,11 +71,13 @@ func (w kmeansLoad) args() []string {
 // lastAt: faults land in the first 70% of the iterations.
 func (w kmeansLoad) lastAt() int { return w.maxIter * 7 / 10 }
 
+// tsRecords is the TeraSort input: large enough that the sort lasts a
+// couple of seconds, so that faults land in every phase of it.
 func tsRecords() int {
 	if raceEnabled {
-		return 60000
+		return 200000
 	}
-	return 300000
+	return 2000000
 }
 
 // tsLastAt is the latest TeraSort fault time, in ms after the start.
@@ -83,7 +85,7 @@ func tsLastAt() int {
 	if raceEnabled {
 		return 2500
 	}
-	return 1000
+	return 1500
 }
 
 // line is one output line and when the harness read it.

@@ -222,15 +222,13 @@ func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("--out: %w", err)
 	}
 	j := &sortJob{f: f, rt: rt, out: stdout}
+	defer rt.Close()
 	if err := j.run(ctx); err != nil {
 		code := spares.ExitCodeOf(err)
 		if code == 0 {
 			code = 1
 		}
 		return &exitError{code: code, msg: fmt.Sprintf("rank %d: %v", rt.Rank(), err)}
-	}
-	if err := rt.Finalize(ctx); err != nil && !strings.Contains(err.Error(), "closed") {
-		fmt.Fprintf(stderr, "terasort sort: finalize: %v\n", err)
 	}
 	return nil
 }
@@ -251,8 +249,11 @@ type sortJob struct {
 	ck      *ckpt.Checkpointer
 	hdr     []byte // ckpt region: splitters, fixed size
 	state   []byte // ckpt region: 8-byte length + shuffle state
+	phase   []byte // ckpt region: done flag, total records, total checksum (u64 each)
 	maxCk   int64  // last checkpoint count every rank reaches
-	killAt  int64  // record index of the injected kill; -1 none
+	done    bool   // every part is written and the totals agreed (final checkpoint)
+	totals  terasort.Summary
+	killAt  int64 // record index of the injected kill; -1 none
 	recov   int
 	ckpts   int
 	ckptDur time.Duration
@@ -378,37 +379,87 @@ func (j *sortJob) run(ctx context.Context) error {
 
 	tmp := filepath.Join(j.f.out, terasort.PartName(rank)+".tmp")
 	var sum terasort.Summary
+	var st kvshuffle.Stats
 	tShuffle := time.Now()
-	for {
+	// Until every rank's part is written and agreed (the final
+	// checkpoint, which records the totals): a failure anywhere on the way
+	// rolls every rank back and the attempt is made again.
+	for !j.done {
 		sum, err = j.attempt(ctx, tmp)
 		if err == nil {
-			break
+			st = j.sh.Stats()
+			err = j.finish(ctx, tmp, sum)
 		}
-		if err = j.recoverLoop(ctx, err); err != nil {
-			return err
+		if err != nil {
+			if err = j.recoverLoop(ctx, err); err != nil {
+				return err
+			}
 		}
 	}
 	shuffleTime := time.Since(tShuffle)
-	st := j.sh.Stats()
+	if sum.Records > 0 || st.PairsSent > 0 {
+		fmt.Fprintf(j.out, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
+			rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.MemoryPeak, j.f.memory, peakRSS())
+	}
+	j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) recoveries=%d\n",
+		n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),
+		float64(j.total*terasort.RecordSize)/1e6/time.Since(t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.recov)
+	j.printf("%s\n", j.totals)
+	// A rank replaced while the ranks finalize: its new process restores
+	// the final checkpoint and finalizes with them.
+	for {
+		err := j.rt.Finalize(ctx)
+		if err == nil || !pgas.NeedsRecovery(err) || j.ck == nil {
+			return finalizeErr(err)
+		}
+		if err := j.recoverLoop(ctx, err); err != nil {
+			return finalizeErr(err)
+		}
+		if !j.done {
+			return fmt.Errorf("terasort: finalize: the restored checkpoint is not the final one")
+		}
+	}
+}
+
+// finalizeErr reports a failed Finalize on stderr only: every part is
+// written and agreed by then, so the rank's work is done.
+func finalizeErr(err error) error {
+	if err != nil && !errors.Is(err, pgas.ErrClosed) {
+		fmt.Fprintf(os.Stderr, "terasort sort: finalize: %v\n", err)
+	}
+	return nil
+}
+
+// finish agrees on the totals, renames this rank's part into place, and
+// takes the final checkpoint, which records the totals: from then on a
+// recovery restores the finished state instead of sorting again.
+func (j *sortJob) finish(ctx context.Context, tmp string, sum terasort.Summary) error {
 	all, err := pgas.Allgather(ctx, j.rt, nil, []uint64{uint64(sum.Records), sum.Checksum})
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(j.f.out, terasort.PartName(rank))); err != nil {
-		return fmt.Errorf("terasort: %w", err)
-	}
-	fmt.Fprintf(j.out, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
-		rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.MemoryPeak, j.f.memory, peakRSS())
 	var total terasort.Summary
-	for r := range n {
+	for r := range j.rt.Size() {
 		total = total.Add(terasort.Summary{Records: int64(all[2*r]), Checksum: all[2*r+1]})
 	}
 	if total.Records != j.total {
 		return fmt.Errorf("terasort: sorted %d records, the input has %d", total.Records, j.total)
 	}
-	j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) recoveries=%d\n",
-		n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),
-		float64(j.total*terasort.RecordSize)/1e6/time.Since(t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.recov)
-	j.printf("%s\n", total)
+	if err := os.Rename(tmp, filepath.Join(j.f.out, terasort.PartName(j.rt.Rank()))); err != nil {
+		return fmt.Errorf("terasort: %w", err)
+	}
+	if j.ck != nil {
+		binary.LittleEndian.PutUint64(j.phase[0:], 1)
+		binary.LittleEndian.PutUint64(j.phase[8:], uint64(total.Records))
+		binary.LittleEndian.PutUint64(j.phase[16:], total.Checksum)
+		id := uint64(j.maxCk) + 2 // above every shuffle checkpoint (c+1 <= maxCk+1)
+		if err := j.ck.Start(ctx, id); err != nil {
+			return err
+		}
+		if err := j.ck.Commit(ctx, id); err != nil {
+			return err
+		}
+	}
+	j.done, j.totals = true, total
 	return nil
 }

@@ -67,9 +67,10 @@ func (j *sortJob) newCheckpoints(ctx context.Context) error {
 	// Checkpoints c = C, 2C, ... below every rank's record count.
 	j.maxCk = (minCount - 1) / j.f.ckptEvery * j.f.ckptEvery
 	j.state = make([]byte, j.stateBytes())
+	j.phase = make([]byte, 24)
 	cfg := ckpt.DefaultConfig()
 	cfg.Mirrors = j.f.mirrors
-	cfg.MaxBytes = int64(len(j.hdr) + len(j.state))
+	cfg.MaxBytes = int64(len(j.hdr) + len(j.state) + len(j.phase))
 	ck, err := ckpt.New(ctx, j.rt, cfg)
 	if ck == nil {
 		return err
@@ -78,7 +79,7 @@ func (j *sortJob) newCheckpoints(ctx context.Context) error {
 	for _, r := range []struct {
 		name string
 		b    []byte
-	}{{"splitters", j.hdr}, {"shuffle-state", j.state}} {
+	}{{"splitters", j.hdr}, {"shuffle-state", j.state}, {"phase", j.phase}} {
 		if rerr := ck.Register(r.name, r.b); rerr != nil {
 			ck.Close()
 			return rerr
@@ -155,6 +156,12 @@ func (j *sortJob) restore(ctx context.Context) (uint64, error) {
 	}
 	if err != nil {
 		return 0, err
+	}
+	if binary.LittleEndian.Uint64(j.phase) == 1 {
+		// The final checkpoint: every part is in place; nothing to redo.
+		j.done = true
+		j.totals = terasort.Summary{Records: int64(binary.LittleEndian.Uint64(j.phase[8:])), Checksum: binary.LittleEndian.Uint64(j.phase[16:])}
+		return id - 1, nil
 	}
 	if j.part == nil {
 		if err := j.splittersFromHeader(); err != nil {
