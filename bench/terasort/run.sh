@@ -60,7 +60,7 @@ variant() { # name, sort flags...
 		rm -rf "$work/out"
 		local t0 t1 log
 		t0=$(now)
-		log=$("$run" -n 4 --spares 1 --quiet -- "$ts" sort --in "$work/in" --out "$work/out" --memory "$memory" "$@" 2>&1) || { echo "$name failed:"; echo "$log"; exit 1; }
+		log=$("$run" -n 4 --spares 1 -- "$ts" sort --in "$work/in" --out "$work/out" --memory "$memory" "$@" 2>&1) || { echo "$name failed:"; echo "$log"; exit 1; }
 		t1=$(now)
 		check "$work/out" "$name"
 		local w
@@ -70,6 +70,15 @@ variant() { # name, sort flags...
 			grep -o 'rolled back to checkpoint [0-9]* (records sent per rank) in [0-9.]*[mµ]*s' <<<"$log" | head -1 | sed 's/^/#   kill: /'
 		fi
 		grep -o 'checkpoints=[0-9]* ([0-9.]*s)' <<<"$log" | head -1 | sed "s/^/#   $name: /"
+		# The ranks' own peak figures: the shuffle's accounted memory and the
+		# process's resident set (VmHWM), largest over the ranks.
+		grep -o 'spills=[0-9]* .*rss_peak=[0-9]*kB' <<<"$log" | awk -v n="$name" '
+			{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+			  sub(/kB/, "", v["rss_peak"])
+			  if (v["rss_peak"] + 0 > rss) rss = v["rss_peak"] + 0
+			  if (v["memory_peak"] + 0 > mem) mem = v["memory_peak"] + 0
+			  sp += v["spills"] }
+			END { if (NR) printf "#   %s: spills=%d (all ranks) memory_peak=%.1f MB rss_peak=%.1f MB (largest rank)\n", n, sp, mem/1e6, rss*1024/1e6 }'
 	done
 	best[$name]=$b
 	printf '%-10s %8.2f s %8.1f MB/s\n' "$name" "$b" "$(awk -v m="$mb" -v s="$b" 'BEGIN{print m/s}')"
