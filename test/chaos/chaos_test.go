@@ -72,7 +72,7 @@ type summary struct {
 	byWorkload map[Workload]int
 	faults     map[Kind]int
 	skipped    map[Kind]int
-	recoveries int
+	recoveries int // membership changes the ranks recovered through (epochs after the first)
 	recMS      []float64
 	wrong      int
 	hangs      int
@@ -358,11 +358,7 @@ func (s *summary) add(sc Schedule, res Result, ref string, viol []string, left [
 			s.faults[f.Kind]++ // applied by the program itself, or between runs
 		}
 	}
-	for _, l := range res.Lines {
-		if strings.Contains(l, "] recovery: epoch") || (sc.Workload == TeraSort && strings.Contains(l, "msg=\"spare promoted\"")) {
-			s.recoveries++
-		}
-	}
+	s.recoveries += Epochs(res.Lines) - 1
 	for _, r := range recs {
 		s.recMS = append(s.recMS, float64(r)/float64(time.Millisecond))
 	}

@@ -64,6 +64,22 @@ func Violations(s Schedule, r Result, ref string) []string {
 	return v
 }
 
+// Epochs counts the distinct epochs the job's processes applied (at
+// least 1 for a job that started): every epoch after the first is a
+// membership change the ranks recovered through.
+func Epochs(lines []string) int {
+	seen := map[string]bool{}
+	for _, l := range lines {
+		if !viewRE.MatchString(l) {
+			continue
+		}
+		kv := map[string]string{}
+		proctest.ParseKV(l, kv)
+		seen[kv["epoch"]] = true
+	}
+	return max(len(seen), 1)
+}
+
 // DeclaredFailed counts the distinct processes the membership declared
 // failed during a job.
 func DeclaredFailed(lines []string) int {
