@@ -167,6 +167,9 @@ func readMsg(r io.Reader, max int) (*envelope, error) {
 }
 
 func decodeBody(body []byte) (*envelope, error) {
+	if err := checkShape(body); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
 	var e envelope
 	rd := bytes.NewReader(body)
 	if err := msgpack.NewDecoder(rd).Decode(&e); err != nil {
@@ -193,6 +196,118 @@ func decodeBody(body []byte) (*envelope, error) {
 		return nil, fmt.Errorf("%w: unknown message kind %d", ErrProtocol, e.Kind)
 	}
 	return &e, nil
+}
+
+// Limits of checkShape. No message nests deeper than 5 (envelope, table,
+// members, member, extra), and no collection is longer than the member
+// table.
+const (
+	maxDepth      = 16
+	maxCollection = MaxProcs
+)
+
+// checkShape walks the msgpack value in b before it is decoded, and
+// refuses it unless it is exactly one complete value whose every array and
+// map holds at most maxCollection entries, no more than the bytes that
+// follow its header could hold, nested at most maxDepth deep. The decoder
+// sizes a slice from the length on the wire before it reads an element,
+// and skips unknown fields recursively: without this walk a 5-byte array
+// header makes it allocate gigabytes, and deep nesting exhausts the stack.
+func checkShape(b []byte) error {
+	rest, err := shapeValue(b, 0)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 {
+		return fmt.Errorf("%d trailing bytes", len(rest))
+	}
+	return nil
+}
+
+// shapeValue checks the value at the start of b and returns what follows.
+func shapeValue(b []byte, depth int) ([]byte, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("message cut short")
+	}
+	c := b[0]
+	b = b[1:]
+	// A value is n bytes (per == 0) or a collection of n entries of per
+	// values each; hdr > 0: n is in the next hdr bytes, big-endian.
+	var hdr, n, per int
+	ext := false // ext 8/16/32: a type byte follows the length
+	switch {
+	case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3: // fixint, nil, bool
+		return b, nil
+	case c >= 0xa0 && c <= 0xbf: // fixstr
+		n = int(c & 0x1f)
+	case c == 0xd9 || c == 0xc4: // str8, bin8
+		hdr = 1
+	case c == 0xda || c == 0xc5: // str16, bin16
+		hdr = 2
+	case c == 0xdb || c == 0xc6: // str32, bin32
+		hdr = 4
+	case c == 0xcc || c == 0xd0: // uint8, int8
+		n = 1
+	case c == 0xcd || c == 0xd1: // uint16, int16
+		n = 2
+	case c == 0xce || c == 0xd2 || c == 0xca: // uint32, int32, float32
+		n = 4
+	case c == 0xcf || c == 0xd3 || c == 0xcb: // uint64, int64, float64
+		n = 8
+	case c >= 0xd4 && c <= 0xd8: // fixext 1, 2, 4, 8, 16
+		n = 1 + 1<<(c-0xd4)
+	case c >= 0xc7 && c <= 0xc9: // ext 8, 16, 32
+		hdr, ext = 1<<(c-0xc7), true
+	case c >= 0x80 && c <= 0x8f: // fixmap
+		n, per = int(c&0x0f), 2
+	case c >= 0x90 && c <= 0x9f: // fixarray
+		n, per = int(c&0x0f), 1
+	case c == 0xdc || c == 0xdd: // array16, array32
+		hdr, per = 2<<(c-0xdc), 1
+	case c == 0xde || c == 0xdf: // map16, map32
+		hdr, per = 2<<(c-0xde), 2
+	default:
+		return nil, fmt.Errorf("unknown msgpack code 0x%02x", c)
+	}
+	if hdr > 0 {
+		if len(b) < hdr {
+			return nil, fmt.Errorf("length cut short")
+		}
+		var v uint64
+		for _, x := range b[:hdr] {
+			v = v<<8 | uint64(x)
+		}
+		b = b[hdr:]
+		if v > uint64(len(b)) {
+			return nil, fmt.Errorf("length %d with %d bytes left", v, len(b))
+		}
+		n = int(v)
+	}
+	if ext {
+		if len(b) < 1 {
+			return nil, fmt.Errorf("ext type cut short")
+		}
+		b = b[1:]
+	}
+	if per == 0 {
+		if n > len(b) {
+			return nil, fmt.Errorf("value of %d bytes with %d bytes left", n, len(b))
+		}
+		return b[n:], nil
+	}
+	if depth >= maxDepth {
+		return nil, fmt.Errorf("nested deeper than %d", maxDepth)
+	}
+	if n > maxCollection || n*per > len(b) {
+		return nil, fmt.Errorf("collection of %d entries with %d bytes left (at most %d entries)", n, len(b), maxCollection)
+	}
+	var err error
+	for i := 0; i < n*per; i++ {
+		if b, err = shapeValue(b, depth+1); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 // checkMember validates a member as it comes from a process.
