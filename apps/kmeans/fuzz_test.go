@@ -3,7 +3,6 @@ package kmeans
 import (
 	"errors"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 )
@@ -18,9 +17,7 @@ func FuzzReadCSV(f *testing.F) {
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte, lo, span uint8) {
 		path := filepath.Join(dir, "f.csv")
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeFresh(t, path, data)
 		l, h := int(lo%4), int(lo%4)+int(span%5)
 		pts, d, err := ReadCSVShard(path, l, h)
 		if err != nil {
@@ -55,9 +52,7 @@ func FuzzReadBinary(f *testing.F) {
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte, lo, span uint8) {
 		path := filepath.Join(dir, "f.bin")
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeFresh(t, path, data)
 		l, h := int(lo%4), int(lo%4)+int(span%5)
 		pts, d, err := ReadBinaryShard(path, l, h)
 		if err != nil {

@@ -64,7 +64,10 @@ func ParseSummary(line string) (Summary, error) {
 // ParseChecksum parses a checksum of 1 to 16 hex digits, with an optional
 // 0x prefix.
 func ParseChecksum(s string) (uint64, error) {
-	t := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
+	t := s
+	if strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0X") {
+		t = s[2:] // one prefix: "0x0X1" is not a checksum
+	}
 	if t == "" || len(t) > 16 {
 		return 0, fmt.Errorf("terasort: checksum %q: want 1 to 16 hex digits", s)
 	}
