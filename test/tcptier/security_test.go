@@ -26,8 +26,16 @@ import (
 // runtime must see no rejected frame and no lost peer, and the job must
 // finish correctly.
 //
-// Not checked, because the program cannot reach them: the transport's
-// HandshakesRefused counter (pgas does not expose the transport's Stats).
+// The transport counts what it refuses: each rank prints its
+// tcp.Transport Stats after the last round (STATS line). A refusal is
+// counted before it is logged (transport/tcp's refuse), and the test
+// lets the job finish only once (1)-(3) are all in the logs, so each
+// rank's HandshakesRefused is at least the number of those attempts
+// aimed at it (rank 0: 1, rank 1: 2, rank 2: 2) and at most the
+// refusals it logged (the silent client is refused only if the job
+// outlives the handshake timeout, and may be after the line is
+// printed). BadFrames, malformed headers from authenticated peers, must
+// be 0: no attack gets past the handshake.
 func TestForeignConnectionsRefused(t *testing.T) {
 	gate := t.TempDir()
 	j := startJob(t, []string{"-n", "3", "--grace", "1s"}, "-case", "secure", "-gate", gate)
@@ -100,6 +108,23 @@ func TestForeignConnectionsRefused(t *testing.T) {
 	expectClosed(c, "half a hello")
 	attempts = append(attempts, attempt{2, c.LocalAddr().String(), "reading hello"})
 	c.Close()
+	// The counters are read when the job finishes: wait until every
+	// refusal so far is logged (and so counted) first. The processes'
+	// stderr has no change signal; poll it, within a generous bound.
+	logged := func(a attempt) bool {
+		for _, s := range strings.Split(j.stderrText(), "\n") {
+			if strings.HasPrefix(s, "[r"+strconv.Itoa(a.rank)+"] ") && strings.Contains(s, "tcp: connection refused") &&
+				strings.Contains(s, "remote="+a.local+" ") && strings.Contains(s, a.why) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, a := range attempts {
+		for deadline := time.Now().Add(jobDeadline / 3); !logged(a) && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	// (4) A silent client must not stall the job.
 	silent := dial(0)
 	defer silent.Close()
@@ -135,6 +160,32 @@ func TestForeignConnectionsRefused(t *testing.T) {
 	}
 	if len(refusals) > len(attempts)+1 { // +1: the silent client, if the job outlived the handshake timeout
 		t.Errorf("%d refusals logged for %d attempts:\n%s", len(refusals), len(attempts), strings.Join(refusals, "\n"))
+	}
+	// Each rank counted the refusals aimed at it, and nothing more than it
+	// logged; no malformed frame got past a handshake.
+	want := map[int]int{}
+	for _, a := range attempts {
+		want[a.rank]++
+	}
+	stats := j.all("STATS")
+	if len(stats) != 3 {
+		t.Errorf("%d STATS lines, want one per rank", len(stats))
+	}
+	for _, l := range stats {
+		rank, refused, bad := l.int("rank"), l.int("refused"), l.int("badframes")
+		n := 0
+		for _, s := range refusals {
+			if strings.HasPrefix(s, "[r"+strconv.Itoa(rank)+"] ") {
+				n++
+			}
+		}
+		t.Logf("rank %d: HandshakesRefused %d (attempts %d, logged %d), BadFrames %d, Probes %s", rank, refused, want[rank], n, bad, l.kv["probes"])
+		if refused < want[rank] || refused > n {
+			t.Errorf("rank %d counted %d refusals; %d attempts were aimed at it and it logged %d refusals", rank, refused, want[rank], n)
+		}
+		if bad != 0 {
+			t.Errorf("rank %d counted %d bad frames; want 0", rank, bad)
+		}
 	}
 	if strings.Contains(j.stderrText(), "peer lost") {
 		t.Errorf("a rank reported a lost peer")

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/transport/tcp"
 )
 
 // waitGate waits until the test creates the file name in -gate.
@@ -232,10 +233,17 @@ func errText(err error) string {
 // check, agree on whether to stop) while the test attacks their data-plane
 // listeners, printed as LISTEN lines; the test opens gate "done" when it is
 // finished. Every round must check out, and the runtime must not have seen
-// a single rejected frame or lost peer.
+// a single rejected frame or lost peer. After the last round each rank
+// prints its transport's counters (STATS line): the test opens the gate
+// only once every refusal is logged, and a refusal is counted before it
+// is logged, so the line holds every refusal of the attack.
 func faultSecure(ctx context.Context, p *prog) int {
 	const name = "secure"
 	rt := p.rt
+	tr, ok := rt.Transport().(*tcp.Transport)
+	if !ok {
+		return p.fail(name, fmt.Errorf("the runtime's transport is a %T, want a *tcp.Transport", rt.Transport()))
+	}
 	s, err := rt.SegmentCreate(ctx, 1, 1<<16, nil)
 	if err != nil {
 		return p.fail(name, err)
@@ -292,6 +300,8 @@ func faultSecure(ctx context.Context, p *prog) int {
 			break
 		}
 	}
+	ts := tr.Stats()
+	say("STATS rank=%d refused=%d badframes=%d probes=%d", p.me, ts.HandshakesRefused, ts.BadFrames, ts.Probes)
 	st := rt.Stats()
 	if st.FramesRejected != 0 || st.PeersDown != 0 || st.RemoteErrors != 0 {
 		return p.fail(name, fmt.Errorf("the runtime saw the attack: %+v", st))

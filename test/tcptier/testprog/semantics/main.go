@@ -11,6 +11,7 @@
 //	BLOCKING rank=R op=OP                        death: about to block on the victim
 //	RANKERR rank=R op=OP peer=V at=UNIXNANO ok=B err="..."   how it ended, and when
 //	LISTEN rank=R addr=HOST:PORT                 secure: the data-plane listener
+//	STATS rank=R refused=N badframes=N probes=N  secure: the transport's counters at the end
 //	CHILD, SLEEPER, EXITING, TIMEDOUT            hang, exit and seqreuse progress
 //
 // Semantic cases (-case all runs them in this order): ordering, notify,
