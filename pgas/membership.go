@@ -212,6 +212,9 @@ func (rt *Runtime) drainLanding(ctx context.Context, epoch uint32) error {
 		if busy < 0 {
 			return nil
 		}
+		if rt.fenced.Load() {
+			return ErrFenced
+		}
 		t := time.NewTimer(time.Millisecond) // rare and short: poll
 		select {
 		case <-t.C:
@@ -295,6 +298,14 @@ func (rt *Runtime) fence(why string) {
 		p.fail(ErrFenced)
 	}
 	rt.failRequests(func(*request) bool { return true }, ErrFenced)
+	// Wake whoever waits for a view (Recover, a spare's promotion): the
+	// notice may come from a peer, with no view of the membership behind
+	// it, and a replaced process never gets another view.
+	rt.viewMu.Lock()
+	ch := rt.viewChanged
+	rt.viewChanged = make(chan struct{})
+	rt.viewMu.Unlock()
+	close(ch)
 }
 
 // Recover waits until the membership has committed a view that replaces

@@ -492,3 +492,31 @@ func TestFinalizeRidesOutSpareLoss(t *testing.T) {
 		}
 	})
 }
+
+// Rule: a process told by a peer that it was replaced stops waiting in
+// Recover: it gets no view from the membership it left.
+func TestFenceWakesRecover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _, _, _, _ := newFTJob(t, 3, 0)
+		ctx := context.Background()
+		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		rts[1].noteFailure(2) // as if it had seen proc 2 fail: Recover waits for a newer view
+		done := make(chan error, 1)
+		go func() { done <- rts[1].Recover(ctx) }()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Recover returned %v before any view or fence", err)
+		default:
+		}
+		rts[1].fence("a peer refused a frame")
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrFenced) {
+				t.Fatalf("Recover after the fence: %v, want ErrFenced", err)
+			}
+		case <-time.After(time.Minute): // fake time
+			t.Fatal("Recover still waits a minute after the fence")
+		}
+	})
+}
