@@ -190,6 +190,43 @@ func build(t *testing.T, s Schedule, out string) spec {
 // be applied: two checkpoint intervals.
 const lateBy = 20
 
+// settledLocked reports whether the job has no recovery under way: every
+// failure a survivor confirmed was followed by rank 0's recovery line, and
+// since that line the job went on long enough to have committed a new
+// checkpoint with the new process in it (K-means: a checkpoint interval
+// and one more iteration; TeraSort: half a second). A schedule's faults
+// are meant one at a time (kill-in-recovery excepted, which makes its own
+// overlap): two losses in one recovery window can take a rank together with
+// its only mirror, which no survivable schedule means to do. Called with
+// j.mu held.
+func (j *job) settledLocked(s Schedule) bool {
+	lastRec, lastConfirm := -1, -1
+	for i, l := range j.lines {
+		switch {
+		case recoveryRE.MatchString(l.text):
+			lastRec = i
+		case confirmRE.MatchString(l.text):
+			lastConfirm = i
+		}
+	}
+	if lastConfirm > lastRec {
+		return false
+	}
+	if lastRec < 0 {
+		return true
+	}
+	if s.Workload == TeraSort {
+		return time.Since(j.lines[lastRec].at) > 500*time.Millisecond
+	}
+	iters := 0
+	for _, l := range j.lines[lastRec:] {
+		if iterRE.MatchString(l.text) {
+			iters++
+		}
+	}
+	return iters > kmWorkload().ckptEvery
+}
+
 // reached waits until the job reaches a fault's trigger point.
 func reached(j *job, s Schedule, at int) bool {
 	if s.Workload == KMeans {
@@ -216,6 +253,12 @@ func apply(j *job, s Schedule, f Fault) bool {
 	}
 	if !reached(j, s, f.At) {
 		return false
+	}
+	if !j.waitUntil(jobDeadline, func() bool { return j.settledLocked(s) }) {
+		return false
+	}
+	if f.Kind == KillLeader {
+		j.waitUntil(10*time.Second, func() bool { return j.leader >= 0 })
 	}
 	if s.Workload == KMeans {
 		// An earlier fault's duration can make this one late. Late, it
@@ -247,7 +290,6 @@ func apply(j *job, s Schedule, f Fault) bool {
 		note("skipped %s: no idle spare alive", f)
 		return false
 	case KillLeader:
-		j.waitUntil(10*time.Second, func() bool { return j.leader >= 0 })
 		j.mu.Lock()
 		p := j.leader
 		j.mu.Unlock()
