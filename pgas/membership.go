@@ -339,7 +339,6 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 				return err
 			}
 			rt.appEpoch.Store(v.epoch)
-			rt.appView.Store(v)
 			rt.log.Info("recovered", "epoch", v.epoch, "waited", time.Since(start))
 			return nil
 		}
@@ -468,29 +467,19 @@ func (rt *Runtime) reportFailure(proc transport.Proc, epoch uint64) {
 // waiting and exit), then a second barrier so that no rank takes its share
 // of the membership's quorum away before that is committed, then Close.
 //
-// A membership change that leaves every rank with its process (an idle
-// spare died) does not concern the program: Finalize recovers into the new
-// epoch itself and goes on. One that replaces a rank's process returns the
-// error (NeedsRecovery holds) and leaves the runtime open: the program
-// recovers, brings the new process to its end state (from a final
-// checkpoint, say), and calls Finalize again; or it calls Close. Any other
-// outcome closes the runtime.
+// A membership change under Finalize (a rank lost, or only an idle spare)
+// returns its error (NeedsRecovery holds) and leaves the runtime open: the
+// program recovers as after any failure, with every rank (some may not
+// have reached Finalize yet), brings a new process to its end state (from
+// a final checkpoint, say), and calls Finalize again; or it calls Close.
+// Any other outcome closes the runtime.
 func (rt *Runtime) Finalize(ctx context.Context) error {
-	for {
-		err := rt.finalizeOnce(ctx)
-		if err != nil && NeedsRecovery(err) && rt.member != nil {
-			if rt.ranksKept() {
-				if rerr := rt.Recover(ctx); rerr == nil && rt.ranksKept() {
-					continue
-				}
-			}
-			if !rt.isClosed() && !rt.fenced.Load() {
-				return err
-			}
-		}
-		rt.Close()
+	err := rt.finalizeOnce(ctx)
+	if err != nil && NeedsRecovery(err) && rt.member != nil && !rt.isClosed() && !rt.fenced.Load() {
 		return err
 	}
+	rt.Close()
+	return err
 }
 
 func (rt *Runtime) finalizeOnce(ctx context.Context) error {
@@ -504,21 +493,6 @@ func (rt *Runtime) finalizeOnce(ctx context.Context) error {
 		err = rt.Barrier(ctx, nil)
 	}
 	return err
-}
-
-// ranksKept reports whether the newest view gives every rank the process
-// it had in the view the program acknowledged, none of them failed.
-func (rt *Runtime) ranksKept() bool {
-	app, cur := rt.appView.Load(), rt.view.Load()
-	if app == nil || len(app.ranks) != len(cur.ranks) {
-		return false
-	}
-	for r, p := range cur.ranks {
-		if p != app.ranks[r] || (p != transport.NoProc && cur.failed[p]) {
-			return false
-		}
-	}
-	return true
 }
 
 // Membership returns the membership the runtime was configured with (nil

@@ -3,6 +3,7 @@ package pgas
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -469,10 +470,10 @@ func TestRecoverWaitsForLandingFrames(t *testing.T) {
 	})
 }
 
-// Rule: an idle spare that dies while the ranks finalize does not fail
-// them: the ranks keep their processes, so Finalize recovers into the new
-// epoch by itself.
-func TestFinalizeRidesOutSpareLoss(t *testing.T) {
+// Rule: a membership change under Finalize (here an idle spare dies) is
+// returned with the runtime left open: the ranks recover together and
+// finalize again.
+func TestFinalizeAfterSpareLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, _, nw, fm, _ := newFTJob(t, 3, 1)
 		ctx := context.Background()
@@ -486,7 +487,16 @@ func TestFinalizeRidesOutSpareLoss(t *testing.T) {
 		if !slices.Equal(fm.reports, []transport.Proc{3}) {
 			t.Fatalf("failures reported: %v", fm.reports)
 		}
-		each(t, rts, func(rt *Runtime) error { return rt.Finalize(ctx) })
+		each(t, rts, func(rt *Runtime) error {
+			err := rt.Finalize(ctx)
+			if !NeedsRecovery(err) {
+				return fmt.Errorf("Finalize in a stale epoch: %v, want an error needing recovery", err)
+			}
+			if err := rt.Recover(ctx); err != nil {
+				return err
+			}
+			return rt.Finalize(ctx)
+		})
 		if !fm.cur.Finished {
 			t.Fatal("the job was not recorded as finished")
 		}

@@ -58,9 +58,8 @@ type Runtime struct {
 	viewErr     error         // the membership's verdict that the job cannot go on
 	finished    bool
 	fenced      atomic.Bool
-	appEpoch    atomic.Uint32        // the epoch the program acknowledged (Init, Recover)
-	appView     atomic.Pointer[view] // the view of appEpoch
-	failEpoch   atomic.Uint64        // latest epoch in which this process saw a failure
+	appEpoch    atomic.Uint32 // the epoch the program acknowledged (Init, Recover)
+	failEpoch   atomic.Uint64 // latest epoch in which this process saw a failure
 
 	member  Membership
 	det     *health.Detector
@@ -216,7 +215,6 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("pgas: init: proc %d is a spare and no membership can promote it: %w", cfg.Proc, ErrNotPromoted)
 	}
 	rt.appEpoch.Store(rt.view.Load().epoch)
-	rt.appView.Store(rt.view.Load())
 	return rt, nil
 }
 

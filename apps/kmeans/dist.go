@@ -171,12 +171,13 @@ type Job struct {
 	slots []float64
 	// The checkpointed state: header (iteration, high-water mark),
 	// centroids and the shard's assignments (the kernel's own slice).
-	hdr    []uint64
-	cent   []float64
-	next   []float64
-	buf    []float64
-	counts []int64
-	ck     Checkpoints
+	hdr      []uint64 // checkpointed: iteration, high-water mark, 1 for the final checkpoint
+	finished bool     // the final checkpoint is committed (or restored)
+	cent     []float64
+	next     []float64
+	buf      []float64
+	counts   []int64
+	ck       Checkpoints
 
 	iter    int // iterations completed
 	high    int // the most iterations the job ever completed (injections fire past it)
@@ -196,7 +197,7 @@ type Job struct {
 // calls it (a promoted spare too); it is collective only when the input is
 // a file and no --init is given.
 func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
-	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, 2)}
+	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, 3)}
 	if err := j.load(); err != nil {
 		return nil, err
 	}
@@ -434,7 +435,7 @@ func (j *Job) StateBytes() int64 {
 // Resumed takes the iteration counters from a checkpoint just loaded into
 // the registered regions (from the disk level).
 func (j *Job) Resumed() {
-	j.iter, j.high = int(j.hdr[0]), int(j.hdr[1])
+	j.iter, j.high, j.finished = int(j.hdr[0]), int(j.hdr[1]), j.hdr[2] == 1
 }
 
 // Iteration returns the number of iterations completed.
@@ -468,6 +469,69 @@ func (j *Job) printf(format string, args ...any) {
 	}
 }
 
+// loop iterates until the final checkpoint is committed (or, without
+// checkpoints, the last iteration is done), recovering on the way.
+func (j *Job) loop(ctx context.Context) error {
+	for !j.finished {
+		done, err := j.iterate(ctx)
+		if err == nil && done {
+			err = j.finish(ctx)
+		}
+		if err == nil || !needsRecovery(err) {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if err := j.rejoin(ctx, err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finish takes the final checkpoint, marked as such: from then on a
+// recovery (a rank lost while the ranks finalize, or an idle spare lost)
+// restores the finished state instead of iterating again.
+func (j *Job) finish(ctx context.Context) error {
+	if j.ck == nil || j.opt.Every <= 0 {
+		j.finished = true
+		return nil
+	}
+	j.hdr[0], j.hdr[1], j.hdr[2] = uint64(j.iter), uint64(j.high), 1
+	id := uint64(j.iter) + 1
+	t0 := time.Now()
+	err := j.ck.Start(ctx, id)
+	if err == nil {
+		err = j.ck.Commit(ctx, id)
+	}
+	j.ckptTime += time.Since(t0)
+	if err != nil {
+		j.hdr[2] = 0
+		return err
+	}
+	j.finished = true
+	return nil
+}
+
+// Finalize ends the job for this rank (pgas Finalize). A rank or spare
+// lost meanwhile sends every rank back to the last checkpoint, the final
+// one as a rule, and the ranks finalize again together.
+func (j *Job) Finalize(ctx context.Context) error {
+	for {
+		err := j.rt.Finalize(ctx)
+		if err == nil || !pgas.NeedsRecovery(err) || j.ck == nil || j.opt.Every <= 0 {
+			return err
+		}
+		if err := j.rejoin(ctx, err); err != nil {
+			return err
+		}
+		if err := j.loop(ctx); err != nil {
+			return err
+		}
+	}
+}
+
 // Run iterates to the end, recovering from failures on the way. A
 // promoted spare calls it too and joins the survivors' recovery first.
 func (j *Job) Run(ctx context.Context) (RunResult, error) {
@@ -496,20 +560,8 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 	// its data: that is not what checkpoints cost, so the figures start
 	// here.
 	j.ckptTime, j.commits, j.loopStart = 0, 0, time.Now()
-	for {
-		done, err := j.iterate(ctx)
-		if err == nil && done {
-			break
-		}
-		if err == nil {
-			continue
-		}
-		if !needsRecovery(err) {
-			return RunResult{}, err
-		}
-		if err := j.rejoin(ctx, err); err != nil {
-			return RunResult{}, err
-		}
+	if err := j.loop(ctx); err != nil {
+		return RunResult{}, err
 	}
 	return RunResult{Centroids: slices.Clone(j.cent), SSE: j.sse, Iterations: j.iter, Recoveries: j.recov,
 		CheckpointTime: j.ckptTime, Checkpoints: j.commits, LoopTime: time.Since(j.loopStart)}, nil
@@ -641,7 +693,7 @@ func (j *Job) reduceShards(ctx context.Context) error {
 // checkpoint snapshots the state after iteration j.iter as checkpoint
 // j.iter+1 (id 1 is the starting state); its commit follows the next step.
 func (j *Job) checkpoint(ctx context.Context) error {
-	j.hdr[0], j.hdr[1] = uint64(j.iter), uint64(j.high)
+	j.hdr[0], j.hdr[1], j.hdr[2] = uint64(j.iter), uint64(j.high), 0
 	id := uint64(j.iter) + 1
 	t0 := time.Now()
 	defer func() { j.ckptTime += time.Since(t0) }()

@@ -231,7 +231,7 @@ func run(ctx context.Context, f *flags) int {
 		}
 		fmt.Printf("centroids sha256=%s sse=%s iterations=%d\n", kmeans.Checksum(res.Centroids), formatFloat(res.SSE), res.Iterations)
 	}
-	if err := rt.Finalize(ctx); err != nil && !strings.Contains(err.Error(), "closed") {
+	if err := job.Finalize(ctx); err != nil && !strings.Contains(err.Error(), "closed") {
 		fmt.Fprintln(os.Stderr, "kmeans: finalize:", err)
 	}
 	return 0

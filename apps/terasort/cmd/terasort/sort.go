@@ -381,42 +381,44 @@ func (j *sortJob) run(ctx context.Context) error {
 	var sum terasort.Summary
 	var st kvshuffle.Stats
 	tShuffle := time.Now()
-	// Until every rank's part is written and agreed (the final
-	// checkpoint, which records the totals): a failure anywhere on the way
-	// rolls every rank back and the attempt is made again.
-	for !j.done {
-		sum, err = j.attempt(ctx, tmp)
-		if err == nil {
-			st = j.sh.Stats()
-			err = j.finish(ctx, tmp, sum)
-		}
-		if err != nil {
-			if err = j.recoverLoop(ctx, err); err != nil {
-				return err
+	printed := false
+	for {
+		// Until every rank's part is written and agreed (the final
+		// checkpoint, which records the totals): a failure anywhere on the
+		// way rolls every rank back and the attempt is made again.
+		for !j.done {
+			sum, err = j.attempt(ctx, tmp)
+			if err == nil {
+				st = j.sh.Stats()
+				err = j.finish(ctx, tmp, sum)
+			}
+			if err != nil {
+				if err = j.recoverLoop(ctx, err); err != nil {
+					return err
+				}
 			}
 		}
-	}
-	shuffleTime := time.Since(tShuffle)
-	if sum.Records > 0 || st.PairsSent > 0 {
-		fmt.Fprintf(j.out, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
-			rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.MemoryPeak, j.f.memory, peakRSS())
-	}
-	j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) recoveries=%d\n",
-		n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),
-		float64(j.total*terasort.RecordSize)/1e6/time.Since(t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.recov)
-	j.printf("%s\n", j.totals)
-	// A rank replaced while the ranks finalize: its new process restores
-	// the final checkpoint and finalizes with them.
-	for {
+		if !printed {
+			printed = true
+			shuffleTime := time.Since(tShuffle)
+			if sum.Records > 0 || st.PairsSent > 0 {
+				fmt.Fprintf(j.out, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
+					rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.MemoryPeak, j.f.memory, peakRSS())
+			}
+			j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) recoveries=%d\n",
+				n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),
+				float64(j.total*terasort.RecordSize)/1e6/time.Since(t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.recov)
+			j.printf("%s\n", j.totals)
+		}
+		// A rank or spare lost while the ranks finalize: every rank
+		// recovers (the final checkpoint as a rule, else the sort goes on
+		// from an earlier one) and they finalize again.
 		err := j.rt.Finalize(ctx)
 		if err == nil || !pgas.NeedsRecovery(err) || j.ck == nil {
 			return finalizeErr(err)
 		}
 		if err := j.recoverLoop(ctx, err); err != nil {
-			return finalizeErr(err)
-		}
-		if !j.done {
-			return fmt.Errorf("terasort: finalize: the restored checkpoint is not the final one")
+			return err
 		}
 	}
 }
@@ -453,10 +455,12 @@ func (j *sortJob) finish(ctx context.Context, tmp string, sum terasort.Summary) 
 		binary.LittleEndian.PutUint64(j.phase[8:], uint64(total.Records))
 		binary.LittleEndian.PutUint64(j.phase[16:], total.Checksum)
 		id := uint64(j.maxCk) + 2 // above every shuffle checkpoint (c+1 <= maxCk+1)
-		if err := j.ck.Start(ctx, id); err != nil {
-			return err
+		err := j.ck.Start(ctx, id)
+		if err == nil {
+			err = j.ck.Commit(ctx, id)
 		}
-		if err := j.ck.Commit(ctx, id); err != nil {
+		if err != nil {
+			clear(j.phase)
 			return err
 		}
 	}

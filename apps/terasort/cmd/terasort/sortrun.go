@@ -93,6 +93,7 @@ func (j *sortJob) newCheckpoints(ctx context.Context) error {
 // the shuffle's checkpoint c.
 func (j *sortJob) commit(ctx context.Context, id uint64) error {
 	t0 := time.Now()
+	clear(j.phase) // not the final checkpoint
 	if id > 1 {
 		c := id - 1
 		if err := j.sh.MarkConsumed(c); err != nil {
@@ -157,6 +158,7 @@ func (j *sortJob) restore(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	j.done = false
 	if binary.LittleEndian.Uint64(j.phase) == 1 {
 		// The final checkpoint: every part is in place; nothing to redo.
 		j.done = true
