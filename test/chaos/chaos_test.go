@@ -218,16 +218,20 @@ const lateBy = 20
 // its only mirror, which no survivable schedule means to do. Called with
 // j.mu held.
 func (j *job) settledLocked(s Schedule) bool {
-	lastRec, lastConfirm := -1, -1
+	lastRec, lastConfirm, lastLoss := -1, -1, -1
 	for i, l := range j.lines {
 		switch {
 		case recoveryRE.MatchString(l.text):
 			lastRec = i
 		case confirmRE.MatchString(l.text):
 			lastConfirm = i
+		case strings.HasPrefix(l.text, "chaos: applied ") && causesRecovery(l.text):
+			lastLoss = i
 		}
 	}
-	if lastConfirm > lastRec {
+	// A fault applied a moment ago may not be confirmed yet: its recovery
+	// must have been seen too.
+	if lastConfirm > lastRec || lastLoss > lastRec {
 		return false
 	}
 	if lastRec < 0 {
@@ -243,6 +247,18 @@ func (j *job) settledLocked(s Schedule) bool {
 		}
 	}
 	return iters > kmWorkload().ckptEvery
+}
+
+// causesRecovery reports whether an applied-fault note is of a kind that
+// changes the membership (every kind but the short pause and the slow or
+// lossy link).
+func causesRecovery(note string) bool {
+	for _, k := range []Kind{PauseShort, SlowLink, LossyLink} {
+		if strings.HasPrefix(note, "chaos: applied "+string(k)+" ") {
+			return false
+		}
+	}
+	return true
 }
 
 // reached waits until the job reaches a fault's trigger point.
