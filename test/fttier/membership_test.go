@@ -319,10 +319,18 @@ func TestStoppedRankIsFenced(t *testing.T) {
 	// frame it was sending can land); a frame it still gets through is
 	// refused (frames_rejected). What must hold: nothing stale applied.
 	var staleApplied []string
+	closed := 0
 	for _, x := range j.snapshot() {
-		if strings.Contains(x.raw, `msg="runtime closed"`) && !strings.Contains(x.raw, "stale_applied=0") {
+		if !strings.Contains(x.raw, `msg="runtime closed"`) {
+			continue
+		}
+		closed++
+		if !strings.Contains(x.raw, "stale_applied=0") {
 			staleApplied = append(staleApplied, x.raw)
 		}
+	}
+	if closed < ranks {
+		j.fatalf("%d processes logged their counters at close, want at least the %d ranks: the stale-frame check cannot be trusted", closed, ranks)
 	}
 	if len(staleApplied) > 0 {
 		j.fatalf("frames from a stale epoch were applied:\n%s", strings.Join(staleApplied, "\n"))
