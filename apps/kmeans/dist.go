@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -169,10 +170,10 @@ type Job struct {
 	taken []*shard
 	owner []int
 	slots []float64
-	// The checkpointed state: header (iteration, high-water mark),
-	// centroids and the shard's assignments (the kernel's own slice).
-	hdr      []uint64 // checkpointed: iteration, high-water mark, 1 for the final checkpoint
-	finished bool     // the final checkpoint is committed (or restored)
+	// The checkpointed state: header (see the hdr* indices), centroids
+	// and the shard's assignments (the kernel's own slice).
+	hdr      []uint64
+	finished bool // the final checkpoint is committed (or restored)
 	cent     []float64
 	next     []float64
 	buf      []float64
@@ -182,6 +183,7 @@ type Job struct {
 	iter    int // iterations completed
 	high    int // the most iterations the job ever completed (injections fire past it)
 	pending uint64
+	lastID  uint64 // the newest checkpoint id started or restored
 	// fresh: the pending checkpoint follows an iteration completed for the
 	// first time, so its commit may fire phase=commit injections.
 	fresh bool
@@ -197,7 +199,7 @@ type Job struct {
 // calls it (a promoted spare too); it is collective only when the input is
 // a file and no --init is given.
 func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
-	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, 3)}
+	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, hdrLen)}
 	if err := j.load(); err != nil {
 		return nil, err
 	}
@@ -432,10 +434,66 @@ func (j *Job) StateBytes() int64 {
 	return int64(8*len(j.hdr) + 8*len(j.cent) + 4*maxShard)
 }
 
-// Resumed takes the iteration counters from a checkpoint just loaded into
-// the registered regions (from the disk level).
-func (j *Job) Resumed() {
-	j.iter, j.high, j.finished = int(j.hdr[0]), int(j.hdr[1]), j.hdr[2] == 1
+// The checkpoint header: one uint64 each.
+const (
+	hdrIter    = iota // iterations completed
+	hdrHigh           // the high-water mark
+	hdrFinal          // 1 for the final checkpoint of a run
+	hdrSSE            // the SSE of the last iteration (float64 bits)
+	hdrMaxIter        // the --max-iter of the run that wrote it
+	hdrLen
+)
+
+// nextID is the id of a checkpoint of the state after iteration j.iter:
+// j.iter+1 (id 1 is the starting state), unless a checkpoint of that
+// iteration was already taken (a resumed job whose MaxIter is the
+// loaded checkpoint's iteration takes its final checkpoint right away).
+func (j *Job) nextID() uint64 {
+	j.lastID = max(uint64(j.iter)+1, j.lastID+1)
+	return j.lastID
+}
+
+// setHeader fills the header for a checkpoint of the current state.
+func (j *Job) setHeader(final bool) {
+	j.hdr[hdrIter], j.hdr[hdrHigh], j.hdr[hdrFinal] = uint64(j.iter), uint64(j.high), 0
+	if final {
+		j.hdr[hdrFinal] = 1
+	}
+	j.hdr[hdrSSE], j.hdr[hdrMaxIter] = math.Float64bits(j.sse), uint64(j.opt.MaxIter)
+}
+
+// fromHeader takes the counters and the SSE from a checkpoint just loaded
+// into the registered regions. A final checkpoint ends the job unless it
+// was written by a run with a smaller MaxIter (a resumed job told to go
+// further).
+func (j *Job) fromHeader() {
+	j.iter, j.high = int(j.hdr[hdrIter]), int(j.hdr[hdrHigh])
+	j.sse = math.Float64frombits(j.hdr[hdrSSE])
+	j.finished = j.hdr[hdrFinal] == 1 && uint64(j.opt.MaxIter) <= j.hdr[hdrMaxIter]
+}
+
+// Resumed takes the job's state from a checkpoint just loaded into the
+// registered regions from the disk level (gaspirun --resume) as
+// checkpoint id, and settles
+// Options.MaxIter against the run that wrote it. note says what the job
+// does next, for the reporting rank to print; the error (the same on
+// every rank) is a MaxIter below the checkpoint's iteration.
+func (j *Job) Resumed(id uint64) (note string, err error) {
+	j.fromHeader()
+	j.lastID = id
+	it, was, now := j.iter, int(j.hdr[hdrMaxIter]), j.opt.MaxIter
+	final := j.hdr[hdrFinal] == 1
+	switch {
+	case now < it:
+		return "", fmt.Errorf("kmeans: --max-iter %d is below the %d iterations the checkpoint already holds (its run had --max-iter %d): give --max-iter %d or more", now, it, was, it)
+	case final && j.finished:
+		return fmt.Sprintf("the checkpoint is the final one of a finished run (%d iterations, --max-iter %d): printing its result; give a larger --max-iter to iterate further", it, was), nil
+	case final:
+		return fmt.Sprintf("the checkpoint is the final one of a run with --max-iter %d: iterating on from iteration %d to --max-iter %d", was, it, now), nil
+	case now != was:
+		return fmt.Sprintf("the checkpointed run had --max-iter %d: continuing to --max-iter %d", was, now), nil
+	}
+	return fmt.Sprintf("continuing to --max-iter %d", now), nil
 }
 
 // Iteration returns the number of iterations completed.
@@ -473,7 +531,12 @@ func (j *Job) printf(format string, args ...any) {
 // checkpoints, the last iteration is done), recovering on the way.
 func (j *Job) loop(ctx context.Context) error {
 	for !j.finished {
-		done, err := j.iterate(ctx)
+		// A job resumed with MaxIter at the checkpoint's iteration has no
+		// iteration left: it only takes its final checkpoint.
+		done, err := j.iter >= j.opt.MaxIter, error(nil)
+		if !done {
+			done, err = j.iterate(ctx)
+		}
 		if err == nil && done {
 			err = j.finish(ctx)
 		}
@@ -498,8 +561,8 @@ func (j *Job) finish(ctx context.Context) error {
 		j.finished = true
 		return nil
 	}
-	j.hdr[0], j.hdr[1], j.hdr[2] = uint64(j.iter), uint64(j.high), 1
-	id := uint64(j.iter) + 1
+	j.setHeader(true)
+	id := j.nextID()
 	t0 := time.Now()
 	err := j.ck.Start(ctx, id)
 	if err == nil {
@@ -507,7 +570,7 @@ func (j *Job) finish(ctx context.Context) error {
 	}
 	j.ckptTime += time.Since(t0)
 	if err != nil {
-		j.hdr[2] = 0
+		j.hdr[hdrFinal] = 0
 		return err
 	}
 	j.finished = true
@@ -693,8 +756,8 @@ func (j *Job) reduceShards(ctx context.Context) error {
 // checkpoint snapshots the state after iteration j.iter as checkpoint
 // j.iter+1 (id 1 is the starting state); its commit follows the next step.
 func (j *Job) checkpoint(ctx context.Context) error {
-	j.hdr[0], j.hdr[1], j.hdr[2] = uint64(j.iter), uint64(j.high), 0
-	id := uint64(j.iter) + 1
+	j.setHeader(false)
+	id := j.nextID()
 	t0 := time.Now()
 	defer func() { j.ckptTime += time.Since(t0) }()
 	if err := j.ck.Start(ctx, id); err != nil {
@@ -864,8 +927,9 @@ func (j *Job) restore(ctx context.Context) error {
 	if id == 0 {
 		return errors.New("kmeans: a rank failed before the first checkpoint was committed")
 	}
+	j.lastID = id
 	high := j.high
-	j.Resumed()
+	j.fromHeader()
 	h := []int64{int64(max(high, j.high))}
 	if err := pgas.Allreduce(ctx, j.rt, nil, h, pgas.OpMax); err != nil {
 		return err

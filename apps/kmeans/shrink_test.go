@@ -153,6 +153,22 @@ func runShrinkJob(t *testing.T, opt Options, kills map[int]int) (RunResult, stri
 // and error, and the progress output.
 func runMemJob(t *testing.T, opt Options, kills map[int]int) ([]RunResult, []error, string) {
 	t.Helper()
+	return runMemJobWith(t, opt, kills, memHooks{})
+}
+
+// memHooks let a test step into every rank of runMemJobWith.
+type memHooks struct {
+	// ckpt adjusts the checkpointer's config (a disk level, say).
+	ckpt func(cc *ckpt.Config)
+	// before runs after UseCheckpoints, before Run (a resume from disk).
+	before func(ctx context.Context, r int, job *Job, ck *ckpt.Checkpointer) error
+	// after runs after a successful Run; its result replaces Run's.
+	after func(ctx context.Context, r int, job *Job, res RunResult) (RunResult, error)
+}
+
+// runMemJobWith is runMemJob with hooks.
+func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]RunResult, []error, string) {
+	t.Helper()
 	const ranks = 4
 	nw, err := mem.New(ranks, mem.Config{Seed: 3})
 	if err != nil {
@@ -210,6 +226,9 @@ func runMemJob(t *testing.T, opt Options, kills map[int]int) ([]RunResult, []err
 			defer job.Close()
 			cc := ckpt.LocalConfig()
 			cc.MaxBytes = job.StateBytes()
+			if h.ckpt != nil {
+				h.ckpt(&cc)
+			}
 			ck, err := ckpt.New(ctx, rt, cc)
 			if err != nil {
 				errs[r] = err
@@ -220,7 +239,15 @@ func runMemJob(t *testing.T, opt Options, kills map[int]int) ([]RunResult, []err
 				errs[r] = err
 				return
 			}
+			if h.before != nil {
+				if errs[r] = h.before(ctx, r, job, ck); errs[r] != nil {
+					return
+				}
+			}
 			results[r], errs[r] = job.Run(ctx)
+			if errs[r] == nil && h.after != nil {
+				results[r], errs[r] = h.after(ctx, r, job, results[r])
+			}
 		}()
 	}
 	wg.Wait()

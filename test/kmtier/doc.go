@@ -38,7 +38,9 @@
 //     disk level, or (if the job fails) gaspirun --resume, gives the
 //     reference result.
 //   - TestResume: a kill without spares fails the job (exit 137);
-//     gaspirun --resume continues it to the reference result.
+//     gaspirun --resume continues it to the reference result; resumed
+//     again from its final checkpoint it prints the same result (SSE
+//     included) without iterating, and a smaller --max-iter is refused.
 //   - TestSparesExhausted: more kills than spares end the job with "spare
 //     pool exhausted" and exit code 75.
 //   - TestMatchesReference: points in a CSV and a binary file, --init

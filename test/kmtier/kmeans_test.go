@@ -239,7 +239,9 @@ func TestBeyondRedundancy(t *testing.T) {
 
 // TestResume: without spares a kill fails the job (gaspirun exits 137);
 // gaspirun --resume DIR continues from the newest complete checkpoint on
-// disk.
+// disk. Resumed again, the finished run's final checkpoint prints the
+// same final line, SSE included; a --max-iter below its iteration is
+// refused before any work.
 func TestResume(t *testing.T) {
 	dir := t.TempDir()
 	disk := []string{"--ckpt-dir", dir}
@@ -249,6 +251,23 @@ func TestResume(t *testing.T) {
 	}
 	again := run(t, spec{spares: 0, launcher: []string{"--resume", dir}, extra: disk})
 	checkResumed(t, again)
+	if !again.has("resume: the checkpointed run had --max-iter 25: continuing to --max-iter 25") && !again.has("resume: continuing to --max-iter 25") {
+		t.Fatalf("the resumed job does not say how far it goes\n%s", again.text())
+	}
+
+	final := run(t, spec{spares: 0, launcher: []string{"--resume", dir}, extra: disk})
+	checkResumed(t, final)
+	if !final.has("resume: the checkpoint is the final one of a finished run (25 iterations, --max-iter 25)") {
+		t.Fatalf("resuming a finished run does not say so\n%s", final.text())
+	}
+	if final.index("] iter ", 0) >= 0 {
+		t.Fatalf("a finished run iterated again\n%s", final.text())
+	}
+
+	short := run(t, spec{spares: 0, launcher: []string{"--resume", dir}, extra: append(slices.Clone(disk), "--max-iter", "20")})
+	if short.code == 0 || !short.has("--max-iter 20 is below the 25 iterations the checkpoint already holds") {
+		t.Fatalf("--max-iter 20 on a checkpoint of iteration 25: exit %d, want it refused\n%s", short.code, short.text())
+	}
 }
 
 // checkResumed checks a gaspirun --resume run: it says where it resumed

@@ -54,9 +54,13 @@ func resume(ctx context.Context, c *checkpoints, job *kmeans.Job) error {
 	if err != nil {
 		return fmt.Errorf("resume from %s: %w", dir, err)
 	}
-	job.Resumed()
+	note, err := job.Resumed(id)
+	if err != nil {
+		return fmt.Errorf("resume from %s: %w", dir, err)
+	}
 	if c.rt.Rank() == 0 {
 		fmt.Printf("resumed from checkpoint %d in %s: continuing after iteration %d\n", id, dir, job.Iteration())
+		fmt.Printf("resume: %s\n", note)
 	}
 	return nil
 }
