@@ -264,6 +264,10 @@ func (rt *Runtime) Host(r int) string {
 	return rt.cfg.Hosts[v.ranks[r]]
 }
 
+// HostLabels returns every process's host label, indexed by process ID
+// (spares included), or nil when host labels are unknown.
+func (rt *Runtime) HostLabels() []string { return slices.Clone(rt.cfg.Hosts) }
+
 // Transport returns the transport the runtime runs over, for programs and
 // tools that read its statistics (for example tcp.Stats: refused
 // handshakes, bad frames).

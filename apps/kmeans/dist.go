@@ -53,6 +53,9 @@ func ParseInject(s string) (Inject, error) {
 		switch k {
 		case "rank":
 			in.Rank, err = strconv.Atoi(v)
+			if err == nil && in.Rank < 0 {
+				err = errors.New("ranks count from 0")
+			}
 			targets++
 		case "host":
 			in.Host = v
@@ -65,6 +68,9 @@ func ParseInject(s string) (Inject, error) {
 			targets++
 		case "mirror-of":
 			in.MirrorOf, err = strconv.Atoi(v)
+			if err == nil && in.MirrorOf < 0 {
+				err = errors.New("ranks count from 0")
+			}
 			targets++
 		case "iter":
 			in.Iter, err = strconv.Atoi(v)
@@ -90,6 +96,28 @@ func ParseInject(s string) (Inject, error) {
 		return bad("iter is missing")
 	}
 	return in, nil
+}
+
+// CheckInjects refuses an injection that could never fire in a job of
+// size ranks: a rank or mirror-of at or past size, or a host label that no
+// process has (hosts: every process's label, spares included, as
+// pgas.Runtime.HostLabels returns them; nil when the labels are unknown).
+// The error wraps ErrConfig.
+func CheckInjects(injects []Inject, size int, hosts []string) error {
+	for _, in := range injects {
+		switch {
+		case in.Rank >= size:
+			return configErr("--inject kill:rank=%d,iter=%d: the job has ranks 0..%d; name one of them", in.Rank, in.Iter, size-1)
+		case in.MirrorOf >= size:
+			return configErr("--inject kill:mirror-of=%d,iter=%d: the job has ranks 0..%d; name one of them", in.MirrorOf, in.Iter, size-1)
+		case in.Host != "" && hosts == nil:
+			return configErr("--inject kill:host=%s,iter=%d: the processes have no host labels; start the job with gaspirun (--hosts or --ranks-per-host label them)", in.Host, in.Iter)
+		case in.Host != "" && !slices.Contains(hosts, in.Host):
+			labels := slices.Compact(slices.Sorted(slices.Values(hosts)))
+			return configErr("--inject kill:host=%s,iter=%d: no process has that host label; the labels are %s", in.Host, in.Iter, strings.Join(labels, ", "))
+		}
+	}
+	return nil
 }
 
 // Checkpoints is what the job needs from package ckpt.
@@ -195,10 +223,14 @@ type Job struct {
 	loopStart time.Time
 }
 
-// NewJob loads this rank's shard and the starting centroids. Every rank
-// calls it (a promoted spare too); it is collective only when the input is
-// a file and no --init is given.
+// NewJob checks the injections (CheckInjects), then loads this rank's
+// shard and the starting centroids. Every rank calls it (a promoted spare
+// too); it is collective only when the input is a file and no --init is
+// given.
 func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
+	if err := CheckInjects(opt.Injects, rt.Size(), rt.HostLabels()); err != nil {
+		return nil, err
+	}
 	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, hdrLen)}
 	if err := j.load(); err != nil {
 		return nil, err

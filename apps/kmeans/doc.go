@@ -86,7 +86,8 @@
 // the number of values on the first non-blank line. Shards count non-blank
 // lines from 0. NaN and infinities are rejected.
 //
-// Binary point files, little-endian:
+// Binary point files, little-endian (a file named *.bin must be one: a
+// wrong magic there is an ErrHeader, not a CSV file):
 //
 //	offset  size  field
 //	0       8     magic "GGKMPTS\x00"

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -71,7 +72,8 @@ type Info struct {
 // file size; for CSV it counts the non-blank lines and takes the dimension
 // from the number of fields of the first one (the lines themselves are
 // checked when a shard is read). The format is recognised by the binary
-// magic; anything else is treated as CSV.
+// magic, or by the .bin extension (IsBinaryPath), which makes a missing
+// magic an ErrHeader; anything else is treated as CSV.
 func Inspect(path string) (Info, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -83,7 +85,7 @@ func Inspect(path string) (Info, error) {
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return Info{}, &FileError{Path: path, Offset: 0, Err: err}
 	}
-	if m >= len(BinaryMagic) && string(head[:len(BinaryMagic)]) == BinaryMagic {
+	if IsBinaryPath(path) || (m >= len(BinaryMagic) && string(head[:len(BinaryMagic)]) == BinaryMagic) {
 		n, d, err := checkBinaryHeader(path, f, head[:m])
 		if err != nil {
 			return Info{}, err
@@ -127,10 +129,16 @@ func ReadShard(path string, lo, hi int) ([]float64, int, error) {
 	magic := make([]byte, len(BinaryMagic))
 	m, _ := io.ReadFull(f, magic)
 	f.Close()
-	if m == len(magic) && string(magic) == BinaryMagic {
+	if IsBinaryPath(path) || (m == len(magic) && string(magic) == BinaryMagic) {
 		return ReadBinaryShard(path, lo, hi)
 	}
 	return ReadCSVShard(path, lo, hi)
+}
+
+// IsBinaryPath reports whether path names a binary point file by its
+// extension (.bin, any case): such a file must start with BinaryMagic.
+func IsBinaryPath(path string) bool {
+	return strings.EqualFold(filepath.Ext(path), ".bin")
 }
 
 // ReadCSVShard reads points [lo, hi) (counting non-blank lines from 0) of a
@@ -324,11 +332,15 @@ func checkBinaryHeader(path string, f *os.File, head []byte) (n, d int, err erro
 	bad := func(off int64, e error, format string, args ...any) (int, int, error) {
 		return 0, 0, &FileError{Path: path, Offset: off, Err: e, Detail: fmt.Sprintf(format, args...)}
 	}
+	if !bytes.HasPrefix(head, []byte(BinaryMagic)) {
+		hint := ""
+		if IsBinaryPath(path) {
+			hint = ": a .bin file is read as the binary point format (see apps/kmeans/doc.go); give a CSV file another name, such as points.csv"
+		}
+		return bad(0, ErrHeader, "magic is %q, want %q%s", head[:min(len(head), len(BinaryMagic))], BinaryMagic, hint)
+	}
 	if len(head) < BinaryHeaderSize {
 		return bad(int64(len(head)), ErrHeader, "the file is %d bytes, shorter than the %d-byte header", len(head), BinaryHeaderSize)
-	}
-	if string(head[:8]) != BinaryMagic {
-		return bad(0, ErrHeader, "magic is %q, want %q", head[:8], BinaryMagic)
 	}
 	if v := binary.LittleEndian.Uint32(head[8:]); v != BinaryVersion {
 		return bad(8, ErrHeader, "version %d, this program reads version %d", v, BinaryVersion)

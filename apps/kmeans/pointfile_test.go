@@ -192,12 +192,46 @@ func TestBinaryErrors(t *testing.T) {
 					t.Errorf("message %q lacks %q", err, w)
 				}
 			}
-			if tc.name != "nan" && tc.name != "past end" && tc.name != "magic" {
+			if tc.name != "nan" && tc.name != "past end" {
 				if _, err := Inspect(path); !errors.Is(err, tc.err) {
 					t.Errorf("Inspect: %v, want %v", err, tc.err)
 				}
 			}
+			if _, _, err := ReadShard(path, tc.lo, tc.hi); !errors.Is(err, tc.err) {
+				t.Errorf("ReadShard: %v, want %v", err, tc.err)
+			}
 		})
+	}
+	// A .bin file without the magic (a CSV file, say) is a header error
+	// naming the file, the magic found and the one expected, for Inspect
+	// and ReadShard alike; a file of another name is read as CSV.
+	csv := []byte("1,2\n3,4\n")
+	for _, name := range []string{"pts.bin", "PTS.BIN", "tiny.bin"} {
+		data := csv
+		if name == "tiny.bin" {
+			data = []byte("1,2\n")
+		}
+		path := writeTemp(t, name, data)
+		_, err := Inspect(path)
+		_, _, rerr := ReadShard(path, 0, 1)
+		for _, e := range []error{err, rerr} {
+			var fe *FileError
+			if !errors.Is(e, ErrHeader) || !errors.As(e, &fe) || fe.Path != path {
+				t.Fatalf("%s: %v, want ErrHeader naming the file", name, e)
+			}
+		}
+		want := []string{path, `magic is "1,2\n3,4\n", want "GGKMPTS\x00"`, "binary point format"}
+		if name == "tiny.bin" {
+			want = []string{path, `magic is "1,2\n", want`}
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: message %q lacks %q", name, err, w)
+			}
+		}
+	}
+	if info, err := Inspect(writeTemp(t, "pts.txt", csv)); err != nil || info.Format != FormatCSV || info.N != 2 {
+		t.Fatalf("pts.txt: %+v, %v; want 2 CSV points", info, err)
 	}
 	// The NaN is outside this shard: fine.
 	path := writeTemp(t, "nan.bin", binFile(3, 2, 1, 0, withNaN))

@@ -2,6 +2,7 @@ package kmeans
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -182,4 +183,46 @@ func TestResumeFromDisk(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestCheckInjects(t *testing.T) {
+	hosts := []string{"a", "a", "b", "b", "c"} // 4 ranks and a spare on c
+	for _, c := range []struct {
+		in  Inject
+		bad string // a fragment of the error; "" for none
+	}{
+		{Inject{Rank: 3, MirrorOf: -1, Iter: 1}, ""},
+		{Inject{Rank: 4, MirrorOf: -1, Iter: 1}, "kill:rank=4,iter=1: the job has ranks 0..3"},
+		{Inject{Rank: -1, MirrorOf: 3, Iter: 2}, ""},
+		{Inject{Rank: -1, MirrorOf: 9, Iter: 2}, "kill:mirror-of=9,iter=2: the job has ranks 0..3"},
+		{Inject{Rank: -1, MirrorOf: -1, Host: "c", Iter: 1}, ""},
+		{Inject{Rank: -1, MirrorOf: -1, Host: "d", Iter: 1}, "kill:host=d,iter=1: no process has that host label; the labels are a, b, c"},
+		{Inject{Rank: -1, MirrorOf: -1, Leader: true, Iter: 1}, ""},
+	} {
+		err := CheckInjects([]Inject{c.in}, 4, hosts)
+		if c.bad == "" && err != nil || c.bad != "" && (!errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.bad)) {
+			t.Errorf("CheckInjects(%+v) = %v, want %q", c.in, err, c.bad)
+		}
+	}
+	if err := CheckInjects([]Inject{{Rank: -1, MirrorOf: -1, Host: "a", Iter: 1}}, 4, nil); err == nil || !strings.Contains(err.Error(), "no host labels") {
+		t.Errorf("kill:host without labels: %v", err)
+	}
+}
+
+// An injection naming a rank the job does not have fails every rank in
+// NewJob, before any iteration.
+func TestNewJobRefusesMissingRank(t *testing.T) {
+	opt := resumeOptions()
+	opt.Injects = []Inject{{Rank: 4, MirrorOf: -1, Iter: 2}}
+	synctest.Test(t, func(t *testing.T) {
+		_, errs, out := runMemJob(t, opt, nil)
+		for r, err := range errs {
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "kill:rank=4,iter=2: the job has ranks 0..3") {
+				t.Fatalf("rank %d: %v, want the injection refused", r, err)
+			}
+		}
+		if out != "" {
+			t.Fatalf("the job worked before refusing the injection:\n%s", out)
+		}
+	})
 }

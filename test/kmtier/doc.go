@@ -41,6 +41,8 @@
 //     gaspirun --resume continues it to the reference result; resumed
 //     again from its final checkpoint it prints the same result (SSE
 //     included) without iterating, and a smaller --max-iter is refused.
+//   - TestInjectMissingRank: --inject naming rank 4 of 4 is refused by
+//     every rank before any work (exit 2).
 //   - TestSparesExhausted: more kills than spares end the job with "spare
 //     pool exhausted" and exit code 75.
 //   - TestMatchesReference: points in a CSV and a binary file, --init

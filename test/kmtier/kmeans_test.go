@@ -409,3 +409,15 @@ func TestMatchesReference(t *testing.T) {
 		})
 	}
 }
+
+// TestInjectMissingRank: an injection naming a rank the job does not have
+// is refused by every rank before any work, as a bad flag is (exit 2).
+func TestInjectMissingRank(t *testing.T) {
+	res := run(t, spec{spares: 1, extra: []string{"--inject", "kill:rank=4,iter=3"}})
+	if res.code != 2 || !res.has("--inject kill:rank=4,iter=3: the job has ranks 0..3") {
+		t.Fatalf("gaspirun exited %d, want 2 with the injection refused\n%s", res.code, res.text())
+	}
+	if res.index("] iter ", 0) >= 0 {
+		t.Fatalf("the job iterated before refusing the injection\n%s", res.text())
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -121,6 +122,11 @@ func parse(args []string) (*flags, error) {
 			return nil, fmt.Errorf("--inject at iteration %d never fires: --max-iter is %d", in.Iter, f.opt.MaxIter)
 		}
 	}
+	if f.output != "" {
+		if err := checkOutput(f.output); err != nil {
+			return nil, err
+		}
+	}
 	impl, err := kmeans.ParseImpl(f.impl)
 	if err != nil {
 		return nil, err
@@ -179,6 +185,9 @@ func run(ctx context.Context, f *flags) int {
 	defer rt.Close()
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "kmeans: rank %d: %v\n", rt.Rank(), err)
+		if errors.Is(err, kmeans.ErrConfig) {
+			return 2 // as a bad flag: every rank refuses the same way
+		}
 		return spares.ExitCodeOf(err)
 	}
 	if !f.quiet {
@@ -261,9 +270,36 @@ func (s *stampWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// checkOutput refuses, before any work, an --output the reporting rank
+// could not create after the run: its directory must exist and be
+// writable, and the path must not be a directory.
+func checkOutput(path string) error {
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--output %s: directory %s: %w; create it first or give a path in an existing directory", path, dir, errors.Unwrap(err))
+	case !fi.IsDir():
+		return fmt.Errorf("--output %s: %s is not a directory; give a path in an existing directory", path, dir)
+	}
+	const wOK = 2 // access(2) W_OK
+	if err := syscall.Access(dir, wOK); err != nil {
+		return fmt.Errorf("--output %s: directory %s is not writable (%v); give a path in a directory you can write", path, dir, err)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("--output %s is a directory; give a file name", path)
+	}
+	return nil
+}
+
+// writeCentroids writes the centroids CSV, readable by its owner only.
 func writeCentroids(path string, c []float64, k int) error {
-	out, err := os.Create(path)
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
+		return err
+	}
+	if err := out.Chmod(0o600); err != nil { // a file that was there keeps its mode otherwise
+		out.Close()
 		return err
 	}
 	if err := kmeans.WriteCentroidsCSV(out, c, k, len(c)/k); err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -35,6 +37,11 @@ func TestStampWriter(t *testing.T) {
 }
 
 func TestParseFlags(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		bad  string // a fragment of the error; "" for success
@@ -50,6 +57,12 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--generate", "1000", "--mirrors", "0"}, "--mirrors 0"},
 		{[]string{"--generate", "1000", "--shrink", "--inject", "kill:rank=1,iter=3"}, ""},
 		{[]string{"--generate", "1000", "--shrink", "--ckpt-dir", "/tmp/x"}, "--shrink with --ckpt-dir"},
+		{[]string{"--generate", "1000", "--inject", "kill:rank=-1,iter=2"}, "ranks count from 0"},
+		{[]string{"--generate", "1000", "--inject", "kill:mirror-of=-2,iter=2"}, "ranks count from 0"},
+		{[]string{"--generate", "1000", "--output", filepath.Join(dir, "c.csv")}, ""},
+		{[]string{"--generate", "1000", "--output", filepath.Join(dir, "missing", "c.csv")}, "missing: no such file or directory; create it first"},
+		{[]string{"--generate", "1000", "--output", filepath.Join(file, "c.csv")}, "is not a directory"},
+		{[]string{"--generate", "1000", "--output", dir}, "is a directory; give a file name"},
 	} {
 		f, err := parse(c.args)
 		switch {
@@ -63,5 +76,24 @@ func TestParseFlags(t *testing.T) {
 		if err == nil && f.opt.Shrink != slices.Contains(c.args, "--shrink") {
 			t.Errorf("parse(%q): Options.Shrink = %v", c.args, f.opt.Shrink)
 		}
+	}
+}
+
+// The centroids file is readable by its owner only, even when it was there
+// before with a wider mode.
+func TestWriteCentroidsOwnerOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.csv")
+	if err := os.WriteFile(path, []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeCentroids(path, []float64{1, 2, 3, 4}, 2); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := fi.Mode().Perm(); m != 0o600 {
+		t.Fatalf("--output file mode %v, want -rw-------", m)
 	}
 }
