@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -116,6 +117,20 @@ func checkSorted(t *testing.T, out string, ranks int, want Summary, log string) 
 	m := finalLineRE.FindStringSubmatch(log)
 	if m == nil || m[1] != want.String() {
 		t.Fatalf("rank 0's last line %q, want %q\n%s", m, want, log)
+	}
+	// The marker lists exactly the parts, with the input's summary, and
+	// nothing the job wrote is readable by other users.
+	mk, listed, err := ReadSuccess(out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	if got, _ := mk.Summary(); got != want || !slices.Equal(listed, paths) {
+		t.Fatalf("marker %+v lists %v; want %v in %v", mk, listed, want, paths)
+	}
+	for _, p := range append(paths, filepath.Join(out, SuccessName)) {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&0o077 != 0 {
+			t.Fatalf("%s: %v, %v; want no group or other permission", p, fi.Mode(), err)
+		}
 	}
 }
 
@@ -258,5 +273,73 @@ func TestDistSortBadInput(t *testing.T) {
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.frag) {
 			t.Errorf("terasort sort %q: %v, %q; want exit 2 with %q", c.args, err, out, c.frag)
 		}
+	}
+}
+
+// TestDistSortOutputDir: terasort sort refuses an output directory that
+// is not empty, or is (inside) its input, before any work (exit 2);
+// --replace removes a previous sort's output and nothing else; validate
+// refuses a directory with a part its marker does not list.
+func TestDistSortOutputDir(t *testing.T) {
+	in, sum := genInput(t, 20000, 3)
+	out := filepath.Join(t.TempDir(), "out")
+	code, log := job(t, 3, 0, "--in", in, "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, log)
+	}
+	checkSorted(t, out, 3, sum, log)
+	marker, err := os.ReadFile(filepath.Join(out, SuccessName))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name string
+		args []string
+		frag string
+	}{
+		{"a previous output", []string{"--in", in, "--out", out}, "is not empty (it holds _SUCCESS, part-00000, part-00001 and 1 more)"},
+		{"the input", []string{"--in", in, "--out", in}, "is the input directory"},
+		{"inside the input", []string{"--in", in, "--out", filepath.Join(in, "sorted")}, "is inside the input directory"},
+	} {
+		code, log := job(t, 3, 0, c.args...)
+		if code != 2 || !strings.Contains(log, c.frag) || strings.Contains(log, "sort: ranks=") {
+			t.Fatalf("%s: exit %d, want 2 with %q before any work\n%s", c.name, code, c.frag, log)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(out, SuccessName)); err != nil || !bytes.Equal(b, marker) {
+		t.Fatalf("a refused sort touched the previous output's marker: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(in, "sorted")); err == nil {
+		t.Fatalf("a refused sort created its output directory inside the input")
+	}
+
+	// A stale part beside a complete output: validate refuses it, and so
+	// does --replace (it cannot tell whose it is).
+	_, terasort := buildBins(t)
+	stale := filepath.Join(out, PartName(3))
+	if err := os.WriteFile(stale, make([]byte, 10*RecordSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v, err := exec.Command(terasort, "validate", out).CombinedOutput()
+	if err == nil || !strings.Contains(string(v), "holds part-00003, which its _SUCCESS marker does not list") {
+		t.Fatalf("validate with a stale part: %v\n%s", err, v)
+	}
+	code, log = job(t, 2, 0, "--in", in, "--out", out, "--replace")
+	if code != 2 || !strings.Contains(log, "does not list") {
+		t.Fatalf("--replace over a stale part: exit %d, want 2\n%s", code, log)
+	}
+	os.Remove(stale)
+
+	// --replace with fewer ranks: the previous three parts and the marker
+	// go, two parts and a new marker come.
+	code, log = job(t, 2, 0, "--in", in, "--out", out, "--replace")
+	if code != 0 || !strings.Contains(log, "removed 4 entries of a previous sort") {
+		t.Fatalf("--replace: exit %d\n%s", code, log)
+	}
+	checkSorted(t, out, 2, sum, log)
+	v, err = exec.Command(terasort, "validate", out).CombinedOutput()
+	if err != nil || !strings.HasSuffix(string(v), sum.String()+"\n") {
+		t.Fatalf("validate after --replace: %v\n%s", err, v)
 	}
 }

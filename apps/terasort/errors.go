@@ -40,6 +40,16 @@ var (
 	// already exists (part files in the directory, or the single file).
 	// Remove it first (terasort gen --force does).
 	ErrExists = errors.New("terasort: output already exists")
+	// ErrOutputDir is returned by PlanOutput when terasort sort must not
+	// write into the output directory: it is, contains or lies inside the
+	// input directory, it is not empty (and replacing was not asked for),
+	// or it holds files a previous sort did not write.
+	ErrOutputDir = errors.New("terasort: unusable output directory")
+	// ErrIncomplete is returned by ReadSuccess when a directory is not the
+	// complete output of terasort sort (no marker, a listed part missing
+	// or of another size, a part the marker does not list), and by
+	// WriteSuccess when the parts do not hold the sorted records.
+	ErrIncomplete = errors.New("terasort: not a complete sort output")
 	// ErrSplitters is returned by NewPartitioner when the splitters are not
 	// in non-decreasing key order.
 	ErrSplitters = errors.New("terasort: splitters are not sorted")

@@ -4,7 +4,7 @@
 //	terasort gen --records N --out DIR [--parts P | --single] [--seed S] [--format ascii|binary]
 //	terasort validate [--expect-records N] [--expect-checksum HEX] DIR | FILE...
 //	terasort sum [--expect-records N] [--expect-checksum HEX] DIR | FILE...
-//	terasort sort --in DIR --out DIR          (distributed, under gaspirun; see sort.go)
+//	terasort sort --in DIR --out DIR [--replace] (distributed, under gaspirun; see sort.go)
 //	terasort memsort --in DIR|FILE --out FILE (single-process in-memory baseline)
 //
 // gen, validate and sum print, as their last line on stdout,
@@ -13,6 +13,10 @@
 //
 // where the checksum is the 64-bit sum of the CRC-32 (IEEE) of every record:
 // it does not depend on order, so a sort's input and output must agree.
+// validate takes a directory only as the complete output of sort: its
+// _SUCCESS marker must list exactly its part files, with their record
+// counts, and the total count and checksum must match it. Part files
+// named one by one are checked without a marker.
 // Exit status: 0 success, 1 a check failed or a file is bad, 2 bad usage.
 package main
 

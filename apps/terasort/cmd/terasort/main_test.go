@@ -89,7 +89,13 @@ func TestCLI(t *testing.T) {
 	if r := runBin(t, bin, "sum", in); r.code != 0 || r.lastLine() != want {
 		t.Fatalf("sum: code %d, last line %q, want %q", r.code, r.lastLine(), want)
 	}
+	// A directory is validated only as a complete sort output (its
+	// _SUCCESS marker); the part files named one by one are checked anyway.
 	r := runBin(t, bin, "validate", in)
+	if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "no _SUCCESS marker: not the complete output of terasort sort") {
+		t.Fatalf("validate a directory without a marker: code %d, out %q, err %q", r.code, r.stdout, r.stderr)
+	}
+	r = runBin(t, bin, "validate", filepath.Join(in, "part-00000"), filepath.Join(in, "part-00001"))
 	if r.code != 1 || r.lastLine() != want || !strings.Contains(r.stderr, "part-00000 record") {
 		t.Fatalf("validate unsorted: code %d, out %q, err %q", r.code, r.stdout, r.stderr)
 	}

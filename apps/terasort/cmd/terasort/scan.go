@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 
 	"github.com/gaspigo/gaspigo/apps/terasort"
@@ -46,7 +47,11 @@ func cmdScan(ctx context.Context, name string, args []string, stdout, stderr io.
 	fs.Var(&sum, "expect-checksum", "fail unless the checksum is `HEX` (up to 16 hex digits, as printed by gen or sum)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "goroutines reading at once")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: terasort %s [flags] DIR | FILE...\n\nDIR stands for its part files part-00000, part-00001, ... in order; FILEs are taken in the order given.\n\n", name)
+		fmt.Fprintf(stderr, "usage: terasort %s [flags] DIR | FILE...\n\nDIR stands for its part files part-00000, part-00001, ... in order; FILEs are taken in the order given.\n", name)
+		if name == "validate" {
+			fmt.Fprintf(stderr, "A DIR must be the complete output of terasort sort: its %s marker lists exactly its part files, and their count and checksum must match it.\n", terasort.SuccessName)
+		}
+		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterleaved(fs, args)
@@ -67,7 +72,15 @@ func cmdScan(ctx context.Context, name string, args []string, stdout, stderr io.
 	if err := cfg.Validate(); err != nil {
 		return usageErr("%v", err)
 	}
-	paths, err := terasort.ResolveInputs(pos)
+	var (
+		paths  []string
+		marked *terasort.Summary // validate of directories: what their markers say
+	)
+	if name == "sum" {
+		paths, err = terasort.ResolveInputs(pos)
+	} else {
+		paths, marked, err = resolveOutputs(pos)
+	}
 	if err != nil {
 		return err
 	}
@@ -101,6 +114,9 @@ func cmdScan(ctx context.Context, name string, args []string, stdout, stderr io.
 	if err := exp.Check(s); err != nil {
 		failures = append(failures, err.Error())
 	}
+	if marked != nil && *marked != s {
+		failures = append(failures, fmt.Sprintf("the parts hold %v, their %s marker says %v", s, terasort.SuccessName, *marked))
+	}
 	for _, f := range failures {
 		fmt.Fprintf(stderr, "terasort %s: FAIL: %s\n", name, f)
 	}
@@ -109,4 +125,42 @@ func cmdScan(ctx context.Context, name string, args []string, stdout, stderr io.
 		return &exitError{code: 1}
 	}
 	return nil
+}
+
+// resolveOutputs turns validate's arguments into the files to read: a
+// directory must be a complete sort output (terasort.ReadSuccess: its
+// _SUCCESS marker lists exactly its part files) and stands for its parts;
+// a file stands for itself. When every argument is a directory, marked is
+// the sum of what their markers record.
+func resolveOutputs(args []string) (paths []string, marked *terasort.Summary, err error) {
+	var total terasort.Summary
+	dirs := 0
+	for _, a := range args {
+		st, err := os.Stat(a)
+		if err != nil {
+			return nil, nil, fmt.Errorf("terasort: %w", err)
+		}
+		if !st.IsDir() {
+			paths = append(paths, a)
+			continue
+		}
+		m, parts, err := terasort.ReadSuccess(a)
+		if err != nil {
+			return nil, nil, err
+		}
+		ms, err := m.Summary()
+		if err != nil {
+			return nil, nil, err
+		}
+		total = total.Add(ms)
+		dirs++
+		paths = append(paths, parts...)
+	}
+	if len(paths) == 0 {
+		return nil, nil, fmt.Errorf("%w: name a directory of part files or one or more files", terasort.ErrNoInput)
+	}
+	if dirs == len(args) {
+		marked = &total
+	}
+	return paths, marked, nil
 }

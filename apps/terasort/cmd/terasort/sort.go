@@ -22,9 +22,15 @@ package main
 // looks at the first 10 bytes only.
 //
 // Output: rank r writes OUT/part-NNNNN (terasort.PartName(r)) through a
-// .tmp file renamed at the end; rank 0 prints the summary of all parts as
-// the last line, "records=<n> checksum=<hex>", which must equal the one of
-// `terasort sum IN`, and `terasort validate OUT` checks the order.
+// .tmp file renamed at the end; once every part is in place rank 0 syncs
+// them and writes the marker OUT/_SUCCESS (terasort.WriteSuccess: the
+// parts, their record counts, the total count and checksum), then prints
+// the summary of all parts as the last line, "records=<n> checksum=<hex>",
+// which must equal the one of `terasort sum IN`; `terasort validate OUT`
+// checks the marker and the order. OUT must be new or empty (--replace
+// removes a previous sort's output first, and nothing else), and neither
+// be the input directory, nor inside it, nor contain it: rank 0 checks
+// before any rank writes (terasort.PlanOutput).
 //
 // Fault tolerance (--ckpt-records C > 0): key-count checkpoints. A rank
 // takes shuffle checkpoint c after sending its first c records, for c =
@@ -79,6 +85,7 @@ type sortFlags struct {
 	schedule  string
 	inject    *injectSpec
 	verbose   bool
+	replace   bool // remove a previous sort's output from out first
 }
 
 // injectSpec is --inject kill:rank=R,at=F.
@@ -127,7 +134,8 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 	fs.SetOutput(stderr)
 	def := kvshuffle.DefaultConfig()
 	fs.StringVar(&f.in, "in", "", "input `DIR` of part files (any number), or one FILE")
-	fs.StringVar(&f.out, "out", "", "output `DIR`: rank r writes DIR/part-NNNNN (created if missing; existing part files are replaced)")
+	fs.StringVar(&f.out, "out", "", "output `DIR`, new or empty: rank r writes DIR/part-NNNNN, then DIR/_SUCCESS marks it complete")
+	fs.BoolVar(&f.replace, "replace", false, "remove the output of a previous terasort sort from --out first (its _SUCCESS marker, the parts it lists, leftover .tmp files and spill directories; anything else there is refused)")
 	fs.Int64Var(&f.memory, "memory", def.MemoryBudget, "received data a rank holds in memory, in `BYTES` (kvshuffle MemoryBudget); above it sorted runs spill to --spill")
 	fs.StringVar(&f.spill, "spill", "", "spill `DIR` (default: under --out, the same disk as the output)")
 	fs.IntVar(&f.sample, "sample", 10000, "keys each rank samples for the splitters")
@@ -166,6 +174,12 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 		f.inject = in
 	}
 	if _, err := f.shuffleConfig(0); err != nil {
+		return nil, usageErr("%v", err)
+	}
+	if _, err := os.Stat(f.in); err != nil {
+		return nil, usageErr("--in %s: %v", f.in, errors.Unwrap(err))
+	}
+	if err := terasort.CheckOutputPath(f.out, f.in); err != nil {
 		return nil, usageErr("%v", err)
 	}
 	return f, nil
@@ -218,7 +232,21 @@ func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil // a spare the job did not need
 	}
 	defer rt.Close()
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
+	if rt.Rank() == 0 && !rt.StartedAsSpare() {
+		// Before any rank writes to --out: the others write there only
+		// after collectives rank 0 joins once this is done.
+		remove, err := terasort.PlanOutput(f.out, f.in, f.replace)
+		if err != nil {
+			return &exitError{code: 2, msg: err.Error()}
+		}
+		if err := terasort.RemoveOutput(remove); err != nil {
+			return err
+		}
+		if len(remove) > 0 {
+			fmt.Fprintf(stdout, "sort: --replace: removed %d entries of a previous sort from %s\n", len(remove), f.out)
+		}
+	}
+	if err := os.MkdirAll(f.out, 0o700); err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
 	j := &sortJob{f: f, rt: rt, out: stdout}
@@ -408,6 +436,9 @@ func (j *sortJob) run(ctx context.Context) error {
 			j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) recoveries=%d\n",
 				n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),
 				float64(j.total*terasort.RecordSize)/1e6/time.Since(t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.recov)
+			if err := j.markComplete(ctx); err != nil {
+				return err
+			}
 			j.printf("%s\n", j.totals)
 		}
 		// A rank or spare lost while the ranks finalize: every rank
@@ -421,6 +452,21 @@ func (j *sortJob) run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// markComplete writes the marker of a complete output (rank 0) once every
+// rank's part is in place: after the final checkpoint's commit, or
+// without checkpoints after a barrier.
+func (j *sortJob) markComplete(ctx context.Context) error {
+	if j.ck == nil {
+		if err := j.rt.Barrier(ctx, nil); err != nil {
+			return fmt.Errorf("terasort: waiting for every part before marking %s complete: %w", j.f.out, err)
+		}
+	}
+	if j.rt.Rank() != 0 {
+		return nil
+	}
+	return terasort.WriteSuccess(j.f.out, j.rt.Size(), j.totals)
 }
 
 // finalizeErr reports a failed Finalize on stderr only: every part is

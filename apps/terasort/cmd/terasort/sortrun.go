@@ -226,7 +226,7 @@ func (j *sortJob) attempt(ctx context.Context, tmp string) (terasort.Summary, er
 	if err := j.sh.CloseSend(ctx); err != nil {
 		return sum, err
 	}
-	f, err := os.Create(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return sum, fmt.Errorf("terasort: %w", err)
 	}
