@@ -172,8 +172,8 @@ func (c *Config) Validate() error {
 	if c.MaxVoters < 1 || c.MaxVoters > MaxVoters {
 		bad("MaxVoters is %d, want 1..%d (5 is usual)", c.MaxVoters, MaxVoters)
 	}
-	if len(c.Token) < 16 {
-		bad("Token is %d bytes, want at least 16 (use auth.NewToken)", len(c.Token))
+	if why := auth.TokenWeakness(c.Token); why != "" {
+		bad("Token is weak: %s (%s)", why, auth.TokenAdvice)
 	}
 	pos := []struct {
 		name string

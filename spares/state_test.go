@@ -1,6 +1,7 @@
 package spares
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/auth"
 )
 
 func mustState(t *testing.T, ranks, spares, hosts int, shrink bool) State {
@@ -298,7 +301,7 @@ func TestExitCode(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	good := func() Config {
 		c := LocalConfig()
-		c.Proc, c.NumRanks, c.Members, c.Token = 0, 4, testMembers(4, 2, 2), make([]byte, 32)
+		c.Proc, c.NumRanks, c.Members, c.Token = 0, 4, testMembers(4, 2, 2), auth.NewToken()
 		return c
 	}
 	if err := func() error { c := good(); return c.Validate() }(); err != nil {
@@ -314,7 +317,8 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"proc missing", func(c *Config) { c.Proc = 9 }, "Proc 9 is not in Members"},
 		{"ranks mismatch", func(c *Config) { c.NumRanks = 5 }, "NumRanks is 5 but Members has 4"},
-		{"short token", func(c *Config) { c.Token = []byte("x") }, "Token is 1 bytes"},
+		{"short token", func(c *Config) { c.Token = []byte("x") }, "Token is weak: 1 bytes, want at least 16"},
+		{"repeated token", func(c *Config) { c.Token = bytes.Repeat([]byte("abcdefghij"), 3) }, "Token is weak: a pattern of 10 bytes repeated"},
 		{"voters", func(c *Config) { c.MaxVoters = 0 }, "MaxVoters is 0"},
 		{"lease", func(c *Config) { c.LeaderLeaseTimeout = time.Second }, "LeaderLeaseTimeout 1s is above HeartbeatTimeout"},
 		{"election", func(c *Config) { c.ElectionTimeout = time.Millisecond }, "ElectionTimeout 1ms is below HeartbeatTimeout"},

@@ -23,12 +23,18 @@ import (
 // TokenSize is the size of a job token in bytes.
 const TokenSize = 32
 
+// MinTokenSize is the shortest token CheckToken accepts, in bytes.
+const MinTokenSize = 16
+
 var (
 	// ErrAuth is returned when the peer is not of this job: a wrong token, a
 	// wrong purpose, or a client that does not speak the protocol.
 	ErrAuth = errors.New("auth: peer failed the job-token handshake")
 	// ErrToken is returned by ParseToken for malformed tokens.
 	ErrToken = errors.New("auth: malformed job token")
+	// ErrWeakToken is returned by CheckToken and ParseToken for a token
+	// that is too short or plainly not random.
+	ErrWeakToken = errors.New("auth: weak job token")
 )
 
 var magic = [8]byte{'G', 'A', 'S', 'P', 'I', 'G', 'O', '1'}
@@ -47,13 +53,69 @@ func NewToken() []byte {
 // FormatToken encodes a token for an environment variable.
 func FormatToken(t []byte) string { return hex.EncodeToString(t) }
 
-// ParseToken decodes a token made by FormatToken.
+// ParseToken decodes a token made by FormatToken and checks it
+// (CheckToken): ErrToken when it is not hex of at least MinTokenSize
+// bytes, ErrWeakToken when it is plainly not random.
 func ParseToken(s string) ([]byte, error) {
 	t, err := hex.DecodeString(s)
-	if err != nil || len(t) < 16 {
-		return nil, fmt.Errorf("%w: want at least 32 hex digits, got %d characters", ErrToken, len(s))
+	if err != nil || len(t) < MinTokenSize {
+		return nil, fmt.Errorf("%w: want at least %d hex digits, got %d characters", ErrToken, 2*MinTokenSize, len(s))
+	}
+	if err := CheckToken(t); err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+// CheckToken refuses (ErrWeakToken) a token that TokenWeakness finds
+// weak. The message says why without showing the token, and how to make
+// a good one.
+func CheckToken(t []byte) error {
+	if why := TokenWeakness(t); why != "" {
+		return fmt.Errorf("%w: %s; %s", ErrWeakToken, why, TokenAdvice)
+	}
+	return nil
+}
+
+// TokenAdvice says how to make a good token.
+const TokenAdvice = "use a random token of 32 bytes: gaspirun --new-token (or openssl rand -hex 32) prints one"
+
+// TokenWeakness says why t is not a usable job token, or "" when it is:
+// shorter than MinTokenSize, or plainly not random (every byte the same,
+// fewer than 8 distinct bytes, a short pattern repeated such as the same
+// 16 bytes twice, or bytes counting up or down in equal steps). A token
+// of NewToken passes: the chance that random bytes fail is below 2^-60.
+func TokenWeakness(t []byte) string {
+	n := len(t)
+	if n < MinTokenSize {
+		return fmt.Sprintf("%d bytes, want at least %d", n, MinTokenSize)
+	}
+	var seen [256]bool
+	distinct := 0
+	for _, b := range t {
+		if !seen[b] {
+			seen[b] = true
+			distinct++
+		}
+	}
+	switch {
+	case distinct == 1:
+		return fmt.Sprintf("all %d bytes are %#02x", n, t[0])
+	case distinct < 8:
+		return fmt.Sprintf("only %d distinct byte values in %d bytes", distinct, n)
+	}
+	for p := 1; p <= n/2; p++ {
+		if bytes.Equal(t[p:], t[:n-p]) {
+			return fmt.Sprintf("a pattern of %d bytes repeated", p)
+		}
+	}
+	step := t[1] - t[0]
+	for i := 2; i < n && t[i]-t[i-1] == step; i++ {
+		if i == n-1 {
+			return "the bytes count in equal steps"
+		}
+	}
+	return ""
 }
 
 // Purpose separates the uses of one token (data connections, rendezvous,

@@ -1,8 +1,10 @@
 package auth
 
 import (
+	"bytes"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 )
 
@@ -97,4 +99,41 @@ func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 		t.Fatal(err)
 	}
 	return a, <-ch
+}
+
+// Weak tokens are refused wherever a token is parsed or checked, with a
+// reason and the way to make a good one; random tokens pass.
+func TestCheckToken(t *testing.T) {
+	count := make([]byte, 32)
+	for i := range count {
+		count[i] = byte(200 - 3*i)
+	}
+	for _, c := range []struct {
+		name string
+		tok  []byte
+		why  string
+	}{
+		{"short", NewToken()[:15], "15 bytes, want at least 16"},
+		{"zeros", make([]byte, 32), "all 32 bytes are 0x00"},
+		{"ones", bytes.Repeat([]byte{0xff}, 16), "all 16 bytes are 0xff"},
+		{"few values", []byte("abababababcabcabcdddeeefffabcdef"), "only 6 distinct byte values in 32 bytes"},
+		{"hex text twice", []byte("0123456789abcdef0123456789abcdef"), "a pattern of 16 bytes repeated"},
+		{"a word repeated", []byte("password1password1password1"), "a pattern of 9 bytes repeated"},
+		{"counting", count, "the bytes count in equal steps"},
+	} {
+		err := CheckToken(c.tok)
+		if !errors.Is(err, ErrWeakToken) || !strings.Contains(err.Error(), c.why) || !strings.Contains(err.Error(), "gaspirun --new-token") {
+			t.Errorf("%s: CheckToken = %v, want ErrWeakToken saying %q and how to make a good one", c.name, err, c.why)
+		}
+		if len(c.tok) >= MinTokenSize {
+			if _, err := ParseToken(FormatToken(c.tok)); !errors.Is(err, ErrWeakToken) {
+				t.Errorf("%s: ParseToken = %v, want ErrWeakToken", c.name, err)
+			}
+		}
+	}
+	for range 10000 {
+		if tok := NewToken(); CheckToken(tok) != nil || CheckToken(tok[:MinTokenSize]) != nil {
+			t.Fatalf("a random token refused: %v", CheckToken(tok))
+		}
+	}
 }

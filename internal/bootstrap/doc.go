@@ -17,7 +17,7 @@
 //	PGAS_NRANKS            number of ranks, 1..PGAS_NPROCS; default PGAS_NPROCS - PGAS_SPARES
 //	PGAS_SPARES            number of spares (default 0); if PGAS_NRANKS is set too, they must agree
 //	PGAS_RENDEZVOUS        host:port of the rendezvous server (required)
-//	PGAS_TOKEN             the job token in hex, auth.FormatToken, at least 32 digits (required)
+//	PGAS_TOKEN             the job token in hex, auth.FormatToken, at least 32 digits and random (required)
 //	PGAS_HOST              host label; default SLURMD_NODENAME under Slurm, else the hostname.
 //	                       Processes with equal labels count as one machine, so one machine
 //	                       can stand in for several hosts.

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -272,7 +273,11 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 	}
 	tok, err := auth.ParseToken(tv)
 	if err != nil {
-		return Env{}, &EnvError{Var: VarToken, Value: redact(tv), Problem: "not a job token (want at least 32 hex digits)",
+		problem := "not a job token (want at least 32 hex digits)"
+		if tok, _ := hex.DecodeString(tv); len(tok) >= auth.MinTokenSize {
+			problem = "a weak job token: " + auth.TokenWeakness(tok)
+		}
+		return Env{}, &EnvError{Var: VarToken, Value: redact(tv), Problem: problem,
 			Fix: "generate one with gaspirun --new-token or openssl rand -hex 32, and give every process the same"}
 	}
 	e.Token = tok
@@ -329,9 +334,9 @@ func (e Env) Validate() error {
 	if err := checkAddr(e.Rendezvous); err != nil {
 		return &EnvError{Var: VarRendezvous, Value: e.Rendezvous, Unset: e.Rendezvous == "", Problem: err.Error(), Fix: "use host:port, e.g. node1:29400"}
 	}
-	if len(e.Token) < 16 {
+	if why := auth.TokenWeakness(e.Token); why != "" {
 		return &EnvError{Var: VarToken, Value: redact(auth.FormatToken(e.Token)), Unset: len(e.Token) == 0,
-			Problem: fmt.Sprintf("a token must be at least 16 bytes, got %d", len(e.Token)), Fix: "use auth.NewToken"}
+			Problem: "a weak job token: " + why, Fix: auth.TokenAdvice}
 	}
 	if err := checkHost(e.Host); err != nil {
 		return &EnvError{Var: VarHost, Value: e.Host, Unset: e.Host == "", Problem: err.Error(), Fix: "use a short label without spaces, e.g. node1"}

@@ -9,7 +9,7 @@ import (
 	"github.com/gaspigo/gaspigo/internal/auth"
 )
 
-var testToken = auth.FormatToken([]byte("0123456789abcdef0123456789abcdef"))
+var testToken = auth.FormatToken(auth.NewToken())
 
 func lookupMap(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) {
@@ -152,6 +152,8 @@ func TestFromLookupErrors(t *testing.T) {
 		{"rendezvous port zero", with(native, "PGAS_RENDEZVOUS", "node1:0"), "PGAS_RENDEZVOUS", []string{"1..65535"}},
 		{"no token", with(native, "PGAS_TOKEN", "<unset>"), "PGAS_TOKEN", []string{"not set"}},
 		{"bad token", with(native, "PGAS_TOKEN", "abcdefgh"), "PGAS_TOKEN", []string{"not a job token", "--new-token"}},
+		{"zero token", with(native, "PGAS_TOKEN", strings.Repeat("0", 64)), "PGAS_TOKEN", []string{"a weak job token: all 32 bytes are 0x00", "--new-token"}},
+		{"hex text token", with(native, "PGAS_TOKEN", auth.FormatToken([]byte("0123456789abcdef0123456789abcdef"))), "PGAS_TOKEN", []string{"a weak job token: a pattern of 16 bytes repeated", "--new-token"}},
 		{"bad serve", with(native, "PGAS_SERVE_RENDEZVOUS", "yes please"), "PGAS_SERVE_RENDEZVOUS", []string{"not a boolean"}},
 		{"bad host", with(native, "PGAS_HOST", "a b"), "PGAS_HOST", []string{"space"}},
 		{"slurm without rendezvous", with(slurm, "PGAS_RENDEZVOUS", "<unset>"), "PGAS_RENDEZVOUS", []string{"under Slurm", "must set it yourself", "process 0"}},
@@ -208,7 +210,7 @@ func TestEnvironRoundTrip(t *testing.T) {
 }
 
 func TestEnvValidate(t *testing.T) {
-	good := Env{Proc: 1, NumProcs: 2, NumRanks: 1, Rendezvous: "h:1", Token: make([]byte, 16), Host: "h"}
+	good := Env{Proc: 1, NumProcs: 2, NumRanks: 1, Rendezvous: "h:1", Token: auth.NewToken(), Host: "h"}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +223,7 @@ func TestEnvValidate(t *testing.T) {
 		{func(e *Env) { e.Proc = 2 }, VarProc},
 		{func(e *Env) { e.Rendezvous = "" }, VarRendezvous},
 		{func(e *Env) { e.Token = nil }, VarToken},
+		{func(e *Env) { e.Token = make([]byte, 32) }, VarToken},
 		{func(e *Env) { e.Host = "" }, VarHost},
 	}
 	for _, c := range cases {

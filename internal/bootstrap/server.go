@@ -61,8 +61,8 @@ func (c ServerConfig) Validate() error {
 	switch {
 	case c.Listener == nil:
 		return fmt.Errorf("%w: ServerConfig.Listener is nil; listen first (e.g. net.Listen(\"tcp\", \"127.0.0.1:0\"))", ErrConfig)
-	case len(c.Token) < 16:
-		return fmt.Errorf("%w: ServerConfig.Token is %d bytes, want at least 16 (use auth.NewToken)", ErrConfig, len(c.Token))
+	case auth.TokenWeakness(c.Token) != "":
+		return fmt.Errorf("%w: ServerConfig.Token is weak: %s (%s)", ErrConfig, auth.TokenWeakness(c.Token), auth.TokenAdvice)
 	case c.NumProcs < 1 || c.NumProcs > MaxProcs:
 		return fmt.Errorf("%w: ServerConfig.NumProcs=%d, want 1..%d", ErrConfig, c.NumProcs, MaxProcs)
 	case c.NumRanks < 1 || c.NumRanks > c.NumProcs:

@@ -37,8 +37,9 @@ func TestConfigValidate(t *testing.T) {
 		want string
 	}{
 		{"NoSelf", func(c *Config) { c.Self = transport.NoProc }, "Self"},
-		{"NoToken", func(c *Config) { c.Token = nil }, "Token is 0 bytes"},
-		{"ShortToken", func(c *Config) { c.Token = make([]byte, 8) }, "Token is 8 bytes"},
+		{"NoToken", func(c *Config) { c.Token = nil }, "Token is weak: 0 bytes, want at least 16"},
+		{"ShortToken", func(c *Config) { c.Token = auth.NewToken()[:8] }, "Token is weak: 8 bytes"},
+		{"ZeroToken", func(c *Config) { c.Token = make([]byte, 32) }, "Token is weak: all 32 bytes are 0x00 (use a random token of 32 bytes: gaspirun --new-token"},
 		{"NoAddr", func(c *Config) { c.ListenAddr = "" }, "ListenAddr"},
 		{"BadAddr", func(c *Config) { c.ListenAddr = "localhost" }, `ListenAddr "localhost"`},
 		{"Handshake", func(c *Config) { c.HandshakeTimeout = 0 }, "HandshakeTimeout"},

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
@@ -114,7 +115,6 @@ func LocalConfig() Config {
 const (
 	minReadBuffer = 4 << 10
 	maxPollSpin   = 10 * time.Millisecond
-	minTokenSize  = 16
 )
 
 // Validate reports every field that is out of range, naming the values. It
@@ -132,8 +132,8 @@ func (c *Config) Validate() error {
 			add("ListenAddr %q is not host:port (%v)", c.ListenAddr, err)
 		}
 	}
-	if len(c.Token) < minTokenSize {
-		add("Token is %d bytes, want at least %d (use auth.NewToken)", len(c.Token), minTokenSize)
+	if why := auth.TokenWeakness(c.Token); why != "" {
+		add("Token is weak: %s (%s)", why, auth.TokenAdvice)
 	}
 	if c.HandshakeTimeout <= 0 {
 		add("HandshakeTimeout %v must be > 0", c.HandshakeTimeout)
