@@ -35,7 +35,8 @@ type Config struct {
 	DiskQueue pgas.Queue
 	// Dir, when not empty, turns on the disk level: committed checkpoints
 	// are written asynchronously to Dir/ckpt-<id>/rank-<r>.snap plus a
-	// manifest. On a multi-host job Dir must be a shared file system.
+	// manifest. On a multi-host job Dir must be a shared file system. The
+	// directories are created 0700 and the files 0600: they hold user data.
 	Dir string
 	// DiskKeep is how many complete checkpoints the disk level keeps
 	// (older ones are deleted). At least 1; 2 lets LoadFromDisk fall back

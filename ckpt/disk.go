@@ -196,7 +196,7 @@ func (c *Checkpointer) writeSnap(j diskJob) (int64, uint32, error) {
 	c.mu.Unlock()
 	buf := seg.Bytes()[c.bufOff(j.buf):]
 	dir := filepath.Join(c.cfg.Dir, ckptDirName(j.id))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, 0, err
 	}
 	if err := syncDir(c.cfg.Dir); err != nil {
@@ -204,7 +204,7 @@ func (c *Checkpointer) writeSnap(j diskJob) (int64, uint32, error) {
 	}
 	final := filepath.Join(dir, rankFileName(rank))
 	tmp := final + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -404,7 +404,7 @@ func writeManifest(dir string, m *manifest) error {
 		return err
 	}
 	tmp := filepath.Join(dir, manifestName+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+
+	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
 // writeDiskCheckpoints runs a job that commits iterations 1..last with the
@@ -49,6 +51,12 @@ func TestDiskWriteAndLoad(t *testing.T) {
 	leftovers, _ := filepath.Glob(filepath.Join(dir, "*", "*.tmp"))
 	if len(leftovers) > 0 {
 		t.Fatalf("temporary files left: %v", leftovers)
+	}
+	// Checkpoints hold user data: owner-only directories and files (dir
+	// itself is the test's).
+	ckdirs, _ := filepath.Glob(filepath.Join(dir, "ckpt-*"))
+	if loose, err := proctest.LoosePerms(ckdirs...); err != nil || len(loose) > 0 || len(ckdirs) == 0 {
+		t.Fatalf("disk level readable by others (%v): %v", err, loose)
 	}
 
 	// A new job resumes from the disk level.

@@ -27,7 +27,9 @@
 // (processes added later use Config.Join and JoinSelf). Raft runs on its
 // own TCP listener with the job-token handshake (purpose "raft"), never on
 // the data plane. Logs live in memory, or in raft-boltdb under
-// Config.StateDir.
+// Config.StateDir. Everything there is owner-only: the proc-<Proc>
+// directories 0700, the Raft log 0600, the snapshots restricted once
+// written.
 //
 // hashicorp/raft does not forward proposals, so each Node also serves a
 // small control RPC (job-token handshake with auth.PurposeControl, one

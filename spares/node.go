@@ -124,7 +124,11 @@ func NewNode(cfg Config) (_ *Node, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("spares: snapshot store in %s: %w", dir, err)
 		}
-		logs, stable, snaps = bolt, bolt, fss
+		ps, err := newPrivateSnapshots(fss, filepath.Join(dir, "snapshots"))
+		if err != nil {
+			return nil, fmt.Errorf("spares: snapshot store in %s: %w", dir, err)
+		}
+		logs, stable, snaps = bolt, bolt, ps
 	}
 
 	raftLn := cfg.RaftListener

@@ -509,7 +509,8 @@ func WriteBinary(w io.Writer, points []float64, d int) error {
 	return WriteBinaryPoints(w, points)
 }
 
-// WriteFile creates (or truncates) path and writes points in format f.
+// WriteFile creates (or truncates) path, readable by its owner only, and
+// writes points in format f.
 func WriteFile(path string, f Format, points []float64, d int) (err error) {
 	var write func(io.Writer, []float64, int) error
 	switch f {
@@ -520,7 +521,7 @@ func WriteFile(path string, f Format, points []float64, d int) (err error) {
 	default:
 		return configErr("WriteFile: unknown format %v", f)
 	}
-	file, err := os.Create(path)
+	file, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
 // jobTimeout bounds one job (gaspirun --timeout); generous for a busy
@@ -127,10 +129,8 @@ func checkSorted(t *testing.T, out string, ranks int, want Summary, log string) 
 	if got, _ := mk.Summary(); got != want || !slices.Equal(listed, paths) {
 		t.Fatalf("marker %+v lists %v; want %v in %v", mk, listed, want, paths)
 	}
-	for _, p := range append(paths, filepath.Join(out, SuccessName)) {
-		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&0o077 != 0 {
-			t.Fatalf("%s: %v, %v; want no group or other permission", p, fi.Mode(), err)
-		}
+	if loose, err := proctest.LoosePerms(out); err != nil || len(loose) > 0 {
+		t.Fatalf("the output is readable by other users (%v): %v", err, loose)
 	}
 }
 

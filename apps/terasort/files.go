@@ -174,13 +174,19 @@ func LoadFiles(paths []string, huge bool) (*Buffer, error) {
 
 const maxInt = int(^uint(0) >> 1)
 
+// createPrivate creates or truncates path for writing, readable by its
+// owner only: the files this package writes hold the user's records.
+func createPrivate(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+}
+
 // WriteFile writes recs to path (created or truncated). It does not fsync:
 // the data may still be only in the page cache when WriteFile returns.
 func WriteFile(path string, recs []byte) error {
 	if len(recs)%RecordSize != 0 {
 		return sizeErr("WriteFile: %d bytes is not a multiple of %d", len(recs), RecordSize)
 	}
-	f, err := os.Create(path)
+	f, err := createPrivate(path)
 	if err != nil {
 		return fmt.Errorf("terasort: %w", err)
 	}

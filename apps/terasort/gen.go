@@ -186,7 +186,7 @@ func Generate(ctx context.Context, dir string, cfg GenConfig) (Summary, error) {
 	if err := cfg.Validate(); err != nil {
 		return Summary{}, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Summary{}, fmt.Errorf("terasort: create output directory: %w", err)
 	}
 	if old, err := partFiles(dir); err != nil {
@@ -206,7 +206,7 @@ func Generate(ctx context.Context, dir string, cfg GenConfig) (Summary, error) {
 		}
 	}
 	for p := range cfg.Parts {
-		f, err := os.Create(filepath.Join(dir, PartName(p)+".tmp"))
+		f, err := createPrivate(filepath.Join(dir, PartName(p)+".tmp"))
 		if err != nil {
 			cleanup()
 			return Summary{}, fmt.Errorf("terasort: create part file: %w", err)
@@ -258,7 +258,7 @@ func GenerateFile(ctx context.Context, path string, cfg GenConfig) (Summary, err
 		return Summary{}, fmt.Errorf("terasort: %w", err)
 	}
 	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := createPrivate(tmp)
 	if err != nil {
 		return Summary{}, fmt.Errorf("terasort: create output file: %w", err)
 	}

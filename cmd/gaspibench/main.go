@@ -51,7 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer rt.Close()
 
 	if opts.CPUProfile != "" {
-		f, err := os.Create(fmt.Sprintf("%s.r%d", opts.CPUProfile, rt.Rank()))
+		f, err := os.OpenFile(fmt.Sprintf("%s.r%d", opts.CPUProfile, rt.Rank()), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			fmt.Fprintf(stderr, "gaspibench: --cpuprofile: %v\n", err)
 			return 2
@@ -65,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	out := stdout
 	if opts.Out != "" && rt.Rank() == 0 {
-		f, err := os.Create(opts.Out)
+		f, err := os.OpenFile(opts.Out, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			fmt.Fprintf(stderr, "gaspibench: --out: %v\n", err)
 			return 2

@@ -92,7 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "tear the job down after `D` (exit 124); 0: no limit")
 	fs.StringVar(&hosts, "hosts", "", "comma-separated host `labels` for the processes (PGAS_HOST), filled host by host, so one machine stands in for several")
 	fs.IntVar(&cfg.ProcsPerHost, "ranks-per-host", 0, "processes (spares included) per host label `M`; without --hosts the labels are host0, host1, ...")
-	fs.StringVar(&cfg.StateDir, "state-dir", "", "job state directory `DIR` (PGAS_STATE_DIR), created if missing; default: memory only")
+	fs.StringVar(&cfg.StateDir, "state-dir", "", "job state directory `DIR` (PGAS_STATE_DIR), created owner-only (0700) if missing; default: memory only")
 	fs.StringVar(&cfg.Resume, "resume", "", "resume from the disk-level checkpoints in `DIR` (passed to every process as PGAS_RESUME)")
 	fs.StringVar(&onDeath, "on-death", "", "`policy` for a process killed by a signal: continue (the runtime recovers) or abort; default: continue with spares, abort without")
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only failures, no progress lines or final summary")

@@ -43,6 +43,9 @@
 //     included) without iterating, and a smaller --max-iter is refused.
 //   - TestInjectMissingRank: --inject naming rank 4 of 4 is refused by
 //     every rank before any work (exit 2).
+//   - TestFilesOwnerOnly: after a run with a kill, the state directory
+//     (Raft logs), the disk checkpoints and --output have no group or
+//     other permission bit.
 //   - TestSparesExhausted: more kills than spares end the job with "spare
 //     pool exhausted" and exit code 75.
 //   - TestMatchesReference: points in a CSV and a binary file, --init

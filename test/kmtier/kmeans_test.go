@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gaspigo/gaspigo/apps/kmeans"
+	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
 // TestFailureFree: the reference run. Checkpoints do not change the
@@ -419,5 +420,23 @@ func TestInjectMissingRank(t *testing.T) {
 	}
 	if res.index("] iter ", 0) >= 0 {
 		t.Fatalf("the job iterated before refusing the injection\n%s", res.text())
+	}
+}
+
+// TestFilesOwnerOnly: nothing a job writes is readable by other users:
+// the state directory (Raft logs) gaspirun creates, the disk checkpoints
+// and --output, after a run with a kill and a promoted spare.
+func TestFilesOwnerOnly(t *testing.T) {
+	dir := t.TempDir()
+	state, disk, out := filepath.Join(dir, "state"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "centroids.csv")
+	res := run(t, spec{spares: 1, launcher: []string{"--state-dir", state},
+		extra: []string{"--ckpt-dir", disk, "--output", out, "--inject", "kill:rank=2,iter=12"}})
+	checkRecovered(t, res, 1)
+	if ents, _ := os.ReadDir(state); len(ents) == 0 {
+		t.Fatalf("nothing in the state directory %s", state)
+	}
+	loose, err := proctest.LoosePerms(state, disk, out)
+	if err != nil || len(loose) > 0 {
+		t.Fatalf("files readable by other users (%v):\n%s", err, strings.Join(loose, "\n"))
 	}
 }

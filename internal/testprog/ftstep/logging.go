@@ -33,7 +33,7 @@ func (f files) logging(opts *spares.Options, leader bool) error {
 		}
 		return nil
 	}
-	file, err := os.OpenFile(filepath.Join(f.dir, "log."+f.proc), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	file, err := os.OpenFile(filepath.Join(f.dir, "log."+f.proc), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}

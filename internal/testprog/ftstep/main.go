@@ -132,7 +132,7 @@ func (f files) write(kind, text string) {
 	}
 	name := filepath.Join(f.dir, kind+"."+f.proc)
 	tmp := name + ".tmp"
-	if err := os.WriteFile(tmp, []byte(text+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(text+"\n"), 0o600); err != nil {
 		fmt.Fprintf(os.Stderr, "ftstep: -result-dir: %v\n", err)
 		return
 	}

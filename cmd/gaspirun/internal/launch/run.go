@@ -70,7 +70,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		logger = slog.New(slog.NewTextHandler(out.noticeWriter(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	if cfg.StateDir != "" {
-		if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 			return Result{}, fmt.Errorf("%w: --state-dir %s: %v; give a directory you can write", ErrStart, cfg.StateDir, err)
 		}
 	}
