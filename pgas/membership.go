@@ -352,6 +352,20 @@ func (rt *Runtime) stopWith(err error, logIt func()) {
 		p.fail(err)
 	}
 	rt.failRequests(func(*request) bool { return true }, err)
+	// Cut every connection: a send blocked on a peer this process cannot
+	// reach (a full socket buffer, a partition) returns, and nothing
+	// more is taken from peers that have moved on.
+	if d, ok := rt.tr.(interface {
+		Disconnect(transport.Proc, error)
+	}); ok {
+		rt.goFunc(func() {
+			for _, p := range rt.peers {
+				if p.proc != rt.self {
+					d.Disconnect(p.proc, err)
+				}
+			}
+		})
+	}
 	// Wake whoever waits for a view (Recover, a spare's promotion): the
 	// notice may come from a peer, with no view of the membership behind
 	// it, and a replaced process never gets another view.
