@@ -66,11 +66,11 @@ func TestContactLostQueriesThenCutsOff(t *testing.T) {
 		if s.Query {
 			queries = append(queries, now)
 			if len(queries)%2 == 0 { // every other round takes long
-				core.queryDone()
+				core.queryDone(false)
 			}
 		}
 		if len(queries)%2 == 1 && s.Query == false && now.Sub(queries[len(queries)-1]) >= 3*cfg.QueryEvery {
-			core.queryDone()
+			core.queryDone(false)
 		}
 		if s.CutOff {
 			if !cut.IsZero() {
@@ -125,7 +125,7 @@ func TestContactHealedPartitionIsNotCutOff(t *testing.T) {
 			t.Fatalf("cut off at %v after partitions of 4s, 7s and 9s, all healed within the %v bound", now.Sub(t0), cfg.Bound)
 		}
 		if s.Query {
-			core.queryDone()
+			core.queryDone(false)
 		}
 		if s.Regained {
 			regained++
@@ -251,5 +251,49 @@ func TestStandingTargets(t *testing.T) {
 	}
 	if len(seen) != 4 { // 3, 4, 6, 7
 		t.Fatalf("rotation reached %v, want every live non-voter", seen)
+	}
+}
+
+// Rule: a process whose standing questions reach a majority of the voters
+// is not cut off, however long Raft goes without a leader (an election
+// storm on a starved host): it can reach a quorum.
+func TestContactQuorumAnswersCount(t *testing.T) {
+	cfg := testContactConfig()
+	core := newContactCore(cfg)
+	warned := 0
+	for now := t0; now.Before(t0.Add(time.Minute)); now = now.Add(contactTick) {
+		s := core.tick(now, contactObs{LastContact: t0})
+		if s.CutOff {
+			t.Fatalf("cut off at %v although every round reached a quorum", now.Sub(t0))
+		}
+		if s.Warn {
+			warned++
+		}
+		if s.Query {
+			core.queryDone(true)
+		}
+	}
+	if warned != 0 {
+		t.Fatalf("warned %d times while reaching a quorum", warned)
+	}
+	// The same rounds without a quorum: cut off at the bound, warned once.
+	core = newContactCore(cfg)
+	for now := t0; ; now = now.Add(contactTick) {
+		s := core.tick(now, contactObs{LastContact: t0})
+		if s.Warn {
+			warned++
+			if d := now.Sub(t0); d < cfg.Bound/2 || d > cfg.Bound/2+contactTick {
+				t.Fatalf("warned after %v, want at half the bound", d)
+			}
+		}
+		if s.Query {
+			core.queryDone(false)
+		}
+		if s.CutOff {
+			break
+		}
+	}
+	if warned != 1 {
+		t.Fatalf("warned %d times, want once", warned)
 	}
 }

@@ -164,12 +164,17 @@ func standingTargets(st *State, self uint32, round int) []uint32 {
 
 // queryStanding runs one round of standing questions and stops this
 // process if an answer says it must. It reports the end of the round on
-// done.
-func (n *Node) queryStanding(round int, done chan<- struct{}) {
-	defer func() { done <- struct{}{} }()
+// done: true when a majority of the voters it knows answered (itself
+// included if it votes), which is contact with a quorum.
+func (n *Node) queryStanding(round int, done chan<- bool) {
 	st, _ := n.fsm.view()
 	targets := standingTargets(&st, n.cfg.Proc, round)
-	ctx, cancel := context.WithTimeout(n.ctx, 2*n.cfg.StandingInterval)
+	votes := 0
+	if st.IsVoter(n.cfg.Proc) {
+		votes++
+	}
+	defer func() { done <- votes > len(st.Voters)/2 }()
+	ctx, cancel := context.WithTimeout(n.ctx, max(2*n.cfg.StandingInterval, n.cfg.HandshakeTimeout))
 	defer cancel()
 	type answer struct {
 		s    standing
@@ -196,12 +201,15 @@ func (n *Node) queryStanding(round int, done chan<- struct{}) {
 			continue
 		}
 		reached++
+		if st.IsVoter(a.from) {
+			votes++
+		}
 		if err := verdict(a.s, a.from); err != nil {
 			n.lose(err)
 			cancel()
 		}
 	}
-	n.log.Debug("spares: asked for this process's standing", "asked", targets, "reached", reached, "last_err", lastErr)
+	n.log.Debug("spares: asked for this process's standing", "asked", targets, "reached", reached, "voters_reached", votes, "last_err", lastErr)
 }
 
 // Lost is closed when this node gives up on its process: cut off from the
@@ -238,7 +246,7 @@ func (n *Node) watchContact() {
 	core := newContactCore(contactConfigOf(&n.cfg))
 	t := time.NewTicker(contactTick)
 	defer t.Stop()
-	done := make(chan struct{}, 1)
+	done := make(chan bool, 1)
 	round := 0
 	for {
 		select {
@@ -246,8 +254,8 @@ func (n *Node) watchContact() {
 			return
 		case <-n.lost:
 			return
-		case <-done:
-			core.queryDone()
+		case quorum := <-done:
+			core.queryDone(quorum)
 			continue
 		case <-t.C:
 		}
@@ -260,9 +268,12 @@ func (n *Node) watchContact() {
 			leader, _ := n.Leader()
 			n.lose(&CutOffError{Proc: n.cfg.Proc, Silent: step.Silent, Bound: n.cfg.CutOff, LastContact: last, Leader: leader, Voters: slices.Clone(st.Voters)})
 			return
-		case step.Lost:
-			n.log.Warn("spares: no contact with the membership quorum; asking the other processes whether this one was replaced",
+		case step.Warn:
+			n.log.Warn("spares: no contact with a membership quorum; asking the other processes whether this one was replaced, and giving up if none answers in time",
 				"silent", step.Silent.Round(time.Millisecond), "gives_up_after", n.cfg.CutOff)
+		case step.Lost:
+			n.log.Info("spares: no contact with the Raft leader; asking the other processes for this one's standing",
+				"silent", step.Silent.Round(time.Millisecond))
 		case step.Regained:
 			n.log.Info("spares: contact with the membership quorum is back")
 		}
