@@ -20,6 +20,11 @@ const (
 	// declared failed (a paused or partitioned process that was replaced):
 	// it is fenced and must stop.
 	ExitDeclaredFailed = 77
+	// ExitNoRendezvous is the exit status of a process that got no member
+	// table within PGAS_RENDEZVOUS_TIMEOUT (pgas.ErrRendezvousTimeout):
+	// nobody served the rendezvous, or not every process registered
+	// (EX_UNAVAILABLE in sysexits.h).
+	ExitNoRendezvous = 69
 )
 
 var (

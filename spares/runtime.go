@@ -182,15 +182,19 @@ func defaultLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }
 
-// Exit codes for a fault-tolerant program's main, from the error that ended
-// it: 0 for a spare that was never needed, ExitSparesExhausted when no
-// spare was left, ExitDeclaredFailed for a fenced process, 1 otherwise.
+// ExitCodeOf is the exit code for a fault-tolerant program's main, from
+// the error that ended it: 0 for a spare that was never needed,
+// ExitSparesExhausted when no spare was left, ExitDeclaredFailed for a
+// fenced process, ExitNoRendezvous when the rendezvous was not reached in
+// time, 1 otherwise.
 func ExitCodeOf(err error) int {
 	switch {
 	case err == nil, errors.Is(err, pgas.ErrNotPromoted) && !errors.Is(err, ErrSparesExhausted):
 		return 0
 	case errors.Is(err, pgas.ErrFenced):
 		return ExitDeclaredFailed
+	case errors.Is(err, pgas.ErrRendezvousTimeout):
+		return ExitNoRendezvous
 	}
 	return ExitCode(err)
 }
