@@ -399,9 +399,10 @@ func (c *Cluster) Close() error {
 }
 
 // killAll SIGKILLs every process in namespace ns until none is left (at
-// most a few rounds) and returns the pids it signalled.
+// most a few rounds) and returns the pids it signalled, each once.
 func killAll(ns string) ([]int, error) {
 	var killed []int
+	seen := map[int]bool{}
 	for round := 0; round < 50; round++ {
 		pids, err := nsPIDs(ns)
 		if err != nil {
@@ -414,7 +415,8 @@ func killAll(ns string) ([]int, error) {
 			return killed, nil
 		}
 		for _, p := range pids {
-			if syscall.Kill(p, syscall.SIGKILL) == nil {
+			if syscall.Kill(p, syscall.SIGKILL) == nil && !seen[p] {
+				seen[p] = true
 				killed = append(killed, p)
 			}
 		}
