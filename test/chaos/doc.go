@@ -63,7 +63,7 @@
 // crash of the rendezvous host. Each schedule has one host loss, after an
 // optional blip. HostViolations adds to the invariants above that every
 // process the harness did not kill ended by itself within 30 s of the
-// job's end with a documented code (0, 75, 77, cut off). It needs root
+// job's end with a documented code (0, 75, 77, 74). It needs root
 // and iproute2 and skips without them. The sample runs in the test
 // command; the sweep and a replay:
 //

@@ -135,10 +135,8 @@ func waitIter(t *testing.T, j *mhjob.Job, n int) mhjob.Line {
 }
 
 // exitCutOff is the exit code of a process that was cut off from a
-// membership quorum for longer than its bound (issue 9, item 3). Until the
-// runtime has one, no code matches it and a cut-off process that never
-// learns it was replaced fails its scenario.
-const exitCutOff = -1000
+// membership quorum for longer than PGAS_CUTOFF.
+const exitCutOff = spares.ExitCutOff
 
 // end is how a process must end.
 type end int
