@@ -41,7 +41,7 @@ const contactTick = 100 * time.Millisecond
 func contactConfigOf(c *Config) contactConfig {
 	return contactConfig{
 		Fresh:      c.HeartbeatTimeout,
-		QueryAfter: 2 * (c.HeartbeatTimeout + c.ElectionTimeout),
+		QueryAfter: max(2*(c.HeartbeatTimeout+c.ElectionTimeout), time.Second),
 		QueryEvery: c.StandingInterval,
 		Bound:      c.CutOff,
 		MaxStep:    contactMaxStep,
@@ -124,12 +124,10 @@ func (c *contactCore) tick(now time.Time, o contactObs) contactStep {
 	return s
 }
 
+// reached says that a majority of the voters answered the round under
+// way: that is contact, the silence starts again from zero.
+func (c *contactCore) reached() { c.silent = 0 }
+
 // queryDone says that the round of questions the last Query started is
-// over; quorum says that a majority of the voters answered it, which is
-// contact: the silence starts again from zero.
-func (c *contactCore) queryDone(quorum bool) {
-	c.querying = false
-	if quorum {
-		c.silent = 0
-	}
-}
+// over.
+func (c *contactCore) queryDone() { c.querying = false }

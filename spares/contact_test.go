@@ -66,11 +66,11 @@ func TestContactLostQueriesThenCutsOff(t *testing.T) {
 		if s.Query {
 			queries = append(queries, now)
 			if len(queries)%2 == 0 { // every other round takes long
-				core.queryDone(false)
+				core.queryDone()
 			}
 		}
 		if len(queries)%2 == 1 && s.Query == false && now.Sub(queries[len(queries)-1]) >= 3*cfg.QueryEvery {
-			core.queryDone(false)
+			core.queryDone()
 		}
 		if s.CutOff {
 			if !cut.IsZero() {
@@ -125,7 +125,7 @@ func TestContactHealedPartitionIsNotCutOff(t *testing.T) {
 			t.Fatalf("cut off at %v after partitions of 4s, 7s and 9s, all healed within the %v bound", now.Sub(t0), cfg.Bound)
 		}
 		if s.Query {
-			core.queryDone(false)
+			core.queryDone()
 		}
 		if s.Regained {
 			regained++
@@ -270,7 +270,8 @@ func TestContactQuorumAnswersCount(t *testing.T) {
 			warned++
 		}
 		if s.Query {
-			core.queryDone(true)
+			core.reached()
+			core.queryDone()
 		}
 	}
 	if warned != 0 {
@@ -287,7 +288,7 @@ func TestContactQuorumAnswersCount(t *testing.T) {
 			}
 		}
 		if s.Query {
-			core.queryDone(false)
+			core.queryDone()
 		}
 		if s.CutOff {
 			break

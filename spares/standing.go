@@ -163,18 +163,30 @@ func standingTargets(st *State, self uint32, round int) []uint32 {
 }
 
 // queryStanding runs one round of standing questions and stops this
-// process if an answer says it must. It reports the end of the round on
-// done: true when a majority of the voters it knows answered (itself
-// included if it votes), which is contact with a quorum.
-func (n *Node) queryStanding(round int, done chan<- bool) {
+// process if an answer says it must. It signals on quorum as soon as a
+// majority of the voters it knows (itself included if it votes) has
+// answered, which is contact with a quorum, and on done at the end of the
+// round.
+func (n *Node) queryStanding(round int, quorum, done chan<- struct{}) {
+	defer func() { done <- struct{}{} }()
 	st, _ := n.fsm.view()
 	targets := standingTargets(&st, n.cfg.Proc, round)
 	votes := 0
 	if st.IsVoter(n.cfg.Proc) {
 		votes++
 	}
-	defer func() { done <- votes > len(st.Voters)/2 }()
-	ctx, cancel := context.WithTimeout(n.ctx, max(2*n.cfg.StandingInterval, n.cfg.HandshakeTimeout))
+	signalled := false
+	countVote := func() {
+		votes++
+		if !signalled && votes > len(st.Voters)/2 {
+			signalled = true
+			select {
+			case quorum <- struct{}{}:
+			default: // one is pending already: the driver sees contact
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, standingTimeout(&n.cfg))
 	defer cancel()
 	type answer struct {
 		s    standing
@@ -202,7 +214,7 @@ func (n *Node) queryStanding(round int, done chan<- bool) {
 		}
 		reached++
 		if st.IsVoter(a.from) {
-			votes++
+			countVote()
 		}
 		if err := verdict(a.s, a.from); err != nil {
 			n.lose(err)
@@ -210,6 +222,13 @@ func (n *Node) queryStanding(round int, done chan<- bool) {
 		}
 	}
 	n.log.Debug("spares: asked for this process's standing", "asked", targets, "reached", reached, "voters_reached", votes, "last_err", lastErr)
+}
+
+// standingTimeout bounds one round of standing questions: long enough for
+// a responder on a starved host (handshakes then take seconds), short
+// enough for a few rounds before the cut-off bound.
+func standingTimeout(c *Config) time.Duration {
+	return max(2*c.StandingInterval, c.HandshakeTimeout, c.CutOff/4)
 }
 
 // Lost is closed when this node gives up on its process: cut off from the
@@ -246,7 +265,7 @@ func (n *Node) watchContact() {
 	core := newContactCore(contactConfigOf(&n.cfg))
 	t := time.NewTicker(contactTick)
 	defer t.Stop()
-	done := make(chan bool, 1)
+	quorum, done := make(chan struct{}, 1), make(chan struct{}, 1) // one round at a time
 	round := 0
 	for {
 		select {
@@ -254,8 +273,11 @@ func (n *Node) watchContact() {
 			return
 		case <-n.lost:
 			return
-		case quorum := <-done:
-			core.queryDone(quorum)
+		case <-quorum:
+			core.reached()
+			continue
+		case <-done:
+			core.queryDone()
 			continue
 		case <-t.C:
 		}
@@ -280,7 +302,7 @@ func (n *Node) watchContact() {
 		if step.Query {
 			r := round
 			round++
-			if !n.goFunc(func() { n.queryStanding(r, done) }) {
+			if !n.goFunc(func() { n.queryStanding(r, quorum, done) }) {
 				return
 			}
 		}
