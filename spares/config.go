@@ -111,10 +111,12 @@ type Config struct {
 	// 4 × (HeartbeatTimeout + ElectionTimeout).
 	CutOff time.Duration
 	// StandingInterval: while out of contact (for 2 × (HeartbeatTimeout +
-	// ElectionTimeout)), the process asks the voters it knows of, and two
-	// other processes in turn, through their control RPC whether it was
-	// declared failed, once per this period; each question is bounded by
-	// twice the period. A process replaced while it was cut off thus
+	// ElectionTimeout), at least 1s), the process asks the voters it knows
+	// of, and two other processes in turn, through their control RPC
+	// whether it was declared failed, at most once per this period; a
+	// round of questions is bounded by the largest of twice the period,
+	// HandshakeTimeout and CutOff/4. Answers from a majority of the voters
+	// count as contact with a quorum. A process replaced while it was cut off thus
 	// learns it (and exits fenced, ExitDeclaredFailed) within about two
 	// periods of reaching any of them, even though it left the Raft
 	// configuration and gets no log entries any more.

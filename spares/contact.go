@@ -10,13 +10,18 @@ import "time"
 // while cut off learns it as soon as it reaches any of them, and exits
 // fenced (ExitDeclaredFailed) long before the bound.
 //
-// "Contact" is what Raft gives: a leader is in contact (hashicorp/raft
-// steps a leader down after LeaderLeaseTimeout without a quorum), any other
-// node is in contact while its last message from a leader is at most
-// HeartbeatTimeout old. Only time the process was awake counts toward the
-// bound: a tick that comes late (the process was stopped, or starved)
-// adds at most contactMaxStep, so a process resumed after a long SIGSTOP
-// first asks for its standing instead of giving up at once.
+// "Contact" is first what Raft gives: a leader is in contact
+// (hashicorp/raft steps a leader down after LeaderLeaseTimeout without a
+// quorum), any other node is in contact while its last message from a
+// leader is at most HeartbeatTimeout old. On a starved host Raft may go
+// without a leader for seconds while every process still reaches the
+// others; so a round of standing questions answered by a majority of the
+// voters this process knows (itself included if it votes) counts as
+// contact too: the process can reach a quorum, it is not cut off. Only
+// time the process was awake counts toward the bound: a tick that comes
+// late (the process was stopped, or starved) adds at most contactMaxStep,
+// so a process resumed after a long SIGSTOP first asks for its standing
+// instead of giving up at once.
 
 // contactConfig is the timing of contactCore.
 type contactConfig struct {
@@ -36,7 +41,7 @@ const contactTick = 100 * time.Millisecond
 func contactConfigOf(c *Config) contactConfig {
 	return contactConfig{
 		Fresh:      c.HeartbeatTimeout,
-		QueryAfter: 2 * (c.HeartbeatTimeout + c.ElectionTimeout),
+		QueryAfter: max(2*(c.HeartbeatTimeout+c.ElectionTimeout), time.Second),
 		QueryEvery: c.StandingInterval,
 		Bound:      c.CutOff,
 		MaxStep:    contactMaxStep,
@@ -52,7 +57,8 @@ type contactObs struct {
 // contactStep is what the core asks of the driver after a tick.
 type contactStep struct {
 	Silent   time.Duration // awake time without contact so far
-	Lost     bool          // contact has been missing for QueryAfter: say so (once per loss)
+	Lost     bool          // Raft contact has been missing for QueryAfter (once per loss)
+	Warn     bool          // silence has reached half the bound: say so (once per loss)
 	Regained bool          // contact is back after Lost
 	Query    bool          // ask for this process's standing now; call queryDone after
 	CutOff   bool          // the bound has passed: give up (once; the core is done)
@@ -65,7 +71,8 @@ type contactCore struct {
 	cfg       contactConfig
 	last      time.Time // the previous tick; zero before the first
 	silent    time.Duration
-	lost      bool
+	lost      bool // Raft contact lost (Lost reported)
+	warned    bool
 	querying  bool
 	lastQuery time.Time
 	done      bool
@@ -87,7 +94,7 @@ func (c *contactCore) tick(now time.Time, o contactObs) contactStep {
 	if o.Leader || (!o.LastContact.IsZero() && now.Sub(o.LastContact) <= c.cfg.Fresh) {
 		c.silent = 0
 		if c.lost {
-			c.lost = false
+			c.lost, c.warned = false, false
 			s.Regained = true
 		}
 		return s
@@ -98,6 +105,10 @@ func (c *contactCore) tick(now time.Time, o contactObs) contactStep {
 		c.done = true
 		s.CutOff = true
 		return s
+	}
+	if c.silent >= c.cfg.Bound/2 && !c.warned {
+		c.warned = true
+		s.Warn = true
 	}
 	if c.silent >= c.cfg.QueryAfter {
 		if !c.lost {
@@ -113,6 +124,10 @@ func (c *contactCore) tick(now time.Time, o contactObs) contactStep {
 	return s
 }
 
+// reached says that a majority of the voters answered the round under
+// way: that is contact, the silence starts again from zero.
+func (c *contactCore) reached() { c.silent = 0 }
+
 // queryDone says that the round of questions the last Query started is
-// over (answered or not).
+// over.
 func (c *contactCore) queryDone() { c.querying = false }

@@ -253,3 +253,48 @@ func TestStandingTargets(t *testing.T) {
 		t.Fatalf("rotation reached %v, want every live non-voter", seen)
 	}
 }
+
+// Rule: a process whose standing questions reach a majority of the voters
+// is not cut off, however long Raft goes without a leader (an election
+// storm on a starved host): it can reach a quorum.
+func TestContactQuorumAnswersCount(t *testing.T) {
+	cfg := testContactConfig()
+	core := newContactCore(cfg)
+	warned := 0
+	for now := t0; now.Before(t0.Add(time.Minute)); now = now.Add(contactTick) {
+		s := core.tick(now, contactObs{LastContact: t0})
+		if s.CutOff {
+			t.Fatalf("cut off at %v although every round reached a quorum", now.Sub(t0))
+		}
+		if s.Warn {
+			warned++
+		}
+		if s.Query {
+			core.reached()
+			core.queryDone()
+		}
+	}
+	if warned != 0 {
+		t.Fatalf("warned %d times while reaching a quorum", warned)
+	}
+	// The same rounds without a quorum: cut off at the bound, warned once.
+	core = newContactCore(cfg)
+	for now := t0; ; now = now.Add(contactTick) {
+		s := core.tick(now, contactObs{LastContact: t0})
+		if s.Warn {
+			warned++
+			if d := now.Sub(t0); d < cfg.Bound/2 || d > cfg.Bound/2+contactTick {
+				t.Fatalf("warned after %v, want at half the bound", d)
+			}
+		}
+		if s.Query {
+			core.queryDone()
+		}
+		if s.CutOff {
+			break
+		}
+	}
+	if warned != 1 {
+		t.Fatalf("warned %d times, want once", warned)
+	}
+}

@@ -97,16 +97,18 @@
 // goroutine every 100ms; only awake time counts, so a process resumed
 // after a long SIGSTOP asks before it gives up.
 //
-//   - After 2 × (HeartbeatTimeout + ElectionTimeout) without contact the
-//     node asks, every StandingInterval, the voters it knows and two other
-//     processes in turn for its standing (control RPC op "standing",
+//   - After 2 × (HeartbeatTimeout + ElectionTimeout) (at least 1s) without
+//     contact the node asks, every StandingInterval, the voters it knows
+//     and two other processes in turn for its standing (control RPC op "standing",
 //     authenticated like every control connection). A process declared
 //     failed has left the Raft configuration and gets no log entries, so
 //     this is how it learns its fate once the network heals: an answer
 //     that it was declared failed ends it fenced (ExitDeclaredFailed, 77);
 //     a failed job ends it with the job's code; an idle spare of a job
 //     that finished exits 0. Answers are committed facts, so a responder
-//     that is behind can only say too little.
+//     that is behind can only say too little. Answers from a majority of
+//     the voters count as contact: on a starved host Raft may go without
+//     a leader for seconds while every process still reaches the others.
 //   - After Config.CutOff (PGAS_CUTOFF, default 10s) without contact the
 //     node gives up with a *CutOffError (ErrCutOff, ExitCutOff = 74) that
 //     names the voters, the time and the last contact. An idle spare is no

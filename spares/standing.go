@@ -163,13 +163,30 @@ func standingTargets(st *State, self uint32, round int) []uint32 {
 }
 
 // queryStanding runs one round of standing questions and stops this
-// process if an answer says it must. It reports the end of the round on
-// done.
-func (n *Node) queryStanding(round int, done chan<- struct{}) {
+// process if an answer says it must. It signals on quorum as soon as a
+// majority of the voters it knows (itself included if it votes) has
+// answered, which is contact with a quorum, and on done at the end of the
+// round.
+func (n *Node) queryStanding(round int, quorum, done chan<- struct{}) {
 	defer func() { done <- struct{}{} }()
 	st, _ := n.fsm.view()
 	targets := standingTargets(&st, n.cfg.Proc, round)
-	ctx, cancel := context.WithTimeout(n.ctx, 2*n.cfg.StandingInterval)
+	votes := 0
+	if st.IsVoter(n.cfg.Proc) {
+		votes++
+	}
+	signalled := false
+	countVote := func() {
+		votes++
+		if !signalled && votes > len(st.Voters)/2 {
+			signalled = true
+			select {
+			case quorum <- struct{}{}:
+			default: // one is pending already: the driver sees contact
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, standingTimeout(&n.cfg))
 	defer cancel()
 	type answer struct {
 		s    standing
@@ -196,12 +213,22 @@ func (n *Node) queryStanding(round int, done chan<- struct{}) {
 			continue
 		}
 		reached++
+		if st.IsVoter(a.from) {
+			countVote()
+		}
 		if err := verdict(a.s, a.from); err != nil {
 			n.lose(err)
 			cancel()
 		}
 	}
-	n.log.Debug("spares: asked for this process's standing", "asked", targets, "reached", reached, "last_err", lastErr)
+	n.log.Debug("spares: asked for this process's standing", "asked", targets, "reached", reached, "voters_reached", votes, "last_err", lastErr)
+}
+
+// standingTimeout bounds one round of standing questions: long enough for
+// a responder on a starved host (handshakes then take seconds), short
+// enough for a few rounds before the cut-off bound.
+func standingTimeout(c *Config) time.Duration {
+	return max(2*c.StandingInterval, c.HandshakeTimeout, c.CutOff/4)
 }
 
 // Lost is closed when this node gives up on its process: cut off from the
@@ -238,7 +265,7 @@ func (n *Node) watchContact() {
 	core := newContactCore(contactConfigOf(&n.cfg))
 	t := time.NewTicker(contactTick)
 	defer t.Stop()
-	done := make(chan struct{}, 1)
+	quorum, done := make(chan struct{}, 1), make(chan struct{}, 1) // one round at a time
 	round := 0
 	for {
 		select {
@@ -246,6 +273,9 @@ func (n *Node) watchContact() {
 			return
 		case <-n.lost:
 			return
+		case <-quorum:
+			core.reached()
+			continue
 		case <-done:
 			core.queryDone()
 			continue
@@ -260,16 +290,19 @@ func (n *Node) watchContact() {
 			leader, _ := n.Leader()
 			n.lose(&CutOffError{Proc: n.cfg.Proc, Silent: step.Silent, Bound: n.cfg.CutOff, LastContact: last, Leader: leader, Voters: slices.Clone(st.Voters)})
 			return
-		case step.Lost:
-			n.log.Warn("spares: no contact with the membership quorum; asking the other processes whether this one was replaced",
+		case step.Warn:
+			n.log.Warn("spares: no contact with a membership quorum; asking the other processes whether this one was replaced, and giving up if none answers in time",
 				"silent", step.Silent.Round(time.Millisecond), "gives_up_after", n.cfg.CutOff)
+		case step.Lost:
+			n.log.Info("spares: no contact with the Raft leader; asking the other processes for this one's standing",
+				"silent", step.Silent.Round(time.Millisecond))
 		case step.Regained:
 			n.log.Info("spares: contact with the membership quorum is back")
 		}
 		if step.Query {
 			r := round
 			round++
-			if !n.goFunc(func() { n.queryStanding(r, done) }) {
+			if !n.goFunc(func() { n.queryStanding(r, quorum, done) }) {
 				return
 			}
 		}

@@ -31,7 +31,7 @@
 //     then SIGCONT: it exits 77 (fenced), the survivors rejected what it
 //     sent, the result is correct.
 //   - TestPartitionedForGood: a rank cut off from every other process for
-//     good (internal/netfault, PGAS_CUTOFF=4s) is replaced, the job exits
+//     good (internal/netfault, PGAS_CUTOFF=6s) is replaced, the job exits
 //     0 with the failure-free result, and the cut-off process ends by
 //     itself with exit 74 soon after the bound.
 //   - TestPartitionHealedAfterReplacement: a rank and an idle spare cut

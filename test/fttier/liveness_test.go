@@ -48,13 +48,13 @@ func (j *job) waitExitFile(p int, d time.Duration) (string, time.Time) {
 }
 
 // TestPartitionedForGood: a rank cut off from every other process for good
-// (internal/netfault) is replaced by a spare, the job ends with the
+// (internal/netfault, PGAS_CUTOFF=6s) is replaced by a spare, the job ends with the
 // failure-free result and exit 0, and the cut-off process ends by itself
 // with exit 74 once it has been without a membership quorum for
 // PGAS_CUTOFF.
 func TestPartitionedForGood(t *testing.T) {
-	const cutOff = 4 * time.Second
-	o := jobOpts{steps: 600, env: []string{"PGAS_CUTOFF=" + cutOff.String()}}
+	const cutOff = 6 * time.Second
+	o := jobOpts{steps: 800, env: []string{"PGAS_CUTOFF=" + cutOff.String()}}
 	setRules := netfaults(t, &o)
 	j := startJob(t, o)
 	leader := j.running()
