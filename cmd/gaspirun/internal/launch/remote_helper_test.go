@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -185,66 +184,4 @@ func readPid(t *testing.T, dir, name string) int {
 		}
 		time.Sleep(10 * time.Millisecond) // real processes: poll with a deadline
 	}
-}
-
-// tokenOf reads PGAS_TOKEN from a process's environment.
-func tokenOf(t *testing.T, pid int) string {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, kv := range bytes.Split(b, []byte{0}) {
-		if v, ok := bytes.CutPrefix(kv, []byte("PGAS_TOKEN=")); ok {
-			return string(v)
-		}
-	}
-	t.Fatalf("process %d has no PGAS_TOKEN", pid)
-	return ""
-}
-
-// argvsWith lists the processes whose argv contains s.
-func argvsWith(s string) []string {
-	var hits []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && bytes.Contains(bytes.ToLower(b), []byte(strings.ToLower(s))) {
-			hits = append(hits, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	return hits
-}
-
-// filesWith lists the regular files under root (only those right in it
-// unless deep), of at most 8 MiB and changed since since, that contain s.
-func filesWith(root, s string, since time.Time, deep bool) []string {
-	var hits []string
-	filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if d.IsDir() {
-			if !deep && path != root {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil || fi.Size() > 8<<20 || fi.ModTime().Before(since) {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err == nil && bytes.Contains(bytes.ToLower(b), []byte(strings.ToLower(s))) {
-			hits = append(hits, path)
-		}
-		return nil
-	})
-	return hits
 }

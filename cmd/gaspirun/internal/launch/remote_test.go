@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
 func TestSSHOutputEnvAndNoTokenAnywhere(t *testing.T) {
@@ -30,19 +32,19 @@ func TestSSHOutputEnvAndNoTokenAnywhere(t *testing.T) {
 		t.Fatal("the processes did not start")
 	}
 	pid := readPid(t, dir, "pid.0")
-	token := tokenOf(t, pid)
+	token, _ := proctest.EnvOf(pid, "PGAS_TOKEN")
 	if len(token) < 32 {
 		t.Fatalf("token %q", token)
 	}
 	// While everything runs: no argv holds the token (ssh clients, remote
 	// sides, programs), and no file does.
-	if hits := argvsWith(token); len(hits) > 0 {
+	if hits := proctest.ArgvsWith(token); len(hits) > 0 {
 		t.Errorf("the token is in argvs:\n%s", strings.Join(hits, "\n"))
 	}
 	// This test's files (state directory, hostfile, connector records)
 	// and whatever landed right in the temporary directory.
 	for _, root := range []string{os.TempDir(), filepath.Dir(dir), cfg.StateDir} {
-		if hits := filesWith(root, token, since, root != os.TempDir()); len(hits) > 0 {
+		if hits := proctest.FilesWith(root, token, since, root != os.TempDir()); len(hits) > 0 {
 			t.Errorf("the token is in files: %v", hits)
 		}
 	}
