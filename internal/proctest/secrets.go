@@ -71,3 +71,35 @@ func FilesWith(root, s string, since time.Time, deep bool) []string {
 	})
 	return hits
 }
+
+// Find lists the running processes (zombies excluded) for which match,
+// given the pid, the parent's pid and the argv, returns true.
+func Find(match func(pid, ppid int, argv []string) bool) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The state and the parent follow the parenthesised command name.
+		i := bytes.LastIndexByte(st, ')')
+		f := strings.Fields(string(st[i+1:]))
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		if match(pid, ppid, strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

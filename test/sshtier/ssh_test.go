@@ -1,11 +1,9 @@
 package sshtier
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -98,7 +96,7 @@ func TestSSHDroppedConnectionAndInterrupt(t *testing.T) {
 	}
 	r := s.launch(t, endless)
 	r.waitIter(t, 5)
-	victims := sshClientsTo(t, r.cmd.Process.Pid, "node2")
+	victims := sshClientsTo(r.cmd.Process.Pid, "node2")
 	if len(victims) != 2 {
 		t.Fatalf("ssh clients to node2: %v, want 2", victims)
 	}
@@ -131,29 +129,8 @@ func TestSSHDroppedConnectionAndInterrupt(t *testing.T) {
 }
 
 // sshClientsTo lists gaspirun's ssh children whose host is host.
-func sshClientsTo(t *testing.T, parent int, host string) []int {
-	t.Helper()
-	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(st, ')')
-		f := strings.Fields(string(st[i+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
-			continue
-		}
-		argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		args := strings.Split(strings.TrimRight(string(argv), "\x00"), "\x00")
-		if filepath.Base(args[0]) == "ssh" && len(args) >= 2 && args[len(args)-2] == host {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+func sshClientsTo(parent int, host string) []int {
+	return proctest.Find(func(_, ppid int, argv []string) bool {
+		return ppid == parent && filepath.Base(argv[0]) == "ssh" && len(argv) >= 2 && argv[len(argv)-2] == host
+	})
 }

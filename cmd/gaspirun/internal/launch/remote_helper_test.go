@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
 // fakeConnectorMain stands in for ssh ("fakessh") or srun ("fakesrun"): it
@@ -132,23 +134,9 @@ func remoteJob(t *testing.T, mode string, ranks, spares int, slots ...int) (Conf
 // remoteSides lists the pids of this test binary running as
 // --remote-exec.
 func remoteSides() []int {
-	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if len(args) >= 2 && args[0] == os.Args[0] && args[1] == "--remote-exec" && alive(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return proctest.Find(func(_, _ int, argv []string) bool {
+		return len(argv) >= 2 && argv[0] == os.Args[0] && argv[1] == "--remote-exec"
+	})
 }
 
 // waitNoRemoteSides fails unless every remote side has ended in time.

@@ -109,7 +109,9 @@ func TestSSHKilledRankRecoveredBySpare(t *testing.T) {
 		dump(t, out, errs)
 		t.Fatal("promotion not reported")
 	}
-	if !regexp.MustCompile(`\[(r1|s2)\] promoted\n`).MatchString(out.String()) || !strings.Contains(out.String(), "[r1] dying\n") {
+	// A line is labelled when it reaches gaspirun: after a relabel, the
+	// process's new role.
+	if !regexp.MustCompile(`\[(r1|s2)\] promoted\n`).MatchString(out.String()) || !regexp.MustCompile(`\[(r1|p1)\] dying\n`).MatchString(out.String()) {
 		dump(t, out, errs)
 		t.Fatal("output lacks the prefixed lines")
 	}
