@@ -221,7 +221,7 @@ func (c Config) Validate() error {
 	}
 	if c.NumProcs() > MaxProcs {
 		return &FlagError{Flag: "-n", Value: strconv.Itoa(c.Ranks),
-			Problem: fmt.Sprintf("with --spares %d that is %d processes, and gaspirun starts at most %d on one machine", c.Spares, c.NumProcs(), MaxProcs),
+			Problem: fmt.Sprintf("with --spares %d that is %d processes, and gaspirun starts at most %d (or as many ssh or srun clients)", c.Spares, c.NumProcs(), MaxProcs),
 			Fix:     "use fewer ranks, or start the job under Slurm or Kubernetes"}
 	}
 	if err := c.validateBackend(); err != nil {
