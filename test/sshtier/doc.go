@@ -18,6 +18,11 @@
 //     failure-free checksum (from a local gaspirun run of the same job).
 //     No process's argv and no file of the test holds the job token, and
 //     nothing of the job is left on any host.
+//   - TestSSHHostCutOff: node2 drops off the network for good after
+//     iteration 10 (simhost.Silent). The spares take over, the job ends
+//     with exit 0 and the failure-free checksum, gaspirun stops node2's
+//     unreachable processes through their connections, and nothing of the
+//     job outlives its ssh sessions on node2.
 //   - TestSSHDroppedConnectionAndInterrupt: the ssh client of rank 3 is
 //     SIGKILLed; its sshd ends the session and the remote side kills rank
 //     3, which a spare replaces. Then gaspirun gets SIGINT and tears the

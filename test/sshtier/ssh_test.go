@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/simhost"
 )
 
 // launch is gaspirun --hostfile over the hosts' sshds.
@@ -79,6 +80,43 @@ func TestSSHHostCrash(t *testing.T) {
 		t.Errorf("no promotion reported:\n%s", out)
 	}
 	s.waitHostsClean(t)
+}
+
+// TestSSHHostCutOff: node2 (ranks 2 and 3) drops off the network for good
+// after iteration 10, silently. The spares take over and the job ends with
+// exit 0 and the failure-free answer; gaspirun stops node2's unreachable
+// processes through their connections, and on node2 nothing of the job
+// outlives its ssh sessions (ended by sshd's ClientAlive bound or the
+// remote side's missing pings).
+func TestSSHHostCutOff(t *testing.T) {
+	require(t)
+	ref := reference(t)
+	s := newSSHHosts(t)
+	r := s.launch(t, workload)
+	r.waitIter(t, 10)
+	if err := s.c.Cut(s.c.Host(1), simhost.Silent); err != nil {
+		t.Fatal(err)
+	}
+	code := r.wait(t)
+	out := r.output()
+	if code != 0 {
+		t.Fatalf("gaspirun exited %d, want 0:\n%s", code, out)
+	}
+	if got := r.final(); got != ref {
+		t.Fatalf("answer %q, want the failure-free %q:\n%s", got, ref, out)
+	}
+	if !strings.Contains(out, "now holds rank 2") || !strings.Contains(out, "now holds rank 3") {
+		t.Errorf("no promotion reported:\n%s", out)
+	}
+	ended := time.Now()
+	s.waitHostsClean(t)
+	t.Logf("gaspirun's last lines:\n%s\nnode2 clean %v after gaspirun's exit", lastLines(out, 4), time.Since(ended).Round(time.Millisecond))
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
 }
 
 // TestSSHDroppedConnectionAndInterrupt: the ssh clients of node2's two

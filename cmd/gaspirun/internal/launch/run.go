@@ -42,7 +42,7 @@ type Result struct {
 // ProcResult is how one process ended.
 type ProcResult struct {
 	Proc    int
-	Pid     int
+	Pid     int // the local process: the program, or its ssh or srun client
 	Host    string
 	Label   string         // output prefix at the end, e.g. "r2", "s5"
 	Code    int            // exit code; -1 when killed by a signal

@@ -354,6 +354,26 @@ func (t *tracker) stopAll() int {
 	return n
 }
 
+// remaining says what the processes still running are: "idle spares",
+// or e.g. "1 idle spare, 2 replaced" when some lost their rank (cut off,
+// or slow to learn it).
+func (t *tracker) remaining() string {
+	spares, replaced := 0, 0
+	for p := range t.exited {
+		switch {
+		case t.exited[p]:
+		case t.heldRank[p] >= 0:
+			replaced++
+		default:
+			spares++
+		}
+	}
+	if replaced == 0 {
+		return "idle spares"
+	}
+	return fmt.Sprintf("%d idle %s, %d replaced", spares, plural(spares, "spare", "spares"), replaced)
+}
+
 // check decides whether the job is over.
 func (t *tracker) check() []action {
 	if t.phase != running {
@@ -375,7 +395,7 @@ func (t *tracker) check() []action {
 		t.phase = finishing
 		if n := t.stopAll(); n > 0 {
 			return []action{
-				{kind: actNotice, text: fmt.Sprintf("all %d ranks finished; stopping the %d remaining %s (idle spares)", t.nRanks, n, plural(n, "process", "processes"))},
+				{kind: actNotice, text: fmt.Sprintf("all %d ranks finished; stopping the %d remaining %s (%s)", t.nRanks, n, plural(n, "process", "processes"), t.remaining())},
 				{kind: actStop},
 			}
 		}

@@ -301,3 +301,15 @@ func TestTrackerLostHostIsADeath(t *testing.T) {
 		t.Fatalf("code %d, want 137", tr.code)
 	}
 }
+
+func TestTrackerStopsReplacedProcesses(t *testing.T) {
+	// A host cut off: its rank is replaced, but its process runs on out of
+	// reach until gaspirun stops it with the idle spares.
+	tr := newTracker(2, 4, DeathContinue)
+	tr.onFormed()
+	expect(t, "promotion", tr.onReport(role(2, 1, 1)),
+		"relabel:1=p1", "notice:process 1 no longer holds rank 1 (replaced)", "relabel:2=r1", "notice:spare process 2 now holds rank 1 (epoch 1)")
+	expect(t, "rank 0 done", tr.onExit(0, ok))
+	expect(t, "rank 1 done", tr.onExit(2, ok),
+		"notice:all 2 ranks finished; stopping the 2 remaining processes (1 idle spare, 1 replaced)", "stop")
+}
