@@ -18,7 +18,7 @@ import (
 // The test binary doubles as the job's program and as a launcher, selected
 // by these variables (see TestMain).
 const (
-	roleVar = "GASPIRUN_TEST_ROLE" // "child", "sleeper" or "launcher"
+	roleVar = "GASPIRUN_TEST_ROLE" // "child", "sleeper", "pidsleeper", "partial", "launcher", "fakessh" or "fakesrun"
 	modeVar = "GASPIRUN_TEST_MODE" // what a child does
 	dirVar  = "GASPIRUN_TEST_DIR"  // where "survive" children leave marks
 
@@ -40,6 +40,13 @@ func TestMain(m *testing.M) {
 	case "sleeper":
 		time.Sleep(time.Hour)
 		os.Exit(0)
+	case "pidsleeper":
+		fmt.Printf("pid %d\n", os.Getpid())
+		time.Sleep(time.Hour)
+		os.Exit(0)
+	case "partial":
+		fmt.Print("no newline at the end")
+		os.Exit(3)
 	case "launcher":
 		os.Exit(launcherMain())
 	}

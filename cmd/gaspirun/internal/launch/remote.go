@@ -172,7 +172,9 @@ func (b *remoteBackend) start(spec procSpec) (process, error) {
 	}
 	p := &remoteProc{b: b, cmd: cmd, host: spec.host, in: inW, out: outR, relayed: make(chan struct{})}
 	go p.relay(bufio.NewReaderSize(outR, 64<<10), spec.stdout)
-	if err := p.control(header); err != nil {
+	// Normally the header fits the pipe and this returns at once; a larger
+	// one waits for ssh to start reading.
+	if err := p.write(header, headerWriteTimeout); err != nil {
 		// The connector is not reading: it failed at once. Its exit says why.
 		p.killClient()
 	}
@@ -239,15 +241,21 @@ type remoteProc struct {
 
 func (p *remoteProc) pid() int { return p.cmd.Process.Pid }
 
-// control writes to the remote side's stdin, waiting at most a second: a
-// connector that stops reading must not hold up the front end.
-func (p *remoteProc) control(b []byte) error {
+// headerWriteTimeout bounds the write of the header to a connector.
+const headerWriteTimeout = 30 * time.Second
+
+// control writes a control line to the remote side's stdin, waiting at
+// most a second: a connector that stops reading must not hold up the
+// front end.
+func (p *remoteProc) control(b []byte) error { return p.write(b, time.Second) }
+
+func (p *remoteProc) write(b []byte, timeout time.Duration) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return os.ErrClosed
 	}
-	p.in.SetWriteDeadline(time.Now().Add(time.Second))
+	p.in.SetWriteDeadline(time.Now().Add(timeout))
 	_, err := p.in.Write(b)
 	return err
 }
