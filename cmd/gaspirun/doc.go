@@ -1,14 +1,116 @@
-// Command gaspirun launches a gaspigo job on this machine.
+// Command gaspirun launches a gaspigo job: on this machine, on the hosts of
+// a hostfile through ssh, or on the nodes of a Slurm allocation through
+// srun.
 //
 //	gaspirun -n N [--spares K] [--timeout D] [--hosts h1,h2,... | --ranks-per-host M]
 //	         [--state-dir DIR] [--on-death continue|abort] [--quiet] [--grace D]
-//	         [--job-id NAME] [--] PROGRAM [ARGS...]
+//	         [--job-id NAME] [-x NAME[=VALUE]]... [--] PROGRAM [ARGS...]
+//	gaspirun -n N [--spares K] --hostfile FILE [--ssh CMD] [--rendezvous-addr HOST[:PORT]]
+//	         [--remote-gaspirun PATH] [flags] [--] PROGRAM [ARGS...]
+//	gaspirun [-n N] --spares K [--srun CMD] [flags] [--] PROGRAM [ARGS...]   (inside sbatch or salloc)
 //	gaspirun --new-token
 //
 // It starts N+K processes of PROGRAM: processes 0..N-1 hold ranks 0..N-1,
-// processes N..N+K-1 are spares. Each process runs in its own process group.
-// gaspirun hosts the rendezvous on an ephemeral 127.0.0.1 port with a fresh
-// random job token and passes both in the environment (below).
+// processes N..N+K-1 are spares. gaspirun hosts the rendezvous with a fresh
+// random job token and passes both to the processes in their environment
+// (below). Whatever starts the processes, gaspirun prefixes their output,
+// judges their exits and tears the job down the same way, so a job whose
+// lost rank a spare took over exits 0 under every launcher.
+//
+// # Launchers
+//
+// --launcher picks what starts the processes; by default ssh when
+// --hostfile is given, slurm inside a Slurm allocation (SLURM_JOB_ID is
+// set), local otherwise.
+//
+// local: gaspirun forks the processes on this machine, each in its own
+// process group, and the rendezvous listens on 127.0.0.1. --hosts and
+// --ranks-per-host only label processes (PGAS_HOST), so one machine can
+// stand in for several hosts.
+//
+// ssh (--hostfile FILE): one host per line, as in Open MPI's hostfiles:
+//
+//	# name [slots=N] [max_slots=M]     "#" starts a comment; blank lines are skipped
+//	node1 slots=4
+//	node2 slots=4
+//	10.0.0.7 slots=2
+//
+// slots defaults to 1 (Open MPI 4 counts the host's cores instead; write
+// slots= to be sure); a host listed twice gets the sum; max_slots is
+// checked and otherwise ignored, since gaspirun never places more than
+// slots processes on a host. A bad line is an error naming its number.
+// Placement: ranks fill the hosts in order, slot by slot (rank 0 on the
+// first slot of the first host), as mpirun does. Then each spare goes to
+// the host that holds the fewest processes so far (among equals, the host
+// with fewer ranks, then the later one). The reason: any spare can take
+// any rank, so the loss of a host is covered when the spares on the other
+// hosts are at least its ranks, i.e. when no host holds more than K
+// processes in all; this rule covers the loss of every host whenever some
+// placement of the spares (with the ranks filled as above) does. gaspirun
+// prints the placement, and a warning naming the hosts
+// whose loss the spares cannot cover (give hosts fewer slots to spread
+// the ranks). Too few slots for N+K processes is an error naming the
+// numbers. PGAS_HOST is the host's name from the hostfile.
+//
+// Each process is started with the system's ssh client, so ~/.ssh/config,
+// agents, ProxyJump and ControlMaster all apply:
+//
+//	ssh -T -o BatchMode=yes -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
+//	    -o ConnectTimeout=30 -o LogLevel=ERROR HOST exec /path/to/gaspirun --remote-exec
+//
+// --ssh CMD replaces "ssh" (e.g. --ssh "ssh -p 2222 -i ~/.ssh/job_key" or
+// --ssh "ssh -F ./cluster_config"); when CMD's program is not named ssh
+// (a wrapper script), it gets only HOST and the remote command, and should
+// pass equivalent options itself. The options bound a dead connection:
+// the client gives up after 15 s without an answer. A host name that does
+// not resolve here is looked up with "ssh -G" (an alias in the ssh
+// configuration).
+//
+// On the host, "gaspirun --remote-exec" (gaspirun at the same path as
+// here, e.g. on a shared file system, or --remote-gaspirun PATH) reads the
+// program, its arguments and its environment from ssh's stdin, so the job
+// token is never in any argv (ps) or file on any host, then starts the
+// program in its own process group in the same working directory if it
+// exists there (else the login's home). The environment is the remote
+// login's, plus the contract, the PGAS_* and Go runtime (GOMAXPROCS,
+// GOGC, GOMEMLIMIT, GODEBUG, GORACE, GOTRACEBACK) variables set here, and
+// those given with -x. The remote side reports the program's real exit
+// code or signal on a status line that gaspirun takes out of the output,
+// so a SIGKILLed rank is judged exactly as in local mode; an ssh session
+// that ends without a status (the host crashed, the connection dropped,
+// ssh's exit 255) counts as the process killed ("was lost"). Nothing
+// outlives its connection: the remote side kills the program's process
+// group when ssh's stdin ends (the session or gaspirun is gone) or when
+// gaspirun's once-a-second ping has been missing for 20 s (a host cut off
+// from the network). When the program exits, what is left of its process
+// group is killed too.
+//
+// slurm: inside an allocation, each process runs as a one-task step of its
+// own on its node, through the same remote side:
+//
+//	srun --exact --nodes=1 --ntasks=1 --nodelist=NODE --kill-on-bad-exit=0 /path/to/gaspirun --remote-exec
+//
+// (--srun CMD replaces "srun", e.g. --srun "srun --mem-per-cpu=2G"). The
+// hosts and slots come from SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE and
+// are placed as above; -n defaults to the allocation's tasks
+// (SLURM_NTASKS) minus --spares. Since every process is a step of its own,
+// a killed task ends only its step, and gaspirun, not srun, decides how the
+// job ends: a job recovered by a spare exits 0, and the batch job is
+// COMPLETED. For example:
+//
+//	#!/bin/sh
+//	#SBATCH --ntasks=6 --time=00:10:00
+//	gaspirun --spares 2 --timeout 5m -- ./kmeans --generate 1000000 --dim 10 --k 100 --max-iter 30 --ckpt-every 5
+//
+// or interactively: salloc -n 6 gaspirun --spares 2 -- ./kmeans ...
+//
+// In the ssh and slurm modes the rendezvous listens on the address of this
+// machine that routes to the first host that is not its own loopback (a
+// node name that does not resolve is looked up with scontrol), or on
+// 127.0.0.1 when every host is this machine; --rendezvous-addr HOST[:PORT]
+// chooses it (for hosts behind a jump host, or a firewall that allows one
+// port). Unlike local mode, the processes do not outlive gaspirun there:
+// their connections are their lifelines.
 //
 // # Output
 //
@@ -32,7 +134,12 @@
 //   - When every rank's process has exited 0, the remaining (idle spare)
 //     processes get SIGTERM and gaspirun exits 0.
 //   - --timeout: exit 124. Ctrl-C or SIGTERM to gaspirun: exit 130 (143 for
-//     SIGTERM). Both kill the processes' groups, so nothing is left behind.
+//     SIGTERM). Both kill the processes' groups on every host, so nothing
+//     is left behind.
+//   - A process that ends before every process has registered with the
+//     rendezvous fails the job whatever the spares (the others would wait
+//     for it for ever): its exit code, 128 + the signal, ssh's 255 for a
+//     host it could not reach, or 1 for an exit 0.
 //   - A rank whose process died and that no process took over, once every
 //     process has ended: exit 1.
 //   - A process that exits 77 (it learnt it was replaced: fenced) or 74 (it
@@ -55,9 +162,10 @@
 //	76   the job failed for another membership reason (all ranks lost while shrinking)
 //	77   fenced: this process was replaced in a newer epoch
 //
-// gaspirun is not a single point of failure: the processes need it only to
-// find each other. If gaspirun itself is killed (SIGKILL), the processes
-// are not signalled and carry on; they end when the job is done.
+// In local mode gaspirun is not a single point of failure: the processes
+// need it only to find each other. If gaspirun itself is killed (SIGKILL),
+// the processes are not signalled and carry on; they end when the job is
+// done. (Under ssh and Slurm they end with their connections.)
 //
 // # Environment contract
 //
@@ -123,7 +231,9 @@
 // launcher's count is an error. FromEnv reports a bad or missing variable
 // as a *bootstrap.EnvError that names it, its value and what to do.
 //
-// For example, under Slurm:
+// For example, under Slurm without gaspirun (the answer is the same, but
+// srun reports a killed task, so a recovered job exits 137 there; gaspirun
+// inside the allocation exits 0):
 //
 //	export PGAS_TOKEN=$(gaspirun --new-token)
 //	export PGAS_RENDEZVOUS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):29400
@@ -131,5 +241,6 @@
 //	srun -n 10 ./myprog
 //
 // The logic lives in cmd/gaspirun/internal/launch; this package only turns
-// flags into a launch.Config.
+// flags into a launch.Config (and runs launch.RemoteExec for
+// --remote-exec).
 package main

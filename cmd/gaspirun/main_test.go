@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -80,5 +81,84 @@ func TestNewToken(t *testing.T) {
 	}
 	if _, err := auth.ParseToken(strings.TrimSpace(stdout.String())); err != nil {
 		t.Fatalf("token %q: %v", stdout.String(), err)
+	}
+}
+
+func TestParseFlagsLaunchers(t *testing.T) {
+	var stderr bytes.Buffer
+	t.Setenv("GASPIRUN_TEST_X", "x value")
+	cfg, _, err := parseFlags([]string{"-n", "2", "--hostfile", "hosts", "--ssh", `ssh -p 2222 -i "my key"`,
+		"--rendezvous-addr", "10.0.0.1:29400", "--remote-gaspirun", "/opt/bin/gaspirun", "-x", "GASPIRUN_TEST_X", "-x", "A=b=c",
+		"--", "./prog"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Backend() != launch.LauncherSSH || cfg.Hostfile != "hosts" || cfg.RendezvousAddr != "10.0.0.1:29400" ||
+		!reflect.DeepEqual(cfg.SSH, []string{"ssh", "-p", "2222", "-i", "my key"}) ||
+		!reflect.DeepEqual(cfg.RemoteCommand, []string{"/opt/bin/gaspirun", "--remote-exec"}) ||
+		!reflect.DeepEqual(cfg.Env, []string{"GASPIRUN_TEST_X=x value", "A=b=c"}) {
+		t.Fatalf("got %+v", cfg)
+	}
+	cfg, _, err = parseFlags([]string{"-n", "2", "--launcher", "slurm", "--srun", "srun --mem-per-cpu=1G", "prog"}, &stderr)
+	if err != nil || cfg.Launcher != launch.LauncherSlurm || !reflect.DeepEqual(cfg.Srun, []string{"srun", "--mem-per-cpu=1G"}) {
+		t.Fatalf("got %+v, %v", cfg, err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-n", "2", "-x", "GASPIRUN_TEST_UNSET_VAR", "prog"}, "-x GASPIRUN_TEST_UNSET_VAR: is not set here"},
+		{[]string{"-n", "2", "-x", "=v", "prog"}, "-x =v: has no name"},
+		{[]string{"-n", "2", "--ssh", `ssh "x`, "prog"}, "--ssh ssh \"x: is not a command"},
+		{[]string{"-n", "2", "--ssh", " ", "prog"}, "--ssh  : is not a command"},
+	} {
+		if _, _, err := parseFlags(c.args, &stderr); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestSlurmDefaultRanks(t *testing.T) {
+	var stderr bytes.Buffer
+	t.Setenv("SLURM_JOB_ID", "9")
+	t.Setenv("SLURM_NTASKS", "6")
+	cfg, _, err := parseFlags([]string{"--spares", "2", "prog"}, &stderr)
+	if err != nil || cfg.Ranks != 4 || cfg.Backend() != launch.LauncherSlurm {
+		t.Fatalf("got ranks %d, backend %s, %v", cfg.Ranks, cfg.Backend(), err)
+	}
+	if _, _, err := parseFlags([]string{"--spares", "6", "prog"}, &stderr); err == nil || !strings.Contains(err.Error(), "leaves no rank of the allocation's 6 tasks") {
+		t.Errorf("all spares: %v", err)
+	}
+	// --launcher local inside an allocation still needs -n.
+	if _, _, err := parseFlags([]string{"--launcher", "local", "prog"}, &stderr); err == nil || !strings.Contains(err.Error(), "-n: is required") {
+		t.Errorf("local without -n: %v", err)
+	}
+}
+
+func TestRunLauncherErrors(t *testing.T) {
+	hf := filepath.Join(t.TempDir(), "hosts")
+	os.WriteFile(hf, []byte("node1 slots=2\nnode2 slots=x\n"), 0o644)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-n", "2", "--hostfile", hf, "prog"}, `line 2 ("node2 slots=x"): slots=x: not a whole number`},
+		{[]string{"-n", "2", "--hostfile", hf, "--hosts", "a,b", "prog"}, "--hosts/--ranks-per-host: only label processes of a local job"},
+		{[]string{"-n", "2", "--launcher", "ssh", "prog"}, "--launcher ssh: needs the hosts; give --hostfile FILE"},
+		{[]string{"-n", "2", "--launcher", "local", "--ssh", "ssh", os.Args[0]}, "apply to --hostfile and Slurm jobs"},
+		{[]string{"-n", "2", "--launcher", "pbs", "prog"}, "--launcher pbs: unknown launcher; use local, ssh or slurm"},
+		{[]string{"-n", "2", "--hostfile", hf, "--rendezvous-addr", "a b", "prog"}, "--rendezvous-addr a b: is not HOST or HOST:PORT"},
+	}
+	for _, c := range cases {
+		var stdout, stderr bytes.Buffer
+		if code := run(c.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("gaspirun %q: exit %d, stderr %q; want exit 2 and %q", c.args, code, stderr.String(), c.want)
+		}
+	}
+	os.WriteFile(hf, []byte("node1 slots=2\n"), 0o644)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"-n", "2", "--spares", "1", "--hostfile", hf, "prog"}, &stdout, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "its 1 host offer 2 slots, too few for 3 processes (-n 2 + --spares 1)") {
+		t.Errorf("too few slots: exit %d, %q", code, stderr.String())
 	}
 }

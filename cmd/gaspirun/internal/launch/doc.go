@@ -1,6 +1,6 @@
-// Package launch is gaspirun's logic: it starts the processes of a job on
-// this machine, hosts the rendezvous, prefixes their output, and decides
-// from their exits and reports how the job ends.
+// Package launch is gaspirun's logic: it starts the processes of a job,
+// hosts the rendezvous, prefixes their output, and decides from their
+// exits and reports how the job ends.
 //
 // Usage:
 //
@@ -14,10 +14,22 @@
 //	}
 //	os.Exit(res.ExitCode)
 //
-// The rules (exit status, teardown, the death policy, output prefixes) are
-// documented in cmd/gaspirun. The decisions are made by a pure state
-// machine (tracker) fed with exits, reports and interruptions; Run is the
-// driver that owns the processes, the clock and the signals.
+// The rules (exit status, teardown, the death policy, output prefixes, the
+// launchers) are documented in cmd/gaspirun. The decisions are made by a
+// pure state machine (tracker) fed with exits, reports and interruptions;
+// Run is the front end that owns the processes, the clock and the signals.
+//
+// Back ends: Run starts and signals processes only through the backend
+// interface (backend.go): localBackend forks here; remoteBackend runs each
+// process through a connector, the ssh client or one srun step per
+// process, as "gaspirun --remote-exec" (RemoteExec) on its host. The
+// protocol between the two (remoteproto.go) carries the program and its
+// environment over the connector's stdin, never its argv, control lines
+// ("signal N", "ping") after it, and a final status line with the real
+// exit code or signal at the end of the program's stdout; a remote process
+// whose status never arrives counts as killed (exitInfo.Lost). Hostfiles
+// (ParseHostfile), Slurm allocations (SlurmHosts) and placement (Place)
+// are pure functions.
 //
 // Ordering: a process's exit is held back for at most Config.ExitSettle
 // until the rendezvous reports its control connection closed, so every
@@ -27,8 +39,11 @@
 // Concurrency and ownership: Run owns every goroutine it starts (one
 // waiter and two output pumps per process, the rendezvous server) and
 // returns only after all of them have ended; pumps that a process's own
-// children keep busy are cut off after Config.Grace. Output lines from all
+// children keep busy are cut off after Config.Grace. The remote back end
+// owns a relay goroutine per process (ended by its connector's exit, or
+// after Config.Grace) and its pinger, stopped by close. Output lines from all
 // processes and the launcher go through one lock, one Write per line.
-// Processes run in their own process groups without a parent-death
-// signal: a SIGKILLed launcher leaves them running.
+// Local processes run in their own process groups without a parent-death
+// signal: a SIGKILLed launcher leaves them running. Remote ones end with
+// their connection (RemoteExec).
 package launch

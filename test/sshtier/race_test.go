@@ -1,0 +1,5 @@
+//go:build race
+
+package sshtier
+
+func init() { raceEnabled = true }

@@ -1,0 +1,174 @@
+package sshtier
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/simhost"
+)
+
+// launch is gaspirun --hostfile over the hosts' sshds.
+func (s *sshHosts) launch(t *testing.T, kmArgs []string) *run {
+	t.Helper()
+	return gaspirun(t, []string{"-n", "4", "--spares", "2", "--hostfile", s.hostfile,
+		"--ssh", "ssh -F " + s.sshConfig, "--timeout", jobWait.String()}, kmArgs)
+}
+
+// TestSSHHostCrash: node2 (ranks 2 and 3, and its sshd) is SIGKILLed after
+// iteration 10; the spares on node3 take over and the job ends with exit
+// 0 and the failure-free answer, leaving nothing behind anywhere.
+func TestSSHHostCrash(t *testing.T) {
+	require(t)
+	ref := reference(t)
+	s := newSSHHosts(t)
+	since := time.Now().Add(-time.Second)
+	r := s.launch(t, workload)
+	r.waitLine(t, "the placement", func(l string) bool {
+		return strings.HasPrefix(l, "gaspirun: ssh launch, rendezvous "+s.c.FrontAddr().String()+":") &&
+			strings.HasSuffix(l, "placement: node1: r0 r1; node2: r2 r3; node3: s4 s5")
+	})
+	r.waitIter(t, 10)
+
+	// The token: in the processes' environments, in no argv and no file.
+	pid := s.kmeansOn(0)
+	if pid == 0 {
+		t.Fatalf("no kmeans on node1: %v", s.jobProcs(0))
+	}
+	token, ok := proctest.EnvOf(pid, "PGAS_TOKEN")
+	if !ok || len(token) < 32 {
+		t.Fatalf("kmeans on node1 has no job token (%q)", token)
+	}
+	if hits := proctest.ArgvsWith(token); len(hits) > 0 {
+		t.Errorf("the job token is in argvs:\n%s", strings.Join(hits, "\n"))
+	}
+	roots := []string{s.dir, os.TempDir()}
+	for _, h := range s.c.Hosts() {
+		roots = append(roots, h.Dir())
+	}
+	for _, root := range roots {
+		if hits := proctest.FilesWith(root, token, since, root != os.TempDir()); len(hits) > 0 {
+			t.Errorf("the job token is in files: %v", hits)
+		}
+	}
+
+	killed, err := s.c.Crash(s.c.Host(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("crashed node2: killed %d processes", len(killed))
+	code := r.wait(t)
+	out := r.output()
+	if code != 0 {
+		t.Fatalf("gaspirun exited %d, want 0:\n%s", code, out)
+	}
+	if got := r.final(); got != ref {
+		t.Fatalf("answer %q, want the failure-free %q:\n%s", got, ref, out)
+	}
+	for _, rank := range []int{2, 3} {
+		lost := fmt.Sprintf("process %d on node2", rank)
+		if !strings.Contains(out, lost) || !strings.Contains(out, "was lost: ssh to node2") {
+			t.Errorf("no loss of %s reported:\n%s", lost, out)
+		}
+	}
+	if !strings.Contains(out, "now holds rank 2") || !strings.Contains(out, "now holds rank 3") {
+		t.Errorf("no promotion reported:\n%s", out)
+	}
+	s.waitHostsClean(t)
+}
+
+// TestSSHHostCutOff: node2 (ranks 2 and 3) drops off the network for good
+// after iteration 10, silently. The spares take over and the job ends with
+// exit 0 and the failure-free answer; gaspirun stops node2's unreachable
+// processes through their connections, and on node2 nothing of the job
+// outlives its ssh sessions (ended by sshd's ClientAlive bound or the
+// remote side's missing pings).
+func TestSSHHostCutOff(t *testing.T) {
+	require(t)
+	ref := reference(t)
+	s := newSSHHosts(t)
+	r := s.launch(t, workload)
+	r.waitIter(t, 10)
+	if err := s.c.Cut(s.c.Host(1), simhost.Silent); err != nil {
+		t.Fatal(err)
+	}
+	code := r.wait(t)
+	out := r.output()
+	if code != 0 {
+		t.Fatalf("gaspirun exited %d, want 0:\n%s", code, out)
+	}
+	if got := r.final(); got != ref {
+		t.Fatalf("answer %q, want the failure-free %q:\n%s", got, ref, out)
+	}
+	if !strings.Contains(out, "now holds rank 2") || !strings.Contains(out, "now holds rank 3") {
+		t.Errorf("no promotion reported:\n%s", out)
+	}
+	ended := time.Now()
+	s.waitHostsClean(t)
+	t.Logf("gaspirun's last lines:\n%s\nnode2 clean %v after gaspirun's exit", lastLines(out, 4), time.Since(ended).Round(time.Millisecond))
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
+// TestSSHDroppedConnectionAndInterrupt: the ssh clients of node2's two
+// ranks are SIGKILLed: the sshd ends their sessions, the remote sides kill
+// the ranks, and the spares take over. Then SIGINT to gaspirun tears the
+// job down on every host.
+func TestSSHDroppedConnectionAndInterrupt(t *testing.T) {
+	require(t)
+	s := newSSHHosts(t)
+	endless := append([]string{}, workload...)
+	for i, a := range endless {
+		if a == "--max-iter" {
+			endless[i+1] = "1000000"
+		}
+	}
+	r := s.launch(t, endless)
+	r.waitIter(t, 5)
+	victims := sshClientsTo(r.cmd.Process.Pid, "node2")
+	if len(victims) != 2 {
+		t.Fatalf("ssh clients to node2: %v, want 2", victims)
+	}
+	for _, pid := range victims {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	r.waitLine(t, "the promotions", func(l string) bool {
+		return strings.Contains(l, "now holds rank 3") || strings.Contains(l, "now holds rank 2")
+	})
+	r.waitLine(t, "the recovery", func(l string) bool { return strings.HasPrefix(l, "[r0] recovery: epoch ") })
+	if left := s.jobProcs(1); len(left) > 0 {
+		// The sessions end within sshd's ClientAliveInterval at worst.
+		deadline := time.Now().Add(endWait)
+		for len(left) > 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond) // real processes: poll with a deadline
+			left = s.jobProcs(1)
+		}
+		if len(left) > 0 {
+			t.Fatalf("node2 still runs after its connections dropped:\n%s", strings.Join(left, "\n"))
+		}
+	}
+	r.cmd.Process.Signal(syscall.SIGINT)
+	if code := r.wait(t); code != 130 {
+		t.Fatalf("gaspirun exited %d after SIGINT, want 130:\n%s", code, r.output())
+	}
+	if out := r.output(); !strings.Contains(out, "interrupted by SIGINT") {
+		t.Errorf("no interruption reported:\n%s", out)
+	}
+	s.waitHostsClean(t)
+}
+
+// sshClientsTo lists gaspirun's ssh children whose host is host.
+func sshClientsTo(parent int, host string) []int {
+	return proctest.Find(func(_, ppid int, argv []string) bool {
+		return ppid == parent && filepath.Base(argv[0]) == "ssh" && len(argv) >= 2 && argv[len(argv)-2] == host
+	})
+}
