@@ -172,7 +172,7 @@ func referenceSum(t *testing.T) string {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  lockedBuffer
+	out  proctest.Buffer
 	done chan struct{}
 	code int // after done; -1 for a signal
 	sig  syscall.Signal
@@ -219,23 +219,6 @@ func (p *proc) exitCode() int {
 		return 128 + int(p.sig)
 	}
 	return p.code
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // noRaft drops the Raft library's lines from out, for failure messages.
