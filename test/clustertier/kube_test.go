@@ -28,10 +28,11 @@ func imagePath(p string) string {
 
 // TestKubernetesPodLost runs the manifest's Job on three simulated hosts
 // (network namespaces, each with its own /etc/hosts), every pod with
-// exactly the environment the manifest gives it, and loses a pod's node:
-// every process of node2 (pods 2 and 3, ranks 2 and 3) is SIGKILLed in
-// the middle of the run. The spares take both ranks and the job ends with
-// the failure-free checksum. The test then does what the Job controller
+// exactly the environment the manifest gives it, and loses a node in the
+// middle of the run: every process of node2 (pods 2 and 3, ranks 2 and 3),
+// or of node1 (pods 0 and 1: process 0 hosted the rendezvous and rank 0
+// prints the answer), is SIGKILLed. The spares on node3 take both ranks
+// and the job ends with the failure-free checksum. The test then does what the Job controller
 // would: the manifest's podFailurePolicy applied to the lost pods' exit
 // codes gives each index its one retry, and the replacement pods, started
 // with the index's failure count as the controller annotates it, end at
@@ -41,6 +42,12 @@ func TestKubernetesPodLost(t *testing.T) {
 	m := readManifest(t)
 	simhost.Require(t)
 	ref := referenceSum(t)
+	for _, lost := range []int{1, 0} {
+		t.Run(fmt.Sprintf("node%d", lost+1), func(t *testing.T) { kubePodLost(t, m, ref, lost) })
+	}
+}
+
+func kubePodLost(t *testing.T, m *manifest, ref string, lostHost int) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline+time.Minute)
 	defer cancel()
@@ -97,8 +104,8 @@ func TestKubernetesPodLost(t *testing.T) {
 		}
 	})
 
-	// Lose node2 once rank 0 has done a few iterations.
-	lost := c.Host(1)
+	// Lose the node once rank 0 has done a few iterations.
+	lost := c.Host(lostHost)
 	for lastIter(pods[0].out.String()) < 8 {
 		select {
 		case <-pods[0].done:
@@ -133,7 +140,7 @@ func TestKubernetesPodLost(t *testing.T) {
 		if *m.jobSpec.BackoffLimitPerIndex < 1 {
 			t.Fatalf("backoffLimitPerIndex %d: a lost pod's index would fail", *m.jobSpec.BackoffLimitPerIndex)
 		}
-		replacements = append(replacements, run(i, c.Host(2), 1))
+		replacements = append(replacements, run(i, c.Host(2), 1)) // on a node that is up
 	}
 	for _, r := range replacements {
 		if !r.wait(20 * time.Second) {
@@ -163,7 +170,7 @@ func TestKubernetesPodLost(t *testing.T) {
 	if len(sums) != 1 || sums[0] != ref {
 		t.Fatalf("final checksums %v, want exactly the failure-free %s\n%s", sums, ref, noRaft(all.String()))
 	}
-	if !strings.Contains(all.String(), "msg=recovered") || lastIter(pods[0].out.String()) <= atIter {
+	if !strings.Contains(all.String(), "msg=recovered") || lastIter(all.String()) <= atIter {
 		t.Fatalf("no recovery after the crash at iteration %d\n%s", atIter, noRaft(all.String()))
 	}
 	t.Logf("job of %d pods on %d hosts: %s lost after iteration %d, %v after the start; ended %v later with the failure-free checksum",
