@@ -30,7 +30,8 @@
 //
 // This holds only while the job runs: a pod lost before every process had
 // registered at the rendezvous cannot be replaced this way, and the job
-// does not start (the Job's activeDeadlineSeconds bounds that wait).
+// does not start (PGAS_RENDEZVOUS_TIMEOUT and the Job's
+// activeDeadlineSeconds bound that wait).
 //
 // Exit codes: PROGRAM's own; 0 for a replacement pod; 2 for bad arguments
 // or a malformed count, with a message saying what to fix; 127 when

@@ -295,7 +295,7 @@ func TestManifestShape(t *testing.T) {
 		want      string
 	}{
 		{137, false, "Count"}, {77, false, "Count"}, {143, false, "Count"}, {0, true, "Ignore"}, {143, true, "Ignore"},
-		{1, false, "FailJob"}, {2, false, "FailJob"}, {75, false, "FailJob"},
+		{1, false, "FailJob"}, {2, false, "FailJob"}, {69, false, "FailJob"}, {75, false, "FailJob"},
 	} {
 		if got := m.onFailure(tc.exit, tc.disrupted); got != tc.want {
 			t.Errorf("a pod that failed with exit %d (disrupted %v): policy action %s, want %s", tc.exit, tc.disrupted, got, tc.want)
