@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -27,6 +28,10 @@ func main() {
 
 // run is gaspirun without the process-wide setup: flags -> Config -> Run.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "--remote-exec" {
+		// The remote side of a process started through ssh or srun.
+		return launch.RemoteExec(os.Stdin, os.Stdout, os.Stderr)
+	}
 	cfg, newToken, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -68,12 +73,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 const usage = `usage: gaspirun -n N [flags] [--] PROGRAM [ARGS...]
+       gaspirun -n N --hostfile FILE [--ssh CMD] [flags] [--] PROGRAM [ARGS...]
+       gaspirun [-n N] --spares K [flags] [--] PROGRAM [ARGS...]   (inside sbatch or salloc)
        gaspirun --new-token
 
-Runs PROGRAM as a job of N ranks plus --spares K spare processes on this
-machine. Each output line is prefixed with its process's role: [r2] for
-rank 2, [s5] for spare process 5. See 'go doc github.com/gaspigo/gaspigo/cmd/gaspirun'
-for the environment the processes get and the exit codes.
+Runs PROGRAM as a job of N ranks plus --spares K spare processes: on this
+machine, on the hosts of a hostfile through ssh, or on the nodes of a
+Slurm allocation through srun. Each output line is prefixed with its
+process's role: [r2] for rank 2, [s5] for spare process 5. See
+'go doc github.com/gaspigo/gaspigo/cmd/gaspirun' for the launchers, the
+environment the processes get and the exit codes.
 
 flags:
 `
@@ -86,7 +95,8 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
-	var hosts, onDeath string
+	var hosts, onDeath, launcher, sshCmd, srunCmd, remoteGaspirun string
+	var exports []string
 	fs.IntVar(&cfg.Ranks, "n", 0, "number of ranks `N` (required, at least 1)")
 	fs.IntVar(&cfg.Spares, "spares", 0, "number of spare processes `K` that take over a failed rank")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "tear the job down after `D` (exit 124); 0: no limit")
@@ -98,6 +108,16 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only failures, no progress lines or final summary")
 	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "time `D` between SIGTERM and SIGKILL when stopping processes")
 	fs.StringVar(&cfg.JobID, "job-id", "", "job `name` (PGAS_JOB_ID); default: random")
+	fs.StringVar(&launcher, "launcher", "", "what starts the processes: `local`, ssh (with --hostfile) or slurm (srun steps); default: ssh with --hostfile, slurm inside a Slurm allocation (SLURM_JOB_ID set), else local")
+	fs.StringVar(&cfg.Hostfile, "hostfile", "", "start the processes through ssh on the hosts of `FILE`: one host per line, optionally \"slots=N\" (default 1); # starts a comment")
+	fs.StringVar(&sshCmd, "ssh", "", "the ssh `command` to use instead of ssh, e.g. \"ssh -p 2222 -i ~/.ssh/job_key\" or a wrapper script; it gets the host and the remote command")
+	fs.StringVar(&srunCmd, "srun", "", "the srun `command` to use under Slurm instead of srun, e.g. \"srun --mem-per-cpu=2G\"")
+	fs.StringVar(&cfg.RendezvousAddr, "rendezvous-addr", "", "`HOST[:PORT]` of this machine where the hosts reach the rendezvous; default: the address that routes to the first host")
+	fs.StringVar(&remoteGaspirun, "remote-gaspirun", "", "`path` of gaspirun on the hosts (it runs there as gaspirun --remote-exec); default: the path of this gaspirun")
+	fs.Func("x", "pass environment variable `NAME` (with its value here) or NAME=VALUE to every process; repeatable. Over ssh the processes get the remote login's environment plus these, PGAS_* and Go's runtime variables", func(s string) error {
+		exports = append(exports, s)
+		return nil
+	})
 	fs.BoolVar(&newToken, "new-token", false, "print a fresh job token (for PGAS_TOKEN under Slurm or Kubernetes) and exit")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false, err
@@ -107,9 +127,43 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	cfg.Launcher = launch.LauncherKind(launcher)
+	for _, c := range []struct {
+		flag, value string
+		dst         *[]string
+	}{{"--ssh", sshCmd, &cfg.SSH}, {"--srun", srunCmd, &cfg.Srun}} {
+		if c.value == "" {
+			continue
+		}
+		words, err := launch.SplitCommand(c.value)
+		if err != nil || len(words) == 0 {
+			return cfg, false, &launch.FlagError{Flag: c.flag, Value: c.value, Problem: "is not a command", Fix: "quote it as one argument, e.g. " + c.flag + " \"ssh -p 2222\""}
+		}
+		*c.dst = words
+	}
+	if remoteGaspirun != "" {
+		cfg.RemoteCommand = []string{remoteGaspirun, "--remote-exec"}
+	}
+	for _, x := range exports {
+		if k, _, ok := strings.Cut(x, "="); ok {
+			if k == "" {
+				return cfg, false, &launch.FlagError{Flag: "-x", Value: x, Problem: "has no name", Fix: "write -x NAME or -x NAME=VALUE"}
+			}
+			cfg.Env = append(cfg.Env, x)
+			continue
+		}
+		v, ok := os.LookupEnv(x)
+		if !ok {
+			return cfg, false, &launch.FlagError{Flag: "-x", Value: x, Problem: "is not set here", Fix: "set it, or write -x " + x + "=VALUE"}
+		}
+		cfg.Env = append(cfg.Env, x+"="+v)
+	}
 	if !set["n"] {
-		return cfg, false, &launch.FlagError{Flag: "-n", Problem: "is required",
-			Fix: "say how many ranks to run, e.g. gaspirun -n 4 ./prog (gaspirun's flags go before the program)"}
+		ranks, err := slurmRanks(cfg)
+		if err != nil {
+			return cfg, false, err
+		}
+		cfg.Ranks = ranks
 	}
 	if hosts != "" {
 		for _, h := range strings.Split(hosts, ",") {
@@ -117,8 +171,34 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 		}
 	}
 	cfg.OnDeath = launch.DeathPolicy(onDeath)
+
 	if rest := fs.Args(); len(rest) > 0 {
 		cfg.Program, cfg.Args = rest[0], rest[1:]
 	}
 	return cfg, false, nil
+}
+
+// slurmRanks is the default -n inside a Slurm allocation: its tasks minus
+// the spares.
+func slurmRanks(cfg launch.Config) (int, error) {
+	missing := &launch.FlagError{Flag: "-n", Problem: "is required",
+		Fix: "say how many ranks to run, e.g. gaspirun -n 4 ./prog (gaspirun's flags go before the program)"}
+	if cfg.Backend() != launch.LauncherSlurm {
+		return 0, missing
+	}
+	v := os.Getenv("SLURM_NTASKS")
+	if v == "" {
+		v = os.Getenv("SLURM_NPROCS")
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		missing.Fix = "the allocation does not say its tasks (SLURM_NTASKS); give -n, or ask sbatch/salloc for -n TASKS"
+		return 0, missing
+	}
+	if n-cfg.Spares < 1 {
+		return 0, &launch.FlagError{Flag: "--spares", Value: strconv.Itoa(cfg.Spares),
+			Problem: fmt.Sprintf("leaves no rank of the allocation's %d tasks (SLURM_NTASKS)", n),
+			Fix:     "ask sbatch/salloc for more tasks, or give fewer spares"}
+	}
+	return n - cfg.Spares, nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -22,9 +23,27 @@ const (
 	ExitLost        = 1   // a rank lost its process and nobody took it over
 )
 
-// MaxProcs caps ranks plus spares: gaspirun starts every process on this
-// machine.
+// MaxProcs caps ranks plus spares: gaspirun starts every process, or its
+// ssh or srun client, on this machine.
 const MaxProcs = 4096
+
+// LauncherKind names a back end: what starts the processes.
+type LauncherKind string
+
+// Back ends.
+const (
+	// LauncherAuto is ssh with a hostfile, slurm inside a Slurm allocation
+	// (SLURM_JOB_ID is set), local otherwise.
+	LauncherAuto LauncherKind = ""
+	// LauncherLocal forks the processes on this machine.
+	LauncherLocal LauncherKind = "local"
+	// LauncherSSH starts each process on its host from the hostfile
+	// through the ssh client.
+	LauncherSSH LauncherKind = "ssh"
+	// LauncherSlurm starts each process as a one-task srun step on its
+	// node of the allocation.
+	LauncherSlurm LauncherKind = "slurm"
+)
 
 // DeathPolicy says what a process killed by a signal means for the job.
 type DeathPolicy string
@@ -87,6 +106,36 @@ type Config struct {
 	// Env holds extra KEY=VALUE variables for every process. It may not set
 	// the PGAS_ variables of the contract; gaspirun sets those.
 	Env []string
+	// Launcher selects the back end (--launcher); LauncherAuto decides from
+	// Hostfile and the environment.
+	Launcher LauncherKind
+	// Hostfile is the file of hosts and slots for LauncherSSH
+	// (--hostfile; see ParseHostfile).
+	Hostfile string
+	// SSH is the ssh command (--ssh), ending before the host: the back end
+	// appends the host and the remote command. Empty: ssh. When its
+	// program is named ssh, sshOptions are appended first.
+	SSH []string
+	// Srun is the srun command (--srun); the back end appends the step's
+	// options and the remote command. Empty: srun.
+	Srun []string
+	// RemoteCommand runs "gaspirun --remote-exec" on a host
+	// (--remote-gaspirun). Empty: this executable's path and
+	// --remote-exec, i.e. gaspirun at the same path on every host.
+	RemoteCommand []string
+	// RendezvousAddr is where remote processes reach the rendezvous, HOST
+	// or HOST:PORT (--rendezvous-addr). Empty: the local address that
+	// routes to the first host of the job that is not this machine's
+	// loopback, on an ephemeral port (127.0.0.1 when every host is).
+	RendezvousAddr string
+	// PingInterval is how often gaspirun tells each remote side it is
+	// alive; PingTimeout is how long a remote side waits without a word
+	// before it kills its process (the connection or gaspirun is gone).
+	// PingTimeout 0: the remote side waits for its stdin to end.
+	PingInterval, PingTimeout time.Duration
+	// LookupEnv reads gaspirun's environment (SLURM_* for the Slurm back
+	// end). Nil: os.LookupEnv.
+	LookupEnv func(string) (string, bool)
 	// Stdout and Stderr receive the processes' prefixed output and the
 	// launcher's own lines (on Stderr). Nil: discarded.
 	Stdout, Stderr io.Writer
@@ -98,12 +147,36 @@ type Config struct {
 // DefaultConfig returns the settings gaspirun uses; the caller sets Ranks,
 // Program and the rest from flags.
 func DefaultConfig() Config {
-	return Config{Grace: 3 * time.Second, ExitSettle: 500 * time.Millisecond}
+	return Config{Grace: 3 * time.Second, ExitSettle: 500 * time.Millisecond,
+		PingInterval: time.Second, PingTimeout: 20 * time.Second}
 }
 
 // LocalConfig is DefaultConfig with short waits, for tests.
 func LocalConfig() Config {
-	return Config{Grace: 500 * time.Millisecond, ExitSettle: 300 * time.Millisecond}
+	return Config{Grace: 500 * time.Millisecond, ExitSettle: 300 * time.Millisecond,
+		PingInterval: 200 * time.Millisecond, PingTimeout: 5 * time.Second}
+}
+
+func (c Config) lookupEnv(k string) (string, bool) {
+	if c.LookupEnv != nil {
+		return c.LookupEnv(k)
+	}
+	return os.LookupEnv(k)
+}
+
+// Backend resolves LauncherAuto: ssh with a hostfile, slurm when
+// SLURM_JOB_ID is set, local otherwise.
+func (c Config) Backend() LauncherKind {
+	if c.Launcher != LauncherAuto {
+		return c.Launcher
+	}
+	if c.Hostfile != "" {
+		return LauncherSSH
+	}
+	if v, _ := c.lookupEnv("SLURM_JOB_ID"); strings.TrimSpace(v) != "" {
+		return LauncherSlurm
+	}
+	return LauncherLocal
 }
 
 // NumProcs is ranks plus spares.
@@ -151,8 +224,15 @@ func (c Config) Validate() error {
 			Problem: fmt.Sprintf("with --spares %d that is %d processes, and gaspirun starts at most %d on one machine", c.Spares, c.NumProcs(), MaxProcs),
 			Fix:     "use fewer ranks, or start the job under Slurm or Kubernetes"}
 	}
-	if err := checkProgram(c.Program); err != nil {
+	if err := c.validateBackend(); err != nil {
 		return err
+	}
+	if c.Backend() == LauncherLocal {
+		if err := checkProgram(c.Program); err != nil {
+			return err
+		}
+	} else if c.Program == "" {
+		return checkProgram(c.Program)
 	}
 	if c.Timeout < 0 {
 		return &FlagError{Flag: "--timeout", Value: c.Timeout.String(), Problem: "cannot be negative", Fix: "use e.g. --timeout 10m, or 0 for no limit"}
@@ -203,6 +283,50 @@ func (c Config) Validate() error {
 		if isContractVar(k) {
 			return &FlagError{Flag: "Env", Value: kv, Problem: k + " is set by gaspirun for each process", Fix: "use the matching flag instead"}
 		}
+	}
+	return nil
+}
+
+// validateBackend checks the settings of the back ends.
+func (c Config) validateBackend() error {
+	kind := c.Backend()
+	switch kind {
+	case LauncherLocal, LauncherSSH, LauncherSlurm:
+	default:
+		return &FlagError{Flag: "--launcher", Value: string(c.Launcher), Problem: "unknown launcher", Fix: "use local, ssh or slurm"}
+	}
+	if kind == LauncherSSH && c.Hostfile == "" {
+		return &FlagError{Flag: "--launcher", Value: "ssh", Problem: "needs the hosts", Fix: "give --hostfile FILE"}
+	}
+	if kind != LauncherSSH && c.Hostfile != "" {
+		return &FlagError{Flag: "--hostfile", Value: c.Hostfile, Problem: "is for --launcher ssh, not " + string(kind),
+			Fix: "drop --launcher, or drop --hostfile"}
+	}
+	if kind != LauncherLocal && (len(c.Hosts) > 0 || c.ProcsPerHost > 0) {
+		why := "the hostfile names the hosts"
+		if kind == LauncherSlurm {
+			why = "the Slurm allocation names the hosts (SLURM_JOB_ID is set)"
+		}
+		return &FlagError{Flag: "--hosts/--ranks-per-host", Problem: "only label processes of a local job; " + why,
+			Fix: "drop them, or give --launcher local to run every process on this machine"}
+	}
+	if kind == LauncherLocal && (c.RendezvousAddr != "" || len(c.SSH) > 0 || len(c.Srun) > 0 || len(c.RemoteCommand) > 0) {
+		return &FlagError{Flag: "--rendezvous-addr/--ssh/--srun/--remote-gaspirun", Problem: "apply to --hostfile and Slurm jobs, not to a local one",
+			Fix: "give --hostfile FILE, or drop them"}
+	}
+	if c.RendezvousAddr != "" {
+		host, port := c.RendezvousAddr, "0"
+		if h, p, err := net.SplitHostPort(c.RendezvousAddr); err == nil {
+			host, port = h, p
+		}
+		if n, err := strconv.Atoi(port); host == "" || err != nil || n < 0 || n > 65535 || strings.ContainsAny(host, " /") {
+			return &FlagError{Flag: "--rendezvous-addr", Value: c.RendezvousAddr, Problem: "is not HOST or HOST:PORT",
+				Fix: "give an address of this machine that every host can reach, e.g. 10.0.0.1 or 10.0.0.1:29400"}
+		}
+	}
+	if c.PingTimeout < 0 || c.PingInterval < 0 || (c.PingTimeout > 0 && (c.PingInterval == 0 || c.PingInterval >= c.PingTimeout)) {
+		return &FlagError{Flag: "PingInterval/PingTimeout", Value: fmt.Sprintf("%v/%v", c.PingInterval, c.PingTimeout),
+			Problem: "the interval must be positive and shorter than the timeout"}
 	}
 	return nil
 }

@@ -57,3 +57,23 @@ func (i *Interrupt) ExitCode() int {
 	}
 	return ExitInterrupted
 }
+
+// HostfileError is a bad line of a hostfile. It wraps ErrConfig.
+type HostfileError struct {
+	File    string
+	Line    int    // 1-based
+	Text    string // the line, trimmed
+	Problem string
+	Fix     string
+}
+
+func (e *HostfileError) Error() string {
+	s := fmt.Sprintf("--hostfile %s: line %d (%q): %s", e.File, e.Line, e.Text, e.Problem)
+	if e.Fix != "" {
+		s += "; " + e.Fix
+	}
+	return s
+}
+
+// Unwrap returns ErrConfig.
+func (e *HostfileError) Unwrap() error { return ErrConfig }

@@ -28,7 +28,13 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "--remote-exec" {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) // as gaspirun's main
+		os.Exit(RemoteExec(os.Stdin, os.Stdout, os.Stderr))
+	}
 	switch os.Getenv(roleVar) {
+	case "fakessh", "fakesrun":
+		os.Exit(fakeConnectorMain(os.Getenv(roleVar), os.Args[1:]))
 	case "child":
 		os.Exit(childMain(os.Getenv(modeVar)))
 	case "sleeper":
@@ -49,6 +55,10 @@ func sleepForever() { time.Sleep(time.Hour) }
 //	hang     start a grandchild in the same process group, ignore SIGTERM, hang
 //	promote  rank 1 kills itself; the spare waits until rank 1's listener is gone,
 //	         reports that it holds rank 1, and exits 0
+//	drop     as promote, but rank 1 leaves a pid file, prints "ready" and waits
+//	         to be killed from outside
+//	hold     leave a pid file, print "ready", wait for a stop file (ranks) or
+//	         SIGTERM (spares), exit 0
 //	survive  leave a pid file, print until the launcher is gone, mark that, wait for a stop file
 func childMain(mode string) int {
 	if mode == "hang" {
@@ -61,6 +71,7 @@ func childMain(mode string) int {
 		}
 		signal.Ignore(syscall.SIGTERM)
 		fmt.Printf("grandchild %d\n", gc.Process.Pid)
+		fmt.Printf("self %d\n", os.Getpid())
 	}
 	env, err := bootstrap.FromEnv()
 	if err != nil {
@@ -112,8 +123,30 @@ func childMain(mode string) int {
 	case "hang":
 		fmt.Println("ready")
 		sleepForever()
-	case "promote":
+	case "hold":
+		dir := os.Getenv(dirVar)
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("pid.%d", env.Proc)), []byte(fmt.Sprint(os.Getpid())), 0o644)
+		fmt.Println("ready")
+		if !isRank {
+			waitTerm()
+			break
+		}
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "stop")); err == nil {
+				break
+			}
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return 97
+			}
+		}
+	case "promote", "drop":
 		switch {
+		case rank == 1 && mode == "drop":
+			os.WriteFile(filepath.Join(os.Getenv(dirVar), fmt.Sprintf("pid.%d", env.Proc)), []byte(fmt.Sprint(os.Getpid())), 0o644)
+			fmt.Println("ready")
+			sleepForever()
 		case rank == 1:
 			fmt.Println("dying")
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -179,6 +212,7 @@ func waitTerm() {
 // the launcher.
 func launcherMain() int {
 	cfg := LocalConfig()
+	cfg.Launcher = LauncherLocal
 	cfg.Ranks = 2
 	cfg.Program = os.Args[0]
 	cfg.Env = []string{roleVar + "=child", modeVar + "=survive", dirVar + "=" + os.Getenv(dirVar), noRaceExitDelay}

@@ -10,8 +10,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,9 +58,29 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	path, err := exec.LookPath(cfg.Program)
-	if err != nil {
-		return Result{}, checkProgram(cfg.Program)
+	kind := cfg.Backend()
+	var place *Placement
+	switch kind {
+	case LauncherSSH, LauncherSlurm:
+		var hosts []HostSlots
+		var err error
+		if kind == LauncherSSH {
+			hosts, err = ReadHostfile(cfg.Hostfile)
+		} else {
+			hosts, err = SlurmHosts(cfg.lookupEnv)
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		p, err := Place(hosts, cfg.Ranks, cfg.Spares)
+		if err != nil {
+			if fe, ok := err.(*FlagError); ok && kind == LauncherSlurm {
+				fe.Flag = "the Slurm allocation"
+				fe.Fix = fmt.Sprintf("ask sbatch or salloc for at least %d tasks (-n %d), or run fewer processes", cfg.NumProcs(), cfg.NumProcs())
+			}
+			return Result{}, err
+		}
+		place = &p
 	}
 	out := newOutput(cfg.Stdout, cfg.Stderr)
 	logger := cfg.Logger
@@ -85,12 +103,28 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		hostname = "localhost"
 	}
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var hosts []HostSlots
+	if place != nil {
+		hosts = place.Hosts
+	}
+	bind, adv, err := rendezvousBind(ctx, cfg, kind, hosts)
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: rendezvous cannot listen on 127.0.0.1: %v", ErrStart, err)
+		return Result{}, err
+	}
+	l, err := net.Listen("tcp", bind)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: rendezvous cannot listen on %s: %v", ErrStart, bind, err)
+	}
+	rendezvous := l.Addr().String()
+	if adv != "" {
+		_, port, _ := net.SplitHostPort(rendezvous)
+		rendezvous = net.JoinHostPort(adv, port)
 	}
 	token := auth.NewToken()
 	scfg := bootstrap.LocalServerConfig()
+	if kind != LauncherLocal {
+		scfg = bootstrap.DefaultServerConfig()
+	}
 	scfg.Listener = l
 	scfg.Token = token
 	scfg.NumProcs = cfg.NumProcs()
@@ -111,18 +145,46 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		<-srvDone
 	}()
 
+	var be backend
+	if kind == LauncherLocal {
+		path, err := exec.LookPath(cfg.Program)
+		if err != nil {
+			return Result{}, checkProgram(cfg.Program)
+		}
+		be = &localBackend{path: path, args: cfg.Args}
+	} else {
+		rb, err := newRemoteBackend(kind, cfg)
+		if err != nil {
+			return Result{}, fmt.Errorf("%w: %v", ErrStart, err)
+		}
+		be = rb
+	}
 	j := &job{
 		cfg:   cfg,
-		path:  path,
+		be:    be,
+		place: place,
 		out:   out,
 		srv:   srv,
 		tr:    newTracker(cfg.Ranks, cfg.NumProcs(), cfg.Policy()),
 		exits: make(chan exitEvent, cfg.NumProcs()),
 		base: bootstrap.Env{
-			NumProcs: cfg.NumProcs(), NumRanks: cfg.Ranks, Rendezvous: l.Addr().String(), Token: token,
+			NumProcs: cfg.NumProcs(), NumRanks: cfg.Ranks, Rendezvous: rendezvous, Token: token,
 			JobID: jobID, StateDir: cfg.StateDir, Launcher: bootstrap.LauncherPGAS,
 		},
 		hostname: hostname,
+	}
+	if place != nil {
+		j.tr.hosts = make([]string, cfg.NumProcs())
+		for p := range j.tr.hosts {
+			j.tr.hosts[p] = place.Host(p)
+		}
+		if !cfg.Quiet {
+			out.notice(fmt.Sprintf("%s launch, rendezvous %s; placement: %s", kind, rendezvous, place))
+		}
+		if u := place.Uncovered(); len(u) > 0 && cfg.Spares > 0 {
+			out.notice(fmt.Sprintf("warning: the spares cannot cover the loss of %s; give hosts fewer slots or add spares so that no host holds more than %d processes",
+				strings.Join(u, ", "), cfg.Spares))
+		}
 	}
 	start := time.Now()
 	for p := 0; p < cfg.NumProcs(); p++ {
@@ -132,10 +194,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				<-j.exits
 			}
 			j.closePumps()
+			be.close()
 			return Result{}, fmt.Errorf("%w: %v", ErrStart, err)
 		}
 	}
 	res := j.loop(ctx)
+	be.close()
 	res.Wall = time.Since(start)
 	res.Summary = fmt.Sprintf("%s; exit %d; wall time %v", j.tr.summary(), res.ExitCode, res.Wall.Round(time.Millisecond))
 	if res.Reason != "" {
@@ -153,18 +217,20 @@ type exitEvent struct {
 }
 
 type proc struct {
-	id    int
-	pid   int
-	host  string
-	label atomic.Pointer[string]
-	files []*os.File // read ends of the output pipes
+	id     int
+	pid    int
+	host   string
+	handle process
+	label  atomic.Pointer[string]
+	files  []*os.File // read ends of the output pipes
 }
 
 // job is the state of one Run. The loop goroutine owns tr; the pumps read
 // labels through proc.label.
 type job struct {
 	cfg      Config
-	path     string
+	be       backend
+	place    *Placement // nil for a local job
 	out      *output
 	srv      *bootstrap.Server
 	tr       *tracker
@@ -175,58 +241,30 @@ type job struct {
 	pumps    sync.WaitGroup
 }
 
-// childEnviron is the parent's environment without the contract's
-// variables (PGAS_LOG, PGAS_ADVERTISE_HOST and the like pass through),
-// then the extra ones, then the contract.
-func childEnviron(extra, contract []string, ranks int) []string {
-	var out []string
-	userProcs := false
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if isContractVar(k) {
-			continue
-		}
-		userProcs = userProcs || k == "GOMAXPROCS"
-		out = append(out, kv)
-	}
-	for _, kv := range extra {
-		userProcs = userProcs || strings.HasPrefix(kv, "GOMAXPROCS=")
-	}
-	if !userProcs {
-		out = append(out, "GOMAXPROCS="+strconv.Itoa(procsPerRank(runtime.NumCPU(), ranks)))
-	}
-	out = append(out, extra...)
-	return append(out, contract...)
-}
-
-// procsPerRank is each rank's share of the cores (at least 1), given to a
-// child as GOMAXPROCS unless the user set one. Ranks that each run as many
-// Go threads as there are cores oversubscribe the host: a message then
-// wakes a goroutine on another thread, which cost a small write+notify
-// round trip 2x (gaspibench: 53-57 us against 21-24 us with one thread per
-// rank, with 2 ranks on 2 cores).
-func procsPerRank(cpus, ranks int) int {
-	return max(1, cpus/max(1, ranks))
-}
-
 func (j *job) start(p int) error {
 	env := j.base
 	env.Proc = uint32(p)
-	env.Host = j.cfg.HostLabel(p)
-	if env.Host == "" {
-		env.Host = j.hostname
+	spec := procSpec{proc: p, ranksOnHost: j.cfg.Ranks}
+	if j.place != nil {
+		spec.host = j.place.Host(p)
+		env.Host = spec.host
+		spec.ranksOnHost = 0
+		for q := 0; q < j.cfg.Ranks; q++ {
+			if j.place.HostOf[q] == j.place.HostOf[p] {
+				spec.ranksOnHost++
+			}
+		}
+	} else {
+		env.Host = j.cfg.HostLabel(p)
+		if env.Host == "" {
+			env.Host = j.hostname
+		}
 	}
-	cmd := exec.Command(j.path, j.cfg.Args...)
 	environ := env.Environ()
 	if j.cfg.Resume != "" {
 		environ = append(environ, "PGAS_RESUME="+j.cfg.Resume)
 	}
-	cmd.Env = childEnviron(j.cfg.Env, environ, j.cfg.Ranks)
-	// Its own process group: a teardown kills the process and whatever it
-	// started, and the terminal's Ctrl-C reaches only gaspirun, which then
-	// tears down in order. No parent-death signal: the processes outlive a
-	// killed launcher.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	spec.env = append(append([]string{}, j.cfg.Env...), environ...)
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -237,16 +275,14 @@ func (j *job) start(p int) error {
 		outW.Close()
 		return err
 	}
-	cmd.Stdout, cmd.Stderr = outW, errW
-	err = cmd.Start()
-	outW.Close()
-	errW.Close()
+	spec.stdout, spec.stderr = outW, errW
+	h, err := j.be.start(spec)
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return fmt.Errorf("process %d (%s): %v", p, j.path, err)
+		return err
 	}
-	pr := &proc{id: p, pid: cmd.Process.Pid, host: env.Host, files: []*os.File{outR, errR}}
+	pr := &proc{id: p, pid: h.pid(), host: env.Host, handle: h, files: []*os.File{outR, errR}}
 	l := j.tr.label(p)
 	pr.label.Store(&l)
 	j.procs = append(j.procs, pr)
@@ -254,33 +290,23 @@ func (j *job) start(p int) error {
 	j.pumps.Add(2)
 	go func() { defer j.pumps.Done(); j.out.pump(outR, j.out.stdout, label) }()
 	go func() { defer j.pumps.Done(); j.out.pump(errR, j.out.stderr, label) }()
-	go func() {
-		cmd.Wait()
-		j.exits <- exitEvent{proc: p, info: exitInfoOf(cmd.ProcessState)}
-	}()
+	go func() { j.exits <- exitEvent{proc: p, info: h.wait()} }()
 	return nil
 }
 
-func exitInfoOf(ps *os.ProcessState) exitInfo {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return exitInfo{Code: -1, Signal: ws.Signal()}
-	}
-	return exitInfo{Code: ps.ExitCode()}
-}
-
-// signalAll signals the process group of every process started, whether
-// or not its leader has exited (what it started may still run).
+// signalAll signals every process started, whether or not it has exited
+// (what it started may still run).
 func (j *job) signalAll(sig syscall.Signal) {
 	for _, pr := range j.procs {
-		syscall.Kill(-pr.pid, sig)
+		pr.handle.signal(sig)
 	}
 }
 
-// signalLive signals the process groups of the processes still running.
+// signalLive signals the processes still running.
 func (j *job) signalLive(sig syscall.Signal, waited []bool) {
 	for _, pr := range j.procs {
 		if !waited[pr.id] {
-			syscall.Kill(-pr.pid, sig)
+			pr.handle.signal(sig)
 		}
 	}
 }
@@ -346,6 +372,13 @@ func (j *job) loop(ctx context.Context) Result {
 	decide := func(ev exitEvent) {
 		delete(pending, ev.proc)
 		handled++
+		if !j.tr.formed {
+			select {
+			case <-j.srv.Complete():
+				j.tr.onFormed()
+			default:
+			}
+		}
 		apply(j.tr.onExit(ev.proc, ev.info))
 	}
 	onReport := func(r bootstrap.Report) {

@@ -62,6 +62,7 @@ func (w *watchBuffer) waitCount(s string, n int, d time.Duration) bool {
 
 func jobConfig(mode string, ranks, spares int) (Config, *watchBuffer, *watchBuffer) {
 	cfg := LocalConfig()
+	cfg.Launcher = LauncherLocal // also when the tests run inside a Slurm allocation
 	cfg.Ranks, cfg.Spares = ranks, spares
 	cfg.Program = os.Args[0]
 	cfg.Env = []string{roleVar + "=child", modeVar + "=" + mode, noRaceExitDelay}

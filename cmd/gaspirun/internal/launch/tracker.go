@@ -15,11 +15,40 @@ import (
 type exitInfo struct {
 	Code   int            // exit code; -1 when killed by a signal
 	Signal syscall.Signal // 0 when it exited
+	// Lost says why a remote process's exit status never arrived (its
+	// host or connection died): it then counts as killed by Signal
+	// (SIGKILL). LostCode is how its ssh or srun client ended, as a shell
+	// reports it (255 for an ssh error).
+	Lost     string
+	LostCode int
 }
 
 func (e exitInfo) ok() bool { return e.Signal == 0 && e.Code == 0 }
 
+// code is the status a shell would report for the process.
+func (e exitInfo) code() int {
+	switch {
+	case e.Lost != "":
+		return e.LostCode
+	case e.Signal != 0:
+		return 128 + int(e.Signal)
+	}
+	return e.Code
+}
+
+// how is String after a process's name: "exited with code 3", "was
+// killed by signal 9 (SIGKILL)", "was lost: ...".
+func (e exitInfo) how() string {
+	if e.Signal != 0 {
+		return "was " + e.String()
+	}
+	return e.String()
+}
+
 func (e exitInfo) String() string {
+	if e.Lost != "" {
+		return "lost: " + e.Lost
+	}
 	if e.Signal != 0 {
 		return fmt.Sprintf("killed by signal %d (%s)", int(e.Signal), signalName(e.Signal))
 	}
@@ -68,8 +97,10 @@ type tracker struct {
 	replaced  []bool   // process lost its rank to another (fenced)
 	exited    []bool
 	exit      []exitInfo
-	stopped   []bool // the launcher signalled it
-	spareOK   int    // processes that never held a rank and exited 0 on their own
+	stopped   []bool   // the launcher signalled it
+	spareOK   int      // processes that never held a rank and exited 0 on their own
+	hosts     []string // process -> host named in messages; nil: one machine
+	formed    bool     // every process registered with the rendezvous
 
 	phase  phase
 	code   int
@@ -116,15 +147,23 @@ func (t *tracker) label(p int) string {
 
 // describe names process p for messages.
 func (t *tracker) describe(p int) string {
+	on := ""
+	if t.hosts != nil {
+		on = " on " + t.hosts[p]
+	}
 	switch {
 	case t.rankOf[p] >= 0:
-		return fmt.Sprintf("rank %d (process %d)", t.rankOf[p], p)
+		return fmt.Sprintf("rank %d (process %d%s)", t.rankOf[p], p, on)
 	case t.heldRank[p] >= 0:
-		return fmt.Sprintf("process %d (formerly rank %d)", p, t.heldRank[p])
+		return fmt.Sprintf("process %d%s (formerly rank %d)", p, on, t.heldRank[p])
 	default:
-		return fmt.Sprintf("spare process %d", p)
+		return fmt.Sprintf("spare process %d%s", p, on)
 	}
 }
+
+// onFormed: every process has registered with the rendezvous, so the job
+// has formed and a process that ends is judged by the rules below.
+func (t *tracker) onFormed() { t.formed = true }
 
 // holderOf is the process holding rank r, or -1 (also for a bad r).
 func (t *tracker) holderOf(r int) int {
@@ -161,6 +200,15 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 	if t.phase != running || t.stopped[p] {
 		return nil
 	}
+	if !t.formed {
+		// The others wait for it at the rendezvous: without it the job can
+		// never start, whatever the spares.
+		code := ex.code()
+		if code == 0 {
+			code = ExitLost
+		}
+		return t.abort(code, fmt.Sprintf("%s %s before every process had registered with the rendezvous, so the job cannot start", t.describe(p), ex.how()))
+	}
 	r := t.rankOf[p]
 	switch {
 	case ex.ok():
@@ -186,10 +234,7 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 		// A signal death, or a process that learnt it was replaced
 		// (fenced, exit 77) before its replacement's report reached us.
 		what := t.describe(p)
-		how := "was " + ex.String()
-		if ex.Signal == 0 {
-			how = ex.String() // "exited with code 77"
-		}
+		how := ex.how()
 		var text string
 		if r >= 0 {
 			text = fmt.Sprintf("%s %s; the job continues (the runtime recovers the rank)", what, how)
@@ -372,6 +417,8 @@ func (t *tracker) summary() string {
 			counts["stopped by gaspirun"]++
 		case t.exit[p].ok():
 			counts["exited 0"]++
+		case t.exit[p].Lost != "":
+			counts["lost (no exit status from its host)"]++
 		default:
 			counts[t.exit[p].String()]++
 		}

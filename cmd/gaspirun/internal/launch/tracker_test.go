@@ -54,6 +54,7 @@ func expect(t *testing.T, step string, acts []action, want ...string) {
 
 func TestTrackerAllRanksFinishStopsSpares(t *testing.T) {
 	tr := newTracker(2, 3, DeathContinue)
+	tr.onFormed()
 	if l := []string{tr.label(0), tr.label(1), tr.label(2)}; l[0] != "r0" || l[1] != "r1" || l[2] != "s2" {
 		t.Fatalf("labels %v", l)
 	}
@@ -71,6 +72,7 @@ func TestTrackerAllRanksFinishStopsSpares(t *testing.T) {
 
 func TestTrackerNonZeroExitAborts(t *testing.T) {
 	tr := newTracker(3, 3, DeathContinue)
+	tr.onFormed()
 	expect(t, "rank 1 exits 3", tr.onExit(1, code3),
 		"notice!:rank 1 (process 1) exited with code 3; stopping the other 2 processes", "teardown")
 	expect(t, "others stopped", tr.onExit(0, termed))
@@ -85,6 +87,7 @@ func TestTrackerNonZeroExitAborts(t *testing.T) {
 
 func TestTrackerDeathContinuesAndSpareTakesOver(t *testing.T) {
 	tr := newTracker(2, 3, DeathContinue)
+	tr.onFormed()
 	expect(t, "rank 1 killed", tr.onExit(1, killed),
 		"notice!:rank 1 (process 1) was killed by signal 9 (SIGKILL); the job continues")
 	expect(t, "promotion", tr.onReport(role(2, 1, 1)),
@@ -98,6 +101,7 @@ func TestTrackerDeathContinuesAndSpareTakesOver(t *testing.T) {
 
 func TestTrackerDeathAbortsWithoutSpares(t *testing.T) {
 	tr := newTracker(2, 2, DeathAbort)
+	tr.onFormed()
 	expect(t, "rank 0 killed", tr.onExit(0, killed),
 		"notice!:rank 0 (process 0) was killed by signal 9 (SIGKILL); stopping the other 1 process", "teardown")
 	if tr.code != 128+9 {
@@ -107,6 +111,7 @@ func TestTrackerDeathAbortsWithoutSpares(t *testing.T) {
 
 func TestTrackerSpareDeath(t *testing.T) {
 	tr := newTracker(1, 2, DeathContinue)
+	tr.onFormed()
 	expect(t, "spare killed", tr.onExit(1, killed),
 		"notice!:spare process 1 was killed by signal 9 (SIGKILL); the job continues with one spare fewer")
 	expect(t, "rank done", tr.onExit(0, ok))
@@ -117,6 +122,7 @@ func TestTrackerSpareDeath(t *testing.T) {
 
 func TestTrackerLostRankFailsWhenNobodyTakesOver(t *testing.T) {
 	tr := newTracker(2, 3, DeathContinue)
+	tr.onFormed()
 	tr.onExit(1, killed)
 	expect(t, "rank 0 done", tr.onExit(0, ok))
 	expect(t, "spare dies too", tr.onExit(2, killed),
@@ -128,6 +134,7 @@ func TestTrackerLostRankFailsWhenNobodyTakesOver(t *testing.T) {
 
 func TestTrackerSilentPromotionIsAccepted(t *testing.T) {
 	tr := newTracker(2, 3, DeathContinue)
+	tr.onFormed()
 	tr.onExit(1, killed)
 	expect(t, "spare finishes without reporting", tr.onExit(2, ok))
 	expect(t, "rank 0 done", tr.onExit(0, ok),
@@ -140,6 +147,7 @@ func TestTrackerSilentPromotionIsAccepted(t *testing.T) {
 func TestTrackerRoleReportAfterExit(t *testing.T) {
 	// The report arrives after the promoted spare's exit was handled.
 	tr := newTracker(2, 3, DeathContinue)
+	tr.onFormed()
 	tr.onExit(1, killed)
 	tr.onExit(2, ok)
 	expect(t, "late role", tr.onReport(role(2, 1, 1)), "relabel:2=r1", "notice:spare process 2 now holds rank 1")
@@ -156,6 +164,7 @@ func TestTrackerReplacedProcessIsFenced(t *testing.T) {
 	// Rank 1's process was declared failed (say it was paused) and a spare
 	// took over; when it wakes up and exits with an error, the job goes on.
 	tr := newTracker(2, 3, DeathContinue)
+	tr.onFormed()
 	expect(t, "promotion", tr.onReport(role(2, 1, 4)),
 		"relabel:1=p1", "notice:process 1 no longer holds rank 1", "relabel:2=r1", "notice:spare process 2 now holds rank 1 (epoch 4)")
 	expect(t, "fenced exit", tr.onExit(1, exitInfo{Code: 5}),
@@ -170,6 +179,7 @@ func TestTrackerReplacedProcessIsFenced(t *testing.T) {
 
 func TestTrackerTimeoutAndReports(t *testing.T) {
 	tr := newTracker(1, 2, DeathContinue)
+	tr.onFormed()
 	expect(t, "event", tr.onReport(bootstrap.Report{Proc: 0, Kind: bootstrap.KindEvent, Text: "restored\ncheckpoint 3"}),
 		"notice:[r0] restored checkpoint 3")
 	expect(t, "error", tr.onReport(bootstrap.Report{Proc: 1, Kind: bootstrap.KindError, Text: "boom"}),
@@ -185,6 +195,7 @@ func TestTrackerTimeoutAndReports(t *testing.T) {
 
 func TestTrackerReplacedProcessKilled(t *testing.T) {
 	tr := newTracker(2, 3, DeathAbort)
+	tr.onFormed()
 	tr.onReport(role(2, 1, 1))
 	expect(t, "replaced process killed", tr.onExit(1, killed),
 		"notice!:process 1 (formerly rank 1) was killed by signal 9 (SIGKILL) after it was replaced; the job continues")
@@ -199,6 +210,7 @@ func TestTrackerReplacedProcessKilled(t *testing.T) {
 func TestTrackerFencedExitBeforeReport(t *testing.T) {
 	fenced := exitInfo{Code: ExitFenced}
 	tr := newTracker(2, 3, DeathContinue)
+	tr.onFormed()
 	expect(t, "rank 1 fenced", tr.onExit(1, fenced),
 		"notice!:rank 1 (process 1) exited with code 77; the job continues (the runtime recovers the rank)")
 	expect(t, "promotion", tr.onReport(role(2, 1, 1)),
@@ -209,6 +221,7 @@ func TestTrackerFencedExitBeforeReport(t *testing.T) {
 		t.Fatalf("phase=%v code=%d", tr.phase, tr.code)
 	}
 	tr = newTracker(2, 2, DeathAbort)
+	tr.onFormed()
 	expect(t, "fenced without spares", tr.onExit(1, fenced),
 		"notice!:rank 1 (process 1) exited with code 77; stopping the other 1 process", "teardown")
 }
@@ -219,6 +232,7 @@ func TestTrackerFencedExitBeforeReport(t *testing.T) {
 func TestTrackerVacantRankIsDone(t *testing.T) {
 	for _, reportFirst := range []bool{false, true} {
 		tr := newTracker(3, 3, DeathContinue)
+		tr.onFormed()
 		vacant := bootstrap.Report{Proc: 0, Kind: bootstrap.KindVacant, Rank: 1, Epoch: 2}
 		if reportFirst {
 			expect(t, "vacant report", tr.onReport(vacant), "notice:rank 1 is vacant (epoch 2)")
@@ -233,5 +247,57 @@ func TestTrackerVacantRankIsDone(t *testing.T) {
 		if tr.phase != finishing || tr.code != 0 {
 			t.Fatalf("report first %v: phase %d code %d (%s), want a finished job", reportFirst, tr.phase, tr.code, tr.reason)
 		}
+	}
+}
+
+func TestTrackerExitBeforeFormingAborts(t *testing.T) {
+	// Spares cannot help a job whose table never completes: the others
+	// would wait at the rendezvous for ever.
+	tr := newTracker(2, 3, DeathContinue)
+	expect(t, "spare killed before registering", tr.onExit(2, killed),
+		"notice!:spare process 2 was killed by signal 9 (SIGKILL) before every process had registered with the rendezvous, so the job cannot start; stopping the other 2 processes", "teardown")
+	if tr.code != 137 {
+		t.Fatalf("code %d, want 137", tr.code)
+	}
+	tr = newTracker(1, 1, DeathContinue)
+	tr.hosts = []string{"node1"}
+	expect(t, "exit 0 before registering", tr.onExit(0, ok),
+		"notice!:rank 0 (process 0 on node1) exited with code 0 before every process had registered with the rendezvous, so the job cannot start", "teardown")
+	if tr.code != ExitLost {
+		t.Fatalf("code %d, want %d", tr.code, ExitLost)
+	}
+	tr = newTracker(2, 2, DeathContinue)
+	tr.hosts = []string{"node1", "node2"}
+	unreachable := exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: 255, Lost: "ssh to node2 exited with code 255 without the process's exit status"}
+	expect(t, "ssh fails at start", tr.onExit(1, unreachable),
+		"notice!:rank 1 (process 1 on node2) was lost: ssh to node2 exited with code 255 without the process's exit status before every process had registered", "teardown")
+	if tr.code != 255 {
+		t.Fatalf("code %d, want 255", tr.code)
+	}
+}
+
+func TestTrackerLostHostIsADeath(t *testing.T) {
+	tr := newTracker(2, 3, DeathContinue)
+	tr.hosts = []string{"a", "b", "c"}
+	tr.onFormed()
+	lost := exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: 255, Lost: "ssh to b exited with code 255 without the process's exit status"}
+	expect(t, "rank 1's host lost", tr.onExit(1, lost),
+		"notice!:rank 1 (process 1 on b) was lost: ssh to b exited with code 255 without the process's exit status; the job continues (the runtime recovers the rank)")
+	expect(t, "promotion", tr.onReport(role(2, 1, 1)),
+		"relabel:2=r1", "notice:spare process 2 on c now holds rank 1 (epoch 1)")
+	expect(t, "rank 0 done", tr.onExit(0, ok))
+	expect(t, "rank 1 done", tr.onExit(2, ok))
+	if tr.phase != finishing || tr.code != 0 {
+		t.Fatalf("phase=%v code=%d", tr.phase, tr.code)
+	}
+	if s := tr.summary(); s != "3 processes (2 ranks + 1 spare): 2 exited 0, 1 lost (no exit status from its host)" {
+		t.Fatalf("summary %q", s)
+	}
+	// The same loss without spares aborts like a SIGKILL.
+	tr = newTracker(2, 2, DeathAbort)
+	tr.onFormed()
+	expect(t, "lost without spares", tr.onExit(1, lost), "notice!:rank 1 (process 1) was lost: ssh to b", "teardown")
+	if tr.code != 137 {
+		t.Fatalf("code %d, want 137", tr.code)
 	}
 }

@@ -1,0 +1,236 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestSSHOutputEnvAndNoTokenAnywhere(t *testing.T) {
+	since := time.Now().Add(-time.Second)
+	cfg, out, errs, dir := remoteJob(t, "hold", 2, 1, 2, 1)
+	cfg.StateDir = filepath.Join(dir, "state")
+	type result struct {
+		res Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := Run(context.Background(), cfg)
+		done <- result{res, err}
+	}()
+	if !out.waitCount("ready", 3, 30*time.Second) {
+		dump(t, out, errs)
+		t.Fatal("the processes did not start")
+	}
+	pid := readPid(t, dir, "pid.0")
+	token := tokenOf(t, pid)
+	if len(token) < 32 {
+		t.Fatalf("token %q", token)
+	}
+	// While everything runs: no argv holds the token (ssh clients, remote
+	// sides, programs), and no file does.
+	if hits := argvsWith(token); len(hits) > 0 {
+		t.Errorf("the token is in argvs:\n%s", strings.Join(hits, "\n"))
+	}
+	// This test's files (state directory, hostfile, connector records)
+	// and whatever landed right in the temporary directory.
+	for _, root := range []string{os.TempDir(), filepath.Dir(dir), cfg.StateDir} {
+		if hits := filesWith(root, token, since, root != os.TempDir()); len(hits) > 0 {
+			t.Errorf("the token is in files: %v", hits)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.res.ExitCode != 0 {
+		dump(t, out, errs)
+		t.Fatalf("exit %d: %s", r.res.ExitCode, r.res.Reason)
+	}
+	for _, w := range []string{"[r0] ready\n", "[r1] ready\n", "[s2] ready\n"} {
+		if !strings.Contains(out.String(), w) {
+			dump(t, out, errs)
+			t.Fatalf("stdout lacks %q", w)
+		}
+	}
+	if strings.Contains(out.String(), "gaspirun-status") || strings.Contains(errs.String(), "gaspirun-status") {
+		dump(t, out, errs)
+		t.Fatal("a status line leaked into the output")
+	}
+	for _, w := range []string{"gaspirun: ssh launch, rendezvous 127.0.0.1:", "placement: h0: r0 r1; h1: s2",
+		"gaspirun: warning: the spares cannot cover the loss of h0 (2 ranks, 1 spare elsewhere)",
+		"gaspirun: all 2 ranks finished; stopping the 1 remaining process (idle spares)"} {
+		if !strings.Contains(errs.String(), w) {
+			dump(t, out, errs)
+			t.Fatalf("stderr lacks %q", w)
+		}
+	}
+	if p := r.res.Procs[2]; p.Host != "h1" || !p.Stopped {
+		t.Errorf("spare %+v", p)
+	}
+	// ssh got its options, the host, and a remote command without secrets.
+	argv, err := os.ReadFile(filepath.Join(dir, "fakessh.h1.argv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(string(argv), "\x00")
+	want := append(append([]string{}, sshOptions...), "h1", "exec "+shellJoin(cfg.RemoteCommand))
+	if got := args[1:]; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("ssh argv %q, want %q", got, want)
+	}
+	waitNoRemoteSides(t)
+}
+
+func TestSSHKilledRankRecoveredBySpare(t *testing.T) {
+	cfg, out, errs, _ := remoteJob(t, "promote", 2, 1, 1, 1, 1)
+	res := run(t, context.Background(), cfg)
+	if res.ExitCode != 0 {
+		dump(t, out, errs)
+		t.Fatalf("exit %d: %s", res.ExitCode, res.Reason)
+	}
+	// The remote side reports the kill, whichever comes first: the death
+	// (reported) or the promotion and the end of the job.
+	if p := res.Procs[1]; p.Signal != syscall.SIGKILL {
+		t.Errorf("rank 1's process %+v: want killed by SIGKILL", p)
+	}
+	if !strings.Contains(errs.String(), "gaspirun: spare process 2 on h2 now holds rank 1 (epoch 1)") {
+		dump(t, out, errs)
+		t.Fatal("promotion not reported")
+	}
+	if !regexp.MustCompile(`\[(r1|s2)\] promoted\n`).MatchString(out.String()) || !strings.Contains(out.String(), "[r1] dying\n") {
+		dump(t, out, errs)
+		t.Fatal("output lacks the prefixed lines")
+	}
+	waitNoRemoteSides(t)
+}
+
+func TestSSHTimeoutLeavesNothingBehind(t *testing.T) {
+	cfg, out, errs, _ := remoteJob(t, "hang", 2, 1, 1, 1, 1)
+	cfg.Timeout = 6 * time.Second // long enough for every program to start on a busy machine
+	cfg.Grace = 300 * time.Millisecond
+	res := run(t, context.Background(), cfg)
+	if res.ExitCode != ExitTimeout || !res.TimedOut {
+		dump(t, out, errs)
+		t.Fatalf("exit %d (timed out %v), want %d", res.ExitCode, res.TimedOut, ExitTimeout)
+	}
+	// The programs ignore SIGTERM; the SIGKILL after the grace ends them
+	// and, through their process groups, their grandchildren.
+	gc := grandchildren(t, out.String())
+	self := regexp.MustCompile(`self (\d+)`).FindAllStringSubmatch(out.String(), -1)
+	if len(gc) != 3 || len(self) != 3 {
+		dump(t, out, errs)
+		t.Fatalf("found %d grandchildren and %d programs, want 3", len(gc), len(self))
+	}
+	for _, m := range self {
+		var pid int
+		fmt.Sscan(m[1], &pid)
+		gc = append(gc, pid)
+	}
+	waitGone(t, gc)
+	waitNoRemoteSides(t)
+	for _, p := range res.Procs {
+		if !p.Stopped || p.Signal != syscall.SIGKILL || p.Label == "" {
+			t.Errorf("process %+v: want stopped by SIGKILL", p)
+		}
+	}
+}
+
+func TestSSHDroppedConnectionLeavesNothingBehind(t *testing.T) {
+	cfg, out, errs, dir := remoteJob(t, "drop", 2, 1, 1, 1, 1)
+	done := make(chan Result, 1)
+	go func() {
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	victim := readPid(t, dir, "pid.1")
+	client := readPid(t, dir, "fakessh.h1.pid")
+	// Cut rank 1's connection: its remote side sees its stdin end and
+	// kills the program; gaspirun gets no status and counts it as lost.
+	syscall.Kill(client, syscall.SIGKILL)
+	waitGone(t, []int{victim})
+	var res Result
+	select {
+	case res = <-done:
+	case <-time.After(60 * time.Second):
+		dump(t, out, errs)
+		t.Fatal("the job did not end")
+	}
+	if res.ExitCode != 0 {
+		dump(t, out, errs)
+		t.Fatalf("exit %d: %s", res.ExitCode, res.Reason)
+	}
+	lost := regexp.MustCompile(`gaspirun: (rank 1 \(process 1 on h1\)|process 1 on h1 \(formerly rank 1\)) was lost: ssh to h1 was killed by signal 9 \(SIGKILL\) without the process's exit status`)
+	if !lost.MatchString(errs.String()) || !strings.Contains(errs.String(), "now holds rank 1") {
+		dump(t, out, errs)
+		t.Fatal("loss or promotion not reported")
+	}
+	waitNoRemoteSides(t)
+}
+
+func TestSlurmKilledTaskRecoveredBySpare(t *testing.T) {
+	dir := t.TempDir()
+	srun := fakeConnector(t, "srun", dir)
+	// Slurm knows where its nodes are; here they are all this machine.
+	scontrol := filepath.Join(filepath.Dir(srun), "scontrol")
+	if err := os.WriteFile(scontrol, []byte("#!/bin/sh\necho \"NodeName=$4 Arch=x86_64 NodeAddr=127.0.0.1 NodeHostName=localhost\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", filepath.Dir(srun)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cfg, out, errs := jobConfig("promote", 2, 1)
+	cfg.Launcher = LauncherAuto
+	cfg.RemoteCommand = []string{os.Args[0], "--remote-exec"}
+	slurm := map[string]string{"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_TASKS_PER_NODE": "1(x3)"}
+	cfg.LookupEnv = func(k string) (string, bool) { v, ok := slurm[k]; return v, ok }
+	res := run(t, context.Background(), cfg)
+	if res.ExitCode != 0 {
+		dump(t, out, errs)
+		t.Fatalf("exit %d: %s", res.ExitCode, res.Reason)
+	}
+	if !strings.Contains(errs.String(), "gaspirun: slurm launch, rendezvous 127.0.0.1:") ||
+		!strings.Contains(errs.String(), "placement: node1: r0; node2: r1; node3: s2") ||
+		!strings.Contains(errs.String(), "spare process 2 on node3 now holds rank 1") {
+		dump(t, out, errs)
+		t.Fatal("launch or promotion not reported")
+	}
+	if p := res.Procs[1]; p.Signal != syscall.SIGKILL || p.Host != "node2" {
+		t.Errorf("rank 1's process %+v: want killed by SIGKILL on node2", p)
+	}
+	argv, err := os.ReadFile(filepath.Join(dir, "fakesrun.node2.argv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"--exact", "--nodes=1", "--ntasks=1", "--nodelist=node2", "--kill-on-bad-exit=0", os.Args[0], "--remote-exec"}
+	if got := strings.Split(string(argv), "\x00")[1:]; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("srun argv %q, want %q", got, want)
+	}
+	waitNoRemoteSides(t)
+}
+
+func TestRemoteStartFailureAbortsBeforeForming(t *testing.T) {
+	cfg, out, errs, _ := remoteJob(t, "env", 2, 1, 1, 1, 1)
+	cfg.Program = "/nonexistent/program"
+	res := run(t, context.Background(), cfg)
+	if res.ExitCode != 127 {
+		dump(t, out, errs)
+		t.Fatalf("exit %d, want 127", res.ExitCode)
+	}
+	if !strings.Contains(errs.String(), "cannot start process") ||
+		!strings.Contains(errs.String(), "exited with code 127 before every process had registered with the rendezvous, so the job cannot start") {
+		dump(t, out, errs)
+		t.Fatal("no start failure reported")
+	}
+	waitNoRemoteSides(t)
+}
