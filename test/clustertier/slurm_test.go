@@ -204,10 +204,6 @@ func TestSlurm(t *testing.T) {
 	// The documented command: gaspirun inside an allocation starts the
 	// processes with srun and judges the job as in local mode.
 	t.Run("gaspirun", func(t *testing.T) {
-		help, _ := exec.Command(bins.gaspirun, "--help").CombinedOutput()
-		if !strings.Contains(string(help), "--launcher") {
-			t.Skip("this gaspirun has no --launcher slurm yet")
-		}
 		jobID := fmt.Sprintf("clustertier-salloc-%d-%x", os.Getpid(), rand.Uint32())
 		env := c.jobEnv("PGAS_LOG=info")
 		args := append(append([]string{"-n", n, "-J", jobID, bins.gaspirun, "--launcher", "slurm", "-n", strconv.Itoa(ranks),
