@@ -132,7 +132,7 @@ up() {
 	fi
 	# Wait for the node to register and be idle.
 	local i state=""
-	for i in $(seq 1 60); do
+	for i in $(seq 1 120); do
 		state=$(sinfo -h -n "$node" -o %t 2>/dev/null || true)
 		case "$state" in
 		idle* | mix* | alloc*) break ;;

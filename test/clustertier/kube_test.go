@@ -158,7 +158,11 @@ func kubePodLost(t *testing.T, m *manifest, ref string, lostHost int) {
 			continue
 		}
 		if !p.wait(jobDeadline) {
-			t.Fatalf("pod %s still running %v after the start", p.name, time.Since(begin))
+			var b strings.Builder
+			for _, q := range pods {
+				fmt.Fprintf(&b, "--- %s\n%s", q.name, tail(noRaft(q.out.String()), 30))
+			}
+			t.Fatalf("pod %s still running %v after the start\n%s", p.name, time.Since(begin).Round(time.Millisecond), b.String())
 		}
 		all.WriteString(p.out.String())
 		if p.exitCode() != 0 {
@@ -185,4 +189,10 @@ func redactEnv(env []string, token string) []string {
 		out[i] = strings.ReplaceAll(kv, token, "<token>")
 	}
 	return out
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n") + "\n"
 }
