@@ -17,8 +17,9 @@
 //     its podFailurePolicy does with each exit code.
 //   - TestKubernetesPodLost runs the Job's pods on three simulated hosts
 //     (internal/simhost) with exactly the environment the manifest gives
-//     them, crashes one node, and plays the Job controller's part: see the
-//     test.
+//     them, loses one node (every process on it SIGKILLed after iteration
+//     12: node2, or node1 with process 0 and the rendezvous), and plays the
+//     Job controller's part: see the test.
 //   - TestSlurm starts a one-machine Slurm cluster with
 //     deploy/slurm/local-cluster.sh (in a state directory of its own, on
 //     free ports) and runs the job under srun with a SIGKILLed task and a
