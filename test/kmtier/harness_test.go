@@ -1,7 +1,6 @@
 package kmtier
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"github.com/gaspigo/gaspigo/internal/proctest"
@@ -119,7 +118,7 @@ func run(t *testing.T, s spec) *result {
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 20 * time.Second
 	cmd.Env = append(os.Environ(), "PGAS_LOG=info")
-	var buf lockedBuffer
+	var buf proctest.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	t.Logf("gaspirun %s", strings.Join(args, " "))
 	begin := time.Now()
@@ -261,24 +260,6 @@ func (r *result) logRecords(msg string) []map[string]string {
 		}
 	}
 	return out
-}
-
-// lockedBuffer collects gaspirun's stdout and stderr.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Baselines: the failure-free run of each argument list, once per test

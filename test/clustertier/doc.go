@@ -1,0 +1,33 @@
+// Package clustertier tests gaspigo under the cluster launchers it ships
+// files for: a Kubernetes Indexed Job (deploy/kubernetes) on simulated
+// hosts, and a real Slurm (deploy/slurm) on this machine. It holds tests
+// only.
+//
+// TestMain builds gaspirun, gaspipod and kmeans with deploy/build.sh, the
+// build the container image runs, and TestImageBinariesAreStatic checks
+// that they are static. Every job is K-means, 200,000 points, 40
+// iterations, 4 ranks and 2 spares; its answer must be the failure-free
+// checksum of the same job under gaspirun.
+//
+//   - TestManifestShape reads deploy/kubernetes/kmeans-job.yaml (with
+//     python3's PyYAML: the module has no YAML library) and checks it
+//     against the environment contract and the Job rules it relies on:
+//     PGAS_NPROCS equal to completions, the rendezvous at pod 0's name
+//     under the headless Service, the token from a Secret only, and what
+//     its podFailurePolicy does with each exit code.
+//   - TestKubernetesPodLost runs the Job's pods on three simulated hosts
+//     (internal/simhost) with exactly the environment the manifest gives
+//     them, loses one node (every process on it SIGKILLed after iteration
+//     12: node2, or node1 with process 0 and the rendezvous), and plays the
+//     Job controller's part: see the test.
+//   - TestSlurm starts a one-machine Slurm cluster with
+//     deploy/slurm/local-cluster.sh (in a state directory of its own, on
+//     free ports) and runs the job under srun with a SIGKILLed task and a
+//     spare, with PGAS_RENDEZVOUS given as the node's name, which resolves
+//     to 127.0.1.1.
+//
+// Skips: without Linux or with -short; without root and iproute2 (the
+// simulated hosts); without python3-yaml (the manifest); without
+// Debian's slurmctld, slurmd, slurm-client and munge packages, or without
+// root (Slurm).
+package clustertier
