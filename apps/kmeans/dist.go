@@ -509,7 +509,8 @@ func (j *Job) fromHeader() {
 // checkpoint id, and settles
 // Options.MaxIter against the run that wrote it. note says what the job
 // does next, for the reporting rank to print; the error (the same on
-// every rank) is a MaxIter below the checkpoint's iteration.
+// every rank, wrapping ErrConfig) is a MaxIter below the checkpoint's
+// iteration.
 func (j *Job) Resumed(id uint64) (note string, err error) {
 	j.fromHeader()
 	j.lastID = id
@@ -517,7 +518,7 @@ func (j *Job) Resumed(id uint64) (note string, err error) {
 	final := j.hdr[hdrFinal] == 1
 	switch {
 	case now < it:
-		return "", fmt.Errorf("kmeans: --max-iter %d is below the %d iterations the checkpoint already holds (its run had --max-iter %d): give --max-iter %d or more", now, it, was, it)
+		return "", configErr("--max-iter %d is below the %d iterations the checkpoint already holds (its run had --max-iter %d): give --max-iter %d or more", now, it, was, it)
 	case final && j.finished:
 		return fmt.Sprintf("the checkpoint is the final one of a finished run (%d iterations, --max-iter %d): printing its result; give a larger --max-iter to iterate further", it, was), nil
 	case final:

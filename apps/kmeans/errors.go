@@ -9,7 +9,10 @@ import (
 var (
 	// ErrConfig is returned by Config.Validate, NewKernel, Lloyd and
 	// GenConfig.Validate/Generate when a setting is out of range or two
-	// settings contradict each other. The wrapping error names the values.
+	// settings contradict each other, by CheckInjects and NewJob for an
+	// injection that names no rank or host of the job, and by
+	// Job.Resumed for a MaxIter below the checkpoint's iteration. The
+	// wrapping error names the values.
 	ErrConfig = errors.New("kmeans: invalid configuration")
 	// ErrShape is returned by NewKernel, Kernel.Step, Lloyd, Reference, the
 	// writers and the helpers when a slice length does not match the stated

@@ -266,7 +266,7 @@ func TestResume(t *testing.T) {
 	}
 
 	short := run(t, spec{spares: 0, launcher: []string{"--resume", dir}, extra: append(slices.Clone(disk), "--max-iter", "20")})
-	if short.code == 0 || !short.has("--max-iter 20 is below the 25 iterations the checkpoint already holds") {
+	if short.code != 2 || !short.has("--max-iter 20 is below the 25 iterations the checkpoint already holds") {
 		t.Fatalf("--max-iter 20 on a checkpoint of iteration 25: exit %d, want it refused\n%s", short.code, short.text())
 	}
 }

@@ -207,8 +207,9 @@ func run(ctx context.Context, f *flags) int {
 		return fail(err)
 	}
 	defer job.Close()
+	var ck *checkpoints
 	if f.opt.Every > 0 {
-		ck, err := newCheckpoints(ctx, rt, job, f)
+		ck, err = newCheckpoints(ctx, rt, job, f)
 		if err != nil {
 			return fail(err)
 		}
@@ -226,6 +227,15 @@ func run(ctx context.Context, f *flags) int {
 	if err != nil {
 		return fail(err)
 	}
+	// The final checkpoint goes to the disk level in the background:
+	// wait for it (rank 0: for its manifest too), or a resume from it
+	// would find it incomplete. Closing the checkpointer would drop it.
+	var flushErr error
+	if ck != nil && f.ckptDir != "" {
+		if err := ck.FlushDisk(ctx); err != nil {
+			flushErr = fmt.Errorf("the final checkpoint did not reach the disk level in %s: %w", f.ckptDir, err)
+		}
+	}
 	// The lowest live rank reports: rank 0 unless the job shrank.
 	reporter := slices.Index(rt.LiveRanks(), rt.Rank()) == 0
 	if f.opt.Progress != nil && reporter && f.opt.Every > 0 {
@@ -242,6 +252,9 @@ func run(ctx context.Context, f *flags) int {
 	}
 	if err := job.Finalize(ctx); err != nil && !strings.Contains(err.Error(), "closed") {
 		fmt.Fprintln(os.Stderr, "kmeans: finalize:", err)
+	}
+	if flushErr != nil {
+		return fail(flushErr)
 	}
 	return 0
 }
