@@ -89,9 +89,13 @@
 // the whole record, value empty (the same framed size as a 10-byte key
 // with a 90-byte value, one slice fewer per pair, and a total order, so
 // the output does not depend on timing or failures). Rank r writes the
-// records it receives, in order, to out/PartName(r); rank 0 prints the
+// records it receives, in order, to out/PartName(r); once every part is
+// in place rank 0 writes the marker out/SuccessName (WriteSuccess: the
+// parts, their record counts, the total count and checksum) and prints the
 // Summary of all parts, which `terasort sum` of the input must match, and
-// `terasort validate out` checks the order. --memory and --spill are
+// `terasort validate out` checks the marker (ReadSuccess) and the order.
+// out must be new or empty and apart from the input (PlanOutput; with
+// --replace a previous sort's output is removed first). --memory and --spill are
 // kvshuffle's MemoryBudget and SpillDir (default: the output directory).
 // With --ckpt-records C the sort takes key-count checkpoints (kvshuffle
 // Checkpoint after every C records sent; the data held in memory is spilled

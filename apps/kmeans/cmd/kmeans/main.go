@@ -15,6 +15,15 @@
 // prints, and the result is the same bits as a --shrink run without
 // failures (partials are combined per shard, not per rank).
 //
+// With --ckpt-dir every rank waits at the end until the final checkpoint
+// is on disk. gaspirun --resume DIR continues from the newest complete
+// checkpoint there and prints a "resume:" line saying what it does: a
+// mid-run checkpoint continues to the --max-iter given now; the final
+// checkpoint of a finished run prints that run's result (SSE included),
+// or iterates on from it with a larger --max-iter; a --max-iter below
+// the checkpoint's iteration is refused (exit 2, like a bad flag, as is
+// an --inject naming a rank the job does not have).
+//
 // An injection fires the first time the job completes its iteration;
 // redone iterations after a recovery do not fire it again. A job resumed
 // with gaspirun --resume only knows what the loaded checkpoint recorded,
