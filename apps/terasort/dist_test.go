@@ -156,6 +156,9 @@ func genInput(t *testing.T, n int64, parts int) (string, Summary) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if loose, err := proctest.LoosePerms(in); err != nil || len(loose) > 0 {
+		t.Fatalf("generated input readable by other users (%v): %v", err, loose)
+	}
 	return in, sum
 }
 
