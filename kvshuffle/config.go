@@ -138,6 +138,16 @@ type Config struct {
 	// file system. Off, the state carries the in-memory data (protected
 	// wherever the application mirrors it). Needs SpillDir.
 	CheckpointSpill bool
+	// Holders, when set, returns the ranks that hold rank's checkpoint
+	// mirrors: give ckpt's Checkpointer.Holders. Checkpoint then copies
+	// the spill files a state names to those of them on another host
+	// (pgas Runtime.Host), which keep the copies in their own SpillDir, and
+	// RollBack fetches from them any file it cannot read where the rank
+	// runs now (a rank taken over on another host). A holder on the same
+	// host gets no copy: the file is kept by reference, since the loss of
+	// the host loses that holder too. Every rank must return the same
+	// ranks for a given rank. Nil: files are always kept by reference.
+	Holders func(rank int) []int
 	// IOBufferSize is the buffer in bytes of each spill file being written
 	// or read.
 	IOBufferSize int

@@ -81,10 +81,11 @@ type sortFlags struct {
 	verbose   bool
 }
 
-// injectSpec is --inject kill:rank=R,at=F.
+// injectSpec is --inject kill:rank=R,at=F[,disk=lost].
 type injectSpec struct {
-	rank int
-	at   float64
+	rank     int
+	at       float64
+	diskLost bool // the process removes its spill directory before the kill
 }
 
 func parseInject(s string) (*injectSpec, error) {
@@ -105,6 +106,11 @@ func parseInject(s string) (*injectSpec, error) {
 				return nil, fmt.Errorf("--inject %q: rank %q: want a rank number >= 0", s, v)
 			}
 			in.rank = r
+		case "disk":
+			if v != "lost" {
+				return nil, fmt.Errorf("--inject %q: disk %q: the only value is lost", s, v)
+			}
+			in.diskLost = true
 		case "at":
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || !(f >= 0 && f <= 1) {
@@ -112,7 +118,7 @@ func parseInject(s string) (*injectSpec, error) {
 			}
 			in.at = f
 		default:
-			return nil, fmt.Errorf("--inject %q: unknown key %q; want kill:rank=R,at=FRACTION", s, k)
+			return nil, fmt.Errorf("--inject %q: unknown key %q; want kill:rank=R,at=FRACTION[,disk=lost]", s, k)
 		}
 	}
 	if in.rank < 0 || in.at < 0 {
@@ -129,13 +135,13 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 	fs.StringVar(&f.in, "in", "", "input `DIR` of part files (any number), or one FILE")
 	fs.StringVar(&f.out, "out", "", "output `DIR`: rank r writes DIR/part-NNNNN (created if missing; existing part files are replaced)")
 	fs.Int64Var(&f.memory, "memory", def.MemoryBudget, "received data a rank holds in memory, in `BYTES` (kvshuffle MemoryBudget); above it sorted runs spill to --spill")
-	fs.StringVar(&f.spill, "spill", "", "spill `DIR` (default: under --out, the same disk as the output)")
+	fs.StringVar(&f.spill, "spill", "", "spill `DIR` (default: under --out, the same disk as the output); %h in it becomes the process's host label (PGAS_HOST)")
 	fs.IntVar(&f.sample, "sample", 10000, "keys each rank samples for the splitters")
 	fs.Int64Var(&f.ckptEvery, "ckpt-records", 0, "take a key-count checkpoint every `C` records sent per rank (0: none; a failure is then fatal)")
 	fs.IntVar(&f.mirrors, "mirrors", 1, "copies of each checkpoint on other ranks")
 	fs.StringVar(&f.schedule, "schedule", "diagonal", "exchange `ORDER`: diagonal (contention-free) or naive (every rank serves partition 0 first, for comparison)")
 	fs.BoolVar(&f.ckptMem, "ckpt-in-memory", false, "checkpoints carry the received data held in memory (mirrored to other ranks) instead of spilling it to --spill; use it when the spill directory is not readable from where a lost rank is taken over")
-	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records")
+	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records; with ,disk=lost the process first removes its spill directory (needs --spill with %h), as the loss of its host would")
 	fs.BoolVar(&f.verbose, "v", false, "log shuffle and checkpoint events to stderr")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -162,6 +168,9 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 		}
 		if f.ckptEvery == 0 {
 			return nil, usageErr("--inject needs checkpoints to recover from: set --ckpt-records")
+		}
+		if in.diskLost && !strings.Contains(f.spill, "%h") {
+			return nil, usageErr("--inject disk=lost removes the spill directory of the killed process: give every host its own with --spill DIR/%%h")
 		}
 		f.inject = in
 	}
@@ -344,9 +353,15 @@ func (j *sortJob) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cfg.SpillDir = strings.ReplaceAll(cfg.SpillDir, "%h", hostDir(j.rt.Host(rank)))
 	// The partitioner is set once the splitters are known (a promoted
 	// spare learns them from the checkpoint, after New).
 	cfg.Partition = func(key []byte, parts int) int { return j.part.Partition(key[:terasort.KeySize]) }
+	if j.f.ckptEvery > 0 {
+		// Spill files a checkpoint names are copied to the rank's mirror
+		// holder when it is on another host (kvshuffle Config.Holders).
+		cfg.Holders = func(r int) []int { return j.ck.Holders(r) }
+	}
 	j.hdr = make([]byte, (n-1)*terasort.KeySize)
 	j.cfg = cfg
 	// The checkpoints come first, so that a failure anywhere after this
@@ -402,8 +417,8 @@ func (j *sortJob) run(ctx context.Context) error {
 			printed = true
 			shuffleTime := time.Since(tShuffle)
 			if sum.Records > 0 || st.PairsSent > 0 {
-				fmt.Fprintf(j.out, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
-					rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.MemoryPeak, j.f.memory, peakRSS())
+				fmt.Fprintf(j.out, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d copied_bytes=%d held_bytes=%d fetched_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
+					rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.CopiedBytes, st.HeldBytes, st.FetchedBytes, st.MemoryPeak, j.f.memory, peakRSS())
 			}
 			j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) recoveries=%d\n",
 				n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),
@@ -421,6 +436,18 @@ func (j *sortJob) run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// hostDir turns a host label into a path element for --spill's %h.
+func hostDir(label string) string {
+	if label == "" {
+		label, _ = os.Hostname()
+	}
+	label = strings.NewReplacer("/", "_", "\x00", "_").Replace(label)
+	if label == "" || label == "." || label == ".." {
+		label = "host"
+	}
+	return label
 }
 
 // finalizeErr reports a failed Finalize on stderr only: every part is
