@@ -143,13 +143,14 @@ func (rs *replicaStore) add(k fileKey, path string) {
 
 // record keeps manifest m of source src, drops the manifests the source
 // released (below keep) or redoes (at or above m.c), and deletes the
-// copies of src that no kept manifest names.
+// copies of src that no kept manifest names. Only src's: other sources'
+// sessions may be under way, their files not named by a manifest yet.
 func (rs *replicaStore) record(src uint32, keep uint64, m manifest) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	ms := slices.DeleteFunc(rs.manifests[src], func(x manifest) bool { return x.c < keep || x.c >= m.c })
 	rs.manifests[src] = append(ms, m)
-	rs.gcLocked()
+	rs.gcLocked(func(k fileKey) bool { return k.src == src })
 }
 
 // rollBack drops the manifests above c (the abandoned timeline) and the
@@ -160,10 +161,11 @@ func (rs *replicaStore) rollBack(c uint64) {
 	for src, ms := range rs.manifests {
 		rs.manifests[src] = slices.DeleteFunc(ms, func(x manifest) bool { return x.c > c })
 	}
-	rs.gcLocked()
+	rs.gcLocked(func(fileKey) bool { return true })
 }
 
-func (rs *replicaStore) gcLocked() {
+// gcLocked deletes the copies in scope that no kept manifest names.
+func (rs *replicaStore) gcLocked(scope func(fileKey) bool) {
 	named := make(map[fileKey]bool)
 	for _, ms := range rs.manifests {
 		for _, m := range ms {
@@ -173,7 +175,7 @@ func (rs *replicaStore) gcLocked() {
 		}
 	}
 	for k, p := range rs.files {
-		if !named[k] {
+		if scope(k) && !named[k] {
 			os.Remove(p)
 			delete(rs.files, k)
 			rs.bytes -= k.size
@@ -206,7 +208,8 @@ func (rs *replicaStore) removeAll() error {
 // followed by, per kind: xferFile a key; xferData file bytes; xferFileEnd
 // nothing; xferEnd keep uint64, count uint32 and count keys (the manifest;
 // none in a fetch); xferCredit the count of messages consumed (uint64);
-// xferEndAck a status byte (0 ok) and a message.
+// xferEndAck a status byte (0 ok) and a message; xferAbort a message: the
+// sender gave up on the session, so nobody waits for it any more.
 const (
 	xferMagic  = "KVX1"
 	xferHeader = 24
@@ -219,6 +222,7 @@ const (
 	xferEnd
 	xferCredit
 	xferEndAck
+	xferAbort
 
 	opCheckpoint byte = 1
 	opFetch      byte = 2
@@ -296,6 +300,9 @@ func (s *Shuffle) session(ctx context.Context, p *plan) (int64, int, error) {
 	if sendErr != nil {
 		err = sendErr
 	}
+	if err != nil {
+		s.abortSession(p, err)
+	}
 	if err != nil && (pgas.NeedsRecovery(err) || ctx.Err() != nil) {
 		return sentBytes, sentFiles, err
 	}
@@ -315,8 +322,26 @@ func (s *Shuffle) session(ctx context.Context, p *plan) (int64, int, error) {
 	return sentBytes, sentFiles, nil
 }
 
+// abortSession tells every rank this one sends to or receives from in p,
+// briefly and best effort, that it gave up, so that none of them waits
+// for its messages; the session's agreement then fails everywhere.
+func (s *Shuffle) abortSession(p *plan, cause error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	msg := append(p.tag.header(xferAbort, 256), cause.Error()...)
+	if len(msg) > xferHeader+256 {
+		msg = msg[:xferHeader+256]
+	}
+	peers := slices.Concat(slices.Collect(maps.Keys(p.out)), p.from)
+	slices.Sort(peers)
+	for _, r := range slices.Compact(peers) {
+		s.rt.PassiveSend(ctx, r, msg)
+	}
+}
+
 // sendTo streams p.out[d] to rank d, then the end, and waits for d's
-// acknowledgement of the end.
+// acknowledgement of the end (or its abort, which ends the wait for
+// credits too).
 func (s *Shuffle) sendTo(ctx context.Context, p *plan, d int, credits <-chan uint64, ack <-chan error) (int64, int, error) {
 	var nsent, credited uint64
 	post := func(msg []byte) error {
@@ -324,6 +349,8 @@ func (s *Shuffle) sendTo(ctx context.Context, p *plan, d int, credits <-chan uin
 			select {
 			case c := <-credits:
 				credited = max(credited, c)
+			case err := <-ack:
+				return fmt.Errorf("rank %d gave up the copy: %w", d, err)
 			case <-ctx.Done():
 				return context.Cause(ctx)
 			}
@@ -462,10 +489,24 @@ func (s *Shuffle) receive(ctx context.Context, p *plan, credits map[int]chan uin
 				pending--
 			}
 			continue
+		case xferAbort:
+			why := fmt.Errorf("rank %d gave up the session: %s: %w", from, body, ErrLost)
+			if ch := acks[from]; ch != nil {
+				ch <- why
+				acks[from] = nil
+				pending--
+			}
+			if in := ins[from]; in != nil && !in.ended {
+				in.abandon()
+				in.ended = true
+				ends--
+			}
+			continue
 		}
 		in := ins[from]
 		if in == nil || in.ended {
-			return corrupt(fmt.Sprintf("checkpoint copy from rank %d", from), 4, "message kind %d from a rank that sends nothing now", kind)
+			s.log.Warn("checkpoint copy message from a rank that sends nothing now dropped", "from", from, "kind", kind)
+			continue
 		}
 		if kind == xferEnd {
 			if err := s.endInbound(ctx, p, from, in, body); err != nil {

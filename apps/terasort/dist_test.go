@@ -290,6 +290,48 @@ func TestDistSortHostLoss(t *testing.T) {
 	}
 }
 
+// TestDistSortThreeHosts: 3 ranks and 3 spares on 3 host labels (2
+// processes each: ranks 0 and 1 on host0, rank 2 and a spare on host1, two
+// spares on host2), each host with its own spill directory. Every rank of
+// host0 removes the host's spill directory and is SIGKILLed at half its
+// records: the loss of a whole host with its disk. The spares fetch the
+// lost ranks' checkpoint files from their mirror holders, and the output is
+// the failure-free one, with the default --memory (files only from the
+// checkpoints' spills) and with a --memory that forces spills.
+func TestDistSortThreeHosts(t *testing.T) {
+	in, sum := genInput(t, 240000, 4)
+	ref := filepath.Join(t.TempDir(), "ref")
+	if code, log := job(t, 3, 0, "--in", in, "--out", ref); code != 0 {
+		t.Fatalf("failure-free run: exit %d\n%s", code, log)
+	}
+	fetchedRE := regexp.MustCompile(`(?m)^\[r[01]\] sort: rank [01] .* fetched_bytes=([1-9]\d*) `)
+	for _, v := range []struct {
+		name  string
+		extra []string
+	}{{"default", nil}, {"memory-2MiB", []string{"--memory", fmt.Sprint(2 << 20)}}} {
+		t.Run(v.name, func(t *testing.T) {
+			spill := t.TempDir()
+			out := filepath.Join(t.TempDir(), "out")
+			args := append([]string{"--in", in, "--out", out, "--ckpt-records", "10000", "--spill", filepath.Join(spill, "%h"),
+				"--inject", "kill:host=host0,at=0.5,disk=lost"}, v.extra...)
+			code, log := jobOn(t, 3, 3, []string{"--ranks-per-host", "2"}, args...)
+			if code != 0 {
+				t.Fatalf("exit %d\n%s", code, log)
+			}
+			for _, want := range []string{"[r0] inject: SIGKILL rank 0", "[r1] inject: SIGKILL rank 1", "rolled back to checkpoint"} {
+				if !strings.Contains(log, want) {
+					t.Fatalf("no %q in the log\n%s", want, log)
+				}
+			}
+			if len(fetchedRE.FindAllString(log, -1)) == 0 {
+				t.Fatalf("no spare of rank 0 or 1 fetched spill files from a holder\n%s", log)
+			}
+			checkSorted(t, out, 3, sum, log)
+			sameParts(t, ref, out, 3)
+		})
+	}
+}
+
 // TestDistSortBadInput: a truncated input file fails the job with the
 // file's name and the offset of the cut record; bad flags are usage
 // errors.

@@ -81,9 +81,10 @@ type sortFlags struct {
 	verbose   bool
 }
 
-// injectSpec is --inject kill:rank=R,at=F[,disk=lost].
+// injectSpec is --inject kill:rank=R|host=H,at=F[,disk=lost].
 type injectSpec struct {
-	rank     int
+	rank     int    // -1 with host
+	host     string // every rank of this host label (PGAS_HOST)
 	at       float64
 	diskLost bool // the process removes its spill directory before the kill
 }
@@ -91,7 +92,7 @@ type injectSpec struct {
 func parseInject(s string) (*injectSpec, error) {
 	rest, ok := strings.CutPrefix(s, "kill:")
 	if !ok {
-		return nil, fmt.Errorf("--inject %q: want kill:rank=R,at=FRACTION", s)
+		return nil, fmt.Errorf("--inject %q: want kill:rank=R|host=H,at=FRACTION[,disk=lost]", s)
 	}
 	in := &injectSpec{rank: -1, at: -1}
 	for _, kv := range strings.Split(rest, ",") {
@@ -106,6 +107,11 @@ func parseInject(s string) (*injectSpec, error) {
 				return nil, fmt.Errorf("--inject %q: rank %q: want a rank number >= 0", s, v)
 			}
 			in.rank = r
+		case "host":
+			if v == "" {
+				return nil, fmt.Errorf("--inject %q: host is empty: want a host label (PGAS_HOST)", s)
+			}
+			in.host = v
 		case "disk":
 			if v != "lost" {
 				return nil, fmt.Errorf("--inject %q: disk %q: the only value is lost", s, v)
@@ -118,11 +124,11 @@ func parseInject(s string) (*injectSpec, error) {
 			}
 			in.at = f
 		default:
-			return nil, fmt.Errorf("--inject %q: unknown key %q; want kill:rank=R,at=FRACTION[,disk=lost]", s, k)
+			return nil, fmt.Errorf("--inject %q: unknown key %q; want kill:rank=R|host=H,at=FRACTION[,disk=lost]", s, k)
 		}
 	}
-	if in.rank < 0 || in.at < 0 {
-		return nil, fmt.Errorf("--inject %q: give both rank=R and at=FRACTION", s)
+	if (in.rank < 0) == (in.host == "") || in.at < 0 {
+		return nil, fmt.Errorf("--inject %q: give rank=R or host=H, and at=FRACTION", s)
 	}
 	return in, nil
 }
@@ -141,7 +147,7 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 	fs.IntVar(&f.mirrors, "mirrors", 1, "copies of each checkpoint on other ranks")
 	fs.StringVar(&f.schedule, "schedule", "diagonal", "exchange `ORDER`: diagonal (contention-free) or naive (every rank serves partition 0 first, for comparison)")
 	fs.BoolVar(&f.ckptMem, "ckpt-in-memory", false, "checkpoints carry the received data held in memory (mirrored to other ranks) instead of spilling it to --spill; use it when the spill directory is not readable from where a lost rank is taken over")
-	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records; with ,disk=lost the process first removes its spill directory (needs --spill with %h), as the loss of its host would")
+	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records (kill:host=H,at=F: every rank of host label H, each at its own FRACTION); with ,disk=lost the process first removes its spill directory (needs --spill with %h), as the loss of its host would")
 	fs.BoolVar(&f.verbose, "v", false, "log shuffle and checkpoint events to stderr")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -343,7 +349,7 @@ func (j *sortJob) run(ctx context.Context) error {
 	}
 	j.mine = terasort.ShardRecords(j.shards)
 	j.killAt = -1
-	if in := j.f.inject; in != nil && in.rank == rank && !j.rt.StartedAsSpare() {
+	if in := j.f.inject; in != nil && (in.rank == rank || (in.host != "" && in.host == j.rt.Host(rank))) && !j.rt.StartedAsSpare() {
 		j.killAt = int64(math.Floor(in.at * float64(j.mine)))
 	}
 	if in := j.f.inject; in != nil && in.rank >= n {
