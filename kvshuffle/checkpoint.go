@@ -25,8 +25,10 @@ import (
 // what this rank needs to come back to c: the O task's Consumed count, the
 // in-memory data (sorted runs and unsorted batches, copied), and the names
 // of the spill files (which stay on disk, pinned, until Release or Close).
-// The state is this rank's part of the application checkpoint; store it
-// with package ckpt or elsewhere and give it to RollBack.
+// With Config.Holders, the spill files are also copied to the holders on
+// other hosts before Checkpoint returns (see the package doc). The state
+// is this rank's part of the application checkpoint; store it with
+// package ckpt or elsewhere and give it to RollBack.
 //
 // Checkpoint returns ErrState after Recv or Groups started, or for a c
 // that does not increase. If it fails, the shuffle must be rolled back.

@@ -134,9 +134,11 @@ type Config struct {
 	// memory to a sorted file in SpillDir before it records the state, so
 	// the state names files only (bytes, not megabytes) and the
 	// application's checkpoint stays small. The files must be readable by
-	// the process that takes over a lost rank: the same host or a shared
-	// file system. Off, the state carries the in-memory data (protected
-	// wherever the application mirrors it). Needs SpillDir.
+	// the process that takes over a lost rank: the same host, a shared
+	// file system, or copies at the holders (Holders). Off, the state
+	// carries the in-memory data (protected wherever the application
+	// mirrors it) and names the files spilled under memory pressure only.
+	// Needs SpillDir.
 	CheckpointSpill bool
 	// Holders, when set, returns the ranks that hold rank's checkpoint
 	// mirrors: give ckpt's Checkpointer.Holders. Checkpoint then copies

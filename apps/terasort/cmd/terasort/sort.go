@@ -37,11 +37,23 @@ package main
 // checkpoint and rolls the shuffle back to it, and sending resumes at
 // Consumed(). Each checkpoint first spills what the rank holds in memory
 // (kvshuffle CheckpointSpill), so the state names spill files only; they
-// stay on the local disk, pinned, and a spare on the same host (gaspirun's
-// case) reads them. --ckpt-in-memory puts the in-memory data into the state
-// instead (mirrored to other ranks: for a spill directory another host
-// cannot read). A failure before checkpoint 1 was committed makes every
-// rank start over (sample again, empty shuffle).
+// stay on the local disk, pinned. When the job spans hosts (PGAS_HOST
+// labels differ), the checkpoint also copies the files the rank's mirror
+// holder (on another host, ckpt's placement) lacks into the holder's own
+// spill directory (kvshuffle Config.Holders), and a spare that cannot read
+// the lost rank's files fetches them from there; on one host the files
+// are kept by reference and a spare reads them in place. --ckpt-in-memory
+// puts the in-memory data into the state instead (files spilled under
+// --memory pressure are still named, and copied across hosts the same
+// way). The state is a ckpt RegisterVar region: a checkpoint saves and
+// mirrors the state's bytes, not the region's bound. A failure before
+// checkpoint 1 was committed makes every rank start over (sample again,
+// empty shuffle).
+//
+// --spill DIR/%h gives every host label its own spill directory (on one
+// machine standing in for several hosts), and --inject ...,disk=lost
+// removes the killed process's spill directory first, as the loss of its
+// host would.
 // ---------------------------------------------------------------------------
 
 import (
@@ -146,7 +158,7 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 	fs.Int64Var(&f.ckptEvery, "ckpt-records", 0, "take a key-count checkpoint every `C` records sent per rank (0: none; a failure is then fatal)")
 	fs.IntVar(&f.mirrors, "mirrors", 1, "copies of each checkpoint on other ranks")
 	fs.StringVar(&f.schedule, "schedule", "diagonal", "exchange `ORDER`: diagonal (contention-free) or naive (every rank serves partition 0 first, for comparison)")
-	fs.BoolVar(&f.ckptMem, "ckpt-in-memory", false, "checkpoints carry the received data held in memory (mirrored to other ranks) instead of spilling it to --spill; use it when the spill directory is not readable from where a lost rank is taken over")
+	fs.BoolVar(&f.ckptMem, "ckpt-in-memory", false, "checkpoints carry the received data held in memory (mirrored to other ranks) instead of spilling it to --spill; files spilled under --memory pressure are named, and copied to holders on other hosts as by default")
 	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records (kill:host=H,at=F: every rank of host label H, each at its own FRACTION); with ,disk=lost the process first removes its spill directory (needs --spill with %h), as the loss of its host would")
 	fs.BoolVar(&f.verbose, "v", false, "log shuffle and checkpoint events to stderr")
 	pos, err := parseInterleaved(fs, args)
