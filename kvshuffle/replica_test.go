@@ -174,3 +174,54 @@ func TestSameHostKeepsFilesByReference(t *testing.T) {
 		}
 	})
 }
+
+// Rule (copies kept): a holder keeps a source's copies named by the
+// manifests the source has not released, collects only the finished
+// source's other copies (another source's files may be arriving, not named
+// yet), and at RollBack to c forgets the manifests above c.
+func TestReplicaStoreKeeps(t *testing.T) {
+	rs := newReplicaStore()
+	dir := t.TempDir()
+	file := func(src uint32, n int) fileKey {
+		k := fileKey{src: src, crc: uint32(n), size: int64(100 + n), pairs: uint64(n)}
+		path := dir + "/" + k.name()
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rs.add(k, path)
+		return k
+	}
+	held := func(ks ...fileKey) {
+		t.Helper()
+		if len(rs.files) != len(ks) {
+			t.Fatalf("holding %d copies, want %d", len(rs.files), len(ks))
+		}
+		for _, k := range ks {
+			p, ok := rs.has(k)
+			if !ok {
+				t.Fatalf("copy %s gone", k.name())
+			}
+			if _, err := os.Stat(p); err != nil {
+				t.Fatalf("copy %s: %v", k.name(), err)
+			}
+		}
+	}
+	a1, a2 := file(0, 1), file(0, 2)
+	rs.record(0, 0, manifest{c: 10, keys: []fileKey{a1, a2}})
+	b1 := file(1, 1) // source 1's session under way
+	a3 := file(0, 3)
+	rs.record(0, 0, manifest{c: 20, keys: []fileKey{a2, a3}})
+	held(a1, a2, a3, b1) // checkpoint 10 not released yet; b1 not source 0's
+	rs.record(1, 0, manifest{c: 20, keys: []fileKey{b1}})
+	a4 := file(0, 4)
+	rs.record(0, 20, manifest{c: 30, keys: []fileKey{a4}}) // released below 20: 10 goes
+	held(a2, a3, a4, b1)
+	rs.rollBack(20) // checkpoint 30 abandoned
+	held(a2, a3, b1)
+	if rs.bytes != a2.size+a3.size+b1.size {
+		t.Fatalf("bytes %d, want %d", rs.bytes, a2.size+a3.size+b1.size)
+	}
+	if err := rs.removeAll(); err != nil || len(rs.files) != 0 {
+		t.Fatalf("removeAll: %v, %d copies left", err, len(rs.files))
+	}
+}
