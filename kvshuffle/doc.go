@@ -102,7 +102,7 @@
 //     its index;
 //   - checkpoint states, which copy the in-memory data and belong to the
 //     caller;
-//   - with Config.Holders, one 256 KiB chunk being copied, and on a holder
+//   - with Config.Holders, one 512 KiB chunk being copied, and on a holder
 //     the copies of other ranks' files, on disk (Stats.HeldBytes).
 //
 // # Key-count checkpoints
@@ -149,7 +149,7 @@
 // ErrLost). A holder keeps the copies in a directory of its own under its
 // SpillDir, for the checkpoints the source has not released (Release),
 // and forgets those of an abandoned timeline at RollBack. The copies
-// travel as pgas passive messages with credits (at most 8 chunks of 256
+// travel as pgas passive messages with credits (at most 8 chunks of 512
 // KiB unconsumed per pair of ranks), inside Checkpoint and RollBack: while
 // those run with Holders set, the program must not use passive messages.
 //

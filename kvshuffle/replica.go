@@ -213,7 +213,7 @@ func (rs *replicaStore) removeAll() error {
 const (
 	xferMagic  = "KVX1"
 	xferHeader = 24
-	xferChunk  = 256 << 10
+	xferChunk  = 512 << 10
 	xferWindow = 8
 
 	xferFile byte = iota + 1
