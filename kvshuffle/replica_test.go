@@ -1,11 +1,15 @@
 package kvshuffle
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 
@@ -224,4 +228,47 @@ func TestReplicaStoreKeeps(t *testing.T) {
 	if err := rs.removeAll(); err != nil || len(rs.files) != 0 {
 		t.Fatalf("removeAll: %v, %d copies left", err, len(rs.files))
 	}
+}
+
+// A runtime closed under a shuffle (pgas Finalize) stops its goroutines
+// with an error that is a shutdown, not a failure: nothing is logged at
+// ERROR.
+func TestRuntimeClosedIsNoFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _ := newJob(t, 2, 80)
+		var buf syncBuffer
+		shs := newShuffles(t, rts, func(c *Config) {
+			c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		})
+		for _, rt := range rts {
+			rt.Close()
+		}
+		synctest.Wait()
+		for i, s := range shs {
+			if s.Err() == nil {
+				t.Fatalf("rank %d: the shuffle did not notice that the runtime closed", i)
+			}
+		}
+		if out := buf.String(); strings.Contains(out, "level=ERROR") || !strings.Contains(out, "the runtime closed") {
+			t.Fatalf("log after the runtime closed:\n%s", out)
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer for several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
