@@ -241,7 +241,7 @@ func (s *Shuffle) fail(err error) {
 	s.err = err
 	s.bad.Store(true)
 	close(s.failed)
-	if errors.Is(err, segments.ErrClosed) || errors.Is(err, pgas.ErrClosed) || errors.Is(s.rt.Usable(), pgas.ErrClosed) {
+	if errors.Is(s.rt.Usable(), pgas.ErrClosed) {
 		// The runtime closed under the goroutines (Finalize, or a
 		// program ending before Close): a shutdown, not a failure.
 		s.log.Debug("shuffle stopped: the runtime closed", "err", err)
