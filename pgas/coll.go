@@ -567,6 +567,9 @@ func (m *mailbox) wait(ctx context.Context, rt *Runtime, k mailKey, rank int, op
 		select {
 		case <-s.ready: // it arrived before the connection went
 		default:
+			if err := rt.halted(); err != nil {
+				return nil, err // this process stopped, not the peer
+			}
 			return nil, &RankError{Rank: rank, Op: op, Err: ErrRankFailed}
 		}
 	case <-ctx.Done():

@@ -42,6 +42,12 @@
 //     blocks forever after a peer dies.
 //   - Every frame carries the sender's epoch. Frames from an older epoch or
 //     from a process declared failed are rejected and counted.
+//   - A process that learns it was replaced (ErrFenced), or that its
+//     membership gave up on it (MembershipLoss: package spares does when
+//     the process was cut off from the membership's quorum for longer than
+//     PGAS_CUTOFF), stops for good: its connections are cut, and every
+//     call, Recover and a spare's wait for promotion return that error.
+//     The program exits (spares.ExitCodeOf gives the code).
 //
 // # Shrinking
 //

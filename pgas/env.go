@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
@@ -80,7 +79,15 @@ func InitFromEnv(ctx context.Context, opts EnvOptions) (*Runtime, error) {
 	}
 	cc := bootstrap.DefaultClientConfig()
 	cc.Logger = log.With("proc", int(env.Proc), "layer", "rendezvous")
-	self := bootstrap.Member{Proc: env.Proc, Addr: advertise(tr.Addr(), env.Rendezvous), Host: env.Host, Pid: os.Getpid(), Extra: opts.Extra}
+	if env.RendezvousTimeout > 0 {
+		cc.Timeout = env.RendezvousTimeout
+	}
+	addr, err := advertise(tr.Addr(), env.Rendezvous)
+	if err != nil {
+		tr.Close()
+		return nil, fmt.Errorf("pgas: init: %w", err)
+	}
+	self := bootstrap.Member{Proc: env.Proc, Addr: addr, Host: env.Host, Pid: os.Getpid(), Extra: opts.Extra}
 	sess, table, err := bootstrap.Join(ctx, cc, env, self)
 	if err != nil {
 		tr.Close()
@@ -158,7 +165,12 @@ func Listen(env bootstrap.Env) (net.Listener, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	return netfault.FromEnv(env.Proc).Listener(ln), advertise(ln.Addr().String(), env.Rendezvous), nil
+	addr, err := advertise(ln.Addr().String(), env.Rendezvous)
+	if err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	return netfault.FromEnv(env.Proc).Listener(ln), addr, nil
 }
 
 // listenHost picks the interface to listen on: loopback when the job's
@@ -180,28 +192,6 @@ func isLoopback(hostport string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
-}
-
-// advertise turns the listener's address into one the other processes can
-// dial: the address of the interface that routes to the rendezvous.
-func advertise(listen, rendezvous string) string {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil || (host != "0.0.0.0" && host != "::") {
-		return listen
-	}
-	if v := os.Getenv("PGAS_ADVERTISE_HOST"); v != "" {
-		return net.JoinHostPort(v, port)
-	}
-	c, err := net.Dial("udp", rendezvous)
-	if err != nil {
-		return listen
-	}
-	defer c.Close()
-	ip := c.LocalAddr().String()
-	if i := strings.LastIndex(ip, ":"); i > 0 {
-		ip = ip[:i]
-	}
-	return net.JoinHostPort(strings.Trim(ip, "[]"), port)
 }
 
 // logLevel parses PGAS_LOG (debug, info, warn, error).

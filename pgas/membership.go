@@ -43,6 +43,18 @@ type Membership interface {
 	ReportFailure(ctx context.Context, proc transport.Proc, epoch uint64) error
 }
 
+// MembershipLoss is implemented by a Membership that can give up on this
+// process while it runs: package spares does when the process has been
+// cut off from the membership's quorum for longer than its bound, or when
+// a voter it asked says that the process was declared failed (replaced)
+// while it was cut off. Lost is closed when it happens; LostErr then says
+// why. The runtime stops as it does when fenced: every call, Recover and a
+// spare's wait for promotion return that error from then on.
+type MembershipLoss interface {
+	Lost() <-chan struct{}
+	LostErr() error
+}
+
 // ErrStaleEpoch is returned once the membership has committed a newer
 // epoch than the one the program runs in: by every call until the program
 // calls Recover, by collectives that were waiting when the view changed,
@@ -71,8 +83,8 @@ func (rt *Runtime) current() (*view, error) {
 	if rt.isClosed() {
 		return nil, ErrClosed
 	}
-	if rt.fenced.Load() {
-		return nil, ErrFenced
+	if err := rt.halted(); err != nil {
+		return nil, err
 	}
 	v := rt.view.Load()
 	if rt.member != nil {
@@ -101,11 +113,26 @@ func (rt *Runtime) viewChan() <-chan struct{} {
 func (rt *Runtime) StartedAsSpare() bool { return int(rt.self) >= rt.cfg.NumRanks }
 
 // Fenced reports whether this process learnt that it was replaced.
-func (rt *Runtime) Fenced() bool { return rt.fenced.Load() }
+func (rt *Runtime) Fenced() bool { return errors.Is(rt.halted(), ErrFenced) }
 
-// watchMembership applies committed views as they arrive.
+// halted returns the error this process stopped with (ErrFenced, or the
+// membership's verdict, see MembershipLoss), nil while it may go on.
+func (rt *Runtime) halted() error {
+	if e := rt.halt.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// watchMembership applies committed views as they arrive, and stops the
+// runtime if the membership gives up on this process.
 func (rt *Runtime) watchMembership(m Membership) {
 	ch := m.Watch()
+	ml, _ := m.(MembershipLoss)
+	var lost <-chan struct{}
+	if ml != nil {
+		lost = ml.Lost()
+	}
 	for {
 		select {
 		case v, ok := <-ch:
@@ -113,6 +140,9 @@ func (rt *Runtime) watchMembership(m Membership) {
 				return
 			}
 			rt.applyView(v)
+		case <-lost:
+			rt.stop(ml.LostErr())
+			lost = nil
 		case <-rt.closed:
 			return
 		}
@@ -212,8 +242,8 @@ func (rt *Runtime) drainLanding(ctx context.Context, epoch uint32) error {
 		if busy < 0 {
 			return nil
 		}
-		if rt.fenced.Load() {
-			return ErrFenced
+		if err := rt.halted(); err != nil {
+			return err
 		}
 		t := time.NewTimer(time.Millisecond) // rare and short: poll
 		select {
@@ -290,14 +320,52 @@ func (rt *Runtime) liveProcs(v *view) []transport.Proc {
 
 // fence stops this process for good: it was replaced in a newer epoch.
 func (rt *Runtime) fence(why string) {
-	if rt.fenced.Swap(true) {
+	rt.stopWith(ErrFenced, func() {
+		rt.log.Error("fenced: this process was replaced and must exit", "why", why)
+	})
+}
+
+// stop stops this process for good with err, the membership's verdict
+// (see MembershipLoss).
+func (rt *Runtime) stop(err error) {
+	if err == nil {
+		err = fmt.Errorf("pgas: the membership gave up on this process: %w", ErrFenced)
+	}
+	rt.stopWith(err, func() {
+		if errors.Is(err, ErrFenced) {
+			rt.log.Error("fenced: this process was replaced and must exit", "why", err.Error())
+		} else {
+			rt.log.Error("stopped: the membership gave up on this process; it must exit", "why", err.Error())
+		}
+	})
+}
+
+// stopWith records err as the reason this process stops (the first
+// reason wins), then fails every peer and request with it and wakes
+// whoever waits for a view.
+func (rt *Runtime) stopWith(err error, logIt func()) {
+	if !rt.halt.CompareAndSwap(nil, &err) {
 		return
 	}
-	rt.log.Error("fenced: this process was replaced and must exit", "why", why)
+	logIt()
 	for _, p := range rt.peers {
-		p.fail(ErrFenced)
+		p.fail(err)
 	}
-	rt.failRequests(func(*request) bool { return true }, ErrFenced)
+	rt.failRequests(func(*request) bool { return true }, err)
+	// Cut every connection: a send blocked on a peer this process cannot
+	// reach (a full socket buffer, a partition) returns, and nothing
+	// more is taken from peers that have moved on.
+	if d, ok := rt.tr.(interface {
+		Disconnect(transport.Proc, error)
+	}); ok {
+		rt.goFunc(func() {
+			for _, p := range rt.peers {
+				if p.proc != rt.self {
+					d.Disconnect(p.proc, err)
+				}
+			}
+		})
+	}
 	// Wake whoever waits for a view (Recover, a spare's promotion): the
 	// notice may come from a peer, with no view of the membership behind
 	// it, and a replaced process never gets another view.
@@ -325,8 +393,8 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 		if rt.isClosed() {
 			return ErrClosed
 		}
-		if rt.fenced.Load() {
-			return ErrFenced
+		if err := rt.halted(); err != nil {
+			return err
 		}
 		rt.viewMu.Lock()
 		v, verr, ch := rt.view.Load(), rt.viewErr, rt.viewChanged
@@ -372,8 +440,8 @@ func (rt *Runtime) waitPromotion(ctx context.Context) error {
 		if rt.isClosed() {
 			return ErrClosed
 		}
-		if rt.fenced.Load() {
-			return ErrFenced
+		if err := rt.halted(); err != nil {
+			return err
 		}
 		rt.viewMu.Lock()
 		v, verr, fin, ch := rt.view.Load(), rt.viewErr, rt.finished, rt.viewChanged
@@ -475,7 +543,7 @@ func (rt *Runtime) reportFailure(proc transport.Proc, epoch uint64) {
 // Any other outcome closes the runtime.
 func (rt *Runtime) Finalize(ctx context.Context) error {
 	err := rt.finalizeOnce(ctx)
-	if err != nil && NeedsRecovery(err) && rt.member != nil && !rt.isClosed() && !rt.fenced.Load() {
+	if err != nil && NeedsRecovery(err) && rt.member != nil && !rt.isClosed() && rt.halted() == nil {
 		return err
 	}
 	rt.Close()

@@ -36,6 +36,21 @@ type fakeHandle struct {
 	ch     chan View
 	paused bool
 	held   *View
+
+	lost    chan struct{} // closed by lose
+	lostErr error
+}
+
+var _ MembershipLoss = (*fakeHandle)(nil)
+
+func (h *fakeHandle) Lost() <-chan struct{} { return h.lost }
+func (h *fakeHandle) LostErr() error        { return h.lostErr }
+
+// lose makes the membership give up on this process with err, as package
+// spares does for a process cut off from its quorum.
+func (h *fakeHandle) lose(err error) {
+	h.lostErr = err
+	close(h.lost)
 }
 
 func newFakeMembership(ranks, procs int) *fakeMembership {
@@ -52,7 +67,7 @@ func newFakeMembership(ranks, procs int) *fakeMembership {
 func (f *fakeMembership) handle() *fakeHandle {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	h := &fakeHandle{f: f, ch: make(chan View, 1)}
+	h := &fakeHandle{f: f, ch: make(chan View, 1), lost: make(chan struct{})}
 	f.handles = append(f.handles, h)
 	return h
 }
@@ -528,5 +543,44 @@ func TestFenceWakesRecover(t *testing.T) {
 		case <-time.After(time.Minute): // fake time
 			t.Fatal("Recover still waits a minute after the fence")
 		}
+	})
+}
+
+// Rule: when the membership gives up on a process (cut off from its quorum
+// for too long), a call blocked on peers that will never answer returns
+// the membership's error, so do Recover and every later call, and a spare
+// waiting for promotion stops waiting with it.
+func TestMembershipLossStopsTheProcess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, promoted, _, _, handles := newFTJob(t, 3, 1)
+		ctx := context.Background()
+		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		errCut := errors.New("cut off from the membership for 10s")
+		done := make(chan error, 1)
+		go func() { done <- rts[1].Barrier(ctx, nil) }() // the others never join
+		synctest.Wait()
+		handles[1].lose(errCut)
+		select {
+		case err := <-done:
+			if !errors.Is(err, errCut) {
+				t.Fatalf("blocked barrier returned %v, want the membership's error", err)
+			}
+		case <-time.After(time.Minute): // fake time
+			t.Fatal("the barrier still waits a minute after the membership gave up")
+		}
+		if err := rts[1].Recover(ctx); !errors.Is(err, errCut) {
+			t.Fatalf("Recover = %v, want the membership's error", err)
+		}
+		if err := rts[1].Usable(); !errors.Is(err, errCut) || rts[1].Fenced() {
+			t.Fatalf("Usable = %v, Fenced = %v; want the membership's error, not fenced", rts[1].Usable(), rts[1].Fenced())
+		}
+		handles[3].lose(errCut) // the idle spare
+		synctest.Wait()
+		select {
+		case rt := <-promoted:
+			t.Fatalf("the spare was promoted (rank %d) after the membership gave up on it", rt.Rank())
+		default:
+		}
+		each(t, []*Runtime{rts[0], rts[2]}, func(rt *Runtime) error { return rt.Usable() })
 	})
 }

@@ -57,9 +57,9 @@ type Runtime struct {
 	viewChanged chan struct{} // closed and replaced at each applied view
 	viewErr     error         // the membership's verdict that the job cannot go on
 	finished    bool
-	fenced      atomic.Bool
-	appEpoch    atomic.Uint32 // the epoch the program acknowledged (Init, Recover)
-	failEpoch   atomic.Uint64 // latest epoch in which this process saw a failure
+	halt        atomic.Pointer[error] // set once: this process must stop (fenced, or the membership gave up on it)
+	appEpoch    atomic.Uint32         // the epoch the program acknowledged (Init, Recover)
+	failEpoch   atomic.Uint64         // latest epoch in which this process saw a failure
 
 	member  Membership
 	det     *health.Detector
@@ -473,7 +473,7 @@ func (rt *Runtime) spareSeesEnd() {
 // The goodbye is sequenced and acknowledged: a transport may drop frames
 // still in flight when it closes, and an idle spare counts goodbyes.
 func (rt *Runtime) sayGoodbye() {
-	if rt.fenced.Load() {
+	if rt.halted() != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

@@ -117,13 +117,13 @@ func TestStateRoundTripAndRejects(t *testing.T) {
 
 func TestCtlFrames(t *testing.T) {
 	cmd, _ := EncodeCommand(Finish{})
-	req, err := encodeCtlRequest(cmd)
+	req, err := encodeCtlRequest(ctlOpPropose, cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := decodeCtlRequest(req)
-	if err != nil || !bytes.Equal(back, cmd) {
-		t.Fatalf("request round trip: %x, %v", back, err)
+	op, back, err := decodeCtlRequest(req)
+	if err != nil || op != ctlOpPropose || !bytes.Equal(back, cmd) {
+		t.Fatalf("request round trip: op %d %x, %v", op, back, err)
 	}
 	resp := ctlResponse{Code: "not-leader", Msg: "m", Leader: 4, Result: Result{Changed: true, Epoch: 5, Rank: 2, Promoted: 9, Status: Failed, Note: "n"}}
 	b, _ := encodeCtlResponse(resp)
@@ -141,7 +141,7 @@ func TestCtlFrames(t *testing.T) {
 	if _, err := readFrame(&buf); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("oversized frame: %v", err)
 	}
-	if _, err := decodeCtlRequest(encodeRaw(t, 2, 1, []byte{})); !errors.Is(err, ErrProtocol) {
+	if _, _, err := decodeCtlRequest(encodeRaw(t, 2, 1, []byte{})); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("wrong version: %v", err)
 	}
 }

@@ -98,6 +98,29 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// SnapshotThreshold: Raft log entries between snapshots.
 	SnapshotThreshold uint64
+	// CutOff (PGAS_CUTOFF): a process without contact with a membership
+	// quorum (a leader's message, or leading itself) for this long gives
+	// up with ErrCutOff (exit ExitCutOff), so that no process of the job
+	// runs forever on a host cut off from the others. Only time the
+	// process was awake counts. It must exceed what a working membership
+	// ever goes without a leader: a leader's loss (HeartbeatTimeout) and
+	// an election (a few ElectionTimeouts) take about a second even on a
+	// busy host, and the majority's failure detector replaces a cut-off
+	// process within a few seconds; 10s leaves a wide margin for both
+	// and still ends a cut-off host's processes well within 30s. At least
+	// 4 × (HeartbeatTimeout + ElectionTimeout).
+	CutOff time.Duration
+	// StandingInterval: while out of contact (for 2 × (HeartbeatTimeout +
+	// ElectionTimeout), at least 1s), the process asks the voters it knows
+	// of, and two other processes in turn, through their control RPC
+	// whether it was declared failed, at most once per this period; a
+	// round of questions is bounded by the largest of twice the period,
+	// HandshakeTimeout and CutOff/4. Answers from a majority of the voters
+	// count as contact with a quorum. A process replaced while it was cut off thus
+	// learns it (and exits fenced, ExitDeclaredFailed) within about two
+	// periods of reaching any of them, even though it left the Raft
+	// configuration and gets no log entries any more.
+	StandingInterval time.Duration
 
 	// Logger receives membership events (epoch changes, promotions, voter
 	// changes, refused connections) and Raft's own warnings and errors.
@@ -125,8 +148,14 @@ func DefaultConfig() Config {
 		ProposeRetryMax:    500 * time.Millisecond,
 		ReconcileInterval:  500 * time.Millisecond,
 		SnapshotThreshold:  1024,
+		CutOff:             DefaultCutOff,
+		StandingInterval:   500 * time.Millisecond,
 	}
 }
+
+// DefaultCutOff is Config.CutOff in DefaultConfig and LocalConfig; see
+// there for why 10s.
+const DefaultCutOff = 10 * time.Second
 
 // LocalConfig is for loopback and tests: faster elections, still tolerant
 // of a busy 2-core machine running the race detector.
@@ -184,6 +213,7 @@ func (c *Config) Validate() error {
 		{"TransportTimeout", c.TransportTimeout}, {"HandshakeTimeout", c.HandshakeTimeout},
 		{"RPCTimeout", c.RPCTimeout}, {"ProposeRetryMin", c.ProposeRetryMin},
 		{"ProposeRetryMax", c.ProposeRetryMax}, {"ReconcileInterval", c.ReconcileInterval},
+		{"CutOff", c.CutOff}, {"StandingInterval", c.StandingInterval},
 	}
 	for _, p := range pos {
 		if p.v <= 0 {
@@ -204,6 +234,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ProposeRetryMax < c.ProposeRetryMin {
 		bad("ProposeRetryMax %v is below ProposeRetryMin %v", c.ProposeRetryMax, c.ProposeRetryMin)
+	}
+	if min := 4 * (c.HeartbeatTimeout + c.ElectionTimeout); c.CutOff > 0 && c.CutOff < min {
+		bad("CutOff %v is below 4 × (HeartbeatTimeout + ElectionTimeout) = %v: an election would cut processes off (PGAS_CUTOFF)", c.CutOff, min)
 	}
 	if c.SnapshotThreshold == 0 {
 		bad("SnapshotThreshold is 0, want > 0 (1024 is usual)")

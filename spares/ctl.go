@@ -17,16 +17,22 @@ import (
 // (purpose "ctrl"). Frames are a 4-byte big-endian length and a msgpack
 // body of at most maxCtlFrame bytes.
 //
-//	request   [ctlVersion, ctlOpPropose, command bytes]
-//	response  [code, message, leader, changed, epoch, rank+1, promoted, status, note]
+//	request   [ctlVersion, op, payload bytes]
+//	response to ctlOpPropose (payload: a command)
+//	          [code, message, leader, changed, epoch, rank+1, promoted, status, note]
+//	response to ctlOpStanding (payload: empty)
+//	          [code, message, epoch, status, reason, failed-in epoch, rank+1, known]
 //
 // code is "ok" or one of the codes of errorCodes (or "internal"); leader is
-// the proc the responder believes leads (NoProc if none).
+// the proc the responder believes leads (NoProc if none). A standing answer
+// describes the asking process (the proc its handshake proved) in the
+// responder's applied state.
 const (
-	maxCtlFrame  = MaxCommandSize + 1024
-	ctlVersion   = 1
-	ctlOpPropose = 1
-	codeOK       = "ok"
+	maxCtlFrame   = MaxCommandSize + 1024
+	ctlVersion    = 1
+	ctlOpPropose  = 1
+	ctlOpStanding = 2
+	codeOK        = "ok"
 )
 
 func writeFrame(w io.Writer, body []byte) error {
@@ -56,26 +62,30 @@ func readFrame(r io.Reader) ([]byte, error) {
 	return b, nil
 }
 
-func encodeCtlRequest(cmd []byte) ([]byte, error) {
+func encodeCtlRequest(op uint64, payload []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
-	err := encAll(e.EncodeArrayLen(3), e.EncodeUint(ctlVersion), e.EncodeUint(ctlOpPropose), e.EncodeBytes(cmd))
+	err := encAll(e.EncodeArrayLen(3), e.EncodeUint(ctlVersion), e.EncodeUint(op), e.EncodeBytes(payload))
 	return buf.Bytes(), err
 }
 
-func decodeCtlRequest(b []byte) ([]byte, error) {
+func decodeCtlRequest(b []byte) (op uint64, payload []byte, err error) {
 	d := newDec(b, ErrProtocol)
 	if n := d.arrayLen(3); d.err == nil && n != 3 {
-		return nil, fmt.Errorf("%w: request has %d fields, want 3", ErrProtocol, n)
+		return 0, nil, fmt.Errorf("%w: request has %d fields, want 3", ErrProtocol, n)
 	}
 	if v := d.uint(255); d.err == nil && v != ctlVersion {
-		return nil, fmt.Errorf("%w: request version %d, this build speaks %d", ErrProtocol, v, ctlVersion)
+		return 0, nil, fmt.Errorf("%w: request version %d, this build speaks %d", ErrProtocol, v, ctlVersion)
 	}
-	if op := d.uint(255); d.err == nil && op != ctlOpPropose {
-		return nil, fmt.Errorf("%w: unknown request op %d", ErrProtocol, op)
+	op = d.uint(255)
+	if d.err == nil && op != ctlOpPropose && op != ctlOpStanding {
+		return 0, nil, fmt.Errorf("%w: unknown request op %d", ErrProtocol, op)
 	}
-	cmd := d.bin(MaxCommandSize)
-	return cmd, d.finish()
+	payload = d.bin(MaxCommandSize)
+	if d.err == nil && op == ctlOpStanding && len(payload) != 0 {
+		return 0, nil, fmt.Errorf("%w: standing request with a %d-byte payload, want none", ErrProtocol, len(payload))
+	}
+	return op, payload, d.finish()
 }
 
 type ctlResponse struct {
@@ -144,9 +154,16 @@ func (n *Node) handleCtl(c *authConn) {
 	_ = c.SetDeadline(time.Now().Add(n.cfg.RPCTimeout))
 	resp := ctlResponse{Code: codeOK, Leader: NoProc}
 	req, err := readFrame(c)
-	var cmd []byte
+	var (
+		op  uint64
+		cmd []byte
+	)
 	if err == nil {
-		cmd, err = decodeCtlRequest(req)
+		op, cmd, err = decodeCtlRequest(req)
+	}
+	if err == nil && op == ctlOpStanding {
+		n.answerStanding(c)
+		return
 	}
 	if err != nil {
 		n.log.Warn("spares: bad control request", "peer", c.peer, "err", err)
@@ -184,7 +201,7 @@ func (n *Node) callCtl(ctx context.Context, addr string, token []byte, cmd []byt
 	_ = c.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	req, err := encodeCtlRequest(cmd)
+	req, err := encodeCtlRequest(ctlOpPropose, cmd)
 	if err != nil {
 		return Result{}, err
 	}

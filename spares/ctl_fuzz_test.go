@@ -65,12 +65,14 @@ func ctlFrame(t testing.TB, body []byte) []byte {
 func FuzzCtlRequest(f *testing.F) {
 	for _, cmd := range sampleCommands() {
 		b, _ := EncodeCommand(cmd)
-		req, err := encodeCtlRequest(b)
+		req, err := encodeCtlRequest(ctlOpPropose, b)
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(ctlFrame(f, req))
 	}
+	f.Add(ctlFrame(f, rawArray(f, 1, 2, []byte{})))     // standing
+	f.Add(ctlFrame(f, rawArray(f, 1, 2, []byte{1, 2}))) // standing with a payload
 	f.Add(ctlFrame(f, rawArray(f, 2, 1, []byte{})))     // wrong version
 	f.Add(ctlFrame(f, rawArray(f, 1, 7, []byte{1, 2}))) // unknown op
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})               // oversized frame
@@ -81,23 +83,23 @@ func FuzzCtlRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		cmd, err := decodeCtlRequest(body)
+		op, cmd, err := decodeCtlRequest(body)
 		if err != nil {
 			if !errors.Is(err, ErrProtocol) {
 				t.Fatalf("decodeCtlRequest: %v does not wrap ErrProtocol", err)
 			}
 			return
 		}
-		if len(cmd) > MaxCommandSize {
-			t.Fatalf("accepted a %d-byte command", len(cmd))
+		if len(cmd) > MaxCommandSize || (op == ctlOpStanding && len(cmd) != 0) {
+			t.Fatalf("accepted op %d with a %d-byte payload", op, len(cmd))
 		}
-		again, err := encodeCtlRequest(cmd)
+		again, err := encodeCtlRequest(op, cmd)
 		if err != nil {
-			t.Fatalf("accepted command does not re-encode: %v", err)
+			t.Fatalf("accepted request does not re-encode: %v", err)
 		}
-		back, err := decodeCtlRequest(again)
-		if err != nil || !bytes.Equal(back, cmd) {
-			t.Fatalf("re-encoded request decodes to %x, %v; want %x", back, err, cmd)
+		op2, back, err := decodeCtlRequest(again)
+		if err != nil || op2 != op || !bytes.Equal(back, cmd) {
+			t.Fatalf("re-encoded request decodes to op %d %x, %v; want op %d %x", op2, back, err, op, cmd)
 		}
 	})
 }

@@ -86,7 +86,41 @@
 // commit notices to every process: O(processes) small RPCs per
 // CommitTimeout and HeartbeatTimeout/10. That is cheap for tens to a few
 // hundred processes; much larger jobs would want non-voters to read from
-// the voters instead. A process declared failed is removed from Raft and
-// may never learn it from Raft: it is fenced by the data plane's epoch
-// checks (and WaitPromotion on it may block until its context ends).
+// the voters instead.
+//
+// # No process runs forever
+//
+// Every Node watches its own contact with the membership: a leader is in
+// contact (Raft steps it down without a quorum), any other node while its
+// last message from a leader is at most HeartbeatTimeout old. The rule is
+// a pure state machine (contact.go, tested with fake time) driven by one
+// goroutine every 100ms; only awake time counts, so a process resumed
+// after a long SIGSTOP asks before it gives up.
+//
+//   - After 2 × (HeartbeatTimeout + ElectionTimeout) (at least 1s) without
+//     contact the node asks, every StandingInterval, the voters it knows
+//     and two other processes in turn for its standing (control RPC op "standing",
+//     authenticated like every control connection). A process declared
+//     failed has left the Raft configuration and gets no log entries, so
+//     this is how it learns its fate once the network heals: an answer
+//     that it was declared failed ends it fenced (ExitDeclaredFailed, 77);
+//     a failed job ends it with the job's code; an idle spare of a job
+//     that finished exits 0. Answers are committed facts, so a responder
+//     that is behind can only say too little. Answers from a majority of
+//     the voters count as contact: on a starved host Raft may go without
+//     a leader for seconds while every process still reaches the others.
+//   - After Config.CutOff (PGAS_CUTOFF, default 10s) without contact the
+//     node gives up with a *CutOffError (ErrCutOff, ExitCutOff = 74) that
+//     names the voters, the time and the last contact. An idle spare is no
+//     exception: cut off, it cannot know whether the job still needs it.
+//
+// Node.Lost and LostErr report the verdict; Membership passes it to the
+// runtime (pgas.MembershipLoss), which stops every call with it. The
+// default bound: a working membership is without a leader only during an
+// election (HeartbeatTimeout plus a few ElectionTimeouts, about a second
+// even on a starved host), and the majority's detector replaces a
+// cut-off process within a few seconds, so a host cut off for 4s and
+// healed never reaches 10s (its processes rejoin, or learn that they were
+// replaced and exit 77), while a host cut off for good has ended its
+// processes about 10s later.
 package spares

@@ -3,6 +3,7 @@ package spares
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Exit codes a process uses when the membership ends the job. They are
@@ -20,6 +21,16 @@ const (
 	// declared failed (a paused or partitioned process that was replaced):
 	// it is fenced and must stop.
 	ExitDeclaredFailed = 77
+	// ExitNoRendezvous is the exit status of a process that got no member
+	// table within PGAS_RENDEZVOUS_TIMEOUT (pgas.ErrRendezvousTimeout):
+	// nobody served the rendezvous, or not every process registered
+	// (EX_UNAVAILABLE in sysexits.h).
+	ExitNoRendezvous = 69
+	// ExitCutOff is the exit status of a process that had no contact with
+	// a membership quorum for longer than Config.CutOff (PGAS_CUTOFF): it
+	// was cut off from the others, who have replaced it if they could
+	// (EX_IOERR in sysexits.h).
+	ExitCutOff = 74
 )
 
 var (
@@ -40,6 +51,12 @@ var (
 	// view; it is fenced and must exit (ExitDeclaredFailed). Returned by
 	// WaitPromotion.
 	ErrDeclaredFailed = errors.New("spares: this process was declared failed")
+	// ErrCutOff: this process had no contact with a membership quorum for
+	// longer than Config.CutOff and gave up (wrapped in *CutOffError, which
+	// says for how long and from whom). Returned by Node.LostErr, and by
+	// WaitEpoch, WaitPromotion and Await from then on. Exit with
+	// ExitCutOff.
+	ErrCutOff = errors.New("spares: cut off from the membership")
 	// ErrClosed: the Node was shut down. Returned by every blocking Node
 	// call after (or during) Shutdown.
 	ErrClosed = errors.New("spares: node closed")
@@ -102,13 +119,41 @@ func (e *ProposeError) Unwrap() []error {
 	return []error{e.Err}
 }
 
+// CutOffError says that a process gave up because it had no contact with
+// a membership quorum for too long. It wraps ErrCutOff.
+type CutOffError struct {
+	Proc        uint32        // this process
+	Silent      time.Duration // time without contact (awake time only)
+	Bound       time.Duration // Config.CutOff
+	LastContact time.Time     // last message from a leader; zero: never
+	Leader      uint32        // the leader it last knew, NoProc if none
+	Voters      []uint32      // the voters as this process last knew them
+}
+
+func (e *CutOffError) Error() string {
+	last := "never heard from a leader"
+	if !e.LastContact.IsZero() {
+		last = fmt.Sprintf("last heard from a leader at %s", e.LastContact.Format("15:04:05.000"))
+		if e.Leader != NoProc {
+			last += fmt.Sprintf(" (proc %d)", e.Leader)
+		}
+	}
+	return fmt.Sprintf("spares: process %d cut off from the membership: no contact with a quorum of the Raft voters (procs %v) for %v, beyond the bound of %v (PGAS_CUTOFF); %s; no process it could reach said it was replaced; giving up",
+		e.Proc, e.Voters, e.Silent.Round(time.Millisecond), e.Bound, last)
+}
+
+// Unwrap returns ErrCutOff.
+func (e *CutOffError) Unwrap() error { return ErrCutOff }
+
 // ExitCode maps an error from this package to a process exit status: 0 for
-// nil, ExitSparesExhausted, ExitJobFailed or ExitDeclaredFailed for those
-// outcomes, 1 for anything else.
+// nil, ExitSparesExhausted, ExitJobFailed, ExitDeclaredFailed or
+// ExitCutOff for those outcomes, 1 for anything else.
 func ExitCode(err error) int {
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, ErrCutOff):
+		return ExitCutOff
 	case errors.Is(err, ErrSparesExhausted):
 		return ExitSparesExhausted
 	case errors.Is(err, ErrJobFailed):

@@ -50,6 +50,10 @@ type Node struct {
 	shutdownOnce sync.Once
 	shutdownErr  error
 	reconciles   atomic.Uint64
+
+	lost     chan struct{} // closed by lose: see Lost
+	lostErr  error         // set before lost is closed
+	lostOnce sync.Once
 }
 
 // NewNode starts this process's Raft node and control RPC. Every process
@@ -79,6 +83,7 @@ func NewNode(cfg Config) (_ *Node, err error) {
 		closeCh:  make(chan struct{}),
 		notifyCh: make(chan bool, 16),
 		kick:     make(chan struct{}, 1),
+		lost:     make(chan struct{}),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	for _, m := range cfg.Members {
@@ -198,6 +203,7 @@ func NewNode(cfg Config) (_ *Node, err error) {
 	n.ctlLn = newAuthListener(ctlLn, cfg.Token, auth.PurposeControl, cfg.Proc, cfg.HandshakeTimeout, logger)
 	n.goFunc(n.serveCtl)
 	n.goFunc(n.leaderLoop)
+	n.goFunc(n.watchContact)
 	logger.Debug("spares: node started", "raft_addr", raftLn.Addr().String(), "ctl_addr", ctlLn.Addr().String(),
 		"voter", slices.Contains(initial.Voters, cfg.Proc))
 	return n, nil
@@ -324,6 +330,8 @@ func (n *Node) wait(ctx context.Context, check func(*State) (bool, error)) (Stat
 			return st, fmt.Errorf("%w: waiting at epoch %d: %w", ErrTimeout, st.Epoch, ctx.Err())
 		case <-n.closeCh:
 			return st, ErrClosed
+		case <-n.lost:
+			return st, n.lostErr
 		}
 	}
 }

@@ -24,7 +24,10 @@ type Membership struct {
 	ch   chan pgas.View
 }
 
-var _ pgas.Membership = (*Membership)(nil)
+var (
+	_ pgas.Membership     = (*Membership)(nil)
+	_ pgas.MembershipLoss = (*Membership)(nil)
+)
 
 // NewMembership wraps a running node.
 func NewMembership(n *Node) *Membership { return &Membership{node: n} }
@@ -75,6 +78,13 @@ func (m *Membership) CommitCheckpoint(ctx context.Context, id uint64) error {
 
 // Close shuts the node down.
 func (m *Membership) Close() error { return m.node.Shutdown() }
+
+// Lost is closed when the node gives up on this process (Node.Lost): the
+// runtime then stops with LostErr.
+func (m *Membership) Lost() <-chan struct{} { return m.node.Lost() }
+
+// LostErr is why (Node.LostErr).
+func (m *Membership) LostErr() error { return m.node.LostErr() }
 
 func toView(st State) pgas.View {
 	v := pgas.View{Epoch: st.Epoch, Ranks: make([]transport.Proc, len(st.Ranks)), Finished: st.Status == Finished, Err: st.Err()}
@@ -139,6 +149,9 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 			if job.Env.StateDir != "" {
 				cfg.StateDir = job.Env.StateDir
 			}
+			if job.Env.CutOff > 0 {
+				cfg.CutOff = job.Env.CutOff
+			}
 			for _, m := range job.Table.Members {
 				cfg.Members = append(cfg.Members, Member{
 					Proc: m.Proc, Host: m.Host, Addr: m.Addr,
@@ -182,15 +195,19 @@ func defaultLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }
 
-// Exit codes for a fault-tolerant program's main, from the error that ended
-// it: 0 for a spare that was never needed, ExitSparesExhausted when no
-// spare was left, ExitDeclaredFailed for a fenced process, 1 otherwise.
+// ExitCodeOf is the exit code for a fault-tolerant program's main, from
+// the error that ended it: 0 for a spare that was never needed,
+// ExitSparesExhausted when no spare was left, ExitDeclaredFailed for a
+// fenced process, ExitNoRendezvous when the rendezvous was not reached in
+// time, 1 otherwise.
 func ExitCodeOf(err error) int {
 	switch {
 	case err == nil, errors.Is(err, pgas.ErrNotPromoted) && !errors.Is(err, ErrSparesExhausted):
 		return 0
 	case errors.Is(err, pgas.ErrFenced):
 		return ExitDeclaredFailed
+	case errors.Is(err, pgas.ErrRendezvousTimeout):
+		return ExitNoRendezvous
 	}
 	return ExitCode(err)
 }

@@ -35,7 +35,25 @@
 //     SIGTERM). Both kill the processes' groups, so nothing is left behind.
 //   - A rank whose process died and that no process took over, once every
 //     process has ended: exit 1.
+//   - A process that exits 77 (it learnt it was replaced: fenced) or 74 (it
+//     gave up, cut off from the membership's quorum for PGAS_CUTOFF) is a
+//     lost process like a killed one: with spares the job goes on, and a
+//     recovered job exits 0; after its rank was taken over its exit is
+//     ignored. A rank whose only holder exited 74 with nobody to take over
+//     fails the job with 74 once every process has ended; without spares,
+//     74 or 77 tears the job down at once with that code.
 //   - Bad flags: exit 2, with a message saying what to change.
+//
+// The processes' own exit codes (spares.ExitCodeOf), which gaspirun passes
+// on when they fail the job:
+//
+//	0    success, also a spare the job never needed
+//	69   no member table within PGAS_RENDEZVOUS_TIMEOUT: nobody served the
+//	     rendezvous, or some process never registered
+//	74   cut off: no contact with a membership quorum for PGAS_CUTOFF
+//	75   a rank was lost and no spare was left
+//	76   the job failed for another membership reason (all ranks lost while shrinking)
+//	77   fenced: this process was replaced in a newer epoch
 //
 // gaspirun is not a single point of failure: the processes need it only to
 // find each other. If gaspirun itself is killed (SIGKILL), the processes
@@ -65,6 +83,24 @@
 //	PGAS_RESUME            set by gaspirun --resume DIR: the program resumes from the
 //	                       disk-level checkpoints in DIR instead of starting afresh
 //	PGAS_LOG               runtime log level: debug, info (default), warn, error
+//
+// These are optional and never set by gaspirun; set in its environment,
+// they reach every process:
+//
+//	PGAS_RENDEZVOUS_TIMEOUT  a process without the member table after this long gives
+//	                         up with exit 69, saying whether the rendezvous was not
+//	                         reached or some process never registered; it warns after 5s.
+//	                         A duration (90s, 5m) or seconds; at least 1s; default 60s.
+//	PGAS_CUTOFF              a process without contact with a membership quorum for this
+//	                         long gives up with exit 74 (default 10s, at least 1s). Until
+//	                         then it asks the voters whether it was replaced, and exits 77
+//	                         as soon as one it reaches says so.
+//	PGAS_ADVERTISE_HOST      the name or address other hosts reach this process at.
+//	                         Default: the address of this host's route to the rendezvous;
+//	                         when that is loopback (a rendezvous name that /etc/hosts maps
+//	                         to 127.0.1.1 on its own host, as Debian does), the address of
+//	                         an interface that is up, the default route's first; with
+//	                         none, the process fails asking for this variable.
 //
 // gaspirun also sets GOMAXPROCS for every process to its rank's share of
 // the cores (cores / ranks, at least 1), unless GOMAXPROCS is set already:

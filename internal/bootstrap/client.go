@@ -42,10 +42,26 @@ type ClientConfig struct {
 	// FlushTimeout bounds how long Session.Close spends sending queued
 	// reports.
 	FlushTimeout time.Duration
-	// Logger receives retries (Debug) and the loss of the rendezvous (Info).
-	// Nil discards.
+	// Timeout bounds the whole registration, from the first dial to the
+	// member table (PGAS_RENDEZVOUS_TIMEOUT): a process that cannot reach
+	// the rendezvous, or whose job never completes its table, gives up
+	// with ErrRendezvousTimeout instead of retrying forever. 0: only the
+	// ctx given to Register bounds it.
+	Timeout time.Duration
+	// WarnAfter: while the table has not come after this long, Register
+	// logs a warning saying what it waits for and who must serve the
+	// rendezvous, and repeats it every WarnAfter*3. 0: never.
+	WarnAfter time.Duration
+	// Logger receives retries (Debug), the warnings above (Warn) and the
+	// loss of the rendezvous (Info). Nil discards.
 	Logger *slog.Logger
 }
+
+// DefaultRendezvousTimeout is ClientConfig.Timeout unless
+// PGAS_RENDEZVOUS_TIMEOUT says otherwise: long enough for the processes
+// of a batch job to start everywhere, short enough that a job started
+// without anybody serving the rendezvous ends within a minute.
+const DefaultRendezvousTimeout = 60 * time.Second
 
 // DefaultClientConfig returns settings for a real job.
 func DefaultClientConfig() ClientConfig {
@@ -58,6 +74,8 @@ func DefaultClientConfig() ClientConfig {
 		ReportQueue:      256,
 		WriteTimeout:     2 * time.Second,
 		FlushTimeout:     time.Second,
+		Timeout:          DefaultRendezvousTimeout,
+		WarnAfter:        5 * time.Second,
 	}
 }
 
@@ -91,6 +109,8 @@ func (c ClientConfig) Validate() error {
 		return fmt.Errorf("%w: ClientConfig.WriteTimeout=%v, want > 0", ErrConfig, c.WriteTimeout)
 	case c.FlushTimeout <= 0:
 		return fmt.Errorf("%w: ClientConfig.FlushTimeout=%v, want > 0", ErrConfig, c.FlushTimeout)
+	case c.Timeout < 0 || c.WarnAfter < 0:
+		return fmt.Errorf("%w: ClientConfig.Timeout=%v WarnAfter=%v, want >= 0 (0: none)", ErrConfig, c.Timeout, c.WarnAfter)
 	}
 	return nil
 }
@@ -139,6 +159,15 @@ func RegisterWith(ctx context.Context, cfg ClientConfig, env Env, self Member) (
 		lg = slog.New(slog.DiscardHandler)
 	}
 	r := &registrar{cfg: cfg, env: env, self: self, hello: helloMsg, log: lg}
+	if cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, cfg.Timeout, errGaveUp)
+		defer cancel()
+	}
+	if cfg.WarnAfter > 0 {
+		stop := r.warnWhileWaiting(cfg.WarnAfter)
+		defer stop()
+	}
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(cfg.RetryInitial),
 		backoff.WithMaxInterval(cfg.RetryMax),
@@ -150,15 +179,20 @@ func RegisterWith(ctx context.Context, cfg ClientConfig, env Env, self Member) (
 		})
 	if err != nil {
 		if ctx.Err() != nil {
+			acked, lastErr := r.status()
 			what := "the rendezvous was not reached"
-			if r.acked {
+			if acked {
 				what = fmt.Sprintf("registered, but not all %d processes registered in time", env.NumProcs)
 			}
 			last := ""
-			if r.last != nil {
-				last = "; last attempt: " + r.last.Error()
+			if lastErr != nil {
+				last = "; last attempt: " + lastErr.Error()
 			}
-			err = fmt.Errorf("%w: %s (%w)%s; is the launcher (or process 0) running, and PGAS_RENDEZVOUS right?", ErrRendezvous, what, ctx.Err(), last)
+			if errors.Is(context.Cause(ctx), errGaveUp) {
+				err = fmt.Errorf("%w after %v (PGAS_RENDEZVOUS_TIMEOUT): %w: %s%s; %s", ErrRendezvousTimeout, cfg.Timeout, ErrRendezvous, what, last, whoServes(acked, env))
+			} else {
+				err = fmt.Errorf("%w: %s (%w)%s; is the launcher (or process 0) running, and PGAS_RENDEZVOUS right?", ErrRendezvous, what, ctx.Err(), last)
+			}
 		}
 		return nil, Table{}, &RegisterError{Proc: env.Proc, Addr: env.Rendezvous, Attempts: r.attempts, Err: err}
 	}
@@ -179,8 +213,68 @@ type registrar struct {
 	log       *slog.Logger
 	attempts  int
 	authFails int
-	acked     bool  // some attempt was acknowledged
-	last      error // the last attempt's failure
+
+	mu    sync.Mutex // acked and last, also read by the warning timer
+	acked bool       // some attempt was acknowledged
+	last  error      // the last attempt's failure
+}
+
+// errGaveUp is the cause of the registration's own deadline
+// (ClientConfig.Timeout), to tell it from the end of the caller's ctx.
+var errGaveUp = errors.New("rendezvous timeout")
+
+func (r *registrar) status() (acked bool, last error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.acked, r.last
+}
+
+// whoServes says what a process waiting for the rendezvous waits for.
+func whoServes(acked bool, env Env) string {
+	if acked {
+		return fmt.Sprintf("the rendezvous is up but still waits for some of the %d processes: one did not start, failed before registering, or was given another PGAS_RENDEZVOUS or PGAS_NPROCS", env.NumProcs)
+	}
+	return fmt.Sprintf("the rendezvous at %s (PGAS_RENDEZVOUS) is served by gaspirun, or by the process started with PGAS_SERVE_RENDEZVOUS=1 "+
+		"(process 0 by default under srun, mpirun and Kubernetes; nobody by default when PGAS_PROC is set by hand): start that process, or check PGAS_RENDEZVOUS", env.Rendezvous)
+}
+
+// warnWhileWaiting logs, after first and then every 3*first, that the
+// table has not come yet, until the returned stop is called.
+func (r *registrar) warnWhileWaiting(first time.Duration) (stop func()) {
+	start := time.Now()
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	var warn func()
+	warn = func() {
+		acked, last := r.status()
+		args := []any{"proc", r.env.Proc, "rendezvous", r.env.Rendezvous, "waited", time.Since(start).Round(time.Second)}
+		if r.cfg.Timeout > 0 {
+			args = append(args, "gives_up_after", r.cfg.Timeout)
+		}
+		if last != nil {
+			args = append(args, "last_attempt", last.Error())
+		}
+		msg := "bootstrap: still waiting for the rendezvous; " + whoServes(acked, r.env)
+		if acked {
+			msg = "bootstrap: registered; still waiting for the member table; " + whoServes(acked, r.env)
+		}
+		r.log.Warn(msg, args...)
+		mu.Lock()
+		if !stopped {
+			t.Reset(3 * first)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	t = time.AfterFunc(first, warn)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // aLongTimeAgo is a deadline in the past: it makes blocked I/O return.
@@ -191,7 +285,9 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 	defer func() {
 		// An attempt cut short by ctx says nothing new; keep the one before.
 		if err != nil && ctx.Err() == nil {
+			r.mu.Lock()
 			r.last = err
+			r.mu.Unlock()
 		}
 	}()
 	d := net.Dialer{Timeout: r.cfg.DialTimeout}
@@ -242,7 +338,9 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 		}
 		switch m.Kind {
 		case msgAck:
+			r.mu.Lock()
 			r.acked = true
+			r.mu.Unlock()
 			// From here the wait is bounded by ctx only: the other
 			// processes may take long to start.
 			c.SetDeadline(time.Time{})

@@ -28,6 +28,21 @@
 //	                       PGAS_RENDEZVOUS; 0: it does not. Default 0 when PGAS_PROC is
 //	                       set (gaspirun); under the launchers below, 1 for process 0 only.
 //
+// These are optional and never set by gaspirun (set them in its
+// environment and they pass through):
+//
+//	PGAS_RENDEZVOUS_TIMEOUT  give up (pgas.ErrRendezvousTimeout, exit 69) when no member
+//	                         table came within this long: nobody served the rendezvous, or a
+//	                         process never registered. A duration (90s, 5m) or seconds; at
+//	                         least 1s; default 60s. A warning says what is awaited after 5s.
+//	PGAS_CUTOFF              give up (exit 74) after this long without contact with a
+//	                         membership quorum (spares.Config.CutOff); at least 1s; default 10s
+//	PGAS_ADVERTISE_HOST      the host name or address the other hosts reach this process at
+//	                         (package pgas); default: this host's address on its route to the
+//	                         rendezvous, or, when that route is loopback (a rendezvous name that
+//	                         /etc/hosts maps to 127.0.1.1 here), the address of an interface
+//	                         that is up, the default route's first
+//
 // Empty values count as unset. When PGAS_PROC is unset, the process id and
 // count come from the first of these that is present:
 //

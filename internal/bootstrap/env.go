@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
@@ -25,7 +26,16 @@ const (
 	VarJobID           = "PGAS_JOB_ID"
 	VarStateDir        = "PGAS_STATE_DIR"
 	VarServeRendezvous = "PGAS_SERVE_RENDEZVOUS"
+	// VarRendezvousTimeout bounds the registration (ClientConfig.Timeout).
+	VarRendezvousTimeout = "PGAS_RENDEZVOUS_TIMEOUT"
+	// VarCutOff is how long a process may be without contact with a
+	// membership quorum before it gives up (spares.Config.CutOff).
+	VarCutOff = "PGAS_CUTOFF"
 )
+
+// minCutOff is the smallest PGAS_CUTOFF accepted: below it a Raft election
+// on a busy host would already cut processes off.
+const minCutOff = time.Second
 
 // MaxProcs caps the number of processes of one job (ranks plus spares). It
 // bounds the size of the member table every process receives.
@@ -77,6 +87,14 @@ type Env struct {
 	ServeRendezvous bool
 	// Launcher says which variables the process id came from.
 	Launcher Launcher
+	// RendezvousTimeout (PGAS_RENDEZVOUS_TIMEOUT) bounds the registration:
+	// a process that has no member table after this long gives up. 0:
+	// DefaultRendezvousTimeout.
+	RendezvousTimeout time.Duration
+	// CutOff (PGAS_CUTOFF) is how long a process may be without contact
+	// with a membership quorum before it gives up as cut off. 0: the
+	// membership's default (spares.DefaultConfig).
+	CutOff time.Duration
 }
 
 // NumSpares is the number of spare processes: NumProcs - NumRanks.
@@ -305,10 +323,43 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		}
 		e.ServeRendezvous = b
 	}
+	if v, ok := get(VarRendezvousTimeout); ok {
+		d, err := parseDuration(VarRendezvousTimeout, v, time.Second,
+			"give how long a process may wait for the rendezvous and the other processes, e.g. 60s or 5m (default 60s)")
+		if err != nil {
+			return Env{}, err
+		}
+		e.RendezvousTimeout = d
+	}
+	if v, ok := get(VarCutOff); ok {
+		d, err := parseDuration(VarCutOff, v, minCutOff,
+			"give how long a process may be without contact with a membership quorum before it exits, e.g. 10s (the default) or 30s")
+		if err != nil {
+			return Env{}, err
+		}
+		e.CutOff = d
+	}
 	if err := e.Validate(); err != nil {
 		return Env{}, err
 	}
 	return e, nil
+}
+
+// parseDuration reads a duration variable: a Go duration ("90s", "2m") or
+// a whole number of seconds, at least min.
+func parseDuration(name, v string, min time.Duration, fix string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.ParseInt(v, 10, 32)
+		if nerr != nil {
+			return 0, &EnvError{Var: name, Value: v, Problem: "not a duration (e.g. 30s, 2m) or a number of seconds", Fix: fix}
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < min {
+		return 0, &EnvError{Var: name, Value: v, Problem: fmt.Sprintf("below the minimum of %v", min), Fix: fix}
+	}
+	return d, nil
 }
 
 // Validate checks e without changing it. Errors are *EnvError values that
@@ -358,6 +409,12 @@ func (e Env) Environ() []string {
 	}
 	if e.ServeRendezvous {
 		out = append(out, VarServeRendezvous+"=1")
+	}
+	if e.RendezvousTimeout > 0 {
+		out = append(out, VarRendezvousTimeout+"="+e.RendezvousTimeout.String())
+	}
+	if e.CutOff > 0 {
+		out = append(out, VarCutOff+"="+e.CutOff.String())
 	}
 	return out
 }

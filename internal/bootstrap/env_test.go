@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 )
@@ -154,6 +155,10 @@ func TestFromLookupErrors(t *testing.T) {
 		{"bad token", with(native, "PGAS_TOKEN", "abcdefgh"), "PGAS_TOKEN", []string{"not a job token", "--new-token"}},
 		{"bad serve", with(native, "PGAS_SERVE_RENDEZVOUS", "yes please"), "PGAS_SERVE_RENDEZVOUS", []string{"not a boolean"}},
 		{"bad host", with(native, "PGAS_HOST", "a b"), "PGAS_HOST", []string{"space"}},
+		{"bad rendezvous timeout", with(native, "PGAS_RENDEZVOUS_TIMEOUT", "soon"), "PGAS_RENDEZVOUS_TIMEOUT", []string{"not a duration", "60s"}},
+		{"rendezvous timeout too short", with(native, "PGAS_RENDEZVOUS_TIMEOUT", "10ms"), "PGAS_RENDEZVOUS_TIMEOUT", []string{"minimum of 1s"}},
+		{"bad cutoff", with(native, "PGAS_CUTOFF", "-3s"), "PGAS_CUTOFF", []string{"minimum of 1s", "10s"}},
+		{"cutoff not a duration", with(native, "PGAS_CUTOFF", "ten"), "PGAS_CUTOFF", []string{"not a duration"}},
 		{"slurm without rendezvous", with(slurm, "PGAS_RENDEZVOUS", "<unset>"), "PGAS_RENDEZVOUS", []string{"under Slurm", "must set it yourself", "process 0"}},
 		{"slurm without token", with(slurm, "PGAS_TOKEN", "<unset>"), "PGAS_TOKEN", []string{"under Slurm", "must set it yourself", "same secret"}},
 		{"slurm nprocs disagrees", with(slurm, "PGAS_NPROCS", "5"), "PGAS_NPROCS", []string{"SLURM_NTASKS=4"}},
@@ -186,11 +191,27 @@ func TestFromLookupErrors(t *testing.T) {
 	}
 }
 
+// Durations are Go durations or whole seconds.
+func TestFromLookupDurations(t *testing.T) {
+	e, err := FromLookup(lookupMap(with(native, "PGAS_RENDEZVOUS_TIMEOUT", "120", "PGAS_CUTOFF", "1m30s")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.RendezvousTimeout != 2*time.Minute || e.CutOff != 90*time.Second {
+		t.Fatalf("RendezvousTimeout %v CutOff %v, want 2m and 1m30s", e.RendezvousTimeout, e.CutOff)
+	}
+	e, err = FromLookup(lookupMap(native))
+	if err != nil || e.RendezvousTimeout != 0 || e.CutOff != 0 {
+		t.Fatalf("unset: %v %v %v, want zero (the defaults)", e.RendezvousTimeout, e.CutOff, err)
+	}
+}
+
 func TestEnvironRoundTrip(t *testing.T) {
 	tok := auth.NewToken()
 	for _, e := range []Env{
 		{Proc: 3, NumProcs: 4, NumRanks: 2, Rendezvous: "127.0.0.1:1234", Token: tok, Host: "h1", JobID: "j", StateDir: "/s", ServeRendezvous: true, Launcher: LauncherPGAS},
 		{Proc: 0, NumProcs: 1, NumRanks: 1, Rendezvous: "[::1]:9", Token: tok, Host: "h", Launcher: LauncherPGAS},
+		{Proc: 0, NumProcs: 1, NumRanks: 1, Rendezvous: "n:9", Token: tok, Host: "h", Launcher: LauncherPGAS, RendezvousTimeout: 90 * time.Second, CutOff: 2500 * time.Millisecond},
 	} {
 		m := map[string]string{}
 		for _, kv := range e.Environ() {

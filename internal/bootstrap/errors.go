@@ -32,6 +32,14 @@ var (
 	// registered in time. The error text names the last attempt's failure.
 	ErrRendezvous = errors.New("bootstrap: no member table from the rendezvous")
 
+	// ErrRendezvousTimeout is returned by Register, together with
+	// ErrRendezvous, when ClientConfig.Timeout (PGAS_RENDEZVOUS_TIMEOUT)
+	// passed before the member table arrived: nobody served the rendezvous,
+	// it was unreachable, or not every process registered. The text says
+	// which, and who should serve it. Programs exit with a code of their own
+	// for it (spares.ExitNoRendezvous).
+	ErrRendezvousTimeout = errors.New("bootstrap: gave up waiting for the rendezvous")
+
 	// ErrProtocol is returned by the message decoder, and thus by Register,
 	// for a malformed message or table.
 	ErrProtocol = errors.New("bootstrap: rendezvous protocol error")

@@ -395,14 +395,19 @@ func TestSessionSurvivesRendezvousLoss(t *testing.T) {
 	r.sess.Report(Report{Kind: KindEvent}) // after Close: dropped, no panic
 }
 
-func TestRegisterRetriesUntilRendezvousUp(t *testing.T) {
-	// Reserve a port, then free it so the first attempts are refused.
+// freePort reserves a loopback port and frees it: nothing listens there.
+func freePort(t *testing.T) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestRegisterRetriesUntilRendezvousUp(t *testing.T) {
+	addr := freePort(t) // the first attempts are refused
 	rec := newLogRecorder()
 	tok := auth.NewToken()
 	env := Env{Proc: 0, NumProcs: 1, NumRanks: 1, Rendezvous: addr, Token: tok, Host: "h", Launcher: LauncherPGAS}
@@ -444,16 +449,11 @@ func TestRegisterTimesOutWaitingForOthers(t *testing.T) {
 }
 
 func TestRegisterUnreachable(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freePort(t)
 	env := Env{Proc: 0, NumProcs: 1, NumRanks: 1, Rendezvous: addr, Token: auth.NewToken(), Host: "h"}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, _, err = RegisterWith(ctx, LocalClientConfig(), env, memberFor(0))
+	_, _, err := RegisterWith(ctx, LocalClientConfig(), env, memberFor(0))
 	if !errors.Is(err, ErrRendezvous) || !strings.Contains(err.Error(), "was not reached") || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("got %v", err)
 	}
@@ -517,5 +517,43 @@ func TestServerConfigValidate(t *testing.T) {
 	s.Close()
 	if err := s.Serve(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("Serve after Close: %v", err)
+	}
+}
+
+// Rule: a process that cannot reach the rendezvous gives up after
+// ClientConfig.Timeout (PGAS_RENDEZVOUS_TIMEOUT) with ErrRendezvousTimeout,
+// and warns before that, at Warn level, saying who must serve it.
+func TestRegisterGivesUpWhenNobodyServes(t *testing.T) {
+	addr := freePort(t)
+	rec := newLogRecorder()
+	env := Env{Proc: 1, NumProcs: 2, NumRanks: 2, Rendezvous: addr, Token: auth.NewToken(), Host: "h", Launcher: LauncherPGAS}
+	cfg := LocalClientConfig()
+	cfg.Timeout, cfg.WarnAfter, cfg.Logger = 400*time.Millisecond, 50*time.Millisecond, slog.New(rec)
+	start := time.Now()
+	_, _, err := RegisterWith(context.Background(), cfg, env, memberFor(1))
+	if !errors.Is(err, ErrRendezvousTimeout) || !errors.Is(err, ErrRendezvous) {
+		t.Fatalf("got %v, want ErrRendezvousTimeout and ErrRendezvous", err)
+	}
+	if d := time.Since(start); d > testDeadline {
+		t.Fatalf("gave up after %v, want about %v", d, cfg.Timeout)
+	}
+	for _, w := range []string{"PGAS_RENDEZVOUS_TIMEOUT", "PGAS_SERVE_RENDEZVOUS=1", "was not reached", addr, "refused"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+	rec.wait(t, "WARN bootstrap: still waiting for the rendezvous", "PGAS_SERVE_RENDEZVOUS=1")
+}
+
+// Rule: the bound covers the wait for the other processes too, and the
+// message then says that the rendezvous is up but some process is missing.
+func TestRegisterGivesUpWaitingForOthers(t *testing.T) {
+	j := startServer(t, 3, 3)
+	cfg := LocalClientConfig()
+	cfg.Timeout, cfg.WarnAfter = 300*time.Millisecond, 0
+	_, _, err := RegisterWith(context.Background(), cfg, j.envFor(0), memberFor(0))
+	if !errors.Is(err, ErrRendezvousTimeout) || !strings.Contains(err.Error(), "not all 3 processes registered") ||
+		!strings.Contains(err.Error(), "did not start") {
+		t.Fatalf("got %v, want ErrRendezvousTimeout saying the others are missing", err)
 	}
 }

@@ -52,4 +52,21 @@
 // recoveries, median and p99 recovery time (fault to the next completed
 // K-means iteration, or to the last rank's recovery for TeraSort), wrong
 // answers, hangs and leftover processes.
+// # Multi-host mode
+//
+// TestChaosHosts draws host faults from a seed (DrawHosts) and applies
+// them to K-means on three simulated hosts (internal/simhost: network
+// namespaces on a bridge), launched with the bare PGAS_* contract
+// (internal/mhjob): a blip (a silent cut shorter than detection), a host
+// cut off and healed, cut off for good, unplugged (its own link down)
+// and plugged back, a host crash (SIGKILL of everything on it) and the
+// crash of the rendezvous host. Each schedule has one host loss, after an
+// optional blip. HostViolations adds to the invariants above that every
+// process the harness did not kill ended by itself within 30 s of the
+// job's end with a documented code (0, 75, 77, 74). It needs root
+// and iproute2 and skips without them. The sample runs in the test
+// command; the sweep and a replay:
+//
+//	go test ./test/chaos -run TestChaosHosts -chaos.hostschedules=100 -timeout 0 -chaos.hostsummary=/tmp/hosts.md
+//	go test ./test/chaos -run 'TestChaosHosts/seed=13$' -chaos.hostseeds=13 -v
 package chaos

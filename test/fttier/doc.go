@@ -30,6 +30,15 @@
 //   - TestStoppedRankIsFenced: SIGSTOP of a rank until it is replaced,
 //     then SIGCONT: it exits 77 (fenced), the survivors rejected what it
 //     sent, the result is correct.
+//   - TestPartitionedForGood: a rank cut off from every other process for
+//     good (internal/netfault, PGAS_CUTOFF=6s) is replaced, the job exits
+//     0 with the failure-free result, and the cut-off process ends by
+//     itself with exit 74 soon after the bound.
+//   - TestPartitionHealedAfterReplacement: a rank and an idle spare cut
+//     off until both were declared failed, then healed: both exit 77
+//     (fenced) within seconds of the heal, long before the cut-off bound.
+//   - TestNobodyServesRendezvous: a process started by hand with nobody
+//     serving the rendezvous exits 69 after PGAS_RENDEZVOUS_TIMEOUT.
 //   - TestLauncherKilled: SIGKILL of gaspirun; the ranks finish on their
 //     own and write correct result files, and every process ends.
 //

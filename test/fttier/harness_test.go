@@ -135,6 +135,7 @@ type jobOpts struct {
 	progress int           // ftstep -progress
 	timeout  time.Duration // ftstep -timeout (0: progTimeout)
 	extra    []string
+	env      []string // KEY=VALUE for every process (through gaspirun)
 }
 
 // startJob runs gaspirun -n 4 --spares 2 with ftstep under PGAS_LOG=info.
@@ -167,7 +168,7 @@ func startJob(t *testing.T, o jobOpts) *job {
 	// processes running.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 20 * time.Second
-	cmd.Env = append(os.Environ(), "PGAS_LOG=info")
+	cmd.Env = append(append(os.Environ(), "PGAS_LOG=info"), o.env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

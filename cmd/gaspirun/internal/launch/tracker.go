@@ -68,8 +68,9 @@ type tracker struct {
 	replaced  []bool   // process lost its rank to another (fenced)
 	exited    []bool
 	exit      []exitInfo
-	stopped   []bool // the launcher signalled it
-	spareOK   int    // processes that never held a rank and exited 0 on their own
+	stopped   []bool     // the launcher signalled it
+	lostBy    []exitInfo // rank -> how its last holder ended, when that lost it
+	spareOK   int        // processes that never held a rank and exited 0 on their own
 
 	phase  phase
 	code   int
@@ -88,6 +89,7 @@ func newTracker(nRanks, nProcs int, policy DeathPolicy) *tracker {
 		exited:    make([]bool, nProcs),
 		exit:      make([]exitInfo, nProcs),
 		stopped:   make([]bool, nProcs),
+		lostBy:    make([]exitInfo, nRanks),
 	}
 	for r := range t.holder {
 		t.holder[r] = r
@@ -151,6 +153,18 @@ func (t *tracker) done() bool { return t.live() == 0 }
 // spares it is a lost process like a killed one: the job goes on.
 const ExitFenced = 77
 
+// ExitCutOff is the exit code of a process that gave up after it had no
+// contact with the membership's quorum for longer than PGAS_CUTOFF
+// (spares.ExitCutOff): a process on a host cut off from the others. It is
+// judged like ExitFenced: with spares the others replace it and the job
+// goes on; a rank it held that nobody took over fails the job with this
+// code.
+const ExitCutOff = 74
+
+// leftMembership reports whether code says that the process left because
+// the membership went on without it (fenced or cut off).
+func leftMembership(code int) bool { return code == ExitFenced || code == ExitCutOff }
+
 // onExit handles the end of process p.
 func (t *tracker) onExit(p int, ex exitInfo) []action {
 	if p < 0 || p >= t.nProcs || t.exited[p] {
@@ -180,11 +194,12 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 				text: fmt.Sprintf("%s %s after it was replaced; ignored, the job continues", t.describe(p), ex)})
 		}
 		return append(acts, t.check()...)
-	case ex.Signal == 0 && (ex.Code != ExitFenced || t.policy != DeathContinue):
+	case ex.Signal == 0 && (!leftMembership(ex.Code) || t.policy != DeathContinue):
 		return t.abort(ex.Code, fmt.Sprintf("%s %s", t.describe(p), ex))
 	case t.policy == DeathContinue:
 		// A signal death, or a process that learnt it was replaced
-		// (fenced, exit 77) before its replacement's report reached us.
+		// (fenced, exit 77) or gave up cut off (exit 74) before its
+		// replacement's report reached us.
 		what := t.describe(p)
 		how := "was " + ex.String()
 		if ex.Signal == 0 {
@@ -195,6 +210,7 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 			text = fmt.Sprintf("%s %s; the job continues (the runtime recovers the rank)", what, how)
 			t.holder[r] = -1
 			t.rankOf[p] = -1
+			t.lostBy[r] = ex
 		} else {
 			text = fmt.Sprintf("%s %s; the job continues with one spare fewer", what, how)
 		}
@@ -358,6 +374,14 @@ func (t *tracker) check() []action {
 	t.code = ExitLost
 	t.reason = fmt.Sprintf("%s lost %s process and no process took over (a promoted spare sends a %q report)",
 		rankList(lost), plural(len(lost), "its", "their"), bootstrap.KindRole)
+	for _, r := range lost {
+		if ex := t.lostBy[r]; ex.Signal == 0 && ex.Code == ExitCutOff {
+			// The process's own verdict says more than "lost".
+			t.code = ExitCutOff
+			t.reason = fmt.Sprintf("rank %d's process was cut off from the membership (exit %d) and no process took over; %s", r, ExitCutOff, t.reason)
+			break
+		}
+	}
 	return []action{{kind: actNotice, important: true, text: t.reason}}
 }
 

@@ -213,6 +213,53 @@ func TestTrackerFencedExitBeforeReport(t *testing.T) {
 		"notice!:rank 1 (process 1) exited with code 77; stopping the other 1 process", "teardown")
 }
 
+// A process that exits 74 gave up cut off from the membership: with
+// spares it is judged like 77 (replaced, or about to be) and a recovered
+// job exits 0; a rank whose only holder exits 74 with nobody to take over
+// fails the job with 74; without spares it aborts the job at once.
+func TestTrackerCutOffExit(t *testing.T) {
+	cut := exitInfo{Code: ExitCutOff}
+	tr := newTracker(2, 3, DeathContinue)
+	expect(t, "rank 1 cut off", tr.onExit(1, cut),
+		"notice!:rank 1 (process 1) exited with code 74; the job continues (the runtime recovers the rank)")
+	expect(t, "promotion", tr.onReport(role(2, 1, 2)),
+		"relabel:2=r1", "notice:spare process 2 now holds rank 1 (epoch 2)")
+	expect(t, "rank 0 done", tr.onExit(0, ok))
+	expect(t, "new rank 1 done", tr.onExit(2, ok))
+	if tr.phase != finishing || tr.code != 0 {
+		t.Fatalf("recovered job: phase=%v code=%d, want finishing and 0", tr.phase, tr.code)
+	}
+
+	// Replaced first (the spare's report came), then cut off: ignored.
+	tr = newTracker(2, 3, DeathContinue)
+	tr.onReport(role(2, 1, 2))
+	expect(t, "replaced process cut off", tr.onExit(1, cut),
+		"notice:process 1 (formerly rank 1) exited with code 74 after it was replaced; ignored")
+	tr.onExit(0, ok)
+	tr.onExit(2, ok)
+	if tr.code != 0 {
+		t.Fatalf("code %d, want 0", tr.code)
+	}
+
+	// Nobody takes over: the job fails with 74.
+	tr = newTracker(2, 3, DeathContinue)
+	tr.onExit(1, cut)
+	tr.onExit(0, ok)
+	expect(t, "the idle spare cut off too", tr.onExit(2, cut),
+		"notice!:spare process 2 exited with code 74; the job continues with one spare fewer",
+		"notice!:rank 1's process was cut off from the membership (exit 74) and no process took over")
+	if tr.code != ExitCutOff {
+		t.Fatalf("code %d, want %d", tr.code, ExitCutOff)
+	}
+
+	tr = newTracker(2, 2, DeathAbort)
+	expect(t, "cut off without spares", tr.onExit(1, cut),
+		"notice!:rank 1 (process 1) exited with code 74; stopping the other 1 process", "teardown")
+	if tr.code != ExitCutOff {
+		t.Fatalf("code %d, want %d", tr.code, ExitCutOff)
+	}
+}
+
 // A rank the membership left vacant (a job that shrinks) is not lost:
 // once the others finish, the job succeeds, whether the vacant report
 // comes before or after the death is seen.

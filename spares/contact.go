@@ -1,0 +1,133 @@
+package spares
+
+import "time"
+
+// The cut-off rule. A process that hears from no membership quorum for
+// longer than Config.CutOff gives up (ErrCutOff, ExitCutOff), so that no
+// process of a job runs forever on a host cut off from the others. Before
+// that, while it has no contact, it asks the processes it knows of (the
+// voters first) for its standing, so that a process that was replaced
+// while cut off learns it as soon as it reaches any of them, and exits
+// fenced (ExitDeclaredFailed) long before the bound.
+//
+// "Contact" is first what Raft gives: a leader is in contact
+// (hashicorp/raft steps a leader down after LeaderLeaseTimeout without a
+// quorum), any other node is in contact while its last message from a
+// leader is at most HeartbeatTimeout old. On a starved host Raft may go
+// without a leader for seconds while every process still reaches the
+// others; so a round of standing questions answered by a majority of the
+// voters this process knows (itself included if it votes) counts as
+// contact too: the process can reach a quorum, it is not cut off. Only
+// time the process was awake counts toward the bound: a tick that comes
+// late (the process was stopped, or starved) adds at most contactMaxStep,
+// so a process resumed after a long SIGSTOP first asks for its standing
+// instead of giving up at once.
+
+// contactConfig is the timing of contactCore.
+type contactConfig struct {
+	Fresh      time.Duration // a leader's message younger than this is contact
+	QueryAfter time.Duration // start asking for the standing after this much silence
+	QueryEvery time.Duration // at most one round of questions per this period
+	Bound      time.Duration // give up after this much silence (Config.CutOff)
+	MaxStep    time.Duration // the most one tick adds to the silence
+}
+
+// contactMaxStep caps what one late tick adds to the silence.
+const contactMaxStep = time.Second
+
+// contactTick is the driver's period.
+const contactTick = 100 * time.Millisecond
+
+func contactConfigOf(c *Config) contactConfig {
+	return contactConfig{
+		Fresh:      c.HeartbeatTimeout,
+		QueryAfter: max(2*(c.HeartbeatTimeout+c.ElectionTimeout), time.Second),
+		QueryEvery: c.StandingInterval,
+		Bound:      c.CutOff,
+		MaxStep:    contactMaxStep,
+	}
+}
+
+// contactObs is what the driver reads from Raft at a tick.
+type contactObs struct {
+	Leader      bool      // this node leads
+	LastContact time.Time // last message from a leader; zero: none yet
+}
+
+// contactStep is what the core asks of the driver after a tick.
+type contactStep struct {
+	Silent   time.Duration // awake time without contact so far
+	Lost     bool          // Raft contact has been missing for QueryAfter (once per loss)
+	Warn     bool          // silence has reached half the bound: say so (once per loss)
+	Regained bool          // contact is back after Lost
+	Query    bool          // ask for this process's standing now; call queryDone after
+	CutOff   bool          // the bound has passed: give up (once; the core is done)
+}
+
+// contactCore is the cut-off rule as a pure state machine: ticks with the
+// time and what Raft says go in, decisions come out. It never reads a
+// clock.
+type contactCore struct {
+	cfg       contactConfig
+	last      time.Time // the previous tick; zero before the first
+	silent    time.Duration
+	lost      bool // Raft contact lost (Lost reported)
+	warned    bool
+	querying  bool
+	lastQuery time.Time
+	done      bool
+}
+
+func newContactCore(cfg contactConfig) *contactCore { return &contactCore{cfg: cfg} }
+
+// tick advances the core to now.
+func (c *contactCore) tick(now time.Time, o contactObs) contactStep {
+	if c.done {
+		return contactStep{}
+	}
+	var dt time.Duration
+	if !c.last.IsZero() {
+		dt = min(max(now.Sub(c.last), 0), c.cfg.MaxStep)
+	}
+	c.last = now
+	var s contactStep
+	if o.Leader || (!o.LastContact.IsZero() && now.Sub(o.LastContact) <= c.cfg.Fresh) {
+		c.silent = 0
+		if c.lost {
+			c.lost, c.warned = false, false
+			s.Regained = true
+		}
+		return s
+	}
+	c.silent += dt
+	s.Silent = c.silent
+	if c.silent >= c.cfg.Bound {
+		c.done = true
+		s.CutOff = true
+		return s
+	}
+	if c.silent >= c.cfg.Bound/2 && !c.warned {
+		c.warned = true
+		s.Warn = true
+	}
+	if c.silent >= c.cfg.QueryAfter {
+		if !c.lost {
+			c.lost = true
+			s.Lost = true
+		}
+		if !c.querying && (c.lastQuery.IsZero() || now.Sub(c.lastQuery) >= c.cfg.QueryEvery) {
+			c.querying = true
+			c.lastQuery = now
+			s.Query = true
+		}
+	}
+	return s
+}
+
+// reached says that a majority of the voters answered the round under
+// way: that is contact, the silence starts again from zero.
+func (c *contactCore) reached() { c.silent = 0 }
+
+// queryDone says that the round of questions the last Query started is
+// over.
+func (c *contactCore) queryDone() { c.querying = false }

@@ -1,0 +1,300 @@
+package spares
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gaspigo/gaspigo/pgas"
+)
+
+var t0 = time.Unix(1_000_000, 0)
+
+func testContactConfig() contactConfig {
+	return contactConfigOf(ptr(DefaultConfig()))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// run ticks core every contactTick from `from` for d, with obs giving what
+// Raft says at each tick, and returns the steps that asked for something.
+func run(core *contactCore, from time.Time, d time.Duration, obs func(now time.Time) contactObs) (steps []contactStep, at []time.Time) {
+	for now := from; !now.After(from.Add(d)); now = now.Add(contactTick) {
+		s := core.tick(now, obs(now))
+		if s.Lost || s.Regained || s.Query || s.CutOff {
+			steps, at = append(steps, s), append(at, now)
+		}
+	}
+	return steps, at
+}
+
+// Rule: a follower that keeps hearing from a leader, and a leader, are in
+// contact: nothing is asked and nobody is cut off, however long it runs.
+func TestContactKeptNeverCutsOff(t *testing.T) {
+	cfg := testContactConfig()
+	follower := newContactCore(cfg)
+	if steps, _ := run(follower, t0, time.Minute, func(now time.Time) contactObs {
+		return contactObs{LastContact: now.Add(-20 * time.Millisecond)}
+	}); len(steps) != 0 {
+		t.Fatalf("follower in contact: %+v", steps)
+	}
+	leader := newContactCore(cfg)
+	if steps, _ := run(leader, t0, time.Minute, func(time.Time) contactObs { return contactObs{Leader: true} }); len(steps) != 0 {
+		t.Fatalf("leader: %+v", steps)
+	}
+}
+
+// Rule: after QueryAfter of silence the process says so once and asks for
+// its standing, one round at a time, at most once per QueryEvery; after
+// Bound of silence it is cut off, once, and the core is done.
+func TestContactLostQueriesThenCutsOff(t *testing.T) {
+	cfg := testContactConfig()
+	core := newContactCore(cfg)
+	last := t0
+	obs := func(time.Time) contactObs { return contactObs{LastContact: last} }
+	var queries []time.Time
+	lost, cut := 0, time.Time{}
+	for now := t0; now.Before(t0.Add(time.Minute)); now = now.Add(contactTick) {
+		s := core.tick(now, obs(now))
+		if s.Lost {
+			lost++
+			if d := now.Sub(t0); d < cfg.QueryAfter {
+				t.Fatalf("Lost after %v, before QueryAfter %v", d, cfg.QueryAfter)
+			}
+		}
+		if s.Query {
+			queries = append(queries, now)
+			if len(queries)%2 == 0 { // every other round takes long
+				core.queryDone()
+			}
+		}
+		if len(queries)%2 == 1 && s.Query == false && now.Sub(queries[len(queries)-1]) >= 3*cfg.QueryEvery {
+			core.queryDone()
+		}
+		if s.CutOff {
+			if !cut.IsZero() {
+				t.Fatal("cut off twice")
+			}
+			cut = now
+			if s.Silent < cfg.Bound {
+				t.Fatalf("cut off with %v of silence, bound %v", s.Silent, cfg.Bound)
+			}
+		}
+	}
+	if lost != 1 {
+		t.Fatalf("Lost %d times, want once", lost)
+	}
+	if cut.IsZero() || cut.Sub(t0) > cfg.Bound+contactTick {
+		t.Fatalf("cut off at %v, want at the bound %v", cut.Sub(t0), cfg.Bound)
+	}
+	if first := queries[0].Sub(t0); first < cfg.QueryAfter || first > cfg.QueryAfter+contactTick {
+		t.Fatalf("first question after %v, want at QueryAfter %v", first, cfg.QueryAfter)
+	}
+	for i := 1; i < len(queries); i++ {
+		if gap := queries[i].Sub(queries[i-1]); gap < cfg.QueryEvery {
+			t.Fatalf("questions %v apart, want at least %v", gap, cfg.QueryEvery)
+		}
+	}
+	if len(queries) < 5 {
+		t.Fatalf("only %d rounds of questions before the cut-off", len(queries))
+	}
+	if s := core.tick(cut.Add(time.Hour), obs(cut)); s != (contactStep{}) {
+		t.Fatalf("tick after the cut-off: %+v", s)
+	}
+}
+
+// Rule: a host cut off for 4s and healed is not cut off: contact comes back
+// and the silence starts again from zero.
+func TestContactHealedPartitionIsNotCutOff(t *testing.T) {
+	cfg := testContactConfig()
+	core := newContactCore(cfg)
+	partitions := [][2]time.Duration{{2 * time.Second, 6 * time.Second}, {10 * time.Second, 17 * time.Second}, {20 * time.Second, 29 * time.Second}}
+	last := t0
+	regained := 0
+	for now := t0; now.Before(t0.Add(40 * time.Second)); now = now.Add(contactTick) {
+		cut := false
+		for _, p := range partitions {
+			cut = cut || (now.Sub(t0) >= p[0] && now.Sub(t0) < p[1])
+		}
+		if !cut {
+			last = now
+		}
+		s := core.tick(now, contactObs{LastContact: last})
+		if s.CutOff {
+			t.Fatalf("cut off at %v after partitions of 4s, 7s and 9s, all healed within the %v bound", now.Sub(t0), cfg.Bound)
+		}
+		if s.Query {
+			core.queryDone()
+		}
+		if s.Regained {
+			regained++
+		}
+	}
+	if regained != len(partitions) {
+		t.Fatalf("contact regained %d times, want %d", regained, len(partitions))
+	}
+}
+
+// Rule: only awake time counts. A process stopped for a minute (SIGSTOP)
+// is not cut off at its first tick after SIGCONT: it asks for its standing
+// first, and is cut off only after the bound of awake silence.
+func TestContactPauseDoesNotCount(t *testing.T) {
+	cfg := testContactConfig()
+	core := newContactCore(cfg)
+	last := t0
+	core.tick(t0, contactObs{LastContact: last})
+	resumed := t0.Add(time.Minute)
+	s := core.tick(resumed, contactObs{LastContact: last})
+	if s.CutOff || s.Silent > cfg.MaxStep {
+		t.Fatalf("first tick after a minute's pause: %+v", s)
+	}
+	var query, cut time.Time
+	if s.Query {
+		query = resumed // asked at once
+	}
+	steps, at := run(core, resumed.Add(contactTick), time.Minute, func(time.Time) contactObs { return contactObs{LastContact: last} })
+	for i, s := range steps {
+		if s.Query && query.IsZero() {
+			query = at[i]
+		}
+		if s.CutOff {
+			cut = at[i]
+		}
+	}
+	if query.IsZero() || query.Sub(resumed) > cfg.QueryAfter {
+		t.Fatalf("first question %v after resuming, want within QueryAfter %v", query.Sub(resumed), cfg.QueryAfter)
+	}
+	if d := cut.Sub(resumed); d < cfg.Bound-cfg.MaxStep || d > cfg.Bound {
+		t.Fatalf("cut off %v after resuming, want after about the bound %v of awake silence", d, cfg.Bound)
+	}
+}
+
+// Rule: the verdicts. Only committed facts stop a process: declared failed
+// (fenced, 77), the job failed (its code), the job finished without this
+// spare (0). Anything else, or no answer, changes nothing.
+func TestStandingVerdict(t *testing.T) {
+	cases := []struct {
+		name string
+		s    standing
+		code int // ExitCodeOf; -1: no verdict
+	}{
+		{"healthy rank", standing{Code: codeOK, Known: true, Epoch: 3, Rank: 2}, -1},
+		{"healthy spare", standing{Code: codeOK, Known: true, Epoch: 3, Rank: -1}, -1},
+		{"declared failed", standing{Code: codeOK, Known: true, Epoch: 4, FailedIn: 3, Rank: -1}, ExitDeclaredFailed},
+		{"spares exhausted", standing{Code: codeOK, Known: true, Epoch: 5, Status: Failed, Reason: ReasonSparesExhausted, Rank: 1}, ExitSparesExhausted},
+		{"finished without the spare", standing{Code: codeOK, Known: true, Epoch: 2, Status: Finished, Rank: -1}, 0},
+		{"finished holding a rank", standing{Code: codeOK, Known: true, Epoch: 2, Status: Finished, Rank: 1}, -1},
+		{"unknown process", standing{Code: codeOK, FailedIn: 3, Rank: -1}, -1},
+		{"error answer", standing{Code: "internal", Known: true, FailedIn: 3}, -1},
+	}
+	for _, c := range cases {
+		err := verdict(c.s, 7)
+		switch {
+		case c.code < 0 && err != nil:
+			t.Errorf("%s: verdict %v, want none", c.name, err)
+		case c.code >= 0 && err == nil:
+			t.Errorf("%s: no verdict, want exit %d", c.name, c.code)
+		case err != nil && ExitCodeOf(err) != c.code:
+			t.Errorf("%s: verdict %v exits %d, want %d", c.name, err, ExitCodeOf(err), c.code)
+		case err != nil && !strings.Contains(err.Error(), "proc 7"):
+			t.Errorf("%s: verdict %q does not name the process that answered", c.name, err)
+		}
+	}
+	if err := verdict(standing{Code: codeOK, Known: true, FailedIn: 3}, 7); !errors.Is(err, pgas.ErrFenced) || !errors.Is(err, ErrDeclaredFailed) {
+		t.Fatalf("declared failed: %v, want ErrDeclaredFailed and pgas.ErrFenced", err)
+	}
+}
+
+func TestStandingCodec(t *testing.T) {
+	for _, s := range []standing{
+		{Code: codeOK, Epoch: 9, Status: Failed, Reason: ReasonSparesExhausted, FailedIn: 4, Rank: -1, Known: true},
+		{Code: codeOK, Epoch: 1, Rank: 0, Known: true},
+		{Code: "internal", Msg: "m", Rank: MaxProcs - 1},
+	} {
+		b, err := encodeStanding(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeStanding(b)
+		if err != nil || got != s {
+			t.Fatalf("round trip: %+v, %v; want %+v", got, err, s)
+		}
+	}
+	if _, err := decodeStanding(rawArray(t, "ok")); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("short standing: %v", err)
+	}
+	if _, err := decodeStanding(rawArray(t, "ok", "", 1, 9, "", 0, 0, true)); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("unknown status: %v", err)
+	}
+}
+
+// Rule: every known voter is asked, plus two other processes in turn, never
+// this process or one already failed.
+func TestStandingTargets(t *testing.T) {
+	st := State{Procs: map[uint32]ProcInfo{}, Failed: map[uint32]uint64{5: 2}, Voters: []uint32{0, 1, 2}}
+	for p := uint32(0); p < 8; p++ {
+		st.Procs[p] = ProcInfo{CtlAddr: "x"}
+	}
+	seen := map[uint32]bool{}
+	for round := 0; round < 4; round++ {
+		got := standingTargets(&st, 2, round)
+		if len(got) != 4 || got[0] != 0 || got[1] != 1 {
+			t.Fatalf("round %d: %v, want voters 0 and 1 then two others", round, got)
+		}
+		for _, p := range got[2:] {
+			if p == 2 || p == 5 || p < 3 {
+				t.Fatalf("round %d asks %d", round, p)
+			}
+			seen[p] = true
+		}
+	}
+	if len(seen) != 4 { // 3, 4, 6, 7
+		t.Fatalf("rotation reached %v, want every live non-voter", seen)
+	}
+}
+
+// Rule: a process whose standing questions reach a majority of the voters
+// is not cut off, however long Raft goes without a leader (an election
+// storm on a starved host): it can reach a quorum.
+func TestContactQuorumAnswersCount(t *testing.T) {
+	cfg := testContactConfig()
+	core := newContactCore(cfg)
+	warned := 0
+	for now := t0; now.Before(t0.Add(time.Minute)); now = now.Add(contactTick) {
+		s := core.tick(now, contactObs{LastContact: t0})
+		if s.CutOff {
+			t.Fatalf("cut off at %v although every round reached a quorum", now.Sub(t0))
+		}
+		if s.Warn {
+			warned++
+		}
+		if s.Query {
+			core.reached()
+			core.queryDone()
+		}
+	}
+	if warned != 0 {
+		t.Fatalf("warned %d times while reaching a quorum", warned)
+	}
+	// The same rounds without a quorum: cut off at the bound, warned once.
+	core = newContactCore(cfg)
+	for now := t0; ; now = now.Add(contactTick) {
+		s := core.tick(now, contactObs{LastContact: t0})
+		if s.Warn {
+			warned++
+			if d := now.Sub(t0); d < cfg.Bound/2 || d > cfg.Bound/2+contactTick {
+				t.Fatalf("warned after %v, want at half the bound", d)
+			}
+		}
+		if s.Query {
+			core.queryDone()
+		}
+		if s.CutOff {
+			break
+		}
+	}
+	if warned != 1 {
+		t.Fatalf("warned %d times, want once", warned)
+	}
+}

@@ -1,0 +1,346 @@
+package chaos
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/mhjob"
+	"github.com/gaspigo/gaspigo/internal/simhost"
+)
+
+var (
+	flagHostSchedules = flag.Int("chaos.hostschedules", 0, "multi-host mode: run seeds 1..N instead of the fixed sample (the long sweep)")
+	flagHostSeeds     = flag.String("chaos.hostseeds", "", "multi-host mode: comma-separated seeds to run instead of the sample (replay)")
+	flagHostSummary   = flag.String("chaos.hostsummary", "", "multi-host mode: also write the summary table to this file")
+)
+
+// hostSampleSeeds is the fixed CI sample of the multi-host mode, chosen
+// to cover every kind (TestHostSampleCoversEveryKind): a blip then a host
+// crash, a blip then the rendezvous host's crash, an unplugged host, a
+// host cut off and healed, a host cut off for good.
+var hostSampleSeeds = []uint64{5, 10, 6, 12, 13}
+
+var (
+	hostIterRE     = regexp.MustCompile(`^iter\s+(\d+)\s`)
+	hostRecoveryRE = regexp.MustCompile(`^recovery: epoch`)
+	hostFinalRE    = regexp.MustCompile(`^centroids sha256=[0-9a-f]{64} sse=\S+ iterations=\d+$`)
+)
+
+// kmRefs holds the failure-free K-means answer of the multi-host mode
+// (the same job under gaspirun on loopback: the answer does not depend on
+// where the ranks run).
+var kmRefs = &references{}
+
+// TestChaosHosts is the multi-host mode: seeded schedules of host faults
+// (DrawHosts) over K-means on three simulated hosts, launched with the
+// bare PGAS_* contract; HostViolations after each. Without flags it runs
+// the fixed sample; -chaos.hostschedules=N runs seeds 1..N;
+// -chaos.hostseeds=S replays.
+func TestChaosHosts(t *testing.T) {
+	if bins.err != nil {
+		t.Skip(bins.err)
+	}
+	simhost.Require(t)
+	seeds := hostSampleSeeds
+	switch {
+	case *flagHostSeeds != "":
+		seeds = nil
+		for _, f := range strings.Split(*flagHostSeeds, ",") {
+			s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil {
+				t.Fatalf("-chaos.hostseeds: %q is not a seed (want e.g. -chaos.hostseeds=7,12)", f)
+			}
+			seeds = append(seeds, s)
+		}
+	case *flagHostSchedules > 0:
+		seeds = make([]uint64, *flagHostSchedules)
+		for i := range seeds {
+			seeds[i] = uint64(i + 1)
+		}
+	}
+	sum := &hostSummary{faults: map[HostKind]int{}, skipped: map[HostKind]int{}}
+	for _, seed := range seeds {
+		s := DrawHosts(seed, kmWorkload().lastAt())
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			runHostSchedule(t, s, kmRefs.get(t, KMeans), sum)
+		})
+	}
+	table := sum.table()
+	t.Logf("multi-host chaos summary:\n%s", table)
+	if *flagHostSummary != "" {
+		if err := os.WriteFile(*flagHostSummary, []byte(table), 0o644); err != nil {
+			t.Errorf("write -chaos.hostsummary: %v", err)
+		}
+	}
+}
+
+// hostRun is one multi-host job and the notes of the faults applied.
+type hostRun struct {
+	t       *testing.T
+	c       *simhost.Cluster
+	j       *mhjob.Job
+	crashed map[int]bool // processes the harness SIGKILLed
+	mu      sync.Mutex
+	notes   []mhjob.Line // "chaos: ..." with Proc -1
+}
+
+func (r *hostRun) note(format string, a ...any) {
+	l := mhjob.Line{Proc: -1, Time: time.Now(), Text: "chaos: " + fmt.Sprintf(format, a...)}
+	r.mu.Lock()
+	r.notes = append(r.notes, l)
+	r.mu.Unlock()
+	r.t.Logf("%s at %v", l.Text, l.Time.Sub(r.j.Begin()).Round(time.Millisecond))
+}
+
+// iterAfter waits (bounded) for an iteration line numbered at least n,
+// or, with n < 0, for any iteration line after time from.
+func (r *hostRun) iterAfter(n int, from time.Time) (mhjob.Line, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
+	defer cancel()
+	l, err := r.j.WaitLine(ctx, func(l mhjob.Line) bool {
+		m := hostIterRE.FindStringSubmatch(l.Text)
+		if m == nil || l.Time.Before(from) {
+			return false
+		}
+		i, _ := strconv.Atoi(m[1])
+		return i >= n
+	})
+	return l, err == nil
+}
+
+// settle waits until every confirmed failure was followed by a recovery
+// and the job did a checkpoint interval and one more iteration since: a
+// schedule's faults are meant one at a time.
+func (r *hostRun) settle() {
+	deadline := time.Now().Add(jobDeadline)
+	for time.Now().Before(deadline) {
+		lastConfirm, lastRec, iters := -1, -1, 0
+		lines := r.j.Lines()
+		for i, l := range lines {
+			switch {
+			case confirmRE.MatchString(l.Text):
+				lastConfirm = i
+			case hostRecoveryRE.MatchString(l.Text):
+				lastRec, iters = i, 0
+			case hostIterRE.MatchString(l.Text):
+				iters++
+			}
+		}
+		recovered := lastConfirm < 0 || lastRec > lastConfirm
+		if recovered && (lastRec < 0 || iters > kmWorkload().ckptEvery) {
+			return
+		}
+		if _, ok := r.iterAfter(-1, time.Now()); !ok {
+			return
+		}
+	}
+}
+
+// apply applies one fault; false if the job ended before it could.
+func (r *hostRun) apply(f HostFault) bool {
+	if _, ok := r.iterAfter(f.At, time.Time{}); !ok {
+		return false
+	}
+	r.settle()
+	h := r.c.Host(f.Host)
+	switch f.Kind {
+	case HostCrash, RendezvousHostCrash:
+		for p, hi := range HostLayout {
+			if hi == f.Host {
+				r.crashed[p] = true
+			}
+		}
+		killed, err := r.c.Crash(h)
+		if err != nil {
+			r.t.Errorf("crash of %s: %v", h.Name(), err)
+		}
+		r.note("applied %s: SIGKILL pids %v", f, killed)
+	default:
+		mode := simhost.Silent
+		if f.Kind == HostUnplug {
+			mode = simhost.Unreachable
+		}
+		if err := r.c.Cut(h, mode); err != nil {
+			r.t.Errorf("cut %s: %v", h.Name(), err)
+		}
+		r.note("applied %s: %s cut off (%v)", f, h.Name(), mode)
+		if f.Dur > 0 {
+			time.Sleep(f.Dur) // the fault: a cut this long
+			if err := r.c.Heal(h); err != nil {
+				r.t.Errorf("heal %s: %v", h.Name(), err)
+			}
+			r.note("healed %s", h.Name())
+		}
+	}
+	return true
+}
+
+// runHostSchedule runs one multi-host schedule and checks it.
+func runHostSchedule(t *testing.T, s HostSchedule, ref string, sum *hostSummary) {
+	t.Logf("schedule:\n%s", s)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := simhost.New(ctx, simhost.Config{Hosts: 3})
+	if err != nil {
+		t.Fatalf("simulated hosts: %v", err)
+	}
+	defer c.Close()
+	j, err := mhjob.Start(ctx, mhjob.Config{Cluster: c, Program: bins.kmeans, Args: kmWorkload().args(),
+		Hosts: HostLayout, Spares: HostSpares, Env: []string{"PGAS_LOG=info", "GOMAXPROCS=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Kill()
+	r := &hostRun{t: t, c: c, j: j, crashed: map[int]bool{}}
+	for _, f := range s.Faults {
+		if !r.apply(f) {
+			r.note("fault not applied (the job ended first): %s", f)
+		}
+	}
+	res := HostResult{}
+	end := time.Now()
+	wctx, wcancel := context.WithTimeout(context.Background(), jobDeadline)
+	fin, err := j.WaitLine(wctx, func(l mhjob.Line) bool { return hostFinalRE.MatchString(l.Text) })
+	wcancel()
+	if err == nil {
+		res.Answer, end = fin.Text, fin.Time
+	} else {
+		// No answer: the job's end is when its first process gave up
+		// with a documented code, if any did.
+		for _, p := range j.Procs() {
+			if code, _, at, ok := p.Exit(); ok && code == ExitSparesExhausted && (end.IsZero() || at.Before(end)) {
+				end = at
+			}
+		}
+	}
+	wctx, wcancel = context.WithDeadline(context.Background(), end.Add(EndWait))
+	j.Wait(wctx)
+	wcancel()
+	running := j.Running()
+	j.Kill()
+	for _, p := range j.Procs() {
+		e := ProcEnd{Proc: p.ID, Running: slices.Contains(running, p)}
+		if !e.Running {
+			code, sig, at, _ := p.Exit()
+			e.Code, e.After = code, at.Sub(end)
+			if sig != 0 {
+				e.Signal = sig.String()
+			}
+			e.Crashed = r.crashed[p.ID] && sig == syscall.SIGKILL
+		}
+		res.Ends = append(res.Ends, e)
+		t.Logf("process %d on node%d: %+v", p.ID, HostLayout[p.ID]+1, e)
+	}
+	all := append(j.Lines(), r.notes...)
+	slices.SortStableFunc(all, func(a, b mhjob.Line) int { return a.Time.Compare(b.Time) })
+	for _, l := range all {
+		if l.Proc < 0 {
+			res.Lines = append(res.Lines, l.Text)
+		} else {
+			res.Lines = append(res.Lines, l.String())
+		}
+	}
+	viol := HostViolations(res, ref)
+	sum.add(s, res, ref, viol, hostRecoveries(all))
+	if len(viol) > 0 {
+		t.Errorf("multi-host chaos schedule failed:\n%s\nviolations:\n  %s\nreplay: %s\nlast output:\n%s",
+			s, strings.Join(viol, "\n  "), s.Replay(), tail(res.Lines, 40))
+	}
+}
+
+// hostRecoveries measures each loss: from the fault to the first
+// iteration completed after the following recovery line.
+func hostRecoveries(lines []mhjob.Line) []time.Duration {
+	var out []time.Duration
+	for i, l := range lines {
+		if l.Proc >= 0 || !strings.HasPrefix(l.Text, "chaos: applied ") || strings.HasPrefix(l.Text, "chaos: applied "+string(HostBlip)+" ") {
+			continue
+		}
+		rec := slices.IndexFunc(lines[i:], func(x mhjob.Line) bool { return x.Proc >= 0 && hostRecoveryRE.MatchString(x.Text) })
+		if rec < 0 {
+			continue
+		}
+		if k := slices.IndexFunc(lines[i+rec:], func(x mhjob.Line) bool { return x.Proc >= 0 && hostIterRE.MatchString(x.Text) }); k >= 0 {
+			out = append(out, lines[i+rec+k].Time.Sub(l.Time))
+		}
+	}
+	return out
+}
+
+// hostSummary aggregates a multi-host sweep.
+type hostSummary struct {
+	mu         sync.Mutex
+	schedules  int
+	faults     map[HostKind]int
+	skipped    map[HostKind]int
+	recMS      []float64
+	recoveries int
+	wrong      int
+	hangs      int
+	leftovers  int
+	violations int
+	failedRuns []string
+}
+
+func (s *hostSummary) add(sc HostSchedule, res HostResult, ref string, viol []string, recs []time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.schedules++
+	for _, l := range res.Lines {
+		for _, k := range HostKinds {
+			if strings.HasPrefix(l, "chaos: applied "+string(k)+" ") {
+				s.faults[k]++
+			}
+			if strings.HasPrefix(l, "chaos: fault not applied (the job ended first): "+string(k)+" ") {
+				s.skipped[k]++
+			}
+		}
+	}
+	s.recoveries += Epochs(res.Lines) - 1
+	for _, r := range recs {
+		s.recMS = append(s.recMS, float64(r)/float64(time.Millisecond))
+	}
+	if res.Answer != "" && res.Answer != ref {
+		s.wrong++
+	}
+	if res.Answer == "" {
+		s.hangs++
+	}
+	for _, e := range res.Ends {
+		if e.Running {
+			s.leftovers++
+		}
+	}
+	if len(viol) > 0 {
+		s.violations++
+		s.failedRuns = append(s.failedRuns, fmt.Sprintf("seed %d: %s", sc.Seed, viol[0]))
+	}
+}
+
+func (s *hostSummary) table() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "| schedules | recoveries | recovery median | recovery p99 | wrong answers | no answer | processes left running | schedules with violations |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| %d | %d | %.0f ms | %.0f ms | %d | %d | %d | %d |\n\n", s.schedules, s.recoveries,
+		Percentile(s.recMS, 50), Percentile(s.recMS, 99), s.wrong, s.hangs, s.leftovers, s.violations)
+	fmt.Fprintf(&b, "| fault kind | injected | not applied (job ended first) |\n|---|---|---|\n")
+	for _, k := range HostKinds {
+		fmt.Fprintf(&b, "| %s | %d | %d |\n", k, s.faults[k], s.skipped[k])
+	}
+	for _, f := range s.failedRuns {
+		fmt.Fprintf(&b, "- %s\n", f)
+	}
+	return b.String()
+}

@@ -1,0 +1,45 @@
+// Package mhtier holds the multi-host acceptance tests of fault-tolerant
+// K-means (apps/kmeans/cmd/kmeans): three simulated hosts (network
+// namespaces joined by a bridge, package internal/simhost), the job
+// launched on them without gaspirun through the bare PGAS_* environment
+// contract (package internal/mhjob; the token in the environment only),
+// and real host faults: SIGKILL of everything on a host, and network
+// partitions. It holds tests only.
+//
+// TestMain builds the kmeans command once per test binary (with -race
+// when the tests run with -race). Each scenario builds its own three
+// hosts and removes them at the end, also when it fails; the tests skip,
+// saying why, without root or iproute2, and under -short.
+//
+// The job: 4 ranks and 2 spares, 200,000 generated points in 10
+// dimensions, k = 20, 40 iterations, a checkpoint every 5. node1 runs
+// processes 0 and 1 (ranks 0 and 1; process 0 serves the rendezvous),
+// node2 rank 2 and spare process 4, node3 rank 3 and spare process 5. A
+// fault strikes once the job has reported iteration 10.
+//
+// Every scenario ends with the same checks: exactly one final line, equal
+// to the failure-free job's (run once per test binary); a recovery before
+// it when there was a fault; every process not killed by the test ended
+// by itself within 30 s of the final line, with exit 0, or, for the
+// processes of a host cut off from the others, 77 (fenced: it learnt it
+// was replaced) or 74 (cut off: spares.ExitCutOff); and no runtime applied a
+// frame from a stale epoch. A process still running after those 30 s
+// fails the test and is killed.
+//
+//   - TestNoFailure (a): the failure-free job, the reference.
+//   - TestHostCrash (b): everything on node2 is SIGKILLed (rank 2 and an
+//     idle spare); node3's spare takes rank 2.
+//   - TestRendezvousHostCrash (c): node1 is lost: process 0 with the
+//     rendezvous, and rank 1. The spares take ranks 0 and 1.
+//   - TestHostCutOff (d): node2 is cut off for good (simhost.Silent: a
+//     partition nobody is told about).
+//   - TestHostCutAndHealed (e): node2 is cut off for 4 s, then healed.
+//   - TestHostnameRendezvous (f): PGAS_RENDEZVOUS=node1:29400 where node1
+//     resolves its own name to 127.0.1.1, as Debian's /etc/hosts does: no
+//     process may register a loopback address (process 0's debug log of
+//     the registrations), and a crash of node2 is recovered.
+//
+// Run it alone with
+//
+//	go test -count=1 -v ./test/mhtier
+package mhtier

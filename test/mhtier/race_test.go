@@ -1,0 +1,5 @@
+//go:build race
+
+package mhtier
+
+func init() { raceEnabled = true }
