@@ -215,7 +215,10 @@ const (
 	xferHeader = 24
 	xferChunk  = 512 << 10
 	xferWindow = 8
+)
 
+// Message kinds and session ops.
+const (
 	xferFile byte = iota + 1
 	xferData
 	xferFileEnd
