@@ -82,11 +82,12 @@ type Checkpointer struct {
 // region is one registered piece of state.
 type region struct {
 	name  string
-	mem   []byte // Register
+	mem   []byte // Register, RegisterVar
 	seg   segments.ID
 	off   int64
-	n     int64
+	n     int64 // registered (largest) length
 	isSeg bool
+	used  func() int // RegisterVar: bytes of mem in use now
 }
 
 // bufState describes one local snapshot buffer.
@@ -316,6 +317,19 @@ func (c *Checkpointer) Register(name string, b []byte) error {
 	return c.add(region{name: name, mem: b, n: int64(len(b))})
 }
 
+// RegisterVar adds a byte slice of which only a prefix is in use: Start
+// saves b[:used()], so a snapshot, its push and its mirror cost what the
+// region holds, not len(b); Restore copies the saved prefix back to the
+// start of b and leaves the rest of b unchanged (the program records the
+// length itself, for example in the prefix). len(b) counts against
+// MaxBytes. used must return 0..len(b); it is called by Start only.
+func (c *Checkpointer) RegisterVar(name string, b []byte, used func() int) error {
+	if used == nil {
+		return fmt.Errorf("ckpt: register %q: nil length function: %w", name, ErrInvalid)
+	}
+	return c.add(region{name: name, mem: b, n: int64(len(b)), used: used})
+}
+
 // RegisterSegment adds bytes [off, off+n) of local segment seg to the
 // snapshot. The segment is looked up at Start and Restore, so a promoted
 // spare registers before it creates the segment only if it creates it
@@ -438,6 +452,13 @@ func (c *Checkpointer) Start(ctx context.Context, id uint64) error {
 		src, err := c.resolve(r)
 		if err != nil {
 			return fmt.Errorf("ckpt: start %d: %w", id, err)
+		}
+		if r.used != nil {
+			u := r.used()
+			if u < 0 || u > len(src) {
+				return fmt.Errorf("ckpt: start %d: region %q: %d bytes in use, registered %d: %w", id, r.name, u, len(src), ErrInvalid)
+			}
+			src = src[:u]
 		}
 		copy(payload[off:], src)
 		crc = crc32.Update(crc, castagnoli, src)

@@ -192,3 +192,53 @@ func TestCommitTimeoutIsRetryable(t *testing.T) {
 		j.checkMirrors(2)
 	})
 }
+
+// A RegisterVar region costs what is in use: Start saves and pushes the
+// prefix only, and Restore writes the prefix back, leaving the rest.
+func TestRegisterVar(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := newTestJob(t, jobOpts{ranks: 3})
+		const capacity, inUse = 40000, 100
+		bufs := make([][]byte, 3)
+		for r, m := range j.ranks {
+			bufs[r] = make([]byte, capacity)
+			if err := m.ck.RegisterVar("var", bufs[r], func() int { return inUse }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := j.ranks[0].ck.RegisterVar("bad", nil, nil); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("RegisterVar with no length function: %v, want ErrInvalid", err)
+		}
+		for r := range bufs {
+			fillBytes(bufs[r][:inUse], r, 1, 3)
+		}
+		j.checkpoint(1)
+		st := j.ranks[0].ck.Stats()
+		if full := uint64(stateLen + segLen + capacity); st.BytesPushed >= full {
+			t.Fatalf("BytesPushed %d: the whole variable region was pushed (%d bytes with it)", st.BytesPushed, full)
+		}
+		if least := uint64(stateLen + segLen + inUse); st.BytesPushed < least {
+			t.Fatalf("BytesPushed %d, want at least %d", st.BytesPushed, least)
+		}
+		for r := range bufs {
+			for i := range bufs[r] {
+				bufs[r][i] = 0xEE
+			}
+		}
+		j.each(indexes(3), func(r int) error {
+			_, err := j.ranks[r].ck.Restore(j.ctx)
+			return err
+		})
+		j.checkAll(1)
+		for r := range bufs {
+			want := make([]byte, inUse)
+			fillBytes(want, r, 1, 3)
+			if string(bufs[r][:inUse]) != string(want) {
+				t.Fatalf("rank %d: the variable region's prefix was not restored", r)
+			}
+			if bufs[r][inUse] != 0xEE || bufs[r][capacity-1] != 0xEE {
+				t.Fatalf("rank %d: Restore wrote past the saved prefix", r)
+			}
+		}
+	})
+}

@@ -11,6 +11,7 @@
 //	defer ck.Close()
 //	ck.Register("centroids", centroidBytes)        // every rank, same names and order
 //	ck.RegisterSegment("points", pointsSeg, 0, n)
+//	ck.RegisterVar("log", logBuf, func() int { return logLen }) // only the prefix in use is saved
 //	for iter := first; iter < last; iter++ {
 //		compute(iter)
 //		if iter%every == 0 {

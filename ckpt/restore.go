@@ -572,7 +572,8 @@ func (c *Checkpointer) checkLayout(h *Header, regions []region) error {
 		return fmt.Errorf("ckpt: snapshot has %d regions, %d are registered: %w", len(h.Regions), len(regions), ErrLayout)
 	}
 	for i, r := range regions {
-		if uint64(r.n) != h.Regions[i] {
+		// A variable region (RegisterVar) holds a prefix of its length.
+		if fits := h.Regions[i] == uint64(r.n) || (r.used != nil && h.Regions[i] < uint64(r.n)); !fits {
 			return fmt.Errorf("ckpt: region %q: snapshot has %d bytes, %d are registered: %w", r.name, h.Regions[i], r.n, ErrLayout)
 		}
 		if _, err := c.resolve(r); err != nil {
@@ -599,13 +600,14 @@ func (c *Checkpointer) copyOut(ch *choice) error {
 	}
 	payload := seg.Bytes()[c.bufOff(ch.buf)+headerArea:]
 	var off int64
-	for _, r := range regions {
+	for i, r := range regions {
 		dst, err := c.resolve(r)
 		if err != nil {
 			return err
 		}
-		copy(dst, payload[off:off+r.n])
-		off += r.n
+		l := int64(ch.hdr.Regions[i])
+		copy(dst, payload[off:off+l])
+		off += l
 	}
 	return nil
 }

@@ -25,8 +25,10 @@ import (
 // what this rank needs to come back to c: the O task's Consumed count, the
 // in-memory data (sorted runs and unsorted batches, copied), and the names
 // of the spill files (which stay on disk, pinned, until Release or Close).
-// The state is this rank's part of the application checkpoint; store it
-// with package ckpt or elsewhere and give it to RollBack.
+// With Config.Holders, the spill files are also copied to the holders on
+// other hosts before Checkpoint returns (see the package doc). The state
+// is this rank's part of the application checkpoint; store it with
+// package ckpt or elsewhere and give it to RollBack.
 //
 // Checkpoint returns ErrState after Recv or Groups started, or for a c
 // that does not increase. If it fails, the shuffle must be rolled back.
@@ -84,6 +86,11 @@ func (s *Shuffle) Checkpoint(ctx context.Context, c uint64) ([]byte, error) {
 		a.signalLocked()
 		a.mu.Unlock()
 		s.seg.SetNotification(s.lay.drainWake(), 1)
+	}
+	if s.cfg.Holders != nil {
+		if err := s.replicate(ctx, st); err != nil {
+			return nil, err
+		}
 	}
 	s.lastCkpt = c
 	out := st.encode(unsorted)
@@ -148,6 +155,7 @@ func (a *aside) pinLocked(c uint64, f *spillFile) {
 // Release lets the shuffle delete spill files that only checkpoints older
 // than keep refer to. Call it once checkpoint keep is committed.
 func (s *Shuffle) Release(keep uint64) {
+	s.keep.Store(max(s.keep.Load(), keep))
 	a := s.a
 	if a == nil {
 		return
@@ -209,10 +217,11 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 	}
 	st := s.newState(0)
 	var bad error
+	var missing []int // files of st to fetch from a holder
 	if len(state) > 0 {
 		if dec, err := decodeState(state); err != nil {
 			bad = err
-		} else if bad = s.checkState(dec); bad == nil {
+		} else if missing, bad = s.checkState(dec); bad == nil {
 			st = dec
 		}
 	}
@@ -220,7 +229,7 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 	if bad != nil {
 		flag = 1
 	}
-	agree := []uint64{st.c, ^st.c, uint64(s.gen.Load()), flag}
+	agree := []uint64{st.c, ^st.c, uint64(s.gen.Load()), flag, uint64(len(missing))}
 	if err := pgas.Allreduce(ctx, s.rt, nil, agree, pgas.OpMax); err != nil {
 		return fmt.Errorf("kvshuffle: roll back: %w", err)
 	}
@@ -246,6 +255,14 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 		s.seg.ResetNotification(segments.NotificationID(id))
 	}
 	s.gen.Store(uint32(agree[2]) + 1)
+	// Copies: the abandoned timeline's go, and holders may have changed.
+	s.copies.rollBack(st.c)
+	clear(s.sent)
+	if agree[4] > 0 {
+		if err := s.fetch(ctx, st, missing, int(agree[4])); err != nil {
+			return fmt.Errorf("kvshuffle: roll back: %w", err)
+		}
+	}
 	if o := s.o; o != nil {
 		o.mu.Lock()
 		o.reset()
@@ -277,21 +294,27 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 }
 
 // checkState checks that st fits this rank and that its spill files are
-// intact.
-func (s *Shuffle) checkState(st *state) error {
+// intact. With Config.Holders set, it returns the files it cannot read or
+// finds damaged, for RollBack to fetch from their holders.
+func (s *Shuffle) checkState(st *state) ([]int, error) {
 	want := s.newState(st.c)
 	if st.rank != want.rank || st.size != want.size || st.nSrc != want.nSrc || st.nParts != want.nParts || st.flags != want.flags {
-		return fmt.Errorf("state of rank %d in a job of %d ranks (%d O, %d A, roles %d) for rank %d of %d (%d O, %d A, roles %d): %w",
+		return nil, fmt.Errorf("state of rank %d in a job of %d ranks (%d O, %d A, roles %d) for rank %d of %d (%d O, %d A, roles %d): %w",
 			st.rank, st.size, st.nSrc, st.nParts, st.flags, want.rank, want.size, want.nSrc, want.nParts, want.flags, ErrMismatch)
 	}
-	for _, f := range st.files {
+	var missing []int
+	for i, f := range st.files {
 		h, err := checkSpill(&spillFile{path: f.path, size: f.size, pairs: f.pairs, crc: f.crc})
-		if err != nil {
-			return fmt.Errorf("spill file of checkpoint %d: %w", st.c, err)
+		if err == nil {
+			h.Close()
+			continue
 		}
-		h.Close()
+		if s.cfg.Holders == nil {
+			return nil, fmt.Errorf("spill file of checkpoint %d: %w (a rank taken over on another host needs Config.Holders, so that its files are copied)", st.c, err)
+		}
+		missing = append(missing, i)
 	}
-	return nil
+	return missing, nil
 }
 
 // load replaces the A task's data with st's. The drain and merger must not

@@ -151,14 +151,8 @@ func TestRollBackResend(t *testing.T) {
 								return fmt.Errorf("consumed %d after roll back, want %d", s.Consumed(), want)
 							}
 						}
-						if err := sendRecords(s, recs[i], int(s.Consumed()), nrec); err != nil {
-							return err
-						}
-						if err := s.CloseSend(ctx); err != nil {
-							return err
-						}
-						got[i] = collect(t, s, nil)
-						return nil
+						got[i], err = finishSend(t, s, recs[i])
+						return err
 					})
 					expectPartitioned(t, inputs, got, HashPartition)
 					for i, s := range shs {

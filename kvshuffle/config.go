@@ -134,10 +134,22 @@ type Config struct {
 	// memory to a sorted file in SpillDir before it records the state, so
 	// the state names files only (bytes, not megabytes) and the
 	// application's checkpoint stays small. The files must be readable by
-	// the process that takes over a lost rank: the same host or a shared
-	// file system. Off, the state carries the in-memory data (protected
-	// wherever the application mirrors it). Needs SpillDir.
+	// the process that takes over a lost rank: the same host, a shared
+	// file system, or copies at the holders (Holders). Off, the state
+	// carries the in-memory data (protected wherever the application
+	// mirrors it) and names the files spilled under memory pressure only.
+	// Needs SpillDir.
 	CheckpointSpill bool
+	// Holders, when set, returns the ranks that hold rank's checkpoint
+	// mirrors: give ckpt's Checkpointer.Holders. Checkpoint then copies
+	// the spill files a state names to those of them on another host
+	// (pgas Runtime.Host), which keep the copies in their own SpillDir, and
+	// RollBack fetches from them any file it cannot read where the rank
+	// runs now (a rank taken over on another host). A holder on the same
+	// host gets no copy: the file is kept by reference, since the loss of
+	// the host loses that holder too. Every rank must return the same
+	// ranks for a given rank. Nil: files are always kept by reference.
+	Holders func(rank int) []int
 	// IOBufferSize is the buffer in bytes of each spill file being written
 	// or read.
 	IOBufferSize int

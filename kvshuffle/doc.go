@@ -101,7 +101,9 @@
 //   - with Combine, one SlotSize batch per destination on the O side, with
 //     its index;
 //   - checkpoint states, which copy the in-memory data and belong to the
-//     caller.
+//     caller;
+//   - with Config.Holders, one 512 KiB chunk being copied, and on a holder
+//     the copies of other ranks' files, on disk (Stats.HeldBytes).
 //
 // # Key-count checkpoints
 //
@@ -132,11 +134,29 @@
 // so no pair is lost and none is counted twice. This assumes a
 // deterministic O task: the same input records produce the same pairs.
 //
-// Spill files stay on the rank's local disk: a state that names them can
-// be restored by a process on the same host (or with SpillDir on shared
-// storage). Integration with package ckpt: store the state bytes in a
-// registered region (with their length), take the checkpoint after
-// Checkpoint returns, call Release(c) once ckpt has committed c.
+// Spill files a state names stay on the rank's disk, and a process on the
+// same host restores them from there (by reference: nothing is copied).
+// For a job across hosts, set Config.Holders to ckpt's
+// Checkpointer.Holders: Checkpoint then also copies the files its state
+// names to each holder on another host than the rank (only the files that
+// holder lacks, so a checkpoint costs what arrived since the last one),
+// and RollBack fetches every file it cannot read where the rank runs now
+// (a spare on another host, a lost disk) from a rank that holds a copy.
+// Which is used when: a holder on another host gets copies; a holder on
+// the same host does not, since the loss of that host takes the holder
+// too; when the job runs on one host label, everything is by reference
+// and a spare must run on the same host (a file nobody can provide is
+// ErrLost). A holder keeps the copies in a directory of its own under its
+// SpillDir, for the checkpoints the source has not released (Release),
+// and forgets those of an abandoned timeline at RollBack. The copies
+// travel as pgas passive messages with credits (at most 8 chunks of 512
+// KiB unconsumed per pair of ranks), inside Checkpoint and RollBack: while
+// those run with Holders set, the program must not use passive messages.
+//
+// Integration with package ckpt: store the state bytes in a registered
+// region (with their length; RegisterVar makes the checkpoint cost the
+// state's length, not the region's), take the checkpoint after Checkpoint
+// returns, call Release(c) once ckpt has committed c.
 //
 // # Concurrency and ownership
 //

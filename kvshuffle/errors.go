@@ -43,6 +43,10 @@ var (
 	ErrAborted = errors.New("kvshuffle: aborted by another rank")
 	// ErrMismatch is returned by RollBack when the state is for another
 	// rank or job shape, or when ranks roll back to different checkpoints.
+	// ErrLost is returned by RollBack when a spill file its state names
+	// is unreadable where the rank runs now and no rank holds a copy, and
+	// by Checkpoint when a holder could not keep the copies.
+	ErrLost     = errors.New("kvshuffle: checkpoint spill file lost")
 	ErrMismatch = errors.New("kvshuffle: checkpoint state does not match")
 )
 

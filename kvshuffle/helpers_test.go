@@ -18,6 +18,12 @@ import (
 // newJob starts n ranks over one in-memory network.
 func newJob(t testing.TB, n int, seed int64) ([]*pgas.Runtime, *mem.Network) {
 	t.Helper()
+	return newJobOn(t, n, seed, nil)
+}
+
+// newJobOn is newJob with host labels (pgas Config.Hosts; nil: one host).
+func newJobOn(t testing.TB, n int, seed int64, hosts []string) ([]*pgas.Runtime, *mem.Network) {
+	t.Helper()
 	nw, err := mem.New(n, mem.Config{Seed: seed})
 	if err != nil {
 		t.Fatal(err)
@@ -28,6 +34,7 @@ func newJob(t testing.TB, n int, seed int64) ([]*pgas.Runtime, *mem.Network) {
 		cfg.Proc = transport.Proc(i)
 		cfg.NumProcs, cfg.NumRanks = n, n
 		cfg.Transport = nw.Endpoint(transport.Proc(i))
+		cfg.Hosts = hosts
 		rt, err := pgas.Init(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -41,6 +48,18 @@ func newJob(t testing.TB, n int, seed int64) ([]*pgas.Runtime, *mem.Network) {
 		nw.Close()
 	})
 	return rts, nw
+}
+
+// finishSend resends recs from s's Consumed count to the end, ends the
+// stream and collects what s received.
+func finishSend(t testing.TB, s *Shuffle, recs [][]kv) ([]kv, error) {
+	if err := sendRecords(s, recs, int(s.Consumed()), len(recs)); err != nil {
+		return nil, err
+	}
+	if err := s.CloseSend(context.Background()); err != nil {
+		return nil, err
+	}
+	return collect(t, s, nil), nil
 }
 
 // each runs f for every index concurrently and fails on any error.
@@ -70,18 +89,7 @@ func newShuffles(t testing.TB, rts []*pgas.Runtime, mut func(*Config)) []*Shuffl
 	if mut != nil {
 		mut(&cfg)
 	}
-	shs := make([]*Shuffle, len(rts))
-	each(t, len(rts), func(i int) error {
-		var err error
-		shs[i], err = New(context.Background(), rts[i], cfg)
-		return err
-	})
-	t.Cleanup(func() {
-		for _, s := range shs {
-			s.Close()
-		}
-	})
-	return shs
+	return newShufflesEach(t, rts, func(int) Config { return cfg })
 }
 
 type kv struct{ k, v string }

@@ -527,7 +527,15 @@ func (a *aside) run(ctx context.Context, t *task) error {
 func (a *aside) spillDir() (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.dir != "" {
+		if _, err := os.Stat(a.dir); err != nil {
+			a.dir = "" // removed under us (a cleaner, a lost disk): make another
+		}
+	}
 	if a.dir == "" {
+		if err := os.MkdirAll(a.s.cfg.SpillDir, 0o755); err != nil {
+			return "", fmt.Errorf("spill directory: %w", err)
+		}
 		dir, err := os.MkdirTemp(a.s.cfg.SpillDir, fmt.Sprintf("kvshuffle-r%d-", a.s.rank))
 		if err != nil {
 			return "", fmt.Errorf("spill directory: %w", err)

@@ -42,6 +42,11 @@ type Shuffle struct {
 	opMu     sync.Mutex
 	lastCkpt uint64 // under opMu
 	epoch    uint64 // the runtime's epoch when the segment was last created collectively; under opMu
+	// sent lists, per holder rank, the files that rank holds copies of
+	// (Config.Holders); under opMu, cleared by RollBack.
+	sent   map[int]map[fileKey]bool
+	copies *replicaStore // other ranks' files this rank holds
+	keep   atomic.Uint64 // the last Release
 
 	bad atomic.Bool // set with err, so that usable is one load when all is well
 
@@ -148,6 +153,8 @@ func New(ctx context.Context, rt *pgas.Runtime, cfg Config) (*Shuffle, error) {
 		aIdx:   slices.Index(aRanks, rank),
 		failed: make(chan struct{}),
 		closed: make(chan struct{}),
+		sent:   make(map[int]map[fileKey]bool),
+		copies: newReplicaStore(),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -234,6 +241,12 @@ func (s *Shuffle) fail(err error) {
 	s.err = err
 	s.bad.Store(true)
 	close(s.failed)
+	if errors.Is(s.rt.Usable(), pgas.ErrClosed) {
+		// The runtime closed under the goroutines (Finalize, or a
+		// program ending before Close): a shutdown, not a failure.
+		s.log.Debug("shuffle stopped: the runtime closed", "err", err)
+		return
+	}
 	s.log.Error("shuffle failed", "err", err)
 	var ae *AbortError
 	if !errors.As(err, &ae) {
@@ -386,6 +399,9 @@ func (s *Shuffle) Close() error {
 			// checkpoints name: its successor restores from them.
 			err = s.a.removeAll(s.rt.Fenced())
 		}
+		if cerr := s.copies.removeAll(); err == nil {
+			err = cerr
+		}
 		if derr := s.rt.SegmentDelete(s.cfg.SegmentID); derr != nil {
 			s.log.Debug("segment not deleted", "err", derr) // the runtime was closed first
 		}
@@ -399,6 +415,7 @@ type stats struct {
 	maxInFlight                                              atomic.Int64
 	pairsRecv, bytesRecv, framesRecv, budgetWaits            atomic.Uint64
 	spills, spillBytes, merges                               atomic.Uint64
+	copyBytes, copyFiles, fetchBytes, fetchFiles             atomic.Uint64
 }
 
 // Stats counts what a shuffle did on this rank.
@@ -420,6 +437,12 @@ type Stats struct {
 	SpillBytes     uint64 // bytes written to spill files
 	SpillFiles     int    // spill files live now
 	Merges         uint64 // in-memory sorts and merges
+
+	CopiedBytes  uint64 // bytes of checkpoint spill files sent to holders on other hosts
+	CopiedFiles  uint64
+	HeldBytes    int64  // bytes of other ranks' files this rank holds copies of now
+	FetchedBytes uint64 // bytes of checkpoint spill files fetched from holders by RollBack
+	FetchedFiles uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -438,7 +461,14 @@ func (s *Shuffle) Stats() Stats {
 		Spills:         s.st.spills.Load(),
 		SpillBytes:     s.st.spillBytes.Load(),
 		Merges:         s.st.merges.Load(),
+		CopiedBytes:    s.st.copyBytes.Load(),
+		CopiedFiles:    s.st.copyFiles.Load(),
+		FetchedBytes:   s.st.fetchBytes.Load(),
+		FetchedFiles:   s.st.fetchFiles.Load(),
 	}
+	s.copies.mu.Lock()
+	st.HeldBytes = s.copies.bytes
+	s.copies.mu.Unlock()
 	if s.a != nil {
 		s.a.mu.Lock()
 		st.MemoryPeak, st.Memory, st.SpillFiles = s.a.maxMem, s.a.mem, len(s.a.files)

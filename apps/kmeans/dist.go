@@ -579,7 +579,7 @@ func (j *Job) loop(ctx context.Context) error {
 			}
 			continue
 		}
-		if err := j.rejoin(ctx, err); err != nil {
+		if err := j.rejoin(ctx, err, fmt.Sprintf("iteration %d", j.iter+1)); err != nil {
 			return err
 		}
 	}
@@ -619,7 +619,7 @@ func (j *Job) Finalize(ctx context.Context) error {
 		if err == nil || !pgas.NeedsRecovery(err) || j.ck == nil || j.opt.Every <= 0 {
 			return err
 		}
-		if err := j.rejoin(ctx, err); err != nil {
+		if err := j.rejoin(ctx, err, "finalize"); err != nil {
 			return err
 		}
 		if err := j.loop(ctx); err != nil {
@@ -632,7 +632,7 @@ func (j *Job) Finalize(ctx context.Context) error {
 // promoted spare calls it too and joins the survivors' recovery first.
 func (j *Job) Run(ctx context.Context) (RunResult, error) {
 	if j.rt.StartedAsSpare() {
-		if err := j.rejoin(ctx, nil); err != nil {
+		if err := j.rejoin(ctx, nil, ""); err != nil {
 			return RunResult{}, err
 		}
 	} else if j.ck != nil && j.opt.Every > 0 && j.iter == 0 {
@@ -647,7 +647,7 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 			return RunResult{}, err
 		}
 		if err != nil {
-			if err := j.rejoin(ctx, err); err != nil {
+			if err := j.rejoin(ctx, err, "the starting checkpoint"); err != nil {
 				return RunResult{}, err
 			}
 		}
@@ -902,14 +902,15 @@ func (j *Job) isAgreedLeader(ctx context.Context) (bool, error) {
 	return mine == 1, nil
 }
 
-// rejoin recovers from cause (nil for a promoted spare): wait for the new
-// view, restore the last committed checkpoint everywhere, and agree on the
-// job's high-water mark so redone iterations inject nothing.
-func (j *Job) rejoin(ctx context.Context, cause error) error {
+// rejoin recovers from cause, a failure of what (nil for a promoted spare,
+// which joins a recovery under way): wait for the new view, restore the
+// last committed checkpoint everywhere, and agree on the job's high-water
+// mark so redone iterations inject nothing.
+func (j *Job) rejoin(ctx context.Context, cause error, what string) error {
 	for {
 		t0 := time.Now()
 		if cause != nil {
-			j.printf("recovery: iteration %d failed: %v\n", j.iter+1, cause)
+			j.printf("recovery: %s failed: %v\n", what, cause)
 			if err := j.rt.Recover(ctx); err != nil {
 				return err
 			}
@@ -944,7 +945,7 @@ func (j *Job) rejoin(ctx context.Context, cause error) error {
 		if !needsRecovery(err) {
 			return err
 		}
-		cause = err // another failure during the recovery
+		cause, what = err, "the recovery" // another failure during the recovery
 	}
 }
 

@@ -74,9 +74,16 @@ func TestMain(m *testing.M) {
 // returns its exit status and combined output.
 func job(t *testing.T, ranks, spares int, args ...string) (int, string) {
 	t.Helper()
+	return jobOn(t, ranks, spares, nil, args...)
+}
+
+// jobOn is job with more gaspirun flags (launch), such as host labels.
+func jobOn(t *testing.T, ranks, spares int, launch []string, args ...string) (int, string) {
+	t.Helper()
 	gaspirun, terasort := buildBins(t)
 	full := append([]string{"-n", fmt.Sprint(ranks), "--spares", fmt.Sprint(spares), "--timeout", jobTimeout.String(),
-		"--grace", "1s", "--", terasort, "sort"}, args...)
+		"--grace", "1s"}, launch...)
+	full = append(append(full, "--", terasort, "sort"), args...)
 	ctx, cancel := context.WithTimeout(context.Background(), jobTimeout+30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, gaspirun, full...)
@@ -238,12 +245,107 @@ func TestDistSortKill(t *testing.T) {
 		t.Fatalf("no kill, promotion and roll back to checkpoint 9000 in the log\n%s", log)
 	}
 	checkSorted(t, out, 3, sum, log)
-	for r := range 3 {
+	sameParts(t, ref, out, 3)
+}
+
+// sameParts checks that out's part files are byte for byte ref's.
+func sameParts(t *testing.T, ref, out string, ranks int) {
+	t.Helper()
+	for r := range ranks {
 		a, err1 := os.ReadFile(filepath.Join(ref, PartName(r)))
 		b, err2 := os.ReadFile(filepath.Join(out, PartName(r)))
 		if err1 != nil || err2 != nil || !bytes.Equal(a, b) {
 			t.Fatalf("part %d differs from the failure-free run (%v, %v)", r, err1, err2)
 		}
+	}
+}
+
+// TestDistSortHostLoss: every process has its own host label and spill
+// directory (--spill DIR/%h), as on separate hosts; rank 1 removes its
+// spill directory and is SIGKILLed at half its records, so its spare (on
+// another host label) cannot read the files its checkpoints name. The
+// checkpoints copied them to rank 1's mirror holder, the spare fetches
+// them from there, and the output is byte for byte the failure-free one,
+// with default flags and with --ckpt-in-memory, under a --memory that
+// forces spills.
+func TestDistSortHostLoss(t *testing.T) {
+	// Each rank receives about 4 MB before the checkpoint the kill rolls
+	// back to, twice the budget: its state names spill files in both modes.
+	in, sum := genInput(t, 240000, 4)
+	base := []string{"--in", in, "--memory", fmt.Sprint(2 << 20), "--ckpt-records", "10000"}
+	ref := filepath.Join(t.TempDir(), "ref")
+	if code, log := job(t, 3, 0, append(base, "--out", ref)...); code != 0 {
+		t.Fatalf("failure-free run: exit %d\n%s", code, log)
+	}
+	fetchedRE := regexp.MustCompile(`(?m)^\[r1\] sort: rank 1 .* fetched_bytes=(\d+) `)
+	for _, v := range []struct {
+		name  string
+		extra []string
+	}{{"default", nil}, {"ckpt-in-memory", []string{"--ckpt-in-memory"}}} {
+		t.Run(v.name, func(t *testing.T) {
+			spill := t.TempDir()
+			out := filepath.Join(t.TempDir(), "out")
+			args := append(append(slices.Clone(base), v.extra...), "--out", out, "--spill", filepath.Join(spill, "%h"),
+				"--inject", "kill:rank=1,at=0.5,disk=lost")
+			code, log := jobOn(t, 3, 1, []string{"--ranks-per-host", "1"}, args...)
+			if code != 0 {
+				t.Fatalf("exit %d\n%s", code, log)
+			}
+			if !strings.Contains(log, "[r1] inject: rank 1's spill directory") || !strings.Contains(log, "spare process 3 now holds rank 1") ||
+				!strings.Contains(log, "rolled back to checkpoint 40000") {
+				t.Fatalf("no disk loss, promotion and roll back to checkpoint 40000 in the log\n%s", log)
+			}
+			if m := fetchedRE.FindStringSubmatch(log); m == nil || m[1] == "0" {
+				t.Fatalf("the spare of rank 1 fetched no spill files from the holder (%q)\n%s", m, log)
+			}
+			if _, err := os.Stat(filepath.Join(spill, "host1")); !os.IsNotExist(err) {
+				t.Fatalf("the lost host's spill directory is back or was never removed: %v", err)
+			}
+			checkSorted(t, out, 3, sum, log)
+			sameParts(t, ref, out, 3)
+		})
+	}
+}
+
+// TestDistSortThreeHosts: 3 ranks and 3 spares on 3 host labels (2
+// processes each: ranks 0 and 1 on host0, rank 2 and a spare on host1, two
+// spares on host2), each host with its own spill directory. Every rank of
+// host0 removes the host's spill directory and is SIGKILLed at half its
+// records: the loss of a whole host with its disk. The spares fetch the
+// lost ranks' checkpoint files from their mirror holders, and the output is
+// the failure-free one, with the default --memory (files only from the
+// checkpoints' spills) and with a --memory that forces spills.
+func TestDistSortThreeHosts(t *testing.T) {
+	in, sum := genInput(t, 240000, 4)
+	ref := filepath.Join(t.TempDir(), "ref")
+	if code, log := job(t, 3, 0, "--in", in, "--out", ref); code != 0 {
+		t.Fatalf("failure-free run: exit %d\n%s", code, log)
+	}
+	fetchedRE := regexp.MustCompile(`(?m)^\[r[01]\] sort: rank [01] .* fetched_bytes=([1-9]\d*) `)
+	for _, v := range []struct {
+		name  string
+		extra []string
+	}{{"default", nil}, {"memory-2MiB", []string{"--memory", fmt.Sprint(2 << 20)}}} {
+		t.Run(v.name, func(t *testing.T) {
+			spill := t.TempDir()
+			out := filepath.Join(t.TempDir(), "out")
+			args := append([]string{"--in", in, "--out", out, "--ckpt-records", "10000", "--spill", filepath.Join(spill, "%h"),
+				"--inject", "kill:host=host0,at=0.5,disk=lost"}, v.extra...)
+			code, log := jobOn(t, 3, 3, []string{"--ranks-per-host", "2"}, args...)
+			if code != 0 {
+				t.Fatalf("exit %d\n%s", code, log)
+			}
+			for _, want := range []string{"[r0] inject: SIGKILL rank 0", "[r1] inject: SIGKILL rank 1", "rolled back to checkpoint"} {
+				if !strings.Contains(log, want) {
+					t.Fatalf("no %q in the log\n%s", want, log)
+				}
+			}
+			if len(fetchedRE.FindAllString(log, -1)) == 0 {
+				t.Fatalf("no spare of rank 0 or 1 fetched spill files from a holder\n%s", log)
+			}
+			checkSorted(t, out, 3, sum, log)
+			sameParts(t, ref, out, 3)
+		})
 	}
 }
 

@@ -100,7 +100,8 @@
 // With --ckpt-records C the sort takes key-count checkpoints (kvshuffle
 // Checkpoint after every C records sent; the data held in memory is spilled
 // at each checkpoint, or with --ckpt-in-memory carried in the state, which
-// package ckpt mirrors)
+// package ckpt mirrors; spill files a checkpoint names are copied to the
+// rank's mirror holder when that is on another host)
 // and, under gaspirun --spares, survives the loss of a rank: the survivors
 // Recover, every rank restores the last checkpoint, rolls the shuffle back
 // and resumes sending at Consumed() (ReadShards reads from any record).

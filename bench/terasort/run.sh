@@ -13,6 +13,12 @@
 #   ckpt-mem     the same, checkpoints carrying the in-memory data (--ckpt-in-memory)
 #   naive        no checkpoints, naive exchange order (--schedule naive)
 #   kill         ckpt, and rank 2 SIGKILLed at half of its records
+#   ckpt-hosts   ckpt with every process on its own host label and spill
+#                directory (gaspirun --ranks-per-host 1, --spill DIR/%h):
+#                checkpoints copy their spill files to the holder's host
+#   kill-host    ckpt-hosts, and rank 2 removes its spill directory and is
+#                SIGKILLed at half of its records: the spare fetches the
+#                files from the holder
 # and, single-process on the same records: terasort memsort (Go, in memory)
 # and GNU sort (LC_ALL=C sort -S 50% --parallel=2).
 # Every output is validated against the input's count and checksum.
@@ -60,16 +66,19 @@ variant() { # name, sort flags...
 		rm -rf "$work/out"
 		local t0 t1 log
 		t0=$(now)
-		log=$("$run" -n 4 --spares 1 -- "$ts" sort --in "$work/in" --out "$work/out" --memory "$memory" "$@" 2>&1) || { echo "$name failed:"; echo "$log"; exit 1; }
+		log=$("$run" -n 4 --spares 1 ${launch:-} -- "$ts" sort --in "$work/in" --out "$work/out" --memory "$memory" "$@" 2>&1) || { echo "$name failed:"; echo "$log"; exit 1; }
 		t1=$(now)
 		check "$work/out" "$name"
 		local w
 		w=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')
 		if [[ -z $b ]] || awk -v x="$w" -v y="$b" 'BEGIN{exit !(x<y)}'; then b=$w; fi
-		if [[ $name == kill ]]; then
+		if [[ $name == kill* ]]; then
 			grep -o 'rolled back to checkpoint [0-9]* (records sent per rank) in [0-9.]*[mµ]*s' <<<"$log" | head -1 | sed 's/^/#   kill: /'
 		fi
 		grep -o 'checkpoints=[0-9]* ([0-9.]*s)' <<<"$log" | head -1 | sed "s/^/#   $name: /"
+		grep -o 'copied_bytes=[0-9]* held_bytes=[0-9]* fetched_bytes=[0-9]*' <<<"$log" | awk -v n="$name" '
+			{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] += kv[2] } }
+			END { if (v["copied_bytes"] + v["fetched_bytes"] > 0) printf "#   %s: copied %.1f MB to holders, fetched %.1f MB (all ranks)\n", n, v["copied_bytes"]/1e6, v["fetched_bytes"]/1e6 }'
 		# The ranks' own peak figures: the shuffle's accounted memory and the
 		# process's resident set (VmHWM), largest over the ranks.
 		grep -o 'spills=[0-9]* .*rss_peak=[0-9]*kB' <<<"$log" | awk -v n="$name" '
@@ -113,6 +122,10 @@ variant ckpt --ckpt-records "$ckpt"
 variant ckpt-mem --ckpt-records "$ckpt" --ckpt-in-memory
 variant naive --schedule naive
 variant kill --ckpt-records "$ckpt" --inject kill:rank=2,at=0.5
+launch="--ranks-per-host 1"
+variant ckpt-hosts --ckpt-records "$ckpt" --spill "$work/spill/%h"
+variant kill-host --ckpt-records "$ckpt" --spill "$work/spill/%h" --inject kill:rank=2,at=0.5,disk=lost
+launch=
 
 ratio() { awk -v a="${best[$1]}" -v b="${best[$2]}" 'BEGIN{printf "%.3f", a/b}'; }
 echo "# ratios (wall time, same run):"
@@ -120,6 +133,8 @@ echo "ckpt/plain      $(ratio ckpt plain)   (key-count checkpoint overhead, spil
 echo "ckpt-mem/plain  $(ratio ckpt-mem plain)   (checkpoints carrying the in-memory data)"
 echo "naive/plain     $(ratio naive plain)   (naive exchange order against diagonal)"
 echo "kill/ckpt       $(ratio kill ckpt)   (one SIGKILL at 50%, recovered)"
+echo "ckpt-hosts/plain $(ratio ckpt-hosts plain)   (checkpoints copying spill files to another host)"
+echo "kill-host/ckpt-hosts $(ratio kill-host ckpt-hosts)   (a host lost with its disk at 50%, recovered)"
 echo "plain/gnu-sort  $(ratio plain gnu-sort)"
 echo "plain/memsort   $(ratio plain memsort)"
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

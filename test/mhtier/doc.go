@@ -1,6 +1,6 @@
 // Package mhtier holds the multi-host acceptance tests of fault-tolerant
-// K-means (apps/kmeans/cmd/kmeans): three simulated hosts (network
-// namespaces joined by a bridge, package internal/simhost), the job
+// K-means (apps/kmeans/cmd/kmeans) and TeraSort (below): three simulated
+// hosts (network namespaces joined by a bridge, package internal/simhost), the job
 // launched on them without gaspirun through the bare PGAS_* environment
 // contract (package internal/mhjob; the token in the environment only),
 // and real host faults: SIGKILL of everything on a host, and network
@@ -38,6 +38,20 @@
 //     resolves its own name to 127.0.1.1, as Debian's /etc/hosts does: no
 //     process may register a loopback address (process 0's debug log of
 //     the registrations), and a crash of node2 is recovered.
+//
+// TeraSort (apps/terasort/cmd/terasort sort) on the same layout, 240,000
+// records, a key-count checkpoint every 10,000 records per rank, every
+// host with its own spill directory (--spill DIR/%h). Once a process
+// logged checkpoint 20,000, a host is crashed and its spill directory
+// removed; the end is checked as above against the input's summary line,
+// the output validated, and a spare must have fetched the lost ranks'
+// checkpointed spill files from their mirror holders:
+//
+//   - TestTeraSortHostCrash: node2, with the default --memory.
+//   - TestTeraSortHostCrashSpilling: node2, with --memory 2 MiB (spills
+//     between checkpoints).
+//   - TestTeraSortRendezvousHostCrash: node1 (ranks 0 and 1, the
+//     rendezvous).
 //
 // Run it alone with
 //

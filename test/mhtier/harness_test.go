@@ -50,19 +50,22 @@ var (
 )
 
 var bins struct {
-	kmeans string
-	err    error
+	kmeans, terasort string
+	err              error
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(proctest.Main(m, "mhtier", raceEnabled, []string{"./apps/kmeans/cmd/kmeans"}, func(dir string, skip error) {
+	os.Exit(proctest.Main(m, "mhtier", raceEnabled, []string{"./apps/kmeans/cmd/kmeans", "./apps/terasort/cmd/terasort"}, func(dir string, skip error) {
 		bins.err = skip
 		bins.kmeans = filepath.Join(dir, "kmeans")
+		bins.terasort = filepath.Join(dir, "terasort")
 	}))
 }
 
 var (
-	finalRE = regexp.MustCompile(`^centroids sha256=[0-9a-f]{64} sse=\S+ iterations=\d+$`)
+	// finalRE is a job's answer: K-means' centroid line, or the summary
+	// line of TeraSort's sort (checked against the input's by the test).
+	finalRE = regexp.MustCompile(`^(centroids sha256=[0-9a-f]{64} sse=\S+ iterations=\d+|records=\d+ checksum=[0-9a-f]{16})$`)
 	iterRE  = regexp.MustCompile(`^iter\s+(\d+)\s`)
 )
 

@@ -43,11 +43,23 @@ package main
 // checkpoint and rolls the shuffle back to it, and sending resumes at
 // Consumed(). Each checkpoint first spills what the rank holds in memory
 // (kvshuffle CheckpointSpill), so the state names spill files only; they
-// stay on the local disk, pinned, and a spare on the same host (gaspirun's
-// case) reads them. --ckpt-in-memory puts the in-memory data into the state
-// instead (mirrored to other ranks: for a spill directory another host
-// cannot read). A failure before checkpoint 1 was committed makes every
-// rank start over (sample again, empty shuffle).
+// stay on the local disk, pinned. When the job spans hosts (PGAS_HOST
+// labels differ), the checkpoint also copies the files the rank's mirror
+// holder (on another host, ckpt's placement) lacks into the holder's own
+// spill directory (kvshuffle Config.Holders), and a spare that cannot read
+// the lost rank's files fetches them from there; on one host the files
+// are kept by reference and a spare reads them in place. --ckpt-in-memory
+// puts the in-memory data into the state instead (files spilled under
+// --memory pressure are still named, and copied across hosts the same
+// way). The state is a ckpt RegisterVar region: a checkpoint saves and
+// mirrors the state's bytes, not the region's bound. A failure before
+// checkpoint 1 was committed makes every rank start over (sample again,
+// empty shuffle).
+//
+// --spill DIR/%h gives every host label its own spill directory (on one
+// machine standing in for several hosts), and --inject ...,disk=lost
+// removes the killed process's spill directory first, as the loss of its
+// host would.
 // ---------------------------------------------------------------------------
 
 import (
@@ -88,16 +100,18 @@ type sortFlags struct {
 	replace   bool // remove a previous sort's output from out first
 }
 
-// injectSpec is --inject kill:rank=R,at=F.
+// injectSpec is --inject kill:rank=R|host=H,at=F[,disk=lost].
 type injectSpec struct {
-	rank int
-	at   float64
+	rank     int    // -1 with host
+	host     string // every rank of this host label (PGAS_HOST)
+	at       float64
+	diskLost bool // the process removes its spill directory before the kill
 }
 
 func parseInject(s string) (*injectSpec, error) {
 	rest, ok := strings.CutPrefix(s, "kill:")
 	if !ok {
-		return nil, fmt.Errorf("--inject %q: want kill:rank=R,at=FRACTION", s)
+		return nil, fmt.Errorf("--inject %q: want kill:rank=R|host=H,at=FRACTION[,disk=lost]", s)
 	}
 	in := &injectSpec{rank: -1, at: -1}
 	for _, kv := range strings.Split(rest, ",") {
@@ -112,6 +126,16 @@ func parseInject(s string) (*injectSpec, error) {
 				return nil, fmt.Errorf("--inject %q: rank %q: want a rank number >= 0", s, v)
 			}
 			in.rank = r
+		case "host":
+			if v == "" {
+				return nil, fmt.Errorf("--inject %q: host is empty: want a host label (PGAS_HOST)", s)
+			}
+			in.host = v
+		case "disk":
+			if v != "lost" {
+				return nil, fmt.Errorf("--inject %q: disk %q: the only value is lost", s, v)
+			}
+			in.diskLost = true
 		case "at":
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || !(f >= 0 && f <= 1) {
@@ -119,11 +143,11 @@ func parseInject(s string) (*injectSpec, error) {
 			}
 			in.at = f
 		default:
-			return nil, fmt.Errorf("--inject %q: unknown key %q; want kill:rank=R,at=FRACTION", s, k)
+			return nil, fmt.Errorf("--inject %q: unknown key %q; want kill:rank=R|host=H,at=FRACTION[,disk=lost]", s, k)
 		}
 	}
-	if in.rank < 0 || in.at < 0 {
-		return nil, fmt.Errorf("--inject %q: give both rank=R and at=FRACTION", s)
+	if (in.rank < 0) == (in.host == "") || in.at < 0 {
+		return nil, fmt.Errorf("--inject %q: give rank=R or host=H, and at=FRACTION", s)
 	}
 	return in, nil
 }
@@ -137,13 +161,13 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 	fs.StringVar(&f.out, "out", "", "output `DIR`, new or empty: rank r writes DIR/part-NNNNN, then DIR/_SUCCESS marks it complete")
 	fs.BoolVar(&f.replace, "replace", false, "remove the output of a previous terasort sort from --out first (its _SUCCESS marker, the parts it lists, leftover .tmp files and spill directories; anything else there is refused)")
 	fs.Int64Var(&f.memory, "memory", def.MemoryBudget, "received data a rank holds in memory, in `BYTES` (kvshuffle MemoryBudget); above it sorted runs spill to --spill")
-	fs.StringVar(&f.spill, "spill", "", "spill `DIR` (default: under --out, the same disk as the output)")
+	fs.StringVar(&f.spill, "spill", "", "spill `DIR` (default: under --out, the same disk as the output); %h in it becomes the process's host label (PGAS_HOST)")
 	fs.IntVar(&f.sample, "sample", 10000, "keys each rank samples for the splitters")
 	fs.Int64Var(&f.ckptEvery, "ckpt-records", 0, "take a key-count checkpoint every `C` records sent per rank (0: none; a failure is then fatal)")
 	fs.IntVar(&f.mirrors, "mirrors", 1, "copies of each checkpoint on other ranks")
 	fs.StringVar(&f.schedule, "schedule", "diagonal", "exchange `ORDER`: diagonal (contention-free) or naive (every rank serves partition 0 first, for comparison)")
-	fs.BoolVar(&f.ckptMem, "ckpt-in-memory", false, "checkpoints carry the received data held in memory (mirrored to other ranks) instead of spilling it to --spill; use it when the spill directory is not readable from where a lost rank is taken over")
-	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records")
+	fs.BoolVar(&f.ckptMem, "ckpt-in-memory", false, "checkpoints carry the received data held in memory (mirrored to other ranks) instead of spilling it to --spill; files spilled under --memory pressure are named, and copied to holders on other hosts as by default")
+	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records (kill:host=H,at=F: every rank of host label H, each at its own FRACTION); with ,disk=lost the process first removes its spill directory (needs --spill with %h), as the loss of its host would")
 	fs.BoolVar(&f.verbose, "v", false, "log shuffle and checkpoint events to stderr")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -170,6 +194,9 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 		}
 		if f.ckptEvery == 0 {
 			return nil, usageErr("--inject needs checkpoints to recover from: set --ckpt-records")
+		}
+		if in.diskLost && !strings.Contains(f.spill, "%h") {
+			return nil, usageErr("--inject disk=lost removes the spill directory of the killed process: give every host its own with --spill DIR/%%h")
 		}
 		f.inject = in
 	}
@@ -362,7 +389,7 @@ func (j *sortJob) run(ctx context.Context) error {
 	}
 	j.mine = terasort.ShardRecords(j.shards)
 	j.killAt = -1
-	if in := j.f.inject; in != nil && in.rank == rank && !j.rt.StartedAsSpare() {
+	if in := j.f.inject; in != nil && (in.rank == rank || (in.host != "" && in.host == j.rt.Host(rank))) && !j.rt.StartedAsSpare() {
 		j.killAt = int64(math.Floor(in.at * float64(j.mine)))
 	}
 	if in := j.f.inject; in != nil && in.rank >= n {
@@ -372,9 +399,15 @@ func (j *sortJob) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cfg.SpillDir = strings.ReplaceAll(cfg.SpillDir, "%h", hostDir(j.rt.Host(rank)))
 	// The partitioner is set once the splitters are known (a promoted
 	// spare learns them from the checkpoint, after New).
 	cfg.Partition = func(key []byte, parts int) int { return j.part.Partition(key[:terasort.KeySize]) }
+	if j.f.ckptEvery > 0 {
+		// Spill files a checkpoint names are copied to the rank's mirror
+		// holder when it is on another host (kvshuffle Config.Holders).
+		cfg.Holders = func(r int) []int { return j.ck.Holders(r) }
+	}
 	j.hdr = make([]byte, (n-1)*terasort.KeySize)
 	j.cfg = cfg
 	// The checkpoints come first, so that a failure anywhere after this
@@ -430,8 +463,8 @@ func (j *sortJob) run(ctx context.Context) error {
 			printed = true
 			shuffleTime := time.Since(tShuffle)
 			if sum.Records > 0 || st.PairsSent > 0 {
-				fmt.Fprintf(j.out, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
-					rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.MemoryPeak, j.f.memory, peakRSS())
+				fmt.Fprintf(j.out, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d copied_bytes=%d held_bytes=%d fetched_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
+					rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.CopiedBytes, st.HeldBytes, st.FetchedBytes, st.MemoryPeak, j.f.memory, peakRSS())
 			}
 			j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) recoveries=%d\n",
 				n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),
@@ -467,6 +500,18 @@ func (j *sortJob) markComplete(ctx context.Context) error {
 		return nil
 	}
 	return terasort.WriteSuccess(j.f.out, j.rt.Size(), j.totals)
+}
+
+// hostDir turns a host label into a path element for --spill's %h.
+func hostDir(label string) string {
+	if label == "" {
+		label, _ = os.Hostname()
+	}
+	label = strings.NewReplacer("/", "_", "\x00", "_").Replace(label)
+	if label == "" || label == "." || label == ".." {
+		label = "host"
+	}
+	return label
 }
 
 // finalizeErr reports a failed Finalize on stderr only: every part is

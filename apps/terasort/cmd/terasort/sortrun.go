@@ -76,11 +76,11 @@ func (j *sortJob) newCheckpoints(ctx context.Context) error {
 		return err
 	}
 	// ck with an error: a rank failed during the setup; Restore finishes it.
-	for _, r := range []struct {
-		name string
-		b    []byte
-	}{{"splitters", j.hdr}, {"shuffle-state", j.state}, {"phase", j.phase}} {
-		if rerr := ck.Register(r.name, r.b); rerr != nil {
+	// The state region is variable: a checkpoint saves and mirrors its
+	// length prefix and the state in use, not the whole bound.
+	used := func() int { return 8 + int(binary.LittleEndian.Uint64(j.state)) }
+	for _, rerr := range []error{ck.Register("splitters", j.hdr), ck.RegisterVar("shuffle-state", j.state, used), ck.Register("phase", j.phase)} {
+		if rerr != nil {
 			ck.Close()
 			return rerr
 		}
@@ -129,10 +129,15 @@ func needsRecovery(err error) bool {
 
 // rejoin recovers from cause (nil for a promoted spare).
 func (j *sortJob) rejoin(ctx context.Context, cause error) error {
+	restoring := cause == nil // a promoted spare joins a recovery under way
 	for {
 		t0 := time.Now()
 		if cause != nil {
-			j.printf("recovery: %v\n", cause)
+			if restoring {
+				j.printf("recovery: interrupted by another failure, recovering again: %v\n", cause)
+			} else {
+				j.printf("recovery: %v\n", cause)
+			}
 			if err := j.rt.Recover(ctx); err != nil {
 				return err
 			}
@@ -146,7 +151,7 @@ func (j *sortJob) rejoin(ctx context.Context, cause error) error {
 		if !needsRecovery(err) {
 			return err
 		}
-		cause = err
+		cause, restoring = err, true
 	}
 }
 
@@ -210,6 +215,10 @@ func (j *sortJob) attempt(ctx context.Context, tmp string) (terasort.Summary, er
 				}
 			}
 			if i == j.killAt {
+				if j.f.inject.diskLost {
+					fmt.Fprintf(j.out, "inject: rank %d's spill directory %s removed (its host's disk is lost)\n", j.rt.Rank(), j.cfg.SpillDir)
+					os.RemoveAll(j.cfg.SpillDir)
+				}
 				fmt.Fprintf(j.out, "inject: SIGKILL rank %d (pid %d) after %d of its %d records\n", j.rt.Rank(), os.Getpid(), i, j.mine)
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {} // the signal is on its way
