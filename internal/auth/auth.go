@@ -3,7 +3,8 @@
 // Every job has a random token, known to its processes only. Before any
 // frame is accepted, both ends of a connection prove that they know it:
 // each sends a hello (magic, purpose, its own ID and a fresh 32-byte nonce),
-// then an HMAC-SHA256 keyed with the token over both hellos and its role.
+// then an HMAC-SHA256 keyed with the token over both hellos and its role:
+// the dialer first, the acceptor only once it has checked the dialer's.
 // Neither the token nor anything replayable crosses the wire, a stray client
 // fails at the magic, and a process of another job fails at the MAC.
 package auth
@@ -69,8 +70,26 @@ var (
 
 // Handshake runs the protocol on rw (set a deadline on the connection first)
 // and returns the peer's ID. dialer says which end this is; the two ends must
-// disagree.
+// disagree. The accepting end is Accept with no admit function.
 func Handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bool) (peer uint32, err error) {
+	return handshake(rw, token, p, self, dialer, nil)
+}
+
+// Accept runs the accepting end of the protocol. The acceptor proves that
+// it knows the token only after the dialer has proved it, so the dialer's
+// Handshake cannot return before the acceptor's admit has run: admit (when
+// not nil) is called once the dialer is authenticated and before the
+// acceptor's proof is sent, and an error from it ends the handshake with
+// that error and no proof sent. A listener uses it to settle, atomically
+// with respect to the dialer, whether it keeps the connection (an admission
+// gate may have shed it meanwhile). A dialer whose token is wrong therefore
+// sees the connection closed while reading the proof (ErrAuth), never a
+// proof to check.
+func Accept(rw io.ReadWriter, token []byte, p Purpose, self uint32, admit func() error) (peer uint32, err error) {
+	return handshake(rw, token, p, self, false, admit)
+}
+
+func handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bool, admit func() error) (peer uint32, err error) {
 	var mine [helloSize]byte
 	copy(mine[0:], magic[:])
 	copy(mine[8:], p[:])
@@ -92,15 +111,30 @@ func Handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bo
 		return 0, fmt.Errorf("%w: purpose %q, want %q", ErrAuth, bytes.TrimRight(theirs[8:16], "\x00"), bytes.TrimRight(p[:], "\x00"))
 	}
 	peer = binary.LittleEndian.Uint32(theirs[16:])
-	if _, err := rw.Write(mac(token, mine[:], theirs[:], dialer)); err != nil {
-		return 0, fmt.Errorf("auth: send proof: %w", err)
+	if dialer {
+		if _, err := rw.Write(mac(token, mine[:], theirs[:], dialer)); err != nil {
+			return 0, fmt.Errorf("auth: send proof: %w", err)
+		}
 	}
 	var proof [sha256.Size]byte
 	if _, err := io.ReadFull(rw, proof[:]); err != nil {
+		if dialer {
+			return 0, fmt.Errorf("%w: reading proof (the acceptor closed the connection without proving the token: a wrong job token, or a listener shedding load): %v", ErrAuth, err)
+		}
 		return 0, fmt.Errorf("%w: reading proof: %v", ErrAuth, err)
 	}
 	if !hmac.Equal(proof[:], mac(token, theirs[:], mine[:], !dialer)) {
 		return 0, fmt.Errorf("%w: wrong job token from peer %d", ErrAuth, peer)
+	}
+	if !dialer {
+		if admit != nil {
+			if err := admit(); err != nil {
+				return 0, err
+			}
+		}
+		if _, err := rw.Write(mac(token, mine[:], theirs[:], dialer)); err != nil {
+			return 0, fmt.Errorf("auth: send proof: %w", err)
+		}
 	}
 	return peer, nil
 }
