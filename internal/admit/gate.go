@@ -223,3 +223,15 @@ func SourceOf(remote string) string {
 	}
 	return remote
 }
+
+// Plus adds up the counters of two doors.
+func (s Stats) Plus(o Stats) Stats {
+	return Stats{
+		Accepted:      s.Accepted + o.Accepted,
+		Authenticated: s.Authenticated + o.Authenticated,
+		Shed:          s.Shed + o.Shed,
+		Refused:       s.Refused + o.Refused,
+		TimedOut:      s.TimedOut + o.TimedOut,
+		Pending:       s.Pending + o.Pending,
+	}
+}
