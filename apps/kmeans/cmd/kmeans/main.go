@@ -157,6 +157,10 @@ func main() {
 	os.Exit(run(ctx, f))
 }
 
+// diskVerifyTimeout bounds the wait for the last disk checkpoint at the end
+// of a run.
+const diskVerifyTimeout = 2 * time.Minute
+
 func run(ctx context.Context, f *flags) int {
 	var opts spares.Options
 	if f.shrink {
@@ -198,8 +202,9 @@ func run(ctx context.Context, f *flags) int {
 		return fail(err)
 	}
 	defer job.Close()
+	var ck *checkpoints
 	if f.opt.Every > 0 {
-		ck, err := newCheckpoints(ctx, rt, job, f)
+		ck, err = newCheckpoints(ctx, rt, job, f)
 		if err != nil {
 			return fail(err)
 		}
@@ -216,6 +221,17 @@ func run(ctx context.Context, f *flags) int {
 	res, err := job.Run(ctx)
 	if err != nil {
 		return fail(err)
+	}
+	if ck != nil && f.ckptDir != "" {
+		// A checkpoint the disk level lost fails the job, on every rank,
+		// even though the answer is right: the directory is not what
+		// --resume would need.
+		vctx, cancel := context.WithTimeout(ctx, diskVerifyTimeout)
+		err := ck.VerifyDisk(vctx)
+		cancel()
+		if err != nil {
+			return fail(fmt.Errorf("the disk level in %s lost checkpoints: %w", f.ckptDir, err))
+		}
 	}
 	// The lowest live rank reports: rank 0 unless the job shrank.
 	reporter := slices.Index(rt.LiveRanks(), rt.Rank()) == 0
