@@ -64,6 +64,10 @@ type spec struct {
 	launcher []string // extra gaspirun flags (--ranks-per-host, --resume, ...)
 	args     []string // kmeans flags; nil: workload
 	extra    []string // kmeans flags after args (--inject, ...)
+	// during, when set, runs once gaspirun started, with the job's
+	// processes as they are found and gaspirun's pid; the function it
+	// returns is called when gaspirun ended.
+	during func(pids *proctest.Procs, launcher int) (stop func())
 }
 
 // result is what a finished job left behind.
@@ -130,7 +134,12 @@ func run(t *testing.T, s spec) *result {
 	// runs, so that every one of them can be checked by pid at the end.
 	pids := proctest.NewProcs()
 	stopWatch := pids.Watch(jobID, cmd.Process.Pid, 20*time.Millisecond)
+	stopDuring := func() {}
+	if s.during != nil {
+		stopDuring = s.during(pids, cmd.Process.Pid)
+	}
 	err := cmd.Wait()
+	stopDuring()
 	stopWatch()
 	res := &result{code: cmd.ProcessState.ExitCode(), wall: time.Since(begin), out: buf.String()}
 	if err != nil && res.code == 0 {
