@@ -1,11 +1,15 @@
 package proctest
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/procnet"
 )
 
 // FloodConfig shapes a Flood of unauthenticated connections.
@@ -155,4 +159,67 @@ func (f *Flood) target(addr string) {
 			}
 		}
 	}
+}
+
+// Follow adds, every interval until the returned stop, the listening
+// addresses of the processes that pids returns (see procnet); stop also
+// stops the flood and waits for it.
+func (f *Flood) Follow(pids func() []int, interval time.Duration) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			for _, a := range procnet.ListeningAddrs(pids()) {
+				f.Add(a)
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		f.Stop()
+	}
+}
+
+var (
+	injectAtRE = regexp.MustCompile(`\] inject: SIGKILL rank \d+ \(pid \d+\) after iteration \d+(?:, inside the checkpoint commit)? at (\S+)$`)
+	restoredRE = regexp.MustCompile(`time=(\S+) level=INFO msg="checkpoint restored"`)
+)
+
+// KillToRestore reads a K-means job's output (gaspirun's, with PGAS_LOG at
+// info) and returns the time of its first kill (the inject line) and the
+// time from it to the last "checkpoint restored" record after it: the
+// recovery time.
+func KillToRestore(lines []string) (kill time.Time, recovery time.Duration, err error) {
+	for _, l := range lines {
+		if m := injectAtRE.FindStringSubmatch(l); m != nil {
+			if kill, err = time.Parse(time.RFC3339Nano, m[1]); err != nil {
+				return kill, 0, fmt.Errorf("inject line %q: %w", l, err)
+			}
+			break
+		}
+	}
+	if kill.IsZero() {
+		return kill, 0, errors.New("no inject line")
+	}
+	var last time.Time
+	for _, l := range lines {
+		if m := restoredRE.FindStringSubmatch(l); m != nil {
+			at, err := time.Parse(time.RFC3339Nano, m[1])
+			if err == nil && at.After(kill) && at.After(last) {
+				last = at
+			}
+		}
+	}
+	if last.IsZero() {
+		return kill, 0, errors.New("no checkpoint restored after the kill")
+	}
+	return kill, last.Sub(kill), nil
 }

@@ -3,13 +3,11 @@ package kmtier
 import (
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/procnet"
 	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
@@ -56,8 +54,11 @@ func TestFloodKillLeader(t *testing.T) {
 	var flood *proctest.Flood
 	loud, loudRes := killLeaderRun(t, func(pids *proctest.Procs, launcher int) func() {
 		flood = proctest.NewFlood(floodConfig)
-		return floodJob(flood, pids, launcher)
+		return flood.Follow(func() []int { return append(pids.PIDs(), launcher) }, 20*time.Millisecond)
 	})
+	if os.Getenv("FLOOD_DEBUG") != "" { // the flooded job's whole output, Raft's included
+		t.Log(loudRes.out)
+	}
 	st := flood.Stats()
 	t.Logf("flood: %v", st)
 	t.Logf("with the flood: recovery %v; ratio %.2f (unflooded %v)", loud.Round(time.Millisecond), loud.Seconds()/quiet.Seconds(), quiet.Round(time.Millisecond))
@@ -127,66 +128,23 @@ func killLeaderRun(t *testing.T, during func(*proctest.Procs, int) func()) (time
 	}
 }
 
-// floodJob floods every listening port of the job's processes and of
-// gaspirun (its rendezvous) as they appear, until the returned stop.
-func floodJob(f *proctest.Flood, pids *proctest.Procs, launcher int) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			for _, a := range procnet.ListeningAddrs(append(pids.PIDs(), launcher)) {
-				f.Add(a)
-			}
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-		f.Stop()
-	}
-}
-
-var restoredRE = regexp.MustCompile(`time=(\S+) level=INFO msg="checkpoint restored"`)
-
 // killTime is the time of the (single) kill, from its inject line.
 func (r *result) killTime(t *testing.T) time.Time {
 	t.Helper()
-	for _, l := range r.lines {
-		if m := injectRE.FindStringSubmatch(l); m != nil {
-			at, err := time.Parse(time.RFC3339Nano, m[5])
-			if err != nil {
-				t.Fatalf("inject line %q: %v", l, err)
-			}
-			return at
-		}
+	kill, _, err := proctest.KillToRestore(r.lines)
+	if kill.IsZero() {
+		t.Fatalf("%v\n%s", err, r.text())
 	}
-	t.Fatalf("no inject line\n%s", r.text())
-	return time.Time{}
+	return kill
 }
 
 // recoveryTime is from the kill to the last "checkpoint restored" record
 // after it.
 func (r *result) recoveryTime(t *testing.T) time.Duration {
 	t.Helper()
-	kill := r.killTime(t)
-	var last time.Time
-	for _, l := range r.lines {
-		if m := restoredRE.FindStringSubmatch(l); m != nil {
-			at, err := time.Parse(time.RFC3339Nano, m[1])
-			if err == nil && at.After(kill) && at.After(last) {
-				last = at
-			}
-		}
+	_, d, err := proctest.KillToRestore(r.lines)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, r.text())
 	}
-	if last.IsZero() {
-		t.Fatalf("no checkpoint restored after the kill\n%s", r.text())
-	}
-	return last.Sub(kill)
+	return d
 }

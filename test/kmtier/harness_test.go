@@ -1,7 +1,6 @@
 package kmtier
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"github.com/gaspigo/gaspigo/internal/proctest"
@@ -123,7 +122,7 @@ func run(t *testing.T, s spec) *result {
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 20 * time.Second
 	cmd.Env = append(os.Environ(), "PGAS_LOG=info")
-	var buf lockedBuffer
+	var buf proctest.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	t.Logf("gaspirun %s", strings.Join(args, " "))
 	begin := time.Now()
@@ -146,7 +145,7 @@ func run(t *testing.T, s spec) *result {
 		res.code = -1
 	}
 	res.lines = strings.Split(strings.TrimRight(res.out, "\n"), "\n")
-	t.Logf("gaspirun exited %d after %v (load average %s)", res.code, res.wall.Round(time.Millisecond), loadAvg())
+	t.Logf("gaspirun exited %d after %v (load average %s)", res.code, res.wall.Round(time.Millisecond), proctest.LoadAvg())
 	// The victims' pids come from their inject lines too.
 	for _, k := range res.kills() {
 		pids.Add(k.pid)
@@ -170,18 +169,6 @@ func checkGone(t *testing.T, procs *proctest.Procs, jobID string) {
 	if len(pids) < ranks {
 		t.Errorf("saw only %d processes of job %s (pids %v), want at least %d: the pid check cannot be trusted", len(pids), jobID, pids, ranks)
 	}
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // text is the job's output without the Raft library's chatter, for
@@ -270,24 +257,6 @@ func (r *result) logRecords(msg string) []map[string]string {
 		}
 	}
 	return out
-}
-
-// lockedBuffer collects gaspirun's stdout and stderr.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Baselines: the failure-free run of each argument list, once per test
