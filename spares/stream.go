@@ -140,12 +140,7 @@ func (l *authListener) handshake(c net.Conn, pend *admit.Pending) {
 		l.mu.Unlock()
 	}()
 	_ = c.SetDeadline(time.Now().Add(l.timeout))
-	peer, err := auth.Accept(c, l.token, l.purpose, l.self, func() error {
-		if pend.Done() {
-			return admit.ErrShed
-		}
-		return nil
-	})
+	peer, err := auth.Accept(c, l.token, l.purpose, l.self, auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit})
 	if err != nil {
 		c.Close()
 		if pend.Done() {

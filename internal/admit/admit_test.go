@@ -318,3 +318,40 @@ func TestSourceOf(t *testing.T) {
 		}
 	}
 }
+
+// Rule: a connection that sent a valid hello (a real peer does so at
+// once) is shed only after every silent one: a flood of idle connections,
+// however fast, cannot displace a peer's handshake. Among greeted ones the
+// oldest goes first.
+func TestGreetedOutlastSilent(t *testing.T) {
+	g := newTestGate(t, 4, 3)
+	d, _, _ := newTestDoor(g, "test", 0)
+	peer := &closer{}
+	pp := d.admit("127.0.0.1", peer)
+	pp.Greeted()
+	for i := 0; i < 1000; i++ {
+		d.admit("127.0.0.1", &closer{})
+	}
+	if peer.closed || pp.Admit() != nil {
+		t.Fatal("a flood of silent connections shed a greeted peer")
+	}
+	// A source with only greeted connections at its bound loses its
+	// oldest greeted one (the silent ones of other sources go first for the
+	// total bound).
+	var cs []*closer
+	for i := 0; i < 4; i++ {
+		c := &closer{}
+		cs = append(cs, c)
+		d.admit("10.0.0.1", c).Greeted()
+	}
+	if !cs[0].closed || cs[1].closed || cs[2].closed || cs[3].closed {
+		t.Errorf("closed %v %v %v %v; want only the oldest greeted", cs[0].closed, cs[1].closed, cs[2].closed, cs[3].closed)
+	}
+	p := d.admit("10.0.0.2", &closer{})
+	if g.Pending() > 4 {
+		t.Errorf("pending %d over the bound", g.Pending())
+	}
+	if p.Done() {
+		t.Error("the newcomer was shed")
+	}
+}

@@ -39,42 +39,90 @@ type entry struct {
 	src  string
 	c    io.Closer
 	door *Door
-	all  *list.Element // in core.all
-	own  *list.Element // in core.bySrc[src]
+	tier int           // silent or greeted
+	all  *list.Element // in core.all[tier]
+	own  *list.Element // in core.bySrc[src].l[tier]
 	shed bool          // closed by the gate
-	done bool          // removed by Done
 }
 
-// core is the admission state machine: who is pending, in admission order,
-// and whom a new arrival displaces. It does no I/O and reads no clock.
+// The tiers of pending connections: a silent one has not sent a valid
+// hello yet (an idle flood connection never does; a real peer sends its
+// hello at once); a greeted one has. The silent are shed first.
+const (
+	silent = iota
+	greeted
+	tiers
+)
+
+// source is one remote address's pending connections, per tier.
+type source struct {
+	l [tiers]list.List
+	n int
+}
+
+// core is the admission state machine: who is pending, per tier in
+// admission order, and whom a new arrival displaces. It does no I/O and
+// reads no clock.
 type core struct {
 	lim   Limits
-	all   list.List             // of *entry, oldest first
-	bySrc map[string]*list.List // of *entry, oldest first
+	all   [tiers]list.List // of *entry, oldest first
+	n     int
+	bySrc map[string]*source
 }
 
-func newCore(l Limits) *core { return &core{lim: l, bySrc: map[string]*list.List{}} }
+func newCore(l Limits) *core { return &core{lim: l, bySrc: map[string]*source{}} }
 
-// admit adds e and returns the entries shed to make room for it (already
-// removed and marked shed): first the oldest of e's source when that
-// source is at MaxPerSource, then the oldest of all while the total is at
-// MaxPending.
+// victim is the oldest silent entry of ls, else the oldest greeted one.
+func victim(ls *[tiers]list.List) *entry {
+	for t := range ls {
+		if f := ls[t].Front(); f != nil {
+			return f.Value.(*entry)
+		}
+	}
+	return nil
+}
+
+// admit adds e (silent) and returns the entries shed to make room for it
+// (already removed and marked shed): first one of e's source when that
+// source is at MaxPerSource, then others while the total is at MaxPending;
+// each time the oldest silent entry, or the oldest greeted one when none
+// is silent.
 func (c *core) admit(e *entry) []*entry {
 	var shed []*entry
-	if own := c.bySrc[e.src]; own != nil && own.Len() >= c.lim.MaxPerSource {
-		shed = append(shed, c.shedLocked(own.Front().Value.(*entry)))
+	if src := c.bySrc[e.src]; src != nil && src.n >= c.lim.MaxPerSource {
+		shed = append(shed, c.shedLocked(victim(&src.l)))
 	}
-	for c.all.Len() >= c.lim.MaxPending {
-		shed = append(shed, c.shedLocked(c.all.Front().Value.(*entry)))
+	for c.n >= c.lim.MaxPending {
+		shed = append(shed, c.shedLocked(victim(&c.all)))
 	}
-	e.all = c.all.PushBack(e)
-	own := c.bySrc[e.src]
-	if own == nil {
-		own = list.New()
-		c.bySrc[e.src] = own
+	src := c.bySrc[e.src]
+	if src == nil {
+		src = &source{}
+		c.bySrc[e.src] = src
 	}
-	e.own = own.PushBack(e)
+	c.insert(e, src, silent)
 	return shed
+}
+
+func (c *core) insert(e *entry, src *source, tier int) {
+	e.tier = tier
+	e.all = c.all[tier].PushBack(e)
+	e.own = src.l[tier].PushBack(e)
+	c.n++
+	src.n++
+}
+
+// greet moves a pending silent e to the greeted tier (newest there).
+func (c *core) greet(e *entry) {
+	if e.all == nil || e.tier == greeted {
+		return
+	}
+	src := c.bySrc[e.src]
+	c.all[e.tier].Remove(e.all)
+	src.l[e.tier].Remove(e.own)
+	c.n--
+	src.n--
+	c.insert(e, src, greeted)
 }
 
 func (c *core) shedLocked(e *entry) *entry {
@@ -89,17 +137,19 @@ func (c *core) remove(e *entry) bool {
 	if e.all == nil {
 		return false
 	}
-	c.all.Remove(e.all)
-	own := c.bySrc[e.src]
-	own.Remove(e.own)
-	if own.Len() == 0 {
+	src := c.bySrc[e.src]
+	c.all[e.tier].Remove(e.all)
+	src.l[e.tier].Remove(e.own)
+	c.n--
+	src.n--
+	if src.n == 0 {
 		delete(c.bySrc, e.src)
 	}
 	e.all, e.own = nil, nil
 	return true
 }
 
-func (c *core) pending() int { return c.all.Len() }
+func (c *core) pending() int { return c.n }
 
 // Gate bounds the pending connections of the listeners that share it.
 type Gate struct {
@@ -191,12 +241,30 @@ func (p *Pending) Done() (shed bool) {
 	p.g.mu.Lock()
 	removed := p.g.core.remove(p.e)
 	shed = p.e.shed
-	p.e.done = true
 	p.g.mu.Unlock()
 	if removed {
 		p.e.door.pending.Add(-1)
 	}
 	return shed
+}
+
+// Greeted records that the remote end sent a valid hello: the connection
+// moves behind every silent one in the order of shedding. A real peer
+// greets at once; a flood of idle connections never does, so it cannot
+// displace a peer's handshake however fast it arrives.
+func (p *Pending) Greeted() {
+	p.g.mu.Lock()
+	p.g.core.greet(p.e)
+	p.g.mu.Unlock()
+}
+
+// Admit is Done for the end of a successful handshake: ErrShed if the
+// connection was shed meanwhile, else nil (for auth.AcceptHooks.Admit).
+func (p *Pending) Admit() error {
+	if p.Done() {
+		return ErrShed
+	}
+	return nil
 }
 
 // sourceOf is the IP address of a remote address, or its whole string when

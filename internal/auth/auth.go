@@ -72,24 +72,33 @@ var (
 // and returns the peer's ID. dialer says which end this is; the two ends must
 // disagree. The accepting end is Accept with no admit function.
 func Handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bool) (peer uint32, err error) {
-	return handshake(rw, token, p, self, dialer, nil)
+	return handshake(rw, token, p, self, dialer, AcceptHooks{})
+}
+
+// AcceptHooks let a listener follow the accepting end of a handshake.
+type AcceptHooks struct {
+	// Hello, when set, is called once the dialer's hello has arrived with
+	// the right magic and purpose (the dialer speaks the protocol; it has
+	// proved nothing yet).
+	Hello func()
+	// Admit, when set, is called once the dialer has proved the token and
+	// before the acceptor's proof is sent; an error from it ends the
+	// handshake with that error and no proof sent.
+	Admit func() error
 }
 
 // Accept runs the accepting end of the protocol. The acceptor proves that
 // it knows the token only after the dialer has proved it, so the dialer's
-// Handshake cannot return before the acceptor's admit has run: admit (when
-// not nil) is called once the dialer is authenticated and before the
-// acceptor's proof is sent, and an error from it ends the handshake with
-// that error and no proof sent. A listener uses it to settle, atomically
-// with respect to the dialer, whether it keeps the connection (an admission
-// gate may have shed it meanwhile). A dialer whose token is wrong therefore
-// sees the connection closed while reading the proof (ErrAuth), never a
-// proof to check.
-func Accept(rw io.ReadWriter, token []byte, p Purpose, self uint32, admit func() error) (peer uint32, err error) {
-	return handshake(rw, token, p, self, false, admit)
+// Handshake cannot return before the acceptor's h.Admit has run: a
+// listener settles there, atomically with respect to the dialer, whether
+// it keeps the connection (an admission gate may have shed it meanwhile).
+// A dialer whose token is wrong therefore sees the connection closed while
+// reading the proof (ErrAuth), never a proof to check.
+func Accept(rw io.ReadWriter, token []byte, p Purpose, self uint32, h AcceptHooks) (peer uint32, err error) {
+	return handshake(rw, token, p, self, false, h)
 }
 
-func handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bool, admit func() error) (peer uint32, err error) {
+func handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bool, h AcceptHooks) (peer uint32, err error) {
 	var mine [helloSize]byte
 	copy(mine[0:], magic[:])
 	copy(mine[8:], p[:])
@@ -111,6 +120,9 @@ func handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bo
 		return 0, fmt.Errorf("%w: purpose %q, want %q", ErrAuth, bytes.TrimRight(theirs[8:16], "\x00"), bytes.TrimRight(p[:], "\x00"))
 	}
 	peer = binary.LittleEndian.Uint32(theirs[16:])
+	if h.Hello != nil {
+		h.Hello()
+	}
 	if dialer {
 		if _, err := rw.Write(mac(token, mine[:], theirs[:], dialer)); err != nil {
 			return 0, fmt.Errorf("auth: send proof: %w", err)
@@ -127,8 +139,8 @@ func handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bo
 		return 0, fmt.Errorf("%w: wrong job token from peer %d", ErrAuth, peer)
 	}
 	if !dialer {
-		if admit != nil {
-			if err := admit(); err != nil {
+		if h.Admit != nil {
+			if err := h.Admit(); err != nil {
 				return 0, err
 			}
 		}

@@ -111,12 +111,19 @@ func TestAcceptAdmitsBeforeProving(t *testing.T) {
 		errShed := errors.New("shed")
 		done := make(chan error, 1)
 		go func() {
-			_, err := Accept(b, tok, PurposeControl, 7, func() error {
-				close(admitted)
-				if refuse {
-					return errShed
-				}
-				return nil
+			greeted := false
+			_, err := Accept(b, tok, PurposeControl, 7, AcceptHooks{
+				Hello: func() { greeted = true },
+				Admit: func() error {
+					if !greeted {
+						t.Error("Admit before Hello")
+					}
+					close(admitted)
+					if refuse {
+						return errShed
+					}
+					return nil
+				},
 			})
 			if err != nil {
 				b.Close()

@@ -342,12 +342,7 @@ func (s *Server) handle(sc *srvConn, pend *admit.Pending) {
 	}()
 	c := sc.c
 	c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	peer, err := auth.Accept(c, s.cfg.Token, auth.PurposeRendezvous, ServerID, func() error {
-		if pend.Done() {
-			return admit.ErrShed
-		}
-		return nil
-	})
+	peer, err := auth.Accept(c, s.cfg.Token, auth.PurposeRendezvous, ServerID, auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit})
 	if err != nil {
 		if pend.Done() || s.isClosed() {
 			return // shed (counted by the gate) or cut by Close

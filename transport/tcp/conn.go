@@ -297,12 +297,7 @@ func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
 	t.tune(nc)
 	_ = nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	wc := &watchedConn{Conn: nc}
-	id, err := auth.Accept(wc, t.cfg.Token, auth.PurposeData, uint32(t.self), func() error {
-		if pend.Done() {
-			return admit.ErrShed
-		}
-		return nil
-	})
+	id, err := auth.Accept(wc, t.cfg.Token, auth.PurposeData, uint32(t.self), auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit})
 	if err != nil {
 		if pend.Done() {
 			t.closeSocket(nc)
