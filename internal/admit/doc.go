@@ -14,7 +14,12 @@
 // a millisecond, so under a flood of connections that are held open or
 // churned it is the flood's connections that are shed, never the peer's:
 // refusing the newest instead would refuse the peer's dials for as long as
-// the flood lasts. A source is the remote IP address; on one host the flood
+// the flood lasts. Connections whose remote end has sent a valid hello
+// (Pending.Greeted; a real peer does so at once, an idle flood connection
+// never) are shed only after every silent one, so even a flood fast
+// enough to turn the whole gate over within one handshake, on a loaded
+// machine, cannot displace a peer that greeted. A source is the remote IP
+// address; on one host the flood
 // and the job's own processes share 127.0.0.1, so the per-source bound
 // alone cannot tell them apart, and shedding the oldest is what lets the
 // peers through. The bounds also cap the file descriptors a flood can take:
@@ -23,7 +28,8 @@
 // Each listener opens a Door on the process's gate (Shared, or a Gate of its
 // own) with its name and logger. Its accept loop calls Door.Admit for every
 // accepted connection, runs the handshake under a short deadline, then
-// calls Pending.Done, and reports the outcome with Door.Authenticated or
+// calls Pending.Done (or passes Pending.Greeted and Pending.Admit to
+// auth.Accept as its hooks), and reports the outcome with Door.Authenticated or
 // Door.Refuse. Done tells whether the connection was shed meanwhile: a shed
 // connection is counted (Stats.Shed) and never logged one by one.
 //
