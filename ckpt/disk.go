@@ -161,18 +161,24 @@ func (c *Checkpointer) diskWriter() {
 				return
 			}
 		}
-		size, crc, err := c.writeSnapRetrying(j)
+		size, crc, werr := c.writeSnapRetrying(j)
 		c.mu.Lock()
 		c.bufs[j.buf].busy--
 		c.signalLocked()
 		c.mu.Unlock()
+		err := werr
 		if err == nil {
 			err = c.report(j, size, crc)
 		}
 		c.mu.Lock()
 		c.disk.running = false
 		c.disk.lastErr = err
-		lost := err != nil && c.ctx.Err() == nil
+		// A file that could not be written is lost. A report that failed
+		// because a rank failed (rank 0, which writes manifests, or the
+		// epoch moved on) is part of that failure: the checkpoint is in
+		// memory, the job recovers and its next checkpoint supersedes it.
+		lost := err != nil && c.ctx.Err() == nil && (werr != nil || !pgas.NeedsRecovery(err))
+		superseded := err != nil && c.ctx.Err() == nil && !lost
 		if lost {
 			c.noteLostLocked(j.id, err) // before running is seen false: VerifyDisk counts it
 		}
@@ -187,6 +193,9 @@ func (c *Checkpointer) diskWriter() {
 		c.mu.Unlock()
 		if lost {
 			c.logLost(rank, j.id, "write", err)
+		}
+		if superseded {
+			c.log.Warn("disk checkpoint left incomplete by a rank failure; the next one supersedes it", "rank", rank, "id", j.id, "err", err)
 		}
 	}
 }

@@ -120,7 +120,7 @@ func (o options) job(flood bool) (time.Duration, string, proctest.FloodStats, er
 		_, serr := os.Stat(filepath.Join(dir, "ckpt-26", "manifest.json"))
 		os.RemoveAll(dir)
 		if err != nil {
-			return 0, "", st, fmt.Errorf("%w\n%s", err, tail(out))
+			return 0, "", st, fmt.Errorf("%w\n%s", err, keep(out))
 		}
 		if strings.Contains(out, "which holds no rank (an idle spare); nothing killed") {
 			continue
@@ -186,6 +186,18 @@ func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// keep writes a failed job's whole output to a file and returns its tail
+// and the file's name.
+func keep(out string) string {
+	f, err := os.CreateTemp("", "bench-flood-failed-*.log")
+	if err != nil {
+		return tail(out)
+	}
+	f.WriteString(out)
+	f.Close()
+	return tail(out) + "\n(whole output: " + f.Name() + ")"
 }
 
 func tail(out string) string {
