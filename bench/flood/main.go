@@ -13,7 +13,7 @@
 // inject line) to the last "checkpoint restored" record. The flood (one
 // goroutine per port in this process) makes -rate connections a second to
 // each port, holds up to -hold of them open and idle, and closes every
-// -churn-th at once. Each pair prints both times, the flood's counters and
+// -churn-th at once (-workers goroutines per port share the work). Each pair prints both times, the flood's counters and
 // the 1-minute load average; the summary gives the medians and their
 // ratio. Every run must exit 0 with the same checksum, and its final disk
 // checkpoint must be complete. The tool builds cmd/gaspirun and the kmeans
@@ -55,6 +55,7 @@ func main() {
 	flag.IntVar(&o.flood.PerTarget, "rate", 250, "new connections per second to each port")
 	flag.IntVar(&o.flood.Hold, "hold", 250, "connections held open per port")
 	flag.IntVar(&o.flood.ChurnEvery, "churn", 4, "close every N-th connection at once (0: none)")
+	flag.IntVar(&o.flood.Workers, "workers", 1, "dialing goroutines per port (for higher rates)")
 	flag.Parse()
 	if err := o.run(); err != nil {
 		fmt.Fprintln(os.Stderr, "flood:", err)
@@ -81,7 +82,7 @@ func (o options) run() error {
 		}
 		o.bin = dir
 	}
-	fmt.Printf("flood per port: %d connections/s, %d held, every %d-th closed at once\n", o.flood.PerTarget, o.flood.Hold, o.flood.ChurnEvery)
+	fmt.Printf("flood per port: %d connections/s, %d held, every %d-th closed at once, %d workers\n", o.flood.PerTarget, o.flood.Hold, o.flood.ChurnEvery, max(o.flood.Workers, 1))
 	var quiet, loud []time.Duration
 	sum := ""
 	for i := 1; i <= o.reps; i++ {
@@ -132,9 +133,13 @@ func (o options) job(flood bool) (time.Duration, string, proctest.FloodStats, er
 		if m == nil {
 			return 0, "", st, fmt.Errorf("no result line\n%s", tail(out))
 		}
-		_, d, err := proctest.KillToRestore(strings.Split(out, "\n"))
+		kill, d, err := proctest.KillToRestore(strings.Split(out, "\n"))
 		if err != nil {
 			return 0, "", st, fmt.Errorf("%w\n%s", err, tail(out))
+		}
+		if flood && (st.Began.IsZero() || !st.Began.Before(kill.Add(-100*time.Millisecond))) {
+			fmt.Printf("  (the flood began %v, not before the kill at %v; run again)\n", st.Began.Format(time.StampMilli), kill.Format(time.StampMilli))
+			continue
 		}
 		return d, m[1], st, nil
 	}

@@ -23,6 +23,10 @@ type FloodConfig struct {
 	// ChurnEvery: every ChurnEvery-th connection is closed at once instead
 	// of held (a connect-and-close probe). 0: none.
 	ChurnEvery int
+	// Workers is the number of goroutines dialing each target, sharing
+	// PerTarget and Hold (one connect at a time each: more workers reach
+	// higher rates). 0 means 1.
+	Workers int
 }
 
 // FloodStats count what a Flood did.
@@ -71,8 +75,11 @@ func (f *Flood) Add(addr string) bool {
 		f.began = time.Now()
 	}
 	f.targets[addr] = true
-	f.wg.Add(1)
-	go f.target(addr)
+	w := max(f.cfg.Workers, 1)
+	for range w {
+		f.wg.Add(1)
+		go f.target(addr, max(f.cfg.PerTarget/w, 1), f.cfg.Hold/w)
+	}
 	return true
 }
 
@@ -116,7 +123,8 @@ func (f *Flood) Stop() FloodStats {
 	return f.Stats()
 }
 
-func (f *Flood) target(addr string) {
+// target is one worker of addr: rate connections a second, hold held.
+func (f *Flood) target(addr string, rate, hold int) {
 	defer f.wg.Done()
 	var held []net.Conn
 	defer func() {
@@ -125,7 +133,7 @@ func (f *Flood) target(addr string) {
 		}
 		f.held.Add(-int64(len(held)))
 	}()
-	every := time.Second / time.Duration(max(f.cfg.PerTarget, 1))
+	every := time.Second / time.Duration(rate)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	d := net.Dialer{Timeout: time.Second}
@@ -147,7 +155,7 @@ func (f *Flood) target(addr string) {
 		}
 		held = append(held, c)
 		h := f.held.Add(1)
-		if len(held) > f.cfg.Hold {
+		if len(held) > hold {
 			held[0].Close()
 			held = held[1:]
 			h = f.held.Add(-1)
