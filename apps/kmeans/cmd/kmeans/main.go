@@ -19,6 +19,11 @@
 // redone iterations after a recovery do not fire it again. A job resumed
 // with gaspirun --resume only knows what the loaded checkpoint recorded,
 // so drop the --inject flags when resuming, or the kill happens again.
+//
+// With --ckpt-dir every rank verifies the disk level (ckpt VerifyDisk)
+// before the result is printed: if any rank could not write a disk
+// checkpoint, every rank exits non-zero naming the checkpoints and the
+// cause, although the centroids are right.
 package main
 
 import (
