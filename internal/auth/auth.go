@@ -111,7 +111,7 @@ func handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bo
 	}
 	var theirs [helloSize]byte
 	if _, err := io.ReadFull(rw, theirs[:]); err != nil {
-		return 0, fmt.Errorf("%w: reading hello: %v", ErrAuth, err)
+		return 0, fmt.Errorf("%w: reading hello: %w", ErrAuth, err)
 	}
 	if !bytes.Equal(theirs[0:8], magic[:]) {
 		return 0, fmt.Errorf("%w: not a gaspigo peer (bad magic %q)", ErrAuth, theirs[0:8])
@@ -131,9 +131,9 @@ func handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bo
 	var proof [sha256.Size]byte
 	if _, err := io.ReadFull(rw, proof[:]); err != nil {
 		if dialer {
-			return 0, fmt.Errorf("%w: reading proof (the acceptor closed the connection without proving the token: a wrong job token, or a listener shedding load): %v", ErrAuth, err)
+			return 0, fmt.Errorf("%w: reading proof (the acceptor closed the connection without proving the token: a wrong job token, or a listener shedding load): %w", ErrAuth, err)
 		}
-		return 0, fmt.Errorf("%w: reading proof: %v", ErrAuth, err)
+		return 0, fmt.Errorf("%w: reading proof: %w", ErrAuth, err)
 	}
 	if !hmac.Equal(proof[:], mac(token, theirs[:], mine[:], !dialer)) {
 		return 0, fmt.Errorf("%w: wrong job token from peer %d", ErrAuth, peer)

@@ -293,7 +293,7 @@ type Stats struct {
 	FramesIn, FramesOut uint64 // frames delivered to the handler / fully written
 	BytesIn, BytesOut   uint64 // payload bytes of those frames (headers not counted)
 	HandshakesRefused   uint64 // connections refused: failed handshake (timeouts included), wrong or duplicate proc, failed dial handshake
-	HandshakesTimedOut  uint64 // of the accepted connections refused: those whose handshake ran out of time
+	HandshakesTimedOut  uint64 // of the refusals: those whose handshake ran out of time
 	HandshakesShed      uint64 // accepted connections closed unauthenticated to make room for newer ones (package internal/admit)
 	HandshakesAccepted  uint64 // connections accepted (each enters the admission gate)
 	Probes              uint64 // accepted connections closed by the remote end before sending a byte (liveness probes)
