@@ -76,6 +76,7 @@ type Checkpointer struct {
 	rebuild      *job      // last rebuild job
 	wake         chan struct{}
 	disk         diskState
+	loss         diskLoss
 	st           Stats
 }
 
@@ -150,6 +151,7 @@ type Stats struct {
 	DiskWrites     uint64 // snapshot files written
 	DiskBytes      uint64
 	DiskErrors     uint64
+	DiskLost       uint64 // checkpoints the disk level lost (see DiskError); never reset
 	Manifests      uint64 // manifests written (rank 0)
 }
 
@@ -729,14 +731,19 @@ func (c *Checkpointer) Stats() Stats {
 // waits for it. It is idempotent. The checkpointer's segments stay
 // allocated until the runtime closes: other ranks may still be writing
 // into them, and freeing segment memory under a peer's write is not safe.
+//
+// Close returns the *DiskError of a lost disk checkpoint (ErrDiskLost), if
+// this rank lost one, so that a lost checkpoint is never silent; nil
+// otherwise.
 func (c *Checkpointer) Close() error {
 	c.once.Do(func() {
 		c.closed.Store(true)
 		c.cancel()
 		c.wg.Wait()
+		c.releaseFDs()
 		c.mu.Lock()
 		c.signalLocked()
 		c.mu.Unlock()
 	})
-	return nil
+	return c.DiskErr()
 }

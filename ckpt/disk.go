@@ -141,6 +141,7 @@ func (c *Checkpointer) diskWake() {
 // diskWriter writes committed snapshots in commit order and reports each
 // file to rank 0.
 func (c *Checkpointer) diskWriter() {
+	c.reserveFDs()
 	for {
 		c.mu.Lock()
 		var j diskJob
@@ -160,17 +161,28 @@ func (c *Checkpointer) diskWriter() {
 				return
 			}
 		}
-		size, crc, err := c.writeSnap(j)
+		size, crc, werr := c.writeSnapRetrying(j)
 		c.mu.Lock()
 		c.bufs[j.buf].busy--
 		c.signalLocked()
 		c.mu.Unlock()
+		err := werr
 		if err == nil {
 			err = c.report(j, size, crc)
 		}
 		c.mu.Lock()
 		c.disk.running = false
 		c.disk.lastErr = err
+		// A file that could not be written is lost. A report that failed
+		// because a rank failed (rank 0, which writes manifests, or the
+		// epoch moved on) is part of that failure: the checkpoint is in
+		// memory, the job recovers and its next checkpoint supersedes it.
+		lost := err != nil && c.ctx.Err() == nil && (werr != nil || !pgas.NeedsRecovery(err))
+		superseded := err != nil && c.ctx.Err() == nil && !lost
+		if lost {
+			c.noteLostLocked(j.id, err) // before running is seen false: VerifyDisk counts it
+		}
+		rank := c.rank
 		if err != nil {
 			c.st.DiskErrors++
 		} else {
@@ -179,8 +191,11 @@ func (c *Checkpointer) diskWriter() {
 		}
 		c.signalLocked()
 		c.mu.Unlock()
-		if err != nil && c.ctx.Err() == nil {
-			c.log.Warn("disk checkpoint write failed", "rank", c.rank, "id", j.id, "err", err)
+		if lost {
+			c.logLost(rank, j.id, "write", err)
+		}
+		if superseded {
+			c.log.Warn("disk checkpoint left incomplete by a rank failure; the next one supersedes it", "rank", rank, "id", j.id, "err", err)
 		}
 	}
 }
@@ -327,8 +342,9 @@ func (c *Checkpointer) manifester() {
 		if err := c.scanBoard(); err != nil && c.ctx.Err() == nil {
 			c.mu.Lock()
 			c.st.DiskErrors++
+			c.noteLostLocked(0, err)
 			c.mu.Unlock()
-			c.log.Warn("disk manifest failed", "err", err)
+			c.logLost(0, 0, "manifest", err)
 		}
 	}
 }
@@ -498,8 +514,11 @@ func (c *Checkpointer) pruneAbove(dir string, id uint64) {
 
 // FlushDisk waits until this rank has written every checkpoint committed
 // so far to the disk level and, on rank 0, until the manifest of the last
-// one is written. It returns the last disk error, if any. With no disk
-// level it returns nil at once.
+// one is written. It returns a *DiskError (ErrDiskLost) once any disk
+// checkpoint of this rank was lost, else the last disk error, if any. With
+// no disk level it returns nil at once. It is not collective: on rank 0 it
+// waits for a manifest that another rank's lost write never completes; use
+// VerifyDisk to end a job.
 func (c *Checkpointer) FlushDisk(ctx context.Context) error {
 	if c.cfg.Dir == "" {
 		return nil
@@ -523,6 +542,9 @@ func (c *Checkpointer) FlushDisk(ctx context.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	if derr := c.DiskErr(); derr != nil {
+		return derr
 	}
 	return lastErr
 }

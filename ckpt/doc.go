@@ -29,6 +29,17 @@
 // To resume a job from the disk level (gaspirun --resume DIR), every rank
 // calls LoadFromDisk(ctx, dir) after New and Register.
 //
+// A disk checkpoint that cannot be written is never silent. A write that
+// fails for want of file descriptors is retried (a few descriptors are
+// held in reserve and released for the retry); a write that still fails
+// is logged at Error ("disk checkpoint LOST"), counted in Stats.DiskLost,
+// and from then on FlushDisk and Close return a *DiskError (ErrDiskLost)
+// naming the checkpoints, even after later ones were written. The
+// in-memory level is unaffected. Before reporting success an application
+// calls VerifyDisk, which is collective: it fails on every rank if any rank
+// lost a disk checkpoint, and otherwise returns once the last one is
+// complete on disk.
+//
 // # Design
 //
 // Each rank has two local snapshot buffers and, at each of its holders
@@ -72,7 +83,7 @@
 //
 // # Calls, blocking and ownership
 //
-// New, Restore, LoadFromDisk and Commit are collective: every rank calls
+// New, Restore, LoadFromDisk, Commit and VerifyDisk are collective: every rank calls
 // them, in the same order relative to the program's other collectives on
 // pgas.GroupAll. Start is local and returns after the copy. Register,
 // RegisterSegment, Start, Commit, Restore and LoadFromDisk belong to the

@@ -46,7 +46,29 @@ var (
 	ErrLayout = errors.New("ckpt: snapshot layout differs from registered regions")
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = errors.New("ckpt: closed")
+	// ErrDiskLost is wrapped by *DiskError, returned by FlushDisk,
+	// VerifyDisk and Close once a committed checkpoint could not be
+	// written to the disk level (and by VerifyDisk on every rank when any
+	// rank lost one). The in-memory checkpoints are unaffected.
+	ErrDiskLost = errors.New("ckpt: a disk checkpoint was lost")
 )
+
+// DiskError says which disk checkpoints a rank could not write, and why
+// (the first cause). It wraps ErrDiskLost and the cause.
+type DiskError struct {
+	Rank int
+	Lost uint64   // writes and manifests that failed
+	IDs  []uint64 // the checkpoint ids (the first few)
+	Dir  string
+	Err  error
+}
+
+func (e *DiskError) Error() string {
+	return fmt.Sprintf("ckpt: rank %d could not write %d disk checkpoint(s) %v to %s: %v; the disk level is missing them (check free space, permissions and the descriptor limit, ulimit -n)",
+		e.Rank, e.Lost, e.IDs, e.Dir, e.Err)
+}
+
+func (e *DiskError) Unwrap() []error { return []error{ErrDiskLost, e.Err} }
 
 // HeaderError says why DecodeHeader refused a header: the byte offset and
 // field at fault. It wraps ErrCorrupt.

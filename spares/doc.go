@@ -69,8 +69,9 @@
 // never blocks the node) and are closed by Shutdown.
 //
 // Goroutines: Raft's own (stopped by raft.Shutdown); per listener one
-// accept loop and one handshake goroutine per pending connection (at most
-// 64, each under HandshakeTimeout); the control server, one goroutine per
+// accept loop and one handshake goroutine per pending connection (bounded
+// by the process's admission gate, internal/admit, which sheds the oldest
+// pending connection when full; each under HandshakeTimeout); the control server, one goroutine per
 // control connection (under RPCTimeout), one waiter per local apply, and
 // the leader loop. All are owned by the Node and stopped by Shutdown,
 // which closes the control listener, shuts Raft down (closing its

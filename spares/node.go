@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -298,8 +299,15 @@ func (n *Node) Leader() (proc uint32, ok bool) {
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
 // Refused counts connections (Raft and control) refused by the job-token
-// handshake or for too many pending handshakes.
-func (n *Node) Refused() uint64 { return n.stream.refused.Load() + n.ctlLn.refused.Load() }
+// handshake, timeouts included. Connections shed unauthenticated by the
+// admission gate are not refusals; Admission counts them.
+func (n *Node) Refused() uint64 { return n.Admission().Refused }
+
+// Admission returns the admission counters of the Raft and control
+// listeners, added up (see internal/admit).
+func (n *Node) Admission() admit.Stats {
+	return n.stream.door.Stats().Plus(n.ctlLn.door.Stats())
+}
 
 // View returns a copy of the locally applied state. It may lag the leader
 // by a commit; use WaitEpoch to wait for a given epoch.

@@ -7,21 +7,21 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/hashicorp/raft"
 )
 
-// maxPendingHandshakes bounds the connections being authenticated at once,
-// so a flood of stray clients costs a bounded number of goroutines.
-const maxPendingHandshakes = 64
-
 // authListener accepts TCP connections and hands out only those that pass
 // the job-token handshake for its purpose. Handshakes run in their own
 // goroutines under a deadline, so a slow or stray client never blocks the
-// accept loop. It owns those goroutines and the listener; Close stops them.
+// accept loop. Every accepted connection enters the process's admission
+// gate (internal/admit), which bounds the pending ones and sheds the oldest
+// when full, so a flood of stray connections costs a bounded number of
+// goroutines and descriptors and never keeps a real peer out. It owns those
+// goroutines and the listener; Close stops them.
 type authListener struct {
 	ln      net.Listener
 	token   []byte
@@ -30,11 +30,11 @@ type authListener struct {
 	timeout time.Duration
 	log     *slog.Logger
 
-	conns   chan *authConn
-	done    chan struct{}
-	once    sync.Once
-	wg      sync.WaitGroup
-	refused atomic.Uint64
+	conns chan *authConn
+	done  chan struct{}
+	once  sync.Once
+	wg    sync.WaitGroup
+	door  *admit.Door // admission, counters and the refusal log
 
 	mu      sync.Mutex
 	pending map[net.Conn]struct{}  // handshakes under way
@@ -86,6 +86,7 @@ func newAuthListener(ln net.Listener, token []byte, p auth.Purpose, self uint32,
 		done:    make(chan struct{}),
 		pending: map[net.Conn]struct{}{},
 		live:    map[*authConn]struct{}{},
+		door:    admit.Shared().Door("spares "+purposeName(p), log, admit.LogConfig{}),
 	}
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -94,7 +95,6 @@ func newAuthListener(ln net.Listener, token []byte, p auth.Purpose, self uint32,
 
 func (l *authListener) acceptLoop() {
 	defer l.wg.Done()
-	sem := make(chan struct{}, maxPendingHandshakes)
 	for {
 		c, err := l.ln.Accept()
 		if err != nil {
@@ -114,14 +114,6 @@ func (l *authListener) acceptLoop() {
 			}
 			continue
 		}
-		select {
-		case sem <- struct{}{}:
-		default:
-			l.refused.Add(1)
-			l.log.Warn("spares: refused connection: too many pending handshakes", "purpose", purposeName(l.purpose), "remote", c.RemoteAddr().String())
-			c.Close()
-			continue
-		}
 		l.mu.Lock()
 		select {
 		case <-l.done:
@@ -133,28 +125,36 @@ func (l *authListener) acceptLoop() {
 		l.pending[c] = struct{}{}
 		l.wg.Add(1)
 		l.mu.Unlock()
+		pend := l.door.Admit(c)
 		go func() {
 			defer l.wg.Done()
-			defer func() { <-sem }()
-			l.handshake(c)
+			l.handshake(c, pend)
 		}()
 	}
 }
 
-func (l *authListener) handshake(c net.Conn) {
+func (l *authListener) handshake(c net.Conn, pend *admit.Pending) {
 	defer func() {
 		l.mu.Lock()
 		delete(l.pending, c)
 		l.mu.Unlock()
 	}()
 	_ = c.SetDeadline(time.Now().Add(l.timeout))
-	peer, err := auth.Handshake(c, l.token, l.purpose, l.self, false)
+	peer, err := auth.Accept(c, l.token, l.purpose, l.self, auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit})
 	if err != nil {
-		l.refused.Add(1)
-		l.log.Warn("spares: refused connection", "purpose", purposeName(l.purpose), "remote", c.RemoteAddr().String(), "err", err)
 		c.Close()
+		if pend.Done() {
+			return // shed: counted by the gate
+		}
+		select {
+		case <-l.done:
+			return // cut by Close
+		default:
+		}
+		l.door.Refuse(c.RemoteAddr().String(), err)
 		return
 	}
+	l.door.Authenticated()
 	_ = c.SetDeadline(time.Time{})
 	ac := &authConn{Conn: c, peer: peer}
 	if !l.track(ac) {
@@ -197,6 +197,7 @@ func (l *authListener) Close() error {
 		}
 		l.ln.Close()
 		l.wg.Wait()
+		l.door.Close()
 	})
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
 // falsePositives runs one job without kills beside CPU hogs and counts
@@ -15,7 +17,7 @@ import (
 func falsePositives(o options, gaspirun, prog string) error {
 	fmt.Printf("detect: false positives, %d ranks + %d spares, ftstep -pause %v, %d CPU hogs, for %v, seed %d\n",
 		o.ranks, o.spares, o.pause, o.hogs, o.duration, o.seed)
-	fmt.Printf("detect: load average before the hogs: %s\n", loadavg())
+	fmt.Printf("detect: load average before the hogs: %s\n", proctest.LoadAvg())
 	var hogs []*exec.Cmd
 	defer func() {
 		for _, h := range hogs {
@@ -83,11 +85,11 @@ func fpJob(o options, gaspirun, prog string, i int, deadline time.Time, tick <-c
 	for ended := false; !ended; {
 		select {
 		case <-tick:
-			if v, err := strconv.ParseFloat(strings.Fields(loadavg())[0], 64); err == nil {
+			if v, err := strconv.ParseFloat(strings.Fields(proctest.LoadAvg())[0], 64); err == nil {
 				*loads = append(*loads, v)
 			}
 		case <-report.C:
-			fmt.Printf("  job %d, %v: %s; load %s\n", i, time.Since(t0).Round(time.Second), countFP(j.snapshot(), t0, time.Now()), loadavg())
+			fmt.Printf("  job %d, %v: %s; load %s\n", i, time.Since(t0).Round(time.Second), countFP(j.snapshot(), t0, time.Now()), proctest.LoadAvg())
 		case <-end.C:
 			ended = true
 		case <-j.changed():

@@ -241,7 +241,7 @@ func latency(o options, gaspirun, prog string) error {
 	fmt.Printf("detect: ftstep extra arguments: %q\n", o.progArgs)
 	fmt.Printf("detect: latency, %d kills, %d ranks + %d spares, ftstep -steps %d -pause %v, victim %s, seed %d\n",
 		o.kills, o.ranks, o.spares, o.steps, o.pause, o.victim, o.seed)
-	fmt.Printf("detect: load average at start: %s\n", loadavg())
+	fmt.Printf("detect: load average at start: %s\n", proctest.LoadAvg())
 	var csv io.Writer
 	if o.csv != "" {
 		f, err := os.Create(o.csv)
@@ -263,7 +263,7 @@ func latency(o options, gaspirun, prog string) error {
 				msf(r.detect), msf(r.firstApplied), msf(r.lastApplied), msf(r.commit), r.resultOK, r.note)
 		}
 	}
-	fmt.Printf("detect: load average at end: %s\n", loadavg())
+	fmt.Printf("detect: load average at end: %s\n", proctest.LoadAvg())
 	summarize(res)
 	return nil
 }
@@ -491,16 +491,4 @@ func quantiles(ds []time.Duration) string {
 		return msf(s[i])
 	}
 	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f", q(0.5), q(0.9), q(0.99), msf(s[len(s)-1]))
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

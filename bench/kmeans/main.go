@@ -106,7 +106,7 @@ func run(o options) error {
 	}
 	b := &bench{o: o, gaspirun: filepath.Join(o.bin, "gaspirun"), kmeans: filepath.Join(o.bin, "kmeans")}
 	host, _ := os.Hostname()
-	fmt.Printf("# bench/kmeans on %s: %s, %s; load average %s\n", host, cpuModel(), time.Now().UTC().Format(time.RFC3339), loadAvg())
+	fmt.Printf("# bench/kmeans on %s: %s, %s; load average %s\n", host, cpuModel(), time.Now().UTC().Format(time.RFC3339), proctest.LoadAvg())
 	for _, e := range o.exps {
 		var err error
 		switch strings.TrimSpace(e) {
@@ -185,7 +185,7 @@ func (b *bench) runJob(launcher []string, args []string) (*job, error) {
 	cmd.Env = append(os.Environ(), "PGAS_LOG=info")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	j := &job{load: loadAvg()}
+	j := &job{load: proctest.LoadAvg()}
 	begin := time.Now()
 	err := cmd.Run()
 	j.wall = time.Since(begin)
@@ -305,7 +305,7 @@ func kmArgs(points, k, iters, every int) []string {
 
 // overhead: --ckpt-every 10 against --ckpt-every 0, alternating.
 func (b *bench) overhead() error {
-	fmt.Printf("\n## (a) checkpoint overhead: 4 ranks, %d points, 10-D, k=100, %d iterations, --ckpt-every 10 vs 0 (load %s)\n", b.o.points, b.o.iters, loadAvg())
+	fmt.Printf("\n## (a) checkpoint overhead: 4 ranks, %d points, 10-D, k=100, %d iterations, --ckpt-every 10 vs 0 (load %s)\n", b.o.points, b.o.iters, proctest.LoadAvg())
 	var on, off, ratios []float64
 	var sums []string
 	fmt.Printf("%4s %12s %12s %8s %8s %12s %10s %10s %8s  %s\n", "rep", "ckpt10 loop", "ckpt0 loop", "ratio", "iters", "in ckpt", "cpu10", "cpu0", "ratio", "load before")
@@ -318,7 +318,7 @@ func (b *bench) overhead() error {
 		got, cpu := map[int]time.Duration{}, map[int]time.Duration{}
 		var n int
 		var share float64
-		load := loadAvg()
+		load := proctest.LoadAvg()
 		for _, every := range order {
 			j, err := b.runJob([]string{"-n", "4"}, kmArgs(b.o.points, 100, b.o.iters, every))
 			if err != nil {
@@ -346,7 +346,7 @@ func (b *bench) overhead() error {
 		return fmt.Errorf("the runs with and without checkpoints ended with different centroids: %v", sums)
 	}
 	fmt.Printf("median loop: ckpt10 %.3f s, ckpt0 %.3f s; ratio of medians %.3f; median of paired ratios %.3f (min %.3f, max %.3f); overhead target < 1.02; load after %s\n",
-		median(on), median(off), median(on)/median(off), median(ratios), slices.Min(ratios), slices.Max(ratios), loadAvg())
+		median(on), median(off), median(on)/median(off), median(ratios), slices.Min(ratios), slices.Max(ratios), proctest.LoadAvg())
 	fmt.Printf("CPU time of the whole job (all processes, start-up and data generation included): median of paired ratios %.3f (min %.3f, max %.3f)\n", median(cpuRatios), slices.Min(cpuRatios), slices.Max(cpuRatios))
 	fmt.Printf("rank 0's time in checkpoint Start and Commit (the critical path), share of its run: median %.2f%% (min %.2f%%, max %.2f%%)\n", median(shares), slices.Min(shares), slices.Max(shares))
 	fmt.Printf("every run ended with the same centroids: %s\n", sums[0])
@@ -358,12 +358,12 @@ func (b *bench) overhead() error {
 func (b *bench) recovery() error {
 	const killAt, every = 25, 10
 	iters := max(b.o.iters, killAt+10)
-	fmt.Printf("\n## (b) recovery: 4 ranks + 1 spare, %d points, 10-D, k=100, %d iterations, --ckpt-every %d, kill:rank=2,iter=%d (load %s)\n", b.o.points, iters, every, killAt, loadAvg())
+	fmt.Printf("\n## (b) recovery: 4 ranks + 1 spare, %d points, 10-D, k=100, %d iterations, --ckpt-every %d, kill:rank=2,iter=%d (load %s)\n", b.o.points, iters, every, killAt, proctest.LoadAvg())
 	fmt.Printf("%4s %10s %10s %10s %10s %10s %10s %10s %7s  %s\n", "rep", "noticed", "view", "restored", "next-iter", "caught-up", "lost", "per-iter", "leader", "load before")
 	var noticed, view, restored, next, caught, lost, per []float64
 	var sums []string
 	for r := 0; r < b.o.reps; r++ {
-		load := loadAvg()
+		load := proctest.LoadAvg()
 		args := kmArgs(b.o.points, 100, iters, every)
 		var jf, jk *job
 		for _, kill := range []bool{r%2 == 0, r%2 == 1} {
@@ -406,7 +406,7 @@ func (b *bench) recovery() error {
 		return fmt.Errorf("recovered and failure-free runs ended with different centroids: %v", sums)
 	}
 	fmt.Printf("median (ms), from the SIGKILL: rank 0 noticed %s, new view in force %s, checkpoint restored %s, next iteration completed %s (target < 1000), back at iteration %d %s; loop time lost against the failure-free run %s; failure-free time per iteration %s; load after %s\n",
-		ms(median(noticed)), ms(median(view)), ms(median(restored)), ms(median(next)), killAt+1, ms(median(caught)), ms(median(lost)), ms(median(per)), loadAvg())
+		ms(median(noticed)), ms(median(view)), ms(median(restored)), ms(median(next)), killAt+1, ms(median(caught)), ms(median(lost)), ms(median(per)), proctest.LoadAvg())
 	return nil
 }
 
@@ -485,7 +485,7 @@ func recoveryTimes(j *job, killAt int) (recTimes, error) {
 func (b *bench) runtimeOverhead() error {
 	const k = 100
 	iters := b.o.iters
-	fmt.Printf("\n## (c) runtime overhead: 2 ranks under gaspirun (--ckpt-every 0, 1 kernel thread each) vs one process, kernel with Threads=2; %d points, 10-D, k=%d, %d iterations (load %s)\n", b.o.points, k, iters, loadAvg())
+	fmt.Printf("\n## (c) runtime overhead: 2 ranks under gaspirun (--ckpt-every 0, 1 kernel thread each) vs one process, kernel with Threads=2; %d points, 10-D, k=%d, %d iterations (load %s)\n", b.o.points, k, iters, proctest.LoadAvg())
 	g := kmeans.DefaultGenConfig()
 	g.N = b.o.points
 	pts := make([]float64, g.N*g.D)
@@ -505,7 +505,7 @@ func (b *bench) runtimeOverhead() error {
 	fmt.Printf("%4s %14s %14s %8s  %s\n", "rep", "gaspirun -n 2", "1 process", "ratio", "load before")
 	var dist, single, ratios []float64
 	for r := 0; r < b.o.reps; r++ {
-		load := loadAvg()
+		load := proctest.LoadAvg()
 		var d, s float64
 		var sse float64
 		for _, which := range order2(r) {
@@ -540,7 +540,7 @@ func (b *bench) runtimeOverhead() error {
 		fmt.Printf("%4d %14s %14s %8.3f  %s\n", r+1, ms(d), ms(s), d/s, load)
 	}
 	fmt.Printf("median per iteration: gaspirun -n 2 %s ms, one process %s ms; ratio of medians %.3f; median of paired ratios %.3f (min %.3f, max %.3f); target <= 1.2; load after %s\n",
-		ms(median(dist)), ms(median(single)), median(dist)/median(single), median(ratios), slices.Min(ratios), slices.Max(ratios), loadAvg())
+		ms(median(dist)), ms(median(single)), median(dist)/median(single), median(ratios), slices.Min(ratios), slices.Max(ratios), proctest.LoadAvg())
 	return nil
 }
 
@@ -583,7 +583,7 @@ func singleProcess(pts []float64, d int, init []float64, iters int) ([]time.Dura
 
 // kernel runs the apps/kmeans kernel benchmarks.
 func (b *bench) kernel() error {
-	fmt.Printf("\n## (d) kernel: go test -run XXX -bench Kernel -benchtime 20x ./apps/kmeans (load %s)\n", loadAvg())
+	fmt.Printf("\n## (d) kernel: go test -run XXX -bench Kernel -benchtime 20x ./apps/kmeans (load %s)\n", proctest.LoadAvg())
 	root, err := proctest.ModuleRoot()
 	if err != nil {
 		return err
@@ -607,13 +607,13 @@ func (b *bench) kernel() error {
 		name := strings.TrimSuffix(strings.TrimPrefix(f[0], "BenchmarkKernel/"), "-2")
 		fmt.Printf("%-32s %14s %10s %8s %9s\n", name, metric["dist/s"], metric["GFLOP/s"], metric["%peak"], metric["x_naive"])
 	}
-	fmt.Printf("(rates per second of the benchmark thread's CPU time; %%peak against 120 GFLOP/s per core, the constant in apps/kmeans/bench_test.go; load after %s)\n", loadAvg())
+	fmt.Printf("(rates per second of the benchmark thread's CPU time; %%peak against 120 GFLOP/s per core, the constant in apps/kmeans/bench_test.go; load after %s)\n", proctest.LoadAvg())
 	return nil
 }
 
 // seed: the paper's workload with 2 ranks.
 func (b *bench) seed() error {
-	fmt.Printf("\n## (e) the seed's workload: %d points, 10-D, 2 ranks under gaspirun, --ckpt-every 10 (load %s)\n", b.o.points, loadAvg())
+	fmt.Printf("\n## (e) the seed's workload: %d points, 10-D, 2 ranks under gaspirun, --ckpt-every 10 (load %s)\n", b.o.points, proctest.LoadAvg())
 	// The paper's Table 2: seconds to convergence, mixed MPI/GPI-2, 4 MPI
 	// processes per node.
 	paper := map[int][4]float64{10: {4, 3, 2, 2}, 100: {24, 17, 14, 9}, 1000: {150, 72, 50, 37}}
@@ -625,7 +625,7 @@ func (b *bench) seed() error {
 			iters = max(12, b.o.iters/3)
 		}
 		var per []float64
-		load := loadAvg()
+		load := proctest.LoadAvg()
 		for r := 0; r < b.o.reps; r++ {
 			j, err := b.runJob([]string{"-n", "2"}, kmArgs(b.o.points, k, iters, 10))
 			if err != nil {
@@ -647,7 +647,7 @@ func (b *bench) seed() error {
 		fmt.Printf("%6d %8.0f %8.0f %8.0f %8.0f   %s ms (%.1f s)\n", k, p[0], p[1], p[2], p[3], ms(res[k]), res[k]*550)
 	}
 	fmt.Printf("k=1000 per iteration in the paper (550 iterations): %.0f / %.0f / %.0f / %.0f ms on 4 / 8 / 12 / 16 nodes; load after %s\n",
-		150.0/550*1000, 72.0/550*1000, 50.0/550*1000, 37.0/550*1000, loadAvg())
+		150.0/550*1000, 72.0/550*1000, 50.0/550*1000, 37.0/550*1000, proctest.LoadAvg())
 	return nil
 }
 
@@ -693,18 +693,6 @@ func allEqual(s []string) bool {
 }
 
 func ms(sec float64) string { return strconv.FormatFloat(sec*1000, 'f', 1, 64) }
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
 
 func cpuModel() string {
 	b, err := os.ReadFile("/proc/cpuinfo")

@@ -3,7 +3,8 @@
 // Every job has a random token, known to its processes only. Before any
 // frame is accepted, both ends of a connection prove that they know it:
 // each sends a hello (magic, purpose, its own ID and a fresh 32-byte nonce),
-// then an HMAC-SHA256 keyed with the token over both hellos and its role.
+// then an HMAC-SHA256 keyed with the token over both hellos and its role:
+// the dialer first, the acceptor only once it has checked the dialer's.
 // Neither the token nor anything replayable crosses the wire, a stray client
 // fails at the magic, and a process of another job fails at the MAC.
 package auth
@@ -131,8 +132,35 @@ var (
 
 // Handshake runs the protocol on rw (set a deadline on the connection first)
 // and returns the peer's ID. dialer says which end this is; the two ends must
-// disagree.
+// disagree. The accepting end is Accept with no admit function.
 func Handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bool) (peer uint32, err error) {
+	return handshake(rw, token, p, self, dialer, AcceptHooks{})
+}
+
+// AcceptHooks let a listener follow the accepting end of a handshake.
+type AcceptHooks struct {
+	// Hello, when set, is called once the dialer's hello has arrived with
+	// the right magic and purpose (the dialer speaks the protocol; it has
+	// proved nothing yet).
+	Hello func()
+	// Admit, when set, is called once the dialer has proved the token and
+	// before the acceptor's proof is sent; an error from it ends the
+	// handshake with that error and no proof sent.
+	Admit func() error
+}
+
+// Accept runs the accepting end of the protocol. The acceptor proves that
+// it knows the token only after the dialer has proved it, so the dialer's
+// Handshake cannot return before the acceptor's h.Admit has run: a
+// listener settles there, atomically with respect to the dialer, whether
+// it keeps the connection (an admission gate may have shed it meanwhile).
+// A dialer whose token is wrong therefore sees the connection closed while
+// reading the proof (ErrAuth), never a proof to check.
+func Accept(rw io.ReadWriter, token []byte, p Purpose, self uint32, h AcceptHooks) (peer uint32, err error) {
+	return handshake(rw, token, p, self, false, h)
+}
+
+func handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bool, h AcceptHooks) (peer uint32, err error) {
 	var mine [helloSize]byte
 	copy(mine[0:], magic[:])
 	copy(mine[8:], p[:])
@@ -145,7 +173,7 @@ func Handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bo
 	}
 	var theirs [helloSize]byte
 	if _, err := io.ReadFull(rw, theirs[:]); err != nil {
-		return 0, fmt.Errorf("%w: reading hello: %v", ErrAuth, err)
+		return 0, fmt.Errorf("%w: reading hello: %w", ErrAuth, err)
 	}
 	if !bytes.Equal(theirs[0:8], magic[:]) {
 		return 0, fmt.Errorf("%w: not a gaspigo peer (bad magic %q)", ErrAuth, theirs[0:8])
@@ -154,15 +182,33 @@ func Handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bo
 		return 0, fmt.Errorf("%w: purpose %q, want %q", ErrAuth, bytes.TrimRight(theirs[8:16], "\x00"), bytes.TrimRight(p[:], "\x00"))
 	}
 	peer = binary.LittleEndian.Uint32(theirs[16:])
-	if _, err := rw.Write(mac(token, mine[:], theirs[:], dialer)); err != nil {
-		return 0, fmt.Errorf("auth: send proof: %w", err)
+	if h.Hello != nil {
+		h.Hello()
+	}
+	if dialer {
+		if _, err := rw.Write(mac(token, mine[:], theirs[:], dialer)); err != nil {
+			return 0, fmt.Errorf("auth: send proof: %w", err)
+		}
 	}
 	var proof [sha256.Size]byte
 	if _, err := io.ReadFull(rw, proof[:]); err != nil {
-		return 0, fmt.Errorf("%w: reading proof: %v", ErrAuth, err)
+		if dialer {
+			return 0, fmt.Errorf("%w: reading proof (the acceptor closed the connection without proving the token: a wrong job token, or a listener shedding load): %w", ErrAuth, err)
+		}
+		return 0, fmt.Errorf("%w: reading proof: %w", ErrAuth, err)
 	}
 	if !hmac.Equal(proof[:], mac(token, theirs[:], mine[:], !dialer)) {
 		return 0, fmt.Errorf("%w: wrong job token from peer %d", ErrAuth, peer)
+	}
+	if !dialer {
+		if h.Admit != nil {
+			if err := h.Admit(); err != nil {
+				return 0, err
+			}
+		}
+		if _, err := rw.Write(mac(token, mine[:], theirs[:], dialer)); err != nil {
+			return 0, fmt.Errorf("auth: send proof: %w", err)
+		}
 	}
 	return peer, nil
 }

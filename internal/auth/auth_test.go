@@ -137,3 +137,52 @@ func TestCheckToken(t *testing.T) {
 		}
 	}
 }
+
+// Rule: the acceptor's admit runs after the dialer proved the token and
+// before the acceptor proves it, so a dialer never completes a handshake
+// that the acceptor then drops; an admit error reaches the dialer as
+// ErrAuth.
+func TestAcceptAdmitsBeforeProving(t *testing.T) {
+	tok := NewToken()
+	for _, refuse := range []bool{false, true} {
+		a, b := tcpPair(t)
+		admitted := make(chan struct{})
+		errShed := errors.New("shed")
+		done := make(chan error, 1)
+		go func() {
+			greeted := false
+			_, err := Accept(b, tok, PurposeControl, 7, AcceptHooks{
+				Hello: func() { greeted = true },
+				Admit: func() error {
+					if !greeted {
+						t.Error("Admit before Hello")
+					}
+					close(admitted)
+					if refuse {
+						return errShed
+					}
+					return nil
+				},
+			})
+			if err != nil {
+				b.Close()
+			}
+			done <- err
+		}()
+		_, errA := Handshake(a, tok, PurposeControl, 3, true)
+		select {
+		case <-admitted:
+		default:
+			t.Fatalf("refuse=%v: the dialer's handshake returned (%v) before the acceptor's admit ran", refuse, errA)
+		}
+		errB := <-done
+		if refuse && (!errors.Is(errB, errShed) || !errors.Is(errA, ErrAuth)) {
+			t.Errorf("admit refused: acceptor %v (want the admit error), dialer %v (want ErrAuth)", errB, errA)
+		}
+		if !refuse && (errA != nil || errB != nil) {
+			t.Errorf("admitted: %v / %v", errA, errB)
+		}
+		a.Close()
+		b.Close()
+	}
+}

@@ -76,6 +76,11 @@
 // gets the table. After the table the connection stays open as a control
 // channel: the process sends Reports; the server sends nothing.
 //
+// The server admits unauthenticated connections through the process's
+// admission gate (internal/admit): a bounded number pending, the oldest
+// shed when full, refusals logged within bounds and counted in
+// ServerStats (Refused, TimedOut, Shed, Accepted).
+//
 // The rendezvous is not needed after the table: losing it never fails a
 // process. Session.Report drops reports when it is gone, and Session.Lost
 // says so. SurviveLauncherExit keeps a process alive when the launcher

@@ -238,8 +238,8 @@ func TestRendezvousRefusesWrongTokenAndStrays(t *testing.T) {
 	if r := recv(t, b); r.err != nil {
 		t.Fatal(r.err)
 	}
-	j.log.wait(t, "refused connection", "wrong job token")
-	j.log.wait(t, "refused connection", "not a gaspigo peer")
+	j.log.wait(t, "connection refused", "wrong job token")
+	j.log.wait(t, "connection refused", "not a gaspigo peer")
 	// The client can see its second handshake fail before the server has
 	// counted it: wait for the count, bounded.
 	deadline := time.Now().Add(testDeadline)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/internal/auth"
 )
 
@@ -33,7 +34,7 @@ type ServerConfig struct {
 	// detail (Debug). Nil discards.
 	Logger *slog.Logger
 	// HandshakeTimeout bounds the handshake and hello of one connection, so
-	// a stray or stuck client cannot hold a slot. Zero: the default (10 s).
+	// a stray or stuck client cannot hold a slot. Zero: the default (5 s).
 	HandshakeTimeout time.Duration
 	// WriteTimeout bounds one write to a process (ack, table, reject). Zero:
 	// the default (10 s).
@@ -46,7 +47,7 @@ type ServerConfig struct {
 // DefaultServerConfig returns the timeouts and buffer sizes for a real job;
 // the caller fills in Listener, Token, NumProcs, NumRanks, JobID and Logger.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{HandshakeTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ReportBuffer: 1024}
+	return ServerConfig{HandshakeTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second, ReportBuffer: 1024}
 }
 
 // LocalServerConfig is DefaultServerConfig with shorter timeouts, for
@@ -81,7 +82,10 @@ func (c ServerConfig) Validate() error {
 type ServerStats struct {
 	Registered  int    // processes registered so far (NumProcs once complete)
 	Connected   int    // open control connections of registered processes
-	Refused     uint64 // connections that failed the handshake, or registrations rejected
+	Refused     uint64 // connections that failed the handshake (timeouts included) or sent no valid hello, or registrations rejected
+	TimedOut    uint64 // of the connections refused: those whose handshake ran out of time
+	Shed        uint64 // connections closed unauthenticated by the admission gate to make room for newer ones
+	Accepted    uint64 // connections accepted (each enters the admission gate)
 	Reports     uint64 // reports delivered on Reports()
 	Dropped     uint64 // reports dropped because Reports() was full
 	BadMessages uint64 // malformed or unexpected messages from authenticated processes
@@ -109,6 +113,7 @@ type Server struct {
 	bcast sync.WaitGroup // table broadcasts in progress; Close lets them finish
 
 	nRefused, nReports, nDropped, nBad atomic.Uint64
+	door                               *admit.Door // admission of unauthenticated connections, refusal log
 }
 
 type srvConn struct {
@@ -139,6 +144,7 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	rb := max(cfg.ReportBuffer, 0)
 	return &Server{
+		door:     admit.Shared().Door("rendezvous", lg, admit.LogConfig{}),
 		cfg:      cfg,
 		log:      lg,
 		reports:  make(chan Report, rb),
@@ -198,6 +204,8 @@ func (s *Server) Stats() ServerStats {
 	}
 	s.mu.Unlock()
 	st.Refused = s.nRefused.Load()
+	ad := s.door.Stats()
+	st.TimedOut, st.Shed, st.Accepted = ad.TimedOut, ad.Shed, ad.Accepted
 	st.Reports = s.nReports.Load()
 	st.Dropped = s.nDropped.Load()
 	st.BadMessages = s.nBad.Load()
@@ -272,10 +280,11 @@ func (s *Server) run(ctx context.Context) error {
 		s.conns[sc] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.handle(sc)
+		go s.handle(sc, s.door.Admit(c))
 	}
 	s.stop()
 	s.wg.Wait()
+	s.door.Close()
 	close(s.reports)
 	return err
 }
@@ -323,7 +332,7 @@ func (s *Server) Close() error {
 	return nil
 }
 
-func (s *Server) handle(sc *srvConn) {
+func (s *Server) handle(sc *srvConn, pend *admit.Pending) {
 	defer s.wg.Done()
 	defer func() {
 		sc.c.Close()
@@ -333,17 +342,20 @@ func (s *Server) handle(sc *srvConn) {
 	}()
 	c := sc.c
 	c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	peer, err := auth.Handshake(c, s.cfg.Token, auth.PurposeRendezvous, ServerID, false)
+	peer, err := auth.Accept(c, s.cfg.Token, auth.PurposeRendezvous, ServerID, auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit})
 	if err != nil {
+		if pend.Done() || s.isClosed() {
+			return // shed (counted by the gate) or cut by Close
+		}
 		s.nRefused.Add(1)
-		s.log.Warn("rendezvous: refused connection: job-token handshake failed",
-			"remote", sc.remote, "err", err)
+		s.door.Refuse(sc.remote, fmt.Errorf("job-token handshake failed: %w", err))
 		return
 	}
+	s.door.Authenticated()
 	m, err := readMsg(c, MaxClientMessage)
 	if err != nil {
 		s.nRefused.Add(1)
-		s.log.Warn("rendezvous: refused connection: no valid hello", "remote", sc.remote, "proc", peer, "err", err)
+		s.door.Refuse(sc.remote, fmt.Errorf("no valid hello: %w", err), "proc", peer)
 		return
 	}
 	if m.Kind != msgHello {

@@ -63,6 +63,10 @@ type spec struct {
 	launcher []string // extra gaspirun flags (--ranks-per-host, --resume, ...)
 	args     []string // kmeans flags; nil: workload
 	extra    []string // kmeans flags after args (--inject, ...)
+	// during, when set, runs once gaspirun started, with the job's
+	// processes as they are found and gaspirun's pid; the function it
+	// returns is called when gaspirun ended.
+	during func(pids *proctest.Procs, launcher int) (stop func())
 }
 
 // result is what a finished job left behind.
@@ -129,14 +133,19 @@ func run(t *testing.T, s spec) *result {
 	// runs, so that every one of them can be checked by pid at the end.
 	pids := proctest.NewProcs()
 	stopWatch := pids.Watch(jobID, cmd.Process.Pid, 20*time.Millisecond)
+	stopDuring := func() {}
+	if s.during != nil {
+		stopDuring = s.during(pids, cmd.Process.Pid)
+	}
 	err := cmd.Wait()
+	stopDuring()
 	stopWatch()
 	res := &result{code: cmd.ProcessState.ExitCode(), wall: time.Since(begin), out: buf.String()}
 	if err != nil && res.code == 0 {
 		res.code = -1
 	}
 	res.lines = strings.Split(strings.TrimRight(res.out, "\n"), "\n")
-	t.Logf("gaspirun exited %d after %v (load average %s)", res.code, res.wall.Round(time.Millisecond), loadAvg())
+	t.Logf("gaspirun exited %d after %v (load average %s)", res.code, res.wall.Round(time.Millisecond), proctest.LoadAvg())
 	// The victims' pids come from their inject lines too.
 	for _, k := range res.kills() {
 		pids.Add(k.pid)
@@ -160,18 +169,6 @@ func checkGone(t *testing.T, procs *proctest.Procs, jobID string) {
 	if len(pids) < ranks {
 		t.Errorf("saw only %d processes of job %s (pids %v), want at least %d: the pid check cannot be trusted", len(pids), jobID, pids, ranks)
 	}
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // text is the job's output without the Raft library's chatter, for

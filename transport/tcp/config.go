@@ -90,7 +90,7 @@ func DefaultConfig() Config {
 	return Config{
 		Self:                transport.NoProc,
 		ListenAddr:          ":0",
-		HandshakeTimeout:    10 * time.Second,
+		HandshakeTimeout:    5 * time.Second,
 		DialTimeout:         5 * time.Second,
 		DialInitialInterval: 50 * time.Millisecond,
 		DialMaxInterval:     2 * time.Second,
@@ -104,7 +104,7 @@ func DefaultConfig() Config {
 func LocalConfig() Config {
 	c := DefaultConfig()
 	c.ListenAddr = "127.0.0.1:0"
-	c.HandshakeTimeout = 5 * time.Second
+	c.HandshakeTimeout = 3 * time.Second
 	c.DialTimeout = 2 * time.Second
 	c.DialInitialInterval = 10 * time.Millisecond
 	c.DialMaxInterval = 500 * time.Millisecond

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -248,7 +249,9 @@ func (c *conn) readLoop() {
 }
 
 // acceptLoop accepts connections until Close; each is authenticated in its
-// own goroutine so that a silent client cannot stall the others.
+// own goroutine so that a silent client cannot stall the others. Every
+// accepted connection enters the admission gate (internal/admit), which
+// bounds the unauthenticated ones and sheds the oldest when full.
 func (t *Transport) acceptLoop() {
 	var pause time.Duration
 	for {
@@ -275,25 +278,31 @@ func (t *Transport) acceptLoop() {
 			_ = nc.Close()
 			return
 		}
+		pend := t.door.Admit(nc)
 		// This goroutine is counted in t.wg, so Close's Wait cannot have
 		// returned: Add is safe here.
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
-			t.serveIncoming(nc)
+			t.serveIncoming(nc, pend)
 		}()
 	}
 }
 
 // serveIncoming authenticates an accepted connection and, if it is the
-// first from a lower peer, runs its reader.
-func (t *Transport) serveIncoming(nc net.Conn) {
+// first from a lower peer, runs its reader. A connection the gate sheds
+// during the handshake is dropped quietly (the gate counts it).
+func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
 	remote := nc.RemoteAddr().String()
 	t.tune(nc)
 	_ = nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	wc := &watchedConn{Conn: nc}
-	id, err := auth.Handshake(wc, t.cfg.Token, auth.PurposeData, uint32(t.self), false)
+	id, err := auth.Accept(wc, t.cfg.Token, auth.PurposeData, uint32(t.self), auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit})
 	if err != nil {
+		if pend.Done() {
+			t.closeSocket(nc)
+			return
+		}
 		if wc.read == 0 && wc.err != nil && !errors.Is(wc.err, os.ErrDeadlineExceeded) && !t.isClosed() {
 			// Closed by the remote end before it sent a byte: a liveness
 			// probe of watchLoop (or a port scan). Nothing to refuse.
@@ -308,6 +317,7 @@ func (t *Transport) serveIncoming(nc net.Conn) {
 		t.refuse(nc, remote, transport.NoProc, fmt.Errorf("%w: %w", transport.ErrAuth, err))
 		return
 	}
+	t.door.Authenticated()
 	_ = nc.SetDeadline(time.Time{})
 	from := transport.Proc(id)
 	if from >= t.self {
@@ -502,18 +512,20 @@ func (t *Transport) dialOnce(id transport.Proc, addr string) (net.Conn, error) {
 }
 
 // refuse closes a connection that failed authentication or broke the
-// connection rules, and logs and counts it. It never produces PeerDown.
+// connection rules, and counts and logs it (within the admission gate's
+// log bounds: a flood costs a few lines per interval). It never produces
+// PeerDown.
 func (t *Transport) refuse(nc net.Conn, remote string, claimed transport.Proc, err error) {
 	t.closeSocket(nc)
 	if t.isClosed() {
 		return // the handshake was cut by Close
 	}
 	t.stats.handshakesRefused.Add(1)
-	attrs := []any{"remote", remote, "err", err}
+	var attrs []any
 	if claimed != transport.NoProc {
 		attrs = append(attrs, "peer", uint32(claimed))
 	}
-	t.log.Warn("tcp: connection refused", attrs...)
+	t.door.Refuse(remote, err, attrs...)
 	if t.hooks.onRefuse != nil {
 		t.hooks.onRefuse(remote, err)
 	}

@@ -25,7 +25,20 @@
 // connection that fails the handshake, that comes from a Proc that should
 // not dial this one, or that claims a Proc already connected (or already
 // down) is refused: closed, logged with its remote address, and counted in
-// Stats.HandshakesRefused. A refusal never produces PeerDown.
+// Stats.HandshakesRefused. A refusal never produces PeerDown. Refusals are
+// logged one by one only within bounds (a few per 10 s, and the first from
+// each source); the rest are summarised in one line per 10 s.
+//
+// Unauthenticated connections are bounded: every accepted connection enters
+// the process's admission gate (internal/admit), shared with the other
+// listeners of the process, which holds at most a fixed number pending in
+// all and per source address and, when full, sheds (closes) the OLDEST
+// pending one. A peer's handshake takes about a millisecond, so a flood of
+// held or churned connections cannot keep it out, nor exhaust the
+// process's file descriptors. Stats.HandshakesShed, HandshakesTimedOut and
+// HandshakesAccepted count what the gate did. The acceptor proves the token
+// only after the dialer has, so a connection is never shed after its dialer
+// saw the handshake succeed.
 //
 // When an established connection fails (EOF, reset, write error, a
 // malformed frame) or a dial gives up after DialMaxElapsed, the peer is

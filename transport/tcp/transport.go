@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
@@ -57,6 +58,7 @@ type Transport struct {
 	sockets map[net.Conn]struct{} // every open socket, so Close can cut handshakes too
 
 	stats counters
+	door  *admit.Door // admission of unauthenticated connections (admit.Shared) and refusal logs
 
 	hooks hooks
 }
@@ -100,6 +102,7 @@ func newTransport(cfg Config, hk hooks) (*Transport, error) {
 		sockets: make(map[net.Conn]struct{}),
 		hooks:   hk,
 	}
+	t.door = admit.Shared().Door("tcp", t.log, admit.LogConfig{})
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.wg.Add(1)
 	go func() {
@@ -289,7 +292,10 @@ func (t *Transport) connTo(ctx context.Context, to transport.Proc) (*conn, error
 type Stats struct {
 	FramesIn, FramesOut uint64 // frames delivered to the handler / fully written
 	BytesIn, BytesOut   uint64 // payload bytes of those frames (headers not counted)
-	HandshakesRefused   uint64 // connections refused: failed handshake, wrong or duplicate proc, failed dial handshake
+	HandshakesRefused   uint64 // connections refused: failed handshake (timeouts included), wrong or duplicate proc, failed dial handshake
+	HandshakesTimedOut  uint64 // of the refusals: those whose handshake ran out of time
+	HandshakesShed      uint64 // accepted connections closed unauthenticated to make room for newer ones (package internal/admit)
+	HandshakesAccepted  uint64 // connections accepted (each enters the admission gate)
 	Probes              uint64 // accepted connections closed by the remote end before sending a byte (liveness probes)
 	BadFrames           uint64 // malformed headers from authenticated peers (each closed the connection)
 	HandlerErrors       uint64 // frames the handler rejected with an error
@@ -300,17 +306,21 @@ type Stats struct {
 // Stats returns the current counters.
 func (t *Transport) Stats() Stats {
 	s := &t.stats
+	ad := t.door.Stats()
 	return Stats{
-		FramesIn:          s.framesIn.Load(),
-		FramesOut:         s.framesOut.Load(),
-		BytesIn:           s.bytesIn.Load(),
-		BytesOut:          s.bytesOut.Load(),
-		HandshakesRefused: s.handshakesRefused.Load(),
-		Probes:            s.probes.Load(),
-		BadFrames:         s.badFrames.Load(),
-		HandlerErrors:     s.handlerErrors.Load(),
-		PeersDown:         s.peersDown.Load(),
-		DialAttempts:      s.dialAttempts.Load(),
+		FramesIn:           s.framesIn.Load(),
+		FramesOut:          s.framesOut.Load(),
+		BytesIn:            s.bytesIn.Load(),
+		BytesOut:           s.bytesOut.Load(),
+		HandshakesRefused:  s.handshakesRefused.Load(),
+		HandshakesTimedOut: ad.TimedOut,
+		HandshakesShed:     ad.Shed,
+		HandshakesAccepted: ad.Accepted,
+		Probes:             s.probes.Load(),
+		BadFrames:          s.badFrames.Load(),
+		HandlerErrors:      s.handlerErrors.Load(),
+		PeersDown:          s.peersDown.Load(),
+		DialAttempts:       s.dialAttempts.Load(),
 	}
 }
 
@@ -334,6 +344,7 @@ func (t *Transport) Close() error {
 			_ = nc.Close()
 		}
 		t.wg.Wait()
+		t.door.Close()
 	})
 	return nil
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/procnet"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/transport/tcp"
 )
@@ -362,69 +361,13 @@ func faultHang(ctx context.Context, p *prog) int {
 
 // listenAddrs returns the TCP addresses this process listens on: the
 // runtime does not tell its data-plane address, so it is found through
-// /proc (the socket inodes among this process's descriptors, matched with
-// the listening sockets of its network namespace).
+// /proc.
 func listenAddrs() ([]string, error) {
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return nil, err
-	}
-	inodes := map[string]bool{}
-	for _, fd := range fds {
-		l, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
-		if err == nil && strings.HasPrefix(l, "socket:[") {
-			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
-		}
-	}
-	var out []string
-	for _, file := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
-		f, err := os.Open(file)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-			if len(fields) < 10 || fields[3] != "0A" || !inodes[fields[9]] {
-				continue
-			}
-			if a, ok := decodeProcAddr(fields[1]); ok {
-				out = append(out, a)
-			}
-		}
-		f.Close()
-	}
+	out := procnet.ListeningAddrs([]int{os.Getpid()})
 	if len(out) == 0 {
 		return nil, errors.New("no listening socket found in /proc/self")
 	}
 	return out, nil
-}
-
-// decodeProcAddr turns /proc/net/tcp's "0100007F:9C40" into "127.0.0.1:40000".
-func decodeProcAddr(s string) (string, bool) {
-	hostHex, portHex, ok := strings.Cut(s, ":")
-	if !ok {
-		return "", false
-	}
-	port, err := strconv.ParseUint(portHex, 16, 16)
-	if err != nil {
-		return "", false
-	}
-	raw := make([]byte, len(hostHex)/2)
-	for i := range raw {
-		b, err := strconv.ParseUint(hostHex[2*i:2*i+2], 16, 8)
-		if err != nil {
-			return "", false
-		}
-		raw[i] = byte(b)
-	}
-	// The kernel prints each 32-bit word in host (little-endian) order.
-	ip := make(net.IP, len(raw))
-	for w := 0; w+4 <= len(raw); w += 4 {
-		ip[w], ip[w+1], ip[w+2], ip[w+3] = raw[w+3], raw[w+2], raw[w+1], raw[w]
-	}
-	return net.JoinHostPort(ip.String(), strconv.Itoa(int(port))), true
 }
 
 // faultAckClose: rank 0 writes to rank 1 with a notification and waits for
