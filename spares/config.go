@@ -139,7 +139,7 @@ func DefaultConfig() Config {
 		// proposals; it never declares anyone failed.
 		HeartbeatTimeout:   150 * time.Millisecond,
 		ElectionTimeout:    150 * time.Millisecond,
-		LeaderLeaseTimeout: 100 * time.Millisecond,
+		LeaderLeaseTimeout: 50 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
 		TransportTimeout:   2 * time.Second,
 		HandshakeTimeout:   2 * time.Second,

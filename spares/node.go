@@ -55,6 +55,7 @@ type Node struct {
 	lost     chan struct{} // closed by lose: see Lost
 	lostErr  error         // set before lost is closed
 	lostOnce sync.Once
+	fo       failover
 }
 
 // NewNode starts this process's Raft node and control RPC. Every process
@@ -86,6 +87,7 @@ func NewNode(cfg Config) (_ *Node, err error) {
 		kick:     make(chan struct{}, 1),
 		lost:     make(chan struct{}),
 	}
+	n.fo.changed = make(chan struct{})
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	for _, m := range cfg.Members {
 		if m.Proc == cfg.Proc {
@@ -198,6 +200,14 @@ func NewNode(cfg Config) (_ *Node, err error) {
 	}
 	n.raft = r
 	cleanup = append(cleanup, func() { r.Shutdown().Error() })
+	obs := make(chan raft.Observation, 16)
+	r.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	}))
+	n.goFunc(func() { n.watchLeader(obs) })
+	lost := n.leaderConnLost
+	n.stream.onLost.Store(&lost)
 
 	ctlLn := cfg.CtlListener
 	if ctlLn == nil {
@@ -413,6 +423,7 @@ func promotion(st *State, self uint32) (rank int, done bool, err error) {
 // ReportFailure proposes DeclareFailed{proc, reporter, epoch}: proc was
 // confirmed failed by reporter in the view of the given epoch. See Propose.
 func (n *Node) ReportFailure(ctx context.Context, proc, reporter uint32, epoch uint64) (Result, error) {
+	n.expediteElection(proc, "the failure detector confirmed its process dead")
 	return n.Propose(ctx, DeclareFailed{Proc: proc, Reporter: reporter, Epoch: epoch})
 }
 
@@ -444,6 +455,7 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 		if n.isClosed() {
 			return Result{}, &ProposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Err: ErrClosed}
 		}
+		changed := n.leaderChanged()
 		res, err := n.proposeOnce(ctx, data, &hint, attempt)
 		if err == nil {
 			return res, nil
@@ -459,6 +471,8 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 		t := time.NewTimer(b.NextBackOff())
 		select {
 		case <-t.C:
+		case <-changed:
+			t.Stop() // a leader is known now: try it at once
 		case <-ctx.Done():
 			t.Stop()
 			return Result{}, &ProposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Cause: ctx.Err(), Err: ErrTimeout}

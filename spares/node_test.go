@@ -675,3 +675,51 @@ func TestNodeShutdownLeavesNoGoroutines(t *testing.T) {
 		t.Fatalf("%d goroutines after Shutdown, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestNodeFastFailover: when the leader's process goes away (its Raft
+// connections end and its address refuses connections), the voters stand
+// for election once the leader lease has run out instead of waiting for a
+// whole heartbeat timeout. The heartbeat timeout here is far longer than
+// the bound, so only the fast path can meet it.
+func TestNodeFastFailover(t *testing.T) {
+	const hb = 1500 * time.Millisecond
+	c := newCluster(t, 3, 1, 3, func(cfg *Config) {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = hb, hb, 50*time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), phase)
+	defer cancel()
+	old := c.leader(ctx)
+	victim := old.Proc()
+	st := old.View()
+	start := time.Now()
+	c.kill(victim)
+	nl := c.leader(ctx)
+	took := time.Since(start)
+	t.Logf("leader %d shut down; proc %d leads after %v (heartbeat timeout %v)", victim, nl.Proc(), took.Round(time.Millisecond), hb)
+	if took >= hb {
+		t.Fatalf("a new leader took %v, not less than the heartbeat timeout %v: no fast failover", took, hb)
+	}
+	expedited := 0
+	for _, n := range c.live() {
+		expedited += n.Expedites()
+	}
+	if expedited == 0 {
+		t.Fatal("no node lowered its heartbeat timeout")
+	}
+	// The timeout is restored once the new leader is known, and the
+	// membership still works: the dead leader is declared failed.
+	proposer := c.other(victim)
+	if _, err := proposer.ReportFailure(ctx, victim, proposer.Proc(), st.Epoch); err != nil {
+		t.Fatalf("ReportFailure of the old leader: %v", err)
+	}
+	c.converge(ctx, st.Epoch+1)
+	for _, n := range c.live() {
+		deadline := time.Now().Add(2 * hb)
+		for n.raft.ReloadableConfig().HeartbeatTimeout != hb {
+			if time.Now().After(deadline) {
+				t.Fatalf("proc %d: heartbeat timeout %v, not restored to %v", n.Proc(), n.raft.ReloadableConfig().HeartbeatTimeout, hb)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}

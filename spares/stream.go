@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/admit"
@@ -30,6 +33,10 @@ type authListener struct {
 	timeout time.Duration
 	log     *slog.Logger
 
+	// onLost, when set, is told the peer of an accepted connection that
+	// the far side ended (EOF or reset), not this side's Close.
+	onLost atomic.Pointer[func(peer uint32)]
+
 	conns chan *authConn
 	done  chan struct{}
 	once  sync.Once
@@ -47,13 +54,34 @@ type authListener struct {
 // when it shuts down, and their goroutines would block in Read forever.
 type authConn struct {
 	net.Conn
-	peer uint32
-	l    *authListener
-	once sync.Once
+	peer     uint32
+	l        *authListener
+	accepted bool // from Accept, not dialed by this process
+	once     sync.Once
+	closing  atomic.Bool
+	lost     atomic.Bool
+}
+
+// Read reports an accepted connection that the far side ended to the
+// listener's onLost, once.
+func (c *authConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && c.accepted && c.l != nil && !c.closing.Load() && peerEnded(err) && c.lost.CompareAndSwap(false, true) {
+		if f := c.l.onLost.Load(); f != nil {
+			(*f)(c.peer)
+		}
+	}
+	return n, err
+}
+
+// peerEnded: the error is the far side's kernel closing the connection.
+func peerEnded(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 func (c *authConn) Close() error {
 	var err error
+	c.closing.Store(true)
 	c.once.Do(func() {
 		if c.l != nil {
 			c.l.mu.Lock()
@@ -156,7 +184,7 @@ func (l *authListener) handshake(c net.Conn, pend *admit.Pending) {
 	}
 	l.door.Authenticated()
 	_ = c.SetDeadline(time.Time{})
-	ac := &authConn{Conn: c, peer: peer}
+	ac := &authConn{Conn: c, peer: peer, accepted: true}
 	if !l.track(ac) {
 		c.Close()
 		return
