@@ -685,6 +685,7 @@ func TestNodeFastFailover(t *testing.T) {
 	const hb = 1500 * time.Millisecond
 	c := newCluster(t, 3, 1, 3, func(cfg *Config) {
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = hb, hb, 50*time.Millisecond
+		cfg.CutOff = 10 * hb
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), phase)
 	defer cancel()
