@@ -102,8 +102,8 @@ type Config struct {
 	// quorum (a leader's message, or leading itself) for this long gives
 	// up with ErrCutOff (exit ExitCutOff), so that no process of the job
 	// runs forever on a host cut off from the others. Only time the
-	// process was awake counts. It must exceed what a working membership
-	// ever goes without a leader: a leader's loss (HeartbeatTimeout) and
+	// process could run counts (see contact.go). It must exceed what a
+	// working membership ever goes without a leader: a leader's loss (HeartbeatTimeout) and
 	// an election (a few ElectionTimeouts) take about a second even on a
 	// busy host, and the majority's failure detector replaces a cut-off
 	// process within a few seconds; 10s leaves a wide margin for both

@@ -18,10 +18,12 @@ import "time"
 // others; so a round of standing questions answered by a majority of the
 // voters this process knows (itself included if it votes) counts as
 // contact too: the process can reach a quorum, it is not cut off. Only
-// time the process was awake counts toward the bound: a tick that comes
-// late (the process was stopped, or starved) adds at most contactMaxStep,
-// so a process resumed after a long SIGSTOP first asks for its standing
-// instead of giving up at once.
+// time the process could run counts toward the bound: a tick of the
+// driver adds at most contactMaxStep (two tick periods), so a process
+// resumed after a long SIGSTOP first asks for its standing instead of
+// giving up at once, and on a host so starved that the driver's ticks
+// come late (where Raft and every handshake lag too) the bound stretches
+// instead of cutting off processes that are merely slow.
 
 // contactConfig is the timing of contactCore.
 type contactConfig struct {
@@ -32,11 +34,11 @@ type contactConfig struct {
 	MaxStep    time.Duration // the most one tick adds to the silence
 }
 
-// contactMaxStep caps what one late tick adds to the silence.
-const contactMaxStep = time.Second
-
 // contactTick is the driver's period.
 const contactTick = 100 * time.Millisecond
+
+// contactMaxStep caps what one (late) tick adds to the silence.
+const contactMaxStep = 2 * contactTick
 
 func contactConfigOf(c *Config) contactConfig {
 	return contactConfig{

@@ -74,7 +74,7 @@ func waitLost(t *testing.T, n *Node, d time.Duration) (error, time.Time) {
 // with ErrCutOff after Config.CutOff, while the others, who keep their
 // quorum, go on.
 func TestNodeCutOffForGood(t *testing.T) {
-	const cutOff = 2 * time.Second
+	const cutOff = 3 * time.Second
 	fc := newFaultyCluster(t, 3, 1, func(c *Config) { c.CutOff = cutOff })
 	ctx, cancel := context.WithTimeout(context.Background(), phase)
 	defer cancel()
@@ -85,7 +85,7 @@ func TestNodeCutOffForGood(t *testing.T) {
 	if !errors.As(err, &ce) || !errors.Is(err, ErrCutOff) || ExitCode(err) != ExitCutOff || ce.Proc != victim.Proc() {
 		t.Fatalf("node %d gave up with %v, want a *CutOffError (exit %d)", victim.Proc(), err, ExitCutOff)
 	}
-	if d := when.Sub(at); d < cutOff || d > cutOff+10*time.Second {
+	if d := when.Sub(at); d < cutOff || d > 3*cutOff+10*time.Second { // a starved host stretches the bound
 		t.Fatalf("cut off %v after the partition, want about %v", d, cutOff)
 	}
 	t.Logf("cut off %v after the partition: %v", when.Sub(at).Round(time.Millisecond), err)
@@ -151,7 +151,7 @@ func TestNodeReplacedWhileCutOff(t *testing.T) {
 		if !errors.Is(err, ErrDeclaredFailed) || ExitCodeOf(err) != ExitDeclaredFailed {
 			t.Fatalf("node %d gave up with %v, want ErrDeclaredFailed (exit %d)", p, err, ExitDeclaredFailed)
 		}
-		if d := when.Sub(healed); d > 10*time.Second {
+		if d := when.Sub(healed); d > cutOff/2 {
 			t.Fatalf("node %d learnt it was replaced %v after the heal, want promptly (bound %v)", p, d, cutOff)
 		}
 		t.Logf("node %d gave up %v after the heal: %v", p, when.Sub(healed).Round(time.Millisecond), err)

@@ -97,8 +97,9 @@
 // contact (Raft steps it down without a quorum), any other node while its
 // last message from a leader is at most HeartbeatTimeout old. The rule is
 // a pure state machine (contact.go, tested with fake time) driven by one
-// goroutine every 100ms; only awake time counts, so a process resumed
-// after a long SIGSTOP asks before it gives up.
+// goroutine every 100ms; a tick adds at most 200ms, so only time the
+// process could run counts: a process resumed after a long SIGSTOP asks
+// before it gives up, and on a starved host the bound stretches.
 //
 //   - After 2 × (HeartbeatTimeout + ElectionTimeout) (at least 1s) without
 //     contact the node asks, every StandingInterval, the voters it knows
