@@ -678,6 +678,13 @@ func (s *Shuffle) copyTargets(rank int) []int {
 // replicate copies the files of checkpoint state st that its holders on
 // other hosts lack, with the manifest. Collective (a session).
 func (s *Shuffle) replicate(ctx context.Context, st *state) error {
+	spans := false // some rank has a holder on another host: every rank computes the same
+	for _, src := range s.aRanks {
+		spans = spans || len(s.copyTargets(src)) > 0
+	}
+	if !spans {
+		return nil // one host: files by reference, no session
+	}
 	t0 := time.Now()
 	me := s.rank
 	p := &plan{
