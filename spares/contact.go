@@ -23,7 +23,10 @@ import "time"
 // resumed after a long SIGSTOP first asks for its standing instead of
 // giving up at once, and on a host so starved that the driver's ticks
 // come late (where Raft and every handshake lag too) the bound stretches
-// instead of cutting off processes that are merely slow.
+// instead of cutting off processes that are merely slow. Until the first
+// contact (the job's first election, which an overloaded machine can
+// drag out for seconds) the bound is startupFactor times longer, so a
+// slow start is not mistaken for a cut-off host.
 
 // contactConfig is the timing of contactCore.
 type contactConfig struct {
@@ -39,6 +42,9 @@ const contactTick = 100 * time.Millisecond
 
 // contactMaxStep caps what one (late) tick adds to the silence.
 const contactMaxStep = 2 * contactTick
+
+// startupFactor stretches the bound before the first contact.
+const startupFactor = 3
 
 func contactConfigOf(c *Config) contactConfig {
 	return contactConfig{
@@ -64,6 +70,7 @@ type contactStep struct {
 	Regained bool          // contact is back after Lost
 	Query    bool          // ask for this process's standing now; call queryDone after
 	CutOff   bool          // the bound has passed: give up (once; the core is done)
+	Bound    time.Duration // the bound in force (longer before the first contact)
 }
 
 // contactCore is the cut-off rule as a pure state machine: ticks with the
@@ -74,6 +81,7 @@ type contactCore struct {
 	last      time.Time // the previous tick; zero before the first
 	silent    time.Duration
 	lost      bool // Raft contact lost (Lost reported)
+	contacted bool // there was contact once
 	warned    bool
 	querying  bool
 	lastQuery time.Time
@@ -94,7 +102,7 @@ func (c *contactCore) tick(now time.Time, o contactObs) contactStep {
 	c.last = now
 	var s contactStep
 	if o.Leader || (!o.LastContact.IsZero() && now.Sub(o.LastContact) <= c.cfg.Fresh) {
-		c.silent = 0
+		c.silent, c.contacted = 0, true
 		if c.lost {
 			c.lost, c.warned = false, false
 			s.Regained = true
@@ -103,12 +111,16 @@ func (c *contactCore) tick(now time.Time, o contactObs) contactStep {
 	}
 	c.silent += dt
 	s.Silent = c.silent
-	if c.silent >= c.cfg.Bound {
+	s.Bound = c.cfg.Bound
+	if !c.contacted {
+		s.Bound *= startupFactor
+	}
+	if c.silent >= s.Bound {
 		c.done = true
 		s.CutOff = true
 		return s
 	}
-	if c.silent >= c.cfg.Bound/2 && !c.warned {
+	if c.silent >= s.Bound/2 && !c.warned {
 		c.warned = true
 		s.Warn = true
 	}
@@ -128,7 +140,7 @@ func (c *contactCore) tick(now time.Time, o contactObs) contactStep {
 
 // reached says that a majority of the voters answered the round under
 // way: that is contact, the silence starts again from zero.
-func (c *contactCore) reached() { c.silent = 0 }
+func (c *contactCore) reached() { c.silent, c.contacted = 0, true }
 
 // queryDone says that the round of questions the last Query started is
 // over.

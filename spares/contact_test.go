@@ -298,3 +298,40 @@ func TestContactQuorumAnswersCount(t *testing.T) {
 		t.Fatalf("warned %d times, want once", warned)
 	}
 }
+
+// Rule: before the first contact (the job's first election, slow on an
+// overloaded machine) the bound is startupFactor times longer; after a
+// first contact it is the configured one again.
+func TestContactStartupBoundIsLonger(t *testing.T) {
+	cfg := testContactConfig()
+	core := newContactCore(cfg)
+	none := func(time.Time) contactObs { return contactObs{} }
+	steps, at := run(core, t0, 2*startupFactor*cfg.Bound, none)
+	var cut time.Time
+	for i, s := range steps {
+		if s.Query {
+			core.queryDone()
+		}
+		if s.CutOff {
+			cut = at[i]
+			if s.Bound != startupFactor*cfg.Bound {
+				t.Fatalf("bound in force %v, want %v", s.Bound, startupFactor*cfg.Bound)
+			}
+		}
+	}
+	if d := cut.Sub(t0); cut.IsZero() || d < startupFactor*cfg.Bound || d > startupFactor*cfg.Bound+contactTick {
+		t.Fatalf("never in contact: cut off after %v, want %v", d, startupFactor*cfg.Bound)
+	}
+	// A process that had contact once is held to the plain bound.
+	core = newContactCore(cfg)
+	last := t0
+	steps, at = run(core, t0, 2*cfg.Bound, func(time.Time) contactObs { return contactObs{LastContact: last} })
+	for i, s := range steps {
+		if s.Query {
+			core.queryDone()
+		}
+		if s.CutOff && (at[i].Sub(t0) > cfg.Bound+contactTick || s.Bound != cfg.Bound) {
+			t.Fatalf("after a first contact: cut off at %v with bound %v, want %v", at[i].Sub(t0), s.Bound, cfg.Bound)
+		}
+	}
+}

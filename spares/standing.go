@@ -288,11 +288,11 @@ func (n *Node) watchContact() {
 		case step.CutOff:
 			st, _ := n.fsm.view()
 			leader, _ := n.Leader()
-			n.lose(&CutOffError{Proc: n.cfg.Proc, Silent: step.Silent, Bound: n.cfg.CutOff, LastContact: last, Leader: leader, Voters: slices.Clone(st.Voters)})
+			n.lose(&CutOffError{Proc: n.cfg.Proc, Silent: step.Silent, Bound: step.Bound, LastContact: last, Leader: leader, Voters: slices.Clone(st.Voters)})
 			return
 		case step.Warn:
 			n.log.Warn("spares: no contact with a membership quorum; asking the other processes whether this one was replaced, and giving up if none answers in time",
-				"silent", step.Silent.Round(time.Millisecond), "gives_up_after", n.cfg.CutOff)
+				"silent", step.Silent.Round(time.Millisecond), "gives_up_after", step.Bound)
 		case step.Lost:
 			n.log.Info("spares: no contact with the Raft leader; asking the other processes for this one's standing",
 				"silent", step.Silent.Round(time.Millisecond))
