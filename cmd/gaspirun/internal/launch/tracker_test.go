@@ -233,6 +233,7 @@ func TestTrackerFencedExitBeforeReport(t *testing.T) {
 func TestTrackerCutOffExit(t *testing.T) {
 	cut := exitInfo{Code: ExitCutOff}
 	tr := newTracker(2, 3, DeathContinue)
+	tr.onFormed()
 	expect(t, "rank 1 cut off", tr.onExit(1, cut),
 		"notice!:rank 1 (process 1) exited with code 74; the job continues (the runtime recovers the rank)")
 	expect(t, "promotion", tr.onReport(role(2, 1, 2)),
@@ -245,6 +246,7 @@ func TestTrackerCutOffExit(t *testing.T) {
 
 	// Replaced first (the spare's report came), then cut off: ignored.
 	tr = newTracker(2, 3, DeathContinue)
+	tr.onFormed()
 	tr.onReport(role(2, 1, 2))
 	expect(t, "replaced process cut off", tr.onExit(1, cut),
 		"notice:process 1 (formerly rank 1) exited with code 74 after it was replaced; ignored")
@@ -256,6 +258,7 @@ func TestTrackerCutOffExit(t *testing.T) {
 
 	// Nobody takes over: the job fails with 74.
 	tr = newTracker(2, 3, DeathContinue)
+	tr.onFormed()
 	tr.onExit(1, cut)
 	tr.onExit(0, ok)
 	expect(t, "the idle spare cut off too", tr.onExit(2, cut),
@@ -266,6 +269,7 @@ func TestTrackerCutOffExit(t *testing.T) {
 	}
 
 	tr = newTracker(2, 2, DeathAbort)
+	tr.onFormed()
 	expect(t, "cut off without spares", tr.onExit(1, cut),
 		"notice!:rank 1 (process 1) exited with code 74; stopping the other 1 process", "teardown")
 	if tr.code != ExitCutOff {
