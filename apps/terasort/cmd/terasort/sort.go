@@ -259,18 +259,31 @@ func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil // a spare the job did not need
 	}
 	defer rt.Close()
-	if rt.Rank() == 0 && !rt.StartedAsSpare() {
-		// Before any rank writes to --out: the others write there only
-		// after collectives rank 0 joins once this is done.
-		remove, err := terasort.PlanOutput(f.out, f.in, f.replace)
-		if err != nil {
-			return &exitError{code: 2, msg: err.Error()}
+	if !rt.StartedAsSpare() {
+		// Before any rank writes to --out: rank 0 checks it, and every
+		// rank learns the verdict from one agreement, so that a refused
+		// directory ends every rank with the same usage error.
+		var refused error
+		verdict := []int64{0}
+		if rt.Rank() == 0 {
+			remove, err := terasort.PlanOutput(f.out, f.in, f.replace)
+			if err == nil {
+				err = terasort.RemoveOutput(remove)
+				if err == nil && len(remove) > 0 {
+					fmt.Fprintf(stdout, "sort: --replace: removed %d entries of a previous sort from %s\n", len(remove), f.out)
+				}
+			}
+			if err != nil {
+				refused, verdict[0] = err, 1
+			}
 		}
-		if err := terasort.RemoveOutput(remove); err != nil {
-			return err
+		// A failure during the agreement is left to the job's own
+		// recovery below; the verdict is only known when it completes.
+		if err := pgas.Allreduce(ctx, rt, nil, verdict, pgas.OpMax); err == nil && verdict[0] != 0 && refused == nil {
+			refused = fmt.Errorf("rank 0 refused --out %s (its message says why)", f.out)
 		}
-		if len(remove) > 0 {
-			fmt.Fprintf(stdout, "sort: --replace: removed %d entries of a previous sort from %s\n", len(remove), f.out)
+		if refused != nil {
+			return &exitError{code: 2, msg: refused.Error()}
 		}
 	}
 	if err := os.MkdirAll(f.out, 0o700); err != nil {

@@ -241,9 +241,16 @@ func TestRemoteExecLifelines(t *testing.T) {
 	t.Run("no such program", func(t *testing.T) {
 		h := header("child", 0)
 		h.Program = "/nonexistent/prog"
-		_, lines, errs, _ := remoteExec(t, h, "")
+		_, lines, errs, done := remoteExec(t, h, "")
 		if l := nextLine(t, lines); l != statusMark+"n1 exit 127" {
 			t.Fatalf("status %q", l)
+		}
+		// The status line can arrive before the message on stderr has
+		// been copied: read stderr once the remote side has ended.
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the remote side did not end")
 		}
 		if !strings.Contains(errs.String(), "gaspirun --remote-exec on h1: cannot start process 1") {
 			t.Errorf("stderr %q", errs)
