@@ -282,10 +282,13 @@ func (s *Shuffle) session(ctx context.Context, p *plan) (int64, int, error) {
 	var sentFiles int
 	var sendErr error
 	sendDone := make(chan struct{})
+	// The sender reads its own copies: receive clears its entries of acks
+	// as the acknowledgements arrive.
+	sendCredits, sendAcks := maps.Clone(credits), maps.Clone(acks)
 	go func() { // owned by session, which waits for sendDone
 		defer close(sendDone)
 		for _, d := range slices.Sorted(maps.Keys(p.out)) {
-			b, f, err := s.sendTo(sctx, p, d, credits[d], acks[d])
+			b, f, err := s.sendTo(sctx, p, d, sendCredits[d], sendAcks[d])
 			sentBytes += b
 			sentFiles += f
 			if err != nil {

@@ -3,6 +3,7 @@ package admit
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -167,7 +168,13 @@ func (d *Door) Refuse(remote string, err error, attrs ...any) {
 		d.stop = d.after(d.cfg.Interval, d.summary)
 	}
 	d.mu.Unlock()
-	if log {
+	switch {
+	case log && errors.Is(err, io.EOF):
+		// Connected and closed without a word: a port probe (a peer
+		// checking that a process still listens, a health check), not a
+		// handshake that failed. Counted, and logged only for debugging.
+		d.log.Debug(d.name+": connection closed before its hello", append([]any{"remote", remote, "err", err}, attrs...)...)
+	case log:
 		d.log.Warn(d.name+": connection refused", append([]any{"remote", remote, "err", err}, attrs...)...)
 	}
 }
