@@ -41,7 +41,7 @@ const (
 
 // The job: 4 ranks and 2 spares on three hosts of 2 slots.
 var (
-	workload = []string{"--generate", "100000", "--dim", "8", "--k", "16", "--max-iter", "30", "--ckpt-every", "5"}
+	workload = []string{"--generate", "100000", "--dim", "8", "--k", "16", "--max-iter", "60", "--ckpt-every", "5"}
 	hostfile = "# three simulated hosts\nnode1 slots=2\nnode2 slots=2\nnode3 slots=2\n"
 )
 

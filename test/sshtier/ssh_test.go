@@ -47,6 +47,13 @@ func TestSSHHostCrash(t *testing.T) {
 	if hits := proctest.ArgvsWith(token); len(hits) > 0 {
 		t.Errorf("the job token is in argvs:\n%s", strings.Join(hits, "\n"))
 	}
+	// Crash node2 at once (the job runs for well under a second more);
+	// the files are searched for the token afterwards.
+	killed, err := s.c.Crash(s.c.Host(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("crashed node2: killed %d processes", len(killed))
 	roots := []string{s.dir, os.TempDir()}
 	for _, h := range s.c.Hosts() {
 		roots = append(roots, h.Dir())
@@ -57,11 +64,6 @@ func TestSSHHostCrash(t *testing.T) {
 		}
 	}
 
-	killed, err := s.c.Crash(s.c.Host(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("crashed node2: killed %d processes", len(killed))
 	code := r.wait(t)
 	out := r.output()
 	if code != 0 {
