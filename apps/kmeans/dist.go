@@ -273,6 +273,14 @@ func (j *Job) load() error {
 	}
 	var err error
 	j.own = j.rt.Rank()
+	if j.own < 0 {
+		// A spare promoted and replaced again before it got going (its
+		// host was cut off in between): it is fenced, not a bad input.
+		if j.rt.Fenced() {
+			return fmt.Errorf("kmeans: this process holds no rank: %w", pgas.ErrFenced)
+		}
+		return errors.New("kmeans: this process holds no rank")
+	}
 	j.lo, j.hi, j.shard, err = j.loadShard(j.own)
 	j.owner = make([]int, j.rt.Size())
 	for s := range j.owner {

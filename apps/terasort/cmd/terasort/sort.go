@@ -259,6 +259,10 @@ func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil // a spare the job did not need
 	}
 	defer rt.Close()
+	if rt.Rank() < 0 && rt.Fenced() {
+		// A spare promoted and replaced again before it got going.
+		return &exitError{code: spares.ExitCodeOf(pgas.ErrFenced), msg: "this process was replaced before it started: " + pgas.ErrFenced.Error()}
+	}
 	if !rt.StartedAsSpare() {
 		// Before any rank writes to --out: rank 0 checks it, and every
 		// rank learns the verdict from one agreement, so that a refused
