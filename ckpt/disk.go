@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/durable"
 	"github.com/gaspigo/gaspigo/pgas"
 )
 
@@ -214,7 +215,7 @@ func (c *Checkpointer) writeSnap(j diskJob) (int64, uint32, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, 0, err
 	}
-	if err := syncDir(c.cfg.Dir); err != nil {
+	if err := durable.Sync(c.cfg.Dir); err != nil {
 		return 0, 0, err
 	}
 	final := filepath.Join(dir, rankFileName(rank))
@@ -251,7 +252,7 @@ func (c *Checkpointer) writeSnap(j diskJob) (int64, uint32, error) {
 		err = os.Rename(tmp, final)
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = durable.Sync(dir)
 	}
 	if err != nil {
 		os.Remove(tmp)
@@ -273,18 +274,6 @@ func encodeTrailer(payload []byte) []byte {
 	binary.LittleEndian.PutUint32(t[4*nch+8:], crc32c(t[:4*nch]))
 	copy(t[4*nch+12:], trailerMagic[:])
 	return t
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // report tells rank 0 that this rank's file for j.id is durable: a record
@@ -435,7 +424,7 @@ func writeManifest(dir string, m *manifest) error {
 		err = os.Rename(tmp, filepath.Join(dir, manifestName))
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = durable.Sync(dir)
 	}
 	return err
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/gaspigo/gaspigo/internal/durable"
 )
 
 // The output directory of terasort sort holds one part file per rank and,
@@ -67,7 +69,7 @@ func WriteSuccess(dir string, parts int, total Summary) error {
 		if err != nil {
 			return err
 		}
-		if err := syncPath(p); err != nil {
+		if err := durable.Sync(p); err != nil {
 			return fmt.Errorf("terasort: sync %s: %w", p, err)
 		}
 		m.Parts = append(m.Parts, SuccessPart{Name: filepath.Base(p), Records: n})
@@ -96,25 +98,12 @@ func WriteSuccess(dir string, parts int, total Summary) error {
 		err = os.Rename(tmp, filepath.Join(dir, SuccessName))
 	}
 	if err == nil {
-		err = syncPath(dir)
+		err = durable.Sync(dir)
 	}
 	if err != nil {
 		return fmt.Errorf("terasort: write %s: %w", filepath.Join(dir, SuccessName), err)
 	}
 	return nil
-}
-
-// syncPath fsyncs a file or directory.
-func syncPath(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // ReadSuccess reads dir's marker and returns it with the paths of the
