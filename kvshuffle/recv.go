@@ -527,6 +527,7 @@ func (a *aside) run(ctx context.Context, t *task) error {
 func (a *aside) spillDir() (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.s.waitIfDiskLost(&a.mu)
 	if a.dir != "" {
 		if _, err := os.Stat(a.dir); err != nil {
 			a.dir = "" // removed under us (a cleaner, a lost disk): make another

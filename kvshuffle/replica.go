@@ -106,9 +106,11 @@ func (rs *replicaStore) has(k fileKey) (string, bool) {
 }
 
 // ensureDir returns the store's directory under spillDir, creating it.
-func (rs *replicaStore) ensureDir(spillDir string, rank int) (string, error) {
+func (rs *replicaStore) ensureDir(s *Shuffle, rank int) (string, error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	s.waitIfDiskLost(&rs.mu)
+	spillDir := s.cfg.SpillDir
 	if rs.dir != "" {
 		if _, err := os.Stat(rs.dir); err != nil {
 			rs.dir = ""
@@ -723,7 +725,7 @@ func (s *Shuffle) replicate(ctx context.Context, st *state) error {
 		if _, ok := s.copies.has(k); ok {
 			return "", nil
 		}
-		return s.copies.ensureDir(s.cfg.SpillDir, me)
+		return s.copies.ensureDir(s, me)
 	}
 	p.done = func(src int, k fileKey, path string) {
 		final := filepath.Join(filepath.Dir(path), k.name())

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -49,6 +51,11 @@ type Shuffle struct {
 	keep   atomic.Uint64 // the last Release
 
 	bad atomic.Bool // set with err, so that usable is one load when all is well
+
+	// diskLost is closed by LoseSpillDir: every later creation in the
+	// spill directory waits for ever, as I/O to a lost disk hangs.
+	diskLost     chan struct{}
+	diskLostOnce sync.Once
 
 	mu      sync.Mutex // guards the fields below
 	cancel  context.CancelFunc
@@ -141,20 +148,21 @@ func New(ctx context.Context, rt *pgas.Runtime, cfg Config) (*Shuffle, error) {
 	}
 	rank := rt.Rank()
 	s := &Shuffle{
-		rt:     rt,
-		cfg:    cfg,
-		log:    cfg.Logger,
-		rank:   rank,
-		ord:    order{cmp: cfg.Compare, bytewise: cfg.Compare == nil},
-		part:   cfg.Partition,
-		oRanks: oRanks,
-		aRanks: aRanks,
-		oIdx:   slices.Index(oRanks, rank),
-		aIdx:   slices.Index(aRanks, rank),
-		failed: make(chan struct{}),
-		closed: make(chan struct{}),
-		sent:   make(map[int]map[fileKey]bool),
-		copies: newReplicaStore(),
+		rt:       rt,
+		cfg:      cfg,
+		log:      cfg.Logger,
+		rank:     rank,
+		ord:      order{cmp: cfg.Compare, bytewise: cfg.Compare == nil},
+		part:     cfg.Partition,
+		oRanks:   oRanks,
+		aRanks:   aRanks,
+		oIdx:     slices.Index(oRanks, rank),
+		aIdx:     slices.Index(aRanks, rank),
+		failed:   make(chan struct{}),
+		closed:   make(chan struct{}),
+		sent:     make(map[int]map[fileKey]bool),
+		copies:   newReplicaStore(),
+		diskLost: make(chan struct{}),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -483,5 +491,48 @@ func maxInto(a *atomic.Int64, v int64) {
 		if v <= cur || a.CompareAndSwap(cur, v) {
 			return
 		}
+	}
+}
+
+// LoseSpillDir is for failure injection: it removes this rank's spill
+// directory (Config.SpillDir) as the loss of its host's disk would, and
+// from then on every spill, merge or copy that would create a file there
+// waits for ever, as I/O to a lost disk hangs, so that nothing of this
+// rank brings the directory back. The caller must end the process next
+// (the injection SIGKILLs it); the shuffle is unusable after the call.
+func (s *Shuffle) LoseSpillDir() error {
+	if s.cfg.SpillDir == "" {
+		return fmt.Errorf("kvshuffle: no SpillDir to lose: %w", ErrState)
+	}
+	s.diskLostOnce.Do(func() { close(s.diskLost) })
+	// Wait out a creation in progress: each holds its lock while it makes
+	// a directory, and every later one sees diskLost first.
+	if s.a != nil {
+		s.a.mu.Lock()
+		s.a.mu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+	}
+	s.copies.mu.Lock()
+	s.copies.mu.Unlock() //nolint:staticcheck // as above
+	// A merge that had its directory before the barrier may still create a
+	// file in it while RemoveAll runs: remove until the directory is gone.
+	var err error
+	for range 100 {
+		if err = os.RemoveAll(s.cfg.SpillDir); err == nil {
+			if _, serr := os.Lstat(s.cfg.SpillDir); errors.Is(serr, fs.ErrNotExist) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("kvshuffle: spill directory %s still there after 100 removals: %v", s.cfg.SpillDir, err)
+}
+
+// waitIfDiskLost never returns once LoseSpillDir was called: it unlocks
+// mu, which the caller holds, and blocks, as I/O to a lost disk would.
+func (s *Shuffle) waitIfDiskLost(mu *sync.Mutex) {
+	select {
+	case <-s.diskLost:
+		mu.Unlock()
+		select {}
+	default:
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // spillConfig makes a budget far below the data: 4 KiB frames, 64 KiB per
@@ -123,4 +124,40 @@ func TestSpillCorruption(t *testing.T) {
 			t.Fatalf("Recv over a damaged spill file: %v, want ErrCorrupt", err)
 		}
 	})
+}
+
+// Rule (lost disk): after LoseSpillDir the spill directory is gone and no
+// later spill or copy of the rank brings it back: they wait, as I/O to a
+// lost disk hangs, until the injection's SIGKILL ends the process.
+func TestLoseSpillDirStaysLost(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "host1")
+	s := &Shuffle{cfg: Config{SpillDir: dir}, copies: newReplicaStore(), diskLost: make(chan struct{})}
+	s.a = &aside{s: s}
+	spill, err := s.a.spillDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(spill, "run-1.kvs"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.copies.ensureDir(s, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LoseSpillDir(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("spill directory after LoseSpillDir: %v, want it gone", err)
+	}
+	returned := make(chan string, 2)
+	go func() { s.a.spillDir(); returned <- "spillDir" }()
+	go func() { s.copies.ensureDir(s, 0); returned <- "ensureDir" }()
+	select {
+	case who := <-returned:
+		t.Fatalf("%s returned after the disk was lost", who)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("spill directory is back: %v", err)
+	}
 }

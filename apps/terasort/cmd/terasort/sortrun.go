@@ -216,8 +216,10 @@ func (j *sortJob) attempt(ctx context.Context, tmp string) (terasort.Summary, er
 			}
 			if i == j.killAt {
 				if j.f.inject.diskLost {
+					if err := j.sh.LoseSpillDir(); err != nil {
+						return fmt.Errorf("inject: %w", err)
+					}
 					fmt.Fprintf(j.out, "inject: rank %d's spill directory %s removed (its host's disk is lost)\n", j.rt.Rank(), j.cfg.SpillDir)
-					os.RemoveAll(j.cfg.SpillDir)
 				}
 				fmt.Fprintf(j.out, "inject: SIGKILL rank %d (pid %d) after %d of its %d records\n", j.rt.Rank(), os.Getpid(), i, j.mine)
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
