@@ -343,25 +343,31 @@ func (r *run) output() string {
 	return b.String()
 }
 
-// Baseline: the failure-free answer, from a local run of the same job.
+// baseline caches the failure-free answer of each workload.
 var baseline struct {
 	mu  sync.Mutex
-	ans string
+	ans map[string]string
 }
 
-func reference(t *testing.T) string {
+// reference returns the failure-free answer of the K-means arguments
+// kmArgs, run once under the local launcher.
+func reference(t *testing.T, kmArgs []string) string {
 	t.Helper()
 	baseline.mu.Lock()
 	defer baseline.mu.Unlock()
-	if baseline.ans == "" {
-		r := gaspirun(t, []string{"-n", "4", "--spares", "2", "--launcher", "local", "--timeout", "3m"}, workload)
+	key := strings.Join(kmArgs, " ")
+	if baseline.ans[key] == "" {
+		r := gaspirun(t, []string{"-n", "4", "--spares", "2", "--launcher", "local", "--timeout", "3m"}, kmArgs)
 		if code := r.wait(t); code != 0 || r.final() == "" {
 			t.Fatalf("the local failure-free job: exit %d, answer %q:\n%s", code, r.final(), r.output())
 		}
-		baseline.ans = r.final()
-		t.Logf("failure-free reference: %s", baseline.ans)
+		if baseline.ans == nil {
+			baseline.ans = map[string]string{}
+		}
+		baseline.ans[key] = r.final()
+		t.Logf("failure-free reference: %s", r.final())
 	}
-	return baseline.ans
+	return baseline.ans[key]
 }
 
 // jobProcs lists the processes of the job (kmeans, gaspirun

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,7 +27,7 @@ func (s *sshHosts) launch(t *testing.T, kmArgs []string) *run {
 // 0 and the failure-free answer, leaving nothing behind anywhere.
 func TestSSHHostCrash(t *testing.T) {
 	require(t)
-	ref := reference(t)
+	ref := reference(t, workload)
 	s := newSSHHosts(t)
 	since := time.Now().Add(-time.Second)
 	r := s.launch(t, workload)
@@ -92,7 +94,7 @@ func TestSSHHostCrash(t *testing.T) {
 // remote side's missing pings).
 func TestSSHHostCutOff(t *testing.T) {
 	require(t)
-	ref := reference(t)
+	ref := reference(t, workload)
 	s := newSSHHosts(t)
 	r := s.launch(t, workload)
 	r.waitIter(t, 10)
@@ -115,6 +117,87 @@ func TestSSHHostCutOff(t *testing.T) {
 	t.Logf("gaspirun's last lines:\n%s\nnode2 clean %v after gaspirun's exit", lastLines(out, 4), time.Since(ended).Round(time.Millisecond))
 }
 
+// TestSSHRendezvousHostCrash: node1, which runs process 0 (rank 0) and
+// rank 1, is SIGKILLed with its sshd after iteration 10. The spares on
+// node3 take ranks 0 and 1, the new rank 0 prints the answer, and the job
+// ends with exit 0 and the failure-free answer, nothing left anywhere.
+func TestSSHRendezvousHostCrash(t *testing.T) {
+	require(t)
+	ref := reference(t, workload)
+	s := newSSHHosts(t)
+	r := s.launch(t, workload)
+	r.waitIter(t, 10)
+	if _, err := s.c.Crash(s.c.Host(0)); err != nil {
+		t.Fatal(err)
+	}
+	out := s.recovered(t, r, ref, 0, 1)
+	for _, p := range []int{0, 1} {
+		if lost := fmt.Sprintf("process %d on node1", p); !strings.Contains(out, lost) {
+			t.Errorf("no loss of %s reported:\n%s", lost, out)
+		}
+	}
+	s.waitHostsClean(t)
+}
+
+// TestSSHHostCutAndHealed: node2 (ranks 2 and 3) drops off the network
+// silently for 4 s after iteration 10, then comes back. The spares took
+// its ranks meanwhile; on healing node2's processes learn it and end by
+// themselves as fenced (77) or cut off (74), which gaspirun counts as no
+// failure: the job exits 0 with the failure-free answer.
+func TestSSHHostCutAndHealed(t *testing.T) {
+	require(t)
+	// Long enough that node2's processes end before the job does.
+	long := withMaxIter(workload, 5000)
+	ref := reference(t, long)
+	s := newSSHHosts(t)
+	r := s.launch(t, long)
+	r.waitIter(t, 10)
+	node2 := s.c.Host(1)
+	if err := s.c.Cut(node2, simhost.Silent); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second) // the scenario: a partition this long
+	if err := s.c.Heal(node2); err != nil {
+		t.Fatal(err)
+	}
+	out := s.recovered(t, r, ref, 2, 3)
+	if !strings.Contains(out, "4 exited 0, 2 exited with code 77;") {
+		t.Errorf("node2's processes did not end by themselves as fenced before the job's end:\n%s", lastLines(out, 4))
+	}
+	ended := time.Now()
+	s.waitHostsClean(t)
+	t.Logf("gaspirun's last lines:\n%s\nnode2 clean %v after gaspirun's exit", lastLines(r.output(), 4), time.Since(ended).Round(time.Millisecond))
+}
+
+// recovered waits for gaspirun and checks a recovered job's end: exit 0,
+// the failure-free answer ref, and a promotion for each of ranks. It
+// returns gaspirun's output.
+func (s *sshHosts) recovered(t *testing.T, r *run, ref string, ranks ...int) string {
+	t.Helper()
+	code := r.wait(t)
+	out := r.output()
+	if code != 0 {
+		t.Fatalf("gaspirun exited %d, want 0:\n%s", code, out)
+	}
+	if got := r.final(); got != ref {
+		t.Fatalf("answer %q, want the failure-free %q:\n%s", got, ref, out)
+	}
+	for _, rank := range ranks {
+		if !strings.Contains(out, fmt.Sprintf("now holds rank %d", rank)) {
+			t.Errorf("no promotion to rank %d reported:\n%s", rank, out)
+		}
+	}
+	return out
+}
+
+// withMaxIter is kmArgs with --max-iter n.
+func withMaxIter(kmArgs []string, n int) []string {
+	out := slices.Clone(kmArgs)
+	i := slices.Index(out, "--max-iter")
+	out[i+1] = strconv.Itoa(n)
+	return out
+}
+
 // lastLines is the last n lines of s.
 func lastLines(s string, n int) string {
 	l := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
@@ -128,13 +211,7 @@ func lastLines(s string, n int) string {
 func TestSSHDroppedConnectionAndInterrupt(t *testing.T) {
 	require(t)
 	s := newSSHHosts(t)
-	endless := append([]string{}, workload...)
-	for i, a := range endless {
-		if a == "--max-iter" {
-			endless[i+1] = "1000000"
-		}
-	}
-	r := s.launch(t, endless)
+	r := s.launch(t, withMaxIter(workload, 1000000))
 	r.waitIter(t, 5)
 	victims := sshClientsTo(r.cmd.Process.Pid, "node2")
 	if len(victims) != 2 {
