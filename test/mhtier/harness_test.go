@@ -50,15 +50,16 @@ var (
 )
 
 var bins struct {
-	kmeans, terasort string
-	err              error
+	kmeans, terasort, gaspibench string
+	err                          error
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(proctest.Main(m, "mhtier", raceEnabled, []string{"./apps/kmeans/cmd/kmeans", "./apps/terasort/cmd/terasort"}, func(dir string, skip error) {
+	os.Exit(proctest.Main(m, "mhtier", raceEnabled, []string{"./apps/kmeans/cmd/kmeans", "./apps/terasort/cmd/terasort", "./cmd/gaspibench"}, func(dir string, skip error) {
 		bins.err = skip
 		bins.kmeans = filepath.Join(dir, "kmeans")
 		bins.terasort = filepath.Join(dir, "terasort")
+		bins.gaspibench = filepath.Join(dir, "gaspibench")
 	}))
 }
 

@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/bootstrap"
 	"github.com/gaspigo/gaspigo/pgas"
 )
 
@@ -41,21 +41,15 @@ const (
 func setupRaw(ctx context.Context, rt *pgas.Runtime, pair *pgas.Group, maxMsg int64) (*rawLink, error) {
 	me := rt.Rank()
 	var msg [rawExchange]byte
-	var ln *net.TCPListener
+	var ln net.Listener
 	var nonce [rawNonce]byte
 	if me == 1 {
-		host, adv := "127.0.0.1", "127.0.0.1"
-		if rt.Host(0) != rt.Host(1) {
-			host, adv = "", advertiseHost()
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		l, addr, err := listenRaw(rt)
 		if err != nil {
 			return nil, fmt.Errorf("%w: listen: %v", ErrRaw, err)
 		}
-		ln = l.(*net.TCPListener)
+		ln = l
 		defer ln.Close()
-		_, port, _ := net.SplitHostPort(ln.Addr().String())
-		addr := net.JoinHostPort(adv, port)
 		if len(addr) > rawExchange-rawNonce-1 {
 			return nil, fmt.Errorf("%w: listener address %q too long", ErrRaw, addr)
 		}
@@ -101,15 +95,35 @@ func setupRaw(ctx context.Context, rt *pgas.Runtime, pair *pgas.Group, maxMsg in
 	return l, nil
 }
 
+// listenRaw binds rank 1's listener and returns it with the address rank
+// 0 dials: on loopback when both ranks share a host, else on the address
+// the runtime's own listeners are advertised with (PGAS_ADVERTISE_HOST,
+// or this host's route to the rendezvous), which rank 0's host reaches.
+func listenRaw(rt *pgas.Runtime) (net.Listener, string, error) {
+	if rt.Host(0) == rt.Host(1) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, "", err
+		}
+		return ln, ln.Addr().String(), nil
+	}
+	env, err := bootstrap.FromEnv()
+	if err != nil {
+		return nil, "", err
+	}
+	return pgas.Listen(env)
+}
+
 // acceptRank0 accepts connections until one presents the nonce, within
 // the ctx (deadline or cancellation) and at most a minute.
-func acceptRank0(ctx context.Context, ln *net.TCPListener, nonce []byte) (net.Conn, error) {
+func acceptRank0(ctx context.Context, ln net.Listener, nonce []byte) (net.Conn, error) {
 	deadline := time.Now().Add(time.Minute)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	_ = ln.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { ln.Close() }) // a cancelled run stops waiting
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { ln.Close() }) // a cancelled or late run stops waiting
 	defer stop()
 	for {
 		c, err := ln.Accept()
@@ -125,17 +139,6 @@ func acceptRank0(ctx context.Context, ln *net.TCPListener, nonce []byte) (net.Co
 		_ = c.SetReadDeadline(time.Time{})
 		return c, nil
 	}
-}
-
-// advertiseHost is the name other hosts reach this one by.
-func advertiseHost() string {
-	if h := os.Getenv("PGAS_ADVERTISE_HOST"); h != "" {
-		return h
-	}
-	if h, err := os.Hostname(); err == nil {
-		return h
-	}
-	return "localhost"
 }
 
 func (l *rawLink) close() {
