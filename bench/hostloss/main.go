@@ -35,9 +35,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gaspigo/gaspigo/bench/internal/benchutil"
 	"github.com/gaspigo/gaspigo/internal/mhjob"
 	"github.com/gaspigo/gaspigo/internal/proctest"
 	"github.com/gaspigo/gaspigo/internal/simhost"
+	"github.com/gaspigo/gaspigo/internal/stats"
 )
 
 var (
@@ -69,15 +71,7 @@ func main() {
 	flag.DurationVar(&o.wait, "wait", 60*time.Second, "how long after a cut its processes may take to exit before they count as never")
 	flag.BoolVar(&o.verbose, "v", false, "print every run")
 	flag.Parse()
-	if reason := simhost.Unavailable(); reason != "" {
-		fmt.Fprintln(os.Stderr, "hostloss:", reason)
-		os.Exit(1)
-	}
-	dir, cleanup, err := proctest.Build("hostloss", false, "./apps/kmeans/cmd/kmeans")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "hostloss:", err)
-		os.Exit(1)
-	}
+	dir, cleanup := benchutil.HostsAndBinaries("hostloss", "./apps/kmeans/cmd/kmeans")
 	defer cleanup()
 	bin := dir + "/kmeans"
 	code := 0
@@ -158,7 +152,7 @@ func (r *run) iterTime(t time.Time) time.Duration {
 		}
 		prev = l.Time
 	}
-	return time.Duration(pct(d, 50))
+	return time.Duration(stats.Percentile(d, 50))
 }
 
 // nextIter waits for the first iteration completed after the first
@@ -188,7 +182,7 @@ func (r *run) finish() error {
 }
 
 func loss(o options, bin string) error {
-	load := loadAvg()
+	load := proctest.LoadAvg()
 	var rec, iter []float64
 	for i := range o.runs {
 		r, err := start(o, bin)
@@ -214,15 +208,15 @@ func loss(o options, bin string) error {
 			fmt.Printf("loss run %2d: crash -> next iteration %v (iteration time %v)\n", i+1, d.Round(time.Millisecond), it.Round(time.Microsecond))
 		}
 	}
-	it := pct(iter, 50)
+	it := stats.Percentile(iter, 50)
 	fmt.Printf("host loss (node2 SIGKILLed: rank 2 + idle spare), %d runs, %d points, k=%d, load %s:\n", o.runs, o.points, o.k, load)
 	fmt.Printf("  crash -> next completed iteration: median %v, p99 %v; iteration time median %v; ratio median/iteration %.0fx\n",
-		ms(pct(rec, 50)), ms(pct(rec, 99)), ms(it), pct(rec, 50)/it)
+		ms(stats.Percentile(rec, 50)), ms(stats.Percentile(rec, 99)), ms(it), stats.Percentile(rec, 50)/it)
 	return nil
 }
 
 func cutoff(o options, bin string) error {
-	load := loadAvg()
+	load := proctest.LoadAvg()
 	var exits, next []float64
 	never := 0
 	codes := map[string]int{}
@@ -272,10 +266,10 @@ func cutoff(o options, bin string) error {
 		}
 	}
 	fmt.Printf("host cut off for good (node2 detached from the bridge), %d runs, %d points, k=%d, load %s:\n", o.runs, o.points, o.k, load)
-	fmt.Printf("  cut -> next completed iteration of the others: median %v, p99 %v\n", ms(pct(next, 50)), ms(pct(next, 99)))
+	fmt.Printf("  cut -> next completed iteration of the others: median %v, p99 %v\n", ms(stats.Percentile(next, 50)), ms(stats.Percentile(next, 99)))
 	if len(exits) > 0 {
 		fmt.Printf("  cut -> exit of the cut-off processes: median %v, max %v (%d of %d processes)\n",
-			ms(pct(exits, 50)), ms(slices.Max(exits)), len(exits), len(exits)+never)
+			ms(stats.Percentile(exits, 50)), ms(slices.Max(exits)), len(exits), len(exits)+never)
 	}
 	keys := make([]string, 0, len(codes))
 	for k := range codes {
@@ -290,17 +284,6 @@ func cutoff(o options, bin string) error {
 	return nil
 }
 
-// pct is the p-th percentile (nearest rank) of xs, 0 when empty.
-func pct(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(p/100*float64(len(s))+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
-}
-
 func ms(ns float64) time.Duration { return time.Duration(ns).Round(time.Millisecond) }
 
 func tail(lines []string, n int) []string {
@@ -308,16 +291,4 @@ func tail(lines []string, n int) []string {
 		return lines[len(lines)-n:]
 	}
 	return lines
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

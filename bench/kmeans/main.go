@@ -40,7 +40,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/gaspigo/gaspigo/internal/proctest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +51,8 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/apps/kmeans"
+	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/stats"
 )
 
 type options struct {
@@ -346,9 +347,9 @@ func (b *bench) overhead() error {
 		return fmt.Errorf("the runs with and without checkpoints ended with different centroids: %v", sums)
 	}
 	fmt.Printf("median loop: ckpt10 %.3f s, ckpt0 %.3f s; ratio of medians %.3f; median of paired ratios %.3f (min %.3f, max %.3f); overhead target < 1.02; load after %s\n",
-		median(on), median(off), median(on)/median(off), median(ratios), slices.Min(ratios), slices.Max(ratios), proctest.LoadAvg())
-	fmt.Printf("CPU time of the whole job (all processes, start-up and data generation included): median of paired ratios %.3f (min %.3f, max %.3f)\n", median(cpuRatios), slices.Min(cpuRatios), slices.Max(cpuRatios))
-	fmt.Printf("rank 0's time in checkpoint Start and Commit (the critical path), share of its run: median %.2f%% (min %.2f%%, max %.2f%%)\n", median(shares), slices.Min(shares), slices.Max(shares))
+		stats.Median(on), stats.Median(off), stats.Median(on)/stats.Median(off), stats.Median(ratios), slices.Min(ratios), slices.Max(ratios), proctest.LoadAvg())
+	fmt.Printf("CPU time of the whole job (all processes, start-up and data generation included): median of paired ratios %.3f (min %.3f, max %.3f)\n", stats.Median(cpuRatios), slices.Min(cpuRatios), slices.Max(cpuRatios))
+	fmt.Printf("rank 0's time in checkpoint Start and Commit (the critical path), share of its run: median %.2f%% (min %.2f%%, max %.2f%%)\n", stats.Median(shares), slices.Min(shares), slices.Max(shares))
 	fmt.Printf("every run ended with the same centroids: %s\n", sums[0])
 	return nil
 }
@@ -391,7 +392,7 @@ func (b *bench) recovery() error {
 		}
 		lk, _ := jk.loop()
 		lf, _ := jf.loop()
-		pi := median(durations(jf.perIter()))
+		pi := stats.Median(durations(jf.perIter()))
 		noticed = append(noticed, rec.noticed.Seconds())
 		view = append(view, rec.view.Seconds())
 		restored = append(restored, rec.restored.Seconds())
@@ -406,7 +407,7 @@ func (b *bench) recovery() error {
 		return fmt.Errorf("recovered and failure-free runs ended with different centroids: %v", sums)
 	}
 	fmt.Printf("median (ms), from the SIGKILL: rank 0 noticed %s, new view in force %s, checkpoint restored %s, next iteration completed %s (target < 1000), back at iteration %d %s; loop time lost against the failure-free run %s; failure-free time per iteration %s; load after %s\n",
-		ms(median(noticed)), ms(median(view)), ms(median(restored)), ms(median(next)), killAt+1, ms(median(caught)), ms(median(lost)), ms(median(per)), proctest.LoadAvg())
+		ms(stats.Median(noticed)), ms(stats.Median(view)), ms(stats.Median(restored)), ms(stats.Median(next)), killAt+1, ms(stats.Median(caught)), ms(stats.Median(lost)), ms(stats.Median(per)), proctest.LoadAvg())
 	return nil
 }
 
@@ -517,7 +518,7 @@ func (b *bench) runtimeOverhead() error {
 				if err := j.ok(); err != nil {
 					return err
 				}
-				d = median(durations(j.perIter()))
+				d = stats.Median(durations(j.perIter()))
 				f := strings.Fields(j.final)
 				if len(f) >= 3 {
 					sse, _ = strconv.ParseFloat(strings.TrimPrefix(f[2], "sse="), 64)
@@ -527,7 +528,7 @@ func (b *bench) runtimeOverhead() error {
 				if err != nil {
 					return err
 				}
-				s = median(durations(per))
+				s = stats.Median(durations(per))
 				if sse != 0 && relDiff(sse, lastSSE) > 1e-9 {
 					return fmt.Errorf("single process SSE %v, distributed %v: not the same computation", lastSSE, sse)
 				}
@@ -540,7 +541,7 @@ func (b *bench) runtimeOverhead() error {
 		fmt.Printf("%4d %14s %14s %8.3f  %s\n", r+1, ms(d), ms(s), d/s, load)
 	}
 	fmt.Printf("median per iteration: gaspirun -n 2 %s ms, one process %s ms; ratio of medians %.3f; median of paired ratios %.3f (min %.3f, max %.3f); target <= 1.2; load after %s\n",
-		ms(median(dist)), ms(median(single)), median(dist)/median(single), median(ratios), slices.Min(ratios), slices.Max(ratios), proctest.LoadAvg())
+		ms(stats.Median(dist)), ms(stats.Median(single)), stats.Median(dist)/stats.Median(single), stats.Median(ratios), slices.Min(ratios), slices.Max(ratios), proctest.LoadAvg())
 	return nil
 }
 
@@ -634,9 +635,9 @@ func (b *bench) seed() error {
 			if err := j.ok(); err != nil {
 				return err
 			}
-			per = append(per, median(durations(j.perIter())))
+			per = append(per, stats.Median(durations(j.perIter())))
 		}
-		m := median(per)
+		m := stats.Median(per)
 		res[k] = m
 		fmt.Printf("%6d %8d %14s %6s..%-6s %12.3g  %s\n", k, iters, ms(m), ms(slices.Min(per)), ms(slices.Max(per)), float64(b.o.points)*float64(k)/m/2, load)
 	}
@@ -657,18 +658,6 @@ func durations(ds []time.Duration) []float64 {
 		out[i] = d.Seconds()
 	}
 	return out
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func relDiff(a, b float64) float64 {

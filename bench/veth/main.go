@@ -26,9 +26,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gaspigo/gaspigo/bench/internal/benchutil"
 	"github.com/gaspigo/gaspigo/internal/mhjob"
 	"github.com/gaspigo/gaspigo/internal/proctest"
 	"github.com/gaspigo/gaspigo/internal/simhost"
+	"github.com/gaspigo/gaspigo/internal/stats"
 )
 
 // placement is where the two processes run: Hosts[p] for process p.
@@ -55,15 +57,7 @@ func main() {
 	sizes := flag.String("sizes", "8,1K,64K,1M,4M", "gaspibench --sizes (bandwidth)")
 	minTime := flag.Duration("min-time", 300*time.Millisecond, "gaspibench --min-time")
 	flag.Parse()
-	if reason := simhost.Unavailable(); reason != "" {
-		fmt.Fprintln(os.Stderr, "veth:", reason)
-		os.Exit(1)
-	}
-	dir, cleanup, err := proctest.Build("veth", false, "./cmd/gaspibench")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "veth:", err)
-		os.Exit(1)
-	}
+	dir, cleanup := benchutil.HostsAndBinaries("veth", "./cmd/gaspibench")
 	defer cleanup()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -180,19 +174,7 @@ func medians(ss []sample) (pgas, raw float64) {
 			r = append(r, s.raw)
 		}
 	}
-	return median(p), median(r)
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return stats.Median(p), stats.Median(r)
 }
 
 func opt(v float64) string {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/stats"
 )
 
 var (
@@ -488,7 +490,7 @@ func (s *summary) table() string {
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| %d | %d | %d | %d | %.0f ms | %.0f ms | %d | %d | %d | %d |\n\n",
 		s.schedules, s.byWorkload[KMeans], s.byWorkload[TeraSort], s.recoveries,
-		Percentile(s.recMS, 50), Percentile(s.recMS, 99), s.wrong, s.hangs, s.leftovers, s.violations)
+		stats.Percentile(s.recMS, 50), stats.Percentile(s.recMS, 99), s.wrong, s.hangs, s.leftovers, s.violations)
 	fmt.Fprintf(&b, "| fault kind | injected | not applied (job ended first / no target) |\n|---|---|---|\n")
 	total := 0
 	for _, k := range Kinds {

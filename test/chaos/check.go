@@ -3,7 +3,6 @@ package chaos
 import (
 	"fmt"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -174,15 +173,4 @@ func lastError(lines []string) string {
 		return "(no output)"
 	}
 	return lines[len(lines)-1]
-}
-
-// Percentile returns the p-th percentile (0..100, nearest rank) of xs.
-func Percentile(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(p/100*float64(len(s))+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }

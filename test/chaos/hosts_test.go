@@ -16,6 +16,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/mhjob"
 	"github.com/gaspigo/gaspigo/internal/simhost"
+	"github.com/gaspigo/gaspigo/internal/stats"
 )
 
 var (
@@ -334,7 +335,7 @@ func (s *hostSummary) table() string {
 	fmt.Fprintf(&b, "| schedules | recoveries | recovery median | recovery p99 | wrong answers | no answer | processes left running | schedules with violations |\n")
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| %d | %d | %.0f ms | %.0f ms | %d | %d | %d | %d |\n\n", s.schedules, s.recoveries,
-		Percentile(s.recMS, 50), Percentile(s.recMS, 99), s.wrong, s.hangs, s.leftovers, s.violations)
+		stats.Percentile(s.recMS, 50), stats.Percentile(s.recMS, 99), s.wrong, s.hangs, s.leftovers, s.violations)
 	fmt.Fprintf(&b, "| fault kind | injected | not applied (job ended first) |\n|---|---|---|\n")
 	for _, k := range HostKinds {
 		fmt.Fprintf(&b, "| %s | %d | %d |\n", k, s.faults[k], s.skipped[k])

@@ -1,0 +1,28 @@
+// Package benchutil holds what the benchmark programs under bench/ share:
+// the start of a program that needs simulated hosts.
+package benchutil
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/simhost"
+)
+
+// HostsAndBinaries is the start of a benchmark over simulated hosts: it
+// exits with a message naming prog when this machine cannot make them
+// (root, iproute2) or the packages pkgs do not build, and otherwise
+// returns the directory of their binaries and its cleanup.
+func HostsAndBinaries(prog string, pkgs ...string) (dir string, cleanup func()) {
+	if reason := simhost.Unavailable(); reason != "" {
+		fmt.Fprintln(os.Stderr, prog+":", reason)
+		os.Exit(1)
+	}
+	dir, cleanup, err := proctest.Build(prog, false, pkgs...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, prog+":", err)
+		os.Exit(1)
+	}
+	return dir, cleanup
+}
