@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/gaspigo/gaspigo/internal/proctest"
 	"io"
 	"os"
 	"os/exec"
@@ -13,6 +12,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/mhjob"
+	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/simhost"
 )
 
 // record is one parsed output line of a job.
@@ -86,9 +89,11 @@ func parseLine(raw string, recv time.Time) record {
 	return r
 }
 
-// job is one gaspirun run whose output is parsed as it arrives.
+// job is one gaspirun run, or one bare-contract job over simulated hosts
+// (mh), whose output is parsed as it arrives.
 type job struct {
 	cmd  *exec.Cmd
+	mh   *mhjob.Job
 	logw io.Writer // raw output copy, may be nil
 
 	mu        sync.Mutex
@@ -138,20 +143,50 @@ func startJob(gaspirun string, flags []string, prog string, args []string, env [
 	return j, nil
 }
 
+// startHostJob runs prog with args as a job of the bare PGAS_* contract
+// over the simulated hosts of c, process p on host hosts[p], the last
+// spares processes spares. Lines read "[pN] ..." as under gaspirun.
+func startHostJob(c *simhost.Cluster, hosts []int, spares int, prog string, args []string, env []string, logw io.Writer) (*job, error) {
+	j := &job{logw: logw, changedCh: make(chan struct{})}
+	mh, err := mhjob.Start(context.Background(), mhjob.Config{Cluster: c, Program: prog, Args: args, Hosts: hosts, Spares: spares,
+		Env: env, OnLine: func(l mhjob.Line) { j.add(l.String(), l.Time) }})
+	if err != nil {
+		return nil, err
+	}
+	j.mh = mh
+	go func() {
+		mh.Wait(context.Background())
+		j.mu.Lock()
+		j.ended = true
+		for _, p := range mh.Procs() {
+			if code, sig, _, _ := p.Exit(); code != 0 || sig != 0 {
+				j.code = 1
+			}
+		}
+		j.notifyLocked()
+		j.mu.Unlock()
+	}()
+	return j, nil
+}
+
 func (j *job) read(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		now := time.Now()
-		rec := parseLine(sc.Text(), now)
-		j.mu.Lock()
-		j.recs = append(j.recs, rec)
-		if j.logw != nil {
-			fmt.Fprintln(j.logw, sc.Text())
-		}
-		j.notifyLocked()
-		j.mu.Unlock()
+		j.add(sc.Text(), time.Now())
 	}
+}
+
+// add parses one output line read at recv.
+func (j *job) add(line string, recv time.Time) {
+	rec := parseLine(line, recv)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.recs = append(j.recs, rec)
+	if j.logw != nil {
+		fmt.Fprintln(j.logw, line)
+	}
+	j.notifyLocked()
 }
 
 func (j *job) notifyLocked() {
@@ -214,6 +249,10 @@ func (j *job) stop(grace time.Duration) int {
 	j.mu.Lock()
 	ended := j.ended
 	j.mu.Unlock()
+	if j.mh != nil {
+		j.mh.Kill() // the processes' own groups: SIGKILL, then wait
+		return 0
+	}
 	if !ended {
 		j.cmd.Process.Signal(syscall.SIGTERM)
 	}

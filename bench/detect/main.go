@@ -34,17 +34,21 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/gaspigo/gaspigo/internal/proctest"
 	"io"
 	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/simhost"
 )
 
 type options struct {
@@ -58,6 +62,8 @@ type options struct {
 	seed     uint64
 	duration time.Duration
 	hogs     int
+	hosts    int
+	fault    string
 	bin      string
 	csv      string
 	logDir   string
@@ -78,6 +84,8 @@ func main() {
 	flag.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock; printed)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Minute, "fp mode: how long the job runs")
 	flag.IntVar(&o.hogs, "hogs", 2, "fp mode: CPU-hog processes to run beside the job")
+	flag.IntVar(&o.hosts, "hosts", 0, "latency mode: run each job over this many simulated hosts (network namespaces on a bridge; needs root), process p on host p mod N, with the bare PGAS_* contract instead of gaspirun; 0: one machine")
+	flag.StringVar(&o.fault, "fault", "kill", "latency mode with -hosts: kill (SIGKILL the victim process), crash (SIGKILL every process of the victim's host) or cut (detach the victim's host from the network, silently)")
 	flag.StringVar(&o.bin, "bin", "", "directory holding gaspirun and ftstep (default: build them)")
 	flag.StringVar(&o.csv, "csv", "", "latency mode: write one line per kill to this file")
 	flag.StringVar(&o.logDir, "logs", "", "keep every job's raw output in this directory")
@@ -175,6 +183,10 @@ func (o *options) check() error {
 		return fmt.Errorf("-duration %v: must be positive (e.g. 10m)", o.duration)
 	case o.hogs < 0:
 		return fmt.Errorf("-hogs %d: must not be negative", o.hogs)
+	case o.hosts < 0 || (o.hosts > 0 && o.mode != "latency"):
+		return fmt.Errorf("-hosts %d: want 0 (one machine) or a number of simulated hosts, in latency mode", o.hosts)
+	case o.fault != "kill" && (o.hosts == 0 || (o.fault != "crash" && o.fault != "cut")):
+		return fmt.Errorf("-fault %q: use kill, or crash or cut with -hosts", o.fault)
 	case o.minDelay < 0 || o.maxDelay < o.minDelay:
 		return fmt.Errorf("-min-delay %v, -max-delay %v: need 0 <= min <= max", o.minDelay, o.maxDelay)
 	}
@@ -236,11 +248,29 @@ type killResult struct {
 	note          string
 }
 
+// cluster holds the simulated hosts of -hosts, nil without.
+var cluster *simhost.Cluster
+
 func latency(o options, gaspirun, prog string) error {
 	rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
+	if o.hosts > 0 {
+		if reason := simhost.Unavailable(); reason != "" {
+			return fmt.Errorf("-hosts: %s", reason)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		c, err := simhost.New(ctx, simhost.Config{Hosts: o.hosts})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("-hosts: %w", err)
+		}
+		cluster = c
+		defer c.Close()
+		onSignal(func() { c.Close() })
+		fmt.Printf("detect: %d simulated hosts %s (%v), process p on host p mod %d, bare PGAS_* contract\n", o.hosts, c.ID(), c.Subnet(), o.hosts)
+	}
 	fmt.Printf("detect: ftstep extra arguments: %q\n", o.progArgs)
-	fmt.Printf("detect: latency, %d kills, %d ranks + %d spares, ftstep -steps %d -pause %v, victim %s, seed %d\n",
-		o.kills, o.ranks, o.spares, o.steps, o.pause, o.victim, o.seed)
+	fmt.Printf("detect: latency, %d kills (fault %s), %d ranks + %d spares, ftstep -steps %d -pause %v, victim %s, seed %d\n",
+		o.kills, o.fault, o.ranks, o.spares, o.steps, o.pause, o.victim, o.seed)
 	fmt.Printf("detect: load average at start: %s\n", proctest.LoadAvg())
 	var csv io.Writer
 	if o.csv != "" {
@@ -285,7 +315,19 @@ func oneKill(o options, gaspirun, prog string, i int, rng *rand.Rand) killResult
 	nprocs := o.ranks + o.spares
 	flags := []string{"-n", fmt.Sprint(o.ranks), "--spares", fmt.Sprint(o.spares), "--timeout", "180s"}
 	args := append([]string{"-steps", fmt.Sprint(o.steps), "-pause", o.pause.String(), "-leader", "-timeout", "150s", "-finalize-timeout", "10s"}, o.progArgs...)
-	j, err := startJob(gaspirun, flags, prog, args, []string{"PGAS_LOG=info"}, logw)
+	var j *job
+	var err error
+	if cluster != nil {
+		hosts := make([]int, nprocs)
+		for p := range hosts {
+			hosts[p] = p % o.hosts
+		}
+		// gaspirun gives each process GOMAXPROCS = cores / processes.
+		procs := max(1, runtime.NumCPU()/nprocs)
+		j, err = startHostJob(cluster, hosts, o.spares, prog, args, []string{"PGAS_LOG=info", fmt.Sprintf("GOMAXPROCS=%d", procs)}, logw)
+	} else {
+		j, err = startJob(gaspirun, flags, prog, args, []string{"PGAS_LOG=info"}, logw)
+	}
 	if err != nil {
 		r.note = err.Error()
 		return r
@@ -328,16 +370,38 @@ func oneKill(o options, gaspirun, prog string, i int, rng *rand.Rand) killResult
 		r.victimRank = r.victim // at epoch 1, process p holds rank p
 	}
 	r.leader = r.victim == leader
-	pid := pm[r.victim]
+	// lost: the processes the fault takes (the victim's host's with
+	// -fault crash or cut).
+	lost := map[int]bool{r.victim: true}
+	if o.fault != "kill" {
+		for p := range nprocs {
+			lost[p] = p%o.hosts == r.victim%o.hosts
+		}
+	}
 	killAt := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		r.note = fmt.Sprintf("kill %d: %v", pid, err)
-		return r
+	switch o.fault {
+	case "kill":
+		if err := syscall.Kill(pm[r.victim], syscall.SIGKILL); err != nil {
+			r.note = fmt.Sprintf("kill %d: %v", pm[r.victim], err)
+			return r
+		}
+	case "crash":
+		if _, err := cluster.Crash(cluster.Host(r.victim % o.hosts)); err != nil {
+			r.note = fmt.Sprintf("crash: %v", err)
+			return r
+		}
+	case "cut":
+		h := cluster.Host(r.victim % o.hosts)
+		if err := cluster.Cut(h, simhost.Silent); err != nil {
+			r.note = fmt.Sprintf("cut: %v", err)
+			return r
+		}
+		defer cluster.Heal(h) // after the job's stop (deferred earlier, runs later)
 	}
 	// Every surviving process applies an epoch > 1.
 	survivors := map[int]bool{}
 	for p := 0; p < nprocs; p++ {
-		if p != r.victim {
+		if !lost[p] {
 			survivors[p] = true
 		}
 	}
@@ -392,12 +456,21 @@ func oneKill(o options, gaspirun, prog string, i int, rng *rand.Rand) killResult
 	ctx3, cancel3 := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel3()
 	want := fmt.Sprint(expectedSum(int64(o.ranks), int64(o.steps)))
-	j.wait(ctx3, func(recs []record) bool { return count(recs, "result") >= o.ranks })
+	results := func(recs []record) int { // of the survivors: a cut-off process may print its own
+		n := 0
+		for _, x := range recs {
+			if x.kind == "result" && !lost[labelProc(x)] {
+				n++
+			}
+		}
+		return n
+	}
+	j.wait(ctx3, func(recs []record) bool { return results(recs) >= o.ranks })
 	recs = j.snapshot()
-	r.resultOK = count(recs, "result") == o.ranks
+	r.resultOK = results(recs) == o.ranks
 	epochs := map[string]bool{}
 	for _, x := range recs {
-		if x.kind == "result" {
+		if x.kind == "result" && !lost[labelProc(x)] {
 			epochs[x.kv["epoch"]] = true
 			if x.kv["sum"] != want {
 				r.resultOK = false
@@ -414,6 +487,15 @@ func oneKill(o options, gaspirun, prog string, i int, rng *rand.Rand) killResult
 		r.note = "no new leader reported"
 	}
 	return r
+}
+
+// labelProc is the process id of a "[pN]" prefix (jobs over simulated
+// hosts), -1 for gaspirun's rank and spare prefixes.
+func labelProc(x record) int {
+	if n, err := strconv.Atoi(strings.TrimPrefix(x.label, "p")); err == nil && strings.HasPrefix(x.label, "p") {
+		return n
+	}
+	return -1
 }
 
 // lastLeader is the process that most recently reported becoming the Raft

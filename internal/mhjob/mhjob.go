@@ -48,6 +48,9 @@ type Config struct {
 	// adds per-process variables after that.
 	Env   []string
 	EnvOf func(proc int) []string
+	// OnLine, if set, is called with every line as it arrives (from the
+	// reading goroutines, one call at a time per stream).
+	OnLine func(Line)
 }
 
 // Line is one line of a process's output.
@@ -202,6 +205,9 @@ func (j *Job) watch(pr *Proc, stdout, stderr io.Reader) {
 }
 
 func (j *Job) add(l Line) {
+	if j.cfg.OnLine != nil {
+		j.cfg.OnLine(l)
+	}
 	j.mu.Lock()
 	j.lines = append(j.lines, l)
 	close(j.changed)
