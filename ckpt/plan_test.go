@@ -1,0 +1,291 @@
+package ckpt
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the golden files under testdata/ from the current output")
+
+// TestRestorePlanScripts runs testdata/restore/*.txt through planRestore
+// and rebuildPositions (no runtime, no I/O) and compares the trace with
+// the .golden file beside each (go test -run TestRestorePlanScripts
+// -rewrite regenerates them). Script language, one step per line, #
+// starts a comment:
+//
+//	job ranks=N [mirrors=K] [hosts=a,b,...]   a job of N ranks (one host by default)
+//	rank R [gen=G] [local=P,P] [committed=B] [mirror=M] [copies=SRC:P/POS.SLOT,...]
+//	                          rank R's inventory entry; P is ID@GEN or - (no
+//	                          snapshot in that buffer); a rank without a line
+//	                          is a promoted spare (holds nothing)
+//	vacant R                  rank R has no process (the job shrank)
+//	plan [mirror=M]           what every live rank does; M: the new mirror
+//	                          segment (default: the highest of the entries)
+//
+// The trace gives the target snapshot and, per live rank, where its copy
+// comes from (its own buffer, or holders in the order tried) and which
+// holders get it pushed again.
+func TestRestorePlanScripts(t *testing.T) {
+	files, err := filepath.Glob("testdata/restore/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts under testdata/restore: %v", err)
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
+			got, err := runPlanScript(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := strings.TrimSuffix(file, ".txt") + ".golden"
+			if *rewrite {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -rewrite to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("trace differs from %s (run with -rewrite if the change is intended)\n--- got\n%s\n--- want\n%s", golden, got, want)
+			}
+		})
+	}
+}
+
+type planScript struct {
+	entries   []entry
+	hosts     []string
+	mirrors   int
+	committed []int
+}
+
+func runPlanScript(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	var s *planScript
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			out.WriteString(line + "\n")
+			continue
+		}
+		f := strings.Fields(line)
+		fmt.Fprintf(&out, "> %s\n", line)
+		if f[0] != "job" && s == nil {
+			return "", fmt.Errorf("%s:%d: %q before job", file, i+1, line)
+		}
+		var err error
+		switch f[0] {
+		case "job":
+			s, err = newPlanScript(f[1:])
+		case "rank":
+			err = s.rank(f[1:])
+		case "vacant":
+			var r int
+			if r, err = s.rankArg(f[1]); err == nil {
+				s.entries[r] = entry{vacant: true, rank: r, mirrorID: -1}
+			}
+		case "plan":
+			err = s.plan(f[1:], &out)
+		default:
+			err = fmt.Errorf("unknown step %q", f[0])
+		}
+		if err != nil {
+			return "", fmt.Errorf("%s:%d: %v", file, i+1, err)
+		}
+	}
+	return out.String(), nil
+}
+
+func keyVals(args []string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not key=value", a)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func newPlanScript(args []string) (*planScript, error) {
+	kv, err := keyVals(args)
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(kv["ranks"])
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("job: ranks=%q: want a number of ranks", kv["ranks"])
+	}
+	s := &planScript{mirrors: 1, hosts: make([]string, n), committed: make([]int, n)}
+	if m, ok := kv["mirrors"]; ok {
+		if s.mirrors, err = strconv.Atoi(m); err != nil {
+			return nil, fmt.Errorf("job: mirrors=%q: %v", m, err)
+		}
+	}
+	if h, ok := kv["hosts"]; ok {
+		hs := strings.Split(h, ",")
+		if len(hs) != n {
+			return nil, fmt.Errorf("job: %d hosts for %d ranks", len(hs), n)
+		}
+		copy(s.hosts, hs)
+	}
+	for r := range n {
+		s.entries = append(s.entries, entry{rank: r, mirrorID: -1}) // a fresh spare until described
+		s.committed[r] = -1
+	}
+	return s, nil
+}
+
+func (s *planScript) rankArg(a string) (int, error) {
+	r, err := strconv.Atoi(a)
+	if err != nil || r < 0 || r >= len(s.entries) {
+		return 0, fmt.Errorf("rank %q: want 0..%d", a, len(s.entries)-1)
+	}
+	return r, nil
+}
+
+func parsePair(a string) (*pair, error) {
+	if a == "-" {
+		return nil, nil
+	}
+	id, gen, ok := strings.Cut(a, "@")
+	i, err1 := strconv.ParseUint(id, 10, 64)
+	g, err2 := strconv.ParseUint(gen, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("snapshot %q: want ID@GEN or -", a)
+	}
+	return &pair{i, g}, nil
+}
+
+func (s *planScript) rank(args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("rank: which one?")
+	}
+	r, err := s.rankArg(args[0])
+	if err != nil {
+		return err
+	}
+	kv, err := keyVals(args[1:])
+	if err != nil {
+		return err
+	}
+	e := entry{rank: r, mirrorID: 10}
+	if v, ok := kv["gen"]; ok {
+		if e.gen, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return fmt.Errorf("gen=%q: %v", v, err)
+		}
+	}
+	if v, ok := kv["mirror"]; ok {
+		if e.mirrorID, err = strconv.Atoi(v); err != nil {
+			return fmt.Errorf("mirror=%q: %v", v, err)
+		}
+	}
+	if v, ok := kv["committed"]; ok {
+		if s.committed[r], err = strconv.Atoi(v); err != nil || s.committed[r] < -1 || s.committed[r] > 1 {
+			return fmt.Errorf("committed=%q: want 0, 1 or -1", v)
+		}
+	}
+	if v, ok := kv["local"]; ok {
+		ps := strings.Split(v, ",")
+		if len(ps) != 2 {
+			return fmt.Errorf("local=%q: want two buffers, P,P", v)
+		}
+		for b, a := range ps {
+			if e.local[b], err = parsePair(a); err != nil {
+				return err
+			}
+		}
+	}
+	if v, ok := kv["copies"]; ok {
+		for _, c := range strings.Split(v, ",") {
+			src, rest, ok1 := strings.Cut(c, ":")
+			snap, where, ok2 := strings.Cut(rest, "/")
+			pos, slot, ok3 := strings.Cut(where, ".")
+			if !ok1 || !ok2 || !ok3 {
+				return fmt.Errorf("copy %q: want SRC:ID@GEN/POS.SLOT", c)
+			}
+			h := heldCopy{}
+			var err1, err2, err3 error
+			h.src, err1 = strconv.Atoi(src)
+			h.pos, err2 = strconv.Atoi(pos)
+			h.slot, err3 = strconv.Atoi(slot)
+			p, err4 := parsePair(snap)
+			if err1 != nil || err2 != nil || err3 != nil || err4 != nil || p == nil {
+				return fmt.Errorf("copy %q: want SRC:ID@GEN/POS.SLOT", c)
+			}
+			h.p = *p
+			e.copies = append(e.copies, h)
+		}
+	}
+	s.entries[r] = e
+	return nil
+}
+
+func (s *planScript) plan(args []string, out *strings.Builder) error {
+	kv, err := keyVals(args)
+	if err != nil {
+		return err
+	}
+	mirror := -1
+	for _, e := range s.entries {
+		mirror = max(mirror, e.mirrorID)
+	}
+	if v, ok := kv["mirror"]; ok {
+		if mirror, err = strconv.Atoi(v); err != nil {
+			return fmt.Errorf("mirror=%q: %v", v, err)
+		}
+	}
+	var live []int
+	for _, e := range s.entries {
+		if !e.vacant {
+			live = append(live, e.rank)
+		}
+	}
+	lay := newLayout(s.hosts, s.mirrors, live)
+	for i, r := range live {
+		pl := planRestore(s.entries, live, r, s.committed[r])
+		if i == 0 {
+			if !pl.found {
+				fmt.Fprintf(out, "  nothing held for every live rank: ErrNoCheckpoint, every rank starts over (generation %d)\n", pl.maxGen+1)
+				return nil
+			}
+			fmt.Fprintf(out, "  restore %d@%d, then generation %d\n", pl.target.id, pl.target.gen, pl.maxGen+1)
+		}
+		buf := pl.local
+		if pl.local >= 0 {
+			fmt.Fprintf(out, "  rank %d: its own buffer %d", r, pl.local)
+		} else {
+			buf = pl.into
+			var from []string
+			for _, src := range pl.sources {
+				from = append(from, fmt.Sprintf("holder %d (mirror %d pos %d slot %d)", src.holder, src.mirror, src.pos, src.slot))
+			}
+			if len(from) == 0 {
+				from = []string{"nobody"}
+			}
+			fmt.Fprintf(out, "  rank %d: fetch into buffer %d from %s", r, pl.into, strings.Join(from, ", then "))
+		}
+		var again []string
+		for _, h := range rebuildPositions(s.entries, lay, mirror, r, pl.target, buf) {
+			again = append(again, fmt.Sprintf("%d (pos %d slot %d)", h.holder, h.pos, h.slot))
+		}
+		if len(again) == 0 {
+			out.WriteString("; mirrors intact\n")
+		} else {
+			fmt.Fprintf(out, "; push again to %s\n", strings.Join(again, ", "))
+		}
+	}
+	return nil
+}
