@@ -69,7 +69,9 @@
 // rank's copy comes from, own buffer or holders in the order tried, and
 // which holders get it pushed again), tested from the scripts in
 // testdata/restore; Restore exchanges the inventory and carries the plan
-// out.
+// out. The disk level's agreement on the checkpoint every rank loads
+// (LoadFromDisk) is a pure state machine too (diskSearch), driven by two
+// allreduces per round and tested from the same scripts.
 //
 // In a job that shrinks (pgas Runtime.Vacant), a rank lost with no spare
 // left is vacant: Restore and Commit run among the live ranks

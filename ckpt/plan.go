@@ -1,5 +1,10 @@
 package ckpt
 
+import (
+	"math"
+	"slices"
+)
+
 // The restore plan: what every rank restores after a failure, decided from
 // the inventory alone (no I/O), so that the choice can be tested from
 // scripts (testdata/restore/*.txt). Restore exchanges the inventory, makes
@@ -145,4 +150,70 @@ func rebuildPositions(entries []entry, lay *layout, mirror, me int, target pair,
 		}
 	}
 	return ts
+}
+
+// diskSearch is one rank's part of the agreement on the disk checkpoint
+// every rank loads (LoadFromDisk), a pure state machine that the caller
+// drives with two min-allreduces per round:
+//
+//  1. vote: each rank proposes id+1 of its newest checkpoint at or below
+//     the bound that it can load (0: none); the minimum over the ranks,
+//     less one, is the candidate (a 0 minimum ends the search: nothing);
+//  2. each rank says whether it loaded the candidate; if all did, that is
+//     the checkpoint, else the bound drops below the candidate and a new
+//     round starts.
+//
+// A rank's newest loadable checkpoint may be newer than another rank's
+// (a checkpoint whose files some rank lacks), and a candidate may be one
+// a rank cannot load although it had an older one; each round lowers the
+// bound, so the search ends after at most len(ids)+2 rounds.
+type diskSearch struct {
+	ids    []uint64 // this rank's checkpoint directories, newest first
+	bound  uint64
+	rounds int
+}
+
+func newDiskSearch(ids []uint64) *diskSearch {
+	return &diskSearch{ids: ids, bound: math.MaxUint64}
+}
+
+// vote returns this rank's proposal for the round: id+1 of the newest id
+// at or below the bound for which loadable holds, 0 if none. It returns
+// ok false once the rounds are used up.
+func (d *diskSearch) vote(loadable func(id uint64) bool) (v uint64, ok bool) {
+	if d.rounds > len(d.ids)+1 {
+		return 0, false
+	}
+	d.rounds++
+	for _, id := range d.ids {
+		if id <= d.bound && loadable(id) {
+			return id + 1, true
+		}
+	}
+	return 0, true
+}
+
+// candidate turns the minimum vote into the candidate checkpoint; ok is
+// false when some rank has nothing to load (the search ends, nothing
+// found). has reports whether this rank has the candidate's directory.
+func (d *diskSearch) candidate(minVote uint64) (x uint64, has, ok bool) {
+	if minVote == 0 {
+		return 0, false, false
+	}
+	x = minVote - 1
+	return x, slices.Contains(d.ids, x), true
+}
+
+// settle takes whether every rank loaded candidate x: done when all did;
+// else the bound drops below x, and more is false when nothing is left
+// below it.
+func (d *diskSearch) settle(x uint64, allLoaded bool) (done, more bool) {
+	if allLoaded {
+		return true, false
+	}
+	if x == 0 {
+		return false, false
+	}
+	d.bound = x - 1
+	return false, true
 }

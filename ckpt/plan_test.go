@@ -3,8 +3,10 @@ package ckpt
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,10 +28,15 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden files under testda
 //	vacant R                  rank R has no process (the job shrank)
 //	plan [mirror=M]           what every live rank does; M: the new mirror
 //	                          segment (default: the highest of the entries)
+//	disk R ids=ID,... [bad=ID,...]
+//	                          rank R's checkpoint directories on disk, and
+//	                          those it cannot load (a file lost or corrupt)
+//	search                    the agreement on the disk checkpoint (diskSearch)
 //
 // The trace gives the target snapshot and, per live rank, where its copy
 // comes from (its own buffer, or holders in the order tried) and which
-// holders get it pushed again.
+// holders get it pushed again; for the disk level, each round's votes,
+// the candidate and who loaded it.
 func TestRestorePlanScripts(t *testing.T) {
 	files, err := filepath.Glob("testdata/restore/*.txt")
 	if err != nil || len(files) == 0 {
@@ -60,6 +67,7 @@ func TestRestorePlanScripts(t *testing.T) {
 }
 
 type planScript struct {
+	disks     []diskFiles
 	entries   []entry
 	hosts     []string
 	mirrors   int
@@ -97,6 +105,10 @@ func runPlanScript(file string) (string, error) {
 			}
 		case "plan":
 			err = s.plan(f[1:], &out)
+		case "disk":
+			err = s.disk(f[1:])
+		case "search":
+			s.search(&out)
 		default:
 			err = fmt.Errorf("unknown step %q", f[0])
 		}
@@ -128,7 +140,7 @@ func newPlanScript(args []string) (*planScript, error) {
 	if err != nil || n < 1 {
 		return nil, fmt.Errorf("job: ranks=%q: want a number of ranks", kv["ranks"])
 	}
-	s := &planScript{mirrors: 1, hosts: make([]string, n), committed: make([]int, n)}
+	s := &planScript{mirrors: 1, hosts: make([]string, n), committed: make([]int, n), disks: make([]diskFiles, n)}
 	if m, ok := kv["mirrors"]; ok {
 		if s.mirrors, err = strconv.Atoi(m); err != nil {
 			return nil, fmt.Errorf("job: mirrors=%q: %v", m, err)
@@ -288,4 +300,121 @@ func (s *planScript) plan(args []string, out *strings.Builder) error {
 		}
 	}
 	return nil
+}
+
+// diskFiles is a rank's disk level in a script.
+type diskFiles struct {
+	ids []uint64 // newest first
+	bad map[uint64]bool
+}
+
+func parseIDs(v string) ([]uint64, error) {
+	var ids []uint64
+	for _, a := range strings.Split(v, ",") {
+		id, err := strconv.ParseUint(a, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint id %q: want a number", a)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func (s *planScript) disk(args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("disk: which rank?")
+	}
+	r, err := s.rankArg(args[0])
+	if err != nil {
+		return err
+	}
+	kv, err := keyVals(args[1:])
+	if err != nil {
+		return err
+	}
+	d := diskFiles{bad: map[uint64]bool{}}
+	if v := kv["ids"]; v != "" {
+		if d.ids, err = parseIDs(v); err != nil {
+			return err
+		}
+		slices.Sort(d.ids)
+		slices.Reverse(d.ids)
+	}
+	if v := kv["bad"]; v != "" {
+		bad, err := parseIDs(v)
+		if err != nil {
+			return err
+		}
+		for _, id := range bad {
+			d.bad[id] = true
+		}
+	}
+	s.disks[r] = d
+	return nil
+}
+
+// search runs diskSearch on every rank, the allreduces in between done
+// here, and traces each round.
+func (s *planScript) search(out *strings.Builder) {
+	n := len(s.disks)
+	ds := make([]*diskSearch, n)
+	for r := range ds {
+		ds[r] = newDiskSearch(s.disks[r].ids)
+	}
+	for round := 1; ; round++ {
+		votes := make([]uint64, n)
+		minVote := uint64(math.MaxUint64)
+		for r, d := range ds {
+			v, ok := d.vote(func(id uint64) bool { return !s.disks[r].bad[id] })
+			if !ok {
+				out.WriteString("  rounds used up: nothing loaded\n")
+				return
+			}
+			votes[r], minVote = v, min(minVote, v)
+		}
+		var vs []string
+		for _, v := range votes {
+			if v == 0 {
+				vs = append(vs, "-")
+			} else {
+				vs = append(vs, strconv.FormatUint(v-1, 10))
+			}
+		}
+		fmt.Fprintf(out, "  round %d: newest loadable per rank [%s]", round, strings.Join(vs, " "))
+		var x uint64
+		all := true
+		var missing []string
+		for r, d := range ds {
+			cx, has, ok := d.candidate(minVote)
+			if !ok {
+				out.WriteString("; some rank has none: ErrNoCheckpoint\n")
+				return
+			}
+			x = cx
+			if !has || s.disks[r].bad[cx] {
+				all = false
+				missing = append(missing, strconv.Itoa(r))
+			}
+		}
+		if all {
+			fmt.Fprintf(out, "; every rank loads %d\n", x)
+		} else {
+			fmt.Fprintf(out, "; candidate %d, which ranks %s cannot load\n", x, strings.Join(missing, " "))
+		}
+		more := false
+		for _, d := range ds {
+			var done bool
+			done, more = d.settle(x, all)
+			if done {
+				more = false
+			}
+		}
+		if all {
+			return
+		}
+		if !more {
+			out.WriteString("  nothing below: ErrNoCheckpoint\n")
+			return
+		}
+	}
 }
