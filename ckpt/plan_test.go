@@ -1,23 +1,21 @@
 package ckpt
 
 import (
-	"flag"
 	"fmt"
+	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gaspigo/gaspigo/internal/script"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the golden files under testdata/ from the current output")
-
 // TestRestorePlanScripts runs testdata/restore/*.txt through planRestore
-// and rebuildPositions (no runtime, no I/O) and compares the trace with
-// the .golden file beside each (go test -run TestRestorePlanScripts
-// -rewrite regenerates them). Script language, one step per line, #
+// and rebuildPositions, and the disk level's agreement through
+// diskSearch (no runtime, no I/O), and compares the trace with the
+// .golden file beside each (internal/script; -rewrite regenerates them). Script language, one step per line, #
 // starts a comment:
 //
 //	job ranks=N [mirrors=K] [hosts=a,b,...]   a job of N ranks (one host by default)
@@ -38,32 +36,39 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden files under testda
 // holders get it pushed again; for the disk level, each round's votes,
 // the candidate and who loaded it.
 func TestRestorePlanScripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/restore/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scripts under testdata/restore: %v", err)
+	script.Test(t, "testdata/restore/*.txt", func(*testing.T) script.Interpreter { return &planRun{} })
+}
+
+// planRun interprets one script.
+type planRun struct{ s *planScript }
+
+func (p *planRun) Exec(out io.Writer, c script.Cmd) error {
+	f := strings.Fields(c.Text)
+	if f[0] != "job" && p.s == nil {
+		return fmt.Errorf("%q before job", c.Text)
 	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
-			got, err := runPlanScript(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			golden := strings.TrimSuffix(file, ".txt") + ".golden"
-			if *rewrite {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -rewrite to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("trace differs from %s (run with -rewrite if the change is intended)\n--- got\n%s\n--- want\n%s", golden, got, want)
-			}
-		})
+	s := p.s
+	var err error
+	switch f[0] {
+	case "job":
+		p.s, err = newPlanScript(f[1:])
+	case "rank":
+		err = s.rank(f[1:])
+	case "vacant":
+		var r int
+		if r, err = s.rankArg(f[1]); err == nil {
+			s.entries[r] = entry{vacant: true, rank: r, mirrorID: -1}
+		}
+	case "plan":
+		err = s.plan(f[1:], out)
+	case "disk":
+		err = s.disk(f[1:])
+	case "search":
+		s.search(out)
+	default:
+		err = fmt.Errorf("unknown step %q", f[0])
 	}
+	return err
 }
 
 type planScript struct {
@@ -72,51 +77,6 @@ type planScript struct {
 	hosts     []string
 	mirrors   int
 	committed []int
-}
-
-func runPlanScript(file string) (string, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", err
-	}
-	var out strings.Builder
-	var s *planScript
-	for i, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			out.WriteString(line + "\n")
-			continue
-		}
-		f := strings.Fields(line)
-		fmt.Fprintf(&out, "> %s\n", line)
-		if f[0] != "job" && s == nil {
-			return "", fmt.Errorf("%s:%d: %q before job", file, i+1, line)
-		}
-		var err error
-		switch f[0] {
-		case "job":
-			s, err = newPlanScript(f[1:])
-		case "rank":
-			err = s.rank(f[1:])
-		case "vacant":
-			var r int
-			if r, err = s.rankArg(f[1]); err == nil {
-				s.entries[r] = entry{vacant: true, rank: r, mirrorID: -1}
-			}
-		case "plan":
-			err = s.plan(f[1:], &out)
-		case "disk":
-			err = s.disk(f[1:])
-		case "search":
-			s.search(&out)
-		default:
-			err = fmt.Errorf("unknown step %q", f[0])
-		}
-		if err != nil {
-			return "", fmt.Errorf("%s:%d: %v", file, i+1, err)
-		}
-	}
-	return out.String(), nil
 }
 
 func keyVals(args []string) (map[string]string, error) {
@@ -245,7 +205,7 @@ func (s *planScript) rank(args []string) error {
 	return nil
 }
 
-func (s *planScript) plan(args []string, out *strings.Builder) error {
+func (s *planScript) plan(args []string, out io.Writer) error {
 	kv, err := keyVals(args)
 	if err != nil {
 		return err
@@ -294,7 +254,7 @@ func (s *planScript) plan(args []string, out *strings.Builder) error {
 			again = append(again, fmt.Sprintf("%d (pos %d slot %d)", h.holder, h.pos, h.slot))
 		}
 		if len(again) == 0 {
-			out.WriteString("; mirrors intact\n")
+			io.WriteString(out, "; mirrors intact\n")
 		} else {
 			fmt.Fprintf(out, "; push again to %s\n", strings.Join(again, ", "))
 		}
@@ -355,7 +315,7 @@ func (s *planScript) disk(args []string) error {
 
 // search runs diskSearch on every rank, the allreduces in between done
 // here, and traces each round.
-func (s *planScript) search(out *strings.Builder) {
+func (s *planScript) search(out io.Writer) {
 	n := len(s.disks)
 	ds := make([]*diskSearch, n)
 	for r := range ds {
@@ -367,7 +327,7 @@ func (s *planScript) search(out *strings.Builder) {
 		for r, d := range ds {
 			v, ok := d.vote(func(id uint64) bool { return !s.disks[r].bad[id] })
 			if !ok {
-				out.WriteString("  rounds used up: nothing loaded\n")
+				io.WriteString(out, "  rounds used up: nothing loaded\n")
 				return
 			}
 			votes[r], minVote = v, min(minVote, v)
@@ -387,7 +347,7 @@ func (s *planScript) search(out *strings.Builder) {
 		for r, d := range ds {
 			cx, has, ok := d.candidate(minVote)
 			if !ok {
-				out.WriteString("; some rank has none: ErrNoCheckpoint\n")
+				io.WriteString(out, "; some rank has none: ErrNoCheckpoint\n")
 				return
 			}
 			x = cx
@@ -413,7 +373,7 @@ func (s *planScript) search(out *strings.Builder) {
 			return
 		}
 		if !more {
-			out.WriteString("  nothing below: ErrNoCheckpoint\n")
+			io.WriteString(out, "  nothing below: ErrNoCheckpoint\n")
 			return
 		}
 	}
