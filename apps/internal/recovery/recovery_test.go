@@ -13,85 +13,21 @@ import (
 
 	"github.com/gaspigo/gaspigo/ckpt"
 	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/pgas/pgastest"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/mem"
 )
 
-// membership stands in for the Raft membership: a declared failure is a
-// new epoch at once, in which the first spare takes the failed rank. The
-// tests declare live processes failed (as a partition would have the
-// detector do): the process is fenced, the others go on without it, and
-// nothing dies under a send (no late PeerDown).
-type membership struct {
-	mu      sync.Mutex
-	cur     pgas.View
-	spares  []transport.Proc
-	handles []chan pgas.View
-}
+// The tests declare live processes failed through the fake membership
+// (as a partition would have the detector do): the process is fenced, the
+// others go on without it, and nothing dies under a send (no late
+// PeerDown).
 
-func newMembership(ranks, procs int) *membership {
-	m := &membership{}
-	for r := range ranks {
-		m.cur.Ranks = append(m.cur.Ranks, transport.Proc(r))
-	}
-	for p := ranks; p < procs; p++ {
-		m.spares = append(m.spares, transport.Proc(p))
-	}
-	return m
-}
+// membership declares processes failed, as a report from process 0 would.
+type membership struct{ h *pgastest.Handle }
 
-type handle struct {
-	m  *membership
-	ch chan pgas.View
-}
-
-func (m *membership) handle() *handle {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	h := &handle{m: m, ch: make(chan pgas.View, 1)}
-	m.handles = append(m.handles, h.ch)
-	return h
-}
-
-func (h *handle) Current() pgas.View {
-	h.m.mu.Lock()
-	defer h.m.mu.Unlock()
-	return h.m.cur
-}
-
-func (h *handle) Watch() <-chan pgas.View { return h.ch }
-
-func (h *handle) ReportFailure(_ context.Context, proc transport.Proc, _ uint64) error {
-	h.m.fail(proc)
-	return nil
-}
-
-// fail declares proc failed and publishes the new view.
-func (m *membership) fail(proc transport.Proc) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if slices.Contains(m.cur.Failed, proc) {
-		return
-	}
-	v := pgas.View{Epoch: m.cur.Epoch + 1, Ranks: slices.Clone(m.cur.Ranks), Failed: append(slices.Clone(m.cur.Failed), proc)}
-	for r, p := range v.Ranks {
-		if p != proc {
-			continue
-		}
-		if len(m.spares) == 0 {
-			v.Err = errors.New("no spare left")
-			break
-		}
-		v.Ranks[r], m.spares = m.spares[0], m.spares[1:]
-	}
-	m.cur = v
-	for _, ch := range m.handles {
-		select {
-		case <-ch:
-		default:
-		}
-		ch <- v
-	}
+func (m membership) fail(proc transport.Proc) {
+	m.h.ReportFailure(context.Background(), proc, 0)
 }
 
 // steps is the length of the test program; step s adds s*(sum of rank+1)
@@ -200,7 +136,7 @@ func (r *rank) commit(ctx context.Context) error {
 // job runs the test program on ranks+spares processes over transport/mem
 // inside the caller's synctest bubble; setup installs the hooks (by
 // process). It returns each process's rank state and error.
-func job(t *testing.T, ranks, spares int, setup func(m *membership, procs []*rank)) ([]*rank, []error) {
+func job(t *testing.T, ranks, spares int, setup func(m membership, procs []*rank)) ([]*rank, []error) {
 	t.Helper()
 	n := ranks + spares
 	nw, err := mem.New(n, mem.Config{Seed: 3})
@@ -210,7 +146,8 @@ func job(t *testing.T, ranks, spares int, setup func(m *membership, procs []*ran
 	defer nw.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m := newMembership(ranks, n)
+	fm := pgastest.New(ranks, n)
+	m := membership{h: fm.Handle(0)}
 	procs := make([]*rank, n)
 	for p := range procs {
 		procs[p] = &rank{state: make([]byte, 16)}
@@ -223,7 +160,7 @@ func job(t *testing.T, ranks, spares int, setup func(m *membership, procs []*ran
 			c := pgas.LocalConfig()
 			c.Proc, c.NumProcs, c.NumRanks = transport.Proc(p), n, ranks
 			c.Transport = nw.Endpoint(transport.Proc(p))
-			c.Membership = m.handle()
+			c.Membership = fm.Handle(transport.Proc(p))
 			rt, err := pgas.Init(ctx, c)
 			if err != nil {
 				if !errors.Is(err, pgas.ErrNotPromoted) {
@@ -300,7 +237,7 @@ func countIdle(procs []*rank) int {
 // process replaced gets ErrFenced.
 func TestFailureDuringStep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		procs, errs := job(t, 3, 1, func(m *membership, procs []*rank) {
+		procs, errs := job(t, 3, 1, func(m membership, procs []*rank) {
 			procs[0].beforeStep = func(s uint64) {
 				if s == 4 {
 					m.fail(1)
@@ -330,7 +267,7 @@ func TestFailureDuringStep(t *testing.T) {
 // restore with the next spare in the job.
 func TestFailureDuringRestore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		procs, errs := job(t, 3, 2, func(m *membership, procs []*rank) {
+		procs, errs := job(t, 3, 2, func(m membership, procs []*rank) {
 			procs[0].beforeStep = func(s uint64) {
 				if s == 5 {
 					m.fail(1)
@@ -357,7 +294,7 @@ func TestFailureDuringRestore(t *testing.T) {
 // returns ErrFenced (pgas Recover's), not a retry.
 func TestFencedRejoin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		procs, errs := job(t, 3, 2, func(m *membership, procs []*rank) {
+		procs, errs := job(t, 3, 2, func(m membership, procs []*rank) {
 			procs[2].beforeStep = func(s uint64) {
 				if s == 3 {
 					m.fail(1)
@@ -374,7 +311,7 @@ func TestFencedRejoin(t *testing.T) {
 // finalize again.
 func TestFinalizeRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		procs, errs := job(t, 3, 1, func(m *membership, procs []*rank) {
+		procs, errs := job(t, 3, 1, func(m membership, procs []*rank) {
 			procs[0].beforeFinalize = func() { m.fail(2) }
 		})
 		checkDone(t, procs, errs, 2)
