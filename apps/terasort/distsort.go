@@ -1,7 +1,7 @@
 package terasort
 
 // The distributed sort, one process per rank under gaspirun; `terasort
-// sort` is its command, and the command's doc.go says what it does.
+// sort` is its command, and cmd/terasort/sort.go says what it does.
 
 import (
 	"bufio"
