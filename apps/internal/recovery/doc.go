@@ -36,6 +36,13 @@
 //		err = l.Finalize(ctx, resume)
 //	}
 //
+// Finalize (and Loop.Finalize, which recovers with Rejoin then resume)
+// returns nil, the error of the recovery, or a *FinalizeError: a failure
+// of Finalize itself that no recovery settles, after the rank's work was
+// done and agreed, which a program may report and ignore. An application
+// with its own way back (TeraSort starts over when no checkpoint was
+// committed yet) passes its recovery to Finalize directly.
+//
 // Needed is the one test of "a recovery settles this": pgas.NeedsRecovery
 // (a failure, an epoch change) or ckpt.ErrNeedsRestore (a checkpointer
 // that cannot go on without a restore).
