@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -591,25 +590,22 @@ func (c *Checkpointer) prepareFromDisk(ctx context.Context, dir string) (ch *cho
 		inBuf = ch
 		return ch
 	}
-	bound := uint64(math.MaxUint64)
-	for round := 0; round <= len(ids)+1; round++ {
-		mine := uint64(0) // id+1 of this rank's newest loadable checkpoint <= bound
-		for _, id := range ids {
-			if id <= bound && load(id) != nil {
-				mine = id + 1
-				break
-			}
+	search := newDiskSearch(ids)
+	for {
+		mine, ok := search.vote(func(id uint64) bool { return load(id) != nil })
+		if !ok {
+			break
 		}
 		v := []uint64{mine}
 		if err := pgas.Allreduce(ctx, c.rt, nil, v, pgas.OpMin); err != nil {
 			return nil, false, nil, err
 		}
-		if v[0] == 0 {
+		x, has, ok := search.candidate(v[0])
+		if !ok {
 			return nil, false, errors.Join(errs...), nil
 		}
-		x := v[0] - 1
 		var got *choice
-		if slices.Contains(ids, x) {
+		if has {
 			got = load(x)
 		}
 		f := []uint64{0}
@@ -619,13 +615,13 @@ func (c *Checkpointer) prepareFromDisk(ctx context.Context, dir string) (ch *cho
 		if err := pgas.Allreduce(ctx, c.rt, nil, f, pgas.OpMin); err != nil {
 			return nil, false, nil, err
 		}
-		if f[0] == 1 {
+		done, more := search.settle(x, f[0] == 1)
+		if done {
 			return got, true, nil, nil
 		}
-		if x == 0 {
+		if !more {
 			break
 		}
-		bound = x - 1
 	}
 	return nil, false, errors.Join(errs...), nil
 }

@@ -64,7 +64,14 @@
 // id", is the right target. Afterwards each rank pushes its snapshot to
 // the holders that lack it in the background; the time from the first
 // failure a rank saw (or the start of the restore) to the end of that
-// rebuild is the unprotected window, logged and kept in Stats.
+// rebuild is the unprotected window, logged and kept in Stats. The choice
+// is a pure function of the inventory (planRestore: the target, where each
+// rank's copy comes from, own buffer or holders in the order tried, and
+// which holders get it pushed again), tested from the scripts in
+// testdata/restore; Restore exchanges the inventory and carries the plan
+// out. The disk level's agreement on the checkpoint every rank loads
+// (LoadFromDisk) is a pure state machine too (diskSearch), driven by two
+// allreduces per round and tested from the same scripts.
 //
 // In a job that shrinks (pgas Runtime.Vacant), a rank lost with no spare
 // left is vacant: Restore and Commit run among the live ranks

@@ -144,7 +144,7 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 		return 0, fmt.Errorf("ckpt: %s: %w", op, err)
 	}
 	c.mu.Lock()
-	n, me := c.n, c.rank
+	n, me, committed := c.n, c.rank, c.committed
 	c.mu.Unlock()
 	entries, live, err := c.inventory(ctx)
 	if err != nil {
@@ -160,24 +160,13 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	var ch *choice
 	var cerr error // why this rank cannot restore the agreed snapshot
 	var diag error // disk level: why this rank's newer checkpoints were refused
-	newGen := uint64(0)
-	for _, e := range entries {
-		newGen = max(newGen, e.gen)
-		for _, p := range e.local {
-			if p != nil {
-				newGen = max(newGen, p.gen)
-			}
-		}
-		for _, h := range e.copies {
-			newGen = max(newGen, h.p.gen)
-		}
-	}
+	pl := planRestore(entries, live, me, committed)
+	newGen := pl.maxGen
 	found := false
 	if dir == "" {
-		var best pair
-		best, found = commonPair(entries, live)
+		found = pl.found
 		if found {
-			ch, cerr = c.prepareFromMemory(ctx, entries, best)
+			ch, cerr = c.prepareFromMemory(ctx, pl)
 		}
 	} else {
 		var derr error
@@ -252,7 +241,10 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 		// timeline (never completed); the new one will reuse their names.
 		c.pruneAbove(c.cfg.Dir, ch.p.id)
 	}
-	ts := c.rebuildTargets(entries, lay, mid, ch)
+	var ts []target
+	for _, s := range rebuildPositions(entries, lay, int(mid), me, ch.p, ch.buf) {
+		ts = append(ts, target{rank: s.holder, off: c.slotOff(s.pos, s.slot)})
+	}
 	c.mu.Lock()
 	c.committed, c.lastCommit = ch.buf, ch.p.id
 	c.lastStarted, c.hasStarted = ch.p.id, true
@@ -411,95 +403,40 @@ func (c *Checkpointer) checkSlot(b []byte) (Header, bool) {
 	return h, crc32.Checksum(b[headerArea:headerArea+int64(pl)], castagnoli) == h.PayloadCRC
 }
 
-// commonPair returns the snapshot every live rank has (locally or at a
-// holder), with the highest id (then generation). A vacant rank's
-// snapshots are not needed: no process restores them.
-func commonPair(entries []entry, live []int) (pair, bool) {
-	if len(live) == 0 {
-		return pair{}, false
+// prepareFromMemory carries out this rank's plan: it puts the planned
+// snapshot in a local buffer, from this rank's own copy or from a holder,
+// and checks it against the registered regions. Any error means this rank
+// cannot restore it.
+func (c *Checkpointer) prepareFromMemory(ctx context.Context, pl restorePlan) (*choice, error) {
+	if pl.local >= 0 {
+		ch := &choice{p: pl.target, buf: pl.local}
+		return ch, c.verifyBuf(ch)
 	}
-	n := len(entries)
-	have := make([]map[pair]bool, n)
-	for r := range have {
-		have[r] = make(map[pair]bool)
-	}
-	for _, e := range entries {
-		for _, p := range e.local {
-			if p != nil {
-				have[e.rank][*p] = true
-			}
-		}
-		for _, h := range e.copies {
-			if h.src >= 0 && h.src < n {
-				have[h.src][h.p] = true
-			}
-		}
-	}
-	var best pair
-	found := false
-	for p := range have[live[0]] {
-		all := true
-		for _, r := range live[1:] {
-			if all = have[r][p]; !all {
-				break
-			}
-		}
-		if all && (!found || p.id > best.id || (p.id == best.id && p.gen > best.gen)) {
-			best, found = p, true
-		}
-	}
-	return best, found
-}
-
-// prepareFromMemory puts the chosen snapshot in a local buffer, from this
-// rank's own copy or from a holder, and checks it against the registered
-// regions. Any error means this rank cannot restore it.
-func (c *Checkpointer) prepareFromMemory(ctx context.Context, entries []entry, best pair) (*choice, error) {
-	c.mu.Lock()
-	me, committed := c.rank, c.committed
-	c.mu.Unlock()
-	for b, p := range entries[me].local {
-		if p != nil && *p == best {
-			ch := &choice{p: best, buf: b}
-			return ch, c.verifyBuf(ch)
-		}
-	}
-	// Fetch into the buffer that does not hold our last committed snapshot.
-	b := 0
-	if committed == 0 {
-		b = 1
-	}
+	b := pl.into
 	if err := c.waitFor(ctx, "the snapshot buffer", func() bool { return c.bufs[b].busy == 0 }); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
+	me := c.rank
 	c.bufs[b].valid = false
 	c.mu.Unlock()
 	var errs []error
-	// Holders in ring order after this rank, so that ranks spread reads.
-	n := len(entries)
-	for k := 1; k < n; k++ {
-		h := entries[(me+k)%n]
-		for _, cp := range h.copies {
-			if cp.src != me || cp.p != best {
-				continue
-			}
-			ch := &choice{p: best, buf: b}
-			err := c.fetch(ctx, h.rank, segments.ID(h.mirrorID), c.slotOff(cp.pos, cp.slot), b)
-			if err == nil {
-				err = c.verifyBuf(ch)
-			}
-			if err == nil {
-				c.mu.Lock()
-				c.st.Fetched++
-				c.mu.Unlock()
-				return ch, nil
-			}
-			c.log.Warn("fetch from holder failed", "rank", me, "holder", h.rank, "id", best.id, "err", err)
-			errs = append(errs, fmt.Errorf("holder %d: %w", h.rank, err))
+	for _, s := range pl.sources {
+		ch := &choice{p: pl.target, buf: b}
+		err := c.fetch(ctx, s.holder, segments.ID(s.mirror), c.slotOff(s.pos, s.slot), b)
+		if err == nil {
+			err = c.verifyBuf(ch)
 		}
+		if err == nil {
+			c.mu.Lock()
+			c.st.Fetched++
+			c.mu.Unlock()
+			return ch, nil
+		}
+		c.log.Warn("fetch from holder failed", "rank", me, "holder", s.holder, "id", pl.target.id, "err", err)
+		errs = append(errs, fmt.Errorf("holder %d: %w", s.holder, err))
 	}
-	return nil, fmt.Errorf("ckpt: no holder delivered checkpoint %d of rank %d: %v", best.id, me, errs)
+	return nil, fmt.Errorf("ckpt: no holder delivered checkpoint %d of rank %d: %v", pl.target.id, me, errs)
 }
 
 // fetch reads a slot of holder's mirror segment into local buffer b.
@@ -652,29 +589,4 @@ func (c *Checkpointer) setupMirror(ctx context.Context, entries []entry, lay *la
 		return 0, fmt.Errorf("ckpt: mirror segment %d: %w", mid, err)
 	}
 	return mid, nil
-}
-
-// rebuildTargets lists the holders that lack this rank's restored
-// snapshot at the slot where the placement puts it.
-func (c *Checkpointer) rebuildTargets(entries []entry, lay *layout, mid segments.ID, ch *choice) []target {
-	c.mu.Lock()
-	me := c.rank
-	c.mu.Unlock()
-	var ts []target
-	for _, h := range lay.holders[me] {
-		pos := lay.position(h, me)
-		e := entries[h]
-		intact := false
-		if e.mirrorID == int(mid) {
-			for _, cp := range e.copies {
-				if cp.src == me && cp.p == ch.p && cp.pos == pos && cp.slot == ch.buf {
-					intact = true
-				}
-			}
-		}
-		if !intact {
-			ts = append(ts, target{rank: h, off: c.slotOff(pos, ch.buf)})
-		}
-	}
-	return ts
 }

@@ -32,7 +32,6 @@ func benchShuffle(b *testing.B, n, perRank, valueLen int, mut func(*Config), aft
 		cfg.SpillDir = b.TempDir()
 		cfg.MemoryBudget = 64 << 20
 		cfg.RunSize = 16 << 20
-		cfg.FailurePoll = 0
 		if mut != nil {
 			mut(&cfg)
 		}

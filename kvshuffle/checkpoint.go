@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"maps"
 	"slices"
 
 	"github.com/gaspigo/gaspigo/pgas"
@@ -71,7 +70,7 @@ func (s *Shuffle) Checkpoint(ctx context.Context, c uint64) ([]byte, error) {
 		a.mu.Lock()
 		copy(st.ended, a.ended)
 		for _, f := range a.files {
-			a.pinLocked(c, f)
+			a.mk.pin(c, f.path)
 			st.files = append(st.files, stateFile{path: f.path, size: f.size, pairs: f.pairs, crc: f.crc})
 		}
 		for _, r := range a.runs {
@@ -82,7 +81,7 @@ func (s *Shuffle) Checkpoint(ctx context.Context, c uint64) ([]byte, error) {
 				unsorted = append(unsorted, ch.data)
 			}
 		}
-		clear(a.paused)
+		a.mk.resume()
 		a.signalLocked()
 		a.mu.Unlock()
 		s.seg.SetNotification(s.lay.drainWake(), 1)
@@ -123,32 +122,18 @@ func (a *aside) spillAll(ctx context.Context) error {
 func (a *aside) waitMarkers(ctx context.Context, c uint64) error {
 	for {
 		a.mu.Lock()
-		done := true
-		for si, m := range a.marker {
-			if m > c {
-				a.mu.Unlock()
-				return fmt.Errorf("kvshuffle: checkpoint %d: rank %d already sent marker %d: %w", c, a.s.oRanks[si], m, ErrState)
-			}
-			done = done && m == c
-		}
+		done, late, err := a.mk.complete(c)
 		ch := a.changed
 		a.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("kvshuffle: checkpoint %d: rank %d %v: %w", c, a.s.oRanks[late], err, ErrState)
+		}
 		if done {
 			return nil
 		}
 		if err := a.s.waitOn(ctx, ch, "checkpoint"); err != nil {
 			return err
 		}
-	}
-}
-
-func (a *aside) pinLocked(c uint64, f *spillFile) {
-	if f.pins == nil {
-		f.pins = make(map[uint64]bool)
-	}
-	if !f.pins[c] {
-		f.pins[c] = true
-		a.pins[c] = append(a.pins[c], f)
 	}
 }
 
@@ -165,16 +150,13 @@ func (s *Shuffle) Release(keep uint64) {
 	a.unpinLocked(func(id uint64) bool { return id < keep })
 }
 
+// unpinLocked drops the pins of the checkpoints for which drop holds and
+// removes the files that were kept for them alone.
 func (a *aside) unpinLocked(drop func(id uint64) bool) {
-	for _, id := range slices.Sorted(maps.Keys(a.pins)) {
-		if !drop(id) {
-			continue
-		}
-		for _, f := range a.pins[id] {
-			delete(f.pins, id)
+	for _, path := range a.mk.release(drop) {
+		if f := a.owned[path]; f != nil {
 			a.gcFileLocked(f)
 		}
-		delete(a.pins, id)
 	}
 }
 
@@ -344,7 +326,7 @@ func (a *aside) load(st *state) error {
 		f.live = true
 		a.files = append(a.files, f)
 		if st.c > 0 {
-			a.pinLocked(st.c, f)
+			a.mk.pin(st.c, f.path)
 		}
 	}
 	for _, f := range old {

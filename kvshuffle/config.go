@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"time"
 
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/segments"
@@ -160,11 +159,6 @@ type Config struct {
 
 	// Schedule is the exchange order.
 	Schedule Schedule
-	// FailurePoll is how often a call that waits on other ranks (Recv,
-	// Checkpoint, CloseSend) checks the runtime's state vector for a failed
-	// rank, so that it returns a *pgas.RankError instead of waiting for its
-	// context. Zero disables the check.
-	FailurePoll time.Duration
 
 	// Logger receives events (spills, checkpoints, roll-backs) with rank
 	// attributes. Nil discards them.
@@ -198,13 +192,12 @@ func DefaultConfig() Config {
 		IOBufferSize: 256 << 10,
 		MaxPairSize:  64 << 20,
 		Schedule:     Diagonal,
-		FailurePoll:  100 * time.Millisecond,
 	}
 }
 
 // LocalConfig returns settings for tests and many ranks in one process:
 // 16 KiB frames, 2 ring slots, an 8 MiB budget with 1 MiB runs, no
-// spilling, no failure polling.
+// spilling.
 func LocalConfig() Config {
 	c := DefaultConfig()
 	c.SlotSize = 16 << 10
@@ -215,7 +208,6 @@ func LocalConfig() Config {
 	c.SpillDir = ""
 	c.IOBufferSize = 16 << 10
 	c.MaxPairSize = 4 << 20
-	c.FailurePoll = 0
 	return c
 }
 
@@ -268,8 +260,6 @@ func (c *Config) Validate() error {
 		return cfgErr("MaxPairSize", c.MaxPairSize, "want 16 .. %d bytes", maxPair)
 	case c.Schedule != Diagonal && c.Schedule != Naive:
 		return cfgErr("Schedule", c.Schedule, "use Diagonal or Naive")
-	case c.FailurePoll < 0:
-		return cfgErr("FailurePoll", c.FailurePoll, "want >= 0 (0 disables polling)")
 	}
 	if err := checkRankSet("ORanks", c.ORanks); err != nil {
 		return err

@@ -118,7 +118,16 @@
 // data sent before c": it pins its spill files, copies its in-memory runs
 // and batches into the state, and resumes the drain. The state (opaque
 // bytes, versioned and checksummed) is what the application mirrors with
-// package ckpt, next to its own data.
+// package ckpt, next to its own data. The bookkeeping of markers (which
+// sender's is in, which sender is paused) and of the files each checkpoint
+// pins (and which files Release or a roll back frees) is a pure state
+// machine, tested from the scripts in testdata/markers.
+//
+// A call that waits on other ranks (Send and CloseSend for credits,
+// Checkpoint, Recv, the copies to holders) wakes at the runtime's failure
+// watch (pgas Runtime.Watch over the shuffle's ranks): the lost connection
+// to a rank's process, a new view, or the runtime stopping ends the wait
+// at once with a *pgas.RankError or the runtime's error. Nothing polls.
 //
 // RollBack(ctx, state) is collective too. The ranks agree (one Allreduce)
 // that they roll back to the same c and that every state is usable; they

@@ -302,8 +302,7 @@ type spillFile struct {
 	size  int64 // whole file
 	pairs uint64
 	crc   uint32
-	pins  map[uint64]bool // checkpoints whose state names the file
-	live  bool            // part of the A task's current data
+	live  bool // part of the A task's current data
 }
 
 func (f *spillFile) dataLen() int64 { return f.size - spillHead - spillTail }

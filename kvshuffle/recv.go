@@ -30,8 +30,7 @@ type aside struct {
 
 	mu          sync.Mutex
 	changed     chan struct{} // closed and replaced at every change below
-	paused      []bool        // source stopped at a checkpoint marker
-	marker      []uint64      // last marker ID seen per source
+	mk          *markers      // checkpoint markers per source, and the files checkpoints pin
 	ended       []bool
 	nEnded      int
 	builder     *batch
@@ -44,8 +43,7 @@ type aside struct {
 	final       bool // everything ended and the merger prepared the final merge
 	recvStarted bool
 	owned       map[string]*spillFile // every file created or adopted and not removed
-	pins        map[uint64][]*spillFile
-	dir         string // spill directory of this shuffle, created at the first spill
+	dir         string                // spill directory of this shuffle, created at the first spill
 }
 
 func newAside(s *Shuffle) *aside {
@@ -55,7 +53,7 @@ func newAside(s *Shuffle) *aside {
 		names:   make([]string, n),
 		changed: make(chan struct{}),
 		owned:   make(map[string]*spillFile),
-		pins:    make(map[uint64][]*spillFile),
+		mk:      newMarkers(n),
 	}
 	for i, r := range s.oRanks {
 		a.names[i] = fmt.Sprintf("frame from rank %d", r)
@@ -71,7 +69,8 @@ func (a *aside) resetStreams() {
 	n := len(a.s.oRanks)
 	a.avail, a.consumed, a.gotEnd = make([]uint64, n), make([]uint64, n), make([]bool, n)
 	a.asm, a.asmFrom, a.cursor = nil, -1, a.s.aIdx%n
-	a.paused, a.marker, a.ended = make([]bool, n), make([]uint64, n), make([]bool, n)
+	a.mk.resetStreams(n)
+	a.ended = make([]bool, n)
 	a.nEnded = 0
 }
 
@@ -160,7 +159,7 @@ func (a *aside) drainSource(ctx context.Context, si int, posted *int) (int, erro
 	endSeen := false
 	for a.consumed[si] < a.avail[si] {
 		a.mu.Lock()
-		paused := a.paused[si]
+		paused := a.mk.isPaused(si)
 		a.mu.Unlock()
 		if paused {
 			break
@@ -212,11 +211,10 @@ func (a *aside) drainSource(ctx context.Context, si int, posted *int) (int, erro
 		case frameMarker:
 			c := binary.LittleEndian.Uint64(payload)
 			a.mu.Lock()
-			if c <= a.marker[si] {
+			if err := a.mk.arrive(si, c); err != nil {
 				a.mu.Unlock()
-				return 0, corrupt(a.names[si], frameHeader, "checkpoint marker %d after marker %d", c, a.marker[si])
+				return 0, corrupt(a.names[si], frameHeader, "%s", err.Error())
 			}
-			a.marker[si], a.paused[si] = c, true
 			a.signalLocked()
 			a.mu.Unlock()
 		case frameEnd:
@@ -555,7 +553,7 @@ func (a *aside) dropFileLocked(f *spillFile) {
 }
 
 func (a *aside) gcFileLocked(f *spillFile) {
-	if f.live || len(f.pins) > 0 {
+	if f.live || a.mk.isPinned(f.path) {
 		return
 	}
 	if err := os.Remove(f.path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -571,7 +569,7 @@ func (a *aside) removeAll(keepPinned bool) error {
 	var first error
 	kept := false
 	for path, f := range a.owned {
-		if keepPinned && f != nil && len(f.pins) > 0 {
+		if keepPinned && f != nil && a.mk.isPinned(path) {
 			kept = true
 			continue
 		}

@@ -641,15 +641,27 @@ func (s *Shuffle) endInbound(ctx context.Context, p *plan, src int, in *inbound,
 	return s.rt.PassiveSend(ctx, src, ack)
 }
 
-// recvPassive waits for a passive message, checking every FailurePoll
-// whether a rank failed meanwhile.
+// recvPassive waits for a passive message; a failure of a rank of the
+// shuffle (the runtime's failure watch) interrupts it.
 func (s *Shuffle) recvPassive(ctx context.Context) (int, []byte, error) {
 	for {
-		rctx, cancel := ctx, context.CancelFunc(func() {})
-		if s.cfg.FailurePoll > 0 {
-			rctx, cancel = context.WithTimeout(ctx, s.cfg.FailurePoll)
+		w, fresh := s.failures()
+		if fresh {
+			if err := s.checkRanks("checkpoint copy"); err != nil {
+				return 0, nil, err
+			}
 		}
+		rctx, cancel := context.WithCancel(ctx)
+		stop := make(chan struct{})
+		go func() { // owned: ends with this call
+			select {
+			case <-w:
+				cancel()
+			case <-stop:
+			}
+		}()
 		from, msg, err := s.rt.PassiveReceive(rctx)
+		close(stop)
 		cancel()
 		if err == nil {
 			return from, msg, nil

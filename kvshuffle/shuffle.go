@@ -62,6 +62,12 @@ type Shuffle struct {
 	err     error         // first failure of a background goroutine
 	failed  chan struct{} // closed at the first failure
 	recvErr error         // first error of Recv or Groups
+	// watch closes when a rank of the shuffle may have failed (pgas
+	// Runtime.Watch); renewed once it closed. Its goroutine ends with
+	// watchCtx, which Close cancels.
+	watch    <-chan struct{}
+	watchCtx context.Context
+	unwatch  context.CancelFunc
 
 	wg        sync.WaitGroup // background goroutines of the current generation
 	closeOnce sync.Once
@@ -313,14 +319,16 @@ func (s *Shuffle) failedChan() <-chan struct{} {
 
 // waitOn waits for ch to close, for the caller to re-check its condition.
 // It returns early with an error when ctx ends (wrapping pgas.ErrTimeout),
-// when the shuffle fails or closes, or when the state vector shows a rank
-// of the shuffle failed.
+// when the shuffle fails or closes, or when a rank of the shuffle failed
+// (its process lost, a newer view): the runtime's failure watch wakes it,
+// no timer.
 func (s *Shuffle) waitOn(ctx context.Context, ch <-chan struct{}, op string) error {
-	var tick <-chan time.Time
-	if s.cfg.FailurePoll > 0 {
-		t := time.NewTimer(s.cfg.FailurePoll)
-		defer t.Stop()
-		tick = t.C
+	w, fresh := s.failures()
+	if fresh {
+		// A new watch misses what happened before it.
+		if err := s.checkRanks(op); err != nil {
+			return err
+		}
 	}
 	select {
 	case <-ch:
@@ -331,9 +339,34 @@ func (s *Shuffle) waitOn(ctx context.Context, ch <-chan struct{}, op string) err
 		return s.usable()
 	case <-s.closed:
 		return ErrClosed
-	case <-tick:
+	case <-w:
 		return s.checkRanks(op)
 	}
+}
+
+// failures returns the shuffle's failure watch over its ranks, and
+// whether it was made now. A watch that closed is replaced: it fired, and
+// the caller's check said what it meant.
+func (s *Shuffle) failures() (<-chan struct{}, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.closed:
+		return s.closed, false
+	default:
+	}
+	if s.watch != nil {
+		select {
+		case <-s.watch:
+		default:
+			return s.watch, false
+		}
+	}
+	if s.watchCtx == nil {
+		s.watchCtx, s.unwatch = context.WithCancel(context.Background())
+	}
+	s.watch = s.rt.Watch(s.watchCtx, append(slices.Clone(s.oRanks), s.aRanks...))
+	return s.watch, true
 }
 
 // checkRanks returns a *pgas.RankError for the first rank of the shuffle
@@ -398,7 +431,12 @@ func (s *Shuffle) setRecvErr(err error) {
 func (s *Shuffle) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		s.mu.Lock()
 		close(s.closed)
+		if s.unwatch != nil {
+			s.unwatch()
+		}
+		s.mu.Unlock()
 		s.stop()
 		s.opMu.Lock() // a Send in progress finishes touching the segment
 		defer s.opMu.Unlock()

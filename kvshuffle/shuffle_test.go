@@ -525,7 +525,6 @@ func TestConfigValidate(t *testing.T) {
 		"IOBufferSize":  func(c *Config) { c.IOBufferSize = 10 },
 		"MaxPairSize":   func(c *Config) { c.MaxPairSize = 2 },
 		"Schedule":      func(c *Config) { c.Schedule = 9 },
-		"FailurePoll":   func(c *Config) { c.FailurePoll = -1 },
 	}
 	for field, mut := range cases {
 		c := LocalConfig()

@@ -24,7 +24,9 @@ const (
 	// MaxStateSize caps an encoded state (a snapshot).
 	MaxStateSize = 256 << 20
 
-	stateVersion = 1
+	// stateVersion 2 dropped version 1's last checkpoint id (kept by
+	// package ckpt alone).
+	stateVersion = 2
 )
 
 // EncodeCommand encodes cmd for the log (and the control RPC).
@@ -42,8 +44,6 @@ func EncodeCommand(cmd Command) ([]byte, error) {
 		}
 		err = encAll(e.EncodeArrayLen(6), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Proc)),
 			e.EncodeString(c.Info.Addr), e.EncodeString(c.Info.Host), e.EncodeString(c.Info.RaftAddr), e.EncodeString(c.Info.CtlAddr))
-	case CommitCheckpoint:
-		err = encAll(e.EncodeArrayLen(2), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(c.ID))
 	case Finish:
 		err = encAll(e.EncodeArrayLen(1), e.EncodeUint(uint64(c.Kind())))
 	case SetVoters:
@@ -70,7 +70,7 @@ func DecodeCommand(b []byte) (Command, error) {
 	d := newDec(b, ErrBadCommand)
 	n := d.arrayLen(8)
 	kind := CommandKind(d.uint(255))
-	want := map[CommandKind]int{KindDeclareFailed: 4, KindAddSpare: 6, KindCommitCheckpoint: 2, KindFinish: 1, KindSetVoters: 2}
+	want := map[CommandKind]int{KindDeclareFailed: 4, KindAddSpare: 6, KindFinish: 1, KindSetVoters: 2}
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -87,8 +87,6 @@ func DecodeCommand(b []byte) (Command, error) {
 		c := AddSpare{Proc: uint32(d.uint(uint64(NoProc)))}
 		c.Info = ProcInfo{Addr: d.str(MaxAddrLen), Host: d.str(MaxAddrLen), RaftAddr: d.str(MaxAddrLen), CtlAddr: d.str(MaxAddrLen)}
 		cmd = c
-	case KindCommitCheckpoint:
-		cmd = CommitCheckpoint{ID: d.uint(^uint64(0))}
 	case KindFinish:
 		cmd = Finish{}
 	case KindSetVoters:
@@ -105,7 +103,7 @@ func DecodeCommand(b []byte) (Command, error) {
 func EncodeState(s *State) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
-	errs := []error{e.EncodeArrayLen(12), e.EncodeUint(stateVersion), e.EncodeUint(s.Epoch), e.EncodeUint(uint64(s.NumRanks)),
+	errs := []error{e.EncodeArrayLen(11), e.EncodeUint(stateVersion), e.EncodeUint(s.Epoch), e.EncodeUint(uint64(s.NumRanks)),
 		encUints(e, s.Ranks)}
 	procs := slices.Sorted(mapsKeys(s.Procs))
 	errs = append(errs, e.EncodeArrayLen(len(procs)))
@@ -120,7 +118,7 @@ func EncodeState(s *State) ([]byte, error) {
 	for _, p := range failed {
 		errs = append(errs, e.EncodeArrayLen(2), e.EncodeUint(uint64(p)), e.EncodeUint(s.Failed[p]))
 	}
-	errs = append(errs, e.EncodeUint(s.LastCheckpoint), e.EncodeUint(uint64(s.Status)), e.EncodeString(s.StatusReason),
+	errs = append(errs, e.EncodeUint(uint64(s.Status)), e.EncodeString(s.StatusReason),
 		e.EncodeBool(s.Shrink), encUints(e, s.Voters))
 	if err := encAll(errs...); err != nil {
 		return nil, fmt.Errorf("spares: encode state: %w", err)
@@ -135,8 +133,8 @@ func DecodeState(b []byte) (State, error) {
 		return State{}, fmt.Errorf("%w: %d bytes, max %d", ErrBadSnapshot, len(b), MaxStateSize)
 	}
 	d := newDec(b, ErrBadSnapshot)
-	if n := d.arrayLen(12); d.err == nil && n != 12 {
-		return State{}, fmt.Errorf("%w: %d fields, want 12", ErrBadSnapshot, n)
+	if n := d.arrayLen(11); d.err == nil && n != 11 {
+		return State{}, fmt.Errorf("%w: %d fields, want 11", ErrBadSnapshot, n)
 	}
 	if v := d.uint(255); d.err == nil && v != stateVersion {
 		return State{}, fmt.Errorf("%w: version %d, this build reads version %d", ErrBadSnapshot, v, stateVersion)
@@ -168,7 +166,6 @@ func DecodeState(b []byte) (State, error) {
 		p := uint32(d.uint(uint64(NoProc)))
 		s.Failed[p] = d.uint(^uint64(0))
 	}
-	s.LastCheckpoint = d.uint(^uint64(0))
 	s.Status = JobStatus(d.uint(uint64(Failed)))
 	s.StatusReason = d.str(MaxAddrLen)
 	s.Shrink = d.bool()

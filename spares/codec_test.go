@@ -15,7 +15,6 @@ func sampleCommands() []Command {
 		DeclareFailed{Proc: 3, Reporter: NoProc, Epoch: 7},
 		DeclareFailed{Proc: 0, Reporter: 1, Epoch: 0},
 		AddSpare{Proc: 9, Info: ProcInfo{Addr: "10.0.0.9:7000", Host: "n9", RaftAddr: "10.0.0.9:7001", CtlAddr: "10.0.0.9:7002"}},
-		CommitCheckpoint{ID: 1 << 40},
 		Finish{},
 		SetVoters{Voters: []uint32{1, 2, 3, 4, 5}},
 	}
@@ -64,7 +63,8 @@ func TestDecodeCommandRejects(t *testing.T) {
 		{"field count", encodeRaw(t, 1, 2, 3), "DeclareFailed has 3 fields, want 4"},
 		{"negative proc", encodeRaw(t, 1, -1, 2, 3), "want an unsigned integer"},
 		{"proc too big", encodeRaw(t, 1, uint64(1)<<33, 2, 3), "above the limit"},
-		{"string as int", encodeRaw(t, 3, "7"), "want an unsigned integer"},
+		{"string as int", encodeRaw(t, 1, "7", 2, 3), "want an unsigned integer"},
+		{"retired kind", encodeRaw(t, 3, 7), "unknown command kind 3"},
 		{"long addr", encodeRaw(t, 2, 1, strings.Repeat("a", 300), "", "", ""), "string of 300 bytes"},
 		{"int as string", encodeRaw(t, 2, 1, 5, "", "", ""), "want a string"},
 		{"too many voters", encodeRaw(t, 5, make([]uint32, 10)), "array of 10 elements"},

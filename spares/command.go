@@ -10,11 +10,13 @@ type CommandKind uint8
 
 // Command kinds.
 const (
-	KindDeclareFailed    CommandKind = 1
-	KindAddSpare         CommandKind = 2
-	KindCommitCheckpoint CommandKind = 3
-	KindFinish           CommandKind = 4
-	KindSetVoters        CommandKind = 5
+	KindDeclareFailed CommandKind = 1
+	KindAddSpare      CommandKind = 2
+	// Kind 3 is retired (it recorded a checkpoint id; package ckpt's
+	// agreement is the job's one record of the last checkpoint) and is not
+	// reused: a log holding it is refused as an unknown kind.
+	KindFinish    CommandKind = 4
+	KindSetVoters CommandKind = 5
 )
 
 func (k CommandKind) String() string {
@@ -23,8 +25,6 @@ func (k CommandKind) String() string {
 		return "DeclareFailed"
 	case KindAddSpare:
 		return "AddSpare"
-	case KindCommitCheckpoint:
-		return "CommitCheckpoint"
 	case KindFinish:
 		return "Finish"
 	case KindSetVoters:
@@ -72,12 +72,6 @@ type AddSpare struct {
 	Info ProcInfo
 }
 
-// CommitCheckpoint records ID as the last committed checkpoint. IDs only go
-// up: an ID not above LastCheckpoint is a no-op. The epoch is unchanged.
-type CommitCheckpoint struct {
-	ID uint64
-}
-
 // Finish marks the job Finished. Idempotent; a no-op on a failed job.
 type Finish struct{}
 
@@ -89,16 +83,14 @@ type SetVoters struct {
 	Voters []uint32
 }
 
-func (DeclareFailed) Kind() CommandKind    { return KindDeclareFailed }
-func (AddSpare) Kind() CommandKind         { return KindAddSpare }
-func (CommitCheckpoint) Kind() CommandKind { return KindCommitCheckpoint }
-func (Finish) Kind() CommandKind           { return KindFinish }
-func (SetVoters) Kind() CommandKind        { return KindSetVoters }
-func (DeclareFailed) isCommand()           {}
-func (AddSpare) isCommand()                {}
-func (CommitCheckpoint) isCommand()        {}
-func (Finish) isCommand()                  {}
-func (SetVoters) isCommand()               {}
+func (DeclareFailed) Kind() CommandKind { return KindDeclareFailed }
+func (AddSpare) Kind() CommandKind      { return KindAddSpare }
+func (Finish) Kind() CommandKind        { return KindFinish }
+func (SetVoters) Kind() CommandKind     { return KindSetVoters }
+func (DeclareFailed) isCommand()        {}
+func (AddSpare) isCommand()             {}
+func (Finish) isCommand()               {}
+func (SetVoters) isCommand()            {}
 
 // Result says what a command did.
 type Result struct {
@@ -142,17 +134,6 @@ func (s *State) Apply(cmd Command) (Result, error) {
 		return s.declareFailed(c)
 	case AddSpare:
 		return s.addSpare(c)
-	case CommitCheckpoint:
-		if s.Status != Running {
-			return noop(s, "job is %s", s.Status), nil
-		}
-		if c.ID <= s.LastCheckpoint {
-			return noop(s, "checkpoint %d is not newer than %d", c.ID, s.LastCheckpoint), nil
-		}
-		s.LastCheckpoint = c.ID
-		r := noop(s, "checkpoint %d committed", c.ID)
-		r.Changed = true
-		return r, nil
 	case Finish:
 		if s.Status != Running {
 			return noop(s, "job is already %s", s.Status), nil

@@ -98,7 +98,7 @@ func TestNodeCutOffForGood(t *testing.T) {
 		}
 	}
 	// The majority still commits.
-	if _, err := fc.other(victim.Proc()).Propose(ctx, CommitCheckpoint{ID: 1}); err != nil {
+	if _, err := fc.other(victim.Proc()).Propose(ctx, Finish{}); err != nil {
 		t.Fatalf("the majority cannot commit: %v", err)
 	}
 }
@@ -168,10 +168,10 @@ func TestNodeShortPartitionIsNotCutOff(t *testing.T) {
 	leader, victim := fc.partitionOne(t, ctx)
 	time.Sleep(cutOff / 2) // real processes: the partition's own length
 	fc.setRules(t, "")
-	if _, err := leader.Propose(ctx, CommitCheckpoint{ID: 7}); err != nil {
+	if _, err := leader.Propose(ctx, Finish{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := victim.Await(ctx, func(s *State) bool { return s.LastCheckpoint == 7 }); err != nil {
+	if _, err := victim.Await(ctx, func(s *State) bool { return s.Status == Finished }); err != nil {
 		t.Fatalf("node %d never caught up after the heal: %v", victim.Proc(), err)
 	}
 	select {

@@ -1,14 +1,15 @@
 // Package spares is the job's membership: a Raft-agreed view of which
-// process holds which rank, the spare pool, the failed set, the last
-// committed checkpoint and the job status, with one epoch number that goes
-// up whenever the view changes.
+// process holds which rank, the spare pool, the failed set and the job
+// status, with one epoch number that goes up whenever the view changes.
+// The last committed checkpoint is not part of it: package ckpt's own
+// agreement among the ranks is the one record of it.
 //
 // # Model
 //
 // State is plain replicated data and State.Apply is a pure, deterministic
 // function of (state, command), tested without Raft from the scripts in
-// testdata/. The commands are DeclareFailed, AddSpare, CommitCheckpoint,
-// Finish and SetVoters. The design's Promote and ReplaceVoter are not
+// testdata/. The commands are DeclareFailed, AddSpare, Finish
+// and SetVoters. The design's Promote and ReplaceVoter are not
 // separate entries: a DeclareFailed of a rank holder is the whole recovery
 // step in one log entry (epoch+1, the failed process moves to Failed, the
 // first spare takes its rank), and the leader then repairs the Raft voter

@@ -45,7 +45,7 @@ func TestFSMApplySnapshotRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Apply(logOf(t, 5, CommitCheckpoint{ID: 9})) // after the snapshot: not in it
+	f.Apply(logOf(t, 5, Finish{})) // after the snapshot: not in it
 	store := raft.NewInmemSnapshotStore()
 	sink, err := store.Create(raft.SnapshotVersionMax, 4, 1, raft.Configuration{}, 1, nil)
 	if err != nil {
@@ -68,7 +68,7 @@ func TestFSMApplySnapshotRestore(t *testing.T) {
 	}
 	got, _ := g.view()
 	st, _ := f.view()
-	st.LastCheckpoint = 0
+	st.Status = Running
 	if !reflect.DeepEqual(normState(got), normState(st)) {
 		t.Fatalf("restored %s, want %s", summarize(&got), summarize(&st))
 	}
@@ -85,14 +85,15 @@ func TestFSMWatchLatestValue(t *testing.T) {
 	f := newFSM(mustState(t, 2, 0, 1, false), slog.New(slog.DiscardHandler))
 	w := f.watch()
 	for id := uint64(1); id <= 50; id++ { // nobody reads: Apply must not block
-		f.Apply(logOf(t, id, CommitCheckpoint{ID: id}))
+		p := uint32(100 + id)
+		f.Apply(logOf(t, id, AddSpare{Proc: p, Info: infoFor(p, "h1")})) // each one epoch up
 	}
-	if s := <-w; s.LastCheckpoint != 50 {
-		t.Fatalf("watcher holds checkpoint %d, want the latest (50)", s.LastCheckpoint)
+	if s := <-w; s.Epoch != 51 {
+		t.Fatalf("watcher holds epoch %d, want the latest (51)", s.Epoch)
 	}
 	select {
 	case s := <-w:
-		t.Fatalf("stale value queued: %d", s.LastCheckpoint)
+		t.Fatalf("stale value queued: epoch %d", s.Epoch)
 	default:
 	}
 	f.close()

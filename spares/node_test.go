@@ -413,11 +413,10 @@ func TestNodeControlPlane(t *testing.T) {
 	if _, err := follower.Propose(ctx, DeclareFailed{Proc: 0, Reporter: NoProc, Epoch: 50}); !errors.Is(err, ErrBadCommand) {
 		t.Fatalf("future epoch via ctl: %v", err)
 	}
-	if res, err := follower.Propose(ctx, CommitCheckpoint{ID: 3}); err != nil || !res.Changed {
-		t.Fatalf("checkpoint via ctl: %+v, %v", res, err)
-	}
-	if _, err := follower.Await(ctx, func(s *State) bool { return s.LastCheckpoint == 3 }); err != nil {
-		t.Fatal(err)
+	// A command the state accepts is committed through the control RPC
+	// (the voters as recorded: a no-op, but one that went through the log).
+	if res, err := follower.Propose(ctx, SetVoters{Voters: follower.View().Voters}); err != nil || res.Changed || res.Note != "voters unchanged" {
+		t.Fatalf("voters via ctl: %+v, %v", res, err)
 	}
 
 	// Without a quorum nothing commits: the proposal times out, typed.
@@ -475,10 +474,10 @@ func TestNodeBoltPersistence(t *testing.T) {
 	// A command after the configuration change, so a snapshot may be taken
 	// (Raft refuses while the last configuration entry is newer than the
 	// FSM's last applied command).
-	if _, err := c.other(victim).Propose(ctx, CommitCheckpoint{ID: 5}); err != nil {
+	if _, err := c.other(victim).Propose(ctx, Finish{}); err != nil {
 		t.Fatal(err)
 	}
-	hasCkpt := func(s *State) bool { return s.LastCheckpoint == 5 }
+	hasCkpt := func(s *State) bool { return s.Status == Finished }
 	for _, n := range c.live() {
 		if _, err := n.Await(ctx, hasCkpt); err != nil {
 			t.Fatal(err)
@@ -513,11 +512,11 @@ func TestNodeBoltPersistence(t *testing.T) {
 		}
 	}
 	after := c.converge(ctx, 2)
-	if !slices.Equal(after.Ranks, before.Ranks) || after.LastCheckpoint != 5 {
+	if !slices.Equal(after.Ranks, before.Ranks) || after.Status != Finished {
 		t.Fatalf("after restart: %s, before: %s", summarize(&after), summarize(&before))
 	}
 	// The restarted group still commits.
-	if _, err := c.other().Propose(ctx, CommitCheckpoint{ID: 6}); err != nil {
+	if _, err := c.other().Propose(ctx, Finish{}); err != nil { // a no-op, but committed
 		t.Fatal(err)
 	}
 }
@@ -662,7 +661,7 @@ func TestNodeShutdownLeavesNoGoroutines(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), phase)
 	defer cancel()
 	l := c.leader(ctx)
-	if _, err := c.other(l.Proc()).Propose(ctx, CommitCheckpoint{ID: 1}); err != nil {
+	if _, err := c.other(l.Proc()).Propose(ctx, Finish{}); err != nil {
 		t.Fatal(err)
 	}
 	c.shutdownAll()

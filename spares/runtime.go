@@ -70,12 +70,6 @@ func (m *Membership) Finish(ctx context.Context) error {
 	return err
 }
 
-// CommitCheckpoint records checkpoint id as the job's last committed one.
-func (m *Membership) CommitCheckpoint(ctx context.Context, id uint64) error {
-	_, err := m.node.Propose(ctx, CommitCheckpoint{ID: id})
-	return err
-}
-
 // Close shuts the node down.
 func (m *Membership) Close() error { return m.node.Shutdown() }
 

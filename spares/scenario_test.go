@@ -27,7 +27,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden files under testda
 //	fail spare P ...         fail proc P, which must be a spare
 //	exhaust                  fail the lowest live rank until the job stops running
 //	add P [host=H]           AddSpare
-//	ckpt ID | finish | voters P...
+//	finish | voters P...
 //
 // Every step is also checked for: the state invariants, the command's
 // encode/decode round trip, and idempotence (applying it again is a no-op
@@ -135,12 +135,6 @@ func (s *scenario) line(line string) error {
 				}
 			}
 			s.apply(AddSpare{Proc: uint32(p), Info: infoFor(uint32(p), host)})
-		case "ckpt":
-			id, err := strconv.ParseUint(f[1], 10, 64)
-			if err != nil {
-				return err
-			}
-			s.apply(CommitCheckpoint{ID: id})
 		case "finish":
 			s.apply(Finish{})
 		case "voters":
@@ -318,8 +312,6 @@ func describe(cmd Command) string {
 		return fmt.Sprintf("DeclareFailed proc=%d by=%s at=%d", c.Proc, procName(c.Reporter), c.Epoch)
 	case AddSpare:
 		return fmt.Sprintf("AddSpare proc=%d host=%s", c.Proc, c.Info.Host)
-	case CommitCheckpoint:
-		return fmt.Sprintf("CommitCheckpoint id=%d", c.ID)
 	case Finish:
 		return "Finish"
 	case SetVoters:
@@ -359,6 +351,6 @@ func summarize(s *State) string {
 	if s.StatusReason != "" {
 		status += "(" + s.StatusReason + ")"
 	}
-	return fmt.Sprintf("epoch=%d status=%s ranks=[%s] spares=%v failed=[%s] voters=%v ckpt=%d",
-		s.Epoch, status, strings.Join(ranks, " "), s.Spares, strings.Join(failed, " "), s.Voters, s.LastCheckpoint)
+	return fmt.Sprintf("epoch=%d status=%s ranks=[%s] spares=%v failed=[%s] voters=%v",
+		s.Epoch, status, strings.Join(ranks, " "), s.Spares, strings.Join(failed, " "), s.Voters)
 }

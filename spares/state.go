@@ -88,8 +88,6 @@ type State struct {
 	Spares []uint32
 	// Failed maps proc -> the epoch in which it was declared failed.
 	Failed map[uint32]uint64
-	// LastCheckpoint is the ID of the last committed checkpoint (0: none).
-	LastCheckpoint uint64
 	// Status and StatusReason are the job's lifecycle state.
 	Status       JobStatus
 	StatusReason string

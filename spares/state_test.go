@@ -131,14 +131,12 @@ func TestApplyDeterministicRandomLogs(t *testing.T) {
 		b := a.Clone()
 		for i := 0; i < 30; i++ {
 			var cmd Command
-			switch next(5) {
+			switch next(4) {
 			case 0, 1:
 				cmd = DeclareFailed{Proc: uint32(next(10)), Reporter: uint32(next(9)), Epoch: uint64(next(int(a.Epoch) + 1))}
 			case 2:
 				p := uint32(8 + next(4))
 				cmd = AddSpare{Proc: p, Info: infoFor(p, "h1")}
-			case 3:
-				cmd = CommitCheckpoint{ID: uint64(next(20))}
 			default:
 				cmd = SetVoters{Voters: []uint32{uint32(next(12)), uint32(next(12))}}
 			}

@@ -10,10 +10,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unsafe"
 
+	"github.com/gaspigo/gaspigo/apps/internal/recovery"
 	"github.com/gaspigo/gaspigo/ckpt"
 	"github.com/gaspigo/gaspigo/pgas"
 )
@@ -159,6 +159,18 @@ type Options struct {
 	// Leader, when set, returns the process (transport.Proc) that leads
 	// the membership, if one is known (for kill:leader).
 	Leader func() (proc int, ok bool)
+	// Kill carries out an injection that hit this rank: the command kills
+	// its own process (SIGKILL), so it does not return as a rule; if it
+	// does, the run goes on. Required when Injects is set.
+	Kill func(Kill)
+}
+
+// Kill is an injection that hit this rank, for Options.Kill.
+type Kill struct {
+	Inject Inject
+	Rank   int
+	Iter   int    // the iteration just completed
+	Phase  string // "" after the iteration, "commit" inside the checkpoint commit
 }
 
 // RunResult is what a distributed run ends with, identical on every rank.
@@ -230,6 +242,9 @@ type Job struct {
 func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 	if err := CheckInjects(opt.Injects, rt.Size(), rt.HostLabels()); err != nil {
 		return nil, err
+	}
+	if len(opt.Injects) > 0 && opt.Kill == nil {
+		return nil, configErr("Options.Injects is set but Options.Kill, which carries an injection out, is nil")
 	}
 	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, hdrLen)}
 	if err := j.load(); err != nil {
@@ -461,12 +476,6 @@ func (j *Job) initCentroids(ctx context.Context) error {
 	return nil
 }
 
-// needsRecovery: the membership changed under an operation, or the
-// checkpointer saw a failure it cannot settle without a restore.
-func needsRecovery(err error) bool {
-	return pgas.NeedsRecovery(err) || errors.Is(err, ckpt.ErrNeedsRestore)
-}
-
 // StateBytes is the largest checkpoint any rank of the job registers:
 // header, centroids and the largest shard's assignments.
 func (j *Job) StateBytes() int64 {
@@ -581,7 +590,7 @@ func (j *Job) loop(ctx context.Context) error {
 		if err == nil && done {
 			err = j.finish(ctx)
 		}
-		if err == nil || !needsRecovery(err) {
+		if err == nil || !recovery.Needed(err) {
 			if err != nil {
 				return err
 			}
@@ -622,18 +631,10 @@ func (j *Job) finish(ctx context.Context) error {
 // lost meanwhile sends every rank back to the last checkpoint, the final
 // one as a rule, and the ranks finalize again together.
 func (j *Job) Finalize(ctx context.Context) error {
-	for {
-		err := j.rt.Finalize(ctx)
-		if err == nil || !pgas.NeedsRecovery(err) || j.ck == nil || j.opt.Every <= 0 {
-			return err
-		}
-		if err := j.rejoin(ctx, err, "finalize"); err != nil {
-			return err
-		}
-		if err := j.loop(ctx); err != nil {
-			return err
-		}
+	if j.ck == nil || j.opt.Every <= 0 {
+		return j.rt.Finalize(ctx) // nothing to recover from
 	}
+	return j.recovery("finalize").Finalize(ctx, j.loop)
 }
 
 // Run iterates to the end, recovering from failures on the way. A
@@ -651,7 +652,7 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 		if err == nil {
 			err = j.commit(ctx)
 		}
-		if err != nil && !needsRecovery(err) {
+		if err != nil && !recovery.Needed(err) {
 			return RunResult{}, err
 		}
 		if err != nil {
@@ -852,10 +853,7 @@ func (j *Job) inject(ctx context.Context, phase string, fresh bool) error {
 			}
 		}
 		if hit {
-			fmt.Fprintf(os.Stderr, "inject: SIGKILL rank %d (pid %d) after iteration %d%s at %s\n",
-				me, os.Getpid(), j.iter, map[string]string{"": "", "commit": ", inside the checkpoint commit"}[phase], time.Now().Format(time.RFC3339Nano))
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // the signal is on its way
+			j.opt.Kill(Kill{Inject: in, Rank: me, Iter: j.iter, Phase: phase})
 		}
 	}
 	return nil
@@ -915,46 +913,48 @@ func (j *Job) isAgreedLeader(ctx context.Context) (bool, error) {
 // last committed checkpoint everywhere, and agree on the job's high-water
 // mark so redone iterations inject nothing.
 func (j *Job) rejoin(ctx context.Context, cause error, what string) error {
-	for {
-		t0 := time.Now()
-		if cause != nil {
-			j.printf("recovery: %s failed: %v\n", what, cause)
-			if err := j.rt.Recover(ctx); err != nil {
-				return err
+	return j.recovery(what).Rejoin(ctx, cause)
+}
+
+// recovery is the job's recovery loop, reporting failures of what.
+func (j *Job) recovery(what string) *recovery.Loop {
+	return &recovery.Loop{RT: j.rt, Restore: j.restoreAll, Report: func(a recovery.Attempt) {
+		if a.Retry {
+			what = "the recovery" // another failure during the recovery
+		}
+		j.printf("recovery: %s failed: %v\n", what, a.Cause)
+	}}
+}
+
+// restoreAll is rejoin's restore: the checkpoint, then the shards of
+// vacant ranks handed out (shrinking).
+func (j *Job) restoreAll(ctx context.Context, a recovery.Attempt) error {
+	err := j.restore(ctx)
+	if live := j.rt.LiveRanks(); err == nil && !j.opt.Shrink && len(live) < j.rt.Size() {
+		// The membership shrank but this job was not told to: the
+		// vacant ranks' points would silently drop out of the sums.
+		var vacant []string
+		for r := 0; r < j.rt.Size(); r++ {
+			if j.rt.Vacant(r) {
+				vacant = append(vacant, strconv.Itoa(r))
 			}
 		}
-		tView := time.Since(t0)
-		err := j.restore(ctx)
-		if live := j.rt.LiveRanks(); err == nil && !j.opt.Shrink && len(live) < j.rt.Size() {
-			// The membership shrank but this job was not told to: the
-			// vacant ranks' points would silently drop out of the sums.
-			var vacant []string
-			for r := 0; r < j.rt.Size(); r++ {
-				if j.rt.Vacant(r) {
-					vacant = append(vacant, strconv.Itoa(r))
-				}
-			}
-			return fmt.Errorf("kmeans: rank %s is vacant (the membership shrinks) but the job does not redistribute shards: run every rank with --shrink (Options.Shrink)", strings.Join(vacant, ", "))
-		}
-		if err == nil && j.opt.Shrink {
-			var lines []string
-			if lines, err = j.redistribute(); err == nil {
-				for _, l := range lines {
-					j.printf("%s", l)
-				}
-			}
-		}
-		if err == nil {
-			j.recov++
-			j.printf("recovery: epoch %d in force after %v; checkpoint of iteration %d restored after %v; %d iterations to redo\n",
-				j.rt.Epoch(), tView.Round(time.Microsecond), j.iter, time.Since(t0).Round(time.Microsecond), j.high-j.iter)
-			return nil
-		}
-		if !needsRecovery(err) {
-			return err
-		}
-		cause, what = err, "the recovery" // another failure during the recovery
+		return fmt.Errorf("kmeans: rank %s is vacant (the membership shrinks) but the job does not redistribute shards: run every rank with --shrink (Options.Shrink)", strings.Join(vacant, ", "))
 	}
+	if err == nil && j.opt.Shrink {
+		var lines []string
+		if lines, err = j.redistribute(); err == nil {
+			for _, l := range lines {
+				j.printf("%s", l)
+			}
+		}
+	}
+	if err == nil {
+		j.recov++
+		j.printf("recovery: epoch %d in force after %v; checkpoint of iteration %d restored after %v; %d iterations to redo\n",
+			j.rt.Epoch(), a.View.Round(time.Microsecond), j.iter, time.Since(a.Started).Round(time.Microsecond), j.high-j.iter)
+	}
+	return err
 }
 
 func (j *Job) restore(ctx context.Context) error {

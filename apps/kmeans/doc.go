@@ -1,7 +1,12 @@
 // Package kmeans is the compute core of the fault-tolerant K-means app: the
 // assignment kernel, the data generator, point and centroid files, the
 // initial-centroid choice and single-process Lloyd's algorithm. The
-// distributed driver (ranks, allreduce, checkpoints) is built on top of it.
+// distributed driver (ranks, allreduce, checkpoints) is built on top of it:
+// Job (NewJob, Run, Finalize), whose recovery loop is package
+// apps/internal/recovery's, shared with TeraSort. Failures to inject
+// (Options.Injects) are chosen by the driver, collectively where needed
+// (kill:leader, kill:mirror-of), and carried out by the command's
+// Options.Kill hook: the library never kills a process.
 //
 // # Usage
 //

@@ -105,7 +105,13 @@
 // and, under gaspirun --spares, survives the loss of a rank: the survivors
 // Recover, every rank restores the last checkpoint, rolls the shuffle back
 // and resumes sending at Consumed() (ReadShards reads from any record).
-// cmd/terasort/sort.go has the details.
+// DistSort is one rank's part of it (DistConfig: the settings, the same on
+// every rank); cmd/terasort/sort.go turns the flags into a DistConfig and
+// has the details. The recovery loop is package apps/internal/recovery's,
+// shared with K-means. Faults are the command's business: DistConfig.Inject
+// asks it, once per rank, for an Injection (a record index and a Fire
+// function, given the rank's Shuffle, e.g. for LoseSpillDir); the library
+// itself never kills a process.
 //
 // # In-memory sort
 //

@@ -220,6 +220,7 @@ func run(ctx context.Context, f *flags) int {
 			return int(p), ok
 		}
 	}
+	f.opt.Kill = kill
 	job, err := kmeans.NewJob(ctx, rt, f.opt)
 	if err != nil {
 		return fail(err)
@@ -337,4 +338,13 @@ func writeCentroids(path string, c []float64, k int) error {
 		return err
 	}
 	return out.Close()
+}
+
+// kill carries out an injection (kmeans.Options.Kill): SIGKILL to this
+// process.
+func kill(k kmeans.Kill) {
+	fmt.Fprintf(os.Stderr, "inject: SIGKILL rank %d (pid %d) after iteration %d%s at %s\n",
+		k.Rank, os.Getpid(), k.Iter, map[string]string{"": "", "commit": ", inside the checkpoint commit"}[k.Phase], time.Now().Format(time.RFC3339Nano))
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way
 }

@@ -64,7 +64,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -72,14 +71,11 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/gaspigo/gaspigo/apps/terasort"
-	"github.com/gaspigo/gaspigo/ckpt"
 	"github.com/gaspigo/gaspigo/kvshuffle"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/spares"
@@ -263,315 +259,63 @@ func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		// A spare promoted and replaced again before it got going.
 		return &exitError{code: spares.ExitCodeOf(pgas.ErrFenced), msg: "this process was replaced before it started: " + pgas.ErrFenced.Error()}
 	}
-	if !rt.StartedAsSpare() {
-		// Before any rank writes to --out: rank 0 checks it, and every
-		// rank learns the verdict from one agreement, so that a refused
-		// directory ends every rank with the same usage error.
-		var refused error
-		verdict := []int64{0}
-		if rt.Rank() == 0 {
-			remove, err := terasort.PlanOutput(f.out, f.in, f.replace)
-			if err == nil {
-				err = terasort.RemoveOutput(remove)
-				if err == nil && len(remove) > 0 {
-					fmt.Fprintf(stdout, "sort: --replace: removed %d entries of a previous sort from %s\n", len(remove), f.out)
-				}
-			}
-			if err != nil {
-				refused, verdict[0] = err, 1
-			}
-		}
-		// A failure during the agreement is left to the job's own
-		// recovery below; the verdict is only known when it completes.
-		if err := pgas.Allreduce(ctx, rt, nil, verdict, pgas.OpMax); err == nil && verdict[0] != 0 && refused == nil {
-			refused = fmt.Errorf("rank 0 refused --out %s (its message says why)", f.out)
-		}
-		if refused != nil {
-			return &exitError{code: 2, msg: refused.Error()}
-		}
+	cfg, err := f.distConfig(rt.Rank(), stdout)
+	if err != nil {
+		return &exitError{code: 1, msg: fmt.Sprintf("rank %d: %v", rt.Rank(), err)}
 	}
-	if err := os.MkdirAll(f.out, 0o700); err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	j := &sortJob{f: f, rt: rt, out: stdout}
-	defer rt.Close()
-	if err := j.run(ctx); err != nil {
-		code := spares.ExitCodeOf(err)
+	err = terasort.DistSort(ctx, rt, cfg)
+	var refused *terasort.OutputRefusedError
+	var failed *terasort.RankError
+	switch {
+	case errors.As(err, &refused):
+		return &exitError{code: 2, msg: refused.Error()}
+	case errors.As(err, &failed):
+		code := spares.ExitCodeOf(failed.Err)
 		if code == 0 {
 			code = 1
 		}
-		return &exitError{code: code, msg: fmt.Sprintf("rank %d: %v", rt.Rank(), err)}
+		return &exitError{code: code, msg: failed.Error()}
 	}
-	return nil
+	return err
 }
 
-// sortJob is one rank's part of the distributed sort.
-type sortJob struct {
-	f   *sortFlags
-	rt  *pgas.Runtime
-	out io.Writer
-
-	shards []terasort.Shard
-	total  int64 // records in the whole input
-	mine   int64 // records in this rank's shards
-	part   *terasort.Partitioner
-
-	cfg     kvshuffle.Config
-	sh      *kvshuffle.Shuffle
-	ck      *ckpt.Checkpointer
-	hdr     []byte // ckpt region: splitters, fixed size
-	state   []byte // ckpt region: 8-byte length + shuffle state
-	phase   []byte // ckpt region: done flag, total records, total checksum (u64 each)
-	maxCk   int64  // last checkpoint count every rank reaches
-	done    bool   // every part is written and the totals agreed (final checkpoint)
-	totals  terasort.Summary
-	killAt  int64 // record index of the injected kill; -1 none
-	recov   int
-	ckpts   int
-	ckptDur time.Duration
-}
-
-func (j *sortJob) printf(format string, args ...any) {
-	if j.rt.Rank() == 0 {
-		fmt.Fprintf(j.out, format, args...)
-	}
-}
-
-// start samples the splitters, creates the shuffle and takes checkpoint 1
-// (nothing sent yet): the job's beginning, and where every rank starts
-// over when a rank fails before checkpoint 1 was committed.
-func (j *sortJob) start(ctx context.Context, over bool) error {
-	n := j.rt.Size()
-	sample, err := terasort.SampleShards(j.shards, j.f.sample)
+// distConfig returns the settings of this rank's sort.
+func (f *sortFlags) distConfig(rank int, stdout io.Writer) (terasort.DistConfig, error) {
+	sh, err := f.shuffleConfig(rank)
 	if err != nil {
-		return err
+		return terasort.DistConfig{}, err
 	}
-	sp, err := kvshuffle.SampleSplitters(ctx, j.rt, sample, n, nil)
-	if err != nil {
-		return err
+	c := terasort.DistConfig{In: f.in, Out: f.out, Replace: f.replace, Sample: f.sample, CkptRecords: f.ckptEvery,
+		Mirrors: f.mirrors, CkptInMemory: f.ckptMem, Shuffle: sh, Stdout: stdout}
+	if f.inject != nil {
+		c.Inject = f.inject.plan
 	}
-	if err := j.setSplitters(sp); err != nil {
-		return err
+	return c, nil
+}
+
+// plan places the injection in a rank's send loop: the rank (or every
+// rank of the host) named, at its own fraction of its input; never in a
+// promoted spare.
+func (in *injectSpec) plan(t terasort.InjectTarget) (*terasort.Injection, error) {
+	if in.rank >= t.Size {
+		return nil, fmt.Errorf("--inject rank=%d: the job has ranks 0..%d", in.rank, t.Size-1)
 	}
-	if j.sh == nil {
-		if j.sh, err = kvshuffle.New(ctx, j.rt, j.cfg); err != nil {
-			j.sh = nil
+	if t.Spare || !(in.rank == t.Rank || (in.host != "" && in.host == t.Host)) {
+		return nil, nil
+	}
+	return &terasort.Injection{At: int64(math.Floor(in.at * float64(t.Records))), Fire: in.fire}, nil
+}
+
+// fire kills this process with SIGKILL, after removing its spill
+// directory with disk=lost (as the loss of its host would).
+func (in *injectSpec) fire(f terasort.Fault) error {
+	if in.diskLost {
+		if err := f.Shuffle.LoseSpillDir(); err != nil {
 			return err
 		}
+		fmt.Fprintf(f.Out, "inject: rank %d's spill directory %s removed (its host's disk is lost)\n", f.Rank, f.SpillDir)
 	}
-	if over {
-		// Every rank rolls back to the empty state, as in any recovery
-		// (a new rank's New pairs with the survivors' segment rejoin).
-		if err := j.sh.RollBack(ctx, nil); err != nil {
-			return err
-		}
-	}
-	if j.ck == nil {
-		return nil
-	}
-	binary.LittleEndian.PutUint64(j.state, 0)
-	return j.commit(ctx, 1)
-}
-
-// recoverLoop takes err from a phase of the job and recovers until the
-// job can go on: nil when err is nil or once the ranks rolled back (or
-// started over), else the error that ends the job.
-func (j *sortJob) recoverLoop(ctx context.Context, err error) error {
-	for err != nil {
-		switch {
-		case errors.Is(err, errStartOver):
-			j.printf("recovery: no checkpoint was committed yet: every rank starts over\n")
-			err = j.start(ctx, true)
-		case !needsRecovery(err) && !errors.Is(err, kvshuffle.ErrAborted):
-			return err
-		case j.ck == nil:
-			return fmt.Errorf("%w (no checkpoints: set --ckpt-records and run with gaspirun --spares to recover)", err)
-		default:
-			err = j.rejoin(ctx, err)
-		}
-	}
-	return nil
-}
-
-func (j *sortJob) run(ctx context.Context) error {
-	rank, n := j.rt.Rank(), j.rt.Size()
-	t0 := time.Now()
-	paths, err := terasort.ResolveInputs([]string{j.f.in})
-	if err != nil {
-		return err
-	}
-	j.shards, j.total, err = terasort.SplitInputs(paths, n, rank)
-	if err != nil {
-		return err
-	}
-	j.mine = terasort.ShardRecords(j.shards)
-	j.killAt = -1
-	if in := j.f.inject; in != nil && (in.rank == rank || (in.host != "" && in.host == j.rt.Host(rank))) && !j.rt.StartedAsSpare() {
-		j.killAt = int64(math.Floor(in.at * float64(j.mine)))
-	}
-	if in := j.f.inject; in != nil && in.rank >= n {
-		return fmt.Errorf("--inject rank=%d: the job has ranks 0..%d", in.rank, n-1)
-	}
-	cfg, err := j.f.shuffleConfig(rank)
-	if err != nil {
-		return err
-	}
-	cfg.SpillDir = strings.ReplaceAll(cfg.SpillDir, "%h", hostDir(j.rt.Host(rank)))
-	// The partitioner is set once the splitters are known (a promoted
-	// spare learns them from the checkpoint, after New).
-	cfg.Partition = func(key []byte, parts int) int { return j.part.Partition(key[:terasort.KeySize]) }
-	if j.f.ckptEvery > 0 {
-		// Spill files a checkpoint names are copied to the rank's mirror
-		// holder when it is on another host (kvshuffle Config.Holders).
-		cfg.Holders = func(r int) []int { return j.ck.Holders(r) }
-	}
-	j.hdr = make([]byte, (n-1)*terasort.KeySize)
-	j.cfg = cfg
-	// The checkpoints come first, so that a failure anywhere after this
-	// point (the sampling included) is recovered: with no checkpoint
-	// committed yet, every rank starts over (errStartOver).
-	if j.f.ckptEvery > 0 {
-		err = j.newCheckpoints(ctx)
-		if j.ck != nil {
-			defer j.ck.Close()
-		}
-	}
-	if err == nil {
-		if j.rt.StartedAsSpare() {
-			// Join the survivors' recovery: restore, then the shuffle (New
-			// pairs with their RollBack's segment rejoin), then roll back.
-			err = j.rejoin(ctx, nil)
-		} else {
-			err = j.start(ctx, false)
-		}
-	}
-	defer func() {
-		if j.sh != nil {
-			j.sh.Close()
-		}
-	}()
-	tSample := time.Since(t0)
-	if err = j.recoverLoop(ctx, err); err != nil {
-		return err
-	}
-
-	tmp := filepath.Join(j.f.out, terasort.PartName(rank)+".tmp")
-	var sum terasort.Summary
-	var st kvshuffle.Stats
-	tShuffle := time.Now()
-	printed := false
-	for {
-		// Until every rank's part is written and agreed (the final
-		// checkpoint, which records the totals): a failure anywhere on the
-		// way rolls every rank back and the attempt is made again.
-		for !j.done {
-			sum, err = j.attempt(ctx, tmp)
-			if err == nil {
-				st = j.sh.Stats()
-				err = j.finish(ctx, tmp, sum)
-			}
-			if err != nil {
-				if err = j.recoverLoop(ctx, err); err != nil {
-					return err
-				}
-			}
-		}
-		if !printed {
-			printed = true
-			shuffleTime := time.Since(tShuffle)
-			if sum.Records > 0 || st.PairsSent > 0 {
-				fmt.Fprintf(j.out, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d copied_bytes=%d held_bytes=%d fetched_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
-					rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.CopiedBytes, st.HeldBytes, st.FetchedBytes, st.MemoryPeak, j.f.memory, peakRSS())
-			}
-			j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) recoveries=%d\n",
-				n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),
-				float64(j.total*terasort.RecordSize)/1e6/time.Since(t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.recov)
-			if err := j.markComplete(ctx); err != nil {
-				return err
-			}
-			j.printf("%s\n", j.totals)
-		}
-		// A rank or spare lost while the ranks finalize: every rank
-		// recovers (the final checkpoint as a rule, else the sort goes on
-		// from an earlier one) and they finalize again.
-		err := j.rt.Finalize(ctx)
-		if err == nil || !pgas.NeedsRecovery(err) || j.ck == nil {
-			return finalizeErr(err)
-		}
-		if err := j.recoverLoop(ctx, err); err != nil {
-			return err
-		}
-	}
-}
-
-// markComplete writes the marker of a complete output (rank 0) once every
-// rank's part is in place: after the final checkpoint's commit, or
-// without checkpoints after a barrier.
-func (j *sortJob) markComplete(ctx context.Context) error {
-	if j.ck == nil {
-		if err := j.rt.Barrier(ctx, nil); err != nil {
-			return fmt.Errorf("terasort: waiting for every part before marking %s complete: %w", j.f.out, err)
-		}
-	}
-	if j.rt.Rank() != 0 {
-		return nil
-	}
-	return terasort.WriteSuccess(j.f.out, j.rt.Size(), j.totals)
-}
-
-// hostDir turns a host label into a path element for --spill's %h.
-func hostDir(label string) string {
-	if label == "" {
-		label, _ = os.Hostname()
-	}
-	label = strings.NewReplacer("/", "_", "\x00", "_").Replace(label)
-	if label == "" || label == "." || label == ".." {
-		label = "host"
-	}
-	return label
-}
-
-// finalizeErr reports a failed Finalize on stderr only: every part is
-// written and agreed by then, so the rank's work is done.
-func finalizeErr(err error) error {
-	if err != nil && !errors.Is(err, pgas.ErrClosed) {
-		fmt.Fprintf(os.Stderr, "terasort sort: finalize: %v\n", err)
-	}
-	return nil
-}
-
-// finish agrees on the totals, renames this rank's part into place, and
-// takes the final checkpoint, which records the totals: from then on a
-// recovery restores the finished state instead of sorting again.
-func (j *sortJob) finish(ctx context.Context, tmp string, sum terasort.Summary) error {
-	all, err := pgas.Allgather(ctx, j.rt, nil, []uint64{uint64(sum.Records), sum.Checksum})
-	if err != nil {
-		return err
-	}
-	var total terasort.Summary
-	for r := range j.rt.Size() {
-		total = total.Add(terasort.Summary{Records: int64(all[2*r]), Checksum: all[2*r+1]})
-	}
-	if total.Records != j.total {
-		return fmt.Errorf("terasort: sorted %d records, the input has %d", total.Records, j.total)
-	}
-	if err := os.Rename(tmp, filepath.Join(j.f.out, terasort.PartName(j.rt.Rank()))); err != nil {
-		return fmt.Errorf("terasort: %w", err)
-	}
-	if j.ck != nil {
-		binary.LittleEndian.PutUint64(j.phase[0:], 1)
-		binary.LittleEndian.PutUint64(j.phase[8:], uint64(total.Records))
-		binary.LittleEndian.PutUint64(j.phase[16:], total.Checksum)
-		id := uint64(j.maxCk) + 2 // above every shuffle checkpoint (c+1 <= maxCk+1)
-		err := j.ck.Start(ctx, id)
-		if err == nil {
-			err = j.ck.Commit(ctx, id)
-		}
-		if err != nil {
-			clear(j.phase)
-			return err
-		}
-	}
-	j.done, j.totals = true, total
-	return nil
+	fmt.Fprintf(f.Out, "inject: SIGKILL rank %d (pid %d) after %d of its %d records\n", f.Rank, os.Getpid(), f.Sent, f.Records)
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way
 }

@@ -1,0 +1,79 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gaspigo/gaspigo/ckpt"
+	"github.com/gaspigo/gaspigo/pgas"
+)
+
+// Runtime is what a recovery needs of a *pgas.Runtime.
+type Runtime interface {
+	// Recover waits for the view that replaces the failed processes.
+	Recover(ctx context.Context) error
+	// Finalize ends the job for this process, collectively.
+	Finalize(ctx context.Context) error
+}
+
+// Attempt describes one attempt of a recovery to Restore and Report.
+type Attempt struct {
+	// Cause is the failure being recovered from; nil for a promoted spare
+	// joining a recovery under way (no Recover is called then).
+	Cause error
+	// Retry: an earlier attempt of this recovery was interrupted by
+	// another failure (Cause is that failure).
+	Retry bool
+	// Started is when the attempt began, before Recover.
+	Started time.Time
+	// View is how long Recover took: the wait for the new membership.
+	// Zero in Report, which is called before Recover.
+	View time.Duration
+}
+
+// Loop recovers one rank of a job. RT and Restore are required; Report
+// is optional.
+type Loop struct {
+	RT Runtime
+	// Restore rolls this rank back to the last committed checkpoint; it
+	// is collective across the ranks of the new view (see the package
+	// doc). An error for which Needed holds makes the Loop recover again.
+	Restore func(ctx context.Context, a Attempt) error
+	// Report, if set, is called before each Recover (not for a promoted
+	// spare's first attempt), e.g. to print the cause.
+	Report func(a Attempt)
+}
+
+// Needed reports whether err is settled by a recovery: a failure or an
+// epoch change (pgas.NeedsRecovery), or a checkpointer that needs a
+// restore (ckpt.ErrNeedsRestore).
+func Needed(err error) bool {
+	return pgas.NeedsRecovery(err) || errors.Is(err, ckpt.ErrNeedsRestore)
+}
+
+// Rejoin recovers from cause (nil for a promoted spare, which joins the
+// survivors' recovery and restores at once) until Restore succeeds, and
+// returns nil then. It returns the first error that a recovery does not
+// settle: Recover's (pgas.ErrFenced for a process replaced meanwhile, the
+// membership's error when no spare is left) or Restore's.
+func (l *Loop) Rejoin(ctx context.Context, cause error) error {
+	a := Attempt{Cause: cause}
+	for {
+		a.Started, a.View = time.Now(), 0
+		if a.Cause != nil {
+			if l.Report != nil {
+				l.Report(a)
+			}
+			if err := l.RT.Recover(ctx); err != nil {
+				return err
+			}
+			a.View = time.Since(a.Started)
+		}
+		err := l.Restore(ctx, a)
+		if err == nil || !Needed(err) {
+			return err
+		}
+		a.Cause, a.Retry = err, true
+	}
+}

@@ -1,0 +1,668 @@
+package terasort
+
+// The distributed sort, one process per rank under gaspirun; `terasort
+// sort` is its command, and cmd/terasort/sort.go says what it does.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gaspigo/gaspigo/apps/internal/recovery"
+	"github.com/gaspigo/gaspigo/ckpt"
+	"github.com/gaspigo/gaspigo/kvshuffle"
+	"github.com/gaspigo/gaspigo/pgas"
+)
+
+// DistConfig is one rank's settings of the distributed sort (DistSort). Every
+// rank of a job must pass the same values (Inject aside).
+type DistConfig struct {
+	In      string // input: a directory of part files (any number), or one file
+	Out     string // output directory, new or empty (PlanOutput)
+	Replace bool   // remove a previous sort's output from Out first
+	Sample  int    // keys each rank samples for the splitters, >= 1
+	// CkptRecords takes a key-count checkpoint every CkptRecords records
+	// sent per rank; 0: none (a failure is then fatal).
+	CkptRecords  int64
+	Mirrors      int  // copies of each checkpoint on other ranks, >= 1
+	CkptInMemory bool // checkpoints carry the received data held in memory instead of spilling it
+	// Shuffle is the shuffle's configuration (validated); %h in its
+	// SpillDir becomes the process's host label. DistSort sets Partition and
+	// (with checkpoints) Holders.
+	Shuffle kvshuffle.Config
+	// Inject, when set, is asked once per rank (a promoted spare too)
+	// for a fault to plant in its send loop; nil Injection: none. Its
+	// error ends the rank.
+	Inject func(InjectTarget) (*Injection, error)
+	// Stdout receives the progress and result lines (rank 0's, and each
+	// rank's own statistics line).
+	Stdout io.Writer
+}
+
+// InjectTarget is the rank DistConfig.Inject is asked about.
+type InjectTarget struct {
+	Rank, Size int
+	Host       string // the rank's host label (PGAS_HOST)
+	Records    int64  // records in the rank's input
+	Spare      bool   // the process started as a spare (promoted into Rank)
+}
+
+// Injection is a fault in one rank's send loop: Fire runs before the
+// rank sends its record At (counted in its own input), the first time it
+// gets there. An error from Fire ends the rank.
+type Injection struct {
+	At   int64
+	Fire func(Fault) error
+}
+
+// Fault is what an Injection acts on.
+type Fault struct {
+	Rank     int
+	Sent     int64 // records of the rank's input sent so far (== At)
+	Records  int64 // records in the rank's input
+	Shuffle  *kvshuffle.Shuffle
+	SpillDir string // the rank's spill directory (Shuffle.LoseSpillDir removes it)
+	Out      io.Writer
+}
+
+// OutputRefusedError: rank 0 refused Out (PlanOutput); every rank
+// returns it before any rank wrote anything. Err says why.
+type OutputRefusedError struct{ Err error }
+
+func (e *OutputRefusedError) Error() string { return e.Err.Error() }
+func (e *OutputRefusedError) Unwrap() error { return e.Err }
+
+// RankError is a failure of one rank's sort after it started.
+type RankError struct {
+	Rank int
+	Err  error
+}
+
+func (e *RankError) Error() string { return fmt.Sprintf("rank %d: %v", e.Rank, e.Err) }
+func (e *RankError) Unwrap() error { return e.Err }
+
+// DistSort runs this process's part of the distributed sort over rt. Before
+// any rank writes to Out, rank 0 checks it (and removes a previous sort's
+// output with Replace) and every rank learns the verdict from one
+// agreement: a refused directory is an *OutputRefusedError on every rank.
+// A failure of the sort itself is a *RankError; its Err is a membership
+// error (spares.ExitCodeOf) when the job cannot go on.
+func DistSort(ctx context.Context, rt *pgas.Runtime, c DistConfig) error {
+	if c.Stdout == nil {
+		c.Stdout = io.Discard
+	}
+	if !rt.StartedAsSpare() {
+		var refused error
+		verdict := []int64{0}
+		if rt.Rank() == 0 {
+			remove, err := PlanOutput(c.Out, c.In, c.Replace)
+			if err == nil {
+				err = RemoveOutput(remove)
+				if err == nil && len(remove) > 0 {
+					fmt.Fprintf(c.Stdout, "sort: --replace: removed %d entries of a previous sort from %s\n", len(remove), c.Out)
+				}
+			}
+			if err != nil {
+				refused, verdict[0] = err, 1
+			}
+		}
+		// A failure during the agreement is left to the job's own
+		// recovery below; the verdict is only known when it completes.
+		if err := pgas.Allreduce(ctx, rt, nil, verdict, pgas.OpMax); err == nil && verdict[0] != 0 && refused == nil {
+			refused = fmt.Errorf("rank 0 refused --out %s (its message says why)", c.Out)
+		}
+		if refused != nil {
+			return &OutputRefusedError{Err: refused}
+		}
+	}
+	if err := os.MkdirAll(c.Out, 0o700); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	j := &sortJob{c: c, rt: rt}
+	if err := j.run(ctx); err != nil {
+		return &RankError{Rank: rt.Rank(), Err: err}
+	}
+	return nil
+}
+
+// setSplitters installs the agreed splitters and copies them into the
+// checkpoint header region.
+func (j *sortJob) setSplitters(sp [][]byte) error {
+	if len(sp)*KeySize != len(j.hdr) {
+		return fmt.Errorf("terasort: %d splitters for %d ranks, want %d", len(sp), j.rt.Size(), j.rt.Size()-1)
+	}
+	for i, s := range sp {
+		if len(s) != KeySize {
+			return fmt.Errorf("terasort: splitter %d has %d bytes, want %d", i, len(s), KeySize)
+		}
+		copy(j.hdr[i*KeySize:], s)
+	}
+	p, err := NewPartitioner(sp)
+	if err != nil {
+		return err
+	}
+	j.part = p
+	return nil
+}
+
+// splittersFromHeader reads the splitters back from the header region.
+func (j *sortJob) splittersFromHeader() error {
+	sp := make([][]byte, len(j.hdr)/KeySize)
+	for i := range sp {
+		sp[i] = bytes.Clone(j.hdr[i*KeySize : (i+1)*KeySize])
+	}
+	return j.setSplitters(sp)
+}
+
+// stateBytes bounds a shuffle state: the names of the spill files, plus
+// the in-memory data (at most the budget) when checkpoints carry it.
+func (j *sortJob) stateBytes() int64 {
+	if !j.c.CkptInMemory {
+		return 8 + 4<<20
+	}
+	return 8 + j.c.Shuffle.MemoryBudget + j.c.Shuffle.MemoryBudget/4 + 1<<20
+}
+
+// errStartOver: a rank failed before checkpoint 1 was committed; every
+// rank (the promoted spare too, the choice is collective in Restore)
+// samples again and starts the shuffle over.
+var errStartOver = errors.New("terasort: no checkpoint committed yet: start over")
+
+func (j *sortJob) newCheckpoints(ctx context.Context) error {
+	n := j.rt.Size()
+	minCount := j.total / int64(n) // the fewest records a rank has
+	// Checkpoints c = C, 2C, ... below every rank's record count.
+	j.maxCk = (minCount - 1) / j.c.CkptRecords * j.c.CkptRecords
+	j.state = make([]byte, j.stateBytes())
+	j.phase = make([]byte, 24)
+	cfg := ckpt.DefaultConfig()
+	cfg.Mirrors = j.c.Mirrors
+	cfg.MaxBytes = int64(len(j.hdr) + len(j.state) + len(j.phase))
+	ck, err := ckpt.New(ctx, j.rt, cfg)
+	if ck == nil {
+		return err
+	}
+	// ck with an error: a rank failed during the setup; Restore finishes it.
+	// The state region is variable: a checkpoint saves and mirrors its
+	// length prefix and the state in use, not the whole bound.
+	used := func() int { return 8 + int(binary.LittleEndian.Uint64(j.state)) }
+	for _, rerr := range []error{ck.Register("splitters", j.hdr), ck.RegisterVar("shuffle-state", j.state, used), ck.Register("phase", j.phase)} {
+		if rerr != nil {
+			ck.Close()
+			return rerr
+		}
+	}
+	j.ck = ck
+	return err
+}
+
+// commit takes checkpoint id: id 1 is the start (empty state), id c+1
+// the shuffle's checkpoint c.
+func (j *sortJob) commit(ctx context.Context, id uint64) error {
+	t0 := time.Now()
+	clear(j.phase) // not the final checkpoint
+	if id > 1 {
+		c := id - 1
+		if err := j.sh.MarkConsumed(c); err != nil {
+			return err
+		}
+		st, err := j.sh.Checkpoint(ctx, c)
+		if err != nil {
+			return err
+		}
+		if len(st) > len(j.state)-8 {
+			return fmt.Errorf("terasort: checkpoint %d: the shuffle state has %d bytes, the region %d", c, len(st), len(j.state)-8)
+		}
+		binary.LittleEndian.PutUint64(j.state, uint64(len(st)))
+		copy(j.state[8:], st)
+	}
+	if err := j.ck.Start(ctx, id); err != nil {
+		return err
+	}
+	if err := j.ck.Commit(ctx, id); err != nil {
+		return err
+	}
+	if id > 1 {
+		j.sh.Release(id - 1)
+	}
+	j.ckpts++
+	j.ckptDur += time.Since(t0)
+	return nil
+}
+
+// rejoin recovers from cause (nil for a promoted spare).
+func (j *sortJob) rejoin(ctx context.Context, cause error) error {
+	joining := cause == nil // a promoted spare joins a recovery under way
+	return j.recovery(joining).Rejoin(ctx, cause)
+}
+
+// recovery is the sort's recovery loop; joining: this rank is a promoted
+// spare, and every failure it sees interrupts a recovery under way.
+func (j *sortJob) recovery(joining bool) *recovery.Loop {
+	return &recovery.Loop{RT: j.rt,
+		Report: func(a recovery.Attempt) {
+			if a.Retry || joining {
+				j.printf("recovery: interrupted by another failure, recovering again: %v\n", a.Cause)
+			} else {
+				j.printf("recovery: %v\n", a.Cause)
+			}
+		},
+		Restore: func(ctx context.Context, a recovery.Attempt) error {
+			c, err := j.restore(ctx)
+			if err == nil {
+				j.recov++
+				j.printf("recovery: epoch %d; rolled back to checkpoint %d (records sent per rank) in %v\n", j.rt.Epoch(), c, time.Since(a.Started).Round(time.Millisecond))
+			}
+			return err
+		}}
+}
+
+func (j *sortJob) restore(ctx context.Context) (uint64, error) {
+	id, err := j.ck.Restore(ctx)
+	if errors.Is(err, ckpt.ErrNoCheckpoint) || (err == nil && id == 0) {
+		return 0, errStartOver
+	}
+	if err != nil {
+		return 0, err
+	}
+	j.done = false
+	if binary.LittleEndian.Uint64(j.phase) == 1 {
+		// The final checkpoint: every part is in place; nothing to redo.
+		j.done = true
+		j.totals = Summary{Records: int64(binary.LittleEndian.Uint64(j.phase[8:])), Checksum: binary.LittleEndian.Uint64(j.phase[16:])}
+		return id - 1, nil
+	}
+	if j.part == nil {
+		if err := j.splittersFromHeader(); err != nil {
+			return 0, err
+		}
+	}
+	if j.sh == nil {
+		if j.sh, err = kvshuffle.New(ctx, j.rt, j.cfg); err != nil {
+			return 0, err
+		}
+	}
+	l := binary.LittleEndian.Uint64(j.state)
+	if l > uint64(len(j.state)-8) {
+		return 0, fmt.Errorf("terasort: checkpoint %d: state length %d exceeds its region (%d bytes)", id, l, len(j.state)-8)
+	}
+	if err := j.sh.RollBack(ctx, j.state[8:8+l]); err != nil {
+		return 0, err
+	}
+	return id - 1, nil
+}
+
+// attempt sends this rank's records from Consumed() on (checkpointing on
+// the way), ends the stream, and writes the received partition to tmp.
+func (j *sortJob) attempt(ctx context.Context, tmp string) (Summary, error) {
+	var sum Summary
+	from := int64(j.sh.Consumed())
+	next := int64(-1) // the next checkpoint's record count
+	if j.ck != nil && j.c.CkptRecords > 0 {
+		next = (from/j.c.CkptRecords + 1) * j.c.CkptRecords
+		if next > j.maxCk {
+			next = -1
+		}
+	}
+	err := ReadShards(ctx, j.shards, from, 0, func(blk []byte, first int64) error {
+		for off := 0; off < len(blk); off += RecordSize {
+			i := first + int64(off/RecordSize)
+			if i == next {
+				if err := j.commit(ctx, uint64(i)+1); err != nil {
+					return err
+				}
+				next += j.c.CkptRecords
+				if next > j.maxCk {
+					next = -1
+				}
+			}
+			if j.inject != nil && i == j.inject.At {
+				f := Fault{Rank: j.rt.Rank(), Sent: i, Records: j.mine, Shuffle: j.sh, SpillDir: j.cfg.SpillDir, Out: j.c.Stdout}
+				if err := j.inject.Fire(f); err != nil {
+					return fmt.Errorf("inject: %w", err)
+				}
+			}
+			if err := j.sh.Send(ctx, blk[off:off+RecordSize], nil); err != nil {
+				return err
+			}
+		}
+		return j.sh.MarkConsumed(uint64(first) + uint64(len(blk)/RecordSize))
+	})
+	if err != nil {
+		return sum, err
+	}
+	if err := j.sh.CloseSend(ctx); err != nil {
+		return sum, err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return sum, fmt.Errorf("terasort: %w", err)
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	var werr error
+	for k, v := range j.sh.Recv(ctx) {
+		if len(k) != RecordSize || len(v) != 0 {
+			werr = fmt.Errorf("terasort: received a pair of %d+%d bytes, want a %d-byte record", len(k), len(v), RecordSize)
+			break
+		}
+		sum.Records++
+		sum.Checksum += uint64(RecordCRC(k))
+		if _, werr = w.Write(k); werr != nil {
+			break
+		}
+	}
+	if err := j.sh.Err(); err != nil {
+		f.Close()
+		return sum, err
+	}
+	if werr == nil {
+		werr = w.Flush()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return sum, fmt.Errorf("terasort: write %s: %w", tmp, werr)
+	}
+	return sum, nil
+}
+
+// peakRSS returns this process's peak resident set (VmHWM) as reported
+// by Linux, or "?" elsewhere.
+func peakRSS() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			return strings.Join(strings.Fields(v), "")
+		}
+	}
+	return "?"
+}
+
+// sortJob is one rank's part of the distributed sort.
+type sortJob struct {
+	c  DistConfig
+	rt *pgas.Runtime
+
+	shards []Shard
+	total  int64 // records in the whole input
+	mine   int64 // records in this rank's shards
+	part   *Partitioner
+
+	cfg     kvshuffle.Config
+	sh      *kvshuffle.Shuffle
+	ck      *ckpt.Checkpointer
+	hdr     []byte // ckpt region: splitters, fixed size
+	state   []byte // ckpt region: 8-byte length + shuffle state
+	phase   []byte // ckpt region: done flag, total records, total checksum (u64 each)
+	maxCk   int64  // last checkpoint count every rank reaches
+	done    bool   // every part is written and the totals agreed (final checkpoint)
+	totals  Summary
+	inject  *Injection // nil: none
+	recov   int
+	ckpts   int
+	ckptDur time.Duration
+}
+
+func (j *sortJob) printf(format string, args ...any) {
+	if j.rt.Rank() == 0 {
+		fmt.Fprintf(j.c.Stdout, format, args...)
+	}
+}
+
+// start samples the splitters, creates the shuffle and takes checkpoint 1
+// (nothing sent yet): the job's beginning, and where every rank starts
+// over when a rank fails before checkpoint 1 was committed.
+func (j *sortJob) start(ctx context.Context, over bool) error {
+	n := j.rt.Size()
+	sample, err := SampleShards(j.shards, j.c.Sample)
+	if err != nil {
+		return err
+	}
+	sp, err := kvshuffle.SampleSplitters(ctx, j.rt, sample, n, nil)
+	if err != nil {
+		return err
+	}
+	if err := j.setSplitters(sp); err != nil {
+		return err
+	}
+	if j.sh == nil {
+		if j.sh, err = kvshuffle.New(ctx, j.rt, j.cfg); err != nil {
+			j.sh = nil
+			return err
+		}
+	}
+	if over {
+		// Every rank rolls back to the empty state, as in any recovery
+		// (a new rank's New pairs with the survivors' segment rejoin).
+		if err := j.sh.RollBack(ctx, nil); err != nil {
+			return err
+		}
+	}
+	if j.ck == nil {
+		return nil
+	}
+	binary.LittleEndian.PutUint64(j.state, 0)
+	return j.commit(ctx, 1)
+}
+
+// recoverLoop takes err from a phase of the job and recovers until the
+// job can go on: nil when err is nil or once the ranks rolled back (or
+// started over), else the error that ends the job.
+func (j *sortJob) recoverLoop(ctx context.Context, err error) error {
+	for err != nil {
+		switch {
+		case errors.Is(err, errStartOver):
+			j.printf("recovery: no checkpoint was committed yet: every rank starts over\n")
+			err = j.start(ctx, true)
+		case !recovery.Needed(err) && !errors.Is(err, kvshuffle.ErrAborted):
+			return err
+		case j.ck == nil:
+			return fmt.Errorf("%w (no checkpoints: set --ckpt-records and run with gaspirun --spares to recover)", err)
+		default:
+			err = j.rejoin(ctx, err)
+		}
+	}
+	return nil
+}
+
+func (j *sortJob) run(ctx context.Context) error {
+	rank, n := j.rt.Rank(), j.rt.Size()
+	t0 := time.Now()
+	paths, err := ResolveInputs([]string{j.c.In})
+	if err != nil {
+		return err
+	}
+	j.shards, j.total, err = SplitInputs(paths, n, rank)
+	if err != nil {
+		return err
+	}
+	j.mine = ShardRecords(j.shards)
+	if j.c.Inject != nil {
+		target := InjectTarget{Rank: rank, Size: n, Host: j.rt.Host(rank), Records: j.mine, Spare: j.rt.StartedAsSpare()}
+		if j.inject, err = j.c.Inject(target); err != nil {
+			return err
+		}
+	}
+	cfg := j.c.Shuffle
+	cfg.SpillDir = strings.ReplaceAll(cfg.SpillDir, "%h", hostDir(j.rt.Host(rank)))
+	// The partitioner is set once the splitters are known (a promoted
+	// spare learns them from the checkpoint, after New).
+	cfg.Partition = func(key []byte, parts int) int { return j.part.Partition(key[:KeySize]) }
+	if j.c.CkptRecords > 0 {
+		// Spill files a checkpoint names are copied to the rank's mirror
+		// holder when it is on another host (kvshuffle Config.Holders).
+		cfg.Holders = func(r int) []int { return j.ck.Holders(r) }
+	}
+	j.hdr = make([]byte, (n-1)*KeySize)
+	j.cfg = cfg
+	// The checkpoints come first, so that a failure anywhere after this
+	// point (the sampling included) is recovered: with no checkpoint
+	// committed yet, every rank starts over (errStartOver).
+	if j.c.CkptRecords > 0 {
+		err = j.newCheckpoints(ctx)
+		if j.ck != nil {
+			defer j.ck.Close()
+		}
+	}
+	if err == nil {
+		if j.rt.StartedAsSpare() {
+			// Join the survivors' recovery: restore, then the shuffle (New
+			// pairs with their RollBack's segment rejoin), then roll back.
+			err = j.rejoin(ctx, nil)
+		} else {
+			err = j.start(ctx, false)
+		}
+	}
+	defer func() {
+		if j.sh != nil {
+			j.sh.Close()
+		}
+	}()
+	tSample := time.Since(t0)
+	if err = j.recoverLoop(ctx, err); err != nil {
+		return err
+	}
+
+	tmp := filepath.Join(j.c.Out, PartName(rank)+".tmp")
+	var sum Summary
+	var st kvshuffle.Stats
+	tShuffle := time.Now()
+	printed := false
+	// Until every rank's part is written and agreed (the final checkpoint,
+	// which records the totals): a failure anywhere on the way rolls every
+	// rank back and the attempt is made again.
+	complete := func(ctx context.Context) error {
+		for !j.done {
+			sum, err = j.attempt(ctx, tmp)
+			if err == nil {
+				st = j.sh.Stats()
+				err = j.finish(ctx, tmp, sum)
+			}
+			if err != nil {
+				if err = j.recoverLoop(ctx, err); err != nil {
+					return err
+				}
+			}
+		}
+		if printed {
+			return nil
+		}
+		printed = true
+		shuffleTime := time.Since(tShuffle)
+		if sum.Records > 0 || st.PairsSent > 0 {
+			fmt.Fprintf(j.c.Stdout, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d copied_bytes=%d held_bytes=%d fetched_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
+				rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.CopiedBytes, st.HeldBytes, st.FetchedBytes, st.MemoryPeak, j.c.Shuffle.MemoryBudget, peakRSS())
+		}
+		j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) recoveries=%d\n",
+			n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),
+			float64(j.total*RecordSize)/1e6/time.Since(t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.recov)
+		if err := j.markComplete(ctx); err != nil {
+			return err
+		}
+		j.printf("%s\n", j.totals)
+		return nil
+	}
+	if err := complete(ctx); err != nil {
+		return err
+	}
+	if j.ck == nil {
+		return finalizeErr(j.rt.Finalize(ctx))
+	}
+	// A rank or spare lost while the ranks finalize: every rank recovers
+	// (the final checkpoint as a rule, else the sort goes on from an
+	// earlier one) and they finalize again.
+	err = recovery.Finalize(ctx, j.rt, func(ctx context.Context, cause error) error {
+		if err := j.recoverLoop(ctx, cause); err != nil {
+			return err
+		}
+		return complete(ctx)
+	})
+	if fe := (*recovery.FinalizeError)(nil); errors.As(err, &fe) {
+		return finalizeErr(fe.Err)
+	}
+	return err
+}
+
+// markComplete writes the marker of a complete output (rank 0) once every
+// rank's part is in place: after the final checkpoint's commit, or
+// without checkpoints after a barrier.
+func (j *sortJob) markComplete(ctx context.Context) error {
+	if j.ck == nil {
+		if err := j.rt.Barrier(ctx, nil); err != nil {
+			return fmt.Errorf("terasort: waiting for every part before marking %s complete: %w", j.c.Out, err)
+		}
+	}
+	if j.rt.Rank() != 0 {
+		return nil
+	}
+	return WriteSuccess(j.c.Out, j.rt.Size(), j.totals)
+}
+
+// hostDir turns a host label into a path element for --spill's %h.
+func hostDir(label string) string {
+	if label == "" {
+		label, _ = os.Hostname()
+	}
+	label = strings.NewReplacer("/", "_", "\x00", "_").Replace(label)
+	if label == "" || label == "." || label == ".." {
+		label = "host"
+	}
+	return label
+}
+
+// finalizeErr reports a failed Finalize on stderr only: every part is
+// written and agreed by then, so the rank's work is done.
+func finalizeErr(err error) error {
+	if err != nil && !errors.Is(err, pgas.ErrClosed) {
+		fmt.Fprintf(os.Stderr, "terasort sort: finalize: %v\n", err)
+	}
+	return nil
+}
+
+// finish agrees on the totals, renames this rank's part into place, and
+// takes the final checkpoint, which records the totals: from then on a
+// recovery restores the finished state instead of sorting again.
+func (j *sortJob) finish(ctx context.Context, tmp string, sum Summary) error {
+	all, err := pgas.Allgather(ctx, j.rt, nil, []uint64{uint64(sum.Records), sum.Checksum})
+	if err != nil {
+		return err
+	}
+	var total Summary
+	for r := range j.rt.Size() {
+		total = total.Add(Summary{Records: int64(all[2*r]), Checksum: all[2*r+1]})
+	}
+	if total.Records != j.total {
+		return fmt.Errorf("terasort: sorted %d records, the input has %d", total.Records, j.total)
+	}
+	if err := os.Rename(tmp, filepath.Join(j.c.Out, PartName(j.rt.Rank()))); err != nil {
+		return fmt.Errorf("terasort: %w", err)
+	}
+	if j.ck != nil {
+		binary.LittleEndian.PutUint64(j.phase[0:], 1)
+		binary.LittleEndian.PutUint64(j.phase[8:], uint64(total.Records))
+		binary.LittleEndian.PutUint64(j.phase[16:], total.Checksum)
+		id := uint64(j.maxCk) + 2 // above every shuffle checkpoint (c+1 <= maxCk+1)
+		err := j.ck.Start(ctx, id)
+		if err == nil {
+			err = j.ck.Commit(ctx, id)
+		}
+		if err != nil {
+			clear(j.phase)
+			return err
+		}
+	}
+	j.done, j.totals = true, total
+	return nil
+}
