@@ -7,7 +7,7 @@
 // offset). Writes are posted to a queue and complete asynchronously;
 // notifications tell the target that data is in place.
 //
-//	rt, err := pgas.InitFromEnv(ctx) // under gaspirun
+//	rt, err := job.Init(ctx, job.Options{}) // under gaspirun (package job)
 //	defer rt.Close()
 //	seg, err := rt.SegmentCreate(ctx, 1, 1<<20, nil) // collective
 //	right := (rt.Rank() + 1) % rt.Size()

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/health"
-	"github.com/gaspigo/gaspigo/internal/bootstrap"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
@@ -214,13 +213,13 @@ func (rt *Runtime) applyView(mv View) {
 // reportVacant tells the launcher about the ranks vacant in nv and not in
 // old (nil: none), so that it counts them as done rather than lost.
 func (rt *Runtime) reportVacant(old, nv *view) {
-	s := rt.launcher.Load()
-	if s == nil {
+	l := rt.launcher.Load()
+	if l == nil {
 		return
 	}
 	for r, p := range nv.ranks {
 		if p == transport.NoProc && (old == nil || old.ranks[r] != transport.NoProc) {
-			s.Report(bootstrap.Report{Proc: uint32(rt.self), Kind: bootstrap.KindVacant, Rank: r, Epoch: uint64(nv.epoch)})
+			(*l).Vacant(r, uint64(nv.epoch))
 		}
 	}
 }
@@ -270,9 +269,7 @@ const fencedNoticeTimeout = 200 * time.Millisecond
 // membership it left will never send it. Recover waits for the cut
 // (drainLanding) if a frame from proc is still landing.
 func (rt *Runtime) disconnect(proc transport.Proc, cause error) {
-	d, ok := rt.tr.(interface {
-		Disconnect(transport.Proc, error)
-	})
+	d, ok := rt.tr.(Disconnector)
 	if !ok {
 		return
 	}
@@ -355,9 +352,7 @@ func (rt *Runtime) stopWith(err error, logIt func()) {
 	// Cut every connection: a send blocked on a peer this process cannot
 	// reach (a full socket buffer, a partition) returns, and nothing
 	// more is taken from peers that have moved on.
-	if d, ok := rt.tr.(interface {
-		Disconnect(transport.Proc, error)
-	}); ok {
+	if d, ok := rt.tr.(Disconnector); ok {
 		rt.goFunc(func() {
 			for _, p := range rt.peers {
 				if p.proc != rt.self {
@@ -553,7 +548,7 @@ func (rt *Runtime) Finalize(ctx context.Context) error {
 func (rt *Runtime) finalizeOnce(ctx context.Context) error {
 	err := rt.Barrier(ctx, nil)
 	if live := rt.view.Load().live; err == nil && len(live) > 0 && rt.Rank() == live[0] {
-		if f, ok := rt.member.(interface{ Finish(context.Context) error }); ok {
+		if f, ok := rt.member.(Finisher); ok {
 			err = f.Finish(ctx)
 		}
 	}

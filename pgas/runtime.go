@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/health"
-	"github.com/gaspigo/gaspigo/internal/bootstrap"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -61,13 +60,13 @@ type Runtime struct {
 	appEpoch    atomic.Uint32         // the epoch the program acknowledged (Init, Recover)
 	failEpoch   atomic.Uint64         // latest epoch in which this process saw a failure
 
-	member  Membership
-	det     *health.Detector
-	session *bootstrap.Session // launcher's report channel; nil in tests
-	// launcher is session for the membership watcher, which may apply a
-	// view while InitFromEnv is still setting session.
-	launcher    atomic.Pointer[bootstrap.Session]
-	closeMember func() error
+	member Membership
+	det    *health.Detector
+	// launcher is Config.Launcher once Init has returned (nil before, and
+	// without one): the membership watcher may apply a view while Init
+	// runs, and the vacant ranks of the view Init returns in are reported
+	// once, at its end.
+	launcher atomic.Pointer[Launcher]
 
 	segMu sync.RWMutex
 	segs  map[segments.ID]*segInfo
@@ -147,6 +146,7 @@ type StatsSnapshot struct {
 // membership layer; without one, Init returns ErrNotPromoted for them.)
 func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
+		closeOwned(&cfg)
 		return nil, err
 	}
 	log := cfg.Logger
@@ -189,12 +189,14 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.Health != nil {
 		det, err := health.New(*cfg.Health, rt.self, rt.liveProcs(rt.view.Load()), rt, log.With("proc", int(cfg.Proc)))
 		if err != nil {
+			closeOwned(&cfg)
 			return nil, fmt.Errorf("pgas: failure detector: %w", err)
 		}
 		rt.det = det
 	}
 	if err := rt.tr.Start(rt); err != nil {
 		rt.closeDetector()
+		closeOwned(&cfg)
 		return nil, fmt.Errorf("pgas: start transport: %w", err)
 	}
 	if rt.det != nil {
@@ -215,7 +217,30 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("pgas: init: proc %d is a spare and no membership can promote it: %w", cfg.Proc, ErrNotPromoted)
 	}
 	rt.appEpoch.Store(rt.view.Load().epoch)
+	if cfg.Launcher != nil {
+		rt.launcher.Store(&cfg.Launcher)
+		rt.reportVacant(nil, rt.view.Load())
+	}
 	return rt, nil
+}
+
+// closeOwned closes the membership and the launcher that Init was given,
+// those that can be closed.
+func closeOwned(cfg *Config) {
+	if c, ok := cfg.Membership.(io.Closer); ok {
+		c.Close()
+	}
+	if c, ok := cfg.Launcher.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// Report sends a line of progress to the launcher, if there is one. It
+// never blocks and never fails.
+func (rt *Runtime) Report(text string) {
+	if l := rt.launcher.Load(); l != nil {
+		(*l).Event(rt.Rank(), rt.Epoch(), text)
+	}
 }
 
 func (rt *Runtime) closeDetector() {
@@ -313,12 +338,7 @@ func (rt *Runtime) Close() error {
 		rt.endLife()
 		rt.closeErr = rt.tr.Close()
 		rt.closeDetector()
-		if rt.closeMember != nil {
-			rt.closeMember()
-		}
-		if rt.session != nil {
-			rt.session.Close()
-		}
+		closeOwned(&rt.cfg)
 		for _, p := range rt.peers {
 			p.fail(ErrClosed)
 		}
