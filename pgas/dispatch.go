@@ -203,20 +203,6 @@ func (rt *Runtime) appliedNotify(from transport.Proc, h *transport.Header, seg *
 	}
 }
 
-func (rt *Runtime) setNotification(segID uint16, id, val uint64) error {
-	seg, err := rt.localSeg(segID)
-	if err != nil {
-		return err
-	}
-	if id > 0xffff || val > 0xffffffff {
-		return fmt.Errorf("pgas: notification %d=%d: %w", id, val, ErrInvalid)
-	}
-	if err := seg.SetNotification(segments.NotificationID(id), uint32(val)); err != nil {
-		return fmt.Errorf("pgas: notification %d: %w: %v", id, ErrInvalid, err)
-	}
-	return nil
-}
-
 // peerDown: the connection to proc was lost.
 func (rt *Runtime) peerDown(proc transport.Proc, err error) {
 	if int(proc) >= len(rt.peers) {
@@ -242,4 +228,85 @@ func (rt *Runtime) handleHeartbeat(from transport.Proc, p transport.Payload) err
 		return err
 	}
 	return rt.det.Deliver(from, buf)
+}
+
+func (rt *Runtime) handleReadReq(from transport.Proc, h *transport.Header) {
+	resp := transport.Header{Type: transport.FrameReadResp, Seq: h.Seq}
+	seg, unpin, err := rt.pinSeg(h.Seg)
+	var data []byte
+	if err == nil {
+		if h.A > transport.MaxPayload {
+			err = ErrInvalid
+		} else if data, err = seg.Slice(int64(h.Off), int64(h.A)); err != nil || h.Off > 1<<62 {
+			err = ErrBounds
+		}
+	}
+	if err != nil {
+		resp.A = codeOf(err)
+		data = nil
+		if unpin != nil {
+			unpin()
+			unpin = nil
+		}
+	}
+	// The reply is sent later by the outbox goroutine, straight from segment
+	// memory, like an RDMA read: it sees the segment as it is then, and the
+	// segment stays pinned until then.
+	rt.enqueue(from, outJob{h: resp, payload: data, done: unpin})
+}
+
+func (rt *Runtime) handleResponse(from transport.Proc, h *transport.Header, p transport.Payload) error {
+	rt.reqMu.Lock()
+	r := rt.reqs[h.Seq]
+	if r != nil && r.proc == from {
+		delete(rt.reqs, h.Seq)
+	} else {
+		r = nil
+	}
+	rt.reqMu.Unlock()
+	if r == nil {
+		p.Discard()
+		return fmt.Errorf("pgas: response %d from proc %d matches no request", h.Seq, from)
+	}
+	var err error
+	switch h.Type {
+	case transport.FrameReadResp:
+		if h.A != codeOK {
+			err = fmt.Errorf("%w: %w", ErrRemote, errOf(h.A))
+			p.Discard()
+		} else if p.Len() != len(r.dst) {
+			err = fmt.Errorf("pgas: read response of %d bytes for %d requested: %w", p.Len(), len(r.dst), ErrInvalid)
+			p.Discard()
+		} else if rerr := p.ReadInto(r.dst); rerr != nil {
+			err = fmt.Errorf("%w: %v", ErrRankFailed, rerr)
+		}
+	case transport.FrameAtomicResp:
+		r.val = h.A
+		if h.B != codeOK {
+			err = fmt.Errorf("%w: %w", ErrRemote, errOf(h.B))
+		}
+		p.Discard()
+	}
+	r.err = err
+	close(r.done)
+	return nil
+}
+
+func (rt *Runtime) handlePassive(from transport.Proc, h *transport.Header, p transport.Payload) error {
+	if p.Len() > MaxPassive {
+		p.Discard()
+		rt.applied(from, h, ErrInvalid)
+		return fmt.Errorf("pgas: passive message of %d bytes from proc %d: %w", p.Len(), from, ErrInvalid)
+	}
+	buf := make([]byte, p.Len())
+	if err := p.ReadInto(buf); err != nil {
+		return err
+	}
+	rank := rt.view.Load().rankOf[from]
+	if !rt.passive.push(rank, buf) {
+		rt.applied(from, h, errBusy)
+		return fmt.Errorf("pgas: passive inbox full, message from proc %d refused", from)
+	}
+	rt.applied(from, h, nil)
+	return nil
 }

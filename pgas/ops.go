@@ -151,6 +151,20 @@ func (rt *Runtime) applyLocal(h *transport.Header, payload []byte) error {
 	return fmt.Errorf("pgas: frame type %d cannot be applied locally: %w", h.Type, ErrInvalid)
 }
 
+func (rt *Runtime) setNotification(segID uint16, id, val uint64) error {
+	seg, err := rt.localSeg(segID)
+	if err != nil {
+		return err
+	}
+	if id > 0xffff || val > 0xffffffff {
+		return fmt.Errorf("pgas: notification %d=%d: %w", id, val, ErrInvalid)
+	}
+	if err := seg.SetNotification(segments.NotificationID(id), uint32(val)); err != nil {
+		return fmt.Errorf("pgas: notification %d: %w: %v", id, ErrInvalid, err)
+	}
+	return nil
+}
+
 // Write copies size bytes from local to rank's remote location. It returns
 // once the data has left local (the local range may be reused); Wait on q
 // returns once it is in place at the target.

@@ -50,31 +50,6 @@ func (rt *Runtime) Read(ctx context.Context, q Queue, rank int, remote, local Lo
 	return nil
 }
 
-func (rt *Runtime) handleReadReq(from transport.Proc, h *transport.Header) {
-	resp := transport.Header{Type: transport.FrameReadResp, Seq: h.Seq}
-	seg, unpin, err := rt.pinSeg(h.Seg)
-	var data []byte
-	if err == nil {
-		if h.A > transport.MaxPayload {
-			err = ErrInvalid
-		} else if data, err = seg.Slice(int64(h.Off), int64(h.A)); err != nil || h.Off > 1<<62 {
-			err = ErrBounds
-		}
-	}
-	if err != nil {
-		resp.A = codeOf(err)
-		data = nil
-		if unpin != nil {
-			unpin()
-			unpin = nil
-		}
-	}
-	// The reply is sent later by the outbox goroutine, straight from segment
-	// memory, like an RDMA read: it sees the segment as it is then, and the
-	// segment stays pinned until then.
-	rt.enqueue(from, outJob{h: resp, payload: data, done: unpin})
-}
-
 // request is an operation that waits for a response frame: a read or an
 // atomic.
 type request struct {
@@ -114,43 +89,6 @@ func (rt *Runtime) failRequests(match func(*request) bool, err error) {
 			delete(rt.reqs, id)
 		}
 	}
-}
-
-func (rt *Runtime) handleResponse(from transport.Proc, h *transport.Header, p transport.Payload) error {
-	rt.reqMu.Lock()
-	r := rt.reqs[h.Seq]
-	if r != nil && r.proc == from {
-		delete(rt.reqs, h.Seq)
-	} else {
-		r = nil
-	}
-	rt.reqMu.Unlock()
-	if r == nil {
-		p.Discard()
-		return fmt.Errorf("pgas: response %d from proc %d matches no request", h.Seq, from)
-	}
-	var err error
-	switch h.Type {
-	case transport.FrameReadResp:
-		if h.A != codeOK {
-			err = fmt.Errorf("%w: %w", ErrRemote, errOf(h.A))
-			p.Discard()
-		} else if p.Len() != len(r.dst) {
-			err = fmt.Errorf("pgas: read response of %d bytes for %d requested: %w", p.Len(), len(r.dst), ErrInvalid)
-			p.Discard()
-		} else if rerr := p.ReadInto(r.dst); rerr != nil {
-			err = fmt.Errorf("%w: %v", ErrRankFailed, rerr)
-		}
-	case transport.FrameAtomicResp:
-		r.val = h.A
-		if h.B != codeOK {
-			err = fmt.Errorf("%w: %w", ErrRemote, errOf(h.B))
-		}
-		p.Discard()
-	}
-	r.err = err
-	close(r.done)
-	return nil
 }
 
 func (rt *Runtime) waitRequest(ctx context.Context, r *request, rank int, op string) (uint64, error) {
