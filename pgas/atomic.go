@@ -127,25 +127,6 @@ func (rt *Runtime) PassiveReceive(ctx context.Context) (from int, msg []byte, er
 	return rt.passive.pop(ctx, rt.closed)
 }
 
-func (rt *Runtime) handlePassive(from transport.Proc, h *transport.Header, p transport.Payload) error {
-	if p.Len() > MaxPassive {
-		p.Discard()
-		rt.applied(from, h, ErrInvalid)
-		return fmt.Errorf("pgas: passive message of %d bytes from proc %d: %w", p.Len(), from, ErrInvalid)
-	}
-	buf := make([]byte, p.Len())
-	if err := p.ReadInto(buf); err != nil {
-		return err
-	}
-	rank := rt.view.Load().rankOf[from]
-	if !rt.passive.push(rank, buf) {
-		rt.applied(from, h, errBusy)
-		return fmt.Errorf("pgas: passive inbox full, message from proc %d refused", from)
-	}
-	rt.applied(from, h, nil)
-	return nil
-}
-
 // inbox is the bounded queue of passive messages.
 type inbox struct {
 	mu     sync.Mutex

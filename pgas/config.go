@@ -10,7 +10,7 @@ import (
 )
 
 // Config describes one process of a job. Tests build it by hand over
-// transport/mem; programs started by gaspirun use InitFromEnv, which builds
+// transport/mem; programs started by gaspirun use package job, which builds
 // it from the launcher's environment.
 type Config struct {
 	// Proc is this process's ID, 0..NumProcs-1.
@@ -40,11 +40,17 @@ type Config struct {
 	SpinWait time.Duration
 	// Membership, when set, supplies committed views (epochs, the rank
 	// table, failed processes) and takes failure reports. Without it the
-	// rank table never changes and spares cannot be promoted.
+	// rank table never changes and spares cannot be promoted. Init takes
+	// ownership: Close closes it if it implements io.Closer.
 	Membership Membership
 	// Health, when set, runs the heartbeat failure detector with this
 	// configuration; its confirmed failures go to Membership.
 	Health *health.Config
+
+	// Launcher, when set, receives the runtime's reports for the launcher
+	// that started the process (vacant ranks, Runtime.Report). Init takes
+	// ownership: Close closes it if it implements io.Closer.
+	Launcher Launcher
 
 	// Logger receives runtime events. Nil discards them.
 	Logger *slog.Logger

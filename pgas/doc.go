@@ -7,7 +7,7 @@
 // offset). Writes are posted to a queue and complete asynchronously;
 // notifications tell the target that data is in place.
 //
-//	rt, err := pgas.InitFromEnv(ctx) // under gaspirun
+//	rt, err := job.Init(ctx, job.Options{}) // under gaspirun (package job)
 //	defer rt.Close()
 //	seg, err := rt.SegmentCreate(ctx, 1, 1<<20, nil) // collective
 //	right := (rt.Rank() + 1) % rt.Size()
@@ -70,7 +70,24 @@
 // runtime owns these goroutines: the transport's reader per peer (which
 // applies incoming frames and never blocks on a send), and one outbox
 // drainer per peer while replies are pending. Close stops the transport
-// first, then waits for them.
+// first, then waits for them, then closes the membership and the launcher
+// (Config), which Init owns from the call on.
+//
+// # Seams and structure
+//
+// The runtime is given its transport (transport.Transport), membership
+// (Membership) and launcher (Launcher) in Config and reads no environment;
+// package job builds them for a process started by gaspirun. Optional
+// capabilities are named interfaces (Disconnector of a transport, Finisher
+// and MembershipLoss of a membership). The callbacks the transport and the
+// failure detector make (HandleFrame, PeerDown, SendHealth) go to an
+// unexported adapter, not to Runtime's methods. By concern: runtime.go
+// (Init, Close, accessors), view.go (the immutable view and its changes),
+// peer.go and acks.go (per-peer state; the ack/nack protocol as a pure
+// state machine), dispatch.go (incoming frames), outbox.go (replies),
+// failure.go (lost peers, fencing, the detector), membership.go (Recover,
+// promotion, Finalize), ops.go, read.go, segment.go, atomic.go (one-sided
+// operations), coll.go, reduce.go, mailbox.go (collectives).
 //
 // Lock order (outer first): segMu; a segment's use lock (held while a
 // remote write or read touches its memory); peer.sendMu; peer.flushMu

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/gaspigo/gaspigo/internal/bootstrap"
 )
 
 var (
@@ -54,12 +52,6 @@ var (
 	// ErrNotPromoted is returned by Init for a spare process when the job
 	// ends without promoting it.
 	ErrNotPromoted = errors.New("pgas: spare not promoted")
-	// ErrRendezvousTimeout is returned by InitFromEnv when the process got
-	// no member table within PGAS_RENDEZVOUS_TIMEOUT (default 60s): nobody
-	// serves the rendezvous, it is unreachable, or not every process of the
-	// job registered. The message says which and what to do. Programs exit
-	// with spares.ExitNoRendezvous for it (spares.ExitCodeOf).
-	ErrRendezvousTimeout = bootstrap.ErrRendezvousTimeout
 )
 
 // RankError says that operation Op could not complete because of rank

@@ -9,40 +9,11 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/gaspigo/gaspigo/health"
-	"github.com/gaspigo/gaspigo/internal/bootstrap"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
-
-// view is an immutable picture of the membership: which process holds
-// which rank in which epoch. The runtime swaps whole views atomically.
-type view struct {
-	epoch  uint32
-	ranks  []transport.Proc // rank -> proc; transport.NoProc for a vacant rank
-	rankOf []int            // proc -> rank, -1 for none
-	failed []bool           // proc -> declared failed
-	live   []int            // ranks held by a process, ascending: GroupAll's members
-}
-
-func newView(epoch uint32, ranks []transport.Proc, numProcs int, failed []bool) *view {
-	v := &view{epoch: epoch, ranks: ranks, rankOf: make([]int, numProcs), failed: failed, live: make([]int, 0, len(ranks))}
-	if v.failed == nil {
-		v.failed = make([]bool, numProcs)
-	}
-	for i := range v.rankOf {
-		v.rankOf[i] = -1
-	}
-	for r, p := range ranks {
-		if p != transport.NoProc && int(p) < numProcs {
-			v.rankOf[p] = r
-			v.live = append(v.live, r)
-		}
-	}
-	return v
-}
 
 // Runtime is one process's handle on the job. All methods are safe for
 // concurrent use.
@@ -53,21 +24,19 @@ type Runtime struct {
 	log  *slog.Logger
 
 	view        atomic.Pointer[view]
-	viewMu      sync.Mutex    // serialises applyView; guards the three below
-	viewChanged chan struct{} // closed and replaced at each applied view
-	viewErr     error         // the membership's verdict that the job cannot go on
-	finished    bool
+	viewMu      sync.Mutex            // serialises view changes; guards viewChanged
+	viewChanged chan struct{}         // closed and replaced at each applied view
 	halt        atomic.Pointer[error] // set once: this process must stop (fenced, or the membership gave up on it)
 	appEpoch    atomic.Uint32         // the epoch the program acknowledged (Init, Recover)
 	failEpoch   atomic.Uint64         // latest epoch in which this process saw a failure
 
-	member  Membership
-	det     *health.Detector
-	session *bootstrap.Session // launcher's report channel; nil in tests
-	// launcher is session for the membership watcher, which may apply a
-	// view while InitFromEnv is still setting session.
-	launcher    atomic.Pointer[bootstrap.Session]
-	closeMember func() error
+	member Membership
+	det    *health.Detector
+	// launcher is Config.Launcher once Init has returned (nil before, and
+	// without one): the membership watcher may apply a view while Init
+	// runs, and the vacant ranks of the view Init returns in are reported
+	// once, at its end.
+	launcher atomic.Pointer[Launcher]
 
 	segMu sync.RWMutex
 	segs  map[segments.ID]*segInfo
@@ -95,36 +64,6 @@ type Runtime struct {
 	closeErr  error
 }
 
-// segInfo is a local segment plus the sizes of the same segment on every
-// rank, learnt at collective creation so that remote bounds are checked
-// before anything is sent.
-type segInfo struct {
-	seg   *segments.Segment
-	sizes []int64 // by rank; nil for a segment created locally only
-
-	// use pins the memory: handlers that read or write it for a peer hold
-	// it shared until they are done with it (a read reply until it is
-	// sent); SegmentDelete takes it exclusively before freeing the memory.
-	use     sync.RWMutex
-	deleted bool // under use
-}
-
-// pinSeg returns local segment id with its memory pinned against
-// SegmentDelete; the caller calls unpin when done with the memory.
-func (rt *Runtime) pinSeg(id uint16) (seg *segments.Segment, unpin func(), err error) {
-	rt.segMu.RLock()
-	si := rt.segs[segments.ID(id)]
-	rt.segMu.RUnlock()
-	if si != nil {
-		si.use.RLock()
-		if !si.deleted {
-			return si.seg, si.use.RUnlock, nil
-		}
-		si.use.RUnlock()
-	}
-	return nil, nil, fmt.Errorf("pgas: segment %d: %w", id, ErrNoSegment)
-}
-
 // Stats counts what the runtime did. Read it with (*Runtime).Stats.
 type Stats struct {
 	FramesRejected atomic.Uint64 // frames refused: stale epoch, unknown sender, bad segment
@@ -147,6 +86,7 @@ type StatsSnapshot struct {
 // membership layer; without one, Init returns ErrNotPromoted for them.)
 func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
+		closeOwned(&cfg)
 		return nil, err
 	}
 	log := cfg.Logger
@@ -187,14 +127,16 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 		rt.applyView(cfg.Membership.Current())
 	}
 	if cfg.Health != nil {
-		det, err := health.New(*cfg.Health, rt.self, rt.liveProcs(rt.view.Load()), rt, log.With("proc", int(cfg.Proc)))
+		det, err := health.New(*cfg.Health, rt.self, rt.liveProcs(rt.view.Load()), callbacks{rt}, log.With("proc", int(cfg.Proc)))
 		if err != nil {
+			closeOwned(&cfg)
 			return nil, fmt.Errorf("pgas: failure detector: %w", err)
 		}
 		rt.det = det
 	}
-	if err := rt.tr.Start(rt); err != nil {
+	if err := rt.tr.Start(callbacks{rt}); err != nil {
 		rt.closeDetector()
+		closeOwned(&cfg)
 		return nil, fmt.Errorf("pgas: start transport: %w", err)
 	}
 	if rt.det != nil {
@@ -215,7 +157,30 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("pgas: init: proc %d is a spare and no membership can promote it: %w", cfg.Proc, ErrNotPromoted)
 	}
 	rt.appEpoch.Store(rt.view.Load().epoch)
+	if cfg.Launcher != nil {
+		rt.launcher.Store(&cfg.Launcher)
+		rt.reportVacant(nil, rt.view.Load())
+	}
 	return rt, nil
+}
+
+// closeOwned closes the membership and the launcher that Init was given,
+// those that can be closed.
+func closeOwned(cfg *Config) {
+	if c, ok := cfg.Membership.(io.Closer); ok {
+		c.Close()
+	}
+	if c, ok := cfg.Launcher.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// Report sends a line of progress to the launcher, if there is one. It
+// never blocks and never fails.
+func (rt *Runtime) Report(text string) {
+	if l := rt.launcher.Load(); l != nil {
+		(*l).Event(rt.Rank(), rt.Epoch(), text)
+	}
 }
 
 func (rt *Runtime) closeDetector() {
@@ -313,12 +278,7 @@ func (rt *Runtime) Close() error {
 		rt.endLife()
 		rt.closeErr = rt.tr.Close()
 		rt.closeDetector()
-		if rt.closeMember != nil {
-			rt.closeMember()
-		}
-		if rt.session != nil {
-			rt.session.Close()
-		}
+		closeOwned(&rt.cfg)
 		for _, p := range rt.peers {
 			p.fail(ErrClosed)
 		}
@@ -385,10 +345,10 @@ func (rt *Runtime) sendErr(ctx context.Context, err error, rank int, proc transp
 	case err == nil:
 		return nil
 	case errors.Is(err, transport.ErrPeerDown):
-		// As good as PeerDown, which may not have been delivered yet. The
+		// As good as peerDown, which may not have been delivered yet. The
 		// process sent to, not the rank's holder in the current view: a
 		// newer view may already give the rank to a healthy spare.
-		rt.PeerDown(proc, err)
+		rt.peerDown(proc, err)
 		return &RankError{Rank: rank, Op: op, Err: fmt.Errorf("%w: %v", ErrRankFailed, err)}
 	case errors.Is(err, transport.ErrClosed):
 		return ErrClosed
@@ -396,571 +356,4 @@ func (rt *Runtime) sendErr(ctx context.Context, err error, rank int, proc transp
 		return ctxError(ctx, op)
 	}
 	return fmt.Errorf("pgas: %s: rank %d: %w", op, rank, err)
-}
-
-// peer is the per-process state of the one-sided protocol.
-type peer struct {
-	proc transport.Proc
-
-	// sendMu serialises frames that carry a sequence number, so that
-	// sequence order is wire order and one cumulative ack covers a prefix.
-	sendMu  sync.Mutex
-	nextSeq uint64
-
-	mu      sync.Mutex
-	acked   uint64            // highest sequence the peer applied
-	nacks   map[uint64]uint64 // seq -> error code, for refused operations
-	downErr error             // set once the connection is lost
-	changed chan struct{}     // closed and replaced when acked or downErr changes
-	down    chan struct{}     // closed when downErr is set
-
-	// landing is 1 + the epoch of the frame from this peer being applied
-	// now (admitted, its payload maybe still arriving), 0 when none. Only
-	// the peer's reader goroutine writes it; Recover waits until no frame
-	// of an older epoch is landing before it lets the program go on.
-	landing atomic.Uint64
-
-	// inbound side, under ackMu
-	ackMu    sync.Mutex
-	applied  uint64      // highest sequence applied from this peer
-	ackedOut uint64      // highest sequence acknowledged to it
-	nacksOut [][2]uint64 // refused sequences and their codes, not yet sent
-	ackDirty bool        // an ack job is queued
-	ackForce bool        // the sender asked for an ack
-	// nacksSending counts refusals taken by a flusher and not yet sent;
-	// while it is non-zero no ack is piggybacked.
-	nacksSending int
-	flushMu      sync.Mutex // held by whoever sends acks to this peer (flushAcks)
-
-	out outbox // replies to this peer, sent by a goroutine of their own
-
-	departed   atomic.Bool // the peer said goodbye: its connection closing is no failure
-	toldFenced atomic.Bool // this peer, declared failed, was told it is fenced
-}
-
-// FrameControl.A values.
-const (
-	// ctlGoodbye: the sender is closing its runtime.
-	ctlGoodbye = 1
-	// ctlFenced: the sender's committed view declares the receiver failed.
-	ctlFenced = 2
-)
-
-// spareSeesEnd: an idle spare that has heard goodbye from every rank's
-// process knows the job is over even if the membership can no longer say
-// so (the ranks' processes were most of its voters and have left).
-func (rt *Runtime) spareSeesEnd() {
-	v := rt.view.Load()
-	if v.rankOf[rt.self] >= 0 {
-		return
-	}
-	for _, p := range v.ranks {
-		if p != transport.NoProc && !rt.peers[p].departed.Load() {
-			return
-		}
-	}
-	rt.viewMu.Lock()
-	if rt.finished {
-		rt.viewMu.Unlock()
-		return
-	}
-	rt.finished = true
-	ch := rt.viewChanged
-	rt.viewChanged = make(chan struct{})
-	rt.viewMu.Unlock()
-	close(ch)
-	rt.log.Info("every rank said goodbye: the job is over for this spare")
-}
-
-// sayGoodbye tells every live peer, briefly, that this process is leaving
-// on purpose, so that its connections closing is not taken for a failure.
-// The goodbye is sequenced and acknowledged: a transport may drop frames
-// still in flight when it closes, and an idle spare counts goodbyes.
-func (rt *Runtime) sayGoodbye() {
-	if rt.halted() != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	var sent []pendingOp
-	for _, p := range rt.peers {
-		if p.proc == rt.self || p.isDown() {
-			continue
-		}
-		// Acks of what this process applied go first: the peer may wait
-		// for them, and the outbox is abandoned once Close goes on.
-		rt.flushAcks(ctx, p)
-		h := transport.Header{Type: transport.FrameControl, Flags: transport.FlagAck, A: ctlGoodbye}
-		p.sendMu.Lock()
-		p.nextSeq++
-		h.Seq = p.nextSeq
-		err := rt.send(ctx, p.proc, &h, nil)
-		p.sendMu.Unlock()
-		if err == nil {
-			sent = append(sent, pendingOp{rank: -1, peer: p, seq: h.Seq, op: "goodbye"})
-		}
-	}
-	for _, op := range sent {
-		rt.waitAck(ctx, op) // best effort: a peer that does not answer is left
-	}
-}
-
-func newPeer(p transport.Proc) *peer {
-	return &peer{proc: p, changed: make(chan struct{}), down: make(chan struct{})}
-}
-
-func (p *peer) isDown() bool {
-	select {
-	case <-p.down:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *peer) fail(err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.downErr != nil {
-		return
-	}
-	p.downErr = err
-	close(p.down)
-	close(p.changed)
-	p.changed = make(chan struct{})
-}
-
-func (p *peer) ack(seq uint64) {
-	p.mu.Lock()
-	if seq > p.acked {
-		p.acked = seq
-		close(p.changed)
-		p.changed = make(chan struct{})
-	}
-	p.mu.Unlock()
-}
-
-func (p *peer) nack(seq, code uint64) {
-	p.mu.Lock()
-	if p.nacks == nil {
-		p.nacks = make(map[uint64]uint64)
-	}
-	p.nacks[seq] = code
-	p.acked = max(p.acked, seq-1) // the target applied everything before it
-	close(p.changed)
-	p.changed = make(chan struct{})
-	p.mu.Unlock()
-}
-
-// HandleFrame implements transport.Handler. It runs on the transport's
-// reader goroutine for from, so it never blocks on a send: replies go
-// through the peer's outbox.
-func (rt *Runtime) HandleFrame(from transport.Proc, h *transport.Header, p transport.Payload) error {
-	if int(from) >= len(rt.peers) {
-		rt.stats.FramesRejected.Add(1)
-		p.Discard()
-		return fmt.Errorf("pgas: frame from unknown proc %d", from)
-	}
-	if h.Ack != 0 && h.Type != transport.FrameAck && !rt.view.Load().failed[from] {
-		rt.peers[from].ack(h.Ack) // a cumulative ack riding on this frame
-	}
-	if err := rt.admit(from, h); err != nil {
-		rt.stats.FramesRejected.Add(1)
-		p.Discard()
-		if errors.Is(err, ErrFenced) && rt.peers[from].toldFenced.CompareAndSwap(false, true) {
-			// A replaced process may never hear it from the membership (it
-			// left the Raft configuration) and its unacknowledged frames
-			// are dropped silently: tell it once.
-			rt.reply(from, transport.Header{Type: transport.FrameControl, A: ctlFenced}, nil)
-		}
-		switch {
-		case h.Flags&transport.FlagAck != 0:
-			rt.queueNack(from, h.Seq, codeOf(err))
-		case h.Type == transport.FrameReadReq:
-			rt.reply(from, transport.Header{Type: transport.FrameReadResp, Seq: h.Seq, A: codeOf(err)}, nil)
-		case h.Type == transport.FrameAtomicReq:
-			rt.reply(from, transport.Header{Type: transport.FrameAtomicResp, Seq: h.Seq, B: codeOf(err)}, nil)
-		}
-		return err
-	}
-	pr := rt.peers[from]
-	pr.landing.Store(uint64(h.Epoch) + 1)
-	defer pr.landing.Store(0)
-	switch h.Type {
-	case transport.FrameWrite:
-		return rt.handleWrite(from, h, p)
-	case transport.FrameNotify:
-		seg, err := rt.notifyTarget(h.Seg, h.A, h.B)
-		rt.appliedNotify(from, h, seg, err)
-		return err
-	case transport.FrameAck:
-		peer := rt.peers[from]
-		if h.Flags&transport.FlagAck != 0 {
-			rt.requestedAck(from)
-			return p.Discard()
-		}
-		if h.A == codeFenced {
-			// The target's committed view says this process was replaced.
-			rt.fence(fmt.Sprintf("proc %d refused a frame: this process is declared failed", from))
-		}
-		if h.A != codeOK {
-			rt.stats.RemoteErrors.Add(1)
-			peer.nack(h.Seq, h.A)
-		} else {
-			peer.ack(h.Seq)
-		}
-		return p.Discard()
-	case transport.FrameReadReq:
-		rt.handleReadReq(from, h)
-		return p.Discard()
-	case transport.FrameReadResp, transport.FrameAtomicResp:
-		return rt.handleResponse(from, h, p)
-	case transport.FrameAtomicReq:
-		old, err := rt.localAtomic(h.Seg, int64(h.Off), h.Flags, h.A, h.B)
-		resp := transport.Header{Type: transport.FrameAtomicResp, Seq: h.Seq, A: old, B: codeOf(err)}
-		rt.reply(from, resp, nil)
-		return p.Discard()
-	case transport.FramePassive:
-		return rt.handlePassive(from, h, p)
-	case transport.FrameColl:
-		return rt.mail.deliver(from, h, p)
-	case transport.FrameHeartbeat:
-		return rt.handleHeartbeat(from, p)
-	case transport.FrameControl:
-		switch h.A {
-		case ctlGoodbye:
-			rt.peers[from].departed.Store(true)
-			rt.spareSeesEnd()
-		case ctlFenced:
-			rt.fence(fmt.Sprintf("proc %d refused a frame: its committed view declares this process failed", from))
-			return p.Discard()
-		}
-		rt.applied(from, h, nil)
-		return p.Discard()
-	}
-	rt.stats.FramesRejected.Add(1)
-	p.Discard()
-	return fmt.Errorf("pgas: unexpected frame type %d from proc %d", h.Type, from)
-}
-
-// admit decides whether a frame may be applied. Epoch fencing lives here:
-// nothing from a process declared failed, and nothing sequenced from an
-// older epoch, is ever applied. Detector traffic is exempt from the epoch
-// check (it is what finds out about epochs), not from the failed check.
-func (rt *Runtime) admit(from transport.Proc, h *transport.Header) error {
-	v := rt.view.Load()
-	if v.failed[from] {
-		return fmt.Errorf("pgas: frame from proc %d, declared failed: %w", from, ErrFenced)
-	}
-	if h.Epoch < v.epoch && h.Type != transport.FrameHeartbeat && h.Type != transport.FrameAck {
-		return fmt.Errorf("pgas: frame from proc %d with epoch %d < %d: %w", from, h.Epoch, v.epoch, ErrStaleEpoch)
-	}
-	// A sender ahead of us applied a newer view first: fine, ours follows.
-	return nil
-}
-
-func (rt *Runtime) localSeg(id uint16) (*segments.Segment, error) {
-	rt.segMu.RLock()
-	si := rt.segs[segments.ID(id)]
-	rt.segMu.RUnlock()
-	if si == nil {
-		return nil, fmt.Errorf("pgas: segment %d: %w", id, ErrNoSegment)
-	}
-	return si.seg, nil
-}
-
-func (rt *Runtime) handleWrite(from transport.Proc, h *transport.Header, p transport.Payload) error {
-	seg, unpin, err := rt.pinSeg(h.Seg)
-	var dst []byte
-	if err == nil {
-		defer unpin()
-		dst, err = seg.Slice(int64(h.Off), int64(h.Len))
-		if err != nil || h.Off > 1<<62 {
-			err = fmt.Errorf("pgas: write from proc %d: %w: %v", from, ErrBounds, err)
-		}
-	}
-	if err != nil {
-		p.Discard()
-		rt.stats.FramesRejected.Add(1)
-		rt.applied(from, h, err)
-		return err
-	}
-	if err := p.ReadInto(dst); err != nil {
-		return err // the connection is failing; PeerDown follows
-	}
-	var nseg *segments.Segment
-	if h.Flags&transport.FlagNotify != 0 {
-		nseg, err = rt.notifyTarget(h.Seg, h.A, h.B)
-	}
-	rt.appliedNotify(from, h, nseg, err)
-	return err
-}
-
-// notifyTarget checks a notification before it is set and returns its
-// segment.
-func (rt *Runtime) notifyTarget(segID uint16, id, val uint64) (*segments.Segment, error) {
-	seg, err := rt.localSeg(segID)
-	if err != nil {
-		return nil, err
-	}
-	if id >= uint64(seg.NumNotifications()) || val > 0xffffffff {
-		return nil, fmt.Errorf("pgas: notification %d=%d: %w", id, val, ErrInvalid)
-	}
-	return seg, nil
-}
-
-// appliedNotify records a sequenced frame as applied (or refused with
-// err), then sets its notification (seg non-nil), then schedules the ack.
-// Recording first means that a process which sees the notification and
-// closes at once still acknowledges the frame (see sayGoodbye).
-func (rt *Runtime) appliedNotify(from transport.Proc, h *transport.Header, seg *segments.Segment, err error) {
-	start := rt.recordApplied(from, h, err)
-	if seg != nil && err == nil {
-		seg.SetNotification(segments.NotificationID(h.A), uint32(h.B))
-	}
-	if start {
-		rt.enqueue(from, outJob{ack: true})
-	}
-}
-
-func (rt *Runtime) setNotification(segID uint16, id, val uint64) error {
-	seg, err := rt.localSeg(segID)
-	if err != nil {
-		return err
-	}
-	if id > 0xffff || val > 0xffffffff {
-		return fmt.Errorf("pgas: notification %d=%d: %w", id, val, ErrInvalid)
-	}
-	if err := seg.SetNotification(segments.NotificationID(id), uint32(val)); err != nil {
-		return fmt.Errorf("pgas: notification %d: %w: %v", id, ErrInvalid, err)
-	}
-	return nil
-}
-
-// applied records that a sequenced frame from a peer was applied (or
-// refused with err) and schedules the acknowledgement. Refusals are queued
-// in the same state as the cumulative ack and flushed before it, so the
-// sender always learns of a refused sequence before any ack that covers it.
-func (rt *Runtime) applied(from transport.Proc, h *transport.Header, err error) {
-	if rt.recordApplied(from, h, err) {
-		rt.enqueue(from, outJob{ack: true})
-	}
-}
-
-// recordApplied is applied without scheduling: it reports whether an ack
-// job must be queued.
-func (rt *Runtime) recordApplied(from transport.Proc, h *transport.Header, err error) bool {
-	if err == nil && h.Epoch < rt.appEpoch.Load() {
-		rt.stats.StaleApplied.Add(1)
-		rt.log.Error("applied a frame from a stale epoch", "from", uint32(from), "type", h.Type,
-			"frame_epoch", h.Epoch, "program_epoch", rt.appEpoch.Load())
-	}
-	if h.Flags&transport.FlagAck == 0 {
-		return false
-	}
-	pr := rt.peers[from]
-	pr.ackMu.Lock()
-	defer pr.ackMu.Unlock()
-	if err == nil {
-		// No ack frame of its own: the cumulative ack rides on the next
-		// frame going back, or answers the sender's request when it waits.
-		pr.applied = h.Seq
-		return false
-	}
-	// A refusal goes out at once, ahead of any ack that covers it.
-	pr.nacksOut = append(pr.nacksOut, [2]uint64{h.Seq, codeOf(err)})
-	start := !pr.ackDirty
-	pr.ackDirty = true
-	return start
-}
-
-// requestedAck handles a sender's request (it waits in Wait): answer with
-// the cumulative ack even if one was already carried by a frame, since
-// that frame may have been cut.
-func (rt *Runtime) requestedAck(from transport.Proc) {
-	pr := rt.peers[from]
-	pr.ackMu.Lock()
-	pr.ackForce = true
-	start := !pr.ackDirty
-	pr.ackDirty = true
-	pr.ackMu.Unlock()
-	if start {
-		rt.enqueue(from, outJob{ack: true})
-	}
-}
-
-// stampAck puts the cumulative ack of what this process applied from p on
-// a frame going to p, unless a refusal for p is still unsent: an ack must
-// never reach the sender ahead of the refusal of a sequence it covers.
-func (rt *Runtime) stampAck(p transport.Proc, h *transport.Header) {
-	if h.Type == transport.FrameAck || int(p) >= len(rt.peers) {
-		return
-	}
-	pr := rt.peers[p]
-	pr.ackMu.Lock()
-	if len(pr.nacksOut) == 0 && pr.nacksSending == 0 && pr.applied > 0 {
-		h.Ack = pr.applied
-		pr.ackedOut = max(pr.ackedOut, pr.applied)
-	}
-	pr.ackMu.Unlock()
-}
-
-// requestAck asks p for its cumulative ack: sent by a waiter whose
-// operations are not acknowledged yet. It follows them on the wire, so the
-// answer covers them.
-func (rt *Runtime) requestAck(ctx context.Context, pr *peer) {
-	h := transport.Header{Type: transport.FrameAck, Flags: transport.FlagAck}
-	rt.send(ctx, pr.proc, &h, nil)
-}
-
-func (rt *Runtime) queueNack(from transport.Proc, seq, code uint64) {
-	h := transport.Header{Type: transport.FrameWrite, Flags: transport.FlagAck, Seq: seq}
-	rt.applied(from, &h, errOf(code))
-}
-
-// PeerDown implements transport.Handler: the connection to proc was lost.
-func (rt *Runtime) PeerDown(proc transport.Proc, err error) {
-	if int(proc) >= len(rt.peers) {
-		return
-	}
-	rt.stats.PeersDown.Add(1)
-	rt.noteFailure(proc)
-	rt.cutOff(proc, err)
-}
-
-// noteFailure records that proc was seen failing in the current epoch, so
-// that Recover waits for a view that replaces it. A proc the current view
-// already declared failed needs no newer view.
-func (rt *Runtime) noteFailure(proc transport.Proc) {
-	v := rt.view.Load()
-	if int(proc) < len(v.failed) && v.failed[proc] {
-		return
-	}
-	for {
-		old := rt.failEpoch.Load()
-		if uint64(v.epoch) <= old || rt.failEpoch.CompareAndSwap(old, uint64(v.epoch)) {
-			return
-		}
-	}
-}
-
-// cutOff fails everything that waits on proc and tells the detector.
-func (rt *Runtime) cutOff(proc transport.Proc, err error) {
-	if rt.peers[proc].isDown() {
-		return
-	}
-	departed := rt.peers[proc].departed.Load()
-	if departed {
-		rt.log.Debug("peer left", "peer_proc", int(proc))
-	} else {
-		rt.log.Warn("peer lost", "peer_proc", int(proc), "err", err)
-	}
-	rt.peers[proc].fail(fmt.Errorf("%w: %v", ErrRankFailed, err))
-	if rt.det != nil && !departed {
-		rt.det.PeerDown(proc)
-	}
-	rt.failRequests(func(r *request) bool { return r.proc == proc }, ErrRankFailed)
-}
-
-// outJob is one reply queued for a peer.
-type outJob struct {
-	ack     bool // send the peer's latest applied sequence
-	h       transport.Header
-	payload []byte
-	done    func() // called once the job is sent or dropped (unpins a read reply's segment)
-}
-
-// outbox is an unbounded FIFO of replies with at most one goroutine
-// draining it. Unbounded, because a bounded one could make reader goroutines
-// on two processes wait on each other.
-type outbox struct {
-	mu      sync.Mutex
-	jobs    []outJob
-	running bool
-}
-
-func (rt *Runtime) reply(to transport.Proc, h transport.Header, payload []byte) {
-	rt.enqueue(to, outJob{h: h, payload: payload})
-}
-
-func (rt *Runtime) enqueue(to transport.Proc, j outJob) {
-	pr := rt.peers[to]
-	ob := &pr.out
-	ob.mu.Lock()
-	ob.jobs = append(ob.jobs, j)
-	start := !ob.running
-	ob.running = true
-	ob.mu.Unlock()
-	if start {
-		if rt.isClosed() {
-			return
-		}
-		rt.goFunc(func() { rt.drain(pr) })
-	}
-}
-
-func (rt *Runtime) drain(pr *peer) {
-	ob := &pr.out
-	ctx := context.Background()
-	for {
-		ob.mu.Lock()
-		if len(ob.jobs) == 0 || rt.isClosed() {
-			for _, j := range ob.jobs {
-				if j.done != nil {
-					j.done()
-				}
-			}
-			ob.jobs = nil
-			ob.running = false
-			ob.mu.Unlock()
-			return
-		}
-		j := ob.jobs[0]
-		ob.jobs[0] = outJob{}
-		ob.jobs = ob.jobs[1:]
-		ob.mu.Unlock()
-		if j.ack {
-			rt.flushAcks(ctx, pr)
-			continue
-		}
-		h := j.h
-		if err := rt.send(ctx, pr.proc, &h, j.payload); err != nil {
-			rt.log.Debug("reply dropped", "peer_proc", int(pr.proc), "err", err)
-		}
-		if j.done != nil {
-			j.done()
-		}
-	}
-}
-
-// flushAcks sends the refusals queued for pr, then one cumulative ack.
-func (rt *Runtime) flushAcks(ctx context.Context, pr *peer) {
-	// One flusher at a time, so that a refusal is never overtaken by an
-	// ack covering it from another flusher (Close's and the outbox's).
-	pr.flushMu.Lock()
-	defer pr.flushMu.Unlock()
-	pr.ackMu.Lock()
-	nacks := pr.nacksOut
-	pr.nacksOut = nil
-	pr.nacksSending += len(nacks) // no piggybacked ack until they are out
-	applied := pr.applied
-	send := applied > pr.ackedOut || (pr.ackForce && applied > 0)
-	pr.ackedOut = max(pr.ackedOut, applied)
-	pr.ackDirty, pr.ackForce = false, false
-	pr.ackMu.Unlock()
-	defer func() {
-		pr.ackMu.Lock()
-		pr.nacksSending -= len(nacks)
-		pr.ackMu.Unlock()
-	}()
-	for _, n := range nacks {
-		h := transport.Header{Type: transport.FrameAck, Seq: n[0], A: n[1]}
-		if err := rt.send(ctx, pr.proc, &h, nil); err != nil {
-			return
-		}
-	}
-	if send {
-		h := transport.Header{Type: transport.FrameAck, Seq: applied}
-		rt.send(ctx, pr.proc, &h, nil)
-	}
 }

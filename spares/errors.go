@@ -22,7 +22,7 @@ const (
 	// it is fenced and must stop.
 	ExitDeclaredFailed = 77
 	// ExitNoRendezvous is the exit status of a process that got no member
-	// table within PGAS_RENDEZVOUS_TIMEOUT (pgas.ErrRendezvousTimeout):
+	// table within PGAS_RENDEZVOUS_TIMEOUT (job.ErrRendezvousTimeout):
 	// nobody served the rendezvous, or not every process registered
 	// (EX_UNAVAILABLE in sysexits.h).
 	ExitNoRendezvous = 69

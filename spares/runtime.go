@@ -3,14 +3,9 @@ package spares
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"os"
 	"sync"
 
-	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
-	"github.com/gaspigo/gaspigo/internal/netfault"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -27,6 +22,7 @@ type Membership struct {
 var (
 	_ pgas.Membership     = (*Membership)(nil)
 	_ pgas.MembershipLoss = (*Membership)(nil)
+	_ pgas.Finisher       = (*Membership)(nil)
 )
 
 // NewMembership wraps a running node.
@@ -91,104 +87,6 @@ func toView(st State) pgas.View {
 	return v
 }
 
-// Options tunes Init.
-type Options struct {
-	// Runtime is the base runtime configuration (nil: pgas.DefaultConfig).
-	Runtime *pgas.Config
-	// Membership adjusts the node's configuration (timings, Shrink) after
-	// Init has filled in the members, token and listeners; nil keeps
-	// DefaultConfig's values.
-	Membership func(*Config)
-	// Health configures the failure detector (nil: health.DefaultConfig).
-	Health *health.Config
-	// Logger receives runtime and membership events (nil: stderr, level
-	// from PGAS_LOG).
-	Logger *slog.Logger
-}
-
-// Init joins a fault-tolerant job started by gaspirun: the data plane as in
-// pgas.InitFromEnv, plus the Raft membership on its own listeners and the
-// failure detector. On a spare it blocks until the spare is promoted and
-// returns the runtime then; it returns an error wrapping
-// pgas.ErrNotPromoted if the job ends first (the spare should exit 0).
-func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
-	env, err := bootstrap.FromEnv()
-	if err != nil {
-		return nil, err
-	}
-	raftLn, raftAddr, err := pgas.Listen(env)
-	if err != nil {
-		return nil, fmt.Errorf("spares: raft listener: %w", err)
-	}
-	ctlLn, ctlAddr, err := pgas.Listen(env)
-	if err != nil {
-		raftLn.Close()
-		return nil, fmt.Errorf("spares: control listener: %w", err)
-	}
-	log := opts.Logger
-	eo := pgas.EnvOptions{
-		Base:   opts.Runtime,
-		Extra:  map[string]string{"raft": raftAddr, "ctl": ctlAddr},
-		Health: opts.Health,
-		Logger: log,
-		NewMembership: func(ctx context.Context, job pgas.JobInfo) (pgas.Membership, error) {
-			cfg := DefaultConfig()
-			cfg.Proc = job.Env.Proc
-			cfg.NumRanks = job.Table.NumRanks
-			cfg.Token = job.Env.Token
-			cfg.RaftListener, cfg.CtlListener = raftLn, ctlLn
-			if inj := netfault.FromEnv(env.Proc); inj != nil {
-				cfg.WrapConn = inj.Wrap
-			}
-			if job.Env.StateDir != "" {
-				cfg.StateDir = job.Env.StateDir
-			}
-			if job.Env.CutOff > 0 {
-				cfg.CutOff = job.Env.CutOff
-			}
-			for _, m := range job.Table.Members {
-				cfg.Members = append(cfg.Members, Member{
-					Proc: m.Proc, Host: m.Host, Addr: m.Addr,
-					RaftAddr: m.Extra["raft"], CtlAddr: m.Extra["ctl"],
-					Spare: int(m.Proc) >= job.Table.NumRanks,
-				})
-			}
-			if log != nil {
-				cfg.Logger = log.With("proc", int(job.Env.Proc), "layer", "membership")
-			} else {
-				cfg.Logger = defaultLogger().With("proc", int(job.Env.Proc), "layer", "membership")
-			}
-			if opts.Membership != nil {
-				opts.Membership(&cfg)
-			}
-			n, err := NewNode(cfg)
-			if err != nil {
-				return nil, err
-			}
-			return NewMembership(n), nil
-		},
-	}
-	rt, err := pgas.InitFromEnv(ctx, eo)
-	if err != nil {
-		raftLn.Close()
-		ctlLn.Close()
-		return nil, err
-	}
-	return rt, nil
-}
-
-// defaultLogger: the membership's events reach the user through the
-// runtime (view applied, spare promoted) and the launcher, so its own log,
-// mostly Raft's dial retries to a process that just died, shows only
-// errors unless PGAS_LOG asks for more.
-func defaultLogger() *slog.Logger {
-	var l slog.Level
-	if l.UnmarshalText([]byte(os.Getenv("PGAS_LOG"))) != nil {
-		l = slog.LevelError
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
-}
-
 // ExitCodeOf is the exit code for a fault-tolerant program's main, from
 // the error that ended it: 0 for a spare that was never needed,
 // ExitSparesExhausted when no spare was left, ExitDeclaredFailed for a
@@ -200,7 +98,7 @@ func ExitCodeOf(err error) int {
 		return 0
 	case errors.Is(err, pgas.ErrFenced):
 		return ExitDeclaredFailed
-	case errors.Is(err, pgas.ErrRendezvousTimeout):
+	case errors.Is(err, bootstrap.ErrRendezvousTimeout):
 		return ExitNoRendezvous
 	}
 	return ExitCode(err)

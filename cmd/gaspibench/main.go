@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/gaspigo/gaspigo/cmd/gaspibench/internal/bench"
+	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
 )
 
@@ -43,7 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	base := pgas.DefaultConfig()
 	base.SpinWait = opts.Config.Spin
-	rt, err := pgas.InitFromEnv(ctx, pgas.EnvOptions{Base: &base})
+	rt, err := job.Init(ctx, job.Options{Runtime: &base})
 	if err != nil {
 		fmt.Fprintf(stderr, "gaspibench: joining the job: %v\n", err)
 		return 1

@@ -31,7 +31,7 @@
 // These are optional and never set by gaspirun (set them in its
 // environment and they pass through):
 //
-//	PGAS_RENDEZVOUS_TIMEOUT  give up (pgas.ErrRendezvousTimeout, exit 69) when no member
+//	PGAS_RENDEZVOUS_TIMEOUT  give up (job.ErrRendezvousTimeout, exit 69) when no member
 //	                         table came within this long: nobody served the rendezvous, or a
 //	                         process never registered. A duration (90s, 5m) or seconds; at
 //	                         least 1s; default 60s. A warning says what is awaited after 5s.

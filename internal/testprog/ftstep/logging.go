@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/spares"
 )
 
@@ -20,7 +21,7 @@ const becameLeader = "spares: became raft leader"
 // the runtime's default logger: PGAS_LOG (default info), and at least Warn
 // for the tcp and membership layers. With leader, a "leader" line is
 // printed whenever this process becomes the Raft leader.
-func (f files) logging(opts *spares.Options, leader bool) error {
+func (f files) logging(opts *job.Options, leader bool) error {
 	if f.dir == "" {
 		if leader {
 			opts.Membership = func(c *spares.Config) {

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/spares"
 )
@@ -56,7 +57,7 @@ func main() {
 	out := files{dir: *resultDir, proc: proc}
 	fmt.Printf("pid %d proc %s\n", os.Getpid(), proc)
 	out.write("pid", strconv.Itoa(os.Getpid()))
-	var opts spares.Options
+	opts := job.Options{FaultTolerant: true}
 	if err := out.logging(&opts, *leader); err != nil {
 		fmt.Fprintln(os.Stderr, "ftstep: -result-dir:", err)
 		os.Exit(2)
@@ -75,7 +76,7 @@ func main() {
 		}
 		opts.Health = &hc
 	}
-	rt, err := spares.Init(ctx, opts)
+	rt, err := job.Init(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)
 		out.exit(spares.ExitCodeOf(err), "init", err)

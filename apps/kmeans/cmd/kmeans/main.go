@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/apps/kmeans"
+	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/spares"
 )
 
@@ -182,11 +183,11 @@ func main() {
 const diskVerifyTimeout = 2 * time.Minute
 
 func run(ctx context.Context, f *flags) int {
-	var opts spares.Options
+	opts := job.Options{FaultTolerant: true}
 	if f.shrink {
 		opts.Membership = func(c *spares.Config) { c.Shrink = true }
 	}
-	rt, err := spares.Init(ctx, opts)
+	rt, err := job.Init(ctx, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			// A signal before this process got going: gaspirun stopping

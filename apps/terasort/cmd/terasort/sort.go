@@ -76,6 +76,7 @@ import (
 	"syscall"
 
 	"github.com/gaspigo/gaspigo/apps/terasort"
+	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/kvshuffle"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/spares"
@@ -244,7 +245,7 @@ func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	rt, err := spares.Init(ctx, spares.Options{})
+	rt, err := job.Init(ctx, job.Options{FaultTolerant: true})
 	if err != nil {
 		if ctx.Err() != nil {
 			return &exitError{code: 128 + int(syscall.SIGTERM)}

@@ -3,7 +3,7 @@
 // allreduce latency) and the plain TCP baselines they are compared with.
 //
 //	opts, err := bench.ParseFlags(os.Args[1:], os.Stderr) // or DefaultConfig()
-//	rt, err := pgas.InitFromEnv(ctx, pgas.EnvOptions{Base: &base}) // base.SpinWait = opts.Config.Spin
+//	rt, err := job.Init(ctx, job.Options{Runtime: &base}) // base.SpinWait = opts.Config.Spin
 //	rep, err := bench.Run(ctx, rt, opts.Config, os.Stdout) // on every rank
 //
 // Run is SPMD: every rank calls it with the same Config (it checks so with

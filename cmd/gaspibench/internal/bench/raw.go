@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
+	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
 )
 
@@ -111,7 +112,7 @@ func listenRaw(rt *pgas.Runtime) (net.Listener, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	return pgas.Listen(env)
+	return job.Listen(env)
 }
 
 // acceptRank0 accepts connections until one presents the nonce, within

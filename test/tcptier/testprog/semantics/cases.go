@@ -206,8 +206,8 @@ func caseTimeout(ctx context.Context, p *prog) error {
 		return err
 	}
 	const d = 150 * time.Millisecond
+	start := time.Now() // before the deadline is set: it may not return before start+d
 	tctx, cancel := context.WithTimeout(ctx, d)
-	start := time.Now()
 	_, err := rt.NotifyWaitSome(tctx, 4, 0, 16)
 	took := time.Since(start)
 	cancel()

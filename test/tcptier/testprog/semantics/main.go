@@ -35,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
 )
 
@@ -129,7 +130,7 @@ func run() int {
 	defer cancel()
 	base := pgas.LocalConfig()
 	base.QueueDepth = *depth
-	rt, err := pgas.InitFromEnv(ctx, pgas.EnvOptions{Base: &base})
+	rt, err := job.Init(ctx, job.Options{Runtime: &base})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "init: %v\n", err)
 		return 2

@@ -1,4 +1,4 @@
-package pgas
+package job
 
 import (
 	"bufio"

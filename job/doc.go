@@ -1,0 +1,31 @@
+// Package job is the composition root of a process started by gaspirun
+// (or srun, mpirun, a Kubernetes Indexed Job): it reads the environment
+// contract once (internal/bootstrap.FromEnv, PGAS_LOG) and wires the
+// pieces a pgas.Runtime is given, which know nothing of the environment:
+//
+//   - the data-plane transport (transport/tcp), on a listener bound to
+//     loopback for a one-host job and to every interface otherwise, with
+//     the fault injection of PGAS_NETFAULT_DIR (internal/netfault);
+//   - the address the other processes dial (PGAS_ADVERTISE_HOST, else
+//     this host's route to the rendezvous, else an interface that is up);
+//   - the rendezvous (internal/bootstrap): the member table, and the
+//     session to the launcher, which becomes the runtime's pgas.Launcher;
+//   - with Options.FaultTolerant, the Raft membership (package spares) on
+//     two listeners of its own, and the failure detector (package health).
+//
+// A fault-tolerant program:
+//
+//	rt, err := job.Init(ctx, job.Options{FaultTolerant: true})
+//	if err != nil {
+//		os.Exit(spares.ExitCodeOf(err)) // a spare the job never needed exits 0
+//	}
+//	defer rt.Close()
+//
+// The import direction is job -> spares -> pgas: nothing below imports
+// job, so the runtime can be built over other transports (transport/mem
+// in tests) and other memberships. Init blocks until the rendezvous
+// completes (at most PGAS_RENDEZVOUS_TIMEOUT: ErrRendezvousTimeout) and,
+// on a spare, until it is promoted. The Runtime it returns owns
+// everything Init built: Close (or Finalize) closes the transport, the
+// membership and the launcher session.
+package job

@@ -1,0 +1,266 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+
+	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/internal/bootstrap"
+	"github.com/gaspigo/gaspigo/internal/netfault"
+	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/spares"
+	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/tcp"
+)
+
+// Compile-time checks of the capabilities the runtime looks for.
+var (
+	_ pgas.Disconnector = (*tcp.Transport)(nil)
+	_ pgas.Launcher     = launcher{}
+)
+
+// Options tunes Init. The zero value joins a plain job: no membership, so
+// no spares and no recovery.
+type Options struct {
+	// Runtime supplies the runtime settings (queues, spinning); nil means
+	// pgas.DefaultConfig. Proc, NumProcs, NumRanks, Transport, Hosts,
+	// Membership, Health, Launcher and Logger are filled in by Init.
+	Runtime *pgas.Config
+	// FaultTolerant runs the Raft membership (package spares) on listeners
+	// of its own and the heartbeat failure detector: spares are promoted,
+	// and survivors recover after a failure.
+	FaultTolerant bool
+	// Membership adjusts the membership's configuration (timings, Shrink)
+	// after Init has filled in the members, token and listeners; nil keeps
+	// spares.DefaultConfig's values. Only with FaultTolerant.
+	Membership func(*spares.Config)
+	// Health configures the failure detector; nil means
+	// health.DefaultConfig(). Only with FaultTolerant.
+	Health *health.Config
+	// Logger receives runtime and membership events; nil means text on
+	// stderr at the level PGAS_LOG names (see logLevels).
+	Logger *slog.Logger
+}
+
+// Init joins the job that gaspirun (or srun, mpirun, a Kubernetes Indexed
+// Job) started this process in. It reads the environment contract once
+// (see cmd/gaspirun), binds the data-plane listener (with the fault
+// injection of PGAS_NETFAULT_DIR, if set), registers with the rendezvous,
+// connects to the other processes, starts the membership when
+// opts.FaultTolerant, and starts the runtime. A spare blocks here until it
+// is promoted; it returns an error wrapping pgas.ErrNotPromoted if the job
+// ends first (the spare should exit 0: spares.ExitCodeOf).
+func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
+	bootstrap.SurviveLauncherExit()
+	env, err := bootstrap.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	logs := newLogs(opts.Logger, os.Getenv("PGAS_LOG"))
+	var raftLn, ctlLn net.Listener
+	extra := map[string]string(nil)
+	if opts.FaultTolerant {
+		var raftAddr, ctlAddr string
+		raftLn, raftAddr, err = Listen(env)
+		if err != nil {
+			return nil, fmt.Errorf("spares: raft listener: %w", err)
+		}
+		ctlLn, ctlAddr, err = Listen(env)
+		if err != nil {
+			raftLn.Close()
+			return nil, fmt.Errorf("spares: control listener: %w", err)
+		}
+		extra = map[string]string{"raft": raftAddr, "ctl": ctlAddr}
+	}
+	rt, err := start(ctx, env, opts, logs, extra, raftLn, ctlLn)
+	if err != nil && raftLn != nil {
+		raftLn.Close()
+		ctlLn.Close()
+	}
+	return rt, err
+}
+
+// start is Init once the membership's listeners are bound: the data
+// plane, the rendezvous, the membership and the runtime.
+func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extra map[string]string, raftLn, ctlLn net.Listener) (*pgas.Runtime, error) {
+	tr, err := newTransport(env, logs.tcp)
+	if err != nil {
+		return nil, err
+	}
+	cc := bootstrap.DefaultClientConfig()
+	cc.Logger = logs.runtime.With("proc", int(env.Proc), "layer", "rendezvous")
+	if env.RendezvousTimeout > 0 {
+		cc.Timeout = env.RendezvousTimeout
+	}
+	addr, err := advertise(tr.Addr(), env.Rendezvous)
+	if err != nil {
+		tr.Close()
+		return nil, fmt.Errorf("pgas: init: %w", err)
+	}
+	self := bootstrap.Member{Proc: env.Proc, Addr: addr, Host: env.Host, Pid: os.Getpid(), Extra: extra}
+	sess, table, err := bootstrap.Join(ctx, cc, env, self)
+	if err != nil {
+		tr.Close()
+		return nil, fmt.Errorf("pgas: init: rendezvous: %w", err)
+	}
+	peers := make(map[transport.Proc]string, len(table.Members))
+	hosts := make([]string, len(table.Members))
+	for _, m := range table.Members {
+		hosts[m.Proc] = m.Host
+		if m.Proc != env.Proc {
+			peers[transport.Proc(m.Proc)] = m.Addr
+		}
+	}
+	if err := tr.SetPeers(peers); err != nil {
+		tr.Close()
+		sess.Close()
+		return nil, fmt.Errorf("pgas: init: %w", err)
+	}
+	cfg := pgas.DefaultConfig()
+	if opts.Runtime != nil {
+		cfg = *opts.Runtime
+	}
+	cfg.Proc = transport.Proc(env.Proc)
+	cfg.NumProcs, cfg.NumRanks = env.NumProcs, env.NumRanks
+	cfg.Transport = tr
+	cfg.Hosts = hosts
+	cfg.Logger = logs.runtime
+	cfg.Launcher = launcher{sess: sess, proc: env.Proc}
+	if opts.FaultTolerant {
+		m, err := newMembership(env, table, opts, logs, raftLn, ctlLn)
+		if err != nil {
+			tr.Close()
+			sess.Close()
+			return nil, fmt.Errorf("pgas: init: membership: %w", err)
+		}
+		cfg.Membership = m
+		hc := health.DefaultConfig()
+		if opts.Health != nil {
+			hc = *opts.Health
+		}
+		cfg.Health = &hc
+	}
+	// Init owns the membership and the session from here on, also when
+	// it fails.
+	rt, err := pgas.Init(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	sess.Report(bootstrap.Report{Proc: env.Proc, Kind: bootstrap.KindRole, Rank: rt.Rank(), Epoch: rt.Epoch()})
+	return rt, nil
+}
+
+// newTransport binds the data plane's listener, wrapped by the fault
+// injector of PGAS_NETFAULT_DIR when one is configured.
+func newTransport(env bootstrap.Env, log *slog.Logger) (*tcp.Transport, error) {
+	tc := tcp.DefaultConfig()
+	tc.Self = transport.Proc(env.Proc)
+	tc.Token = env.Token
+	tc.ListenAddr = net.JoinHostPort(listenHost(env.Rendezvous), "0")
+	if inj := netfault.FromEnv(env.Proc); inj != nil {
+		ln, err := net.Listen("tcp", tc.ListenAddr)
+		if err != nil {
+			return nil, fmt.Errorf("pgas: init: data-plane listener: %w", err)
+		}
+		tc.Listener, tc.WrapConn = inj.Listener(ln), inj.Wrap
+	}
+	tc.Logger = log.With("proc", int(env.Proc), "layer", "tcp")
+	tr, err := tcp.New(tc)
+	if err != nil {
+		return nil, fmt.Errorf("pgas: init: data-plane listener: %w", err)
+	}
+	return tr, nil
+}
+
+// newMembership starts this process's Raft membership node over the
+// listeners Init bound, with the members of the rendezvous's table.
+func newMembership(env bootstrap.Env, table bootstrap.Table, opts Options, logs logs, raftLn, ctlLn net.Listener) (pgas.Membership, error) {
+	cfg := spares.DefaultConfig()
+	cfg.Proc = env.Proc
+	cfg.NumRanks = table.NumRanks
+	cfg.Token = env.Token
+	cfg.RaftListener, cfg.CtlListener = raftLn, ctlLn
+	if inj := netfault.FromEnv(env.Proc); inj != nil {
+		cfg.WrapConn = inj.Wrap
+	}
+	if env.StateDir != "" {
+		cfg.StateDir = env.StateDir
+	}
+	if env.CutOff > 0 {
+		cfg.CutOff = env.CutOff
+	}
+	for _, m := range table.Members {
+		cfg.Members = append(cfg.Members, spares.Member{
+			Proc: m.Proc, Host: m.Host, Addr: m.Addr,
+			RaftAddr: m.Extra["raft"], CtlAddr: m.Extra["ctl"],
+			Spare: int(m.Proc) >= table.NumRanks,
+		})
+	}
+	cfg.Logger = logs.membership.With("proc", int(env.Proc), "layer", "membership")
+	if opts.Membership != nil {
+		opts.Membership(&cfg)
+	}
+	n, err := spares.NewNode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return spares.NewMembership(n), nil
+}
+
+// Listen binds a TCP listener on the interface the job's processes use to
+// reach each other, and returns it with the address they should dial
+// (wrapped by the fault injector of PGAS_NETFAULT_DIR, if set). The
+// membership uses it for its own listeners.
+func Listen(env bootstrap.Env) (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(listenHost(env.Rendezvous), "0"))
+	if err != nil {
+		return nil, "", err
+	}
+	addr, err := advertise(ln.Addr().String(), env.Rendezvous)
+	if err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	return netfault.FromEnv(env.Proc).Listener(ln), addr, nil
+}
+
+// listenHost picks the interface to listen on: loopback when the job's
+// rendezvous is on loopback (one machine), every interface otherwise.
+func listenHost(rendezvous string) string {
+	if isLoopback(rendezvous) {
+		return "127.0.0.1"
+	}
+	return "0.0.0.0"
+}
+
+func isLoopback(hostport string) bool {
+	h, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// launcher is pgas.Launcher over the rendezvous session: reports go to
+// gaspirun, which prints the events and counts vacant ranks as done.
+type launcher struct {
+	sess *bootstrap.Session
+	proc uint32
+}
+
+func (l launcher) Event(rank int, epoch uint64, text string) {
+	l.sess.Report(bootstrap.Report{Proc: l.proc, Kind: bootstrap.KindEvent, Rank: rank, Epoch: epoch, Text: text})
+}
+
+func (l launcher) Vacant(rank int, epoch uint64) {
+	l.sess.Report(bootstrap.Report{Proc: l.proc, Kind: bootstrap.KindVacant, Rank: rank, Epoch: epoch})
+}
+
+func (l launcher) Close() error { return l.sess.Close() }

@@ -1,0 +1,312 @@
+package pgas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/segments"
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// FrameControl.A values.
+const (
+	// ctlGoodbye: the sender is closing its runtime.
+	ctlGoodbye = 1
+	// ctlFenced: the sender's committed view declares the receiver failed.
+	ctlFenced = 2
+)
+
+// callbacks is the runtime as the transport and the failure detector see
+// it: the transport hands it frames and lost connections, the detector
+// sends heartbeats through it. These are the runtime's plumbing, kept off
+// Runtime's exported methods.
+type callbacks struct{ rt *Runtime }
+
+var (
+	_ transport.Handler = callbacks{}
+	_ health.Sender     = callbacks{}
+)
+
+// HandleFrame implements transport.Handler (handleFrame).
+func (c callbacks) HandleFrame(from transport.Proc, h *transport.Header, p transport.Payload) error {
+	return c.rt.handleFrame(from, h, p)
+}
+
+// PeerDown implements transport.Handler (peerDown).
+func (c callbacks) PeerDown(proc transport.Proc, err error) { c.rt.peerDown(proc, err) }
+
+// SendHealth implements health.Sender (sendHealth).
+func (c callbacks) SendHealth(ctx context.Context, to transport.Proc, payload []byte) error {
+	return c.rt.sendHealth(ctx, to, payload)
+}
+
+// handleFrame applies one frame from a peer. It runs on the transport's
+// reader goroutine for from, so it never blocks on a send: replies go
+// through the peer's outbox.
+func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p transport.Payload) error {
+	if int(from) >= len(rt.peers) {
+		rt.stats.FramesRejected.Add(1)
+		p.Discard()
+		return fmt.Errorf("pgas: frame from unknown proc %d", from)
+	}
+	if h.Ack != 0 && h.Type != transport.FrameAck && !rt.view.Load().failed[from] {
+		rt.peers[from].ack(h.Ack) // a cumulative ack riding on this frame
+	}
+	if err := rt.admit(from, h); err != nil {
+		rt.stats.FramesRejected.Add(1)
+		p.Discard()
+		if errors.Is(err, ErrFenced) && rt.peers[from].toldFenced.CompareAndSwap(false, true) {
+			// A replaced process may never hear it from the membership (it
+			// left the Raft configuration) and its unacknowledged frames
+			// are dropped silently: tell it once.
+			rt.reply(from, transport.Header{Type: transport.FrameControl, A: ctlFenced}, nil)
+		}
+		switch {
+		case h.Flags&transport.FlagAck != 0:
+			rt.queueNack(from, h.Seq, codeOf(err))
+		case h.Type == transport.FrameReadReq:
+			rt.reply(from, transport.Header{Type: transport.FrameReadResp, Seq: h.Seq, A: codeOf(err)}, nil)
+		case h.Type == transport.FrameAtomicReq:
+			rt.reply(from, transport.Header{Type: transport.FrameAtomicResp, Seq: h.Seq, B: codeOf(err)}, nil)
+		}
+		return err
+	}
+	pr := rt.peers[from]
+	pr.landing.Store(uint64(h.Epoch) + 1)
+	defer pr.landing.Store(0)
+	switch h.Type {
+	case transport.FrameWrite:
+		return rt.handleWrite(from, h, p)
+	case transport.FrameNotify:
+		seg, err := rt.notifyTarget(h.Seg, h.A, h.B)
+		rt.appliedNotify(from, h, seg, err)
+		return err
+	case transport.FrameAck:
+		peer := rt.peers[from]
+		if h.Flags&transport.FlagAck != 0 {
+			rt.requestedAck(from)
+			return p.Discard()
+		}
+		if h.A == codeFenced {
+			// The target's committed view says this process was replaced.
+			rt.fence(fmt.Sprintf("proc %d refused a frame: this process is declared failed", from))
+		}
+		if h.A != codeOK {
+			rt.stats.RemoteErrors.Add(1)
+			peer.nack(h.Seq, h.A)
+		} else {
+			peer.ack(h.Seq)
+		}
+		return p.Discard()
+	case transport.FrameReadReq:
+		rt.handleReadReq(from, h)
+		return p.Discard()
+	case transport.FrameReadResp, transport.FrameAtomicResp:
+		return rt.handleResponse(from, h, p)
+	case transport.FrameAtomicReq:
+		old, err := rt.localAtomic(h.Seg, int64(h.Off), h.Flags, h.A, h.B)
+		resp := transport.Header{Type: transport.FrameAtomicResp, Seq: h.Seq, A: old, B: codeOf(err)}
+		rt.reply(from, resp, nil)
+		return p.Discard()
+	case transport.FramePassive:
+		return rt.handlePassive(from, h, p)
+	case transport.FrameColl:
+		return rt.mail.deliver(from, h, p)
+	case transport.FrameHeartbeat:
+		return rt.handleHeartbeat(from, p)
+	case transport.FrameControl:
+		switch h.A {
+		case ctlGoodbye:
+			rt.peers[from].departed.Store(true)
+			rt.spareSeesEnd()
+		case ctlFenced:
+			rt.fence(fmt.Sprintf("proc %d refused a frame: its committed view declares this process failed", from))
+			return p.Discard()
+		}
+		rt.applied(from, h, nil)
+		return p.Discard()
+	}
+	rt.stats.FramesRejected.Add(1)
+	p.Discard()
+	return fmt.Errorf("pgas: unexpected frame type %d from proc %d", h.Type, from)
+}
+
+// admit decides whether a frame may be applied. Epoch fencing lives here:
+// nothing from a process declared failed, and nothing sequenced from an
+// older epoch, is ever applied. Detector traffic is exempt from the epoch
+// check (it is what finds out about epochs), not from the failed check.
+func (rt *Runtime) admit(from transport.Proc, h *transport.Header) error {
+	v := rt.view.Load()
+	if v.failed[from] {
+		return fmt.Errorf("pgas: frame from proc %d, declared failed: %w", from, ErrFenced)
+	}
+	if h.Epoch < v.epoch && h.Type != transport.FrameHeartbeat && h.Type != transport.FrameAck {
+		return fmt.Errorf("pgas: frame from proc %d with epoch %d < %d: %w", from, h.Epoch, v.epoch, ErrStaleEpoch)
+	}
+	// A sender ahead of us applied a newer view first: fine, ours follows.
+	return nil
+}
+
+func (rt *Runtime) handleWrite(from transport.Proc, h *transport.Header, p transport.Payload) error {
+	seg, unpin, err := rt.pinSeg(h.Seg)
+	var dst []byte
+	if err == nil {
+		defer unpin()
+		dst, err = seg.Slice(int64(h.Off), int64(h.Len))
+		if err != nil || h.Off > 1<<62 {
+			err = fmt.Errorf("pgas: write from proc %d: %w: %v", from, ErrBounds, err)
+		}
+	}
+	if err != nil {
+		p.Discard()
+		rt.stats.FramesRejected.Add(1)
+		rt.applied(from, h, err)
+		return err
+	}
+	if err := p.ReadInto(dst); err != nil {
+		return err // the connection is failing; peerDown follows
+	}
+	var nseg *segments.Segment
+	if h.Flags&transport.FlagNotify != 0 {
+		nseg, err = rt.notifyTarget(h.Seg, h.A, h.B)
+	}
+	rt.appliedNotify(from, h, nseg, err)
+	return err
+}
+
+// notifyTarget checks a notification before it is set and returns its
+// segment.
+func (rt *Runtime) notifyTarget(segID uint16, id, val uint64) (*segments.Segment, error) {
+	seg, err := rt.localSeg(segID)
+	if err != nil {
+		return nil, err
+	}
+	if id >= uint64(seg.NumNotifications()) || val > 0xffffffff {
+		return nil, fmt.Errorf("pgas: notification %d=%d: %w", id, val, ErrInvalid)
+	}
+	return seg, nil
+}
+
+// appliedNotify records a sequenced frame as applied (or refused with
+// err), then sets its notification (seg non-nil), then schedules the ack.
+// Recording first means that a process which sees the notification and
+// closes at once still acknowledges the frame (see sayGoodbye).
+func (rt *Runtime) appliedNotify(from transport.Proc, h *transport.Header, seg *segments.Segment, err error) {
+	start := rt.recordApplied(from, h, err)
+	if seg != nil && err == nil {
+		seg.SetNotification(segments.NotificationID(h.A), uint32(h.B))
+	}
+	if start {
+		rt.enqueue(from, outJob{ack: true})
+	}
+}
+
+// peerDown: the connection to proc was lost.
+func (rt *Runtime) peerDown(proc transport.Proc, err error) {
+	if int(proc) >= len(rt.peers) {
+		return
+	}
+	rt.stats.PeersDown.Add(1)
+	rt.noteFailure(proc)
+	rt.cutOff(proc, err)
+}
+
+// sendHealth sends a detector message to proc in a FrameHeartbeat frame.
+func (rt *Runtime) sendHealth(ctx context.Context, to transport.Proc, payload []byte) error {
+	h := transport.Header{Type: transport.FrameHeartbeat}
+	return rt.send(ctx, to, &h, payload)
+}
+
+func (rt *Runtime) handleHeartbeat(from transport.Proc, p transport.Payload) error {
+	if rt.det == nil || p.Len() > 4096 {
+		return p.Discard()
+	}
+	buf := make([]byte, p.Len())
+	if err := p.ReadInto(buf); err != nil {
+		return err
+	}
+	return rt.det.Deliver(from, buf)
+}
+
+func (rt *Runtime) handleReadReq(from transport.Proc, h *transport.Header) {
+	resp := transport.Header{Type: transport.FrameReadResp, Seq: h.Seq}
+	seg, unpin, err := rt.pinSeg(h.Seg)
+	var data []byte
+	if err == nil {
+		if h.A > transport.MaxPayload {
+			err = ErrInvalid
+		} else if data, err = seg.Slice(int64(h.Off), int64(h.A)); err != nil || h.Off > 1<<62 {
+			err = ErrBounds
+		}
+	}
+	if err != nil {
+		resp.A = codeOf(err)
+		data = nil
+		if unpin != nil {
+			unpin()
+			unpin = nil
+		}
+	}
+	// The reply is sent later by the outbox goroutine, straight from segment
+	// memory, like an RDMA read: it sees the segment as it is then, and the
+	// segment stays pinned until then.
+	rt.enqueue(from, outJob{h: resp, payload: data, done: unpin})
+}
+
+func (rt *Runtime) handleResponse(from transport.Proc, h *transport.Header, p transport.Payload) error {
+	rt.reqMu.Lock()
+	r := rt.reqs[h.Seq]
+	if r != nil && r.proc == from {
+		delete(rt.reqs, h.Seq)
+	} else {
+		r = nil
+	}
+	rt.reqMu.Unlock()
+	if r == nil {
+		p.Discard()
+		return fmt.Errorf("pgas: response %d from proc %d matches no request", h.Seq, from)
+	}
+	var err error
+	switch h.Type {
+	case transport.FrameReadResp:
+		if h.A != codeOK {
+			err = fmt.Errorf("%w: %w", ErrRemote, errOf(h.A))
+			p.Discard()
+		} else if p.Len() != len(r.dst) {
+			err = fmt.Errorf("pgas: read response of %d bytes for %d requested: %w", p.Len(), len(r.dst), ErrInvalid)
+			p.Discard()
+		} else if rerr := p.ReadInto(r.dst); rerr != nil {
+			err = fmt.Errorf("%w: %v", ErrRankFailed, rerr)
+		}
+	case transport.FrameAtomicResp:
+		r.val = h.A
+		if h.B != codeOK {
+			err = fmt.Errorf("%w: %w", ErrRemote, errOf(h.B))
+		}
+		p.Discard()
+	}
+	r.err = err
+	close(r.done)
+	return nil
+}
+
+func (rt *Runtime) handlePassive(from transport.Proc, h *transport.Header, p transport.Payload) error {
+	if p.Len() > MaxPassive {
+		p.Discard()
+		rt.applied(from, h, ErrInvalid)
+		return fmt.Errorf("pgas: passive message of %d bytes from proc %d: %w", p.Len(), from, ErrInvalid)
+	}
+	buf := make([]byte, p.Len())
+	if err := p.ReadInto(buf); err != nil {
+		return err
+	}
+	rank := rt.view.Load().rankOf[from]
+	if !rt.passive.push(rank, buf) {
+		rt.applied(from, h, errBusy)
+		return fmt.Errorf("pgas: passive inbox full, message from proc %d refused", from)
+	}
+	rt.applied(from, h, nil)
+	return nil
+}

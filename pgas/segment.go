@@ -1,0 +1,159 @@
+package pgas
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/gaspigo/gaspigo/segments"
+)
+
+// segInfo is a local segment plus the sizes of the same segment on every
+// rank, learnt at collective creation so that remote bounds are checked
+// before anything is sent.
+type segInfo struct {
+	seg   *segments.Segment
+	sizes []int64 // by rank; nil for a segment created locally only
+
+	// use pins the memory: handlers that read or write it for a peer hold
+	// it shared until they are done with it (a read reply until it is
+	// sent); SegmentDelete takes it exclusively before freeing the memory.
+	use     sync.RWMutex
+	deleted bool // under use
+}
+
+// pinSeg returns local segment id with its memory pinned against
+// SegmentDelete; the caller calls unpin when done with the memory.
+func (rt *Runtime) pinSeg(id uint16) (seg *segments.Segment, unpin func(), err error) {
+	rt.segMu.RLock()
+	si := rt.segs[segments.ID(id)]
+	rt.segMu.RUnlock()
+	if si != nil {
+		si.use.RLock()
+		if !si.deleted {
+			return si.seg, si.use.RUnlock, nil
+		}
+		si.use.RUnlock()
+	}
+	return nil, nil, fmt.Errorf("pgas: segment %d: %w", id, ErrNoSegment)
+}
+
+func (rt *Runtime) localSeg(id uint16) (*segments.Segment, error) {
+	rt.segMu.RLock()
+	si := rt.segs[segments.ID(id)]
+	rt.segMu.RUnlock()
+	if si == nil {
+		return nil, fmt.Errorf("pgas: segment %d: %w", id, ErrNoSegment)
+	}
+	return si.seg, nil
+}
+
+// localRange resolves a local segment range.
+func (rt *Runtime) localRange(l Loc, n int64, op string) ([]byte, error) {
+	seg, err := rt.localSeg(uint16(l.Seg))
+	if err != nil {
+		return nil, fmt.Errorf("pgas: %s: local %w", op, err)
+	}
+	b, err := seg.Slice(l.Off, n)
+	if err != nil {
+		return nil, fmt.Errorf("pgas: %s: local segment %d: %w: %v", op, l.Seg, ErrBounds, err)
+	}
+	return b, nil
+}
+
+// checkRemote checks a remote range against the sizes learnt when the
+// segment was created collectively. A segment not created collectively is
+// checked by the target only.
+func (rt *Runtime) checkRemote(rank int, l Loc, n int64, op string) error {
+	if rank < 0 || rank >= rt.Size() {
+		return fmt.Errorf("pgas: %s: rank %d outside 0..%d: %w", op, rank, rt.Size()-1, ErrInvalid)
+	}
+	rt.segMu.RLock()
+	si := rt.segs[l.Seg]
+	rt.segMu.RUnlock()
+	if si == nil || si.sizes == nil || rank >= len(si.sizes) {
+		return nil
+	}
+	size := si.sizes[rank]
+	if size < 0 && rt.Vacant(rank) {
+		// Vacant when the segment was created: the operation fails with
+		// ErrVacant once it is checked against the program's view.
+		return nil
+	}
+	if l.Off < 0 || n < 0 || l.Off > size || n > size-l.Off {
+		return fmt.Errorf("pgas: %s: rank %d segment %d: range [%d, %d) outside [0, %d): %w", op, rank, l.Seg, l.Off, l.Off+n, size, ErrBounds)
+	}
+	return nil
+}
+
+// SegmentCreate allocates segment id of size bytes on every rank of g. It
+// is collective: each member calls it, and it returns once every member has
+// created it, so writes may follow at once. Ranks may pass different sizes;
+// each learns all of them, and remote bounds are checked before sending.
+//
+// After a recovery every rank calls it again: a survivor that already holds
+// segment id with the same size keeps its memory and only rejoins the
+// exchange of sizes, while a promoted spare allocates it. A different size
+// for an existing ID is ErrSegmentExists.
+func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64, g *Group) (*segments.Segment, error) {
+	if g == nil {
+		g = rt.GroupAll()
+	}
+	rt.segMu.Lock()
+	si := rt.segs[id]
+	fresh := si == nil
+	if !fresh && si.seg.Size() != size {
+		rt.segMu.Unlock()
+		return nil, fmt.Errorf("pgas: segment_create: segment %d exists with %d bytes, asked for %d: %w", id, si.seg.Size(), size, ErrSegmentExists)
+	}
+	if fresh {
+		seg, err := segments.New(id, size, segments.Options{})
+		if err != nil {
+			rt.segMu.Unlock()
+			return nil, fmt.Errorf("pgas: segment_create: %w", err)
+		}
+		si = &segInfo{seg: seg}
+		rt.segs[id] = si
+	}
+	rt.segMu.Unlock()
+	sizes, members, err := allgatherRanks(ctx, rt, g, []int64{size})
+	if err != nil {
+		if fresh {
+			rt.SegmentDelete(id)
+		}
+		return nil, err
+	}
+	full := make([]int64, rt.Size())
+	for i := range full {
+		full[i] = -1
+	}
+	for i, r := range members {
+		full[r] = sizes[i]
+	}
+	rt.segMu.Lock()
+	si.sizes = full
+	rt.segMu.Unlock()
+	return si.seg, nil
+}
+
+// Segment returns local segment id.
+func (rt *Runtime) Segment(id segments.ID) (*segments.Segment, error) {
+	return rt.localSeg(uint16(id))
+}
+
+// SegmentDelete frees local segment id. Writes that arrive for it later are
+// refused.
+func (rt *Runtime) SegmentDelete(id segments.ID) error {
+	rt.segMu.Lock()
+	si := rt.segs[id]
+	delete(rt.segs, id)
+	rt.segMu.Unlock()
+	if si == nil {
+		return fmt.Errorf("pgas: segment_delete: segment %d: %w", id, ErrNoSegment)
+	}
+	// Wait for the handlers using its memory on behalf of peers.
+	si.use.Lock()
+	si.deleted = true
+	si.use.Unlock()
+	return si.seg.Close()
+}
