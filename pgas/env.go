@@ -63,7 +63,7 @@ func InitFromEnv(ctx context.Context, opts EnvOptions) (*Runtime, error) {
 	}
 	tc := tcp.DefaultConfig()
 	tc.Self = transport.Proc(env.Proc)
-	tc.Token = env.Token
+	tc.Token, tc.TLS = env.Token, env.TLS
 	tc.ListenAddr = net.JoinHostPort(listenHost(env.Rendezvous), "0")
 	if inj := netfault.FromEnv(env.Proc); inj != nil {
 		ln, err := net.Listen("tcp", tc.ListenAddr)

@@ -141,7 +141,7 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 			cfg := DefaultConfig()
 			cfg.Proc = job.Env.Proc
 			cfg.NumRanks = job.Table.NumRanks
-			cfg.Token = job.Env.Token
+			cfg.Token, cfg.TLS = job.Env.Token, job.Env.TLS
 			cfg.RaftListener, cfg.CtlListener = raftLn, ctlLn
 			if inj := netfault.FromEnv(env.Proc); inj != nil {
 				cfg.WrapConn = inj.Wrap
