@@ -312,8 +312,11 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 		if errors.Is(err, auth.ErrAuth) {
 			r.authFails++
 			if r.authFails >= r.cfg.AuthAttempts {
-				return res, backoff.Permanent(fmt.Errorf("%w (%d times in a row): %v; PGAS_TOKEN must be the same as the launcher's, and PGAS_RENDEZVOUS must point at this job's rendezvous",
-					ErrAuth, r.authFails, err))
+				fix := "PGAS_TOKEN must be the same as the launcher's, and PGAS_RENDEZVOUS must point at this job's rendezvous"
+				if errors.Is(err, auth.ErrTLS) {
+					fix = "and PGAS_RENDEZVOUS must point at this job's rendezvous" // err names PGAS_TLS
+				}
+				return res, backoff.Permanent(fmt.Errorf("%w (%d times in a row): %w; %s", ErrAuth, r.authFails, err, fix))
 			}
 		}
 		return res, fmt.Errorf("handshake: %w", err)
