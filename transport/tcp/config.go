@@ -35,6 +35,7 @@ type Config struct {
 	// handshake succeeds, with a key derived from Token (PGAS_TLS; see
 	// internal/auth). Every process of a job must agree: a peer that
 	// disagrees is refused during the handshake, with an error saying so.
+	// PollSpin does not apply under TLS.
 	TLS bool
 
 	// HandshakeTimeout bounds the authentication of one connection, dial or
