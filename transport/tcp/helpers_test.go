@@ -236,13 +236,19 @@ func (e *events) waitRefused(t *testing.T) error {
 // as a hand-driven peer. The connection is closed at cleanup.
 func rawDial(t *testing.T, addr string, token []byte, self transport.Proc) (net.Conn, error) {
 	t.Helper()
+	return rawDialTLS(t, addr, token, self, testTLS)
+}
+
+// rawDialTLS is rawDial with TLS on or off.
+func rawDialTLS(t *testing.T, addr string, token []byte, self transport.Proc, tls bool) (net.Conn, error) {
+	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, wait)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
 	t.Cleanup(func() { _ = nc.Close() })
 	_ = nc.SetDeadline(time.Now().Add(wait))
-	sc, _, err := auth.Dial(nc, token, auth.PurposeData, uint32(self), testTLS)
+	sc, _, err := auth.Dial(nc, token, auth.PurposeData, uint32(self), tls)
 	_ = nc.SetDeadline(time.Time{})
 	return sc, err
 }
