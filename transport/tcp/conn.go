@@ -75,22 +75,26 @@ func tlsSocketOf(nc net.Conn) *tlsSocket {
 // system call and 22 bytes of TLS overhead per frame.
 const maxCoalesce = 16 << 10
 
-// writeTLS writes one frame through TLS, armed so that a write cut off by
-// the ctx's deadline leaves the rest of the frame's records in c.sock.rest.
+// writeTLS writes one frame through TLS, armed: its records are batched,
+// and a write cut off by the ctx's deadline leaves the rest of them in
+// c.sock.rest.
 func (c *conn) writeTLS(payload []byte) (int64, error) {
 	c.sock.armed = true
 	defer func() { c.sock.armed = false }()
+	var k int
+	var err error
 	if transport.HeaderSize+len(payload) <= maxCoalesce {
 		c.scratch = append(append(c.scratch[:0], c.hdr[:]...), payload...)
-		k, err := c.nc.Write(c.scratch)
-		return int64(k), err
+		k, err = c.nc.Write(c.scratch)
+	} else if k, err = c.nc.Write(c.hdr[:]); err == nil {
+		var k2 int
+		k2, err = c.nc.Write(payload)
+		k += k2
 	}
-	k, err := c.nc.Write(c.hdr[:])
-	if err != nil {
-		return int64(k), err
+	if ferr := c.sock.flush(); err == nil {
+		err = ferr
 	}
-	k2, err := c.nc.Write(payload)
-	return int64(k + k2), err
+	return int64(k), err
 }
 
 // upLocked makes nc the connection to p. t.mu is held and p is waiting.
@@ -445,31 +449,57 @@ func (c *watchedConn) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// tlsSocket is the socket under a TLS data connection (Config.TLS). A TLS
-// record that was cut off cannot be resumed, so where a plain frame whose
-// Send's ctx ended mid-write is finished in the background from its bytes,
-// a TLS frame is finished from its records: while a Send is writing
-// (armed), a write that fails on the past deadline its ctx set keeps the
-// unwritten rest of the record, and the rest of the frame's records, in
-// rest and reports them written; the Send then hands rest to a background
-// writer (conn.finishWrite). The holder of the write token owns every field.
+// tlsSocket is the socket under a TLS data connection (Config.TLS). TLS
+// writes a large frame as records of 16 KiB, one write each; while a Send
+// is writing (armed), tlsSocket batches them (up to maxBatch) so that a
+// frame costs few system calls, as a plain one does with writev. A TLS
+// record that was cut off cannot be resumed either, so where a plain frame
+// whose Send's ctx ended mid-write is finished in the background from its
+// bytes, a TLS frame is finished from its records: a write that fails on
+// the past deadline the ctx set keeps the unwritten rest of the batch, and
+// the rest of the frame's records, in rest and reports them written; the
+// Send then hands rest to a background writer (conn.finishWrite). The
+// holder of the write token owns every field.
 type tlsSocket struct {
 	net.Conn
 	armed bool
+	out   []byte // records batched while armed, written by flush
 	rest  []byte // records accepted but not yet on the wire; nil: none
 }
 
+// maxBatch bounds the records a tlsSocket batches before it writes them.
+const maxBatch = 256 << 10
+
 func (s *tlsSocket) Write(b []byte) (int, error) {
-	if s.rest != nil {
+	switch {
+	case s.rest != nil:
 		s.rest = append(s.rest, b...)
 		return len(b), nil
+	case !s.armed:
+		return s.Conn.Write(b) // the handshake, an alert
 	}
-	n, err := s.Conn.Write(b)
-	if err != nil && s.armed && n < len(b) && errors.Is(err, os.ErrDeadlineExceeded) {
-		s.rest = append(make([]byte, 0, 2*(len(b)-n)), b[n:]...)
-		return len(b), nil
+	s.out = append(s.out, b...)
+	if len(s.out) >= maxBatch {
+		if err := s.flush(); err != nil {
+			return 0, err
+		}
 	}
-	return n, err
+	return len(b), nil
+}
+
+// flush writes the batched records. A write cut by the deadline of the
+// Send's ctx moves what it did not write to rest.
+func (s *tlsSocket) flush() error {
+	if len(s.out) == 0 {
+		return nil
+	}
+	n, err := s.Conn.Write(s.out)
+	if err != nil && n < len(s.out) && errors.Is(err, os.ErrDeadlineExceeded) {
+		s.rest = append(make([]byte, 0, 2*(len(s.out)-n)), s.out[n:]...)
+		err = nil
+	}
+	s.out = s.out[:0]
+	return err
 }
 
 // dialLoop connects to the higher peer p with exponential backoff, bounded
