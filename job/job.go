@@ -158,7 +158,7 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 func newTransport(env bootstrap.Env, log *slog.Logger) (*tcp.Transport, error) {
 	tc := tcp.DefaultConfig()
 	tc.Self = transport.Proc(env.Proc)
-	tc.Token = env.Token
+	tc.Token, tc.TLS = env.Token, env.TLS
 	tc.ListenAddr = net.JoinHostPort(listenHost(env.Rendezvous), "0")
 	if inj := netfault.FromEnv(env.Proc); inj != nil {
 		ln, err := net.Listen("tcp", tc.ListenAddr)
@@ -181,7 +181,7 @@ func newMembership(env bootstrap.Env, table bootstrap.Table, opts Options, logs 
 	cfg := spares.DefaultConfig()
 	cfg.Proc = env.Proc
 	cfg.NumRanks = table.NumRanks
-	cfg.Token = env.Token
+	cfg.Token, cfg.TLS = env.Token, env.TLS
 	cfg.RaftListener, cfg.CtlListener = raftLn, ctlLn
 	if inj := netfault.FromEnv(env.Proc); inj != nil {
 		cfg.WrapConn = inj.Wrap

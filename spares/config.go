@@ -57,6 +57,10 @@ type Config struct {
 	// Token is the job token (internal/auth); it authenticates both the Raft
 	// transport and the control RPC. At least 16 bytes.
 	Token []byte
+	// TLS runs mutual TLS over every Raft and control connection once its
+	// token handshake succeeds (PGAS_TLS; see internal/auth). Every
+	// member must agree.
+	TLS bool
 
 	// RaftListener and CtlListener, when set, are used instead of binding
 	// the member's RaftAddr and CtlAddr (a launcher that picks ports first,

@@ -189,7 +189,7 @@ func (n *Node) handleCtl(c *authConn) {
 
 // callCtl sends one proposal to the control RPC at addr.
 func (n *Node) callCtl(ctx context.Context, addr string, token []byte, cmd []byte) (Result, error) {
-	c, err := dialAuth(ctx, addr, token, auth.PurposeControl, n.cfg.Proc, n.cfg.RPCTimeout, n.cfg.WrapConn)
+	c, err := dialAuth(ctx, addr, token, n.cfg.TLS, auth.PurposeControl, n.cfg.Proc, n.cfg.RPCTimeout, n.cfg.WrapConn)
 	if err != nil {
 		return Result{}, err
 	}

@@ -146,7 +146,7 @@ func NewNode(cfg Config) (_ *Node, err error) {
 		}
 	}
 	n.stream = &raftStream{
-		authListener: newAuthListener(raftLn, cfg.Token, purposeRaft, cfg.Proc, cfg.HandshakeTimeout, logger),
+		authListener: newAuthListener(raftLn, cfg.Token, cfg.TLS, purposeRaft, cfg.Proc, cfg.HandshakeTimeout, logger),
 		timeout:      cfg.TransportTimeout,
 		advertise:    n.self.RaftAddr,
 		wrap:         cfg.WrapConn,
@@ -215,7 +215,7 @@ func NewNode(cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("spares: control listener: %w", err)
 		}
 	}
-	n.ctlLn = newAuthListener(ctlLn, cfg.Token, auth.PurposeControl, cfg.Proc, cfg.HandshakeTimeout, logger)
+	n.ctlLn = newAuthListener(ctlLn, cfg.Token, cfg.TLS, auth.PurposeControl, cfg.Proc, cfg.HandshakeTimeout, logger)
 	n.goFunc(n.serveCtl)
 	n.goFunc(n.leaderLoop)
 	n.goFunc(n.watchContact)

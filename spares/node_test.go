@@ -29,6 +29,7 @@ const phase = 30 * time.Second
 type cluster struct {
 	t     testing.TB
 	token []byte
+	tls   bool // PGAS_TLS=1 in the test's environment runs the cluster under TLS
 	cfgs  []Config
 	nodes []*Node // nil once shut down
 }
@@ -43,7 +44,7 @@ func testLogger() *slog.Logger {
 // newCluster starts ranks+spares nodes on loopback, proc i on host h(i%hosts).
 func newCluster(t testing.TB, ranks, spares, hosts int, mut func(*Config)) *cluster {
 	t.Helper()
-	c := &cluster{t: t, token: auth.NewToken()}
+	c := &cluster{t: t, token: auth.NewToken(), tls: os.Getenv("PGAS_TLS") == "1"}
 	n := ranks + spares
 	raftLns := make([]net.Listener, n)
 	ctlLns := make([]net.Listener, n)
@@ -63,7 +64,7 @@ func newCluster(t testing.TB, ranks, spares, hosts int, mut func(*Config)) *clus
 	}
 	for i := 0; i < n; i++ {
 		cfg := LocalConfig()
-		cfg.Proc, cfg.Members, cfg.NumRanks, cfg.Token = uint32(i), members, ranks, c.token
+		cfg.Proc, cfg.Members, cfg.NumRanks, cfg.Token, cfg.TLS = uint32(i), members, ranks, c.token, c.tls
 		cfg.RaftListener, cfg.CtlListener = raftLns[i], ctlLns[i]
 		cfg.Logger = testLogger()
 		if mut != nil {
@@ -376,10 +377,10 @@ func TestNodeControlPlane(t *testing.T) {
 	if !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("wrong token: %v, want auth.ErrAuth", err)
 	}
-	if _, err := dialAuth(ctx, raftAddr, auth.NewToken(), purposeRaft, 7, time.Second, nil); !errors.Is(err, auth.ErrAuth) {
+	if _, err := dialAuth(ctx, raftAddr, auth.NewToken(), c.tls, purposeRaft, 7, time.Second, nil); !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("wrong token on the raft transport: %v", err)
 	}
-	if _, err := dialAuth(ctx, raftAddr, c.token, auth.PurposeControl, 7, time.Second, nil); !errors.Is(err, auth.ErrAuth) {
+	if _, err := dialAuth(ctx, raftAddr, c.token, c.tls, auth.PurposeControl, 7, time.Second, nil); !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("control purpose on the raft transport: %v", err)
 	}
 	stray, err := net.Dial("tcp", ctlAddr)

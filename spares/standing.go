@@ -111,7 +111,7 @@ func (n *Node) answerStanding(c *authConn) {
 
 // askStanding asks the process at addr for this process's standing.
 func (n *Node) askStanding(ctx context.Context, addr string) (standing, uint32, error) {
-	c, err := dialAuth(ctx, addr, n.cfg.Token, auth.PurposeControl, n.cfg.Proc, n.cfg.RPCTimeout, n.cfg.WrapConn)
+	c, err := dialAuth(ctx, addr, n.cfg.Token, n.cfg.TLS, auth.PurposeControl, n.cfg.Proc, n.cfg.RPCTimeout, n.cfg.WrapConn)
 	if err != nil {
 		return standing{}, NoProc, err
 	}

@@ -28,6 +28,7 @@ import (
 type authListener struct {
 	ln      net.Listener
 	token   []byte
+	secure  bool // TLS over each connection after its handshake (Config.TLS)
 	purpose auth.Purpose
 	self    uint32
 	timeout time.Duration
@@ -107,9 +108,9 @@ func (l *authListener) track(c *authConn) bool {
 	return true
 }
 
-func newAuthListener(ln net.Listener, token []byte, p auth.Purpose, self uint32, timeout time.Duration, log *slog.Logger) *authListener {
+func newAuthListener(ln net.Listener, token []byte, secure bool, p auth.Purpose, self uint32, timeout time.Duration, log *slog.Logger) *authListener {
 	l := &authListener{
-		ln: ln, token: token, purpose: p, self: self, timeout: timeout, log: log,
+		ln: ln, token: token, secure: secure, purpose: p, self: self, timeout: timeout, log: log,
 		conns:   make(chan *authConn),
 		done:    make(chan struct{}),
 		pending: map[net.Conn]struct{}{},
@@ -168,7 +169,7 @@ func (l *authListener) handshake(c net.Conn, pend *admit.Pending) {
 		l.mu.Unlock()
 	}()
 	_ = c.SetDeadline(time.Now().Add(l.timeout))
-	peer, err := auth.Accept(c, l.token, l.purpose, l.self, auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit})
+	sc, peer, err := auth.Serve(c, l.token, l.purpose, l.self, auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit}, l.secure)
 	if err != nil {
 		c.Close()
 		if pend.Done() {
@@ -184,7 +185,7 @@ func (l *authListener) handshake(c net.Conn, pend *admit.Pending) {
 	}
 	l.door.Authenticated()
 	_ = c.SetDeadline(time.Time{})
-	ac := &authConn{Conn: c, peer: peer, accepted: true}
+	ac := &authConn{Conn: sc, peer: peer, accepted: true}
 	if !l.track(ac) {
 		c.Close()
 		return
@@ -234,7 +235,7 @@ func (l *authListener) Addr() net.Addr { return l.ln.Addr() }
 
 // dialAuth dials addr and runs the handshake as the dialing side. The
 // returned connection has no deadline set.
-func dialAuth(ctx context.Context, addr string, token []byte, p auth.Purpose, self uint32, timeout time.Duration, wrap func(net.Conn) net.Conn) (*authConn, error) {
+func dialAuth(ctx context.Context, addr string, token []byte, secure bool, p auth.Purpose, self uint32, timeout time.Duration, wrap func(net.Conn) net.Conn) (*authConn, error) {
 	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -250,7 +251,7 @@ func dialAuth(ctx context.Context, addr string, token []byte, p auth.Purpose, se
 		deadline = dl
 	}
 	_ = c.SetDeadline(deadline)
-	peer, err := auth.Handshake(c, token, p, self, true)
+	c, peer, err := auth.Dial(c, token, p, self, secure)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("spares: %s connection to %s: %w", purposeName(p), addr, err)
@@ -284,7 +285,7 @@ func (s *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 	if timeout <= 0 || timeout > s.timeout {
 		timeout = s.timeout
 	}
-	c, err := dialAuth(context.Background(), string(addr), s.token, purposeRaft, s.self, timeout, s.wrap)
+	c, err := dialAuth(context.Background(), string(addr), s.token, s.secure, purposeRaft, s.self, timeout, s.wrap)
 	if err != nil {
 		return nil, err
 	}

@@ -100,7 +100,7 @@ func main() {
 	for _, k := range order {
 		lp, lr := medians(got["loopback"][k])
 		vp, vr := medians(got["veth"][k])
-		fmt.Printf("%-18s %7s %11.1f %11.1f %11s %11s %9.2f %9s\n", k.test, sizeName(k.size), lp, vp, opt(lr), opt(vr), vp/lp, ratio(vr, lr))
+		fmt.Printf("%-18s %7s %11.1f %11.1f %11s %11s %9.2f %9s\n", k.test, benchutil.SizeName(k.size), lp, vp, opt(lr), opt(vr), vp/lp, ratio(vr, lr))
 	}
 }
 
@@ -189,16 +189,4 @@ func ratio(a, b float64) string {
 		return "-"
 	}
 	return strconv.FormatFloat(a/b, 'f', 2, 64)
-}
-
-func sizeName(n int) string {
-	switch {
-	case n == 0:
-		return "-"
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return strconv.Itoa(n>>20) + " MiB"
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return strconv.Itoa(n>>10) + " KiB"
-	}
-	return strconv.Itoa(n) + " B"
 }

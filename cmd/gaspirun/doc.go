@@ -4,7 +4,7 @@
 //
 //	gaspirun -n N [--spares K] [--timeout D] [--hosts h1,h2,... | --ranks-per-host M]
 //	         [--state-dir DIR] [--on-death continue|abort] [--quiet] [--grace D]
-//	         [--job-id NAME] [-x NAME[=VALUE]]... [--] PROGRAM [ARGS...]
+//	         [--job-id NAME] [--tls] [-x NAME[=VALUE]]... [--] PROGRAM [ARGS...]
 //	gaspirun -n N [--spares K] --hostfile FILE [--ssh CMD] [--rendezvous-addr HOST[:PORT]]
 //	         [--remote-gaspirun PATH] [flags] [--] PROGRAM [ARGS...]
 //	gaspirun [-n N] --spares K [--srun CMD] [flags] [--] PROGRAM [ARGS...]   (inside sbatch or salloc)
@@ -16,6 +16,12 @@
 // (below). Whatever starts the processes, gaspirun prefixes their output,
 // judges their exits and tears the job down the same way, so a job whose
 // lost rank a spare took over exits 0 under every launcher.
+//
+// --tls runs mutual TLS 1.3 over every connection of the job, the
+// rendezvous included, under every launcher: gaspirun's rendezvous speaks
+// it and every process gets PGAS_TLS=1 (over ssh and srun in the
+// environment sent on stdin, like the token). The keys are derived from
+// the job token (internal/auth), so there is nothing else to distribute.
 //
 // # Launchers
 //
@@ -191,6 +197,13 @@
 //	PGAS_RESUME            set by gaspirun --resume DIR: the program resumes from the
 //	                       disk-level checkpoints in DIR instead of starting afresh
 //	PGAS_LOG               runtime log level: debug, info (default), warn, error
+//	PGAS_TLS               1: mutual TLS 1.3 over every connection of the job (data plane,
+//	                       rendezvous, Raft, control), keyed by PGAS_TOKEN; 0 or unset:
+//	                       none. Set by gaspirun --tls, or passed on from gaspirun's own
+//	                       environment (PGAS_TLS=1 gaspirun ... does the same as --tls).
+//	                       Every process of a job must agree; one that does not is refused
+//	                       during the handshake with an error naming PGAS_TLS. Under
+//	                       srun, mpirun or Kubernetes, set it in every process yourself.
 //
 // These are optional and never set by gaspirun; set in its environment,
 // they reach every process:

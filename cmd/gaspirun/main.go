@@ -105,6 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "job state directory `DIR` (PGAS_STATE_DIR), created owner-only (0700) if missing; default: memory only")
 	fs.StringVar(&cfg.Resume, "resume", "", "resume from the disk-level checkpoints in `DIR` (passed to every process as PGAS_RESUME)")
 	fs.StringVar(&onDeath, "on-death", "", "`policy` for a process killed by a signal: continue (the runtime recovers) or abort; default: continue with spares, abort without")
+	fs.BoolVar(&cfg.TLS, "tls", false, "mutual TLS 1.3 on every connection of the job (rendezvous, data plane, Raft, control), keyed by the job token; sets PGAS_TLS=1 for every process (PGAS_TLS=1 in gaspirun's environment does the same)")
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only failures, no progress lines or final summary")
 	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "time `D` between SIGTERM and SIGKILL when stopping processes")
 	fs.StringVar(&cfg.JobID, "job-id", "", "job `name` (PGAS_JOB_ID); default: random")

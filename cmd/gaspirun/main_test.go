@@ -19,7 +19,7 @@ func TestParseFlags(t *testing.T) {
 	var stderr bytes.Buffer
 	cfg, newTok, err := parseFlags([]string{"-n", "4", "--spares", "2", "--timeout", "1m", "--hosts", "a, b",
 		"--ranks-per-host", "3", "--state-dir", "/tmp/s", "--on-death", "abort", "--quiet", "--grace", "2s",
-		"--job-id", "j", "--", "./prog", "-x", "--y"}, &stderr)
+		"--job-id", "j", "--tls", "--", "./prog", "-x", "--y"}, &stderr)
 	if err != nil || newTok {
 		t.Fatal(err, newTok)
 	}
@@ -27,6 +27,7 @@ func TestParseFlags(t *testing.T) {
 	want.Ranks, want.Spares, want.Timeout = 4, 2, time.Minute
 	want.Hosts, want.ProcsPerHost, want.StateDir = []string{"a", "b"}, 3, "/tmp/s"
 	want.OnDeath, want.Quiet, want.Grace, want.JobID = launch.DeathAbort, true, 2*time.Second, "j"
+	want.TLS = true
 	want.Program, want.Args = "./prog", []string{"-x", "--y"}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("got  %+v\nwant %+v", cfg, want)

@@ -7,6 +7,40 @@
 // the dialer first, the acceptor only once it has checked the dialer's.
 // Neither the token nor anything replayable crosses the wire, a stray client
 // fails at the magic, and a process of another job fails at the MAC.
+//
+// # TLS
+//
+// The handshake authenticates a connection; it does not protect what
+// follows. For jobs whose traffic crosses networks that others can read or
+// write (clusters in a cloud, Kubernetes), Dial and Serve can run mutual TLS
+// over the connection once the handshake has succeeded (PGAS_TLS=1,
+// gaspirun --tls). Every process derives the same Ed25519 key pair from the
+// job token (HKDF-SHA256 with the fixed label tlsKeyLabel) and a
+// self-signed certificate for it; both ends present it, and each end
+// accepts the other's certificate only when its public key is that derived
+// key (TLSConfig: pinned, with no host names, certificate authorities or
+// dates involved). Only TLS 1.3 is offered, so the session keys come from
+// an ephemeral key exchange: a recording of the traffic stays unreadable
+// even to someone who learns the token later. A relay that merely forwards
+// the handshake sees ciphertext; a relay that wants to read or change the
+// traffic needs the derived private key, hence the token.
+//
+// TLS runs after the token handshake, not before it, for three reasons.
+// The handshake costs an unauthenticated client one HMAC and a few hundred
+// bytes, where a TLS handshake costs the listener asymmetric cryptography:
+// running it first would let anyone without the token spend the
+// listener's CPU. The admission gate (internal/admit) and its hooks keep
+// working unchanged on the clear-text hello. And a process whose TLS
+// setting differs from its peer's is told so at once: each hello carries
+// a "TLS follows" mark (the last byte of its purpose), covered by the MAC
+// so that a relay cannot strip it, and a mismatch fails the handshake on
+// both ends with ErrTLS naming PGAS_TLS, before either end waits for a TLS
+// record that will never come. The hello's nonces and ids travel in the
+// clear either way; they are not secret.
+//
+// The returned Conn closes its socket without TLS's close_notify alert
+// (which could block on a peer that does not read); the job's protocols
+// delimit their own messages, so an end of stream is never taken for data.
 package auth
 
 import (
@@ -134,7 +168,7 @@ var (
 // and returns the peer's ID. dialer says which end this is; the two ends must
 // disagree. The accepting end is Accept with no admit function.
 func Handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bool) (peer uint32, err error) {
-	return handshake(rw, token, p, self, dialer, AcceptHooks{})
+	return handshake(rw, token, p, self, dialer, AcceptHooks{}, false)
 }
 
 // AcceptHooks let a listener follow the accepting end of a handshake.
@@ -157,13 +191,18 @@ type AcceptHooks struct {
 // A dialer whose token is wrong therefore sees the connection closed while
 // reading the proof (ErrAuth), never a proof to check.
 func Accept(rw io.ReadWriter, token []byte, p Purpose, self uint32, h AcceptHooks) (peer uint32, err error) {
-	return handshake(rw, token, p, self, false, h)
+	return handshake(rw, token, p, self, false, h, false)
 }
 
-func handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bool, h AcceptHooks) (peer uint32, err error) {
+// handshake runs either end; secure marks this end's hello "TLS follows"
+// (Dial, Serve), and the two ends must agree.
+func handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bool, h AcceptHooks, secure bool) (peer uint32, err error) {
 	var mine [helloSize]byte
 	copy(mine[0:], magic[:])
 	copy(mine[8:], p[:])
+	if secure {
+		mine[15] = tlsFlag
+	}
 	binary.LittleEndian.PutUint32(mine[16:], self)
 	if _, err := rand.Read(mine[20:]); err != nil {
 		return 0, err
@@ -178,8 +217,19 @@ func handshake(rw io.ReadWriter, token []byte, p Purpose, self uint32, dialer bo
 	if !bytes.Equal(theirs[0:8], magic[:]) {
 		return 0, fmt.Errorf("%w: not a gaspigo peer (bad magic %q)", ErrAuth, theirs[0:8])
 	}
-	if !bytes.Equal(theirs[8:16], p[:]) {
-		return 0, fmt.Errorf("%w: purpose %q, want %q", ErrAuth, bytes.TrimRight(theirs[8:16], "\x00"), bytes.TrimRight(p[:], "\x00"))
+	if !bytes.Equal(theirs[8:15], p[:7]) {
+		return 0, fmt.Errorf("%w: purpose %q, want %q", ErrAuth, bytes.TrimRight(theirs[8:15], "\x00"), bytes.TrimRight(p[:7], "\x00"))
+	}
+	if theirs[15] != mine[15] {
+		switch theirs[15] {
+		case 0, tlsFlag:
+		default:
+			return 0, fmt.Errorf("%w: purpose %q, want %q", ErrAuth, theirs[8:16], bytes.TrimRight(p[:], "\x00"))
+		}
+		if theirs[15] == tlsFlag {
+			return 0, fmt.Errorf("%w: the peer has TLS on and this process has it off: every process of a job must have the same PGAS_TLS (gaspirun --tls sets it for all)", ErrTLS)
+		}
+		return 0, fmt.Errorf("%w: this process has TLS on and the peer has it off: every process of a job must have the same PGAS_TLS (gaspirun --tls sets it for all)", ErrTLS)
 	}
 	peer = binary.LittleEndian.Uint32(theirs[16:])
 	if h.Hello != nil {

@@ -304,7 +304,7 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 		}
 	}()
 	c.SetDeadline(time.Now().Add(r.cfg.HandshakeTimeout))
-	peer, err := auth.Handshake(c, r.env.Token, auth.PurposeRendezvous, r.env.Proc, true)
+	rw, peer, err := auth.Dial(c, r.env.Token, auth.PurposeRendezvous, r.env.Proc, r.env.TLS)
 	if err != nil {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -312,8 +312,11 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 		if errors.Is(err, auth.ErrAuth) {
 			r.authFails++
 			if r.authFails >= r.cfg.AuthAttempts {
-				return res, backoff.Permanent(fmt.Errorf("%w (%d times in a row): %v; PGAS_TOKEN must be the same as the launcher's, and PGAS_RENDEZVOUS must point at this job's rendezvous",
-					ErrAuth, r.authFails, err))
+				fix := "PGAS_TOKEN must be the same as the launcher's, and PGAS_RENDEZVOUS must point at this job's rendezvous"
+				if errors.Is(err, auth.ErrTLS) {
+					fix = "and PGAS_RENDEZVOUS must point at this job's rendezvous" // err names PGAS_TLS
+				}
+				return res, backoff.Permanent(fmt.Errorf("%w (%d times in a row): %w; %s", ErrAuth, r.authFails, err, fix))
 			}
 		}
 		return res, fmt.Errorf("handshake: %w", err)
@@ -322,11 +325,11 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 	if peer != ServerID {
 		return res, backoff.Permanent(fmt.Errorf("%w: the peer at %s presented id %d, not the rendezvous's; PGAS_RENDEZVOUS points at something else", ErrProtocol, r.env.Rendezvous, peer))
 	}
-	if _, err := c.Write(r.hello); err != nil {
+	if _, err := rw.Write(r.hello); err != nil {
 		return res, fmt.Errorf("send hello: %w", err)
 	}
 	for {
-		m, err := readMsg(c, MaxServerMessage)
+		m, err := readMsg(rw, MaxServerMessage)
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, ctx.Err()
@@ -360,7 +363,7 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 			}
 			c.SetDeadline(time.Time{})
 			ok = true
-			return attemptResult{conn: c, table: t}, nil
+			return attemptResult{conn: rw, table: t}, nil
 		default:
 			return res, backoff.Permanent(fmt.Errorf("%w: unexpected message kind %d while waiting for the table", ErrProtocol, m.Kind))
 		}

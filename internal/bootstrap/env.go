@@ -32,6 +32,9 @@ const (
 	// VarCutOff is how long a process may be without contact with a
 	// membership quorum before it gives up (spares.Config.CutOff).
 	VarCutOff = "PGAS_CUTOFF"
+	// VarTLS turns on mutual TLS over every connection of the job
+	// (internal/auth): 1 or 0. Every process of a job must agree.
+	VarTLS = "PGAS_TLS"
 )
 
 // minCutOff is the smallest PGAS_CUTOFF accepted: below it a Raft election
@@ -96,6 +99,10 @@ type Env struct {
 	// with a membership quorum before it gives up as cut off. 0: the
 	// membership's default (spares.DefaultConfig).
 	CutOff time.Duration
+	// TLS (PGAS_TLS) runs mutual TLS 1.3, keyed by the token, over every
+	// connection of the job once its token handshake succeeds: data plane,
+	// rendezvous, Raft and control RPC (see internal/auth).
+	TLS bool
 }
 
 // NumSpares is the number of spare processes: NumProcs - NumRanks.
@@ -121,6 +128,7 @@ func (e Env) LogValue() slog.Value {
 		slog.String("job", e.JobID),
 		slog.String("launcher", string(e.Launcher)),
 		slog.Bool("serve_rendezvous", e.ServeRendezvous),
+		slog.Bool("tls", e.TLS),
 	)
 }
 
@@ -344,6 +352,16 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		}
 		e.CutOff = d
 	}
+	if v, ok := get(VarTLS); ok {
+		switch v {
+		case "1":
+			e.TLS = true
+		case "0", "":
+		default:
+			return Env{}, &EnvError{Var: VarTLS, Value: v, Problem: "not 1 or 0",
+				Fix: "use 1 for mutual TLS on every connection of the job (the same in every process; gaspirun --tls sets it), or 0 (or unset) for none"}
+		}
+	}
 	if err := e.Validate(); err != nil {
 		return Env{}, err
 	}
@@ -420,6 +438,9 @@ func (e Env) Environ() []string {
 	}
 	if e.CutOff > 0 {
 		out = append(out, VarCutOff+"="+e.CutOff.String())
+	}
+	if e.TLS {
+		out = append(out, VarTLS+"=1")
 	}
 	return out
 }

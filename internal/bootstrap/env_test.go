@@ -161,6 +161,7 @@ func TestFromLookupErrors(t *testing.T) {
 		{"rendezvous timeout too short", with(native, "PGAS_RENDEZVOUS_TIMEOUT", "10ms"), "PGAS_RENDEZVOUS_TIMEOUT", []string{"minimum of 1s"}},
 		{"bad cutoff", with(native, "PGAS_CUTOFF", "-3s"), "PGAS_CUTOFF", []string{"minimum of 1s", "10s"}},
 		{"cutoff not a duration", with(native, "PGAS_CUTOFF", "ten"), "PGAS_CUTOFF", []string{"not a duration"}},
+		{"tls not 0 or 1", with(native, "PGAS_TLS", "yes"), "PGAS_TLS", []string{"not 1 or 0", "gaspirun --tls"}},
 		{"slurm without rendezvous", with(slurm, "PGAS_RENDEZVOUS", "<unset>"), "PGAS_RENDEZVOUS", []string{"under Slurm", "must set it yourself", "process 0"}},
 		{"slurm without token", with(slurm, "PGAS_TOKEN", "<unset>"), "PGAS_TOKEN", []string{"under Slurm", "must set it yourself", "same secret"}},
 		{"slurm nprocs disagrees", with(slurm, "PGAS_NPROCS", "5"), "PGAS_NPROCS", []string{"SLURM_NTASKS=4"}},
@@ -202,8 +203,14 @@ func TestFromLookupDurations(t *testing.T) {
 	if e.RendezvousTimeout != 2*time.Minute || e.CutOff != 90*time.Second {
 		t.Fatalf("RendezvousTimeout %v CutOff %v, want 2m and 1m30s", e.RendezvousTimeout, e.CutOff)
 	}
+	for v, want := range map[string]bool{"1": true, "0": false, "": false} {
+		e, err := FromLookup(lookupMap(with(native, "PGAS_TLS", v)))
+		if err != nil || e.TLS != want {
+			t.Fatalf("PGAS_TLS=%q: TLS %v, %v; want %v", v, e.TLS, err, want)
+		}
+	}
 	e, err = FromLookup(lookupMap(native))
-	if err != nil || e.RendezvousTimeout != 0 || e.CutOff != 0 {
+	if err != nil || e.RendezvousTimeout != 0 || e.CutOff != 0 || e.TLS {
 		t.Fatalf("unset: %v %v %v, want zero (the defaults)", e.RendezvousTimeout, e.CutOff, err)
 	}
 }
@@ -214,6 +221,7 @@ func TestEnvironRoundTrip(t *testing.T) {
 		{Proc: 3, NumProcs: 4, NumRanks: 2, Rendezvous: "127.0.0.1:1234", Token: tok, Host: "h1", JobID: "j", StateDir: "/s", ServeRendezvous: true, Launcher: LauncherPGAS},
 		{Proc: 0, NumProcs: 1, NumRanks: 1, Rendezvous: "[::1]:9", Token: tok, Host: "h", Launcher: LauncherPGAS},
 		{Proc: 0, NumProcs: 1, NumRanks: 1, Rendezvous: "n:9", Token: tok, Host: "h", Launcher: LauncherPGAS, RendezvousTimeout: 90 * time.Second, CutOff: 2500 * time.Millisecond},
+		{Proc: 1, NumProcs: 2, NumRanks: 2, Rendezvous: "n:9", Token: tok, Host: "h", Launcher: LauncherPGAS, TLS: true},
 	} {
 		m := map[string]string{}
 		for _, kv := range e.Environ() {

@@ -32,6 +32,7 @@ func ServeInProcess(ctx context.Context, env Env, logger *slog.Logger) (*Server,
 	cfg := DefaultServerConfig()
 	cfg.Listener = l
 	cfg.Token = env.Token
+	cfg.TLS = env.TLS
 	cfg.NumProcs = env.NumProcs
 	cfg.NumRanks = env.NumRanks
 	cfg.JobID = env.JobID

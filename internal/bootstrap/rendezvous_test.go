@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -89,6 +90,7 @@ func startServer(t *testing.T, nprocs, nranks int, mut ...func(*ServerConfig)) *
 	cfg := LocalServerConfig()
 	cfg.Listener = l
 	cfg.Token = auth.NewToken()
+	cfg.TLS = os.Getenv("PGAS_TLS") == "1" // PGAS_TLS=1 runs the tests under TLS
 	cfg.NumProcs = nprocs
 	cfg.NumRanks = nranks
 	cfg.JobID = "job"
@@ -111,7 +113,7 @@ func startServer(t *testing.T, nprocs, nranks int, mut ...func(*ServerConfig)) *
 			t.Errorf("Serve did not return after cancel")
 		}
 	})
-	env := Env{NumProcs: nprocs, NumRanks: nranks, Rendezvous: l.Addr().String(), Token: cfg.Token, Host: "h0", JobID: "job", Launcher: LauncherPGAS}
+	env := Env{NumProcs: nprocs, NumRanks: nranks, Rendezvous: l.Addr().String(), Token: cfg.Token, Host: "h0", JobID: "job", Launcher: LauncherPGAS, TLS: cfg.TLS}
 	return &testJob{srv: srv, env: env, log: rec}
 }
 
@@ -252,6 +254,24 @@ func TestRendezvousRefusesWrongTokenAndStrays(t *testing.T) {
 			t.Fatalf("stats = %+v, want >= 3 refused (2 wrong-token attempts, 1 stray) and 2 registered", st)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A process whose PGAS_TLS differs from the rendezvous's gives up after
+// AuthAttempts with an error naming PGAS_TLS, and the rendezvous says why
+// it refused.
+func TestRendezvousRefusesTLSMismatch(t *testing.T) {
+	for _, serverTLS := range []bool{false, true} {
+		j := startServer(t, 1, 1, func(c *ServerConfig) { c.TLS = serverTLS })
+		bad := j.registerAsync(t, 0, func(e *Env, _ *Member, c *ClientConfig) {
+			e.TLS = !serverTLS
+			c.AuthAttempts = 2
+		})
+		r := recv(t, bad)
+		if !errors.Is(r.err, ErrAuth) || !errors.Is(r.err, auth.ErrTLS) || !strings.Contains(r.err.Error(), "must have the same PGAS_TLS") {
+			t.Fatalf("server TLS %v: %v, want ErrAuth and ErrTLS naming PGAS_TLS", serverTLS, r.err)
+		}
+		j.log.wait(t, "connection refused", "PGAS_TLS")
 	}
 }
 

@@ -22,6 +22,9 @@ type ServerConfig struct {
 	Listener net.Listener
 	// Token is the job token every process must prove it knows.
 	Token []byte
+	// TLS runs mutual TLS over every connection once its token handshake
+	// succeeds (PGAS_TLS; see internal/auth). Every process must agree.
+	TLS bool
 	// NumProcs is the number of processes that must register (ranks plus
 	// spares) before the table is sent.
 	NumProcs int
@@ -117,7 +120,8 @@ type Server struct {
 }
 
 type srvConn struct {
-	c      net.Conn
+	c      net.Conn // the socket: Close cuts it
+	rw     net.Conn // the stream over c: c itself, or TLS over it (ServerConfig.TLS)
 	remote string
 	wmu    sync.Mutex // serialises writes
 	proc   uint32
@@ -342,7 +346,7 @@ func (s *Server) handle(sc *srvConn, pend *admit.Pending) {
 	}()
 	c := sc.c
 	c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	peer, err := auth.Accept(c, s.cfg.Token, auth.PurposeRendezvous, ServerID, auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit})
+	c, peer, err := auth.Serve(c, s.cfg.Token, auth.PurposeRendezvous, ServerID, auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit}, s.cfg.TLS)
 	if err != nil {
 		if pend.Done() || s.isClosed() {
 			return // shed (counted by the gate) or cut by Close
@@ -352,6 +356,7 @@ func (s *Server) handle(sc *srvConn, pend *admit.Pending) {
 		return
 	}
 	s.door.Authenticated()
+	sc.rw = c
 	m, err := readMsg(c, MaxClientMessage)
 	if err != nil {
 		s.nRefused.Add(1)
@@ -402,8 +407,8 @@ func (s *Server) reject(sc *srvConn, proc uint32, reason string) {
 	s.log.Warn("rendezvous: rejected registration", "proc", proc, "remote", sc.remote, "reason", reason)
 	sc.wmu.Lock()
 	defer sc.wmu.Unlock()
-	sc.c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	writeMsg(sc.c, &envelope{Kind: msgReject, Reason: reason}, MaxServerMessage)
+	sc.rw.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	writeMsg(sc.rw, &envelope{Kind: msgReject, Reason: reason}, MaxServerMessage)
 }
 
 // sameProcess reports whether two registrations come from one process (a
@@ -486,8 +491,8 @@ func (s *Server) register(sc *srvConn) bool {
 	}
 	for _, r := range targets {
 		r.wmu.Lock()
-		r.c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-		_, werr := r.c.Write(msg)
+		r.rw.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		_, werr := r.rw.Write(msg)
 		r.wmu.Unlock()
 		if werr != nil {
 			// The process will reconnect and get the table again.
@@ -498,13 +503,13 @@ func (s *Server) register(sc *srvConn) bool {
 }
 
 func (s *Server) writeLocked(sc *srvConn, e *envelope) error {
-	sc.c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	return writeMsg(sc.c, e, MaxServerMessage)
+	sc.rw.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	return writeMsg(sc.rw, e, MaxServerMessage)
 }
 
 func (s *Server) readLoop(sc *srvConn) {
 	for {
-		m, err := readMsg(sc.c, MaxClientMessage)
+		m, err := readMsg(sc.rw, MaxClientMessage)
 		if err != nil {
 			if errors.Is(err, ErrProtocol) || errors.Is(err, ErrTooLarge) {
 				s.nBad.Add(1)

@@ -82,12 +82,13 @@ func childMain() int {
 }
 
 // childEnviron is the test's environment without job variables, so the
-// children see only what the test sets.
+// children see only what the test sets (PGAS_TLS passes: PGAS_TLS=1 runs
+// the tests under TLS).
 func childEnviron() []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "PGAS_") || strings.HasPrefix(k, "SLURM") || strings.HasPrefix(k, "OMPI_") ||
+		if (strings.HasPrefix(k, "PGAS_") && k != "PGAS_TLS") || strings.HasPrefix(k, "SLURM") || strings.HasPrefix(k, "OMPI_") ||
 			strings.HasPrefix(k, "PMI_") || k == "JOB_COMPLETION_INDEX" {
 			continue
 		}

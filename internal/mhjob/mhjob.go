@@ -44,7 +44,7 @@ type Config struct {
 	// JobID is PGAS_JOB_ID; empty: a fresh one.
 	JobID string
 	// Env is added to every process's environment (PGAS_LOG=info, ...),
-	// after the machine's own minus any PGAS_* variable. EnvOf, if set,
+	// after the machine's own minus any PGAS_* variable but PGAS_TLS. EnvOf, if set,
 	// adds per-process variables after that.
 	Env   []string
 	EnvOf func(proc int) []string
@@ -125,7 +125,8 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	token := auth.FormatToken(auth.NewToken())
 	var base []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PGAS_") {
+		// PGAS_TLS passes, so that PGAS_TLS=1 go test runs the tiers under TLS.
+		if !strings.HasPrefix(kv, "PGAS_") || strings.HasPrefix(kv, "PGAS_TLS=") {
 			base = append(base, kv)
 		}
 	}

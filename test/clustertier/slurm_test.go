@@ -124,12 +124,13 @@ func (c *slurmCluster) logs() string {
 }
 
 // jobEnv is the environment of a command run against the cluster: the
-// test's, without any Slurm or PGAS variables of its own, plus extra.
+// test's, without any Slurm or PGAS variables of its own (but PGAS_TLS, so
+// that PGAS_TLS=1 runs the tier under TLS), plus extra.
 func (c *slurmCluster) jobEnv(extra ...string) []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "SLURM") || strings.HasPrefix(k, "PGAS_") {
+		if strings.HasPrefix(k, "SLURM") || (strings.HasPrefix(k, "PGAS_") && k != "PGAS_TLS") {
 			continue
 		}
 		out = append(out, kv)

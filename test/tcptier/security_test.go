@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -82,7 +83,9 @@ func TestForeignConnectionsRefused(t *testing.T) {
 			claim = 2
 		}
 		c := dial(rank)
-		_, err := auth.Handshake(c, auth.NewToken(), auth.PurposeData, claim, true)
+		// With the job's TLS setting (PGAS_TLS=1 runs the tier under TLS),
+		// so that the handshake gets as far as the token.
+		_, _, err := auth.Dial(c, auth.NewToken(), auth.PurposeData, claim, os.Getenv("PGAS_TLS") == "1")
 		if !errors.Is(err, auth.ErrAuth) {
 			t.Errorf("handshake with a wrong token at rank %d: %v; want auth.ErrAuth", rank, err)
 		}

@@ -31,6 +31,13 @@ type Config struct {
 	// proves knowledge of it before any frame is read. At least 16 bytes.
 	Token []byte
 
+	// TLS runs mutual TLS 1.3 over every connection once its token
+	// handshake succeeds, with a key derived from Token (PGAS_TLS; see
+	// internal/auth). Every process of a job must agree: a peer that
+	// disagrees is refused during the handshake, with an error saying so.
+	// PollSpin does not apply under TLS.
+	TLS bool
+
 	// HandshakeTimeout bounds the authentication of one connection, dial or
 	// accept, so that a silent client cannot hold a goroutine. Must be > 0.
 	HandshakeTimeout time.Duration

@@ -33,7 +33,9 @@ type conn struct {
 	hdr       [transport.HeaderSize]byte
 	iov       [2][]byte
 	bufs      net.Buffers
-	wdeadline time.Time // the write deadline set on nc (zero, or aLongTimeAgo after a ctx ended)
+	wdeadline time.Time  // the write deadline set on nc (zero, or aLongTimeAgo after a ctx ended)
+	sock      *tlsSocket // under nc when it is TLS (Config.TLS), else nil
+	scratch   []byte     // a small frame in one piece, for one TLS record
 }
 
 // aLongTimeAgo is a deadline in the past: setting it unblocks a write.
@@ -48,7 +50,51 @@ func (t *Transport) newConn(p *peer, nc net.Conn, remote string) *conn {
 		remote: remote,
 		fr:     newFrameReader(br, p.id, &t.stats),
 		wsem:   make(chan struct{}, 1),
+		sock:   tlsSocketOf(nc),
 	}
+}
+
+// tlsSocketOf finds the tlsSocket under a data connection, or nil.
+func tlsSocketOf(nc net.Conn) *tlsSocket {
+	for {
+		switch c := nc.(type) {
+		case *tlsSocket:
+			return c
+		case *watchedConn:
+			nc = c.Conn
+		case auth.Conn:
+			nc = c.NetConn()
+		default:
+			return nil
+		}
+	}
+}
+
+// maxCoalesce is the largest frame a TLS connection copies into one write
+// (one TLS record): a separate record for the header would cost a second
+// system call and 22 bytes of TLS overhead per frame.
+const maxCoalesce = 16 << 10
+
+// writeTLS writes one frame through TLS, armed: its records are batched,
+// and a write cut off by the ctx's deadline leaves the rest of them in
+// c.sock.rest.
+func (c *conn) writeTLS(payload []byte) (int64, error) {
+	c.sock.armed = true
+	defer func() { c.sock.armed = false }()
+	var k int
+	var err error
+	if transport.HeaderSize+len(payload) <= maxCoalesce {
+		c.scratch = append(append(c.scratch[:0], c.hdr[:]...), payload...)
+		k, err = c.nc.Write(c.scratch)
+	} else if k, err = c.nc.Write(c.hdr[:]); err == nil {
+		var k2 int
+		k2, err = c.nc.Write(payload)
+		k += k2
+	}
+	if ferr := c.sock.flush(); err == nil {
+		err = ferr
+	}
+	return int64(k), err
 }
 
 // upLocked makes nc the connection to p. t.mu is held and p is waiting.
@@ -106,7 +152,9 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 	total := int64(transport.HeaderSize + len(payload))
 	var n int64
 	var err error
-	if len(payload) == 0 {
+	if c.sock != nil {
+		n, err = c.writeTLS(payload)
+	} else if len(payload) == 0 {
 		var k int
 		k, err = c.nc.Write(c.hdr[:])
 		n = int64(k)
@@ -120,6 +168,26 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 		<-fired // the deadline is in the past now; the next send clears it
 		c.wdeadline = aLongTimeAgo
 	}
+	if err == nil && c.sock != nil && c.sock.rest != nil {
+		// TLS: the ctx ended mid-frame; the frame's records are complete
+		// in rest, and a background writer puts them on the wire.
+		rest := c.sock.rest
+		c.sock.rest = nil
+		_ = c.nc.SetWriteDeadline(time.Time{})
+		c.wdeadline = time.Time{}
+		pl := len(payload)
+		if !t.goTracked(func() { c.finishWrite(c.sock.Conn, rest, pl) }) {
+			return transport.ErrClosed
+		}
+		detached = true
+		ctxErr := ctx.Err()
+		if ctxErr == nil {
+			ctxErr = context.DeadlineExceeded // only the AfterFunc sets deadlines; not expected
+		}
+		t.log.Debug("tcp: send timed out mid-frame; finishing its TLS records in the background",
+			"peer", uint32(c.peer.id), "unwritten", len(rest), "err", ctxErr)
+		return fmt.Errorf("tcp: send to peer %d: %w (part of the frame was written; it is completed in the background)", c.peer.id, ctxErr)
+	}
 	if err == nil {
 		t.stats.framesOut.Add(1)
 		t.stats.bytesOut.Add(uint64(len(payload)))
@@ -129,7 +197,7 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 		return transport.ErrClosed
 	}
 
-	if errors.Is(err, os.ErrDeadlineExceeded) {
+	if c.sock == nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		ctxErr := ctx.Err()
 		if ctxErr == nil {
 			ctxErr = context.DeadlineExceeded // only the AfterFunc sets deadlines; not expected
@@ -150,7 +218,7 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 		_ = c.nc.SetWriteDeadline(time.Time{})
 		c.wdeadline = time.Time{}
 		pl := len(payload)
-		if !t.goTracked(func() { c.finishWrite(rest, pl) }) {
+		if !t.goTracked(func() { c.finishWrite(c.nc, rest, pl) }) {
 			return transport.ErrClosed
 		}
 		detached = true
@@ -162,11 +230,11 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 	return &PeerDownError{Peer: c.peer.id, Err: c.fail(fmt.Errorf("tcp: write to peer %d (%s): %w", c.peer.id, c.remote, err))}
 }
 
-// finishWrite writes the tail of a frame whose Send timed out, then hands
-// the write token back.
-func (c *conn) finishWrite(rest []byte, payloadLen int) {
+// finishWrite writes the tail of a frame whose Send timed out to w (the
+// connection, or the socket under TLS), then hands the write token back.
+func (c *conn) finishWrite(w io.Writer, rest []byte, payloadLen int) {
 	defer func() { <-c.wsem }()
-	if _, err := c.nc.Write(rest); err != nil {
+	if _, err := w.Write(rest); err != nil {
 		if !c.t.isClosed() {
 			c.fail(fmt.Errorf("tcp: write to peer %d (%s): %w", c.peer.id, c.remote, err))
 		}
@@ -297,7 +365,11 @@ func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
 	t.tune(nc)
 	_ = nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	wc := &watchedConn{Conn: nc}
-	id, err := auth.Accept(wc, t.cfg.Token, auth.PurposeData, uint32(t.self), auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit})
+	if t.cfg.TLS {
+		wc.Conn = &tlsSocket{Conn: nc}
+	}
+	sc, id, err := auth.Serve(wc, t.cfg.Token, auth.PurposeData, uint32(t.self), auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit}, t.cfg.TLS)
+	wc.sealed = true
 	if err != nil {
 		if pend.Done() {
 			t.closeSocket(nc)
@@ -319,6 +391,7 @@ func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
 	}
 	t.door.Authenticated()
 	_ = nc.SetDeadline(time.Time{})
+	nc = t.retrack(nc, sc)
 	from := transport.Proc(id)
 	if from >= t.self {
 		t.refuse(nc, remote, from, fmt.Errorf("proc %d dialed proc %d, but only the lower proc dials", from, t.self))
@@ -345,15 +418,22 @@ func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
 	c.readLoop()
 }
 
-// watchedConn records how a handshake went on an accepted connection.
+// watchedConn records how a handshake went on an accepted connection. Once
+// sealed (by the accepting goroutine, before the connection is shared) it
+// only passes reads and writes through: under TLS it stays below the TLS
+// layer.
 type watchedConn struct {
 	net.Conn
-	read int   // bytes received
-	err  error // first read or write error
+	sealed bool
+	read   int   // bytes received
+	err    error // first read or write error
 }
 
 func (c *watchedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	if c.sealed {
+		return n, err
+	}
 	c.read += n
 	if err != nil && c.err == nil {
 		c.err = err
@@ -363,10 +443,63 @@ func (c *watchedConn) Read(b []byte) (int, error) {
 
 func (c *watchedConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
-	if err != nil && c.err == nil {
+	if err != nil && !c.sealed && c.err == nil {
 		c.err = err
 	}
 	return n, err
+}
+
+// tlsSocket is the socket under a TLS data connection (Config.TLS). TLS
+// writes a large frame as records of 16 KiB, one write each; while a Send
+// is writing (armed), tlsSocket batches them (up to maxBatch) so that a
+// frame costs few system calls, as a plain one does with writev. A TLS
+// record that was cut off cannot be resumed either, so where a plain frame
+// whose Send's ctx ended mid-write is finished in the background from its
+// bytes, a TLS frame is finished from its records: a write that fails on
+// the past deadline the ctx set keeps the unwritten rest of the batch, and
+// the rest of the frame's records, in rest and reports them written; the
+// Send then hands rest to a background writer (conn.finishWrite). The
+// holder of the write token owns every field.
+type tlsSocket struct {
+	net.Conn
+	armed bool
+	out   []byte // records batched while armed, written by flush
+	rest  []byte // records accepted but not yet on the wire; nil: none
+}
+
+// maxBatch bounds the records a tlsSocket batches before it writes them.
+const maxBatch = 256 << 10
+
+func (s *tlsSocket) Write(b []byte) (int, error) {
+	switch {
+	case s.rest != nil:
+		s.rest = append(s.rest, b...)
+		return len(b), nil
+	case !s.armed:
+		return s.Conn.Write(b) // the handshake, an alert
+	}
+	s.out = append(s.out, b...)
+	if len(s.out) >= maxBatch {
+		if err := s.flush(); err != nil {
+			return 0, err
+		}
+	}
+	return len(b), nil
+}
+
+// flush writes the batched records. A write cut by the deadline of the
+// Send's ctx moves what it did not write to rest.
+func (s *tlsSocket) flush() error {
+	if len(s.out) == 0 {
+		return nil
+	}
+	n, err := s.Conn.Write(s.out)
+	if err != nil && n < len(s.out) && errors.Is(err, os.ErrDeadlineExceeded) {
+		s.rest = append(make([]byte, 0, 2*(len(s.out)-n)), s.out[n:]...)
+		err = nil
+	}
+	s.out = s.out[:0]
+	return err
 }
 
 // dialLoop connects to the higher peer p with exponential backoff, bounded
@@ -494,7 +627,11 @@ func (t *Transport) dialOnce(id transport.Proc, addr string) (net.Conn, error) {
 	t.tune(nc)
 	remote := nc.RemoteAddr().String()
 	_ = nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	got, err := auth.Handshake(nc, t.cfg.Token, auth.PurposeData, uint32(t.self), true)
+	var hc net.Conn = nc
+	if t.cfg.TLS {
+		hc = &tlsSocket{Conn: nc}
+	}
+	sc, got, err := auth.Dial(hc, t.cfg.Token, auth.PurposeData, uint32(t.self), t.cfg.TLS)
 	if err != nil {
 		err = fmt.Errorf("%w: %w", transport.ErrAuth, err)
 	} else if transport.Proc(got) != id {
@@ -508,7 +645,7 @@ func (t *Transport) dialOnce(id transport.Proc, addr string) (net.Conn, error) {
 		return nil, err
 	}
 	_ = nc.SetDeadline(time.Time{})
-	return nc, nil
+	return t.retrack(nc, sc), nil
 }
 
 // refuse closes a connection that failed authentication or broke the

@@ -40,6 +40,15 @@
 // only after the dialer has, so a connection is never shed after its dialer
 // saw the handshake succeed.
 //
+// With Config.TLS, every connection runs mutual TLS 1.3 (internal/auth)
+// once its handshake has succeeded, under the same HandshakeTimeout, and
+// carries its frames inside it. The socket options are set on the TCP
+// socket under it; a frame of up to 16 KiB goes out as one TLS record
+// (header and payload copied together, where plain TCP uses one writev); a
+// Send whose ctx ends mid-frame still returns at once and leaves the
+// stream intact, its remaining TLS records written in the background; and
+// PollSpin does not apply (reads go through TLS).
+//
 // When an established connection fails (EOF, reset, write error, a
 // malformed frame) or a dial gives up after DialMaxElapsed, the peer is
 // down: Handler.PeerDown is called exactly once for it, from a goroutine of

@@ -135,14 +135,22 @@ func TestHigherSideWaits(t *testing.T) {
 // the socket is full; a timeout is not a death (no PeerDown, the stream
 // stays intact: a frame cut by the deadline is finished in the background).
 func TestStuckWriteHonoursContext(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { testStuckWrite(t, testTLS) })
+	if !testTLS {
+		// A TLS record cut by the deadline is finished from its ciphertext.
+		t.Run("tls", func(t *testing.T) { testStuckWrite(t, true) })
+	}
+}
+
+func testStuckWrite(t *testing.T, tls bool) {
 	token := auth.NewToken()
-	tr := newOne(t, 1, token, func(c *Config) { c.SocketWriteBuffer = 64 << 10 }, hooks{})
+	tr := newOne(t, 1, token, func(c *Config) { c.SocketWriteBuffer, c.TLS = 64<<10, tls }, hooks{})
 	h1 := newHandler(nil)
 	if err := tr.Start(h1); err != nil {
 		t.Fatal(err)
 	}
 	// A hand-driven proc 0 that connects and then does not read.
-	raw, err := rawDial(t, tr.Addr(), token, 0)
+	raw, err := rawDialTLS(t, tr.Addr(), token, 0, tls)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,13 +28,17 @@ func TestOrdering(t *testing.T) {
 				continue
 			}
 			t.Run(fmt.Sprintf("procs=%d/spin=%v", n, spin), func(t *testing.T) {
-				testOrdering(t, n, spin)
+				testOrdering(t, n, spin, testTLS)
 			})
 		}
 	}
+	if !testTLS {
+		// Frames inside TLS records: small ones coalesced, large ones split.
+		t.Run("procs=2/tls", func(t *testing.T) { testOrdering(t, 2, 0, true) })
+	}
 }
 
-func testOrdering(t *testing.T, n int, spin time.Duration) {
+func testOrdering(t *testing.T, n int, spin time.Duration, tls bool) {
 	perPair := 2 * len(orderSizes)
 	if n > 2 {
 		perPair = len(orderSizes) + 3
@@ -42,7 +46,7 @@ func testOrdering(t *testing.T, n int, spin time.Duration) {
 	sizeOf := func(src transport.Proc, seq uint64) int {
 		return orderSizes[(int(seq)*5+int(src))%len(orderSizes)]
 	}
-	ts := newCluster(t, n, func(c *Config) { c.PollSpin = spin })
+	ts := newCluster(t, n, func(c *Config) { c.PollSpin, c.TLS = spin, tls })
 	ctx := ctxWait(t)
 	var errs errList
 	var remaining atomic.Int64

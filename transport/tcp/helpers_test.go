@@ -27,11 +27,15 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
 }
 
+// testTLS: PGAS_TLS=1 in the environment runs the tests over TLS.
+var testTLS = os.Getenv("PGAS_TLS") == "1"
+
 // testConfig is LocalConfig for proc self with the given token.
 func testConfig(t testing.TB, self transport.Proc, token []byte) Config {
 	cfg := LocalConfig()
 	cfg.Self = self
 	cfg.Token = token
+	cfg.TLS = testTLS
 	cfg.Logger = testLogger(t)
 	return cfg
 }
@@ -232,15 +236,21 @@ func (e *events) waitRefused(t *testing.T) error {
 // as a hand-driven peer. The connection is closed at cleanup.
 func rawDial(t *testing.T, addr string, token []byte, self transport.Proc) (net.Conn, error) {
 	t.Helper()
+	return rawDialTLS(t, addr, token, self, testTLS)
+}
+
+// rawDialTLS is rawDial with TLS on or off.
+func rawDialTLS(t *testing.T, addr string, token []byte, self transport.Proc, tls bool) (net.Conn, error) {
+	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, wait)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
 	t.Cleanup(func() { _ = nc.Close() })
 	_ = nc.SetDeadline(time.Now().Add(wait))
-	_, err = auth.Handshake(nc, token, auth.PurposeData, uint32(self), true)
+	sc, _, err := auth.Dial(nc, token, auth.PurposeData, uint32(self), tls)
 	_ = nc.SetDeadline(time.Time{})
-	return nc, err
+	return sc, err
 }
 
 // waitUp waits until tr has registered a live connection to peer: a

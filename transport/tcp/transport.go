@@ -360,6 +360,21 @@ func (t *Transport) track(nc net.Conn) bool {
 	return true
 }
 
+// retrack makes sc, the stream over the tracked socket nc (TLS over it, or
+// nc itself), the one Close cuts, and returns it.
+func (t *Transport) retrack(nc, sc net.Conn) net.Conn {
+	if sc == nc {
+		return nc
+	}
+	t.mu.Lock()
+	if _, ok := t.sockets[nc]; ok {
+		delete(t.sockets, nc)
+		t.sockets[sc] = struct{}{}
+	}
+	t.mu.Unlock()
+	return sc
+}
+
 // closeSocket closes and forgets nc.
 func (t *Transport) closeSocket(nc net.Conn) {
 	t.mu.Lock()

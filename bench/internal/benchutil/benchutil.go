@@ -1,10 +1,12 @@
 // Package benchutil holds what the benchmark programs under bench/ share:
-// the start of a program that needs simulated hosts.
+// the start of a program that needs simulated hosts, and the names of
+// message sizes in their tables.
 package benchutil
 
 import (
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/gaspigo/gaspigo/internal/proctest"
 	"github.com/gaspigo/gaspigo/internal/simhost"
@@ -25,4 +27,18 @@ func HostsAndBinaries(prog string, pkgs ...string) (dir string, cleanup func()) 
 		os.Exit(1)
 	}
 	return dir, cleanup
+}
+
+// SizeName names a message size for a table: "-" for 0, else B, KiB or
+// MiB when the size is a whole number of them.
+func SizeName(n int) string {
+	switch {
+	case n == 0:
+		return "-"
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.Itoa(n>>20) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.Itoa(n>>10) + " KiB"
+	}
+	return strconv.Itoa(n) + " B"
 }

@@ -96,6 +96,11 @@ type Config struct {
 	Quiet bool
 	// JobID names the job (PGAS_JOB_ID); empty: a random one.
 	JobID string
+	// TLS (--tls) runs mutual TLS over every connection of the job: the
+	// rendezvous and, through PGAS_TLS=1, the processes' data plane, Raft
+	// and control RPC. PGAS_TLS=1 in gaspirun's environment turns it on
+	// too.
+	TLS bool
 	// Grace is how long processes get between SIGTERM and SIGKILL when the
 	// job is torn down or idle spares are stopped.
 	Grace time.Duration
@@ -155,6 +160,13 @@ func DefaultConfig() Config {
 func LocalConfig() Config {
 	return Config{Grace: 500 * time.Millisecond, ExitSettle: 300 * time.Millisecond,
 		PingInterval: 200 * time.Millisecond, PingTimeout: 5 * time.Second}
+}
+
+// TLSOn says whether the job runs under TLS: Config.TLS, or PGAS_TLS=1 in
+// gaspirun's environment.
+func (c Config) TLSOn() bool {
+	v, _ := c.lookupEnv("PGAS_TLS")
+	return c.TLS || v == "1"
 }
 
 func (c Config) lookupEnv(k string) (string, bool) {
@@ -226,6 +238,10 @@ func (c Config) Validate() error {
 	}
 	if err := c.validateBackend(); err != nil {
 		return err
+	}
+	if v, _ := c.lookupEnv("PGAS_TLS"); v != "" && v != "0" && v != "1" {
+		return &FlagError{Flag: "PGAS_TLS", Value: v, Problem: "in gaspirun's environment is not 1 or 0",
+			Fix: "use --tls (or PGAS_TLS=1) for mutual TLS on every connection of the job, or unset PGAS_TLS"}
 	}
 	if c.Backend() == LauncherLocal {
 		if err := checkProgram(c.Program); err != nil {
@@ -365,7 +381,7 @@ func checkProgram(p string) error {
 func isContractVar(k string) bool {
 	switch k {
 	case "PGAS_PROC", "PGAS_NPROCS", "PGAS_NRANKS", "PGAS_SPARES", "PGAS_RENDEZVOUS", "PGAS_TOKEN",
-		"PGAS_HOST", "PGAS_JOB_ID", "PGAS_STATE_DIR", "PGAS_SERVE_RENDEZVOUS", "PGAS_RESUME":
+		"PGAS_HOST", "PGAS_JOB_ID", "PGAS_STATE_DIR", "PGAS_SERVE_RENDEZVOUS", "PGAS_RESUME", "PGAS_TLS":
 		return true
 	}
 	return false

@@ -103,6 +103,7 @@ func childMain(mode string) int {
 	case "env":
 		fmt.Printf("proc=%d nprocs=%d nranks=%d host=%s job=%s state=%s launcher=%s token=%d serve=%v table=%d\n",
 			env.Proc, env.NumProcs, env.NumRanks, env.Host, env.JobID, env.StateDir, env.Launcher, len(env.Token), env.ServeRendezvous, table.NumProcs())
+		fmt.Printf("tls=%v\n", env.TLS)
 		fmt.Fprintf(os.Stderr, "stderr line from %d\n", env.Proc)
 		// Ranks leave only once every process has printed: gaspirun stops
 		// idle spares as soon as the ranks are done.

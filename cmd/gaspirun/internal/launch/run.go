@@ -127,6 +127,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	scfg.Listener = l
 	scfg.Token = token
+	scfg.TLS = cfg.TLSOn()
 	scfg.NumProcs = cfg.NumProcs()
 	scfg.NumRanks = cfg.Ranks
 	scfg.JobID = jobID
@@ -169,7 +170,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		exits: make(chan exitEvent, cfg.NumProcs()),
 		base: bootstrap.Env{
 			NumProcs: cfg.NumProcs(), NumRanks: cfg.Ranks, Rendezvous: rendezvous, Token: token,
-			JobID: jobID, StateDir: cfg.StateDir, Launcher: bootstrap.LauncherPGAS,
+			JobID: jobID, StateDir: cfg.StateDir, Launcher: bootstrap.LauncherPGAS, TLS: scfg.TLS,
 		},
 		hostname: hostname,
 	}

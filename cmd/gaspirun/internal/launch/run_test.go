@@ -132,6 +132,47 @@ func TestEnvContractReachesProcesses(t *testing.T) {
 	}
 }
 
+// --tls: the rendezvous speaks TLS (the processes registered through it)
+// and every process gets PGAS_TLS=1; so does PGAS_TLS=1 in gaspirun's
+// environment, and another value there is an error naming it.
+func TestTLSReachesProcesses(t *testing.T) {
+	for _, how := range []string{"flag", "env"} {
+		cfg, out, errs := jobConfig("env", 2, 1)
+		switch how {
+		case "flag":
+			cfg.TLS = true
+		case "env":
+			cfg.LookupEnv = func(k string) (string, bool) {
+				if k == "PGAS_TLS" {
+					return "1", true
+				}
+				return os.LookupEnv(k)
+			}
+		}
+		res := run(t, context.Background(), cfg)
+		if res.ExitCode != 0 {
+			dump(t, out, errs)
+			t.Fatalf("%s: exit %d: %s", how, res.ExitCode, res.Reason)
+		}
+		for _, w := range []string{"[r0] tls=true\n", "[r1] tls=true\n", "[s2] tls=true\n"} {
+			if !strings.Contains(out.String(), w) {
+				dump(t, out, errs)
+				t.Fatalf("%s: stdout lacks %q", how, w)
+			}
+		}
+	}
+	cfg, _, _ := jobConfig("env", 1, 0)
+	cfg.LookupEnv = func(k string) (string, bool) {
+		if k == "PGAS_TLS" {
+			return "yes", true
+		}
+		return os.LookupEnv(k)
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "PGAS_TLS yes") {
+		t.Fatalf("PGAS_TLS=yes: %v, want an error naming it", err)
+	}
+}
+
 func TestFailingRankTearsDownAndPropagatesCode(t *testing.T) {
 	cfg, out, errs := jobConfig("exit3", 3, 0)
 	cfg.Quiet = true
