@@ -1,0 +1,98 @@
+package pgastest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// latest returns the view waiting on h's channel, if any.
+func latest(h *Handle) (pgas.View, bool) {
+	select {
+	case v := <-h.Watch():
+		return v, true
+	default:
+		return pgas.View{}, false
+	}
+}
+
+func TestPromoteShrinkFail(t *testing.T) {
+	ctx := context.Background()
+	m := New(3, 4)
+	h0, h1 := m.Handle(0), m.Handle(1)
+	h0.ReportFailure(ctx, 2, 0)
+	h1.ReportFailure(ctx, 2, 0) // a repeat is a no-op
+	v, ok := latest(h1)
+	if !ok || v.Epoch != 1 || !slices.Equal(v.Ranks, []transport.Proc{0, 1, 3}) || !slices.Equal(v.Failed, []transport.Proc{2}) {
+		t.Fatalf("after the first failure: %+v (published %v), want epoch 1, spare 3 in rank 2", v, ok)
+	}
+	if _, ok := latest(h1); ok {
+		t.Fatalf("a repeated report published another view")
+	}
+	m.SetShrink(true)
+	h0.ReportFailure(ctx, 1, 1)
+	if v := h0.Current(); !slices.Equal(v.Ranks, []transport.Proc{0, transport.NoProc, 3}) || v.Err != nil {
+		t.Fatalf("shrink: %+v, want rank 1 vacant", v)
+	}
+	m.SetShrink(false)
+	h0.ReportFailure(ctx, 3, 2)
+	if v := h0.Current(); !errors.Is(v.Err, ErrNoSpares) {
+		t.Fatalf("no spare, no shrink: %+v, want ErrNoSpares", v)
+	}
+	if got := m.Reports(); !slices.Equal(got, []transport.Proc{2, 1, 3}) {
+		t.Fatalf("Reports() = %v", got)
+	}
+	h1.Finish(ctx)
+	if !m.Current().Finished || !slices.Equal(m.Finished(), []transport.Proc{1}) {
+		t.Fatalf("Finish: finished %v, view %+v", m.Finished(), m.Current())
+	}
+}
+
+func TestHoldPauseLose(t *testing.T) {
+	ctx := context.Background()
+	m := New(4, 6)
+	h0, h1 := m.Handle(0), m.Handle(1)
+	m.Hold(2)
+	h0.ReportFailure(ctx, 1, 0)
+	m.Release()
+	if _, ok := latest(h0); ok {
+		t.Fatalf("published before the second expected failure")
+	}
+	h0.ReportFailure(ctx, 2, 0)
+	v, ok := latest(h0)
+	if !ok || v.Epoch != 2 || len(v.Failed) != 2 {
+		t.Fatalf("held failures: %+v (published %v), want one view of epoch 2 with both", v, ok)
+	}
+	latest(h1)
+	h1.Pause(true)
+	h0.ReportFailure(ctx, 3, 2)
+	if _, ok := latest(h1); ok {
+		t.Fatalf("a paused handle got a view")
+	}
+	if v, ok := latest(h0); !ok || v.Epoch != 3 {
+		t.Fatalf("the other handle: %+v (published %v), want epoch 3", v, ok)
+	}
+	h1.Pause(false)
+	if v, ok := latest(h1); !ok || v.Epoch != 3 {
+		t.Fatalf("after Pause(false): %+v (published %v), want epoch 3", v, ok)
+	}
+	errCut := errors.New("cut off")
+	h1.Lose(errCut)
+	select {
+	case <-h1.Lost():
+	default:
+		t.Fatalf("Lost not closed after Lose")
+	}
+	if h1.LostErr() != errCut {
+		t.Fatalf("LostErr() = %v", h1.LostErr())
+	}
+	select {
+	case <-h0.Lost():
+		t.Fatalf("Lose of one handle closed another's Lost")
+	default:
+	}
+}
