@@ -219,11 +219,10 @@ LogLevel ERROR
 // run is a gaspirun process with its output, line by line.
 type run struct {
 	cmd   *exec.Cmd
-	mu    sync.Mutex
+	mu    proctest.Cond // guards lines and code; changes at every line and at the end
 	lines []string
-	more  chan struct{} // closed and replaced on every line
-	done  chan struct{} // closed when gaspirun has exited and its output is read
 	code  int
+	done  chan struct{} // closed when gaspirun has exited and its output is read
 }
 
 // gaspirun starts gaspirun with args, then the kmeans program and
@@ -231,7 +230,7 @@ type run struct {
 func gaspirun(t *testing.T, args []string, kmArgs []string) *run {
 	t.Helper()
 	full := append(append(append([]string{}, args...), "-x", "GOMAXPROCS=1", "--", bins.kmeans), kmArgs...)
-	r := &run{cmd: exec.Command(bins.gaspirun, full...), more: make(chan struct{}), done: make(chan struct{})}
+	r := &run{cmd: exec.Command(bins.gaspirun, full...), done: make(chan struct{})}
 	r.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	pr, pw := io.Pipe()
 	r.cmd.Stdout, r.cmd.Stderr = pw, pw
@@ -248,16 +247,21 @@ func gaspirun(t *testing.T, args []string, kmArgs []string) *run {
 		for sc.Scan() {
 			r.mu.Lock()
 			r.lines = append(r.lines, sc.Text())
-			close(r.more)
-			r.more = make(chan struct{})
+			r.mu.ChangedLocked()
 			r.mu.Unlock()
 		}
+		io.Copy(io.Discard, pr) // a line over 1 MiB: drain the rest
+		r.mu.Lock()
+		r.mu.EndLocked()
+		r.mu.Unlock()
+		close(r.done)
 	}()
 	go func() {
 		r.cmd.Wait()
-		pw.Close()
+		r.mu.Lock()
 		r.code = r.cmd.ProcessState.ExitCode()
-		close(r.done)
+		r.mu.Unlock()
+		pw.Close()
 	}()
 	return r
 }
@@ -265,30 +269,25 @@ func gaspirun(t *testing.T, args []string, kmArgs []string) *run {
 // waitLine waits for a line that match accepts.
 func (r *run) waitLine(t *testing.T, what string, match func(string) bool) string {
 	t.Helper()
-	deadline := time.After(stepWait)
-	for seen := 0; ; {
-		r.mu.Lock()
-		lines, more := r.lines[seen:], r.more
-		r.mu.Unlock()
-		for _, l := range lines {
-			seen++
-			if match(l) {
-				return l
-			}
-		}
-		select {
-		case <-more:
-		case <-r.done:
-			r.mu.Lock()
-			n := len(r.lines)
-			r.mu.Unlock()
-			if n == seen {
-				t.Fatalf("gaspirun exited (%d) before %s:\n%s", r.code, what, r.output())
-			}
-		case <-deadline:
-			t.Fatalf("no %s within %v:\n%s", what, stepWait, r.output())
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), stepWait)
+	defer cancel()
+	found, ok := proctest.WaitFirst(ctx, &r.mu, func() []string { return r.lines }, match)
+	switch {
+	case ok:
+		return found
+	case r.mu.Ended():
+		t.Fatalf("gaspirun exited (%d) before %s:\n%s", r.exitCode(), what, r.output())
+	default:
+		t.Fatalf("no %s within %v:\n%s", what, stepWait, r.output())
 	}
+	return ""
+}
+
+// exitCode is gaspirun's exit code once it has exited.
+func (r *run) exitCode() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.code
 }
 
 func (r *run) waitIter(t *testing.T, n int) {
@@ -308,7 +307,7 @@ func (r *run) wait(t *testing.T) int {
 	t.Helper()
 	select {
 	case <-r.done:
-		return r.code
+		return r.exitCode()
 	case <-time.After(jobWait):
 		r.cmd.Process.Kill()
 		<-r.done
