@@ -105,7 +105,7 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		err := c.Validate()
 		var ce *ConfigError
-		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) {
+		if !errors.Is(err, ErrConfig) || !errors.As(err, &ce) {
 			t.Errorf("Validate(%+v) = %v; want a *ConfigError", c, err)
 		}
 	}
