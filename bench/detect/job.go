@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -166,11 +165,7 @@ func startHostJob(c *simhost.Cluster, hosts []int, spares int, prog string, args
 }
 
 func (j *job) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		j.add(sc.Text(), time.Now())
-	}
+	proctest.ScanLines(r, func(line string) { j.add(line, time.Now()) })
 }
 
 // add parses one output line read at recv.

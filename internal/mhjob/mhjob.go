@@ -1,7 +1,6 @@
 package mhjob
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -180,12 +179,7 @@ func (j *Job) watch(pr *Proc, stdout, stderr io.Reader) {
 		rd.Add(1)
 		go func() {
 			defer rd.Done()
-			sc := bufio.NewScanner(r)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				j.add(Line{Proc: pr.ID, Time: time.Now(), Text: sc.Text()})
-			}
-			io.Copy(io.Discard, r) // a line over 1 MiB: drain the rest
+			proctest.ScanLines(r, func(line string) { j.add(Line{Proc: pr.ID, Time: time.Now(), Text: line}) })
 		}()
 	}
 	rd.Wait()

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -256,12 +255,7 @@ func run(t *testing.T, sp spec) (*job, Result) {
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 1<<16), 1<<20)
-		for sc.Scan() {
-			j.onLine(sc.Text())
-		}
-		io.Copy(io.Discard, pr)
+		proctest.ScanLines(pr, j.onLine)
 	}()
 	stopWatch := j.pids.Watch(j.id, cmd.Process.Pid, 10*time.Millisecond)
 	applied := make(chan struct{})

@@ -1,7 +1,6 @@
 package fttier
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"github.com/gaspigo/gaspigo/internal/proctest"
@@ -207,13 +206,11 @@ func startJob(t *testing.T, o jobOpts) *job {
 }
 
 func (j *job) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		x := parseRec(sc.Text(), time.Now())
+	proctest.ScanLines(r, func(line string) {
+		x := parseRec(line, time.Now())
 		j.mu.Lock()
 		j.recs = append(j.recs, x)
-		j.all.WriteString(sc.Text())
+		j.all.WriteString(line)
 		j.all.WriteByte('\n')
 		if x.kind == "pid" {
 			if pid, err := strconv.Atoi(x.kv["pid"]); err == nil && x.proc() >= 0 {
@@ -222,7 +219,7 @@ func (j *job) read(r io.Reader) {
 		}
 		j.mu.ChangedLocked()
 		j.mu.Unlock()
-	}
+	})
 }
 
 // waitFor waits up to d for cond over the records; it fails the test,

@@ -1,7 +1,6 @@
 package sshtier
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -242,15 +241,12 @@ func gaspirun(t *testing.T, args []string, kmArgs []string) *run {
 		<-r.done
 	})
 	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-		for sc.Scan() {
+		proctest.ScanLines(pr, func(line string) {
 			r.mu.Lock()
-			r.lines = append(r.lines, sc.Text())
+			r.lines = append(r.lines, line)
 			r.mu.ChangedLocked()
 			r.mu.Unlock()
-		}
-		io.Copy(io.Discard, pr) // a line over 1 MiB: drain the rest
+		})
 		r.mu.Lock()
 		r.mu.EndLocked()
 		r.mu.Unlock()
