@@ -92,17 +92,7 @@ type sshHosts struct {
 func newSSHHosts(t *testing.T) *sshHosts {
 	t.Helper()
 	require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := simhost.New(ctx, simhost.Config{Hosts: 3})
-	if err != nil {
-		t.Fatalf("simulated hosts: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("removing the simulated hosts: %v", err)
-		}
-	})
+	c := simhost.NewForTest(t, simhost.Config{Hosts: 3})
 	s := &sshHosts{c: c, dir: t.TempDir()}
 	key := func(name string) string {
 		p := filepath.Join(s.dir, name)
