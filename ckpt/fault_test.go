@@ -62,7 +62,7 @@ func TestSpareRestoresKilledRank(t *testing.T) {
 // proc victim (and drops the frame) at the first frame from it that match
 // accepts. The returned channel closes when it fired.
 func (j *testJob) killOnFrame(victim transport.Proc, match func(h *transport.Header) bool) <-chan struct{} {
-	j.fm.hold(1)
+	j.fm.Hold(1)
 	var fired atomic.Bool
 	done := make(chan struct{})
 	j.nw.BeforeFrame(func(from, to transport.Proc, h *transport.Header) mem.Action {

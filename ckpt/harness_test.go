@@ -3,7 +3,6 @@ package ckpt
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -13,122 +12,11 @@ import (
 
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/pgas/pgastest"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/mem"
 )
-
-// fakeMembership stands in for the Raft membership: a reported failure
-// becomes a new epoch at once, in which the first spare takes the rank.
-//
-// While held, new views are computed but not published; release publishes
-// the latest once every expected failure is in it. Tests hold the membership across a kill until every
-// survivor has processed the transport's PeerDown for the victim: pgas
-// raises its failure epoch on a PeerDown even when the view that replaced
-// the victim was applied first, and Recover then waits for an epoch that
-// never comes. For the same reason simultaneous failures are published as
-// one view: a spare promoted into an intermediate view would send to the
-// other victim and get a late PeerDown.
-type fakeMembership struct {
-	mu      sync.Mutex
-	cur     pgas.View
-	spares  []transport.Proc
-	handles []*fakeHandle
-	held    bool
-	want    int // while held: publish once this many processes failed
-	// shrink: with no spare left, a failed rank becomes vacant instead of
-	// failing the job.
-	shrink bool
-}
-
-// hold stops publishing until release and until victims more processes
-// are declared failed (simultaneous failures give one view).
-func (f *fakeMembership) hold(victims int) {
-	f.mu.Lock()
-	f.held = true
-	f.want = len(f.cur.Failed) + victims
-	f.mu.Unlock()
-}
-
-func (f *fakeMembership) release() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.held = false
-	if len(f.cur.Failed) >= f.want {
-		f.publishLocked()
-	}
-}
-
-func (f *fakeMembership) publishLocked() {
-	for _, x := range f.handles {
-		select {
-		case <-x.ch:
-		default:
-		}
-		x.ch <- f.cur
-	}
-}
-
-type fakeHandle struct {
-	f  *fakeMembership
-	ch chan pgas.View
-}
-
-func newFakeMembership(ranks, procs int) *fakeMembership {
-	f := &fakeMembership{}
-	for r := 0; r < ranks; r++ {
-		f.cur.Ranks = append(f.cur.Ranks, transport.Proc(r))
-	}
-	for p := ranks; p < procs; p++ {
-		f.spares = append(f.spares, transport.Proc(p))
-	}
-	return f
-}
-
-func (f *fakeMembership) handle() *fakeHandle {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	h := &fakeHandle{f: f, ch: make(chan pgas.View, 1)}
-	f.handles = append(f.handles, h)
-	return h
-}
-
-func (h *fakeHandle) Current() pgas.View {
-	h.f.mu.Lock()
-	defer h.f.mu.Unlock()
-	return h.f.cur
-}
-
-func (h *fakeHandle) Watch() <-chan pgas.View { return h.ch }
-
-func (h *fakeHandle) ReportFailure(ctx context.Context, proc transport.Proc, epoch uint64) error {
-	f := h.f
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if slices.Contains(f.cur.Failed, proc) {
-		return nil
-	}
-	v := pgas.View{Epoch: f.cur.Epoch + 1, Ranks: slices.Clone(f.cur.Ranks), Failed: append(slices.Clone(f.cur.Failed), proc)}
-	for r, p := range v.Ranks {
-		if p == proc {
-			if len(f.spares) == 0 && f.shrink {
-				v.Ranks[r] = transport.NoProc
-				break
-			}
-			if len(f.spares) == 0 {
-				v.Err = errors.New("no spares left")
-				break
-			}
-			v.Ranks[r] = f.spares[0]
-			f.spares = f.spares[1:]
-		}
-	}
-	f.cur = v
-	if !f.held && len(v.Failed) >= f.want {
-		f.publishLocked()
-	}
-	return nil
-}
 
 // appSeg is the program segment every test rank registers a range of.
 const appSeg segments.ID = 5
@@ -155,7 +43,7 @@ type testJob struct {
 	cfg      Config
 	ranks    []*member // by rank; replaced on promotion, nil once vacant
 	promoted chan *pgas.Runtime
-	fm       *fakeMembership
+	fm       *pgastest.Membership
 	mu       sync.Mutex
 	all      []*member
 }
@@ -188,10 +76,10 @@ func newTestJob(t testing.TB, o jobOpts) *testJob {
 	} else {
 		j.cfg.MaxBytes = 64 << 10
 	}
-	var fm *fakeMembership
+	var fm *pgastest.Membership
 	if o.ft {
-		fm = newFakeMembership(o.ranks, n)
-		fm.shrink = o.shrink
+		fm = pgastest.New(o.ranks, n)
+		fm.SetShrink(o.shrink)
 		j.fm = fm
 	}
 	hc := health.LocalConfig()
@@ -203,7 +91,7 @@ func newTestJob(t testing.TB, o jobOpts) *testJob {
 		c.Transport = nw.Endpoint(transport.Proc(i))
 		c.Hosts = o.hosts
 		if fm != nil {
-			c.Membership = fm.handle()
+			c.Membership = fm.Handle(transport.Proc(i))
 			c.Health = &hc
 		}
 		cfgs[i] = c
@@ -383,7 +271,7 @@ func (j *testJob) advance(iter uint64) {
 // kill crashes the processes holding ranks and stops their local objects;
 // the membership publishes the new view once the survivors noticed.
 func (j *testJob) kill(ranks ...int) {
-	j.fm.hold(len(ranks))
+	j.fm.Hold(len(ranks))
 	for _, r := range ranks {
 		j.nw.Kill(j.ranks[r].rt.Proc())
 	}
@@ -420,7 +308,7 @@ func (j *testJob) settle(victims []int) {
 			}
 		}
 	}
-	j.fm.release()
+	j.fm.Release()
 }
 
 // recoverAll runs the recovery of the survivors and of one promoted spare

@@ -102,7 +102,7 @@ func LocalConfig() Config {
 }
 
 // Validate checks every field and the relations between them. It never
-// changes c. Errors are *ConfigError wrapping ErrInvalidConfig.
+// changes c. Errors are *ConfigError wrapping ErrConfig.
 func (c Config) Validate() error {
 	bad := func(field string, v any, format string, args ...any) error {
 		return &ConfigError{Field: field, Value: fmt.Sprint(v), Reason: fmt.Sprintf(format, args...)}
@@ -184,7 +184,7 @@ type CoreConfig struct {
 const maxLocalHealth = 16
 
 // Validate checks the fields and their relations without changing c.
-// Errors are *ConfigError wrapping ErrInvalidConfig.
+// Errors are *ConfigError wrapping ErrConfig.
 func (c CoreConfig) Validate() error {
 	bad := func(field string, v int, format string, args ...any) error {
 		return &ConfigError{Field: field, Value: fmt.Sprint(v), Reason: fmt.Sprintf(format, args...)}

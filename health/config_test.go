@@ -67,8 +67,8 @@ func TestConfigValidate(t *testing.T) {
 			before := c
 			err := c.Validate()
 			var ce *ConfigError
-			if !errors.As(err, &ce) || !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("Validate = %v, want a *ConfigError wrapping ErrInvalidConfig", err)
+			if !errors.As(err, &ce) || !errors.Is(err, ErrConfig) {
+				t.Fatalf("Validate = %v, want a *ConfigError wrapping ErrConfig", err)
 			}
 			if ce.Field != tt.field || !strings.Contains(err.Error(), tt.say) {
 				t.Fatalf("error %q: want field %s and %q", err, tt.field, tt.say)

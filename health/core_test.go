@@ -50,7 +50,7 @@ func eventsOf(evs []Event, k EventKind) []Event {
 func TestNewCoreRejects(t *testing.T) {
 	bad := scriptConfig()
 	bad.Confirmations = 9
-	if _, err := NewCore(bad, 0, procRange(4)); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := NewCore(bad, 0, procRange(4)); !errors.Is(err, ErrConfig) {
 		t.Errorf("bad config: %v", err)
 	}
 	if _, err := NewCore(scriptConfig(), transport.NoProc, procRange(4)); !errors.Is(err, ErrBadMembers) {

@@ -330,7 +330,7 @@ func TestDetectorMembersAndClose(t *testing.T) {
 func TestNewRejects(t *testing.T) {
 	cfg := LocalConfig()
 	cfg.SuspicionTimeout = cfg.HeartbeatInterval
-	if _, err := New(cfg, 0, procRange(3), memSender{}, nil); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := New(cfg, 0, procRange(3), memSender{}, nil); !errors.Is(err, ErrConfig) {
 		t.Errorf("New(bad config) = %v", err)
 	}
 	if _, err := New(LocalConfig(), 0, ps(0, 1, 1), memSender{}, nil); !errors.Is(err, ErrBadMembers) {

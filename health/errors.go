@@ -6,10 +6,10 @@ import (
 )
 
 var (
-	// ErrInvalidConfig is wrapped (through *ConfigError) by Config.Validate,
+	// ErrConfig is wrapped (through *ConfigError) by Config.Validate,
 	// CoreConfig.Validate, New and NewCore when a setting or a relation
 	// between settings is wrong.
-	ErrInvalidConfig = errors.New("health: invalid config")
+	ErrConfig = errors.New("health: invalid config")
 	// ErrBadMessage is wrapped by DecodeMessage, Message.Encode and
 	// Detector.Deliver for a detector message that is malformed: wrong size,
 	// unknown version or kind, nonzero reserved bytes, or no target.
@@ -24,7 +24,7 @@ var (
 )
 
 // ConfigError names the setting that failed validation, its value and what
-// is wrong with it. It unwraps to ErrInvalidConfig.
+// is wrong with it. It unwraps to ErrConfig.
 type ConfigError struct {
 	Field  string // the setting, as spelled in Config or CoreConfig
 	Value  string // its value, formatted
@@ -32,8 +32,8 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("%v: %s = %s: %s", ErrInvalidConfig, e.Field, e.Value, e.Reason)
+	return fmt.Sprintf("%v: %s = %s: %s", ErrConfig, e.Field, e.Value, e.Reason)
 }
 
-// Unwrap returns ErrInvalidConfig.
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+// Unwrap returns ErrConfig.
+func (e *ConfigError) Unwrap() error { return ErrConfig }

@@ -1,19 +1,15 @@
 package health
 
 import (
-	"bufio"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/gaspigo/gaspigo/internal/script"
 	"github.com/gaspigo/gaspigo/transport"
 )
-
-var rewrite = flag.Bool("rewrite", false, "rewrite the golden files under testdata")
 
 // TestScripts runs every testdata/*.script through the scenario runner and
 // compares its trace with testdata/*.golden (rewrite with -rewrite).
@@ -39,48 +35,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden files under testda
 //	expect status O P alive|suspected|confirmed|nonmember
 //	expect health O (>=|==|<=) N
 func TestScripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.script")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scripts under testdata (err %v)", err)
-	}
-	for _, f := range files {
-		name := strings.TrimSuffix(filepath.Base(f), ".script")
-		t.Run(name, func(t *testing.T) {
-			got := runScript(t, f)
-			golden := strings.TrimSuffix(f, ".script") + ".golden"
-			if *rewrite {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -run TestScripts -rewrite to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("trace differs from %s (rerun with -rewrite if the change is intended)\n%s",
-					golden, firstDiff(string(want), got))
-			}
-		})
-	}
-}
-
-func firstDiff(want, got string) string {
-	wl, gl := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < len(wl) || i < len(gl); i++ {
-		var w, g string
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if w != g {
-			return fmt.Sprintf("line %d:\n  want: %s\n  got:  %s", i+1, w, g)
-		}
-	}
-	return ""
+	script.Test(t, "testdata/*.script", func(t *testing.T) script.Interpreter { return &scriptRun{t: t} })
 }
 
 // scriptConfig is the default configuration of scripts.
@@ -93,38 +48,20 @@ func scriptConfig() CoreConfig {
 
 type scriptRun struct {
 	t     *testing.T
-	file  string
-	line  int
+	cmd   script.Cmd // the command being run
 	net   *simNet
-	out   strings.Builder
-	shown int // events already printed
+	out   io.Writer // the trace
+	shown int       // events already printed
 }
 
-func runScript(t *testing.T, file string) string {
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
+// Exec runs one command, then prints the events it caused.
+func (r *scriptRun) Exec(out io.Writer, c script.Cmd) error {
+	r.cmd, r.out = c, out
+	if err := r.exec(strings.Fields(c.Text)); err != nil {
+		return err
 	}
-	defer f.Close()
-	r := &scriptRun{t: t, file: file}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		r.line++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			r.out.WriteString(line + "\n")
-			continue
-		}
-		r.out.WriteString("> " + line + "\n")
-		if err := r.exec(strings.Fields(line)); err != nil {
-			t.Fatalf("%s:%d: %s: %v", file, r.line, line, err)
-		}
-		r.flushEvents()
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return r.out.String()
+	r.flushEvents()
+	return nil
 }
 
 func (r *scriptRun) flushEvents() {
@@ -132,7 +69,7 @@ func (r *scriptRun) flushEvents() {
 		return
 	}
 	for _, e := range r.net.events[r.shown:] {
-		fmt.Fprintf(&r.out, "  %v\n", e)
+		fmt.Fprintf(r.out, "  %v\n", e)
 	}
 	r.shown = len(r.net.events)
 }
@@ -256,10 +193,10 @@ func (r *scriptRun) exec(f []string) error {
 			return err
 		}
 		if ok {
-			fmt.Fprintf(&r.out, "ok: %s\n", msg)
+			fmt.Fprintf(r.out, "ok: %s\n", msg)
 		} else {
-			fmt.Fprintf(&r.out, "FAIL: %s\n", msg)
-			r.t.Errorf("%s:%d: expectation failed: %s", r.file, r.line, msg)
+			fmt.Fprintf(r.out, "FAIL: %s\n", msg)
+			r.t.Errorf("%s:%d: expectation failed: %s", r.cmd.File, r.cmd.Line, msg)
 		}
 	default:
 		return fmt.Errorf("unknown command %q", cmd)
@@ -327,7 +264,7 @@ func (r *scriptRun) config(args []string) error {
 	}
 	net.minDelay, net.maxDelay, net.dropRate = delay, maxDelay, drop
 	r.net = net
-	fmt.Fprintf(&r.out, "  n=%d %+v delay=%d..%d drop=%g seed=%d\n", n, cfg, delay, maxDelay, drop, seed)
+	fmt.Fprintf(r.out, "  n=%d %+v delay=%d..%d drop=%g seed=%d\n", n, cfg, delay, maxDelay, drop, seed)
 	return nil
 }
 

@@ -6,9 +6,9 @@ import (
 )
 
 var (
-	// ErrInvalidConfig is wrapped (through *ConfigError) by Config.Validate
+	// ErrConfig is wrapped (through *ConfigError) by Config.Validate
 	// and New when a setting, or a relation between settings, is wrong.
-	ErrInvalidConfig = errors.New("kvshuffle: invalid config")
+	ErrConfig = errors.New("kvshuffle: invalid config")
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = errors.New("kvshuffle: shuffle closed")
 	// ErrSendClosed is returned by Send after CloseSend.
@@ -51,7 +51,7 @@ var (
 )
 
 // ConfigError names the setting that failed validation, its value and what
-// is wrong with it. It unwraps to ErrInvalidConfig.
+// is wrong with it. It unwraps to ErrConfig.
 type ConfigError struct {
 	Field  string // the setting, as spelled in Config
 	Value  string // its value, formatted
@@ -59,11 +59,11 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("%v: %s = %s: %s", ErrInvalidConfig, e.Field, e.Value, e.Reason)
+	return fmt.Sprintf("%v: %s = %s: %s", ErrConfig, e.Field, e.Value, e.Reason)
 }
 
-// Unwrap returns ErrInvalidConfig.
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+// Unwrap returns ErrConfig.
+func (e *ConfigError) Unwrap() error { return ErrConfig }
 
 // CorruptError says which structure failed to decode, at which byte
 // offset, and why. It unwraps to ErrCorrupt.

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/gaspigo/gaspigo/pgas"
-	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/pgas/pgastest"
 	"github.com/gaspigo/gaspigo/transport/mem"
 )
 
@@ -24,30 +24,7 @@ func newJob(t testing.TB, n int, seed int64) ([]*pgas.Runtime, *mem.Network) {
 // newJobOn is newJob with host labels (pgas Config.Hosts; nil: one host).
 func newJobOn(t testing.TB, n int, seed int64, hosts []string) ([]*pgas.Runtime, *mem.Network) {
 	t.Helper()
-	nw, err := mem.New(n, mem.Config{Seed: seed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rts := make([]*pgas.Runtime, n)
-	for i := range rts {
-		cfg := pgas.LocalConfig()
-		cfg.Proc = transport.Proc(i)
-		cfg.NumProcs, cfg.NumRanks = n, n
-		cfg.Transport = nw.Endpoint(transport.Proc(i))
-		cfg.Hosts = hosts
-		rt, err := pgas.Init(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts[i] = rt
-	}
-	t.Cleanup(func() {
-		for _, rt := range rts {
-			rt.Close()
-		}
-		nw.Close()
-	})
-	return rts, nw
+	return pgastest.NewJob(t, n, mem.Config{Seed: seed}, func(cfg *pgas.Config) { cfg.Hosts = hosts })
 }
 
 // finishSend resends recs from s's Consumed count to the end, ends the

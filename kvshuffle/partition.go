@@ -56,7 +56,7 @@ func RangePartitionerFunc(splitters [][]byte, cmp func(a, b []byte) int) func(ke
 // cmp (nil means bytes.Compare). Feed them to RangePartitioner.
 func SampleSplitters(ctx context.Context, rt *pgas.Runtime, sample [][]byte, parts int, cmp func(a, b []byte) int) ([][]byte, error) {
 	if parts < 1 {
-		return nil, fmt.Errorf("kvshuffle: sample splitters: parts is %d, want at least 1: %w", parts, ErrInvalidConfig)
+		return nil, fmt.Errorf("kvshuffle: sample splitters: parts is %d, want at least 1: %w", parts, ErrConfig)
 	}
 	if cmp == nil {
 		cmp = bytes.Compare

@@ -532,7 +532,7 @@ func TestConfigValidate(t *testing.T) {
 		before := fmt.Sprintf("%+v", c)
 		err := c.Validate()
 		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Field != field || !errors.Is(err, ErrInvalidConfig) {
+		if !errors.As(err, &ce) || ce.Field != field || !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: Validate = %v, want a ConfigError naming %s", field, err, field)
 		}
 		if fmt.Sprintf("%+v", c) != before {
@@ -544,7 +544,7 @@ func TestConfigValidate(t *testing.T) {
 		rts, _ := newJob(t, 2, 11)
 		c := LocalConfig()
 		c.Mode, c.ARanks = ModeMapReduce, []int{0, 5}
-		if _, err := New(context.Background(), rts[0], c); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := New(context.Background(), rts[0], c); !errors.Is(err, ErrConfig) {
 			t.Errorf("ARanks outside the job: %v", err)
 		}
 	})

@@ -1,18 +1,16 @@
 package spares
 
 import (
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the golden files under testdata/ from the current output")
+	"github.com/gaspigo/gaspigo/internal/script"
+)
 
 // TestScenarios runs the scripts testdata/*.txt through State.Apply and
 // compares the trace with testdata/*.golden (go test -run TestScenarios
@@ -33,61 +31,25 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden files under testda
 // encode/decode round trip, and idempotence (applying it again is a no-op
 // that leaves the state unchanged).
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios in testdata/: %v", err)
-	}
-	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".txt")
-		t.Run(name, func(t *testing.T) {
-			script, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := runScript(t, string(script))
-			golden := strings.TrimSuffix(file, ".txt") + ".golden"
-			if *rewrite {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -rewrite to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("trace differs from %s (run with -rewrite if the change is intended)\n--- got\n%s\n--- want\n%s", golden, got, want)
-			}
-		})
-	}
+	script.Test(t, "testdata/*.txt", func(t *testing.T) script.Interpreter { return &scenario{t: t} })
 }
 
 type scenario struct {
 	t   *testing.T
 	st  *State
-	out strings.Builder
+	out io.Writer // the trace
 }
 
-func runScript(t *testing.T, script string) string {
-	s := &scenario{t: t}
-	for lineNo, line := range strings.Split(script, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			if line != "" {
-				s.out.WriteString(line + "\n")
-			}
-			continue
-		}
-		fmt.Fprintf(&s.out, "> %s\n", line)
-		if err := s.line(line); err != nil {
-			t.Fatalf("line %d %q: %v", lineNo+1, line, err)
-		}
-		if s.st != nil {
-			fmt.Fprintf(&s.out, "  view: %s\n", summarize(s.st))
-		}
+// Exec runs one line of steps, then prints the view.
+func (s *scenario) Exec(out io.Writer, c script.Cmd) error {
+	s.out = out
+	if err := s.line(c.Text); err != nil {
+		return err
 	}
-	return s.out.String()
+	if s.st != nil {
+		fmt.Fprintf(out, "  view: %s\n", summarize(s.st))
+	}
+	return nil
 }
 
 func (s *scenario) line(line string) error {
@@ -111,7 +73,7 @@ func (s *scenario) line(line string) error {
 				return err
 			}
 			if note != "" {
-				fmt.Fprintf(&s.out, "  %s\n", note)
+				fmt.Fprintf(s.out, "  %s\n", note)
 				continue
 			}
 			s.apply(cmd)
@@ -256,9 +218,9 @@ func (s *scenario) apply(cmd Command) {
 	before := s.st.Epoch
 	res, err := s.st.Apply(cmd)
 	if err != nil {
-		fmt.Fprintf(&s.out, "  %s: error: %v\n", describe(cmd), err)
+		fmt.Fprintf(s.out, "  %s: error: %v\n", describe(cmd), err)
 	} else {
-		fmt.Fprintf(&s.out, "  %s: %s\n", describe(cmd), describeResult(res))
+		fmt.Fprintf(s.out, "  %s: %s\n", describe(cmd), describeResult(res))
 	}
 	if err := s.st.Validate(); err != nil {
 		t.Fatalf("after %s: %v", describe(cmd), err)

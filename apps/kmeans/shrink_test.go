@@ -15,6 +15,7 @@ import (
 	"github.com/gaspigo/gaspigo/ckpt"
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/pgas/pgastest"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/mem"
 )
@@ -36,52 +37,6 @@ func TestShardOwners(t *testing.T) {
 			t.Errorf("ShardOwners(%v) = %v, want %v", c.vacant, got, c.want)
 		}
 	}
-}
-
-// shrinkMembership stands in for the Raft membership of a job that
-// shrinks and has no spares: a reported failure becomes, at once, a new
-// epoch in which the failed process's rank is vacant.
-type shrinkMembership struct {
-	mu      sync.Mutex
-	cur     pgas.View
-	handles []chan pgas.View
-}
-
-type shrinkHandle struct {
-	m  *shrinkMembership
-	ch chan pgas.View
-}
-
-func (h *shrinkHandle) Current() pgas.View {
-	h.m.mu.Lock()
-	defer h.m.mu.Unlock()
-	return h.m.cur
-}
-
-func (h *shrinkHandle) Watch() <-chan pgas.View { return h.ch }
-
-func (h *shrinkHandle) ReportFailure(ctx context.Context, proc transport.Proc, epoch uint64) error {
-	m := h.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if slices.Contains(m.cur.Failed, proc) {
-		return nil
-	}
-	v := pgas.View{Epoch: m.cur.Epoch + 1, Ranks: slices.Clone(m.cur.Ranks), Failed: append(slices.Clone(m.cur.Failed), proc)}
-	for r, p := range v.Ranks {
-		if p == proc {
-			v.Ranks[r] = transport.NoProc
-		}
-	}
-	m.cur = v
-	for _, ch := range m.handles {
-		select {
-		case <-ch:
-		default:
-		}
-		ch <- v
-	}
-	return nil
 }
 
 // lockedBuf collects the progress lines of whichever rank reports.
@@ -177,10 +132,10 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 	defer nw.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	m := &shrinkMembership{}
-	for r := 0; r < ranks; r++ {
-		m.cur.Ranks = append(m.cur.Ranks, transport.Proc(r))
-	}
+	// A membership that shrinks and has no spares: a reported failure
+	// becomes, at once, a new epoch in which the rank is vacant.
+	m := pgastest.New(ranks, ranks)
+	m.SetShrink(true)
 	var out lockedBuf
 	killed := map[int]bool{}
 	out.onLine = func(line string) {
@@ -200,9 +155,7 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 		cfg.Proc = transport.Proc(r)
 		cfg.NumProcs, cfg.NumRanks = ranks, ranks
 		cfg.Transport = nw.Endpoint(transport.Proc(r))
-		ch := make(chan pgas.View, 1)
-		m.handles = append(m.handles, ch)
-		cfg.Membership = &shrinkHandle{m: m, ch: ch}
+		cfg.Membership = m.Handle(transport.Proc(r))
 		cfg.Health = &hc
 		if rts[r], err = pgas.Init(ctx, cfg); err != nil {
 			t.Fatal(err)

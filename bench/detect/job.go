@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -96,12 +95,10 @@ type job struct {
 	mh   *mhjob.Job
 	logw io.Writer // raw output copy, may be nil
 
-	mu        sync.Mutex
-	recs      []record
-	changedCh chan struct{}
-	ended     bool
-	code      int
-	readers   sync.WaitGroup
+	mu      proctest.Cond // guards recs and code; changes at each line and at the end
+	recs    []record
+	code    int
+	readers sync.WaitGroup
 }
 
 // startJob runs gaspirun with flags, then PROGRAM ARGS.
@@ -109,7 +106,7 @@ func startJob(gaspirun string, flags []string, prog string, args []string, env [
 	argv := append(append(append([]string{}, flags...), "--", prog), args...)
 	cmd := exec.Command(gaspirun, argv...)
 	cmd.Env = append(os.Environ(), env...)
-	j := &job{cmd: cmd, logw: logw, changedCh: make(chan struct{})}
+	j := &job{cmd: cmd, logw: logw}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -132,12 +129,11 @@ func startJob(gaspirun string, flags []string, prog string, args []string, env [
 		j.readers.Wait()
 		err := cmd.Wait()
 		j.mu.Lock()
-		j.ended = true
 		j.code = cmd.ProcessState.ExitCode()
 		if err != nil && j.code == 0 {
 			j.code = -1
 		}
-		j.notifyLocked()
+		j.mu.EndLocked()
 		j.mu.Unlock()
 	}()
 	return j, nil
@@ -147,7 +143,7 @@ func startJob(gaspirun string, flags []string, prog string, args []string, env [
 // over the simulated hosts of c, process p on host hosts[p], the last
 // spares processes spares. Lines read "[pN] ..." as under gaspirun.
 func startHostJob(c *simhost.Cluster, hosts []int, spares int, prog string, args []string, env []string, logw io.Writer) (*job, error) {
-	j := &job{logw: logw, changedCh: make(chan struct{})}
+	j := &job{logw: logw}
 	mh, err := mhjob.Start(context.Background(), mhjob.Config{Cluster: c, Program: prog, Args: args, Hosts: hosts, Spares: spares,
 		Env: env, OnLine: func(l mhjob.Line) { j.add(l.String(), l.Time) }})
 	if err != nil {
@@ -157,24 +153,19 @@ func startHostJob(c *simhost.Cluster, hosts []int, spares int, prog string, args
 	go func() {
 		mh.Wait(context.Background())
 		j.mu.Lock()
-		j.ended = true
 		for _, p := range mh.Procs() {
 			if code, sig, _, _ := p.Exit(); code != 0 || sig != 0 {
 				j.code = 1
 			}
 		}
-		j.notifyLocked()
+		j.mu.EndLocked()
 		j.mu.Unlock()
 	}()
 	return j, nil
 }
 
 func (j *job) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		j.add(sc.Text(), time.Now())
-	}
+	proctest.ScanLines(r, func(line string) { j.add(line, time.Now()) })
 }
 
 // add parses one output line read at recv.
@@ -186,40 +177,13 @@ func (j *job) add(line string, recv time.Time) {
 	if j.logw != nil {
 		fmt.Fprintln(j.logw, line)
 	}
-	j.notifyLocked()
-}
-
-func (j *job) notifyLocked() {
-	close(j.changedCh)
-	j.changedCh = make(chan struct{})
+	j.mu.ChangedLocked()
 }
 
 // wait blocks until cond holds over the records (checked under the lock),
 // the job ends (then cond is checked once more) or ctx ends.
 func (j *job) wait(ctx context.Context, cond func(recs []record) bool) bool {
-	for {
-		j.mu.Lock()
-		ok, ended, ch := cond(j.recs), j.ended, j.changedCh
-		j.mu.Unlock()
-		if ok {
-			return true
-		}
-		if ended {
-			return false
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
-// changed returns a channel closed at the next line or at the job's end.
-func (j *job) changed() <-chan struct{} {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.changedCh
+	return j.mu.Wait(ctx, func() bool { return cond(j.recs) })
 }
 
 // snapshot returns a copy of the records so far.
@@ -246,9 +210,7 @@ func pids(recs []record) map[int]int {
 // stop ends the job: SIGTERM to gaspirun (which tears its process groups
 // down), SIGKILL to every known process after grace, then waits.
 func (j *job) stop(grace time.Duration) int {
-	j.mu.Lock()
-	ended := j.ended
-	j.mu.Unlock()
+	ended := j.mu.Ended()
 	if j.mh != nil {
 		j.mh.Kill() // the processes' own groups: SIGKILL, then wait
 		return 0
@@ -256,24 +218,15 @@ func (j *job) stop(grace time.Duration) int {
 	if !ended {
 		j.cmd.Process.Signal(syscall.SIGTERM)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if !j.wait(ctx, func([]record) bool { return false }) {
-		j.mu.Lock()
-		ended = j.ended
-		j.mu.Unlock()
-		if !ended {
-			j.cmd.Process.Kill()
-		}
+	if !j.mu.WaitEnd(grace) {
+		j.cmd.Process.Kill()
 	}
 	for _, pid := range pids(j.snapshot()) {
 		if proctest.Alive(pid) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel2()
-	j.wait(ctx2, func([]record) bool { return false })
+	j.mu.WaitEnd(30 * time.Second)
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.code

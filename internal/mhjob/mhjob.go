@@ -1,7 +1,6 @@
 package mhjob
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/internal/proctest"
 	"github.com/gaspigo/gaspigo/internal/simhost"
 )
 
@@ -96,9 +96,8 @@ type Job struct {
 	begin time.Time
 	wg    sync.WaitGroup
 
-	mu      sync.Mutex
-	lines   []Line
-	changed chan struct{} // closed and replaced on every new line and every exit
+	mu    proctest.Cond // guards lines; changes at every new line and every exit, ends with the last process
+	lines []Line
 }
 
 // Start starts every process of the job. On error the processes already
@@ -130,7 +129,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 			base = append(base, kv)
 		}
 	}
-	j := &Job{cfg: cfg, begin: time.Now(), changed: make(chan struct{})}
+	j := &Job{cfg: cfg, begin: time.Now()}
 	for p, hi := range cfg.Hosts {
 		h := hosts[hi]
 		cmd := h.Command(context.WithoutCancel(ctx), cfg.Program, cfg.Args...)
@@ -181,12 +180,7 @@ func (j *Job) watch(pr *Proc, stdout, stderr io.Reader) {
 		rd.Add(1)
 		go func() {
 			defer rd.Done()
-			sc := bufio.NewScanner(r)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				j.add(Line{Proc: pr.ID, Time: time.Now(), Text: sc.Text()})
-			}
-			io.Copy(io.Discard, r) // a line over 1 MiB: drain the rest
+			proctest.ScanLines(r, func(line string) { j.add(Line{Proc: pr.ID, Time: time.Now(), Text: line}) })
 		}()
 	}
 	rd.Wait()
@@ -200,8 +194,11 @@ func (j *Job) watch(pr *Proc, stdout, stderr io.Reader) {
 	}
 	close(pr.done)
 	j.mu.Lock()
-	close(j.changed)
-	j.changed = make(chan struct{})
+	if j.ended() { // every process's lines are in: each closes done after them
+		j.mu.EndLocked()
+	} else {
+		j.mu.ChangedLocked()
+	}
 	j.mu.Unlock()
 }
 
@@ -211,8 +208,7 @@ func (j *Job) add(l Line) {
 	}
 	j.mu.Lock()
 	j.lines = append(j.lines, l)
-	close(j.changed)
-	j.changed = make(chan struct{})
+	j.mu.ChangedLocked()
 	j.mu.Unlock()
 }
 
@@ -246,33 +242,14 @@ func (j *Job) Text() []string {
 // match is true, waiting for it until ctx ends or every process has
 // ended.
 func (j *Job) WaitLine(ctx context.Context, match func(Line) bool) (Line, error) {
-	next := 0
-	for {
-		j.mu.Lock()
-		lines, changed := j.lines[next:], j.changed
-		next = len(j.lines)
-		j.mu.Unlock()
-		for _, l := range lines {
-			if match(l) {
-				return l, nil
-			}
-		}
-		if j.ended() {
-			// Lines that arrived between the copy and now were read
-			// before the last process's Done closed.
-			if j.mu.Lock(); len(j.lines) == next {
-				j.mu.Unlock()
-				return Line{}, errors.New("mhjob: every process ended without the line")
-			}
-			j.mu.Unlock()
-			continue
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return Line{}, ctx.Err()
-		}
+	found, ok := proctest.WaitFirst(ctx, &j.mu, func() []Line { return j.lines }, match)
+	switch {
+	case ok:
+		return found, nil
+	case ctx.Err() != nil:
+		return Line{}, ctx.Err()
 	}
+	return Line{}, errors.New("mhjob: every process ended without the line")
 }
 
 // ended reports whether every process has ended.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -205,18 +206,32 @@ func TestDelayOnlyForNamedProcess(t *testing.T) {
 	}
 }
 
-// Rule: a rules file that does not parse leaves the old rules in force.
+// Rule: a rules file that does not parse leaves the old rules in force,
+// and the next good one is picked up at the next poll. Fake time: the
+// watcher's ticker runs in the synctest bubble, so every Sleep below is an
+// exact number of polls.
 func TestBadRulesKeepOld(t *testing.T) {
-	dir := t.TempDir()
-	setRules(t, dir, "proc=0 delay=1ms")
-	in := New(dir, 0, nil)
-	defer in.Close()
-	waitRule(t, in, Rule{Delay: time.Millisecond})
-	setRules(t, dir, "proc=0 delay=banana")
-	time.Sleep(5 * PollInterval) // real file watcher: give it several polls
-	if r := in.Rule(); r != (Rule{Delay: time.Millisecond}) {
-		t.Fatalf("a bad rules file replaced the rule: %+v", r)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		setRules(t, dir, "proc=0 delay=1ms")
+		in := New(dir, 0, nil)
+		defer in.Close()
+		if r := in.Rule(); r != (Rule{Delay: time.Millisecond}) {
+			t.Fatalf("rule after New: %+v, want the file's delay=1ms", r)
+		}
+		setRules(t, dir, "proc=0 delay=banana")
+		time.Sleep(5 * PollInterval)
+		synctest.Wait()
+		if r := in.Rule(); r != (Rule{Delay: time.Millisecond}) {
+			t.Fatalf("a bad rules file replaced the rule: %+v", r)
+		}
+		setRules(t, dir, "proc=0 delay=2ms")
+		time.Sleep(PollInterval)
+		synctest.Wait()
+		if r := in.Rule(); r != (Rule{Delay: 2 * time.Millisecond}) {
+			t.Fatalf("a good rules file after a bad one: %+v in force, want delay=2ms", r)
+		}
+	})
 }
 
 func TestNilInjectorWrapsNothing(t *testing.T) {

@@ -3,7 +3,9 @@ package proctest
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -192,15 +194,26 @@ func (s *Procs) Leftovers(wait time.Duration) []int {
 		start, alive := stat(pid)
 		return alive && start == procs[pid]
 	}
+	left := waitGone(slices.Collect(maps.Keys(procs)), running, wait)
+	for _, pid := range left {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return left
+}
+
+// WaitGone waits up to wait for the processes pids to end and returns
+// those still running then (it leaves them alone).
+func WaitGone(pids []int, wait time.Duration) []int { return waitGone(pids, Alive, wait) }
+
+func waitGone(pids []int, running func(pid int) bool, wait time.Duration) []int {
 	deadline := time.Now().Add(wait)
 	var left []int
-	for pid := range procs {
+	for _, pid := range pids {
 		for running(pid) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond) // real processes: poll with a deadline
 		}
 		if running(pid) {
 			left = append(left, pid)
-			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 	return left

@@ -4,6 +4,12 @@
 //	dir, cleanup, err := proctest.Build("fttier", raceEnabled, "./cmd/gaspirun", "./internal/testprog/ftstep")
 //	defer cleanup()
 //	gaspirun := filepath.Join(dir, "gaspirun")
+//
+// It also holds what the harnesses share while a job runs: ScanLines
+// reads a process's output, Cond guards what a harness learnt from it and
+// lets tests wait for a condition with a bound (woken at each line, never
+// polling), Procs finds the job's processes by its PGAS_JOB_ID, and
+// Leftovers and WaitGone check that every process ended by itself.
 package proctest
 
 import (

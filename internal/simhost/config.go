@@ -31,7 +31,7 @@ type Config struct {
 func DefaultConfig() Config { return Config{Hosts: 3} }
 
 // Validate checks every field. It never changes c. Errors are
-// *ConfigError wrapping ErrInvalidConfig.
+// *ConfigError wrapping ErrConfig.
 func (c Config) Validate() error {
 	bad := func(field string, v any, reason string) error {
 		return &ConfigError{Field: field, Value: fmt.Sprint(v), Reason: reason}

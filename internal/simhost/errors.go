@@ -6,9 +6,9 @@ import (
 )
 
 var (
-	// ErrInvalidConfig is wrapped (through *ConfigError) by Config.Validate
+	// ErrConfig is wrapped (through *ConfigError) by Config.Validate
 	// and New for a bad setting.
-	ErrInvalidConfig = errors.New("simhost: invalid config")
+	ErrConfig = errors.New("simhost: invalid config")
 	// ErrNoSubnet is returned by New (and ChooseSubnet) when every /24 of
 	// the range 10.200.0.0-10.249.255.0 overlaps an address or route that
 	// already exists in the root namespace.
@@ -21,7 +21,7 @@ var (
 )
 
 // ConfigError names the setting that failed validation, its value and what
-// is wrong with it. It unwraps to ErrInvalidConfig.
+// is wrong with it. It unwraps to ErrConfig.
 type ConfigError struct {
 	Field  string // the setting, as spelled in Config
 	Value  string // its value, formatted
@@ -32,7 +32,7 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("simhost: invalid config: %s = %s: %s", e.Field, e.Value, e.Reason)
 }
 
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+func (e *ConfigError) Unwrap() error { return ErrConfig }
 
 // CmdError is an iproute2 command that failed, with its output.
 type CmdError struct {

@@ -105,8 +105,26 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		err := c.Validate()
 		var ce *ConfigError
-		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) {
+		if !errors.Is(err, ErrConfig) || !errors.As(err, &ce) {
 			t.Errorf("Validate(%+v) = %v; want a *ConfigError", c, err)
 		}
+	}
+}
+
+// An ip command about an object removed since (a veth that went with its
+// peer) counts as done, whatever words the kernel uses.
+func TestGone(t *testing.T) {
+	for out, want := range map[string]bool{
+		`Cannot find device "x-v2"`:                                true,
+		"RTNETLINK answers: No such device":                        true,
+		"Cannot open network namespace: No such file or directory": true,
+		"RTNETLINK answers: Operation not permitted":               false,
+	} {
+		if got := gone(&CmdError{Output: out}); got != want {
+			t.Errorf("gone(%q) = %v, want %v", out, got, want)
+		}
+	}
+	if gone(errors.New("No such device")) {
+		t.Errorf("gone of an error that is not a *CmdError = true")
 	}
 }

@@ -1,10 +1,12 @@
 package simhost
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // Unavailable says why simulated hosts cannot be built here, or returns ""
@@ -33,4 +35,25 @@ func Require(t testing.TB) {
 	if reason := Unavailable(); reason != "" {
 		t.Skip(reason)
 	}
+}
+
+// NewForTest builds the simulated hosts of cfg for t, skipping the test as
+// Require does where they cannot be built, and removes them when the test
+// ends (failing it if that does not work). Building is bounded by a
+// minute.
+func NewForTest(t testing.TB, cfg Config) *Cluster {
+	t.Helper()
+	Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("simulated hosts: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("removing the simulated hosts: %v", err)
+		}
+	})
+	return c
 }

@@ -125,13 +125,14 @@ func removeID(id string) error {
 }
 
 // gone reports whether an ip command failed because its object does not
-// exist (any more).
+// exist (any more). "No such device" is what RTNETLINK answers for a veth
+// listed a moment before and removed since with its peer.
 func gone(err error) bool {
 	var ce *CmdError
 	if !errors.As(err, &ce) {
 		return false
 	}
 	o := ce.Output
-	return strings.Contains(o, "Cannot find device") || strings.Contains(o, "No such file") ||
+	return strings.Contains(o, "Cannot find device") || strings.Contains(o, "No such device") || strings.Contains(o, "No such file") ||
 		strings.Contains(o, "does not exist") || strings.Contains(o, "Invalid \"netns\"")
 }

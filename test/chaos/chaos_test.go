@@ -272,9 +272,7 @@ func reached(j *job, s Schedule, at int) bool {
 	if d > 0 {
 		j.waitUntil(d, func() bool { return false })
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return !j.ended
+	return !j.mu.Ended()
 }
 
 // apply applies one fault; false if the job ended before it could.

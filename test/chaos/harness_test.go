@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -111,12 +109,10 @@ type job struct {
 	start  time.Time
 	faults string // the netfault directory
 
-	mu      sync.Mutex
-	lines   []line
-	iter    int // highest iteration rank 0 reported
-	leader  int // proc of the latest Raft leader, -1 none
-	changed chan struct{}
-	ended   bool
+	mu     proctest.Cond // guards what follows; changes at each line and at the end
+	lines  []line
+	iter   int // highest iteration rank 0 reported
+	leader int // proc of the latest Raft leader, -1 none
 
 	pids    *proctest.Procs
 	stopped map[int]bool // pids under SIGSTOP
@@ -133,32 +129,12 @@ func (j *job) onLine(s string) {
 	if m := leaderRE.FindStringSubmatch(s); m != nil {
 		j.leader, _ = strconv.Atoi(m[1])
 	}
-	close(j.changed)
-	j.changed = make(chan struct{})
+	j.mu.ChangedLocked()
 }
 
 // waitUntil blocks until cond holds (checked under j.mu after every line),
 // the job ends (false) or d passes (false).
-func (j *job) waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		j.mu.Lock()
-		ok, ended, ch := cond(), j.ended, j.changed
-		j.mu.Unlock()
-		if ok {
-			return true
-		}
-		if ended {
-			return false
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return false
-		}
-	}
-}
+func (j *job) waitUntil(d time.Duration, cond func() bool) bool { return j.mu.WaitFor(d, cond) }
 
 // linesSince returns how many lines had been read at the call, for later
 // searches past that point.
@@ -256,7 +232,7 @@ type spec struct {
 func run(t *testing.T, sp spec) (*job, Result) {
 	t.Helper()
 	j := &job{t: t, id: fmt.Sprintf("chaos-%d-%d", os.Getpid(), time.Now().UnixNano()), leader: -1,
-		changed: make(chan struct{}), pids: proctest.NewProcs(), stopped: map[int]bool{}}
+		pids: proctest.NewProcs(), stopped: map[int]bool{}}
 	j.faults = t.TempDir()
 	args := []string{"-n", strconv.Itoa(Ranks), "--spares", strconv.Itoa(sp.spares),
 		"--timeout", jobDeadline.String(), "--grace", grace.String(), "--job-id", j.id}
@@ -279,12 +255,7 @@ func run(t *testing.T, sp spec) (*job, Result) {
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 1<<16), 1<<20)
-		for sc.Scan() {
-			j.onLine(sc.Text())
-		}
-		io.Copy(io.Discard, pr)
+		proctest.ScanLines(pr, j.onLine)
 	}()
 	stopWatch := j.pids.Watch(j.id, cmd.Process.Pid, 10*time.Millisecond)
 	applied := make(chan struct{})
@@ -298,9 +269,7 @@ func run(t *testing.T, sp spec) (*job, Result) {
 	pw.Close()
 	<-read
 	j.mu.Lock()
-	j.ended = true
-	close(j.changed)
-	j.changed = make(chan struct{})
+	j.mu.EndLocked()
 	j.mu.Unlock()
 	<-applied
 	stopWatch()

@@ -189,14 +189,8 @@ func (r *hostRun) apply(f HostFault) bool {
 // runHostSchedule runs one multi-host schedule and checks it.
 func runHostSchedule(t *testing.T, s HostSchedule, ref string, sum *hostSummary) {
 	t.Logf("schedule:\n%s", s)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := simhost.New(ctx, simhost.Config{Hosts: 3})
-	if err != nil {
-		t.Fatalf("simulated hosts: %v", err)
-	}
-	defer c.Close()
-	j, err := mhjob.Start(ctx, mhjob.Config{Cluster: c, Program: bins.kmeans, Args: kmWorkload().args(),
+	c := simhost.NewForTest(t, simhost.Config{Hosts: 3})
+	j, err := mhjob.Start(context.Background(), mhjob.Config{Cluster: c, Program: bins.kmeans, Args: kmWorkload().args(),
 		Hosts: HostLayout, Spares: HostSpares, Env: []string{"PGAS_LOG=info", "GOMAXPROCS=1"}})
 	if err != nil {
 		t.Fatal(err)

@@ -1,14 +1,15 @@
 package fttier
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"github.com/gaspigo/gaspigo/internal/proctest"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,12 +118,10 @@ type job struct {
 	steps     int
 	resultDir string
 
-	mu      sync.Mutex
-	changed chan struct{}
+	mu      proctest.Cond // guards what follows; changes at each line and at the end
 	recs    []rec
 	all     strings.Builder // raw output, for failure messages
 	pids    map[int]int     // process id -> OS pid
-	ended   bool
 	code    int
 	wall    time.Duration
 	readers sync.WaitGroup
@@ -153,7 +152,7 @@ func startJob(t *testing.T, o jobOpts) *job {
 	if o.timeout == 0 {
 		o.timeout = progTimeout
 	}
-	j := &job{t: t, steps: o.steps, resultDir: t.TempDir(), changed: make(chan struct{}), pids: map[int]int{}}
+	j := &job{t: t, steps: o.steps, resultDir: t.TempDir(), pids: map[int]int{}}
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	args := []string{"-n", strconv.Itoa(ranks), "--spares", strconv.Itoa(spares), "--timeout", jobDeadline.String(),
 		"--", bins.prog, "-steps", strconv.Itoa(o.steps), "-pause", o.pause.String(),
@@ -194,12 +193,12 @@ func startJob(t *testing.T, o jobOpts) *job {
 		j.readers.Wait()
 		err := cmd.Wait()
 		j.mu.Lock()
-		j.ended, j.wall = true, time.Since(j.begin)
+		j.wall = time.Since(j.begin)
 		j.code = cmd.ProcessState.ExitCode()
 		if err != nil && j.code == 0 {
 			j.code = -1
 		}
-		j.notifyLocked()
+		j.mu.EndLocked()
 		j.mu.Unlock()
 	}()
 	t.Cleanup(j.cleanup)
@@ -207,27 +206,20 @@ func startJob(t *testing.T, o jobOpts) *job {
 }
 
 func (j *job) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		x := parseRec(sc.Text(), time.Now())
+	proctest.ScanLines(r, func(line string) {
+		x := parseRec(line, time.Now())
 		j.mu.Lock()
 		j.recs = append(j.recs, x)
-		j.all.WriteString(sc.Text())
+		j.all.WriteString(line)
 		j.all.WriteByte('\n')
 		if x.kind == "pid" {
 			if pid, err := strconv.Atoi(x.kv["pid"]); err == nil && x.proc() >= 0 {
 				j.pids[x.proc()] = pid
 			}
 		}
-		j.notifyLocked()
+		j.mu.ChangedLocked()
 		j.mu.Unlock()
-	}
-}
-
-func (j *job) notifyLocked() {
-	close(j.changed)
-	j.changed = make(chan struct{})
+	})
 }
 
 // waitFor waits up to d for cond over the records; it fails the test,
@@ -241,24 +233,7 @@ func (j *job) waitFor(what string, d time.Duration, cond func(recs []rec) bool) 
 
 // poll is waitFor without failing: it reports whether cond held.
 func (j *job) poll(d time.Duration, cond func(recs []rec) bool) bool {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		j.mu.Lock()
-		ok, ended, ch := cond(j.recs), j.ended, j.changed
-		j.mu.Unlock()
-		if ok {
-			return true
-		}
-		if ended {
-			return false
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return false
-		}
-	}
+	return j.mu.WaitFor(d, func() bool { return cond(j.recs) })
 }
 
 func (j *job) snapshot() []rec {
@@ -384,9 +359,9 @@ func (j *job) waitApplied(procs []int, e int) {
 // wait waits for gaspirun to exit and returns its exit code.
 func (j *job) wait() int {
 	j.t.Helper()
-	j.poll(jobDeadline, func([]rec) bool { return false })
+	j.mu.WaitEnd(jobDeadline)
 	j.mu.Lock()
-	ended, code := j.ended, j.code
+	ended, code := j.mu.EndedLocked(), j.code
 	j.mu.Unlock()
 	if !ended {
 		j.fatalf("gaspirun still running after %v", jobDeadline)
@@ -481,27 +456,22 @@ func statsOf(recs []rec) []rec {
 // cleanup stops gaspirun if it still runs, then checks by pid that no
 // process of the job is left, killing and reporting any that is.
 func (j *job) cleanup() {
-	j.mu.Lock()
-	ended := j.ended
-	j.mu.Unlock()
-	if !ended {
+	if !j.mu.Ended() {
 		j.cmd.Process.Signal(syscall.SIGTERM)
-		j.poll(30*time.Second, func([]rec) bool { return false })
+		j.mu.WaitEnd(30 * time.Second)
 	}
 	j.cancel()
 	pids := pidsOf(j.snapshot())
 	for _, pid := range j.extraPids() {
 		pids[-pid] = pid
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	procOf := map[int]int{}
 	for p, pid := range pids {
-		for proctest.Alive(pid) && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond) // real processes: poll with a deadline
-		}
-		if proctest.Alive(pid) {
-			j.t.Errorf("process %d (pid %d) is still running after the job ended; killing it", p, pid)
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
+		procOf[pid] = p
+	}
+	for _, pid := range proctest.WaitGone(slices.Collect(maps.Keys(procOf)), 15*time.Second) {
+		j.t.Errorf("process %d (pid %d) is still running after the job ended; killing it", procOf[pid], pid)
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 

@@ -76,19 +76,7 @@ func newCluster(t *testing.T) *simhost.Cluster {
 	if bins.err != nil {
 		t.Skip(bins.err)
 	}
-	simhost.Require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := simhost.New(ctx, simhost.Config{Hosts: 3})
-	if err != nil {
-		t.Fatalf("simulated hosts: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("removing the simulated hosts: %v", err)
-		}
-	})
-	return c
+	return simhost.NewForTest(t, simhost.Config{Hosts: 3})
 }
 
 // start launches the job on c with the bare PGAS_* contract; tune, if

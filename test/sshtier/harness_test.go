@@ -1,7 +1,6 @@
 package sshtier
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -93,17 +92,7 @@ type sshHosts struct {
 func newSSHHosts(t *testing.T) *sshHosts {
 	t.Helper()
 	require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := simhost.New(ctx, simhost.Config{Hosts: 3})
-	if err != nil {
-		t.Fatalf("simulated hosts: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("removing the simulated hosts: %v", err)
-		}
-	})
+	c := simhost.NewForTest(t, simhost.Config{Hosts: 3})
 	s := &sshHosts{c: c, dir: t.TempDir()}
 	key := func(name string) string {
 		p := filepath.Join(s.dir, name)
@@ -219,11 +208,10 @@ LogLevel ERROR
 // run is a gaspirun process with its output, line by line.
 type run struct {
 	cmd   *exec.Cmd
-	mu    sync.Mutex
+	mu    proctest.Cond // guards lines and code; changes at every line and at the end
 	lines []string
-	more  chan struct{} // closed and replaced on every line
-	done  chan struct{} // closed when gaspirun has exited and its output is read
 	code  int
+	done  chan struct{} // closed when gaspirun has exited and its output is read
 }
 
 // gaspirun starts gaspirun with args, then the kmeans program and
@@ -231,7 +219,7 @@ type run struct {
 func gaspirun(t *testing.T, args []string, kmArgs []string) *run {
 	t.Helper()
 	full := append(append(append([]string{}, args...), "-x", "GOMAXPROCS=1", "--", bins.kmeans), kmArgs...)
-	r := &run{cmd: exec.Command(bins.gaspirun, full...), more: make(chan struct{}), done: make(chan struct{})}
+	r := &run{cmd: exec.Command(bins.gaspirun, full...), done: make(chan struct{})}
 	r.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	pr, pw := io.Pipe()
 	r.cmd.Stdout, r.cmd.Stderr = pw, pw
@@ -243,21 +231,23 @@ func gaspirun(t *testing.T, args []string, kmArgs []string) *run {
 		<-r.done
 	})
 	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-		for sc.Scan() {
+		proctest.ScanLines(pr, func(line string) {
 			r.mu.Lock()
-			r.lines = append(r.lines, sc.Text())
-			close(r.more)
-			r.more = make(chan struct{})
+			r.lines = append(r.lines, line)
+			r.mu.ChangedLocked()
 			r.mu.Unlock()
-		}
+		})
+		r.mu.Lock()
+		r.mu.EndLocked()
+		r.mu.Unlock()
+		close(r.done)
 	}()
 	go func() {
 		r.cmd.Wait()
-		pw.Close()
+		r.mu.Lock()
 		r.code = r.cmd.ProcessState.ExitCode()
-		close(r.done)
+		r.mu.Unlock()
+		pw.Close()
 	}()
 	return r
 }
@@ -265,30 +255,25 @@ func gaspirun(t *testing.T, args []string, kmArgs []string) *run {
 // waitLine waits for a line that match accepts.
 func (r *run) waitLine(t *testing.T, what string, match func(string) bool) string {
 	t.Helper()
-	deadline := time.After(stepWait)
-	for seen := 0; ; {
-		r.mu.Lock()
-		lines, more := r.lines[seen:], r.more
-		r.mu.Unlock()
-		for _, l := range lines {
-			seen++
-			if match(l) {
-				return l
-			}
-		}
-		select {
-		case <-more:
-		case <-r.done:
-			r.mu.Lock()
-			n := len(r.lines)
-			r.mu.Unlock()
-			if n == seen {
-				t.Fatalf("gaspirun exited (%d) before %s:\n%s", r.code, what, r.output())
-			}
-		case <-deadline:
-			t.Fatalf("no %s within %v:\n%s", what, stepWait, r.output())
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), stepWait)
+	defer cancel()
+	found, ok := proctest.WaitFirst(ctx, &r.mu, func() []string { return r.lines }, match)
+	switch {
+	case ok:
+		return found
+	case r.mu.Ended():
+		t.Fatalf("gaspirun exited (%d) before %s:\n%s", r.exitCode(), what, r.output())
+	default:
+		t.Fatalf("no %s within %v:\n%s", what, stepWait, r.output())
 	}
+	return ""
+}
+
+// exitCode is gaspirun's exit code once it has exited.
+func (r *run) exitCode() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.code
 }
 
 func (r *run) waitIter(t *testing.T, n int) {
@@ -308,7 +293,7 @@ func (r *run) wait(t *testing.T) int {
 	t.Helper()
 	select {
 	case <-r.done:
-		return r.code
+		return r.exitCode()
 	case <-time.After(jobWait):
 		r.cmd.Process.Kill()
 		<-r.done

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,14 +50,12 @@ type job struct {
 	cancel context.CancelFunc
 	begin  time.Time
 
-	mu      sync.Mutex
-	changed chan struct{} // closed and replaced when a line arrives or the job ends
+	mu      proctest.Cond // guards what follows; changes when a line arrives or the job ends
 	lines   []line        // stdout lines of the processes
 	partial []byte
 	stderr  bytes.Buffer
 	pids    map[int]int // process id (PGAS_PROC) -> OS pid, from PID lines
 	extra   []int       // other pids the program reported (children)
-	ended   bool
 	code    int
 	wall    time.Duration
 	waitErr error
@@ -128,7 +125,7 @@ func startJob(t *testing.T, flags []string, args ...string) *job {
 		// passes the variable on to the processes.
 		cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=50")
 	}
-	j := &job{t: t, cmd: cmd, cancel: cancel, changed: make(chan struct{}), pids: map[int]int{}}
+	j := &job{t: t, cmd: cmd, cancel: cancel, pids: map[int]int{}}
 	cmd.Stdout = stdoutWriter{j}
 	cmd.Stderr = stderrWriter{j}
 	j.begin = time.Now()
@@ -139,18 +136,13 @@ func startJob(t *testing.T, flags []string, args ...string) *job {
 	go func() {
 		err := cmd.Wait()
 		j.mu.Lock()
-		j.ended, j.wall, j.waitErr = true, time.Since(j.begin), err
+		j.wall, j.waitErr = time.Since(j.begin), err
 		j.code = cmd.ProcessState.ExitCode()
-		j.notifyLocked()
+		j.mu.EndLocked()
 		j.mu.Unlock()
 	}()
 	t.Cleanup(func() { j.cleanup() })
 	return j
-}
-
-func (j *job) notifyLocked() {
-	close(j.changed)
-	j.changed = make(chan struct{})
 }
 
 type stdoutWriter struct{ j *job }
@@ -175,7 +167,7 @@ func (w stdoutWriter) Write(b []byte) (int, error) {
 		}
 		j.lines = append(j.lines, l)
 	}
-	j.notifyLocked()
+	j.mu.ChangedLocked()
 	return len(b), nil
 }
 
@@ -192,68 +184,41 @@ func (w stderrWriter) Write(b []byte) (int, error) {
 // or after d.
 func (j *job) waitLines(kind string, match func(line) bool, count int, d time.Duration) []line {
 	j.t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		j.mu.Lock()
-		var got []line
+	var got []line
+	ok := j.mu.WaitFor(d, func() bool {
+		got = got[:0]
 		for _, l := range j.lines {
 			if l.kind == kind && (match == nil || match(l)) {
 				got = append(got, l)
 			}
 		}
-		ended, ch := j.ended, j.changed
-		j.mu.Unlock()
-		if len(got) >= count {
-			return got
-		}
-		if ended {
-			j.t.Fatalf("the job ended with %d of %d %s lines", len(got), count, kind)
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			j.t.Fatalf("%d of %d %s lines after %v", len(got), count, kind, d)
-		}
+		return len(got) >= count
+	})
+	if !ok && j.mu.Ended() {
+		j.t.Fatalf("the job ended with %d of %d %s lines", len(got), count, kind)
 	}
+	if !ok {
+		j.t.Fatalf("%d of %d %s lines after %v", len(got), count, kind, d)
+	}
+	return got
 }
 
 // wait waits for gaspirun to exit and returns its exit code.
 func (j *job) wait() int {
 	j.t.Helper()
-	for {
-		j.mu.Lock()
-		ended, code, err, ch := j.ended, j.code, j.waitErr, j.changed
-		j.mu.Unlock()
-		if ended {
-			var ee *exec.ExitError
-			if err != nil && !errors.As(err, &ee) {
-				j.t.Fatalf("gaspirun: %v", err)
-			}
-			return code
-		}
-		<-ch // the command's own deadline (jobDeadline) bounds this
+	j.mu.Wait(context.Background(), func() bool { return false }) // the command's own deadline (jobDeadline) bounds this
+	j.mu.Lock()
+	code, err := j.code, j.waitErr
+	j.mu.Unlock()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		j.t.Fatalf("gaspirun: %v", err)
 	}
+	return code
 }
 
 // waitEnded waits at most d for gaspirun to exit and reports whether it did.
-func (j *job) waitEnded(d time.Duration) bool {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		j.mu.Lock()
-		ended, ch := j.ended, j.changed
-		j.mu.Unlock()
-		if ended {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return false
-		}
-	}
-}
+func (j *job) waitEnded(d time.Duration) bool { return j.mu.WaitEnd(d) }
 
 // all returns the lines of one kind.
 func (j *job) all(kind string) []line {
@@ -405,10 +370,7 @@ func procStat(pid int) (state string, pgrp int, ok bool) {
 // is left of the processes it reported, by pid. On failure it logs the
 // job's output.
 func (j *job) cleanup() {
-	j.mu.Lock()
-	ended := j.ended
-	j.mu.Unlock()
-	if !ended {
+	if !j.mu.Ended() {
 		j.cancel() // SIGTERM to gaspirun, which tears the job down
 		j.waitEnded(20 * time.Second)
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/pgas"
-	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/pgas/pgastest"
 	"github.com/gaspigo/gaspigo/transport/mem"
 )
 
@@ -120,23 +120,9 @@ func TestAllreduceBitsAcrossRuns(t *testing.T) {
 // them.
 func memAllreduceHex(t *testing.T, n int) string {
 	t.Helper()
-	nw, err := mem.New(n, mem.LocalConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nw.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rts := make([]*pgas.Runtime, n)
-	for i := range rts {
-		cfg := pgas.LocalConfig()
-		cfg.Proc, cfg.NumProcs, cfg.NumRanks = transport.Proc(i), n, n
-		cfg.Transport = nw.Endpoint(transport.Proc(i))
-		if rts[i], err = pgas.Init(ctx, cfg); err != nil {
-			t.Fatal(err)
-		}
-		defer rts[i].Close()
-	}
+	rts, _ := pgastest.NewJob(t, n, mem.LocalConfig(), nil)
 	out := make([][]float64, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup

@@ -48,7 +48,7 @@ func LocalConfig() Config {
 func (c Config) Validate() error {
 	if c.QueueLen < 0 || c.QueueLen > maxQueueLen {
 		return fmt.Errorf("%w: QueueLen is %d; use 0 for the default (%d) or a frame count in 1..%d",
-			ErrBadConfig, c.QueueLen, DefaultQueueLen, maxQueueLen)
+			ErrConfig, c.QueueLen, DefaultQueueLen, maxQueueLen)
 	}
 	return nil
 }

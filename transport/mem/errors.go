@@ -25,8 +25,8 @@ var (
 	// ErrBadFault is returned by Drop and Delay for a probability outside
 	// [0, 1] or a negative duration.
 	ErrBadFault = errors.New("mem: bad fault parameter")
-	// ErrBadConfig is wrapped by Config.Validate and New.
-	ErrBadConfig = errors.New("mem: bad config")
+	// ErrConfig is wrapped by Config.Validate and New.
+	ErrConfig = errors.New("mem: invalid config")
 
 	// ErrKilled is the cause inside a PeerError when the peer was killed by
 	// Network.Kill.

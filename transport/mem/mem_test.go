@@ -90,13 +90,13 @@ func TestConfigValidate(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("Validate(%+v) = %v, want ok=%v", tc.cfg, err, tc.ok)
 		}
-		if err != nil && !errors.Is(err, mem.ErrBadConfig) {
-			t.Errorf("Validate(%+v) = %v, want ErrBadConfig", tc.cfg, err)
+		if err != nil && !errors.Is(err, mem.ErrConfig) {
+			t.Errorf("Validate(%+v) = %v, want ErrConfig", tc.cfg, err)
 		}
 	}
 	for _, n := range []int{0, -3, 1 << 25} {
-		if _, err := mem.New(n, mem.DefaultConfig()); !errors.Is(err, mem.ErrBadConfig) {
-			t.Errorf("New(%d) = %v, want ErrBadConfig", n, err)
+		if _, err := mem.New(n, mem.DefaultConfig()); !errors.Is(err, mem.ErrConfig) {
+			t.Errorf("New(%d) = %v, want ErrConfig", n, err)
 		}
 	}
 }

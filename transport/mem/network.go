@@ -90,7 +90,7 @@ func New(n int, cfg Config) (*Network, error) {
 		return nil, err
 	}
 	if n < 1 || n > maxProcs {
-		return nil, fmt.Errorf("%w: a network of %d procs; use 1..%d", ErrBadConfig, n, maxProcs)
+		return nil, fmt.Errorf("%w: a network of %d procs; use 1..%d", ErrConfig, n, maxProcs)
 	}
 	logger := cfg.Logger
 	if logger == nil {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/pgas"
-	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/pgas/pgastest"
 	"github.com/gaspigo/gaspigo/transport/mem"
 )
 
@@ -228,26 +228,7 @@ func TestNextChunk(t *testing.T) {
 // newJob starts n ranks in this process over transport/mem.
 func newJob(t *testing.T, n int) []*pgas.Runtime {
 	t.Helper()
-	nw, err := mem.New(n, mem.Config{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rts := make([]*pgas.Runtime, n)
-	for i := range rts {
-		cfg := pgas.LocalConfig()
-		cfg.Proc = transport.Proc(i)
-		cfg.NumProcs, cfg.NumRanks = n, n
-		cfg.Transport = nw.Endpoint(transport.Proc(i))
-		if rts[i], err = pgas.Init(context.Background(), cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, rt := range rts {
-			rt.Close()
-		}
-		nw.Close()
-	})
+	rts, _ := pgastest.NewJob(t, n, mem.Config{Seed: 1}, nil)
 	return rts
 }
 
