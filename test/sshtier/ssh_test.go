@@ -27,10 +27,10 @@ func (s *sshHosts) launch(t *testing.T, kmArgs []string) *run {
 // 0 and the failure-free answer, leaving nothing behind anywhere.
 func TestSSHHostCrash(t *testing.T) {
 	require(t)
-	ref := reference(t, workload)
+	ref := reference(t, faulted)
 	s := newSSHHosts(t)
 	since := time.Now().Add(-time.Second)
-	r := s.launch(t, workload)
+	r := s.launch(t, faulted)
 	r.waitLine(t, "the placement", func(l string) bool {
 		return strings.HasPrefix(l, "gaspirun: ssh launch, rendezvous "+s.c.FrontAddr().String()+":") &&
 			strings.HasSuffix(l, "placement: node1: r0 r1; node2: r2 r3; node3: s4 s5")
@@ -84,9 +84,9 @@ func TestSSHHostCrash(t *testing.T) {
 // remote side's missing pings).
 func TestSSHHostCutOff(t *testing.T) {
 	require(t)
-	ref := reference(t, workload)
+	ref := reference(t, faulted)
 	s := newSSHHosts(t)
-	r := s.launch(t, workload)
+	r := s.launch(t, faulted)
 	r.waitIter(t, 10)
 	if err := s.c.Cut(s.c.Host(1), simhost.Silent); err != nil {
 		t.Fatal(err)
@@ -103,9 +103,9 @@ func TestSSHHostCutOff(t *testing.T) {
 // ends with exit 0 and the failure-free answer, nothing left anywhere.
 func TestSSHRendezvousHostCrash(t *testing.T) {
 	require(t)
-	ref := reference(t, workload)
+	ref := reference(t, faulted)
 	s := newSSHHosts(t)
-	r := s.launch(t, workload)
+	r := s.launch(t, faulted)
 	r.waitIter(t, 10)
 	if _, err := s.c.Crash(s.c.Host(0)); err != nil {
 		t.Fatal(err)
@@ -169,6 +169,11 @@ func (s *sshHosts) recovered(t *testing.T, r *run, ref string, ranks ...int) str
 	}
 	return out
 }
+
+// faulted is the workload of the jobs a fault strikes after iteration 10:
+// long enough (a few seconds of iterations on a quiet machine) that the fault
+// finds the job still running, however late the test sees iteration 10.
+var faulted = withMaxIter(workload, 1000)
 
 // withMaxIter is kmArgs with --max-iter n.
 func withMaxIter(kmArgs []string, n int) []string {
