@@ -139,6 +139,8 @@ func TestConfigValidate(t *testing.T) {
 		before := c
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: Validate accepted %+v", name, c)
+		} else if !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: Validate's error %q does not wrap ErrConfig", name, err)
 		}
 		if c != before {
 			t.Errorf("%s: Validate changed the config", name)

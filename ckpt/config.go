@@ -76,17 +76,17 @@ const maxMaxBytes = 1 << 38
 func (c *Config) Validate() error {
 	switch {
 	case c.Mirrors < 1:
-		return fmt.Errorf("ckpt: config: Mirrors is %d, want at least 1 (the ring successor)", c.Mirrors)
+		return fmt.Errorf("%w: Mirrors is %d, want at least 1 (the ring successor)", ErrConfig, c.Mirrors)
 	case c.MaxBytes < 1 || c.MaxBytes > maxMaxBytes:
-		return fmt.Errorf("ckpt: config: MaxBytes is %d, want 1..%d (the largest snapshot a rank registers)", c.MaxBytes, int64(maxMaxBytes))
+		return fmt.Errorf("%w: MaxBytes is %d, want 1..%d (the largest snapshot a rank registers)", ErrConfig, c.MaxBytes, int64(maxMaxBytes))
 	case int(c.SegmentID) > 0xFFFF-2:
-		return fmt.Errorf("ckpt: config: SegmentID is %d, want at most %d (three IDs are used)", c.SegmentID, 0xFFFF-2)
+		return fmt.Errorf("%w: SegmentID is %d, want at most %d (three IDs are used)", ErrConfig, c.SegmentID, 0xFFFF-2)
 	case c.Queue < 0 || c.DiskQueue < 0:
-		return fmt.Errorf("ckpt: config: Queue %d and DiskQueue %d must not be negative", c.Queue, c.DiskQueue)
+		return fmt.Errorf("%w: Queue %d and DiskQueue %d must not be negative", ErrConfig, c.Queue, c.DiskQueue)
 	case c.Queue == c.DiskQueue:
-		return fmt.Errorf("ckpt: config: Queue and DiskQueue are both %d; they must differ (a Wait covers a whole queue)", c.Queue)
+		return fmt.Errorf("%w: Queue and DiskQueue are both %d; they must differ (a Wait covers a whole queue)", ErrConfig, c.Queue)
 	case c.Dir != "" && c.DiskKeep < 1:
-		return fmt.Errorf("ckpt: config: DiskKeep is %d with Dir %q, want at least 1", c.DiskKeep, c.Dir)
+		return fmt.Errorf("%w: DiskKeep is %d with Dir %q, want at least 1", ErrConfig, c.DiskKeep, c.Dir)
 	}
 	return nil
 }

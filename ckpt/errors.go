@@ -6,6 +6,10 @@ import (
 )
 
 var (
+	// ErrConfig is wrapped by Config.Validate (and so by the constructors
+	// that validate their Config) for an invalid configuration; the
+	// message names the field and the values involved.
+	ErrConfig = errors.New("ckpt: config")
 	// ErrInvalid is returned for arguments that can never be right: an
 	// empty or duplicate region name, a negative range, a segment region
 	// that does not exist at Start. Returned by Register, RegisterSegment,

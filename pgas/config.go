@@ -75,25 +75,25 @@ func LocalConfig() Config {
 func (c *Config) Validate() error {
 	switch {
 	case c.NumRanks < 1:
-		return fmt.Errorf("pgas: config: NumRanks is %d, want at least 1", c.NumRanks)
+		return fmt.Errorf("%w: NumRanks is %d, want at least 1", ErrConfig, c.NumRanks)
 	case c.NumProcs < c.NumRanks:
-		return fmt.Errorf("pgas: config: NumProcs %d is less than NumRanks %d", c.NumProcs, c.NumRanks)
+		return fmt.Errorf("%w: NumProcs %d is less than NumRanks %d", ErrConfig, c.NumProcs, c.NumRanks)
 	case int(c.Proc) >= c.NumProcs:
-		return fmt.Errorf("pgas: config: Proc %d outside 0..%d", c.Proc, c.NumProcs-1)
+		return fmt.Errorf("%w: Proc %d outside 0..%d", ErrConfig, c.Proc, c.NumProcs-1)
 	case c.Transport == nil:
-		return fmt.Errorf("pgas: config: Transport is nil")
+		return fmt.Errorf("%w: Transport is nil", ErrConfig)
 	case c.Transport.Self() != c.Proc:
-		return fmt.Errorf("pgas: config: Transport is for proc %d, Proc is %d", c.Transport.Self(), c.Proc)
+		return fmt.Errorf("%w: Transport is for proc %d, Proc is %d", ErrConfig, c.Transport.Self(), c.Proc)
 	case c.NumQueues < 1 || c.NumQueues > 1024:
-		return fmt.Errorf("pgas: config: NumQueues is %d, want 1..1024", c.NumQueues)
+		return fmt.Errorf("%w: NumQueues is %d, want 1..1024", ErrConfig, c.NumQueues)
 	case c.QueueDepth < 1:
-		return fmt.Errorf("pgas: config: QueueDepth is %d, want at least 1", c.QueueDepth)
+		return fmt.Errorf("%w: QueueDepth is %d, want at least 1", ErrConfig, c.QueueDepth)
 	case c.SpinWait < 0:
-		return fmt.Errorf("pgas: config: SpinWait is %v, want >= 0", c.SpinWait)
+		return fmt.Errorf("%w: SpinWait is %v, want >= 0", ErrConfig, c.SpinWait)
 	case c.Health != nil && c.Membership == nil:
-		return fmt.Errorf("pgas: config: Health is set but Membership is nil: confirmed failures would go nowhere")
+		return fmt.Errorf("%w: Health is set but Membership is nil: confirmed failures would go nowhere", ErrConfig)
 	case c.Hosts != nil && len(c.Hosts) != c.NumProcs:
-		return fmt.Errorf("pgas: config: %d host labels for %d processes", len(c.Hosts), c.NumProcs)
+		return fmt.Errorf("%w: %d host labels for %d processes", ErrConfig, len(c.Hosts), c.NumProcs)
 	}
 	return nil
 }

@@ -7,6 +7,10 @@ import (
 )
 
 var (
+	// ErrConfig is wrapped by Config.Validate (and so by the constructors
+	// that validate their Config) for an invalid configuration; the
+	// message names the field and the values involved.
+	ErrConfig = errors.New("pgas: config")
 	// ErrTimeout is returned by every blocking call whose context ended
 	// before the operation completed. It says nothing about the health of
 	// any peer. Wait, reads and atomics may be retried; a collective may
