@@ -128,6 +128,19 @@ func (s *planScript) rankArg(a string) (int, error) {
 	return r, nil
 }
 
+// rankKeyVals parses the arguments "R key=value..." of command cmd.
+func (s *planScript) rankKeyVals(cmd string, args []string) (int, map[string]string, error) {
+	if len(args) == 0 {
+		return 0, nil, fmt.Errorf("%s: which rank?", cmd)
+	}
+	r, err := s.rankArg(args[0])
+	if err != nil {
+		return 0, nil, err
+	}
+	kv, err := keyVals(args[1:])
+	return r, kv, err
+}
+
 func parsePair(a string) (*pair, error) {
 	if a == "-" {
 		return nil, nil
@@ -142,14 +155,7 @@ func parsePair(a string) (*pair, error) {
 }
 
 func (s *planScript) rank(args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("rank: which one?")
-	}
-	r, err := s.rankArg(args[0])
-	if err != nil {
-		return err
-	}
-	kv, err := keyVals(args[1:])
+	r, kv, err := s.rankKeyVals("rank", args)
 	if err != nil {
 		return err
 	}
@@ -281,14 +287,7 @@ func parseIDs(v string) ([]uint64, error) {
 }
 
 func (s *planScript) disk(args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("disk: which rank?")
-	}
-	r, err := s.rankArg(args[0])
-	if err != nil {
-		return err
-	}
-	kv, err := keyVals(args[1:])
+	r, kv, err := s.rankKeyVals("disk", args)
 	if err != nil {
 		return err
 	}

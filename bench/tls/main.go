@@ -14,7 +14,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
 	"flag"
 	"fmt"
 	"os"
@@ -125,24 +124,11 @@ func runOnce(gaspirun string, args []string, tls bool) (map[key]float64, error) 
 	}
 	rows := map[key]float64{}
 	for l := range strings.SplitSeq(out.String(), "\n") {
-		l, ok := strings.CutPrefix(l, "[r0] ")
-		if !ok || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "test,") {
-			continue
+		if l, ok := strings.CutPrefix(l, "[r0] "); ok {
+			if m, ok := benchutil.ParseMeasurement(l); ok {
+				rows[key{m.Test, m.Size}] = m.PGAS
+			}
 		}
-		f, err := csv.NewReader(strings.NewReader(l)).Read()
-		if err != nil || len(f) < 14 {
-			continue // a log line
-		}
-		size, _ := strconv.Atoi(f[2])
-		col := 9 // median_us
-		if f[0] == "write" || f[0] == "read" {
-			col = 5 // pgas_mib_s
-		}
-		v, err := strconv.ParseFloat(f[col], 64)
-		if err != nil {
-			continue
-		}
-		rows[key{f[0], size}] = v
 	}
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("no measurements in rank 0's output\n%s", out.String())

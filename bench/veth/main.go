@@ -17,7 +17,6 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"flag"
 	"fmt"
 	"os"
@@ -131,38 +130,14 @@ func runOnce(ctx context.Context, c *simhost.Cluster, bin string, args []string,
 	}
 	var rows []row
 	for _, l := range j.Lines() {
-		if l.Proc != 0 || strings.HasPrefix(l.Text, "#") || strings.HasPrefix(l.Text, "test,") {
-			continue
+		if m, ok := benchutil.ParseMeasurement(l.Text); ok && l.Proc == 0 {
+			rows = append(rows, row{key{m.Test, m.Size}, sample{m.PGAS, m.Raw}})
 		}
-		f, err := csv.NewReader(strings.NewReader(l.Text)).Read()
-		if err != nil || len(f) < 14 {
-			continue // not a measurement (a log line)
-		}
-		size, _ := strconv.Atoi(f[2])
-		k := key{test: f[0], size: size}
-		var s sample
-		switch f[0] {
-		case "write", "read":
-			s.pgas, s.raw = num(f[5]), num(f[6])
-		case "write_notify_rtt":
-			s.pgas, s.raw = num(f[9]), num(f[12])
-		default: // collectives: no raw baseline
-			s.pgas = num(f[9])
-		}
-		rows = append(rows, row{k, s})
 	}
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("no measurements in rank 0's output\n%s", strings.Join(j.Text(), "\n"))
 	}
 	return rows, nil
-}
-
-func num(s string) float64 {
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0
-	}
-	return v
 }
 
 // medians returns the medians of the pgas and raw figures of ss.
