@@ -1,0 +1,117 @@
+// Package apptest runs the key-value programs as real jobs in tests:
+// gaspirun and the program are built once per test binary, and Job runs
+// them with ranks and spares and returns the exit status and output.
+package apptest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/proctest"
+)
+
+// JobTimeout bounds one job (gaspirun --timeout): generous for a busy
+// 2-core host, where these jobs take a second or two.
+const JobTimeout = 90 * time.Second
+
+// Bins builds gaspirun and one program.
+type Bins struct {
+	Pkg string // the program's package, module-relative ("./apps/wordcount/cmd/wordcount")
+
+	once sync.Once
+	dir  string
+	err  error
+	done func()
+}
+
+// Build returns the paths of gaspirun and the program, building them on
+// the first call; it skips the test without Linux or under -short.
+func (b *Bins) Build(t *testing.T) (gaspirun, prog string) {
+	t.Helper()
+	if runtime.GOOS != "linux" || testing.Short() {
+		t.Skip("real-process tests need Linux and no -short")
+	}
+	b.once.Do(func() {
+		b.dir, b.done, b.err = proctest.Build("kvapps", false, "./cmd/gaspirun", b.Pkg)
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return filepath.Join(b.dir, "gaspirun"), filepath.Join(b.dir, filepath.Base(b.Pkg))
+}
+
+// Cleanup removes the binaries (call from TestMain after m.Run).
+func (b *Bins) Cleanup() {
+	if b.done != nil {
+		b.done()
+	}
+}
+
+// Job runs gaspirun -n ranks --spares spares -- PROG args... and returns
+// its exit status and combined output.
+func (b *Bins) Job(t *testing.T, ranks, spares int, args ...string) (int, string) {
+	t.Helper()
+	gaspirun, prog := b.Build(t)
+	full := []string{"-n", fmt.Sprint(ranks), "--spares", fmt.Sprint(spares), "--timeout", JobTimeout.String(), "--grace", "1s", "--", prog}
+	full = append(full, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), JobTimeout+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gaspirun, full...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	begin := time.Now()
+	err := cmd.Run()
+	code := cmd.ProcessState.ExitCode()
+	if err != nil && code == 0 {
+		code = -1
+	}
+	t.Logf("gaspirun %s: exit %d in %v (load %s)", strings.Join(full, " "), code, time.Since(begin).Round(time.Millisecond), proctest.LoadAvg())
+	return code, buf.String()
+}
+
+// Run runs the program alone (no gaspirun) and returns its exit status
+// and combined output.
+func (b *Bins) Run(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	_, prog := b.Build(t)
+	ctx, cancel := context.WithTimeout(context.Background(), JobTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, prog, args...).CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return code, string(out)
+}
+
+// Lines returns the lines of log that rank 0 printed (without "[r0] ")
+// and that match re.
+func Lines(log string, re *regexp.Regexp) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if s, ok := strings.CutPrefix(l, "[r0] "); ok && re.MatchString(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Last returns the last line of out.
+func Last(out string) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	return lines[len(lines)-1]
+}

@@ -1,0 +1,137 @@
+package kvjob
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/gaspigo/gaspigo/job"
+	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/spares"
+)
+
+// Main runs a command's run function with a context that ends at SIGINT
+// or SIGTERM and exits with its status: 0 for nil or flag.ErrHelp, an
+// *ExitError's code (its message printed), 1 otherwise.
+func Main(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(ExitCode(name, err, os.Stderr))
+}
+
+// ExitCode is the exit status for err, which it prints on stderr.
+func ExitCode(name string, err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		if ee.Msg != "" {
+			fmt.Fprintf(stderr, "%s: %s\n", name, ee.Msg)
+		}
+		return ee.Code
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	if code := spares.ExitCodeOf(err); code != 0 {
+		return code
+	}
+	return 1
+}
+
+// Init joins the fault-tolerant job gaspirun started. It returns a nil
+// runtime and nil error for a spare the job did not need (exit 0), and
+// an *ExitError when joining failed.
+func Init(ctx context.Context) (*pgas.Runtime, error) {
+	rt, err := job.Init(ctx, job.Options{FaultTolerant: true})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, &ExitError{Code: 128 + int(syscall.SIGTERM)}
+		}
+		if code := spares.ExitCodeOf(err); code != 0 {
+			return nil, &ExitError{Code: code, Msg: err.Error()}
+		}
+		return nil, nil
+	}
+	if rt.Rank() < 0 && rt.Fenced() {
+		rt.Close()
+		return nil, &ExitError{Code: spares.ExitCodeOf(pgas.ErrFenced), Msg: "this process was replaced before it started: " + pgas.ErrFenced.Error()}
+	}
+	return rt, nil
+}
+
+// Kill is a parsed --inject kill:rank=R,UNIT=N: SIGKILL rank R's own
+// process when its progress reaches N (in the program's unit).
+type Kill struct {
+	Rank int
+	At   float64
+	Unit string
+}
+
+// ParseKill parses kill:rank=R,UNIT=N; fraction: N is in [0, 1], else a
+// whole number >= 0.
+func ParseKill(s, unit string, fraction bool) (*Kill, error) {
+	want := fmt.Sprintf("want kill:rank=R,%s=N", unit)
+	rest, ok := strings.CutPrefix(s, "kill:")
+	if !ok {
+		return nil, fmt.Errorf("--inject %q: %s: %w", s, want, ErrInject)
+	}
+	k := &Kill{Rank: -1, At: -1, Unit: unit}
+	for _, kv := range strings.Split(rest, ",") {
+		key, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--inject %q: %q is not key=value; %s: %w", s, kv, want, ErrInject)
+		}
+		switch key {
+		case "rank":
+			r, err := strconv.Atoi(v)
+			if err != nil || r < 0 {
+				return nil, fmt.Errorf("--inject %q: rank %q: want a rank number >= 0: %w", s, v, ErrInject)
+			}
+			k.Rank = r
+		case unit:
+			f, err := strconv.ParseFloat(v, 64)
+			switch {
+			case fraction && (err != nil || !(f >= 0 && f <= 1)):
+				return nil, fmt.Errorf("--inject %q: %s %q: want a fraction in [0, 1]: %w", s, unit, v, ErrInject)
+			case !fraction && (err != nil || !(f >= 0) || f != float64(int64(f))):
+				return nil, fmt.Errorf("--inject %q: %s %q: want a whole number >= 0: %w", s, unit, v, ErrInject)
+			}
+			k.At = f
+		default:
+			return nil, fmt.Errorf("--inject %q: unknown key %q; %s: %w", s, key, want, ErrInject)
+		}
+	}
+	if k.Rank < 0 || k.At < 0 {
+		return nil, fmt.Errorf("--inject %q: give rank=R and %s=N: %w", s, unit, ErrInject)
+	}
+	return k, nil
+}
+
+// Check reports an error when the kill names a rank the job lacks.
+func (k *Kill) Check(size int) error {
+	if k != nil && k.Rank >= size {
+		return &ExitError{Code: 2, Msg: fmt.Sprintf("--inject rank=%d: the job has ranks 0..%d", k.Rank, size-1)}
+	}
+	return nil
+}
+
+// Armed reports whether the kill is for this process: rank is its rank,
+// and it is not a promoted spare (a spare taking over never fires it).
+func (k *Kill) Armed(rt *pgas.Runtime) bool {
+	return k != nil && k.Rank == rt.Rank() && !rt.StartedAsSpare()
+}
+
+// Fire prints what it does on out and sends SIGKILL to this process.
+func (k *Kill) Fire(out io.Writer, rank int, progress string) {
+	fmt.Fprintf(out, "inject: SIGKILL rank %d (pid %d) %s\n", rank, os.Getpid(), progress)
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way
+}

@@ -1,0 +1,149 @@
+// Command wordcount counts words over the key-value shuffle; see package
+// apps/wordcount for what it does and prints.
+//
+//	gaspirun -n 4 --spares 1 -- wordcount run --generate 200000 --ckpt-lines 5000 \
+//	    --inject kill:rank=2,at=0.5
+//	wordcount ref --generate 200000
+//
+// Exit status: 0 success, 1 failure (or --check found a difference), 2
+// bad usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/gaspigo/gaspigo/apps/internal/kvjob"
+	"github.com/gaspigo/gaspigo/apps/wordcount"
+	"github.com/gaspigo/gaspigo/kvshuffle"
+)
+
+const usage = `usage: wordcount <command> [flags]
+
+commands:
+  run   the distributed count, under gaspirun: --in FILE | --generate LINES
+  ref   the count in one process (the reference): --in FILE | --generate LINES
+  gen   write the generated text: --generate LINES --out FILE
+`
+
+func main() { kvjob.Main("wordcount", run) }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return &kvjob.ExitError{Code: 2}
+	}
+	switch args[0] {
+	case "run", "ref", "gen":
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		return kvjob.Usage("unknown command %q\n\n%s", args[0], usage)
+	}
+	cmd := args[0]
+	fs := flag.NewFlagSet("wordcount "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	in := fs.String("in", "", "input text `FILE` (lines split at newlines)")
+	gen := fs.Int64("generate", 0, "generate `LINES` lines of Zipf-distributed pseudo-words instead of --in")
+	seed := fs.Uint64("seed", 1, "seed `S` of --generate")
+	out := fs.String("out", "", "run: write part files (word<TAB>count) to `DIR`; gen: the text FILE")
+	var c wordcount.Config
+	def := kvshuffle.DefaultConfig()
+	mem := def.MemoryBudget
+	spill := ""
+	inject := ""
+	if cmd == "run" {
+		fs.IntVar(&c.Reducers, "reducers", 0, "A tasks: ranks 0..`R`-1 receive and reduce (0: every rank)")
+		fs.Int64Var(&c.CkptLines, "ckpt-lines", 0, "key-count checkpoint every `C` lines sent per rank (0: none; a failure is then recovered from the start)")
+		fs.IntVar(&c.Mirrors, "mirrors", 1, "copies of each checkpoint on other ranks")
+		fs.BoolVar(&c.Check, "check", false, "rank 0 also counts in one process and fails on a difference")
+		fs.Int64Var(&mem, "memory", mem, "received data an A task holds in memory, in `BYTES`; above it runs spill to --spill")
+		fs.StringVar(&spill, "spill", "", "spill `DIR` (default: the system temporary directory)")
+		fs.StringVar(&inject, "inject", "", "kill:rank=R,at=F sends SIGKILL to rank R after it sent the fraction F of its lines")
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &kvjob.ExitError{Code: 2}
+	}
+	if fs.NArg() > 0 {
+		return kvjob.Usage("unexpected argument %q: flags only", fs.Arg(0))
+	}
+	input, err := loadInput(*in, *gen, *seed)
+	if err != nil {
+		return err
+	}
+	switch cmd {
+	case "ref":
+		fmt.Fprintln(stdout, wordcount.Reference(input.Lines, input.Line))
+		return nil
+	case "gen":
+		if *gen == 0 || *out == "" {
+			return kvjob.Usage("gen: give --generate LINES and --out FILE")
+		}
+		return writeText(*out, input)
+	}
+	if inject != "" {
+		if c.Kill, err = kvjob.ParseKill(inject, "at", true); err != nil {
+			return kvjob.Usage("%v", err)
+		}
+	}
+	if c.Mirrors < 1 || c.CkptLines < 0 || c.Reducers < 0 {
+		return kvjob.Usage("--mirrors wants at least 1, --ckpt-lines and --reducers at least 0")
+	}
+	c.Shuffle = def
+	c.Shuffle.MemoryBudget = mem
+	c.Shuffle.RunSize = max(min(def.RunSize, mem/4), int64(def.SlotSize))
+	if spill != "" {
+		c.Shuffle.SpillDir = spill
+	}
+	if err := c.Shuffle.Validate(); err != nil {
+		return kvjob.Usage("--memory %d: %v", mem, err)
+	}
+	c.Input, c.Out, c.Stdout = input, *out, stdout
+	rt, err := kvjob.Init(ctx)
+	if rt == nil {
+		return err
+	}
+	defer rt.Close()
+	return wordcount.Run(ctx, rt, c)
+}
+
+// loadInput returns the lines of file, or n generated lines.
+func loadInput(file string, n int64, seed uint64) (wordcount.Input, error) {
+	switch {
+	case (file == "") == (n == 0):
+		return wordcount.Input{}, kvjob.Usage("give either --in FILE or --generate LINES")
+	case n < 0:
+		return wordcount.Input{}, kvjob.Usage("--generate %d: want a positive number of lines", n)
+	case n > 0:
+		return wordcount.Input{Lines: n, Line: func(i int64) []byte { return wordcount.Generate(seed, i) }}, nil
+	}
+	text, err := os.ReadFile(file)
+	if err != nil {
+		return wordcount.Input{}, kvjob.Usage("--in: %v", err)
+	}
+	lines := wordcount.Lines(text)
+	return wordcount.Input{Lines: int64(len(lines)), Line: func(i int64) []byte { return lines[i] }}, nil
+}
+
+func writeText(path string, in wordcount.Input) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	for i := range in.Lines {
+		f.Write(in.Line(i))
+		if _, err := f.Write([]byte{'\n'}); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}

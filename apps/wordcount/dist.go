@@ -1,0 +1,254 @@
+package wordcount
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/gaspigo/gaspigo/apps/internal/kvjob"
+	"github.com/gaspigo/gaspigo/kvshuffle"
+	"github.com/gaspigo/gaspigo/pgas"
+)
+
+// Input is the job's text: Lines lines, line i given by Line.
+type Input struct {
+	Lines int64
+	Line  func(i int64) []byte
+}
+
+// Config is one rank's settings of Run; every rank passes the same
+// (Kill aside).
+type Config struct {
+	Input     Input
+	Reducers  int    // A tasks: ranks 0..Reducers-1; 0: every rank
+	CkptLines int64  // key-count checkpoint every CkptLines lines per rank; 0: none
+	Mirrors   int    // checkpoint copies, >= 1
+	Out       string // part files' directory; "": none
+	Check     bool   // rank 0 compares with Reference
+	Shuffle   kvshuffle.Config
+	Kill      *kvjob.Kill // unit: fraction of the rank's lines
+	Stdout    io.Writer
+}
+
+// Combine sums varint counts: the Combine hook of the job's shuffle.
+func Combine(_ []byte, values [][]byte) [][]byte {
+	var sum uint64
+	for _, v := range values {
+		c, _ := binary.Uvarint(v)
+		sum += c
+	}
+	return [][]byte{binary.AppendUvarint(nil, sum)}
+}
+
+// phase region: done flag, then the Result (u64 each).
+const phaseBytes = 32
+
+type run struct {
+	c      Config
+	j      *kvjob.Job
+	phase  []byte
+	lo, hi int64 // this rank's lines
+	maxCk  int64 // last checkpoint every rank reaches
+	result Result
+	done   bool
+}
+
+// Run is one rank's part of the job (see the package doc).
+func Run(ctx context.Context, rt *pgas.Runtime, c Config) error {
+	if c.Stdout == nil {
+		c.Stdout = io.Discard
+	}
+	if err := c.Kill.Check(rt.Size()); err != nil {
+		return err
+	}
+	n := int64(rt.Size())
+	if c.Reducers < 0 || c.Reducers > int(n) {
+		return &kvjob.ExitError{Code: 2, Msg: fmt.Sprintf("--reducers %d: want 1..%d (the job's ranks), or 0 for every rank", c.Reducers, n)}
+	}
+	r := &run{c: c, phase: make([]byte, phaseBytes)}
+	rank := int64(rt.Rank())
+	r.lo, r.hi = c.Input.Lines*rank/n, c.Input.Lines*(rank+1)/n
+	if c.CkptLines > 0 {
+		r.maxCk = (c.Input.Lines/n - 1) / c.CkptLines * c.CkptLines
+	}
+	sh := c.Shuffle
+	sh.Mode = kvshuffle.ModeMapReduce
+	if c.Reducers > 0 {
+		sh.ARanks = make([]int, c.Reducers)
+		for i := range sh.ARanks {
+			sh.ARanks[i] = i
+		}
+	}
+	sh.Combine = Combine
+	if c.Out != "" {
+		if err := os.MkdirAll(c.Out, 0o700); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	j, err := kvjob.Start(ctx, rt, kvjob.Config{Name: "wordcount", Shuffle: sh, App: r.phase, StateBytes: 8 + int(sh.MemoryBudget) + int(sh.MemoryBudget)/4 + 1<<20,
+		Mirrors: c.Mirrors, Out: c.Stdout, Restored: r.restored})
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	r.j = j
+	if err := r.complete(ctx); err != nil {
+		return err
+	}
+	return j.Finalize(ctx, r.complete)
+}
+
+func (r *run) restored() error {
+	r.done = binary.LittleEndian.Uint64(r.phase) == 1
+	r.result = Result{Words: binary.LittleEndian.Uint64(r.phase[8:]), Total: binary.LittleEndian.Uint64(r.phase[16:]), Digest: binary.LittleEndian.Uint64(r.phase[24:])}
+	return nil
+}
+
+// complete runs attempts until the result is agreed and checkpointed.
+func (r *run) complete(ctx context.Context) error {
+	printed := r.done
+	for !r.done {
+		err := r.attempt(ctx)
+		if err = r.j.Recover(ctx, err); err != nil {
+			return err
+		}
+	}
+	if printed {
+		return nil
+	}
+	st := r.j.Sh.Stats()
+	fmt.Fprintf(r.c.Stdout, "wordcount: rank %d lines=%d pairs_sent=%d bytes_sent=%d pairs_received=%d spills=%d\n",
+		r.j.RT.Rank(), r.hi-r.lo, st.PairsSent, st.BytesSent, st.PairsReceived, st.Spills)
+	r.j.Printf("wordcount: ranks=%d lines=%d checkpoints=%d (%.3fs) recoveries=%d\n", r.j.RT.Size(), r.c.Input.Lines, r.j.Checkpoints, r.j.CkptTime.Seconds(), r.j.Recoveries)
+	if r.c.Check && r.j.RT.Rank() == 0 {
+		ref := Reference(r.c.Input.Lines, r.c.Input.Line)
+		if ref != r.result {
+			return fmt.Errorf("wordcount: the job's result %v differs from the reference %v", r.result, ref)
+		}
+		fmt.Fprintf(r.c.Stdout, "reference: match\n")
+	}
+	r.j.Printf("%v\n", r.result)
+	return nil
+}
+
+// attempt sends the rank's lines from the shuffle's Consumed count on,
+// then reduces its partition and agrees on the result.
+func (r *run) attempt(ctx context.Context) error {
+	sh, rank := r.j.Sh, r.j.RT.Rank()
+	next := int64(-1)
+	from := int64(sh.Consumed())
+	if r.c.CkptLines > 0 {
+		if next = (from/r.c.CkptLines + 1) * r.c.CkptLines; next > r.maxCk {
+			next = -1
+		}
+	}
+	killAt := int64(-1)
+	if r.c.Kill.Armed(r.j.RT) {
+		killAt = int64(r.c.Kill.At * float64(r.hi-r.lo))
+	}
+	one := binary.AppendUvarint(nil, 1)
+	var buf []byte
+	for i := from; i < r.hi-r.lo; i++ {
+		if i == next {
+			if err := r.j.Checkpoint(ctx, uint64(i)); err != nil {
+				return err
+			}
+			if next += r.c.CkptLines; next > r.maxCk {
+				next = -1
+			}
+		}
+		if i == killAt {
+			r.c.Kill.Fire(r.c.Stdout, rank, fmt.Sprintf("after %d of its %d lines", i, r.hi-r.lo))
+		}
+		if err := Words(r.c.Input.Line(r.lo+i), buf, func(w []byte) error { return sh.Send(ctx, w, one) }); err != nil {
+			return err
+		}
+		if err := sh.MarkConsumed(uint64(i + 1)); err != nil {
+			return err
+		}
+	}
+	if err := sh.CloseSend(ctx); err != nil {
+		return err
+	}
+	var mine Result
+	if sh.IsA() {
+		var err error
+		if mine, err = r.reduce(ctx); err != nil {
+			return err
+		}
+	}
+	all, err := pgas.Allgather(ctx, r.j.RT, nil, []uint64{mine.Words, mine.Total, mine.Digest})
+	if err != nil {
+		return err
+	}
+	var total Result
+	for i := 0; i < len(all); i += 3 {
+		total = total.Merge(Result{Words: all[i], Total: all[i+1], Digest: all[i+2]})
+	}
+	binary.LittleEndian.PutUint64(r.phase, 1)
+	binary.LittleEndian.PutUint64(r.phase[8:], total.Words)
+	binary.LittleEndian.PutUint64(r.phase[16:], total.Total)
+	binary.LittleEndian.PutUint64(r.phase[24:], total.Digest)
+	if err := r.j.Checkpoint(ctx, 0); err != nil {
+		clear(r.phase)
+		return err
+	}
+	r.done, r.result = true, total
+	return nil
+}
+
+// reduce sums the groups of this A task's partition, writing the part
+// file with --out.
+func (r *run) reduce(ctx context.Context) (Result, error) {
+	sh := r.j.Sh
+	var res Result
+	var w *bufio.Writer
+	var f *os.File
+	var tmp string
+	if r.c.Out != "" {
+		tmp = filepath.Join(r.c.Out, fmt.Sprintf("part-%05d.tmp", sh.Partition()))
+		var err error
+		if f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
+			return res, fmt.Errorf("wordcount: %w", err)
+		}
+		defer f.Close()
+		w = bufio.NewWriter(f)
+	}
+	var werr error
+	for word, vals := range sh.Groups(ctx) {
+		var n uint64
+		for v := range vals {
+			c, k := binary.Uvarint(v)
+			if k <= 0 {
+				return res, fmt.Errorf("wordcount: word %q: a count that is not a varint", word)
+			}
+			n += c
+		}
+		res.Add(word, n)
+		if w != nil && werr == nil {
+			_, werr = fmt.Fprintf(w, "%s\t%d\n", word, n)
+		}
+	}
+	if err := sh.Err(); err != nil {
+		return res, err
+	}
+	if w != nil {
+		if werr == nil {
+			werr = w.Flush()
+		}
+		if werr == nil {
+			werr = f.Close()
+		}
+		if werr == nil {
+			werr = os.Rename(tmp, filepath.Join(r.c.Out, fmt.Sprintf("part-%05d", sh.Partition())))
+		}
+		if werr != nil {
+			return res, fmt.Errorf("wordcount: write %s: %w", tmp, werr)
+		}
+	}
+	return res, nil
+}
