@@ -23,17 +23,6 @@ func TestMain(m *testing.M) {
 
 var resultRE = regexp.MustCompile(`^words=\d+ total=\d+ digest=[0-9a-f]{16}$`)
 
-// result returns rank 0's result line of a job's log, failing the test
-// unless there is exactly one.
-func result(t *testing.T, code int, log string) string {
-	t.Helper()
-	lines := apptest.Lines(log, resultRE)
-	if code != 0 || len(lines) != 1 {
-		t.Fatalf("exit %d, result lines %q, want exit 0 and one\n%s", code, lines, log)
-	}
-	return lines[0]
-}
-
 // The job's answer equals the one-process reference, without and with a
 // SIGKILL of a rank (a reducer, half-way through its lines), on
 // generated text and on a file.
@@ -47,24 +36,16 @@ func TestWordCountKill(t *testing.T) {
 	f, _ := os.OpenFile(text, os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString("Ünïcode WORDS, Ünicode-words 日本語")
 	f.Close()
-	code, out := bins.Run(t, "ref", "--in", text)
-	want := apptest.Last(out)
-	if code != 0 || !resultRE.MatchString(want) {
-		t.Fatalf("ref: exit %d: %s", code, out)
-	}
+	want := bins.Reference(t, resultRE, "ref", "--in", text)
 	args := []string{"run", "--in", text, "--ckpt-lines", "400", "--reducers", "2", "--out", filepath.Join(dir, "out")}
-	if code, log := bins.Job(t, 3, 0, args...); result(t, code, log) != want {
-		t.Fatalf("failure-free job: %q, reference %q", result(t, code, log), want)
+	if code, log := bins.Job(t, 3, 0, args...); apptest.Result(t, code, log, resultRE) != want {
+		t.Fatalf("failure-free job: %q, reference %q", apptest.Result(t, code, log, resultRE), want)
 	}
 	code, log := bins.Job(t, 3, 1, append(args, "--inject", "kill:rank=1,at=0.5", "--check")...)
-	if got := result(t, code, log); got != want {
+	if got := apptest.Result(t, code, log, resultRE); got != want {
 		t.Fatalf("job with a kill: %q, reference %q\n%s", got, want, log)
 	}
-	for _, s := range []string{"[r1] inject: SIGKILL rank 1", "restored checkpoint", "[r0] reference: match"} {
-		if !strings.Contains(log, s) {
-			t.Fatalf("the log lacks %q\n%s", s, log)
-		}
-	}
+	apptest.Contains(t, log, "[r1] inject: SIGKILL rank 1", "restored checkpoint", "[r0] reference: match")
 	// The part files hold every word once, with the counts summing up.
 	var total int
 	for _, p := range []string{"part-00000", "part-00001"} {
@@ -81,19 +62,9 @@ func TestWordCountKill(t *testing.T) {
 
 // Bad flags are refused with exit status 2 and a message naming the flag.
 func TestWordCountUsage(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"run"}, "--in FILE or --generate"},
-		{[]string{"run", "--generate", "10", "--inject", "kill:rank=1,at=2"}, "fraction"},
-		{[]string{"run", "--generate", "10", "--inject", "kill:rank=1"}, "give rank=R and at=N"},
-		{[]string{"run", "--in", "/nonexistent/x"}, "--in"},
-		{[]string{"frob"}, "unknown command"},
-	} {
-		code, out := bins.Run(t, c.args...)
-		if code != 2 || !strings.Contains(out, c.want) {
-			t.Errorf("%v: exit %d, %q; want exit 2 and %q", c.args, code, out, c.want)
-		}
-	}
+	bins.Usage(t, "--in FILE or --generate", "run")
+	bins.Usage(t, "fraction", "run", "--generate", "10", "--inject", "kill:rank=1,at=2")
+	bins.Usage(t, "give rank=R and at=N", "run", "--generate", "10", "--inject", "kill:rank=1")
+	bins.Usage(t, "--in", "run", "--in", "/nonexistent/x")
+	bins.Usage(t, "unknown command", "frob")
 }

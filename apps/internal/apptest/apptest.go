@@ -115,3 +115,45 @@ func Last(out string) string {
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	return lines[len(lines)-1]
 }
+
+// Result returns rank 0's one line matching re in a job's log, failing
+// the test unless the job exited 0 with exactly one such line.
+func Result(t *testing.T, code int, log string, re *regexp.Regexp) string {
+	t.Helper()
+	lines := Lines(log, re)
+	if code != 0 || len(lines) != 1 {
+		t.Fatalf("exit %d, result lines %q, want exit 0 and one\n%s", code, lines, log)
+	}
+	return lines[0]
+}
+
+// Reference runs the program alone with args and returns its last line,
+// which must match re.
+func (b *Bins) Reference(t *testing.T, re *regexp.Regexp, args ...string) string {
+	t.Helper()
+	code, out := b.Run(t, args...)
+	if code != 0 || !re.MatchString(Last(out)) {
+		t.Fatalf("%v: exit %d: %s", args, code, out)
+	}
+	return Last(out)
+}
+
+// Contains fails the test unless log contains every string of want.
+func Contains(t *testing.T, log string, want ...string) {
+	t.Helper()
+	for _, s := range want {
+		if !strings.Contains(log, s) {
+			t.Fatalf("the log lacks %q\n%s", s, log)
+		}
+	}
+}
+
+// Usage checks that the program run with args exits 2 with a message
+// containing want.
+func (b *Bins) Usage(t *testing.T, want string, args ...string) {
+	t.Helper()
+	code, out := b.Run(t, args...)
+	if code != 2 || !strings.Contains(out, want) {
+		t.Errorf("%v: exit %d, %q; want exit 2 and %q", args, code, out, want)
+	}
+}

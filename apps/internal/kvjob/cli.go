@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -134,4 +135,37 @@ func (k *Kill) Fire(out io.Writer, rank int, progress string) {
 	fmt.Fprintf(out, "inject: SIGKILL rank %d (pid %d) %s\n", rank, os.Getpid(), progress)
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal is on its way
+}
+
+// Command picks the command of args among names: it returns the command,
+// or a nil command with nil for help (usage printed on stdout) or an
+// *ExitError (status 2) for a missing or unknown one.
+func Command(args []string, usage string, names []string, stdout, stderr io.Writer) (string, error) {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return "", &ExitError{Code: 2}
+	}
+	switch {
+	case slices.Contains(names, args[0]):
+		return args[0], nil
+	case slices.Contains([]string{"-h", "-help", "--help", "help"}, args[0]):
+		fmt.Fprint(stdout, usage)
+		return "", nil
+	}
+	return "", Usage("unknown command %q\n\n%s", args[0], usage)
+}
+
+// Parse parses fs over args, which must hold flags only. A bad flag is
+// an *ExitError (status 2; the flag package printed why).
+func Parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &ExitError{Code: 2}
+	}
+	if fs.NArg() > 0 {
+		return Usage("unexpected argument %q: flags only", fs.Arg(0))
+	}
+	return nil
 }

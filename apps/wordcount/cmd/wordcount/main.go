@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,19 +32,10 @@ commands:
 func main() { kvjob.Main("wordcount", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return &kvjob.ExitError{Code: 2}
+	cmd, err := kvjob.Command(args, usage, []string{"run", "ref", "gen"}, stdout, stderr)
+	if cmd == "" {
+		return err
 	}
-	switch args[0] {
-	case "run", "ref", "gen":
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	default:
-		return kvjob.Usage("unknown command %q\n\n%s", args[0], usage)
-	}
-	cmd := args[0]
 	fs := flag.NewFlagSet("wordcount "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	in := fs.String("in", "", "input text `FILE` (lines split at newlines)")
@@ -66,14 +56,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.StringVar(&spill, "spill", "", "spill `DIR` (default: the system temporary directory)")
 		fs.StringVar(&inject, "inject", "", "kill:rank=R,at=F sends SIGKILL to rank R after it sent the fraction F of its lines")
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &kvjob.ExitError{Code: 2}
-	}
-	if fs.NArg() > 0 {
-		return kvjob.Usage("unexpected argument %q: flags only", fs.Arg(0))
+	if err := kvjob.Parse(fs, args[1:]); err != nil {
+		return err
 	}
 	input, err := loadInput(*in, *gen, *seed)
 	if err != nil {
