@@ -35,7 +35,11 @@
 // design without changing the wire protocol: a round is a shuffle whose
 // streams end with CloseSend; the next round resets the streams (as
 // RollBack does, raising the frame generation) and may swap ORanks and
-// ARanks, so data flows back.
+// ARanks, so data flows back. Streaming mode is a Stream over a Shuffle
+// (stream.go): an unbounded Source per O task, one round per window (by
+// record count or event time), a result per window, and key-count
+// checkpoints inside windows that make each window's counts exactly-once
+// across a recovery.
 //
 // Hooks: Partition (default HashPartition, FNV-1a modulo; RangePartitioner
 // with splitters from SampleSplitters gives globally sorted output, as
