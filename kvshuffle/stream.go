@@ -113,7 +113,7 @@ func (s *Stream) Position() uint64 { return s.pos }
 type Save func(ctx context.Context, state []byte) error
 
 // Reduce receives window w's groups on an A task (see Shuffle.Groups).
-type Reduce func(w uint64, groups iter.Seq2[[]byte, iter.Seq[[]byte]]) error
+type Reduce func(ctx context.Context, w uint64, groups iter.Seq2[[]byte, iter.Seq[[]byte]]) error
 
 // Next processes the rest of the current window: sends its records,
 // takes its checkpoints through save (releasing each once save returned),
@@ -180,7 +180,7 @@ func (s *Stream) Next(ctx context.Context, save Save, reduce Reduce) error {
 		}
 	}
 	if sh.a != nil {
-		if err := reduce(s.w, sh.Groups(ctx)); err != nil {
+		if err := reduce(ctx, s.w, sh.Groups(ctx)); err != nil {
 			return err
 		}
 		if err := sh.Err(); err != nil {

@@ -80,7 +80,7 @@ func runStream(t *testing.T, cfg Windows, windows int, fail [][2]uint64) ([]map[
 			saved = append(saved[:0], b...)
 			return nil
 		}
-		reduce := func(w uint64, groups iter.Seq2[[]byte, iter.Seq[[]byte]]) error {
+		reduce := func(_ context.Context, w uint64, groups iter.Seq2[[]byte, iter.Seq[[]byte]]) error {
 			m := map[string]uint64{}
 			for k, vals := range groups {
 				for v := range vals {

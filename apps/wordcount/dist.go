@@ -34,16 +34,6 @@ type Config struct {
 	Stdout    io.Writer
 }
 
-// Combine sums varint counts: the Combine hook of the job's shuffle.
-func Combine(_ []byte, values [][]byte) [][]byte {
-	var sum uint64
-	for _, v := range values {
-		c, _ := binary.Uvarint(v)
-		sum += c
-	}
-	return [][]byte{binary.AppendUvarint(nil, sum)}
-}
-
 // phase region: done flag, then the Result (u64 each).
 const phaseBytes = 32
 
@@ -83,7 +73,7 @@ func Run(ctx context.Context, rt *pgas.Runtime, c Config) error {
 			sh.ARanks[i] = i
 		}
 	}
-	sh.Combine = Combine
+	sh.Combine = kvjob.SumCombine
 	if c.Out != "" {
 		if err := os.MkdirAll(c.Out, 0o700); err != nil {
 			return fmt.Errorf("--out: %w", err)
@@ -220,13 +210,9 @@ func (r *run) reduce(ctx context.Context) (Result, error) {
 	}
 	var werr error
 	for word, vals := range sh.Groups(ctx) {
-		var n uint64
-		for v := range vals {
-			c, k := binary.Uvarint(v)
-			if k <= 0 {
-				return res, fmt.Errorf("wordcount: word %q: a count that is not a varint", word)
-			}
-			n += c
+		n, ok := kvjob.SumCounts(vals)
+		if !ok {
+			return res, fmt.Errorf("wordcount: word %q: a count that is not a varint", word)
 		}
 		res.Add(word, n)
 		if w != nil && werr == nil {

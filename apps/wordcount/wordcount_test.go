@@ -1,7 +1,6 @@
 package wordcount
 
 import (
-	"encoding/binary"
 	"slices"
 	"testing"
 )
@@ -39,14 +38,6 @@ func TestLines(t *testing.T) {
 		if got := len(Lines([]byte(c.text))); got != c.want {
 			t.Errorf("Lines(%q) has %d lines, want %d", c.text, got, c.want)
 		}
-	}
-}
-
-func TestCombine(t *testing.T) {
-	v := func(n uint64) []byte { return binary.AppendUvarint(nil, n) }
-	got := Combine([]byte("k"), [][]byte{v(1), v(300), v(2)})
-	if n, _ := binary.Uvarint(got[0]); len(got) != 1 || n != 303 {
-		t.Fatalf("Combine = %v, want one value 303", got)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/gaspigo/gaspigo/job"
+	"github.com/gaspigo/gaspigo/kvshuffle"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/spares"
 )
@@ -168,4 +169,24 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		return Usage("unexpected argument %q: flags only", fs.Arg(0))
 	}
 	return nil
+}
+
+// ShuffleConfig is kvshuffle.DefaultConfig with frames of slot bytes (0:
+// the default), a --memory budget of mem bytes (runs of a quarter of
+// it), and spill directory spill ("" keeps the default). A budget the
+// shuffle refuses is a usage error.
+func ShuffleConfig(mem int64, slot int, spill string) (kvshuffle.Config, error) {
+	c := kvshuffle.DefaultConfig()
+	if slot > 0 {
+		c.SlotSize = slot
+	}
+	c.MemoryBudget = mem
+	c.RunSize = max(min(c.RunSize, mem/4), int64(c.SlotSize))
+	if spill != "" {
+		c.SpillDir = spill
+	}
+	if err := c.Validate(); err != nil {
+		return c, Usage("--memory %d: %v", mem, err)
+	}
+	return c, nil
 }

@@ -95,12 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if c.Mirrors < 1 {
 		return kvjob.Usage("--mirrors %d: want at least 1", c.Mirrors)
 	}
-	c.Shuffle = kvshuffle.DefaultConfig()
-	c.Shuffle.SlotSize = 32 << 10
-	c.Shuffle.MemoryBudget = mem
-	c.Shuffle.RunSize = max(min(c.Shuffle.RunSize, mem/4), int64(c.Shuffle.SlotSize))
-	if err := c.Shuffle.Validate(); err != nil {
-		return kvjob.Usage("--memory %d: %v", mem, err)
+	if c.Shuffle, err = kvjob.ShuffleConfig(mem, 32<<10, ""); err != nil {
+		return err
 	}
 	c.Graph, c.Stdout = g, stdout
 	rt, err := kvjob.Init(ctx)

@@ -81,14 +81,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if c.Mirrors < 1 || c.CkptLines < 0 || c.Reducers < 0 {
 		return kvjob.Usage("--mirrors wants at least 1, --ckpt-lines and --reducers at least 0")
 	}
-	c.Shuffle = def
-	c.Shuffle.MemoryBudget = mem
-	c.Shuffle.RunSize = max(min(def.RunSize, mem/4), int64(def.SlotSize))
-	if spill != "" {
-		c.Shuffle.SpillDir = spill
-	}
-	if err := c.Shuffle.Validate(); err != nil {
-		return kvjob.Usage("--memory %d: %v", mem, err)
+	if c.Shuffle, err = kvjob.ShuffleConfig(mem, 0, spill); err != nil {
+		return err
 	}
 	c.Input, c.Out, c.Stdout = input, *out, stdout
 	rt, err := kvjob.Init(ctx)
