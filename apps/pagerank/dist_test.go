@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gaspigo/gaspigo/apps/internal/apptest"
+	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
-var bins = apptest.Bins{Pkg: "./apps/pagerank/cmd/pagerank"}
+var bins = proctest.Program{Pkg: "./apps/pagerank/cmd/pagerank"}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -30,10 +30,10 @@ func TestPageRankKill(t *testing.T) {
 	graph := []string{"--vertices", "6000", "--degree", "6", "--seed", "9", "--iterations", "9"}
 	want := bins.Reference(t, resultRE, append([]string{"ref"}, graph...)...)
 	code, log := bins.Job(t, 3, 1, append(append([]string{"run"}, graph...), "--ckpt-every", "3", "--inject", "kill:rank=1,iter=5", "--check")...)
-	if got := apptest.Result(t, code, log, resultRE); got != want {
+	if got := proctest.JobResult(t, code, log, resultRE); got != want {
 		t.Fatalf("job with a kill: %q, reference %q", got, want)
 	}
-	apptest.Contains(t, log, "[r1] inject: SIGKILL rank 1", "restored checkpoint", "[r0] reference: match")
+	proctest.LogContains(t, log, "[r1] inject: SIGKILL rank 1", "restored checkpoint", "[r0] reference: match")
 }
 
 // A graph read from a file, with vertices without edges, failure-free.
@@ -48,8 +48,8 @@ func TestPageRankEdgeFile(t *testing.T) {
 	}
 	os.WriteFile(path, []byte(b.String()), 0o600)
 	want := bins.Reference(t, resultRE, "ref", "--edges", path, "--iterations", "6")
-	if code, log := bins.Job(t, 3, 0, "run", "--edges", path, "--iterations", "6"); apptest.Result(t, code, log, resultRE) != want {
-		t.Fatalf("job: %q, reference %q", apptest.Result(t, code, log, resultRE), want)
+	if code, log := bins.Job(t, 3, 0, "run", "--edges", path, "--iterations", "6"); proctest.JobResult(t, code, log, resultRE) != want {
+		t.Fatalf("job: %q, reference %q", proctest.JobResult(t, code, log, resultRE), want)
 	}
 }
 

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gaspigo/gaspigo/apps/internal/apptest"
+	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
-var bins = apptest.Bins{Pkg: "./apps/topk/cmd/topk"}
+var bins = proctest.Program{Pkg: "./apps/topk/cmd/topk"}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -32,7 +32,7 @@ func streamJob(t *testing.T, args ...string) []string {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, log)
 	}
-	lines := apptest.Lines(log, windowRE)
+	lines := proctest.RankZeroLines(log, windowRE)
 	var files []string
 	entries, _ := os.ReadDir(out)
 	for _, e := range entries {
@@ -46,7 +46,7 @@ func streamJob(t *testing.T, args ...string) []string {
 		t.Fatalf("rank 0 printed %q, the report files hold %q\n%s", lines, files, log)
 	}
 	if slices.Contains(args, "--inject") {
-		apptest.Contains(t, log, "inject: SIGKILL rank", "restored checkpoint")
+		proctest.LogContains(t, log, "inject: SIGKILL rank", "restored checkpoint")
 	}
 	return lines
 }

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gaspigo/gaspigo/apps/internal/apptest"
+	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
-var bins = apptest.Bins{Pkg: "./apps/wordcount/cmd/wordcount"}
+var bins = proctest.Program{Pkg: "./apps/wordcount/cmd/wordcount"}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -38,14 +38,14 @@ func TestWordCountKill(t *testing.T) {
 	f.Close()
 	want := bins.Reference(t, resultRE, "ref", "--in", text)
 	args := []string{"run", "--in", text, "--ckpt-lines", "400", "--reducers", "2", "--out", filepath.Join(dir, "out")}
-	if code, log := bins.Job(t, 3, 0, args...); apptest.Result(t, code, log, resultRE) != want {
-		t.Fatalf("failure-free job: %q, reference %q", apptest.Result(t, code, log, resultRE), want)
+	if code, log := bins.Job(t, 3, 0, args...); proctest.JobResult(t, code, log, resultRE) != want {
+		t.Fatalf("failure-free job: %q, reference %q", proctest.JobResult(t, code, log, resultRE), want)
 	}
 	code, log := bins.Job(t, 3, 1, append(args, "--inject", "kill:rank=1,at=0.5", "--check")...)
-	if got := apptest.Result(t, code, log, resultRE); got != want {
+	if got := proctest.JobResult(t, code, log, resultRE); got != want {
 		t.Fatalf("job with a kill: %q, reference %q\n%s", got, want, log)
 	}
-	apptest.Contains(t, log, "[r1] inject: SIGKILL rank 1", "restored checkpoint", "[r0] reference: match")
+	proctest.LogContains(t, log, "[r1] inject: SIGKILL rank 1", "restored checkpoint", "[r0] reference: match")
 	// The part files hold every word once, with the counts summing up.
 	var total int
 	for _, p := range []string{"part-00000", "part-00001"} {

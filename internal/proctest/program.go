@@ -1,7 +1,9 @@
-// Package apptest runs the key-value programs as real jobs in tests:
-// gaspirun and the program are built once per test binary, and Job runs
-// them with ranks and spares and returns the exit status and output.
-package apptest
+package proctest
+
+// Program runs an application (the key-value programs) as real jobs in
+// tests: gaspirun and the program are built once per test binary, and
+// Job runs them with ranks and spares and returns the exit status and
+// output.
 
 import (
 	"bytes"
@@ -16,16 +18,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
 // JobTimeout bounds one job (gaspirun --timeout): generous for a busy
 // 2-core host, where these jobs take a second or two.
 const JobTimeout = 90 * time.Second
 
-// Bins builds gaspirun and one program.
-type Bins struct {
+// Program builds gaspirun and one program.
+type Program struct {
 	Pkg string // the program's package, module-relative ("./apps/wordcount/cmd/wordcount")
 
 	once sync.Once
@@ -36,13 +36,13 @@ type Bins struct {
 
 // Build returns the paths of gaspirun and the program, building them on
 // the first call; it skips the test without Linux or under -short.
-func (b *Bins) Build(t *testing.T) (gaspirun, prog string) {
+func (b *Program) Build(t *testing.T) (gaspirun, prog string) {
 	t.Helper()
 	if runtime.GOOS != "linux" || testing.Short() {
 		t.Skip("real-process tests need Linux and no -short")
 	}
 	b.once.Do(func() {
-		b.dir, b.done, b.err = proctest.Build("kvapps", false, "./cmd/gaspirun", b.Pkg)
+		b.dir, b.done, b.err = Build("kvapps", false, "./cmd/gaspirun", b.Pkg)
 	})
 	if b.err != nil {
 		t.Fatal(b.err)
@@ -51,7 +51,7 @@ func (b *Bins) Build(t *testing.T) (gaspirun, prog string) {
 }
 
 // Cleanup removes the binaries (call from TestMain after m.Run).
-func (b *Bins) Cleanup() {
+func (b *Program) Cleanup() {
 	if b.done != nil {
 		b.done()
 	}
@@ -59,7 +59,7 @@ func (b *Bins) Cleanup() {
 
 // Job runs gaspirun -n ranks --spares spares -- PROG args... and returns
 // its exit status and combined output.
-func (b *Bins) Job(t *testing.T, ranks, spares int, args ...string) (int, string) {
+func (b *Program) Job(t *testing.T, ranks, spares int, args ...string) (int, string) {
 	t.Helper()
 	gaspirun, prog := b.Build(t)
 	full := []string{"-n", fmt.Sprint(ranks), "--spares", fmt.Sprint(spares), "--timeout", JobTimeout.String(), "--grace", "1s", "--", prog}
@@ -77,13 +77,13 @@ func (b *Bins) Job(t *testing.T, ranks, spares int, args ...string) (int, string
 	if err != nil && code == 0 {
 		code = -1
 	}
-	t.Logf("gaspirun %s: exit %d in %v (load %s)", strings.Join(full, " "), code, time.Since(begin).Round(time.Millisecond), proctest.LoadAvg())
+	t.Logf("gaspirun %s: exit %d in %v (load %s)", strings.Join(full, " "), code, time.Since(begin).Round(time.Millisecond), LoadAvg())
 	return code, buf.String()
 }
 
 // Run runs the program alone (no gaspirun) and returns its exit status
 // and combined output.
-func (b *Bins) Run(t *testing.T, args ...string) (int, string) {
+func (b *Program) Run(t *testing.T, args ...string) (int, string) {
 	t.Helper()
 	_, prog := b.Build(t)
 	ctx, cancel := context.WithTimeout(context.Background(), JobTimeout)
@@ -98,9 +98,9 @@ func (b *Bins) Run(t *testing.T, args ...string) (int, string) {
 	return code, string(out)
 }
 
-// Lines returns the lines of log that rank 0 printed (without "[r0] ")
+// RankZeroLines returns the lines of log that rank 0 printed (without "[r0] ")
 // and that match re.
-func Lines(log string, re *regexp.Regexp) []string {
+func RankZeroLines(log string, re *regexp.Regexp) []string {
 	var out []string
 	for _, l := range strings.Split(log, "\n") {
 		if s, ok := strings.CutPrefix(l, "[r0] "); ok && re.MatchString(s) {
@@ -110,17 +110,17 @@ func Lines(log string, re *regexp.Regexp) []string {
 	return out
 }
 
-// Last returns the last line of out.
-func Last(out string) string {
+// LastLine returns the last line of out.
+func LastLine(out string) string {
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	return lines[len(lines)-1]
 }
 
-// Result returns rank 0's one line matching re in a job's log, failing
+// JobResult returns rank 0's one line matching re in a job's log, failing
 // the test unless the job exited 0 with exactly one such line.
-func Result(t *testing.T, code int, log string, re *regexp.Regexp) string {
+func JobResult(t *testing.T, code int, log string, re *regexp.Regexp) string {
 	t.Helper()
-	lines := Lines(log, re)
+	lines := RankZeroLines(log, re)
 	if code != 0 || len(lines) != 1 {
 		t.Fatalf("exit %d, result lines %q, want exit 0 and one\n%s", code, lines, log)
 	}
@@ -129,17 +129,17 @@ func Result(t *testing.T, code int, log string, re *regexp.Regexp) string {
 
 // Reference runs the program alone with args and returns its last line,
 // which must match re.
-func (b *Bins) Reference(t *testing.T, re *regexp.Regexp, args ...string) string {
+func (b *Program) Reference(t *testing.T, re *regexp.Regexp, args ...string) string {
 	t.Helper()
 	code, out := b.Run(t, args...)
-	if code != 0 || !re.MatchString(Last(out)) {
+	if code != 0 || !re.MatchString(LastLine(out)) {
 		t.Fatalf("%v: exit %d: %s", args, code, out)
 	}
-	return Last(out)
+	return LastLine(out)
 }
 
-// Contains fails the test unless log contains every string of want.
-func Contains(t *testing.T, log string, want ...string) {
+// LogContains fails the test unless log contains every string of want.
+func LogContains(t *testing.T, log string, want ...string) {
 	t.Helper()
 	for _, s := range want {
 		if !strings.Contains(log, s) {
@@ -150,7 +150,7 @@ func Contains(t *testing.T, log string, want ...string) {
 
 // Usage checks that the program run with args exits 2 with a message
 // containing want.
-func (b *Bins) Usage(t *testing.T, want string, args ...string) {
+func (b *Program) Usage(t *testing.T, want string, args ...string) {
 	t.Helper()
 	code, out := b.Run(t, args...)
 	if code != 2 || !strings.Contains(out, want) {
