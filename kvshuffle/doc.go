@@ -41,6 +41,12 @@
 // checkpoints inside windows that make each window's counts exactly-once
 // across a recovery.
 //
+// Key routing (route.go, after HPMR): BuildRoute gathers every rank's
+// Digest of (key, count, bytes) and returns one RouteTable, the same on
+// every rank, that routes each key (or hash bucket) to the partition
+// already holding most of its bytes under a balance bound; set Partition
+// to its Partition and checkpoint its Encode with the job.
+//
 // Hooks: Partition (default HashPartition, FNV-1a modulo; RangePartitioner
 // with splitters from SampleSplitters gives globally sorted output, as
 // TeraSort needs), Compare (default bytewise, with an 8-byte key-prefix
