@@ -31,11 +31,27 @@ type Config struct {
 	Check     bool   // rank 0 compares with Reference
 	Shuffle   kvshuffle.Config
 	Kill      *kvjob.Kill // unit: fraction of the rank's lines
+	// Route routes words by a kvshuffle RouteTable built from every
+	// rank's digest of its words (RouteConfig), checkpointed with the job.
+	Route bool
 	Stdout    io.Writer
 }
 
-// phase region: done flag, then the Result (u64 each).
+// phase region: done flag, then the Result (u64 each); then the route
+// table's length and bytes.
 const phaseBytes = 32
+
+// RouteConfig is the routing of --route: 1024 buckets and each rank's
+// 128 most frequent words of at most 32 bytes one by one.
+func RouteConfig() kvshuffle.RouteConfig {
+	return kvshuffle.RouteConfig{Buckets: 1024, HeavyKeys: 128, MaxKey: 32, Slack: 0.1}
+}
+
+// tableBound bounds an encoded table of RouteConfig for n ranks.
+func tableBound(n int) int {
+	c := RouteConfig()
+	return 64 + 4*c.Buckets + n*c.HeavyKeys*(6+c.MaxKey)
+}
 
 type run struct {
 	c      Config
@@ -45,6 +61,9 @@ type run struct {
 	maxCk  int64 // last checkpoint every rank reaches
 	result Result
 	done   bool
+	aRanks []int                 // nil: every rank
+	table  *kvshuffle.RouteTable // with Route, once built or restored
+	moved  uint64                // bytes of pairs sent to another rank's partition
 }
 
 // Run is one rank's part of the job (see the package doc).
@@ -59,7 +78,11 @@ func Run(ctx context.Context, rt *pgas.Runtime, c Config) error {
 	if c.Reducers < 0 || c.Reducers > int(n) {
 		return &kvjob.ExitError{Code: 2, Msg: fmt.Sprintf("--reducers %d: want 1..%d (the job's ranks), or 0 for every rank", c.Reducers, n)}
 	}
-	r := &run{c: c, phase: make([]byte, phaseBytes)}
+	size := phaseBytes
+	if c.Route {
+		size += 8 + tableBound(int(n))
+	}
+	r := &run{c: c, phase: make([]byte, size)}
 	rank := int64(rt.Rank())
 	r.lo, r.hi = c.Input.Lines*rank/n, c.Input.Lines*(rank+1)/n
 	if c.CkptLines > 0 {
@@ -73,7 +96,9 @@ func Run(ctx context.Context, rt *pgas.Runtime, c Config) error {
 			sh.ARanks[i] = i
 		}
 	}
+	r.aRanks = sh.ARanks
 	sh.Combine = kvjob.SumCombine
+	sh.Partition = r.partition
 	if c.Out != "" {
 		if err := os.MkdirAll(c.Out, 0o700); err != nil {
 			return fmt.Errorf("--out: %w", err)
@@ -92,7 +117,57 @@ func Run(ctx context.Context, rt *pgas.Runtime, c Config) error {
 	return j.Finalize(ctx, r.complete)
 }
 
+// partition routes by the table with Route, else by hash.
+func (r *run) partition(key []byte, parts int) int {
+	if r.table != nil {
+		return r.table.Partition(key, parts)
+	}
+	return kvshuffle.HashPartition(key, parts)
+}
+
+// route builds the routing table from every rank's digest of its words
+// and checkpoints it before anything is sent.
+func (r *run) route(ctx context.Context) error {
+	d := kvshuffle.NewDigest()
+	var buf []byte
+	for i := r.lo; i < r.hi; i++ {
+		Words(r.c.Input.Line(i), buf, func(w []byte) error {
+			d.Add(w, len(w)+1)
+			return nil
+		})
+	}
+	t, err := kvshuffle.BuildRoute(ctx, r.j.RT, d, r.aRanks, RouteConfig())
+	if err != nil {
+		return err
+	}
+	b := t.Encode()
+	if len(b) > len(r.phase)-phaseBytes-8 {
+		return fmt.Errorf("wordcount: a route table of %d bytes exceeds its region (%d bytes)", len(b), len(r.phase)-phaseBytes-8)
+	}
+	binary.LittleEndian.PutUint64(r.phase[phaseBytes:], uint64(len(b)))
+	copy(r.phase[phaseBytes+8:], b)
+	if err := r.j.Checkpoint(ctx, 0); err != nil {
+		return err
+	}
+	r.table = t
+	r.j.Printf("route: %d words routed one by one; by the digests %d bytes move, %d stay\n", t.Heavy(), t.Moved, t.Kept)
+	return nil
+}
+
 func (r *run) restored() error {
+	r.table = nil
+	if r.c.Route {
+		if l := binary.LittleEndian.Uint64(r.phase[phaseBytes:]); l > 0 {
+			if l > uint64(len(r.phase)-phaseBytes-8) {
+				return fmt.Errorf("wordcount: restored route table length %d exceeds its region", l)
+			}
+			t, err := kvshuffle.DecodeRouteTable(r.phase[phaseBytes+8 : phaseBytes+8+l])
+			if err != nil {
+				return err
+			}
+			r.table = t
+		}
+	}
 	r.done = binary.LittleEndian.Uint64(r.phase) == 1
 	r.result = Result{Words: binary.LittleEndian.Uint64(r.phase[8:]), Total: binary.LittleEndian.Uint64(r.phase[16:]), Digest: binary.LittleEndian.Uint64(r.phase[24:])}
 	return nil
@@ -111,8 +186,8 @@ func (r *run) complete(ctx context.Context) error {
 		return nil
 	}
 	st := r.j.Sh.Stats()
-	fmt.Fprintf(r.c.Stdout, "wordcount: rank %d lines=%d pairs_sent=%d bytes_sent=%d pairs_received=%d spills=%d\n",
-		r.j.RT.Rank(), r.hi-r.lo, st.PairsSent, st.BytesSent, st.PairsReceived, st.Spills)
+	fmt.Fprintf(r.c.Stdout, "wordcount: rank %d lines=%d pairs_sent=%d bytes_sent=%d bytes_moved=%d pairs_received=%d spills=%d\n",
+		r.j.RT.Rank(), r.hi-r.lo, st.PairsSent, st.BytesSent, r.moved, st.PairsReceived, st.Spills)
 	r.j.Printf("wordcount: ranks=%d lines=%d checkpoints=%d (%.3fs) recoveries=%d\n", r.j.RT.Size(), r.c.Input.Lines, r.j.Checkpoints, r.j.CkptTime.Seconds(), r.j.Recoveries)
 	if r.c.Check && r.j.RT.Rank() == 0 {
 		ref := Reference(r.c.Input.Lines, r.c.Input.Line)
@@ -125,10 +200,23 @@ func (r *run) complete(ctx context.Context) error {
 	return nil
 }
 
+// aRank is the rank of partition p.
+func (r *run) aRank(p int) int {
+	if r.aRanks == nil {
+		return p
+	}
+	return r.aRanks[p]
+}
+
 // attempt sends the rank's lines from the shuffle's Consumed count on,
 // then reduces its partition and agrees on the result.
 func (r *run) attempt(ctx context.Context) error {
 	sh, rank := r.j.Sh, r.j.RT.Rank()
+	if r.c.Route && r.table == nil {
+		if err := r.route(ctx); err != nil {
+			return err
+		}
+	}
 	next := int64(-1)
 	from := int64(sh.Consumed())
 	if r.c.CkptLines > 0 {
@@ -154,7 +242,12 @@ func (r *run) attempt(ctx context.Context) error {
 		if i == killAt {
 			r.c.Kill.Fire(r.c.Stdout, rank, fmt.Sprintf("after %d of its %d lines", i, r.hi-r.lo))
 		}
-		if err := Words(r.c.Input.Line(r.lo+i), buf, func(w []byte) error { return sh.Send(ctx, w, one) }); err != nil {
+		if err := Words(r.c.Input.Line(r.lo+i), buf, func(w []byte) error {
+			if p := r.partition(w, sh.Parts()); r.aRank(p) != rank {
+				r.moved += uint64(len(w) + len(one))
+			}
+			return sh.Send(ctx, w, one)
+		}); err != nil {
 			return err
 		}
 		if err := sh.MarkConsumed(uint64(i + 1)); err != nil {
@@ -184,7 +277,7 @@ func (r *run) attempt(ctx context.Context) error {
 	binary.LittleEndian.PutUint64(r.phase[16:], total.Total)
 	binary.LittleEndian.PutUint64(r.phase[24:], total.Digest)
 	if err := r.j.Checkpoint(ctx, 0); err != nil {
-		clear(r.phase)
+		clear(r.phase[:phaseBytes])
 		return err
 	}
 	r.done, r.result = true, total

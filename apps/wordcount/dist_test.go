@@ -46,6 +46,13 @@ func TestWordCountKill(t *testing.T) {
 		t.Fatalf("job with a kill: %q, reference %q\n%s", got, want, log)
 	}
 	proctest.LogContains(t, log, "[r1] inject: SIGKILL rank 1", "restored checkpoint", "[r0] reference: match")
+	// Key routing: the table is checkpointed before anything is sent, so
+	// the recovered ranks route alike.
+	code, log = bins.Job(t, 3, 1, append(args, "--route", "--inject", "kill:rank=2,at=0.6", "--check")...)
+	if got := proctest.JobResult(t, code, log, resultRE); got != want {
+		t.Fatalf("routed job with a kill: %q, reference %q\n%s", got, want, log)
+	}
+	proctest.LogContains(t, log, "[r0] route: ", "[r2] inject: SIGKILL rank 2", "[r0] reference: match")
 	// The part files hold every word once, with the counts summing up.
 	var total int
 	for _, p := range []string{"part-00000", "part-00001"} {

@@ -3,7 +3,7 @@
 // checkpoints. Its command is cmd/wordcount:
 //
 //	gaspirun -n 4 --spares 1 -- wordcount run --in FILE | --generate LINES \
-//	    [--reducers R] [--ckpt-lines C] [--out DIR] [--check] [--inject kill:rank=R,at=F]
+//	    [--reducers R] [--route] [--ckpt-lines C] [--out DIR] [--check] [--inject kill:rank=R,at=F]
 //	wordcount ref --in FILE | --generate LINES      (one process, the reference)
 //	wordcount gen --generate LINES --out FILE       (write the generated text)
 //
@@ -27,6 +27,14 @@
 // of "word\tcount": it does not depend on how words were partitioned, so
 // `wordcount ref` prints the same line for the same input. --check makes
 // rank 0 compute the reference itself and fail (exit 1) on a difference.
+//
+// With --route (kvshuffle key routing, after HPMR), every rank first
+// digests its words (count and bytes of each), BuildRoute agrees on one
+// table that sends each word (the 128 most frequent of each rank one by
+// one, the others by hash bucket) to the reducer that holds most of it,
+// under a 10% balance bound, and the table is checkpointed before any
+// pair is sent, so a recovered job routes alike. Each rank's statistics
+// line reports bytes_moved, the bytes of pairs it sent to another rank.
 //
 // Fault tolerance: with --ckpt-lines C every rank takes key-count
 // checkpoint c after sending its first c lines, for c = C, 2C, ... below

@@ -51,6 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.IntVar(&c.Reducers, "reducers", 0, "A tasks: ranks 0..`R`-1 receive and reduce (0: every rank)")
 		fs.Int64Var(&c.CkptLines, "ckpt-lines", 0, "key-count checkpoint every `C` lines sent per rank (0: none; a failure is then recovered from the start)")
 		fs.IntVar(&c.Mirrors, "mirrors", 1, "copies of each checkpoint on other ranks")
+		fs.BoolVar(&c.Route, "route", false, "route words by a table built from every rank's digest of its words (HPMR key routing: each word goes to the reducer holding most of it), instead of by hash")
 		fs.BoolVar(&c.Check, "check", false, "rank 0 also counts in one process and fails on a difference")
 		fs.Int64Var(&mem, "memory", mem, "received data an A task holds in memory, in `BYTES`; above it runs spill to --spill")
 		fs.StringVar(&spill, "spill", "", "spill `DIR` (default: the system temporary directory)")
