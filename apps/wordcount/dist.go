@@ -33,8 +33,8 @@ type Config struct {
 	Kill      *kvjob.Kill // unit: fraction of the rank's lines
 	// Route routes words by a kvshuffle RouteTable built from every
 	// rank's digest of its words (RouteConfig), checkpointed with the job.
-	Route bool
-	Stdout    io.Writer
+	Route  bool
+	Stdout io.Writer
 }
 
 // phase region: done flag, then the Result (u64 each); then the route
