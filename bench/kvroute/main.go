@@ -50,9 +50,11 @@ func main() {
 	size := flag.Int("large-size", 16<<10, "bytes of a large value")
 	reps := flag.Int("reps", 3, "repetitions (medians are printed)")
 	slack := flag.Float64("slack", 0.1, "routing's balance slack")
+	share := flag.Float64("home-share", 0.8, "--home spread: the fraction of a rank's large values whose key has the rank as home (the rest: any key)")
+	slots := flag.Int("slots", kvshuffle.DefaultConfig().Slots, "kvshuffle Slots: frames in flight per sender and receiver")
 	flag.Parse()
-	if (*home != "spread" && *home != "one") || *keys < 2 || *small < 0 || *large < 0 || *size < 1 || *reps < 1 {
-		fmt.Fprintln(os.Stderr, "kvroute: want --home spread|one, --keys >= 2, --small, --large >= 0, --large-size >= 1, --reps >= 1")
+	if (*home != "spread" && *home != "one") || *keys < 2 || *small < 0 || *large < 0 || *size < 1 || *reps < 1 || !(*share >= 0 && *share <= 1) || *slots < 1 {
+		fmt.Fprintln(os.Stderr, "kvroute: want --home spread|one, --keys >= 2, --small, --large >= 0, --large-size >= 1, --reps >= 1, --home-share in [0, 1], --slots >= 1")
 		os.Exit(2)
 	}
 	ctx := context.Background()
@@ -62,7 +64,7 @@ func main() {
 		os.Exit(1)
 	}
 	defer rt.Close()
-	if err := run(ctx, rt, *home, *keys, *small, *large, *size, *reps, *slack); err != nil {
+	if err := run(ctx, rt, spec{*home, *keys, *small, *large, *size, *reps, *slack, *share, *slots}); err != nil {
 		fmt.Fprintf(os.Stderr, "kvroute: rank %d: %v\n", rt.Rank(), err)
 		os.Exit(1)
 	}
@@ -72,8 +74,19 @@ func main() {
 // partitioning uses) of the key mod n.
 func homeOf(key []byte, n int) int { return int(crc32.ChecksumIEEE(key) % uint32(n)) }
 
+// spec is the workload and the settings.
+type spec struct {
+	home               string
+	keys               uint64
+	small, large, size int
+	reps               int
+	slack, share       float64
+	slots              int
+}
+
 // workload generates this rank's pairs.
-func workload(rank, n int, home string, keys uint64, small, large, size int) []pair {
+func workload(rank, n int, sp spec) []pair {
+	home, keys, small, large, size := sp.home, sp.keys, sp.small, sp.large, sp.size
 	r := rand.New(rand.NewPCG(42, uint64(rank)))
 	z := rand.NewZipf(r, 1.2, 1, keys-1)
 	key := func() []byte { return fmt.Appendf(nil, "key%08d", z.Uint64()) }
@@ -90,7 +103,7 @@ func workload(rank, n int, home string, keys uint64, small, large, size int) []p
 	}
 	for range nl {
 		k := key()
-		for home == "spread" && homeOf(k, n) != rank {
+		for home == "spread" && r.Float64() < sp.share && homeOf(k, n) != rank {
 			k = key()
 		}
 		v := make([]byte, size)
@@ -107,15 +120,15 @@ type result struct {
 	heavy        int
 }
 
-func run(ctx context.Context, rt *pgas.Runtime, home string, keys uint64, small, large, size, reps int, slack float64) error {
+func run(ctx context.Context, rt *pgas.Runtime, sp spec) error {
 	n, rank := rt.Size(), rt.Rank()
-	ps := workload(rank, n, home, keys, small, large, size)
+	ps := workload(rank, n, sp)
 	res := map[string][]result{}
 	seg := kvshuffle.DefaultSegmentID
-	for rep := range reps {
+	for rep := range sp.reps {
 		for _, mode := range []string{"hash", "route"} {
 			seg += 2
-			r, err := once(ctx, rt, ps, mode, seg, slack)
+			r, err := once(ctx, rt, ps, mode, seg, sp)
 			if err != nil {
 				return fmt.Errorf("%s, repetition %d: %w", mode, rep, err)
 			}
@@ -141,7 +154,7 @@ func run(ctx context.Context, rt *pgas.Runtime, home string, keys uint64, small,
 			hashMoved = moved
 		}
 		line := fmt.Sprintf("kvroute: mode=%s ranks=%d home=%s bytes_total=%d bytes_moved=%d moved=%.1f%% time=%.3fs",
-			mode, n, home, rs[0].total, moved, 100*float64(moved)/float64(rs[0].total), med(func(r result) float64 { return r.dur.Seconds() }))
+			mode, n, sp.home, rs[0].total, moved, 100*float64(moved)/float64(rs[0].total), med(func(r result) float64 { return r.dur.Seconds() }))
 		if mode == "route" {
 			line += fmt.Sprintf(" table_build=%.3fs heavy_keys=%d moved_vs_hash=%.2f", med(func(r result) float64 { return r.build.Seconds() }), rs[0].heavy, float64(moved)/float64(hashMoved))
 		}
@@ -151,13 +164,14 @@ func run(ctx context.Context, rt *pgas.Runtime, home string, keys uint64, small,
 }
 
 // once shuffles ps with mode and measures it.
-func once(ctx context.Context, rt *pgas.Runtime, ps []pair, mode string, seg segments.ID, slack float64) (result, error) {
+func once(ctx context.Context, rt *pgas.Runtime, ps []pair, mode string, seg segments.ID, sp spec) (result, error) {
 	var res result
 	n, rank := rt.Size(), rt.Rank()
 	cfg := kvshuffle.DefaultConfig()
 	cfg.SegmentID = seg // a new segment per shuffle
 	cfg.MemoryBudget = 1 << 30
 	cfg.SpillDir = ""
+	cfg.Slots = sp.slots
 	var table *kvshuffle.RouteTable
 	cfg.Partition = func(key []byte, parts int) int {
 		if table != nil {
@@ -180,7 +194,7 @@ func once(ctx context.Context, rt *pgas.Runtime, ps []pair, mode string, seg seg
 			d.Add(p.k, len(p.k)+len(p.v))
 		}
 		rc := kvshuffle.DefaultRouteConfig()
-		rc.Slack = slack
+		rc.Slack = sp.slack
 		if table, err = kvshuffle.BuildRoute(ctx, rt, d, nil, rc); err != nil {
 			return res, err
 		}
