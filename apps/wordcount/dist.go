@@ -8,38 +8,40 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"time"
 
 	"github.com/gaspigo/gaspigo/apps/internal/kvjob"
 	"github.com/gaspigo/gaspigo/kvshuffle"
 	"github.com/gaspigo/gaspigo/pgas"
 )
 
-// Input is the job's text: Lines lines, line i given by Line.
-type Input struct {
-	Lines int64
-	Line  func(i int64) []byte
-}
-
 // Config is one rank's settings of Run; every rank passes the same
 // (Kill aside).
 type Config struct {
-	Input     Input
-	Reducers  int    // A tasks: ranks 0..Reducers-1; 0: every rank
-	CkptLines int64  // key-count checkpoint every CkptLines lines per rank; 0: none
-	Mirrors   int    // checkpoint copies, >= 1
-	Out       string // part files' directory; "": none
-	Check     bool   // rank 0 compares with Reference
-	Shuffle   kvshuffle.Config
-	Kill      *kvjob.Kill // unit: fraction of the rank's lines
+	Input    Input
+	Reducers int // A tasks: ranks 0..Reducers-1; 0: every rank
+	Ckpts    int // key-count checkpoints during each rank's lines, at every 1/(Ckpts+1) of them
+	// Runnable > 0 bounds the ranks of a host that map at once (a Gate
+	// on RunnableDir): a rank loads its share of the input and sends it
+	// while it holds a slot, and drops the share and frees the slot
+	// before it waits on the others (checkpoints, the reduce).
+	Runnable    int
+	RunnableDir string
+	Mirrors     int    // checkpoint copies, >= 1
+	Out         string // part files' directory; "": none
+	Check       bool   // rank 0 compares with Reference
+	Shuffle     kvshuffle.Config
+	Kill        *kvjob.Kill // unit: fraction of the rank's lines
 	// Route routes words by a kvshuffle RouteTable built from every
 	// rank's digest of its words (RouteConfig), checkpointed with the job.
 	Route  bool
 	Stdout io.Writer
 }
 
-// phase region: done flag, then the Result (u64 each); then the route
-// table's length and bytes.
-const phaseBytes = 32
+// phase region: done flag, then the Result (u64 each), the last
+// checkpoint taken (k); then the route table's length and bytes.
+const phaseBytes = 40
 
 // RouteConfig is the routing of --route: 1024 buckets and each rank's
 // 128 most frequent words of at most 32 bytes one by one.
@@ -57,8 +59,9 @@ type run struct {
 	c      Config
 	j      *kvjob.Job
 	phase  []byte
-	lo, hi int64 // this rank's lines
-	maxCk  int64 // last checkpoint every rank reaches
+	share  *Share // this rank's lines while loaded
+	count  int64  // how many (known once loaded)
+	gate   *kvjob.Gate
 	result Result
 	done   bool
 	aRanks []int                 // nil: every rank
@@ -82,11 +85,14 @@ func Run(ctx context.Context, rt *pgas.Runtime, c Config) error {
 	if c.Route {
 		size += 8 + tableBound(int(n))
 	}
-	r := &run{c: c, phase: make([]byte, size)}
-	rank := int64(rt.Rank())
-	r.lo, r.hi = c.Input.Lines*rank/n, c.Input.Lines*(rank+1)/n
-	if c.CkptLines > 0 {
-		r.maxCk = (c.Input.Lines/n - 1) / c.CkptLines * c.CkptLines
+	r := &run{c: c, phase: make([]byte, size), count: -1}
+	if c.Runnable > 0 {
+		g, err := kvjob.OpenGate(c.RunnableDir, c.Runnable, rt.Rank())
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		r.gate = g
 	}
 	sh := c.Shuffle
 	sh.Mode = kvshuffle.ModeMapReduce
@@ -129,13 +135,17 @@ func (r *run) partition(key []byte, parts int) int {
 // and checkpoints it before anything is sent.
 func (r *run) route(ctx context.Context) error {
 	d := kvshuffle.NewDigest()
+	if err := r.mapPhase(ctx); err != nil {
+		return err
+	}
 	var buf []byte
-	for i := r.lo; i < r.hi; i++ {
-		Words(r.c.Input.Line(i), buf, func(w []byte) error {
+	for i := range r.count {
+		Words(r.share.Line(i), buf, func(w []byte) error {
 			d.Add(w, len(w)+1)
 			return nil
 		})
 	}
+	r.waitPhase()
 	t, err := kvshuffle.BuildRoute(ctx, r.j.RT, d, r.aRanks, RouteConfig())
 	if err != nil {
 		return err
@@ -168,6 +178,9 @@ func (r *run) restored() error {
 			r.table = t
 		}
 	}
+	if r.gate != nil {
+		r.waitPhase() // a restore began inside the slot
+	}
 	r.done = binary.LittleEndian.Uint64(r.phase) == 1
 	r.result = Result{Words: binary.LittleEndian.Uint64(r.phase[8:]), Total: binary.LittleEndian.Uint64(r.phase[16:]), Digest: binary.LittleEndian.Uint64(r.phase[24:])}
 	return nil
@@ -186,11 +199,18 @@ func (r *run) complete(ctx context.Context) error {
 		return nil
 	}
 	st := r.j.Sh.Stats()
-	fmt.Fprintf(r.c.Stdout, "wordcount: rank %d lines=%d pairs_sent=%d bytes_sent=%d bytes_moved=%d pairs_received=%d spills=%d\n",
-		r.j.RT.Rank(), r.hi-r.lo, st.PairsSent, st.BytesSent, r.moved, st.PairsReceived, st.Spills)
-	r.j.Printf("wordcount: ranks=%d lines=%d checkpoints=%d (%.3fs) recoveries=%d\n", r.j.RT.Size(), r.c.Input.Lines, r.j.Checkpoints, r.j.CkptTime.Seconds(), r.j.Recoveries)
+	var waited time.Duration
+	if r.gate != nil {
+		waited = r.gate.Waited
+	}
+	fmt.Fprintf(r.c.Stdout, "wordcount: rank %d lines=%d pairs_sent=%d bytes_sent=%d bytes_moved=%d pairs_received=%d spills=%d slot_wait=%.3fs rss_peak=%s\n",
+		r.j.RT.Rank(), r.count, st.PairsSent, st.BytesSent, r.moved, st.PairsReceived, st.Spills, waited.Seconds(), kvjob.PeakRSS())
+	r.j.Printf("wordcount: ranks=%d checkpoints=%d (%.3fs) recoveries=%d\n", r.j.RT.Size(), r.j.Checkpoints, r.j.CkptTime.Seconds(), r.j.Recoveries)
 	if r.c.Check && r.j.RT.Rank() == 0 {
-		ref := Reference(r.c.Input.Lines, r.c.Input.Line)
+		ref, err := r.c.Input.Reference()
+		if err != nil {
+			return err
+		}
 		if ref != r.result {
 			return fmt.Errorf("wordcount: the job's result %v differs from the reference %v", r.result, ref)
 		}
@@ -198,6 +218,35 @@ func (r *run) complete(ctx context.Context) error {
 	}
 	r.j.Printf("%v\n", r.result)
 	return nil
+}
+
+// mapPhase takes a slot (with Runnable) and loads the rank's share.
+func (r *run) mapPhase(ctx context.Context) error {
+	if err := r.gate.Acquire(ctx); err != nil {
+		return err
+	}
+	if r.share != nil {
+		return nil
+	}
+	sh, err := r.c.Input.Share(r.j.RT.Rank(), r.j.RT.Size())
+	if err != nil {
+		return fmt.Errorf("wordcount: %w", err)
+	}
+	r.share, r.count = &sh, sh.Count
+	return nil
+}
+
+// waitPhase, before a wait on other ranks: with Runnable, drops the
+// share (it is read again after) and frees the slot.
+func (r *run) waitPhase() {
+	if r.gate == nil {
+		return
+	}
+	if r.share != nil {
+		r.share = nil
+		debug.FreeOSMemory()
+	}
+	r.gate.Release()
 }
 
 // aRank is the rank of partition p.
@@ -217,32 +266,38 @@ func (r *run) attempt(ctx context.Context) error {
 			return err
 		}
 	}
-	next := int64(-1)
-	from := int64(sh.Consumed())
-	if r.c.CkptLines > 0 {
-		if next = (from/r.c.CkptLines + 1) * r.c.CkptLines; next > r.maxCk {
-			next = -1
+	if err := r.mapPhase(ctx); err != nil {
+		return err
+	}
+	defer r.waitPhase()
+	// Checkpoint k (1..Ckpts) is taken before line k*count/(Ckpts+1).
+	k := binary.LittleEndian.Uint64(r.phase[32:]) + 1
+	ckAt := func(k uint64) int64 { return int64(k) * r.count / int64(r.c.Ckpts+1) }
+	checkpoint := func() error {
+		r.waitPhase()
+		binary.LittleEndian.PutUint64(r.phase[32:], k)
+		if err := r.j.Checkpoint(ctx, k); err != nil {
+			return err
 		}
+		k++
+		return r.mapPhase(ctx)
 	}
 	killAt := int64(-1)
 	if r.c.Kill.Armed(r.j.RT) {
-		killAt = int64(r.c.Kill.At * float64(r.hi-r.lo))
+		killAt = int64(r.c.Kill.At * float64(r.count))
 	}
 	one := binary.AppendUvarint(nil, 1)
 	var buf []byte
-	for i := from; i < r.hi-r.lo; i++ {
-		if i == next {
-			if err := r.j.Checkpoint(ctx, uint64(i)); err != nil {
+	for i := int64(sh.Consumed()); i < r.count; i++ {
+		for k <= uint64(r.c.Ckpts) && i >= ckAt(k) {
+			if err := checkpoint(); err != nil {
 				return err
-			}
-			if next += r.c.CkptLines; next > r.maxCk {
-				next = -1
 			}
 		}
 		if i == killAt {
-			r.c.Kill.Fire(r.c.Stdout, rank, fmt.Sprintf("after %d of its %d lines", i, r.hi-r.lo))
+			r.c.Kill.Fire(r.c.Stdout, rank, fmt.Sprintf("after %d of its %d lines", i, r.count))
 		}
-		if err := Words(r.c.Input.Line(r.lo+i), buf, func(w []byte) error {
+		if err := Words(r.share.Line(i), buf, func(w []byte) error {
 			if p := r.partition(w, sh.Parts()); r.aRank(p) != rank {
 				r.moved += uint64(len(w) + len(one))
 			}
@@ -254,6 +309,12 @@ func (r *run) attempt(ctx context.Context) error {
 			return err
 		}
 	}
+	for k <= uint64(r.c.Ckpts) { // a rank with few lines takes the rest at its end
+		if err := checkpoint(); err != nil {
+			return err
+		}
+	}
+	r.waitPhase()
 	if err := sh.CloseSend(ctx); err != nil {
 		return err
 	}

@@ -3,7 +3,9 @@ package wordcount
 // Real-process tests: gaspirun and wordcount run as jobs of 3 ranks.
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -37,7 +39,7 @@ func TestWordCountKill(t *testing.T) {
 	f.WriteString("Ünïcode WORDS, Ünicode-words 日本語")
 	f.Close()
 	want := bins.Reference(t, resultRE, "ref", "--in", text)
-	args := []string{"run", "--in", text, "--ckpt-lines", "400", "--reducers", "2", "--out", filepath.Join(dir, "out")}
+	args := []string{"run", "--in", text, "--ckpts", "6", "--reducers", "2", "--out", filepath.Join(dir, "out")}
 	if code, log := bins.Job(t, 3, 0, args...); proctest.JobResult(t, code, log, resultRE) != want {
 		t.Fatalf("failure-free job: %q, reference %q", proctest.JobResult(t, code, log, resultRE), want)
 	}
@@ -74,4 +76,56 @@ func TestWordCountUsage(t *testing.T) {
 	bins.Usage(t, "give rank=R and at=N", "run", "--generate", "10", "--inject", "kill:rank=1")
 	bins.Usage(t, "--in", "run", "--in", "/nonexistent/x")
 	bins.Usage(t, "unknown command", "frob")
+}
+
+// memoryCgroup creates a cgroup-v1 memory cgroup limited to limit bytes,
+// or skips the test saying what is missing.
+func memoryCgroup(t *testing.T, limit int64) string {
+	t.Helper()
+	root := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(root, "memory.limit_in_bytes")); err != nil {
+		t.Skipf("needs the cgroup v1 memory controller at %s: %v", root, err)
+	}
+	dir := filepath.Join(root, fmt.Sprintf("gaspigo-wordcount-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("needs to create a memory cgroup (root): %v", err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+		t.Skipf("cannot set a memory limit: %v", err)
+	}
+	return dir
+}
+
+// BDMPI's bounded runnable ranks: under a memory limit that three ranks
+// holding their shares at once exceed, the plain job is killed by the
+// kernel, and with --runnable 1 (one rank of the host maps at a time,
+// the others wait with their shares dropped) it ends with the reference
+// answer.
+func TestWordCountRunnableUnderMemoryLimit(t *testing.T) {
+	cg := memoryCgroup(t, 180<<20)
+	text := filepath.Join(t.TempDir(), "text")
+	if code, out := bins.Run(t, "gen", "--generate", "1200000", "--out", text); code != 0 {
+		t.Fatalf("gen: exit %d: %s", code, out)
+	}
+	want := bins.Reference(t, resultRE, "ref", "--in", text)
+	gaspirun, prog := bins.Build(t)
+	job := func(runnable string) (int, string) {
+		// The shell joins the cgroup, then becomes gaspirun: every
+		// process of the job is in it.
+		script := fmt.Sprintf(`echo $$ > %s/cgroup.procs && exec "$@"`, cg)
+		cmd := exec.Command("sh", "-c", script, "sh", gaspirun, "-n", "3", "--timeout", proctest.JobTimeout.String(), "--grace", "1s", "--",
+			prog, "run", "--in", text, "--memory", "8388608", "--runnable", runnable)
+		out, _ := cmd.CombinedOutput()
+		t.Logf("--runnable %s: exit %d (load %s)", runnable, cmd.ProcessState.ExitCode(), proctest.LoadAvg())
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	if code, log := job("0"); code == 0 || !strings.Contains(log, "killed by signal 9") {
+		t.Fatalf("without --runnable: exit %d, want the kernel to kill a rank (the limit is below the ranks' need)\n%s", code, log)
+	}
+	code, log := job("1")
+	if got := proctest.JobResult(t, code, log, resultRE); got != want {
+		t.Fatalf("--runnable 1 under the limit: %q, reference %q", got, want)
+	}
+	proctest.LogContains(t, log, "slot_wait=")
 }

@@ -1,7 +1,7 @@
 // Command wordcount counts words over the key-value shuffle; see package
 // apps/wordcount for what it does and prints.
 //
-//	gaspirun -n 4 --spares 1 -- wordcount run --generate 200000 --ckpt-lines 5000 \
+//	gaspirun -n 4 --spares 1 -- wordcount run --generate 200000 --ckpts 8 \
 //	    --inject kill:rank=2,at=0.5
 //	wordcount ref --generate 200000
 //
@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/gaspigo/gaspigo/apps/internal/kvjob"
 	"github.com/gaspigo/gaspigo/apps/wordcount"
@@ -49,7 +51,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	inject := ""
 	if cmd == "run" {
 		fs.IntVar(&c.Reducers, "reducers", 0, "A tasks: ranks 0..`R`-1 receive and reduce (0: every rank)")
-		fs.Int64Var(&c.CkptLines, "ckpt-lines", 0, "key-count checkpoint every `C` lines sent per rank (0: none; a failure is then recovered from the start)")
+		fs.IntVar(&c.Ckpts, "ckpts", 0, "key-count checkpoints `K` during each rank's lines, at every 1/(K+1) of them (0: none; a failure then starts the lines over)")
+		fs.IntVar(&c.Runnable, "runnable", 0, "at most `N` ranks of a host map (hold their input and send) at once; the others wait, having dropped theirs (0: no bound)")
+		fs.StringVar(&c.RunnableDir, "runnable-dir", "", "`DIR` of the host's slot files for --runnable (default: under the system temporary directory, per job and host label)")
 		fs.IntVar(&c.Mirrors, "mirrors", 1, "copies of each checkpoint on other ranks")
 		fs.BoolVar(&c.Route, "route", false, "route words by a table built from every rank's digest of its words (HPMR key routing: each word goes to the reducer holding most of it), instead of by hash")
 		fs.BoolVar(&c.Check, "check", false, "rank 0 also counts in one process and fails on a difference")
@@ -66,10 +70,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch cmd {
 	case "ref":
-		fmt.Fprintln(stdout, wordcount.Reference(input.Lines, input.Line))
+		ref, err := input.Reference()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, ref)
 		return nil
 	case "gen":
-		if *gen == 0 || *out == "" {
+		if input.File != "" || *out == "" {
 			return kvjob.Usage("gen: give --generate LINES and --out FILE")
 		}
 		return writeText(*out, input)
@@ -79,8 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return kvjob.Usage("%v", err)
 		}
 	}
-	if c.Mirrors < 1 || c.CkptLines < 0 || c.Reducers < 0 {
-		return kvjob.Usage("--mirrors wants at least 1, --ckpt-lines and --reducers at least 0")
+	if c.Mirrors < 1 || c.Ckpts < 0 || c.Reducers < 0 || c.Runnable < 0 {
+		return kvjob.Usage("--mirrors wants at least 1, --ckpts, --reducers and --runnable at least 0")
 	}
 	if c.Shuffle, err = kvjob.ShuffleConfig(mem, 0, spill); err != nil {
 		return err
@@ -91,6 +99,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer rt.Close()
+	if c.Runnable > 0 && c.RunnableDir == "" {
+		c.RunnableDir = filepath.Join(os.TempDir(), fmt.Sprintf("gaspigo-runnable-%s-%s", os.Getenv("PGAS_JOB_ID"), strings.ReplaceAll(rt.Host(rt.Rank()), "/", "_")))
+	}
 	return wordcount.Run(ctx, rt, c)
 }
 
@@ -104,12 +115,10 @@ func loadInput(file string, n int64, seed uint64) (wordcount.Input, error) {
 	case n > 0:
 		return wordcount.Input{Lines: n, Line: func(i int64) []byte { return wordcount.Generate(seed, i) }}, nil
 	}
-	text, err := os.ReadFile(file)
-	if err != nil {
+	if _, err := os.Stat(file); err != nil {
 		return wordcount.Input{}, kvjob.Usage("--in: %v", err)
 	}
-	lines := wordcount.Lines(text)
-	return wordcount.Input{Lines: int64(len(lines)), Line: func(i int64) []byte { return lines[i] }}, nil
+	return wordcount.Input{File: file}, nil
 }
 
 func writeText(path string, in wordcount.Input) error {
