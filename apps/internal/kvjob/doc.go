@@ -26,4 +26,8 @@
 // region whenever Recover returns nil. Finalize ends the job, recovering
 // a rank lost meanwhile and calling resume to redo what the restored
 // checkpoint lacks.
+//
+// Gate bounds the ranks of one host that compute at once (BDMPI's
+// runnable ranks) with lock-file slots: a rank holds a slot only while
+// it computes and frees it before any wait on the other ranks.
 package kvjob
