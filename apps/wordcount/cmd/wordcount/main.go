@@ -10,6 +10,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -122,16 +123,18 @@ func loadInput(file string, n int64, seed uint64) (wordcount.Input, error) {
 }
 
 func writeText(path string, in wordcount.Input) error {
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
+	w := bufio.NewWriterSize(f, 1<<20)
 	for i := range in.Lines {
-		f.Write(in.Line(i))
-		if _, err := f.Write([]byte{'\n'}); err != nil {
-			f.Close()
-			return err
-		}
+		w.Write(in.Line(i))
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
 	}
 	return f.Close()
 }
