@@ -237,7 +237,9 @@ func (r *run) mapPhase(ctx context.Context) error {
 }
 
 // waitPhase, before a wait on other ranks: with Runnable, drops the
-// share (it is read again after) and frees the slot.
+// share (it is read again after), has the shuffle spill what it
+// received (kvshuffle Spill: BDMPI stages a waiting rank's data out),
+// and frees the slot.
 func (r *run) waitPhase() {
 	if r.gate == nil {
 		return
@@ -245,6 +247,11 @@ func (r *run) waitPhase() {
 	if r.share != nil {
 		r.share = nil
 		debug.FreeOSMemory()
+	}
+	if r.j != nil && r.j.Sh != nil {
+		// Spill fails only without a SpillDir, which the command always
+		// sets; not spilling then costs memory, not correctness.
+		_ = r.j.Sh.Spill()
 	}
 	r.gate.Release()
 }

@@ -55,8 +55,9 @@
 // --runnable-dir, one directory per job and host label by default); at
 // every wait on the other ranks (a checkpoint, building the route table,
 // the end of its lines) it drops its share (read again after a
-// checkpoint) and frees the slot. The receive side's memory is bounded
-// by --memory, spilling to --spill above it, as without --runnable. So a
+// checkpoint), has its shuffle spill the pairs it received so far
+// (kvshuffle Spill) and frees the slot. What it receives while it waits
+// is bounded by --memory, spilling to --spill above it. So a
 // job whose ranks' shares do not fit in a host's memory together runs
 // with N shares in memory at a time (see the README for a run under a
 // memory cgroup).
