@@ -66,8 +66,8 @@ func ReadEdges(r io.Reader) (*EdgeList, error) {
 		var e [2]int64
 		for i, s := range f {
 			v, err := strconv.ParseInt(s, 10, 64)
-			if err != nil || v < 0 || v >= 1<<40 {
-				return nil, fmt.Errorf("line %d: vertex %q: want a number in [0, 2^40)", n, s)
+			if err != nil || v < 0 {
+				return nil, fmt.Errorf("line %d: vertex %q: want a number >= 0", n, s)
 			}
 			e[i] = v
 			maxV = max(maxV, v)
@@ -79,6 +79,9 @@ func ReadEdges(r io.Reader) (*EdgeList, error) {
 	}
 	if maxV < 0 {
 		return nil, fmt.Errorf("no edges: want \"src dst\" lines")
+	}
+	if limit := max(4*int64(len(src)), 1<<24); maxV >= limit {
+		return nil, fmt.Errorf("vertex %d: with %d edges, vertex numbers must stay below %d (the vertices are 0..the largest number): renumber the graph densely", maxV, len(src), limit)
 	}
 	g := &EdgeList{start: make([]int64, maxV+2), dst: make([]int64, len(dst))}
 	for _, s := range src {

@@ -31,7 +31,7 @@ func TestReference(t *testing.T) {
 }
 
 func TestReadEdgesErrors(t *testing.T) {
-	for _, in := range []string{"", "# only a comment\n", "1\n", "1 2 3\n", "1 x\n", "-1 2\n"} {
+	for _, in := range []string{"", "# only a comment\n", "1\n", "1 2 3\n", "1 x\n", "-1 2\n", "0 99999999999\n"} {
 		if _, err := ReadEdges(strings.NewReader(in)); err == nil {
 			t.Errorf("ReadEdges(%q) accepted", in)
 		}
