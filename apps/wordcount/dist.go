@@ -120,7 +120,11 @@ func Run(ctx context.Context, rt *pgas.Runtime, c Config) error {
 	if err := r.complete(ctx); err != nil {
 		return err
 	}
-	return j.Finalize(ctx, r.complete)
+	if err := j.Finalize(ctx, r.complete); err != nil {
+		return err
+	}
+	r.gate.Remove() // every rank is past the job's end
+	return nil
 }
 
 // partition routes by the table with Route, else by hash.

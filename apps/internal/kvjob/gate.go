@@ -18,6 +18,7 @@ import (
 // that waits for a slot. Locks die with their process: a killed holder
 // frees its slot at once. A nil *Gate bounds nothing.
 type Gate struct {
+	dir   string
 	files []*os.File
 	held  int // index of the slot held, -1: none
 	home  int // the slot waited on when every slot is taken
@@ -38,7 +39,7 @@ func OpenGate(dir string, n, rank int) (*Gate, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("runnable ranks: %w", err)
 	}
-	g := &Gate{held: -1, home: rank % n, acquired: make(chan error, 1)}
+	g := &Gate{dir: dir, held: -1, home: rank % n, acquired: make(chan error, 1)}
 	for i := range n {
 		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("slot-%d", i)), os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
@@ -100,6 +101,20 @@ func (g *Gate) Close() {
 	for _, f := range g.files {
 		f.Close()
 	}
+}
+
+// Remove deletes the slot files and the directory, if nothing else is
+// in it: call it once no rank of the job needs a slot any more (after
+// the job's Finalize). Errors are ignored: another process of the host
+// may have removed them first.
+func (g *Gate) Remove() {
+	if g == nil {
+		return
+	}
+	for _, f := range g.files {
+		os.Remove(f.Name())
+	}
+	os.Remove(g.dir)
 }
 
 // PeakRSS is this process's peak resident set (VmHWM) as Linux reports

@@ -3,6 +3,7 @@ package kvjob
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 )
 
@@ -42,6 +43,10 @@ func TestGate(t *testing.T) {
 	}
 	if _, err := OpenGate(dir, 0, 0); err == nil {
 		t.Fatal("OpenGate accepted 0 slots")
+	}
+	c.Remove()
+	if _, err := os.Stat(dir + "/two"); !os.IsNotExist(err) {
+		t.Fatalf("the slot directory is still there after Remove: %v", err)
 	}
 	var nilGate *Gate
 	if nilGate.Acquire(ctx) != nil {
