@@ -922,7 +922,7 @@ func (j *Job) recovery(what string) *recovery.Loop {
 		if a.Retry {
 			what = "the recovery" // another failure during the recovery
 		}
-		j.printf("recovery: %s failed: %v\n", what, a.Cause)
+		j.printf("recovery: %s failed: %s\n", what, recovery.Brief(a.Cause))
 	}}
 }
 

@@ -196,7 +196,7 @@
 //	                       set (gaspirun); under the launchers below, 1 for process 0 only.
 //	PGAS_RESUME            set by gaspirun --resume DIR: the program resumes from the
 //	                       disk-level checkpoints in DIR instead of starting afresh
-//	PGAS_LOG               runtime log level: debug, info (default), warn, error
+//	PGAS_LOG               runtime log level: debug, info (gaspirun -v), warn (default), error
 //	PGAS_TLS               1: mutual TLS 1.3 over every connection of the job (data plane,
 //	                       rendezvous, Raft, control), keyed by PGAS_TOKEN; 0 or unset:
 //	                       none. Set by gaspirun --tls, or passed on from gaspirun's own
