@@ -37,6 +37,7 @@ func (rt *Runtime) cutOff(proc transport.Proc, err error) {
 		rt.log.Debug("peer left", "peer_proc", int(proc))
 	} else {
 		rt.log.Info("peer lost", "peer_proc", int(proc), "err", err)
+		rt.lostAt(proc)
 	}
 	rt.peers[proc].fail(fmt.Errorf("%w: %v", ErrRankFailed, err))
 	if rt.det != nil && !departed {
@@ -150,6 +151,7 @@ func (rt *Runtime) watchDetector(events <-chan health.Event) {
 			epoch := rt.Epoch()
 			rt.noteFailure(ev.Proc)
 			rt.log.Info("failure confirmed", "failed_proc", int(ev.Proc), "reason", ev.Reason)
+			rt.detected(ev.Proc, ev.Reason)
 			proc := ev.Proc
 			rt.goFunc(func() { rt.reportFailure(proc, epoch) })
 		case <-rt.closed:

@@ -178,6 +178,7 @@ func (rt *Runtime) applyView(mv View) {
 		attrs = append(attrs, "vacant", vacant)
 	}
 	rt.log.Info("view applied", attrs...)
+	rt.viewObserved(nv, mv.Failed)
 }
 
 // reportVacant tells the launcher about the ranks vacant in nv and not in

@@ -120,6 +120,8 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 		exports = append(exports, s)
 		return nil
 	})
+	fs.StringVar(&cfg.Metrics, "metrics", "", "serve the metrics of every process of the job at http://`ADDR`/metrics (Prometheus format; each process serves its own on a free port, PGAS_METRICS=auto)")
+	fs.StringVar(&cfg.Trace, "trace", "", "write a Chrome/Perfetto JSON trace of the whole job to `FILE` at the end: one track per process (PGAS_TRACE)")
 	fs.BoolVar(&verbose, "v", false, "verbose: the processes' runtime records at info level (views applied, failures detected, checkpoints restored) besides warnings and errors; sets PGAS_LOG=info unless PGAS_LOG is set")
 	fs.BoolVar(&newToken, "new-token", false, "print a fresh job token (for PGAS_TOKEN under Slurm or Kubernetes) and exit")
 	if err := fs.Parse(args); err != nil {

@@ -145,6 +145,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		srv.Close()
 		<-srvDone
 	}()
+	ob, obEnv, err := startObservability(cfg, srv)
+	if err != nil {
+		return Result{}, err
+	}
+	defer ob.finish(out, cfg.Quiet)
+	cfg.Env = append(cfg.Env, obEnv...)
+	if a := ob.MetricsAddr(); a != "" && !cfg.Quiet {
+		out.notice("metrics of the whole job at http://" + a + "/metrics")
+	}
 
 	var be backend
 	if kind == LauncherLocal {

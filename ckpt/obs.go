@@ -1,0 +1,38 @@
+package ckpt
+
+import (
+	"time"
+
+	"github.com/gaspigo/gaspigo/obs"
+)
+
+// phase begins a checkpoint phase (start, commit) of checkpoint id; the
+// function it returns records its duration and its trace span.
+func phase(name string, id uint64) func() {
+	sp := obs.Begin("checkpoint", "checkpoint "+name)
+	t0 := time.Now()
+	return func() {
+		obs.CheckpointPhase.With(name).Histogram.ObserveSince(t0)
+		sp.End("id", id)
+	}
+}
+
+// notePush records a mirror push (or rebuild) of checkpoint id that began at
+// t0 and copied n bytes.
+func notePush(kind string, id uint64, t0 time.Time, n uint64) {
+	obs.CheckpointBytes.Add(n)
+	obs.CheckpointPhase.With(kind).Histogram.ObserveSince(t0)
+	obs.Record("checkpoint", "mirror "+kind, t0, "id", id, "bytes", n)
+}
+
+// restoreSpan begins a restore; the function it returns records its span.
+func restoreSpan() func(id uint64, err error) {
+	sp := obs.Begin("recovery", "checkpoint restore")
+	return func(id uint64, err error) {
+		if err != nil {
+			sp.End("err", err)
+			return
+		}
+		sp.End("id", id)
+	}
+}
