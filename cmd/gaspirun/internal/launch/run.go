@@ -196,6 +196,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				strings.Join(u, ", "), cfg.Spares))
 		}
 	}
+	stopStatus := startStatus(out, cfg)
 	start := time.Now()
 	for p := 0; p < cfg.NumProcs(); p++ {
 		if err := j.start(p); err != nil {
@@ -209,6 +210,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	res := j.loop(ctx)
+	stopStatus()
 	be.close()
 	res.Wall = time.Since(start)
 	res.Summary = fmt.Sprintf("%s; exit %d; wall time %v", j.tr.summary(), res.ExitCode, res.Wall.Round(time.Millisecond))
@@ -378,6 +380,7 @@ func (j *job) loop(ctx context.Context) Result {
 				j.signalAll(syscall.SIGKILL)
 			}
 		}
+		j.out.status.setState(j.tr.statusState())
 	}
 	decide := func(ev exitEvent) {
 		delete(pending, ev.proc)
