@@ -29,6 +29,14 @@
 // with gaspirun --resume only knows what the loaded checkpoint recorded,
 // so drop the --inject flags when resuming, or the kill happens again.
 //
+// --history FILE writes one CSV line per iteration executed (the lowest
+// live rank writes it; kmeans.HistoryHeader describes the columns), and
+//
+//	kmeans plot --history FILE --out FILE.png|FILE.svg
+//
+// draws it: the SSE above the run's lowest on a log scale over the
+// iterations executed, failures and recoveries marked.
+//
 // With --ckpt-dir every rank verifies the disk level (ckpt VerifyDisk)
 // before the result is printed: if any rank could not write a disk
 // checkpoint, every rank exits non-zero naming the checkpoints and the
