@@ -193,7 +193,7 @@ func (c *coll) exchange(ctx context.Context, idx int, data []byte) ([]byte, erro
 // Barrier returns once every member of g has entered it (dissemination
 // algorithm: ceil(log2 n) rounds of one message each).
 func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
-	defer collStart("barrier")()
+	defer collStart("barrier").done()
 	c, err := rt.startColl(g, "barrier")
 	if err != nil {
 		return err
@@ -218,7 +218,7 @@ func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 // (recursive doubling, with the ranks above the largest power of two folded
 // into their lower neighbours first).
 func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, combine func(dst, src []byte)) error {
-	defer collStart("allreduce")()
+	defer collStart("allreduce").done()
 	c, err := rt.startColl(g, "allreduce")
 	if err != nil {
 		return err
@@ -301,7 +301,7 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 // Bcast copies root's buf into buf on every member of g (binomial tree).
 // root is a rank; every member passes a buf of the same size.
 func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) error {
-	defer collStart("broadcast")()
+	defer collStart("broadcast").done()
 	c, err := rt.startColl(g, "bcast")
 	if err != nil {
 		return err
@@ -348,7 +348,7 @@ func (rt *Runtime) AllgatherBytes(ctx context.Context, g *Group, block, out []by
 // members) once the members are known, and the members returned with it:
 // GroupAll's members are those of the view the collective runs in.
 func (rt *Runtime) allgather(ctx context.Context, g *Group, block []byte, alloc func(n int) []byte) ([]byte, []int, error) {
-	defer collStart("allgather")()
+	defer collStart("allgather").done()
 	c, err := rt.startColl(g, "allgather")
 	if err != nil {
 		return nil, nil, err

@@ -55,22 +55,45 @@ func frameKindName(k uint8) string {
 	return "other"
 }
 
-// collStart begins a collective op; the function it returns records it
-// (defer collStart("barrier")()).
-func collStart(op string) func() {
-	t0 := time.Now()
-	return func() {
-		obs.Collectives.With(op).Counter.Inc()
-		obs.CollectiveTime.With(op).Histogram.ObserveSince(t0)
+// opSeries are the series of one operation, looked up once: the hot path
+// only adds to them (atomics, no lock, no allocation).
+type opSeries struct {
+	count *obs.Counter   // nil for one-sided operations
+	time  *obs.Histogram // duration
+}
+
+var (
+	collSeries     = map[string]opSeries{}
+	oneSidedSeries = map[string]opSeries{}
+)
+
+func init() {
+	for _, op := range []string{"barrier", "allreduce", "broadcast", "allgather"} {
+		collSeries[op] = opSeries{obs.Collectives.With(op).Counter, obs.CollectiveTime.With(op).Histogram}
+	}
+	for _, op := range []string{"wait", "atomic"} {
+		oneSidedSeries[op] = opSeries{time: obs.OneSided.With(op).Histogram}
 	}
 }
 
-// oneSidedStart begins a one-sided operation op; the function it returns
-// records its latency.
-func oneSidedStart(op string) func() {
-	t0 := time.Now()
-	return func() { obs.OneSided.With(op).Histogram.ObserveSince(t0) }
+// opTimer times one operation: defer collStart("barrier").done().
+type opTimer struct {
+	s  opSeries
+	t0 time.Time
 }
+
+func (t opTimer) done() {
+	if t.s.count != nil {
+		t.s.count.Inc()
+	}
+	t.s.time.ObserveSince(t.t0)
+}
+
+// collStart begins a collective op (one of collSeries).
+func collStart(op string) opTimer { return opTimer{collSeries[op], time.Now()} }
+
+// oneSidedStart begins a one-sided operation op (one of oneSidedSeries).
+func oneSidedStart(op string) opTimer { return opTimer{oneSidedSeries[op], time.Now()} }
 
 // viewObserved records a view applied: the gauges, and a trace instant.
 func (rt *Runtime) viewObserved(nv *view, failed []transport.Proc) {
