@@ -48,7 +48,17 @@ func startObservability(cfg Config, srv *bootstrap.Server) (*observability, []st
 		env = append(env, "PGAS_METRICS=auto")
 	}
 	if cfg.Trace != "" {
-		dir, err := os.MkdirTemp(filepath.Dir(cfg.Trace), ".gaspirun-trace-*")
+		if cfg.Backend() != LauncherLocal {
+			o.close()
+			return nil, nil, &FlagError{Flag: "--trace", Value: cfg.Trace, Problem: "works with the local launcher only (the processes write their trace files where gaspirun merges them)",
+				Fix: "run the job on this machine, or give every process -x PGAS_TRACE=DIR with DIR on a file system all hosts share and open its trace-proc-N.json files"}
+		}
+		abs, err := filepath.Abs(cfg.Trace)
+		if err != nil {
+			o.close()
+			return nil, nil, &FlagError{Flag: "--trace", Value: cfg.Trace, Problem: err.Error(), Fix: "give a file path"}
+		}
+		dir, err := os.MkdirTemp(filepath.Dir(abs), ".gaspirun-trace-*")
 		if err != nil {
 			o.close()
 			return nil, nil, &FlagError{Flag: "--trace", Value: cfg.Trace, Problem: fmt.Sprintf("cannot be written (%v)", err),
