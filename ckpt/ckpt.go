@@ -563,9 +563,9 @@ func (c *Checkpointer) run(j *job) {
 	case j.kind == jobRebuild && err == nil:
 		c.log.Info("mirror rebuilt", "rank", c.rank, "id", j.id, "holders", len(j.targets), "bytes", pushed, "rebuild", dur, "unprotected", window)
 	case j.kind == jobRebuild:
-		c.log.Warn("mirror rebuild failed", "rank", c.rank, "id", j.id, "err", err)
+		c.log.Log(context.Background(), failureLevel(err), "mirror rebuild failed", "rank", c.rank, "id", j.id, "err", err)
 	case err != nil && j.ctx.Err() == nil:
-		c.log.Warn("checkpoint push failed", "rank", c.rank, "id", j.id, "err", err)
+		c.log.Log(context.Background(), failureLevel(err), "checkpoint push failed", "rank", c.rank, "id", j.id, "err", err)
 	}
 }
 

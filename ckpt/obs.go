@@ -1,10 +1,22 @@
 package ckpt
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/gaspigo/gaspigo/obs"
+	"github.com/gaspigo/gaspigo/pgas"
 )
+
+// failureLevel is the level of a push or rebuild that failed with err:
+// info when a rank failed (the recovery that follows deals with it, and
+// the failure is reported once elsewhere), warn otherwise.
+func failureLevel(err error) slog.Level {
+	if pgas.NeedsRecovery(err) {
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
+}
 
 // phase begins a checkpoint phase (start, commit) of checkpoint id; the
 // function it returns records its duration and its trace span.
