@@ -4,7 +4,8 @@
 //
 //	gaspirun -n N [--spares K] [--timeout D] [--hosts h1,h2,... | --ranks-per-host M]
 //	         [--state-dir DIR] [--on-death continue|abort] [--quiet] [--grace D]
-//	         [--job-id NAME] [--tls] [-x NAME[=VALUE]]... [--] PROGRAM [ARGS...]
+//	         [--job-id NAME] [--tls] [-x NAME[=VALUE]]... [-v] [--metrics ADDR]
+//	         [--trace FILE] [--] PROGRAM [ARGS...]
 //	gaspirun -n N [--spares K] --hostfile FILE [--ssh CMD] [--rendezvous-addr HOST[:PORT]]
 //	         [--remote-gaspirun PATH] [flags] [--] PROGRAM [ARGS...]
 //	gaspirun [-n N] --spares K [--srun CMD] [flags] [--] PROGRAM [ARGS...]   (inside sbatch or salloc)
