@@ -137,6 +137,7 @@ func (rt *Runtime) applyView(mv View) {
 	}
 	nv := newView(uint32(mv.Epoch), append([]transport.Proc(nil), mv.Ranks...), len(rt.peers), failed)
 	nv.finished, nv.err = mv.Finished, mv.Err
+	rt.viewObserved(nv, mv.Failed) // before anyone can see the view
 	rt.view.Store(nv)
 	ch := rt.viewChanged
 	rt.viewChanged = make(chan struct{})
@@ -178,7 +179,6 @@ func (rt *Runtime) applyView(mv View) {
 		attrs = append(attrs, "vacant", vacant)
 	}
 	rt.log.Info("view applied", attrs...)
-	rt.viewObserved(nv, mv.Failed)
 }
 
 // reportVacant tells the launcher about the ranks vacant in nv and not in
