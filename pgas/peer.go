@@ -37,9 +37,10 @@ type peer struct {
 
 	out outbox // replies to this peer, sent by a goroutine of their own
 
-	departed   atomic.Bool  // the peer said goodbye: its connection closing is no failure
-	lostNanos  atomic.Int64 // when its connection was lost (Unix ns), 0 before
-	toldFenced atomic.Bool  // this peer, declared failed, was told it is fenced
+	departed   atomic.Bool // the peer said goodbye: its connection closing is no failure
+	toldFenced atomic.Bool // this peer, declared failed, was told it is fenced
+
+	lostNanos atomic.Int64 // when its connection was lost (Unix ns), 0 before
 }
 
 // sayGoodbye tells every live peer, briefly, that this process is leaving

@@ -19,11 +19,12 @@ import (
 // Runtime is one process's handle on the job. All methods are safe for
 // concurrent use.
 type Runtime struct {
-	cfg    Config
-	tr     transport.Transport
-	frames *obs.FrameStats // this transport's frame counters
-	self   transport.Proc
-	log    *slog.Logger
+	cfg  Config
+	tr   transport.Transport
+	self transport.Proc
+	log  *slog.Logger
+
+	frames *obs.FrameStats // this transport's frame counters (package obs)
 
 	view        atomic.Pointer[view]
 	viewMu      sync.Mutex            // serialises view changes; guards viewChanged
