@@ -557,7 +557,7 @@ func (c *Checkpointer) run(j *job) {
 	c.mu.Unlock()
 	close(j.done)
 	if err == nil {
-		notePush(map[bool]string{true: "push", false: "rebuild"}[j.kind == jobPush], j.id, t0, pushed)
+		notePush(j.kind == jobPush, j.id, t0, pushed)
 	}
 	switch {
 	case j.kind == jobRebuild && err == nil:

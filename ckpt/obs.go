@@ -29,9 +29,13 @@ func phase(name string, id uint64) func() {
 	}
 }
 
-// notePush records a mirror push (or rebuild) of checkpoint id that began at
-// t0 and copied n bytes.
-func notePush(kind string, id uint64, t0 time.Time, n uint64) {
+// notePush records a mirror push (a rebuild unless push) of checkpoint id
+// that began at t0 and copied n bytes.
+func notePush(push bool, id uint64, t0 time.Time, n uint64) {
+	kind := "rebuild"
+	if push {
+		kind = "push"
+	}
 	obs.CheckpointBytes.Add(n)
 	obs.CheckpointPhase.With(kind).Histogram.ObserveSince(t0)
 	obs.Record("checkpoint", "mirror "+kind, t0, "id", id, "bytes", n)

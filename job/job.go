@@ -71,11 +71,13 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 		var raftAddr, ctlAddr string
 		raftLn, raftAddr, err = Listen(env)
 		if err != nil {
+			o.close()
 			return nil, fmt.Errorf("spares: raft listener: %w", err)
 		}
 		ctlLn, ctlAddr, err = Listen(env)
 		if err != nil {
 			raftLn.Close()
+			o.close()
 			return nil, fmt.Errorf("spares: control listener: %w", err)
 		}
 		extra["raft"], extra["ctl"] = raftAddr, ctlAddr
