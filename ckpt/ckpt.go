@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gaspigo/gaspigo/obs"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/segments"
 )
@@ -416,6 +417,7 @@ func (c *Checkpointer) usableLocked() error {
 // next. Start blocks only while an earlier push or disk write still reads
 // the buffer it reuses.
 func (c *Checkpointer) Start(ctx context.Context, id uint64) error {
+	defer phase("start", id)()
 	c.mu.Lock()
 	if err := c.usableLocked(); err != nil {
 		c.mu.Unlock()
@@ -554,17 +556,21 @@ func (c *Checkpointer) run(j *job) {
 	c.signalLocked()
 	c.mu.Unlock()
 	close(j.done)
+	if err == nil {
+		notePush(j.kind == jobPush, j.id, t0, pushed)
+	}
 	switch {
 	case j.kind == jobRebuild && err == nil:
 		c.log.Info("mirror rebuilt", "rank", c.rank, "id", j.id, "holders", len(j.targets), "bytes", pushed, "rebuild", dur, "unprotected", window)
 	case j.kind == jobRebuild:
-		c.log.Warn("mirror rebuild failed", "rank", c.rank, "id", j.id, "err", err)
+		c.log.Log(context.Background(), failureLevel(err), "mirror rebuild failed", "rank", c.rank, "id", j.id, "err", err)
 	case err != nil && j.ctx.Err() == nil:
-		c.log.Warn("checkpoint push failed", "rank", c.rank, "id", j.id, "err", err)
+		c.log.Log(context.Background(), failureLevel(err), "checkpoint push failed", "rank", c.rank, "id", j.id, "err", err)
 	}
 }
 
 func (c *Checkpointer) recordWindowLocked(w time.Duration) {
+	obs.Unprotected.Observe(w.Seconds())
 	c.st.Unprotected = append(c.st.Unprotected, w)
 	if len(c.st.Unprotected) > keepWindows {
 		c.st.Unprotected = c.st.Unprotected[1:]
@@ -618,6 +624,7 @@ func (c *Checkpointer) push(j *job) (uint64, error) {
 // unknown on this rank and Restore is required. A timeout while waiting
 // for this rank's own push changes nothing: Commit may be called again.
 func (c *Checkpointer) Commit(ctx context.Context, id uint64) error {
+	defer phase("commit", id)()
 	t0 := time.Now()
 	c.mu.Lock()
 	if err := c.usableLocked(); err != nil {
@@ -671,6 +678,7 @@ func (c *Checkpointer) Commit(ctx context.Context, id uint64) error {
 	}
 	c.committed, c.lastCommit = j.buf, id
 	c.st.Committed++
+	obs.CheckpointsCommitted.Inc()
 	if c.cfg.Dir != "" {
 		c.enqueueDiskLocked(j.buf)
 	}

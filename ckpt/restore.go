@@ -117,7 +117,10 @@ func decodeEntry(words []uint64) entry {
 // (pgas.NeedsRecovery) when the membership changed again: Recover and call
 // Restore again.
 func (c *Checkpointer) Restore(ctx context.Context) (uint64, error) {
-	return c.recoverFrom(ctx, "")
+	done := restoreSpan()
+	id, err := c.recoverFrom(ctx, "")
+	done(id, err)
+	return id, err
 }
 
 // choice is what this rank restores: a pair in local buffer buf, whose

@@ -295,7 +295,7 @@ func (d *Detector) logEvent(ev Event) {
 	case Refuted:
 		d.log.Info("health: refuted", attrs...)
 	case Confirmed:
-		d.log.Warn("health: confirmed failure", attrs...)
+		d.log.Info("health: confirmed failure", attrs...)
 	}
 }
 

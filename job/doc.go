@@ -1,6 +1,7 @@
 // Package job is the composition root of a process started by gaspirun
 // (or srun, mpirun, a Kubernetes Indexed Job): it reads the environment
-// contract once (internal/bootstrap.FromEnv, PGAS_LOG) and wires the
+// contract once (internal/bootstrap.FromEnv, PGAS_LOG; PGAS_LOG unset
+// means warnings and errors only) and wires the
 // pieces a pgas.Runtime is given, which know nothing of the environment:
 //
 //   - the data-plane transport (transport/tcp), on a listener bound to
@@ -11,7 +12,12 @@
 //   - the rendezvous (internal/bootstrap): the member table, and the
 //     session to the launcher, which becomes the runtime's pgas.Launcher;
 //   - with Options.FaultTolerant, the Raft membership (package spares) on
-//     two listeners of its own, and the failure detector (package health).
+//     two listeners of its own, and the failure detector (package health);
+//   - observability (internal/metrics): the Prometheus endpoint of
+//     PGAS_METRICS, its address published in the member table
+//     ("metrics"), and the trace buffer of PGAS_TRACE, written to
+//     DIR/trace-proc-N.json when the runtime closes (with the launcher
+//     session).
 //
 // A fault-tolerant program:
 //

@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -61,31 +62,40 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 	}
 	logs := newLogs(opts.Logger, os.Getenv("PGAS_LOG"))
 	var raftLn, ctlLn net.Listener
-	extra := map[string]string(nil)
+	extra := map[string]string{}
+	o, err := startObserver(env, extra)
+	if err != nil {
+		return nil, err
+	}
 	if opts.FaultTolerant {
 		var raftAddr, ctlAddr string
 		raftLn, raftAddr, err = Listen(env)
 		if err != nil {
+			o.close()
 			return nil, fmt.Errorf("spares: raft listener: %w", err)
 		}
 		ctlLn, ctlAddr, err = Listen(env)
 		if err != nil {
 			raftLn.Close()
+			o.close()
 			return nil, fmt.Errorf("spares: control listener: %w", err)
 		}
-		extra = map[string]string{"raft": raftAddr, "ctl": ctlAddr}
+		extra["raft"], extra["ctl"] = raftAddr, ctlAddr
 	}
-	rt, err := start(ctx, env, opts, logs, extra, raftLn, ctlLn)
+	rt, err := start(ctx, env, opts, logs, extra, raftLn, ctlLn, o)
 	if err != nil && raftLn != nil {
 		raftLn.Close()
 		ctlLn.Close()
+	}
+	if err != nil {
+		o.close()
 	}
 	return rt, err
 }
 
 // start is Init once the membership's listeners are bound: the data
 // plane, the rendezvous, the membership and the runtime.
-func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extra map[string]string, raftLn, ctlLn net.Listener) (*pgas.Runtime, error) {
+func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extra map[string]string, raftLn, ctlLn net.Listener, o *observer) (*pgas.Runtime, error) {
 	tr, err := newTransport(env, logs.tcp)
 	if err != nil {
 		return nil, err
@@ -128,7 +138,7 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 	cfg.Transport = tr
 	cfg.Hosts = hosts
 	cfg.Logger = logs.runtime
-	cfg.Launcher = launcher{sess: sess, proc: env.Proc}
+	cfg.Launcher = launcher{sess: sess, proc: env.Proc, obs: o}
 	if opts.FaultTolerant {
 		m, err := newMembership(env, table, opts, logs, raftLn, ctlLn)
 		if err != nil {
@@ -149,6 +159,7 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 	if err != nil {
 		return nil, err
 	}
+	o.rt = rt
 	sess.Report(bootstrap.Report{Proc: env.Proc, Kind: bootstrap.KindRole, Rank: rt.Rank(), Epoch: rt.Epoch()})
 	return rt, nil
 }
@@ -253,6 +264,7 @@ func isLoopback(hostport string) bool {
 type launcher struct {
 	sess *bootstrap.Session
 	proc uint32
+	obs  *observer // closed with the session: the trace is written then
 }
 
 func (l launcher) Event(rank int, epoch uint64, text string) {
@@ -263,4 +275,4 @@ func (l launcher) Vacant(rank int, epoch uint64) {
 	l.sess.Report(bootstrap.Report{Proc: l.proc, Kind: bootstrap.KindVacant, Rank: rank, Epoch: epoch})
 }
 
-func (l launcher) Close() error { return l.sess.Close() }
+func (l launcher) Close() error { return errors.Join(l.obs.close(), l.sess.Close()) }

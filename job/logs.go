@@ -14,8 +14,12 @@ type logs struct {
 
 // newLogs gives every layer the logger given, or, when it is nil, text on
 // stderr at the level pgasLog (PGAS_LOG: debug, info, warn, error) names:
-//   - the runtime logs at that level, info when PGAS_LOG is unset or not a
-//     level;
+//   - the runtime logs at that level, warn when PGAS_LOG is unset or not a
+//     level: what a user must see (fencing, cut-offs, lost checkpoints)
+//     is a warning or an error, while the routine of a job (views
+//     applied, failures detected and recovered, which the launcher and
+//     the applications report once for the whole job) is info, shown with
+//     PGAS_LOG=info (gaspirun -v);
 //   - the transport at warn or above: connections closing at the end of a
 //     job are routine, and the runtime reports the ones that matter;
 //   - the membership at that level, error when PGAS_LOG is unset or not a
@@ -27,7 +31,7 @@ func newLogs(given *slog.Logger, pgasLog string) logs {
 		return logs{runtime: given, tcp: given, membership: given}
 	}
 	level, set := parseLevel(pgasLog)
-	runtime, membership := slog.LevelInfo, slog.LevelError
+	runtime, membership := slog.LevelWarn, slog.LevelError
 	if set {
 		runtime, membership = level, level
 	}

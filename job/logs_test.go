@@ -7,15 +7,15 @@ import (
 )
 
 // Rule: PGAS_LOG is read once and gives each layer its level: the runtime
-// info by default, the transport never below warn, the membership error
+// warn by default, the transport never below warn, the membership error
 // by default (see newLogs).
 func TestLogLevels(t *testing.T) {
 	cases := []struct {
 		pgasLog                  string
 		runtime, tcp, membership slog.Level
 	}{
-		{"", slog.LevelInfo, slog.LevelWarn, slog.LevelError},
-		{"nonsense", slog.LevelInfo, slog.LevelWarn, slog.LevelError},
+		{"", slog.LevelWarn, slog.LevelWarn, slog.LevelError},
+		{"nonsense", slog.LevelWarn, slog.LevelWarn, slog.LevelError},
 		{"debug", slog.LevelDebug, slog.LevelWarn, slog.LevelDebug},
 		{"info", slog.LevelInfo, slog.LevelWarn, slog.LevelInfo},
 		{"warn", slog.LevelWarn, slog.LevelWarn, slog.LevelWarn},

@@ -32,6 +32,7 @@ import (
 // Checkpoint returns ErrState after Recv or Groups started, or for a c
 // that does not increase. If it fails, the shuffle must be rolled back.
 func (s *Shuffle) Checkpoint(ctx context.Context, c uint64) ([]byte, error) {
+	defer phase("checkpoint", "shuffle checkpoint")()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	if err := s.usable(); err != nil {
@@ -184,6 +185,7 @@ func (a *aside) unpinLocked(drop func(id uint64) bool) {
 // and pgas errors from its collectives. A RollBack that failed may be
 // called again.
 func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
+	defer phase("recovery", "shuffle roll back")()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	select {

@@ -80,6 +80,7 @@ func (a *aside) signalLocked() {
 }
 
 func (a *aside) addMemLocked(d int64) {
+	noteMem(d)
 	a.mem += d
 	a.maxMem = max(a.maxMem, a.mem)
 }
@@ -511,6 +512,7 @@ func (a *aside) run(ctx context.Context, t *task) error {
 		a.owned[file.path] = file
 		s.st.spills.Add(1)
 		s.st.spillBytes.Add(uint64(file.size))
+		noteSpill(file.size)
 		s.log.Debug("spilled", "file", file.path, "bytes", file.size, "pairs", file.pairs, "inputs", len(srcs))
 	}
 	a.addMemLocked(-in)
@@ -665,6 +667,7 @@ func (s *Shuffle) finishRecv(m *mergeIter) {
 // ctx, a failure of the shuffle).
 func (s *Shuffle) Recv(ctx context.Context) iter.Seq2[[]byte, []byte] {
 	return func(yield func([]byte, []byte) bool) {
+		defer phase("shuffle", "shuffle receive")()
 		m, err := s.openRecv(ctx, "recv")
 		if err != nil {
 			s.setRecvErr(err)
@@ -685,6 +688,7 @@ func (s *Shuffle) Recv(ctx context.Context) iter.Seq2[[]byte, []byte] {
 // skipped. Like Recv it may be ranged over once; check Err afterwards.
 func (s *Shuffle) Groups(ctx context.Context) iter.Seq2[[]byte, iter.Seq[[]byte]] {
 	return func(yield func([]byte, iter.Seq[[]byte]) bool) {
+		defer phase("shuffle", "shuffle receive")()
 		m, err := s.openRecv(ctx, "groups")
 		if err != nil {
 			s.setRecvErr(err)

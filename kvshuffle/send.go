@@ -367,6 +367,7 @@ func (s *Shuffle) CloseSend(ctx context.Context) error {
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	defer sendPhaseDone(s.born, s.rank)
 	if err := s.usable(); err != nil {
 		return err
 	}

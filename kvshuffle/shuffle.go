@@ -22,6 +22,7 @@ import (
 // Shuffle is one rank's handle on a key-value shuffle. See the package doc
 // for the protocol and the rules on concurrency.
 type Shuffle struct {
+	born time.Time // New's start: the send phase's trace span
 	rt   *pgas.Runtime
 	cfg  Config
 	log  *slog.Logger
@@ -154,6 +155,7 @@ func New(ctx context.Context, rt *pgas.Runtime, cfg Config) (*Shuffle, error) {
 	}
 	rank := rt.Rank()
 	s := &Shuffle{
+		born:     time.Now(),
 		rt:       rt,
 		cfg:      cfg,
 		log:      cfg.Logger,

@@ -31,6 +31,7 @@ func (rt *Runtime) CompareSwap(ctx context.Context, rank int, loc Loc, cmp, swap
 }
 
 func (rt *Runtime) atomic(ctx context.Context, rank int, loc Loc, op uint8, a, b uint64, name string) (uint64, error) {
+	defer oneSidedStart("atomic").done()
 	v, err := rt.current()
 	if err != nil {
 		return 0, err

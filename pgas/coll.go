@@ -159,6 +159,7 @@ func (c *coll) send(ctx context.Context, idx int, round uint64, data []byte) err
 	}
 	h := transport.Header{Type: transport.FrameColl, Seg: c.g.tag, Off: c.seq, A: round, Epoch: c.v.epoch}
 	c.rt.stampAck(proc, &h)
+	c.rt.frames.Sent(uint8(h.Type), len(data))
 	err = c.rt.sendErr(ctx, c.rt.tr.Send(ctx, proc, &h, data), rank, proc, c.op)
 	if errors.Is(err, ErrTimeout) {
 		c.g.timedOut(c.v.epoch)
@@ -192,6 +193,7 @@ func (c *coll) exchange(ctx context.Context, idx int, data []byte) ([]byte, erro
 // Barrier returns once every member of g has entered it (dissemination
 // algorithm: ceil(log2 n) rounds of one message each).
 func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
+	defer collStart("barrier").done()
 	c, err := rt.startColl(g, "barrier")
 	if err != nil {
 		return err
@@ -216,6 +218,7 @@ func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 // (recursive doubling, with the ranks above the largest power of two folded
 // into their lower neighbours first).
 func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, combine func(dst, src []byte)) error {
+	defer collStart("allreduce").done()
 	c, err := rt.startColl(g, "allreduce")
 	if err != nil {
 		return err
@@ -298,6 +301,7 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 // Bcast copies root's buf into buf on every member of g (binomial tree).
 // root is a rank; every member passes a buf of the same size.
 func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) error {
+	defer collStart("broadcast").done()
 	c, err := rt.startColl(g, "bcast")
 	if err != nil {
 		return err
@@ -344,6 +348,7 @@ func (rt *Runtime) AllgatherBytes(ctx context.Context, g *Group, block, out []by
 // members) once the members are known, and the members returned with it:
 // GroupAll's members are those of the view the collective runs in.
 func (rt *Runtime) allgather(ctx context.Context, g *Group, block []byte, alloc func(n int) []byte) ([]byte, []int, error) {
+	defer collStart("allgather").done()
 	c, err := rt.startColl(g, "allgather")
 	if err != nil {
 		return nil, nil, err

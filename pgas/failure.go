@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/gaspigo/gaspigo/health"
@@ -35,7 +36,8 @@ func (rt *Runtime) cutOff(proc transport.Proc, err error) {
 	if departed {
 		rt.log.Debug("peer left", "peer_proc", int(proc))
 	} else {
-		rt.log.Warn("peer lost", "peer_proc", int(proc), "err", err)
+		rt.log.Info("peer lost", "peer_proc", int(proc), "err", err)
+		rt.lostAt(proc)
 	}
 	rt.peers[proc].fail(fmt.Errorf("%w: %v", ErrRankFailed, err))
 	if rt.det != nil && !departed {
@@ -140,10 +142,16 @@ func (rt *Runtime) watchDetector(events <-chan health.Event) {
 			}
 			if v := rt.view.Load(); v.failed[ev.Proc] {
 				continue // the view already replaced it
+			} else if v.finished {
+				// Every rank reached Finalize: processes exiting now
+				// are the job ending, and there is nothing to recover.
+				rt.log.Debug("peer gone after the job finished", "peer_proc", int(ev.Proc))
+				continue
 			}
 			epoch := rt.Epoch()
 			rt.noteFailure(ev.Proc)
-			rt.log.Warn("failure confirmed", "failed_proc", int(ev.Proc), "reason", ev.Reason)
+			rt.log.Info("failure confirmed", "failed_proc", int(ev.Proc), "reason", ev.Reason)
+			rt.detected(ev.Proc, ev.Reason)
 			proc := ev.Proc
 			rt.goFunc(func() { rt.reportFailure(proc, epoch) })
 		case <-rt.closed:
@@ -165,7 +173,11 @@ func (rt *Runtime) reportFailure(proc transport.Proc, epoch uint64) {
 		if err == nil {
 			return
 		}
-		rt.log.Warn("failure report not accepted yet", "failed_proc", int(proc), "err", err, "attempt", attempt)
+		level := slog.LevelInfo
+		if attempt >= 10 { // a second or more: the membership is in trouble
+			level = slog.LevelWarn
+		}
+		rt.log.Log(context.Background(), level, "failure report not accepted yet", "failed_proc", int(proc), "err", err, "attempt", attempt)
 		select {
 		case <-rt.closed:
 			return

@@ -226,6 +226,7 @@ func (rt *Runtime) Notify(ctx context.Context, q Queue, rank int, seg segments.I
 // Wait returns nil the data is in place. The queue is emptied whatever the
 // outcome; the first error is returned (a *RankError for a failed peer).
 func (rt *Runtime) Wait(ctx context.Context, q Queue) error {
+	defer oneSidedStart("wait").done()
 	qu, err := rt.queue(q, "wait")
 	if err != nil {
 		return err

@@ -39,6 +39,8 @@ type peer struct {
 
 	departed   atomic.Bool // the peer said goodbye: its connection closing is no failure
 	toldFenced atomic.Bool // this peer, declared failed, was told it is fenced
+
+	lostNanos atomic.Int64 // when its connection was lost (Unix ns), 0 before
 }
 
 // sayGoodbye tells every live peer, briefly, that this process is leaving

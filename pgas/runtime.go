@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/obs"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -22,6 +23,8 @@ type Runtime struct {
 	tr   transport.Transport
 	self transport.Proc
 	log  *slog.Logger
+
+	frames *obs.FrameStats // this transport's frame counters (package obs)
 
 	view        atomic.Pointer[view]
 	viewMu      sync.Mutex            // serialises view changes; guards viewChanged
@@ -98,6 +101,7 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 		life:    life,
 		endLife: endLife,
 		cfg:     cfg,
+		frames:  framesOf(cfg.Transport),
 		tr:      cfg.Transport,
 		self:    cfg.Proc,
 		segs:    make(map[segments.ID]*segInfo),
@@ -335,6 +339,7 @@ func (rt *Runtime) procOf(v *view, rank int, op string) (transport.Proc, error) 
 func (rt *Runtime) send(ctx context.Context, p transport.Proc, h *transport.Header, payload []byte) error {
 	h.Epoch = rt.view.Load().epoch
 	rt.stampAck(p, h)
+	rt.frames.Sent(uint8(h.Type), len(payload))
 	return rt.tr.Send(ctx, p, h, payload)
 }
 

@@ -137,6 +137,7 @@ func (rt *Runtime) applyView(mv View) {
 	}
 	nv := newView(uint32(mv.Epoch), append([]transport.Proc(nil), mv.Ranks...), len(rt.peers), failed)
 	nv.finished, nv.err = mv.Finished, mv.Err
+	rt.viewObserved(nv, mv.Failed) // before anyone can see the view
 	rt.view.Store(nv)
 	ch := rt.viewChanged
 	rt.viewChanged = make(chan struct{})

@@ -19,6 +19,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/obs"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -570,6 +571,8 @@ func (n *Node) applyLocal(ctx context.Context, data []byte) (Result, error) {
 	if n.raft.State() != raft.Leader {
 		return Result{}, ErrNotLeader
 	}
+	sp := obs.Begin("membership", "raft commit")
+	defer sp.End()
 	f := n.raft.Apply(data, n.cfg.RPCTimeout)
 	done := make(chan struct{})
 	if !n.goFunc(func() { _ = f.Error(); close(done) }) {

@@ -156,6 +156,9 @@ type Options struct {
 	// live (but not the same bits as a run without Shrink).
 	Shrink   bool
 	Progress io.Writer // the lowest live rank's progress lines; nil: none
+	// History receives the lowest live rank's per-iteration CSV lines
+	// (HistoryHeader first); nil: none.
+	History io.Writer
 	// Leader, when set, returns the process (transport.Proc) that leads
 	// the membership, if one is known (for kill:leader).
 	Leader func() (proc int, ok bool)
@@ -233,6 +236,7 @@ type Job struct {
 	ckptTime  time.Duration
 	commits   int
 	loopStart time.Time
+	hist      history
 }
 
 // NewJob checks the injections (CheckInjects), then loads this rank's
@@ -711,6 +715,7 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 	copy(j.cent, j.next)
 	j.iter++
 	j.sse = j.buf[kd+k]
+	j.iterDone(t0, int64(j.buf[kd+k+1]), shift)
 	j.printf("iter %4d  sse=%-22s moved=%-9d shift=%-10.3g time=%v\n", j.iter, strconv.FormatFloat(j.sse, 'g', 10, 64), int64(j.buf[kd+k+1]), shift, time.Since(t0).Round(10*time.Microsecond))
 	fresh := j.iter > j.high
 	if err := j.inject(ctx, "", fresh); err != nil {
@@ -823,6 +828,7 @@ func (j *Job) commit(ctx context.Context) error {
 	j.ckptTime += time.Since(t0)
 	if err == nil {
 		j.commits++
+		j.event("checkpoint", strconv.Itoa(j.iter))
 	}
 	if errors.Is(err, ckpt.ErrNotCommitted) {
 		j.printf("checkpoint %d not committed (%v); the previous one stays in force\n", id, err)
@@ -922,7 +928,8 @@ func (j *Job) recovery(what string) *recovery.Loop {
 		if a.Retry {
 			what = "the recovery" // another failure during the recovery
 		}
-		j.printf("recovery: %s failed: %v\n", what, a.Cause)
+		j.printf("recovery: %s failed: %s\n", what, recovery.Brief(a.Cause))
+		j.event("failure", what+": "+recovery.Brief(a.Cause))
 	}}
 }
 
@@ -951,6 +958,7 @@ func (j *Job) restoreAll(ctx context.Context, a recovery.Attempt) error {
 	}
 	if err == nil {
 		j.recov++
+		j.event("recovery", fmt.Sprintf("epoch %d: checkpoint of iteration %d restored", j.rt.Epoch(), j.iter))
 		j.printf("recovery: epoch %d in force after %v; checkpoint of iteration %d restored after %v; %d iterations to redo\n",
 			j.rt.Epoch(), a.View.Round(time.Microsecond), j.iter, time.Since(a.Started).Round(time.Microsecond), j.high-j.iter)
 	}

@@ -74,8 +74,9 @@ func ListParts(dir string) ([]string, error) {
 }
 
 // ResolveInputs turns command-line arguments into the list of files to
-// read, in order: a directory stands for its part files (ListParts), a file
-// for itself. It returns ErrNoInput for an empty list.
+// read, in order: a directory stands for its input files (InputFiles:
+// files of any name but _SUCCESS, dot files and .crc files), a file for
+// itself. It returns ErrNoInput for an empty list.
 func ResolveInputs(args []string) ([]string, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("%w: name a directory of part files or one or more files", ErrNoInput)
@@ -87,7 +88,7 @@ func ResolveInputs(args []string) ([]string, error) {
 			return nil, fmt.Errorf("terasort: %w", err)
 		}
 		if st.IsDir() {
-			parts, err := ListParts(a)
+			parts, err := InputFiles(a)
 			if err != nil {
 				return nil, err
 			}

@@ -54,6 +54,9 @@ type FileReport struct {
 	// Disorders counts records whose key is smaller than the previous
 	// record's key in the same file.
 	Disorders int64
+	// Duplicates counts records whose key equals the previous record's
+	// key in the same file.
+	Duplicates int64
 }
 
 // Report is the result of ValidateFiles.
@@ -65,6 +68,10 @@ type Report struct {
 	// (the first record of a file against the last record of the nearest
 	// non-empty file before it).
 	Disorders int64
+	// Duplicates counts records whose key equals the previous record's
+	// key, within files and across file boundaries as Disorders: valsort's
+	// "Duplicate keys".
+	Duplicates int64
 	// First is the first disorder in file and record order, nil if the
 	// records are sorted. ValidateFiles returns it as its error too.
 	First *OrderError
@@ -115,7 +122,14 @@ func ValidateFiles(ctx context.Context, paths []string, cfg ScanConfig) (*Report
 			}
 			note(&OrderError{Path: u.path, Index: u.lo, Key: u.firstKey,
 				PrevPath: prevPath, PrevIndex: prevIndex, PrevKey: prevKey})
+		} else if havePrev && CompareKeys(u.firstKey[:], prevKey[:]) == 0 {
+			rep.Duplicates++
+			if prevFile == u.file {
+				fr.Duplicates++
+			}
 		}
+		fr.Duplicates += u.dups
+		rep.Duplicates += u.dups
 		fr.Disorders += u.disorders
 		if u.disorders > 0 {
 			rep.Disorders += u.disorders - 1
@@ -158,6 +172,7 @@ type unit struct {
 	firstKey, lastKey [KeySize]byte
 	disorders         int64
 	firstDisorder     *OrderError
+	dups              int64 // records whose key equals the previous one's
 }
 
 // scanFiles checks every file's size, cuts the files into sections and
@@ -260,13 +275,18 @@ func scanUnit(ctx context.Context, rd *Reader, u *unit, order bool) error {
 		for off := 0; off < len(blk); off += RecordSize {
 			rec := blk[off : off+RecordSize]
 			sum += uint64(crc32.ChecksumIEEE(rec))
-			if order && prev != nil && CompareKeys(rec, prev) < 0 {
-				u.disorders++
-				if u.firstDisorder == nil {
-					e := &OrderError{Path: u.path, Index: idx, PrevPath: u.path, PrevIndex: idx - 1}
-					copy(e.Key[:], rec)
-					copy(e.PrevKey[:], prev)
-					u.firstDisorder = e
+			if order && prev != nil {
+				switch c := CompareKeys(rec, prev); {
+				case c == 0:
+					u.dups++
+				case c < 0:
+					u.disorders++
+					if u.firstDisorder == nil {
+						e := &OrderError{Path: u.path, Index: idx, PrevPath: u.path, PrevIndex: idx - 1}
+						copy(e.Key[:], rec)
+						copy(e.PrevKey[:], prev)
+						u.firstDisorder = e
+					}
 				}
 			}
 			prev = rec

@@ -4,7 +4,8 @@
 //
 //	gaspirun -n N [--spares K] [--timeout D] [--hosts h1,h2,... | --ranks-per-host M]
 //	         [--state-dir DIR] [--on-death continue|abort] [--quiet] [--grace D]
-//	         [--job-id NAME] [--tls] [-x NAME[=VALUE]]... [--] PROGRAM [ARGS...]
+//	         [--job-id NAME] [--tls] [-x NAME[=VALUE]]... [-v] [--metrics ADDR]
+//	         [--trace FILE] [--] PROGRAM [ARGS...]
 //	gaspirun -n N [--spares K] --hostfile FILE [--ssh CMD] [--rendezvous-addr HOST[:PORT]]
 //	         [--remote-gaspirun PATH] [flags] [--] PROGRAM [ARGS...]
 //	gaspirun [-n N] --spares K [--srun CMD] [flags] [--] PROGRAM [ARGS...]   (inside sbatch or salloc)
@@ -196,7 +197,7 @@
 //	                       set (gaspirun); under the launchers below, 1 for process 0 only.
 //	PGAS_RESUME            set by gaspirun --resume DIR: the program resumes from the
 //	                       disk-level checkpoints in DIR instead of starting afresh
-//	PGAS_LOG               runtime log level: debug, info (default), warn, error
+//	PGAS_LOG               runtime log level: debug, info (gaspirun -v), warn (default), error
 //	PGAS_TLS               1: mutual TLS 1.3 over every connection of the job (data plane,
 //	                       rendezvous, Raft, control), keyed by PGAS_TOKEN; 0 or unset:
 //	                       none. Set by gaspirun --tls, or passed on from gaspirun's own
@@ -204,6 +205,28 @@
 //	                       Every process of a job must agree; one that does not is refused
 //	                       during the handshake with an error naming PGAS_TLS. Under
 //	                       srun, mpirun or Kubernetes, set it in every process yourself.
+//	PGAS_METRICS           set to auto by gaspirun --metrics: the process serves its
+//	                       Prometheus metrics on a free port of the job's interface and
+//	                       publishes the address in the member table; HOST:PORT or :0
+//	                       (any free port) by hand (see internal/metrics)
+//	PGAS_TRACE             set by gaspirun --trace to a temporary directory: the process
+//	                       records trace spans and writes DIR/trace-proc-N.json when its
+//	                       runtime closes; PGAS_TRACE_EVENTS bounds its buffer (65536)
+//
+// # Watching a job
+//
+// Runtime records default to warnings and errors; -v passes PGAS_LOG=info
+// to every process for the routine ones (views applied, failures
+// detected, restores). gaspirun reports a lost process and the spare that
+// takes its rank once each. On a terminal (stderr), gaspirun keeps a status
+// line at the bottom (ranks, epoch, spares left, elapsed time, the lowest
+// rank's last line), erased and redrawn around every line; with stderr
+// redirected there is none. --metrics ADDR serves every process's metrics
+// at http://ADDR/metrics with a proc label (a process that ended keeps its
+// last scrape, gaspigo_job_process_up 0); --trace FILE merges the
+// processes' traces into one Chrome/Perfetto JSON file at the end (local
+// launcher: under ssh or srun the files stay on the hosts). The README
+// lists the metrics.
 //
 // These are optional and never set by gaspirun; set in its environment,
 // they reach every process:

@@ -97,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 	}
 	var hosts, onDeath, launcher, sshCmd, srunCmd, remoteGaspirun string
 	var exports []string
+	var verbose bool
 	fs.IntVar(&cfg.Ranks, "n", 0, "number of ranks `N` (required, at least 1)")
 	fs.IntVar(&cfg.Spares, "spares", 0, "number of spare processes `K` that take over a failed rank")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "tear the job down after `D` (exit 124); 0: no limit")
@@ -119,6 +120,9 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 		exports = append(exports, s)
 		return nil
 	})
+	fs.StringVar(&cfg.Metrics, "metrics", "", "serve the metrics of every process of the job at http://`ADDR`/metrics (Prometheus format; each process serves its own on a free port, PGAS_METRICS=auto)")
+	fs.StringVar(&cfg.Trace, "trace", "", "write a Chrome/Perfetto JSON trace of the whole job to `FILE` at the end: one track per process (PGAS_TRACE)")
+	fs.BoolVar(&verbose, "v", false, "verbose: the processes' runtime records at info level (views applied, failures detected, checkpoints restored) besides warnings and errors; sets PGAS_LOG=info unless PGAS_LOG is set")
 	fs.BoolVar(&newToken, "new-token", false, "print a fresh job token (for PGAS_TOKEN under Slurm or Kubernetes) and exit")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false, err
@@ -158,6 +162,9 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 			return cfg, false, &launch.FlagError{Flag: "-x", Value: x, Problem: "is not set here", Fix: "set it, or write -x " + x + "=VALUE"}
 		}
 		cfg.Env = append(cfg.Env, x+"="+v)
+	}
+	if _, ok := os.LookupEnv("PGAS_LOG"); verbose && !ok {
+		cfg.Env = append(cfg.Env, "PGAS_LOG=info")
 	}
 	if !set["n"] {
 		ranks, err := slurmRanks(cfg)

@@ -25,24 +25,25 @@ type layer struct {
 }
 
 // libraries are the packages programs are built from.
-var libraries = []string{"segments", "transport", "transport/...", "health", "pgas", "spares", "ckpt", "kvshuffle", "job"}
+var libraries = []string{"obs", "segments", "transport", "transport/...", "health", "pgas", "spares", "ckpt", "kvshuffle", "job"}
 
 // layers encodes DESIGN.md §2 ("Layers and packages"; an arrow means "may
 // import").
 var layers = []layer{
 	{"segments", nil, "segments is a leaf: no project imports"},
+	{"obs", nil, "obs (metrics and trace buffer) is a leaf: every layer records into it"},
 	{"transport", nil, "transport (Rank, frames, the Transport seam) imports nothing of the project"},
 	{"transport/...", []string{"transport", "transport/...", "internal/admit", "internal/auth"},
 		"transport implementations -> transport (and the admission gate and job token of their listeners)"},
 	{"health", []string{"transport"}, "health -> transport"},
-	{"pgas", []string{"segments", "transport", "health"},
-		"pgas -> segments, transport, health: no transport implementation, nothing under internal/"},
-	{"spares", []string{"pgas", "health", "transport", "segments", "internal/admit", "internal/auth", "internal/bootstrap", "internal/netfault"},
+	{"pgas", []string{"segments", "transport", "health", "obs"},
+		"pgas -> segments, transport, health (+ obs): no transport implementation, nothing under internal/"},
+	{"spares", []string{"pgas", "health", "transport", "segments", "obs", "internal/admit", "internal/auth", "internal/bootstrap", "internal/netfault"},
 		"spares -> pgas, health (+ internal helpers); ckpt and spares never import each other"},
-	{"ckpt", []string{"pgas", "segments", "internal/durable"},
+	{"ckpt", []string{"pgas", "segments", "obs", "internal/durable"},
 		"ckpt -> pgas, segments (+ internal/durable); ckpt and spares never import each other"},
-	{"kvshuffle", []string{"pgas", "ckpt", "health", "segments"}, "kvshuffle -> pgas, ckpt, health, segments"},
-	{"job", []string{"pgas", "spares", "health", "transport", "transport/...", "segments", "internal/bootstrap", "internal/netfault", "internal/admit", "internal/auth"},
+	{"kvshuffle", []string{"pgas", "ckpt", "health", "segments", "obs"}, "kvshuffle -> pgas, ckpt, health, segments"},
+	{"job", []string{"pgas", "spares", "health", "transport", "transport/...", "segments", "obs", "internal/bootstrap", "internal/netfault", "internal/admit", "internal/auth", "internal/metrics"},
 		"job, the composition root -> spares -> pgas: it wires what the layers below are given"},
 	{"pgas/pgastest", []string{"pgas", "transport", "transport/...", "health", "segments"},
 		"pgas/pgastest (test doubles for pgas's seams) -> pgas and the layers below it"},
@@ -55,6 +56,7 @@ var layers = []layer{
 	{"test/...", append([]string{"~/...", "internal/...", "apps/..."}, libraries...),
 		"test tiers -> libraries, apps and internal helpers, their own test programs"},
 	{"internal/testprog/...", append([]string{"internal/..."}, libraries...), "test programs -> libraries, internal helpers"},
+	{"internal/metrics", []string{"obs", "internal/..."}, "the metrics exporter and trace writer -> obs, the leaf it exports"},
 	{"internal/...", []string{"internal/..."}, "internal helpers sit below the libraries: they import other helpers only"},
 }
 

@@ -39,7 +39,8 @@ import (
 // be 0: no attack gets past the handshake.
 func TestForeignConnectionsRefused(t *testing.T) {
 	gate := t.TempDir()
-	j := startJob(t, []string{"-n", "3", "--grace", "1s"}, "-case", "secure", "-gate", gate)
+	// -v: the runtime's info records too, where a lost peer would show.
+	j := startJob(t, []string{"-n", "3", "--grace", "1s", "-v"}, "-case", "secure", "-gate", gate)
 	listen := map[int]string{}
 	for _, l := range j.waitLines("LISTEN", nil, 3, jobDeadline/2) {
 		addrs := strings.Split(l.kv["addr"], ",")

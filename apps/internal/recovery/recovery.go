@@ -69,8 +69,11 @@ func (l *Loop) Rejoin(ctx context.Context, cause error) error {
 				return err
 			}
 			a.View = time.Since(a.Started)
+			observeView(a)
 		}
+		t0 := time.Now()
 		err := l.Restore(ctx, a)
+		observeRestore(a, t0, err)
 		if err == nil || !Needed(err) {
 			return err
 		}

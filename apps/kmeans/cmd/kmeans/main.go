@@ -29,6 +29,14 @@
 // with gaspirun --resume only knows what the loaded checkpoint recorded,
 // so drop the --inject flags when resuming, or the kill happens again.
 //
+// --history FILE writes one CSV line per iteration executed (the lowest
+// live rank writes it; kmeans.HistoryHeader describes the columns), and
+//
+//	kmeans plot --history FILE --out FILE.png|FILE.svg
+//
+// draws it: the SSE above the run's lowest on a log scale over the
+// iterations executed, failures and recoveries marked.
+//
 // With --ckpt-dir every rank verifies the disk level (ckpt VerifyDisk)
 // before the result is printed: if any rank could not write a disk
 // checkpoint, every rank exits non-zero naming the checkpoints and the
@@ -77,6 +85,7 @@ type flags struct {
 	shrink   bool
 	quiet    bool
 	stamps   bool
+	history  string
 }
 
 func parse(args []string) (*flags, error) {
@@ -102,6 +111,7 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.impl, "impl", "auto", "distance kernel: auto, avx512, avx2, go, naive")
 	fs.IntVar(&f.opt.Kernel.Threads, "threads", 1, "goroutines per rank for the distance kernel")
 	fs.BoolVar(&f.quiet, "quiet", false, "no per-iteration lines")
+	fs.StringVar(&f.history, "history", "", "write one CSV line per iteration to `FILE` (sse, moved, shift, time, epoch, failure/recovery/checkpoint events; see kmeans.HistoryHeader); plot it with kmeans plot")
 	fs.BoolVar(&f.stamps, "timestamps", false, "start every per-iteration and recovery line with the time (RFC 3339, nanoseconds); the final line stays as it is")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -137,9 +147,11 @@ func parse(args []string) (*flags, error) {
 			return nil, fmt.Errorf("--inject at iteration %d never fires: --max-iter is %d", in.Iter, f.opt.MaxIter)
 		}
 	}
-	if f.output != "" {
-		if err := checkOutput(f.output); err != nil {
-			return nil, err
+	for _, o := range []struct{ flag, path string }{{"--output", f.output}, {"--history", f.history}} {
+		if o.path != "" {
+			if err := checkOutput(o.flag, o.path); err != nil {
+				return nil, err
+			}
 		}
 	}
 	impl, err := kmeans.ParseImpl(f.impl)
@@ -165,6 +177,9 @@ func parse(args []string) (*flags, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "plot" {
+		os.Exit(plotMain(os.Args[2:]))
+	}
 	f, err := parse(os.Args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -214,6 +229,11 @@ func run(ctx context.Context, f *flags) int {
 		if f.stamps {
 			f.opt.Progress = &stampWriter{w: os.Stdout}
 		}
+	}
+	if f.history != "" {
+		h := &historyFile{path: f.history, first: rt.Rank() == 0 && !rt.StartedAsSpare()}
+		defer h.Close()
+		f.opt.History = h
 	}
 	if m, ok := rt.Membership().(*spares.Membership); ok {
 		f.opt.Leader = func() (int, bool) {
@@ -302,24 +322,24 @@ func (s *stampWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// checkOutput refuses, before any work, an --output the reporting rank
-// could not create after the run: its directory must exist and be
-// writable, and the path must not be a directory.
-func checkOutput(path string) error {
+// checkOutput refuses, before any work, a file (of flag: --output,
+// --history) the reporting rank could not create: its directory must
+// exist and be writable, and the path must not be a directory.
+func checkOutput(flag, path string) error {
 	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
 	switch {
 	case err != nil:
-		return fmt.Errorf("--output %s: directory %s: %w; create it first or give a path in an existing directory", path, dir, errors.Unwrap(err))
+		return fmt.Errorf("%s %s: directory %s: %w; create it first or give a path in an existing directory", flag, path, dir, errors.Unwrap(err))
 	case !fi.IsDir():
-		return fmt.Errorf("--output %s: %s is not a directory; give a path in an existing directory", path, dir)
+		return fmt.Errorf("%s %s: %s is not a directory; give a path in an existing directory", flag, path, dir)
 	}
 	const wOK = 2 // access(2) W_OK
 	if err := syscall.Access(dir, wOK); err != nil {
-		return fmt.Errorf("--output %s: directory %s is not writable (%v); give a path in a directory you can write", path, dir, err)
+		return fmt.Errorf("%s %s: directory %s is not writable (%v); give a path in a directory you can write", flag, path, dir, err)
 	}
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("--output %s is a directory; give a file name", path)
+		return fmt.Errorf("%s %s is a directory; give a file name", flag, path)
 	}
 	return nil
 }

@@ -16,7 +16,14 @@
 // validate takes a directory only as the complete output of sort: its
 // _SUCCESS marker must list exactly its part files, with their record
 // counts, and the total count and checksum must match it. Part files
-// named one by one are checked without a marker.
+// named one by one are checked without a marker. Before its last line,
+// validate prints gensort's valsort summary fields (see valsort.go):
+// Records, Checksum, Duplicate keys, and SUCCESS or the first record out
+// of order.
+//
+// An input directory (sort --in, sum, memsort --in) stands for its files
+// of any name but _ files (_SUCCESS), dot files, .crc files and a sort's
+// part-NNNNN.tmp leftovers, as Hadoop reads a directory (InputFiles).
 // Exit status: 0 success, 1 a check failed or a file is bad, 2 bad usage.
 package main
 

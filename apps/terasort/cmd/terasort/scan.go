@@ -110,6 +110,7 @@ func cmdScan(ctx context.Context, name string, args []string, stdout, stderr io.
 		if oe == nil {
 			fmt.Fprintf(stderr, "validate: %d file(s), all records in order\n", len(paths))
 		}
+		valsortSummary(stdout, rep, oe)
 	}
 	if err := exp.Check(s); err != nil {
 		failures = append(failures, err.Error())

@@ -61,6 +61,12 @@ const (
 
 // Config is one gaspirun invocation.
 type Config struct {
+	// Metrics is the address of the job's metrics endpoint (--metrics):
+	// /metrics there serves every process's metrics; "" for none.
+	Metrics string
+	// Trace is the file the job's merged Chrome/Perfetto trace is written
+	// to at the end (--trace); "" for none.
+	Trace string
 	// Ranks is the number of ranks, N (-n), at least 1.
 	Ranks int
 	// Spares is the number of spare processes, K (--spares), at least 0.

@@ -20,6 +20,7 @@ type output struct {
 	stdout io.Writer
 	stderr io.Writer
 	buf    []byte
+	status *liveLine // nil: no terminal, or not started
 }
 
 func newOutput(stdout, stderr io.Writer) *output {
@@ -43,7 +44,12 @@ func (o *output) line(w io.Writer, label string, text []byte) {
 	b = append(b, "] "...)
 	b = append(b, text...)
 	b = append(b, '\n')
+	o.status.erase()
 	w.Write(b)
+	if w == o.stdout {
+		o.status.progress(label, text)
+	}
+	o.status.draw()
 	if cap(b) <= 64<<10 {
 		o.buf = b
 	}
@@ -53,7 +59,23 @@ func (o *output) line(w io.Writer, label string, text []byte) {
 func (o *output) notice(text string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.status.erase()
 	io.WriteString(o.stderr, "gaspirun: "+text+"\n")
+	o.status.draw()
+}
+
+// redraw draws the status line again (its elapsed time).
+func (o *output) redraw() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.status.draw()
+}
+
+// endStatus erases the status line for good.
+func (o *output) endStatus() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.status.close()
 }
 
 // noticeWriter is an io.Writer for a logger: each Write is written to
@@ -65,7 +87,9 @@ type noticeWriter struct{ o *output }
 func (n noticeWriter) Write(b []byte) (int, error) {
 	n.o.mu.Lock()
 	defer n.o.mu.Unlock()
+	n.o.status.erase()
 	n.o.stderr.Write(append([]byte("gaspirun: "), b...))
+	n.o.status.draw()
 	return len(b), nil
 }
 

@@ -145,6 +145,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		srv.Close()
 		<-srvDone
 	}()
+	ob, obEnv, err := startObservability(cfg, srv)
+	if err != nil {
+		return Result{}, err
+	}
+	defer ob.finish(out, cfg.Quiet)
+	cfg.Env = append(cfg.Env, obEnv...)
+	if a := ob.MetricsAddr(); a != "" && !cfg.Quiet {
+		out.notice("metrics of the whole job at http://" + a + "/metrics")
+	}
 
 	var be backend
 	if kind == LauncherLocal {
@@ -187,6 +196,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				strings.Join(u, ", "), cfg.Spares))
 		}
 	}
+	stopStatus := startStatus(out, cfg)
 	start := time.Now()
 	for p := 0; p < cfg.NumProcs(); p++ {
 		if err := j.start(p); err != nil {
@@ -200,6 +210,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	res := j.loop(ctx)
+	stopStatus()
 	be.close()
 	res.Wall = time.Since(start)
 	res.Summary = fmt.Sprintf("%s; exit %d; wall time %v", j.tr.summary(), res.ExitCode, res.Wall.Round(time.Millisecond))
@@ -369,6 +380,7 @@ func (j *job) loop(ctx context.Context) Result {
 				j.signalAll(syscall.SIGKILL)
 			}
 		}
+		j.out.status.setState(j.tr.statusState())
 	}
 	decide := func(ev exitEvent) {
 		delete(pending, ev.proc)

@@ -1,0 +1,27 @@
+package recovery
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gaspigo/gaspigo/pgas"
+)
+
+// Brief says in a few words what cause, an error for which Needed holds,
+// means for a user: "rank 2 failed" rather than the chain of the
+// operations it interrupted (which PGAS_LOG=info shows in the runtime's
+// records). Other errors are returned whole.
+func Brief(cause error) string {
+	var re *pgas.RankError
+	switch {
+	case cause == nil:
+		return "no cause"
+	case errors.As(cause, &re) && errors.Is(cause, pgas.ErrRankFailed):
+		return fmt.Sprintf("rank %d failed", re.Rank)
+	case errors.Is(cause, pgas.ErrRankFailed):
+		return "a rank failed"
+	case Needed(cause):
+		return "the membership changed (a new epoch)"
+	}
+	return cause.Error()
+}
