@@ -59,10 +59,23 @@
 //
 // # Frames
 //
-// Send encodes the header and writes header and payload with one writev,
-// straight from the caller's slice, under the connection's write token, so
-// frames from concurrent senders never interleave. Waiting for the token
-// and the write itself honour ctx. When ctx ends while part of a frame is
+// Small frames are batched (Config.BatchFrame, BatchBytes): Send copies a
+// frame of at most BatchFrame bytes (header included) into the
+// connection's batch and returns at once; the connection's writer
+// goroutine, woken when the batch becomes non-empty, takes the write
+// token and writes everything batched with one system call. A window of
+// small writes and notifications, and the acknowledgement coming back,
+// thus cost one write each way rather than one per frame; a lone frame
+// costs one goroutine hand-off. The frames on the wire are unchanged:
+// a batch is frames back to back. Queue is the non-blocking form (false
+// when it cannot batch), for handlers that answer from the reader.
+//
+// Any other Send encodes the header and writes the batch, then header and
+// payload, with one writev, straight from the caller's slice, under the
+// connection's write token, so frames from concurrent senders never
+// interleave and frames leave in the order their Sends batched or wrote
+// them. A Send that would overfill the batch writes it the same way.
+// Waiting for the token and the write itself honour ctx. When ctx ends while part of a frame is
 // on the wire, the unwritten tail is copied and finished in the background
 // and Send returns the ctx error: a timeout never breaks the stream and is
 // never reported as a death.
@@ -87,16 +100,18 @@
 //
 // # Concurrency and ownership
 //
-// Send, SetPeers, Stats and Close may be called from any goroutine. The
-// transport owns: the accept loop, one goroutine per connection being
-// authenticated or read, one dialer per higher peer until it connects, and
-// a writer finishing a frame whose Send timed out. Close stops all of them
-// and waits, including a HandleFrame or PeerDown call in progress, so a
-// handler must not call Close. The transport owns cfg.Listener once New
+// Send, Queue, SetPeers, Stats and Close may be called from any
+// goroutine. The transport owns: the accept loop, one goroutine per
+// connection being authenticated or read, one dialer per higher peer until
+// it connects, one batch writer per connection (it ends with the
+// connection), and a writer finishing a frame whose Send timed out. Close
+// writes what is still batched (for at most 200 ms), then stops all of
+// them and waits, including a HandleFrame or PeerDown call in progress, so
+// a handler must not call Close. The transport owns cfg.Listener once New
 // returns.
 //
-// Lock order: Transport.mu is a leaf; it is never held while calling the
-// handler, writing to or reading from a socket, or waiting for the write
-// token. The write token of a connection is taken before Transport.mu when
+// Lock order: Transport.mu and a connection's batch lock are leaves: never
+// held together, nor while calling the handler, writing to or reading
+// from a socket, or waiting for the write token. The write token of a connection is taken before Transport.mu when
 // both are needed.
 package tcp

@@ -135,6 +135,11 @@ type Config struct {
 	// it parks its goroutine. 0..10ms (--spin). It is applied by the
 	// program that creates the runtime; Run only reports it.
 	Spin time.Duration
+	// PollSpin is the TCP transport's PollSpin: how long a connection's
+	// reader polls its socket before it parks in the network poller.
+	// 0..10ms (--poll-spin). Applied, like Spin, by the program that
+	// creates the runtime.
+	PollSpin time.Duration
 	// CSV selects machine-readable output (--csv): one header line and one
 	// line per measurement.
 	CSV bool
@@ -219,6 +224,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Spin < 0 || c.Spin > maxSpin {
 		add("Spin (--spin) is %v; want 0..%v", c.Spin, maxSpin)
+	}
+	if c.PollSpin < 0 || c.PollSpin > maxSpin {
+		add("PollSpin (--poll-spin) is %v; want 0..%v", c.PollSpin, maxSpin)
 	}
 	if c.Timeout <= 0 {
 		add("Timeout (--timeout) is %v; want > 0, e.g. 5m", c.Timeout)
