@@ -20,6 +20,9 @@
 //   - lat: write+notify ping-pong. Rank 0 WriteNotifies to rank 1, which
 //     waits with NotifyWaitSome, resets, and answers the same way. Reported
 //     as round trip (RTT) and one-way (RTT/2), median and p99.
+//   - flush: write+Wait round trip, the counterpart of MPI's put+flush.
+//     Rank 0 Writes one message of each --lat-sizes to rank 1 and Waits
+//     for its remote completion, one at a time; median and p99.
 //   - barrier, allreduce: one call at a time over every rank (allreduce is a
 //     float64 sum of --coll-sizes bytes), median and p99 of rank 0's calls,
 //     and the mean of the slowest rank.

@@ -21,10 +21,11 @@ const (
 	TestBarrier                     // barrier over every rank
 	TestAllreduce                   // float64 sum allreduce over every rank
 	TestRaw                         // plain Go TCP stream and ping-pong between ranks 0 and 1
+	TestFlush                       // write+Wait round trip (MPI's put+flush), rank 0 -> rank 1
 
-	TestAll = TestBW | TestRBW | TestLat | TestBarrier | TestAllreduce | TestRaw
+	TestAll = TestBW | TestRBW | TestLat | TestBarrier | TestAllreduce | TestRaw | TestFlush
 	// pairTests need ranks 0 and 1.
-	pairTests = TestBW | TestRBW | TestLat | TestRaw
+	pairTests = TestBW | TestRBW | TestLat | TestRaw | TestFlush
 )
 
 var testNames = []struct {
@@ -32,7 +33,7 @@ var testNames = []struct {
 	name string
 }{
 	{TestBW, "bw"}, {TestRBW, "rbw"}, {TestLat, "lat"},
-	{TestBarrier, "barrier"}, {TestAllreduce, "allreduce"}, {TestRaw, "raw"},
+	{TestBarrier, "barrier"}, {TestAllreduce, "allreduce"}, {TestRaw, "raw"}, {TestFlush, "flush"},
 }
 
 // Has reports whether every test of u is in t.
@@ -50,7 +51,7 @@ func (t Tests) String() string {
 }
 
 // ParseTests reads a comma-separated list of test names (bw, rbw, lat,
-// barrier, allreduce, raw, all).
+// barrier, allreduce, raw, flush, all).
 func ParseTests(s string) (Tests, error) {
 	var t Tests
 	for _, f := range strings.Split(s, ",") {
@@ -70,7 +71,7 @@ func ParseTests(s string) (Tests, error) {
 			}
 		}
 		if !found {
-			return 0, fmt.Errorf("%w: --tests: unknown test %q; use a comma-separated list of bw, rbw, lat, barrier, allreduce, raw, or all", ErrConfig, f)
+			return 0, fmt.Errorf("%w: --tests: unknown test %q; use a comma-separated list of bw, rbw, lat, flush, barrier, allreduce, raw, or all", ErrConfig, f)
 		}
 	}
 	if t == 0 {

@@ -43,7 +43,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	var o Options
 	c := &o.Config
 	*c = def
-	tests := fs.String("tests", "all", "comma-separated tests: bw (write bandwidth), rbw (read bandwidth), lat (write+notify ping-pong),\nbarrier, allreduce, raw (plain TCP baselines), or all")
+	tests := fs.String("tests", "all", "comma-separated tests: bw (write bandwidth), rbw (read bandwidth), lat (write+notify ping-pong),\nflush (write+Wait round trip, MPI's put+flush), barrier, allreduce, raw (plain TCP baselines), or all")
 	sizes := fs.String("sizes", "8..4M", "bandwidth message sizes: comma-separated, A..B for powers of two from A to B (units B, K, M)")
 	lat := fs.String("lat-sizes", "8,1K,64K", "ping-pong message sizes")
 	coll := fs.String("coll-sizes", "8,1K,64K", "allreduce vector sizes in bytes (multiples of 8: float64 elements)")
