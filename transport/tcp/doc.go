@@ -89,14 +89,27 @@
 // passed to HandleFrame is a fresh copy the handler may keep; the Payload is
 // valid only during the call.
 //
+// Before a read that goes to the socket (the read buffer is empty), the
+// reader yields (runtime.Gosched), so that what the frames it just handed
+// over woke, a batch writer with the reply or the caller waiting for them,
+// runs ahead of that read's system call, which usually finds nothing and
+// parks. With one P per process (gaspirun's GOMAXPROCS on 2 cores) that
+// takes a system call off each side of a round trip.
+//
 // With Config.PollSpin > 0 the reader polls its socket with non-blocking
-// reads for that long before it parks in the network poller. On the 2-core
+// reads for that long before it parks in the network poller, yielding to
+// the process's goroutines and then the CPU (sched_yield on Linux) between
+// attempts, as an MPI polls on an oversubscribed host. On the 2-core
 // development host (shared, load 6-12) BenchmarkPingPong measured 8-byte
 // round trips of about 19-32 us parked, 30-40 us with 10 us of spin, 50-87
-// us with 50 us and 110-180 us with 200 us: a spinning reader takes the CPU
-// that the loopback's packet processing and the peer need. A plain Go
-// busy-poll loop on the same host went from 12 us to 8 us only in quiet
-// moments. So it is off by default; it may pay on hosts with idle cores.
+// us with 50 us and 110-180 us with 200 us before the OS yield was added:
+// a spinning reader took the CPU that the loopback's packet processing and
+// the peer need. With the yield, gaspibench measured 2-rank barriers of
+// about 25 us with 50 us of spin against 32 us parked (load 10-12), and
+// mixed results with 4 ranks on 2 cores. It stays off by default; it may
+// pay on hosts with idle cores. Spinning belongs here rather than in the
+// runtime's waits (pgas SpinWait): with one P, a goroutine spinning on a
+// channel keeps the scheduler from polling the network at all.
 //
 // # Concurrency and ownership
 //
