@@ -212,17 +212,20 @@ func num(v float64) string {
 	if v == 0 {
 		return "-"
 	}
-	if v >= 100 {
+	switch {
+	case v >= 100:
 		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
 	}
-	return strconv.FormatFloat(v, 'f', 2, 64)
+	return strconv.FormatFloat(v, 'f', 3, 64)
 }
 
 func ratio(a, b float64) string {
 	if a == 0 || b == 0 {
 		return "-"
 	}
-	return strconv.FormatFloat(a/b, 'f', 2, 64)
+	return num(a / b)
 }
 
 // buildOSC compiles the embedded osc_bench.c with mpicc into dir.

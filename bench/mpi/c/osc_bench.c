@@ -115,7 +115,7 @@ static void bandwidth(const char *test, int size, int window)
 	double total;
 	int iters = measure(post_puts, &a, 0, NULL, &total);
 	if (rank == 0)
-		printf("mpi,%s,%d,%d,%d,%d,%.1f\n", test, nranks, size, window, iters,
+		printf("mpi,%s,%d,%d,%d,%d,%.3f\n", test, nranks, size, window, iters,
 		       (double)size * window * iters / total / (1 << 20));
 }
 
