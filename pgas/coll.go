@@ -144,6 +144,14 @@ func (rt *Runtime) startColl(g *Group, op string) (*coll, error) {
 	if me < 0 {
 		return nil, fmt.Errorf("pgas: %s: rank %d: %w", op, v.rankOf[rt.self], ErrNotMember)
 	}
+	for _, r := range ranks {
+		// Every member sees the same view, so all of them fail here at
+		// once, rather than some waiting on others that the vacant rank
+		// left waiting (two-level collectives route through leaders).
+		if r < len(v.ranks) && v.ranks[r] == transport.NoProc {
+			return nil, fmt.Errorf("pgas: %s: rank %d: %w", op, r, ErrVacant)
+		}
+	}
 	seq, err := g.next(v.epoch)
 	if err != nil {
 		return nil, err
