@@ -104,5 +104,7 @@
 // Lock order (outer first): segMu; a segment's use lock (held while a
 // remote write or read touches its memory); peer.sendMu; peer.flushMu
 // before peer.ackMu; peer.mu / peer.ackMu /
-// outbox.mu / reqMu / mailbox.mu (leaves, never held together).
+// outbox.mu / reqMu / mailbox.mu (leaves, never held together), except
+// that an ack sent from the reader (Queuer) is queued under peer.ackMu:
+// the transport's Queue takes only locks of its own that are leaves.
 package pgas

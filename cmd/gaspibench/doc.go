@@ -6,6 +6,7 @@
 //	bin/gaspirun -n 2 -- bin/gaspibench                 # everything, 12-15 s on 2 cores
 //	bin/gaspirun -n 4 -- bin/gaspibench --tests barrier,allreduce
 //	bin/gaspirun -n 2 -- bin/gaspibench --tests bw,raw --sizes 64K..4M --csv --out bw.csv
+//	bin/gaspirun -n 2 -- bin/gaspibench --tests bw,flush,barrier --sizes 8 --poll-spin 50us
 //
 // It must run under gaspirun (or another launcher that sets the
 // environment of cmd/gaspirun). Every rank gets the same flags; rank 0
