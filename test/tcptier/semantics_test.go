@@ -26,10 +26,20 @@ var semanticCases = []string{
 }
 
 // The in-memory tier's rules, re-checked with real processes over TCP.
+// The last run labels the processes as two hosts of two (gaspirun
+// --ranks-per-host 2), so the collectives run in two levels.
 func TestSemantics(t *testing.T) {
-	for _, n := range []int{2, 3, 4} {
-		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			j := startJob(t, []string{"-n", strconv.Itoa(n), "--quiet"}, "-case", "all", "-depth", "64")
+	for _, c := range []struct {
+		n      int
+		launch []string
+	}{{2, nil}, {3, nil}, {4, nil}, {4, []string{"--ranks-per-host", "2"}}} {
+		n := c.n
+		name := fmt.Sprintf("ranks=%d", n)
+		if c.launch != nil {
+			name += "/two-per-host"
+		}
+		t.Run(name, func(t *testing.T) {
+			j := startJob(t, append([]string{"-n", strconv.Itoa(n), "--quiet"}, c.launch...), "-case", "all", "-depth", "64")
 			code := j.wait()
 			ranks := make([]int, n)
 			for r := range ranks {
