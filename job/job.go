@@ -20,6 +20,7 @@ import (
 // Compile-time checks of the capabilities the runtime looks for.
 var (
 	_ pgas.Disconnector = (*tcp.Transport)(nil)
+	_ pgas.Queuer       = (*tcp.Transport)(nil)
 	_ pgas.Launcher     = launcher{}
 )
 
@@ -41,6 +42,10 @@ type Options struct {
 	// Health configures the failure detector; nil means
 	// health.DefaultConfig(). Only with FaultTolerant.
 	Health *health.Config
+	// TCP adjusts the data plane's transport configuration (for example
+	// PollSpin, BatchFrame) after Init has filled in the process, token,
+	// listener and logger; nil keeps tcp.DefaultConfig's tuning.
+	TCP func(*tcp.Config)
 	// Logger receives runtime and membership events; nil means text on
 	// stderr at the level PGAS_LOG names (see logLevels).
 	Logger *slog.Logger
@@ -96,7 +101,7 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 // start is Init once the membership's listeners are bound: the data
 // plane, the rendezvous, the membership and the runtime.
 func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extra map[string]string, raftLn, ctlLn net.Listener, o *observer) (*pgas.Runtime, error) {
-	tr, err := newTransport(env, logs.tcp)
+	tr, err := newTransport(env, logs.tcp, opts.TCP)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +171,7 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 
 // newTransport binds the data plane's listener, wrapped by the fault
 // injector of PGAS_NETFAULT_DIR when one is configured.
-func newTransport(env bootstrap.Env, log *slog.Logger) (*tcp.Transport, error) {
+func newTransport(env bootstrap.Env, log *slog.Logger, adjust func(*tcp.Config)) (*tcp.Transport, error) {
 	tc := tcp.DefaultConfig()
 	tc.Self = transport.Proc(env.Proc)
 	tc.Token, tc.TLS = env.Token, env.TLS
@@ -179,6 +184,9 @@ func newTransport(env bootstrap.Env, log *slog.Logger) (*tcp.Transport, error) {
 		tc.Listener, tc.WrapConn = inj.Listener(ln), inj.Wrap
 	}
 	tc.Logger = log.With("proc", int(env.Proc), "layer", "tcp")
+	if adjust != nil {
+		adjust(&tc)
+	}
 	tr, err := tcp.New(tc)
 	if err != nil {
 		return nil, fmt.Errorf("pgas: init: data-plane listener: %w", err)

@@ -144,6 +144,14 @@ func (rt *Runtime) startColl(g *Group, op string) (*coll, error) {
 	if me < 0 {
 		return nil, fmt.Errorf("pgas: %s: rank %d: %w", op, v.rankOf[rt.self], ErrNotMember)
 	}
+	for _, r := range ranks {
+		// Every member sees the same view, so all of them fail here at
+		// once, rather than some waiting on others that the vacant rank
+		// left waiting (two-level collectives route through leaders).
+		if r < len(v.ranks) && v.ranks[r] == transport.NoProc {
+			return nil, fmt.Errorf("pgas: %s: rank %d: %w", op, r, ErrVacant)
+		}
+	}
 	seq, err := g.next(v.epoch)
 	if err != nil {
 		return nil, err
@@ -190,12 +198,20 @@ func (c *coll) exchange(ctx context.Context, idx int, data []byte) ([]byte, erro
 	return c.recv(ctx, idx, c.round)
 }
 
-// Barrier returns once every member of g has entered it (dissemination
-// algorithm: ceil(log2 n) rounds of one message each).
+// Barrier returns once every member of g has entered it: dissemination
+// (ceil(log2 n) rounds of one message each), among host leaders only when
+// the members share hosts (see hier.go).
 func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 	defer collStart("barrier").done()
 	c, err := rt.startColl(g, "barrier")
 	if err != nil {
+		return err
+	}
+	if t := c.topology(); t.twoLevel() {
+		if _, err := c.hostGather(ctx, t, []byte{}); err != nil {
+			return err
+		}
+		_, err := c.hostDown(ctx, t, nil)
 		return err
 	}
 	n := len(c.ranks)
@@ -214,9 +230,12 @@ func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 // AllreduceBytes combines buf across g in place with combine, which must
 // set dst to "dst op src" where dst is always the operand of the lower
 // group position. The order of combination depends only on the group size,
-// never on timing, so every member gets the same bits, run after run
-// (recursive doubling, with the ranks above the largest power of two folded
-// into their lower neighbours first).
+// never on timing, placement or transport, so every member gets the same
+// bits, run after run (recursive doubling, with the ranks above the largest
+// power of two folded into their lower neighbours first). When the members
+// share hosts and the vectors are small (group size x len(buf) at most 256
+// KiB), it runs in two levels: the host leaders gather the vectors and
+// each reduces them in that same order (see hier.go).
 func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, combine func(dst, src []byte)) error {
 	defer collStart("allreduce").done()
 	c, err := rt.startColl(g, "allreduce")
@@ -225,6 +244,24 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 	}
 	n, i := len(c.ranks), c.me
 	if n == 1 {
+		return nil
+	}
+	if t := c.topology(); t.twoLevel() && n*len(buf) <= hierGatherMax {
+		blocks, err := c.hostGather(ctx, t, buf)
+		if err != nil {
+			return err
+		}
+		if blocks != nil {
+			copy(buf, reduceInOrder(blocks, combine))
+		}
+		out, err := c.hostDown(ctx, t, buf)
+		if err != nil {
+			return err
+		}
+		if len(out) != len(buf) {
+			return c.sizeErr(len(out), len(buf))
+		}
+		copy(buf, out)
 		return nil
 	}
 	p := 1
@@ -298,8 +335,11 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 	return nil
 }
 
-// Bcast copies root's buf into buf on every member of g (binomial tree).
-// root is a rank; every member passes a buf of the same size.
+// Bcast copies root's buf into buf on every member of g. root is a rank;
+// every member passes a buf of the same size. A large buf (256 KiB and
+// more, over more than two members) goes as a pipeline of chunks along a
+// chain ordered by host; a smaller one down a binomial tree, in two levels
+// (across hosts, then inside each) when the members share hosts.
 func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) error {
 	defer collStart("broadcast").done()
 	c, err := rt.startColl(g, "bcast")
@@ -311,34 +351,24 @@ func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) er
 	if ri < 0 {
 		return fmt.Errorf("pgas: bcast: root %d not in group: %w", root, ErrInvalid)
 	}
-	rel := (c.me - ri + n) % n
-	mask := 1
-	for mask < n {
-		if rel&mask != 0 {
-			d, err := c.recv(ctx, (rel-mask+ri)%n, 0)
-			if err != nil {
-				return err
-			}
-			if len(d) != len(buf) {
-				return fmt.Errorf("pgas: bcast: root sent %d bytes, buffer holds %d: %w", len(d), len(buf), ErrInvalid)
-			}
-			copy(buf, d)
-			break
-		}
-		mask <<= 1
+	t := c.topology()
+	switch {
+	case n > 2 && len(buf) >= pipelineMin:
+		return c.bcastPipeline(ctx, t, buf, ri)
+	case t.twoLevel():
+		return c.bcastHosts(ctx, t, buf, ri)
 	}
-	for mask >>= 1; mask > 0; mask >>= 1 {
-		if rel+mask < n {
-			if err := c.send(ctx, (rel+mask+ri)%n, 0, buf); err != nil {
-				return err
-			}
-		}
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
 	}
-	return nil
+	return c.binomial(ctx, all, ri, buf, 0)
 }
 
 // AllgatherBytes concatenates every member's block, in group order, into
-// out, which must hold Size()*len(block) bytes (ring algorithm).
+// out, which must hold Size()*len(block) bytes: in two levels when the
+// members share hosts and out is small (at most 256 KiB), otherwise by a
+// ring ordered by host.
 func (rt *Runtime) AllgatherBytes(ctx context.Context, g *Group, block, out []byte) error {
 	_, _, err := rt.allgather(ctx, g, block, func(int) []byte { return out })
 	return err
@@ -359,13 +389,43 @@ func (rt *Runtime) allgather(ctx context.Context, g *Group, block []byte, alloc 
 		return nil, nil, fmt.Errorf("pgas: allgather: out holds %d bytes, want %d: %w", len(out), n*b, ErrInvalid)
 	}
 	copy(out[c.me*b:], block)
-	for s := 0; s < n-1; s++ {
-		sendIdx := (c.me - s + n) % n
-		recvIdx := (c.me - s - 1 + n) % n
-		if err := c.send(ctx, (c.me+1)%n, uint64(s), out[sendIdx*b:(sendIdx+1)*b]); err != nil {
+	t := c.topology()
+	if t.twoLevel() && n*b <= hierGatherMax {
+		blocks, err := c.hostGather(ctx, t, block)
+		if err != nil {
 			return nil, nil, err
 		}
-		d, err := c.recv(ctx, (c.me-1+n)%n, uint64(s))
+		for i, d := range blocks {
+			copy(out[i*b:], d)
+		}
+		d, err := c.hostDown(ctx, t, out)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(d) != len(out) {
+			return nil, nil, fmt.Errorf("pgas: allgather: %d bytes from the host's leader, want %d: %w", len(d), len(out), ErrInvalid)
+		}
+		copy(out, d)
+		return out, c.ranks, nil
+	}
+	// A ring ordered by host: it crosses each host boundary once.
+	ring := make([]int, 0, n)
+	for _, ms := range t.hosts {
+		ring = append(ring, ms...)
+	}
+	pos := 0
+	for i, m := range ring {
+		if m == c.me {
+			pos = i
+		}
+	}
+	for s := 0; s < n-1; s++ {
+		sendIdx := ring[(pos-s+n)%n]
+		recvIdx := ring[(pos-s-1+n)%n]
+		if err := c.send(ctx, ring[(pos+1)%n], uint64(s), out[sendIdx*b:(sendIdx+1)*b]); err != nil {
+			return nil, nil, err
+		}
+		d, err := c.recv(ctx, ring[(pos-1+n)%n], uint64(s))
 		if err != nil {
 			return nil, nil, err
 		}

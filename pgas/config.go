@@ -36,7 +36,11 @@ type Config struct {
 	// SpinWait is how long a waiting call (NotifyWaitSome, collectives,
 	// Wait) polls before it parks its goroutine. Polling cuts the wake-up
 	// latency of small messages from tens of microseconds to a few, at the
-	// price of a busy core; keep it 0 on oversubscribed hosts.
+	// price of a busy core; keep it 0 on oversubscribed hosts. With one P
+	// per process (GOMAXPROCS=1, as gaspirun sets on a host with a core per
+	// rank) a spinning goroutine keeps the scheduler from polling the
+	// network, so the message it waits for lands only when it parks: spin
+	// at the socket instead (transport/tcp's PollSpin, job.Options.TCP).
 	SpinWait time.Duration
 	// Membership, when set, supplies committed views (epochs, the rank
 	// table, failed processes) and takes failure reports. Without it the

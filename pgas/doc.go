@@ -34,7 +34,19 @@
 //     target. An out-of-range access is an error; nothing is written.
 //   - Collectives (Barrier, Allreduce, Bcast, Allgather) run on Groups. The
 //     reduction order of Allreduce depends only on the group size, so the
-//     result is bit-identical on every member and across runs.
+//     result is bit-identical on every member, across runs, and whatever
+//     the placement of ranks on hosts or the transport.
+//   - Collectives are host-aware (Config.Hosts): when the members of a
+//     collective share hosts, Barrier, small Allreduce and Allgather, and
+//     Bcast run in two levels (the members of a host meet at its lowest
+//     member, the leaders run the collective among themselves, and hand
+//     the result back), and a large Bcast (256 KiB and up, over three
+//     members or more) is pipelined in chunks along a chain ordered by
+//     host. The placement is read from the view each collective runs in,
+//     so a spare promoted on another host changes it after Recover.
+//   - Small frames (writes, notifications, acknowledgements) are batched
+//     by a transport that can (transport/tcp): a Wait's request for
+//     acknowledgement is answered from the target's reader (Queuer).
 //   - Every blocking call takes a context. A context that ends gives an
 //     error wrapping ErrTimeout (retryable, says nothing about peers). A
 //     peer whose connection is lost gives a *RankError wrapping
@@ -87,10 +99,12 @@
 // state machine), dispatch.go (incoming frames), outbox.go (replies),
 // failure.go (lost peers, fencing, the detector), membership.go (Recover,
 // promotion, Finalize), ops.go, read.go, segment.go, atomic.go (one-sided
-// operations), coll.go, reduce.go, mailbox.go (collectives).
+// operations), coll.go, hier.go, reduce.go, mailbox.go (collectives).
 //
 // Lock order (outer first): segMu; a segment's use lock (held while a
 // remote write or read touches its memory); peer.sendMu; peer.flushMu
 // before peer.ackMu; peer.mu / peer.ackMu /
-// outbox.mu / reqMu / mailbox.mu (leaves, never held together).
+// outbox.mu / reqMu / mailbox.mu (leaves, never held together), except
+// that an ack sent from the reader (Queuer) is queued under peer.ackMu:
+// the transport's Queue takes only locks of its own that are leaves.
 package pgas

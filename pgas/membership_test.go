@@ -147,6 +147,12 @@ func (h *fakeHandle) setPaused(p bool) {
 // background; promoted spares arrive on the returned channel.
 func newFTJob(t *testing.T, ranks, spares int) ([]*Runtime, chan *Runtime, *mem.Network, *fakeMembership, []*fakeHandle) {
 	t.Helper()
+	return newFTJobOn(t, ranks, spares, nil)
+}
+
+// newFTJobOn is newFTJob with host labels (Config.Hosts, by process).
+func newFTJobOn(t *testing.T, ranks, spares int, hosts []string) ([]*Runtime, chan *Runtime, *mem.Network, *fakeMembership, []*fakeHandle) {
+	t.Helper()
 	n := ranks + spares
 	nw, err := mem.New(n, mem.Config{Seed: 42})
 	if err != nil {
@@ -164,6 +170,7 @@ func newFTJob(t *testing.T, ranks, spares int) ([]*Runtime, chan *Runtime, *mem.
 		cfg.Proc = transport.Proc(i)
 		cfg.NumProcs, cfg.NumRanks = n, ranks
 		cfg.Transport = nw.Endpoint(transport.Proc(i))
+		cfg.Hosts = hosts
 		handles[i] = fm.handle()
 		handles[i].proc = transport.Proc(i)
 		cfg.Membership = handles[i]

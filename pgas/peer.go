@@ -158,9 +158,38 @@ func (rt *Runtime) requestedAck(from transport.Proc) {
 	pr.ackMu.Lock()
 	start := pr.recv.request()
 	pr.ackMu.Unlock()
-	if start {
+	if start && !rt.ackNow(pr) {
 		rt.enqueue(from, outJob{ack: true})
 	}
+}
+
+// ackNow sends the cumulative ack owed to pr from the reader goroutine,
+// through a transport that can queue without blocking (Queuer), and
+// reports whether it did. It does not when a refusal is owed (refusals
+// go first, from the outbox), when another flush is running, or when the
+// transport cannot queue; the caller then schedules the outbox's flush.
+func (rt *Runtime) ackNow(pr *peer) bool {
+	q, ok := rt.tr.(Queuer)
+	if !ok || !pr.flushMu.TryLock() {
+		return false
+	}
+	defer pr.flushMu.Unlock()
+	pr.ackMu.Lock()
+	defer pr.ackMu.Unlock()
+	if len(pr.recv.nacksOut) != 0 || pr.recv.sending != 0 {
+		return false
+	}
+	f := pr.recv.take()
+	if f.ack == 0 {
+		return true
+	}
+	h := transport.Header{Type: transport.FrameAck, Seq: f.ack, Epoch: rt.view.Load().epoch}
+	if q.Queue(pr.proc, &h, nil) {
+		return true
+	}
+	pr.recv.force = true // undo take: the outbox's flush sends it
+	pr.recv.mark()
+	return false
 }
 
 // stampAck puts the cumulative ack of what this process applied from p on

@@ -298,15 +298,7 @@ func TestTargetRefusesOutOfBounds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, _ := newJob(t, 2, 6, nil)
 		ctx := context.Background()
-		// Rank 1 creates segment 2 locally only; rank 0 has a bigger local one.
-		rts[1].segMu.Lock()
-		small, _ := segments.New(2, 64, segments.Options{})
-		rts[1].segs[2] = &segInfo{seg: small}
-		rts[1].segMu.Unlock()
-		big, _ := segments.New(2, 4096, segments.Options{})
-		rts[0].segMu.Lock()
-		rts[0].segs[2] = &segInfo{seg: big}
-		rts[0].segMu.Unlock()
+		mismatchedSeg(rts, 2, 64)
 		if err := rts[0].Write(ctx, 0, 1, Loc{2, 32}, Loc{2, 0}, 64); err != nil {
 			t.Fatal(err)
 		}
@@ -321,6 +313,20 @@ func TestTargetRefusesOutOfBounds(t *testing.T) {
 			t.Fatal("target did not count the refused frame")
 		}
 	})
+}
+
+// mismatchedSeg creates segment id on ranks 0 and 1 without the
+// collective exchange: rank 1's holds size bytes, rank 0's 4 KiB, so that
+// rank 0 can post writes rank 1 must refuse.
+func mismatchedSeg(rts []*Runtime, id segments.ID, size int64) {
+	small, _ := segments.New(id, size, segments.Options{})
+	rts[1].segMu.Lock()
+	rts[1].segs[id] = &segInfo{seg: small}
+	rts[1].segMu.Unlock()
+	big, _ := segments.New(id, 4096, segments.Options{})
+	rts[0].segMu.Lock()
+	rts[0].segs[id] = &segInfo{seg: big}
+	rts[0].segMu.Unlock()
 }
 
 // A peer that dies turns every operation waiting on it into a *RankError,

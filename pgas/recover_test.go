@@ -96,6 +96,18 @@ func TestShrinkLeavesRankVacant(t *testing.T) {
 		if err := rts[1].Barrier(ctx, g); !errors.Is(err, ErrVacant) {
 			t.Fatalf("barrier on a group with the vacant rank = %v, want ErrVacant", err)
 		}
+		// Every member of such a group fails at once, none waits on the
+		// others (whatever the algorithm routes through).
+		each(t, survivors, func(rt *Runtime) error {
+			g, err := rt.NewGroup(6, []int{0, 1, 2, 3})
+			if err != nil {
+				return err
+			}
+			if err := rt.Barrier(ctx, g); !errors.Is(err, ErrVacant) {
+				t.Errorf("rank %d: barrier on a group with the vacant rank = %v, want ErrVacant", rt.Rank(), err)
+			}
+			return nil
+		})
 		each(t, survivors, func(rt *Runtime) error { return rt.Finalize(ctx) })
 		if !slices.Equal(fm.finished, []transport.Proc{1}) {
 			t.Fatalf("Finish called by %v, want only proc 1 (the lowest live rank)", fm.finished)

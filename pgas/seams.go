@@ -42,3 +42,14 @@ type Disconnector interface {
 type Finisher interface {
 	Finish(ctx context.Context) error
 }
+
+// Queuer is an optional capability of a transport: Queue hands a small
+// frame to the transport for sending without blocking, and reports false
+// when it cannot (the caller then sends it through a goroutine that may
+// block). It may be called while handling a frame from the same peer.
+// transport/tcp has it (its batches, tcp.Config.BatchFrame); the runtime
+// answers a peer's request for acknowledgement with it straight from the
+// reader, sparing a goroutine hand-off on every Wait.
+type Queuer interface {
+	Queue(to transport.Proc, h *transport.Header, payload []byte) bool
+}

@@ -6,6 +6,10 @@
 // a receiver is offered a Payload that it reads straight into its
 // destination (usually segment memory).
 //
+// On a stream, frames are written back to back; an implementation may put
+// several frames into one write (transport/tcp batches small ones), which
+// changes nothing on the wire.
+//
 // Contract for every implementation (checked by transport/transporttest):
 //
 //   - Frames from one process to another are delivered in the order they

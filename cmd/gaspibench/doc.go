@@ -6,6 +6,7 @@
 //	bin/gaspirun -n 2 -- bin/gaspibench                 # everything, 12-15 s on 2 cores
 //	bin/gaspirun -n 4 -- bin/gaspibench --tests barrier,allreduce
 //	bin/gaspirun -n 2 -- bin/gaspibench --tests bw,raw --sizes 64K..4M --csv --out bw.csv
+//	bin/gaspirun -n 2 -- bin/gaspibench --tests bw,flush,barrier --sizes 8 --poll-spin 50us
 //
 // It must run under gaspirun (or another launcher that sets the
 // environment of cmd/gaspirun). Every rank gets the same flags; rank 0
@@ -20,6 +21,9 @@
 //   - lat: write+notify ping-pong. Rank 0 WriteNotifies to rank 1, which
 //     waits with NotifyWaitSome, resets, and answers the same way. Reported
 //     as round trip (RTT) and one-way (RTT/2), median and p99.
+//   - flush: write+Wait round trip, the counterpart of MPI's put+flush.
+//     Rank 0 Writes one message of each --lat-sizes to rank 1 and Waits
+//     for its remote completion, one at a time; median and p99.
 //   - barrier, allreduce: one call at a time over every rank (allreduce is a
 //     float64 sum of --coll-sizes bytes), median and p99 of rank 0's calls,
 //     and the mean of the slowest rank.

@@ -14,6 +14,7 @@ import (
 	"github.com/gaspigo/gaspigo/cmd/gaspibench/internal/bench"
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/transport/tcp"
 )
 
 func main() {
@@ -44,7 +45,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	base := pgas.DefaultConfig()
 	base.SpinWait = opts.Config.Spin
-	rt, err := job.Init(ctx, job.Options{Runtime: &base})
+	pollSpin := opts.Config.PollSpin
+	rt, err := job.Init(ctx, job.Options{Runtime: &base, TCP: func(c *tcp.Config) { c.PollSpin = pollSpin }})
 	if err != nil {
 		fmt.Fprintf(stderr, "gaspibench: joining the job: %v\n", err)
 		return 1

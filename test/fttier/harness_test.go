@@ -134,6 +134,7 @@ type jobOpts struct {
 	progress int           // ftstep -progress
 	timeout  time.Duration // ftstep -timeout (0: progTimeout)
 	extra    []string
+	launch   []string // gaspirun flags, before the program (e.g. host labels)
 	env      []string // KEY=VALUE for every process (through gaspirun)
 }
 
@@ -154,10 +155,11 @@ func startJob(t *testing.T, o jobOpts) *job {
 	}
 	j := &job{t: t, steps: o.steps, resultDir: t.TempDir(), pids: map[int]int{}}
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
-	args := []string{"-n", strconv.Itoa(ranks), "--spares", strconv.Itoa(spares), "--timeout", jobDeadline.String(),
-		"--", bins.prog, "-steps", strconv.Itoa(o.steps), "-pause", o.pause.String(),
+	args := []string{"-n", strconv.Itoa(ranks), "--spares", strconv.Itoa(spares), "--timeout", jobDeadline.String()}
+	args = append(args, o.launch...)
+	args = append(args, "--", bins.prog, "-steps", strconv.Itoa(o.steps), "-pause", o.pause.String(),
 		"-progress", strconv.Itoa(o.progress), "-leader", "-stats", "-result-dir", j.resultDir,
-		"-timeout", o.timeout.String(), "-finalize-timeout", "10s"}
+		"-timeout", o.timeout.String(), "-finalize-timeout", "10s")
 	args = append(args, o.extra...)
 	// For example "-suspicion 1s -probe 500ms": a detector configuration
 	// other than the default, for a machine too loaded for it.

@@ -26,10 +26,20 @@ var semanticCases = []string{
 }
 
 // The in-memory tier's rules, re-checked with real processes over TCP.
+// The last run labels the processes as two hosts of two (gaspirun
+// --ranks-per-host 2), so the collectives run in two levels.
 func TestSemantics(t *testing.T) {
-	for _, n := range []int{2, 3, 4} {
-		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			j := startJob(t, []string{"-n", strconv.Itoa(n), "--quiet"}, "-case", "all", "-depth", "64")
+	for _, c := range []struct {
+		n      int
+		launch []string
+	}{{2, nil}, {3, nil}, {4, nil}, {4, []string{"--ranks-per-host", "2"}}} {
+		n := c.n
+		name := fmt.Sprintf("ranks=%d", n)
+		if c.launch != nil {
+			name += "/two-per-host"
+		}
+		t.Run(name, func(t *testing.T) {
+			j := startJob(t, append([]string{"-n", strconv.Itoa(n), "--quiet"}, c.launch...), "-case", "all", "-depth", "64")
 			code := j.wait()
 			ranks := make([]int, n)
 			for r := range ranks {
@@ -49,27 +59,31 @@ func TestSemantics(t *testing.T) {
 }
 
 // Rule: Allreduce gives the same bits on every rank and in every run,
-// whatever the order in which the processes start and the pauses before
-// each call. Runs: natural start order, reversed start order, and random
-// per-rank pauses with two seeds; each run repeats the allreduce three
-// times (the program checks those agree). The bits of the float64 sums are
+// whatever the order in which the processes start, the pauses before each
+// call, and the placement of ranks on hosts (two-level collectives). Runs:
+// natural start order, reversed start order, random per-rank pauses with
+// two seeds, and two placements on labelled hosts; each run repeats the
+// allreduce three times (the program checks those agree). The bits of the float64 sums are
 // printed as hex and compared here.
 func TestAllreduceBitsAcrossRuns(t *testing.T) {
 	runs := []struct {
-		name string
-		args []string
+		name   string
+		args   []string
+		launch []string // gaspirun flags: host labels, so the collectives run in two levels
 	}{
-		{"natural", nil},
-		{"reversed", []string{"-stagger", "reverse"}},
-		{"jitter-seed-1", []string{"-jitter", "40ms", "-seed", "1"}},
-		{"jitter-seed-2", []string{"-jitter", "40ms", "-seed", "2"}},
+		{"natural", nil, nil},
+		{"reversed", []string{"-stagger", "reverse"}, nil},
+		{"jitter-seed-1", []string{"-jitter", "40ms", "-seed", "1"}, nil},
+		{"jitter-seed-2", []string{"-jitter", "40ms", "-seed", "2"}, nil},
+		{"two-per-host", nil, []string{"--ranks-per-host", "2"}},
+		{"hosts-b-a", []string{"-jitter", "40ms", "-seed", "3"}, []string{"--hosts", "b,a"}},
 	}
 	for _, n := range []int{3, 4} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
 			ref, refRun := "", ""
 			for _, run := range runs {
 				args := append([]string{"-case", "allreduce"}, run.args...)
-				j := startJob(t, []string{"-n", strconv.Itoa(n), "--quiet"}, args...)
+				j := startJob(t, append([]string{"-n", strconv.Itoa(n), "--quiet"}, run.launch...), args...)
 				code := j.wait()
 				ranks := make([]int, n)
 				for r := range ranks {

@@ -85,6 +85,20 @@ type Config struct {
 	// network poller. It trades CPU for small-message latency; keep it 0
 	// on oversubscribed hosts. 0..10ms.
 	PollSpin time.Duration
+	// BatchFrame is the largest frame, header included, in bytes, that
+	// Send queues instead of writing: its bytes are copied to the
+	// connection's batch and Send returns at once; the connection's writer
+	// puts everything queued on the wire with one system call. A stream of
+	// small writes, notifications and acknowledgements thus costs one
+	// system call per batch, not per frame. 0 disables batching (every
+	// Send writes its frame itself, as larger ones always do); otherwise
+	// transport.HeaderSize..BatchBytes.
+	BatchFrame int
+	// BatchBytes caps the bytes queued on one connection. A Send that
+	// would go over it writes the batch and its own frame itself, bounded
+	// by its ctx, so a peer that stops reading holds at most this much
+	// here. At most 64 MiB.
+	BatchBytes int
 
 	// Logger receives refusals, connection failures and dial progress, with
 	// self, peer and remote attributes. nil discards.
@@ -103,6 +117,8 @@ func DefaultConfig() Config {
 		DialMaxInterval:     2 * time.Second,
 		DialMaxElapsed:      time.Minute,
 		ReadBufferSize:      64 << 10,
+		BatchFrame:          4 << 10,
+		BatchBytes:          256 << 10,
 	}
 }
 
@@ -168,6 +184,12 @@ func (c *Config) Validate() error {
 	}
 	if c.PollSpin < 0 || c.PollSpin > maxPollSpin {
 		add("PollSpin %v outside 0..%v", c.PollSpin, maxPollSpin)
+	}
+	if c.BatchFrame != 0 && (c.BatchFrame < transport.HeaderSize || c.BatchFrame > c.BatchBytes) {
+		add("BatchFrame %d outside %d..BatchBytes (%d); 0 disables batching", c.BatchFrame, transport.HeaderSize, c.BatchBytes)
+	}
+	if c.BatchBytes < 0 || c.BatchBytes > transport.MaxPayload {
+		add("BatchBytes %d outside 0..%d", c.BatchBytes, transport.MaxPayload)
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(bad, "; "))

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,11 +33,23 @@ type conn struct {
 	// ctx. The fields below belong to the holder.
 	wsem      chan struct{}
 	hdr       [transport.HeaderSize]byte
-	iov       [2][]byte
+	iov       [3][]byte
 	bufs      net.Buffers
 	wdeadline time.Time  // the write deadline set on nc (zero, or aLongTimeAgo after a ctx ended)
 	sock      *tlsSocket // under nc when it is TLS (Config.TLS), else nil
 	scratch   []byte     // a small frame in one piece, for one TLS record
+	wbuf      []byte     // the batch being written; swapped with batch
+
+	// The batch (Config.BatchFrame): small frames queued by Send, encoded,
+	// in Send order, under bmu (a leaf). Whoever holds the write token
+	// takes the whole batch and writes it before its own frame, so frames
+	// leave in the order their Sends queued or wrote them.
+	bmu          sync.Mutex
+	batch        []byte
+	batchFrames  int
+	batchPayload int
+	kick         chan struct{} // capacity 1: the batch became non-empty
+	dead         chan struct{} // closed when the reader ends: the connection is gone
 }
 
 // aLongTimeAgo is a deadline in the past: setting it unblocks a write.
@@ -51,6 +65,8 @@ func (t *Transport) newConn(p *peer, nc net.Conn, remote string) *conn {
 		fr:     newFrameReader(br, p.id, &t.stats),
 		wsem:   make(chan struct{}, 1),
 		sock:   tlsSocketOf(nc),
+		kick:   make(chan struct{}, 1),
+		dead:   make(chan struct{}),
 	}
 }
 
@@ -75,26 +91,178 @@ func tlsSocketOf(nc net.Conn) *tlsSocket {
 // system call and 22 bytes of TLS overhead per frame.
 const maxCoalesce = 16 << 10
 
-// writeTLS writes one frame through TLS, armed: its records are batched,
-// and a write cut off by the ctx's deadline leaves the rest of them in
-// c.sock.rest.
-func (c *conn) writeTLS(payload []byte) (int64, error) {
+// writeTLS writes parts (batched frames, a header, a payload) through
+// TLS, armed: its records are batched, and a write cut off by the ctx's
+// deadline leaves the rest of them in c.sock.rest.
+func (c *conn) writeTLS(parts ...[]byte) (int64, error) {
 	c.sock.armed = true
 	defer func() { c.sock.armed = false }()
-	var k int
+	total := 0
+	for _, p := range parts {
+		total += len(p)
+	}
+	var n int64
 	var err error
-	if transport.HeaderSize+len(payload) <= maxCoalesce {
-		c.scratch = append(append(c.scratch[:0], c.hdr[:]...), payload...)
+	if total <= maxCoalesce {
+		c.scratch = c.scratch[:0]
+		for _, p := range parts {
+			c.scratch = append(c.scratch, p...)
+		}
+		var k int
 		k, err = c.nc.Write(c.scratch)
-	} else if k, err = c.nc.Write(c.hdr[:]); err == nil {
-		var k2 int
-		k2, err = c.nc.Write(payload)
-		k += k2
+		n = int64(k)
+	} else {
+		for _, p := range parts {
+			if len(p) == 0 {
+				continue
+			}
+			var k int
+			k, err = c.nc.Write(p)
+			n += int64(k)
+			if err != nil {
+				break
+			}
+		}
 	}
 	if ferr := c.sock.flush(); err == nil {
 		err = ferr
 	}
-	return int64(k), err
+	return n, err
+}
+
+// enqueue adds a small frame to the batch and wakes the writer; false when
+// the batch has no room for it (the caller writes it itself).
+func (c *conn) enqueue(h *transport.Header, payload []byte) bool {
+	size := transport.HeaderSize + len(payload)
+	c.bmu.Lock()
+	if len(c.batch)+size > c.t.cfg.BatchBytes {
+		c.bmu.Unlock()
+		return false
+	}
+	first := len(c.batch) == 0
+	n := len(c.batch)
+	c.batch = slices.Grow(c.batch, size)[:n+transport.HeaderSize]
+	h.Encode(c.batch[n:])
+	c.batch = append(c.batch, payload...)
+	c.batchFrames++
+	c.batchPayload += len(payload)
+	c.bmu.Unlock()
+	if first {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// takeBatch hands the batch to the holder of the write token, which
+// writes it before anything else (or gives it back with requeue).
+func (c *conn) takeBatch() (b []byte, frames, payload int) {
+	c.bmu.Lock()
+	b, frames, payload = c.batch, c.batchFrames, c.batchPayload
+	c.batch, c.wbuf = c.wbuf[:0], b
+	c.batchFrames, c.batchPayload = 0, 0
+	c.bmu.Unlock()
+	return b, frames, payload
+}
+
+// requeue puts back a batch of which nothing was written, ahead of what
+// was queued since, and wakes the writer.
+func (c *conn) requeue(b []byte, frames, payload int) {
+	if len(b) == 0 {
+		return
+	}
+	c.bmu.Lock()
+	nb := make([]byte, 0, len(b)+len(c.batch))
+	c.batch = append(append(nb, b...), c.batch...)
+	c.batchFrames += frames
+	c.batchPayload += payload
+	c.bmu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop is the connection's writer: each time the batch becomes
+// non-empty it takes the write token and puts the whole batch on the wire
+// with one write. It ends with the connection or at Close.
+func (c *conn) writeLoop() {
+	t := c.t
+	for {
+		select {
+		case <-c.kick:
+		case <-c.dead:
+			return
+		case <-t.closing:
+			return
+		}
+		select {
+		case c.wsem <- struct{}{}:
+		case <-c.dead:
+			return
+		case <-t.closing:
+			return
+		}
+		if err := c.writeBatch(); err != nil {
+			<-c.wsem
+			if !t.isClosed() {
+				c.fail(fmt.Errorf("tcp: write to peer %d (%s): %w", c.peer.id, c.remote, err))
+			}
+			return
+		}
+		<-c.wsem
+	}
+}
+
+// writeBatch writes the whole batch. The write token is held.
+func (c *conn) writeBatch() error {
+	b, frames, payload := c.takeBatch()
+	if len(b) == 0 {
+		return nil
+	}
+	if !c.wdeadline.IsZero() {
+		_ = c.nc.SetWriteDeadline(time.Time{})
+		c.wdeadline = time.Time{}
+	}
+	var err error
+	if c.sock != nil {
+		_, err = c.writeTLS(b)
+	} else {
+		_, err = c.nc.Write(b)
+	}
+	if err != nil {
+		return err
+	}
+	c.t.stats.framesOut.Add(uint64(frames))
+	c.t.stats.bytesOut.Add(uint64(payload))
+	return nil
+}
+
+// flushOnClose writes what is batched before Close cuts the connection,
+// bounded by deadline: a frame whose Send returned before Close still
+// leaves, as it would have had Send written it itself.
+func (c *conn) flushOnClose(deadline time.Time) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case c.wsem <- struct{}{}:
+	case <-c.dead:
+		return
+	case <-timer.C:
+		return
+	}
+	defer func() { <-c.wsem }()
+	c.bmu.Lock()
+	empty := len(c.batch) == 0
+	c.bmu.Unlock()
+	if empty {
+		return
+	}
+	_ = c.nc.SetWriteDeadline(deadline)
+	c.wdeadline = deadline
+	_ = c.writeBatch()
 }
 
 // upLocked makes nc the connection to p. t.mu is held and p is waiting.
@@ -103,13 +271,24 @@ func (t *Transport) upLocked(p *peer, nc net.Conn) *conn {
 	p.conn = c
 	p.state = stateUp
 	close(p.ready)
+	if t.cfg.BatchFrame > 0 {
+		t.wg.Add(1) // t.mu is held and t is not closed: Close has not begun waiting
+		go func() {
+			defer t.wg.Done()
+			c.writeLoop()
+		}()
+	}
 	t.log.Debug("tcp: connected", "peer", uint32(p.id), "remote", c.remote)
 	return c
 }
 
-// send writes one frame. See Transport.Send for the ctx rules.
+// send queues one small frame (Config.BatchFrame) or writes one frame,
+// with the batch queued before it. See Transport.Send for the ctx rules.
 func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) error {
 	t := c.t
+	if transport.HeaderSize+len(payload) <= t.cfg.BatchFrame && c.enqueue(h, payload) {
+		return nil
+	}
 	select {
 	case c.wsem <- struct{}{}:
 	default:
@@ -149,20 +328,26 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 	}
 
 	h.Encode(c.hdr[:])
-	total := int64(transport.HeaderSize + len(payload))
+	pre, preFrames, prePayload := c.takeBatch()
+	total := int64(len(pre) + transport.HeaderSize + len(payload))
 	var n int64
 	var err error
 	if c.sock != nil {
-		n, err = c.writeTLS(payload)
-	} else if len(payload) == 0 {
+		n, err = c.writeTLS(pre, c.hdr[:], payload)
+	} else if len(pre) == 0 && len(payload) == 0 {
 		var k int
 		k, err = c.nc.Write(c.hdr[:])
 		n = int64(k)
 	} else {
-		c.iov[0], c.iov[1] = c.hdr[:], payload
+		c.iov[0], c.iov[1], c.iov[2] = pre, c.hdr[:], payload
 		c.bufs = c.iov[:]
 		n, err = c.bufs.WriteTo(c.nc) // one writev, straight from payload
-		c.iov[1], c.bufs = nil, nil
+		c.iov[0], c.iov[2], c.bufs = nil, nil, nil
+	}
+	if n == 0 && err != nil {
+		c.requeue(pre, preFrames, prePayload) // its Sends returned: it must still leave
+		pre, preFrames, prePayload = nil, 0, 0
+		total = int64(transport.HeaderSize + len(payload))
 	}
 	if stop != nil && !stop() {
 		<-fired // the deadline is in the past now; the next send clears it
@@ -175,8 +360,8 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 		c.sock.rest = nil
 		_ = c.nc.SetWriteDeadline(time.Time{})
 		c.wdeadline = time.Time{}
-		pl := len(payload)
-		if !t.goTracked(func() { c.finishWrite(c.sock.Conn, rest, pl) }) {
+		frames, pl := 1+preFrames, len(payload)+prePayload
+		if !t.goTracked(func() { c.finishWrite(c.sock.Conn, rest, frames, pl) }) {
 			return transport.ErrClosed
 		}
 		detached = true
@@ -189,8 +374,8 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 		return fmt.Errorf("tcp: send to peer %d: %w (part of the frame was written; it is completed in the background)", c.peer.id, ctxErr)
 	}
 	if err == nil {
-		t.stats.framesOut.Add(1)
-		t.stats.bytesOut.Add(uint64(len(payload)))
+		t.stats.framesOut.Add(uint64(1 + preFrames))
+		t.stats.bytesOut.Add(uint64(len(payload) + prePayload))
 		return nil
 	}
 	if t.isClosed() {
@@ -209,16 +394,11 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 		// turn a timeout into a death, so the rest is copied (the caller
 		// gets its slice back now) and written in the background; the
 		// write token stays held until then.
-		rest := make([]byte, total-n)
-		k := 0
-		if n < transport.HeaderSize {
-			k = copy(rest, c.hdr[n:])
-		}
-		copy(rest[k:], payload[max(n-transport.HeaderSize, 0):])
+		rest := unwritten(n, pre, c.hdr[:], payload)
 		_ = c.nc.SetWriteDeadline(time.Time{})
 		c.wdeadline = time.Time{}
-		pl := len(payload)
-		if !t.goTracked(func() { c.finishWrite(c.nc, rest, pl) }) {
+		frames, pl := 1+preFrames, len(payload)+prePayload
+		if !t.goTracked(func() { c.finishWrite(c.nc, rest, frames, pl) }) {
 			return transport.ErrClosed
 		}
 		detached = true
@@ -230,9 +410,28 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 	return &PeerDownError{Peer: c.peer.id, Err: c.fail(fmt.Errorf("tcp: write to peer %d (%s): %w", c.peer.id, c.remote, err))}
 }
 
-// finishWrite writes the tail of a frame whose Send timed out to w (the
+// unwritten copies what is left of parts after their first n bytes were
+// written.
+func unwritten(n int64, parts ...[]byte) []byte {
+	var total int64
+	for _, p := range parts {
+		total += int64(len(p))
+	}
+	rest := make([]byte, 0, total-n)
+	for _, p := range parts {
+		if n >= int64(len(p)) {
+			n -= int64(len(p))
+			continue
+		}
+		rest = append(rest, p[n:]...)
+		n = 0
+	}
+	return rest
+}
+
+// finishWrite writes the tail of frames whose Send timed out to w (the
 // connection, or the socket under TLS), then hands the write token back.
-func (c *conn) finishWrite(w io.Writer, rest []byte, payloadLen int) {
+func (c *conn) finishWrite(w io.Writer, rest []byte, frames, payloadLen int) {
 	defer func() { <-c.wsem }()
 	if _, err := w.Write(rest); err != nil {
 		if !c.t.isClosed() {
@@ -240,7 +439,7 @@ func (c *conn) finishWrite(w io.Writer, rest []byte, payloadLen int) {
 		}
 		return
 	}
-	c.t.stats.framesOut.Add(1)
+	c.t.stats.framesOut.Add(uint64(frames))
 	c.t.stats.bytesOut.Add(uint64(payloadLen))
 }
 
@@ -267,6 +466,7 @@ func (c *conn) fail(cause error) error {
 // reports PeerDown once.
 func (c *conn) readLoop() {
 	t := c.t
+	defer close(c.dead)
 	select {
 	case <-t.started:
 	case <-t.closing:

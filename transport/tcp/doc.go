@@ -59,10 +59,23 @@
 //
 // # Frames
 //
-// Send encodes the header and writes header and payload with one writev,
-// straight from the caller's slice, under the connection's write token, so
-// frames from concurrent senders never interleave. Waiting for the token
-// and the write itself honour ctx. When ctx ends while part of a frame is
+// Small frames are batched (Config.BatchFrame, BatchBytes): Send copies a
+// frame of at most BatchFrame bytes (header included) into the
+// connection's batch and returns at once; the connection's writer
+// goroutine, woken when the batch becomes non-empty, takes the write
+// token and writes everything batched with one system call. A window of
+// small writes and notifications, and the acknowledgement coming back,
+// thus cost one write each way rather than one per frame; a lone frame
+// costs one goroutine hand-off. The frames on the wire are unchanged:
+// a batch is frames back to back. Queue is the non-blocking form (false
+// when it cannot batch), for handlers that answer from the reader.
+//
+// Any other Send encodes the header and writes the batch, then header and
+// payload, with one writev, straight from the caller's slice, under the
+// connection's write token, so frames from concurrent senders never
+// interleave and frames leave in the order their Sends batched or wrote
+// them. A Send that would overfill the batch writes it the same way.
+// Waiting for the token and the write itself honour ctx. When ctx ends while part of a frame is
 // on the wire, the unwritten tail is copied and finished in the background
 // and Send returns the ctx error: a timeout never breaks the stream and is
 // never reported as a death.
@@ -76,27 +89,42 @@
 // passed to HandleFrame is a fresh copy the handler may keep; the Payload is
 // valid only during the call.
 //
+// Before a read that goes to the socket (the read buffer is empty), the
+// reader yields (runtime.Gosched), so that what the frames it just handed
+// over woke, a batch writer with the reply or the caller waiting for them,
+// runs ahead of that read's system call, which usually finds nothing and
+// parks. With one P per process (gaspirun's GOMAXPROCS on 2 cores) that
+// takes a system call off each side of a round trip.
+//
 // With Config.PollSpin > 0 the reader polls its socket with non-blocking
-// reads for that long before it parks in the network poller. On the 2-core
+// reads for that long before it parks in the network poller, yielding to
+// the process's goroutines and then the CPU (sched_yield on Linux) between
+// attempts, as an MPI polls on an oversubscribed host. On the 2-core
 // development host (shared, load 6-12) BenchmarkPingPong measured 8-byte
 // round trips of about 19-32 us parked, 30-40 us with 10 us of spin, 50-87
-// us with 50 us and 110-180 us with 200 us: a spinning reader takes the CPU
-// that the loopback's packet processing and the peer need. A plain Go
-// busy-poll loop on the same host went from 12 us to 8 us only in quiet
-// moments. So it is off by default; it may pay on hosts with idle cores.
+// us with 50 us and 110-180 us with 200 us before the OS yield was added:
+// a spinning reader took the CPU that the loopback's packet processing and
+// the peer need. With the yield, gaspibench measured 2-rank barriers of
+// about 25 us with 50 us of spin against 32 us parked (load 10-12), and
+// mixed results with 4 ranks on 2 cores. It stays off by default; it may
+// pay on hosts with idle cores. Spinning belongs here rather than in the
+// runtime's waits (pgas SpinWait): with one P, a goroutine spinning on a
+// channel keeps the scheduler from polling the network at all.
 //
 // # Concurrency and ownership
 //
-// Send, SetPeers, Stats and Close may be called from any goroutine. The
-// transport owns: the accept loop, one goroutine per connection being
-// authenticated or read, one dialer per higher peer until it connects, and
-// a writer finishing a frame whose Send timed out. Close stops all of them
-// and waits, including a HandleFrame or PeerDown call in progress, so a
-// handler must not call Close. The transport owns cfg.Listener once New
+// Send, Queue, SetPeers, Stats and Close may be called from any
+// goroutine. The transport owns: the accept loop, one goroutine per
+// connection being authenticated or read, one dialer per higher peer until
+// it connects, one batch writer per connection (it ends with the
+// connection), and a writer finishing a frame whose Send timed out. Close
+// writes what is still batched (for at most 200 ms), then stops all of
+// them and waits, including a HandleFrame or PeerDown call in progress, so
+// a handler must not call Close. The transport owns cfg.Listener once New
 // returns.
 //
-// Lock order: Transport.mu is a leaf; it is never held while calling the
-// handler, writing to or reading from a socket, or waiting for the write
-// token. The write token of a connection is taken before Transport.mu when
+// Lock order: Transport.mu and a connection's batch lock are leaves: never
+// held together, nor while calling the handler, writing to or reading
+// from a socket, or waiting for the write token. The write token of a connection is taken before Transport.mu when
 // both are needed.
 package tcp

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/gaspigo/gaspigo/transport"
@@ -109,6 +110,13 @@ func newFrameReader(br *bufio.Reader, from transport.Proc, stats *counters) *fra
 // the reader itself only ever skips payload bytes.
 func (r *frameReader) run(h transport.Handler, onHandlerErr func(*transport.Header, error)) error {
 	for {
+		if r.br.Buffered() == 0 {
+			// The next read goes to the socket and, most often, finds it
+			// empty and parks. Let what the frames just handled woke (a
+			// batch writer with a reply, a waiting caller) run first: it
+			// then goes out ahead of that read's system call, not after.
+			runtime.Gosched()
+		}
 		if _, err := io.ReadFull(r.br, r.hdr[:]); err != nil {
 			return err // io.EOF between frames, io.ErrUnexpectedEOF inside a header
 		}

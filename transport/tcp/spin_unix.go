@@ -81,7 +81,12 @@ func (s *spinReader) Read(p []byte) (int, error) {
 		} else if time.Since(start) >= s.spin {
 			break
 		}
+		// Let this process's other goroutines run, then give the CPU to
+		// other processes that want it (the peer that is to answer, on an
+		// oversubscribed host), as an MPI does when it polls with
+		// yield_when_idle.
 		runtime.Gosched()
+		osYield()
 	}
 	return s.nc.Read(p)
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/transport"
@@ -15,6 +16,9 @@ import (
 var _ transport.Transport = (*Transport)(nil)
 
 // peerState is where the one connection to a peer stands.
+// closeFlush bounds how long Close spends writing batched frames.
+const closeFlush = 200 * time.Millisecond
+
 type peerState uint8
 
 const (
@@ -327,7 +331,8 @@ func (t *Transport) Stats() Stats {
 // Close closes the listener and every connection and waits for every
 // goroutine of the transport, including a HandleFrame or PeerDown call in
 // progress. No PeerDown is reported for connections Close cuts. Close is
-// idempotent; concurrent calls all wait.
+// idempotent; concurrent calls all wait. Frames still batched
+// (Config.BatchFrame) are written first, for at most closeFlush.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		t.mu.Lock()
@@ -338,7 +343,19 @@ func (t *Transport) Close() error {
 		for nc := range t.sockets {
 			socks = append(socks, nc)
 		}
+		var conns []*conn
+		for _, p := range t.peers {
+			if p.state == stateUp {
+				conns = append(conns, p.conn)
+			}
+		}
 		t.mu.Unlock()
+		// Frames still batched leave first, within a bound: their Sends
+		// returned, as if they had been written.
+		deadline := time.Now().Add(closeFlush)
+		for _, c := range conns {
+			c.flushOnClose(deadline)
+		}
 		_ = t.ln.Close()
 		for _, nc := range socks {
 			_ = nc.Close()
@@ -390,6 +407,30 @@ func (t *Transport) isClosed() bool {
 	default:
 		return false
 	}
+}
+
+// Queue hands a small frame (at most Config.BatchFrame bytes with its
+// header) to the connection's batch without blocking, and reports whether
+// it did: false when batching is off, the frame is too large, the peer is
+// not connected (or down), or the batch is full. A Handler may call it
+// from HandleFrame, even for the peer it is reading from; on false the
+// caller sends the frame with Send from a goroutine that may block. h.Len
+// and h.Src are set as by Send.
+func (t *Transport) Queue(to transport.Proc, h *transport.Header, payload []byte) bool {
+	if transport.HeaderSize+len(payload) > t.cfg.BatchFrame {
+		return false
+	}
+	t.mu.Lock()
+	p := t.peers[to]
+	if t.closed || p == nil || p.state != stateUp {
+		t.mu.Unlock()
+		return false
+	}
+	c := p.conn
+	t.mu.Unlock()
+	h.Len = uint32(len(payload))
+	h.Src = t.self
+	return c.enqueue(h, payload)
 }
 
 // Disconnect closes the connection to peer for good, as if it had failed

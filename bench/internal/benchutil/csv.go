@@ -34,7 +34,7 @@ func ParseMeasurement(line string) (m Measurement, ok bool) {
 		m.PGAS, m.Raw = num(f[5]), num(f[6])
 	case "write_notify_rtt": // median_us, raw_median_us
 		m.PGAS, m.Raw = num(f[9]), num(f[12])
-	default: // collectives: median_us, no baseline
+	default: // collectives and write_wait: median_us, no baseline
 		m.PGAS = num(f[9])
 	}
 	return m, true

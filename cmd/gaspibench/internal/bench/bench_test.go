@@ -334,7 +334,7 @@ func TestRunCSV(t *testing.T) {
 		}
 		tests[strings.SplitN(line, ",", 2)[0]]++
 	}
-	want := map[string]int{"test": 1, "write": 2, "read": 2, "write_notify_rtt": 1, "barrier": 1, "allreduce": 2}
+	want := map[string]int{"test": 1, "write": 2, "read": 2, "write_notify_rtt": 1, "write_wait": 1, "barrier": 1, "allreduce": 2}
 	if !reflect.DeepEqual(tests, want) {
 		t.Errorf("CSV lines per test %v, want %v\n%s", tests, want, out)
 	}

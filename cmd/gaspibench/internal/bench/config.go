@@ -21,10 +21,11 @@ const (
 	TestBarrier                     // barrier over every rank
 	TestAllreduce                   // float64 sum allreduce over every rank
 	TestRaw                         // plain Go TCP stream and ping-pong between ranks 0 and 1
+	TestFlush                       // write+Wait round trip (MPI's put+flush), rank 0 -> rank 1
 
-	TestAll = TestBW | TestRBW | TestLat | TestBarrier | TestAllreduce | TestRaw
+	TestAll = TestBW | TestRBW | TestLat | TestBarrier | TestAllreduce | TestRaw | TestFlush
 	// pairTests need ranks 0 and 1.
-	pairTests = TestBW | TestRBW | TestLat | TestRaw
+	pairTests = TestBW | TestRBW | TestLat | TestRaw | TestFlush
 )
 
 var testNames = []struct {
@@ -32,7 +33,7 @@ var testNames = []struct {
 	name string
 }{
 	{TestBW, "bw"}, {TestRBW, "rbw"}, {TestLat, "lat"},
-	{TestBarrier, "barrier"}, {TestAllreduce, "allreduce"}, {TestRaw, "raw"},
+	{TestBarrier, "barrier"}, {TestAllreduce, "allreduce"}, {TestRaw, "raw"}, {TestFlush, "flush"},
 }
 
 // Has reports whether every test of u is in t.
@@ -50,7 +51,7 @@ func (t Tests) String() string {
 }
 
 // ParseTests reads a comma-separated list of test names (bw, rbw, lat,
-// barrier, allreduce, raw, all).
+// barrier, allreduce, raw, flush, all).
 func ParseTests(s string) (Tests, error) {
 	var t Tests
 	for _, f := range strings.Split(s, ",") {
@@ -70,7 +71,7 @@ func ParseTests(s string) (Tests, error) {
 			}
 		}
 		if !found {
-			return 0, fmt.Errorf("%w: --tests: unknown test %q; use a comma-separated list of bw, rbw, lat, barrier, allreduce, raw, or all", ErrConfig, f)
+			return 0, fmt.Errorf("%w: --tests: unknown test %q; use a comma-separated list of bw, rbw, lat, flush, barrier, allreduce, raw, or all", ErrConfig, f)
 		}
 	}
 	if t == 0 {
@@ -135,6 +136,11 @@ type Config struct {
 	// it parks its goroutine. 0..10ms (--spin). It is applied by the
 	// program that creates the runtime; Run only reports it.
 	Spin time.Duration
+	// PollSpin is the TCP transport's PollSpin: how long a connection's
+	// reader polls its socket before it parks in the network poller.
+	// 0..10ms (--poll-spin). Applied, like Spin, by the program that
+	// creates the runtime.
+	PollSpin time.Duration
 	// CSV selects machine-readable output (--csv): one header line and one
 	// line per measurement.
 	CSV bool
@@ -219,6 +225,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Spin < 0 || c.Spin > maxSpin {
 		add("Spin (--spin) is %v; want 0..%v", c.Spin, maxSpin)
+	}
+	if c.PollSpin < 0 || c.PollSpin > maxSpin {
+		add("PollSpin (--poll-spin) is %v; want 0..%v", c.PollSpin, maxSpin)
 	}
 	if c.Timeout <= 0 {
 		add("Timeout (--timeout) is %v; want > 0, e.g. 5m", c.Timeout)

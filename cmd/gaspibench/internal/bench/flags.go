@@ -43,7 +43,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	var o Options
 	c := &o.Config
 	*c = def
-	tests := fs.String("tests", "all", "comma-separated tests: bw (write bandwidth), rbw (read bandwidth), lat (write+notify ping-pong),\nbarrier, allreduce, raw (plain TCP baselines), or all")
+	tests := fs.String("tests", "all", "comma-separated tests: bw (write bandwidth), rbw (read bandwidth), lat (write+notify ping-pong),\nflush (write+Wait round trip, MPI's put+flush), barrier, allreduce, raw (plain TCP baselines), or all")
 	sizes := fs.String("sizes", "8..4M", "bandwidth message sizes: comma-separated, A..B for powers of two from A to B (units B, K, M)")
 	lat := fs.String("lat-sizes", "8,1K,64K", "ping-pong message sizes")
 	coll := fs.String("coll-sizes", "8,1K,64K", "allreduce vector sizes in bytes (multiples of 8: float64 elements)")
@@ -52,6 +52,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.DurationVar(&c.MinTime, "min-time", def.MinTime, "least time per measurement: more than --iters iterations are timed until it is filled; 0 times exactly --iters")
 	fs.IntVar(&c.Window, "window", def.Window, "writes or reads posted before each Wait in the bandwidth tests (fewer for large messages: at most 8 MiB per window)")
 	fs.DurationVar(&c.Spin, "spin", def.Spin, "runtime SpinWait: how long waiting calls poll before parking (0 on oversubscribed hosts)")
+	fs.DurationVar(&c.PollSpin, "poll-spin", def.PollSpin, "TCP PollSpin: how long each connection's reader polls its socket before parking (0 on oversubscribed hosts)")
 	fs.BoolVar(&c.CSV, "csv", false, "machine-readable output: one CSV line per measurement")
 	fs.DurationVar(&c.Timeout, "timeout", def.Timeout, "bound on the whole run")
 	fs.StringVar(&o.Out, "out", "", "also write rank 0's report to this file (no launcher prefixes)")

@@ -16,6 +16,7 @@ type Report struct {
 	Env      string // GOMAXPROCS, CPUs, Go version
 	BW       []BWRow
 	Lat      []LatRow
+	Flush    []CollRow // write+Wait round trips (Op "write_wait")
 	Coll     []CollRow
 	Targets  []Target
 	Duration time.Duration
@@ -221,6 +222,21 @@ func (p *printer) coll(r *Report, row CollRow) {
 	fmt.Fprintf(p.w, "  %-10s %9s %7s %9s %9s %12s\n", row.Op, size, p.iters(row.Dist.N, row.Capped), usCol(row.Dist.Median), usCol(row.Dist.P99), usCol(row.SlowestMean))
 }
 
+// flush prints one write+Wait round trip row: in CSV with the layout of a
+// collective's line (median, p99 and mean in microseconds).
+func (p *printer) flush(r *Report, row CollRow) {
+	if p.csv {
+		fmt.Fprintf(p.w, "%s,%d,%d,,%d,,,,,%s,%s,%s,,,%s\n", row.Op, r.Ranks, row.Size, row.Dist.N,
+			csvUs(row.Dist.Median), csvUs(row.Dist.P99), csvUs(row.Dist.Mean), csvBool(row.Capped))
+		return
+	}
+	p.section("flush",
+		"# Write+Wait round trip, rank 0 -> rank 1, microseconds: one Write, then Wait for its remote",
+		"# completion (the counterpart of MPI's put+flush).",
+		fmt.Sprintf("# %9s %7s %9s %9s %9s", "size", "iters", "median", "p99", "mean"))
+	fmt.Fprintf(p.w, "  %9s %7s %9s %9s %9s\n", FormatSize(row.Size), p.iters(row.Dist.N, row.Capped), usCol(row.Dist.Median), usCol(row.Dist.P99), usCol(row.Dist.Mean))
+}
+
 func (p *printer) footer(r *Report) {
 	if p.csv {
 		for _, t := range r.Targets {
@@ -303,6 +319,9 @@ func (r *Report) String() string {
 	}
 	for _, row := range r.Lat {
 		p.lat(r, row)
+	}
+	for _, row := range r.Flush {
+		p.flush(r, row)
 	}
 	for _, row := range r.Coll {
 		p.coll(r, row)

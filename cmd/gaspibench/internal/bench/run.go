@@ -97,33 +97,27 @@ func Run(ctx context.Context, rt *pgas.Runtime, cfg Config, out io.Writer) (*Rep
 func (b *bench) runAll(ctx context.Context) error {
 	t := b.cfg.Tests
 	if t&(TestBW|TestRBW|TestRaw) != 0 {
-		for _, size := range b.cfg.Sizes {
-			row, err := b.bandwidth(ctx, size)
-			if err != nil {
-				return err
-			}
-			if b.me == 0 {
-				b.rep.BW = append(b.rep.BW, row)
-				b.p.bw(b.rep, row)
-			}
-		}
-		if err := b.rt.Barrier(ctx, b.all); err != nil {
-			return fmt.Errorf("bench: barrier after the bandwidth tests: %w", err)
+		if err := eachSize(ctx, b, b.cfg.Sizes, "bandwidth", b.bandwidth, func(row BWRow) {
+			b.rep.BW = append(b.rep.BW, row)
+			b.p.bw(b.rep, row)
+		}); err != nil {
+			return err
 		}
 	}
 	if t&(TestLat|TestRaw) != 0 {
-		for _, size := range b.cfg.LatSizes {
-			row, err := b.latency(ctx, size)
-			if err != nil {
-				return err
-			}
-			if b.me == 0 {
-				b.rep.Lat = append(b.rep.Lat, row)
-				b.p.lat(b.rep, row)
-			}
+		if err := eachSize(ctx, b, b.cfg.LatSizes, "latency", b.latency, func(row LatRow) {
+			b.rep.Lat = append(b.rep.Lat, row)
+			b.p.lat(b.rep, row)
+		}); err != nil {
+			return err
 		}
-		if err := b.rt.Barrier(ctx, b.all); err != nil {
-			return fmt.Errorf("bench: barrier after the latency tests: %w", err)
+	}
+	if t.Has(TestFlush) {
+		if err := eachSize(ctx, b, b.cfg.LatSizes, "write+wait", b.flush, func(row CollRow) {
+			b.rep.Flush = append(b.rep.Flush, row)
+			b.p.flush(b.rep, row)
+		}); err != nil {
+			return err
 		}
 	}
 	if t.Has(TestBarrier) {
@@ -141,6 +135,24 @@ func (b *bench) runAll(ctx context.Context) error {
 			}
 			b.addColl(row)
 		}
+	}
+	return nil
+}
+
+// eachSize measures each of sizes with one; rank 0 keeps each row (keep).
+// A barrier over every rank ends the series.
+func eachSize[R any](ctx context.Context, b *bench, sizes []int64, what string, one func(context.Context, int64) (R, error), keep func(R)) error {
+	for _, size := range sizes {
+		row, err := one(ctx, size)
+		if err != nil {
+			return err
+		}
+		if b.me == 0 {
+			keep(row)
+		}
+	}
+	if err := b.rt.Barrier(ctx, b.all); err != nil {
+		return fmt.Errorf("bench: barrier after the %s tests: %w", what, err)
 	}
 	return nil
 }
@@ -548,6 +560,56 @@ func (b *bench) pgasPingPong(ctx context.Context, size int64, iters int, samples
 	return d, b.rt.Wait(ctx, queue)
 }
 
+// flush measures one size of the write+Wait round trip, the counterpart
+// of MPI's put+flush: rank 0 Writes size bytes to rank 1 and Waits for
+// their remote completion (the target's acknowledgement), one at a time;
+// rank 1 only applies the writes.
+func (b *bench) flush(ctx context.Context, size int64) (CollRow, error) {
+	row := CollRow{Op: "write_wait", Size: size}
+	if b.me > 1 {
+		return row, nil
+	}
+	front, back := pgas.Loc{Seg: segID}, pgas.Loc{Seg: segID, Off: b.half}
+	_, res, capped, err := b.measure(ctx, b.pair, 0, true, func(k int, samples []time.Duration) (time.Duration, error) {
+		if b.me != 0 {
+			return 0, nil
+		}
+		return timeEach(k, samples, nil, func() error {
+			if err := b.rt.Write(ctx, queue, 1, back, front, size); err != nil {
+				return err
+			}
+			return b.rt.Wait(ctx, queue)
+		})
+	})
+	if err != nil {
+		return row, fmt.Errorf("bench: write+wait round trip, %s: %w", FormatSize(size), err)
+	}
+	row.Dist, row.Capped = Summarize(res[0].samples), capped
+	return row, nil
+}
+
+// timeEach runs call k times and returns the time they took, each call's
+// in samples when it is set; prep, when set, runs before each call,
+// outside the timing.
+func timeEach(k int, samples []time.Duration, prep func(), call func() error) (time.Duration, error) {
+	var total time.Duration
+	for i := range k {
+		if prep != nil {
+			prep()
+		}
+		start := time.Now()
+		if err := call(); err != nil {
+			return 0, err
+		}
+		d := time.Since(start)
+		total += d
+		if samples != nil {
+			samples[i] = d
+		}
+	}
+	return total, nil
+}
+
 // collective measures a barrier, or an allreduce of size bytes of float64,
 // over every rank.
 func (b *bench) collective(ctx context.Context, op string, size int64) (CollRow, error) {
@@ -572,20 +634,8 @@ func (b *bench) collective(ctx context.Context, op string, size int64) (CollRow,
 		return pgas.Allreduce(ctx, b.rt, b.all, data, pgas.OpSum)
 	}
 	iters, res, capped, err := b.measure(ctx, b.all, 0, true, func(k int, samples []time.Duration) (time.Duration, error) {
-		var total time.Duration
-		for i := range k {
-			copy(data, init) // outside the timing; the values stay small
-			start := time.Now()
-			if err := call(); err != nil {
-				return 0, err
-			}
-			d := time.Since(start)
-			total += d
-			if samples != nil {
-				samples[i] = d
-			}
-		}
-		return total, nil
+		// The copy is outside the timing; the values stay small.
+		return timeEach(k, samples, func() { copy(data, init) }, call)
 	})
 	if err != nil {
 		return fail(err)
