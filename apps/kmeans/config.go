@@ -91,6 +91,9 @@ type Config struct {
 	// Impl picks the distance kernel. ImplAuto uses the fastest one this CPU
 	// supports; set ImplGo to rule out assembly, ImplNaive for the reference.
 	Impl Impl
+	// Algo picks how nearest centroids are found: AlgoLloyd (brute force)
+	// or an exact pruned algorithm; all give the same bits (doc.go).
+	Algo Algo
 	// Threads is how many goroutines a Kernel splits its shard over
 	// (1..MaxThreads). Results are bit-identical for every value, so this
 	// is purely a speed knob. 1 runs everything on the caller's goroutine; a
@@ -141,6 +144,12 @@ func (c Config) validateKernel() error {
 	}
 	if !Available(c.Impl) {
 		return configErr("Impl = %s is not available on this CPU/build; use %s (or auto)", c.Impl, Best())
+	}
+	if c.Algo < AlgoLloyd || c.Algo > AlgoHamerly {
+		return configErr("Algo = %d is not a known algorithm", int(c.Algo))
+	}
+	if c.Algo != AlgoLloyd && c.Impl == ImplNaive {
+		return configErr("Algo = %s needs a norm-expansion kernel (go, avx2, avx512 or auto), not %s", c.Algo, c.Impl)
 	}
 	if c.Threads < 1 || c.Threads > MaxThreads {
 		return configErr("Threads = %d, want 1..%d", c.Threads, MaxThreads)
