@@ -145,7 +145,7 @@ func (c Config) validateKernel() error {
 	if !Available(c.Impl) {
 		return configErr("Impl = %s is not available on this CPU/build; use %s (or auto)", c.Impl, Best())
 	}
-	if c.Algo < AlgoLloyd || c.Algo > AlgoHamerly {
+	if c.Algo < AlgoLloyd || c.Algo > AlgoYinyang {
 		return configErr("Algo = %d is not a known algorithm", int(c.Algo))
 	}
 	if c.Algo != AlgoLloyd && c.Impl == ImplNaive {

@@ -61,7 +61,7 @@ type Kernel struct {
 
 type worker struct {
 	id    int
-	state []float64 // (blockPts+4) * 2*lanes: per point, lanes minima then lanes indices
+	state []float64 // (blockPts+4) * 3*lanes: per point, lanes minima, lanes indices (and for top2, lanes second minima)
 	best  []int32   // blockPts+4
 	stats PruneStats
 	// Full scans of the pruned algorithm (top2): the gathered points (with
@@ -72,6 +72,12 @@ type worker struct {
 	tbest  []int32
 	tsub   []int32
 	v1, v2 []float64
+	// AlgoYinyang's group filter: per group, scanned or not, and the two
+	// smallest values found.
+	gscan    []bool
+	gm1, gm2 []float64
+	gi1      []int32
+	gmv      []float64
 }
 
 // NewKernel prepares a Kernel over points (n*d float64, row-major) for k
@@ -137,8 +143,8 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 	kr.blockPts = max(4, min(1024, l1Budget/(8*(2*lanes+d)))&^3)
 	kr.chunkBlocks = max(2, l1Budget/(8*d*lanes)&^1)
 
-	if cfg.Algo == AlgoHamerly {
-		kr.pr = newPruner(points, n, d, k)
+	if cfg.Algo != AlgoLloyd {
+		kr.pr = newPruner(points, n, d, k, cfg.Algo == AlgoYinyang)
 	}
 
 	threads := min(cfg.Threads, nch)
@@ -146,10 +152,10 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 	for w := range kr.workers {
 		kr.workers[w] = &worker{
 			id:    w,
-			state: make([]float64, (kr.blockPts+4)*2*lanes),
+			state: make([]float64, (kr.blockPts+4)*3*lanes),
 			best:  make([]int32, kr.blockPts+4),
 		}
-		if cfg.Algo == AlgoHamerly {
+		if cfg.Algo != AlgoLloyd {
 			wk := kr.workers[w]
 			wk.gbuf = make([]float64, (kr.blockPts+4)*d)
 			wk.fidx = make([]int32, kr.blockPts)

@@ -20,9 +20,14 @@ const (
 	// kernel's arithmetic, and skips the points whose bounds prove that
 	// their centroid has not changed.
 	AlgoHamerly
+	// AlgoYinyang adds to AlgoHamerly's bounds one lower bound per point
+	// and group of nearby centroids (Ding et al. 2015): a point whose
+	// global bounds fail compares itself only with the groups whose own
+	// bound fails, instead of with every centroid.
+	AlgoYinyang
 )
 
-var algoNames = [...]string{"lloyd", "hamerly"}
+var algoNames = [...]string{"lloyd", "hamerly", "yinyang"}
 
 func (a Algo) String() string {
 	if a >= 0 && int(a) < len(algoNames) {
@@ -31,7 +36,8 @@ func (a Algo) String() string {
 	return fmt.Sprintf("Algo(%d)", int(a))
 }
 
-// ParseAlgo parses the names printed by Algo.String ("lloyd", "hamerly").
+// ParseAlgo parses the names printed by Algo.String ("lloyd", "hamerly",
+// "yinyang").
 func ParseAlgo(s string) (Algo, error) {
 	for i, n := range algoNames {
 		if strings.EqualFold(s, n) {
@@ -49,13 +55,19 @@ type PruneStats struct {
 	// Tightened points kept it after one distance (to their own centroid)
 	// was recomputed.
 	Tightened int64
+	// Grouped points (AlgoYinyang) were compared with the centroids of
+	// the groups their bounds could not rule out; GroupsScanned counts
+	// those groups.
+	Grouped       int64
+	GroupsScanned int64
 	// Scanned points were compared with every centroid.
 	Scanned int64
 }
 
 // Add returns s + o.
 func (s PruneStats) Add(o PruneStats) PruneStats {
-	return PruneStats{s.Skipped + o.Skipped, s.Tightened + o.Tightened, s.Scanned + o.Scanned}
+	return PruneStats{s.Skipped + o.Skipped, s.Tightened + o.Tightened, s.Grouped + o.Grouped,
+		s.GroupsScanned + o.GroupsScanned, s.Scanned + o.Scanned}
 }
 
 // tinyAbs is an absolute slack added to every widened bound. It covers
@@ -85,8 +97,9 @@ const subBlocks = 8
 // relative margin rel (≥ 16u, more than the handful of roundings behind
 // each) plus tinyAbs.
 type pruner struct {
-	rel float64 // relative outward rounding margin
-	gE  float64 // E(x) = gE·(||x||²_up + R²_up)
+	yinyang bool
+	rel     float64 // relative outward rounding margin
+	gE      float64 // E(x) = gE·(||x||²_up + R²_up)
 
 	u, l  []float64 // n: bound on the distance to pa, and to every other centroid
 	xsq   []float64 // n: upper bound on ||x||²
@@ -98,18 +111,38 @@ type pruner struct {
 	dmax1 float64   // the largest drift, that of centroid darg
 	dmax2 float64   // the largest drift of any other centroid
 	darg  int
+
+	// AlgoYinyang: the groups of centroids (fixed at the first Step), the
+	// largest drift in each, and per point and group a lower bound on the
+	// distance to every member other than pa (float32, rounded down).
+	groups *groups
+	gdrift []float64 // G
+	glb    []float32 // n*G, valid for the centroids of version stamp[i]
+	stamp  []int32   // n
+	// ver counts the Steps; cumUp and cumLo hold, for the last histLen
+	// versions v (at v%histLen), every group's drifts summed over versions
+	// 1..v, rounded up and down: the members of group g moved at most
+	// cumUp(v)−cumLo(v0) between versions v0 and v.
+	ver          int32
+	cumUp, cumLo []float64
+	mv1          []float64 // G: the moves since the previous version
 }
 
-func newPruner(points []float64, n, d, k int) *pruner {
+// histLen is how many versions of group drift sums are kept; a point
+// whose group bounds are older takes them as 0 (still valid).
+const histLen = 1024
+
+func newPruner(points []float64, n, d, k int, yinyang bool) *pruner {
 	pr := &pruner{
-		rel:   float64(2*d+16) * 0x1p-53,
-		gE:    float64(4*d+8) * 0x1p-53,
-		u:     make([]float64, n),
-		l:     make([]float64, n),
-		xsq:   make([]float64, n),
-		pa:    make([]int32, n),
-		drift: make([]float64, k),
-		half:  make([]float64, k),
+		yinyang: yinyang,
+		rel:     float64(2*d+16) * 0x1p-53,
+		gE:      float64(4*d+8) * 0x1p-53,
+		u:       make([]float64, n),
+		l:       make([]float64, n),
+		xsq:     make([]float64, n),
+		pa:      make([]int32, n),
+		drift:   make([]float64, k),
+		half:    make([]float64, k),
 	}
 	for i := range pr.pa {
 		pr.pa[i] = -1
@@ -191,6 +224,27 @@ func (kr *Kernel) prepareCentroids(w *worker) {
 		r2 = max(r2, kr.cnorm[j])
 	}
 	pr.r2 = pr.up(r2)
+	if pr.yinyang {
+		if pr.groups == nil {
+			gr := newGroups(kr.cent, kr.k, d)
+			pr.groups = gr
+			pr.gdrift = make([]float64, gr.n)
+			pr.glb = make([]float32, kr.n*gr.n)
+			pr.stamp = make([]int32, kr.n)
+			pr.cumUp = make([]float64, histLen*gr.n)
+			pr.cumLo = make([]float64, histLen*gr.n)
+			pr.mv1 = make([]float64, gr.n)
+			for _, wk := range kr.workers {
+				wk.gscan = make([]bool, gr.n)
+				wk.gm1 = make([]float64, gr.n)
+				wk.gm2 = make([]float64, gr.n)
+				wk.gi1 = make([]int32, gr.n)
+				wk.gmv = make([]float64, gr.n)
+			}
+		}
+		pr.groups.fill(kr)
+		kr.yinyangPrepare()
+	}
 	for lo := 0; lo < kr.k; lo += kr.blockPts {
 		hi := min(lo+kr.blockPts, kr.k)
 		np := hi - lo
@@ -240,11 +294,17 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 			w.stats.Skipped++
 			continue
 		}
-		ub = pr.upperDist(kr.value(kr.points[i*d:i*d+d], int(a)), pr.xsq[i], e)
+		va := kr.value(kr.points[i*d:i*d+d], int(a))
+		ub = pr.upperDist(va, pr.xsq[i], e)
 		pr.u[i] = ub
 		if pr.safe(max(lb, pr.down(h2-ub)), ub, e) {
 			best[i-lo] = a
 			w.stats.Tightened++
+			continue
+		}
+		if pr.groups != nil {
+			best[i-lo] = kr.groupFilter(w, i, a, va, ub, e)
+			w.stats.Grouped++
 			continue
 		}
 		w.fidx[nf] = int32(i)
@@ -266,6 +326,13 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 			pr.u[i] = pr.upperDist(w.v1[q], pr.xsq[i], e)
 			pr.l[i] = pr.lowerDist(w.v2[q], pr.xsq[i], e)
 			best[i-lo] = a
+			if gr := pr.groups; gr != nil {
+				lb := f32down(pr.l[i])
+				for g := range gr.n {
+					pr.glb[i*gr.n+g] = lb
+				}
+				pr.stamp[i] = pr.ver
+			}
 		}
 		f0 += np
 	}
@@ -299,6 +366,10 @@ func (kr *Kernel) top2(w *worker, np int) {
 		for q := 0; q < np; q++ {
 			w.tbest[q], w.v1[q], w.v2[q] = kr.top2Go(x[q*d : q*d+d])
 		}
+		return
+	}
+	if kr.impl == ImplAVX512 {
+		kr.top2AVX512(w, np)
 		return
 	}
 	group, width := 4, lanes
@@ -356,6 +427,45 @@ func (kr *Kernel) top2(w *worker, np int) {
 	}
 }
 
+// top2AVX512 is top2 with the AVX-512 kernel that keeps each lane's two
+// smallest values: the winner is the smallest lane minimum (ties to the
+// lowest index), the runner-up the smaller of the winner's lane's second
+// minimum and the other lanes' minima.
+func (kr *Kernel) top2AVX512(w *worker, np int) {
+	d := kr.d
+	npad := (np + 3) &^ 3
+	for q := np; q < npad; q++ {
+		copy(w.gbuf[q*d:q*d+d], w.gbuf[(np-1)*d:np*d])
+	}
+	st := w.state[:npad*3*lanes]
+	nb := kr.kpad / lanes
+	for b0 := 0; b0 < nb; b0 += kr.chunkBlocks {
+		cnt := min(kr.chunkBlocks, nb-b0)
+		flags := 0
+		if b0 == 0 {
+			flags = asmFirst
+		}
+		asmArgmin2(w.gbuf[:npad*d], npad, d, kr.cpack[b0*d*lanes:(b0+cnt)*d*lanes], cnt,
+			kr.cnorm[b0*lanes:(b0+cnt)*lanes], float64(b0*lanes), st, flags)
+	}
+	for q := 0; q < np; q++ {
+		s := st[q*3*lanes : (q+1)*3*lanes]
+		r := 0
+		for l := 1; l < lanes; l++ {
+			if s[l] < s[r] || (s[l] == s[r] && s[lanes+l] < s[lanes+r]) {
+				r = l
+			}
+		}
+		v2 := s[2*lanes+r]
+		for l := 0; l < lanes; l++ {
+			if l != r {
+				v2 = min(v2, s[l])
+			}
+		}
+		w.tbest[q], w.v1[q], w.v2[q] = int32(s[lanes+r]), s[r], v2
+	}
+}
+
 // top2Go is top2 for one point without assembly: every v̂ in index order.
 func (kr *Kernel) top2Go(x []float64) (best int32, v1, v2 float64) {
 	v1, v2 = math.Inf(1), math.Inf(1)
@@ -381,8 +491,11 @@ func (kr *Kernel) PruneStats() PruneStats {
 
 // Algo is the algorithm in use.
 func (kr *Kernel) Algo() Algo {
-	if kr.pr != nil {
-		return AlgoHamerly
+	switch {
+	case kr.pr == nil:
+		return AlgoLloyd
+	case kr.pr.yinyang:
+		return AlgoYinyang
 	}
-	return AlgoLloyd
+	return AlgoHamerly
 }

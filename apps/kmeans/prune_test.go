@@ -9,6 +9,8 @@ import (
 	"testing"
 )
 
+var prunedAlgos = []Algo{AlgoHamerly, AlgoYinyang}
+
 // lockstep runs a brute-force and a pruned kernel over the same points
 // from the same starting centroids for iters iterations, requiring the
 // same assignments, sums, counts, SSE and changed count at every step
@@ -20,7 +22,9 @@ func lockstep(t *testing.T, what string, pts []float64, d int, init []float64, i
 	bf := cfg
 	bf.Algo = AlgoLloyd
 	pc := cfg
-	pc.Algo = AlgoHamerly
+	if pc.Algo == AlgoLloyd {
+		pc.Algo = AlgoHamerly
+	}
 	kb, err := NewKernel(pts, d, k, bf)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +48,7 @@ func lockstep(t *testing.T, what string, pts []float64, d int, init []float64, i
 		requireIdentical(t, fmt.Sprintf("%s iteration %d", what, it),
 			stepOut{kb.Assignments(), pb}, stepOut{kp.Assignments(), pp})
 		st := kp.PruneStats()
-		if st.Skipped+st.Tightened+st.Scanned != int64(kp.N()) {
+		if st.Skipped+st.Tightened+st.Grouped+st.Scanned != int64(kp.N()) {
 			t.Fatalf("%s: stats %+v do not add up to %d points", what, st, kp.N())
 		}
 		tot = tot.Add(st)
@@ -65,6 +69,7 @@ func TestHamerlyBitIdentical(t *testing.T) {
 		pts  []float64
 		d, k int
 	}{
+		{"blobs d=10 k=200", genData(t, GenConfig{Seed: 15, N: 15000, D: 10, Blobs: 10, Spread: 10, Sigma: 1}), 10, 200},
 		{"blobs d=10 k=60", genData(t, GenConfig{Seed: 11, N: 12000, D: 10, Blobs: 10, Spread: 10, Sigma: 1}), 10, 60},
 		{"overlap d=3 k=37", genData(t, GenConfig{Seed: 12, N: 20000, D: 3, Blobs: 5, Spread: 2, Sigma: 1}), 3, 37},
 		{"normal d=17 k=9", randPoints(13, 5000, 17), 17, 9},
@@ -74,11 +79,13 @@ func TestHamerlyBitIdentical(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, impl := range fastImpls() {
-			for _, threads := range []int{1, 3} {
-				st := lockstep(t, fmt.Sprintf("%s %v threads=%d", tc.name, impl, threads), tc.pts, tc.d, init, 12, Config{Impl: impl, Threads: threads})
-				if st.Skipped+st.Tightened == 0 {
-					t.Fatalf("%s %v: nothing pruned: %+v", tc.name, impl, st)
+		for _, algo := range prunedAlgos {
+			for _, impl := range fastImpls() {
+				for _, threads := range []int{1, 3} {
+					st := lockstep(t, fmt.Sprintf("%s %v %v threads=%d", tc.name, algo, impl, threads), tc.pts, tc.d, init, 12, Config{Impl: impl, Threads: threads, Algo: algo})
+					if st.Skipped+st.Tightened == 0 || (algo == AlgoYinyang && tc.k >= 2*groupSize && st.Grouped == 0) {
+						t.Fatalf("%s %v %v: nothing pruned: %+v", tc.name, algo, impl, st)
+					}
 				}
 			}
 		}
@@ -135,12 +142,14 @@ func TestHamerlyAdversarial(t *testing.T) {
 		init := tc.init
 		if init == nil {
 			var err error
-			if init, err = InitCentroids(tc.pts, tc.d, 16, 2); err != nil {
+			if init, err = InitCentroids(tc.pts, tc.d, 48, 2); err != nil {
 				t.Fatal(err)
 			}
 		}
-		for _, impl := range fastImpls() {
-			lockstep(t, fmt.Sprintf("%s %v", tc.name, impl), tc.pts, tc.d, init, 10, Config{Impl: impl, Threads: 2})
+		for _, algo := range prunedAlgos {
+			for _, impl := range fastImpls() {
+				lockstep(t, fmt.Sprintf("%s %v %v", tc.name, algo, impl), tc.pts, tc.d, init, 10, Config{Impl: impl, Threads: 2, Algo: algo})
+			}
 		}
 	}
 }
@@ -183,9 +192,9 @@ func TestTop2(t *testing.T) {
 // Reference on well-separated data: the same assignments and iterations.
 func TestHamerlyMatchesReference(t *testing.T) {
 	t.Parallel()
-	g := GenConfig{Seed: 21, N: 6000, D: 6, Blobs: 8, Spread: 20, Sigma: 1}
+	g := GenConfig{Seed: 21, N: 6000, D: 6, Blobs: 40, Spread: 40, Sigma: 0.5}
 	pts := genData(t, g)
-	init, _ := InitCentroids(pts, g.D, 8, 4)
+	init, _ := InitCentroids(pts, g.D, 40, 4)
 	ref, err := Reference(pts, g.D, init, 60, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -194,24 +203,26 @@ func TestHamerlyMatchesReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Lloyd(context.Background(), pts, g.D, init, Config{Impl: ImplAuto, Algo: AlgoHamerly, Threads: 2, MaxIter: 60})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if Checksum(got.Centroids) != Checksum(bf.Centroids) || got.Iterations != bf.Iterations {
-		t.Fatalf("pruned Lloyd differs from brute force")
-	}
-	if got.Iterations != ref.Iterations {
-		t.Fatalf("%d iterations, reference %d", got.Iterations, ref.Iterations)
-	}
-	for i := range ref.Assign {
-		if got.Assign[i] != ref.Assign[i] {
-			t.Fatalf("point %d in cluster %d, reference %d", i, got.Assign[i], ref.Assign[i])
+	for _, algo := range prunedAlgos {
+		got, err := Lloyd(context.Background(), pts, g.D, init, Config{Impl: ImplAuto, Algo: algo, Threads: 2, MaxIter: 60})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	for i := range ref.Centroids {
-		if math.Abs(got.Centroids[i]-ref.Centroids[i]) > 1e-12*(1+math.Abs(ref.Centroids[i])) {
-			t.Fatalf("centroid value %d = %v, reference %v", i, got.Centroids[i], ref.Centroids[i])
+		if Checksum(got.Centroids) != Checksum(bf.Centroids) || got.Iterations != bf.Iterations {
+			t.Fatalf("%v: pruned Lloyd differs from brute force (%d vs %d iterations)", algo, got.Iterations, bf.Iterations)
+		}
+		if got.Iterations != ref.Iterations {
+			t.Fatalf("%d iterations, reference %d", got.Iterations, ref.Iterations)
+		}
+		for i := range ref.Assign {
+			if got.Assign[i] != ref.Assign[i] {
+				t.Fatalf("point %d in cluster %d, reference %d", i, got.Assign[i], ref.Assign[i])
+			}
+		}
+		for i := range ref.Centroids {
+			if math.Abs(got.Centroids[i]-ref.Centroids[i]) > 1e-12*(1+math.Abs(ref.Centroids[i])) {
+				t.Fatalf("centroid value %d = %v, reference %v", i, got.Centroids[i], ref.Centroids[i])
+			}
 		}
 	}
 }
@@ -221,36 +232,38 @@ func TestHamerlyMatchesReference(t *testing.T) {
 // centroids (a restored checkpoint) is still exact.
 func TestHamerlyBoundsSurviveArbitraryCentroids(t *testing.T) {
 	t.Parallel()
-	const d, k = 5, 20
+	const d, k = 5, 50
 	pts := randPoints(31, 9000, d)
 	c1 := randPoints(32, k, d)
 	c2 := randPoints(33, k, d)
 	for _, impl := range fastImpls() {
-		kp, err := NewKernel(pts, d, k, Config{Impl: impl, Threads: 2, Algo: AlgoHamerly})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := NewPartial(k, d)
-		for _, c := range [][]float64{c1, c1, c2, c1, c2, c2} {
-			if err := kp.Step(c, p); err != nil {
+		for _, algo := range prunedAlgos {
+			kp, err := NewKernel(pts, d, k, Config{Impl: impl, Threads: 2, Algo: algo})
+			if err != nil {
 				t.Fatal(err)
 			}
-			want := runStep(t, pts, d, c, Config{Impl: impl, Threads: 1})
-			for i, a := range kp.Assignments() {
-				if a != want.assign[i] {
-					t.Fatalf("%v: point %d: %d, want %d", impl, i, a, want.assign[i])
+			p := NewPartial(k, d)
+			for _, c := range [][]float64{c1, c1, c2, c1, c2, c2} {
+				if err := kp.Step(c, p); err != nil {
+					t.Fatal(err)
+				}
+				want := runStep(t, pts, d, c, Config{Impl: impl, Threads: 1})
+				for i, a := range kp.Assignments() {
+					if a != want.assign[i] {
+						t.Fatalf("%v: point %d: %d, want %d", impl, i, a, want.assign[i])
+					}
+				}
+				if Checksum(p.Sums) != Checksum(want.p.Sums) {
+					t.Fatalf("%v: sums differ", impl)
 				}
 			}
-			if Checksum(p.Sums) != Checksum(want.p.Sums) {
-				t.Fatalf("%v: sums differ", impl)
-			}
+			kp.Close()
 		}
-		kp.Close()
 	}
 }
 
 func TestParseAlgo(t *testing.T) {
-	for _, a := range []Algo{AlgoLloyd, AlgoHamerly} {
+	for _, a := range []Algo{AlgoLloyd, AlgoHamerly, AlgoYinyang} {
 		got, err := ParseAlgo(a.String())
 		if err != nil || got != a {
 			t.Fatalf("ParseAlgo(%q) = %v, %v", a.String(), got, err)
