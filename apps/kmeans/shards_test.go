@@ -1,0 +1,100 @@
+package kmeans
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"github.com/gaspigo/gaspigo/ckpt"
+)
+
+// shardsOptions: 12 logical shards of uneven size, no Shrink.
+func shardsOptions() Options {
+	opt := resumeOptions()
+	opt.Shards = 12
+	return opt
+}
+
+// memRun runs opt on ranks ranks in memory and returns rank 0's result
+// after checking that every rank agrees.
+func memRun(t *testing.T, opt Options, ranks int, h memHooks) (RunResult, string) {
+	t.Helper()
+	var res RunResult
+	var out string
+	h.ranks = ranks
+	synctest.Test(t, func(t *testing.T) {
+		got, errs, o := runMemJobWith(t, opt, nil, h)
+		sameResult(t, fmt.Sprintf("%d ranks", ranks), got, errs, got[0], o)
+		res, out = got[0], o
+	})
+	return res, out
+}
+
+// With logical shards the same job gives the same bits on 1, 2, 3 and 4
+// ranks, brute force or pruned, and they are the shard-order sums that
+// one process computes shard by shard (shardOrderLloyd).
+func TestShardsAnyRanks(t *testing.T) {
+	opt := shardsOptions()
+	want := shardOrderLloyd(t, opt, opt.Shards)
+	for _, algo := range []Algo{AlgoLloyd, AlgoHamerly, AlgoYinyang} {
+		for _, ranks := range []int{1, 2, 3, 4} {
+			o := opt
+			o.Kernel.Algo = algo
+			got, out := memRun(t, o, ranks, memHooks{})
+			if i := sameBits(got.Centroids, want); i >= 0 {
+				t.Fatalf("%v on %d ranks: centroids differ from the shard-order sums at %d\n%s", algo, ranks, i, out)
+			}
+		}
+	}
+}
+
+// A disk checkpoint taken on 4 ranks resumes on 3 (and on 2) and ends
+// with the bits of a failure-free run; a different number of shards is
+// refused.
+func TestShardsResumeOnOtherRanks(t *testing.T) {
+	opt := shardsOptions() // 15 iterations, checkpoints after 3, 6, 9, 12
+	want, _ := memRun(t, opt, 3, memHooks{})
+	dir := t.TempDir()
+	diskRun(t, opt, dir)
+	if err := os.RemoveAll(filepath.Join(dir, "ckpt-16")); err != nil { // the final one: resume mid-run
+		t.Fatal(err)
+	}
+	resume := func(o Options, ranks int) ([]RunResult, []error, string, string) {
+		var got []RunResult
+		var errs []error
+		var out, note string
+		synctest.Test(t, func(t *testing.T) {
+			got, errs, out = runMemJobWith(t, o, nil, memHooks{
+				ranks: ranks,
+				ckpt:  func(cc *ckpt.Config) { cc.Dir = t.TempDir() },
+				before: func(ctx context.Context, r int, job *Job, ck *ckpt.Checkpointer) error {
+					_, n, err := job.ResumeFrom(dir)
+					if r == 0 {
+						note = n
+					}
+					return err
+				},
+			})
+		})
+		return got, errs, out, note
+	}
+	for _, ranks := range []int{3, 2} {
+		got, errs, out, note := resume(opt, ranks)
+		sameResult(t, fmt.Sprintf("resumed on %d ranks", ranks), got, errs, want, out)
+		if !strings.Contains(note, "written by 4 ranks") || !strings.Contains(out, "iter   13") || strings.Contains(out, "iter   12") {
+			t.Fatalf("resumed on %d ranks: note %q; want iterations 13.. only\n%s", ranks, note, out)
+		}
+	}
+	o := opt
+	o.Shards = 6
+	_, errs, _, _ := resume(o, 3)
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "12 logical shards") {
+			t.Fatalf("rank %d: %v, want a refusal naming 12 shards", r, err)
+		}
+	}
+}
