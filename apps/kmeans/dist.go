@@ -630,6 +630,9 @@ func (j *Job) ResumeFrom(dir string) (id uint64, note string, err error) {
 	return snap.ID, note, nil
 }
 
+// Shards reports whether the job has logical shards (Options.Shards).
+func (j *Job) Shards() bool { return j.opt.Shards != 0 }
+
 // Iteration returns the number of iterations completed.
 func (j *Job) Iteration() int { return j.iter }
 
