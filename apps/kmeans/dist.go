@@ -143,7 +143,8 @@ type Options struct {
 	K       int
 	MaxIter int
 	Tol     float64 // stop once no centroid moved farther; 0: run MaxIter
-	Init    string  // starting centroids CSV; "" picks points by Gen.Seed
+	Init    string  // starting centroids CSV; "" picks points by Seed (Seeding)
+	Seeding Seeding // how Init == "" picks them: SeedRandom or SeedPlusPlus
 	Seed    uint64  // for the choice of starting points
 	Every   int     // checkpoint every Every iterations; 0: never
 	Injects []Inject
@@ -471,6 +472,9 @@ func (j *Job) initCentroids(ctx context.Context) error {
 		}
 		copy(j.cent, c)
 		return nil
+	}
+	if j.opt.Seeding == SeedPlusPlus {
+		return j.initPlusPlus(ctx)
 	}
 	idx, err := InitIndices(j.opt.Seed, j.n, k)
 	if err != nil {

@@ -329,3 +329,23 @@ func TestValueErrorBound(t *testing.T) {
 	}
 	t.Logf("largest error / margin: %.3g", worst)
 }
+
+// k-means++ on well-separated blobs puts one starting centroid in each
+// blob (a uniform draw would put two in one blob more often than not).
+func TestPlusPlusSpreads(t *testing.T) {
+	g := GenConfig{Seed: 5, N: 20000, D: 3, Blobs: 8, Spread: 100, Sigma: 1}
+	pts := genData(t, g)
+	for seed := uint64(1); seed <= 5; seed++ {
+		c, err := InitPlusPlus(pts, g.D, 8, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for a := 0; a < 8; a++ {
+			for b := a + 1; b < 8; b++ {
+				if dd := sqDist(c[a*3:a*3+3], c[b*3:b*3+3]); dd < 100 {
+					t.Fatalf("seed %d: centroids %d and %d are %.3g apart: one blob got two", seed, a, b, math.Sqrt(dd))
+				}
+			}
+		}
+	}
+}

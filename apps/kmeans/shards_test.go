@@ -98,3 +98,51 @@ func TestShardsResumeOnOtherRanks(t *testing.T) {
 		}
 	}
 }
+
+// k-means++ seeding chooses the same starting centroids on 1, 2, 3 and 4
+// ranks, with or without logical shards, from generated data and from a
+// file, and they are InitPlusPlus's on the whole data set.
+func TestPlusPlusAnyRanks(t *testing.T) {
+	opt := shardsOptions()
+	opt.Seeding = SeedPlusPlus
+	opt.MaxIter = 2
+	g := opt.Gen
+	pts := make([]float64, g.N*g.D)
+	if err := Generate(g, 0, g.N, pts); err != nil {
+		t.Fatal(err)
+	}
+	want, err := InitPlusPlus(pts, g.D, opt.K, opt.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "p.bin")
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteBinary(f, pts, g.D); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	distinct := map[string]bool{}
+	for c := 0; c < opt.K; c++ {
+		distinct[fmt.Sprint(want[c*g.D:(c+1)*g.D])] = true
+	}
+	if len(distinct) != opt.K {
+		t.Fatalf("k-means++ chose %d distinct centroids of %d", len(distinct), opt.K)
+	}
+	for _, input := range []string{"", file} {
+		for _, shards := range []int{0, 12} {
+			for _, ranks := range []int{1, 2, 3, 4} {
+				o := opt
+				o.Input, o.Shards = input, shards
+				memRun(t, o, ranks, memHooks{before: func(_ context.Context, r int, job *Job, _ *ckpt.Checkpointer) error {
+					if i := sameBits(job.cent, want); i >= 0 {
+						t.Errorf("input %q shards %d, %d ranks: rank %d's starting centroids differ at %d", input, shards, ranks, r, i)
+					}
+					return nil
+				}})
+			}
+		}
+	}
+}

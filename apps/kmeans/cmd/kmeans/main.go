@@ -20,6 +20,8 @@
 // (lloyd). --shards S fixes the number of logical shards: the result is
 // then the same bits on any number of ranks up to S, and gaspirun --resume
 // may resume a --shards job's disk checkpoint on another number of ranks.
+// --seeding kmeans++ chooses the starting centroids by k-means++ (one
+// allreduce per centroid; the same centroids on any number of ranks).
 //
 // With --ckpt-dir every rank waits at the end until the final checkpoint
 // is on disk. gaspirun --resume DIR continues from the newest complete
@@ -79,6 +81,7 @@ type flags struct {
 	output   string
 	impl     string
 	algo     string
+	seeding  string
 	mirrors  int
 	ckptDir  string
 	shrink   bool
@@ -108,6 +111,7 @@ func parse(args []string) (*flags, error) {
 	fs.Var(&inj, "inject", "inject a failure: kill:rank=R,iter=I | kill:host=H,iter=I | kill:leader,iter=I | kill:mirror-of=R,iter=I, optionally ,phase=commit (repeatable)")
 	fs.StringVar(&f.impl, "impl", "auto", "distance kernel: auto, avx512, avx2, go, naive")
 	fs.StringVar(&f.algo, "algo", "lloyd", "nearest-centroid search: lloyd (brute force), hamerly or yinyang (exact pruning: the same centroids bit for bit)")
+	fs.StringVar(&f.seeding, "seeding", "random", "starting centroids without --init: random (k distinct points) or kmeans++ (D² sampling); both depend only on --seed, never on the number of ranks")
 	fs.IntVar(&f.opt.Shards, "shards", 0, "fix the number of logical shards to `S` (0: one per rank): the result is then the same bits on any number of ranks up to S, and gaspirun --resume may use another number of ranks")
 	fs.IntVar(&f.opt.Kernel.Threads, "threads", 1, "goroutines per rank for the distance kernel")
 	fs.BoolVar(&f.quiet, "quiet", false, "no per-iteration lines")
@@ -157,6 +161,9 @@ func parse(args []string) (*flags, error) {
 	}
 	f.opt.Kernel.Impl = impl
 	if f.opt.Kernel.Algo, err = kmeans.ParseAlgo(f.algo); err != nil {
+		return nil, err
+	}
+	if f.opt.Seeding, err = kmeans.ParseSeeding(f.seeding); err != nil {
 		return nil, err
 	}
 	if f.opt.Shards < 0 {

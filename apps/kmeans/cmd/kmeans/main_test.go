@@ -66,6 +66,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--generate", "1000", "--algo", "yinyang", "--shards", "12"}, ""},
 		{[]string{"--generate", "1000", "--algo", "elkan"}, `unknown algorithm "elkan"`},
 		{[]string{"--generate", "1000", "--shards", "-1"}, "--shards -1"},
+		{[]string{"--generate", "1000", "--seeding", "kmeans++"}, ""},
+		{[]string{"--generate", "1000", "--seeding", "kmeans||"}, `unknown seeding "kmeans||"`},
 	} {
 		f, err := parse(c.args)
 		switch {
