@@ -1,9 +1,7 @@
 package kmeans
 
 import (
-	"fmt"
 	"math"
-	"strings"
 )
 
 // Algo selects how a Kernel finds each point's nearest centroid. Every
@@ -29,22 +27,13 @@ const (
 
 var algoNames = [...]string{"lloyd", "hamerly", "yinyang"}
 
-func (a Algo) String() string {
-	if a >= 0 && int(a) < len(algoNames) {
-		return algoNames[a]
-	}
-	return fmt.Sprintf("Algo(%d)", int(a))
-}
+func (a Algo) String() string { return enumName(algoNames[:], int(a), "Algo") }
 
 // ParseAlgo parses the names printed by Algo.String ("lloyd", "hamerly",
 // "yinyang").
 func ParseAlgo(s string) (Algo, error) {
-	for i, n := range algoNames {
-		if strings.EqualFold(s, n) {
-			return Algo(i), nil
-		}
-	}
-	return 0, configErr("unknown algorithm %q: use one of %s", s, strings.Join(algoNames[:], ", "))
+	a, err := parseEnum(algoNames[:], s, "algorithm")
+	return Algo(a), err
 }
 
 // PruneStats counts what the last Step did per point. Under AlgoLloyd every
@@ -376,10 +365,7 @@ func (kr *Kernel) top2(w *worker, np int) {
 	if kr.impl == ImplAVX2 {
 		group, width = 2, 4
 	}
-	npad := (np + group - 1) / group * group
-	for q := np; q < npad; q++ { // pad with copies of the last point
-		copy(w.gbuf[q*d:q*d+d], x[(np-1)*d:np*d])
-	}
+	npad := w.pad(np, d, group)
 	inf := math.Inf(1)
 	for q := 0; q < np; q++ {
 		w.v1[q], w.v2[q], w.tbest[q], w.tsub[q] = inf, inf, -1, 0
@@ -433,10 +419,7 @@ func (kr *Kernel) top2(w *worker, np int) {
 // minimum and the other lanes' minima.
 func (kr *Kernel) top2AVX512(w *worker, np int) {
 	d := kr.d
-	npad := (np + 3) &^ 3
-	for q := np; q < npad; q++ {
-		copy(w.gbuf[q*d:q*d+d], w.gbuf[(np-1)*d:np*d])
-	}
+	npad := w.pad(np, d, 4)
 	st := w.state[:npad*3*lanes]
 	nb := kr.kpad / lanes
 	for b0 := 0; b0 < nb; b0 += kr.chunkBlocks {
@@ -464,6 +447,17 @@ func (kr *Kernel) top2AVX512(w *worker, np int) {
 		}
 		w.tbest[q], w.v1[q], w.v2[q] = int32(s[lanes+r]), s[r], v2
 	}
+}
+
+// pad fills w.gbuf up to a multiple of group points (the assembly
+// kernels' point group) with copies of the last of its np points, and
+// returns the padded count.
+func (w *worker) pad(np, d, group int) int {
+	npad := (np + group - 1) / group * group
+	for q := np; q < npad; q++ {
+		copy(w.gbuf[q*d:q*d+d], w.gbuf[(np-1)*d:np*d])
+	}
+	return npad
 }
 
 // top2Go is top2 for one point without assembly: every v̂ in index order.

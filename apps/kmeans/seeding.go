@@ -3,7 +3,6 @@ package kmeans
 import (
 	"context"
 	"math"
-	"strings"
 
 	"github.com/gaspigo/gaspigo/pgas"
 )
@@ -24,21 +23,12 @@ const (
 
 var seedingNames = [...]string{"random", "kmeans++"}
 
-func (s Seeding) String() string {
-	if s >= 0 && int(s) < len(seedingNames) {
-		return seedingNames[s]
-	}
-	return "Seeding(?)"
-}
+func (s Seeding) String() string { return enumName(seedingNames[:], int(s), "Seeding") }
 
 // ParseSeeding parses "random" or "kmeans++".
 func ParseSeeding(s string) (Seeding, error) {
-	for i, n := range seedingNames {
-		if strings.EqualFold(s, n) {
-			return Seeding(i), nil
-		}
-	}
-	return 0, configErr("unknown seeding %q: use one of %s", s, strings.Join(seedingNames[:], ", "))
+	i, err := parseEnum(seedingNames[:], s, "seeding")
+	return Seeding(i), err
 }
 
 // streamPlusPlus is the hash stream of k-means++'s draws.
