@@ -78,6 +78,8 @@ type worker struct {
 	gm1, gm2 []float64
 	gi1      []int32
 	gmv      []float64
+	gnorm    []float64 // one group's norms, the skipped centroid's +Inf
+	gtmp     []float64 // per gathered point and group: smallest and second smallest value
 }
 
 // NewKernel prepares a Kernel over points (n*d float64, row-major) for k

@@ -229,6 +229,12 @@ func (kr *Kernel) prepareCentroids(w *worker) {
 				wk.gm2 = make([]float64, gr.n)
 				wk.gi1 = make([]int32, gr.n)
 				wk.gmv = make([]float64, gr.n)
+				wk.gtmp = make([]float64, kr.blockPts*gr.n*2)
+				most := 0
+				for g := 0; g < gr.n; g++ {
+					most = max(most, gr.blk[g+1]-gr.blk[g])
+				}
+				wk.gnorm = make([]float64, most*lanes)
 			}
 		}
 		pr.groups.fill(kr)
@@ -306,7 +312,12 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 			i := int(w.fidx[f0+np])
 			copy(w.gbuf[np*d:np*d+d], kr.points[i*d:i*d+d])
 		}
-		kr.top2(w, np)
+		grouped := pr.groups != nil && kr.impl == ImplAVX512
+		if grouped {
+			kr.top2Groups(w, np)
+		} else {
+			kr.top2(w, np)
+		}
 		for q := 0; q < np; q++ {
 			i := int(w.fidx[f0+q])
 			e := pr.errBound(pr.xsq[i])
@@ -318,6 +329,13 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 			if gr := pr.groups; gr != nil {
 				lb := f32down(pr.l[i])
 				for g := range gr.n {
+					if grouped { // each group's own smallest value
+						m := w.gtmp[(q*gr.n+g)*2]
+						if g == int(gr.of[a]) {
+							m = w.gtmp[(q*gr.n+g)*2+1]
+						}
+						lb = f32down(pr.lowerDist(m, pr.xsq[i], e))
+					}
 					pr.glb[i*gr.n+g] = lb
 				}
 				pr.stamp[i] = pr.ver

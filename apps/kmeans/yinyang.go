@@ -14,6 +14,7 @@ type groups struct {
 	of    []int32   // k: the group of each centroid
 	blk   []int     // n+1: group g's packed blocks are [blk[g], blk[g+1])
 	idx   []int32   // packed position -> centroid index (-1: padding)
+	pos   []int32   // k: centroid index -> packed position
 	pack  []float64 // the centroids' −2c in group order, blocks of lanes as in Kernel.cpack
 	norm  []float64 // their ||c||² (+Inf for padding)
 	dummy bool
@@ -82,8 +83,12 @@ func newGroups(c []float64, k, d int) *groups {
 	for i := range gr.idx {
 		gr.idx[i] = -1
 	}
+	gr.pos = make([]int32, k)
 	for g := 0; g < n; g++ {
 		copy(gr.idx[gr.blk[g]*lanes:], members[g])
+		for i, j := range members[g] {
+			gr.pos[j] = int32(gr.blk[g]*lanes + i)
+		}
 	}
 	gr.pack = make([]float64, np*d)
 	gr.norm = make([]float64, np)
@@ -153,6 +158,100 @@ func (gr *groups) scan(x []float64, d, g int, skip int32) (m1 float64, i1 int32,
 		}
 	}
 	return m1, i1, m2
+}
+
+// scanGroup is groups.scan, on AVX-512 with the two-smallest kernel: the
+// point is repeated to fill the kernel's group of four, and skip's norm
+// is +Inf in a copy of the group's norms so that it never counts.
+func (kr *Kernel) scanGroup(w *worker, x []float64, g int, skip int32) (m1 float64, i1 int32, m2 float64) {
+	gr, d := kr.pr.groups, kr.d
+	if kr.impl != ImplAVX512 {
+		return gr.scan(x, d, g, skip)
+	}
+	for q := 0; q < 4; q++ {
+		copy(w.gbuf[q*d:q*d+d], x)
+	}
+	b0, b1 := gr.blk[g], gr.blk[g+1]
+	nrm := w.gnorm[:(b1-b0)*lanes]
+	copy(nrm, gr.norm[b0*lanes:b1*lanes])
+	if p := int(gr.pos[skip]) - b0*lanes; p >= 0 && p < len(nrm) {
+		nrm[p] = math.Inf(1)
+	}
+	st := w.state[:4*3*lanes]
+	asmArgmin2(w.gbuf[:4*d], 4, d, gr.pack[b0*d*lanes:b1*d*lanes], b1-b0, nrm, float64(b0*lanes), st, asmFirst)
+	r := 0
+	for l := 1; l < lanes; l++ {
+		if st[l] < st[r] || (st[l] == st[r] && st[lanes+l] < st[lanes+r]) {
+			r = l
+		}
+	}
+	if math.IsInf(st[r], 1) {
+		return math.Inf(1), -1, math.Inf(1)
+	}
+	m2 = st[2*lanes+r]
+	for l := 0; l < lanes; l++ {
+		if l != r {
+			m2 = min(m2, st[l])
+		}
+	}
+	return st[r], gr.idx[int(st[lanes+r])], m2
+}
+
+// top2Groups is top2 for AlgoYinyang on AVX-512: the np points in w.gbuf
+// are scanned group by group with the two-smallest kernel, which gives
+// each group's smallest and second smallest value (w.gtmp) as well as the
+// overall winner (the smallest value, ties to the lowest index: within a
+// group the lowest position, which is the lowest index; across groups
+// the lower index) and the overall runner-up.
+func (kr *Kernel) top2Groups(w *worker, np int) {
+	gr, d := kr.pr.groups, kr.d
+	npad := w.pad(np, d, 4)
+	st := w.state[:npad*3*lanes]
+	inf := math.Inf(1)
+	for q := 0; q < np; q++ {
+		w.v1[q], w.tbest[q] = inf, -1
+	}
+	for g := 0; g < gr.n; g++ {
+		b0, b1 := gr.blk[g], gr.blk[g+1]
+		asmArgmin2(w.gbuf[:npad*d], npad, d, gr.pack[b0*d*lanes:b1*d*lanes], b1-b0, gr.norm[b0*lanes:b1*lanes], float64(b0*lanes), st, asmFirst)
+		for q := 0; q < np; q++ {
+			s := st[q*3*lanes : (q+1)*3*lanes]
+			r := 0
+			for l := 1; l < lanes; l++ {
+				if s[l] < s[r] || (s[l] == s[r] && s[lanes+l] < s[lanes+r]) {
+					r = l
+				}
+			}
+			m2 := s[2*lanes+r]
+			for l := 0; l < lanes; l++ {
+				if l != r {
+					m2 = min(m2, s[l])
+				}
+			}
+			m1 := s[r]
+			w.gtmp[(q*gr.n+g)*2], w.gtmp[(q*gr.n+g)*2+1] = m1, m2
+			if m1 == inf {
+				continue
+			}
+			if j := gr.idx[int(s[lanes+r])]; m1 < w.v1[q] || (m1 == w.v1[q] && j < w.tbest[q]) {
+				w.v1[q], w.tbest[q] = m1, j
+			}
+		}
+	}
+	// The runner-up: the smallest of the other groups' minima and the
+	// winner's group's second value.
+	for q := 0; q < np; q++ {
+		ga := int(gr.of[w.tbest[q]])
+		v2 := inf
+		for g := 0; g < gr.n; g++ {
+			m := w.gtmp[(q*gr.n+g)*2]
+			if g == ga {
+				m = w.gtmp[(q*gr.n+g)*2+1]
+			}
+			v2 = min(v2, m)
+		}
+		w.v2[q] = v2
+	}
 }
 
 // f32down rounds a non-negative bound down to float32.
@@ -240,7 +339,7 @@ func (kr *Kernel) groupFilter(w *worker, i int, a int32, va, ub, e float64) int3
 		}
 		w.gscan[g] = true
 		w.stats.GroupsScanned++
-		m1, i1, m2 := gr.scan(x, d, g, a)
+		m1, i1, m2 := kr.scanGroup(w, x, g, a)
 		w.gm1[g], w.gi1[g], w.gm2[g] = m1, i1, m2
 		if m1 < bv || (m1 == bv && i1 < bi) {
 			bv, bi = m1, i1
