@@ -196,6 +196,9 @@ type RunResult struct {
 	CheckpointTime time.Duration
 	Checkpoints    int
 	LoopTime       time.Duration
+	// Prune counts this rank's points by how the kernels settled them,
+	// summed over the iterations this process ran (Config.Algo).
+	Prune PruneStats
 }
 
 // Job is one rank's part of a distributed K-means run. The data set is
@@ -244,6 +247,7 @@ type Job struct {
 	ckptTime  time.Duration
 	commits   int
 	loopStart time.Time
+	prune     PruneStats
 }
 
 // NewJob checks the injections (CheckInjects), then loads this rank's
@@ -771,7 +775,7 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 		return RunResult{}, err
 	}
 	return RunResult{Centroids: slices.Clone(j.cent), SSE: j.sse, Iterations: j.iter, Recoveries: j.recov,
-		CheckpointTime: j.ckptTime, Checkpoints: j.commits, LoopTime: time.Since(j.loopStart)}, nil
+		CheckpointTime: j.ckptTime, Checkpoints: j.commits, LoopTime: time.Since(j.loopStart), Prune: j.prune}, nil
 }
 
 // iterate runs one Lloyd iteration; done reports the end of the run.
@@ -781,6 +785,7 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 		if err := sh.kr.Step(j.cent, sh.part); err != nil {
 			return false, err
 		}
+		j.prune = j.prune.Add(sh.kr.PruneStats())
 	}
 	if j.pending != 0 {
 		// The previous checkpoint's push overlapped this step's compute.

@@ -286,6 +286,9 @@ func run(ctx context.Context, f *flags) int {
 		fmt.Fprintf(f.opt.Progress, "checkpoints: %d committed in the loop; %v of rank 0's loop time %v in Start and Commit (%.2f%%)\n",
 			res.Checkpoints, res.CheckpointTime.Round(time.Microsecond), res.LoopTime.Round(time.Millisecond), 100*res.CheckpointTime.Seconds()/res.LoopTime.Seconds())
 	}
+	if f.opt.Progress != nil && reporter && f.opt.Kernel.Algo != kmeans.AlgoLloyd {
+		fmt.Fprintf(f.opt.Progress, "pruning (%s, this rank's points over its iterations): %v\n", f.opt.Kernel.Algo, res.Prune)
+	}
 	if reporter {
 		if f.output != "" {
 			if err := writeCentroids(f.output, res.Centroids, f.opt.K); err != nil {
