@@ -168,7 +168,8 @@
 // A Kernel is used by one goroutine at a time. It keeps (does not copy)
 // the points slice, which must not change while the Kernel lives. It owns
 // Threads−1 worker goroutines, started by NewKernel and stopped by Close
-// (idempotent). Step allocates nothing; the slice from Assignments is owned
+// (idempotent). Step allocates nothing (except AlgoYinyang's first Step,
+// which forms the groups from the centroids); the slice from Assignments is owned
 // by the Kernel and valid until the next Step. All other functions are
 // safe for concurrent use on distinct arguments.
 //

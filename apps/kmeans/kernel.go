@@ -243,7 +243,9 @@ func (kr *Kernel) Close() error {
 // Step runs one assignment pass with the given centroids (k*d, row-major,
 // finite) and writes the shard's contribution into out (which must have been
 // made by NewPartial(k, d); it is overwritten, not added to). It allocates
-// nothing.
+// nothing, but for AlgoYinyang's first Step (the groups). With a pruned
+// Algo the result is the same bits as AlgoLloyd's, whatever centroids the
+// previous Steps had.
 func (kr *Kernel) Step(centroids []float64, out *Partial) error {
 	if kr.closed {
 		return ErrClosed

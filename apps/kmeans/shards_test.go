@@ -146,3 +146,30 @@ func TestPlusPlusAnyRanks(t *testing.T) {
 		}
 	}
 }
+
+// Logical shards with Shrink: losing ranks hands their home shards (three
+// each of 12) to the next live rank, and a pruned job ends with the bits
+// of the failure-free shard-order sums.
+func TestShardsShrink(t *testing.T) {
+	opt := shrinkOptions()
+	opt.Shards = 12
+	opt.Kernel.Algo = AlgoHamerly
+	want := shardOrderLloyd(t, opt, opt.Shards)
+	synctest.Test(t, func(t *testing.T) {
+		got, out := runShrinkJob(t, opt, map[int]int{4: 2, 10: 3})
+		if got.Recoveries != 2 {
+			t.Fatalf("%d recoveries, want 2\n%s", got.Recoveries, out)
+		}
+		for _, l := range []string{
+			"recovery: rank 2 is vacant: shard 8 (points [4000, 4500)) goes to rank 3; 3 of 4 ranks live",
+			"recovery: rank 3 is vacant: shard 11 (points [5500, 6001)) goes to rank 0; 2 of 4 ranks live",
+		} {
+			if !strings.Contains(out, l+"\n") {
+				t.Fatalf("no line %q\n%s", l, out)
+			}
+		}
+		if i := sameBits(got.Centroids, want); i >= 0 {
+			t.Fatalf("centroids differ from the shard-order sums at %d\n%s", i, out)
+		}
+	})
+}
