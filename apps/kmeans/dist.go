@@ -225,7 +225,7 @@ type Job struct {
 	// a starting checkpoint.
 	portable bool
 	// The checkpointed state: header (see the hdr* indices), centroids
-	// and the shard's assignments (the kernel's own slice).
+	// and the home shards' assignments (the kernels' own slices).
 	hdr      []uint64
 	finished bool // the final checkpoint is committed (or restored)
 	cent     []float64
@@ -251,9 +251,9 @@ type Job struct {
 }
 
 // NewJob checks the injections (CheckInjects), then loads this rank's
-// shard and the starting centroids. Every rank calls it (a promoted spare
-// too); it is collective only when the input is a file and no --init is
-// given.
+// home shards and the starting centroids. Every rank calls it (a promoted
+// spare too); it is collective when the input is a file and no --init is
+// given, and with SeedPlusPlus.
 func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 	if err := CheckInjects(opt.Injects, rt.Size(), rt.HostLabels()); err != nil {
 		return nil, err
@@ -263,6 +263,7 @@ func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 	}
 	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, hdrLen)}
 	if err := j.load(); err != nil {
+		j.Close()
 		return nil, err
 	}
 	k := opt.K
@@ -271,6 +272,7 @@ func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 	j.buf = make([]float64, k*j.d+k+2)
 	j.counts = make([]int64, k)
 	if err := j.initCentroids(ctx); err != nil {
+		j.Close()
 		return nil, err
 	}
 	return j, nil
