@@ -30,8 +30,9 @@
 //	          and each of -algos alternating; the loop time per iteration
 //	          (rank 0's first to last iteration line, over the iterations
 //	          in between: pruned iterations vary), the ratio brute force /
-//	          pruned, and a check that every run printed the same centroid
-//	          checksum.
+//	          pruned, the CPU time of each whole job (less sensitive to the
+//	          other jobs on the machine than wall time) and its ratio, and a
+//	          check that every run printed the same centroid checksum.
 //
 // -algo runs the jobs of overhead, recovery and seed with that --algo
 // (checkpoint overhead and recovery with pruning on).
@@ -346,10 +347,10 @@ func kmArgs(points, k, iters, every int) []string {
 // alternating, 2 ranks.
 func (b *bench) prune() error {
 	fmt.Printf("\n## (f) exact pruning vs brute force: %d points, 10-D, 2 ranks under gaspirun, --ckpt-every 10, %d iterations (load %s)\n", b.o.points, b.o.iters, proctest.LoadAvg())
-	fmt.Printf("%6s %4s %-9s %14s %14s %8s  %s\n", "k", "rep", "algo", "ms/iter", "lloyd ms/iter", "speed-up", "load before")
+	fmt.Printf("%6s %4s %-9s %14s %14s %8s %10s %10s %8s  %s\n", "k", "rep", "algo", "ms/iter", "lloyd ms/iter", "speed-up", "cpu", "lloyd cpu", "ratio", "load before")
 	algos := append([]string{"lloyd"}, b.o.algos...)
 	for _, k := range b.o.pruneK {
-		per := map[string][]float64{}
+		per, cpus := map[string][]float64{}, map[string][]float64{}
 		var sums []string
 		for r := 0; r < b.o.reps; r++ {
 			load := proctest.LoadAvg()
@@ -357,7 +358,7 @@ func (b *bench) prune() error {
 			if r%2 == 1 {
 				slices.Reverse(order)
 			}
-			got := map[string]float64{}
+			got, cpu := map[string]float64{}, map[string]float64{}
 			for _, a := range order {
 				args := kmArgs(b.o.points, k, b.o.iters, 10)
 				args[len(args)-1] = a
@@ -374,10 +375,13 @@ func (b *bench) prune() error {
 				}
 				got[a] = d.Seconds() / float64(n)
 				per[a] = append(per[a], got[a])
+				cpu[a] = j.cpu.Seconds()
+				cpus[a] = append(cpus[a], cpu[a])
 				sums = append(sums, a+": "+j.final)
 			}
 			for _, a := range b.o.algos {
-				fmt.Printf("%6d %4d %-9s %14s %14s %8.2f  %s\n", k, r+1, a, ms(got[a]), ms(got["lloyd"]), got["lloyd"]/got[a], load)
+				fmt.Printf("%6d %4d %-9s %14s %14s %8.2f %9.1fs %9.1fs %8.2f  %s\n", k, r+1, a, ms(got[a]), ms(got["lloyd"]), got["lloyd"]/got[a],
+					cpu[a], cpu["lloyd"], cpu["lloyd"]/cpu[a], load)
 			}
 		}
 		for _, x := range sums {
@@ -386,8 +390,9 @@ func (b *bench) prune() error {
 			}
 		}
 		for _, a := range b.o.algos {
-			fmt.Printf("k=%d %s: median %s ms per iteration, lloyd %s ms: speed-up %.2f (ratio of medians); same centroids: %s\n",
-				k, a, ms(stats.Median(per[a])), ms(stats.Median(per["lloyd"])), stats.Median(per["lloyd"])/stats.Median(per[a]), strings.SplitN(sums[0], ": ", 2)[1])
+			fmt.Printf("k=%d %s: median %s ms per iteration, lloyd %s ms: speed-up %.2f (ratio of medians); CPU time of the whole job (start-up and data generation included) %.1f s, lloyd %.1f s: ratio %.2f; same centroids: %s\n",
+				k, a, ms(stats.Median(per[a])), ms(stats.Median(per["lloyd"])), stats.Median(per["lloyd"])/stats.Median(per[a]),
+				stats.Median(cpus[a]), stats.Median(cpus["lloyd"]), stats.Median(cpus["lloyd"])/stats.Median(cpus[a]), strings.SplitN(sums[0], ": ", 2)[1])
 		}
 	}
 	fmt.Printf("load after %s\n", proctest.LoadAvg())
