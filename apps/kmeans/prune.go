@@ -459,21 +459,29 @@ func (kr *Kernel) top2AVX512(w *worker, np int) {
 			kr.cnorm[b0*lanes:(b0+cnt)*lanes], float64(b0*lanes), st, flags)
 	}
 	for q := 0; q < np; q++ {
-		s := st[q*3*lanes : (q+1)*3*lanes]
-		r := 0
-		for l := 1; l < lanes; l++ {
-			if s[l] < s[r] || (s[l] == s[r] && s[lanes+l] < s[lanes+r]) {
-				r = l
-			}
-		}
-		v2 := s[2*lanes+r]
-		for l := 0; l < lanes; l++ {
-			if l != r {
-				v2 = min(v2, s[l])
-			}
-		}
-		w.tbest[q], w.v1[q], w.v2[q] = int32(s[lanes+r]), s[r], v2
+		v1, at, v2 := laneTop2(st[q*3*lanes : (q+1)*3*lanes])
+		w.tbest[q], w.v1[q], w.v2[q] = int32(at), v1, v2
 	}
+}
+
+// laneTop2 reduces one point's state of the two-smallest kernel (lane
+// minima, their indices, lane second minima): the smallest minimum (ties
+// to the lowest index) with its index, and the runner-up, the smaller of
+// that lane's second minimum and the other lanes' minima.
+func laneTop2(s []float64) (v1, at, v2 float64) {
+	r := 0
+	for l := 1; l < lanes; l++ {
+		if s[l] < s[r] || (s[l] == s[r] && s[lanes+l] < s[lanes+r]) {
+			r = l
+		}
+	}
+	v2 = s[2*lanes+r]
+	for l := 0; l < lanes; l++ {
+		if l != r {
+			v2 = min(v2, s[l])
+		}
+	}
+	return s[r], s[lanes+r], v2
 }
 
 // pad fills w.gbuf up to a multiple of group points (the assembly

@@ -179,22 +179,11 @@ func (kr *Kernel) scanGroup(w *worker, x []float64, g int, skip int32) (m1 float
 	}
 	st := w.state[:4*3*lanes]
 	asmArgmin2(w.gbuf[:4*d], 4, d, gr.pack[b0*d*lanes:b1*d*lanes], b1-b0, nrm, float64(b0*lanes), st, asmFirst)
-	r := 0
-	for l := 1; l < lanes; l++ {
-		if st[l] < st[r] || (st[l] == st[r] && st[lanes+l] < st[lanes+r]) {
-			r = l
-		}
-	}
-	if math.IsInf(st[r], 1) {
+	m1, at, m2 := laneTop2(st)
+	if math.IsInf(m1, 1) {
 		return math.Inf(1), -1, math.Inf(1)
 	}
-	m2 = st[2*lanes+r]
-	for l := 0; l < lanes; l++ {
-		if l != r {
-			m2 = min(m2, st[l])
-		}
-	}
-	return st[r], gr.idx[int(st[lanes+r])], m2
+	return m1, gr.idx[int(at)], m2
 }
 
 // top2Groups is top2 for AlgoYinyang on AVX-512: the np points in w.gbuf
@@ -215,25 +204,12 @@ func (kr *Kernel) top2Groups(w *worker, np int) {
 		b0, b1 := gr.blk[g], gr.blk[g+1]
 		asmArgmin2(w.gbuf[:npad*d], npad, d, gr.pack[b0*d*lanes:b1*d*lanes], b1-b0, gr.norm[b0*lanes:b1*lanes], float64(b0*lanes), st, asmFirst)
 		for q := 0; q < np; q++ {
-			s := st[q*3*lanes : (q+1)*3*lanes]
-			r := 0
-			for l := 1; l < lanes; l++ {
-				if s[l] < s[r] || (s[l] == s[r] && s[lanes+l] < s[lanes+r]) {
-					r = l
-				}
-			}
-			m2 := s[2*lanes+r]
-			for l := 0; l < lanes; l++ {
-				if l != r {
-					m2 = min(m2, s[l])
-				}
-			}
-			m1 := s[r]
+			m1, at, m2 := laneTop2(st[q*3*lanes : (q+1)*3*lanes])
 			w.gtmp[(q*gr.n+g)*2], w.gtmp[(q*gr.n+g)*2+1] = m1, m2
 			if m1 == inf {
 				continue
 			}
-			if j := gr.idx[int(s[lanes+r])]; m1 < w.v1[q] || (m1 == w.v1[q] && j < w.tbest[q]) {
+			if j := gr.idx[int(at)]; m1 < w.v1[q] || (m1 == w.v1[q] && j < w.tbest[q]) {
 				w.v1[q], w.tbest[q] = m1, j
 			}
 		}
