@@ -89,9 +89,30 @@ func TestShardsResumeOnOtherRanks(t *testing.T) {
 			t.Fatalf("resumed on %d ranks: note %q; want iterations 13.. only\n%s", ranks, note, out)
 		}
 	}
+	// A damaged file of rank 0 in the newest checkpoint (the disk level
+	// keeps no older one here): every rank refuses, naming the file.
+	snap := filepath.Join(dir, "ckpt-13", "rank-0.snap")
+	b, err := os.ReadFile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(snap, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errs, _, _ := resume(opt, 3)
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "rank-0.snap") || !strings.Contains(err.Error(), "CRC32C") {
+			t.Fatalf("rank %d: %v, want a refusal naming the damaged file", r, err)
+		}
+	}
 	o := opt
 	o.Shards = 6
-	_, errs, _, _ := resume(o, 3)
+	b[len(b)/2] ^= 0x40 // repaired
+	if err := os.WriteFile(snap, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errs, _, _ = resume(o, 3)
 	for r, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "12 logical shards") {
 			t.Fatalf("rank %d: %v, want a refusal naming 12 shards", r, err)
