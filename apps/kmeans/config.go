@@ -32,22 +32,33 @@ const (
 
 var implNames = [...]string{"auto", "naive", "go", "avx2", "avx512"}
 
-func (i Impl) String() string {
-	if i >= 0 && int(i) < len(implNames) {
-		return implNames[i]
-	}
-	return fmt.Sprintf("Impl(%d)", int(i))
-}
+func (i Impl) String() string { return enumName(implNames[:], int(i), "Impl") }
 
 // ParseImpl parses the names printed by Impl.String ("auto", "naive", "go",
 // "avx2", "avx512").
 func ParseImpl(s string) (Impl, error) {
-	for i, n := range implNames {
+	i, err := parseEnum(implNames[:], s, "kernel")
+	return Impl(i), err
+}
+
+// enumName is the name of value i of a named enumeration (Impl, Algo,
+// Seeding), or typ(i) for a value without one.
+func enumName(names []string, i int, typ string) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
+	}
+	return fmt.Sprintf("%s(%d)", typ, i)
+}
+
+// parseEnum finds s among names, ignoring case; the error (ErrConfig)
+// lists them.
+func parseEnum(names []string, s, what string) (int, error) {
+	for i, n := range names {
 		if strings.EqualFold(s, n) {
-			return Impl(i), nil
+			return i, nil
 		}
 	}
-	return 0, configErr("unknown kernel %q: use one of %s", s, strings.Join(implNames[:], ", "))
+	return 0, configErr("unknown %s %q: use one of %s", what, s, strings.Join(names, ", "))
 }
 
 // Available reports whether impl can run on this machine and build.
@@ -91,6 +102,9 @@ type Config struct {
 	// Impl picks the distance kernel. ImplAuto uses the fastest one this CPU
 	// supports; set ImplGo to rule out assembly, ImplNaive for the reference.
 	Impl Impl
+	// Algo picks how nearest centroids are found: AlgoLloyd (brute force)
+	// or an exact pruned algorithm; all give the same bits (doc.go).
+	Algo Algo
 	// Threads is how many goroutines a Kernel splits its shard over
 	// (1..MaxThreads). Results are bit-identical for every value, so this
 	// is purely a speed knob. 1 runs everything on the caller's goroutine; a
@@ -141,6 +155,12 @@ func (c Config) validateKernel() error {
 	}
 	if !Available(c.Impl) {
 		return configErr("Impl = %s is not available on this CPU/build; use %s (or auto)", c.Impl, Best())
+	}
+	if c.Algo < AlgoLloyd || c.Algo > AlgoYinyang {
+		return configErr("Algo = %d is not a known algorithm", int(c.Algo))
+	}
+	if c.Algo != AlgoLloyd && c.Impl == ImplNaive {
+		return configErr("Algo = %s needs a norm-expansion kernel (go, avx2, avx512 or auto), not %s", c.Algo, c.Impl)
 	}
 	if c.Threads < 1 || c.Threads > MaxThreads {
 		return configErr("Threads = %d, want 1..%d", c.Threads, MaxThreads)

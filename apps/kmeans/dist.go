@@ -143,7 +143,8 @@ type Options struct {
 	K       int
 	MaxIter int
 	Tol     float64 // stop once no centroid moved farther; 0: run MaxIter
-	Init    string  // starting centroids CSV; "" picks points by Gen.Seed
+	Init    string  // starting centroids CSV; "" picks points by Seed (Seeding)
+	Seeding Seeding // how Init == "" picks them: SeedRandom or SeedPlusPlus
 	Seed    uint64  // for the choice of starting points
 	Every   int     // checkpoint every Every iterations; 0: never
 	Injects []Inject
@@ -154,7 +155,15 @@ type Options struct {
 	// re-reads it, and the iteration's partials are combined per shard, in
 	// shard order, so the result is the same bits however many ranks are
 	// live (but not the same bits as a run without Shrink).
-	Shrink   bool
+	Shrink bool
+	// Shards fixes the number of logical shards of the data set (0: one
+	// per rank). Shard s holds points [N*s/Shards, N*(s+1)/Shards); rank r
+	// of R computes shards [Shards*r/R, Shards*(r+1)/R), each with its own
+	// kernel, and the iteration's partials are combined per shard in shard
+	// order (as with Shrink), so the result is the same bits on any number
+	// of ranks up to Shards, and a job may resume from a disk checkpoint
+	// on a different number of ranks (ResumeFrom).
+	Shards   int
 	Progress io.Writer // the lowest live rank's progress lines; nil: none
 	// History receives the lowest live rank's per-iteration CSV lines
 	// (HistoryHeader first); nil: none.
@@ -190,31 +199,36 @@ type RunResult struct {
 	CheckpointTime time.Duration
 	Checkpoints    int
 	LoopTime       time.Duration
+	// Prune counts this rank's points by how the kernels settled them,
+	// summed over the iterations this process ran (Config.Algo).
+	Prune PruneStats
 }
 
 // Job is one rank's part of a distributed K-means run. The data set is
-// cut into one shard per rank (Size, fixed for the job): shard s holds
-// points [N*s/Size, N*(s+1)/Size).
+// cut into logical shards (Options.Shards, or one per rank), fixed for the
+// job: shard s holds points [N*s/S, N*(s+1)/S), and rank r of R is the
+// home of shards [S*r/R, S*(r+1)/R).
 type Job struct {
 	rt  *pgas.Runtime
 	opt Options
 	n   int // points in the whole data set
 	d   int
-	own int // this rank's shard: the rank it held at the start
-	lo  int // this rank's shard [lo, hi)
-	hi  int
+	own int // the rank this process held at the start: its home shards
+	nsh int // number of logical shards
 
-	shard []float64 // this rank's points, row-major
-	kr    *Kernel
-	part  *Partial
-	// Shrink: the shards of vacant ranks this rank took over (ascending
-	// shard), who computes each shard as this rank last agreed it, and
-	// the per-shard reduction buffer.
-	taken []*shard
+	// mine: the shards this rank computes, ascending: its home shards and
+	// (Shrink) those of vacant ranks it took over. owner: who computes
+	// each shard as this rank last agreed it. slots: the per-shard
+	// reduction buffer.
+	mine  []*shard
 	owner []int
 	slots []float64
+	// portable: the state was loaded from another job's disk checkpoint
+	// (ResumeFrom), which this job's checkpointer does not hold: Run takes
+	// a starting checkpoint.
+	portable bool
 	// The checkpointed state: header (see the hdr* indices), centroids
-	// and the shard's assignments (the kernel's own slice).
+	// and the home shards' assignments (the kernels' own slices).
 	hdr      []uint64
 	finished bool // the final checkpoint is committed (or restored)
 	cent     []float64
@@ -237,12 +251,14 @@ type Job struct {
 	commits   int
 	loopStart time.Time
 	hist      history
+
+	prune PruneStats
 }
 
 // NewJob checks the injections (CheckInjects), then loads this rank's
-// shard and the starting centroids. Every rank calls it (a promoted spare
-// too); it is collective only when the input is a file and no --init is
-// given.
+// home shards and the starting centroids. Every rank calls it (a promoted
+// spare too); it is collective when the input is a file and no --init is
+// given, and with SeedPlusPlus.
 func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 	if err := CheckInjects(opt.Injects, rt.Size(), rt.HostLabels()); err != nil {
 		return nil, err
@@ -252,29 +268,20 @@ func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 	}
 	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, hdrLen)}
 	if err := j.load(); err != nil {
+		j.Close()
 		return nil, err
 	}
 	k := opt.K
-	if k < 1 || k > j.n {
-		return nil, fmt.Errorf("kmeans: --k %d: want 1..%d (the number of points)", k, j.n)
-	}
-	var err error
-	j.kr, err = NewKernel(j.points(), j.d, k, opt.Kernel)
-	if err != nil {
-		return nil, err
-	}
-	j.part = NewPartial(k, j.d)
 	j.cent = make([]float64, k*j.d)
 	j.next = make([]float64, k*j.d)
 	j.buf = make([]float64, k*j.d+k+2)
 	j.counts = make([]int64, k)
 	if err := j.initCentroids(ctx); err != nil {
+		j.Close()
 		return nil, err
 	}
 	return j, nil
 }
-
-func (j *Job) points() []float64 { return j.shard }
 
 func (j *Job) load() error {
 	if j.opt.Input != "" {
@@ -290,7 +297,9 @@ func (j *Job) load() error {
 		}
 		j.n, j.d = g.N, g.D
 	}
-	var err error
+	if k := j.opt.K; k < 1 || k > j.n {
+		return fmt.Errorf("kmeans: --k %d: want 1..%d (the number of points)", k, j.n)
+	}
 	j.own = j.rt.Rank()
 	if j.own < 0 {
 		// A spare promoted and replaced again before it got going (its
@@ -300,18 +309,57 @@ func (j *Job) load() error {
 		}
 		return errors.New("kmeans: this process holds no rank")
 	}
-	j.lo, j.hi, j.shard, err = j.loadShard(j.own)
-	j.owner = make([]int, j.rt.Size())
-	for s := range j.owner {
-		j.owner[s] = s
+	size := j.rt.Size()
+	j.nsh = size
+	if j.opt.Shards != 0 {
+		if j.opt.Shards < size || j.opt.Shards > j.n {
+			return configErr("--shards %d: want at least the number of ranks (%d) and at most the number of points (%d)", j.opt.Shards, size, j.n)
+		}
+		j.nsh = j.opt.Shards
 	}
-	return err
+	j.owner = make([]int, j.nsh)
+	for s := range j.owner {
+		j.owner[s] = j.homeRank(s)
+	}
+	for s := j.nsh * j.own / size; s < j.nsh*(j.own+1)/size; s++ {
+		if err := j.addShard(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// homeRank is the rank whose home shard s is.
+func (j *Job) homeRank(s int) int {
+	size := j.rt.Size()
+	r := s * size / j.nsh
+	for j.nsh*(r+1)/size <= s {
+		r++
+	}
+	for j.nsh*r/size > s {
+		r--
+	}
+	return r
+}
+
+// addShard loads shard s and makes its kernel.
+func (j *Job) addShard(s int) error {
+	lo, hi, pts, err := j.loadShard(s)
+	if err != nil {
+		return err
+	}
+	kr, err := NewKernel(pts, j.d, j.opt.K, j.opt.Kernel)
+	if err != nil {
+		return err
+	}
+	j.mine = append(j.mine, &shard{idx: s, lo: lo, hi: hi, pts: pts, kr: kr, part: NewPartial(j.opt.K, j.d)})
+	slices.SortFunc(j.mine, func(a, b *shard) int { return a.idx - b.idx })
+	return nil
 }
 
 // shardRange is shard s's range of points.
 func (j *Job) shardRange(s int) (lo, hi int) {
-	n := j.rt.Size()
-	return j.n * s / n, j.n * (s + 1) / n
+	return j.n * s / j.nsh, j.n * (s + 1) / j.nsh
 }
 
 // loadShard reads shard s from the input file, or generates it (the
@@ -326,7 +374,7 @@ func (j *Job) loadShard(s int) (lo, hi int, pts []float64, err error) {
 	return lo, hi, pts, Generate(j.opt.Gen, lo, hi, pts)
 }
 
-// shard is a shard of a vacant rank that this rank took over.
+// shard is a logical shard this rank computes.
 type shard struct {
 	idx, lo, hi int
 	pts         []float64
@@ -336,10 +384,7 @@ type shard struct {
 
 // Close stops the kernels' worker goroutines. It is idempotent.
 func (j *Job) Close() error {
-	if j.kr != nil {
-		j.kr.Close()
-	}
-	for _, sh := range j.taken {
+	for _, sh := range j.mine {
 		sh.kr.Close()
 	}
 	return nil
@@ -384,7 +429,11 @@ func (j *Job) redistribute() ([]string, error) {
 	for r := range vacant {
 		vacant[r] = j.rt.Vacant(r)
 	}
-	owner := ShardOwners(vacant)
+	ranks := ShardOwners(vacant)
+	owner := make([]int, j.nsh)
+	for s := range owner {
+		owner[s] = ranks[j.homeRank(s)]
+	}
 	me := j.own
 	live := size
 	for _, v := range vacant {
@@ -400,33 +449,27 @@ func (j *Job) redistribute() ([]string, error) {
 				j.owner[s], s, lo, hi, o, live, size))
 		}
 	}
-	keep := j.taken[:0]
-	for _, sh := range j.taken {
+	keep := j.mine[:0]
+	for _, sh := range j.mine {
 		if owner[sh.idx] == me {
 			keep = append(keep, sh)
 		} else {
-			// Not expected: views only ever add vacant ranks, so a taken
-			// shard stays with its taker. Dropped all the same, so that no
-			// shard is ever computed twice.
+			// Not expected: views only ever add vacant ranks, so a shard
+			// stays with the rank computing it. Dropped all the same, so
+			// that no shard is ever computed twice.
 			sh.kr.Close()
 		}
 	}
-	j.taken = keep
+	j.mine = keep
 	for s, o := range owner {
-		if o != me || s == me || slices.ContainsFunc(j.taken, func(sh *shard) bool { return sh.idx == s }) {
+		if o != me || slices.ContainsFunc(j.mine, func(sh *shard) bool { return sh.idx == s }) {
 			continue
 		}
-		lo, hi, pts, err := j.loadShard(s)
-		if err != nil {
+		if err := j.addShard(s); err != nil {
+			lo, hi := j.shardRange(s)
 			return nil, fmt.Errorf("kmeans: taking over shard %d (points [%d, %d)) of vacant rank %d: %w", s, lo, hi, j.owner[s], err)
 		}
-		kr, err := NewKernel(pts, j.d, j.opt.K, j.opt.Kernel)
-		if err != nil {
-			return nil, err
-		}
-		j.taken = append(j.taken, &shard{idx: s, lo: lo, hi: hi, pts: pts, kr: kr, part: NewPartial(j.opt.K, j.d)})
 	}
-	slices.SortFunc(j.taken, func(a, b *shard) int { return a.idx - b.idx })
 	j.owner = owner
 	return lines, nil
 }
@@ -440,6 +483,9 @@ func (j *Job) initCentroids(ctx context.Context) error {
 		}
 		copy(j.cent, c)
 		return nil
+	}
+	if j.opt.Seeding == SeedPlusPlus {
+		return j.initPlusPlus(ctx)
 	}
 	idx, err := InitIndices(j.opt.Seed, j.n, k)
 	if err != nil {
@@ -459,9 +505,11 @@ func (j *Job) initCentroids(ctx context.Context) error {
 	// (a -0 included) are exactly the file's.
 	rows := make([]float64, k*(d+1))
 	for c, i := range idx {
-		if i >= j.lo && i < j.hi {
-			rows[c*(d+1)] = 1
-			copy(rows[c*(d+1)+1:], j.shard[(i-j.lo)*d:(i-j.lo+1)*d])
+		for _, sh := range j.mine {
+			if i >= sh.lo && i < sh.hi {
+				rows[c*(d+1)] = 1
+				copy(rows[c*(d+1)+1:], sh.pts[(i-sh.lo)*d:(i-sh.lo+1)*d])
+			}
 		}
 	}
 	err = pgas.AllreduceFunc(ctx, j.rt, nil, rows, func(dst, src []float64) {
@@ -481,10 +529,15 @@ func (j *Job) initCentroids(ctx context.Context) error {
 }
 
 // StateBytes is the largest checkpoint any rank of the job registers:
-// header, centroids and the largest shard's assignments.
+// header, centroids and the assignments of the home shards.
 func (j *Job) StateBytes() int64 {
-	maxShard := (j.n + j.rt.Size() - 1) / j.rt.Size()
-	return int64(8*len(j.hdr) + 8*len(j.cent) + 4*maxShard)
+	size, most := j.rt.Size(), 0
+	for r := 0; r < size; r++ {
+		lo, _ := j.shardRange(j.nsh * r / size)
+		_, hi := j.shardRange(j.nsh*(r+1)/size - 1)
+		most = max(most, hi-lo)
+	}
+	return int64(8*len(j.hdr) + 8*len(j.cent) + 4*most)
 }
 
 // The checkpoint header: one uint64 each.
@@ -494,6 +547,7 @@ const (
 	hdrFinal          // 1 for the final checkpoint of a run
 	hdrSSE            // the SSE of the last iteration (float64 bits)
 	hdrMaxIter        // the --max-iter of the run that wrote it
+	hdrShards         // the number of logical shards of the job
 	hdrLen
 )
 
@@ -513,6 +567,7 @@ func (j *Job) setHeader(final bool) {
 		j.hdr[hdrFinal] = 1
 	}
 	j.hdr[hdrSSE], j.hdr[hdrMaxIter] = math.Float64bits(j.sse), uint64(j.opt.MaxIter)
+	j.hdr[hdrShards] = uint64(j.nsh)
 }
 
 // fromHeader takes the counters and the SSE from a checkpoint just loaded
@@ -533,6 +588,9 @@ func (j *Job) fromHeader() {
 // every rank, wrapping ErrConfig) is a MaxIter below the checkpoint's
 // iteration.
 func (j *Job) Resumed(id uint64) (note string, err error) {
+	if sh := j.hdr[hdrShards]; sh != uint64(j.nsh) {
+		return "", configErr("the checkpoint is of a job with %d logical shards, this one has %d: give --shards %d (a different number of shards is a different sum order, so a different answer)", sh, j.nsh, sh)
+	}
 	j.fromHeader()
 	j.lastID = id
 	it, was, now := j.iter, int(j.hdr[hdrMaxIter]), j.opt.MaxIter
@@ -550,6 +608,46 @@ func (j *Job) Resumed(id uint64) (note string, err error) {
 	return fmt.Sprintf("continuing to --max-iter %d", now), nil
 }
 
+// ResumeFrom loads the newest complete checkpoint in dir, the disk level
+// of a job with the same Options (Shards set) that ran on any number of
+// ranks, and settles MaxIter as Resumed does. It reads the header and the
+// centroids, which every rank holds alike, from rank 0's file (so every
+// rank loads the same checkpoint); the assignments, which only count the
+// points that changed cluster, are not restored, and the pruned kernels'
+// bounds start afresh (a full scan). The checkpointer does not hold the
+// loaded state, so Run first takes a starting checkpoint of it.
+func (j *Job) ResumeFrom(dir string) (id uint64, note string, err error) {
+	if j.opt.Shards == 0 {
+		return 0, "", configErr("resuming on a different number of ranks needs logical shards: give --shards as the checkpointed run did")
+	}
+	snap, err := ckpt.ReadDiskRank(dir, 0, int64(8*len(j.hdr)+8*len(j.cent)+4*j.n))
+	if err != nil {
+		return 0, "", err
+	}
+	if len(snap.Regions) < 2 || len(snap.Regions[0]) != 8*len(j.hdr) || len(snap.Regions[1]) != 8*len(j.cent) {
+		sizes := make([]int, len(snap.Regions))
+		for i, r := range snap.Regions {
+			sizes[i] = len(r)
+		}
+		return 0, "", configErr("the checkpoint %d in %s has regions of %v bytes; a job with k = %d, d = %d wants a %d-byte header and %d bytes of centroids: resume with the checkpointed run's --k and data",
+			snap.ID, dir, sizes, j.opt.K, j.d, 8*len(j.hdr), 8*len(j.cent))
+	}
+	copy(bytesOf(j.hdr), snap.Regions[0])
+	copy(bytesOf(j.cent), snap.Regions[1])
+	note, err = j.Resumed(snap.ID)
+	if err != nil {
+		return 0, "", err
+	}
+	j.portable = true
+	if snap.Ranks != j.rt.Size() {
+		note += fmt.Sprintf(" (the checkpoint was written by %d ranks, this job has %d)", snap.Ranks, j.rt.Size())
+	}
+	return snap.ID, note, nil
+}
+
+// Shards reports whether the job has logical shards (Options.Shards).
+func (j *Job) Shards() bool { return j.opt.Shards != 0 }
+
 // Iteration returns the number of iterations completed.
 func (j *Job) Iteration() int { return j.iter }
 
@@ -559,8 +657,19 @@ func (j *Job) UseCheckpoints(ck Checkpoints) error {
 	for _, r := range []struct {
 		name string
 		b    []byte
-	}{{"header", bytesOf(j.hdr)}, {"centroids", bytesOf(j.cent)}, {"assignments", bytesOf(j.kr.Assignments())}} {
+	}{{"header", bytesOf(j.hdr)}, {"centroids", bytesOf(j.cent)}} {
 		if err := ck.Register(r.name, r.b); err != nil {
+			return err
+		}
+	}
+	// The home shards' assignments (only Partial.Changed depends on
+	// them); a single shard keeps the region name of one shard per rank.
+	for _, sh := range j.mine {
+		name := "assignments"
+		if len(j.mine) > 1 || j.nsh != j.rt.Size() {
+			name = fmt.Sprintf("assignments %d", sh.idx)
+		}
+		if err := ck.Register(name, bytesOf(sh.kr.Assignments())); err != nil {
 			return err
 		}
 	}
@@ -648,7 +757,7 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 		if err := j.rejoin(ctx, nil, ""); err != nil {
 			return RunResult{}, err
 		}
-	} else if j.ck != nil && j.opt.Every > 0 && j.iter == 0 {
+	} else if j.ck != nil && j.opt.Every > 0 && (j.iter == 0 || j.portable) && !j.finished {
 		// Checkpoint the starting state, so a failure before the first
 		// periodic checkpoint restores it instead of nothing. (A job
 		// resumed from disk starts from the checkpoint it loaded.)
@@ -673,19 +782,17 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 		return RunResult{}, err
 	}
 	return RunResult{Centroids: slices.Clone(j.cent), SSE: j.sse, Iterations: j.iter, Recoveries: j.recov,
-		CheckpointTime: j.ckptTime, Checkpoints: j.commits, LoopTime: time.Since(j.loopStart)}, nil
+		CheckpointTime: j.ckptTime, Checkpoints: j.commits, LoopTime: time.Since(j.loopStart), Prune: j.prune}, nil
 }
 
 // iterate runs one Lloyd iteration; done reports the end of the run.
 func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 	t0 := time.Now()
-	if err := j.kr.Step(j.cent, j.part); err != nil {
-		return false, err
-	}
-	for _, sh := range j.taken {
+	for _, sh := range j.mine {
 		if err := sh.kr.Step(j.cent, sh.part); err != nil {
 			return false, err
 		}
+		j.prune = j.prune.Add(sh.kr.PruneStats())
 	}
 	if j.pending != 0 {
 		// The previous checkpoint's push overlapped this step's compute.
@@ -695,12 +802,12 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 	}
 	k, d := j.opt.K, j.d
 	kd := k * d
-	if j.opt.Shrink {
+	if j.opt.Shrink || j.opt.Shards != 0 {
 		if err := j.reduceShards(ctx); err != nil {
 			return false, err
 		}
 	} else {
-		putPartial(j.buf, j.part)
+		putPartial(j.buf, j.mine[0].part) // one shard per rank
 		if err := pgas.Allreduce(ctx, j.rt, nil, j.buf, pgas.OpSum); err != nil {
 			return false, err
 		}
@@ -755,7 +862,7 @@ func putPartial(b []float64, p *Partial) {
 func (j *Job) reduceShards(ctx context.Context) error {
 	w := len(j.buf)
 	slot := w + 1
-	n := j.rt.Size()
+	n := j.nsh
 	if len(j.slots) != n*slot {
 		j.slots = make([]float64, n*slot)
 	}
@@ -764,8 +871,7 @@ func (j *Job) reduceShards(ctx context.Context) error {
 		j.slots[s*slot] = 1
 		putPartial(j.slots[s*slot+1:(s+1)*slot], p)
 	}
-	put(j.own, j.part)
-	for _, sh := range j.taken {
+	for _, sh := range j.mine {
 		put(sh.idx, sh.part)
 	}
 	err := pgas.AllreduceFunc(ctx, j.rt, nil, j.slots, func(dst, src []float64) {

@@ -78,10 +78,63 @@
 // only to rounding; the distributed app must combine rank partials in a
 // fixed order too.
 //
+// The distributed Job combines the partials of its logical shards
+// (Options.Shards, or one per rank) in shard order, each shard with its
+// own Kernel, so a job with Shards set gives the same bits on any number
+// of ranks.
+//
 // Empty clusters keep their previous centroid (Update and Reference).
 // Convergence is decided on the centroid shift only (not on Changed), so a
 // rank restored from a checkpoint with a stale assignment memory still
 // follows the failure-free run; Changed is informational.
+//
+// # Exact pruning
+//
+// Config.Algo AlgoHamerly and AlgoYinyang find the same nearest centroid
+// as brute force (AlgoLloyd) for every point, so sums, counts, SSE and
+// centroids are the same bits. Per point the kernel keeps u, an upper
+// bound on the Euclidean distance to its centroid a, and l, a lower bound
+// on the distance to every other centroid (AlgoYinyang: also one lower
+// bound per group of centroids, float32 rounded down, moved by the
+// group's summed drifts since the point's bounds were set). After the
+// centroids move by δ_j, u grows by δ_a and l shrinks by the largest other
+// drift; half the distance from a to its nearest other centroid is a
+// second lower bound. The rounding margin: with u = 2^-53 and
+// γ_n = nu/(1−nu), the computed v̂ = ||c||² − 2x·c (the FMA chain above)
+// is within
+//
+//	E = 2γ_{2d+1}·(||x||² + R²),  R² ≥ max_j ||c_j||²
+//
+// of the exact value. A point keeps a when m² − u² > 2E, m the lower bound:
+// then v̂_j > v̂_a strictly for every j ≠ a, whatever the rounding, so brute
+// force picks a too. Every bound and test is rounded outwards by a relative
+// (2d+16)·u plus 2^-1000 (for underflow). A point that fails the test
+// first recomputes v̂_a (the same bits as the blocked kernels: one FMA chain
+// per centroid) and tries again; then AlgoYinyang scans the groups its
+// bounds do not rule out, and AlgoHamerly scans every centroid (on AVX-512
+// with a variant of the kernel that keeps each lane's two smallest values;
+// elsewhere in Go) and takes the smallest v̂, ties to the lowest index,
+// exactly as brute force.
+//
+// The bounds are derived state and are not checkpointed: they refer to the
+// Kernel's own copy of the centroids of its previous Step and to its own
+// record of each point's centroid, so a Step with any centroids (restored
+// from a checkpoint, say) is still exact, and a new Kernel (a promoted
+// spare, a taken-over shard, a resumed job) starts with one full scan.
+// Checkpointing them would add 16 bytes per point (8·G more for
+// AlgoYinyang) to every checkpoint for a saving of one iteration's work
+// per recovery. PruneStats counts the points skipped, settled after one
+// distance, settled by their groups and fully scanned.
+//
+// # Seeding
+//
+// SeedPlusPlus is k-means++ without sums over the points: draw c takes the
+// point with the smallest key −ln(u)/w (w its squared distance to the
+// nearest chosen centroid, u hashed from seed, c and the point's index),
+// the lowest index among equal keys; that is point i with probability
+// w_i/Σw. The minimum does not depend on the order points are visited in,
+// so InitPlusPlus and a Job on any number of ranks and shards choose the
+// same centroids.
 //
 // # Files
 //
@@ -115,7 +168,8 @@
 // A Kernel is used by one goroutine at a time. It keeps (does not copy)
 // the points slice, which must not change while the Kernel lives. It owns
 // Threads−1 worker goroutines, started by NewKernel and stopped by Close
-// (idempotent). Step allocates nothing; the slice from Assignments is owned
+// (idempotent). Step allocates nothing (except AlgoYinyang's first Step,
+// which forms the groups from the centroids); the slice from Assignments is owned
 // by the Kernel and valid until the next Step. All other functions are
 // safe for concurrent use on distinct arguments.
 //

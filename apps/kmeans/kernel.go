@@ -50,6 +50,8 @@ type Kernel struct {
 	blockPts    int // points per cache block
 	chunkBlocks int // centroid blocks (of lanes) per cache chunk
 
+	pr *pruner // AlgoHamerly's bounds; nil for AlgoLloyd
+
 	workers []*worker
 	start   []chan struct{} // one per extra worker goroutine
 	step    sync.WaitGroup  // completion of one Step's extra workers
@@ -59,8 +61,25 @@ type Kernel struct {
 
 type worker struct {
 	id    int
-	state []float64 // blockPts * 2*lanes: per point, lanes minima then lanes indices
-	best  []int32   // blockPts
+	state []float64 // (blockPts+4) * 3*lanes: per point, lanes minima, lanes indices (and for top2, lanes second minima)
+	best  []int32   // blockPts+4
+	stats PruneStats
+	// Full scans of the pruned algorithm (top2): the gathered points (with
+	// room to pad a point group), their indices, and per point the winner,
+	// its sub-group, its value and the smallest other value.
+	gbuf   []float64
+	fidx   []int32
+	tbest  []int32
+	tsub   []int32
+	v1, v2 []float64
+	// AlgoYinyang's group filter: per group, scanned or not, and the two
+	// smallest values found.
+	gscan    []bool
+	gm1, gm2 []float64
+	gi1      []int32
+	gmv      []float64
+	gnorm    []float64 // one group's norms, the skipped centroid's +Inf
+	gtmp     []float64 // per gathered point and group: smallest and second smallest value
 }
 
 // NewKernel prepares a Kernel over points (n*d float64, row-major) for k
@@ -126,13 +145,26 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 	kr.blockPts = max(4, min(1024, l1Budget/(8*(2*lanes+d)))&^3)
 	kr.chunkBlocks = max(2, l1Budget/(8*d*lanes)&^1)
 
+	if cfg.Algo != AlgoLloyd {
+		kr.pr = newPruner(points, n, d, k, cfg.Algo == AlgoYinyang)
+	}
+
 	threads := min(cfg.Threads, nch)
 	kr.workers = make([]*worker, threads)
 	for w := range kr.workers {
 		kr.workers[w] = &worker{
 			id:    w,
-			state: make([]float64, kr.blockPts*2*lanes),
-			best:  make([]int32, kr.blockPts),
+			state: make([]float64, (kr.blockPts+4)*3*lanes),
+			best:  make([]int32, kr.blockPts+4),
+		}
+		if cfg.Algo != AlgoLloyd {
+			wk := kr.workers[w]
+			wk.gbuf = make([]float64, (kr.blockPts+4)*d)
+			wk.fidx = make([]int32, kr.blockPts)
+			wk.tbest = make([]int32, kr.blockPts)
+			wk.tsub = make([]int32, kr.blockPts)
+			wk.v1 = make([]float64, kr.blockPts)
+			wk.v2 = make([]float64, kr.blockPts)
 		}
 	}
 	kr.start = make([]chan struct{}, threads-1)
@@ -211,7 +243,9 @@ func (kr *Kernel) Close() error {
 // Step runs one assignment pass with the given centroids (k*d, row-major,
 // finite) and writes the shard's contribution into out (which must have been
 // made by NewPartial(k, d); it is overwritten, not added to). It allocates
-// nothing.
+// nothing, but for AlgoYinyang's first Step (the groups). With a pruned
+// Algo the result is the same bits as AlgoLloyd's, whatever centroids the
+// previous Steps had.
 func (kr *Kernel) Step(centroids []float64, out *Partial) error {
 	if kr.closed {
 		return ErrClosed
@@ -227,7 +261,16 @@ func (kr *Kernel) Step(centroids []float64, out *Partial) error {
 			return shapeErr("Step: centroid %d dimension %d is %v: %w", i/kr.d, i%kr.d, v, ErrNotFinite)
 		}
 	}
+	if kr.pr != nil {
+		kr.prepare(centroids)
+	}
 	kr.setCentroids(centroids)
+	if kr.pr != nil {
+		kr.prepareCentroids(kr.workers[0])
+	}
+	for _, w := range kr.workers {
+		w.stats = PruneStats{}
+	}
 
 	kr.step.Add(len(kr.start))
 	for _, ch := range kr.start {
@@ -235,6 +278,9 @@ func (kr *Kernel) Step(centroids []float64, out *Partial) error {
 	}
 	kr.runWorker(kr.workers[0])
 	kr.step.Wait()
+	if kr.pr != nil {
+		kr.pr.have = true
+	}
 
 	// Fixed-order combine: chunk 0, 1, 2, ... whatever ran them.
 	out.Reset()
@@ -280,7 +326,12 @@ func (kr *Kernel) runWorker(w *worker) {
 		p.Reset()
 		for lo := kr.chunkLo[c]; lo < kr.chunkLo[c+1]; lo += kr.blockPts {
 			hi := min(lo+kr.blockPts, kr.chunkLo[c+1])
-			kr.argmin(w, lo, hi)
+			if kr.pr != nil {
+				kr.assignPruned(w, lo, hi)
+			} else {
+				kr.argmin(w, lo, hi)
+				w.stats.Scanned += int64(hi - lo)
+			}
 			kr.accumulate(w, lo, hi, p)
 		}
 	}

@@ -69,3 +69,19 @@ func asmAccumulate(x []float64, d int, best, assign []int32, cent, sums []float6
 	}
 	return sse, changed
 }
+
+// argmin2AVX512 is argminAVX512 that also keeps each lane's second
+// smallest value and always stores the state, 24 float64 per point: 8 lane
+// minima, their indices, 8 lane second minima. flags&asmFirst starts from
+// an empty state instead of loading it.
+//
+//go:noescape
+func argmin2AVX512(x *float64, np, d int, cp *float64, nb int, cn *float64, jbase float64, state *float64, flags int)
+
+func asmArgmin2(x []float64, np, d int, cp []float64, nb int, cn []float64, jbase float64, st []float64, flags int) {
+	if np <= 0 || np%4 != 0 || d < 1 || nb < 1 || len(x) < np*d || len(cp) < nb*d*lanes ||
+		len(cn) < nb*lanes || len(st) < np*3*lanes {
+		panic("kmeans: internal error: bad assembly kernel arguments")
+	}
+	argmin2AVX512(&x[0], np, d, &cp[0], nb, &cn[0], jbase, &st[0], flags)
+}

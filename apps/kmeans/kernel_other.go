@@ -15,3 +15,7 @@ func asmArgmin(impl Impl, x []float64, np, d int, cp []float64, nb int, cn []flo
 func asmAccumulate(x []float64, d int, best, assign []int32, cent, sums []float64, counts []int64, k int) (float64, int64) {
 	panic("kmeans: internal error: no assembly kernels in this build")
 }
+
+func asmArgmin2(x []float64, np, d int, cp []float64, nb int, cn []float64, jbase float64, st []float64, flags int) {
+	panic("kmeans: internal error: no assembly kernels in this build")
+}

@@ -119,12 +119,17 @@ type memHooks struct {
 	before func(ctx context.Context, r int, job *Job, ck *ckpt.Checkpointer) error
 	// after runs after a successful Run; its result replaces Run's.
 	after func(ctx context.Context, r int, job *Job, res RunResult) (RunResult, error)
+	// ranks is the job's size (0: 4).
+	ranks int
 }
 
 // runMemJobWith is runMemJob with hooks.
 func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]RunResult, []error, string) {
 	t.Helper()
-	const ranks = 4
+	ranks := 4
+	if h.ranks > 0 {
+		ranks = h.ranks
+	}
 	nw, err := mem.New(ranks, mem.Config{Seed: 3})
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,17 @@
 //	seed      the seed paper's workload (1M points, 10-D, k = 10, 100,
 //	          1000) with 2 ranks and --ckpt-every 10: time per iteration,
 //	          printed next to the paper's Table 2.
+//	prune     exact pruning against brute force in the same run: 2 ranks,
+//	          --ckpt-every 10, k = 10, 100, 1000 (-prune-k), --algo lloyd
+//	          and each of -algos alternating; the loop time per iteration
+//	          (rank 0's first to last iteration line, over the iterations
+//	          in between: pruned iterations vary), the ratio brute force /
+//	          pruned, the CPU time of each whole job (less sensitive to the
+//	          other jobs on the machine than wall time) and its ratio, and a
+//	          check that every run printed the same centroid checksum.
+//
+// -algo runs the jobs of overhead, recovery and seed with that --algo
+// (checkpoint overhead and recovery with pruning on).
 //
 // Every line of results carries the 1-minute load average read before the
 // runs it summarises: the machine is shared. The tool builds cmd/gaspirun
@@ -64,12 +75,19 @@ type options struct {
 	timeout time.Duration
 	verbose bool
 	logDir  string
+	algo    string
+	algos   []string
+	pruneK  []int
 }
 
 func main() {
 	var o options
 	var exps string
-	flag.StringVar(&exps, "exp", "overhead,recovery,runtime,kernel,seed", "experiments to run, comma-separated: overhead, recovery, runtime, kernel, seed")
+	flag.StringVar(&exps, "exp", "overhead,recovery,runtime,kernel,seed,prune", "experiments to run, comma-separated: overhead, recovery, runtime, kernel, seed, prune")
+	flag.StringVar(&o.algo, "algo", "lloyd", "--algo of the overhead, recovery and seed jobs")
+	var algos, pruneK string
+	flag.StringVar(&algos, "algos", "hamerly,yinyang", "pruned algorithms the prune experiment compares with brute force")
+	flag.StringVar(&pruneK, "prune-k", "10,100,1000", "values of k of the prune experiment")
 	flag.IntVar(&o.reps, "reps", 5, "repetitions of every measurement (medians are reported)")
 	flag.StringVar(&o.bin, "bin", "", "directory with gaspirun and kmeans binaries (default: build them into a temporary directory)")
 	flag.IntVar(&o.points, "points", 1_000_000, "points of the generated data set")
@@ -79,6 +97,21 @@ func main() {
 	flag.StringVar(&o.logDir, "logs", "", "keep every job's output in `DIR`")
 	flag.Parse()
 	o.exps = strings.Split(exps, ",")
+	o.algos = strings.Split(algos, ",")
+	for _, a := range append([]string{o.algo}, o.algos...) {
+		if _, err := kmeans.ParseAlgo(a); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/kmeans: -algo/-algos:", err)
+			os.Exit(2)
+		}
+	}
+	for _, f := range strings.Split(pruneK, ",") {
+		k, err := strconv.Atoi(f)
+		if err != nil || k < 1 {
+			fmt.Fprintf(os.Stderr, "bench/kmeans: -prune-k %q: want positive integers separated by commas\n", pruneK)
+			os.Exit(2)
+		}
+		o.pruneK = append(o.pruneK, k)
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/kmeans:", err)
 		os.Exit(1)
@@ -105,6 +138,7 @@ func run(o options) error {
 			return err
 		}
 	}
+	kmAlgo = o.algo
 	b := &bench{o: o, gaspirun: filepath.Join(o.bin, "gaspirun"), kmeans: filepath.Join(o.bin, "kmeans")}
 	host, _ := os.Hostname()
 	fmt.Printf("# bench/kmeans on %s: %s, %s; load average %s\n", host, cpuModel(), time.Now().UTC().Format(time.RFC3339), proctest.LoadAvg())
@@ -121,8 +155,10 @@ func run(o options) error {
 			err = b.kernel()
 		case "seed":
 			err = b.seed()
+		case "prune":
+			err = b.prune()
 		default:
-			err = fmt.Errorf("-exp %q: unknown experiment (want overhead, recovery, runtime, kernel or seed)", e)
+			err = fmt.Errorf("-exp %q: unknown experiment (want overhead, recovery, runtime, kernel, seed or prune)", e)
 		}
 		if err != nil {
 			return err
@@ -299,9 +335,68 @@ func (j *job) perIter() []time.Duration {
 	return out
 }
 
+// kmAlgo is the --algo of kmArgs (-algo).
+var kmAlgo = "lloyd"
+
 func kmArgs(points, k, iters, every int) []string {
 	return []string{"--generate", strconv.Itoa(points), "--dim", "10", "--k", strconv.Itoa(k),
-		"--max-iter", strconv.Itoa(iters), "--ckpt-every", strconv.Itoa(every)}
+		"--max-iter", strconv.Itoa(iters), "--ckpt-every", strconv.Itoa(every), "--algo", kmAlgo}
+}
+
+// prune: brute force against each pruned algorithm, same workload, runs
+// alternating, 2 ranks.
+func (b *bench) prune() error {
+	fmt.Printf("\n## (f) exact pruning vs brute force: %d points, 10-D, 2 ranks under gaspirun, --ckpt-every 10, %d iterations (load %s)\n", b.o.points, b.o.iters, proctest.LoadAvg())
+	fmt.Printf("%6s %4s %-9s %14s %14s %8s %10s %10s %8s  %s\n", "k", "rep", "algo", "ms/iter", "lloyd ms/iter", "speed-up", "cpu", "lloyd cpu", "ratio", "load before")
+	algos := append([]string{"lloyd"}, b.o.algos...)
+	for _, k := range b.o.pruneK {
+		per, cpus := map[string][]float64{}, map[string][]float64{}
+		var sums []string
+		for r := 0; r < b.o.reps; r++ {
+			load := proctest.LoadAvg()
+			order := slices.Clone(algos)
+			if r%2 == 1 {
+				slices.Reverse(order)
+			}
+			got, cpu := map[string]float64{}, map[string]float64{}
+			for _, a := range order {
+				args := kmArgs(b.o.points, k, b.o.iters, 10)
+				args[len(args)-1] = a
+				j, err := b.runJob([]string{"-n", "2"}, args)
+				if err != nil {
+					return err
+				}
+				if err := j.ok(); err != nil {
+					return err
+				}
+				d, n := j.loop()
+				if n == 0 {
+					return fmt.Errorf("k=%d %s: no iterations timed", k, a)
+				}
+				got[a] = d.Seconds() / float64(n)
+				per[a] = append(per[a], got[a])
+				cpu[a] = j.cpu.Seconds()
+				cpus[a] = append(cpus[a], cpu[a])
+				sums = append(sums, a+": "+j.final)
+			}
+			for _, a := range b.o.algos {
+				fmt.Printf("%6d %4d %-9s %14s %14s %8.2f %9.1fs %9.1fs %8.2f  %s\n", k, r+1, a, ms(got[a]), ms(got["lloyd"]), got["lloyd"]/got[a],
+					cpu[a], cpu["lloyd"], cpu["lloyd"]/cpu[a], load)
+			}
+		}
+		for _, x := range sums {
+			if _, f, _ := strings.Cut(x, ": "); f != strings.SplitN(sums[0], ": ", 2)[1] {
+				return fmt.Errorf("k=%d: the runs ended with different centroids:\n%s", k, strings.Join(sums, "\n"))
+			}
+		}
+		for _, a := range b.o.algos {
+			fmt.Printf("k=%d %s: median %s ms per iteration, lloyd %s ms: speed-up %.2f (ratio of medians); CPU time of the whole job (start-up and data generation included) %.1f s, lloyd %.1f s: ratio %.2f; same centroids: %s\n",
+				k, a, ms(stats.Median(per[a])), ms(stats.Median(per["lloyd"])), stats.Median(per["lloyd"])/stats.Median(per[a]),
+				stats.Median(cpus[a]), stats.Median(cpus["lloyd"]), stats.Median(cpus["lloyd"])/stats.Median(cpus[a]), strings.SplitN(sums[0], ": ", 2)[1])
+		}
+	}
+	fmt.Printf("load after %s\n", proctest.LoadAvg())
+	return nil
 }
 
 // overhead: --ckpt-every 10 against --ckpt-every 0, alternating.

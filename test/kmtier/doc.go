@@ -52,6 +52,12 @@
 //     centroids, --output CSV: the distributed result equals
 //     kmeans.Reference within rounding, and a run with a kill gives the
 //     same bits as without.
+//   - TestPrunedKillRank, TestYinyangKillTwoRanks: --algo hamerly and
+//     --algo yinyang (k = 64) with kills end with the brute-force
+//     failure-free line, bit for bit.
+//   - TestShardsAnyRanks: --shards 12 prints one line on 2, 3 and 4
+//     ranks (-n varies), and a 4-rank run killed without a spare resumes
+//     from its disk checkpoint on 3 ranks (pruned) to that line.
 //   - TestShrinkFailureFree: the --shrink reference (its own: partials
 //     are added per shard, so it differs from TestFailureFree's only in
 //     rounding).

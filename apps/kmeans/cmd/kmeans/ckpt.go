@@ -50,11 +50,15 @@ func resume(ctx context.Context, c *checkpoints, job *kmeans.Job) error {
 	if dir == "" || c.rt.StartedAsSpare() {
 		return nil // a promoted spare joins the survivors' restore instead
 	}
-	id, err := c.LoadFromDisk(ctx, dir)
-	if err != nil {
-		return fmt.Errorf("resume from %s: %w", dir, err)
+	var note string
+	id, err := uint64(0), error(nil)
+	if job.Shards() {
+		// Logical shards: the checkpoint may come from another number of
+		// ranks.
+		id, note, err = job.ResumeFrom(dir)
+	} else if id, err = c.LoadFromDisk(ctx, dir); err == nil {
+		note, err = job.Resumed(id)
 	}
-	note, err := job.Resumed(id)
 	if err != nil {
 		return fmt.Errorf("resume from %s: %w", dir, err)
 	}

@@ -15,6 +15,14 @@
 // prints, and the result is the same bits as a --shrink run without
 // failures (partials are combined per shard, not per rank).
 //
+// --algo hamerly or yinyang prunes the nearest-centroid search exactly:
+// the centroids are the same bits as with the default brute force
+// (lloyd). --shards S fixes the number of logical shards: the result is
+// then the same bits on any number of ranks up to S, and gaspirun --resume
+// may resume a --shards job's disk checkpoint on another number of ranks.
+// --seeding kmeans++ chooses the starting centroids by k-means++ (one
+// allreduce per centroid; the same centroids on any number of ranks).
+//
 // With --ckpt-dir every rank waits at the end until the final checkpoint
 // is on disk. gaspirun --resume DIR continues from the newest complete
 // checkpoint there and prints a "resume:" line saying what it does: a
@@ -80,6 +88,8 @@ type flags struct {
 	generate int
 	output   string
 	impl     string
+	algo     string
+	seeding  string
 	mirrors  int
 	ckptDir  string
 	shrink   bool
@@ -109,6 +119,9 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.output, "output", "", "write the centroids as CSV to `FILE` (one per line, in cluster order)")
 	fs.Var(&inj, "inject", "inject a failure: kill:rank=R,iter=I | kill:host=H,iter=I | kill:leader,iter=I | kill:mirror-of=R,iter=I, optionally ,phase=commit (repeatable)")
 	fs.StringVar(&f.impl, "impl", "auto", "distance kernel: auto, avx512, avx2, go, naive")
+	fs.StringVar(&f.algo, "algo", "lloyd", "nearest-centroid search: lloyd (brute force), hamerly or yinyang (exact pruning: the same centroids bit for bit)")
+	fs.StringVar(&f.seeding, "seeding", "random", "starting centroids without --init: random (k distinct points) or kmeans++ (D² sampling); both depend only on --seed, never on the number of ranks")
+	fs.IntVar(&f.opt.Shards, "shards", 0, "fix the number of logical shards to `S` (0: one per rank): the result is then the same bits on any number of ranks up to S, and gaspirun --resume may use another number of ranks")
 	fs.IntVar(&f.opt.Kernel.Threads, "threads", 1, "goroutines per rank for the distance kernel")
 	fs.BoolVar(&f.quiet, "quiet", false, "no per-iteration lines")
 	fs.StringVar(&f.history, "history", "", "write one CSV line per iteration to `FILE` (sse, moved, shift, time, epoch, failure/recovery/checkpoint events; see kmeans.HistoryHeader); plot it with kmeans plot")
@@ -159,6 +172,15 @@ func parse(args []string) (*flags, error) {
 		return nil, err
 	}
 	f.opt.Kernel.Impl = impl
+	if f.opt.Kernel.Algo, err = kmeans.ParseAlgo(f.algo); err != nil {
+		return nil, err
+	}
+	if f.opt.Seeding, err = kmeans.ParseSeeding(f.seeding); err != nil {
+		return nil, err
+	}
+	if f.opt.Shards < 0 {
+		return nil, fmt.Errorf("--shards %d: want 0 (one per rank) or a positive number of shards", f.opt.Shards)
+	}
 	f.opt.Kernel.MaxIter = f.opt.MaxIter
 	if f.opt.Kernel.Threads < 1 {
 		return nil, fmt.Errorf("--threads %d: want at least 1", f.opt.Kernel.Threads)
@@ -283,6 +305,9 @@ func run(ctx context.Context, f *flags) int {
 	if f.opt.Progress != nil && reporter && f.opt.Every > 0 {
 		fmt.Fprintf(f.opt.Progress, "checkpoints: %d committed in the loop; %v of rank 0's loop time %v in Start and Commit (%.2f%%)\n",
 			res.Checkpoints, res.CheckpointTime.Round(time.Microsecond), res.LoopTime.Round(time.Millisecond), 100*res.CheckpointTime.Seconds()/res.LoopTime.Seconds())
+	}
+	if f.opt.Progress != nil && reporter && f.opt.Kernel.Algo != kmeans.AlgoLloyd {
+		fmt.Fprintf(f.opt.Progress, "pruning (%s, this rank's points over its iterations): %v\n", f.opt.Kernel.Algo, res.Prune)
 	}
 	if reporter {
 		if f.output != "" {

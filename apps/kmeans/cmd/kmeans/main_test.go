@@ -63,6 +63,11 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--generate", "1000", "--output", filepath.Join(dir, "missing", "c.csv")}, "missing: no such file or directory; create it first"},
 		{[]string{"--generate", "1000", "--output", filepath.Join(file, "c.csv")}, "is not a directory"},
 		{[]string{"--generate", "1000", "--output", dir}, "is a directory; give a file name"},
+		{[]string{"--generate", "1000", "--algo", "yinyang", "--shards", "12"}, ""},
+		{[]string{"--generate", "1000", "--algo", "elkan"}, `unknown algorithm "elkan"`},
+		{[]string{"--generate", "1000", "--shards", "-1"}, "--shards -1"},
+		{[]string{"--generate", "1000", "--seeding", "kmeans++"}, ""},
+		{[]string{"--generate", "1000", "--seeding", "kmeans||"}, `unknown seeding "kmeans||"`},
 	} {
 		f, err := parse(c.args)
 		switch {

@@ -1,0 +1,530 @@
+package kmeans
+
+import (
+	"fmt"
+	"math"
+)
+
+// Algo selects how a Kernel finds each point's nearest centroid. Every
+// Algo gives the same assignments, sums, counts and SSE bit for bit (for a
+// given Impl); they differ only in speed. See doc.go, "Exact pruning".
+type Algo int
+
+const (
+	// AlgoLloyd compares every point with every centroid (brute force).
+	AlgoLloyd Algo = iota
+	// AlgoHamerly keeps, per point, an upper bound on the distance to its
+	// centroid and a lower bound on the distance to every other one
+	// (Hamerly 2010), widened by a margin that covers the rounding of the
+	// kernel's arithmetic, and skips the points whose bounds prove that
+	// their centroid has not changed.
+	AlgoHamerly
+	// AlgoYinyang adds to AlgoHamerly's bounds one lower bound per point
+	// and group of nearby centroids (Ding et al. 2015): a point whose
+	// global bounds fail compares itself only with the groups whose own
+	// bound fails, instead of with every centroid.
+	AlgoYinyang
+)
+
+var algoNames = [...]string{"lloyd", "hamerly", "yinyang"}
+
+func (a Algo) String() string { return enumName(algoNames[:], int(a), "Algo") }
+
+// ParseAlgo parses the names printed by Algo.String ("lloyd", "hamerly",
+// "yinyang").
+func ParseAlgo(s string) (Algo, error) {
+	a, err := parseEnum(algoNames[:], s, "algorithm")
+	return Algo(a), err
+}
+
+// PruneStats counts what the last Step did per point. Under AlgoLloyd every
+// point is Scanned.
+type PruneStats struct {
+	// Skipped points kept their centroid on the carried bounds alone.
+	Skipped int64
+	// Tightened points kept it after one distance (to their own centroid)
+	// was recomputed.
+	Tightened int64
+	// Grouped points (AlgoYinyang) were compared with the centroids of
+	// the groups their bounds could not rule out; GroupsScanned counts
+	// those groups.
+	Grouped       int64
+	GroupsScanned int64
+	// Scanned points were compared with every centroid.
+	Scanned int64
+}
+
+// String gives the shares of the points: "skipped 61.2% one-distance 9.1%
+// grouped 0.0% scanned 29.7% of N".
+func (s PruneStats) String() string {
+	n := s.Skipped + s.Tightened + s.Grouped + s.Scanned
+	pc := func(v int64) float64 { return 100 * float64(v) / float64(max(n, 1)) }
+	return fmt.Sprintf("skipped %.1f%% one-distance %.1f%% grouped %.1f%% scanned %.1f%% of %d", pc(s.Skipped), pc(s.Tightened), pc(s.Grouped), pc(s.Scanned), n)
+}
+
+// Add returns s + o.
+func (s PruneStats) Add(o PruneStats) PruneStats {
+	return PruneStats{s.Skipped + o.Skipped, s.Tightened + o.Tightened, s.Grouped + o.Grouped,
+		s.GroupsScanned + o.GroupsScanned, s.Scanned + o.Scanned}
+}
+
+// tinyAbs is an absolute slack added to every widened bound. It covers
+// the absolute error of results that underflow (at most 2^-1075 per
+// operation, a few hundred thousand operations at most), which a relative
+// margin alone would not.
+const tinyAbs = 0x1p-1000
+
+// subBlocks is the number of centroid blocks per sub-group of a full scan
+// (see top2).
+const subBlocks = 8
+
+// pruner is the state of AlgoHamerly: per point bounds on true Euclidean
+// distances, valid for the centroids in Kernel.cent and the assignment pa.
+//
+// The kernel compares v(x, c) = ||c||² − 2x·c as a chain of fused
+// multiply-adds (doc.go). With u = 2^-53 and γ_n = nu/(1−nu), the computed
+// value differs from the exact one by at most
+//
+//	γ_{2d+1}·(||c||² + 2||x||·||c||) ≤ 2γ_{2d+1}·(||x||² + ||c||²) =: E(x)
+//
+// when ||c||² ≤ R² for every centroid (γ_d for ||c||², γ_d for the chain
+// of d fused operations on top of it). So if the squared distances satisfy
+// D_j − D_a > 2E for every j ≠ a, the computed values satisfy v̂_j > v̂_a
+// strictly and the kernel picks a. The bounds m ≤ min_{j≠a} √D_j and
+// ub ≥ √D_a decide it: m² − ub² > 2E. Every bound is rounded outwards by a
+// relative margin rel (≥ 16u, more than the handful of roundings behind
+// each) plus tinyAbs.
+type pruner struct {
+	yinyang bool
+	rel     float64 // relative outward rounding margin
+	gE      float64 // E(x) = gE·(||x||²_up + R²_up)
+
+	u, l  []float64 // n: bound on the distance to pa, and to every other centroid
+	xsq   []float64 // n: upper bound on ||x||²
+	pa    []int32   // n: the centroid the bounds refer to; -1: no bounds yet
+	have  bool      // Kernel.cent holds the centroids the bounds refer to
+	drift []float64 // k: upper bound on how far each centroid moved in this Step
+	half  []float64 // k: lower bound on half the distance to the nearest other centroid
+	r2    float64   // upper bound on max ||c||²
+	dmax1 float64   // the largest drift, that of centroid darg
+	dmax2 float64   // the largest drift of any other centroid
+	darg  int
+
+	// AlgoYinyang: the groups of centroids (fixed at the first Step), the
+	// largest drift in each, and per point and group a lower bound on the
+	// distance to every member other than pa (float32, rounded down).
+	groups *groups
+	gdrift []float64 // G
+	glb    []float32 // n*G, valid for the centroids of version stamp[i]
+	stamp  []int32   // n
+	// ver counts the Steps; cumUp and cumLo hold, for the last histLen
+	// versions v (at v%histLen), every group's drifts summed over versions
+	// 1..v, rounded up and down: the members of group g moved at most
+	// cumUp(v)−cumLo(v0) between versions v0 and v.
+	ver          int32
+	cumUp, cumLo []float64
+	mv1          []float64 // G: the moves since the previous version
+}
+
+// histLen is how many versions of group drift sums are kept; a point
+// whose group bounds are older takes them as 0 (still valid).
+const histLen = 1024
+
+func newPruner(points []float64, n, d, k int, yinyang bool) *pruner {
+	pr := &pruner{
+		yinyang: yinyang,
+		rel:     float64(2*d+16) * 0x1p-53,
+		gE:      float64(4*d+8) * 0x1p-53,
+		u:       make([]float64, n),
+		l:       make([]float64, n),
+		xsq:     make([]float64, n),
+		pa:      make([]int32, n),
+		drift:   make([]float64, k),
+		half:    make([]float64, k),
+	}
+	for i := range pr.pa {
+		pr.pa[i] = -1
+		var s float64
+		for _, v := range points[i*d : i*d+d] {
+			s = math.FMA(v, v, s)
+		}
+		pr.xsq[i] = pr.up(s)
+	}
+	return pr
+}
+
+// up and down round a computed value outwards: up(x) ≥ the exact value
+// when x carries a few roundings, down(x) ≤ it.
+func (pr *pruner) up(x float64) float64   { return x + math.Abs(x)*pr.rel + tinyAbs }
+func (pr *pruner) down(x float64) float64 { return x - math.Abs(x)*pr.rel - tinyAbs }
+
+// errBound is E for a point with upper bound xsq on ||x||².
+func (pr *pruner) errBound(xsq float64) float64 {
+	return pr.up(pr.gE * (xsq + pr.r2))
+}
+
+// safe reports m² − ub² > 2E with the rounding of the test itself covered.
+func (pr *pruner) safe(m, ub, e float64) bool {
+	return m > 0 && pr.down(m*m) > pr.up(ub*ub+2*e)
+}
+
+// upperDist converts a computed value v̂ of the assigned centroid into an
+// upper bound on the distance; lowerDist converts the smallest computed
+// value of the other centroids into a lower bound on their distances.
+func (pr *pruner) upperDist(v, xsq, e float64) float64 {
+	return pr.up(math.Sqrt(max(0, pr.up(pr.up(v+xsq)+e))))
+}
+
+func (pr *pruner) lowerDist(v, xsq, e float64) float64 {
+	xlo := pr.down(xsq - 2*math.Abs(xsq)*pr.rel) // xsq is rounded up; undo with margin
+	s := pr.down(pr.down(v+xlo) - e)
+	if s <= 0 {
+		return 0
+	}
+	return pr.down(math.Sqrt(s))
+}
+
+// prepare runs before the new centroids c are packed (Kernel.cent still
+// holds the previous ones): it bounds how far each centroid moved.
+func (kr *Kernel) prepare(c []float64) {
+	pr, d := kr.pr, kr.d
+	pr.dmax1, pr.dmax2, pr.darg = 0, 0, -1
+	if !pr.have {
+		return
+	}
+	for j := 0; j < kr.k; j++ {
+		var s float64
+		for t := 0; t < d; t++ {
+			e := c[j*d+t] - kr.cent[j*d+t]
+			s = math.FMA(e, e, s)
+		}
+		dj := 0.0
+		if s > 0 {
+			dj = pr.up(math.Sqrt(pr.up(s)))
+		}
+		pr.drift[j] = dj
+		switch {
+		case dj > pr.dmax1:
+			pr.dmax2, pr.dmax1, pr.darg = pr.dmax1, dj, j
+		case dj > pr.dmax2:
+			pr.dmax2 = dj
+		}
+	}
+}
+
+// prepareCentroids runs after the new centroids are packed: R² and, per
+// centroid, half the distance to its nearest neighbour (from a full scan
+// of the centroids themselves, on worker w's buffers).
+func (kr *Kernel) prepareCentroids(w *worker) {
+	pr, d := kr.pr, kr.d
+	r2 := 0.0
+	for j := 0; j < kr.k; j++ {
+		r2 = max(r2, kr.cnorm[j])
+	}
+	pr.r2 = pr.up(r2)
+	if pr.yinyang {
+		if pr.groups == nil {
+			gr := newGroups(kr.cent, kr.k, d)
+			pr.groups = gr
+			pr.gdrift = make([]float64, gr.n)
+			pr.glb = make([]float32, kr.n*gr.n)
+			pr.stamp = make([]int32, kr.n)
+			pr.cumUp = make([]float64, histLen*gr.n)
+			pr.cumLo = make([]float64, histLen*gr.n)
+			pr.mv1 = make([]float64, gr.n)
+			for _, wk := range kr.workers {
+				wk.gscan = make([]bool, gr.n)
+				wk.gm1 = make([]float64, gr.n)
+				wk.gm2 = make([]float64, gr.n)
+				wk.gi1 = make([]int32, gr.n)
+				wk.gmv = make([]float64, gr.n)
+				wk.gtmp = make([]float64, kr.blockPts*gr.n*2)
+				most := 0
+				for g := 0; g < gr.n; g++ {
+					most = max(most, gr.blk[g+1]-gr.blk[g])
+				}
+				wk.gnorm = make([]float64, most*lanes)
+			}
+		}
+		pr.groups.fill(kr)
+		kr.yinyangPrepare()
+	}
+	for lo := 0; lo < kr.k; lo += kr.blockPts {
+		hi := min(lo+kr.blockPts, kr.k)
+		np := hi - lo
+		copy(w.gbuf, kr.cent[lo*d:hi*d])
+		kr.top2(w, np)
+		for i := 0; i < np; i++ {
+			j := lo + i
+			if int(w.tbest[i]) != j {
+				pr.half[j] = 0 // a duplicate (or rounding) beat the centroid itself
+				continue
+			}
+			xsq := pr.up(kr.cnorm[j])
+			pr.half[j] = 0.5 * pr.lowerDist(w.v2[i], xsq, pr.errBound(xsq))
+		}
+	}
+}
+
+// assignPruned writes the nearest centroid of points [lo, hi) into w.best,
+// the same as argmin would, using and updating the bounds.
+func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
+	pr, d := kr.pr, kr.d
+	best := w.best[:hi-lo]
+	nf := 0
+	for i := lo; i < hi; i++ {
+		a := pr.pa[i]
+		if a < 0 {
+			w.fidx[nf] = int32(i)
+			nf++
+			continue
+		}
+		e := pr.errBound(pr.xsq[i])
+		ub := pr.u[i]
+		lb := pr.l[i]
+		if pr.have {
+			ub = pr.up(ub + pr.drift[a])
+			other := pr.dmax1
+			if int(a) == pr.darg {
+				other = pr.dmax2
+			}
+			lb = pr.down(lb - other)
+			pr.l[i] = lb
+		}
+		h2 := 2 * pr.half[a]
+		if pr.safe(max(lb, pr.down(h2-ub)), ub, e) {
+			pr.u[i] = ub
+			best[i-lo] = a
+			w.stats.Skipped++
+			continue
+		}
+		va := kr.value(kr.points[i*d:i*d+d], int(a))
+		ub = pr.upperDist(va, pr.xsq[i], e)
+		pr.u[i] = ub
+		if pr.safe(max(lb, pr.down(h2-ub)), ub, e) {
+			best[i-lo] = a
+			w.stats.Tightened++
+			continue
+		}
+		if pr.groups != nil {
+			best[i-lo] = kr.groupFilter(w, i, a, va, ub, e)
+			w.stats.Grouped++
+			continue
+		}
+		w.fidx[nf] = int32(i)
+		nf++
+	}
+	w.stats.Scanned += int64(nf)
+	for f0 := 0; f0 < nf; {
+		np := 0
+		for ; f0+np < nf && np < kr.blockPts; np++ {
+			i := int(w.fidx[f0+np])
+			copy(w.gbuf[np*d:np*d+d], kr.points[i*d:i*d+d])
+		}
+		grouped := pr.groups != nil && kr.impl == ImplAVX512
+		if grouped {
+			kr.top2Groups(w, np)
+		} else {
+			kr.top2(w, np)
+		}
+		for q := 0; q < np; q++ {
+			i := int(w.fidx[f0+q])
+			e := pr.errBound(pr.xsq[i])
+			a := w.tbest[q]
+			pr.pa[i] = a
+			pr.u[i] = pr.upperDist(w.v1[q], pr.xsq[i], e)
+			pr.l[i] = pr.lowerDist(w.v2[q], pr.xsq[i], e)
+			best[i-lo] = a
+			if gr := pr.groups; gr != nil {
+				lb := f32down(pr.l[i])
+				for g := range gr.n {
+					if grouped { // each group's own smallest value
+						m := w.gtmp[(q*gr.n+g)*2]
+						if g == int(gr.of[a]) {
+							m = w.gtmp[(q*gr.n+g)*2+1]
+						}
+						lb = f32down(pr.lowerDist(m, pr.xsq[i], e))
+					}
+					pr.glb[i*gr.n+g] = lb
+				}
+				pr.stamp[i] = pr.ver
+			}
+		}
+		f0 += np
+	}
+}
+
+// value is the kernel's value v̂(x, c_j): ||c_j||² then one fused
+// multiply-add per dimension in dimension order, the same bits as every
+// blocked kernel computes for this pair.
+func (kr *Kernel) value(x []float64, j int) float64 {
+	d := kr.d
+	b, l := j/lanes, j%lanes
+	blk := kr.cpack[b*d*lanes:]
+	acc := kr.cnorm[j]
+	for t, v := range x {
+		acc = math.FMA(v, blk[t*lanes+l], acc)
+	}
+	return acc
+}
+
+// top2 is a full scan of the np points in w.gbuf: per point the centroid
+// the brute-force kernel picks (w.tbest; the smallest v̂, ties to the
+// lowest index), its v̂ (w.v1) and the smallest v̂ of all other centroids
+// (w.v2). The assembly kernels scan the centroids in sub-groups of
+// subBlocks blocks, keeping their per-lane minima (state without the final
+// reduction); the other members of the winner's lane in its sub-group are
+// then evaluated one by one.
+func (kr *Kernel) top2(w *worker, np int) {
+	d := kr.d
+	x := w.gbuf[:np*d]
+	if kr.impl != ImplAVX512 && kr.impl != ImplAVX2 {
+		for q := 0; q < np; q++ {
+			w.tbest[q], w.v1[q], w.v2[q] = kr.top2Go(x[q*d : q*d+d])
+		}
+		return
+	}
+	if kr.impl == ImplAVX512 {
+		kr.top2AVX512(w, np)
+		return
+	}
+	group, width := 4, lanes
+	if kr.impl == ImplAVX2 {
+		group, width = 2, 4
+	}
+	npad := w.pad(np, d, group)
+	inf := math.Inf(1)
+	for q := 0; q < np; q++ {
+		w.v1[q], w.v2[q], w.tbest[q], w.tsub[q] = inf, inf, -1, 0
+	}
+	nb := kr.kpad / lanes
+	sb := min(subBlocks, kr.chunkBlocks)
+	st := w.state[:npad*2*width]
+	for b0 := 0; b0 < nb; b0 += sb {
+		cnt := min(sb, nb-b0)
+		asmArgmin(kr.impl, w.gbuf[:npad*d], npad, d, kr.cpack[b0*d*lanes:(b0+cnt)*d*lanes], cnt,
+			kr.cnorm[b0*lanes:(b0+cnt)*lanes], float64(b0*lanes), st, w.best[:npad], asmFirst)
+		for q := 0; q < np; q++ {
+			s := st[q*2*width : (q+1)*2*width]
+			bv, bi, v2 := w.v1[q], w.tbest[q], w.v2[q]
+			for r := 0; r < width; r++ {
+				v := s[r]
+				if v == inf {
+					continue
+				}
+				j := int32(s[width+r])
+				if v < bv || (v == bv && j < bi) {
+					v2 = min(v2, bv)
+					bv, bi = v, j
+					w.tsub[q] = int32(b0)
+				} else {
+					v2 = min(v2, v)
+				}
+			}
+			w.v1[q], w.tbest[q], w.v2[q] = bv, bi, v2
+		}
+	}
+	// The winner's lane in its sub-group held only its own minimum: the
+	// other centroids of that lane and sub-group are evaluated here.
+	for q := 0; q < np; q++ {
+		a := int(w.tbest[q])
+		b0 := int(w.tsub[q])
+		xq := x[q*d : q*d+d]
+		v2 := w.v2[q]
+		for j := b0 * lanes; j < min((b0+sb)*lanes, kr.k); j++ {
+			if j != a && (j-a)%width == 0 {
+				v2 = min(v2, kr.value(xq, j))
+			}
+		}
+		w.v2[q] = v2
+	}
+}
+
+// top2AVX512 is top2 with the AVX-512 kernel that keeps each lane's two
+// smallest values: the winner is the smallest lane minimum (ties to the
+// lowest index), the runner-up the smaller of the winner's lane's second
+// minimum and the other lanes' minima.
+func (kr *Kernel) top2AVX512(w *worker, np int) {
+	d := kr.d
+	npad := w.pad(np, d, 4)
+	st := w.state[:npad*3*lanes]
+	nb := kr.kpad / lanes
+	for b0 := 0; b0 < nb; b0 += kr.chunkBlocks {
+		cnt := min(kr.chunkBlocks, nb-b0)
+		flags := 0
+		if b0 == 0 {
+			flags = asmFirst
+		}
+		asmArgmin2(w.gbuf[:npad*d], npad, d, kr.cpack[b0*d*lanes:(b0+cnt)*d*lanes], cnt,
+			kr.cnorm[b0*lanes:(b0+cnt)*lanes], float64(b0*lanes), st, flags)
+	}
+	for q := 0; q < np; q++ {
+		v1, at, v2 := laneTop2(st[q*3*lanes : (q+1)*3*lanes])
+		w.tbest[q], w.v1[q], w.v2[q] = int32(at), v1, v2
+	}
+}
+
+// laneTop2 reduces one point's state of the two-smallest kernel (lane
+// minima, their indices, lane second minima): the smallest minimum (ties
+// to the lowest index) with its index, and the runner-up, the smaller of
+// that lane's second minimum and the other lanes' minima.
+func laneTop2(s []float64) (v1, at, v2 float64) {
+	r := 0
+	for l := 1; l < lanes; l++ {
+		if s[l] < s[r] || (s[l] == s[r] && s[lanes+l] < s[lanes+r]) {
+			r = l
+		}
+	}
+	v2 = s[2*lanes+r]
+	for l := 0; l < lanes; l++ {
+		if l != r {
+			v2 = min(v2, s[l])
+		}
+	}
+	return s[r], s[lanes+r], v2
+}
+
+// pad fills w.gbuf up to a multiple of group points (the assembly
+// kernels' point group) with copies of the last of its np points, and
+// returns the padded count.
+func (w *worker) pad(np, d, group int) int {
+	npad := (np + group - 1) / group * group
+	for q := np; q < npad; q++ {
+		copy(w.gbuf[q*d:q*d+d], w.gbuf[(np-1)*d:np*d])
+	}
+	return npad
+}
+
+// top2Go is top2 for one point without assembly: every v̂ in index order.
+func (kr *Kernel) top2Go(x []float64) (best int32, v1, v2 float64) {
+	v1, v2 = math.Inf(1), math.Inf(1)
+	for j := 0; j < kr.k; j++ {
+		v := kr.value(x, j)
+		if v < v1 {
+			v2, v1, best = v1, v, int32(j)
+		} else if v < v2 {
+			v2 = v
+		}
+	}
+	return best, v1, v2
+}
+
+// PruneStats returns the counts of the last Step.
+func (kr *Kernel) PruneStats() PruneStats {
+	var s PruneStats
+	for _, w := range kr.workers {
+		s = s.Add(w.stats)
+	}
+	return s
+}
+
+// Algo is the algorithm in use.
+func (kr *Kernel) Algo() Algo {
+	switch {
+	case kr.pr == nil:
+		return AlgoLloyd
+	case kr.pr.yinyang:
+		return AlgoYinyang
+	}
+	return AlgoHamerly
+}
