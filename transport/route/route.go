@@ -71,8 +71,14 @@ func New(cfg Config) (*Router, error) {
 // Self returns this process's ID.
 func (r *Router) Self() transport.Proc { return r.far.Self() }
 
-// Near reports whether frames to peer go through Near now.
-func (r *Router) Near(peer transport.Proc) bool {
+// Near returns the transport for same-host peers (for its counters).
+func (r *Router) Near() transport.Transport { return r.near }
+
+// Far returns the transport for the other peers (for its counters).
+func (r *Router) Far() transport.Transport { return r.far }
+
+// IsNear reports whether frames to peer go through Near now.
+func (r *Router) IsNear(peer transport.Proc) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.route[peer]
@@ -89,7 +95,7 @@ func (r *Router) Start(h transport.Handler) error {
 // Send sends through the peer's transport; see the package doc for the
 // move to Far.
 func (r *Router) Send(ctx context.Context, to transport.Proc, h *transport.Header, payload []byte) error {
-	if !r.Near(to) {
+	if !r.IsNear(to) {
 		return r.far.Send(ctx, to, h, payload)
 	}
 	err := r.near.Send(ctx, to, h, payload)

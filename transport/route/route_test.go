@@ -104,7 +104,7 @@ func TestFallbackToFar(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), transporttest.Timeout)
 	defer cancel()
-	if !rs[0].Near(1) {
+	if !rs[0].IsNear(1) {
 		t.Fatal("proc 1 does not start near proc 0")
 	}
 	for seq := range uint64(20) {
@@ -122,7 +122,7 @@ func TestFallbackToFar(t *testing.T) {
 			t.Fatalf("frame %d has Seq %d", i, f.Header.Seq)
 		}
 	}
-	if rs[0].Near(1) {
+	if rs[0].IsNear(1) {
 		t.Error("proc 1 is still routed near after its shared-memory path failed")
 	}
 	if d := recs[0].Downs(); len(d) != 0 {
