@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
+	"github.com/gaspigo/gaspigo/internal/netfault"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/route"
 	"github.com/gaspigo/gaspigo/transport/shm"
@@ -84,6 +85,9 @@ func newDataPlane(env bootstrap.Env, log *slog.Logger) (*dataPlane, error) {
 	sc := shm.DefaultConfig()
 	sc.Self, sc.Token, sc.Spin = transport.Proc(env.Proc), env.Token, spin
 	sc.Logger = log.With("proc", int(env.Proc), "layer", "shm")
+	if inj := netfault.FromEnv(env.Proc); inj != nil {
+		sc.Faults = inj // the chaos suite's network faults apply to the rings too
+	}
 	d.shm, err = shm.New(sc)
 	if errors.Is(err, shm.ErrUnsupported) {
 		return d, nil

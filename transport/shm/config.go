@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -39,9 +40,21 @@ type Config struct {
 	// HandshakeTimeout bounds the authentication and ring set-up of one
 	// connection. Must be > 0.
 	HandshakeTimeout time.Duration
+	// Faults, when set, injects network-like faults into this process's
+	// rings, as the chaos suite's PGAS_NETFAULTS does into its TCP
+	// connections (package job passes internal/netfault's injector).
+	Faults Faults
 	// Logger receives connection events at Debug and refusals at Warn.
 	// Nil discards them.
 	Logger *slog.Logger
+}
+
+// Faults delays frames as a faulty network would. Hold is called before a
+// frame of n payload bytes is written (send) and before one is delivered
+// (!send); it blocks as long as the fault demands (a delay, a partition of
+// this process) or until ctx ends, and then returns ctx's error.
+type Faults interface {
+	Hold(ctx context.Context, n int, send bool) error
 }
 
 // DefaultSpin is Config.Spin in DefaultConfig.

@@ -68,6 +68,9 @@ type peer struct {
 	outRing *ring
 	down    bool
 	err     error
+	// ctx ends when the peer fails, for a Send held by Config.Faults.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	finish sync.Once // unmaps the rings and reports PeerDown, after fail
 }
@@ -79,11 +82,35 @@ type outbound struct {
 }
 
 type inbound struct {
-	conn *net.UnixConn
-	r    *ring
-	head uint64 // the consumer's own copy of r.head
-	stop atomic.Bool
-	done chan struct{} // closed when the consumer goroutine returns
+	conn  *net.UnixConn
+	r     *ring
+	head  uint64      // the consumer's own copy of r.head
+	stop  atomic.Bool // deliver nothing more
+	drain atomic.Bool // the peer closed: deliver what it published, then stop
+	// ctx ends with stop, for a consumer held by Config.Faults.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the consumer goroutine returns
+
+	mu       sync.Mutex // orders wake-ups from other goroutines with unmap
+	unmapped bool
+}
+
+// wakeConsumer wakes the consumer if it sleeps, unless the ring is gone.
+func (in *inbound) wakeConsumer() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !in.unmapped {
+		wake(in.r.dataBell)
+	}
+}
+
+// unmap unmaps the ring once the consumer has returned.
+func (in *inbound) unmap() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.unmapped = true
+	in.r.unmap()
 }
 
 // nap bounds one futex sleep: a safety net that makes a waiter look at
@@ -149,7 +176,9 @@ func (t *Transport) SetPeers(addrs map[transport.Proc]string) error {
 			}
 			continue
 		}
-		t.peers[id] = &peer{id: id, addr: a, sem: make(chan struct{}, 1)}
+		p := &peer{id: id, addr: a, sem: make(chan struct{}, 1)}
+		p.ctx, p.cancel = context.WithCancel(context.Background())
+		t.peers[id] = p
 	}
 	return nil
 }
@@ -242,25 +271,50 @@ func (t *Transport) goTracked(f func()) bool {
 // connections and wakes whoever waits on its rings. A goroutine then
 // finishes the failure (finish), unless the transport is closing: Close
 // finishes every peer itself.
-func (t *Transport) fail(p *peer, cause error) {
+//
+// When the peer closed its end (remote), the frames it published before
+// are still delivered, as TCP delivers what was sent before a FIN: a
+// survivor that tells a replaced process so and then disconnects it gets
+// the notice through. Otherwise (Disconnect, Close, a corrupt ring)
+// nothing more is delivered; a later fail of that kind also stops a
+// consumer that is draining.
+func (t *Transport) fail(p *peer, cause error) { t.failAs(p, cause, false) }
+
+func (t *Transport) failAs(p *peer, cause error, remote bool) {
 	p.mu.Lock()
+	in := p.in
 	if p.down {
 		p.mu.Unlock()
+		if in != nil && !remote {
+			in.halt()
+		}
 		return
 	}
 	p.down, p.err = true, cause
-	in, outConn, outRing := p.in, p.outConn, p.outRing
+	outConn, outRing := p.outConn, p.outRing
 	p.mu.Unlock()
+	p.cancel()
 	if outConn != nil {
 		outConn.Close()
 		wake(outRing.roomBell)
 	}
 	if in != nil {
-		in.stop.Store(true)
+		if remote {
+			in.drain.Store(true)
+			in.wakeConsumer()
+		} else {
+			in.halt()
+		}
 		in.conn.Close()
-		wake(in.r.dataBell)
 	}
 	t.goTracked(func() { t.finish(p) })
+}
+
+// halt stops the consumer: nothing more is delivered.
+func (in *inbound) halt() {
+	in.stop.Store(true)
+	in.cancel()
+	in.wakeConsumer()
 }
 
 // finish waits until nothing of this process uses p's rings (its
@@ -273,7 +327,7 @@ func (t *Transport) finish(p *peer) {
 		p.mu.Unlock()
 		if in != nil {
 			<-in.done
-			in.r.unmap()
+			in.unmap()
 		}
 		p.sem <- struct{}{}
 		if p.out != nil {
@@ -380,6 +434,7 @@ func (t *Transport) serve(c *net.UnixConn) {
 		return
 	}
 	in := &inbound{conn: c, r: r, done: make(chan struct{})}
+	in.ctx, in.cancel = context.WithCancel(context.Background())
 	p := t.peer(id)
 	p.mu.Lock()
 	switch {
@@ -564,7 +619,7 @@ func (t *Transport) watch(p *peer, c *net.UnixConn) {
 			if err == io.EOF {
 				err = errors.New("connection closed by peer")
 			}
-			t.fail(p, fmt.Errorf("shm: proc %d: %w", p.id, err))
+			t.failAs(p, fmt.Errorf("shm: proc %d: %w", p.id, err), true)
 			return
 		}
 		if n > 0 {
@@ -621,6 +676,12 @@ func (t *Transport) Send(ctx context.Context, to transport.Proc, h *transport.He
 		if err := t.dial(p); err != nil {
 			return t.dialFailed(p, err)
 		}
+	}
+	if err := t.hold(ctx, p.ctx, len(payload), true); err != nil {
+		if derr := p.downErr(); derr != nil {
+			return derr
+		}
+		return fmt.Errorf("shm: send to proc %d: %w", to, err)
 	}
 	h.Len, h.Src = uint32(len(payload)), t.self
 	h.Encode(p.hdr[:])
@@ -731,8 +792,18 @@ func (t *Transport) room(ctx context.Context, o *outbound, want uint64, stop fun
 		return nil
 	}
 	if ctx.Done() != nil {
-		unhook := context.AfterFunc(ctx, func() { wake(o.r.roomBell) })
-		defer unhook()
+		// The wake-up must be over before Send returns: the ring may be
+		// unmapped once the send token is handed back.
+		woken := make(chan struct{})
+		unhook := context.AfterFunc(ctx, func() {
+			defer close(woken)
+			wake(o.r.roomBell)
+		})
+		defer func() {
+			if !unhook() {
+				<-woken
+			}
+		}()
 	}
 	return waitFor(ready, stop, o.r.roomBell, o.r.prodIdle, t.cfg.Spin, nap)
 }
@@ -746,6 +817,7 @@ var errStopped = errors.New("shm: consumer stopped")
 // fails.
 func (t *Transport) consume(p *peer, in *inbound) {
 	defer close(in.done)
+	defer in.cancel()
 	var hb [transport.HeaderSize]byte
 	pl := &ringPayload{t: t, p: p, in: in}
 	for {
@@ -762,6 +834,9 @@ func (t *Transport) consume(p *peer, in *inbound) {
 			return
 		}
 		h.Src = p.id // the authenticated peer, whatever the ring says
+		if err := t.hold(in.ctx, in.ctx, int(h.Len), false); err != nil {
+			return // halted
+		}
 		pl.left, pl.n, pl.err = int(h.Len), int(h.Len), nil
 		_ = t.handler.HandleFrame(p.id, &h, pl)
 		if pl.err == nil && pl.left > 0 {
@@ -801,7 +876,7 @@ func (t *Transport) avail(in *inbound, want uint64) error {
 		return u >= want
 	}
 	stop := func() error {
-		if in.stop.Load() {
+		if in.stop.Load() || (in.drain.Load() && !ready()) {
 			return errStopped
 		}
 		return nil
@@ -867,4 +942,18 @@ func (pl *ringPayload) read(b []byte) error {
 		pl.left -= n
 	}
 	return pl.err
+}
+
+// hold applies Config.Faults to a frame of n payload bytes (send: before
+// it is written; else before it is delivered); it returns early when ctx
+// or stop ends.
+func (t *Transport) hold(ctx, stop context.Context, n int, send bool) error {
+	f := t.cfg.Faults
+	if f == nil {
+		return nil
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(stop, cancel)()
+	return f.Hold(hctx, n, send)
 }
