@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/bench/internal/benchutil"
-	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
 func main() {
@@ -36,16 +35,8 @@ func main() {
 	rtSpin := flag.String("rt-spin", "", "gaspibench --spin (the runtime's SpinWait), for both settings")
 	bin := flag.String("bin", "", "directory holding gaspirun and gaspibench (default: build them)")
 	flag.Parse()
-	dir := *bin
-	if dir == "" {
-		d, cleanup, err := proctest.Build("shmbench", false, "./cmd/gaspirun", "./cmd/gaspibench")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "shm:", err)
-			os.Exit(1)
-		}
-		defer cleanup()
-		dir = d
-	}
+	dir, cleanup := benchutil.Binaries("shmbench", *bin)
+	defer cleanup()
 	args := []string{"-n", strconv.Itoa(*ranks), "--quiet", "--timeout", "5m", "--", filepath.Join(dir, "gaspibench"),
 		"--csv", "--tests", *tests, "--sizes", *sizes, "--lat-sizes", *latSizes, "--coll-sizes", *collSizes, "--min-time", minTime.String()}
 	if *rtSpin != "" {

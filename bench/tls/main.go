@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/bench/internal/benchutil"
-	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
 func main() {
@@ -31,16 +30,8 @@ func main() {
 	minTime := flag.Duration("min-time", 300*time.Millisecond, "gaspibench --min-time")
 	bin := flag.String("bin", "", "directory holding gaspirun and gaspibench (default: build them)")
 	flag.Parse()
-	dir := *bin
-	if dir == "" {
-		d, cleanup, err := proctest.Build("tlsbench", false, "./cmd/gaspirun", "./cmd/gaspibench")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "tls:", err)
-			os.Exit(1)
-		}
-		defer cleanup()
-		dir = d
-	}
+	dir, cleanup := benchutil.Binaries("tlsbench", *bin)
+	defer cleanup()
 	ab := benchutil.AB{
 		Gaspirun: filepath.Join(dir, "gaspirun"),
 		Args: []string{"-n", strconv.Itoa(*ranks), "--quiet", "--timeout", "5m", "--", filepath.Join(dir, "gaspibench"),

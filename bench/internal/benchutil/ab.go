@@ -137,3 +137,18 @@ func withEnv(base, set []string) []string {
 	}
 	return out
 }
+
+// Binaries returns dir when it is set, else builds gaspirun and gaspibench
+// into a new directory (exiting with a message naming prog if they do not
+// build); cleanup removes what was built.
+func Binaries(prog, dir string) (string, func()) {
+	if dir != "" {
+		return dir, func() {}
+	}
+	d, cleanup, err := proctest.Build(prog, false, "./cmd/gaspirun", "./cmd/gaspibench")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, prog+":", err)
+		os.Exit(1)
+	}
+	return d, cleanup
+}
