@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -23,8 +24,10 @@ const (
 	// each other through rings in shared memory instead of TCP.
 	VarShm = "PGAS_SHM"
 	// VarShmSpin is how long a shared-memory receiver (or a sender facing
-	// a full ring) polls before it sleeps, as a Go duration: "20us" (the
-	// default), "0" to sleep at once on hosts with more ranks than cores.
+	// a full ring) polls before it sleeps, as a Go duration, e.g. "20us";
+	// "0" sleeps at once. Unset: 20us when this host runs no more of the
+	// job's processes than it has CPUs, else 0 (a polling process would
+	// take the CPU that another one needs).
 	VarShmSpin = "PGAS_SHM_SPIN"
 	// shmExtra is the member table's endpoint name for the address of a
 	// process's shared-memory transport.
@@ -32,9 +35,9 @@ const (
 )
 
 // shmConfig reads PGAS_SHM and PGAS_SHM_SPIN. on is false when shared
-// memory is turned off.
+// memory is turned off; spin is negative when PGAS_SHM_SPIN is unset.
 func shmConfig(lookup func(string) (string, bool)) (on bool, spin time.Duration, err error) {
-	on, spin = true, shm.DefaultSpin
+	on, spin = true, -1
 	if v, ok := lookup(VarShm); ok {
 		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "", "1", "on", "true", "yes":
@@ -63,8 +66,9 @@ func shmConfig(lookup func(string) (string, bool)) (on bool, spin time.Duration,
 // process, and shared memory (transport/shm) to the processes of this
 // host unless PGAS_SHM=0, joined by a router (transport/route).
 type dataPlane struct {
-	tcp *tcp.Transport
-	shm *shm.Transport // nil when shared memory is off
+	tcp      *tcp.Transport
+	shm      *shm.Transport // nil when shared memory is off
+	autoSpin bool           // PGAS_SHM_SPIN is unset
 }
 
 // newDataPlane binds the TCP listener (newTransport) and, when shared
@@ -83,7 +87,11 @@ func newDataPlane(env bootstrap.Env, log *slog.Logger) (*dataPlane, error) {
 		return d, nil
 	}
 	sc := shm.DefaultConfig()
-	sc.Self, sc.Token, sc.Spin = transport.Proc(env.Proc), env.Token, spin
+	sc.Self, sc.Token = transport.Proc(env.Proc), env.Token
+	if spin >= 0 {
+		sc.Spin = spin
+	}
+	d.autoSpin = spin < 0
 	sc.Logger = log.With("proc", int(env.Proc), "layer", "shm")
 	if inj := netfault.FromEnv(env.Proc); inj != nil {
 		sc.Faults = inj // the chaos suite's network faults apply to the rings too
@@ -136,6 +144,9 @@ func (d *dataPlane) connect(self uint32, host string, table bootstrap.Table) (tr
 	if err := d.shm.SetPeers(near); err != nil {
 		return nil, err
 	}
+	if d.autoSpin {
+		d.shm.SetSpin(autoSpin(len(near)+1, runtime.NumCPU()))
+	}
 	nearPeers := make([]transport.Proc, 0, len(near))
 	for p := range near {
 		nearPeers = append(nearPeers, p)
@@ -149,4 +160,15 @@ func (d *dataPlane) Close() {
 	if d.shm != nil {
 		d.shm.Close()
 	}
+}
+
+// autoSpin is the shared-memory spin when PGAS_SHM_SPIN is unset, for a
+// host running local of the job's processes on cpus CPUs: polling pays
+// only when every process can have a CPU of its own (measured with
+// bench/shm: 4 ranks on 2 CPUs wait less with 0).
+func autoSpin(local, cpus int) time.Duration {
+	if local <= cpus {
+		return shm.DefaultSpin
+	}
+	return 0
 }

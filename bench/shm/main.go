@@ -31,7 +31,7 @@ func main() {
 	latSizes := flag.String("lat-sizes", "8,1K", "gaspibench --lat-sizes")
 	collSizes := flag.String("coll-sizes", "8,1K", "gaspibench --coll-sizes (allreduce)")
 	minTime := flag.Duration("min-time", 300*time.Millisecond, "gaspibench --min-time")
-	spin := flag.String("spin", "", "PGAS_SHM_SPIN for the shared-memory runs (default: the transport's, 20us)")
+	spin := flag.String("spin", "", "PGAS_SHM_SPIN for the shared-memory runs (default unset: 20us if the ranks fit the CPUs, else 0)")
 	rtSpin := flag.String("rt-spin", "", "gaspibench --spin (the runtime's SpinWait), for both settings")
 	bin := flag.String("bin", "", "directory holding gaspirun and gaspibench (default: build them)")
 	flag.Parse()

@@ -31,11 +31,11 @@ type Config struct {
 	// one streams through.
 	RingSize int
 	// Spin is how long a receiver that finds its ring empty, or a sender
-	// that finds it full, keeps polling before it sleeps on a futex. A
-	// polling receiver sees a frame within a fraction of a microsecond; a
-	// sleeping one needs a futex wake-up (about 20 µs here). Spinning
-	// burns a core, so keep it short on hosts with more ranks than cores;
-	// 0 sleeps at once.
+	// that finds it full, keeps polling before it sleeps. A polling
+	// receiver sees a frame within a fraction of a microsecond; a sleeping
+	// one needs a wake-up through its Unix socket (tens of microseconds
+	// here). Spinning burns a core, so keep it 0 on hosts with more ranks
+	// than cores.
 	Spin time.Duration
 	// HandshakeTimeout bounds the authentication and ring set-up of one
 	// connection. Must be > 0.

@@ -25,7 +25,7 @@ func TestConformance(t *testing.T) {
 }
 
 // TestConformanceNoSpin runs it with receivers and senders that sleep at
-// once, so every wait goes through the futex.
+// once, so every wait goes through a wake-up byte.
 func TestConformanceNoSpin(t *testing.T) {
 	transporttest.Run(t, factory(func(c *Config) { c.Spin = 0 }))
 }

@@ -21,11 +21,15 @@
 // # Waiting
 //
 // A receiver that finds its ring empty, and a sender that finds it full,
-// polls for Config.Spin (yielding to the process's other goroutines), then
-// sleeps on a futex word in the shared mapping after announcing it in a
-// second word; the other side wakes it only when it sleeps, so the fast
-// path makes no system call. Spinning costs a core: keep it short (or 0)
-// when a host runs more ranks than it has cores.
+// polls for Config.Spin (yielding to the process's other goroutines),
+// then announces that it sleeps in a word of the shared mapping and parks
+// its goroutine; the other side, seeing the word, writes one wake-up byte
+// on the ring's Unix connection, whose reader goroutine wakes the sleeper.
+// The fast path makes no system call. Sleeping in Go's network poller
+// rather than on a futex matters: a futex wait holds its thread, and a
+// rank with GOMAXPROCS=1 runs nothing else until the runtime takes the P
+// back (tens of microseconds to milliseconds). Spinning costs a core: keep
+// it short (or 0) when a host runs more ranks than it has cores.
 //
 // # Failures and fencing
 //
@@ -49,6 +53,6 @@
 // first Send to it fails with an error wrapping ErrNoPath, which a router
 // (transport/route) takes as "use TCP for this peer".
 //
-// The transport needs Linux (memfd_create, file seals, SCM_RIGHTS and
-// futexes on shared mappings); elsewhere New returns ErrUnsupported.
+// The transport needs Linux (memfd_create, file seals, SCM_RIGHTS);
+// elsewhere New returns ErrUnsupported.
 package shm

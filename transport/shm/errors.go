@@ -20,7 +20,7 @@ var (
 	ErrNoPath = errors.New("shm: no shared-memory path to peer")
 	// ErrUnsupported is returned by New where shared memory rings cannot
 	// be built (not Linux).
-	ErrUnsupported = errors.New("shm: shared-memory transport needs Linux (memfd_create, SCM_RIGHTS, futex)")
+	ErrUnsupported = errors.New("shm: shared-memory transport needs Linux (memfd_create, file seals, SCM_RIGHTS)")
 	// ErrCorrupt is the cause of a peer failure when its ring's shared
 	// control words or a frame header read from it do not make sense
 	// (indices out of range, an undecodable header). Wraps

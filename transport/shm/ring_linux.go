@@ -20,9 +20,7 @@ import (
 //	16   size     uint64  payload-area size, a power of two
 //	64   tail     uint64  bytes ever published by the producer
 //	128  head     uint64  bytes ever consumed by the consumer
-//	192  dataBell uint32  futex word the consumer sleeps on
 //	196  consumerAsleep uint32
-//	256  roomBell uint32  futex word the producer sleeps on
 //	260  producerAsleep uint32
 //	4096 payload area, size bytes, used modulo size
 //
@@ -41,9 +39,7 @@ const (
 	offSize     = 16
 	offTail     = 64
 	offHead     = 128
-	offDataBell = 192
 	offConsIdle = 196
-	offRoomBell = 256
 	offProdIdle = 260
 )
 
@@ -53,17 +49,14 @@ type ring struct {
 	mask uint64
 
 	tail, head         *atomic.Uint64
-	dataBell, consIdle *atomic.Uint32
-	roomBell, prodIdle *atomic.Uint32
+	consIdle, prodIdle *atomic.Uint32
 }
 
 func ringAt(mem []byte, size int) *ring {
 	r := &ring{mem: mem, data: mem[ctlSize : ctlSize+size], mask: uint64(size - 1)}
 	r.tail = (*atomic.Uint64)(unsafe.Pointer(&mem[offTail]))
 	r.head = (*atomic.Uint64)(unsafe.Pointer(&mem[offHead]))
-	r.dataBell = (*atomic.Uint32)(unsafe.Pointer(&mem[offDataBell]))
 	r.consIdle = (*atomic.Uint32)(unsafe.Pointer(&mem[offConsIdle]))
-	r.roomBell = (*atomic.Uint32)(unsafe.Pointer(&mem[offRoomBell]))
 	r.prodIdle = (*atomic.Uint32)(unsafe.Pointer(&mem[offProdIdle]))
 	return r
 }
@@ -158,33 +151,18 @@ func (r *ring) get(pos uint64, b []byte) {
 	copy(b[n:], r.data)
 }
 
-// Futex operations on a word of a shared mapping. The private flag is not
-// used: the waiter and the waker are different processes.
-const (
-	futexWait = 0
-	futexWake = 1
-)
-
-// sleep waits on bell while it still holds v, for at most d.
-func sleep(bell *atomic.Uint32, v uint32, d time.Duration) {
-	ts := unix.NsecToTimespec(d.Nanoseconds())
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(bell)), futexWait, uintptr(v), uintptr(unsafe.Pointer(&ts)), 0, 0)
-}
-
-// ring wakes whoever sleeps on bell.
-func wake(bell *atomic.Uint32) {
-	bell.Add(1)
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(bell)), futexWake, 1<<30, 0, 0, 0)
-}
-
 // waitFor returns once ready() holds or stop() returns an error (which it
 // returns). It polls for spin, yielding to other goroutines, then sleeps
-// on bell with idle set, so that the other side knows to wake it: the
-// other side makes ready() true, then reads idle (both sequentially
-// consistent), so either this side sees ready() on its re-check or the
-// other side sees idle and rings. Sleeps last at most nap, after which
-// stop() is asked again.
-func waitFor(ready func() bool, stop func() error, bell, idle *atomic.Uint32, spin, nap time.Duration) error {
+// until woken on wakeCh, with idle set so that the other side knows to
+// wake it: the other side makes ready() true, then swaps idle from 1 to 0
+// and if it did, sends a wake-up byte on the ring's connection, which the
+// connection's reader turns into a send on wakeCh (both atomics are
+// sequentially consistent, so either this side sees ready() on its
+// re-check or the other side sees idle). The sleep parks the goroutine in
+// Go's network poller and never holds a thread: a futex wait would keep
+// the process's only P (GOMAXPROCS=1 ranks) until sysmon takes it back.
+// Sleeps last at most nap, after which stop() is asked again.
+func waitFor(ready func() bool, stop func() error, idle *atomic.Uint32, wakeCh <-chan struct{}, spin, nap time.Duration) error {
 	if ready() {
 		return nil
 	}
@@ -205,20 +183,41 @@ func waitFor(ready func() bool, stop func() error, bell, idle *atomic.Uint32, sp
 			runtime.Gosched()
 		}
 	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		if err := stop(); err != nil {
 			return err
 		}
-		v := bell.Load()
 		idle.Store(1)
 		if ready() {
 			idle.Store(0)
 			return nil
 		}
-		sleep(bell, v, nap)
+		if timer == nil {
+			timer = time.NewTimer(nap)
+		} else {
+			timer.Reset(nap)
+		}
+		select {
+		case <-wakeCh:
+		case <-timer.C:
+		}
 		idle.Store(0)
 		if ready() {
 			return nil
 		}
+	}
+}
+
+// signal makes a pending wake-up on ch without blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }

@@ -82,7 +82,8 @@ func TestCorruptTail(t *testing.T) {
 	p := ts[0].peer(1)
 	p.sem <- struct{}{}
 	p.out.r.tail.Store(p.out.tail + 10*p.out.r.size())
-	wake(p.out.r.dataBell)
+	p.out.r.consIdle.Store(0)
+	p.out.conn.Write(wakeByte)
 	<-p.sem
 	d, err := recs[1].WaitDown(ctx, 0)
 	if err != nil {

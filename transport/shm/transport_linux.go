@@ -34,6 +34,7 @@ type Transport struct {
 	started bool
 	conns   map[*net.UnixConn]struct{} // connections in their handshake
 
+	spin      atomic.Int64 // Config.Spin, or SetSpin's
 	closing   chan struct{}
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -64,8 +65,8 @@ type peer struct {
 
 	mu      sync.Mutex
 	in      *inbound
-	outConn *net.UnixConn // out's connection and ring, for fail
-	outRing *ring
+	outConn *net.UnixConn // out's connection and wake-ups, for fail
+	outWake chan struct{}
 	down    bool
 	err     error
 	// ctx ends when the peer fails, for a Send held by Config.Faults.
@@ -78,7 +79,8 @@ type peer struct {
 type outbound struct {
 	conn *net.UnixConn
 	r    *ring
-	tail uint64 // the producer's own copy of r.tail
+	tail uint64        // the producer's own copy of r.tail
+	wake chan struct{} // wake-ups of a producer waiting for room
 }
 
 type inbound struct {
@@ -91,29 +93,14 @@ type inbound struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the consumer goroutine returns
-
-	mu       sync.Mutex // orders wake-ups from other goroutines with unmap
-	unmapped bool
+	wake   chan struct{} // wake-ups of a sleeping consumer
 }
 
-// wakeConsumer wakes the consumer if it sleeps, unless the ring is gone.
-func (in *inbound) wakeConsumer() {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if !in.unmapped {
-		wake(in.r.dataBell)
-	}
-}
+// wakeByte is what one side writes on a ring's connection to wake the
+// other; any byte read there is a wake-up.
+var wakeByte = []byte{1}
 
-// unmap unmaps the ring once the consumer has returned.
-func (in *inbound) unmap() {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	in.unmapped = true
-	in.r.unmap()
-}
-
-// nap bounds one futex sleep: a safety net that makes a waiter look at
+// nap bounds one sleep: a safety net that makes a waiter look at
 // its stop conditions again even if a wake-up were lost.
 const nap = 50 * time.Millisecond
 
@@ -137,13 +124,19 @@ func New(cfg Config) (*Transport, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Transport{
+	t := &Transport{
 		cfg: cfg, self: cfg.Self, ln: ln, addr: addr, log: log,
 		peers:   map[transport.Proc]*peer{},
 		conns:   map[*net.UnixConn]struct{}{},
 		closing: make(chan struct{}),
-	}, nil
+	}
+	t.spin.Store(int64(cfg.Spin))
+	return t, nil
 }
+
+// SetSpin changes Config.Spin, e.g. once the number of processes on this
+// host is known; negative values count as 0.
+func (t *Transport) SetSpin(d time.Duration) { t.spin.Store(int64(max(d, 0))) }
 
 // Addr is the name peers dial, for the member table: an abstract Unix
 // socket name starting with '@'.
@@ -291,17 +284,17 @@ func (t *Transport) failAs(p *peer, cause error, remote bool) {
 		return
 	}
 	p.down, p.err = true, cause
-	outConn, outRing := p.outConn, p.outRing
+	outConn := p.outConn
 	p.mu.Unlock()
 	p.cancel()
 	if outConn != nil {
 		outConn.Close()
-		wake(outRing.roomBell)
+		signal(p.outWake)
 	}
 	if in != nil {
 		if remote {
 			in.drain.Store(true)
-			in.wakeConsumer()
+			signal(in.wake)
 		} else {
 			in.halt()
 		}
@@ -314,7 +307,7 @@ func (t *Transport) failAs(p *peer, cause error, remote bool) {
 func (in *inbound) halt() {
 	in.stop.Store(true)
 	in.cancel()
-	in.wakeConsumer()
+	signal(in.wake)
 }
 
 // finish waits until nothing of this process uses p's rings (its
@@ -327,7 +320,7 @@ func (t *Transport) finish(p *peer) {
 		p.mu.Unlock()
 		if in != nil {
 			<-in.done
-			in.unmap()
+			in.r.unmap()
 		}
 		p.sem <- struct{}{}
 		if p.out != nil {
@@ -433,7 +426,7 @@ func (t *Transport) serve(c *net.UnixConn) {
 		c.Close()
 		return
 	}
-	in := &inbound{conn: c, r: r, done: make(chan struct{})}
+	in := &inbound{conn: c, r: r, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	in.ctx, in.cancel = context.WithCancel(context.Background())
 	p := t.peer(id)
 	p.mu.Lock()
@@ -463,7 +456,7 @@ func (t *Transport) serve(c *net.UnixConn) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		t.watch(p, c)
+		t.watch(p, c, in.wake)
 	}()
 	t.consume(p, in)
 }
@@ -538,7 +531,7 @@ func (t *Transport) dial(p *peer) error {
 	p.mu.Lock()
 	down := p.down
 	if !down {
-		p.out, p.outConn, p.outRing = out, c, out.r
+		p.out, p.outConn, p.outWake = out, c, out.wake
 	}
 	p.mu.Unlock()
 	if down {
@@ -546,7 +539,7 @@ func (t *Transport) dial(p *peer) error {
 		c.Close()
 		return p.downErr()
 	}
-	if !t.goTracked(func() { t.watch(p, c) }) {
+	if !t.goTracked(func() { t.watch(p, c, out.wake) }) {
 		return transport.ErrClosed
 	}
 	t.log.Debug("shm: connected to peer", "peer", uint32(p.id), "ring", out.r.size())
@@ -605,25 +598,26 @@ func (t *Transport) offerRing(c *net.UnixConn, p *peer) (*outbound, error) {
 		return nil, fmt.Errorf("shm: passing the ring: %w", err)
 	}
 	_ = c.SetDeadline(time.Time{})
-	return &outbound{conn: c, r: r}, nil
+	return &outbound{conn: c, r: r, wake: make(chan struct{}, 1)}, nil
 }
 
-// watch reads c until it fails: nothing is sent on a connection once its
-// ring is set up, so its end (the peer closed it, or died: the kernel
-// closes a killed process's sockets) is the peer's failure.
-func (t *Transport) watch(p *peer, c *net.UnixConn) {
+// watch reads c until it fails. After set-up, a ring's connection
+// carries only wake-up bytes (each one a send on wake: the other side
+// wrote into the ring, or freed room in it, while this side slept), and
+// its end (the peer closed it, or died: the kernel closes a killed
+// process's sockets) is the peer's failure.
+func (t *Transport) watch(p *peer, c *net.UnixConn, wake chan struct{}) {
 	var b [64]byte
 	for {
 		n, err := c.Read(b[:])
+		if n > 0 {
+			signal(wake)
+		}
 		if err != nil {
 			if err == io.EOF {
 				err = errors.New("connection closed by peer")
 			}
 			t.failAs(p, fmt.Errorf("shm: proc %d: %w", p.id, err), true)
-			return
-		}
-		if n > 0 {
-			t.fail(p, fmt.Errorf("%w: proc %d wrote on its ring's connection", ErrCorrupt, p.id))
 			return
 		}
 	}
@@ -780,8 +774,8 @@ func (o *outbound) free() uint64 {
 func (o *outbound) publish(n uint64) {
 	o.tail += n
 	o.r.tail.Store(o.tail)
-	if o.r.consIdle.Load() != 0 {
-		wake(o.r.dataBell)
+	if o.r.consIdle.Load() != 0 && o.r.consIdle.CompareAndSwap(1, 0) {
+		o.conn.Write(wakeByte) // an error fails the peer through watch
 	}
 }
 
@@ -792,20 +786,9 @@ func (t *Transport) room(ctx context.Context, o *outbound, want uint64, stop fun
 		return nil
 	}
 	if ctx.Done() != nil {
-		// The wake-up must be over before Send returns: the ring may be
-		// unmapped once the send token is handed back.
-		woken := make(chan struct{})
-		unhook := context.AfterFunc(ctx, func() {
-			defer close(woken)
-			wake(o.r.roomBell)
-		})
-		defer func() {
-			if !unhook() {
-				<-woken
-			}
-		}()
+		defer context.AfterFunc(ctx, func() { signal(o.wake) })()
 	}
-	return waitFor(ready, stop, o.r.roomBell, o.r.prodIdle, t.cfg.Spin, nap)
+	return waitFor(ready, stop, o.r.prodIdle, o.wake, time.Duration(t.spin.Load()), nap)
 }
 
 // --- receiving ---
@@ -881,7 +864,7 @@ func (t *Transport) avail(in *inbound, want uint64) error {
 		}
 		return nil
 	}
-	if err := waitFor(ready, stop, in.r.dataBell, in.r.consIdle, t.cfg.Spin, nap); err != nil {
+	if err := waitFor(ready, stop, in.r.consIdle, in.wake, time.Duration(t.spin.Load()), nap); err != nil {
 		return err
 	}
 	if in.stop.Load() {
@@ -896,8 +879,8 @@ func (in *inbound) take(b []byte) {
 	in.r.get(in.head, b)
 	in.head += uint64(len(b))
 	in.r.head.Store(in.head)
-	if in.r.prodIdle.Load() != 0 {
-		wake(in.r.roomBell)
+	if in.r.prodIdle.Load() != 0 && in.r.prodIdle.CompareAndSwap(1, 0) {
+		in.conn.Write(wakeByte) // an error fails the peer through watch
 	}
 }
 
