@@ -33,7 +33,7 @@
 //
 // # Failures and fencing
 //
-// Each ring's Unix connection stays open and carries nothing more: its end
+// Each ring's Unix connection stays open and carries only wake-up bytes: its end
 // (the peer closed, or died and its kernel closed its sockets) is the
 // peer's failure, reported once with Handler.PeerDown, like a TCP reset.
 // The two processes trust nothing in the shared control words: the
