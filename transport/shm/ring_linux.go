@@ -153,16 +153,15 @@ func (r *ring) get(pos uint64, b []byte) {
 
 // waitFor returns once ready() holds or stop() returns an error (which it
 // returns). It polls for spin, yielding to other goroutines, then sleeps
-// until woken on wakeCh, with idle set so that the other side knows to
-// wake it: the other side makes ready() true, then swaps idle from 1 to 0
-// and if it did, sends a wake-up byte on the ring's connection, which the
-// connection's reader turns into a send on wakeCh (both atomics are
-// sequentially consistent, so either this side sees ready() on its
-// re-check or the other side sees idle). The sleep parks the goroutine in
-// Go's network poller and never holds a thread: a futex wait would keep
-// the process's only P (GOMAXPROCS=1 ranks) until sysmon takes it back.
-// Sleeps last at most nap, after which stop() is asked again.
-func waitFor(ready func() bool, stop func() error, idle *atomic.Uint32, wakeCh <-chan struct{}, spin, nap time.Duration) error {
+// (sleep, at most nap) with idle set so that the other side knows to wake
+// it: the other side makes ready() true, then swaps idle from 1 to 0 and,
+// if it did, writes a wake-up byte on the ring's connection, which ends
+// the sleep (both atomics are sequentially consistent, so either this side
+// sees ready() on its re-check or the other side sees idle). A sleep parks
+// the goroutine in Go's network poller and never holds a thread: a futex
+// wait would keep the process's only P (GOMAXPROCS=1 ranks) until sysmon
+// takes it back. After a sleep, stop() is asked again.
+func waitFor(ready func() bool, stop func() error, idle *atomic.Uint32, sleep func(time.Duration), spin, nap time.Duration) error {
 	if ready() {
 		return nil
 	}
@@ -183,12 +182,6 @@ func waitFor(ready func() bool, stop func() error, idle *atomic.Uint32, wakeCh <
 			runtime.Gosched()
 		}
 	}
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	for {
 		if err := stop(); err != nil {
 			return err
@@ -198,15 +191,7 @@ func waitFor(ready func() bool, stop func() error, idle *atomic.Uint32, wakeCh <
 			idle.Store(0)
 			return nil
 		}
-		if timer == nil {
-			timer = time.NewTimer(nap)
-		} else {
-			timer.Reset(nap)
-		}
-		select {
-		case <-wakeCh:
-		case <-timer.C:
-		}
+		sleep(nap)
 		idle.Store(0)
 		if ready() {
 			return nil

@@ -84,6 +84,8 @@ type outbound struct {
 }
 
 type inbound struct {
+	t     *Transport
+	p     *peer
 	conn  *net.UnixConn
 	r     *ring
 	head  uint64      // the consumer's own copy of r.head
@@ -93,7 +95,7 @@ type inbound struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the consumer goroutine returns
-	wake   chan struct{} // wake-ups of a sleeping consumer
+	buf    [64]byte      // wake-up bytes read while sleeping
 }
 
 // wakeByte is what one side writes on a ring's connection to wake the
@@ -294,7 +296,6 @@ func (t *Transport) failAs(p *peer, cause error, remote bool) {
 	if in != nil {
 		if remote {
 			in.drain.Store(true)
-			signal(in.wake)
 		} else {
 			in.halt()
 		}
@@ -307,7 +308,6 @@ func (t *Transport) failAs(p *peer, cause error, remote bool) {
 func (in *inbound) halt() {
 	in.stop.Store(true)
 	in.cancel()
-	signal(in.wake)
 }
 
 // finish waits until nothing of this process uses p's rings (its
@@ -426,9 +426,9 @@ func (t *Transport) serve(c *net.UnixConn) {
 		c.Close()
 		return
 	}
-	in := &inbound{conn: c, r: r, done: make(chan struct{}), wake: make(chan struct{}, 1)}
-	in.ctx, in.cancel = context.WithCancel(context.Background())
 	p := t.peer(id)
+	in := &inbound{t: t, p: p, conn: c, r: r, done: make(chan struct{})}
+	in.ctx, in.cancel = context.WithCancel(context.Background())
 	p.mu.Lock()
 	switch {
 	case p.down:
@@ -453,11 +453,6 @@ func (t *Transport) serve(c *net.UnixConn) {
 		return
 	}
 	t.log.Debug("shm: peer connected", "peer", uint32(id), "ring", r.size())
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		t.watch(p, c, in.wake)
-	}()
 	t.consume(p, in)
 }
 
@@ -788,7 +783,15 @@ func (t *Transport) room(ctx context.Context, o *outbound, want uint64, stop fun
 	if ctx.Done() != nil {
 		defer context.AfterFunc(ctx, func() { signal(o.wake) })()
 	}
-	return waitFor(ready, stop, o.r.prodIdle, o.wake, time.Duration(t.spin.Load()), nap)
+	sleep := func(d time.Duration) {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-o.wake:
+		case <-timer.C:
+		}
+	}
+	return waitFor(ready, stop, o.r.prodIdle, sleep, time.Duration(t.spin.Load()), nap)
 }
 
 // --- receiving ---
@@ -864,13 +867,33 @@ func (t *Transport) avail(in *inbound, want uint64) error {
 		}
 		return nil
 	}
-	if err := waitFor(ready, stop, in.r.consIdle, in.wake, time.Duration(t.spin.Load()), nap); err != nil {
+	if err := waitFor(ready, stop, in.r.consIdle, in.sleep, time.Duration(t.spin.Load()), nap); err != nil {
 		return err
 	}
 	if in.stop.Load() {
 		return errStopped
 	}
 	return bad
+}
+
+// sleep waits for a wake-up byte on the ring's connection, for at most d.
+// The consumer reads its connection itself (no goroutine in between): its
+// end is the producer's failure, found when the consumer next sleeps, that
+// is once it has delivered everything the producer published.
+func (in *inbound) sleep(d time.Duration) {
+	_ = in.conn.SetReadDeadline(time.Now().Add(d))
+	_, err := in.conn.Read(in.buf[:])
+	var ne net.Error
+	switch {
+	case err == nil, errors.As(err, &ne) && ne.Timeout():
+	case errors.Is(err, net.ErrClosed):
+		// Closed here by fail, which set stop or drain first.
+	default:
+		if err == io.EOF {
+			err = errors.New("connection closed by peer")
+		}
+		in.t.failAs(in.p, fmt.Errorf("shm: proc %d: %w", in.p.id, err), true)
+	}
 }
 
 // take copies len(b) bytes out of in's ring (they are there) and frees
