@@ -7,6 +7,12 @@
 //   - the data-plane transport (transport/tcp), on a listener bound to
 //     loopback for a one-host job and to every interface otherwise, with
 //     the fault injection of PGAS_NETFAULT_DIR (internal/netfault);
+//   - unless PGAS_SHM=0, the shared-memory transport (transport/shm) for
+//     the processes with this process's host label (the member table's
+//     Host, from PGAS_HOST), whose address travels in the member table
+//     (Extra "shm"), and the router (transport/route) that the runtime
+//     gets: same-host peers over shared memory, the others over TCP.
+//     PGAS_SHM_SPIN sets how long its receivers poll before sleeping;
 //   - the address the other processes dial (PGAS_ADVERTISE_HOST, else
 //     this host's route to the rendezvous, else an interface that is up);
 //   - the rendezvous (internal/bootstrap): the member table, and the

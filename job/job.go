@@ -14,6 +14,8 @@ import (
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/spares"
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/route"
+	"github.com/gaspigo/gaspigo/transport/shm"
 	"github.com/gaspigo/gaspigo/transport/tcp"
 )
 
@@ -21,6 +23,9 @@ import (
 var (
 	_ pgas.Disconnector = (*tcp.Transport)(nil)
 	_ pgas.Queuer       = (*tcp.Transport)(nil)
+	_ pgas.Disconnector = (*shm.Transport)(nil)
+	_ pgas.Disconnector = (*route.Router)(nil)
+	_ pgas.Queuer       = (*route.Router)(nil)
 	_ pgas.Launcher     = launcher{}
 )
 
@@ -101,7 +106,7 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 // start is Init once the membership's listeners are bound: the data
 // plane, the rendezvous, the membership and the runtime.
 func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extra map[string]string, raftLn, ctlLn net.Listener, o *observer) (*pgas.Runtime, error) {
-	tr, err := newTransport(env, logs.tcp, opts.TCP)
+	tr, err := newDataPlane(env, logs.tcp, opts.TCP)
 	if err != nil {
 		return nil, err
 	}
@@ -110,26 +115,23 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 	if env.RendezvousTimeout > 0 {
 		cc.Timeout = env.RendezvousTimeout
 	}
-	addr, err := advertise(tr.Addr(), env.Rendezvous)
+	addr, err := advertise(tr.tcp.Addr(), env.Rendezvous)
 	if err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("pgas: init: %w", err)
 	}
-	self := bootstrap.Member{Proc: env.Proc, Addr: addr, Host: env.Host, Pid: os.Getpid(), Extra: extra}
+	self := bootstrap.Member{Proc: env.Proc, Addr: addr, Host: env.Host, Pid: os.Getpid(), Extra: tr.addExtra(extra)}
 	sess, table, err := bootstrap.Join(ctx, cc, env, self)
 	if err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("pgas: init: rendezvous: %w", err)
 	}
-	peers := make(map[transport.Proc]string, len(table.Members))
 	hosts := make([]string, len(table.Members))
 	for _, m := range table.Members {
 		hosts[m.Proc] = m.Host
-		if m.Proc != env.Proc {
-			peers[transport.Proc(m.Proc)] = m.Addr
-		}
 	}
-	if err := tr.SetPeers(peers); err != nil {
+	data, err := tr.connect(env.Proc, env.Host, table)
+	if err != nil {
 		tr.Close()
 		sess.Close()
 		return nil, fmt.Errorf("pgas: init: %w", err)
@@ -140,7 +142,7 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 	}
 	cfg.Proc = transport.Proc(env.Proc)
 	cfg.NumProcs, cfg.NumRanks = env.NumProcs, env.NumRanks
-	cfg.Transport = tr
+	cfg.Transport = data
 	cfg.Hosts = hosts
 	cfg.Logger = logs.runtime
 	cfg.Launcher = launcher{sess: sess, proc: env.Proc, obs: o}

@@ -52,10 +52,11 @@ type system string
 const (
 	vader  system = "mpi-vader" // Open MPI over shared memory
 	mpiTCP system = "mpi-tcp"   // Open MPI over TCP loopback
-	ours   system = "ours-tcp"  // gaspibench over transport/tcp
+	ours   system = "ours-tcp"  // gaspibench over transport/tcp (PGAS_SHM=0)
+	oursSM system = "ours-shm"  // gaspibench over transport/shm (same host)
 )
 
-var systems = []system{vader, mpiTCP, ours}
+var systems = []system{vader, mpiTCP, ours, oursSM}
 
 // key names one figure of one system: test (that system's name for it)
 // and size.
@@ -136,8 +137,8 @@ func main() {
 				s := systems[(i+r)%len(systems)]
 				var rows map[key]float64
 				var err error
-				if s == ours {
-					rows, err = runOurs(dir, n, *minTime, *spin, *pollSpin)
+				if s == ours || s == oursSM {
+					rows, err = runOurs(dir, s, n, *minTime, *spin, *pollSpin)
 				} else {
 					rows, err = runMPI(osc, s, n, *minTime)
 				}
@@ -155,19 +156,20 @@ func main() {
 	}
 
 	fmt.Printf("# bench/mpi: Open MPI (%s) over shared memory (vader) and TCP loopback, and gaspibench over\n", mpiVersion())
-	fmt.Printf("# TCP loopback, on this machine in one run; %d round(s) taking turns, medians over them.\n", *rounds)
+	fmt.Printf("# TCP loopback (PGAS_SHM=0) and shared memory, on this machine in one run; %d round(s) taking turns, medians over them.\n", *rounds)
 	fmt.Printf("# gaspibench --spin %v --poll-spin %v; --min-time %v.\n", *spin, *pollSpin, *minTime)
 	fmt.Printf("# Ratios are ours/theirs: higher is better for MiB/s, lower for us.\n")
 	fmt.Printf("# load average before: %s; after: %s; took %v\n", load, proctest.LoadAvg(), time.Since(start).Round(time.Second))
 	for _, n := range ranks {
 		fmt.Printf("\n# %d ranks\n", n)
-		fmt.Printf("%-36s %6s %11s %11s %11s %10s %10s\n", "figure", "unit", "mpi-vader", "mpi-tcp", "ours-tcp", "ours/vader", "ours/tcp")
+		fmt.Printf("%-36s %6s %11s %11s %11s %11s %12s %10s\n", "figure", "unit", "mpi-vader", "mpi-tcp", "ours-tcp", "ours-shm", "shm/vader", "tcp/tcp")
 		var checks []string
 		for _, f := range figures {
 			v := stats.Median(got[n][vader][f.mpi])
 			t := stats.Median(got[n][mpiTCP][f.mpi])
 			o := stats.Median(got[n][ours][f.ours])
-			fmt.Printf("%-36s %6s %11s %11s %11s %10s %10s\n", f.name, f.unit, num(v), num(t), num(o), ratio(o, v), ratio(o, t))
+			m := stats.Median(got[n][oursSM][f.ours])
+			fmt.Printf("%-36s %6s %11s %11s %11s %11s %12s %10s\n", f.name, f.unit, num(v), num(t), num(o), num(m), ratio(m, v), ratio(o, t))
 			if f.target > 0 && n == 2 && t > 0 && o > 0 {
 				r := o / t
 				met := r <= f.target
@@ -290,9 +292,14 @@ func runMPI(exe string, s system, n int, minTime time.Duration) (map[key]float64
 	return rows, nil
 }
 
-// runOurs runs gaspibench under gaspirun and returns rank 0's figures.
-func runOurs(dir string, n int, minTime, spin, pollSpin time.Duration) (map[key]float64, error) {
-	out, err := run(filepath.Join(dir, "gaspirun"), "-n", strconv.Itoa(n), "--quiet", "--timeout", "5m", "--",
+// runOurs runs gaspibench under gaspirun, over TCP (ours) or shared
+// memory (oursSM), and returns rank 0's figures.
+func runOurs(dir string, s system, n int, minTime, spin, pollSpin time.Duration) (map[key]float64, error) {
+	shm := "PGAS_SHM=0"
+	if s == oursSM {
+		shm = "PGAS_SHM=1"
+	}
+	out, err := runEnv([]string{shm}, filepath.Join(dir, "gaspirun"), "-n", strconv.Itoa(n), "--quiet", "--timeout", "5m", "--",
 		filepath.Join(dir, "gaspibench"), "--csv", "--tests", "bw,flush,lat,barrier,allreduce",
 		"--sizes", "8,1M,2M,4M", "--lat-sizes", "8", "--coll-sizes", "8", "--window", "64",
 		"--min-time", minTime.String(), "--spin", spin.String(), "--poll-spin", pollSpin.String())
@@ -314,10 +321,14 @@ func runOurs(dir string, n int, minTime, spin, pollSpin time.Duration) (map[key]
 }
 
 // run runs a command, bounded, and returns its combined output.
-func run(name string, args ...string) (string, error) {
+func run(name string, args ...string) (string, error) { return runEnv(nil, name, args...) }
+
+// runEnv is run with env added to this process's environment.
+func runEnv(env []string, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -162,6 +162,7 @@ var (
 	PurposeData       = Purpose{'d', 'a', 't', 'a'}
 	PurposeRendezvous = Purpose{'r', 'e', 'n', 'd', 'e', 'z'}
 	PurposeControl    = Purpose{'c', 't', 'r', 'l'}
+	PurposeShm        = Purpose{'s', 'h', 'm'}
 )
 
 // Handshake runs the protocol on rw (set a deadline on the connection first)

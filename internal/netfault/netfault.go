@@ -30,6 +30,7 @@
 package netfault
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -259,6 +260,60 @@ func (in *Injector) changes() <-chan struct{} {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return in.changed
+}
+
+// Hold applies this process's rule to a transfer that goes through no
+// connection (the shared-memory transport's rings, transport/shm's
+// Faults): a send of n bytes waits for the delay, a loss's retransmission
+// timeout and the rate, and every transfer waits while the process is
+// partitioned, before and after. It returns ctx's error if ctx ends
+// first.
+func (in *Injector) Hold(ctx context.Context, n int, send bool) error {
+	if err := in.wait(ctx, -1); err != nil {
+		return err
+	}
+	r := in.Rule()
+	wait := r.Delay
+	if send && r.Loss > 0 && rand.Float64() < r.Loss {
+		wait += baseRTO
+	}
+	if send && r.Rate > 0 {
+		wait += time.Duration(float64(n) / float64(r.Rate) * float64(time.Second))
+	}
+	if wait <= 0 {
+		return nil
+	}
+	if err := in.wait(ctx, wait); err != nil {
+		return err
+	}
+	return in.wait(ctx, -1)
+}
+
+// wait waits d, or while the process is partitioned when d < 0, or until
+// ctx ends.
+func (in *Injector) wait(ctx context.Context, d time.Duration) error {
+	until := time.Now().Add(d)
+	for {
+		if d < 0 && !in.Rule().Partition {
+			return nil
+		}
+		wait := time.Hour
+		if d >= 0 {
+			wait = time.Until(until)
+			if wait <= 0 {
+				return nil
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-in.changes():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // Wrap returns c with this process's faults applied; a nil injector returns

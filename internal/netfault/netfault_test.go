@@ -1,6 +1,7 @@
 package netfault
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -248,4 +249,51 @@ func TestNilInjectorWrapsNothing(t *testing.T) {
 	if in.Listener(ln) != ln {
 		t.Error("nil injector wrapped a listener")
 	}
+}
+
+// Rule: Hold (transfers that go through no connection: shared-memory
+// rings) waits while the process is partitioned, until the partition
+// heals or ctx ends, and a send waits the delay and the rate's time. Fake
+// time: the watcher's ticker runs in the synctest bubble.
+func TestHoldFollowsTheRule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		setRules(t, dir, "proc=0 partition")
+		in := New(dir, 0, nil)
+		defer in.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		start := time.Now()
+		if err := in.Hold(ctx, 8, true); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Hold while partitioned: %v, want DeadlineExceeded", err)
+		}
+		cancel()
+		if d := time.Since(start); d != time.Second {
+			t.Fatalf("Hold while partitioned returned after %v, want the ctx's 1s", d)
+		}
+		done := make(chan error, 1)
+		start = time.Now()
+		go func() { done <- in.Hold(t.Context(), 8, false) }()
+		time.Sleep(10 * PollInterval)
+		setRules(t, dir, "")
+		if err := <-done; err != nil {
+			t.Fatalf("Hold after the heal: %v", err)
+		}
+		if d := time.Since(start); d < 10*PollInterval || d > 12*PollInterval {
+			t.Fatalf("Hold returned %v after it began, want at the first poll after the heal (%v)", d, 10*PollInterval)
+		}
+		setRules(t, dir, "proc=0 delay=30ms rate=1000")
+		time.Sleep(PollInterval)
+		synctest.Wait()
+		start = time.Now()
+		if err := in.Hold(t.Context(), 100, true); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != 130*time.Millisecond {
+			t.Fatalf("a 100-byte send waited %v, want 30ms delay + 100ms at 1000 B/s", d)
+		}
+		start = time.Now()
+		if err := in.Hold(t.Context(), 100, false); err != nil || time.Since(start) != 30*time.Millisecond {
+			t.Fatalf("a delivery waited %v (%v), want the 30ms delay only", time.Since(start), err)
+		}
+	})
 }

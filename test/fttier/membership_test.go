@@ -271,16 +271,35 @@ func TestSparesExhausted(t *testing.T) {
 // refused), no process applies a stale frame, and the survivors finish with
 // the failure-free result.
 func TestStoppedRankIsFenced(t *testing.T) {
-	j := startJob(t, jobOpts{steps: 500})
+	stoppedRankIsFenced(t, jobOpts{steps: 500, env: []string{"PGAS_SHM=0"}}, fenceHooks{})
+}
+
+// fenceHooks let a variant of the fencing test look at the processes:
+// running just before the victim is stopped, and stopped just before it is
+// resumed (the survivors are in the new epoch).
+type fenceHooks struct {
+	running, stopped func(j *job, victim int)
+}
+
+// stoppedRankIsFenced is TestStoppedRankIsFenced with the job's options
+// and hooks given.
+func stoppedRankIsFenced(t *testing.T, o jobOpts, hooks fenceHooks) {
+	j := startJob(t, o)
 	leader := j.running()
 	j.waitProgress(20, 1)
 	victim := nonLeaderRanks(leader)[0]
 	pid := j.pidOf(victim)
+	if hooks.running != nil {
+		hooks.running(j, victim)
+	}
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) }) // never leave it stopped
 	at := j.signal(victim, syscall.SIGSTOP)
 	holder := j.waitHolder(victim)
 	j.waitApplied(others(victim), 2)
 	j.waitNewEpochProgress(at, 2)
+	if hooks.stopped != nil {
+		hooks.stopped(j, victim)
+	}
 	resumed := j.signal(victim, syscall.SIGCONT)
 	fenced := fmt.Sprintf("gaspirun: process %d (formerly rank %d) exited with code 77 after it was replaced", victim, victim)
 	j.waitFor("the resumed process to exit 77 (fenced)", stepWait, func(recs []rec) bool {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/procnet"
 	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/transport/route"
 	"github.com/gaspigo/gaspigo/transport/tcp"
 )
 
@@ -239,7 +240,11 @@ func errText(err error) string {
 func faultSecure(ctx context.Context, p *prog) int {
 	const name = "secure"
 	rt := p.rt
-	tr, ok := rt.Transport().(*tcp.Transport)
+	data := rt.Transport()
+	if r, ok := data.(*route.Router); ok {
+		data = r.Far() // same-host peers talk over shared memory; TCP is what is attacked
+	}
+	tr, ok := data.(*tcp.Transport)
 	if !ok {
 		return p.fail(name, fmt.Errorf("the runtime's transport is a %T, want a *tcp.Transport", rt.Transport()))
 	}

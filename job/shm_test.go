@@ -1,0 +1,50 @@
+package job
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/bootstrap"
+	"github.com/gaspigo/gaspigo/transport/shm"
+)
+
+func TestShmConfig(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		on   bool
+		spin time.Duration
+		bad  string
+	}{
+		{env: nil, on: true, spin: -1},
+		{env: map[string]string{VarShm: "0"}, on: false, spin: -1},
+		{env: map[string]string{VarShm: "off"}, on: false, spin: -1},
+		{env: map[string]string{VarShm: "1", VarShmSpin: "5us"}, on: true, spin: 5 * time.Microsecond},
+		{env: map[string]string{VarShmSpin: "0"}, on: true, spin: 0},
+		{env: map[string]string{VarShm: "maybe"}, bad: VarShm},
+		{env: map[string]string{VarShmSpin: "fast"}, bad: VarShmSpin},
+		{env: map[string]string{VarShmSpin: "2s"}, bad: VarShmSpin},
+		{env: map[string]string{VarShmSpin: "-1us"}, bad: VarShmSpin},
+	} {
+		on, spin, err := shmConfig(func(k string) (string, bool) { v, ok := c.env[k]; return v, ok })
+		if c.bad != "" {
+			var ee *bootstrap.EnvError
+			if !errors.As(err, &ee) || ee.Var != c.bad || ee.Fix == "" {
+				t.Errorf("%v: got %v, want an EnvError naming %s with a fix", c.env, err, c.bad)
+			}
+			continue
+		}
+		if err != nil || on != c.on || spin != c.spin {
+			t.Errorf("%v: got (%v, %v, %v), want (%v, %v, nil)", c.env, on, spin, err, c.on, c.spin)
+		}
+	}
+}
+
+func TestAutoSpin(t *testing.T) {
+	if got := autoSpin(2, 2); got != shm.DefaultSpin {
+		t.Errorf("2 processes on 2 CPUs: spin %v, want %v", got, shm.DefaultSpin)
+	}
+	if got := autoSpin(4, 2); got != 0 {
+		t.Errorf("4 processes on 2 CPUs: spin %v, want 0", got)
+	}
+}

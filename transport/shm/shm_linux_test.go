@@ -1,0 +1,118 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+
+	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
+)
+
+func startCluster(t *testing.T, n int) ([]*Transport, []*transporttest.Recorder) {
+	t.Helper()
+	ts := newCluster(t, n, nil)
+	recs := make([]*transporttest.Recorder, n)
+	for i, tr := range ts {
+		recs[i] = transporttest.NewRecorder()
+		if err := tr.Start(recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ts, recs
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), transporttest.Timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// A process of another job (another token) gets no ring mapped: its Send
+// fails with ErrNoPath, the listener counts a refusal, and nothing is
+// delivered.
+func TestForeignTokenRefused(t *testing.T) {
+	ts, recs := startCluster(t, 1)
+	cfg := DefaultConfig()
+	cfg.Self, cfg.Token = 1, auth.NewToken()
+	stranger, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	if err := stranger.SetPeers(map[transport.Proc]string{0: ts[0].Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stranger.Start(transporttest.NewRecorder()); err != nil {
+		t.Fatal(err)
+	}
+	h := transport.Header{Type: transport.FramePassive}
+	err = stranger.Send(testCtx(t), 0, &h, []byte("let me in"))
+	if !errors.Is(err, ErrNoPath) || !errors.Is(err, transport.ErrAuth) {
+		t.Fatalf("Send with a foreign token: got %v, want ErrNoPath and ErrAuth", err)
+	}
+	// Proc 1 is not a peer of ts[0] either; both reasons refuse it.
+	ctx := testCtx(t)
+	for ts[0].Stats().Refused.Load() == 0 {
+		runtime.Gosched()
+		if ctx.Err() != nil {
+			t.Fatal("the refusal was not counted")
+		}
+	}
+	if n := len(recs[0].Frames()); n != 0 {
+		t.Fatalf("%d frames delivered from a foreign process", n)
+	}
+}
+
+// A ring whose shared tail says more than the ring holds (a broken or
+// malicious peer) fails that peer's connection with ErrCorrupt, once,
+// without reading out of bounds.
+func TestCorruptTail(t *testing.T) {
+	ts, recs := startCluster(t, 2)
+	ctx := testCtx(t)
+	h := transport.Header{Type: transport.FramePassive}
+	if err := ts[0].Send(ctx, 1, &h, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recs[1].WaitFrames(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p := ts[0].peer(1)
+	p.sem <- struct{}{}
+	p.out.r.tail.Store(p.out.tail + 10*p.out.r.size())
+	p.out.r.consIdle.Store(0)
+	p.out.conn.Write(wakeByte)
+	<-p.sem
+	d, err := recs[1].WaitDown(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(d.Err, ErrCorrupt) || !errors.Is(d.Err, transport.ErrPeerDown) {
+		t.Fatalf("PeerDown error %v, want ErrCorrupt and ErrPeerDown", d.Err)
+	}
+}
+
+// Config.Validate names what is wrong.
+func TestConfigValidate(t *testing.T) {
+	good := DefaultConfig()
+	good.Self, good.Token = 0, auth.NewToken()
+	if err := good.Validate(); err != nil {
+		t.Fatalf("good config: %v", err)
+	}
+	for name, mod := range map[string]func(*Config){
+		"no self":       func(c *Config) { c.Self = transport.NoProc },
+		"short token":   func(c *Config) { c.Token = c.Token[:4] },
+		"odd ring":      func(c *Config) { c.RingSize = MinRingSize + 1 },
+		"tiny ring":     func(c *Config) { c.RingSize = MinRingSize / 2 },
+		"negative spin": func(c *Config) { c.Spin = -1 },
+		"no handshake":  func(c *Config) { c.HandshakeTimeout = 0 },
+	} {
+		c := good
+		mod(&c)
+		if err := c.Validate(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: got %v, want ErrConfig", name, err)
+		}
+	}
+}
