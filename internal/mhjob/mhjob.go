@@ -96,7 +96,7 @@ type Job struct {
 	begin time.Time
 	wg    sync.WaitGroup
 
-	mu    proctest.Cond // guards lines; changes at every new line and every exit, ends with the last process
+	mu    proctest.Cond // guards lines, and procs while Start runs; changes at every new line and every exit, ends with the last process
 	lines []Line
 }
 
@@ -158,7 +158,9 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 			var stderr io.ReadCloser
 			if stderr, err = cmd.StderrPipe(); err == nil {
 				if err = cmd.Start(); err == nil {
+					j.mu.Lock() // a process that already ended reads procs (ended)
 					j.procs = append(j.procs, pr)
+					j.mu.Unlock()
 					j.wg.Add(1)
 					go j.watch(pr, stdout, stderr)
 					continue
@@ -252,8 +254,12 @@ func (j *Job) WaitLine(ctx context.Context, match func(Line) bool) (Line, error)
 	return Line{}, errors.New("mhjob: every process ended without the line")
 }
 
-// ended reports whether every process has ended.
+// ended reports whether every process has ended; j.mu is held. A process
+// may end while Start is still starting the others.
 func (j *Job) ended() bool {
+	if len(j.procs) < len(j.cfg.Hosts) {
+		return false
+	}
 	for _, p := range j.procs {
 		if _, _, _, ok := p.Exit(); !ok {
 			return false
