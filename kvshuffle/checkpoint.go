@@ -78,7 +78,9 @@ func (s *Shuffle) Checkpoint(ctx context.Context, c uint64) ([]byte, error) {
 		}
 		for _, b := range append(slices.Clone(a.sealed), a.builder) {
 			for _, ch := range b.chunks {
-				unsorted = append(unsorted, ch.data)
+				// A copy: the merger may spill the block and reuse it
+				// once the drain resumes.
+				unsorted = append(unsorted, slices.Clone(ch.data))
 			}
 		}
 		a.mk.resume()
@@ -104,7 +106,7 @@ func (a *aside) spillAll(ctx context.Context) error {
 		a.mu.Lock()
 		empty := len(a.runs) == 0 && len(a.sealed) == 0 && len(a.builder.chunks) == 0
 		if !empty {
-			a.pressure = true
+			a.pressure, a.wantAll = true, true
 			a.signalLocked()
 		}
 		ch := a.changed
@@ -337,7 +339,7 @@ func (a *aside) load(st *state) error {
 	}
 	a.unpinLocked(func(id uint64) bool { return id > st.c })
 	// In-memory data.
-	a.runs, a.sealed, a.builder, a.unsorted, a.mem = nil, nil, &batch{}, nil, 0
+	a.runs, a.sealed, a.builder, a.open, a.unsorted, a.mem = nil, nil, &batch{}, nil, nil, 0
 	for _, r := range st.runs {
 		data := slices.Clone(r.data)
 		if r.sorted {
@@ -345,12 +347,13 @@ func (a *aside) load(st *state) error {
 			a.addMemLocked(int64(len(data)))
 			continue
 		}
-		es, err := indexRun(data, nil, "state")
+		es, err := indexRun(data, nil, 0, "state")
 		if err != nil {
 			return err
 		}
 		c := &chunk{data: data, ents: es}
-		b := &batch{chunks: []*chunk{c}, bytes: int64(len(data)), pairs: int64(len(es))}
+		c.charge = int64(len(data))
+		b := &batch{chunks: []*chunk{c}, bytes: int64(len(data)), pairs: int64(len(es)), charge: c.charge}
 		a.sealed = append(a.sealed, b)
 		a.unsorted = append(a.unsorted, c)
 		a.addMemLocked(b.cost())
