@@ -45,7 +45,7 @@ type aside struct {
 	recvStarted bool
 	owned       map[string]*spillFile // every file created or adopted and not removed
 	dir         string                // spill directory of this shuffle, created at the first spill
-	wantAll     bool                  // the next spill takes the open block too (a checkpoint)
+	cuts        []*cut                // checkpoints cut and not taken by State, in order
 	freeData    [][]byte              // blocks to reuse: their pages are already mapped
 	freeEnts    [][]ent
 
@@ -220,6 +220,14 @@ func (a *aside) drainSource(ctx context.Context, si int, posted *int) (int, erro
 			if err := a.mk.arrive(si, c); err != nil {
 				a.mu.Unlock()
 				return 0, corrupt(a.names[si], frameHeader, "%s", err.Error())
+			}
+			done, late, err := a.mk.complete(c)
+			if err != nil {
+				a.mu.Unlock()
+				return 0, fmt.Errorf("kvshuffle: checkpoint %d: rank %d %v: %w", c, s.oRanks[late], err, ErrState)
+			}
+			if done {
+				a.cutLocked(c)
 			}
 			a.signalLocked()
 			a.mu.Unlock()
@@ -464,16 +472,20 @@ func (a *aside) nextTaskLocked() (*task, error) {
 		if s.cfg.SpillDir == "" {
 			return nil, fmt.Errorf("%w: holding %d bytes, MemoryBudget is %d: set SpillDir or raise MemoryBudget", ErrBudget, a.mem, budget)
 		}
-		if a.wantAll || (len(a.sealed) == 0 && len(a.runs) == 0) {
+		if len(a.sealed) == 0 && len(a.runs) == 0 {
 			a.sealLocked()
 		}
-		a.wantAll = false
 		t := &task{kind: taskSpill, batches: slices.Clone(a.sealed), runs: slices.Clone(a.runs)}
 		if len(t.batches) == 0 && len(t.runs) == 0 {
 			a.pressure = false
 			return nil, nil
 		}
 		return t, nil
+	}
+	if cu := a.cutSpillLocked(); cu != nil {
+		// A checkpoint's data first, and nothing that would mix it with
+		// data that arrived after the checkpoint.
+		return &task{kind: taskSpill, batches: slices.Clone(cu.batches), runs: slices.Clone(cu.runs)}, nil
 	}
 	if a.pressure || a.mem > budget {
 		return spill()
@@ -600,6 +612,9 @@ func (a *aside) run(ctx context.Context, t *task) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		return err
+	}
+	if err := a.cutReplaceLocked(t, run, file); err != nil {
 		return err
 	}
 	for _, b := range t.batches {

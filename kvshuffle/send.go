@@ -355,6 +355,29 @@ func (o *oside) flush(ctx context.Context, kind frameKind, val uint64, queued *b
 	}
 }
 
+// queueMarkers seals every buffer (through Combine) and queues marker c
+// behind each destination's data, without waiting for the pump: Send goes
+// on at once and its frames follow the markers. Called under
+// Shuffle.opMu.
+func (o *oside) queueMarkers(ctx context.Context, c uint64) error {
+	for p := range o.stage {
+		if err := o.combineFlush(ctx, p); err != nil {
+			return err
+		}
+	}
+	for p := range o.dests {
+		o.release(p)
+	}
+	o.mu.Lock()
+	for p := range o.dests {
+		d := &o.dests[p]
+		d.q = append(d.q, item{buf: -1, kind: frameMarker, n: 8, val: c})
+	}
+	o.mu.Unlock()
+	o.wakePump()
+	return nil
+}
+
 // CloseSend ends this O task's stream: it flushes every buffer (through
 // Combine when set), sends an end frame to every partition in schedule
 // order, and waits until every receiver has consumed everything this task
