@@ -229,23 +229,33 @@ func TestDistSortSpills(t *testing.T) {
 func TestDistSortKill(t *testing.T) {
 	in, sum := genInput(t, 60000, 4)
 	args := []string{"--in", in, "--memory", fmt.Sprint(2 << 20), "--ckpt-records", "3000"}
+	log := sortWithKill(t, args, "kill:rank=1,at=0.5", sum)
+	if !strings.Contains(log, "[r1] inject: SIGKILL rank 1") || !rolledBackTo(log, 9000, 6000) ||
+		!strings.Contains(log, "spare process 3 now holds rank 1") {
+		t.Fatalf("no kill, promotion and roll back to checkpoint 9000 (or 6000) in the log\n%s", log)
+	}
+}
+
+// sortWithKill sorts with args on 3 ranks failure-free, then with one
+// spare and --inject inject; both outputs must validate against sum, and
+// the second must be byte for byte the first. It returns the second
+// run's log.
+func sortWithKill(t *testing.T, args []string, inject string, sum Summary) string {
+	t.Helper()
 	ref := filepath.Join(t.TempDir(), "ref")
-	code, log := job(t, 3, 0, append(args, "--out", ref)...)
+	code, log := job(t, 3, 0, append(slices.Clone(args), "--out", ref)...)
 	if code != 0 {
 		t.Fatalf("failure-free run: exit %d\n%s", code, log)
 	}
 	checkSorted(t, ref, 3, sum, log)
 	out := filepath.Join(t.TempDir(), "out")
-	code, log = job(t, 3, 1, append(args, "--out", out, "--inject", "kill:rank=1,at=0.5")...)
+	code, log = job(t, 3, 1, append(slices.Clone(args), "--out", out, "--inject", inject)...)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, log)
 	}
-	if !strings.Contains(log, "[r1] inject: SIGKILL rank 1") || !rolledBackTo(log, 9000, 6000) ||
-		!strings.Contains(log, "spare process 3 now holds rank 1") {
-		t.Fatalf("no kill, promotion and roll back to checkpoint 9000 (or 6000) in the log\n%s", log)
-	}
 	checkSorted(t, out, 3, sum, log)
 	sameParts(t, ref, out, 3)
+	return log
 }
 
 // TestDistSortKeysAndKill: odd record counts, binary keys (any byte
@@ -276,22 +286,10 @@ func TestDistSortKeysAndKill(t *testing.T) {
 				sum = repeatKeys(t, in)
 			}
 			args := []string{"--in", in, "--memory", fmt.Sprint(2 << 20), "--ckpt-records", "2500"}
-			ref := filepath.Join(t.TempDir(), "ref")
-			code, log := job(t, 3, 0, append(args, "--out", ref)...)
-			if code != 0 {
-				t.Fatalf("failure-free run: exit %d\n%s", code, log)
-			}
-			checkSorted(t, ref, 3, sum, log)
-			out := filepath.Join(t.TempDir(), "out")
-			code, log = job(t, 3, 1, append(args, "--out", out, "--inject", "kill:rank=2,at=0.5")...)
-			if code != 0 {
-				t.Fatalf("exit %d\n%s", code, log)
-			}
+			log := sortWithKill(t, args, "kill:rank=2,at=0.5", sum)
 			if !strings.Contains(log, "[r2] inject: SIGKILL rank 2") || !strings.Contains(log, "rolled back to checkpoint") {
 				t.Fatalf("no kill and roll back in the log\n%s", log)
 			}
-			checkSorted(t, out, 3, sum, log)
-			sameParts(t, ref, out, 3)
 		})
 	}
 }
