@@ -174,6 +174,10 @@ func (a *aside) cutLocked(c uint64) {
 		cu.batches = nil
 	}
 	a.cuts = append(a.cuts, cu)
+	if a.post != nil {
+		// What arrived after the markers is the first of the new data.
+		a.builder, a.open, a.post, a.postOpen = a.post, a.postOpen, nil, nil
+	}
 	a.mk.resume()
 	a.signalLocked()
 }
@@ -454,6 +458,7 @@ func (a *aside) load(st *state) error {
 	a.unpinLocked(func(id uint64) bool { return id > st.c })
 	// In-memory data.
 	a.runs, a.sealed, a.builder, a.open, a.unsorted, a.mem, a.cuts = nil, nil, &batch{}, nil, nil, 0, nil
+	a.post, a.postOpen = nil, nil
 	for _, r := range st.runs {
 		data := slices.Clone(r.data)
 		if r.sorted {

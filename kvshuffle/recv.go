@@ -35,6 +35,8 @@ type aside struct {
 	nEnded      int
 	builder     *batch
 	open        *chunk   // the builder's block being filled by the drain (not in unsorted)
+	post        *batch   // pairs sent after the checkpoint being cut, before the cut (addPost)
+	postOpen    *chunk   // post's block
 	unsorted    []*chunk // sealed chunks whose index the merger has not sorted yet
 	sealed      []*batch
 	runs        []*memRun
@@ -164,12 +166,6 @@ func (a *aside) drainSource(ctx context.Context, si int, posted *int) (int, erro
 	start := a.consumed[si]
 	endSeen := false
 	for a.consumed[si] < a.avail[si] {
-		a.mu.Lock()
-		paused := a.mk.isPaused(si)
-		a.mu.Unlock()
-		if paused {
-			break
-		}
 		if g := s.cfg.drainGate; g != nil {
 			select {
 			case <-g:
@@ -188,6 +184,26 @@ func (a *aside) drainSource(ctx context.Context, si int, posted *int) (int, erro
 			return 0, corrupt(a.names[si], 8, "frame of generation %d, number %d; expected generation %d, number %d", h.gen, h.seq, s.gen.Load(), uint32(seq))
 		}
 		payload := slot[frameHeader : frameHeader+h.len]
+		a.mu.Lock()
+		paused := a.mk.isPaused(si)
+		a.mu.Unlock()
+		if paused {
+			// Past its marker, before the cut: data frames go aside while
+			// they fit (the sender is not held up), anything else waits.
+			if h.kind != frameData || a.asmFrom >= 0 {
+				break
+			}
+			took, err := a.addPost(payload, si)
+			if err != nil {
+				return 0, err
+			}
+			if !took {
+				break
+			}
+			a.consumed[si] = seq
+			s.st.framesRecv.Add(1)
+			continue
+		}
 		if a.asmFrom >= 0 && h.kind != frameLarge && h.kind != frameLargeLast {
 			return 0, corrupt(a.names[si], 0, "frame kind %d inside a large pair", h.kind)
 		}
@@ -344,6 +360,51 @@ func (a *aside) addData(ctx context.Context, payload []byte, si int, own bool) e
 	s.st.pairsRecv.Add(uint64(n))
 	s.st.bytesRecv.Add(uint64(len(payload)))
 	return nil
+}
+
+// addPost takes a data frame from a source whose checkpoint marker is in
+// while others are still awaited: its pairs come after the checkpoint, so
+// they go to the post block, which becomes the open block at the cut. It
+// returns false, taking nothing, when the post block has no room or a new
+// one does not fit in the budget: the frame then waits in its ring.
+func (a *aside) addPost(payload []byte, si int) (bool, error) {
+	s := a.s
+	var err error
+	a.scratch, err = indexRun(payload, a.scratch[:0], 0, a.names[si])
+	if err != nil {
+		return false, err
+	}
+	n := int64(len(a.scratch))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.postOpen
+	need := entSize * n
+	switch {
+	case c == nil:
+		need += s.cfg.RunSize
+	case len(c.data)+len(payload) > cap(c.data):
+		return false, nil
+	}
+	if a.mem+need > s.cfg.MemoryBudget {
+		return false, nil
+	}
+	if c == nil {
+		c = a.takeBlockLocked()
+		a.postOpen, a.post = c, &batch{chunks: []*chunk{c}, charge: c.charge}
+		a.addMemLocked(c.charge)
+	}
+	base := uint32(len(c.data))
+	c.data = append(c.data, payload...)
+	for _, e := range a.scratch {
+		e.kstart, e.kend, e.end = e.kstart+base, e.kend+base, e.end+base
+		c.ents = append(c.ents, e)
+	}
+	a.post.bytes += int64(len(payload))
+	a.post.pairs += n
+	a.addMemLocked(entSize * n)
+	s.st.pairsRecv.Add(uint64(n))
+	s.st.bytesRecv.Add(uint64(len(payload)))
+	return true, nil
 }
 
 // takeBlockLocked returns an empty block of RunSize bytes, from the pool
@@ -704,6 +765,7 @@ func (a *aside) removeAll(keepPinned bool) error {
 	}
 	clear(a.owned)
 	a.files, a.runs, a.sealed, a.builder, a.open, a.unsorted, a.mem = nil, nil, nil, &batch{}, nil, nil, 0
+	a.post, a.postOpen = nil, nil
 	if a.dir != "" && !kept {
 		if err := os.Remove(a.dir); err != nil && !errors.Is(err, os.ErrNotExist) && first == nil {
 			first = err
@@ -778,6 +840,7 @@ func (s *Shuffle) finishRecv(m *mergeIter) {
 	}
 	a.recycleLocked(a.sealed)
 	a.runs, a.sealed, a.builder, a.open, a.unsorted = nil, nil, &batch{}, nil, nil
+	a.post, a.postOpen = nil, nil
 	a.mem = 0
 	a.signalLocked()
 }
