@@ -54,20 +54,78 @@ func (o order) compare(a, b []byte) int {
 	return o.cmp(a, b)
 }
 
-func (o order) sortEnts(data []byte, es []ent) {
+// sortEnts sorts es by key; *tmp is scratch space, grown as needed and
+// kept by the caller for the next sort.
+func (o order) sortEnts(data []byte, es []ent, tmp *[]ent) {
 	if o.bytewise {
-		slices.SortFunc(es, func(x, y ent) int {
-			if x.pre != y.pre {
-				if x.pre < y.pre {
-					return -1
-				}
-				return 1
-			}
-			return bytes.Compare(x.key(data), y.key(data))
-		})
+		radixSortEnts(data, es, tmp)
 		return
 	}
 	slices.SortFunc(es, func(x, y ent) int { return o.cmp(x.key(data), y.key(data)) })
+}
+
+// radixSortEnts sorts es in bytewise key order: a least-significant-digit
+// radix sort of the 8-byte key prefixes, a byte a pass (passes whose byte
+// is the same in every entry are skipped), then each run of equal
+// prefixes by the whole key. No comparison, no data-dependent branch in
+// the passes; the records themselves never move.
+func radixSortEnts(data []byte, es []ent, tmp *[]ent) {
+	if len(es) < 64 {
+		slices.SortFunc(es, func(x, y ent) int { return cmpEnt(data, x, y) })
+		return
+	}
+	if cap(*tmp) < len(es) {
+		*tmp = make([]ent, len(es))
+	}
+	var counts [8][256]int
+	for _, e := range es {
+		p := e.pre
+		for b := range 8 {
+			counts[b][byte(p>>(8*b))]++
+		}
+	}
+	src, dst := es, (*tmp)[:len(es)]
+	for b := range 8 {
+		c := &counts[b]
+		if c[byte(es[0].pre>>(8*b))] == len(es) {
+			continue
+		}
+		sum := 0
+		for i, n := range c {
+			c[i] = sum
+			sum += n
+		}
+		shift := 8 * b
+		for _, e := range src {
+			d := byte(e.pre >> shift)
+			dst[c[d]] = e
+			c[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &es[0] {
+		copy(es, src)
+	}
+	for i := 0; i < len(es); {
+		j := i + 1
+		for j < len(es) && es[j].pre == es[i].pre {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(es[i:j], func(x, y ent) int { return bytes.Compare(x.key(data), y.key(data)) })
+		}
+		i = j
+	}
+}
+
+func cmpEnt(data []byte, x, y ent) int {
+	if x.pre != y.pre {
+		if x.pre < y.pre {
+			return -1
+		}
+		return 1
+	}
+	return bytes.Compare(x.key(data), y.key(data))
 }
 
 // indexRun decodes b (a run of whole pairs) and appends an ent per pair,

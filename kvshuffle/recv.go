@@ -51,7 +51,8 @@ type aside struct {
 	freeData    [][]byte              // blocks to reuse: their pages are already mapped
 	freeEnts    [][]ent
 
-	wbuf []byte // the merger's spill write buffer
+	wbuf    []byte // the merger's spill write buffer
+	sortTmp []ent  // the merger's scratch for sorting a block's index
 }
 
 func newAside(s *Shuffle) *aside {
@@ -611,7 +612,7 @@ func (a *aside) run(ctx context.Context, t *task) error {
 	if t.kind == taskSortChunks {
 		for _, c := range t.batches[0].chunks {
 			if !c.sorted {
-				s.ord.sortEnts(c.data, c.ents)
+				s.ord.sortEnts(c.data, c.ents, &a.sortTmp)
 				c.sorted = true
 			}
 			if ctx.Err() != nil {
@@ -625,7 +626,7 @@ func (a *aside) run(ctx context.Context, t *task) error {
 	for _, b := range t.batches {
 		for _, c := range b.chunks {
 			if !c.sorted {
-				s.ord.sortEnts(c.data, c.ents)
+				s.ord.sortEnts(c.data, c.ents, &a.sortTmp)
 				c.sorted = true
 			}
 			srcs = append(srcs, &chunkSource{c: c})

@@ -29,6 +29,7 @@ type oside struct {
 	endQueued  bool // the end frames are queued
 	stage      []stage
 	vals       [][]byte
+	sortTmp    []ent // scratch for sorting a Combine batch
 }
 
 // dest is the O task's state towards one partition. cur and fill belong
@@ -284,7 +285,7 @@ func (o *oside) combineFlush(ctx context.Context, p int) error {
 	if len(st.ents) == 0 {
 		return nil
 	}
-	o.s.ord.sortEnts(st.data, st.ents)
+	o.s.ord.sortEnts(st.data, st.ents, &o.sortTmp)
 	for i := 0; i < len(st.ents); {
 		key := st.ents[i].key(st.data)
 		j := i + 1
