@@ -41,9 +41,15 @@ package main
 // splitters, which a promoted spare reads from it. On a failure the
 // survivors call pgas Recover, every rank restores the last committed
 // checkpoint and rolls the shuffle back to it, and sending resumes at
-// Consumed(). Each checkpoint first spills what the rank holds in memory
-// (kvshuffle CheckpointSpill), so the state names spill files only; they
-// stay on the local disk, pinned. When the job spans hosts (PGAS_HOST
+// Consumed(). Checkpoints are asynchronous: at record c the send loop
+// marks the shuffle (kvshuffle Mark) and sends on; a committer goroutine
+// waits for the state (kvshuffle State: the receivers cut when every
+// marker is in and spill the cut in the background) and commits it with
+// ckpt; the send loop waits for that commit only at the next checkpoint.
+// A checkpoint is complete once its commit is agreed; a failure before
+// that rolls back to the one before. Each checkpoint spills what the
+// rank held in memory at the cut (kvshuffle CheckpointSpill), so the
+// state names spill files only; they stay on the local disk, pinned. When the job spans hosts (PGAS_HOST
 // labels differ), the checkpoint also copies the files the rank's mirror
 // holder (on another host, ckpt's placement) lacks into the holder's own
 // spill directory (kvshuffle Config.Holders), and a spare that cannot read
@@ -55,6 +61,10 @@ package main
 // mirrors the state's bytes, not the region's bound. A failure before
 // checkpoint 1 was committed makes every rank start over (sample again,
 // empty shuffle).
+//
+// Performance settings: frames of up to 512 KiB, blocks (kvshuffle
+// RunSize) of an eighth of --memory, 1 MiB spill I/O. --cpuprofile PREFIX
+// writes each process's CPU profile to PREFIX.r<rank>.
 //
 // --spill DIR/%h gives every host label its own spill directory (on one
 // machine standing in for several hosts), and --inject ...,disk=lost
