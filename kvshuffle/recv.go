@@ -51,8 +51,9 @@ type aside struct {
 	freeData    [][]byte              // blocks to reuse: their pages are already mapped
 	freeEnts    [][]ent
 
-	wbuf    []byte // the merger's spill write buffer
-	sortTmp []ent  // the merger's scratch for sorting a block's index
+	wbuf    []byte      // the merger's spill write buffer
+	sortTmp []ent       // the merger's scratch for sorting a block's index
+	bsort   blockSorter // the merger's scratch for moving a block into key order
 }
 
 func newAside(s *Shuffle) *aside {
@@ -611,10 +612,7 @@ func (a *aside) run(ctx context.Context, t *task) error {
 	s := a.s
 	if t.kind == taskSortChunks {
 		for _, c := range t.batches[0].chunks {
-			if !c.sorted {
-				s.ord.sortEnts(c.data, c.ents, &a.sortTmp)
-				c.sorted = true
-			}
+			a.sortChunk(c)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -625,10 +623,7 @@ func (a *aside) run(ctx context.Context, t *task) error {
 	var in int64 // memory the inputs hold
 	for _, b := range t.batches {
 		for _, c := range b.chunks {
-			if !c.sorted {
-				s.ord.sortEnts(c.data, c.ents, &a.sortTmp)
-				c.sorted = true
-			}
+			a.sortChunk(c)
 			srcs = append(srcs, &chunkSource{c: c})
 		}
 		in += b.cost()
@@ -706,6 +701,31 @@ func (a *aside) run(ctx context.Context, t *task) error {
 	}
 	a.signalLocked()
 	return nil
+}
+
+// sortChunk sorts c (the merger, outside a.mu): a block of the pool in
+// bytewise order is moved into key order (blockSorter), anything else has
+// its index sorted in place.
+func (a *aside) sortChunk(c *chunk) {
+	a.mu.Lock()
+	sorted := c.sorted
+	a.mu.Unlock()
+	if sorted {
+		return
+	}
+	if !c.pooled || !a.s.ord.bytewise || len(c.ents) < minPhysSort {
+		a.s.ord.sortEnts(c.data, c.ents, &a.sortTmp)
+		a.mu.Lock()
+		c.sorted = true
+		a.mu.Unlock()
+		return
+	}
+	data, es := a.bsort.sortBlock(c.data, c.ents, int(a.s.cfg.RunSize))
+	a.mu.Lock()
+	old, oldEnts := c.data, c.ents
+	c.data, c.ents, c.sorted = data, es, true
+	a.mu.Unlock()
+	a.bsort.recycle(old, oldEnts)
 }
 
 // spillDir returns this shuffle's spill directory, creating it.

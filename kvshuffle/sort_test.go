@@ -62,3 +62,61 @@ func TestRadixSortEnts(t *testing.T) {
 		}
 	}
 }
+
+// Rule (block sort): sortBlock returns the block's pairs moved into key
+// order, front to back with nothing in between, and an index of them in
+// that order; the input block and index are left as they were. Keys of
+// every length (empty too), values of every length, repeated keys, and a
+// block reused for the next sort (recycle).
+func TestSortBlock(t *testing.T) {
+	var bs blockSorter
+	for seed := range uint64(12) {
+		r := rand.New(rand.NewPCG(seed, 9))
+		var data []byte
+		for range 500 + r.IntN(5000) {
+			k := make([]byte, r.IntN(14))
+			for i := range k {
+				k[i] = byte(r.IntN(4) * 60)
+			}
+			if r.IntN(4) == 0 {
+				k = []byte("repeated")
+			}
+			data = AppendPair(data, k, bytes.Repeat([]byte{byte(r.IntN(256))}, r.IntN(130)))
+		}
+		es, err := indexRun(data, nil, 0, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		data0, es0 := slices.Clone(data), slices.Clone(es)
+		want := slices.Clone(es)
+		slices.SortStableFunc(want, func(x, y ent) int { return bytes.Compare(x.key(data), y.key(data)) })
+		out, oes := bs.sortBlock(data, es, 1<<16)
+		if !bytes.Equal(data, data0) || !slices.Equal(es, es0) {
+			t.Fatalf("seed %d: the input block or index changed", seed)
+		}
+		if len(out) != len(data) || len(oes) != len(es) {
+			t.Fatalf("seed %d: %d bytes and %d entries, want %d and %d", seed, len(out), len(oes), len(data), len(es))
+		}
+		var seen []string
+		prev := uint32(0)
+		for i, e := range oes {
+			k, v, n, err := DecodePair(out[prev:])
+			if err != nil || prev+uint32(n) != e.end || !bytes.Equal(k, e.key(out)) || !bytes.Equal(v, e.value(out)) || e.pre != keyPrefix(k) {
+				t.Fatalf("seed %d: entry %d does not index the pair at %d (%v)", seed, i, prev, err)
+			}
+			if !bytes.Equal(k, want[i].key(data)) {
+				t.Fatalf("seed %d: pair %d has key %x, want %x", seed, i, k, want[i].key(data))
+			}
+			seen = append(seen, string(k)+"\x00"+string(v))
+			prev = e.end
+		}
+		var all []string
+		DecodeRun(data, func(k, v []byte) error { all = append(all, string(k)+"\x00"+string(v)); return nil })
+		slices.Sort(seen)
+		slices.Sort(all)
+		if !slices.Equal(seen, all) {
+			t.Fatalf("seed %d: the sorted block holds other pairs than the input", seed)
+		}
+		bs.recycle(data, es)
+	}
+}
