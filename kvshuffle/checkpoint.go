@@ -174,10 +174,7 @@ func (a *aside) cutLocked(c uint64) {
 		cu.batches = nil
 	}
 	a.cuts = append(a.cuts, cu)
-	if a.post != nil {
-		// What arrived after the markers is the first of the new data.
-		a.builder, a.open, a.post, a.postOpen = a.post, a.postOpen, nil, nil
-	}
+	a.takePostLocked() // what arrived after the markers is the first of the new data
 	a.mk.resume()
 	a.signalLocked()
 }

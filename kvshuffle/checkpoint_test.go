@@ -178,10 +178,12 @@ func TestAsyncCheckpoint(t *testing.T) {
 	for _, v := range []struct {
 		name          string
 		spill, cspill bool
+		small         bool // blocks of one frame in a larger budget: many post blocks
 	}{
-		{"in-memory", false, false},
-		{"spill", true, false},
-		{"ckpt-spill", true, true},
+		{"in-memory", false, false, false},
+		{"spill", true, false, false},
+		{"ckpt-spill", true, true, false},
+		{"post-blocks", true, true, true},
 	} {
 		for seed := range uint64(3) {
 			t.Run(fmt.Sprintf("%s/seed=%d", v.name, seed), func(t *testing.T) {
@@ -195,6 +197,9 @@ func TestAsyncCheckpoint(t *testing.T) {
 							c.MergeFanIn = 4
 						}
 						c.CheckpointSpill = v.cspill
+						if v.small {
+							c.RunSize, c.MemoryBudget = int64(c.SlotSize), 256<<10
+						}
 					})
 					recs := make([][][]kv, n)
 					var inputs [][]kv

@@ -111,7 +111,6 @@
 //     larger than a frame being reassembled (at most MaxPairSize);
 //   - spill I/O: (MergeFanIn+1)*IOBufferSize while merging files, and in
 //     Recv one IOBufferSize per spill file (at most MergeFanIn);
-//   - while a checkpoint is cut (see below), at most one post block;
 //   - with Combine, one SlotSize batch per destination on the O side, with
 //     its index;
 //   - checkpoint states, which copy the in-memory data and belong to the
@@ -130,12 +129,13 @@
 // sender to one receiver are applied in order, so when the A task's drain
 // meets the marker of a sender, everything that sender sent before c has
 // been taken in. Until the markers of all senders are in, that sender's
-// later data frames go to a post block instead (while one fits in the
-// budget; otherwise they wait in the ring and credits throttle the
-// sender). When the last marker is in, the A task holds exactly "the data
+// later data frames go to post blocks instead (while they leave room in
+// the budget for one more block of data from before the marker, which the
+// merger can always spill; otherwise they wait in the ring and credits
+// throttle the sender). When the last marker is in, the A task holds exactly "the data
 // sent before c": the drain cuts there (the sealed blocks, runs and spill
-// files, which it pins; which streams had ended), makes the post block the
-// open block, and resumes every source. With CheckpointSpill the merger
+// files, which it pins; which streams had ended), hands the post blocks on
+// as the first data after the cut, and resumes every source. With CheckpointSpill the merger
 // then spills the cut's in-memory data before anything else, in the
 // background (a merge never mixes data from before and after a cut);
 // otherwise the cut's in-memory data is copied at once. State returns when

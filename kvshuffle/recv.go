@@ -36,7 +36,7 @@ type aside struct {
 	builder     *batch
 	open        *chunk   // the builder's block being filled by the drain (not in unsorted)
 	post        *batch   // pairs sent after the checkpoint being cut, before the cut (addPost)
-	postOpen    *chunk   // post's block
+	postOpen    *chunk   // post's last block, being filled
 	unsorted    []*chunk // sealed chunks whose index the merger has not sorted yet
 	sealed      []*batch
 	runs        []*memRun
@@ -366,9 +366,10 @@ func (a *aside) addData(ctx context.Context, payload []byte, si int, own bool) e
 
 // addPost takes a data frame from a source whose checkpoint marker is in
 // while others are still awaited: its pairs come after the checkpoint, so
-// they go to the post block, which becomes the open block at the cut. It
-// returns false, taking nothing, when the post block has no room or a new
-// one does not fit in the budget: the frame then waits in its ring.
+// they go to post blocks, which join the data after the cut. It returns
+// false, taking nothing, when a new post block would leave no room in the
+// budget for one more block of data from before the checkpoint (which the
+// merger can always spill): the frame then waits in its ring.
 func (a *aside) addPost(payload []byte, si int) (bool, error) {
 	s := a.s
 	var err error
@@ -380,19 +381,21 @@ func (a *aside) addPost(payload []byte, si int) (bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := a.postOpen
+	fresh := c == nil || len(c.data)+len(payload) > cap(c.data)
 	need := entSize * n
-	switch {
-	case c == nil:
+	if fresh {
 		need += s.cfg.RunSize
-	case len(c.data)+len(payload) > cap(c.data):
+	}
+	if a.mem+need+a.blockCost() > s.cfg.MemoryBudget {
 		return false, nil
 	}
-	if a.mem+need > s.cfg.MemoryBudget {
-		return false, nil
-	}
-	if c == nil {
+	if fresh {
 		c = a.takeBlockLocked()
-		a.postOpen, a.post = c, &batch{chunks: []*chunk{c}, charge: c.charge}
+		if a.post == nil {
+			a.post = &batch{}
+		}
+		a.post.chunks = append(a.post.chunks, c)
+		a.postOpen = c
 		a.addMemLocked(c.charge)
 	}
 	base := uint32(len(c.data))
@@ -401,12 +404,35 @@ func (a *aside) addPost(payload []byte, si int) (bool, error) {
 		e.kstart, e.kend, e.end = e.kstart+base, e.kend+base, e.end+base
 		c.ents = append(c.ents, e)
 	}
-	a.post.bytes += int64(len(payload))
-	a.post.pairs += n
 	a.addMemLocked(entSize * n)
 	s.st.pairsRecv.Add(uint64(n))
 	s.st.bytesRecv.Add(uint64(len(payload)))
 	return true, nil
+}
+
+// takePostLocked makes the post blocks the first data after a cut: the
+// full ones a sealed batch, the last one the open block.
+func (a *aside) takePostLocked() {
+	if a.post == nil {
+		return
+	}
+	batchOf := func(cs []*chunk) *batch {
+		b := &batch{chunks: cs}
+		for _, c := range cs {
+			b.bytes += int64(len(c.data))
+			b.pairs += int64(len(c.ents))
+			b.charge += c.charge
+		}
+		return b
+	}
+	k := len(a.post.chunks) - 1
+	if k > 0 {
+		full := a.post.chunks[:k:k]
+		a.sealed = append(a.sealed, batchOf(full))
+		a.unsorted = append(a.unsorted, full...)
+	}
+	a.builder, a.open = batchOf([]*chunk{a.post.chunks[k]}), a.postOpen
+	a.post, a.postOpen = nil, nil
 }
 
 // takeBlockLocked returns an empty block of RunSize bytes, from the pool
