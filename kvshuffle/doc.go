@@ -103,7 +103,8 @@
 //   - the pool of free blocks (at most MemoryBudget/RunSize+1 of them;
 //     the blocks in use and in the pool together never exceed what the
 //     budget held at its peak plus one block), and the merger's scratch
-//     for sorting one block's index (24 bytes a pair of a block);
+//     for moving a block into key order: two blocks of RunSize bytes and
+//     three indexes of a block's pairs (24 bytes a pair);
 //   - the segment: len(ORanks)*Slots*SlotSize bytes of rings on an A rank,
 //     len(ARanks)*SendBuffers*SlotSize+64 bytes of send buffers on an O
 //     rank, allocated by New;
