@@ -11,129 +11,243 @@ import (
 	"github.com/gaspigo/gaspigo/segments"
 )
 
-// Checkpoint takes key-count checkpoint c (c > every earlier one). It is
-// collective over all ranks of the shuffle, called at the same point of
-// every rank's sequence of Send, CloseSend and Checkpoint calls, and not
+// Checkpoint takes key-count checkpoint c (c > every earlier one) and
+// returns this rank's state for it: Mark then State. It is collective
+// over all ranks of the shuffle, called at the same point of every rank's
+// sequence of Send, CloseSend and Checkpoint (or Mark) calls, and not
 // concurrently with Send.
 //
-// The O side flushes its buffers (through Combine) and sends a marker
-// carrying c to every partition after its data, in schedule order. The A
-// side waits until it has the marker of every O task; the drain stops
-// taking frames from a source once its marker is in, so at that moment the
-// A task holds exactly the pairs sent before c. The returned state records
-// what this rank needs to come back to c: the O task's Consumed count, the
-// in-memory data (sorted runs and unsorted batches, copied), and the names
-// of the spill files (which stay on disk, pinned, until Release or Close).
-// With Config.Holders, the spill files are also copied to the holders on
-// other hosts before Checkpoint returns (see the package doc). The state
-// is this rank's part of the application checkpoint; store it with
-// package ckpt or elsewhere and give it to RollBack.
+// The returned state records what this rank needs to come back to c: the
+// O task's Consumed count, the in-memory data (sorted runs and unsorted
+// batches, copied) or with CheckpointSpill none, and the names of the
+// spill files (which stay on disk, pinned, until Release or Close). With
+// Config.Holders, the spill files are also copied to the holders on other
+// hosts before it returns (see the package doc). The state is this rank's
+// part of the application checkpoint; store it with package ckpt or
+// elsewhere and give it to RollBack.
 //
 // Checkpoint returns ErrState after Recv or Groups started, or for a c
 // that does not increase. If it fails, the shuffle must be rolled back.
 func (s *Shuffle) Checkpoint(ctx context.Context, c uint64) ([]byte, error) {
 	defer phase("checkpoint", "shuffle checkpoint")()
+	if err := s.Mark(ctx, c); err != nil {
+		return nil, err
+	}
+	return s.State(ctx, c)
+}
+
+// Mark starts key-count checkpoint c (c > every earlier one) and returns
+// without waiting for other ranks: the asynchronous checkpoint. Like
+// Checkpoint it is collective, called at the same point of every rank's
+// sequence of Send, CloseSend and Mark calls, and not concurrently with
+// Send.
+//
+// The O side records Consumed, flushes its buffers (through Combine) and
+// queues a marker carrying c behind its data to every partition; Send may
+// go on at once, and its pairs follow the markers. On the A side the
+// drain stops taking a source's frames once its marker c is in (later
+// frames wait in the ring, and credits throttle that sender); when the
+// markers of every O task are in, the pairs held are exactly those sent
+// before c: the drain cuts there (the data held, the spill files, which
+// streams had ended) and resumes every source at once. With
+// CheckpointSpill the merger then spills the cut's in-memory data in the
+// background, before any other work, without holding up the drain
+// (except as MemoryBudget does); otherwise the cut's in-memory data is
+// copied at the cut. State(c) waits for the cut to be complete and
+// returns the state; call it once for every Mark, in order, from any
+// goroutine (typically one that then commits the application checkpoint
+// while this one sends on).
+func (s *Shuffle) Mark(ctx context.Context, c uint64) error {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	if err := s.usable(); err != nil {
-		return nil, err
+		return err
 	}
 	if c <= s.lastCkpt {
-		return nil, fmt.Errorf("kvshuffle: checkpoint %d: not above the last checkpoint %d: %w", c, s.lastCkpt, ErrState)
+		return fmt.Errorf("kvshuffle: checkpoint %d: not above the last checkpoint %d: %w", c, s.lastCkpt, ErrState)
 	}
 	if a := s.a; a != nil {
 		a.mu.Lock()
 		started := a.recvStarted
 		a.mu.Unlock()
 		if started {
-			return nil, fmt.Errorf("kvshuffle: checkpoint %d: the received pairs are being read: %w", c, ErrState)
+			return fmt.Errorf("kvshuffle: checkpoint %d: the received pairs are being read: %w", c, ErrState)
 		}
+	}
+	var op opart
+	if o := s.o; o != nil {
+		op = opart{consumed: s.Consumed(), closed: o.endQueued}
+		if err := o.queueMarkers(ctx, c); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.pending[c] = op
+	s.mu.Unlock()
+	s.lastCkpt = c
+	return nil
+}
+
+// opart is the O task's part of a checkpoint state, taken by Mark.
+type opart struct {
+	consumed uint64
+	closed   bool
+}
+
+// State waits until checkpoint c, started by Mark, is complete on this
+// rank and returns its state (see Checkpoint). On an A task that is once
+// the markers of every O task are in and, with CheckpointSpill, the cut's
+// data is spilled; with Config.Holders the files are then copied to the
+// holders on other hosts (a collective session: every rank calls State
+// for the same checkpoints in the same order). It must not run
+// concurrently with another State or with RollBack; Send, CloseSend and
+// Mark may run meanwhile. If it fails, the shuffle must be rolled back.
+func (s *Shuffle) State(ctx context.Context, c uint64) ([]byte, error) {
+	s.ckMu.Lock()
+	defer s.ckMu.Unlock()
+	s.mu.Lock()
+	op, ok := s.pending[c]
+	delete(s.pending, c)
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("kvshuffle: state of checkpoint %d: not marked, or already taken: %w", c, ErrState)
 	}
 	st := s.newState(c)
-	if o := s.o; o != nil {
-		st.consumed = s.Consumed()
-		st.closed = o.endQueued
-		queued := false
-		if err := o.flush(ctx, frameMarker, c, &queued, "checkpoint"); err != nil {
-			return nil, err
-		}
-	}
+	st.consumed, st.closed = op.consumed, op.closed
 	var unsorted [][]byte
 	if a := s.a; a != nil {
-		if err := a.waitMarkers(ctx, c); err != nil {
+		cu, err := a.waitCut(ctx, c)
+		if err != nil {
 			return nil, err
 		}
-		if s.cfg.CheckpointSpill && s.cfg.SpillDir != "" {
-			if err := a.spillAll(ctx); err != nil {
-				return nil, err
-			}
-		}
-		a.mu.Lock()
-		copy(st.ended, a.ended)
-		for _, f := range a.files {
-			a.mk.pin(c, f.path)
+		copy(st.ended, cu.ended)
+		for _, f := range cu.files {
 			st.files = append(st.files, stateFile{path: f.path, size: f.size, pairs: f.pairs, crc: f.crc})
 		}
-		for _, r := range a.runs {
+		for _, r := range cu.runs {
 			st.runs = append(st.runs, stateRun{sorted: true, data: r.data})
 		}
-		for _, b := range append(slices.Clone(a.sealed), a.builder) {
-			for _, ch := range b.chunks {
-				unsorted = append(unsorted, ch.data)
-			}
-		}
-		a.mk.resume()
-		a.signalLocked()
-		a.mu.Unlock()
-		s.seg.SetNotification(s.lay.drainWake(), 1)
+		unsorted = cu.data
 	}
 	if s.cfg.Holders != nil {
 		if err := s.replicate(ctx, st); err != nil {
 			return nil, err
 		}
 	}
-	s.lastCkpt = c
 	out := st.encode(unsorted)
 	s.log.Info("checkpoint taken", "checkpoint", c, "consumed", st.consumed, "state_bytes", len(out), "spill_files", len(st.files))
 	return out, nil
 }
 
-// spillAll has the merger spill everything held in memory and waits for
-// it: with every source paused at its marker, nothing new arrives.
-func (a *aside) spillAll(ctx context.Context) error {
-	for {
-		a.mu.Lock()
-		empty := len(a.runs) == 0 && len(a.sealed) == 0 && len(a.builder.chunks) == 0
-		if !empty {
-			a.pressure = true
-			a.signalLocked()
-		}
-		ch := a.changed
-		a.mu.Unlock()
-		if empty {
-			return nil
-		}
-		if err := a.s.waitOn(ctx, ch, "checkpoint"); err != nil {
-			return err
-		}
-	}
+// cut is an A task's checkpoint: what it held when the markers of every O
+// task were in.
+type cut struct {
+	c     uint64
+	ended []bool
+	files []*spillFile // pinned under c
+	// In-memory data. With CheckpointSpill: batches and runs the merger
+	// still has to spill (the cut is complete once they are files);
+	// otherwise runs (immutable) and copies of the batches' data.
+	batches []*batch
+	runs    []*memRun
+	data    [][]byte
 }
 
-// waitMarkers waits until marker c of every O task is in.
-func (a *aside) waitMarkers(ctx context.Context, c uint64) error {
+func (cu *cut) complete() bool { return len(cu.batches) == 0 && len(cu.runs) == 0 || cu.data != nil }
+
+// cutLocked takes checkpoint c of the A task (every marker c is in) and
+// lets every source flow again.
+func (a *aside) cutLocked(c uint64) {
+	a.sealLocked()
+	cu := &cut{c: c, ended: slices.Clone(a.ended), files: slices.Clone(a.files), batches: slices.Clone(a.sealed), runs: slices.Clone(a.runs)}
+	for _, f := range cu.files {
+		a.mk.pin(c, f.path)
+	}
+	if !a.s.cfg.CheckpointSpill || a.s.cfg.SpillDir == "" {
+		// The state carries the data: copy the batches (their blocks are
+		// reused once spilled); runs never change.
+		cu.data = [][]byte{}
+		for _, b := range cu.batches {
+			for _, ch := range b.chunks {
+				cu.data = append(cu.data, slices.Clone(ch.data))
+			}
+		}
+		cu.batches = nil
+	}
+	a.cuts = append(a.cuts, cu)
+	a.takePostLocked() // what arrived after the markers is the first of the new data
+	a.mk.resume()
+	a.signalLocked()
+}
+
+// cutSpillLocked returns the first cut whose in-memory data the merger
+// must spill, or nil.
+func (a *aside) cutSpillLocked() *cut {
+	for _, cu := range a.cuts {
+		if !cu.complete() {
+			return cu
+		}
+	}
+	return nil
+}
+
+// cutReplaceLocked records, in every pending cut that held all of a
+// finished task's in-memory inputs, the task's output instead.
+func (a *aside) cutReplaceLocked(t *task, run *memRun, file *spillFile) error {
+	if len(t.batches) == 0 && len(t.runs) == 0 {
+		return nil
+	}
+	for _, cu := range a.cuts {
+		if cu.data != nil {
+			continue
+		}
+		in := 0
+		for _, b := range t.batches {
+			if slices.Contains(cu.batches, b) {
+				in++
+			}
+		}
+		for _, r := range t.runs {
+			if slices.Contains(cu.runs, r) {
+				in++
+			}
+		}
+		if in == 0 {
+			continue
+		}
+		if in != len(t.batches)+len(t.runs) {
+			return fmt.Errorf("kvshuffle: checkpoint %d: a merge mixed data before and after the checkpoint: %w", cu.c, ErrState)
+		}
+		cu.batches = slices.DeleteFunc(cu.batches, func(b *batch) bool { return slices.Contains(t.batches, b) })
+		cu.runs = slices.DeleteFunc(cu.runs, func(r *memRun) bool { return slices.Contains(t.runs, r) })
+		if run != nil {
+			cu.runs = append(cu.runs, run)
+		}
+		if file != nil {
+			cu.files = append(cu.files, file)
+			a.mk.pin(cu.c, file.path)
+		}
+	}
+	return nil
+}
+
+// waitCut waits until checkpoint c's cut is complete and takes it (with
+// the cuts before it, which nobody asked for).
+func (a *aside) waitCut(ctx context.Context, c uint64) (*cut, error) {
 	for {
 		a.mu.Lock()
-		done, late, err := a.mk.complete(c)
+		for i, cu := range a.cuts {
+			if cu.c == c && cu.complete() {
+				a.cuts = slices.Delete(a.cuts, 0, i+1)
+				a.signalLocked()
+				a.mu.Unlock()
+				return cu, nil
+			}
+		}
 		ch := a.changed
 		a.mu.Unlock()
-		if err != nil {
-			return fmt.Errorf("kvshuffle: checkpoint %d: rank %d %v: %w", c, a.s.oRanks[late], err, ErrState)
-		}
-		if done {
-			return nil
-		}
 		if err := a.s.waitOn(ctx, ch, "checkpoint"); err != nil {
-			return err
+			return nil, err
 		}
 	}
 }
@@ -188,6 +302,8 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 	defer phase("recovery", "shuffle roll back")()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	s.ckMu.Lock()
+	defer s.ckMu.Unlock()
 	select {
 	case <-s.closed:
 		return ErrClosed
@@ -266,6 +382,7 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 		s.failed = make(chan struct{})
 	}
 	s.recvErr = nil
+	clear(s.pending)
 	s.mu.Unlock()
 	s.lastCkpt = st.c
 	// After this barrier every rank has reset: new frames may flow.
@@ -339,7 +456,8 @@ func (a *aside) load(st *state) error {
 	}
 	a.unpinLocked(func(id uint64) bool { return id > st.c })
 	// In-memory data.
-	a.runs, a.sealed, a.builder, a.unsorted, a.mem = nil, nil, &batch{}, nil, 0
+	a.runs, a.sealed, a.builder, a.open, a.unsorted, a.mem, a.cuts = nil, nil, &batch{}, nil, nil, 0, nil
+	a.post, a.postOpen = nil, nil
 	for _, r := range st.runs {
 		data := slices.Clone(r.data)
 		if r.sorted {
@@ -347,12 +465,13 @@ func (a *aside) load(st *state) error {
 			a.addMemLocked(int64(len(data)))
 			continue
 		}
-		es, err := indexRun(data, nil, "state")
+		es, err := indexRun(data, nil, 0, "state")
 		if err != nil {
 			return err
 		}
 		c := &chunk{data: data, ents: es}
-		b := &batch{chunks: []*chunk{c}, bytes: int64(len(data)), pairs: int64(len(es))}
+		c.charge = int64(len(data))
+		b := &batch{chunks: []*chunk{c}, bytes: int64(len(data)), pairs: int64(len(es)), charge: c.charge}
 		a.sealed = append(a.sealed, b)
 		a.unsorted = append(a.unsorted, c)
 		a.addMemLocked(b.cost())

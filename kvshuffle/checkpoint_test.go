@@ -166,6 +166,122 @@ func TestRollBackResend(t *testing.T) {
 	}
 }
 
+// Rule (asynchronous checkpoint): with Mark, the O tasks send on at once
+// while another goroutine takes the states (State, in order) as the
+// checkpoints complete; rolling back to the last state taken and
+// resending from Consumed gives exactly the failure-free result. Senders
+// reach later checkpoints before earlier ones are complete; the cut of a
+// checkpoint never takes data sent after it, whether its in-memory data
+// is spilled (CheckpointSpill, with spills under memory pressure at the
+// same time) or carried in the state.
+func TestAsyncCheckpoint(t *testing.T) {
+	for _, v := range []struct {
+		name          string
+		spill, cspill bool
+		small         bool // blocks of one frame in a larger budget: many post blocks
+	}{
+		{"in-memory", false, false, false},
+		{"spill", true, false, false},
+		{"ckpt-spill", true, true, false},
+		{"post-blocks", true, true, true},
+	} {
+		for seed := range uint64(3) {
+			t.Run(fmt.Sprintf("%s/seed=%d", v.name, seed), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					const n, nrec, marks = 3, 900, 4
+					rts, _ := newJob(t, n, int64(seed)+60)
+					shs := newShuffles(t, rts, func(c *Config) {
+						c.Mode = ModeMapReduce
+						if v.spill {
+							spillConfig(t.TempDir())(c)
+							c.MergeFanIn = 4
+						}
+						c.CheckpointSpill = v.cspill
+						if v.small {
+							c.RunSize, c.MemoryBudget = int64(c.SlotSize), 256<<10
+						}
+					})
+					recs := make([][][]kv, n)
+					var inputs [][]kv
+					for i := range n {
+						recs[i] = records(i, nrec, 60, rand.New(rand.NewPCG(seed, uint64(70+i))))
+						for _, rec := range recs[i] {
+							inputs = append(inputs, rec)
+						}
+					}
+					// The same checkpoint positions on every rank, as
+					// the key counts of a real job are.
+					r := rand.New(rand.NewPCG(seed, 99))
+					at := make([]int, marks)
+					for k := range at {
+						at[k] = r.IntN(nrec * 3 / 4)
+					}
+					slices.Sort(at)
+					stop := at[marks-1] + r.IntN(nrec-at[marks-1]) // sent before the failure
+					got := make([][]kv, n)
+					each(t, n, func(i int) error {
+						ctx := context.Background()
+						s := shs[i]
+						type res struct {
+							st  []byte
+							err error
+						}
+						states := make(chan res, marks)
+						marked := make(chan uint64, marks)
+						go func() { // the committer
+							for c := range marked {
+								st, err := s.State(ctx, c)
+								states <- res{st, err}
+							}
+						}()
+						defer close(marked)
+						from := 0
+						for k := range marks {
+							if err := sendRecords(s, recs[i], from, at[k]); err != nil {
+								return err
+							}
+							from = at[k]
+							if err := s.Mark(ctx, uint64(k+1)); err != nil {
+								return err
+							}
+							marked <- uint64(k + 1)
+						}
+						if err := sendRecords(s, recs[i], from, stop); err != nil {
+							return err
+						}
+						var last []byte
+						for range marks {
+							r := <-states
+							if r.err != nil {
+								return r.err
+							}
+							last = r.st
+						}
+						if v.cspill && len(last) > 4096 {
+							return fmt.Errorf("checkpoint state of %d bytes with CheckpointSpill: the in-memory data went into it", len(last))
+						}
+						if err := s.RollBack(ctx, last); err != nil {
+							return err
+						}
+						if s.Consumed() != uint64(at[marks-1]) {
+							return fmt.Errorf("consumed %d after roll back, want %d", s.Consumed(), at[marks-1])
+						}
+						var err error
+						got[i], err = finishSend(t, s, recs[i])
+						return err
+					})
+					expectPartitioned(t, inputs, got, HashPartition)
+					for i, s := range shs {
+						if v.spill && s.Stats().Spills == 0 {
+							t.Errorf("rank %d never spilled", i)
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
 // A checkpoint taken after every O task closed holds the complete
 // shuffle: rolling back to it needs no resend.
 func TestCheckpointAfterClose(t *testing.T) {

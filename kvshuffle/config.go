@@ -116,12 +116,15 @@ type Config struct {
 	SendBuffers int
 
 	// MemoryBudget bounds, in bytes, the received data an A task holds in
-	// memory: unsorted batches (with a 16-byte index per pair), sorted runs
-	// and merge outputs. Above it, runs spill to SpillDir. The fixed
-	// overheads outside it are listed in the package doc.
+	// memory: blocks of received pairs (with a 24-byte index entry per
+	// pair), sorted runs and merge outputs. Above it, sealed blocks spill
+	// to SpillDir. The fixed overheads outside it are listed in the
+	// package doc.
 	MemoryBudget int64
-	// RunSize is how many bytes of received pairs an A task collects before
-	// it sorts them into a run. At most MemoryBudget/2.
+	// RunSize is the size in bytes of the blocks an A task collects
+	// received pairs in; each sealed block is sorted into a run. At most
+	// MemoryBudget/2; an eighth of it lets the merger spill while the
+	// drain fills the next block.
 	RunSize int64
 	// MergeFanIn is the most runs merged at once (in memory, on disk, and
 	// in the final merge that Recv reads); more runs are merged in passes.

@@ -66,24 +66,32 @@
 //
 // Flow control is by credits. A sender may have at most Slots frames
 // outstanding to a receiver. The receiver's drain goroutine copies each
-// frame out of its slot, indexes its pairs, and returns the slot with a
-// Notify whose value is its cumulative count of frames consumed. A
-// receiver that does not drain therefore stops its senders' pumps; their
-// buffers (SendBuffers per destination, fixed in the segment) fill, and
-// Send blocks. Nothing on the send side grows with the data.
+// frame out of its slot into the open block, indexes its pairs, and
+// returns the slot with a Notify whose value is its cumulative count of
+// frames consumed. A receiver that does not drain therefore stops its
+// senders' pumps; their buffers (SendBuffers per destination, fixed in the
+// segment) fill, and Send blocks. Nothing on the send side grows with the
+// data.
 //
-// The merger goroutine sorts the index of every received frame as it
-// arrives (each frame becomes a sorted run), merges the frames of every
-// RunSize bytes into one run in memory, merges runs when more than
-// MergeFanIn pile up, and spills: when the drain cannot take a frame
-// without exceeding MemoryBudget, the merger k-way merges everything in
-// memory (heap) into one sorted spill file in SpillDir and frees it. The
-// drain waits meanwhile, and so do the senders. Once every O task has
-// ended its stream, the merger cuts the number of spill files to
-// MergeFanIn with on-disk merge passes, and Recv merges runs, spill files
-// and the last frames in one heap. Compute (Send), transfer (pump, drain)
-// and sorting (merger) overlap. Spill files are removed once merged or
-// read, unless a checkpoint pins them, and all of them at Close.
+// Blocks: the drain appends the payloads of many frames to one block of
+// RunSize bytes, with an index entry per pair (the key's 8-byte prefix and
+// offsets). A full block is sealed and handed to the merger goroutine,
+// which sorts its index in place (a radix sort of the prefixes, ties by
+// the whole key; the pairs never move), so every sealed block is a sorted
+// run. Blocks are kept in a pool once freed and reused, so the memory is
+// mapped once, not at every frame. When the sealed blocks plus the next
+// one would exceed MemoryBudget, the merger k-way merges the sealed blocks
+// (and any in-memory runs) into one sorted spill file in SpillDir, while
+// the drain fills the open block; the drain waits only when even that
+// block does not fit. Without SpillDir, more than MergeFanIn sealed
+// blocks are merged into one run in memory. Once every O task has ended
+// its stream, the merger cuts the number of spill files to MergeFanIn
+// with on-disk merge passes, and Recv merges runs, spill files and the
+// sorted blocks in one heap. Spill files are written and read a buffer
+// (IOBufferSize) at a time, pairs decoded in place. Compute (Send),
+// transfer (pump, drain) and sorting (merger) overlap. Spill files are
+// removed once merged or read, unless a checkpoint pins them, and all of
+// them at Close.
 //
 // Exchange order: when several destinations are ready, the pump serves
 // them in schedule order. With Schedule Diagonal, O task i starts at
@@ -97,10 +105,16 @@
 //
 // # Memory
 //
-// MemoryBudget bounds the received data an A task holds: batches (pair
-// bytes plus a 24-byte index entry per pair), runs, and the output of an
+// MemoryBudget bounds the received data an A task holds: blocks (each
+// counted at its full RunSize from the moment it is taken, plus a 24-byte
+// index entry per pair), large pairs, runs, and the output of an
 // in-memory merge (reserved before it starts). Outside the budget, and
 // constant in the data size:
+//   - the pool of free blocks (at most MemoryBudget/RunSize+1 of them;
+//     the blocks in use and in the pool together never exceed what the
+//     budget held at its peak plus one block), and the merger's scratch
+//     for moving a block into key order: two blocks of RunSize bytes and
+//     three indexes of a block's pairs (24 bytes a pair);
 //   - the segment: len(ORanks)*Slots*SlotSize bytes of rings on an A rank,
 //     len(ARanks)*SendBuffers*SlotSize+64 bytes of send buffers on an O
 //     rank, allocated by New;
@@ -117,21 +131,34 @@
 //
 // # Key-count checkpoints
 //
-// Checkpoint(ctx, c) is collective. Each O task records Consumed (the
-// input records it marked consumed), flushes its buffers and queues a
-// marker frame carrying c after its data to every partition. Frames from
-// one sender to one receiver are applied in order, so when the A task's
-// drain meets the marker of a sender, everything that sender sent before
-// c has been taken in; the drain stops taking that sender's frames
-// (later frames wait in the ring, and the sender is throttled by credits).
-// When the markers of all senders are in, the A task holds exactly "the
-// data sent before c": it pins its spill files, copies its in-memory runs
-// and batches into the state, and resumes the drain. The state (opaque
-// bytes, versioned and checksummed) is what the application mirrors with
-// package ckpt, next to its own data. The bookkeeping of markers (which
-// sender's is in, which sender is paused) and of the files each checkpoint
-// pins (and which files Release or a roll back frees) is a pure state
-// machine, tested from the scripts in testdata/markers.
+// Checkpoints are asynchronous: Mark(ctx, c) starts one and returns,
+// State(ctx, c) waits for its state (Checkpoint is the two in a row).
+// Mark is collective (every rank, at the same point of its sequence of
+// sends). Each O task records Consumed (the input records it marked
+// consumed), seals its buffers and queues a marker frame carrying c behind
+// its data to every partition, and Send goes on at once. Frames from one
+// sender to one receiver are applied in order, so when the A task's drain
+// meets the marker of a sender, everything that sender sent before c has
+// been taken in. Until the markers of all senders are in, that sender's
+// later data frames go to post blocks instead (while they leave room in
+// the budget for one more block of data from before the marker, which the
+// merger can always spill; otherwise they wait in the ring and credits
+// throttle the sender). When the last marker is in, the A task holds exactly "the data
+// sent before c": the drain cuts there (the sealed blocks, runs and spill
+// files, which it pins; which streams had ended), hands the post blocks on
+// as the first data after the cut, and resumes every source. With CheckpointSpill the merger
+// then spills the cut's in-memory data before anything else, in the
+// background (a merge never mixes data from before and after a cut);
+// otherwise the cut's in-memory data is copied at once. State returns when
+// the cut is complete, and typically runs in a goroutine of the
+// application that then commits the state with package ckpt while the
+// sending goes on: the checkpoint is complete when that commit is agreed.
+// The state (opaque bytes, versioned and checksummed) is what the
+// application mirrors with package ckpt, next to its own data. The
+// bookkeeping of markers (which sender's is in, which sender is paused)
+// and of the files each checkpoint pins (and which files Release or a roll
+// back frees) is a pure state machine, tested from the scripts in
+// testdata/markers.
 //
 // A call that waits on other ranks (Send and CloseSend for credits,
 // Checkpoint, Recv, the copies to holders) wakes at the runtime's failure
@@ -179,16 +206,17 @@
 //
 // # Concurrency and ownership
 //
-// Send, CloseSend, Checkpoint and RollBack are serialised by one mutex
-// (opMu): they may be called from several goroutines but run one at a
-// time. Recv and Groups are called by the A task; Stats, Consumed,
+// Send, CloseSend, Mark, Checkpoint and RollBack are serialised by one
+// mutex (opMu): they may be called from several goroutines but run one at
+// a time. State may run in another goroutine at the same time as Send,
+// CloseSend and Mark, not with another State or RollBack (ckMu). Recv and Groups are called by the A task; Stats, Consumed,
 // MarkConsumed, Err and Close may be called at any time. Goroutines, owned
 // by the Shuffle and stopped by Close and RollBack: the pump (O side; owns
 // sealed frames, the control frame and Config.Queue), the drain (A side;
 // owns the rings and Config.CreditQueue) and the merger (A side; sorts
 // chunk indexes and owns spill output until it is listed).
 //
-// Lock order (outer first): Shuffle.opMu; oside.mu; aside.mu;
-// Shuffle.mu (a leaf). The drain and the merger never hold aside.mu while
+// Lock order (outer first): Shuffle.opMu; Shuffle.ckMu; oside.mu;
+// aside.mu; Shuffle.mu (a leaf). The drain and the merger never hold aside.mu while
 // doing I/O, sorting or waiting.
 package kvshuffle

@@ -104,7 +104,7 @@ func FuzzDecodeRun(f *testing.F) {
 		if !bytes.Equal(re, b) {
 			t.Fatalf("%d pairs re-encode to %x, input %x", n, re, b)
 		}
-		es, err := indexRun(b, nil, "run")
+		es, err := indexRun(b, nil, 0, "run")
 		if err != nil || len(es) != n {
 			t.Fatalf("indexRun = %d, %v; DecodeRun found %d", len(es), err, n)
 		}

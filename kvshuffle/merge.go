@@ -1,7 +1,6 @@
 package kvshuffle
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -55,53 +54,116 @@ func (o order) compare(a, b []byte) int {
 	return o.cmp(a, b)
 }
 
-func (o order) sortEnts(data []byte, es []ent) {
+// sortEnts sorts es by key; *tmp is scratch space, grown as needed and
+// kept by the caller for the next sort.
+func (o order) sortEnts(data []byte, es []ent, tmp *[]ent) {
 	if o.bytewise {
-		slices.SortFunc(es, func(x, y ent) int {
-			if x.pre != y.pre {
-				if x.pre < y.pre {
-					return -1
-				}
-				return 1
-			}
-			return bytes.Compare(x.key(data), y.key(data))
-		})
+		radixSortEnts(data, es, tmp)
 		return
 	}
 	slices.SortFunc(es, func(x, y ent) int { return o.cmp(x.key(data), y.key(data)) })
 }
 
+// radixSortEnts sorts es in bytewise key order: a least-significant-digit
+// radix sort of the 8-byte key prefixes, a byte a pass (passes whose byte
+// is the same in every entry are skipped), then each run of equal
+// prefixes by the whole key. No comparison, no data-dependent branch in
+// the passes; the records themselves never move.
+func radixSortEnts(data []byte, es []ent, tmp *[]ent) {
+	if len(es) < 64 {
+		slices.SortFunc(es, func(x, y ent) int { return cmpEnt(data, x, y) })
+		return
+	}
+	if cap(*tmp) < len(es) {
+		*tmp = make([]ent, len(es))
+	}
+	var counts [8][256]int
+	for _, e := range es {
+		p := e.pre
+		for b := range 8 {
+			counts[b][byte(p>>(8*b))]++
+		}
+	}
+	src, dst := es, (*tmp)[:len(es)]
+	for b := range 8 {
+		c := &counts[b]
+		if c[byte(es[0].pre>>(8*b))] == len(es) {
+			continue
+		}
+		sum := 0
+		for i, n := range c {
+			c[i] = sum
+			sum += n
+		}
+		shift := 8 * b
+		for _, e := range src {
+			d := byte(e.pre >> shift)
+			dst[c[d]] = e
+			c[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &es[0] {
+		copy(es, src)
+	}
+	for i := 0; i < len(es); {
+		j := i + 1
+		for j < len(es) && es[j].pre == es[i].pre {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(es[i:j], func(x, y ent) int { return bytes.Compare(x.key(data), y.key(data)) })
+		}
+		i = j
+	}
+}
+
+func cmpEnt(data []byte, x, y ent) int {
+	if x.pre != y.pre {
+		if x.pre < y.pre {
+			return -1
+		}
+		return 1
+	}
+	return bytes.Compare(x.key(data), y.key(data))
+}
+
 // indexRun decodes b (a run of whole pairs) and appends an ent per pair,
-// with offsets relative to b.
-func indexRun(b []byte, es []ent, what string) ([]ent, error) {
+// with offsets relative to b plus base.
+func indexRun(b []byte, es []ent, base int, what string) ([]ent, error) {
 	for off := 0; off < len(b); {
 		k, v, n, err := decodePairAt(b, off, what)
 		if err != nil {
 			return es, err
 		}
-		ks := off + n - len(v) - len(k)
-		es = append(es, ent{pre: keyPrefix(k), kstart: uint32(ks), kend: uint32(ks + len(k)), end: uint32(off + n)})
+		ks := base + off + n - len(v) - len(k)
+		es = append(es, ent{pre: keyPrefix(k), kstart: uint32(ks), kend: uint32(ks + len(k)), end: uint32(base + off + n)})
 		off += n
 	}
 	return es, nil
 }
 
-// chunk is the payload of one received frame, copied out of the ring,
-// with its index. The merger sorts the index in place before merging.
+// chunk is received pairs with their index: a block of the A task's pool
+// that the drain fills with the payloads of many frames (the common case),
+// or one large pair reassembled from pieces, or a run of a restored state.
+// Once sealed, the merger sorts the index in place; the data never moves.
 type chunk struct {
 	data   []byte
 	ents   []ent
 	sorted bool
+	charge int64 // bytes charged against the budget for data (a block: its capacity)
+	pooled bool  // data and ents go back to the pool when the chunk is freed
 }
 
-// batch is received pairs not yet sorted into a run.
+// batch is received chunks not yet merged into a run or spilled.
 type batch struct {
 	chunks []*chunk
-	bytes  int64
+	bytes  int64 // data bytes
 	pairs  int64
+	charge int64 // the chunks' charges
 }
 
-func (b *batch) cost() int64 { return b.bytes + entSize*b.pairs }
+func (b *batch) cost() int64 { return b.charge + entSize*b.pairs }
 
 // memRun is a sorted run held in memory.
 type memRun struct {
@@ -307,50 +369,77 @@ type spillFile struct {
 
 func (f *spillFile) dataLen() int64 { return f.size - spillHead - spillTail }
 
-// spillWriter writes one spill file.
+// spillWriter writes one spill file through one large buffer: pairs are
+// appended to it, and each full buffer is checksummed and written with a
+// single write (a pair larger than the buffer goes straight to the file).
 type spillWriter struct {
-	f     *os.File
-	w     *bufio.Writer
-	crc   uint32
-	pairs uint64
-	n     int64
-	hdr   [2 * binary.MaxVarintLen64]byte
+	f       *os.File
+	buf     []byte // len: bytes waiting; cap: the I/O size
+	crcFrom int    // buf[:crcFrom] is not part of the checksum (the magic)
+	crc     uint32
+	pairs   uint64
+	n       int64
+	hdr     [2 * binary.MaxVarintLen64]byte
 }
 
-func createSpill(dir string, ioBuf int) (*spillWriter, error) {
+// createSpill creates a spill file in dir; buf (length ignored) is the
+// write buffer, which the writer uses until finish or abort.
+func createSpill(dir string, buf []byte) (*spillWriter, error) {
 	f, err := os.CreateTemp(dir, "run-*.kvs")
 	if err != nil {
 		return nil, err
 	}
-	w := &spillWriter{f: f, w: bufio.NewWriterSize(f, ioBuf)}
-	if _, err := w.w.WriteString(spillMagic); err != nil {
-		w.abort()
-		return nil, err
-	}
+	w := &spillWriter{f: f, buf: append(buf[:0], spillMagic...), crcFrom: spillHead}
 	return w, nil
 }
 
-func (w *spillWriter) write(k, v []byte) error {
-	h := binary.PutUvarint(w.hdr[:], uint64(len(k)))
-	h += binary.PutUvarint(w.hdr[h:], uint64(len(v)))
-	w.crc = crc32.Update(w.crc, castagnoli, w.hdr[:h])
-	w.crc = crc32.Update(w.crc, castagnoli, k)
-	w.crc = crc32.Update(w.crc, castagnoli, v)
-	w.w.Write(w.hdr[:h])
-	w.w.Write(k)
-	_, err := w.w.Write(v)
-	w.pairs++
-	w.n += int64(h + len(k) + len(v))
+func (w *spillWriter) flush() error {
+	w.crc = crc32.Update(w.crc, castagnoli, w.buf[w.crcFrom:])
+	_, err := w.f.Write(w.buf)
+	w.buf, w.crcFrom = w.buf[:0], 0
 	return err
 }
 
+func (w *spillWriter) write(k, v []byte) error {
+	size := PairSize(len(k), len(v))
+	if len(w.buf)+size > cap(w.buf) {
+		if err := w.flush(); err != nil {
+			return err
+		}
+	}
+	w.pairs++
+	w.n += int64(size)
+	if size <= cap(w.buf) {
+		w.buf = binary.AppendUvarint(w.buf, uint64(len(k)))
+		w.buf = binary.AppendUvarint(w.buf, uint64(len(v)))
+		w.buf = append(w.buf, k...)
+		w.buf = append(w.buf, v...)
+		return nil
+	}
+	h := binary.PutUvarint(w.hdr[:], uint64(len(k)))
+	h += binary.PutUvarint(w.hdr[h:], uint64(len(v)))
+	for _, b := range [][]byte{w.hdr[:h], k, v} {
+		w.crc = crc32.Update(w.crc, castagnoli, b)
+		if _, err := w.f.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (w *spillWriter) finish() (*spillFile, error) {
-	var t [spillTail]byte
-	binary.LittleEndian.PutUint64(t[0:], w.pairs)
-	binary.LittleEndian.PutUint32(t[8:], w.crc)
-	copy(t[12:], spillTrailer)
-	w.w.Write(t[:])
-	if err := w.w.Flush(); err != nil {
+	if len(w.buf)+spillTail > cap(w.buf) {
+		if err := w.flush(); err != nil {
+			w.abort()
+			return nil, err
+		}
+	}
+	w.crc = crc32.Update(w.crc, castagnoli, w.buf[w.crcFrom:])
+	w.crcFrom = len(w.buf)
+	w.buf = binary.LittleEndian.AppendUint64(w.buf, w.pairs)
+	w.buf = binary.LittleEndian.AppendUint32(w.buf, w.crc)
+	w.buf = append(w.buf, spillTrailer...)
+	if _, err := w.f.Write(w.buf); err != nil {
 		w.abort()
 		return nil, err
 	}
@@ -366,28 +455,19 @@ func (w *spillWriter) abort() {
 	os.Remove(w.f.Name())
 }
 
-// crcReader checksums what passes through it.
-type crcReader struct {
-	r   io.Reader
-	crc uint32
-}
-
-func (c *crcReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
-	return n, err
-}
-
-// fileSource streams a spill file's pairs.
+// fileSource streams a spill file's pairs: it reads the file in blocks of
+// its buffer's size and decodes the pairs in place (the key and value it
+// returns alias the buffer), checksumming each block as it is read.
 type fileSource struct {
 	sf      *spillFile
 	f       *os.File
-	cr      *crcReader
-	r       *bufio.Reader
-	left    int64 // framed bytes not read yet
+	off     int64 // file offset of the next read
+	end     int64 // file offset where the framed pairs end
+	buf     []byte
+	r, w    int // buf[r:w] is read and not decoded yet
+	crc     uint32
 	pairs   uint64
 	maxPair int
-	buf     []byte
 }
 
 // checkSpill verifies a spill file's size, magic and trailer against what
@@ -437,40 +517,72 @@ func openSpill(sf *spillFile, ioBuf, maxPair int) (*fileSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	cr := &crcReader{r: io.NewSectionReader(f, spillHead, sf.dataLen())}
-	return &fileSource{sf: sf, f: f, cr: cr, r: bufio.NewReaderSize(cr, ioBuf), left: sf.dataLen(), maxPair: maxPair}, nil
+	return &fileSource{sf: sf, f: f, off: spillHead, end: spillHead + sf.dataLen(), buf: make([]byte, ioBuf), maxPair: maxPair}, nil
 }
 
 func (s *fileSource) bad(format string, args ...any) error {
-	return corrupt("spill file "+s.sf.path, spillHead+s.sf.dataLen()-s.left, format, args...)
+	return corrupt("spill file "+s.sf.path, s.off-int64(s.w-s.r), format, args...)
 }
 
-func (s *fileSource) readLen() (uint64, error) {
-	x, err := binary.ReadUvarint(s.r)
-	if err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return 0, s.bad("pair cut short")
+// fill makes buf[r:w] hold at least need bytes, or everything left.
+func (s *fileSource) fill(need int) error {
+	if s.w-s.r >= need || s.off == s.end {
+		return nil
+	}
+	if s.r > 0 {
+		s.w = copy(s.buf, s.buf[s.r:s.w])
+		s.r = 0
+	}
+	if need > len(s.buf) {
+		nb := make([]byte, need)
+		copy(nb, s.buf[:s.w])
+		s.buf = nb
+	}
+	for s.w < need && s.off < s.end {
+		n := int(min(int64(len(s.buf)-s.w), s.end-s.off))
+		k, err := s.f.ReadAt(s.buf[s.w:s.w+n], s.off)
+		s.crc = crc32.Update(s.crc, castagnoli, s.buf[s.w:s.w+k])
+		s.w += k
+		s.off += int64(k)
+		if k < n {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return s.bad("read: %v", err)
 		}
-		return 0, s.bad("%v", err)
 	}
-	n := uvarintLen(x)
-	if int64(n) > s.left {
-		return 0, s.bad("length varint runs past the data")
+	return nil
+}
+
+// readLen decodes one length varint at buf[r:w].
+func (s *fileSource) readLen() (uint64, error) {
+	x, n := binary.Uvarint(s.buf[s.r:s.w])
+	switch {
+	case n == 0:
+		return 0, s.bad("pair cut short")
+	case n < 0:
+		return 0, s.bad("length varint overflows 64 bits")
+	case n != uvarintLen(x):
+		return 0, s.bad("length varint not in shortest form (%d bytes for %d)", n, x)
 	}
-	s.left -= int64(n)
+	s.r += n
 	return x, nil
 }
 
 func (s *fileSource) next() ([]byte, []byte, uint64, bool, error) {
-	if s.left == 0 {
+	if s.r == s.w && s.off == s.end {
 		if s.pairs != s.sf.pairs {
 			return nil, nil, 0, false, s.bad("%d pairs, trailer says %d", s.pairs, s.sf.pairs)
 		}
-		if s.cr.crc != s.sf.crc {
-			return nil, nil, 0, false, s.bad("checksum %08x, trailer says %08x", s.cr.crc, s.sf.crc)
+		if s.crc != s.sf.crc {
+			return nil, nil, 0, false, s.bad("checksum %08x, trailer says %08x", s.crc, s.sf.crc)
 		}
 		return nil, nil, 0, false, nil
 	}
+	if err := s.fill(2 * binary.MaxVarintLen64); err != nil {
+		return nil, nil, 0, false, err
+	}
+	start := s.r
 	kl, err := s.readLen()
 	if err != nil {
 		return nil, nil, 0, false, err
@@ -479,27 +591,30 @@ func (s *fileSource) next() ([]byte, []byte, uint64, bool, error) {
 	if err != nil {
 		return nil, nil, 0, false, err
 	}
-	if kl > uint64(s.maxPair) || vl > uint64(s.maxPair) || int64(kl+vl) > s.left {
-		return nil, nil, 0, false, s.bad("pair claims %d+%d bytes, %d left", kl, vl, s.left)
+	left := int64(s.w-s.r) + (s.end - s.off)
+	if kl > uint64(s.maxPair) || vl > uint64(s.maxPair) || int64(kl+vl) > left {
+		return nil, nil, 0, false, s.bad("pair claims %d+%d bytes, %d left", kl, vl, left)
 	}
 	n := int(kl + vl)
-	if cap(s.buf) < n {
-		s.buf = make([]byte, n)
+	if s.w-s.r < n {
+		hdr := s.r - start
+		s.r = start // keep the lengths in the window while it moves
+		if err := s.fill(hdr + n); err != nil {
+			return nil, nil, 0, false, err
+		}
+		s.r += hdr
 	}
-	b := s.buf[:n]
-	if _, err := io.ReadFull(s.r, b); err != nil {
-		return nil, nil, 0, false, s.bad("pair cut short: %v", err)
-	}
-	s.left -= int64(n)
+	b := s.buf[s.r : s.r+n]
+	s.r += n
 	s.pairs++
-	return b[:kl:kl], b[kl:], keyPrefix(b[:kl]), true, nil
+	return b[:kl:kl], b[kl:n:n], keyPrefix(b[:kl]), true, nil
 }
 
 func (s *fileSource) close() error { return s.f.Close() }
 
 // mergeTo drains m into a spill file in dir, checking ctx now and then.
-func mergeTo(ctx context.Context, m *mergeIter, dir string, ioBuf int) (*spillFile, error) {
-	w, err := createSpill(dir, ioBuf)
+func mergeTo(ctx context.Context, m *mergeIter, dir string, buf []byte) (*spillFile, error) {
+	w, err := createSpill(dir, buf)
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,10 @@ type aside struct {
 	ended       []bool
 	nEnded      int
 	builder     *batch
-	unsorted    []*chunk // chunks whose index the merger has not sorted yet
+	open        *chunk   // the builder's block being filled by the drain (not in unsorted)
+	post        *batch   // pairs sent after the checkpoint being cut, before the cut (addPost)
+	postOpen    *chunk   // post's last block, being filled
+	unsorted    []*chunk // sealed chunks whose index the merger has not sorted yet
 	sealed      []*batch
 	runs        []*memRun
 	files       []*spillFile
@@ -44,6 +47,13 @@ type aside struct {
 	recvStarted bool
 	owned       map[string]*spillFile // every file created or adopted and not removed
 	dir         string                // spill directory of this shuffle, created at the first spill
+	cuts        []*cut                // checkpoints cut and not taken by State, in order
+	freeData    [][]byte              // blocks to reuse: their pages are already mapped
+	freeEnts    [][]ent
+
+	wbuf    []byte      // the merger's spill write buffer
+	sortTmp []ent       // the merger's scratch for sorting a block's index
+	bsort   blockSorter // the merger's scratch for moving a block into key order
 }
 
 func newAside(s *Shuffle) *aside {
@@ -159,12 +169,6 @@ func (a *aside) drainSource(ctx context.Context, si int, posted *int) (int, erro
 	start := a.consumed[si]
 	endSeen := false
 	for a.consumed[si] < a.avail[si] {
-		a.mu.Lock()
-		paused := a.mk.isPaused(si)
-		a.mu.Unlock()
-		if paused {
-			break
-		}
 		if g := s.cfg.drainGate; g != nil {
 			select {
 			case <-g:
@@ -183,6 +187,26 @@ func (a *aside) drainSource(ctx context.Context, si int, posted *int) (int, erro
 			return 0, corrupt(a.names[si], 8, "frame of generation %d, number %d; expected generation %d, number %d", h.gen, h.seq, s.gen.Load(), uint32(seq))
 		}
 		payload := slot[frameHeader : frameHeader+h.len]
+		a.mu.Lock()
+		paused := a.mk.isPaused(si)
+		a.mu.Unlock()
+		if paused {
+			// Past its marker, before the cut: data frames go aside while
+			// they fit (the sender is not held up), anything else waits.
+			if h.kind != frameData || a.asmFrom >= 0 {
+				break
+			}
+			took, err := a.addPost(payload, si)
+			if err != nil {
+				return 0, err
+			}
+			if !took {
+				break
+			}
+			a.consumed[si] = seq
+			s.st.framesRecv.Add(1)
+			continue
+		}
 		if a.asmFrom >= 0 && h.kind != frameLarge && h.kind != frameLargeLast {
 			return 0, corrupt(a.names[si], 0, "frame kind %d inside a large pair", h.kind)
 		}
@@ -215,6 +239,14 @@ func (a *aside) drainSource(ctx context.Context, si int, posted *int) (int, erro
 			if err := a.mk.arrive(si, c); err != nil {
 				a.mu.Unlock()
 				return 0, corrupt(a.names[si], frameHeader, "%s", err.Error())
+			}
+			done, late, err := a.mk.complete(c)
+			if err != nil {
+				a.mu.Unlock()
+				return 0, fmt.Errorf("kvshuffle: checkpoint %d: rank %d %v: %w", c, s.oRanks[late], err, ErrState)
+			}
+			if done {
+				a.cutLocked(c)
 			}
 			a.signalLocked()
 			a.mu.Unlock()
@@ -257,27 +289,35 @@ func (a *aside) drainSource(ctx context.Context, si int, posted *int) (int, erro
 }
 
 // addData adds a run of whole pairs to the current batch, waiting while
-// that would exceed the memory budget. The payload is copied unless own
-// says the batch may keep it.
+// that would exceed the memory budget. The payload is copied into the
+// open block (a new one when it does not fit), unless own says that it is
+// a large pair the batch may keep as a chunk of its own.
 func (a *aside) addData(ctx context.Context, payload []byte, si int, own bool) error {
 	s := a.s
 	var err error
-	a.scratch, err = indexRun(payload, a.scratch[:0], a.names[si])
+	a.scratch, err = indexRun(payload, a.scratch[:0], 0, a.names[si])
 	if err != nil {
 		return err
 	}
-	if !own {
-		payload = slices.Clone(payload)
-	}
-	c := &chunk{data: payload, ents: slices.Clone(a.scratch)}
-	need := int64(len(payload)) + entSize*int64(len(c.ents))
+	n := int64(len(a.scratch))
 	a.mu.Lock()
-	for a.mem > 0 && a.mem+need > s.cfg.MemoryBudget {
+	defer a.mu.Unlock()
+	need := func() int64 {
+		if !own && a.open != nil && len(a.open.data)+len(payload) > cap(a.open.data) {
+			a.sealLocked() // the block is full
+		}
+		switch {
+		case own:
+			return int64(len(payload)) + entSize*n
+		case a.open == nil:
+			return int64(s.cfg.RunSize) + entSize*n
+		}
+		return entSize * n
+	}
+	for a.mem > 0 && a.mem+need() > s.cfg.MemoryBudget {
 		if s.cfg.SpillDir == "" {
-			mem := a.mem
-			a.mu.Unlock()
 			return fmt.Errorf("%w: holding %d bytes, %d more arrived, MemoryBudget is %d: set SpillDir or raise MemoryBudget",
-				ErrBudget, mem, need, s.cfg.MemoryBudget)
+				ErrBudget, a.mem, len(payload), s.cfg.MemoryBudget)
 		}
 		a.pressure = true
 		a.signalLocked()
@@ -287,29 +327,173 @@ func (a *aside) addData(ctx context.Context, payload []byte, si int, own bool) e
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			a.mu.Lock()
 			return ctx.Err()
 		}
 		a.mu.Lock()
 	}
 	b := a.builder
-	b.chunks = append(b.chunks, c)
-	a.unsorted = append(a.unsorted, c)
-	b.bytes += int64(len(c.data))
-	b.pairs += int64(len(c.ents))
-	a.addMemLocked(need)
+	if own {
+		c := &chunk{data: payload, ents: slices.Clone(a.scratch), charge: int64(len(payload))}
+		b.chunks = append(b.chunks, c)
+		b.charge += c.charge
+		a.unsorted = append(a.unsorted, c)
+		a.addMemLocked(c.charge)
+	} else {
+		if a.open == nil {
+			a.open = a.takeBlockLocked()
+			b.chunks = append(b.chunks, a.open)
+			b.charge += a.open.charge
+			a.addMemLocked(a.open.charge)
+		}
+		c := a.open
+		base := uint32(len(c.data))
+		c.data = append(c.data, payload...)
+		for _, e := range a.scratch {
+			e.kstart, e.kend, e.end = e.kstart+base, e.kend+base, e.end+base
+			c.ents = append(c.ents, e)
+		}
+	}
+	b.bytes += int64(len(payload))
+	b.pairs += n
+	a.addMemLocked(entSize * n)
 	if b.bytes >= s.cfg.RunSize {
 		a.sealLocked()
 	}
-	a.mu.Unlock()
-	s.st.pairsRecv.Add(uint64(len(c.ents)))
-	s.st.bytesRecv.Add(uint64(len(c.data)))
+	s.st.pairsRecv.Add(uint64(n))
+	s.st.bytesRecv.Add(uint64(len(payload)))
 	return nil
+}
+
+// addPost takes a data frame from a source whose checkpoint marker is in
+// while others are still awaited: its pairs come after the checkpoint, so
+// they go to post blocks, which join the data after the cut. It returns
+// false, taking nothing, when a new post block would leave no room in the
+// budget for one more block of data from before the checkpoint (which the
+// merger can always spill): the frame then waits in its ring.
+func (a *aside) addPost(payload []byte, si int) (bool, error) {
+	s := a.s
+	var err error
+	a.scratch, err = indexRun(payload, a.scratch[:0], 0, a.names[si])
+	if err != nil {
+		return false, err
+	}
+	n := int64(len(a.scratch))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.postOpen
+	fresh := c == nil || len(c.data)+len(payload) > cap(c.data)
+	need := entSize * n
+	if fresh {
+		need += s.cfg.RunSize
+	}
+	if a.mem+need+a.blockCost() > s.cfg.MemoryBudget {
+		return false, nil
+	}
+	if fresh {
+		c = a.takeBlockLocked()
+		if a.post == nil {
+			a.post = &batch{}
+		}
+		a.post.chunks = append(a.post.chunks, c)
+		a.postOpen = c
+		a.addMemLocked(c.charge)
+	}
+	base := uint32(len(c.data))
+	c.data = append(c.data, payload...)
+	for _, e := range a.scratch {
+		e.kstart, e.kend, e.end = e.kstart+base, e.kend+base, e.end+base
+		c.ents = append(c.ents, e)
+	}
+	a.addMemLocked(entSize * n)
+	s.st.pairsRecv.Add(uint64(n))
+	s.st.bytesRecv.Add(uint64(len(payload)))
+	return true, nil
+}
+
+// takePostLocked makes the post blocks the first data after a cut: the
+// full ones a sealed batch, the last one the open block.
+func (a *aside) takePostLocked() {
+	if a.post == nil {
+		return
+	}
+	batchOf := func(cs []*chunk) *batch {
+		b := &batch{chunks: cs}
+		for _, c := range cs {
+			b.bytes += int64(len(c.data))
+			b.pairs += int64(len(c.ents))
+			b.charge += c.charge
+		}
+		return b
+	}
+	k := len(a.post.chunks) - 1
+	if k > 0 {
+		full := a.post.chunks[:k:k]
+		a.sealed = append(a.sealed, batchOf(full))
+		a.unsorted = append(a.unsorted, full...)
+	}
+	a.builder, a.open = batchOf([]*chunk{a.post.chunks[k]}), a.postOpen
+	a.post, a.postOpen = nil, nil
+}
+
+// takeBlockLocked returns an empty block of RunSize bytes, from the pool
+// when it has one.
+func (a *aside) takeBlockLocked() *chunk {
+	c := &chunk{pooled: true}
+	if k := len(a.freeData); k > 0 {
+		c.data, a.freeData = a.freeData[k-1][:0], a.freeData[:k-1]
+	} else {
+		c.data = make([]byte, 0, a.s.cfg.RunSize)
+	}
+	if k := len(a.freeEnts); k > 0 {
+		c.ents, a.freeEnts = a.freeEnts[k-1][:0], a.freeEnts[:k-1]
+	} else {
+		// Room for the index of a full block at the pair size seen so
+		// far (64 bytes a pair before any), so that it rarely grows.
+		per := int64(64)
+		if p := a.s.st.pairsRecv.Load(); p > 0 {
+			per = max(int64(a.s.st.bytesRecv.Load())/int64(p), 1)
+		}
+		c.ents = make([]ent, 0, a.s.cfg.RunSize/per+1)
+	}
+	c.charge = int64(cap(c.data))
+	return c
+}
+
+// recycleLocked frees the chunks of bs: blocks go back to the pool (at
+// most as many as the budget holds), so that their memory is reused
+// instead of faulted in again.
+func (a *aside) recycleLocked(bs []*batch) {
+	most := int(a.s.cfg.MemoryBudget/a.s.cfg.RunSize) + 1
+	for _, b := range bs {
+		for _, c := range b.chunks {
+			if c.pooled && len(a.freeData) < most {
+				a.freeData = append(a.freeData, c.data[:0])
+				a.freeEnts = append(a.freeEnts, c.ents[:0])
+			}
+			c.data, c.ents = nil, nil
+		}
+	}
+}
+
+// blockCost estimates what a full block costs against the budget: its
+// bytes and the index of the pairs it holds.
+func (a *aside) blockCost() int64 {
+	k := a.s.cfg.RunSize
+	if by := a.s.st.bytesRecv.Load(); by > 0 {
+		k += entSize * a.s.cfg.RunSize * int64(a.s.st.pairsRecv.Load()) / int64(by)
+	}
+	return k
 }
 
 // sealLocked hands the current batch to the merger.
 func (a *aside) sealLocked() {
 	if len(a.builder.chunks) == 0 {
 		return
+	}
+	if a.open != nil {
+		a.unsorted = append(a.unsorted, a.open)
+		a.open = nil
 	}
 	a.sealed = append(a.sealed, a.builder)
 	a.builder = &batch{}
@@ -370,17 +554,28 @@ func (a *aside) nextTaskLocked() (*task, error) {
 	if a.recvStarted {
 		return nil, nil
 	}
+	ended := a.nEnded == len(a.ended)
+	if ended && len(a.builder.chunks) > 0 {
+		a.sealLocked() // nothing more arrives: the open block is complete
+	}
 	spill := func() (*task, error) {
 		if s.cfg.SpillDir == "" {
 			return nil, fmt.Errorf("%w: holding %d bytes, MemoryBudget is %d: set SpillDir or raise MemoryBudget", ErrBudget, a.mem, budget)
 		}
-		a.sealLocked()
+		if len(a.sealed) == 0 && len(a.runs) == 0 {
+			a.sealLocked()
+		}
 		t := &task{kind: taskSpill, batches: slices.Clone(a.sealed), runs: slices.Clone(a.runs)}
 		if len(t.batches) == 0 && len(t.runs) == 0 {
 			a.pressure = false
 			return nil, nil
 		}
 		return t, nil
+	}
+	if cu := a.cutSpillLocked(); cu != nil {
+		// A checkpoint's data first, and nothing that would mix it with
+		// data that arrived after the checkpoint.
+		return &task{kind: taskSpill, batches: slices.Clone(cu.batches), runs: slices.Clone(cu.runs)}, nil
 	}
 	if a.pressure || a.mem > budget {
 		return spill()
@@ -390,15 +585,27 @@ func (a *aside) nextTaskLocked() (*task, error) {
 		a.unsorted = nil
 		return t, nil
 	}
-	if len(a.sealed) > 0 && a.nEnded < len(a.ended) {
-		// Once every stream has ended, sealed batches are left as sorted
-		// chunks for the final merge: a run would only copy them once more.
-		b := a.sealed[0]
-		if a.mem+b.bytes > budget {
+	if !ended && s.cfg.SpillDir != "" && len(a.sealed) > 0 && a.mem+a.blockCost() > budget {
+		// The drain will want a block that does not fit: spill the sealed
+		// blocks now, while it fills the open one.
+		return spill()
+	}
+	if !ended && len(a.sealed)+len(a.runs) > s.cfg.MergeFanIn {
+		if s.cfg.SpillDir != "" {
 			return spill()
 		}
-		a.addMemLocked(b.bytes)
-		return &task{kind: taskSort, batches: []*batch{b}, reserve: b.bytes}, nil
+		// Without a spill directory, merge the sealed batches into a run
+		// in memory so that the final merge's fan-in stays bounded.
+		bs := slices.Clone(a.sealed)
+		var size int64
+		for _, b := range bs {
+			size += b.bytes
+		}
+		if a.mem+size > budget {
+			return spill()
+		}
+		a.addMemLocked(size)
+		return &task{kind: taskMergeRuns, batches: bs, reserve: size}, nil
 	}
 	if len(a.runs) > s.cfg.MergeFanIn {
 		rs := slices.Clone(a.runs)
@@ -414,7 +621,7 @@ func (a *aside) nextTaskLocked() (*task, error) {
 		a.addMemLocked(size)
 		return &task{kind: taskMergeRuns, runs: rs, reserve: size}, nil
 	}
-	if a.nEnded == len(a.ended) && !a.final {
+	if ended && !a.final {
 		if len(a.files) > s.cfg.MergeFanIn {
 			fs := slices.Clone(a.files)
 			slices.SortFunc(fs, func(x, y *spillFile) int { return cmp.Compare(x.size, y.size) })
@@ -432,10 +639,7 @@ func (a *aside) run(ctx context.Context, t *task) error {
 	s := a.s
 	if t.kind == taskSortChunks {
 		for _, c := range t.batches[0].chunks {
-			if !c.sorted {
-				s.ord.sortEnts(c.data, c.ents)
-				c.sorted = true
-			}
+			a.sortChunk(c)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -446,10 +650,7 @@ func (a *aside) run(ctx context.Context, t *task) error {
 	var in int64 // memory the inputs hold
 	for _, b := range t.batches {
 		for _, c := range b.chunks {
-			if !c.sorted {
-				s.ord.sortEnts(c.data, c.ents)
-				c.sorted = true
-			}
+			a.sortChunk(c)
 			srcs = append(srcs, &chunkSource{c: c})
 		}
 		in += b.cost()
@@ -479,7 +680,10 @@ func (a *aside) run(ctx context.Context, t *task) error {
 	default:
 		var dir string
 		if dir, err = a.spillDir(); err == nil {
-			file, err = mergeTo(ctx, m, dir, s.cfg.IOBufferSize)
+			if cap(a.wbuf) < s.cfg.IOBufferSize {
+				a.wbuf = make([]byte, s.cfg.IOBufferSize)
+			}
+			file, err = mergeTo(ctx, m, dir, a.wbuf)
 		}
 	}
 	if cerr := m.close(); err == nil {
@@ -494,9 +698,13 @@ func (a *aside) run(ctx context.Context, t *task) error {
 		}
 		return err
 	}
+	if err := a.cutReplaceLocked(t, run, file); err != nil {
+		return err
+	}
 	for _, b := range t.batches {
 		a.sealed = slices.DeleteFunc(a.sealed, func(x *batch) bool { return x == b })
 	}
+	a.recycleLocked(t.batches)
 	for _, r := range t.runs {
 		a.runs = slices.DeleteFunc(a.runs, func(x *memRun) bool { return x == r })
 	}
@@ -521,6 +729,31 @@ func (a *aside) run(ctx context.Context, t *task) error {
 	}
 	a.signalLocked()
 	return nil
+}
+
+// sortChunk sorts c (the merger, outside a.mu): a block of the pool in
+// bytewise order is moved into key order (blockSorter), anything else has
+// its index sorted in place.
+func (a *aside) sortChunk(c *chunk) {
+	a.mu.Lock()
+	sorted := c.sorted
+	a.mu.Unlock()
+	if sorted {
+		return
+	}
+	if !c.pooled || !a.s.ord.bytewise || len(c.ents) < minPhysSort {
+		a.s.ord.sortEnts(c.data, c.ents, &a.sortTmp)
+		a.mu.Lock()
+		c.sorted = true
+		a.mu.Unlock()
+		return
+	}
+	data, es := a.bsort.sortBlock(c.data, c.ents, int(a.s.cfg.RunSize))
+	a.mu.Lock()
+	old, oldEnts := c.data, c.ents
+	c.data, c.ents, c.sorted = data, es, true
+	a.mu.Unlock()
+	a.bsort.recycle(old, oldEnts)
 }
 
 // spillDir returns this shuffle's spill directory, creating it.
@@ -580,7 +813,8 @@ func (a *aside) removeAll(keepPinned bool) error {
 		}
 	}
 	clear(a.owned)
-	a.files, a.runs, a.sealed, a.builder, a.unsorted, a.mem = nil, nil, nil, &batch{}, nil, 0
+	a.files, a.runs, a.sealed, a.builder, a.open, a.unsorted, a.mem = nil, nil, nil, &batch{}, nil, nil, 0
+	a.post, a.postOpen = nil, nil
 	if a.dir != "" && !kept {
 		if err := os.Remove(a.dir); err != nil && !errors.Is(err, os.ErrNotExist) && first == nil {
 			first = err
@@ -621,7 +855,7 @@ func (s *Shuffle) openRecv(ctx context.Context, op string) (*mergeIter, error) {
 	for _, r := range a.runs {
 		srcs = append(srcs, &runSource{data: r.data})
 	}
-	for _, b := range append(slices.Clone(a.sealed), a.builder) {
+	for _, b := range a.sealed { // the builder is empty: final sealed it
 		for _, c := range b.chunks {
 			srcs = append(srcs, &chunkSource{c: c}) // sorted: final waits for the merger
 		}
@@ -653,7 +887,9 @@ func (s *Shuffle) finishRecv(m *mergeIter) {
 	for _, f := range slices.Clone(a.files) {
 		a.dropFileLocked(f)
 	}
-	a.runs, a.sealed, a.builder, a.unsorted = nil, nil, &batch{}, nil
+	a.recycleLocked(a.sealed)
+	a.runs, a.sealed, a.builder, a.open, a.unsorted = nil, nil, &batch{}, nil, nil
+	a.post, a.postOpen = nil, nil
 	a.mem = 0
 	a.signalLocked()
 }

@@ -29,6 +29,7 @@ type oside struct {
 	endQueued  bool // the end frames are queued
 	stage      []stage
 	vals       [][]byte
+	sortTmp    []ent // scratch for sorting a Combine batch
 }
 
 // dest is the O task's state towards one partition. cur and fill belong
@@ -284,7 +285,7 @@ func (o *oside) combineFlush(ctx context.Context, p int) error {
 	if len(st.ents) == 0 {
 		return nil
 	}
-	o.s.ord.sortEnts(st.data, st.ents)
+	o.s.ord.sortEnts(st.data, st.ents, &o.sortTmp)
 	for i := 0; i < len(st.ents); {
 		key := st.ents[i].key(st.data)
 		j := i + 1
@@ -353,6 +354,29 @@ func (o *oside) flush(ctx context.Context, kind frameKind, val uint64, queued *b
 			return err
 		}
 	}
+}
+
+// queueMarkers seals every buffer (through Combine) and queues marker c
+// behind each destination's data, without waiting for the pump: Send goes
+// on at once and its frames follow the markers. Called under
+// Shuffle.opMu.
+func (o *oside) queueMarkers(ctx context.Context, c uint64) error {
+	for p := range o.stage {
+		if err := o.combineFlush(ctx, p); err != nil {
+			return err
+		}
+	}
+	for p := range o.dests {
+		o.release(p)
+	}
+	o.mu.Lock()
+	for p := range o.dests {
+		d := &o.dests[p]
+		d.q = append(d.q, item{buf: -1, kind: frameMarker, n: 8, val: c})
+	}
+	o.mu.Unlock()
+	o.wakePump()
+	return nil
 }
 
 // CloseSend ends this O task's stream: it flushes every buffer (through

@@ -45,8 +45,10 @@ type Shuffle struct {
 	opMu     sync.Mutex
 	lastCkpt uint64 // under opMu
 	epoch    uint64 // the runtime's epoch when the segment was last created collectively; under opMu
+	// ckMu serialises State and RollBack (and so the copies to holders).
+	ckMu sync.Mutex
 	// sent lists, per holder rank, the files that rank holds copies of
-	// (Config.Holders); under opMu, cleared by RollBack.
+	// (Config.Holders); under ckMu, cleared by RollBack.
 	sent   map[int]map[fileKey]bool
 	copies *replicaStore // other ranks' files this rank holds
 	keep   atomic.Uint64 // the last Release
@@ -60,9 +62,10 @@ type Shuffle struct {
 
 	mu      sync.Mutex // guards the fields below
 	cancel  context.CancelFunc
-	err     error         // first failure of a background goroutine
-	failed  chan struct{} // closed at the first failure
-	recvErr error         // first error of Recv or Groups
+	err     error            // first failure of a background goroutine
+	failed  chan struct{}    // closed at the first failure
+	recvErr error            // first error of Recv or Groups
+	pending map[uint64]opart // checkpoints marked and not taken by State
 	// watch closes when a rank of the shuffle may have failed (pgas
 	// Runtime.Watch); renewed once it closed. Its goroutine ends with
 	// watchCtx, which Close cancels.
@@ -169,6 +172,7 @@ func New(ctx context.Context, rt *pgas.Runtime, cfg Config) (*Shuffle, error) {
 		failed:   make(chan struct{}),
 		closed:   make(chan struct{}),
 		sent:     make(map[int]map[fileKey]bool),
+		pending:  make(map[uint64]opart),
 		copies:   newReplicaStore(),
 		diskLost: make(chan struct{}),
 	}

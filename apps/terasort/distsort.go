@@ -205,16 +205,14 @@ func (j *sortJob) newCheckpoints(ctx context.Context) error {
 }
 
 // commit takes checkpoint id: id 1 is the start (empty state), id c+1
-// the shuffle's checkpoint c.
+// the shuffle's checkpoint c, whose state it waits for (kvshuffle State).
+// The send loop starts shuffle checkpoints with checkpoint and leaves
+// this to the committer goroutine.
 func (j *sortJob) commit(ctx context.Context, id uint64) error {
-	t0 := time.Now()
 	clear(j.phase) // not the final checkpoint
 	if id > 1 {
 		c := id - 1
-		if err := j.sh.MarkConsumed(c); err != nil {
-			return err
-		}
-		st, err := j.sh.Checkpoint(ctx, c)
+		st, err := j.sh.State(ctx, c)
 		if err != nil {
 			return err
 		}
@@ -234,8 +232,73 @@ func (j *sortJob) commit(ctx context.Context, id uint64) error {
 		j.sh.Release(id - 1)
 	}
 	j.ckpts++
-	j.ckptDur += time.Since(t0)
 	return nil
+}
+
+// checkpoint starts checkpoint id (the shuffle's checkpoint id-1) from
+// the send loop, asynchronously: it waits for the previous checkpoint's
+// commit, marks the shuffle (the markers are queued behind the data
+// sent so far), and hands the rest to a committer goroutine, which waits
+// for the shuffle's state (the receivers cut and spill in the background)
+// and commits it with package ckpt. The send loop goes on at once; the
+// checkpoint is complete when its commit is agreed, and until then a
+// recovery goes back to the one before.
+func (j *sortJob) checkpoint(ctx context.Context, id uint64) error {
+	t0 := time.Now()
+	defer func() { j.ckptDur += time.Since(t0) }()
+	if err := j.joinCommit(); err != nil {
+		return err
+	}
+	c := id - 1
+	if err := j.sh.MarkConsumed(c); err != nil {
+		return err
+	}
+	if err := j.sh.Mark(ctx, c); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cm := &committer{cancel: cancel, done: make(chan error, 1)}
+	j.cm = cm
+	go func() {
+		t := time.Now()
+		err := j.commit(cctx, id)
+		if err == nil {
+			j.ckptBg += time.Since(t)
+		}
+		cm.done <- err
+	}()
+	return nil
+}
+
+// committer is the goroutine committing a checkpoint in the background,
+// owned by the sortJob: joinCommit or abandonCommit end it, before any
+// other use of the checkpointer or of a collective.
+type committer struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// joinCommit waits for the checkpoint in flight, if any, and returns its
+// error.
+func (j *sortJob) joinCommit() error {
+	if j.cm == nil {
+		return nil
+	}
+	err := <-j.cm.done
+	j.cm.cancel()
+	j.cm = nil
+	return err
+}
+
+// abandonCommit stops the checkpoint in flight, if any, and waits for it:
+// a failure elsewhere makes every rank recover, and that checkpoint may or
+// may not have been committed (Restore decides).
+func (j *sortJob) abandonCommit() {
+	if j.cm != nil {
+		j.cm.cancel()
+		<-j.cm.done
+		j.cm = nil
+	}
 }
 
 // rejoin recovers from cause (nil for a promoted spare).
@@ -316,7 +379,7 @@ func (j *sortJob) attempt(ctx context.Context, tmp string) (Summary, error) {
 		for off := 0; off < len(blk); off += RecordSize {
 			i := first + int64(off/RecordSize)
 			if i == next {
-				if err := j.commit(ctx, uint64(i)+1); err != nil {
+				if err := j.checkpoint(ctx, uint64(i)+1); err != nil {
 					return err
 				}
 				next += j.c.CkptRecords
@@ -360,6 +423,10 @@ func (j *sortJob) attempt(ctx context.Context, tmp string) (Summary, error) {
 		}
 	}
 	if err := j.sh.Err(); err != nil {
+		f.Close()
+		return sum, err
+	}
+	if err := j.joinCommit(); err != nil {
 		f.Close()
 		return sum, err
 	}
@@ -412,7 +479,9 @@ type sortJob struct {
 	inject  *Injection // nil: none
 	recov   int
 	ckpts   int
-	ckptDur time.Duration
+	ckptDur time.Duration // the send loop's time in checkpoint (marking, waiting for the previous commit)
+	ckptBg  time.Duration // the committer's time, in the background
+	cm      *committer    // the checkpoint being committed, nil for none
 }
 
 func (j *sortJob) printf(format string, args ...any) {
@@ -461,6 +530,9 @@ func (j *sortJob) start(ctx context.Context, over bool) error {
 // job can go on: nil when err is nil or once the ranks rolled back (or
 // started over), else the error that ends the job.
 func (j *sortJob) recoverLoop(ctx context.Context, err error) error {
+	if err != nil {
+		j.abandonCommit()
+	}
 	for err != nil {
 		switch {
 		case errors.Is(err, errStartOver):
@@ -526,6 +598,7 @@ func (j *sortJob) run(ctx context.Context) error {
 		}
 	}
 	defer func() {
+		j.abandonCommit()
 		if j.sh != nil {
 			j.sh.Close()
 		}
@@ -565,9 +638,9 @@ func (j *sortJob) run(ctx context.Context) error {
 			fmt.Fprintf(j.c.Stdout, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d copied_bytes=%d held_bytes=%d fetched_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
 				rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.CopiedBytes, st.HeldBytes, st.FetchedBytes, st.MemoryPeak, j.c.Shuffle.MemoryBudget, peakRSS())
 		}
-		j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) recoveries=%d\n",
+		j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) ckpt_background=%.3fs recoveries=%d\n",
 			n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),
-			float64(j.total*RecordSize)/1e6/time.Since(t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.recov)
+			float64(j.total*RecordSize)/1e6/time.Since(t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.ckptBg.Seconds(), j.recov)
 		if err := j.markComplete(ctx); err != nil {
 			return err
 		}

@@ -97,9 +97,12 @@
 // out must be new or empty and apart from the input (PlanOutput; with
 // --replace a previous sort's output is removed first). --memory and --spill are
 // kvshuffle's MemoryBudget and SpillDir (default: the output directory).
-// With --ckpt-records C the sort takes key-count checkpoints (kvshuffle
-// Checkpoint after every C records sent; the data held in memory is spilled
-// at each checkpoint, or with --ckpt-in-memory carried in the state, which
+// With --ckpt-records C the sort takes key-count checkpoints after every C
+// records sent, asynchronously (kvshuffle Mark in the send loop, which
+// goes on at once; a committer goroutine takes kvshuffle State and commits
+// it with package ckpt, and the send loop waits for that commit only at
+// the next checkpoint; the data held in memory at the cut is spilled in
+// the background, or with --ckpt-in-memory carried in the state, which
 // package ckpt mirrors; spill files a checkpoint names are copied to the
 // rank's mirror holder when that is on another host)
 // and, under gaspirun --spares, survives the loss of a rank: the survivors

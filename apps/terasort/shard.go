@@ -65,18 +65,25 @@ func ShardRecords(shards []Shard) int64 {
 	return n
 }
 
+// SampleCluster is how many consecutive records SampleShards reads at
+// each of its positions: one read of a cluster instead of one per key.
+const SampleCluster = 16
+
 // SampleShards returns copies of the keys of up to n records spread evenly
-// over the records of shards (record j*total/n for j = 0..n-1, counting
-// the shards' records as one sequence), reading only those keys.
+// over the records of shards (counting the shards' records as one
+// sequence) in clusters of SampleCluster consecutive records: cluster j
+// of m = ceil(n/SampleCluster) starts at record j*total/m and is cut at
+// the end of its shard. It reads only the clusters, one read each.
 func SampleShards(shards []Shard, n int) ([][]byte, error) {
 	total := ShardRecords(shards)
 	if n <= 0 || total == 0 {
 		return nil, nil
 	}
 	want := min(int64(n), total)
+	m := (want + SampleCluster - 1) / SampleCluster
 	out := make([][]byte, 0, want)
 	var before int64
-	var key [KeySize]byte
+	buf := make([]byte, SampleCluster*RecordSize)
 	for _, s := range shards {
 		cnt := s.Records()
 		if cnt == 0 {
@@ -86,20 +93,23 @@ func SampleShards(shards []Shard, n int) ([][]byte, error) {
 		if err != nil {
 			return nil, &FileError{Path: s.Path, Offset: -1, Err: err}
 		}
-		for j := (before*want + total - 1) / total; j < want; j++ {
-			g := j * total / want
+		for j := (before*m + total - 1) / total; j < m && int64(len(out)) < want; j++ {
+			g := j * total / m
 			if g >= before+cnt {
 				break
 			}
+			k := min(int64(SampleCluster), before+cnt-g, want-int64(len(out)))
 			off := s.Off + (g-before)*RecordSize
-			if _, err := f.ReadAt(key[:], off); err != nil {
+			if _, err := f.ReadAt(buf[:k*RecordSize], off); err != nil {
 				f.Close()
 				if err == io.EOF {
 					err = io.ErrUnexpectedEOF
 				}
 				return nil, &FileError{Path: s.Path, Offset: off, Err: err, Detail: "file shrank while sampling"}
 			}
-			out = append(out, bytes.Clone(key[:]))
+			for r := range k {
+				out = append(out, bytes.Clone(buf[r*RecordSize:r*RecordSize+KeySize]))
+			}
 		}
 		f.Close()
 		before += cnt

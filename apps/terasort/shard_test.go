@@ -122,16 +122,18 @@ func TestSampleShards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := SampleShards(shards, 20)
+	s, err := SampleShards(shards, 40)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s) != 20 {
-		t.Fatalf("%d keys, want 20", len(s))
+	if len(s) != 40 {
+		t.Fatalf("%d keys, want 40", len(s))
 	}
+	// Clusters of 16, 16 and 8 records at records 200, 266 and 333.
 	for j, k := range s {
-		if want := Key(Record(all, 200+j*10)); !bytes.Equal(k, want) {
-			t.Fatalf("key %d = %q, want %q", j, k, want)
+		at := 200 + (j/SampleCluster)*200/3 + j%SampleCluster
+		if want := Key(Record(all, at)); !bytes.Equal(k, want) {
+			t.Fatalf("key %d = %q, want record %d's %q", j, k, at, want)
 		}
 	}
 	s, err = SampleShards(shards, 1000)

@@ -41,9 +41,15 @@ package main
 // splitters, which a promoted spare reads from it. On a failure the
 // survivors call pgas Recover, every rank restores the last committed
 // checkpoint and rolls the shuffle back to it, and sending resumes at
-// Consumed(). Each checkpoint first spills what the rank holds in memory
-// (kvshuffle CheckpointSpill), so the state names spill files only; they
-// stay on the local disk, pinned. When the job spans hosts (PGAS_HOST
+// Consumed(). Checkpoints are asynchronous: at record c the send loop
+// marks the shuffle (kvshuffle Mark) and sends on; a committer goroutine
+// waits for the state (kvshuffle State: the receivers cut when every
+// marker is in and spill the cut in the background) and commits it with
+// ckpt; the send loop waits for that commit only at the next checkpoint.
+// A checkpoint is complete once its commit is agreed; a failure before
+// that rolls back to the one before. Each checkpoint spills what the
+// rank held in memory at the cut (kvshuffle CheckpointSpill), so the
+// state names spill files only; they stay on the local disk, pinned. When the job spans hosts (PGAS_HOST
 // labels differ), the checkpoint also copies the files the rank's mirror
 // holder (on another host, ckpt's placement) lacks into the holder's own
 // spill directory (kvshuffle Config.Holders), and a spare that cannot read
@@ -55,6 +61,10 @@ package main
 // mirrors the state's bytes, not the region's bound. A failure before
 // checkpoint 1 was committed makes every rank start over (sample again,
 // empty shuffle).
+//
+// Performance settings: frames of up to 512 KiB, blocks (kvshuffle
+// RunSize) of an eighth of --memory, 1 MiB spill I/O. --cpuprofile PREFIX
+// writes each process's CPU profile to PREFIX.r<rank>.
 //
 // --spill DIR/%h gives every host label its own spill directory (on one
 // machine standing in for several hosts), and --inject ...,disk=lost
@@ -71,6 +81,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -94,7 +105,8 @@ type sortFlags struct {
 	schedule  string
 	inject    *injectSpec
 	verbose   bool
-	replace   bool // remove a previous sort's output from out first
+	replace   bool   // remove a previous sort's output from out first
+	cpuprof   string // CPU profile path prefix; "" = none
 }
 
 // injectSpec is --inject kill:rank=R|host=H,at=F[,disk=lost].
@@ -166,6 +178,7 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 	fs.BoolVar(&f.ckptMem, "ckpt-in-memory", false, "checkpoints carry the received data held in memory (mirrored to other ranks) instead of spilling it to --spill; files spilled under --memory pressure are named, and copied to holders on other hosts as by default")
 	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records (kill:host=H,at=F: every rank of host label H, each at its own FRACTION); with ,disk=lost the process first removes its spill directory (needs --spill with %h), as the loss of its host would")
 	fs.BoolVar(&f.verbose, "v", false, "log shuffle and checkpoint events to stderr")
+	fs.StringVar(&f.cpuprof, "cpuprofile", "", "write each process's CPU profile to `PREFIX`.r<rank> (for go tool pprof)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return nil, err
@@ -214,9 +227,17 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 func (f *sortFlags) shuffleConfig(rank int) (kvshuffle.Config, error) {
 	cfg := kvshuffle.DefaultConfig()
 	cfg.MemoryBudget = f.memory
-	// Runs of a quarter of the budget, at least one frame: several runs
-	// fit, and the merger works while the drain fills the next one.
-	cfg.RunSize = max(min(cfg.RunSize, f.memory/4), int64(cfg.SlotSize))
+	// Frames of up to 512 KiB (a sixteenth of the budget, at least the
+	// default 128 KiB): a quarter of the writes, notifications and credits
+	// of 128 KiB frames, for 4 * ranks * SlotSize of receive rings and
+	// 2 * ranks * SlotSize of send buffers (12 MiB at 4 ranks).
+	cfg.SlotSize = int(min(512<<10, max(int64(cfg.SlotSize), f.memory/16)))
+	// Blocks (runs) of an eighth of the budget, at least one frame:
+	// several fit, so the merger spills the sealed ones while the drain
+	// fills the next.
+	cfg.RunSize = max(min(cfg.RunSize, f.memory/8), int64(cfg.SlotSize))
+	// Spill files written and read 1 MiB at a time.
+	cfg.IOBufferSize = 1 << 20
 	cfg.SpillDir = f.spill
 	if cfg.SpillDir == "" {
 		cfg.SpillDir = f.out
@@ -259,6 +280,13 @@ func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if rt.Rank() < 0 && rt.Fenced() {
 		// A spare promoted and replaced again before it got going.
 		return &exitError{code: spares.ExitCodeOf(pgas.ErrFenced), msg: "this process was replaced before it started: " + pgas.ErrFenced.Error()}
+	}
+	if f.cpuprof != "" {
+		stopProf, err := startCPUProfile(fmt.Sprintf("%s.r%d", f.cpuprof, rt.Rank()))
+		if err != nil {
+			return &exitError{code: 1, msg: fmt.Sprintf("--cpuprofile: %v", err)}
+		}
+		defer stopProf()
 	}
 	cfg, err := f.distConfig(rt.Rank(), stdout)
 	if err != nil {
@@ -319,4 +347,18 @@ func (in *injectSpec) fire(f terasort.Fault) error {
 	fmt.Fprintf(f.Out, "inject: SIGKILL rank %d (pid %d) after %d of its %d records\n", f.Rank, os.Getpid(), f.Sent, f.Records)
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal is on its way
+}
+
+// startCPUProfile starts the process's CPU profile into path; the
+// returned function stops it and closes the file.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
