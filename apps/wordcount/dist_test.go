@@ -105,7 +105,7 @@ func memoryCgroup(t *testing.T, limit int64) string {
 // the others wait with their shares dropped) it ends with the reference
 // answer.
 func TestWordCountRunnableUnderMemoryLimit(t *testing.T) {
-	cg := memoryCgroup(t, 180<<20)
+	cg := memoryCgroup(t, 220<<20)
 	text := filepath.Join(t.TempDir(), "text")
 	if code, out := bins.Run(t, "gen", "--generate", "1200000", "--out", text); code != 0 {
 		t.Fatalf("gen: exit %d: %s", code, out)
