@@ -268,7 +268,24 @@ func reached(j *job, s Schedule, at int) bool {
 	if s.Workload == KMeans {
 		return j.waitUntil(jobDeadline, func() bool { return j.iter >= at })
 	}
-	d := time.Until(j.start.Add(time.Duration(at) * time.Millisecond))
+	// TeraSort's time counts from the first view applied: the rendezvous
+	// is over (every process registered) and the job runs. Counted from
+	// gaspirun's start, a fault could land on a process that a starved
+	// machine had not yet brought to the rendezvous, which then waits for
+	// it in vain: no schedule means that.
+	var begin time.Time
+	if !j.waitUntil(jobDeadline, func() bool {
+		for _, l := range j.lines {
+			if viewRE.MatchString(l.text) {
+				begin = l.at
+				return true
+			}
+		}
+		return false
+	}) {
+		return false
+	}
+	d := time.Until(begin.Add(time.Duration(at) * time.Millisecond))
 	if d > 0 {
 		j.waitUntil(d, func() bool { return false })
 	}
