@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gaspigo/gaspigo/apps/internal/kvjob"
 	"github.com/gaspigo/gaspigo/apps/internal/recovery"
 	"github.com/gaspigo/gaspigo/ckpt"
 	"github.com/gaspigo/gaspigo/kvshuffle"
@@ -310,22 +311,14 @@ func (j *sortJob) rejoin(ctx context.Context, cause error) error {
 // recovery is the sort's recovery loop; joining: this rank is a promoted
 // spare, and every failure it sees interrupts a recovery under way.
 func (j *sortJob) recovery(joining bool) *recovery.Loop {
-	return &recovery.Loop{RT: j.rt,
-		Report: func(a recovery.Attempt) {
-			if a.Retry || joining {
-				j.printf("recovery: interrupted by another failure, recovering again: %v\n", a.Cause)
-			} else {
-				j.printf("recovery: %v\n", a.Cause)
-			}
-		},
-		Restore: func(ctx context.Context, a recovery.Attempt) error {
-			c, err := j.restore(ctx)
-			if err == nil {
-				j.recov++
-				j.printf("recovery: epoch %d; rolled back to checkpoint %d (records sent per rank) in %v\n", j.rt.Epoch(), c, time.Since(a.Started).Round(time.Millisecond))
-			}
-			return err
-		}}
+	return recovery.Printing(j.rt, joining, j.printf, func(ctx context.Context) (string, error) {
+		c, err := j.restore(ctx)
+		if err != nil {
+			return "", err
+		}
+		j.recov++
+		return fmt.Sprintf("rolled back to checkpoint %d (records sent per rank)", c), nil
+	})
 }
 
 func (j *sortJob) restore(ctx context.Context) (uint64, error) {
@@ -440,21 +433,6 @@ func (j *sortJob) attempt(ctx context.Context, tmp string) (Summary, error) {
 		return sum, fmt.Errorf("terasort: write %s: %w", tmp, werr)
 	}
 	return sum, nil
-}
-
-// peakRSS returns this process's peak resident set (VmHWM) as reported
-// by Linux, or "?" elsewhere.
-func peakRSS() string {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return "?"
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			return strings.Join(strings.Fields(v), "")
-		}
-	}
-	return "?"
 }
 
 // sortJob is one rank's part of the distributed sort.
@@ -636,7 +614,7 @@ func (j *sortJob) run(ctx context.Context) error {
 		shuffleTime := time.Since(tShuffle)
 		if sum.Records > 0 || st.PairsSent > 0 {
 			fmt.Fprintf(j.c.Stdout, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d copied_bytes=%d held_bytes=%d fetched_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
-				rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.CopiedBytes, st.HeldBytes, st.FetchedBytes, st.MemoryPeak, j.c.Shuffle.MemoryBudget, peakRSS())
+				rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.CopiedBytes, st.HeldBytes, st.FetchedBytes, st.MemoryPeak, j.c.Shuffle.MemoryBudget, kvjob.PeakRSS())
 		}
 		j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) ckpt_background=%.3fs recoveries=%d\n",
 			n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),

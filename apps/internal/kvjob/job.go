@@ -185,22 +185,14 @@ func (j *Job) Printf(format string, args ...any) {
 
 // loop is the recovery loop; joining: a promoted spare.
 func (j *Job) loop(joining bool) *recovery.Loop {
-	return &recovery.Loop{RT: j.RT,
-		Report: func(a recovery.Attempt) {
-			if a.Retry || joining {
-				j.Printf("recovery: interrupted by another failure, recovering again: %v\n", a.Cause)
-			} else {
-				j.Printf("recovery: %v\n", a.Cause)
-			}
-		},
-		Restore: func(ctx context.Context, a recovery.Attempt) error {
-			id, err := j.restore(ctx)
-			if err == nil {
-				j.Recoveries++
-				j.Printf("recovery: epoch %d; restored checkpoint %d in %v\n", j.RT.Epoch(), id, time.Since(a.Started).Round(time.Millisecond))
-			}
-			return err
-		}}
+	return recovery.Printing(j.RT, joining, j.Printf, func(ctx context.Context) (string, error) {
+		id, err := j.restore(ctx)
+		if err != nil {
+			return "", err
+		}
+		j.Recoveries++
+		return fmt.Sprintf("restored checkpoint %d", id), nil
+	})
 }
 
 // restore rolls the rank back to the last committed checkpoint, or to

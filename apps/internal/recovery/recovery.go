@@ -80,3 +80,30 @@ func (l *Loop) Rejoin(ctx context.Context, cause error) error {
 		a.Cause, a.Retry = err, true
 	}
 }
+
+// Printing returns the Loop of a program that reports in lines printed
+// with printf: before each Recover the cause (or, for a retry or a
+// promoted spare joining, that the recovery starts again), and after a
+// successful restore the new epoch, what restore says it rolled back to,
+// and how long the recovery took. joining: this rank is a promoted
+// spare, and every failure it sees interrupts a recovery under way.
+func Printing(rt interface {
+	Runtime
+	Epoch() uint64
+}, joining bool, printf func(format string, args ...any), restore func(context.Context) (what string, err error)) *Loop {
+	return &Loop{RT: rt,
+		Report: func(a Attempt) {
+			if a.Retry || joining {
+				printf("recovery: interrupted by another failure, recovering again: %v\n", a.Cause)
+			} else {
+				printf("recovery: %v\n", a.Cause)
+			}
+		},
+		Restore: func(ctx context.Context, a Attempt) error {
+			what, err := restore(ctx)
+			if err == nil {
+				printf("recovery: epoch %d; %s in %v\n", rt.Epoch(), what, time.Since(a.Started).Round(time.Millisecond))
+			}
+			return err
+		}}
+}
