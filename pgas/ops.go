@@ -113,6 +113,9 @@ func (rt *Runtime) post(ctx context.Context, q Queue, rank int, h transport.Head
 	if pr.isDown() {
 		return &RankError{Rank: rank, Op: op, Err: ErrRankFailed}
 	}
+	if h.Type == transport.FrameWrite && len(payload) > 0 && rt.copyDirect(h.Seg, proc, h.Off, payload) {
+		payload = nil // the data is in place: the frame is its doorbell (direct.go)
+	}
 	h.Flags |= transport.FlagAck
 	pr.sendMu.Lock()
 	pr.nextSeq++

@@ -20,6 +20,13 @@ type segInfo struct {
 	// sent); SegmentDelete takes it exclusively before freeing the memory.
 	use     sync.RWMutex
 	deleted bool // under use
+
+	// backing is the segment's memfd when it is shared with the processes
+	// of this host (Config.DirectShm), nil otherwise; direct maps theirs
+	// (direct.go).
+	backing *segments.MemfdBacking
+	dmu     sync.RWMutex
+	direct  *directSeg // under dmu
 }
 
 // pinSeg returns local segment id with its memory pinned against
@@ -107,16 +114,23 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 		return nil, fmt.Errorf("pgas: segment_create: segment %d exists with %d bytes, asked for %d: %w", id, si.seg.Size(), size, ErrSegmentExists)
 	}
 	if fresh {
-		seg, err := segments.New(id, size, segments.Options{})
+		var opt segments.Options
+		var backing *segments.MemfdBacking
+		if rt.directOn() {
+			backing = segments.NewMemfdBacking()
+			opt.Backing = backing
+		}
+		seg, err := segments.New(id, size, opt)
 		if err != nil {
 			rt.segMu.Unlock()
 			return nil, fmt.Errorf("pgas: segment_create: %w", err)
 		}
-		si = &segInfo{seg: seg}
+		si = &segInfo{seg: seg, backing: backing}
 		rt.segs[id] = si
 	}
 	rt.segMu.Unlock()
-	sizes, members, err := allgatherRanks(ctx, rt, g, []int64{size})
+	// Every member sends its size and where its memory is (sharedDesc).
+	descs, members, err := allgatherRanks(ctx, rt, g, sharedDesc(si))
 	if err != nil {
 		if fresh {
 			rt.SegmentDelete(id)
@@ -128,11 +142,12 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 		full[i] = -1
 	}
 	for i, r := range members {
-		full[r] = sizes[i]
+		full[r] = descs[4*i]
 	}
 	rt.segMu.Lock()
 	si.sizes = full
 	rt.segMu.Unlock()
+	rt.mapPeers(si, rt.view.Load(), members, descs)
 	return si.seg, nil
 }
 
@@ -152,6 +167,7 @@ func (rt *Runtime) SegmentDelete(id segments.ID) error {
 		return fmt.Errorf("pgas: segment_delete: segment %d: %w", id, ErrNoSegment)
 	}
 	// Wait for the handlers using its memory on behalf of peers.
+	si.dropDirect()
 	si.use.Lock()
 	si.deleted = true
 	si.use.Unlock()
