@@ -6,6 +6,7 @@
 //	go run ./bench/shm                          # 2 ranks, 5 rounds
 //	go run ./bench/shm -n 4 -tests barrier,allreduce
 //	go run ./bench/shm -spin 0                  # receivers sleep at once (PGAS_SHM_SPIN=0)
+//	go run ./bench/shm -segments                # also segments in shared memory (PGAS_SHM_SEGMENTS=1)
 //
 // Both settings run the same binaries with the same flags and the same
 // runtime spin (gaspibench --spin); only the transport between the
@@ -33,6 +34,7 @@ func main() {
 	minTime := flag.Duration("min-time", 300*time.Millisecond, "gaspibench --min-time")
 	spin := flag.String("spin", "", "PGAS_SHM_SPIN for the shared-memory runs (default unset: 20us if the ranks fit the CPUs, else 0)")
 	rtSpin := flag.String("rt-spin", "", "gaspibench --spin (the runtime's SpinWait), for both settings")
+	segs := flag.Bool("segments", false, "also run a third setting, shared memory with segments in shared memory (PGAS_SHM_SEGMENTS=1: direct writes)")
 	bin := flag.String("bin", "", "directory holding gaspirun and gaspibench (default: build them)")
 	flag.Parse()
 	dir, cleanup := benchutil.Binaries("shmbench", *bin)
@@ -51,6 +53,9 @@ func main() {
 		},
 		Rounds: *rounds,
 	}
+	if *segs {
+		ab.Settings = append(ab.Settings, benchutil.Setting{Name: "seg", Env: []string{"PGAS_SHM=1", "PGAS_SHM_SEGMENTS=1", "PGAS_SHM_SPIN=" + *spin}})
+	}
 	res, err := ab.Run()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shm:", err)
@@ -61,4 +66,8 @@ func main() {
 	fmt.Printf("# bw in MiB/s (higher is better), others in microseconds (lower is better).\n")
 	fmt.Printf("# load average %s; took %v\n", res.Load, res.Elapsed)
 	fmt.Print(res.Table("tcp", "shm"))
+	if *segs {
+		fmt.Printf("# the same run: shared memory with segments in shared memory (PGAS_SHM_SEGMENTS=1)\n")
+		fmt.Print(res.Table("tcp", "seg"))
+	}
 }
