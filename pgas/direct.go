@@ -42,8 +42,18 @@ type nearer interface {
 type directSeg struct {
 	mu    sync.RWMutex // held shared while copying into mem; exclusively to unmap
 	epoch uint32       // the view the mappings were made in
-	mem   map[transport.Proc][]byte
+	mem   map[transport.Proc]peerMem
 }
+
+// peerMem is a peer's segment memory mapped here, and its generation
+// (segInfo.gen at the peer).
+type peerMem struct {
+	mem []byte
+	gen uint32
+}
+
+// descWords is the length of sharedDesc.
+const descWords = 5
 
 // directOn reports whether segments are shared with same-host peers.
 func (rt *Runtime) directOn() bool {
@@ -55,9 +65,10 @@ func (rt *Runtime) directOn() bool {
 }
 
 // sharedDesc is what SegmentCreate's exchange carries for one rank: the
-// size, then where its memory is (segments.Shared; PID 0 for none).
+// size, then where its memory is (segments.Shared; PID 0 for none) and
+// its generation.
 func sharedDesc(si *segInfo) []int64 {
-	d := []int64{si.seg.Size(), 0, 0, 0}
+	d := []int64{si.seg.Size(), 0, 0, 0, int64(si.gen.Load())}
 	if si.backing == nil {
 		return d
 	}
@@ -68,7 +79,7 @@ func sharedDesc(si *segInfo) []int64 {
 }
 
 // mapPeers maps the segments of this host's peers in view v from the
-// descriptors exchanged (descs, 4 words per member of members). A peer
+// descriptors exchanged (descs, descWords per member of members). A peer
 // whose memory cannot be mapped is written through frames.
 func (rt *Runtime) mapPeers(si *segInfo, v *view, members []int, descs []int64) {
 	si.dropDirect()
@@ -76,9 +87,9 @@ func (rt *Runtime) mapPeers(si *segInfo, v *view, members []int, descs []int64) 
 		return
 	}
 	near := rt.tr.(nearer)
-	d := &directSeg{epoch: v.epoch, mem: map[transport.Proc][]byte{}}
+	d := &directSeg{epoch: v.epoch, mem: map[transport.Proc]peerMem{}}
 	for i, r := range members {
-		desc := descs[4*i : 4*i+4]
+		desc := descs[descWords*i : descWords*(i+1)]
 		if r >= len(v.ranks) || desc[1] <= 0 {
 			continue
 		}
@@ -91,7 +102,7 @@ func (rt *Runtime) mapPeers(si *segInfo, v *view, members []int, descs []int64) 
 			rt.log.Warn("segment not mapped: writes to this rank go through frames", "seg", si.seg.ID(), "rank", r, "proc", p, "err", err)
 			continue
 		}
-		d.mem[p] = mem
+		d.mem[p] = peerMem{mem: mem, gen: uint32(desc[4])}
 	}
 	si.dmu.Lock()
 	si.direct = d
@@ -108,37 +119,63 @@ func (si *segInfo) dropDirect() {
 		return
 	}
 	d.mu.Lock()
-	for p, mem := range d.mem {
-		segments.UnmapShared(mem)
+	for p, pm := range d.mem {
+		segments.UnmapShared(pm.mem)
 		delete(d.mem, p)
 	}
 	d.mu.Unlock()
 }
 
 // copyDirect copies payload into proc's segment seg at off when this
-// process maps it in the current view's epoch, and reports whether it did.
-func (rt *Runtime) copyDirect(seg uint16, proc transport.Proc, off uint64, payload []byte) bool {
+// process maps it in the current view's epoch, and reports whether it did
+// and the generation of the memory it copied into.
+func (rt *Runtime) copyDirect(seg uint16, proc transport.Proc, off uint64, payload []byte) (gen uint32, ok bool) {
 	rt.segMu.RLock()
 	si := rt.segs[segments.ID(seg)]
 	rt.segMu.RUnlock()
 	if si == nil {
-		return false
+		return 0, false
 	}
 	si.dmu.RLock()
 	d := si.direct
 	si.dmu.RUnlock()
 	if d == nil || d.epoch != rt.view.Load().epoch {
-		return false
+		return 0, false
 	}
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	mem := d.mem[proc]
-	if mem == nil || off > uint64(len(mem)) || uint64(len(payload)) > uint64(len(mem))-off {
-		return false // the target checks the range and refuses it
+	pm, ok := d.mem[proc]
+	if !ok || segments.Retired(pm.mem) {
+		return 0, false // the target deleted or moved it: send the data
 	}
-	copy(mem[off:], payload)
+	if off > uint64(len(pm.mem)) || uint64(len(payload)) > uint64(len(pm.mem))-off {
+		return 0, false // the target checks the range and refuses it
+	}
+	copy(pm.mem[off:], payload)
 	rt.stats.DirectWrites.Add(1)
-	return true
+	return pm.gen, true
+}
+
+// doorbell turns h, a write of n bytes just copied into memory of
+// generation gen, into its doorbell (transport.FlagDirect).
+func doorbell(h *transport.Header, n int, gen uint32) {
+	h.Flags |= transport.FlagDirect
+	h.A |= uint64(n) << 16
+	h.B |= uint64(gen) << 32
+}
+
+// checkDoorbell checks a doorbell against the segment it names, pinned,
+// and turns h back into a write of no bytes with its notification.
+func checkDoorbell(si *segInfo, h *transport.Header) error {
+	n, gen := h.A>>16, uint32(h.B>>32)
+	h.A, h.B = h.A&0xffff, h.B&0xffffffff
+	if err := si.seg.Check(int64(h.Off), int64(n)); err != nil || h.Off > 1<<62 {
+		return fmt.Errorf("%w: %v", ErrBounds, err)
+	}
+	if gen != si.gen.Load() {
+		return fmt.Errorf("segment %d: the data went to memory the segment no longer uses: %w", si.seg.ID(), ErrNoSegment)
+	}
+	return nil
 }
 
 // renewShared moves every shared segment to fresh memory and unmaps the
@@ -161,6 +198,7 @@ func (rt *Runtime) renewShared() error {
 		var err error
 		if !si.deleted {
 			err = si.backing.Renew(si.seg.Bytes())
+			si.gen.Store(rt.segGen.Add(1))
 		}
 		si.use.Unlock()
 		if err != nil {

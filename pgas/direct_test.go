@@ -3,6 +3,7 @@ package pgas
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 
@@ -87,6 +88,28 @@ func TestDirectWriteNotify(t *testing.T) {
 		if err := rts[0].Write(ctx, 0, 1, Loc{1, 2 * size}, Loc{1, 0}, 1); err == nil {
 			t.Fatal("a write past the end was accepted")
 		}
+		// The target replaces the segment by one of its own: rank 0 sees
+		// that the memory it maps was retired and sends the data.
+		if err := rts[1].SegmentDelete(1); err != nil {
+			t.Fatal(err)
+		}
+		solo, err := rts[1].NewGroup(300, []int{1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rts[1].SegmentCreate(ctx, 1, 2*size, solo); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[0].Write(ctx, 0, 1, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[0].Wait(ctx, 0); err != nil || rts[0].Stats().DirectWrites != 1 {
+			t.Fatalf("a write after the target replaced its segment: Wait %v after %d direct writes, want nil after 1", err, rts[0].Stats().DirectWrites)
+		}
+		dst, _ := rts[1].Segment(1)
+		if !bytes.Equal(dst.Bytes()[:8], src.Bytes()[:8]) {
+			t.Fatal("the write did not land in the new segment")
+		}
 	})
 }
 
@@ -162,4 +185,41 @@ func TestDirectRecoverFencesOldMappings(t *testing.T) {
 			t.Fatalf("the segment holds %q after the move, want what was written before", seg2.Bytes()[:8])
 		}
 	})
+}
+
+// A doorbell is checked against the segment it names: its range, and the
+// generation of the memory the data was copied into (a copy that raced a
+// SegmentDelete or a move is refused, not taken as done).
+func TestCheckDoorbell(t *testing.T) {
+	seg, err := segments.New(3, 4096, segments.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	si := &segInfo{seg: seg}
+	si.gen.Store(7)
+	for _, c := range []struct {
+		off      uint64
+		n        int
+		gen      uint32
+		want     error
+		wid, wvl uint64
+	}{
+		{off: 8, n: 16, gen: 7, wid: 5, wvl: 9},
+		{off: 4090, n: 16, gen: 7, want: ErrBounds},
+		{off: 8, n: 16, gen: 6, want: ErrNoSegment},
+	} {
+		h := transport.Header{Type: transport.FrameWrite, Flags: transport.FlagNotify, Seg: 3, Off: c.off, A: 5, B: 9}
+		doorbell(&h, c.n, c.gen)
+		err := checkDoorbell(si, &h)
+		if c.want != nil {
+			if !errors.Is(err, c.want) {
+				t.Errorf("%+v: %v, want %v", c, err, c.want)
+			}
+			continue
+		}
+		if err != nil || h.A != c.wid || h.B != c.wvl || h.Flags&transport.FlagDirect == 0 {
+			t.Errorf("%+v: %v, header A=%d B=%d flags %b", c, err, h.A, h.B, h.Flags)
+		}
+	}
 }

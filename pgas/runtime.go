@@ -43,6 +43,8 @@ type Runtime struct {
 
 	segMu sync.RWMutex
 	segs  map[segments.ID]*segInfo
+	// segGen numbers segment memories (segInfo.gen; direct.go).
+	segGen atomic.Uint32
 
 	peers  []*peer
 	queues []*queue

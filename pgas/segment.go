@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gaspigo/gaspigo/segments"
 )
@@ -25,6 +26,7 @@ type segInfo struct {
 	// of this host (Config.DirectShm), nil otherwise; direct maps theirs
 	// (direct.go).
 	backing *segments.MemfdBacking
+	gen     atomic.Uint32 // names the memory: new at creation and at every move (under use)
 	dmu     sync.RWMutex
 	direct  *directSeg // under dmu
 }
@@ -32,13 +34,22 @@ type segInfo struct {
 // pinSeg returns local segment id with its memory pinned against
 // SegmentDelete; the caller calls unpin when done with the memory.
 func (rt *Runtime) pinSeg(id uint16) (seg *segments.Segment, unpin func(), err error) {
+	si, unpin, err := rt.pinSegInfo(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return si.seg, unpin, nil
+}
+
+// pinSegInfo is pinSeg returning the segment's information.
+func (rt *Runtime) pinSegInfo(id uint16) (si *segInfo, unpin func(), err error) {
 	rt.segMu.RLock()
-	si := rt.segs[segments.ID(id)]
+	si = rt.segs[segments.ID(id)]
 	rt.segMu.RUnlock()
 	if si != nil {
 		si.use.RLock()
 		if !si.deleted {
-			return si.seg, si.use.RUnlock, nil
+			return si, si.use.RUnlock, nil
 		}
 		si.use.RUnlock()
 	}
@@ -126,6 +137,7 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 			return nil, fmt.Errorf("pgas: segment_create: %w", err)
 		}
 		si = &segInfo{seg: seg, backing: backing}
+		si.gen.Store(rt.segGen.Add(1))
 		rt.segs[id] = si
 	}
 	rt.segMu.Unlock()
@@ -142,7 +154,7 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 		full[i] = -1
 	}
 	for i, r := range members {
-		full[r] = descs[4*i]
+		full[r] = descs[descWords*i]
 	}
 	rt.segMu.Lock()
 	si.sizes = full

@@ -3,6 +3,7 @@ package segments
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -25,12 +26,31 @@ type MemfdBacking struct {
 // NewMemfdBacking returns an empty MemfdBacking.
 func NewMemfdBacking() *MemfdBacking { return &MemfdBacking{fds: map[uintptr]int{}} }
 
+// Each memfd holds the segment, rounded up to pages, then one page whose
+// first word says that the segment no longer uses this memory (Retire):
+// a process that maps it (MapShared) looks there before it copies.
+func trailerAt(size int) int { return (size + pageSize - 1) / pageSize * pageSize }
+
+func memfdSize(size int) int { return trailerAt(size) + pageSize }
+
+var pageSize = unix.Getpagesize()
+
+// whole is the whole mapping of segment memory mem: the segment, then the
+// trailer page.
+func whole(mem []byte) []byte { return unsafe.Slice(unsafe.SliceData(mem), memfdSize(len(mem))) }
+
+// retiredWord is the trailer word of the memory mem (segment size bytes,
+// mapped with memfdSize(size) bytes).
+func retiredWord(mem []byte) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&whole(mem)[trailerAt(len(mem))]))
+}
+
 func newMemfd(size int) (int, error) {
 	fd, err := unix.MemfdCreate(memfdName, unix.MFD_CLOEXEC)
 	if err != nil {
 		return -1, fmt.Errorf("segments: memfd_create: %w", err)
 	}
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+	if err := unix.Ftruncate(fd, int64(memfdSize(size))); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("segments: size memfd to %d bytes: %w", size, err)
 	}
@@ -43,16 +63,22 @@ func (b *MemfdBacking) Alloc(size int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	full, err := unix.Mmap(fd, 0, memfdSize(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("segments: mmap memfd: %w", err)
 	}
+	mem := full[:size:size]
 	b.mu.Lock()
 	b.fds[addr(mem)] = fd
 	b.mu.Unlock()
 	return mem, nil
 }
+
+// Retire tells the processes that map mem (returned by Alloc) that the
+// segment no longer uses it: Free and Renew call it first. A copy that a
+// process started before it may still land there.
+func (b *MemfdBacking) Retire(mem []byte) { retiredWord(mem).Store(1) }
 
 // Free unmaps memory returned by Alloc and closes its memfd.
 func (b *MemfdBacking) Free(mem []byte) error {
@@ -60,7 +86,10 @@ func (b *MemfdBacking) Free(mem []byte) error {
 	fd, ok := b.fds[addr(mem)]
 	delete(b.fds, addr(mem))
 	b.mu.Unlock()
-	err := unix.Munmap(mem)
+	if ok {
+		b.Retire(mem)
+	}
+	err := unix.Munmap(whole(mem))
 	if ok {
 		unix.Close(fd)
 	}
@@ -102,6 +131,7 @@ func (b *MemfdBacking) Renew(mem []byte) error {
 	if !ok {
 		return fmt.Errorf("segments: memory not from this backing: %w", ErrClosed)
 	}
+	b.Retire(mem)
 	fd, err := newMemfd(len(mem))
 	if err != nil {
 		return err
@@ -113,7 +143,7 @@ func (b *MemfdBacking) Renew(mem []byte) error {
 	}
 	copy(tmp, mem)
 	unix.Munmap(tmp)
-	if _, err := unix.MmapPtr(fd, 0, unsafe.Pointer(&mem[0]), uintptr(len(mem)),
+	if _, err := unix.MmapPtr(fd, 0, unsafe.Pointer(&mem[0]), uintptr(memfdSize(len(mem))),
 		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("segments: map fresh memfd over the segment: %w", err)
@@ -121,6 +151,12 @@ func (b *MemfdBacking) Renew(mem []byte) error {
 	b.fds[addr(mem)] = fd
 	unix.Close(old)
 	return nil
+}
+
+// Retired reports whether the owner of mem, returned by MapShared, no
+// longer uses that memory for its segment (it deleted or moved it).
+func Retired(mem []byte) bool {
+	return retiredWord(mem).Load() != 0
 }
 
 // MapShared maps the memory that s describes (another process's segment,
@@ -142,17 +178,17 @@ func MapShared(s Shared, size int64) ([]byte, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("segments: fstat: %w", err)
 	}
-	if st.Ino != s.Ino || st.Size != size {
-		return nil, fmt.Errorf("segments: descriptor %d of process %d is inode %d of %d bytes, want %d of %d", s.FD, s.PID, st.Ino, st.Size, s.Ino, size)
+	if size <= 0 || size > MaxSize || st.Ino != s.Ino || st.Size != int64(memfdSize(int(size))) {
+		return nil, fmt.Errorf("segments: descriptor %d of process %d is inode %d of %d bytes, want %d of %d", s.FD, s.PID, st.Ino, st.Size, s.Ino, memfdSize(int(size)))
 	}
-	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	full, err := unix.Mmap(fd, 0, memfdSize(int(size)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("segments: mmap shared segment: %w", err)
 	}
-	return mem, nil
+	return full[:size:size], nil
 }
 
 // UnmapShared unmaps what MapShared returned.
-func UnmapShared(mem []byte) error { return unix.Munmap(mem) }
+func UnmapShared(mem []byte) error { return unix.Munmap(whole(mem)) }
 
 func addr(mem []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(mem))) }

@@ -25,6 +25,9 @@ func TestMemfdRenewFencesOldMappings(t *testing.T) {
 		t.Skipf("cannot map a segment through pidfd_getfd here: %v", err)
 	}
 	defer UnmapShared(peer)
+	if Retired(peer) {
+		t.Fatal("fresh memory reads as retired")
+	}
 	copy(peer[100:], "from the peer")
 	if got := seg.Bytes()[100:113]; string(got) != "from the peer" {
 		t.Fatalf("segment holds %q after the peer's store", got)
@@ -38,6 +41,9 @@ func TestMemfdRenewFencesOldMappings(t *testing.T) {
 	}
 	if got := seg.Bytes()[100:113]; string(got) != "from the peer" {
 		t.Fatalf("segment holds %q after Renew, want the contents kept", got)
+	}
+	if !Retired(peer) {
+		t.Fatal("the old mapping does not read as retired after Renew")
 	}
 	copy(peer[100:], "stale!!!!!!!!")
 	if got := seg.Bytes()[100:113]; string(got) != "from the peer" {

@@ -36,3 +36,9 @@ func MapShared(Shared, int64) ([]byte, error) { return nil, errNoMemfd }
 
 // UnmapShared does nothing off Linux.
 func UnmapShared([]byte) error { return nil }
+
+// Retire does nothing off Linux.
+func (*MemfdBacking) Retire([]byte) {}
+
+// Retired reports false off Linux.
+func Retired([]byte) bool { return false }
