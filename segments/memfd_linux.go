@@ -68,6 +68,9 @@ func (b *MemfdBacking) Alloc(size int) ([]byte, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("segments: mmap memfd: %w", err)
 	}
+	if size >= HugePageThreshold {
+		_ = unix.Madvise(full, unix.MADV_HUGEPAGE) // advisory, as for AnonBacking
+	}
 	mem := full[:size:size]
 	b.mu.Lock()
 	b.fds[addr(mem)] = fd

@@ -49,7 +49,7 @@ func main() {
 		Args:     args,
 		Settings: []benchutil.Setting{
 			{Name: "tcp", Env: []string{"PGAS_SHM=0"}},
-			{Name: "shm", Env: []string{"PGAS_SHM=1", "PGAS_SHM_SPIN=" + *spin}},
+			{Name: "shm", Env: []string{"PGAS_SHM=1", "PGAS_SHM_SEGMENTS=0", "PGAS_SHM_SPIN=" + *spin}},
 		},
 		Rounds: *rounds,
 	}
@@ -62,7 +62,7 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("# gaspibench, %d ranks under gaspirun on this machine, TCP loopback (PGAS_SHM=0) against\n", *ranks)
-	fmt.Printf("# shared memory (PGAS_SHM=1, PGAS_SHM_SPIN=%q), %d rounds taking turns; medians over the rounds.\n", *spin, *rounds)
+	fmt.Printf("# shared memory (PGAS_SHM=1, PGAS_SHM_SEGMENTS=0: rings only, PGAS_SHM_SPIN=%q), %d rounds taking turns; medians over the rounds.\n", *spin, *rounds)
 	fmt.Printf("# bw in MiB/s (higher is better), others in microseconds (lower is better).\n")
 	fmt.Printf("# load average %s; took %v\n", res.Load, res.Elapsed)
 	fmt.Print(res.Table("tcp", "shm"))
