@@ -13,6 +13,8 @@
 //     (Extra "shm"), and the router (transport/route) that the runtime
 //     gets: same-host peers over shared memory, the others over TCP.
 //     PGAS_SHM_SPIN sets how long its receivers poll before sleeping;
+//     PGAS_SHM_SEGMENTS=1 puts segments in shared memory as well
+//     (pgas.Config.DirectShm: a write to a same-host rank is a copy);
 //   - the address the other processes dial (PGAS_ADVERTISE_HOST, else
 //     this host's route to the rendezvous, else an interface that is up);
 //   - the rendezvous (internal/bootstrap): the member table, and the

@@ -143,6 +143,7 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 	cfg.Proc = transport.Proc(env.Proc)
 	cfg.NumProcs, cfg.NumRanks = env.NumProcs, env.NumRanks
 	cfg.Transport = data
+	cfg.DirectShm = cfg.DirectShm || (tr.segments && tr.shm != nil)
 	cfg.Hosts = hosts
 	cfg.Logger = logs.runtime
 	cfg.Launcher = launcher{sess: sess, proc: env.Proc, obs: o}

@@ -29,6 +29,11 @@ const (
 	// job's processes than it has CPUs, else 0 (a polling process would
 	// take the CPU that another one needs).
 	VarShmSpin = "PGAS_SHM_SPIN"
+	// VarShmSegments puts segments in shared memory (1) that the
+	// processes of one host map, so that a one-sided write to a rank of
+	// this host is a copy plus a doorbell frame (pgas.Config.DirectShm).
+	// Unset or 0: off. It needs the shared-memory transport (PGAS_SHM).
+	VarShmSegments = "PGAS_SHM_SEGMENTS"
 	// shmExtra is the member table's endpoint name for the address of a
 	// process's shared-memory transport.
 	shmExtra = "shm"
@@ -62,6 +67,22 @@ func shmConfig(lookup func(string) (string, bool)) (on bool, spin time.Duration,
 	return on, spin, nil
 }
 
+// shmSegments reads PGAS_SHM_SEGMENTS.
+func shmSegments(lookup func(string) (string, bool)) (bool, error) {
+	v, ok := lookup(VarShmSegments)
+	if !ok {
+		return false, nil
+	}
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "0", "off", "false", "no":
+		return false, nil
+	case "1", "on", "true", "yes":
+		return true, nil
+	}
+	return false, &bootstrap.EnvError{Var: VarShmSegments, Value: v, Problem: "is not 0 or 1",
+		Fix: "set PGAS_SHM_SEGMENTS=1 to share segment memory between processes of one host, or leave it unset (or 0)"}
+}
+
 // dataPlane is the data-plane transport as Init builds it: TCP to every
 // process, and shared memory (transport/shm) to the processes of this
 // host unless PGAS_SHM=0, joined by a router (transport/route).
@@ -69,6 +90,7 @@ type dataPlane struct {
 	tcp      *tcp.Transport
 	shm      *shm.Transport // nil when shared memory is off
 	autoSpin bool           // PGAS_SHM_SPIN is unset
+	segments bool           // PGAS_SHM_SEGMENTS=1
 }
 
 // newDataPlane binds the TCP listener (newTransport) and, when shared
@@ -78,11 +100,15 @@ func newDataPlane(env bootstrap.Env, log *slog.Logger, adjust func(*tcp.Config))
 	if err != nil {
 		return nil, err
 	}
+	segs, err := shmSegments(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
 	tr, err := newTransport(env, log, adjust)
 	if err != nil {
 		return nil, err
 	}
-	d := &dataPlane{tcp: tr}
+	d := &dataPlane{tcp: tr, segments: segs}
 	if !on {
 		return d, nil
 	}

@@ -48,3 +48,28 @@ func TestAutoSpin(t *testing.T) {
 		t.Errorf("4 processes on 2 CPUs: spin %v, want 0", got)
 	}
 }
+
+func TestShmSegments(t *testing.T) {
+	for _, c := range []struct {
+		env     map[string]string
+		on, bad bool
+	}{
+		{env: nil, on: false},
+		{env: map[string]string{VarShmSegments: "1"}, on: true},
+		{env: map[string]string{VarShmSegments: "on"}, on: true},
+		{env: map[string]string{VarShmSegments: "0"}, on: false},
+		{env: map[string]string{VarShmSegments: "sometimes"}, bad: true},
+	} {
+		on, err := shmSegments(func(k string) (string, bool) { v, ok := c.env[k]; return v, ok })
+		if c.bad {
+			var ee *bootstrap.EnvError
+			if !errors.As(err, &ee) || ee.Var != VarShmSegments || ee.Fix == "" {
+				t.Errorf("%v: got %v, want an EnvError naming %s with a fix", c.env, err, VarShmSegments)
+			}
+			continue
+		}
+		if err != nil || on != c.on {
+			t.Errorf("%v: got (%v, %v), want (%v, nil)", c.env, on, err, c.on)
+		}
+	}
+}

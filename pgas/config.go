@@ -42,6 +42,13 @@ type Config struct {
 	// network, so the message it waits for lands only when it parks: spin
 	// at the socket instead (transport/tcp's PollSpin, job.Options.TCP).
 	SpinWait time.Duration
+	// DirectShm shares segment memory with the processes of this host that
+	// the transport reaches through shared memory (it reports them with an
+	// IsNear(transport.Proc) bool method, as transport/route does): a Write
+	// to one of them is a copy into its segment plus a doorbell frame
+	// (direct.go). Segments then live in memfds, moved to fresh ones at
+	// every Recover, which copies them. Off by default.
+	DirectShm bool
 	// Membership, when set, supplies committed views (epochs, the rank
 	// table, failed processes) and takes failure reports. Without it the
 	// rank table never changes and spares cannot be promoted. Init takes

@@ -151,13 +151,17 @@ func (rt *Runtime) admit(from transport.Proc, h *transport.Header) error {
 }
 
 func (rt *Runtime) handleWrite(from transport.Proc, h *transport.Header, p transport.Payload) error {
-	seg, unpin, err := rt.pinSeg(h.Seg)
+	si, unpin, err := rt.pinSegInfo(h.Seg)
 	var dst []byte
 	if err == nil {
 		defer unpin()
-		dst, err = seg.Slice(int64(h.Off), int64(h.Len))
+		dst, err = si.seg.Slice(int64(h.Off), int64(h.Len))
 		if err != nil || h.Off > 1<<62 {
 			err = fmt.Errorf("pgas: write from proc %d: %w: %v", from, ErrBounds, err)
+		} else if h.Flags&transport.FlagDirect != 0 {
+			if err = checkDoorbell(si, h); err != nil {
+				err = fmt.Errorf("pgas: direct write from proc %d: %w", from, err)
+			}
 		}
 	}
 	if err != nil {

@@ -75,6 +75,21 @@
 // ErrVacant, which asks for no recovery. Handing the vacant rank's work to
 // the survivors is the program's part.
 //
+// # Direct writes on one host
+//
+// With Config.DirectShm (job: PGAS_SHM_SEGMENTS=1), segments live in
+// memfds that the processes of one host map (the transport names those
+// processes: IsNear). A Write or WriteNotify to such a rank is a copy into
+// its segment, then the usual acknowledged write frame without payload as
+// a doorbell; the target sets the notification and acknowledges when it
+// reads it. Every contract above holds: the notification follows the data,
+// Wait is remote completion, and a write that raced a view change fails
+// (its doorbell is refused). Recover moves every shared segment to a fresh
+// memfd at the same address and unmaps the others'; SegmentCreate shares
+// the fresh memory with the processes of the new view only, so a replaced
+// process changes nothing a survivor reads. The program must not touch
+// segment memory while Recover runs. See direct.go.
+//
 // # Concurrency
 //
 // A Runtime is safe for concurrent use. Operations on one queue from
@@ -99,10 +114,11 @@
 // state machine), dispatch.go (incoming frames), outbox.go (replies),
 // failure.go (lost peers, fencing, the detector), membership.go (Recover,
 // promotion, Finalize), ops.go, read.go, segment.go, atomic.go (one-sided
-// operations), coll.go, hier.go, reduce.go, mailbox.go (collectives).
+// operations), direct.go (same-host segments), coll.go, hier.go, reduce.go, mailbox.go (collectives).
 //
 // Lock order (outer first): segMu; a segment's use lock (held while a
-// remote write or read touches its memory); peer.sendMu; peer.flushMu
+// remote write or read touches its memory); a segment's dmu before its
+// directSeg.mu (direct.go; neither held with any other lock); peer.sendMu; peer.flushMu
 // before peer.ackMu; peer.mu / peer.ackMu /
 // outbox.mu / reqMu / mailbox.mu (leaves, never held together), except
 // that an ack sent from the reader (Queuer) is queued under peer.ackMu:

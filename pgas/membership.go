@@ -169,6 +169,9 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 			if err := rt.drainLanding(ctx, v.epoch); err != nil {
 				return err
 			}
+			if err := rt.renewShared(); err != nil {
+				return err
+			}
 			rt.appEpoch.Store(v.epoch)
 			rt.log.Info("recovered", "epoch", v.epoch, "waited", time.Since(start))
 			return nil

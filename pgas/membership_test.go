@@ -151,7 +151,8 @@ func newFTJob(t *testing.T, ranks, spares int) ([]*Runtime, chan *Runtime, *mem.
 }
 
 // newFTJobOn is newFTJob with host labels (Config.Hosts, by process).
-func newFTJobOn(t *testing.T, ranks, spares int, hosts []string) ([]*Runtime, chan *Runtime, *mem.Network, *fakeMembership, []*fakeHandle) {
+// Each mut, when given, adjusts every process's configuration before Init.
+func newFTJobOn(t *testing.T, ranks, spares int, hosts []string, mut ...func(*Config)) ([]*Runtime, chan *Runtime, *mem.Network, *fakeMembership, []*fakeHandle) {
 	t.Helper()
 	n := ranks + spares
 	nw, err := mem.New(n, mem.Config{Seed: 42})
@@ -175,6 +176,9 @@ func newFTJobOn(t *testing.T, ranks, spares int, hosts []string) ([]*Runtime, ch
 		handles[i].proc = transport.Proc(i)
 		cfg.Membership = handles[i]
 		cfg.Health = &hc
+		for _, m := range mut {
+			m(&cfg)
+		}
 		if i >= ranks {
 			go func() {
 				rt, err := Init(context.Background(), cfg)

@@ -113,6 +113,12 @@ func (rt *Runtime) post(ctx context.Context, q Queue, rank int, h transport.Head
 	if pr.isDown() {
 		return &RankError{Rank: rank, Op: op, Err: ErrRankFailed}
 	}
+	if h.Type == transport.FrameWrite && len(payload) > 0 {
+		if gen, ok := rt.copyDirect(h.Seg, proc, h.Off, payload); ok {
+			doorbell(&h, len(payload), gen) // the data is in place (direct.go)
+			payload = nil
+		}
+	}
 	h.Flags |= transport.FlagAck
 	pr.sendMu.Lock()
 	pr.nextSeq++

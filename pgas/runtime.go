@@ -43,6 +43,8 @@ type Runtime struct {
 
 	segMu sync.RWMutex
 	segs  map[segments.ID]*segInfo
+	// segGen numbers segment memories (segInfo.gen; direct.go).
+	segGen atomic.Uint32
 
 	peers  []*peer
 	queues []*queue
@@ -77,11 +79,15 @@ type Stats struct {
 	StaleApplied atomic.Uint64
 	RemoteErrors atomic.Uint64 // operations the target refused
 	PeersDown    atomic.Uint64 // connections lost
+	// DirectWrites counts writes copied straight into a same-host peer's
+	// segment (Config.DirectShm).
+	DirectWrites atomic.Uint64
 }
 
 // StatsSnapshot is a copy of Stats.
 type StatsSnapshot struct {
 	FramesRejected, RemoteErrors, PeersDown, StaleApplied uint64
+	DirectWrites                                          uint64
 }
 
 // Init starts a runtime over cfg.Transport. Every process of the job calls
@@ -252,6 +258,7 @@ func (rt *Runtime) Stats() StatsSnapshot {
 		RemoteErrors:   rt.stats.RemoteErrors.Load(),
 		PeersDown:      rt.stats.PeersDown.Load(),
 		StaleApplied:   rt.stats.StaleApplied.Load(),
+		DirectWrites:   rt.stats.DirectWrites.Load(),
 	}
 }
 
@@ -276,7 +283,7 @@ func (rt *Runtime) Close() error {
 	rt.closeOnce.Do(func() {
 		st := rt.Stats()
 		rt.log.Info("runtime closed", "rank", rt.Rank(), "epoch", rt.Epoch(), "frames_rejected", st.FramesRejected,
-			"remote_errors", st.RemoteErrors, "peers_down", st.PeersDown, "stale_applied", st.StaleApplied)
+			"remote_errors", st.RemoteErrors, "peers_down", st.PeersDown, "stale_applied", st.StaleApplied, "direct_writes", st.DirectWrites)
 		rt.sayGoodbye()
 		close(rt.closed)
 		rt.endLife()
@@ -292,6 +299,7 @@ func (rt *Runtime) Close() error {
 		rt.wg.Wait()
 		rt.segMu.Lock()
 		for id, si := range rt.segs {
+			si.dropDirect()
 			si.seg.Close()
 			delete(rt.segs, id)
 		}

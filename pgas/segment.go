@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gaspigo/gaspigo/segments"
 )
@@ -20,18 +21,35 @@ type segInfo struct {
 	// sent); SegmentDelete takes it exclusively before freeing the memory.
 	use     sync.RWMutex
 	deleted bool // under use
+
+	// backing is the segment's memfd when it is shared with the processes
+	// of this host (Config.DirectShm), nil otherwise; direct maps theirs
+	// (direct.go).
+	backing *segments.MemfdBacking
+	gen     atomic.Uint32 // names the memory: new at creation and at every move (under use)
+	dmu     sync.RWMutex
+	direct  *directSeg // under dmu
 }
 
 // pinSeg returns local segment id with its memory pinned against
 // SegmentDelete; the caller calls unpin when done with the memory.
 func (rt *Runtime) pinSeg(id uint16) (seg *segments.Segment, unpin func(), err error) {
+	si, unpin, err := rt.pinSegInfo(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return si.seg, unpin, nil
+}
+
+// pinSegInfo is pinSeg returning the segment's information.
+func (rt *Runtime) pinSegInfo(id uint16) (si *segInfo, unpin func(), err error) {
 	rt.segMu.RLock()
-	si := rt.segs[segments.ID(id)]
+	si = rt.segs[segments.ID(id)]
 	rt.segMu.RUnlock()
 	if si != nil {
 		si.use.RLock()
 		if !si.deleted {
-			return si.seg, si.use.RUnlock, nil
+			return si, si.use.RUnlock, nil
 		}
 		si.use.RUnlock()
 	}
@@ -107,16 +125,24 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 		return nil, fmt.Errorf("pgas: segment_create: segment %d exists with %d bytes, asked for %d: %w", id, si.seg.Size(), size, ErrSegmentExists)
 	}
 	if fresh {
-		seg, err := segments.New(id, size, segments.Options{})
+		var opt segments.Options
+		var backing *segments.MemfdBacking
+		if rt.directOn() {
+			backing = segments.NewMemfdBacking()
+			opt.Backing = backing
+		}
+		seg, err := segments.New(id, size, opt)
 		if err != nil {
 			rt.segMu.Unlock()
 			return nil, fmt.Errorf("pgas: segment_create: %w", err)
 		}
-		si = &segInfo{seg: seg}
+		si = &segInfo{seg: seg, backing: backing}
+		si.gen.Store(rt.segGen.Add(1))
 		rt.segs[id] = si
 	}
 	rt.segMu.Unlock()
-	sizes, members, err := allgatherRanks(ctx, rt, g, []int64{size})
+	// Every member sends its size and where its memory is (sharedDesc).
+	descs, members, err := allgatherRanks(ctx, rt, g, sharedDesc(si))
 	if err != nil {
 		if fresh {
 			rt.SegmentDelete(id)
@@ -128,11 +154,12 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 		full[i] = -1
 	}
 	for i, r := range members {
-		full[r] = sizes[i]
+		full[r] = descs[descWords*i]
 	}
 	rt.segMu.Lock()
 	si.sizes = full
 	rt.segMu.Unlock()
+	rt.mapPeers(si, rt.view.Load(), members, descs)
 	return si.seg, nil
 }
 
@@ -152,6 +179,7 @@ func (rt *Runtime) SegmentDelete(id segments.ID) error {
 		return fmt.Errorf("pgas: segment_delete: segment %d: %w", id, ErrNoSegment)
 	}
 	// Wait for the handlers using its memory on behalf of peers.
+	si.dropDirect()
 	si.use.Lock()
 	si.deleted = true
 	si.use.Unlock()

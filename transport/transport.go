@@ -47,6 +47,13 @@ const (
 	FlagNotify uint8 = 1 << 0
 	// FlagAck asks the receiver to acknowledge Seq once the frame is applied.
 	FlagAck uint8 = 1 << 1
+	// FlagDirect on a FrameWrite without payload: the sender copied the
+	// data into the receiver's segment itself, through shared memory, and
+	// the frame is its doorbell. A = notification id | length<<16, B =
+	// value | generation<<32, the generation naming the segment memory
+	// copied into (the receiver refuses the frame when it is not the
+	// segment's memory any more).
+	FlagDirect uint8 = 1 << 2
 )
 
 // HeaderSize is the encoded size of a Header in bytes.

@@ -6,6 +6,7 @@
 //	go run ./bench/shm                          # 2 ranks, 5 rounds
 //	go run ./bench/shm -n 4 -tests barrier,allreduce
 //	go run ./bench/shm -spin 0                  # receivers sleep at once (PGAS_SHM_SPIN=0)
+//	go run ./bench/shm -segments                # also segments in shared memory (PGAS_SHM_SEGMENTS=1)
 //
 // Both settings run the same binaries with the same flags and the same
 // runtime spin (gaspibench --spin); only the transport between the
@@ -33,6 +34,7 @@ func main() {
 	minTime := flag.Duration("min-time", 300*time.Millisecond, "gaspibench --min-time")
 	spin := flag.String("spin", "", "PGAS_SHM_SPIN for the shared-memory runs (default unset: 20us if the ranks fit the CPUs, else 0)")
 	rtSpin := flag.String("rt-spin", "", "gaspibench --spin (the runtime's SpinWait), for both settings")
+	segs := flag.Bool("segments", false, "also run a third setting, shared memory with segments in shared memory (PGAS_SHM_SEGMENTS=1: direct writes)")
 	bin := flag.String("bin", "", "directory holding gaspirun and gaspibench (default: build them)")
 	flag.Parse()
 	dir, cleanup := benchutil.Binaries("shmbench", *bin)
@@ -47,9 +49,12 @@ func main() {
 		Args:     args,
 		Settings: []benchutil.Setting{
 			{Name: "tcp", Env: []string{"PGAS_SHM=0"}},
-			{Name: "shm", Env: []string{"PGAS_SHM=1", "PGAS_SHM_SPIN=" + *spin}},
+			{Name: "shm", Env: []string{"PGAS_SHM=1", "PGAS_SHM_SEGMENTS=0", "PGAS_SHM_SPIN=" + *spin}},
 		},
 		Rounds: *rounds,
+	}
+	if *segs {
+		ab.Settings = append(ab.Settings, benchutil.Setting{Name: "seg", Env: []string{"PGAS_SHM=1", "PGAS_SHM_SEGMENTS=1", "PGAS_SHM_SPIN=" + *spin}})
 	}
 	res, err := ab.Run()
 	if err != nil {
@@ -57,8 +62,12 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("# gaspibench, %d ranks under gaspirun on this machine, TCP loopback (PGAS_SHM=0) against\n", *ranks)
-	fmt.Printf("# shared memory (PGAS_SHM=1, PGAS_SHM_SPIN=%q), %d rounds taking turns; medians over the rounds.\n", *spin, *rounds)
+	fmt.Printf("# shared memory (PGAS_SHM=1, PGAS_SHM_SEGMENTS=0: rings only, PGAS_SHM_SPIN=%q), %d rounds taking turns; medians over the rounds.\n", *spin, *rounds)
 	fmt.Printf("# bw in MiB/s (higher is better), others in microseconds (lower is better).\n")
 	fmt.Printf("# load average %s; took %v\n", res.Load, res.Elapsed)
 	fmt.Print(res.Table("tcp", "shm"))
+	if *segs {
+		fmt.Printf("# the same run: shared memory with segments in shared memory (PGAS_SHM_SEGMENTS=1)\n")
+		fmt.Print(res.Table("tcp", "seg"))
+	}
 }

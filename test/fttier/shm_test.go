@@ -11,12 +11,22 @@ import (
 )
 
 // ringMark is how a ring of transport/shm shows in /proc/PID/maps: a
-// memfd mapping (the name is the memfd's, not a file's).
-const ringMark = "memfd:gaspigo-ring"
+// memfd mapping (the name is the memfd's, not a file's); segMark is a
+// segment in shared memory (PGAS_SHM_SEGMENTS=1).
+const (
+	ringMark = "memfd:gaspigo-ring"
+	segMark  = "memfd:gaspigo-seg"
+)
 
 // rings returns the inodes of the shared-memory rings pid maps: the same
 // inode in two processes is a ring between them.
-func rings(pid int) (map[string]bool, error) {
+func rings(pid int) (map[string]bool, error) { return memfds(pid, ringMark) }
+
+// segs returns the inodes of the shared segments pid maps.
+func segs(pid int) (map[string]bool, error) { return memfds(pid, segMark) }
+
+// memfds returns the inodes of the memfds named mark that pid maps.
+func memfds(pid int, mark string) (map[string]bool, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		return nil, err
@@ -25,7 +35,7 @@ func rings(pid int) (map[string]bool, error) {
 	out := map[string]bool{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if !strings.Contains(sc.Text(), ringMark) {
+		if !strings.Contains(sc.Text(), mark) {
 			continue
 		}
 		if fs := strings.Fields(sc.Text()); len(fs) >= 6 {
@@ -37,7 +47,13 @@ func rings(pid int) (map[string]bool, error) {
 
 // shared lists the rings that pid maps among those of victim.
 func shared(victimRings map[string]bool, pid int) ([]string, error) {
-	rs, err := rings(pid)
+	return sharedOf(rings, victimRings, pid)
+}
+
+// sharedOf lists the memfds (of the kind list finds) that pid maps among
+// those of victim.
+func sharedOf(list func(int) (map[string]bool, error), victimRings map[string]bool, pid int) ([]string, error) {
+	rs, err := list(pid)
 	if err != nil {
 		return nil, err
 	}
@@ -70,67 +86,99 @@ func shmLeftovers(t *testing.T) []string {
 }
 
 // TestStoppedRankIsFencedShm is TestStoppedRankIsFenced with the four
-// ranks and two spares of one host on shared memory (PGAS_SHM=1), which
-// it checks: before the SIGSTOP, the victim maps rings that every other
-// rank maps too (their frames go through them). Once the survivors are in
-// the new epoch, and before the SIGCONT, no other process maps any ring
-// the victim maps: whatever the resumed process writes lands in memory
-// that nobody reads. Then, as over TCP: it exits 77, no stale frame is
-// applied, the result is the failure-free one. Nothing is left in
+// ranks and two spares of one host on shared memory (PGAS_SHM=1), their
+// segments too (PGAS_SHM_SEGMENTS=1), and every rank writing a record
+// into its neighbour's segment every few milliseconds besides the steps
+// (ftstep -writes: a direct copy plus a doorbell frame), which it checks:
+// before the SIGSTOP, the victim maps rings and segments that every other
+// rank maps too. Once the survivors are in the new epoch, and before the
+// SIGCONT, no other process maps any ring or segment the victim maps:
+// whatever the resumed process copies lands in memory that nobody reads.
+// Then, as over TCP: it exits 77, no stale frame is applied, and every
+// rank found no record of an older epoch changed in its segment after it
+// entered the new one (ftstep fails the run otherwise), the result is the
+// failure-free one, and the survivors wrote directly. Nothing is left in
 // /dev/shm.
 func TestStoppedRankIsFencedShm(t *testing.T) {
 	before := shmLeftovers(t)
-	stoppedRankIsFenced(t, jobOpts{steps: 500, env: []string{"PGAS_SHM=1"}}, fenceHooks{
+	kinds := []struct {
+		name string
+		list func(int) (map[string]bool, error)
+	}{{"rings", rings}, {"segments", segs}}
+	var j0 *job
+	victim0 := -1
+	stoppedRankIsFenced(t, jobOpts{steps: 500, env: []string{"PGAS_SHM=1", "PGAS_SHM_SEGMENTS=1"}, extra: []string{"-writes", "5ms"}}, fenceHooks{
 		running: func(j *job, victim int) {
-			vr, err := rings(j.pidOf(victim))
-			if err != nil {
-				j.fatalf("rings of process %d: %v", victim, err)
-			}
-			for r := 0; r < ranks; r++ {
-				if r == victim {
-					continue
-				}
-				both, err := shared(vr, j.pidOf(r))
+			j0, victim0 = j, victim
+			for _, k := range kinds {
+				vr, err := k.list(j.pidOf(victim))
 				if err != nil {
-					j.fatalf("rings of process %d: %v", r, err)
+					j.fatalf("%s of process %d: %v", k.name, victim, err)
 				}
-				if len(both) == 0 {
-					j.fatalf("processes %d and %d of one host share no shared-memory ring: the job is not on shared memory", victim, r)
+				for r := 0; r < ranks; r++ {
+					if r == victim {
+						continue
+					}
+					both, err := sharedOf(k.list, vr, j.pidOf(r))
+					if err != nil {
+						j.fatalf("%s of process %d: %v", k.name, r, err)
+					}
+					if len(both) == 0 {
+						j.fatalf("processes %d and %d of one host share no %s: the job is not on shared memory", victim, r, k.name)
+					}
 				}
+				t.Logf("process %d maps %d %s before SIGSTOP", victim, len(vr), k.name)
 			}
-			t.Logf("process %d maps %d rings before SIGSTOP", victim, len(vr))
 		},
 		stopped: func(j *job, victim int) {
-			vr, err := rings(j.pidOf(victim))
-			if err != nil {
-				j.fatalf("rings of the stopped process %d: %v", victim, err)
-			}
-			// The survivors unmap the victim's rings once the view that
-			// replaced it is applied and its connections are cut; allow
-			// the cut a moment on a busy machine.
-			deadline := time.Now().Add(stepWait)
-			for {
-				var still []string
-				for _, p := range others(victim) {
-					both, err := shared(vr, j.pidOf(p))
-					if err != nil {
-						continue // a spare that exited
+			for _, k := range kinds {
+				vr, err := k.list(j.pidOf(victim))
+				if err != nil {
+					j.fatalf("%s of the stopped process %d: %v", k.name, victim, err)
+				}
+				// The survivors unmap the victim's rings once the view that
+				// replaced it is applied and its connections are cut, and
+				// move their segments at Recover; allow the cut a moment on
+				// a busy machine.
+				deadline := time.Now().Add(stepWait)
+				for {
+					var still []string
+					for _, p := range others(victim) {
+						both, err := sharedOf(k.list, vr, j.pidOf(p))
+						if err != nil {
+							// Nothing ends before the SIGCONT: a check of
+							// a process that ended would prove nothing.
+							still = append(still, fmt.Sprintf("process %d: %v", p, err))
+							continue
+						}
+						if len(both) > 0 {
+							still = append(still, fmt.Sprintf("process %d maps %v", p, both))
+						}
 					}
-					if len(both) > 0 {
-						still = append(still, fmt.Sprintf("process %d maps %v", p, both))
+					if len(still) == 0 {
+						break
 					}
+					if time.Now().After(deadline) {
+						j.fatalf("in the new epoch, survivors still map %s of the stopped process %d: %s", k.name, victim, strings.Join(still, "; "))
+					}
+					time.Sleep(50 * time.Millisecond)
 				}
-				if len(still) == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					j.fatalf("in the new epoch, survivors still map rings of the stopped process %d: %s", victim, strings.Join(still, "; "))
-				}
-				time.Sleep(50 * time.Millisecond)
+				t.Logf("the stopped process %d maps %d %s, none of them mapped by a survivor", victim, len(vr), k.name)
 			}
-			t.Logf("the stopped process %d maps %d rings, none of them mapped by a survivor", victim, len(vr))
 		},
 	})
+	direct := 0
+	for _, s := range statsOf(j0.snapshot()) {
+		direct += max(0, s.int("direct_writes"))
+	}
+	if direct == 0 {
+		j0.fatalf("no rank wrote directly into a neighbour's segment: the test proves nothing about direct writes")
+	}
+	for _, x := range j0.snapshot() {
+		if strings.Contains(x.raw, fmt.Sprintf("writer proc=%d: a direct copy's doorbell was refused", victim0)) {
+			t.Logf("the resumed process copied into memory no survivor uses: %s", x.raw)
+		}
+	}
 	if after := shmLeftovers(t); len(after) > len(before) {
 		t.Errorf("left in /dev/shm: %v (before the job: %v)", after, before)
 	}

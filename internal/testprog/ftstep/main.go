@@ -48,6 +48,7 @@ func main() {
 	leader := flag.Bool("leader", false, "print a line whenever this process becomes the Raft leader")
 	finTimeout := flag.Duration("finalize-timeout", 0, "bound Finalize separately (0: only -timeout bounds it)")
 	progress := flag.Int64("progress", 0, "print a progress line every N steps (0: never)")
+	writes := flag.Duration("writes", 0, "also write a record into the right neighbour's segment this often and check for stale writes (0: never)")
 	suspicion := flag.Duration("suspicion", 0, "detector SuspicionTimeout (0: health.DefaultConfig's)")
 	probe := flag.Duration("probe", 0, "detector ProbeTimeout (0: health.DefaultConfig's)")
 	flag.Parse()
@@ -84,8 +85,8 @@ func main() {
 	fmt.Printf("rank %d epoch %d\n", rt.Rank(), rt.Epoch())
 	printStats := func() {
 		st := rt.Stats()
-		fmt.Printf("stats rank=%d proc=%s frames_rejected=%d remote_errors=%d peers_down=%d\n",
-			rt.Rank(), proc, st.FramesRejected, st.RemoteErrors, st.PeersDown)
+		fmt.Printf("stats rank=%d proc=%s frames_rejected=%d remote_errors=%d peers_down=%d direct_writes=%d\n",
+			rt.Rank(), proc, st.FramesRejected, st.RemoteErrors, st.PeersDown, st.DirectWrites)
 	}
 	onStep := func(step int64) {
 		if *progress > 0 && step%*progress == 0 {
@@ -95,7 +96,21 @@ func main() {
 			}
 		}
 	}
-	sum, err := run(ctx, rt, *steps, *pause, onStep)
+	w := newWriter(rt, *writes)
+	if w != nil && !rt.StartedAsSpare() {
+		if err := w.create(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "segment:", err)
+			rt.Close()
+			out.exit(spares.ExitCodeOf(err), "segment", err)
+		}
+	}
+	if w != nil {
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		p, _ := strconv.Atoi(proc)
+		go w.run(wctx, p)
+	}
+	sum, err := run(ctx, rt, *steps, *pause, w, onStep)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: %v\n", rt.Rank(), err)
 		rt.Close()
@@ -151,12 +166,13 @@ func (f files) exit(code int, where string, err error) {
 // run executes steps 0..steps-1. Step i contributes rank*i+1 from each
 // rank; the total is the same whatever failed on the way.
 // onStep is called after every completed step.
-func run(ctx context.Context, rt *pgas.Runtime, steps int, pause time.Duration, onStep func(step int64)) (int64, error) {
+// With w (-writes), every rank checks its segment after every step.
+func run(ctx context.Context, rt *pgas.Runtime, steps int, pause time.Duration, w *writer, onStep func(step int64)) (int64, error) {
 	var total int64
 	step := int64(0)
 	// A promoted spare learns where the others are.
 	if rt.StartedAsSpare() {
-		if err := agree(ctx, rt, &step, &total); err != nil {
+		if err := rejoin(ctx, rt, w, &step, &total); err != nil {
 			return 0, err
 		}
 	}
@@ -168,6 +184,9 @@ func run(ctx context.Context, rt *pgas.Runtime, steps int, pause time.Duration, 
 				return err
 			}
 			if err := rt.Barrier(ctx, nil); err != nil {
+				return err
+			}
+			if err := w.check(); err != nil {
 				return err
 			}
 			total += x[0]
@@ -183,15 +202,45 @@ func run(ctx context.Context, rt *pgas.Runtime, steps int, pause time.Duration, 
 		}
 		fmt.Printf("rank %d: step %d failed (%v); recovering\n", rt.Rank(), step, err)
 		t0 := time.Now()
-		if err := rt.Recover(ctx); err != nil {
-			return 0, err
-		}
-		if err := agree(ctx, rt, &step, &total); err != nil {
+		if err := recoverAndRejoin(ctx, rt, w, &step, &total); err != nil {
 			return 0, err
 		}
 		fmt.Printf("rank %d: recovered into epoch %d in %v; resuming at step %d\n", rt.Rank(), rt.Epoch(), time.Since(t0).Round(time.Millisecond), step)
 	}
+	if err := w.check(); err != nil {
+		return 0, err
+	}
 	return total, nil
+}
+
+// recoverAndRejoin recovers, then rejoins; the writer (if any) waits
+// meanwhile.
+func recoverAndRejoin(ctx context.Context, rt *pgas.Runtime, w *writer, step, total *int64) error {
+	if w != nil {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+	}
+	if err := rt.Recover(ctx); err != nil {
+		return err
+	}
+	return rejoin(ctx, rt, w, step, total)
+}
+
+// rejoin agrees on the step to resume at, then creates the writer's
+// segment again (collective), recovering as often as needed.
+func rejoin(ctx context.Context, rt *pgas.Runtime, w *writer, step, total *int64) error {
+	for {
+		err := agree(ctx, rt, step, total)
+		if err == nil {
+			err = w.create(ctx)
+		}
+		if err == nil || !pgas.NeedsRecovery(err) {
+			return err
+		}
+		if err := rt.Recover(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 // agree makes every rank resume from the same step with the same total:

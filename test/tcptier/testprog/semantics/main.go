@@ -130,6 +130,11 @@ func run() int {
 	defer cancel()
 	base := pgas.LocalConfig()
 	base.QueueDepth = *depth
+	if *caseFlag == "seqreuse" {
+		// The case needs a write whose send cannot finish while the
+		// target is stopped; a direct copy into its segment would.
+		os.Setenv(job.VarShmSegments, "0")
+	}
 	rt, err := job.Init(ctx, job.Options{Runtime: &base})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "init: %v\n", err)

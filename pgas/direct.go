@@ -1,0 +1,209 @@
+package pgas
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/gaspigo/gaspigo/segments"
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// Direct writes (Config.DirectShm): a segment lives in a memfd, and the
+// processes of one host map each other's segments, so that a Write to a
+// rank on this host is a copy into its memory followed by a doorbell: the
+// same sequenced FrameWrite as before, without its payload, through the
+// same transport. The target applies the doorbell like any write of no
+// bytes: it admits it only from a process of its view in its epoch, then
+// sets the notification (WriteNotify) and acknowledges it. So:
+//
+//   - the notification is set after the data is visible (the copy is done
+//     before the doorbell is sent, and the target reads the doorbell);
+//   - Wait means remote completion: the ack says the target was in the
+//     writer's epoch when the doorbell arrived, hence (see Recover) that
+//     the copy landed in the memory it uses;
+//   - a write that raced a view change fails as over the network (the
+//     doorbell is refused), never silently.
+//
+// Fencing: at Recover every process moves its shared segments to fresh
+// memfds at the same addresses (segments.MemfdBacking.Renew) and unmaps
+// the others' segments; SegmentCreate, which every rank calls again after
+// a recovery, shares the fresh memory with the processes of the new view
+// only. A replaced process that resumes still maps the old memory, which
+// no survivor uses any more: its copies change nothing, and its doorbells
+// carry its old epoch and are refused.
+
+// nearer is the transport's view of which peers are on this host and
+// reached through shared memory (transport/route.Router).
+type nearer interface {
+	IsNear(transport.Proc) bool
+}
+
+// directSeg is what a shared segment maps of the others' memory.
+type directSeg struct {
+	mu    sync.RWMutex // held shared while copying into mem; exclusively to unmap
+	epoch uint32       // the view the mappings were made in
+	mem   map[transport.Proc]peerMem
+}
+
+// peerMem is a peer's segment memory mapped here, and its generation
+// (segInfo.gen at the peer).
+type peerMem struct {
+	mem []byte
+	gen uint32
+}
+
+// descWords is the length of sharedDesc.
+const descWords = 5
+
+// directOn reports whether segments are shared with same-host peers.
+func (rt *Runtime) directOn() bool {
+	if !rt.cfg.DirectShm {
+		return false
+	}
+	_, ok := rt.tr.(nearer)
+	return ok
+}
+
+// sharedDesc is what SegmentCreate's exchange carries for one rank: the
+// size, then where its memory is (segments.Shared; PID 0 for none) and
+// its generation.
+func sharedDesc(si *segInfo) []int64 {
+	d := []int64{si.seg.Size(), 0, 0, 0, int64(si.gen.Load())}
+	if si.backing == nil {
+		return d
+	}
+	if sh, err := si.backing.Shared(si.seg.Bytes()); err == nil {
+		d[1], d[2], d[3] = int64(sh.PID), int64(sh.FD), int64(sh.Ino)
+	}
+	return d
+}
+
+// mapPeers maps the segments of this host's peers in view v from the
+// descriptors exchanged (descs, descWords per member of members). A peer
+// whose memory cannot be mapped is written through frames.
+func (rt *Runtime) mapPeers(si *segInfo, v *view, members []int, descs []int64) {
+	si.dropDirect()
+	if si.backing == nil {
+		return
+	}
+	near := rt.tr.(nearer)
+	d := &directSeg{epoch: v.epoch, mem: map[transport.Proc]peerMem{}}
+	for i, r := range members {
+		desc := descs[descWords*i : descWords*(i+1)]
+		if r >= len(v.ranks) || desc[1] <= 0 {
+			continue
+		}
+		p := v.ranks[r]
+		if p == rt.self || p == transport.NoProc || !near.IsNear(p) {
+			continue
+		}
+		mem, err := segments.MapShared(segments.Shared{PID: int(desc[1]), FD: int(desc[2]), Ino: uint64(desc[3])}, desc[0])
+		if err != nil {
+			rt.log.Warn("segment not mapped: writes to this rank go through frames", "seg", si.seg.ID(), "rank", r, "proc", p, "err", err)
+			continue
+		}
+		d.mem[p] = peerMem{mem: mem, gen: uint32(desc[4])}
+	}
+	si.dmu.Lock()
+	si.direct = d
+	si.dmu.Unlock()
+}
+
+// dropDirect unmaps the others' segments.
+func (si *segInfo) dropDirect() {
+	si.dmu.Lock()
+	d := si.direct
+	si.direct = nil
+	si.dmu.Unlock()
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	for p, pm := range d.mem {
+		segments.UnmapShared(pm.mem)
+		delete(d.mem, p)
+	}
+	d.mu.Unlock()
+}
+
+// copyDirect copies payload into proc's segment seg at off when this
+// process maps it in the current view's epoch, and reports whether it did
+// and the generation of the memory it copied into.
+func (rt *Runtime) copyDirect(seg uint16, proc transport.Proc, off uint64, payload []byte) (gen uint32, ok bool) {
+	rt.segMu.RLock()
+	si := rt.segs[segments.ID(seg)]
+	rt.segMu.RUnlock()
+	if si == nil {
+		return 0, false
+	}
+	si.dmu.RLock()
+	d := si.direct
+	si.dmu.RUnlock()
+	if d == nil || d.epoch != rt.view.Load().epoch {
+		return 0, false
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	pm, ok := d.mem[proc]
+	if !ok || segments.Retired(pm.mem) {
+		return 0, false // the target deleted or moved it: send the data
+	}
+	if off > uint64(len(pm.mem)) || uint64(len(payload)) > uint64(len(pm.mem))-off {
+		return 0, false // the target checks the range and refuses it
+	}
+	copy(pm.mem[off:], payload)
+	rt.stats.DirectWrites.Add(1)
+	return pm.gen, true
+}
+
+// doorbell turns h, a write of n bytes just copied into memory of
+// generation gen, into its doorbell (transport.FlagDirect).
+func doorbell(h *transport.Header, n int, gen uint32) {
+	h.Flags |= transport.FlagDirect
+	h.A |= uint64(n) << 16
+	h.B |= uint64(gen) << 32
+}
+
+// checkDoorbell checks a doorbell against the segment it names, pinned,
+// and turns h back into a write of no bytes with its notification.
+func checkDoorbell(si *segInfo, h *transport.Header) error {
+	n, gen := h.A>>16, uint32(h.B>>32)
+	h.A, h.B = h.A&0xffff, h.B&0xffffffff
+	if err := si.seg.Check(int64(h.Off), int64(n)); err != nil || h.Off > 1<<62 {
+		return fmt.Errorf("%w: %v", ErrBounds, err)
+	}
+	if gen != si.gen.Load() {
+		return fmt.Errorf("segment %d: the data went to memory the segment no longer uses: %w", si.seg.ID(), ErrNoSegment)
+	}
+	return nil
+}
+
+// renewShared moves every shared segment to fresh memory and unmaps the
+// others' (see the comment at the top). Recover calls it before the
+// program enters the new epoch; no frame is landing then (drainLanding),
+// and the program does not use segment memory while it recovers.
+func (rt *Runtime) renewShared() error {
+	rt.segMu.RLock()
+	sis := make([]*segInfo, 0, len(rt.segs))
+	for _, si := range rt.segs {
+		sis = append(sis, si)
+	}
+	rt.segMu.RUnlock()
+	for _, si := range sis {
+		si.dropDirect()
+		if si.backing == nil {
+			continue
+		}
+		si.use.Lock()
+		var err error
+		if !si.deleted {
+			err = si.backing.Renew(si.seg.Bytes())
+			si.gen.Store(rt.segGen.Add(1))
+		}
+		si.use.Unlock()
+		if err != nil {
+			return fmt.Errorf("pgas: recover: move segment %d to fresh shared memory: %w", si.seg.ID(), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,225 @@
+package pgas
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+
+	"github.com/gaspigo/gaspigo/segments"
+	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/mem"
+)
+
+// nearMem is a mem transport whose every peer is on this host (nearer),
+// as transport/route reports the peers it reaches through shared memory.
+type nearMem struct{ *mem.Transport }
+
+func (nearMem) IsNear(transport.Proc) bool { return true }
+
+func direct(c *Config) {
+	c.DirectShm = true
+	c.Transport = nearMem{c.Transport.(*mem.Transport)}
+}
+
+// directMapped skips the test where this process cannot map a segment
+// through pidfd_getfd (no permission to trace itself, or an old kernel).
+func directMapped(t *testing.T) {
+	b := segments.NewMemfdBacking()
+	m, err := b.Alloc(4096)
+	if err != nil {
+		t.Skipf("no memfd: %v", err)
+	}
+	defer b.Free(m)
+	sh, _ := b.Shared(m)
+	peer, err := segments.MapShared(sh, 4096)
+	if err != nil {
+		t.Skipf("pidfd_getfd cannot take a descriptor here: %v", err)
+	}
+	segments.UnmapShared(peer)
+}
+
+// With DirectShm, a write to a same-host rank is copied into its segment
+// (the payload does not go through the transport) and its notification
+// wakes the target's NotifyWaitSome; Wait returns once the target has it.
+func TestDirectWriteNotify(t *testing.T) {
+	directMapped(t)
+	synctest.Test(t, func(t *testing.T) {
+		rts, _ := newJob(t, 2, 1, direct)
+		ctx := context.Background()
+		const size = 1 << 20
+		each(t, rts, func(rt *Runtime) error {
+			_, err := rt.SegmentCreate(ctx, 1, 2*size, nil)
+			return err
+		})
+		src, _ := rts[0].Segment(1)
+		for i := range size {
+			src.Bytes()[i] = byte(i * 7)
+		}
+		each(t, rts, func(rt *Runtime) error {
+			if rt.Rank() == 0 {
+				if err := rt.WriteNotify(ctx, 0, 1, Loc{1, size}, Loc{1, 0}, size, 5, 9); err != nil {
+					return err
+				}
+				if err := rt.Notify(ctx, 0, 1, 1, 6, 1); err != nil {
+					return err
+				}
+				return rt.Wait(ctx, 0)
+			}
+			id, err := rt.NotifyWaitSome(ctx, 1, 5, 1)
+			if err != nil {
+				return err
+			}
+			if v, _ := rt.NotifyReset(1, id); id != 5 || v != 9 {
+				t.Errorf("notification %d=%d, want 5=9", id, v)
+			}
+			dst, _ := rt.Segment(1)
+			if !bytes.Equal(dst.Bytes()[size:], src.Bytes()[:size]) {
+				t.Error("the data is not in place when the notification is seen")
+			}
+			_, err = rt.NotifyWaitSome(ctx, 1, 6, 1)
+			return err
+		})
+		if n := rts[0].Stats().DirectWrites; n != 1 {
+			t.Fatalf("%d direct writes, want 1", n)
+		}
+		// Out of range: refused by the sender's check as before.
+		if err := rts[0].Write(ctx, 0, 1, Loc{1, 2 * size}, Loc{1, 0}, 1); err == nil {
+			t.Fatal("a write past the end was accepted")
+		}
+		// The target replaces the segment by one of its own: rank 0 sees
+		// that the memory it maps was retired and sends the data.
+		if err := rts[1].SegmentDelete(1); err != nil {
+			t.Fatal(err)
+		}
+		solo, err := rts[1].NewGroup(300, []int{1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rts[1].SegmentCreate(ctx, 1, 2*size, solo); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[0].Write(ctx, 0, 1, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[0].Wait(ctx, 0); err != nil || rts[0].Stats().DirectWrites != 1 {
+			t.Fatalf("a write after the target replaced its segment: Wait %v after %d direct writes, want nil after 1", err, rts[0].Stats().DirectWrites)
+		}
+		dst, _ := rts[1].Segment(1)
+		if !bytes.Equal(dst.Bytes()[:8], src.Bytes()[:8]) {
+			t.Fatal("the write did not land in the new segment")
+		}
+	})
+}
+
+// Fencing: a process that maps a survivor's segment from before a
+// recovery (as a replaced process, stopped and resumed, does) changes
+// nothing there afterwards, while the survivors, having recreated the
+// segment, write to each other directly in the new epoch.
+func TestDirectRecoverFencesOldMappings(t *testing.T) {
+	directMapped(t)
+	synctest.Test(t, func(t *testing.T) {
+		rts, promoted, nw, _, _ := newFTJobOn(t, 3, 1, nil, direct)
+		ctx := context.Background()
+		each(t, rts, func(rt *Runtime) error {
+			_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+			return err
+		})
+		// What process 1 holds of process 2's segment.
+		rts[2].segMu.RLock()
+		sh, err := rts[2].segs[1].backing.Shared(rts[2].segs[1].seg.Bytes())
+		rts[2].segMu.RUnlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale, err := segments.MapShared(sh, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer segments.UnmapShared(stale)
+		seg1, _ := rts[1].Segment(1)
+		copy(seg1.Bytes(), "kept!!!!")
+		if err := rts[1].Write(ctx, 0, 2, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[1].Wait(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if rts[1].Stats().DirectWrites != 1 {
+			t.Fatal("the write before the failure was not direct")
+		}
+		nw.Kill(1)
+		survivors := []*Runtime{rts[0], rts[2]}
+		each(t, survivors, func(rt *Runtime) error {
+			rt.Barrier(ctx, nil)
+			return rt.Recover(ctx)
+		})
+		spare := <-promoted
+		job := []*Runtime{rts[0], spare, rts[2]}
+		each(t, job, func(rt *Runtime) error {
+			_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+			return err
+		})
+		copy(stale[64:], "stale write")
+		seg2, _ := rts[2].Segment(1)
+		if bytes.Contains(seg2.Bytes(), []byte("stale write")) {
+			t.Fatal("a mapping from before the recovery changed a survivor's segment")
+		}
+		seg0, _ := rts[0].Segment(1)
+		copy(seg0.Bytes()[128:], "new epoch")
+		before := rts[0].Stats().DirectWrites
+		if err := rts[0].WriteNotify(ctx, 0, 2, Loc{1, 128}, Loc{1, 128}, 9, 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[0].Wait(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if string(seg2.Bytes()[128:137]) != "new epoch" {
+			t.Fatalf("survivor's write in the new epoch: %q", seg2.Bytes()[128:137])
+		}
+		if rts[0].Stats().DirectWrites != before+1 {
+			t.Fatal("the write in the new epoch was not direct")
+		}
+		if string(seg2.Bytes()[:8]) != "kept!!!!" {
+			t.Fatalf("the segment holds %q after the move, want what was written before", seg2.Bytes()[:8])
+		}
+	})
+}
+
+// A doorbell is checked against the segment it names: its range, and the
+// generation of the memory the data was copied into (a copy that raced a
+// SegmentDelete or a move is refused, not taken as done).
+func TestCheckDoorbell(t *testing.T) {
+	seg, err := segments.New(3, 4096, segments.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	si := &segInfo{seg: seg}
+	si.gen.Store(7)
+	for _, c := range []struct {
+		off      uint64
+		n        int
+		gen      uint32
+		want     error
+		wid, wvl uint64
+	}{
+		{off: 8, n: 16, gen: 7, wid: 5, wvl: 9},
+		{off: 4090, n: 16, gen: 7, want: ErrBounds},
+		{off: 8, n: 16, gen: 6, want: ErrNoSegment},
+	} {
+		h := transport.Header{Type: transport.FrameWrite, Flags: transport.FlagNotify, Seg: 3, Off: c.off, A: 5, B: 9}
+		doorbell(&h, c.n, c.gen)
+		err := checkDoorbell(si, &h)
+		if c.want != nil {
+			if !errors.Is(err, c.want) {
+				t.Errorf("%+v: %v, want %v", c, err, c.want)
+			}
+			continue
+		}
+		if err != nil || h.A != c.wid || h.B != c.wvl || h.Flags&transport.FlagDirect == 0 {
+			t.Errorf("%+v: %v, header A=%d B=%d flags %b", c, err, h.A, h.B, h.Flags)
+		}
+	}
+}

@@ -1,0 +1,197 @@
+package segments
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// memfdName is how a segment's memfd shows in /proc/PID/maps
+// ("memfd:gaspigo-seg"); it names no file in any file system.
+const memfdName = "gaspigo-seg"
+
+// MemfdBacking maps each segment from a memfd of its own, shared, so that
+// other processes of the host can map the same memory (Shared gives what
+// they need to find it). A memfd has no name in any file system: nothing
+// is left in /dev/shm, whatever way the process ends. The zero value is
+// not usable: use NewMemfdBacking.
+type MemfdBacking struct {
+	mu  sync.Mutex
+	fds map[uintptr]int // mapping address -> memfd
+}
+
+// NewMemfdBacking returns an empty MemfdBacking.
+func NewMemfdBacking() *MemfdBacking { return &MemfdBacking{fds: map[uintptr]int{}} }
+
+// Each memfd holds the segment, rounded up to pages, then one page whose
+// first word says that the segment no longer uses this memory (Retire):
+// a process that maps it (MapShared) looks there before it copies.
+func trailerAt(size int) int { return (size + pageSize - 1) / pageSize * pageSize }
+
+func memfdSize(size int) int { return trailerAt(size) + pageSize }
+
+var pageSize = unix.Getpagesize()
+
+// whole is the whole mapping of segment memory mem: the segment, then the
+// trailer page.
+func whole(mem []byte) []byte { return unsafe.Slice(unsafe.SliceData(mem), memfdSize(len(mem))) }
+
+// retiredWord is the trailer word of the memory mem (segment size bytes,
+// mapped with memfdSize(size) bytes).
+func retiredWord(mem []byte) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&whole(mem)[trailerAt(len(mem))]))
+}
+
+func newMemfd(size int) (int, error) {
+	fd, err := unix.MemfdCreate(memfdName, unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("segments: memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(memfdSize(size))); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("segments: size memfd to %d bytes: %w", size, err)
+	}
+	return fd, nil
+}
+
+// Alloc creates a memfd of size bytes and maps it shared.
+func (b *MemfdBacking) Alloc(size int) ([]byte, error) {
+	fd, err := newMemfd(size)
+	if err != nil {
+		return nil, err
+	}
+	full, err := unix.Mmap(fd, 0, memfdSize(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("segments: mmap memfd: %w", err)
+	}
+	if size >= HugePageThreshold {
+		_ = unix.Madvise(full, unix.MADV_HUGEPAGE) // advisory, as for AnonBacking
+	}
+	mem := full[:size:size]
+	b.mu.Lock()
+	b.fds[addr(mem)] = fd
+	b.mu.Unlock()
+	return mem, nil
+}
+
+// Retire tells the processes that map mem (returned by Alloc) that the
+// segment no longer uses it: Free and Renew call it first. A copy that a
+// process started before it may still land there.
+func (b *MemfdBacking) Retire(mem []byte) { retiredWord(mem).Store(1) }
+
+// Free unmaps memory returned by Alloc and closes its memfd.
+func (b *MemfdBacking) Free(mem []byte) error {
+	b.mu.Lock()
+	fd, ok := b.fds[addr(mem)]
+	delete(b.fds, addr(mem))
+	b.mu.Unlock()
+	if ok {
+		b.Retire(mem)
+	}
+	err := unix.Munmap(whole(mem))
+	if ok {
+		unix.Close(fd)
+	}
+	return err
+}
+
+// Shared describes where another process of the host finds a segment's
+// memory: descriptor FD of process PID, whose inode is Ino. The inode lets
+// the other process check that the descriptor it took is this memory.
+type Shared struct {
+	PID, FD int
+	Ino     uint64
+}
+
+// Shared returns where mem, returned by Alloc, can be found.
+func (b *MemfdBacking) Shared(mem []byte) (Shared, error) {
+	b.mu.Lock()
+	fd, ok := b.fds[addr(mem)]
+	b.mu.Unlock()
+	if !ok {
+		return Shared{}, fmt.Errorf("segments: memory not from this backing: %w", ErrClosed)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return Shared{}, fmt.Errorf("segments: fstat memfd: %w", err)
+	}
+	return Shared{PID: unix.Getpid(), FD: fd, Ino: st.Ino}, nil
+}
+
+// Renew moves mem, returned by Alloc, to a fresh memfd: its contents are
+// copied, the fresh memory is mapped at the same address (slices of mem
+// stay valid) and the old memfd is closed. A process that still maps the
+// old memory changes nothing that this process sees from then on. No one
+// may write mem during the call (its stores could be lost).
+func (b *MemfdBacking) Renew(mem []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old, ok := b.fds[addr(mem)]
+	if !ok {
+		return fmt.Errorf("segments: memory not from this backing: %w", ErrClosed)
+	}
+	b.Retire(mem)
+	fd, err := newMemfd(len(mem))
+	if err != nil {
+		return err
+	}
+	tmp, err := unix.Mmap(fd, 0, len(mem), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("segments: mmap fresh memfd: %w", err)
+	}
+	copy(tmp, mem)
+	unix.Munmap(tmp)
+	if _, err := unix.MmapPtr(fd, 0, unsafe.Pointer(&mem[0]), uintptr(memfdSize(len(mem))),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("segments: map fresh memfd over the segment: %w", err)
+	}
+	b.fds[addr(mem)] = fd
+	unix.Close(old)
+	return nil
+}
+
+// Retired reports whether the owner of mem, returned by MapShared, no
+// longer uses that memory for its segment (it deleted or moved it).
+func Retired(mem []byte) bool {
+	return retiredWord(mem).Load() != 0
+}
+
+// MapShared maps the memory that s describes (another process's segment,
+// of size bytes) into this process. It fails when the process cannot take
+// the descriptor (no pidfd_getfd, or no permission to trace the process)
+// or when the descriptor is not that memory.
+func MapShared(s Shared, size int64) ([]byte, error) {
+	pfd, err := unix.PidfdOpen(s.PID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("segments: pidfd_open %d: %w", s.PID, err)
+	}
+	defer unix.Close(pfd)
+	fd, err := unix.PidfdGetfd(pfd, s.FD, 0)
+	if err != nil {
+		return nil, fmt.Errorf("segments: pidfd_getfd %d of process %d: %w", s.FD, s.PID, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("segments: fstat: %w", err)
+	}
+	if size <= 0 || size > MaxSize || st.Ino != s.Ino || st.Size != int64(memfdSize(int(size))) {
+		return nil, fmt.Errorf("segments: descriptor %d of process %d is inode %d of %d bytes, want %d of %d", s.FD, s.PID, st.Ino, st.Size, s.Ino, memfdSize(int(size)))
+	}
+	full, err := unix.Mmap(fd, 0, memfdSize(int(size)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("segments: mmap shared segment: %w", err)
+	}
+	return full[:size:size], nil
+}
+
+// UnmapShared unmaps what MapShared returned.
+func UnmapShared(mem []byte) error { return unix.Munmap(whole(mem)) }
+
+func addr(mem []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(mem))) }
