@@ -28,7 +28,8 @@ type Inject struct {
 	Leader   bool   // the process that leads the Raft membership
 	MirrorOf int    // the rank that holds this rank's checkpoint mirror
 	// Iter is the iteration after which (or during whose checkpoint commit)
-	// the kill happens, 1-based.
+	// the kill happens, 1-based; 0 with Phase "commit" kills during the
+	// commit of the starting checkpoint, before any was committed.
 	Iter int
 	// Phase: "" kills after the iteration; "commit" kills inside the
 	// checkpoint commit that follows the iteration.
@@ -46,7 +47,7 @@ func ParseInject(s string) (Inject, error) {
 	if !ok {
 		return bad("only kill injections exist")
 	}
-	targets := 0
+	targets, hasIter := 0, false
 	for _, kv := range strings.Split(rest, ",") {
 		k, v, _ := strings.Cut(kv, "=")
 		var err error
@@ -74,9 +75,10 @@ func ParseInject(s string) (Inject, error) {
 			targets++
 		case "iter":
 			in.Iter, err = strconv.Atoi(v)
-			if err == nil && in.Iter < 1 {
-				err = errors.New("iterations count from 1")
+			if err == nil && in.Iter < 0 {
+				err = errors.New("iterations count from 1 (0 names the starting checkpoint, with phase=commit)")
 			}
+			hasIter = true
 		case "phase":
 			in.Phase = v
 			if v != "commit" {
@@ -92,8 +94,11 @@ func ParseInject(s string) (Inject, error) {
 	if targets != 1 {
 		return bad("name exactly one target")
 	}
-	if in.Iter == 0 {
+	if !hasIter {
 		return bad("iter is missing")
+	}
+	if in.Iter == 0 && (in.Phase != "commit" || in.MirrorOf >= 0) {
+		return bad("iter=0 names the commit of the starting checkpoint: give phase=commit with a rank, host or leader target (iterations count from 1)")
 	}
 	return in, nil
 }
@@ -244,8 +249,10 @@ type Job struct {
 	// fresh: the pending checkpoint follows an iteration completed for the
 	// first time, so its commit may fire phase=commit injections.
 	fresh bool
-	sse   float64
-	recov int
+	// resumed: the job was resumed from a disk checkpoint (Resumed).
+	resumed bool
+	sse     float64
+	recov   int
 	// ckptTime, commits and loopStart: see RunResult.
 	ckptTime  time.Duration
 	commits   int
@@ -592,7 +599,7 @@ func (j *Job) Resumed(id uint64) (note string, err error) {
 		return "", configErr("the checkpoint is of a job with %d logical shards, this one has %d: give --shards %d (a different number of shards is a different sum order, so a different answer)", sh, j.nsh, sh)
 	}
 	j.fromHeader()
-	j.lastID = id
+	j.lastID, j.resumed = id, true
 	it, was, now := j.iter, int(j.hdr[hdrMaxIter]), j.opt.MaxIter
 	final := j.hdr[hdrFinal] == 1
 	switch {
@@ -763,6 +770,7 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 		// resumed from disk starts from the checkpoint it loaded.)
 		err := j.checkpoint(ctx)
 		if err == nil {
+			j.fresh = j.high == 0 // the first start: iter=0,phase=commit injections fire
 			err = j.commit(ctx)
 		}
 		if err != nil && !recovery.Needed(err) {
@@ -1071,17 +1079,50 @@ func (j *Job) restoreAll(ctx context.Context, a recovery.Attempt) error {
 	return err
 }
 
+// startOver is restore when no checkpoint is restorable (noCk is
+// ckpt.ErrNoCheckpoint or nil): if no rank ever committed or loaded one,
+// a rank failed before the starting checkpoint was committed, and every
+// rank goes back to the starting state (the initial centroids are a
+// function of the options and the data, so the run is the same). If some
+// rank had one, the loss is beyond what the mirrors cover: an error.
+func (j *Job) startOver(ctx context.Context, noCk error) error {
+	had := []int64{int64(j.commits)}
+	if j.resumed {
+		had[0]++
+	}
+	if err := pgas.Allreduce(ctx, j.rt, nil, had, pgas.OpMax); err != nil {
+		return err
+	}
+	if had[0] > 0 {
+		if noCk == nil {
+			noCk = errors.New("kmeans: no checkpoint to restore, though one was committed")
+		}
+		return noCk
+	}
+	if err := j.initCentroids(ctx); err != nil {
+		return err
+	}
+	ids := []int64{int64(j.lastID)}
+	if err := pgas.Allreduce(ctx, j.rt, nil, ids, pgas.OpMax); err != nil {
+		return err
+	}
+	j.lastID = uint64(ids[0]) // every rank numbers its next checkpoint alike
+	j.iter, j.sse, j.finished = 0, 0, false
+	j.printf("recovery: no checkpoint was committed yet: every rank starts over from the initial centroids\n")
+	return nil
+}
+
 func (j *Job) restore(ctx context.Context) error {
 	j.pending, j.fresh = 0, false
 	if j.ck == nil {
 		return errors.New("kmeans: a rank failed and checkpoints are off (--ckpt-every 0): nothing to restore from")
 	}
 	id, err := j.ck.Restore(ctx)
+	if errors.Is(err, ckpt.ErrNoCheckpoint) || (err == nil && id == 0) {
+		return j.startOver(ctx, err)
+	}
 	if err != nil {
 		return err
-	}
-	if id == 0 {
-		return errors.New("kmeans: a rank failed before the first checkpoint was committed")
 	}
 	j.lastID = id
 	high := j.high

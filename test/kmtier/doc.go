@@ -22,6 +22,8 @@
 //   - TestKillTwoRanks: kills at iterations 7 and 17, two spares.
 //   - TestKillDuringCommit: a kill inside a checkpoint's commit
 //     (phase=commit).
+//   - TestKillBeforeFirstCommit: a kill inside the starting checkpoint's
+//     commit (iter=0,phase=commit): the ranks start over, or restore it.
 //   - TestKillMirrorHolder: after a first recovery and the background
 //     rebuild of the new process's mirror, the holder of that mirror is
 //     killed (kill:mirror-of=R).

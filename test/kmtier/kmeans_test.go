@@ -95,6 +95,23 @@ func TestKillDuringCommit(t *testing.T) {
 	}
 }
 
+// TestKillBeforeFirstCommit: the victim dies inside the commit of the
+// starting checkpoint. Usually no checkpoint is committed then, and every
+// rank starts over from the initial centroids; when the survivors' commit
+// agreement completed anyway, they restore it. Either way the job ends
+// with the failure-free result (before start-over existed, the first case
+// failed the job).
+func TestKillBeforeFirstCommit(t *testing.T) {
+	res := run(t, spec{spares: 1, extra: []string{"--inject", "kill:rank=2,iter=0,phase=commit"}})
+	checkRecovered(t, res, 1)
+	if !res.has("recovery: the starting checkpoint failed") {
+		t.Fatalf("want the starting checkpoint to fail\n%s", res.text())
+	}
+	if !res.has("every rank starts over from the initial centroids") && !res.has("checkpoint of iteration 0 restored") {
+		t.Fatalf("want the ranks to start over or restore the starting checkpoint\n%s", res.text())
+	}
+}
+
 // TestKillMirrorHolder: after a first recovery (rank 1 now on a spare)
 // and the background rebuild of its mirror, the rank that holds rank 1's
 // mirror is killed.

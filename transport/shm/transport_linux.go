@@ -421,7 +421,13 @@ func (t *Transport) serve(c *net.UnixConn) {
 	if err != nil {
 		t.stats.Refused.Add(1)
 		if !t.isClosed() {
-			t.log.Warn("shm: refused a connection", "err", err)
+			// A peer that went away during the handshake (it died, or
+			// was killed) is routine; anything else may be an attack.
+			lvl := slog.LevelWarn
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, unix.ECONNRESET) {
+				lvl = slog.LevelInfo
+			}
+			t.log.Log(context.Background(), lvl, "shm: refused a connection", "err", err)
 		}
 		c.Close()
 		return

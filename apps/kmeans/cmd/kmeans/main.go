@@ -117,7 +117,7 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.ckptDir, "ckpt-dir", "", "also write committed checkpoints to `DIR` (disk level; resume with gaspirun --resume DIR)")
 	fs.BoolVar(&f.shrink, "shrink", false, "when a rank is lost and no spare is left, go on with fewer ranks: the next live rank takes over its shard (every rank must get this flag; the result is that of a --shrink run without failures)")
 	fs.StringVar(&f.output, "output", "", "write the centroids as CSV to `FILE` (one per line, in cluster order)")
-	fs.Var(&inj, "inject", "inject a failure: kill:rank=R,iter=I | kill:host=H,iter=I | kill:leader,iter=I | kill:mirror-of=R,iter=I, optionally ,phase=commit (repeatable)")
+	fs.Var(&inj, "inject", "inject a failure: kill:rank=R,iter=I | kill:host=H,iter=I | kill:leader,iter=I | kill:mirror-of=R,iter=I, optionally ,phase=commit (iter=0,phase=commit: the starting checkpoint's commit) (repeatable)")
 	fs.StringVar(&f.impl, "impl", "auto", "distance kernel: auto, avx512, avx2, go, naive")
 	fs.StringVar(&f.algo, "algo", "lloyd", "nearest-centroid search: lloyd (brute force), hamerly or yinyang (exact pruning: the same centroids bit for bit)")
 	fs.StringVar(&f.seeding, "seeding", "random", "starting centroids without --init: random (k distinct points) or kmeans++ (D² sampling); both depend only on --seed, never on the number of ranks")
