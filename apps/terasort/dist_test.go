@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -84,21 +83,7 @@ func jobOn(t *testing.T, ranks, spares int, launch []string, args ...string) (in
 	full := append([]string{"-n", fmt.Sprint(ranks), "--spares", fmt.Sprint(spares), "--timeout", jobTimeout.String(),
 		"--grace", "1s"}, launch...)
 	full = append(append(full, "--", terasort, "sort"), args...)
-	ctx, cancel := context.WithTimeout(context.Background(), jobTimeout+30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, gaspirun, full...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 20 * time.Second
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	begin := time.Now()
-	err := cmd.Run()
-	code := cmd.ProcessState.ExitCode()
-	if err != nil && code == 0 {
-		code = -1
-	}
-	t.Logf("gaspirun %s: exit %d in %v", strings.Join(full, " "), code, time.Since(begin).Round(time.Millisecond))
-	return code, buf.String()
+	return proctest.Gaspirun(t, gaspirun, jobTimeout, full...)
 }
 
 var (

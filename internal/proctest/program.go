@@ -63,10 +63,17 @@ func (b *Program) Job(t *testing.T, ranks, spares int, args ...string) (int, str
 	t.Helper()
 	gaspirun, prog := b.Build(t)
 	full := []string{"-n", fmt.Sprint(ranks), "--spares", fmt.Sprint(spares), "--timeout", JobTimeout.String(), "--grace", "1s", "--", prog}
-	full = append(full, args...)
-	ctx, cancel := context.WithTimeout(context.Background(), JobTimeout+30*time.Second)
+	return Gaspirun(t, gaspirun, JobTimeout, append(full, args...)...)
+}
+
+// Gaspirun runs the launcher with args, bounded by timeout (given to it
+// as --timeout) plus 30 s, after which it is sent SIGTERM, and returns
+// its exit status (-1 when it could not run) and combined output.
+func Gaspirun(t *testing.T, gaspirun string, timeout time.Duration, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, gaspirun, full...)
+	cmd := exec.CommandContext(ctx, gaspirun, args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 20 * time.Second
 	var buf bytes.Buffer
@@ -77,7 +84,7 @@ func (b *Program) Job(t *testing.T, ranks, spares int, args ...string) (int, str
 	if err != nil && code == 0 {
 		code = -1
 	}
-	t.Logf("gaspirun %s: exit %d in %v (load %s)", strings.Join(full, " "), code, time.Since(begin).Round(time.Millisecond), LoadAvg())
+	t.Logf("gaspirun %s: exit %d in %v (load %s)", strings.Join(args, " "), code, time.Since(begin).Round(time.Millisecond), LoadAvg())
 	return code, buf.String()
 }
 
