@@ -32,9 +32,12 @@ func (rt *Runtime) cutOff(proc transport.Proc, err error) {
 	if rt.peers[proc].isDown() {
 		return
 	}
-	departed := rt.peers[proc].departed.Load()
+	// A peer that said goodbye, or any peer once this process is closing
+	// (its own goodbyes sent, its transports about to close), ends its
+	// connection as part of the job ending: no failure to report.
+	departed := rt.peers[proc].departed.Load() || rt.closing.Load()
 	if departed {
-		rt.log.Debug("peer left", "peer_proc", int(proc))
+		rt.log.Debug("peer left", "peer_proc", int(proc), "closing", rt.closing.Load())
 	} else {
 		rt.log.Info("peer lost", "peer_proc", int(proc), "err", err)
 		rt.lostAt(proc)

@@ -1,10 +1,14 @@
 package pgas
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -364,4 +368,45 @@ func TestPeerDeathGivesRankError(t *testing.T) {
 			t.Fatalf("state vector after death: %+v", sv)
 		}
 	})
+}
+
+// Rule: a connection that ends while this process is closing is the job
+// ending, not a lost peer. Rank 0 begins Close (its goodbye to rank 1 is
+// held, so Close waits for the ack); rank 1's process dies meanwhile.
+// Rank 0 must not log "peer lost", which tools read as a failure.
+func TestPeerEndingDuringCloseIsNoLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logMu sync.Mutex
+		var logged bytes.Buffer
+		rts, nw := newJob(t, 2, 11, func(c *Config) {
+			if c.Proc == 0 {
+				c.Logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			}
+		})
+		nw.Partition([]transport.Proc{0}, []transport.Proc{1}) // hold the goodbye and its ack
+		done := make(chan struct{})
+		go func() { rts[0].Close(); close(done) }()
+		synctest.Wait() // rank 0 waits for the goodbye's ack
+		nw.Kill(1)
+		<-done
+		logMu.Lock()
+		defer logMu.Unlock()
+		if strings.Contains(logged.String(), "peer lost") {
+			t.Fatalf("rank 0 reported a lost peer while closing:\n%s", logged.String())
+		}
+		if !strings.Contains(logged.String(), "peer left") {
+			t.Fatalf("rank 0 did not see rank 1's connection end (the test lost its point):\n%s", logged.String())
+		}
+	})
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -63,6 +63,7 @@ type Runtime struct {
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
+	closing   atomic.Bool // set when Close begins: a peer lost from then on is the job ending
 	closed    chan struct{}
 	life      context.Context // ends at Close: bounds the runtime's own background calls
 	endLife   context.CancelFunc
@@ -281,6 +282,7 @@ func (rt *Runtime) StateVector() []health.Entry {
 // runtime owns. Blocked calls return ErrClosed. Close is idempotent.
 func (rt *Runtime) Close() error {
 	rt.closeOnce.Do(func() {
+		rt.closing.Store(true)
 		st := rt.Stats()
 		rt.log.Info("runtime closed", "rank", rt.Rank(), "epoch", rt.Epoch(), "frames_rejected", st.FramesRejected,
 			"remote_errors", st.RemoteErrors, "peers_down", st.PeersDown, "stale_applied", st.StaleApplied, "direct_writes", st.DirectWrites)
