@@ -71,6 +71,10 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 			rt.reply(from, transport.Header{Type: transport.FrameReadResp, Seq: h.Seq, A: codeOf(err)}, nil)
 		case h.Type == transport.FrameAtomicReq:
 			rt.reply(from, transport.Header{Type: transport.FrameAtomicResp, Seq: h.Seq, B: codeOf(err)}, nil)
+		case h.Type == transport.FrameReadResp || h.Type == transport.FrameAtomicResp:
+			// The answer to a request of an older epoch: its data is not
+			// applied, and the request fails (it would wait for ever).
+			rt.failRequests(func(r *request) bool { return r.id == h.Seq && r.proc == from }, err)
 		}
 		return err
 	}

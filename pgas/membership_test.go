@@ -420,3 +420,56 @@ func TestMembershipLossStopsTheProcess(t *testing.T) {
 		each(t, []*Runtime{rts[0], rts[2]}, func(rt *Runtime) error { return rt.Usable() })
 	})
 }
+
+// Rule: a response that was sent in the epoch its request was sent in,
+// but lands after the requester applied a newer view, is refused as stale,
+// and the request fails with an error that calls for recovery. It must
+// not stay pending: Wait would block for ever (a promoted spare fetching
+// its checkpoint hung so when a second view followed the first at once).
+func TestStaleResponseFailsTheRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _, nw, _, handles := newFTJob(t, 2, 1)
+		createSeg(t, rts, 1, 1024)
+		ctx := context.Background()
+		release := make(chan struct{})
+		nw.BeforeFrame(func(from, to transport.Proc, h *transport.Header) mem.Action {
+			if from == 1 && to == 0 && (h.Type == transport.FrameReadResp || h.Type == transport.FrameAtomicResp) {
+				<-release // rank 1 answered in epoch 0; hold it until rank 0 is in epoch 1
+			}
+			return mem.Deliver
+		})
+		errs := make(chan error, 2)
+		go func() {
+			if err := rts[0].Read(ctx, 0, 1, Loc{1, 0}, Loc{1, 8}, 8); err != nil {
+				errs <- err
+				return
+			}
+			errs <- rts[0].Wait(ctx, 0)
+		}()
+		go func() {
+			_, err := rts[0].FetchAdd(ctx, 1, Loc{1, 64}, 1)
+			errs <- err
+		}()
+		synctest.Wait() // both requests answered, the answers held
+		if err := handles[0].ReportFailure(ctx, 2, 0); err != nil { // the spare: a new view, ranks unchanged
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if rts[0].Epoch() != 1 || rts[1].Epoch() != 1 {
+			t.Fatalf("epochs %d and %d after the new view, want 1", rts[0].Epoch(), rts[1].Epoch())
+		}
+		close(release)
+		tctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		for range 2 {
+			select {
+			case err := <-errs:
+				if !NeedsRecovery(err) {
+					t.Errorf("a request answered in the old epoch returned %v, want an error that needs recovery", err)
+				}
+			case <-tctx.Done():
+				t.Fatal("a request answered in the old epoch is still pending a minute later")
+			}
+		}
+	})
+}

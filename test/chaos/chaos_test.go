@@ -21,7 +21,7 @@ var (
 	flagSchedules = flag.Int("chaos.schedules", 0, "run seeds 1..N instead of the fixed sample (the long sweep)")
 	flagSeeds     = flag.String("chaos.seeds", "", "comma-separated seeds to run instead of the sample (replay)")
 	flagSummary   = flag.String("chaos.summary", "", "also write the summary table to this file")
-	flagKeep      = flag.String("chaos.keep", "", "write the whole output of every failed schedule to DIR/seed-N.log")
+	flagKeep      = flag.String("chaos.keep", "", "write the whole output of every failed schedule to DIR/seed-N.log (multi-host: DIR/hosts-seed-N.log)")
 )
 
 // sampleSeeds is the fixed CI sample: chosen so that it covers every
@@ -144,11 +144,8 @@ func runSchedule(t *testing.T, s Schedule, refs *references, sum *summary) {
 	}
 	recoveries := recoveryTimes(j)
 	sum.add(s, res, ref, viol, left, recoveries, j)
-	if len(viol) > 0 && *flagKeep != "" {
-		p := filepath.Join(*flagKeep, fmt.Sprintf("seed-%d.log", s.Seed))
-		if err := os.WriteFile(p, []byte(s.String()+"\n"+strings.Join(res.Lines, "\n")+"\n"), 0o644); err != nil {
-			t.Errorf("-chaos.keep: %v", err)
-		}
+	if len(viol) > 0 {
+		keep(t, fmt.Sprintf("seed-%d.log", s.Seed), s.String(), res.Lines)
 	}
 	if len(viol) > 0 {
 		t.Errorf("chaos schedule failed:\n%s\nviolations:\n  %s\nreplay: %s\nlast output:\n%s",
@@ -700,4 +697,18 @@ func runTool(bin string, args ...string) (string, error) {
 		return string(out) + stderr.String(), err
 	}
 	return string(out), nil
+}
+
+// keep writes the whole output of a failed schedule to -chaos.keep's
+// directory, when it is set.
+func keep(t *testing.T, name, schedule string, lines []string) {
+	if *flagKeep == "" {
+		return
+	}
+	p := filepath.Join(*flagKeep, name)
+	if err := os.WriteFile(p, []byte(schedule+"\n"+strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Errorf("-chaos.keep: %v", err)
+	} else {
+		t.Logf("whole output: %s", p)
+	}
 }

@@ -248,6 +248,7 @@ func runHostSchedule(t *testing.T, s HostSchedule, ref string, sum *hostSummary)
 	viol := HostViolations(res, ref)
 	sum.add(s, res, ref, viol, hostRecoveries(all))
 	if len(viol) > 0 {
+		keep(t, fmt.Sprintf("hosts-seed-%d.log", s.Seed), s.String(), res.Lines)
 		t.Errorf("multi-host chaos schedule failed:\n%s\nviolations:\n  %s\nreplay: %s\nlast output:\n%s",
 			s, strings.Join(viol, "\n  "), s.Replay(), tail(res.Lines, 40))
 	}
