@@ -451,7 +451,8 @@ func TestStaleResponseFailsTheRequest(t *testing.T) {
 			errs <- err
 		}()
 		synctest.Wait() // both requests answered, the answers held
-		if err := handles[0].ReportFailure(ctx, 2, 0); err != nil { // the spare: a new view, ranks unchanged
+		// The spare fails: a new view, with the same ranks.
+		if err := handles[0].ReportFailure(ctx, 2, 0); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
