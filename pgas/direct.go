@@ -194,13 +194,15 @@ func (rt *Runtime) renewShared() error {
 		if si.backing == nil {
 			continue
 		}
-		si.use.Lock()
+		si.use.RLock() // against SegmentDelete; read replies may go on (see segInfo.move)
+		si.move.Lock()
 		var err error
 		if !si.deleted {
 			err = si.backing.Renew(si.seg.Bytes())
 			si.gen.Store(rt.segGen.Add(1))
 		}
-		si.use.Unlock()
+		si.move.Unlock()
+		si.use.RUnlock()
 		if err != nil {
 			return fmt.Errorf("pgas: recover: move segment %d to fresh shared memory: %w", si.seg.ID(), err)
 		}

@@ -155,7 +155,7 @@ func (rt *Runtime) admit(from transport.Proc, h *transport.Header) error {
 }
 
 func (rt *Runtime) handleWrite(from transport.Proc, h *transport.Header, p transport.Payload) error {
-	si, unpin, err := rt.pinSegInfo(h.Seg)
+	si, unpin, err := rt.pinSegApply(h.Seg)
 	var dst []byte
 	if err == nil {
 		defer unpin()

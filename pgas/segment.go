@@ -21,12 +21,20 @@ type segInfo struct {
 	// sent); SegmentDelete takes it exclusively before freeing the memory.
 	use     sync.RWMutex
 	deleted bool // under use
+	// move is held shared while a peer's write or atomic is applied to
+	// the memory, and exclusively while Recover moves the memory to a
+	// fresh memfd (renewShared). Read replies do not take it: a move
+	// keeps the contents at the same address, so a reply being sent
+	// reads the same bytes, and Recover never waits for a reply stuck
+	// on a slow or dead peer (while it waits, every reader that applies
+	// a write would wait behind it, and the heartbeats behind those).
+	move sync.RWMutex
 
 	// backing is the segment's memfd when it is shared with the processes
 	// of this host (Config.DirectShm), nil otherwise; direct maps theirs
 	// (direct.go).
 	backing *segments.MemfdBacking
-	gen     atomic.Uint32 // names the memory: new at creation and at every move (under use)
+	gen     atomic.Uint32 // names the memory: new at creation and at every move (under move)
 	dmu     sync.RWMutex
 	direct  *directSeg // under dmu
 }
@@ -54,6 +62,17 @@ func (rt *Runtime) pinSegInfo(id uint16) (si *segInfo, unpin func(), err error) 
 		si.use.RUnlock()
 	}
 	return nil, nil, fmt.Errorf("pgas: segment %d: %w", id, ErrNoSegment)
+}
+
+// pinSegApply is pinSegInfo for a handler that changes the memory (a
+// write or an atomic): it also holds off a move until unpin.
+func (rt *Runtime) pinSegApply(id uint16) (si *segInfo, unpin func(), err error) {
+	si, unpinUse, err := rt.pinSegInfo(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	si.move.RLock()
+	return si, func() { si.move.RUnlock(); unpinUse() }, nil
 }
 
 func (rt *Runtime) localSeg(id uint16) (*segments.Segment, error) {

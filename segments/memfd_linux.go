@@ -126,7 +126,13 @@ func (b *MemfdBacking) Shared(mem []byte) (Shared, error) {
 // copied, the fresh memory is mapped at the same address (slices of mem
 // stay valid) and the old memfd is closed. A process that still maps the
 // old memory changes nothing that this process sees from then on. No one
-// may write mem during the call (its stores could be lost).
+// may write mem during the call (its stores could be lost); reading it is
+// fine (the bytes at each address stay the same).
+//
+// Only the pages the old memfd holds are copied (a segment is sized for
+// its worst case and mostly never touched), with pwrite in bounded
+// chunks: the copy runs in system calls, so the rest of the process (its
+// garbage collector, and with it every goroutine) never waits for it.
 func (b *MemfdBacking) Renew(mem []byte) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -139,13 +145,10 @@ func (b *MemfdBacking) Renew(mem []byte) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := unix.Mmap(fd, 0, len(mem), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
+	if err := copyHeld(old, fd, mem); err != nil {
 		unix.Close(fd)
-		return fmt.Errorf("segments: mmap fresh memfd: %w", err)
+		return err
 	}
-	copy(tmp, mem)
-	unix.Munmap(tmp)
 	if _, err := unix.MmapPtr(fd, 0, unsafe.Pointer(&mem[0]), uintptr(memfdSize(len(mem))),
 		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
 		unix.Close(fd)
@@ -153,6 +156,42 @@ func (b *MemfdBacking) Renew(mem []byte) error {
 	}
 	b.fds[addr(mem)] = fd
 	unix.Close(old)
+	return nil
+}
+
+// renewChunk bounds one pwrite of Renew's copy.
+const renewChunk = 4 << 20
+
+// copyHeld writes into memfd dst the ranges of mem (the mapping of memfd
+// src) that src holds pages for, found with SEEK_DATA and SEEK_HOLE;
+// the holes stay holes in dst.
+func copyHeld(src, dst int, mem []byte) error {
+	n := int64(len(mem))
+	for off := int64(0); off < n; {
+		start, err := unix.Seek(src, off, unix.SEEK_DATA)
+		if err == unix.ENXIO {
+			return nil // no data from off on
+		}
+		if err != nil {
+			return fmt.Errorf("segments: find the held pages of a segment (SEEK_DATA): %w", err)
+		}
+		if start >= n {
+			return nil
+		}
+		end, err := unix.Seek(src, start, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("segments: find the held pages of a segment (SEEK_HOLE): %w", err)
+		}
+		end = min(end, n)
+		for at := start; at < end; {
+			k, err := unix.Pwrite(dst, mem[at:min(at+renewChunk, end)], at)
+			if err != nil {
+				return fmt.Errorf("segments: copy a segment to fresh memory: %w", err)
+			}
+			at += int64(k)
+		}
+		off = end
+	}
 	return nil
 }
 
