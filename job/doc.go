@@ -13,7 +13,7 @@
 //     (Extra "shm"), and the router (transport/route) that the runtime
 //     gets: same-host peers over shared memory, the others over TCP.
 //     PGAS_SHM_SPIN sets how long its receivers poll before sleeping;
-//     PGAS_SHM_SEGMENTS=1 puts segments in shared memory as well
+//     segments live in shared memory as well unless PGAS_SHM_SEGMENTS=0
 //     (pgas.Config.DirectShm: a write to a same-host rank is a copy);
 //   - the address the other processes dial (PGAS_ADVERTISE_HOST, else
 //     this host's route to the rendezvous, else an interface that is up);

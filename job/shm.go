@@ -29,10 +29,11 @@ const (
 	// job's processes than it has CPUs, else 0 (a polling process would
 	// take the CPU that another one needs).
 	VarShmSpin = "PGAS_SHM_SPIN"
-	// VarShmSegments puts segments in shared memory (1) that the
-	// processes of one host map, so that a one-sided write to a rank of
-	// this host is a copy plus a doorbell frame (pgas.Config.DirectShm).
-	// Unset or 0: off. It needs the shared-memory transport (PGAS_SHM).
+	// VarShmSegments puts segments in shared memory (1, the default)
+	// that the processes of one host map, so that a one-sided write to a
+	// rank of this host is a copy plus a doorbell frame
+	// (pgas.Config.DirectShm); 0 keeps them private, and writes go
+	// through the rings. It needs the shared-memory transport (PGAS_SHM).
 	VarShmSegments = "PGAS_SHM_SEGMENTS"
 	// shmExtra is the member table's endpoint name for the address of a
 	// process's shared-memory transport.
@@ -67,20 +68,20 @@ func shmConfig(lookup func(string) (string, bool)) (on bool, spin time.Duration,
 	return on, spin, nil
 }
 
-// shmSegments reads PGAS_SHM_SEGMENTS.
+// shmSegments reads PGAS_SHM_SEGMENTS (unset: on).
 func shmSegments(lookup func(string) (string, bool)) (bool, error) {
 	v, ok := lookup(VarShmSegments)
 	if !ok {
-		return false, nil
+		return true, nil
 	}
 	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "", "0", "off", "false", "no":
+	case "0", "off", "false", "no":
 		return false, nil
-	case "1", "on", "true", "yes":
+	case "", "1", "on", "true", "yes":
 		return true, nil
 	}
 	return false, &bootstrap.EnvError{Var: VarShmSegments, Value: v, Problem: "is not 0 or 1",
-		Fix: "set PGAS_SHM_SEGMENTS=1 to share segment memory between processes of one host, or leave it unset (or 0)"}
+		Fix: "set PGAS_SHM_SEGMENTS=0 to keep segment memory private to each process (writes go through the rings), or leave it unset (or 1) to share it between processes of one host"}
 }
 
 // dataPlane is the data-plane transport as Init builds it: TCP to every
@@ -90,7 +91,7 @@ type dataPlane struct {
 	tcp      *tcp.Transport
 	shm      *shm.Transport // nil when shared memory is off
 	autoSpin bool           // PGAS_SHM_SPIN is unset
-	segments bool           // PGAS_SHM_SEGMENTS=1
+	segments bool           // PGAS_SHM_SEGMENTS (on unless 0)
 }
 
 // newDataPlane binds the TCP listener (newTransport) and, when shared

@@ -54,7 +54,9 @@ func TestShmSegments(t *testing.T) {
 		env     map[string]string
 		on, bad bool
 	}{
-		{env: nil, on: false},
+		{env: nil, on: true},
+		{env: map[string]string{VarShmSegments: ""}, on: true},
+		{env: map[string]string{VarShmSegments: "off"}, on: false},
 		{env: map[string]string{VarShmSegments: "1"}, on: true},
 		{env: map[string]string{VarShmSegments: "on"}, on: true},
 		{env: map[string]string{VarShmSegments: "0"}, on: false},

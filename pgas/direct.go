@@ -99,7 +99,15 @@ func (rt *Runtime) mapPeers(si *segInfo, v *view, members []int, descs []int64) 
 		}
 		mem, err := segments.MapShared(segments.Shared{PID: int(desc[1]), FD: int(desc[2]), Ino: uint64(desc[3])}, desc[0])
 		if err != nil {
-			rt.log.Warn("segment not mapped: writes to this rank go through frames", "seg", si.seg.ID(), "rank", r, "proc", p, "err", err)
+			// Correct either way, only slower: said once, as information
+			// (a kernel that restricts tracing, as Yama's ptrace_scope 1
+			// does between sibling processes, refuses every such map).
+			if rt.mapRefused.CompareAndSwap(false, true) {
+				rt.log.Info("a same-host peer's segment could not be mapped: writes to it go through the ring (set PGAS_SHM_SEGMENTS=0 to stop trying, or allow tracing between the job's processes to write directly)",
+					"seg", si.seg.ID(), "rank", r, "proc", p, "err", err)
+			} else {
+				rt.log.Debug("segment not mapped", "seg", si.seg.ID(), "rank", r, "proc", p, "err", err)
+			}
 			continue
 		}
 		d.mem[p] = peerMem{mem: mem, gen: uint32(desc[4])}

@@ -77,7 +77,7 @@
 //
 // # Direct writes on one host
 //
-// With Config.DirectShm (job: PGAS_SHM_SEGMENTS=1), segments live in
+// With Config.DirectShm (job: on unless PGAS_SHM_SEGMENTS=0), segments live in
 // memfds that the processes of one host map (the transport names those
 // processes: IsNear). A Write or WriteNotify to such a rank is a copy into
 // its segment, then the usual acknowledged write frame without payload as
@@ -87,8 +87,9 @@
 // (its doorbell is refused). Recover moves every shared segment to a fresh
 // memfd at the same address and unmaps the others'; SegmentCreate shares
 // the fresh memory with the processes of the new view only, so a replaced
-// process changes nothing a survivor reads. The program must not touch
-// segment memory while Recover runs. See direct.go.
+// process changes nothing a survivor reads. The move copies only the pages
+// the segment's memfd holds. The program must not touch segment memory
+// while Recover runs. See direct.go.
 //
 // # Concurrency
 //

@@ -64,6 +64,8 @@ type Runtime struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closing   atomic.Bool // set when Close begins: a peer lost from then on is the job ending
+
+	mapRefused atomic.Bool // a peer's shared segment could not be mapped (said once)
 	closed    chan struct{}
 	life      context.Context // ends at Close: bounds the runtime's own background calls
 	endLife   context.CancelFunc
