@@ -66,10 +66,10 @@ type Runtime struct {
 	closing   atomic.Bool // set when Close begins: a peer lost from then on is the job ending
 
 	mapRefused atomic.Bool // a peer's shared segment could not be mapped (said once)
-	closed    chan struct{}
-	life      context.Context // ends at Close: bounds the runtime's own background calls
-	endLife   context.CancelFunc
-	closeErr  error
+	closed     chan struct{}
+	life       context.Context // ends at Close: bounds the runtime's own background calls
+	endLife    context.CancelFunc
+	closeErr   error
 }
 
 // Stats counts what the runtime did. Read it with (*Runtime).Stats.
