@@ -25,8 +25,9 @@ import (
 //     doorbell is refused), never silently.
 //
 // Fencing: at Recover every process moves its shared segments to fresh
-// memfds at the same addresses (segments.MemfdBacking.Renew) and unmaps
-// the others' segments; SegmentCreate, which every rank calls again after
+// memfds at the same addresses (segments.MemfdBacking.Renew) when the new
+// view declares failed a process of its host (only those can map them),
+// and unmaps the others' segments; SegmentCreate, which every rank calls again after
 // a recovery, shares the fresh memory with the processes of the new view
 // only. A replaced process that resumes still maps the old memory, which
 // no survivor uses any more: its copies change nothing, and its doorbells
@@ -186,11 +187,41 @@ func checkDoorbell(si *segInfo, h *transport.Header) error {
 	return nil
 }
 
+// mustMove reports whether view v declares failed a process that may map
+// this process's shared segments and that no earlier move cut off. Only
+// a process of this host can map them (mapPeers maps the segments of the
+// peers the transport reaches through shared memory, which are of this
+// host), so a failure on another host leaves them where they are; with no
+// host labels every failure counts.
+func (rt *Runtime) mustMove(v *view) bool {
+	rt.cutOffMu.Lock()
+	defer rt.cutOffMu.Unlock()
+	if rt.cutOffProcs == nil {
+		rt.cutOffProcs = map[transport.Proc]bool{}
+	}
+	hosts := rt.cfg.Hosts
+	must := false
+	for p, failed := range v.failed {
+		proc := transport.Proc(p)
+		if !failed || rt.cutOffProcs[proc] {
+			continue
+		}
+		rt.cutOffProcs[proc] = true
+		if hosts == nil || p >= len(hosts) || int(rt.self) >= len(hosts) || hosts[p] == hosts[rt.self] {
+			must = true
+		}
+	}
+	return must
+}
+
 // renewShared moves every shared segment to fresh memory and unmaps the
-// others' (see the comment at the top). Recover calls it before the
-// program enters the new epoch; no frame is landing then (drainLanding),
-// and the program does not use segment memory while it recovers.
-func (rt *Runtime) renewShared() error {
+// others' (see the comment at the top), when v declares failed a process
+// of this host (mustMove); otherwise it only unmaps the others', which
+// SegmentCreate maps again. Recover calls it before the program enters
+// the new epoch; no frame is landing then (drainLanding), and the program
+// does not use segment memory while it recovers.
+func (rt *Runtime) renewShared(v *view) error {
+	move := rt.mustMove(v)
 	rt.segMu.RLock()
 	sis := make([]*segInfo, 0, len(rt.segs))
 	for _, si := range rt.segs {
@@ -199,7 +230,7 @@ func (rt *Runtime) renewShared() error {
 	rt.segMu.RUnlock()
 	for _, si := range sis {
 		si.dropDirect()
-		if si.backing == nil {
+		if si.backing == nil || !move {
 			continue
 		}
 		si.use.RLock() // against SegmentDelete; read replies may go on (see segInfo.move)

@@ -223,3 +223,76 @@ func TestCheckDoorbell(t *testing.T) {
 		}
 	}
 }
+
+// Recover moves the shared segments only when a process of this host
+// failed: one of another host never mapped them (mapPeers maps only the
+// peers reached through shared memory), so a move would cost the
+// recovery a copy for nothing. Processes 0, 1 and the spare 3 are on
+// host a, process 2 on host b.
+func TestDirectMoveOnlyForSameHostFailures(t *testing.T) {
+	directMapped(t)
+	for _, c := range []struct {
+		name   string
+		victim transport.Proc
+		moved  bool
+	}{{"another host", 2, false}, {"this host", 1, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rts, promoted, nw, _, _ := newFTJobOn(t, 3, 1, []string{"a", "a", "b", "a"}, direct)
+				ctx := context.Background()
+				each(t, rts, func(rt *Runtime) error {
+					_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+					return err
+				})
+				seg0, _ := rts[0].Segment(1)
+				copy(seg0.Bytes(), "before")
+				ino := func() uint64 {
+					rts[0].segMu.RLock()
+					defer rts[0].segMu.RUnlock()
+					sh, err := rts[0].segs[1].backing.Shared(rts[0].segs[1].seg.Bytes())
+					if err != nil {
+						t.Fatal(err)
+					}
+					return sh.Ino
+				}
+				before := ino()
+				nw.Kill(c.victim)
+				var survivors []*Runtime
+				for p, rt := range rts {
+					if transport.Proc(p) != c.victim {
+						survivors = append(survivors, rt)
+					}
+				}
+				each(t, survivors, func(rt *Runtime) error {
+					rt.Barrier(ctx, nil)
+					return rt.Recover(ctx)
+				})
+				spare := <-promoted
+				job := append(survivors, spare)
+				each(t, job, func(rt *Runtime) error {
+					_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+					return err
+				})
+				if moved := ino() != before; moved != c.moved {
+					t.Fatalf("process %d failed: process 0's segment moved=%v, want %v", c.victim, moved, c.moved)
+				}
+				if string(seg0.Bytes()[:6]) != "before" {
+					t.Fatalf("process 0's segment holds %q after the recovery", seg0.Bytes()[:6])
+				}
+				// Writes between the survivors are direct again in the new
+				// epoch, whether the memory moved or not.
+				other := survivors[1]
+				n := other.Stats().DirectWrites
+				if err := other.WriteNotify(ctx, 0, 0, Loc{1, 64}, Loc{1, 64}, 8, 1, 1); err != nil {
+					t.Fatal(err)
+				}
+				if err := other.Wait(ctx, 0); err != nil {
+					t.Fatal(err)
+				}
+				if other.Stats().DirectWrites != n+1 {
+					t.Fatal("the write in the new epoch was not direct")
+				}
+			})
+		})
+	}
+}

@@ -85,11 +85,12 @@
 // reads it. Every contract above holds: the notification follows the data,
 // Wait is remote completion, and a write that raced a view change fails
 // (its doorbell is refused). Recover moves every shared segment to a fresh
-// memfd at the same address and unmaps the others'; SegmentCreate shares
-// the fresh memory with the processes of the new view only, so a replaced
-// process changes nothing a survivor reads. The move copies only the pages
-// the segment's memfd holds. The program must not touch segment memory
-// while Recover runs. See direct.go.
+// memfd at the same address (when a process of this host failed) and
+// unmaps the others'; SegmentCreate shares the fresh memory with the
+// processes of the new view only, so a replaced process changes nothing a
+// survivor reads. The move copies only the pages the segment's memfd
+// holds. The program must not touch segment memory while Recover runs.
+// See direct.go.
 //
 // # Concurrency
 //

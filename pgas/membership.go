@@ -169,7 +169,7 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 			if err := rt.drainLanding(ctx, v.epoch); err != nil {
 				return err
 			}
-			if err := rt.renewShared(); err != nil {
+			if err := rt.renewShared(v); err != nil {
 				return err
 			}
 			rt.appEpoch.Store(v.epoch)

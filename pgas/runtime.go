@@ -45,6 +45,11 @@ type Runtime struct {
 	segs  map[segments.ID]*segInfo
 	// segGen numbers segment memories (segInfo.gen; direct.go).
 	segGen atomic.Uint32
+	// cutOffMu guards cutOffProcs: the processes declared failed whose
+	// possible mappings of this process's shared segments a move at
+	// Recover has already made harmless (direct.go, mustMove).
+	cutOffMu    sync.Mutex
+	cutOffProcs map[transport.Proc]bool
 
 	peers  []*peer
 	queues []*queue
