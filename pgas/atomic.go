@@ -59,11 +59,11 @@ func (rt *Runtime) atomic(ctx context.Context, rank int, loc Loc, op uint8, a, b
 }
 
 func (rt *Runtime) localAtomic(segID uint16, off int64, op uint8, a, b uint64) (uint64, error) {
-	si, unpin, err := rt.pinSegApply(segID)
+	si, err := rt.pinSegApply(segID)
 	if err != nil {
 		return 0, err
 	}
-	defer unpin()
+	defer si.unpinApply()
 	w, err := si.seg.Word(off)
 	if err != nil {
 		return 0, fmt.Errorf("pgas: atomic at %d: %w: %v", off, ErrBounds, err)

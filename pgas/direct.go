@@ -27,9 +27,9 @@ import (
 // Fencing: at Recover every process moves its shared segments to fresh
 // memfds at the same addresses (segments.MemfdBacking.Renew) when the new
 // view declares failed a process of its host (only those can map them),
-// and unmaps the others' segments; SegmentCreate, which every rank calls again after
-// a recovery, shares the fresh memory with the processes of the new view
-// only. A replaced process that resumes still maps the old memory, which
+// and unmaps the others' segments; SegmentCreate, which every rank calls
+// again after a recovery, shares the fresh memory with the processes of
+// the new view only. A replaced process that resumes still maps the old memory, which
 // no survivor uses any more: its copies change nothing, and its doorbells
 // carry its old epoch and are refused.
 
@@ -194,19 +194,18 @@ func checkDoorbell(si *segInfo, h *transport.Header) error {
 // host), so a failure on another host leaves them where they are; with no
 // host labels every failure counts.
 func (rt *Runtime) mustMove(v *view) bool {
-	rt.cutOffMu.Lock()
-	defer rt.cutOffMu.Unlock()
-	if rt.cutOffProcs == nil {
-		rt.cutOffProcs = map[transport.Proc]bool{}
+	rt.movedMu.Lock()
+	defer rt.movedMu.Unlock()
+	if rt.movedFor == nil {
+		rt.movedFor = make([]bool, len(v.failed))
 	}
 	hosts := rt.cfg.Hosts
 	must := false
 	for p, failed := range v.failed {
-		proc := transport.Proc(p)
-		if !failed || rt.cutOffProcs[proc] {
+		if !failed || rt.movedFor[p] {
 			continue
 		}
-		rt.cutOffProcs[proc] = true
+		rt.movedFor[p] = true
 		if hosts == nil || p >= len(hosts) || int(rt.self) >= len(hosts) || hosts[p] == hosts[rt.self] {
 			must = true
 		}

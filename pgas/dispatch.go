@@ -155,10 +155,10 @@ func (rt *Runtime) admit(from transport.Proc, h *transport.Header) error {
 }
 
 func (rt *Runtime) handleWrite(from transport.Proc, h *transport.Header, p transport.Payload) error {
-	si, unpin, err := rt.pinSegApply(h.Seg)
+	si, err := rt.pinSegApply(h.Seg)
 	var dst []byte
 	if err == nil {
-		defer unpin()
+		defer si.unpinApply()
 		dst, err = si.seg.Slice(int64(h.Off), int64(h.Len))
 		if err != nil || h.Off > 1<<62 {
 			err = fmt.Errorf("pgas: write from proc %d: %w: %v", from, ErrBounds, err)

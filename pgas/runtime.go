@@ -45,11 +45,12 @@ type Runtime struct {
 	segs  map[segments.ID]*segInfo
 	// segGen numbers segment memories (segInfo.gen; direct.go).
 	segGen atomic.Uint32
-	// cutOffMu guards cutOffProcs: the processes declared failed whose
+	// movedMu guards movedFor: the processes declared failed whose
 	// possible mappings of this process's shared segments a move at
 	// Recover has already made harmless (direct.go, mustMove).
-	cutOffMu    sync.Mutex
-	cutOffProcs map[transport.Proc]bool
+	movedMu    sync.Mutex
+	movedFor   []bool      // by proc; nil until the first Recover
+	mapRefused atomic.Bool // a peer's shared segment could not be mapped (said once)
 
 	peers  []*peer
 	queues []*queue
@@ -69,12 +70,10 @@ type Runtime struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closing   atomic.Bool // set when Close begins: a peer lost from then on is the job ending
-
-	mapRefused atomic.Bool // a peer's shared segment could not be mapped (said once)
-	closed     chan struct{}
-	life       context.Context // ends at Close: bounds the runtime's own background calls
-	endLife    context.CancelFunc
-	closeErr   error
+	closed    chan struct{}
+	life      context.Context // ends at Close: bounds the runtime's own background calls
+	endLife   context.CancelFunc
+	closeErr  error
 }
 
 // Stats counts what the runtime did. Read it with (*Runtime).Stats.

@@ -21,9 +21,9 @@ type segInfo struct {
 	// sent); SegmentDelete takes it exclusively before freeing the memory.
 	use     sync.RWMutex
 	deleted bool // under use
-	// move is held shared while a peer's write or atomic is applied to
-	// the memory, and exclusively while Recover moves the memory to a
-	// fresh memfd (renewShared). Read replies do not take it: a move
+	// move, for a shared segment (backing set), is held shared while a
+	// peer's write or atomic is applied to the memory, and exclusively
+	// while Recover moves the memory to a fresh memfd (renewShared). Read replies do not take it: a move
 	// keeps the contents at the same address, so a reply being sent
 	// reads the same bytes, and Recover never waits for a reply stuck
 	// on a slow or dead peer (while it waits, every reader that applies
@@ -51,28 +51,45 @@ func (rt *Runtime) pinSeg(id uint16) (seg *segments.Segment, unpin func(), err e
 
 // pinSegInfo is pinSeg returning the segment's information.
 func (rt *Runtime) pinSegInfo(id uint16) (si *segInfo, unpin func(), err error) {
+	if si, err = rt.pinUse(id); err != nil {
+		return nil, nil, err
+	}
+	return si, si.use.RUnlock, nil
+}
+
+// pinUse looks up local segment id and holds its use lock shared.
+func (rt *Runtime) pinUse(id uint16) (*segInfo, error) {
 	rt.segMu.RLock()
-	si = rt.segs[segments.ID(id)]
+	si := rt.segs[segments.ID(id)]
 	rt.segMu.RUnlock()
 	if si != nil {
 		si.use.RLock()
 		if !si.deleted {
-			return si, si.use.RUnlock, nil
+			return si, nil
 		}
 		si.use.RUnlock()
 	}
-	return nil, nil, fmt.Errorf("pgas: segment %d: %w", id, ErrNoSegment)
+	return nil, fmt.Errorf("pgas: segment %d: %w", id, ErrNoSegment)
 }
 
-// pinSegApply is pinSegInfo for a handler that changes the memory (a
-// write or an atomic): it also holds off a move until unpin.
-func (rt *Runtime) pinSegApply(id uint16) (si *segInfo, unpin func(), err error) {
-	si, unpinUse, err := rt.pinSegInfo(id)
-	if err != nil {
-		return nil, nil, err
+// pinSegApply pins local segment id for a handler that changes its memory
+// (a write or an atomic): a shared segment is also held against a move.
+// The handler calls si.unpinApply when done. No closure: it runs for
+// every write frame.
+func (rt *Runtime) pinSegApply(id uint16) (*segInfo, error) {
+	si, err := rt.pinUse(id)
+	if err == nil && si.backing != nil {
+		si.move.RLock()
 	}
-	si.move.RLock()
-	return si, func() { si.move.RUnlock(); unpinUse() }, nil
+	return si, err
+}
+
+// unpinApply releases what pinSegApply took.
+func (si *segInfo) unpinApply() {
+	if si.backing != nil {
+		si.move.RUnlock()
+	}
+	si.use.RUnlock()
 }
 
 func (rt *Runtime) localSeg(id uint16) (*segments.Segment, error) {
