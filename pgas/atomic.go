@@ -110,7 +110,7 @@ func (rt *Runtime) PassiveSend(ctx context.Context, rank int, msg []byte) error 
 		}
 		return nil
 	}
-	pr := rt.peers[proc]
+	pr := rt.peers.get(proc)
 	h := transport.Header{Type: transport.FramePassive, Flags: transport.FlagAck}
 	pr.sendMu.Lock()
 	pr.nextSeq++

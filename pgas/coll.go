@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -17,6 +18,10 @@ type Group struct {
 	tag   uint16
 	ranks []int    // fixed members (NewGroup); nil for GroupAll
 	rt    *Runtime // GroupAll: the members are the live ranks of the view
+
+	// shape is what collectives derive from the view they run in,
+	// computed once per view (groupShape).
+	shape atomic.Pointer[groupShape]
 
 	mu    sync.Mutex
 	epoch uint32
@@ -119,13 +124,43 @@ func (g *Group) timedOut(epoch uint32) {
 	g.mu.Unlock()
 }
 
+// groupShape is what a group's collectives derive from one view: the
+// members, a vacant member if any, and how the members sit on hosts.
+// Every collective in that view shares it, so a collective's own work is
+// its messages, not a scan of the job.
+type groupShape struct {
+	v      *view
+	ranks  []int // the group's members in v
+	vacant int   // a member rank that no process holds in v, or -1
+	topo   topology
+}
+
+// shapeIn returns g's shape in view v, computing it on the first
+// collective of the view (O(members), then O(1)).
+func (g *Group) shapeIn(rt *Runtime, v *view) *groupShape {
+	if s := g.shape.Load(); s != nil && s.v == v {
+		return s
+	}
+	s := &groupShape{v: v, ranks: g.members(v), vacant: -1}
+	for _, r := range s.ranks {
+		if r < len(v.ranks) && v.ranks[r] == transport.NoProc {
+			s.vacant = r
+			break
+		}
+	}
+	s.topo = placeOnHosts(s.ranks, v, rt.cfg.Hosts)
+	g.shape.Store(s)
+	return s
+}
+
 // coll is one collective call in progress.
 type coll struct {
 	rt    *Runtime
 	g     *Group
 	v     *view
-	ranks []int // g's members in view v
-	me    int   // index of this rank in ranks
+	ranks []int    // g's members in view v
+	me    int      // index of this rank in ranks
+	topo  topology // how the members sit on hosts
 	seq   uint64
 	op    string
 	round uint64
@@ -139,24 +174,22 @@ func (rt *Runtime) startColl(g *Group, op string) (*coll, error) {
 	if g == nil {
 		g = rt.GroupAll()
 	}
-	ranks := g.members(v)
-	me := indexOf(ranks, v.rankOf[rt.self])
+	sh := g.shapeIn(rt, v)
+	me := indexOf(sh.ranks, v.rankOf[rt.self])
 	if me < 0 {
 		return nil, fmt.Errorf("pgas: %s: rank %d: %w", op, v.rankOf[rt.self], ErrNotMember)
 	}
-	for _, r := range ranks {
+	if sh.vacant >= 0 {
 		// Every member sees the same view, so all of them fail here at
 		// once, rather than some waiting on others that the vacant rank
 		// left waiting (two-level collectives route through leaders).
-		if r < len(v.ranks) && v.ranks[r] == transport.NoProc {
-			return nil, fmt.Errorf("pgas: %s: rank %d: %w", op, r, ErrVacant)
-		}
+		return nil, fmt.Errorf("pgas: %s: rank %d: %w", op, sh.vacant, ErrVacant)
 	}
 	seq, err := g.next(v.epoch)
 	if err != nil {
 		return nil, err
 	}
-	return &coll{rt: rt, g: g, v: v, ranks: ranks, me: me, seq: seq, op: op}, nil
+	return &coll{rt: rt, g: g, v: v, ranks: sh.ranks, me: me, topo: sh.topo, seq: seq, op: op}, nil
 }
 
 func (c *coll) send(ctx context.Context, idx int, round uint64, data []byte) error {
@@ -207,7 +240,7 @@ func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 	if err != nil {
 		return err
 	}
-	if t := c.topology(); t.twoLevel() {
+	if t := c.topo; t.twoLevel() {
 		if _, err := c.hostGather(ctx, t, []byte{}); err != nil {
 			return err
 		}
@@ -246,7 +279,7 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 	if n == 1 {
 		return nil
 	}
-	if t := c.topology(); t.twoLevel() && n*len(buf) <= hierGatherMax {
+	if t := c.topo; t.twoLevel() && n*len(buf) <= hierGatherMax {
 		blocks, err := c.hostGather(ctx, t, buf)
 		if err != nil {
 			return err
@@ -351,7 +384,7 @@ func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) er
 	if ri < 0 {
 		return fmt.Errorf("pgas: bcast: root %d not in group: %w", root, ErrInvalid)
 	}
-	t := c.topology()
+	t := c.topo
 	switch {
 	case n > 2 && len(buf) >= pipelineMin:
 		return c.bcastPipeline(ctx, t, buf, ri)
@@ -389,7 +422,7 @@ func (rt *Runtime) allgather(ctx context.Context, g *Group, block []byte, alloc 
 		return nil, nil, fmt.Errorf("pgas: allgather: out holds %d bytes, want %d: %w", len(out), n*b, ErrInvalid)
 	}
 	copy(out[c.me*b:], block)
-	t := c.topology()
+	t := c.topo
 	if t.twoLevel() && n*b <= hierGatherMax {
 		blocks, err := c.hostGather(ctx, t, block)
 		if err != nil {
@@ -407,6 +440,9 @@ func (rt *Runtime) allgather(ctx context.Context, g *Group, block []byte, alloc 
 		}
 		copy(out, d)
 		return out, c.ranks, nil
+	}
+	if n*b <= hierGatherMax {
+		return out, c.ranks, c.bruck(ctx, out, b)
 	}
 	// A ring ordered by host: it crosses each host boundary once.
 	ring := make([]int, 0, n)
@@ -435,4 +471,37 @@ func (rt *Runtime) allgather(ctx context.Context, g *Group, block []byte, alloc 
 		copy(out[recvIdx*b:], d)
 	}
 	return out, c.ranks, nil
+}
+
+// bruck is the allgather of small blocks (Bruck's algorithm): ⌈log2 n⌉
+// rounds of one message each, so the rounds and the messages per member
+// grow as log n, where a ring takes n-1. In round k each member sends the
+// blocks it has gathered so far (those of the next 2^k members, at most
+// n-2^k of them) to the member 2^k below it, and receives as many from
+// the member 2^k above. out holds this member's block at its own place on
+// entry, every block on return; b is the block size.
+func (c *coll) bruck(ctx context.Context, out []byte, b int) error {
+	n, me := len(c.ranks), c.me
+	// tmp holds the blocks of members me, me+1, ... (mod n), in order.
+	tmp := make([]byte, n*b)
+	copy(tmp, out[me*b:(me+1)*b])
+	for k, d := 0, 1; d < n; k, d = k+1, d*2 {
+		cnt := min(d, n-d)
+		if err := c.send(ctx, (me-d+n)%n, uint64(k), tmp[:cnt*b]); err != nil {
+			return err
+		}
+		msg, err := c.recv(ctx, (me+d)%n, uint64(k))
+		if err != nil {
+			return err
+		}
+		if len(msg) != cnt*b {
+			return fmt.Errorf("pgas: allgather: %d bytes from a peer in round %d, want %d: every member must pass the same size: %w", len(msg), k, cnt*b, ErrInvalid)
+		}
+		copy(tmp[d*b:], msg)
+	}
+	for j := range n {
+		src := (me + j) % n
+		copy(out[src*b:(src+1)*b], tmp[j*b:(j+1)*b])
+	}
+	return nil
 }

@@ -46,19 +46,19 @@ func (c callbacks) SendHealth(ctx context.Context, to transport.Proc, payload []
 // reader goroutine for from, so it never blocks on a send: replies go
 // through the peer's outbox.
 func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p transport.Payload) error {
-	if int(from) >= len(rt.peers) {
+	if !rt.peers.has(from) {
 		rt.stats.FramesRejected.Add(1)
 		p.Discard()
 		return fmt.Errorf("pgas: frame from unknown proc %d", from)
 	}
 	rt.frames.Received(uint8(h.Type), p.Len())
 	if h.Ack != 0 && h.Type != transport.FrameAck && !rt.view.Load().failed[from] {
-		rt.peers[from].ack(h.Ack) // a cumulative ack riding on this frame
+		rt.peers.get(from).ack(h.Ack) // a cumulative ack riding on this frame
 	}
 	if err := rt.admit(from, h); err != nil {
 		rt.stats.FramesRejected.Add(1)
 		p.Discard()
-		if errors.Is(err, ErrFenced) && rt.peers[from].toldFenced.CompareAndSwap(false, true) {
+		if errors.Is(err, ErrFenced) && rt.peers.get(from).toldFenced.CompareAndSwap(false, true) {
 			// A replaced process may never hear it from the membership (it
 			// left the Raft configuration) and its unacknowledged frames
 			// are dropped silently: tell it once.
@@ -78,7 +78,7 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 		}
 		return err
 	}
-	pr := rt.peers[from]
+	pr := rt.peers.get(from)
 	pr.landing.Store(uint64(h.Epoch) + 1)
 	defer pr.landing.Store(0)
 	switch h.Type {
@@ -89,7 +89,7 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 		rt.appliedNotify(from, h, seg, err)
 		return err
 	case transport.FrameAck:
-		peer := rt.peers[from]
+		peer := pr
 		if h.Flags&transport.FlagAck != 0 {
 			rt.requestedAck(from)
 			return p.Discard()
@@ -124,7 +124,7 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 	case transport.FrameControl:
 		switch h.A {
 		case ctlGoodbye:
-			rt.peers[from].departed.Store(true)
+			pr.departed.Store(true)
 			rt.spareSeesEnd()
 		case ctlFenced:
 			rt.fence(fmt.Sprintf("proc %d refused a frame: its committed view declares this process failed", from))
@@ -214,7 +214,7 @@ func (rt *Runtime) appliedNotify(from transport.Proc, h *transport.Header, seg *
 
 // peerDown: the connection to proc was lost.
 func (rt *Runtime) peerDown(proc transport.Proc, err error) {
-	if int(proc) >= len(rt.peers) {
+	if !rt.peers.has(proc) {
 		return
 	}
 	rt.stats.PeersDown.Add(1)

@@ -29,20 +29,21 @@ func (rt *Runtime) noteFailure(proc transport.Proc) {
 
 // cutOff fails everything that waits on proc and tells the detector.
 func (rt *Runtime) cutOff(proc transport.Proc, err error) {
-	if rt.peers[proc].isDown() {
+	pr := rt.peers.get(proc)
+	if pr.isDown() {
 		return
 	}
 	// A peer that said goodbye, or any peer once this process is closing
 	// (its own goodbyes sent, its transports about to close), ends its
 	// connection as part of the job ending: no failure to report.
-	departed := rt.peers[proc].departed.Load() || rt.closing.Load()
+	departed := pr.departed.Load() || rt.closing.Load()
 	if departed {
 		rt.log.Debug("peer left", "peer_proc", int(proc), "closing", rt.closing.Load())
 	} else {
 		rt.log.Info("peer lost", "peer_proc", int(proc), "err", err)
 		rt.lostAt(proc)
 	}
-	rt.peers[proc].fail(fmt.Errorf("%w: %v", ErrRankFailed, err))
+	pr.fail(fmt.Errorf("%w: %v", ErrRankFailed, err))
 	if rt.det != nil && !departed {
 		rt.det.PeerDown(proc)
 	}
@@ -68,7 +69,7 @@ func (rt *Runtime) disconnect(proc transport.Proc, cause error) {
 	rt.goFunc(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), fencedNoticeTimeout)
 		defer cancel()
-		if rt.peers[proc].toldFenced.CompareAndSwap(false, true) {
+		if rt.peers.get(proc).toldFenced.CompareAndSwap(false, true) {
 			h := transport.Header{Type: transport.FrameControl, A: ctlFenced}
 			rt.send(ctx, proc, &h, nil)
 		}
@@ -106,20 +107,18 @@ func (rt *Runtime) stopWith(err error, logIt func()) {
 		return
 	}
 	logIt()
-	for _, p := range rt.peers {
-		p.fail(err)
-	}
+	rt.peers.failAll(err)
 	rt.failRequests(func(*request) bool { return true }, err)
 	// Cut every connection: a send blocked on a peer this process cannot
 	// reach (a full socket buffer, a partition) returns, and nothing
 	// more is taken from peers that have moved on.
 	if d, ok := rt.tr.(Disconnector); ok {
 		rt.goFunc(func() {
-			for _, p := range rt.peers {
+			rt.peers.each(func(p *peer) {
 				if p.proc != rt.self {
 					d.Disconnect(p.proc, err)
 				}
-			}
+			})
 		})
 	}
 	// Wake whoever waits for a view (Recover, a spare's promotion): the

@@ -50,17 +50,25 @@ type topology struct {
 	hosts  [][]int // host number -> its member indices, ascending; hosts[h][0] leads host h
 }
 
-// topology places c's members on their hosts (Config.Hosts of the
-// processes holding them in c's view). Without host labels every member
-// is on one host.
-func (c *coll) topology() topology {
-	n := len(c.ranks)
+// placeOnHosts places the members (ranks, in view v) on their hosts
+// (hosts, Config.Hosts, indexed by process). Without host labels every
+// member is on one host. It costs O(members): a collective takes it from
+// its group's shape, computed once per view (groupShape).
+func placeOnHosts(ranks []int, v *view, hosts []string) topology {
+	n := len(ranks)
 	t := topology{hostOf: make([]int, n)}
+	if hosts == nil {
+		t.hosts = [][]int{make([]int, n)}
+		for i := range n {
+			t.hosts[0][i] = i
+		}
+		return t
+	}
 	number := make(map[string]int)
-	for i, r := range c.ranks {
+	for i, r := range ranks {
 		label := ""
-		if hosts := c.rt.cfg.Hosts; hosts != nil && r < len(c.v.ranks) {
-			if p := c.v.ranks[r]; p != transport.NoProc && int(p) < len(hosts) {
+		if r < len(v.ranks) {
+			if p := v.ranks[r]; p != transport.NoProc && int(p) < len(hosts) {
 				label = hosts[p]
 			}
 		}

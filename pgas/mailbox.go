@@ -71,7 +71,7 @@ func (m *mailbox) wait(ctx context.Context, rt *Runtime, k mailKey, rank int, op
 	}
 	s := m.slot(k)
 	m.mu.Unlock()
-	pr := rt.peers[k.from]
+	pr := rt.peers.get(k.from)
 	if rt.cfg.SpinWait > 0 {
 		spinOn(s.ready, rt.cfg.SpinWait) // then the select below returns at once
 	}

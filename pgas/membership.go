@@ -116,12 +116,11 @@ func (rt *Runtime) watchMembership(m Membership) {
 func (rt *Runtime) drainLanding(ctx context.Context, epoch uint32) error {
 	for {
 		busy := -1
-		for i := range rt.peers {
-			if l := rt.peers[i].landing.Load(); l != 0 && l-1 < uint64(epoch) {
-				busy = i
-				break
+		rt.peers.each(func(pr *peer) {
+			if l := pr.landing.Load(); busy < 0 && l != 0 && l-1 < uint64(epoch) {
+				busy = int(pr.proc)
 			}
-		}
+		})
 		if busy < 0 {
 			return nil
 		}
@@ -193,7 +192,7 @@ func (rt *Runtime) ranksLive(v *view) bool {
 		if p == transport.NoProc {
 			continue
 		}
-		if v.failed[p] || (p != rt.self && rt.peers[p].isDown()) {
+		if v.failed[p] || (p != rt.self && rt.peers.isDown(p)) {
 			return false
 		}
 	}

@@ -99,26 +99,22 @@ func oneSidedStart(op string) opTimer { return opTimer{oneSidedSeries[op], time.
 func (rt *Runtime) viewObserved(nv *view, failed []transport.Proc) {
 	obs.Epoch.Gauge.Set(float64(nv.epoch))
 	obs.Rank.Gauge.Set(float64(nv.rankOf[rt.self]))
-	idle := 0
-	for p := range rt.cfg.NumProcs {
-		if nv.rankOf[p] < 0 && !nv.failed[p] {
-			idle++
-		}
-	}
+	idle := len(nv.spares)
 	obs.SparesAvailable.Gauge.Set(float64(idle))
 	obs.Instant("membership", "view applied", "epoch", nv.epoch, "failed", failed)
 }
 
 // lostAt records when proc's connection was lost (the detection's start).
 func (rt *Runtime) lostAt(proc transport.Proc) {
-	rt.peers[proc].lostNanos.CompareAndSwap(0, time.Now().UnixNano())
+	rt.peers.get(proc).lostNanos.CompareAndSwap(0, time.Now().UnixNano())
 }
 
 // detected records a confirmed failure of proc.
 func (rt *Runtime) detected(proc transport.Proc, reason string) {
 	obs.FailuresDetected.Inc()
 	start := time.Now()
-	if n := rt.peers[proc].lostNanos.Load(); n != 0 {
+	if pr := rt.peers.lookup(proc); pr != nil && pr.lostNanos.Load() != 0 {
+		n := pr.lostNanos.Load()
 		start = time.Unix(0, n)
 	}
 	obs.DetectionTime.ObserveSince(start)

@@ -109,7 +109,7 @@ func (rt *Runtime) post(ctx context.Context, q Queue, rank int, h transport.Head
 	if proc == rt.self {
 		return rt.applyLocal(&h, payload)
 	}
-	pr := rt.peers[proc]
+	pr := rt.peers.get(proc)
 	if pr.isDown() {
 		return &RankError{Rank: rank, Op: op, Err: ErrRankFailed}
 	}

@@ -29,7 +29,7 @@ func (rt *Runtime) reply(to transport.Proc, h transport.Header, payload []byte) 
 }
 
 func (rt *Runtime) enqueue(to transport.Proc, j outJob) {
-	pr := rt.peers[to]
+	pr := rt.peers.get(to)
 	ob := &pr.out
 	ob.mu.Lock()
 	ob.jobs = append(ob.jobs, j)

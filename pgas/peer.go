@@ -43,19 +43,28 @@ type peer struct {
 	lostNanos atomic.Int64 // when its connection was lost (Unix ns), 0 before
 }
 
-// sayGoodbye tells every live peer, briefly, that this process is leaving
-// on purpose, so that its connections closing is not taken for a failure.
-// The goodbye is sequenced and acknowledged: a transport may drop frames
-// still in flight when it closes, and an idle spare counts goodbyes.
+// sayGoodbye tells every live peer this process talked to, and every idle
+// spare, briefly, that this process is leaving on purpose, so that its
+// connections closing is not taken for a failure. The goodbye is
+// sequenced and acknowledged: a transport may drop frames still in flight
+// when it closes, and an idle spare counts goodbyes (spareSeesEnd). A
+// process never talked to has no connection to lose, so a goodbye costs
+// O(partners + spares), not N - 1 messages.
 func (rt *Runtime) sayGoodbye() {
 	if rt.halted() != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
+	v := rt.view.Load()
+	for _, s := range v.spares {
+		rt.peers.get(s) // an idle spare hears it even if never talked to
+	}
 	var sent []pendingOp
-	for _, p := range rt.peers {
-		if p.proc == rt.self || p.isDown() {
+	var partners []*peer
+	rt.peers.each(func(p *peer) { partners = append(partners, p) })
+	for _, p := range partners {
+		if p.proc == rt.self || p.isDown() || v.failed[p.proc] {
 			continue
 		}
 		// Acks of what this process applied go first: the peer may wait
@@ -139,7 +148,7 @@ func (rt *Runtime) recordApplied(from transport.Proc, h *transport.Header, err e
 	if h.Flags&transport.FlagAck == 0 {
 		return false
 	}
-	pr := rt.peers[from]
+	pr := rt.peers.get(from)
 	pr.ackMu.Lock()
 	defer pr.ackMu.Unlock()
 	if err == nil {
@@ -154,7 +163,7 @@ func (rt *Runtime) recordApplied(from transport.Proc, h *transport.Header, err e
 // the cumulative ack even if one was already carried by a frame, since
 // that frame may have been cut.
 func (rt *Runtime) requestedAck(from transport.Proc) {
-	pr := rt.peers[from]
+	pr := rt.peers.get(from)
 	pr.ackMu.Lock()
 	start := pr.recv.request()
 	pr.ackMu.Unlock()
@@ -196,10 +205,10 @@ func (rt *Runtime) ackNow(pr *peer) bool {
 // a frame going to p, unless a refusal for p is still unsent: an ack must
 // never reach the sender ahead of the refusal of a sequence it covers.
 func (rt *Runtime) stampAck(p transport.Proc, h *transport.Header) {
-	if h.Type == transport.FrameAck || int(p) >= len(rt.peers) {
+	if h.Type == transport.FrameAck || !rt.peers.has(p) {
 		return
 	}
-	pr := rt.peers[p]
+	pr := rt.peers.get(p)
 	pr.ackMu.Lock()
 	if ack := pr.recv.piggyback(); ack != 0 {
 		h.Ack = ack

@@ -383,6 +383,8 @@ func TestPeerEndingDuringCloseIsNoLoss(t *testing.T) {
 				c.Logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			}
 		})
+		// They talk first: a goodbye goes only to peers talked to.
+		each(t, rts, func(rt *Runtime) error { return rt.Barrier(context.Background(), nil) })
 		nw.Partition([]transport.Proc{0}, []transport.Proc{1}) // hold the goodbye and its ack
 		done := make(chan struct{})
 		go func() { rts[0].Close(); close(done) }()

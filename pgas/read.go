@@ -67,7 +67,7 @@ func (rt *Runtime) newRequest(proc transport.Proc, rank int, dst []byte) *reques
 	rt.reqMu.Lock()
 	rt.reqs[r.id] = r
 	rt.reqMu.Unlock()
-	if rt.peers[proc].isDown() {
+	if rt.peers.isDown(proc) {
 		rt.failRequests(func(x *request) bool { return x == r }, ErrRankFailed)
 	}
 	return r

@@ -125,7 +125,7 @@ func TestRecoverWaitsForLandingFrames(t *testing.T) {
 		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
 		// Rank 0 is applying a frame that proc 1 sent in epoch 0 (proc 1,
 		// about to die, sends nothing more that would reset it).
-		rts[0].peers[1].landing.Store(0 + 1)
+		rts[0].peers.get(1).landing.Store(0 + 1)
 		nw.Kill(1)
 		done := make(chan error, 1)
 		go func() {
@@ -155,7 +155,7 @@ func TestRecoverWaitsForLandingFrames(t *testing.T) {
 		if rts[0].appEpoch.Load() != 0 {
 			t.Fatalf("the program acknowledged epoch %d while an epoch-0 frame was landing", rts[0].appEpoch.Load())
 		}
-		rts[0].peers[1].landing.Store(0)
+		rts[0].peers.get(1).landing.Store(0)
 		if err := <-done; err != nil {
 			t.Fatalf("Recover after the frame landed: %v", err)
 		}

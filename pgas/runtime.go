@@ -52,7 +52,7 @@ type Runtime struct {
 	movedFor   []bool      // by proc; nil until the first Recover
 	mapRefused atomic.Bool // a peer's shared segment could not be mapped (said once)
 
-	peers  []*peer
+	peers  *peerTable
 	queues []*queue
 
 	reqMu   sync.Mutex
@@ -126,16 +126,9 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 
 		viewChanged: make(chan struct{}),
 	}
-	ranks := make([]transport.Proc, cfg.NumRanks)
-	for r := range ranks {
-		ranks[r] = transport.Proc(r)
-	}
-	rt.view.Store(newView(0, ranks, cfg.NumProcs, nil))
+	rt.view.Store(firstView(cfg.NumRanks, cfg.NumProcs))
 	rt.log = log.With("proc", int(cfg.Proc))
-	rt.peers = make([]*peer, cfg.NumProcs)
-	for i := range rt.peers {
-		rt.peers[i] = newPeer(transport.Proc(i))
-	}
+	rt.peers = newPeerTable(cfg.NumProcs)
 	rt.queues = make([]*queue, cfg.NumQueues)
 	for i := range rt.queues {
 		rt.queues[i] = &queue{}
@@ -144,7 +137,7 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 		rt.applyView(cfg.Membership.Current())
 	}
 	if cfg.Health != nil {
-		det, err := health.New(*cfg.Health, rt.self, rt.liveProcs(rt.view.Load()), callbacks{rt}, log.With("proc", int(cfg.Proc)))
+		det, err := health.New(*cfg.Health, rt.self, rt.view.Load().liveProcs(), callbacks{rt}, log.With("proc", int(cfg.Proc)))
 		if err != nil {
 			closeOwned(&cfg)
 			return nil, fmt.Errorf("pgas: failure detector: %w", err)
@@ -279,7 +272,7 @@ func (rt *Runtime) StateVector() []health.Entry {
 			out[r].State = health.Corrupt
 			continue
 		}
-		out[r].Suspect = rt.peers[p].isDown()
+		out[r].Suspect = rt.peers.isDown(p)
 	}
 	return out
 }
@@ -298,9 +291,7 @@ func (rt *Runtime) Close() error {
 		rt.closeErr = rt.tr.Close()
 		rt.closeDetector()
 		closeOwned(&rt.cfg)
-		for _, p := range rt.peers {
-			p.fail(ErrClosed)
-		}
+		rt.peers.failAll(ErrClosed)
 		rt.failRequests(func(*request) bool { return true }, ErrClosed)
 		rt.mail.close()
 		rt.passive.close()

@@ -1,7 +1,13 @@
 package pgas
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"runtime"
+	"sync"
+	"unsafe"
+	"weak"
 
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -17,6 +23,14 @@ type view struct {
 	rankOf []int            // proc -> rank, -1 for none
 	failed []bool           // proc -> declared failed
 	live   []int            // ranks held by a process, ascending: GroupAll's members
+	spares []transport.Proc // processes with no rank, not failed: the idle spares
+
+	liveOnce  sync.Once
+	procsLive []transport.Proc // liveProcs, built on first use
+	src       View             // the View this view was built from (sharedView)
+
+	digestOnce sync.Once
+	digestHex  string // digest, built on first use
 
 	finished bool  // the job finished (View.Finished, or every rank said goodbye to this spare)
 	err      error // the membership's verdict that the job cannot go on (View.Err)
@@ -36,14 +50,39 @@ func newView(epoch uint32, ranks []transport.Proc, numProcs int, failed []bool) 
 			v.live = append(v.live, r)
 		}
 	}
+	for p, r := range v.rankOf {
+		if r < 0 && !v.failed[p] {
+			v.spares = append(v.spares, transport.Proc(p))
+		}
+	}
 	return v
+}
+
+// firstViews holds the view every job starts in, by (ranks, processes):
+// views are immutable, so the runtimes of one process share it (a
+// simulation of thousands of ranks in one process would otherwise build
+// thousands of identical O(N) tables).
+var firstViews sync.Map // [2]int -> *view
+
+// firstView returns epoch 0's view: process r holds rank r, the processes
+// from numRanks up are spares.
+func firstView(numRanks, numProcs int) *view {
+	key := [2]int{numRanks, numProcs}
+	if v, ok := firstViews.Load(key); ok {
+		return v.(*view)
+	}
+	ranks := make([]transport.Proc, numRanks)
+	for r := range ranks {
+		ranks[r] = transport.Proc(r)
+	}
+	v, _ := firstViews.LoadOrStore(key, newView(0, ranks, numProcs, nil))
+	return v.(*view)
 }
 
 // withFinished returns a copy of v that says the job finished.
 func (v *view) withFinished() *view {
-	nv := *v
-	nv.finished = true
-	return &nv
+	return &view{epoch: v.epoch, ranks: v.ranks, rankOf: v.rankOf, failed: v.failed, live: v.live,
+		spares: v.spares, src: v.src, finished: true, err: v.err}
 }
 
 // spareSeesEnd: an idle spare that has heard goodbye from every rank's
@@ -55,7 +94,7 @@ func (rt *Runtime) spareSeesEnd() {
 		return
 	}
 	for _, p := range v.ranks {
-		if p != transport.NoProc && !rt.peers[p].departed.Load() {
+		if p != transport.NoProc && !rt.peers.departed(p) {
 			return
 		}
 	}
@@ -121,7 +160,10 @@ func (rt *Runtime) viewAndChan() (*view, <-chan struct{}) {
 
 // applyView installs a committed view: new rank table and epoch, failed
 // peers cut off, this process fenced if it was replaced, stale collective
-// messages dropped, and the detector told whom to watch.
+// messages dropped, and the detector told whom to watch. Its own work is
+// proportional to what changed (the processes newly failed and the ranks
+// they held), apart from building the view, which runtimes of one process
+// share (sharedView).
 func (rt *Runtime) applyView(mv View) {
 	rt.viewMu.Lock()
 	old := rt.view.Load()
@@ -129,14 +171,7 @@ func (rt *Runtime) applyView(mv View) {
 		rt.viewMu.Unlock()
 		return
 	}
-	failed := make([]bool, len(rt.peers))
-	for _, p := range mv.Failed {
-		if int(p) < len(failed) {
-			failed[p] = true
-		}
-	}
-	nv := newView(uint32(mv.Epoch), append([]transport.Proc(nil), mv.Ranks...), len(rt.peers), failed)
-	nv.finished, nv.err = mv.Finished, mv.Err
+	nv := sharedView(mv, rt.peers.size())
 	rt.viewObserved(nv, mv.Failed) // before anyone can see the view
 	rt.view.Store(nv)
 	ch := rt.viewChanged
@@ -145,40 +180,102 @@ func (rt *Runtime) applyView(mv View) {
 	close(ch)
 
 	wasRank := old.rankOf[rt.self] >= 0
-	if failed[rt.self] || (wasRank && nv.rankOf[rt.self] < 0 && !mv.Finished) {
+	if nv.failed[rt.self] || (wasRank && nv.rankOf[rt.self] < 0 && !mv.Finished) {
 		rt.fence(fmt.Sprintf("epoch %d replaced this process", mv.Epoch))
 		return
 	}
-	for p, f := range failed {
-		if f && !old.failed[p] && transport.Proc(p) != rt.self {
+	var moved []int // rank, old holder, new holder (-1 vacant), for the log
+	for _, p := range mv.Failed {
+		if int(p) >= len(old.failed) || old.failed[p] {
+			continue
+		}
+		if r := old.rankOf[p]; r >= 0 {
+			holder := -1
+			if q := nv.ranks[r]; q != transport.NoProc {
+				holder = int(q)
+			}
+			moved = append(moved, r, int(p), holder)
+		}
+		if p != rt.self {
 			cause := fmt.Errorf("declared failed in epoch %d", mv.Epoch)
-			rt.cutOff(transport.Proc(p), cause)
-			rt.disconnect(transport.Proc(p), cause)
+			rt.cutOff(p, cause)
+			rt.disconnect(p, cause)
 		}
 	}
 	rt.reportVacant(old, nv)
 	rt.mail.purge(nv.epoch)
 	if rt.det != nil {
-		rt.det.SetMembers(rt.liveProcs(nv))
+		rt.det.SetMembers(nv.liveProcs())
 	}
-	holders := make([]int, len(nv.ranks)) // rank -> proc, -1 vacant
-	for r, p := range nv.ranks {
-		holders[r] = -1
-		if p != transport.NoProc {
-			holders[r] = int(p)
-		}
-	}
-	attrs := []any{"epoch", mv.Epoch, "rank", nv.rankOf[rt.self], "failed", mv.Failed, "ranks", holders}
+	// "table" is a digest of the whole rank table, so that tools can check
+	// that every process applied the same one without an O(N) line each;
+	// "moved" lists (rank, old process, new process) for each rank whose
+	// holder changed since this process's previous view.
+	attrs := []any{"epoch", mv.Epoch, "rank", nv.rankOf[rt.self], "failed", mv.Failed, "moved", moved, "table", nv.digest()}
 	if len(nv.live) < len(nv.ranks) {
-		var vacant []int
-		for r, p := range nv.ranks {
-			if p == transport.NoProc {
-				vacant = append(vacant, r)
-			}
-		}
-		attrs = append(attrs, "vacant", vacant)
+		attrs = append(attrs, "vacant", len(nv.ranks)-len(nv.live))
 	}
 	rt.log.Info("view applied", attrs...)
+}
+
+// viewKey names a View by the identity of its tables: a membership that
+// hands the same View to several runtimes of one process (a simulation of
+// thousands of ranks, pgastest) gets one view built for all of them.
+type viewKey struct {
+	epoch          uint64
+	ranks, failed  *transport.Proc
+	nRanks, nFail  int
+	numProcs       int
+	finished, errs bool
+}
+
+// sharedViews maps a viewKey to the view built from it, while that view
+// lives (a cleanup removes the entry when it is collected).
+var sharedViews sync.Map // viewKey -> weak.Pointer[view]
+
+// sharedView returns the view of mv for a job of numProcs processes,
+// built once per View value: the runtimes of one process that apply the
+// same View (same tables) share it. Views are immutable; the view keeps
+// mv's tables alive, so a key cannot name two different tables while
+// its view lives.
+func sharedView(mv View, numProcs int) *view {
+	if len(mv.Ranks) == 0 {
+		return buildView(mv, numProcs)
+	}
+	key := viewKey{epoch: mv.Epoch, ranks: unsafe.SliceData(mv.Ranks), nRanks: len(mv.Ranks),
+		failed: unsafe.SliceData(mv.Failed), nFail: len(mv.Failed), numProcs: numProcs,
+		finished: mv.Finished, errs: mv.Err != nil}
+	if w, ok := sharedViews.Load(key); ok {
+		if v := w.(weak.Pointer[view]).Value(); v != nil && v.err == mv.Err {
+			return v
+		}
+	}
+	v := buildView(mv, numProcs)
+	if mv.Err == nil {
+		w := weak.Make(v)
+		sharedViews.Store(key, w)
+		runtime.AddCleanup(v, func(e sharedEntry) { sharedViews.CompareAndDelete(e.key, e.w) }, sharedEntry{key, w})
+	}
+	return v
+}
+
+type sharedEntry struct {
+	key viewKey
+	w   weak.Pointer[view]
+}
+
+// buildView builds the view of mv.
+func buildView(mv View, numProcs int) *view {
+	failed := make([]bool, numProcs)
+	for _, p := range mv.Failed {
+		if int(p) < len(failed) {
+			failed[p] = true
+		}
+	}
+	nv := newView(uint32(mv.Epoch), append([]transport.Proc(nil), mv.Ranks...), numProcs, failed)
+	nv.finished, nv.err = mv.Finished, mv.Err
+	nv.src = mv
+	return nv
 }
 
 // reportVacant tells the launcher about the ranks vacant in nv and not in
@@ -215,13 +312,28 @@ func (rt *Runtime) sameView(v *view, mv View) bool {
 	return n == len(mv.Failed)
 }
 
-// liveProcs lists the processes not declared failed.
-func (rt *Runtime) liveProcs(v *view) []transport.Proc {
-	var ps []transport.Proc
-	for p := range rt.peers {
-		if !v.failed[p] {
-			ps = append(ps, transport.Proc(p))
+// digest is a CRC32C of v's rank table, in hex.
+func (v *view) digest() string {
+	v.digestOnce.Do(func() {
+		b := make([]byte, 4*len(v.ranks))
+		for r, p := range v.ranks {
+			binary.LittleEndian.PutUint32(b[4*r:], uint32(p))
 		}
-	}
-	return ps
+		v.digestHex = fmt.Sprintf("%08x", crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+	})
+	return v.digestHex
+}
+
+// liveProcs lists the processes not declared failed, in Proc order,
+// built once per view.
+func (v *view) liveProcs() []transport.Proc {
+	v.liveOnce.Do(func() {
+		v.procsLive = make([]transport.Proc, 0, len(v.failed))
+		for p, f := range v.failed {
+			if !f {
+				v.procsLive = append(v.procsLive, transport.Proc(p))
+			}
+		}
+	})
+	return v.procsLive
 }

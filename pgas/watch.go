@@ -32,7 +32,7 @@ func (rt *Runtime) Watch(ctx context.Context, ranks []int) <-chan struct{} {
 			continue
 		}
 		if p := v.ranks[r]; p != transport.NoProc && p != rt.self {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(rt.peers[p].down)})
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(rt.peers.get(p).down)})
 		}
 	}
 	out := make(chan struct{})

@@ -122,7 +122,7 @@ func epochViolations(lines []string) []string {
 			v = append(v, "unparsable view line: "+l)
 			continue
 		}
-		if ranks, ok := kv["ranks"]; ok {
+		if ranks, ok := kv["table"]; ok {
 			if t, seen := table[epoch]; seen && t != ranks {
 				v = append(v, fmt.Sprintf("epoch %d: process %d applied rank table %s, another process %s", epoch, proc, ranks, t))
 			}

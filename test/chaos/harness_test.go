@@ -155,10 +155,12 @@ func (j *job) findAfter(from int, re *regexp.Regexp) (line, bool) {
 }
 
 // holder returns the process that holds rank r in the newest view any
-// process applied, from the ranks table in the view lines.
+// process applied, from the moves in the view lines.
 func (j *job) holder(r int) int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	// Each view line lists (rank, old process, new process) for the ranks
+	// whose holder changed ("moved"); the newest epoch's move of r wins.
 	best, proc := -1, r
 	for _, l := range j.lines {
 		if !viewRE.MatchString(l.text) {
@@ -170,9 +172,11 @@ func (j *job) holder(r int) int {
 		if err != nil || e <= best {
 			continue
 		}
-		f := strings.Fields(strings.Trim(kv["ranks"], "[]"))
-		if r < len(f) {
-			if p, err := strconv.Atoi(f[r]); err == nil && p >= 0 {
+		f := strings.Fields(strings.Trim(kv["moved"], "[]"))
+		for i := 0; i+2 < len(f); i += 3 {
+			mr, err1 := strconv.Atoi(f[i])
+			p, err2 := strconv.Atoi(f[i+2])
+			if err1 == nil && err2 == nil && mr == r && p >= 0 {
 				best, proc = e, p
 			}
 		}

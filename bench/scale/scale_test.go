@@ -1,0 +1,149 @@
+package scale
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+var (
+	tableN = flag.String("scale.n", "", "comma-separated rank counts for TestScaleTable (e.g. 64,256,1024,4096,16384)")
+)
+
+// figures is one row of the table.
+type figures struct {
+	n         int
+	init      initFigures
+	rest      restFigures
+	barrier   collFigures
+	allred    collFigures
+	bcast     collFigures
+	kill      killFigures
+	goPerRank float64
+}
+
+// measure runs the whole simulation at n ranks (plus 2 spares) and returns
+// its figures. It runs inside a synctest bubble.
+func measure(t *testing.T, n int) figures {
+	var f figures
+	f.n = n
+	s, fi := newSim(t, n, 2)
+	f.init = fi
+	f.goPerRank = float64(runtime.NumGoroutine()) / float64(n)
+	f.rest = s.rest(5 * time.Second)
+	ctx := context.Background()
+	f.barrier = s.collective(3, func(rt *pgas.Runtime) error { return rt.Barrier(ctx, nil) })
+	f.allred = s.collective(3, func(rt *pgas.Runtime) error {
+		return pgas.Allreduce(ctx, rt, nil, []float64{1}, pgas.OpSum)
+	})
+	f.bcast = s.collective(3, func(rt *pgas.Runtime) error {
+		return rt.Bcast(ctx, nil, make([]byte, 8), 0)
+	})
+	f.kill = s.kill(n / 3)
+	return f
+}
+
+// check holds the figures to the protocols' stated costs.
+func check(t *testing.T, f figures) {
+	t.Helper()
+	if lim := float64(log2(f.n) + 4); f.allred.msgsPerRank > lim {
+		t.Errorf("N=%d: %.1f messages per rank per allreduce, want at most ⌈log2 N⌉+4 = %.0f", f.n, f.allred.msgsPerRank, lim)
+	}
+	if lim := float64(log2(f.n) + 1); f.barrier.msgsPerRank > lim {
+		t.Errorf("N=%d: %.1f messages per rank per barrier, want at most ⌈log2 N⌉+1 = %.0f", f.n, f.barrier.msgsPerRank, lim)
+	}
+	if f.bcast.msgsPerRank > 1.01 {
+		t.Errorf("N=%d: %.2f messages per rank per broadcast, want at most 1", f.n, f.bcast.msgsPerRank)
+	}
+}
+
+func header() string {
+	return fmt.Sprintf("%7s | %9s %9s %9s %9s %7s | %8s %8s %8s | %6s %6s %6s | %8s %8s %8s | %9s %9s %9s | %6s",
+		"N", "init.wall", "init.cpu", "alloc/rk", "heap/rk", "setup.m", "hb.msg/s", "hb.B/s", "hb.max/s",
+		"bar.m", "ar.m", "bc.m", "bar.wall", "ar.wall", "bc.wall", "view.hops", "rest.hops", "kill.m/rk", "gor/rk")
+}
+
+func (f figures) String() string {
+	return fmt.Sprintf("%7d | %9s %9s %9.0f %8.1fK %7.1f | %8.2f %8.0f %8.2f | %6.2f %6.2f %6.2f | %8s %8s %8s | %9.0f %9.0f %9.1f | %6.1f",
+		f.n, round(f.init.wall), round(f.init.cpu), f.init.allocsPerRank, f.init.heapPerRank/1024, f.init.setupMsgsPerRank,
+		f.rest.msgsPerProcSec, f.rest.bytesPerProcSec, f.rest.maxPerProcSec,
+		f.barrier.msgsPerRank, f.allred.msgsPerRank, f.bcast.msgsPerRank,
+		round(f.barrier.wall), round(f.allred.wall), round(f.bcast.wall),
+		float64(f.kill.toView)/float64(hop), float64(f.kill.toRestored)/float64(hop), f.kill.msgsPerSurvivor, f.goPerRank)
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d > time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d > time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
+
+// TestScaleSample runs the simulation at N = 1,024 and holds its message
+// counts to the protocols' bounds. Counts, not times: they are the same
+// on a busy machine.
+func TestScaleSample(t *testing.T) {
+	n := 1024
+	if raceEnabled {
+		// The race detector allows 8,128 goroutines at once.
+		n = 128
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := measure(t, n)
+		t.Log("\n" + header() + "\n" + f.String())
+		check(t, f)
+	})
+}
+
+// TestScaleTable prints the table for the rank counts of -scale.n, and the
+// growth of each figure per 4x of N.
+func TestScaleTable(t *testing.T) {
+	if *tableN == "" {
+		t.Skip("give -scale.n=64,256,1024,4096,16384")
+	}
+	var rows []figures
+	for _, s := range strings.Split(*tableN, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 2 {
+			t.Fatalf("-scale.n: %q is not a rank count of 2 or more", s)
+		}
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := measure(t, n)
+				rows = append(rows, f)
+				t.Logf("recovery frames per rank by type: %s", byType(f.kill.byType, n))
+				check(t, f)
+			})
+		})
+		fmt.Fprintln(os.Stderr, header())
+		fmt.Fprintln(os.Stderr, rows[len(rows)-1].String())
+	}
+	fmt.Println(header())
+	for _, f := range rows {
+		fmt.Println(f.String())
+	}
+}
+
+// byType lists a snapshot's frames per rank by frame type.
+func byType(s snapshot, n int) string {
+	var b strings.Builder
+	for ty, c := range s.frames {
+		if c != 0 {
+			fmt.Fprintf(&b, " %v=%.1f", transport.FrameType(ty), float64(c)/float64(n))
+		}
+	}
+	return b.String()
+}
