@@ -232,8 +232,9 @@ func (c *coll) exchange(ctx context.Context, idx int, data []byte) ([]byte, erro
 }
 
 // Barrier returns once every member of g has entered it: dissemination
-// (ceil(log2 n) rounds of one message each), among host leaders only when
-// the members share hosts (see hier.go).
+// (ceil(log2 n) rounds of one message each), or from treeMin members on
+// up and down a binomial tree (2 messages each); among host leaders only
+// when the members share hosts (see hier.go).
 func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 	defer collStart("barrier").done()
 	c, err := rt.startColl(g, "barrier")
@@ -248,6 +249,15 @@ func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 		return err
 	}
 	n := len(c.ranks)
+	if n >= treeMin {
+		// Up a binomial tree to position 0, then down it: 2 messages per
+		// member where dissemination sends log2 n.
+		t := c.groupTree()
+		if err := c.treeUp(ctx, t, nil, nil); err != nil {
+			return err
+		}
+		return c.binomial(ctx, t, 0, nil, roundTreeDown)
+	}
 	for d := 1; d < n; d *= 2 {
 		c.round++
 		if err := c.send(ctx, (c.me+d)%n, c.round, nil); err != nil {
@@ -337,6 +347,44 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 	} else {
 		v = i - rem
 	}
+	if n >= treeMin {
+		// The same combinations as recursive doubling, over a binomial
+		// tree: up to virtual position 0 (at step m, position v with
+		// v%2m == 0 combines its [v, v+m) with v+m's [v+m, v+2m), the
+		// lower operand dst), then the result down the tree. 2 messages
+		// per member where recursive doubling sends log2 n.
+		virt := tree{n: p, me: v, at: func(w int) int { // virtual position -> group position
+			if w < rem {
+				return 2 * w
+			}
+			return w + rem
+		}}
+		if err := c.treeUp(ctx, virt, buf, func(d []byte) error {
+			if err := check(d); err != nil {
+				return err
+			}
+			combine(buf, d)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := c.binomial(ctx, virt, 0, buf, roundTreeDown); err != nil {
+			return err
+		}
+	} else {
+		if err := c.doubling(ctx, v, p, rem, buf, combine, check); err != nil {
+			return err
+		}
+	}
+	if i < 2*rem {
+		return c.send(ctx, i+1, finalRound, buf)
+	}
+	return nil
+}
+
+// doubling is the recursive doubling of AllreduceBytes among the p
+// virtual positions (v is this member's), after the fold of rem members.
+func (c *coll) doubling(ctx context.Context, v, p, rem int, buf []byte, combine func(dst, src []byte), check func([]byte) error) error {
 	var tmp []byte
 	for mask := 1; mask < p; mask <<= 1 {
 		pv := v ^ mask
@@ -362,8 +410,46 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 			copy(buf, tmp)
 		}
 	}
-	if i < 2*rem {
-		return c.send(ctx, i+1, finalRound, buf)
+	return nil
+}
+
+// treeMin is the smallest group whose barrier and allreduce run as a
+// binomial tree, up and down: 2 messages per member and 2 log2 n rounds,
+// where dissemination and recursive doubling take log2 n rounds but
+// log2 n messages per member. From a few dozen members on, the job's
+// total messages (2n instead of n log2 n) is what the time is made of on
+// oversubscribed hosts (hundreds of ranks per machine, or a simulation),
+// and the extra rounds cost a few hops. The result bits are the same
+// either way (see AllreduceBytes).
+const treeMin = 64
+
+// Rounds of the tree collectives.
+const (
+	roundTreeUp   = 1 << 44 // + step: a subtree's contribution to its parent
+	roundTreeDown = 1 << 45 // the outcome down the tree
+)
+
+// treeUp gathers up a binomial tree over t, rooted at position 0: at
+// step m (1, 2, 4, ...) the member at position v with v%2m == m sends buf
+// to v-m and leaves; the one at v%2m == 0 receives v+m's and hands it to
+// got (nil: the message carries nothing, as for a barrier).
+func (c *coll) treeUp(ctx context.Context, t tree, buf []byte, got func([]byte) error) error {
+	me := t.me
+	for k, m := 0, 1; m < t.n; k, m = k+1, m*2 {
+		if me&m != 0 {
+			return c.send(ctx, t.at(me-m), roundTreeUp+uint64(k), buf)
+		}
+		if me+m < t.n {
+			d, err := c.recv(ctx, t.at(me+m), roundTreeUp+uint64(k))
+			if err != nil {
+				return err
+			}
+			if got != nil {
+				if err := got(d); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	return nil
 }
@@ -391,11 +477,7 @@ func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) er
 	case t.twoLevel():
 		return c.bcastHosts(ctx, t, buf, ri)
 	}
-	all := make([]int, n)
-	for i := range all {
-		all[i] = i
-	}
-	return c.binomial(ctx, all, ri, buf, 0)
+	return c.binomial(ctx, c.groupTree(), ri, buf, 0)
 }
 
 // AllgatherBytes concatenates every member's block, in group order, into

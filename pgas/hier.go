@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -230,21 +231,33 @@ func (c *coll) sizeErr(got, want int) error {
 	return fmt.Errorf("pgas: %s: %d bytes from a peer, %d here: every member must pass the same size: %w", c.op, got, want, ErrInvalid)
 }
 
-// binomial broadcasts buf from list[root] down a binomial tree over list
-// (group positions, this member among them), in round.
-func (c *coll) binomial(ctx context.Context, list []int, root int, buf []byte, round uint64) error {
-	n := len(list)
-	me := -1
-	for i, m := range list {
-		if m == c.me {
-			me = i
-		}
-	}
-	rel := (me - root + n) % n
+// tree lists the members of a tree collective: n positions, position k
+// being group position at(k); me is this member's position.
+type tree struct {
+	n, me int
+	at    func(k int) int
+}
+
+// listTree is the tree over list (group positions, this member among
+// them).
+func (c *coll) listTree(list []int) tree {
+	return tree{n: len(list), me: slices.Index(list, c.me), at: func(k int) int { return list[k] }}
+}
+
+// groupTree is the tree over every group position, in order.
+func (c *coll) groupTree() tree {
+	return tree{n: len(c.ranks), me: c.me, at: func(k int) int { return k }}
+}
+
+// binomial broadcasts buf from tree position root down a binomial tree
+// over t, in round.
+func (c *coll) binomial(ctx context.Context, t tree, root int, buf []byte, round uint64) error {
+	n := t.n
+	rel := (t.me - root + n) % n
 	mask := 1
 	for mask < n {
 		if rel&mask != 0 {
-			d, err := c.recv(ctx, list[(rel-mask+root)%n], round)
+			d, err := c.recv(ctx, t.at((rel-mask+root)%n), round)
 			if err != nil {
 				return err
 			}
@@ -258,7 +271,7 @@ func (c *coll) binomial(ctx context.Context, list []int, root int, buf []byte, r
 	}
 	for mask >>= 1; mask > 0; mask >>= 1 {
 		if rel+mask < n {
-			if err := c.send(ctx, list[(rel+mask+root)%n], round, buf); err != nil {
+			if err := c.send(ctx, t.at((rel+mask+root)%n), round, buf); err != nil {
 				return err
 			}
 		}
@@ -275,18 +288,12 @@ func (c *coll) bcastHosts(ctx context.Context, t topology, buf []byte, root int)
 	heads[rh] = root
 	myHost := t.hostOf[c.me]
 	if c.me == heads[myHost] {
-		if err := c.binomial(ctx, heads, rh, buf, roundLeaders); err != nil {
+		if err := c.binomial(ctx, c.listTree(heads), rh, buf, roundLeaders); err != nil {
 			return err
 		}
 	}
 	local := t.hosts[myHost]
-	head := 0
-	for i, m := range local {
-		if m == heads[myHost] {
-			head = i
-		}
-	}
-	return c.binomial(ctx, local, head, buf, roundDown)
+	return c.binomial(ctx, c.listTree(local), slices.Index(local, heads[myHost]), buf, roundDown)
 }
 
 // bcastPipeline broadcasts a large buf from group position root along a

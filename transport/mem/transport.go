@@ -23,6 +23,11 @@ type Transport struct {
 	cause   error // why it died, as its peers see it
 	conns   map[transport.Proc]*conn
 
+	// links caches this endpoint's outgoing links by peer, so that a Send
+	// on a link that exists takes no network-wide lock. A link never
+	// changes for a pair; once broken, its stop channel says so.
+	links sync.Map // transport.Proc -> *link
+
 	wg sync.WaitGroup // goroutines owned by this endpoint
 }
 
@@ -70,6 +75,15 @@ func (t *Transport) Send(ctx context.Context, to transport.Proc, h *transport.He
 			len(payload), to, transport.ErrTooLarge, transport.MaxPayload)
 	}
 	n := t.net
+	if v, ok := t.links.Load(to); ok {
+		l := v.(*link)
+		select {
+		case <-t.deadCh: // the slow path says why
+		case <-l.c.stop:
+		default:
+			return t.enqueue(ctx, l, h, payload)
+		}
+	}
 	n.mu.Lock()
 	if t.dead {
 		err := t.closedErrLocked()
@@ -89,6 +103,13 @@ func (t *Transport) Send(ctx context.Context, to transport.Proc, h *transport.He
 	if err != nil {
 		return err
 	}
+	t.links.Store(to, l)
+	return t.enqueue(ctx, l, h, payload)
+}
+
+// enqueue copies a frame onto link l's queue.
+func (t *Transport) enqueue(ctx context.Context, l *link, h *transport.Header, payload []byte) error {
+	n := t.net
 	if err := ctx.Err(); err != nil {
 		return err
 	}
