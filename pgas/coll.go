@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -130,8 +131,9 @@ func (g *Group) timedOut(epoch uint32) {
 // its messages, not a scan of the job.
 type groupShape struct {
 	v      *view
-	ranks  []int // the group's members in v
-	vacant int   // a member rank that no process holds in v, or -1
+	hosts  *string // the host labels it was placed with (Config.Hosts)
+	ranks  []int   // the group's members in v
+	vacant int     // a member rank that no process holds in v, or -1
 	topo   topology
 }
 
@@ -141,7 +143,16 @@ func (g *Group) shapeIn(rt *Runtime, v *view) *groupShape {
 	if s := g.shape.Load(); s != nil && s.v == v {
 		return s
 	}
-	s := &groupShape{v: v, ranks: g.members(v), vacant: -1}
+	hosts := unsafe.SliceData(rt.cfg.Hosts)
+	if g.rt != nil {
+		// GroupAll's shape depends on the view and the host labels only:
+		// the runtimes of one process that share the view share it too.
+		if s := v.allShape.Load(); s != nil && s.hosts == hosts {
+			g.shape.Store(s)
+			return s
+		}
+	}
+	s := &groupShape{v: v, hosts: hosts, ranks: g.members(v), vacant: -1}
 	for _, r := range s.ranks {
 		if r < len(v.ranks) && v.ranks[r] == transport.NoProc {
 			s.vacant = r
@@ -150,6 +161,9 @@ func (g *Group) shapeIn(rt *Runtime, v *view) *groupShape {
 	}
 	s.topo = placeOnHosts(s.ranks, v, rt.cfg.Hosts)
 	g.shape.Store(s)
+	if g.rt != nil {
+		v.allShape.Store(s)
+	}
 	return s
 }
 

@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 	"weak"
 
@@ -28,6 +29,8 @@ type view struct {
 	liveOnce  sync.Once
 	procsLive []transport.Proc // liveProcs, built on first use
 	src       View             // the View this view was built from (sharedView)
+
+	allShape atomic.Pointer[groupShape] // GroupAll's shape in this view (Group.shapeIn)
 
 	digestOnce sync.Once
 	digestHex  string // digest, built on first use
