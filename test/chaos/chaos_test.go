@@ -156,14 +156,17 @@ func runSchedule(t *testing.T, s Schedule, refs *references, sum *summary) {
 // build turns a schedule into a gaspirun job and the function that applies
 // its faults.
 func build(t *testing.T, s Schedule, out string) spec {
-	sp := spec{spares: s.Spares}
+	sp := spec{ranks: s.Ranks, spares: s.Spares}
 	if s.RanksPerHost > 0 {
 		sp.launcher = append(sp.launcher, "--ranks-per-host", strconv.Itoa(s.RanksPerHost))
 	}
 	switch s.Workload {
 	case KMeans:
-		w := kmWorkload()
+		w := kmWorkloadFor(s.Ranks)
 		sp.program = append([]string{bins.kmeans}, w.args()...)
+		if s.Ranks != Ranks {
+			sp.gaspirun, sp.program[0] = scaleBins.gaspirun, scaleBins.kmeans
+		}
 		sp.program = append(sp.program, "--mirrors", strconv.Itoa(s.Mirrors))
 		for _, f := range s.Faults {
 			switch f.Kind {
@@ -245,7 +248,7 @@ func (j *job) settledLocked(s Schedule) bool {
 			iters++
 		}
 	}
-	return iters > kmWorkload().ckptEvery
+	return iters > kmWorkloadFor(s.Ranks).ckptEvery
 }
 
 // causesRecovery reports whether an applied-fault note is of a kind that
@@ -328,7 +331,7 @@ func apply(j *job, s Schedule, f Fault) bool {
 		note("applied %s: SIGKILL process %d", f, p)
 		return ok
 	case KillSpare:
-		idle := j.idleSpares(s.Spares)
+		idle := j.idleSpares(s.Ranks, s.Spares)
 		for _, p := range idle {
 			if _, ok := j.signal(p, syscall.SIGKILL); ok {
 				note("applied %s: SIGKILL spare process %d", f, p)
@@ -358,9 +361,9 @@ func apply(j *job, s Schedule, f Fault) bool {
 		if !j.waitUntil(jobDeadline, func() bool { _, ok := j.findAfter(from, confirmRE); return ok }) {
 			return false
 		}
-		q := j.holder((f.Rank + 2) % Ranks)
+		q := j.holder((f.Rank + 2) % s.Ranks)
 		_, ok := j.signal(q, syscall.SIGKILL)
-		note("applied %s: then, in the recovery, SIGKILL process %d (rank %d)", f, q, (f.Rank+2)%Ranks)
+		note("applied %s: then, in the recovery, SIGKILL process %d (rank %d)", f, q, (f.Rank+2)%s.Ranks)
 		return ok
 	case PauseShort, PauseLong:
 		p := j.holder(f.Rank)
@@ -543,7 +546,7 @@ func (r *references) get(t *testing.T, w Workload) string {
 	var a string
 	switch w {
 	case KMeans:
-		_, res := run(t, spec{program: append([]string{bins.kmeans}, kmWorkload().args()...)})
+		_, res := run(t, spec{ranks: Ranks, program: append([]string{bins.kmeans}, kmWorkload().args()...)})
 		if res.Code != 0 || res.Answer == "" {
 			t.Fatalf("failure-free K-means reference failed (exit %d):\n%s", res.Code, tail(res.Lines, 30))
 		}
@@ -623,7 +626,7 @@ func diskSchedule(t *testing.T, s Schedule) (*job, Result) {
 	// The kill comes late enough for two disk checkpoints, so that an
 	// older one exists to fall back to.
 	at := max(f.At, 3*w.ckptEvery+1)
-	_, first := run(t, spec{program: prog, apply: func(j *job) {
+	_, first := run(t, spec{ranks: Ranks, program: prog, apply: func(j *job) {
 		if reached(j, s, at) {
 			j.signal(j.holder(f.Rank), syscall.SIGKILL)
 		}
@@ -661,7 +664,7 @@ func diskSchedule(t *testing.T, s Schedule) (*job, Result) {
 	if err != nil {
 		t.Fatalf("damage %s: %v", victim, err)
 	}
-	j, res := run(t, spec{launcher: []string{"--resume", dir}, program: prog})
+	j, res := run(t, spec{ranks: Ranks, launcher: []string{"--resume", dir}, program: prog})
 	j.mu.Lock()
 	j.lines = append(j.lines, line{text: "chaos: applied " + f.String(), at: time.Now()})
 	j.mu.Unlock()

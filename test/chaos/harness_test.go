@@ -52,6 +52,7 @@ const (
 // aimed at; a fault at iteration I is applied when rank 0 reports I.
 type kmeansLoad struct {
 	points, maxIter, ckptEvery int
+	dim, k                     int // 0: the normal 10 and 20
 }
 
 func kmWorkload() kmeansLoad {
@@ -61,8 +62,22 @@ func kmWorkload() kmeansLoad {
 	return kmeansLoad{points: 200000, maxIter: 200, ckptEvery: 10}
 }
 
+// kmWorkloadFor is the K-means workload of a job of ranks ranks: the
+// normal one, or for the scale mode a small problem per rank, so that
+// hundreds of processes on two cores still iterate a few times a second.
+func kmWorkloadFor(ranks int) kmeansLoad {
+	if ranks == Ranks {
+		return kmWorkload()
+	}
+	return kmeansLoad{points: 1000 * ranks, maxIter: 60, ckptEvery: 10, dim: 4, k: 8}
+}
+
 func (w kmeansLoad) args() []string {
-	return []string{"--generate", strconv.Itoa(w.points), "--dim", "10", "--k", "20", "--seed", "11",
+	dim, k := 10, 20
+	if w.dim > 0 {
+		dim, k = w.dim, w.k
+	}
+	return []string{"--generate", strconv.Itoa(w.points), "--dim", strconv.Itoa(dim), "--k", strconv.Itoa(k), "--seed", "11",
 		"--max-iter", strconv.Itoa(w.maxIter), "--tol", "0", "--ckpt-every", strconv.Itoa(w.ckptEvery)}
 }
 
@@ -186,13 +201,13 @@ func (j *job) holder(r int) int {
 
 // spareProcs returns the spare processes not holding a rank in the newest
 // view.
-func (j *job) idleSpares(spares int) []int {
+func (j *job) idleSpares(ranks, spares int) []int {
 	held := map[int]bool{}
-	for r := range Ranks {
+	for r := range ranks {
 		held[j.holder(r)] = true
 	}
 	var out []int
-	for p := Ranks; p < Ranks+spares; p++ {
+	for p := ranks; p < ranks+spares; p++ {
 		if !held[p] {
 			out = append(out, p)
 		}
@@ -225,6 +240,8 @@ func (j *job) setRule(text string) {
 
 // spec is one gaspirun job.
 type spec struct {
+	gaspirun string   // the launcher's binary; "" for bins.gaspirun
+	ranks    int      // gaspirun -n
 	launcher []string // gaspirun flags after -n and --spares
 	program  []string // the program and its arguments
 	spares   int
@@ -238,14 +255,18 @@ func run(t *testing.T, sp spec) (*job, Result) {
 	j := &job{t: t, id: fmt.Sprintf("chaos-%d-%d", os.Getpid(), time.Now().UnixNano()), leader: -1,
 		pids: proctest.NewProcs(), stopped: map[int]bool{}}
 	j.faults = t.TempDir()
-	args := []string{"-n", strconv.Itoa(Ranks), "--spares", strconv.Itoa(sp.spares),
+	args := []string{"-n", strconv.Itoa(sp.ranks), "--spares", strconv.Itoa(sp.spares),
 		"--timeout", jobDeadline.String(), "--grace", grace.String(), "--job-id", j.id}
 	args = append(args, sp.launcher...)
 	args = append(args, "--")
 	args = append(args, sp.program...)
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline+30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bins.gaspirun, args...)
+	launcher := bins.gaspirun
+	if sp.gaspirun != "" {
+		launcher = sp.gaspirun
+	}
+	cmd := exec.CommandContext(ctx, launcher, args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 20 * time.Second
 	cmd.Env = append(os.Environ(), "PGAS_LOG=info", netfault.EnvVar+"="+j.faults)

@@ -130,6 +130,7 @@ func (o Outcome) String() string {
 type Schedule struct {
 	Seed         uint64
 	Workload     Workload
+	Ranks        int // the job's ranks: Ranks, or the scale mode's count
 	Spares       int
 	Mirrors      int
 	RanksPerHost int // 0: one host label for all
@@ -137,7 +138,7 @@ type Schedule struct {
 	Expect       Outcome
 }
 
-// Ranks is the job size every schedule uses.
+// Ranks is the job size of the normal mode's schedules.
 const Ranks = 4
 
 // Timing the schedules are built around: the runtime's defaults
@@ -152,7 +153,7 @@ const (
 // before --max-iter; TeraSort: ms well before the sort ends).
 func Draw(seed uint64, w Workload, lastAt int) Schedule {
 	rng := rand.New(rand.NewPCG(seed, 0x6761737069))
-	s := Schedule{Seed: seed, Workload: w, Mirrors: 1}
+	s := Schedule{Seed: seed, Workload: w, Ranks: Ranks, Mirrors: 1}
 	kinds := Kinds
 	if w == TeraSort {
 		// TeraSort has no iterations to aim at and no disk level: the
@@ -231,7 +232,7 @@ func Draw(seed uint64, w Workload, lastAt int) Schedule {
 func (s Schedule) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed=%d workload=%s ranks=%d spares=%d mirrors=%d ranks-per-host=%d expect=%s",
-		s.Seed, s.Workload, Ranks, s.Spares, s.Mirrors, s.RanksPerHost, s.Expect)
+		s.Seed, s.Workload, s.Ranks, s.Spares, s.Mirrors, s.RanksPerHost, s.Expect)
 	for i, f := range s.Faults {
 		fmt.Fprintf(&b, "\n  fault %d: %s", i+1, f)
 	}
@@ -240,5 +241,54 @@ func (s Schedule) String() string {
 
 // Replay is the one-line command that runs this schedule again.
 func (s Schedule) Replay() string {
+	if s.Ranks != Ranks {
+		return fmt.Sprintf("go test ./test/chaos -run 'TestChaosScale/seed=%d$' -chaos.scale=%d -chaos.scaleseeds=%d -v", s.Seed, s.Ranks, s.Seed)
+	}
 	return fmt.Sprintf("go test ./test/chaos -run 'TestChaos/%s/seed=%d$' -chaos.seeds=%d -v", s.Workload, s.Seed, s.Seed)
+}
+
+// ScaleKinds are the faults of the scale mode: every kind that needs no
+// host layout, disk level or link rules, on a job of hundreds of
+// processes.
+var ScaleKinds = []Kind{KillRank, KillSpare, KillLeader, KillCommit, KillInRecovery, PauseShort, PauseLong}
+
+// DrawScale makes the scale mode's schedule of seed: K-means on ranks
+// ranks, one or two faults of ScaleKinds at ranks drawn over the whole job,
+// and a spare for every loss plus one (on a starved machine a process may
+// miss its heartbeats), or, one schedule in eight, one spare short.
+func DrawScale(seed uint64, ranks, lastAt int) Schedule {
+	rng := rand.New(rand.NewPCG(seed, 0x7363616c65))
+	s := Schedule{Seed: seed, Workload: KMeans, Ranks: ranks, Mirrors: 1}
+	n := 1 + rng.IntN(2)
+	span := lastAt / n
+	losses, spareKill, pause := 0, false, false
+	for i := range n {
+		k := ScaleKinds[rng.IntN(len(ScaleKinds))]
+		if i > 0 && k == KillInRecovery {
+			k = KillRank // it makes its own overlap: one per schedule, first
+		}
+		f := Fault{Kind: k, Rank: rng.IntN(ranks), At: max(span*i, 5) + rng.IntN(max(1, span/2))}
+		switch k {
+		case PauseShort:
+			f.Dur = shortPause + time.Duration(rng.IntN(300))*time.Millisecond
+			pause = true
+		case PauseLong:
+			f.Dur = longPause
+		}
+		losses += k.losses()
+		spareKill = spareKill || k == KillSpare
+		s.Faults = append(s.Faults, f)
+		if k == KillInRecovery {
+			break
+		}
+	}
+	s.Spares = losses + 1
+	if pause {
+		s.Spares++
+	}
+	if losses > 0 && !pause && !spareKill && rng.IntN(8) == 0 {
+		s.Spares = losses - 1
+		s.Expect = Exhaust
+	}
+	return s
 }

@@ -93,3 +93,25 @@ func TestSampleCoversEveryKind(t *testing.T) {
 		t.Errorf("sample workloads %v, exhaustion %v: want both workloads and an exhaustion", work, exhaust)
 	}
 }
+
+// The scale mode's CI sample holds a SIGKILLed rank, and its schedules
+// aim at ranks of the whole job.
+func TestScaleSampleKills(t *testing.T) {
+	for _, seed := range scaleSampleSeeds {
+		s := DrawScale(seed, 128, kmWorkloadFor(128).lastAt())
+		if s.Faults[0].Kind != KillRank && s.Faults[0].Kind != KillInRecovery {
+			t.Errorf("scale sample seed %d draws %s first, want a SIGKILL of a rank:\n%s", seed, s.Faults[0].Kind, s)
+		}
+	}
+	for seed := uint64(1); seed <= 200; seed++ {
+		s := DrawScale(seed, 128, 40)
+		for _, f := range s.Faults {
+			if f.Rank < 0 || f.Rank >= 128 || f.At < 0 {
+				t.Fatalf("seed %d: fault %s outside the job", seed, f)
+			}
+		}
+		if s.Spares < 0 || (s.Expect == Succeed && s.Spares <= 0) {
+			t.Fatalf("seed %d: %d spares for %s", seed, s.Spares, s)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package chaos
+
+import (
+	"flag"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gaspigo/gaspigo/internal/proctest"
+)
+
+var (
+	flagScale          = flag.Int("chaos.scale", 128, "scale mode: the job's ranks")
+	flagScaleSchedules = flag.Int("chaos.scaleschedules", 0, "scale mode: run seeds 1..N instead of the fixed sample (the sweep)")
+	flagScaleSeeds     = flag.String("chaos.scaleseeds", "", "scale mode: comma-separated seeds to run instead of the sample (replay)")
+)
+
+// scaleSampleSeeds is the scale mode's CI sample: a SIGKILLed rank
+// (TestScaleSampleKills checks it draws one).
+var scaleSampleSeeds = []uint64{1}
+
+// scaleBins are the programs of the scale mode, built without the race
+// detector whatever the test binary is: hundreds of race-instrumented
+// processes do not fit two cores.
+var scaleBins struct {
+	once             sync.Once
+	gaspirun, kmeans string
+	err              error
+	cleanup          func()
+}
+
+func buildScaleBins(t *testing.T) {
+	scaleBins.once.Do(func() {
+		dir, cleanup, err := proctest.Build("chaos-scale", false, "./cmd/gaspirun", "./apps/kmeans/cmd/kmeans")
+		if err != nil {
+			scaleBins.err = err
+			return
+		}
+		scaleBins.cleanup = cleanup
+		scaleBins.gaspirun, scaleBins.kmeans = filepath.Join(dir, "gaspirun"), filepath.Join(dir, "kmeans")
+	})
+	if scaleBins.err != nil {
+		t.Fatal(scaleBins.err)
+	}
+}
+
+// TestChaosScale is the scale mode: schedules of DrawScale on a job of
+// -chaos.scale ranks (128 by default) on this machine, with the same
+// invariants as TestChaos. Its reference is the same job without faults,
+// which must itself create no new epoch: on a starved machine a
+// failure-free job of hundreds of processes must see no false failure.
+// The sweep and a replay:
+//
+//	go test ./test/chaos -run TestChaosScale -chaos.scale=256 -chaos.scaleschedules=20 -timeout 0 -v
+//	go test ./test/chaos -run 'TestChaosScale/seed=5$' -chaos.scale=128 -chaos.scaleseeds=5 -v
+func TestChaosScale(t *testing.T) {
+	if bins.err != nil {
+		t.Skip(bins.err)
+	}
+	n := *flagScale
+	if n < 8 {
+		t.Fatalf("-chaos.scale=%d: give at least 8 ranks", n)
+	}
+	buildScaleBins(t)
+	t.Cleanup(func() {
+		if scaleBins.cleanup != nil {
+			scaleBins.cleanup()
+		}
+	})
+	w := kmWorkloadFor(n)
+	_, ref := run(t, spec{gaspirun: scaleBins.gaspirun, ranks: n, spares: 2,
+		program: append([]string{scaleBins.kmeans}, w.args()...)})
+	if ref.Code != 0 || ref.Answer == "" {
+		t.Fatalf("failure-free K-means of %d ranks failed (exit %d):\n%s", n, ref.Code, tail(ref.Lines, 30))
+	}
+	if e := Epochs(ref.Lines); e > 0 {
+		t.Errorf("the failure-free job of %d ranks went through %d new epochs (false failures):\n%s", n, e, tail(ref.Lines, 30))
+	}
+	t.Logf("reference at %d ranks: %s", n, ref.Answer)
+	var list []uint64
+	switch {
+	case *flagScaleSeeds != "":
+		for _, f := range strings.Split(*flagScaleSeeds, ",") {
+			s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil {
+				t.Fatalf("-chaos.scaleseeds: %q is not a seed (want e.g. -chaos.scaleseeds=7,12)", f)
+			}
+			list = append(list, s)
+		}
+	case *flagScaleSchedules > 0:
+		for i := range *flagScaleSchedules {
+			list = append(list, uint64(i+1))
+		}
+	default:
+		list = scaleSampleSeeds
+	}
+	sum := &summary{byWorkload: map[Workload]int{}, faults: map[Kind]int{}, skipped: map[Kind]int{}}
+	refs := &references{m: map[Workload]string{KMeans: ref.Answer}}
+	for _, seed := range list {
+		s := DrawScale(seed, n, w.lastAt())
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			runSchedule(t, s, refs, sum)
+		})
+	}
+	t.Logf("chaos scale summary (%d ranks):\n%s", n, sum.table())
+}
