@@ -32,6 +32,18 @@ func Place(hosts []string, k int) [][]int {
 		}
 		return out
 	}
+	if !slices.ContainsFunc(hosts, func(h string) bool { return h != hosts[0] }) {
+		// One host: the plain ring, r+1, ..., r+k (mod n), without the
+		// search for ranks on other hosts (O(n) per rank when none exists).
+		for r := range out {
+			hs := make([]int, k)
+			for j := range hs {
+				hs[j] = (r + 1 + j) % n
+			}
+			out[r] = hs
+		}
+		return out
+	}
 	ring := interleave(hosts)
 	pos := make([]int, n)
 	for i, r := range ring {
