@@ -1,0 +1,266 @@
+// Command procscale measures real jobs of many processes on this machine:
+// gaspirun -n N --spares 2 with K-means, failure-free and with a SIGKILL,
+// for each N given. For each run it prints the time to start (gaspirun's
+// start to rank 0's first iteration), the median failure-free iteration,
+// the kill to the next iteration, the restore (new epoch in force to
+// checkpoint restored, from rank 0's recovery line) and its ratio to an
+// iteration, the time to exit (the centroids line to gaspirun's end),
+// epochs beyond those the kill explains (false failures), warnings, and
+// the peak file descriptors and resident memory per process, sampled
+// from /proc. Run it with nothing else on the machine:
+//
+//	go run ./bench/procscale -n 64,128,256,512
+//
+// It prints the load average before each run; a figure taken at a load
+// above 1.5 is not a figure.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gaspigo/gaspigo/internal/proctest"
+)
+
+func main() {
+	ns := flag.String("n", "64,128,256,512", "comma-separated process counts (ranks)")
+	spares := flag.Int("spares", 2, "spare processes")
+	iters := flag.Int("iters", 20, "K-means iterations")
+	kill := flag.String("kill", "kill:rank=7,iter=10", "the kill of the second run of each N (K-means --inject)")
+	timeout := flag.Duration("timeout", 10*time.Minute, "bound on one job")
+	flag.Parse()
+	var counts []int
+	for _, s := range strings.Split(*ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 8 {
+			fmt.Fprintf(os.Stderr, "procscale: -n: %q is not a process count of 8 or more\n", s)
+			os.Exit(2)
+		}
+		counts = append(counts, n)
+	}
+	dir, cleanup, err := proctest.Build("procscale", false, "./cmd/gaspirun", "./apps/kmeans/cmd/kmeans")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "procscale:", err)
+		os.Exit(1)
+	}
+	defer cleanup()
+	fmt.Printf("%5s %-5s %6s | %8s %8s %9s %9s %6s %7s | %6s %5s %5s | %6s %8s %8s | %s\n",
+		"N", "run", "exit", "start", "iter", "kill>next", "restore", "/iter", "exit.t",
+		"epochs", "false", "warn", "fd.max", "rss.max", "rss.med", "load")
+	for _, n := range counts {
+		for _, inject := range []string{"", *kill} {
+			r := runJob(dir, n, *spares, *iters, inject, *timeout)
+			fmt.Println(r)
+		}
+	}
+}
+
+type result struct {
+	n                 int
+	run               string
+	code              int
+	start, iter       time.Duration
+	killNext, restore time.Duration
+	exit              time.Duration
+	epochs, false_    int
+	warnings          int
+	fdMax             int
+	rssMax, rssMed    int64 // KiB
+	load              string
+	left              int
+}
+
+func (r result) String() string {
+	ratio := "-"
+	if r.restore > 0 && r.iter > 0 {
+		ratio = fmt.Sprintf("%.1f", float64(r.restore)/float64(r.iter))
+	}
+	s := fmt.Sprintf("%5d %-5s %6d | %8s %8s %9s %9s %6s %7s | %6d %5d %5d | %6d %7.1fM %7.1fM | %s",
+		r.n, r.run, r.code, rnd(r.start), rnd(r.iter), rnd(r.killNext), rnd(r.restore), ratio, rnd(r.exit),
+		r.epochs, r.false_, r.warnings, r.fdMax, float64(r.rssMax)/1024, float64(r.rssMed)/1024, r.load)
+	if r.left > 0 {
+		s += fmt.Sprintf("  (%d processes left running, killed)", r.left)
+	}
+	return s
+}
+
+func rnd(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	if d > 10*time.Second {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(100 * time.Microsecond).String()
+}
+
+var (
+	iterRE     = regexp.MustCompile(`^\[r0\] iter\s+\d+\s.*time=(\S+)$`)
+	recRE      = regexp.MustCompile(`^\[r0\] recovery: epoch \d+ in force after (\S+); checkpoint of iteration \d+ restored after (\S+);`)
+	holdsRE    = regexp.MustCompile(`^gaspirun: spare process \d+ now holds rank`)
+	injectRE   = regexp.MustCompile(`\] inject: SIGKILL rank`)
+	centroidRE = regexp.MustCompile(`^\[r0\] centroids sha256=`)
+	warnRE     = regexp.MustCompile(`level=WARN`)
+)
+
+type stamped struct {
+	text string
+	at   time.Time
+}
+
+func runJob(dir string, n, spares, iters int, inject string, timeout time.Duration) result {
+	r := result{n: n, run: "clean", load: proctest.LoadAvg()}
+	args := []string{"-n", strconv.Itoa(n), "--spares", strconv.Itoa(spares), "--timeout", timeout.String(), "--",
+		filepath.Join(dir, "kmeans"), "--generate", "200000", "--dim", "4", "--k", "8",
+		"--max-iter", strconv.Itoa(iters), "--tol", "0", "--ckpt-every", "5"}
+	if inject != "" {
+		r.run = "kill"
+		args = append(args, "--inject", inject)
+	}
+	jobID := fmt.Sprintf("procscale-%d-%d", os.Getpid(), time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "gaspirun"), append([]string{"--job-id", jobID}, args...)...)
+	cmd.Env = append(os.Environ(), "PGAS_LOG=warn")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		r.code = -1
+		return r
+	}
+	cmd.Stderr = cmd.Stdout
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		r.code = -1
+		return r
+	}
+	procs := proctest.NewProcs()
+	stopWatch := procs.Watch(jobID, cmd.Process.Pid, 100*time.Millisecond)
+	var (
+		mu    sync.Mutex
+		fds   int
+		peaks = map[int]int64{}
+	)
+	stopSample := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			for _, pid := range procs.PIDs() {
+				f, rss := sample(pid)
+				mu.Lock()
+				fds = max(fds, f)
+				peaks[pid] = max(peaks[pid], rss)
+				mu.Unlock()
+			}
+			select {
+			case <-stopSample:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var lines []stamped
+	proctest.ScanLines(out, func(l string) { lines = append(lines, stamped{l, time.Now()}) })
+	cmd.Wait()
+	end := time.Now()
+	close(stopSample)
+	<-sampled
+	stopWatch()
+	r.left = len(procs.Leftovers(15 * time.Second))
+	r.code = cmd.ProcessState.ExitCode()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		r.code = -int(ws.Signal())
+	}
+	var its []time.Duration
+	var killAt time.Time
+	recovered := false
+	kills := 0
+	for _, l := range lines {
+		switch {
+		case iterRE.MatchString(l.text):
+			if r.start == 0 {
+				r.start = l.at.Sub(t0)
+			}
+			if d, err := time.ParseDuration(iterRE.FindStringSubmatch(l.text)[1]); err == nil && killAt.IsZero() {
+				its = append(its, d)
+			}
+			if recovered && r.killNext == 0 {
+				r.killNext = l.at.Sub(killAt)
+			}
+		case injectRE.MatchString(l.text):
+			killAt = l.at
+			kills++
+		case recRE.MatchString(l.text):
+			m := recRE.FindStringSubmatch(l.text)
+			inForce, e1 := time.ParseDuration(m[1])
+			restored, e2 := time.ParseDuration(m[2])
+			if e1 == nil && e2 == nil && r.restore == 0 {
+				r.restore = restored - inForce
+			}
+			recovered = !killAt.IsZero()
+		case holdsRE.MatchString(l.text):
+			r.epochs++
+		case centroidRE.MatchString(l.text):
+			r.exit = end.Sub(l.at)
+		}
+		if warnRE.MatchString(l.text) {
+			r.warnings++
+		}
+	}
+	r.false_ = max(0, r.epochs-kills)
+	if len(its) > 0 {
+		slices.Sort(its)
+		r.iter = its[len(its)/2]
+	}
+	mu.Lock()
+	r.fdMax = fds
+	var rss []int64
+	for _, v := range peaks {
+		rss = append(rss, v)
+	}
+	mu.Unlock()
+	if len(rss) > 0 {
+		slices.Sort(rss)
+		r.rssMax, r.rssMed = rss[len(rss)-1], rss[len(rss)/2]
+	}
+	if r.code != 0 {
+		fmt.Fprintf(os.Stderr, "procscale: N=%d %s exited %d; last lines:\n", n, r.run, r.code)
+		for _, l := range lines[max(0, len(lines)-15):] {
+			fmt.Fprintln(os.Stderr, "  "+l.text)
+		}
+	}
+	return r
+}
+
+// sample returns a process's open file descriptors and resident set (KiB).
+func sample(pid int) (fds int, rssKiB int64) {
+	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
+		fds = len(ents)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return fds, 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				rssKiB, _ = strconv.ParseInt(f[0], 10, 64)
+			}
+		}
+	}
+	return fds, rssKiB
+}
