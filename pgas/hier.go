@@ -9,7 +9,7 @@ import (
 	"github.com/gaspigo/gaspigo/transport"
 )
 
-// Host-aware collectives (DESIGN §3 and §12, seed 004). A collective whose
+// Host-aware collectives (docs/design.md §6). A collective whose
 // members sit on several hosts, some holding more than one member, runs in
 // two levels: the members of each host meet at their host's leader (its
 // lowest member), the leaders run the collective among themselves, and

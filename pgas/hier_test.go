@@ -45,7 +45,7 @@ func inputs(r, size int) []float64 {
 	return data
 }
 
-// Rule (DESIGN §3, §12): Allreduce gives the same bits for the same group
+// Rule (docs/design.md §6.2): Allreduce gives the same bits for the same group
 // size whatever the placement of ranks on hosts (two levels or flat) and
 // whatever the delivery order; the two-level path's order is the flat
 // algorithm's.

@@ -44,7 +44,7 @@ func TestAllgatherSizes(t *testing.T) {
 
 // Rule: a process keeps protocol state only for the peers it talked to:
 // after collectives on a job of 256, each holds about 2 log2 N peers, not
-// N (DESIGN §13, per-peer state only for peers you talk to).
+// N (docs/design.md §13, per-peer state only for peers you talk to).
 func TestPeersOnlyForPartners(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 256

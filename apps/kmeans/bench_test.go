@@ -9,7 +9,7 @@ import (
 )
 
 // peakGFLOPS is the FP64 arithmetic peak of one core of the reference
-// machine (DESIGN.md §11: ~120 GFLOP/s with AVX-512 FMA).
+// machine (docs/design.md §12.4: ~120 GFLOP/s with AVX-512 FMA).
 const peakGFLOPS = 120.0
 
 var (

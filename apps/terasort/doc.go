@@ -79,7 +79,7 @@
 // # The distributed sort
 //
 // `terasort sort --in DIR --out DIR` runs under gaspirun, one process per
-// rank, over kvshuffle (DESIGN.md section 7). The input's files (any
+// rank, over kvshuffle (docs/design.md §8). The input's files (any
 // number) are one sequence of records; rank r takes the records
 // PartRange(total, ranks, r) of it as byte ranges on record boundaries
 // (SplitInputs, Shard), so files and ranks need not match. Every rank

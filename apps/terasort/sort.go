@@ -13,8 +13,8 @@ const MaxSortRecords = 1 << 40
 
 // SortConfig tunes SortInMemory.
 type SortConfig struct {
-	// Threads is the number of goroutines (≥ 1, at most 1024). DESIGN.md
-	// section 11's figures are for 2 on a 2-vCPU machine.
+	// Threads is the number of goroutines (≥ 1, at most 1024). The sort
+	// figures of docs/design.md §12.4 are for 2 on a 2-vCPU machine.
 	Threads int
 	// HugePages maps the 16-byte-per-record scratch space with
 	// MADV_HUGEPAGE (see AllocBuffer). Callers may allocate src and dst the

@@ -21,13 +21,13 @@ import (
 type layer struct {
 	from  string
 	allow []string
-	rule  string // the direction of DESIGN.md §2 the layer encodes
+	rule  string // the direction of docs/design.md §1 the layer encodes
 }
 
 // libraries are the packages programs are built from.
 var libraries = []string{"obs", "segments", "transport", "transport/...", "health", "pgas", "spares", "ckpt", "kvshuffle", "job"}
 
-// layers encodes DESIGN.md §2 ("Layers and packages"; an arrow means "may
+// layers encodes docs/design.md §1 ("Layers and packages"; an arrow means "may
 // import").
 var layers = []layer{
 	{"segments", nil, "segments is a leaf: no project imports"},
@@ -120,12 +120,12 @@ func check(pkgs []pkg) []string {
 		self := subtree(p.path)
 		i := slices.IndexFunc(layers, func(l layer) bool { return match(l.from, p.path, "") })
 		if i < 0 {
-			errs = append(errs, fmt.Sprintf("package %s has no layer: add a rule for it to the table in internal/archtest (DESIGN.md §2)", p.path))
+			errs = append(errs, fmt.Sprintf("package %s has no layer: add a rule for it to the table in internal/archtest (docs/design.md §1)", p.path))
 		} else {
 			l := layers[i]
 			for _, d := range p.deps {
 				if !slices.ContainsFunc(l.allow, func(a string) bool { return match(a, d, self) }) {
-					errs = append(errs, fmt.Sprintf("forbidden import %s -> %s: rule %q allows %s (DESIGN.md §2)",
+					errs = append(errs, fmt.Sprintf("forbidden import %s -> %s: rule %q allows %s (docs/design.md §1)",
 						p.path, d, l.rule, allowed(l.allow)))
 				}
 			}
@@ -136,7 +136,7 @@ func check(pkgs []pkg) []string {
 					continue
 				}
 				if !slices.ContainsFunc(c.allow, func(a string) bool { return match(a, p.path, "") }) {
-					errs = append(errs, fmt.Sprintf("forbidden import %s -> %s: rule %q (DESIGN.md §2)", p.path, d, c.rule))
+					errs = append(errs, fmt.Sprintf("forbidden import %s -> %s: rule %q (docs/design.md §1)", p.path, d, c.rule))
 				}
 			}
 		}
@@ -199,7 +199,7 @@ func goList(t *testing.T) []pkg {
 	return pkgs
 }
 
-// TestImportGraph fails on any import in the module that DESIGN.md §2
+// TestImportGraph fails on any import in the module that docs/design.md §1
 // does not allow.
 func TestImportGraph(t *testing.T) {
 	pkgs := goList(t)
@@ -224,7 +224,7 @@ func TestCheckFindsForbiddenEdges(t *testing.T) {
 	}{
 		{"allowed", pkg{path: "pgas", deps: []string{"segments", "transport", "health"}}, ""},
 		{"health imports pgas", pkg{path: "health", deps: []string{"pgas"}},
-			`forbidden import health -> pgas: rule "health -> transport" allows transport (DESIGN.md §2)`},
+			`forbidden import health -> pgas: rule "health -> transport" allows transport (docs/design.md §1)`},
 		{"segments is a leaf", pkg{path: "segments", deps: []string{"transport"}}, "forbidden import segments -> transport"},
 		{"pgas imports a transport implementation", pkg{path: "pgas", deps: []string{"transport/tcp"}}, "forbidden import pgas -> transport/tcp"},
 		{"pgas imports internal", pkg{path: "pgas", deps: []string{"internal/bootstrap"}}, "forbidden import pgas -> internal/bootstrap"},

@@ -1,5 +1,5 @@
 // Package archtest holds the import-graph test of the module: the
-// directions of DESIGN.md §2 (segments is a leaf; transport below health
+// directions of docs/design.md §1 (segments is a leaf; transport below health
 // below pgas; spares and ckpt siblings above pgas; kvshuffle above ckpt;
 // job, the composition root, above spares; apps, commands, benchmarks and
 // tests on top), checked with `go list` over every package of the module.

@@ -12,7 +12,7 @@ import (
 	"github.com/gaspigo/gaspigo/transport"
 )
 
-// Rule (DESIGN §9): a connection that fails the job-token handshake, or
+// Rule (docs/design.md §9.6): a connection that fails the job-token handshake, or
 // that breaks the connection rules, is refused, logged and counted, never
 // produces PeerDown, and the job goes on.
 func TestRefusals(t *testing.T) {
