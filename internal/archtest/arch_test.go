@@ -27,8 +27,8 @@ type layer struct {
 // libraries are the packages programs are built from.
 var libraries = []string{"obs", "segments", "transport", "transport/...", "health", "pgas", "spares", "ckpt", "kvshuffle", "job"}
 
-// layers encodes docs/design.md §1 ("Layers and packages"; an arrow means "may
-// import").
+// layers encodes docs/design.md §1.1 ("The import graph", whose table
+// TestDesignLayerTable holds equal to this one).
 var layers = []layer{
 	{"segments", nil, "segments is a leaf: no project imports"},
 	{"obs", nil, "obs (metrics and trace buffer) is a leaf: every layer records into it"},
