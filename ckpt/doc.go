@@ -26,6 +26,14 @@
 //		}
 //	}
 //
+// A failure during the collective setup is recovered like one in the
+// loop: New returns the Checkpointer with an error for which
+// pgas.NeedsRecovery holds (register, Recover, and Restore finishes the
+// setup with the promoted spare; ErrNoCheckpoint: start over), and a rank
+// whose earlier setup step failed before New makes its Checkpointer with
+// NewJoining, which leaves the collective part to Restore, as New does on
+// a promoted spare.
+//
 // To resume a job from the disk level (gaspirun --resume DIR), every rank
 // calls LoadFromDisk(ctx, dir) after New and Register.
 //
@@ -90,9 +98,9 @@
 //
 // # Calls, blocking and ownership
 //
-// New, Restore, LoadFromDisk, Commit and VerifyDisk are collective: every rank calls
-// them, in the same order relative to the program's other collectives on
-// pgas.GroupAll. Start is local and returns after the copy. Register,
+// New (on a starting rank), Restore, LoadFromDisk, Commit and VerifyDisk
+// are collective: every rank calls them, in the same order relative to
+// the program's other collectives on pgas.GroupAll. NewJoining is local. Start is local and returns after the copy. Register,
 // RegisterSegment, Start, Commit, Restore and LoadFromDisk belong to the
 // program's goroutine: do not call them concurrently with each other.
 // Stats, LastCommitted, Holders, WaitProtected and FlushDisk are safe

@@ -42,6 +42,22 @@ const (
 // ErrNoCheckpoint, so the program starts over). Any other error returns a
 // nil Checkpointer.
 func New(ctx context.Context, rt *pgas.Runtime, cfg Config) (*Checkpointer, error) {
+	return newCheckpointer(ctx, rt, cfg, false)
+}
+
+// NewJoining is New for a process that joins a recovery under way: it is
+// local, as New is on a promoted spare, and the collective setup happens
+// in the Restore (or LoadFromDisk) that every rank of the new view calls.
+// A rank uses it when an earlier collective step of its program's setup
+// failed (pgas.NeedsRecovery) before it created its Checkpointer: the
+// other ranks are recovering, or will fail in their next collective, and
+// every rank meets in Restore.
+func NewJoining(ctx context.Context, rt *pgas.Runtime, cfg Config) (*Checkpointer, error) {
+	return newCheckpointer(ctx, rt, cfg, true)
+}
+
+// newCheckpointer is New, and NewJoining when joining.
+func newCheckpointer(ctx context.Context, rt *pgas.Runtime, cfg Config, joining bool) (*Checkpointer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -64,7 +80,7 @@ func New(ctx context.Context, rt *pgas.Runtime, cfg Config) (*Checkpointer, erro
 	}
 	c.disk.wake = make(chan struct{}, 1)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	if !rt.StartedAsSpare() {
+	if !joining && !rt.StartedAsSpare() {
 		if _, err := rt.Segment(c.local); err == nil {
 			c.cancel()
 			return nil, fmt.Errorf("ckpt: new: segment %d already exists: another Checkpointer used it (one per runtime and SegmentID; survivors keep theirs across a recovery) or it collides with the program's: %w", c.local, ErrInvalid)
