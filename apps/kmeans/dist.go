@@ -132,8 +132,11 @@ type Job struct {
 	fresh bool
 	// resumed: the job was resumed from a disk checkpoint (Resumed).
 	resumed bool
-	sse     float64
-	recov   int
+	// setupErr: a collective step of the setup failed (SetupFailed); Run
+	// recovers from it first.
+	setupErr error
+	sse      float64
+	recov    int
 	// ckptTime, commits and loopStart: see RunResult.
 	ckptTime  time.Duration
 	commits   int
@@ -145,8 +148,10 @@ type Job struct {
 
 // NewJob checks the injections (CheckInjects), then loads this rank's
 // home shards and the starting centroids. Every rank calls it (a promoted
-// spare too); it is collective when the input is a file and no --init is
-// given, and with SeedPlusPlus.
+// spare too, which leaves the centroids to its restore); it is collective
+// on a starting rank when the input is a file and no --init is given, and
+// with SeedPlusPlus. A failure of another rank during it is not an error:
+// the job records it (see SetupFailed) and Run recovers from it.
 func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 	if err := CheckInjects(opt.Injects, rt.Size(), rt.HostLabels()); err != nil {
 		return nil, err
@@ -164,9 +169,20 @@ func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 	j.next = make([]float64, k*j.d)
 	j.buf = make([]float64, k*j.d+k+2)
 	j.counts = make([]int64, k)
-	if err := j.initCentroids(ctx); err != nil {
+	if rt.StartedAsSpare() {
+		// Its centroids come with the survivors' restore (or their start
+		// over); a collective here would meet theirs out of order.
+		return j, nil
+	}
+	if err := j.inject(ctx, "init", true); err != nil {
 		j.Close()
 		return nil, err
+	}
+	if err := j.initCentroids(ctx); err != nil {
+		if err = j.SetupFailed(err); err != nil {
+			j.Close()
+			return nil, err
+		}
 	}
 	return j, nil
 }
@@ -408,8 +424,10 @@ func (j *Job) Finalize(ctx context.Context) error {
 // Run iterates to the end, recovering from failures on the way. A
 // promoted spare calls it too and joins the survivors' recovery first.
 func (j *Job) Run(ctx context.Context) (RunResult, error) {
-	if j.rt.StartedAsSpare() {
-		if err := j.rejoin(ctx, nil, ""); err != nil {
+	if j.Joining() {
+		// A promoted spare joins the survivors' recovery; a rank whose
+		// setup failed recovers from that first.
+		if err := j.rejoin(ctx, j.setupErr, "the setup"); err != nil {
 			return RunResult{}, err
 		}
 	} else if j.ck != nil && j.opt.Every > 0 && (j.iter == 0 || j.portable) && !j.finished {

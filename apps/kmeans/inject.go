@@ -23,20 +23,27 @@ type Inject struct {
 	Leader   bool   // the process that leads the Raft membership
 	MirrorOf int    // the rank that holds this rank's checkpoint mirror
 	// Iter is the iteration after which (or during whose checkpoint commit)
-	// the kill happens, 1-based; 0 with Phase "commit" kills during the
-	// commit of the starting checkpoint, before any was committed.
+	// the kill happens, 1-based; 0 names the job's setup, with one of the
+	// setup phases or with Phase "commit" (the commit of the starting
+	// checkpoint, before any was committed).
 	Iter int
 	// Phase: "" kills after the iteration; "commit" kills inside the
-	// checkpoint commit that follows the iteration.
+	// checkpoint commit that follows the iteration. The setup phases
+	// (iter=0 only) kill a starting rank before a collective step of its
+	// setup, while the others are inside it: "init" before the starting
+	// centroids (NewJob; collective with an input file and no --init, or
+	// with k-means++ seeding), "ckpt-new" before the checkpointer's
+	// creation (ckpt.New, which creates its segments collectively).
 	Phase string
 }
 
 // ParseInject parses kill:rank=R,iter=I[,phase=commit], kill:host=H,iter=I,
-// kill:leader,iter=I and kill:mirror-of=R,iter=I.
+// kill:leader,iter=I and kill:mirror-of=R,iter=I, and with iter=0 the
+// setup phases: kill:rank=R,iter=0,phase=init|ckpt-new.
 func ParseInject(s string) (Inject, error) {
 	in := Inject{Rank: -1, MirrorOf: -1}
 	bad := func(why string) (Inject, error) {
-		return Inject{}, fmt.Errorf("kmeans: --inject %q: %s (want kill:rank=R,iter=I, kill:host=H,iter=I, kill:leader,iter=I or kill:mirror-of=R,iter=I, optionally with ,phase=commit)", s, why)
+		return Inject{}, fmt.Errorf("kmeans: --inject %q: %s (want kill:rank=R,iter=I, kill:host=H,iter=I, kill:leader,iter=I or kill:mirror-of=R,iter=I, optionally with ,phase=commit; or kill:rank=R,iter=0,phase=init|ckpt-new)", s, why)
 	}
 	rest, ok := strings.CutPrefix(s, "kill:")
 	if !ok {
@@ -76,8 +83,8 @@ func ParseInject(s string) (Inject, error) {
 			hasIter = true
 		case "phase":
 			in.Phase = v
-			if v != "commit" {
-				err = errors.New("the only phase is commit")
+			if v != "commit" && !setupPhase(v) {
+				err = errors.New("the phases are commit, and with iter=0 init and ckpt-new")
 			}
 		default:
 			return bad("unknown key " + strconv.Quote(k))
@@ -92,7 +99,10 @@ func ParseInject(s string) (Inject, error) {
 	if !hasIter {
 		return bad("iter is missing")
 	}
-	if in.Iter == 0 && (in.Phase != "commit" || in.MirrorOf >= 0) {
+	if setupPhase(in.Phase) && (in.Iter != 0 || in.Rank < 0) {
+		return bad("phase=" + in.Phase + " is a step of the setup: give iter=0 and a rank target")
+	}
+	if in.Iter == 0 && !setupPhase(in.Phase) && (in.Phase != "commit" || in.MirrorOf >= 0) {
 		return bad("iter=0 names the commit of the starting checkpoint: give phase=commit with a rank, host or leader target (iterations count from 1)")
 	}
 	return in, nil
@@ -125,8 +135,11 @@ type Kill struct {
 	Inject Inject
 	Rank   int
 	Iter   int    // the iteration just completed
-	Phase  string // "" after the iteration, "commit" inside the checkpoint commit
+	Phase  string // "" after the iteration, "commit" inside the checkpoint commit, or a setup phase
 }
+
+// setupPhase reports whether phase names a step of the setup (Inject.Phase).
+func setupPhase(phase string) bool { return phase == "init" || phase == "ckpt-new" }
 
 // inject fires the injections due now, the first time the job gets here
 // (fresh: iteration j.iter was never completed before). Every rank calls
