@@ -65,19 +65,20 @@
 //
 // A snapshot is named by its id and a generation (the timeline: bumped by
 // every restore), because ids repeat when a program redoes iterations
-// after a rollback. Restore exchanges an inventory (each rank's complete
-// local snapshots and the holder slots whose checksums verify) and
-// restores the snapshot with the highest id that every rank has; Restore's
+// after a rollback. Restore takes an inventory (each rank's complete
+// local snapshots; each holder reports the slots whose checksums verify
+// to the ranks they belong to) and restores the snapshot with the
+// highest id that every rank has, agreed by an allreduce; Restore's
 // documentation explains why this, and not "the minimum last committed
 // id", is the right target. Afterwards each rank pushes its snapshot to
 // the holders that lack it in the background; the time from the first
 // failure a rank saw (or the start of the restore) to the end of that
 // rebuild is the unprotected window, logged and kept in Stats. The choice
-// is a pure function of the inventory (planRestore: the target, where each
-// rank's copy comes from, own buffer or holders in the order tried, and
-// which holders get it pushed again), tested from the scripts in
-// testdata/restore; Restore exchanges the inventory and carries the plan
-// out. The disk level's agreement on the checkpoint every rank loads
+// is a pure function of a rank's inventory and the agreement (planRestore:
+// the target, where the rank's copy comes from, own buffer or holders in
+// the order tried, and which holders get it pushed again), tested from
+// the scripts in testdata/restore; Restore runs the exchange (inbox.go)
+// and carries the plan out. The disk level's agreement on the checkpoint every rank loads
 // (LoadFromDisk) is a pure state machine too (diskSearch), driven by two
 // allreduces per round and tested from the same scripts.
 //
@@ -95,6 +96,20 @@
 // more or fewer snapshots, the mirror slots move to the other of the two
 // mirror segment IDs (a segment's size is fixed), and the old segment is
 // freed once every rank has restored.
+//
+// # Cost
+//
+// Per rank, independent of the number of ranks N (TestCostFlatInN counts
+// them): a checkpoint (Start and Commit) writes the snapshot to each of
+// Config.Mirrors holders (a few frames each) and runs one allreduce
+// (O(log N) frames). A restore runs, besides pgas's two SegmentCreate
+// exchanges (the local and the mirror segment, which pgas requires after
+// Recover; an allgather over every rank, O(N) frames per rank today),
+// three allreduces of constant size, and per rank whose copies this rank
+// holds one FetchAdd and one Write of a few dozen bytes. A survivor
+// restores from its own buffer; only a promoted spare reads its snapshot,
+// from a holder. State per peer: the disk board on rank 0 (4 records per
+// rank); the layout tables are computed once per restore.
 //
 // # Calls, blocking and ownership
 //

@@ -16,6 +16,7 @@ import (
 //	[2*slot, +64)        zeros (source of the header-clearing write)
 //	[2*slot+64, +64)     this rank's outgoing disk record
 //	[2*slot+128, ...)    disk board (read on rank 0): 4 records per rank
+//	then                 the restore's inbox and outbox (inbox.go)
 //
 // Mirror segment (SegmentID+1 or +2) on holder h: for each source rank
 // (ascending) a pair of slots laid out like the local buffers. A rank's
@@ -129,6 +130,9 @@ func (c *Checkpointer) setup(ctx context.Context) error {
 // createLocal creates (or, for a survivor, rejoins) the local segment.
 func (c *Checkpointer) createLocal(ctx context.Context) error {
 	n, rank := c.rt.Size(), c.rt.Rank()
+	if err := c.clearInbox(); err != nil {
+		return fmt.Errorf("ckpt: local segment %d: %w", c.local, err)
+	}
 	if _, err := c.rt.SegmentCreate(ctx, c.local, c.localSize(n), nil); err != nil {
 		return fmt.Errorf("ckpt: local segment %d: %w", c.local, err)
 	}
@@ -147,11 +151,13 @@ func (c *Checkpointer) hosts() []string {
 	return hs
 }
 
-func (c *Checkpointer) localSize(n int) int64 { return c.boardOff() + int64(n)*recordRing*recordLen }
-func (c *Checkpointer) zeroOff() int64        { return 2 * c.slot }
-func (c *Checkpointer) recordOff() int64      { return 2*c.slot + 64 }
-func (c *Checkpointer) boardOff() int64       { return 2*c.slot + 128 }
-func (c *Checkpointer) bufOff(b int) int64    { return int64(b) * c.slot }
+func (c *Checkpointer) localSize(n int) int64 {
+	return c.boardOff() + int64(n)*recordRing*recordLen + 8 + (inboxCap+outboxCap)*reportLen // inbox.go
+}
+func (c *Checkpointer) zeroOff() int64     { return 2 * c.slot }
+func (c *Checkpointer) recordOff() int64   { return 2*c.slot + 64 }
+func (c *Checkpointer) boardOff() int64    { return 2*c.slot + 128 }
+func (c *Checkpointer) bufOff(b int) int64 { return int64(b) * c.slot }
 
 func (c *Checkpointer) mirrorSize(capacity int) int64 {
 	return max(int64(capacity)*2*c.slot, 64)
