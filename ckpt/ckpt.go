@@ -46,7 +46,8 @@ type Checkpointer struct {
 	lastStarted  uint64
 	hasStarted   bool
 	gen          uint64
-	pending      *job // push of the last Start, until Commit
+	pending      *job      // push of the last Start, until Commit
+	voteStart    time.Time // Vote's start, for CommitTime
 	needsRestore bool
 	failureAt    time.Time // first failure seen since the last restore
 	queue        []*job    // jobs for the worker
@@ -406,23 +407,9 @@ func (c *Checkpointer) push(j *job) (uint64, error) {
 func (c *Checkpointer) Commit(ctx context.Context, id uint64) error {
 	defer phase("commit", id)()
 	t0 := time.Now()
-	c.mu.Lock()
-	if err := c.usableLocked(); err != nil {
-		c.mu.Unlock()
+	j, rank, err := c.waitPush(ctx, id)
+	if err != nil {
 		return err
-	}
-	j := c.pending
-	rank := c.rank
-	c.mu.Unlock()
-	if j == nil || j.id != id {
-		return fmt.Errorf("ckpt: commit %d: not started since the last commit: %w", id, ErrBadID)
-	}
-	select {
-	case <-j.done:
-	case <-ctx.Done():
-		return fmt.Errorf("ckpt: commit %d: waiting for this rank's push: %w (%w)", id, pgas.ErrTimeout, ctx.Err())
-	case <-c.ctx.Done():
-		return ErrClosed
 	}
 	// [ok, lowest rank whose push failed, lowest holder found failed]
 	vals := []uint64{1, math.MaxUint64, math.MaxUint64}
@@ -433,8 +420,77 @@ func (c *Checkpointer) Commit(ctx context.Context, id uint64) error {
 			vals[2] = uint64(re.Rank)
 		}
 	}
-	err := pgas.Allreduce(ctx, c.rt, nil, vals, pgas.OpMin)
+	err = pgas.Allreduce(ctx, c.rt, nil, vals, pgas.OpMin)
+	return c.settle(j, t0, vals, err)
+}
+
+// Vote is the first half of Commit, for a program that carries the
+// agreement in a collective of its own and so saves Commit's allreduce:
+// it waits for this rank's push of checkpoint id to complete at its
+// holders and returns whether it succeeded. The program combines the
+// votes of every rank (all must be true) in its next collective on
+// pgas.GroupAll, which takes the place of Commit's, and passes the
+// outcome to Agreed. Between the two it calls no other method of the
+// Checkpointer. Its errors are Commit's before the agreement.
+func (c *Checkpointer) Vote(ctx context.Context, id uint64) (bool, error) {
+	t0 := time.Now()
+	j, _, err := c.waitPush(ctx, id)
+	if err != nil {
+		return false, err
+	}
 	c.mu.Lock()
+	c.voteStart = t0
+	c.mu.Unlock()
+	return j.err == nil, nil
+}
+
+// Agreed is the second half of Commit after Vote: allOK is the combined
+// vote of every rank, err the error of the collective that combined them
+// (nil if it completed). It returns what Commit would, except that a
+// failed push elsewhere is not named.
+func (c *Checkpointer) Agreed(id uint64, allOK bool, err error) error {
+	c.mu.Lock()
+	j, t0 := c.pending, c.voteStart
+	c.mu.Unlock()
+	if j == nil || j.id != id {
+		return fmt.Errorf("ckpt: agreed %d: not voted since the last commit: %w", id, ErrBadID)
+	}
+	vals := []uint64{1, math.MaxUint64, math.MaxUint64}
+	if !allOK {
+		vals[0] = 0
+	}
+	return c.settle(j, t0, vals, err)
+}
+
+// waitPush waits for the push of checkpoint id, the pending one.
+func (c *Checkpointer) waitPush(ctx context.Context, id uint64) (*job, int, error) {
+	c.mu.Lock()
+	if err := c.usableLocked(); err != nil {
+		c.mu.Unlock()
+		return nil, 0, err
+	}
+	j := c.pending
+	rank := c.rank
+	c.mu.Unlock()
+	if j == nil || j.id != id {
+		return nil, 0, fmt.Errorf("ckpt: commit %d: not started since the last commit: %w", id, ErrBadID)
+	}
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		return nil, 0, fmt.Errorf("ckpt: commit %d: waiting for this rank's push: %w (%w)", id, pgas.ErrTimeout, ctx.Err())
+	case <-c.ctx.Done():
+		return nil, 0, ErrClosed
+	}
+	return j, rank, nil
+}
+
+// settle ends the commit of j's checkpoint with the agreement's outcome:
+// vals as Commit's allreduce left them, err its error.
+func (c *Checkpointer) settle(j *job, t0 time.Time, vals []uint64, err error) error {
+	id := j.id
+	c.mu.Lock()
+	rank := c.rank
 	c.st.CommitTime += time.Since(t0)
 	c.st.LastCommit = time.Since(t0)
 	if err != nil {
@@ -449,6 +505,9 @@ func (c *Checkpointer) Commit(ctx context.Context, id uint64) error {
 		c.mu.Unlock()
 		if j.err != nil {
 			return fmt.Errorf("ckpt: commit %d: %w: %w", id, ErrNotCommitted, j.err)
+		}
+		if vals[1] == math.MaxUint64 {
+			return fmt.Errorf("ckpt: commit %d: %w: another rank's push failed", id, ErrNotCommitted)
 		}
 		err := fmt.Errorf("ckpt: commit %d: %w: rank %d's push failed", id, ErrNotCommitted, vals[1])
 		if vals[2] != math.MaxUint64 {

@@ -34,6 +34,11 @@
 // NewJoining, which leaves the collective part to Restore, as New does on
 // a promoted spare.
 //
+// A program whose loop has a collective of its own after Commit's place
+// can save Commit's allreduce: Vote (wait for this rank's push, then
+// carry the vote in the program's collective, all must be true) and Agreed
+// (the combined vote, or the collective's error) are Commit in two halves.
+//
 // To resume a job from the disk level (gaspirun --resume DIR), every rank
 // calls LoadFromDisk(ctx, dir) after New and Register.
 //
@@ -102,9 +107,10 @@
 // Per rank, independent of the number of ranks N (TestCostFlatInN counts
 // them): a checkpoint (Start and Commit) writes the snapshot to each of
 // Config.Mirrors holders (a few frames each) and runs one allreduce
-// (O(log N) frames). A restore runs, besides pgas's two SegmentCreate
-// exchanges (the local and the mirror segment, which pgas requires after
-// Recover; an allgather over every rank, O(N) frames per rank today),
+// (O(log N) frames), none with Vote and Agreed. A restore runs, besides
+// pgas's two SegmentCreate exchanges (the local and the mirror segment,
+// which pgas requires after Recover; an allgather over every rank, O(N)
+// frames per rank today),
 // three allreduces of constant size, and per rank whose copies this rank
 // holds one FetchAdd and one Write of a few dozen bytes. A survivor
 // restores from its own buffer; only a promoted spare reads its snapshot,
@@ -115,9 +121,11 @@
 //
 // New (on a starting rank), Restore, LoadFromDisk, Commit and VerifyDisk
 // are collective: every rank calls them, in the same order relative to
-// the program's other collectives on pgas.GroupAll. NewJoining is local. Start is local and returns after the copy. Register,
-// RegisterSegment, Start, Commit, Restore and LoadFromDisk belong to the
-// program's goroutine: do not call them concurrently with each other.
+// the program's other collectives on pgas.GroupAll. NewJoining is local.
+// Start is local and returns after the copy; Vote is local and Agreed
+// ends the collective the program ran. Register, RegisterSegment, Start,
+// Commit, Vote, Agreed, Restore and LoadFromDisk belong to the program's
+// goroutine: do not call them concurrently with each other.
 // Stats, LastCommitted, Holders, WaitProtected and FlushDisk are safe
 // from any goroutine. Every blocking call takes a context; a context that
 // ends gives an error wrapping pgas.ErrTimeout.
