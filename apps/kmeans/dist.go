@@ -23,6 +23,10 @@ type Checkpoints interface {
 	// holds it.
 	Start(ctx context.Context, id uint64) error
 	Commit(ctx context.Context, id uint64) error
+	// Vote and Agreed are Commit in two halves, its agreement carried by
+	// the iteration's reduction instead of an allreduce of its own.
+	Vote(ctx context.Context, id uint64) (bool, error)
+	Agreed(id uint64, allOK bool, err error) error
 	// Restore is collective after a recovery: every rank gets the regions
 	// of the last committed checkpoint back and its id (0: none).
 	Restore(ctx context.Context) (uint64, error)
@@ -167,7 +171,7 @@ func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 	k := opt.K
 	j.cent = make([]float64, k*j.d)
 	j.next = make([]float64, k*j.d)
-	j.buf = make([]float64, k*j.d+k+2)
+	j.buf = make([]float64, k*j.d+k+3) // partial sums, counts, SSE, changed, checkpoint votes
 	j.counts = make([]int64, k)
 	if rt.StartedAsSpare() {
 		// Its centroids come with the survivors' restore (or their start
@@ -468,23 +472,30 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 		}
 		j.prune = j.prune.Add(sh.kr.PruneStats())
 	}
-	if j.pending != 0 {
-		// The previous checkpoint's push overlapped this step's compute.
-		if err := j.commit(ctx); err != nil {
+	// The previous checkpoint's push overlapped this step's compute; the
+	// step's reduction carries its commit's agreement (vote, agreed).
+	voting, vote := j.pending != 0, 0.0
+	if voting {
+		if vote, err = j.vote(ctx); err != nil {
 			return false, err
 		}
 	}
 	k, d := j.opt.K, j.d
 	kd := k * d
+	var votes float64
 	if j.opt.Shrink || j.opt.Shards != 0 {
-		if err := j.reduceShards(ctx); err != nil {
-			return false, err
-		}
+		votes, err = j.reduceShards(ctx, vote)
 	} else {
 		putPartial(j.buf, j.mine[0].part) // one shard per rank
-		if err := pgas.Allreduce(ctx, j.rt, nil, j.buf, pgas.OpSum); err != nil {
-			return false, err
-		}
+		j.buf[kd+k+2] = vote
+		err = pgas.Allreduce(ctx, j.rt, nil, j.buf, pgas.OpSum)
+		votes = j.buf[kd+k+2]
+	}
+	if voting {
+		err = j.agreed(votes, err)
+	}
+	if err != nil {
+		return false, err
 	}
 	for i := range j.counts {
 		j.counts[i] = int64(j.buf[kd+i])
@@ -527,6 +538,31 @@ func (j *Job) checkpoint(ctx context.Context) error {
 	return nil
 }
 
+// vote is the first half of the commit of the pending checkpoint when the
+// iteration's reduction carries its agreement (ckpt Vote): this rank's
+// vote for the reduction to sum, 0 when its push completed, 1 when not.
+func (j *Job) vote(ctx context.Context) (float64, error) {
+	if err := j.inject(ctx, "commit", j.fresh); err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	ok, err := j.ck.Vote(ctx, j.pending)
+	j.ckptTime += time.Since(t0)
+	if err != nil || ok {
+		return 0, err
+	}
+	return 1, nil
+}
+
+// agreed ends the commit that vote began: votes is the reduction's sum of
+// the votes, rerr its error. It returns what commit would.
+func (j *Job) agreed(votes float64, rerr error) error {
+	id := j.pending
+	j.pending, j.fresh = 0, false
+	err := j.ck.Agreed(id, votes == 0, rerr)
+	return j.committed(id, err)
+}
+
 func (j *Job) commit(ctx context.Context) error {
 	// The checkpoint of iteration j.iter is being committed; the high-water
 	// mark already counts that iteration, so whether this is the first time
@@ -539,6 +575,11 @@ func (j *Job) commit(ctx context.Context) error {
 	t0 := time.Now()
 	err := j.ck.Commit(ctx, id)
 	j.ckptTime += time.Since(t0)
+	return j.committed(id, err)
+}
+
+// committed takes the outcome of the commit of checkpoint id.
+func (j *Job) committed(id uint64, err error) error {
 	if err == nil {
 		j.commits++
 		j.event("checkpoint", strconv.Itoa(j.iter))

@@ -104,15 +104,17 @@ func putPartial(b []float64, p *Partial) {
 // the filled slot instead of adding, so every slot arrives with its exact
 // bits; then every rank adds the slots in shard order. A shard that no
 // rank or two ranks filled means the ranks disagree on who computes it,
-// which the views rule out: it is an error, not a reason to recover.
-func (j *Job) reduceShards(ctx context.Context) error {
+// which the views rule out: it is an error, not a reason to recover. The
+// vector ends with the checkpoint votes (see vote), summed: votes.
+func (j *Job) reduceShards(ctx context.Context, vote float64) (votes float64, err error) {
 	w := len(j.buf)
 	slot := w + 1
 	n := j.nsh
-	if len(j.slots) != n*slot {
-		j.slots = make([]float64, n*slot)
+	if len(j.slots) != n*slot+1 {
+		j.slots = make([]float64, n*slot+1) // and the checkpoint votes, summed
 	}
 	clear(j.slots)
+	j.slots[n*slot] = vote
 	put := func(s int, p *Partial) {
 		j.slots[s*slot] = 1
 		putPartial(j.slots[s*slot+1:(s+1)*slot], p)
@@ -120,7 +122,8 @@ func (j *Job) reduceShards(ctx context.Context) error {
 	for _, sh := range j.mine {
 		put(sh.idx, sh.part)
 	}
-	err := pgas.AllreduceFunc(ctx, j.rt, nil, j.slots, func(dst, src []float64) {
+	err = pgas.AllreduceFunc(ctx, j.rt, nil, j.slots, func(dst, src []float64) {
+		dst[n*slot] += src[n*slot]
 		for s := 0; s < n; s++ {
 			ds, ss := dst[s*slot:(s+1)*slot], src[s*slot:(s+1)*slot]
 			switch {
@@ -133,12 +136,12 @@ func (j *Job) reduceShards(ctx context.Context) error {
 		}
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for s := 0; s < n; s++ {
 		if f := j.slots[s*slot]; f != 1 {
 			who := map[bool]string{true: "no rank", false: "more than one rank"}[f == 0]
-			return fmt.Errorf("kmeans: %s computed shard %d in iteration %d, want exactly one: the ranks disagree on who owns it", who, s, j.iter+1)
+			return 0, fmt.Errorf("kmeans: %s computed shard %d in iteration %d, want exactly one: the ranks disagree on who owns it", who, s, j.iter+1)
 		}
 		b := j.slots[s*slot+1 : (s+1)*slot]
 		if s == 0 {
@@ -149,5 +152,5 @@ func (j *Job) reduceShards(ctx context.Context) error {
 			j.buf[i] += x
 		}
 	}
-	return nil
+	return j.slots[n*slot], nil
 }

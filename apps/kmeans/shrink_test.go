@@ -121,6 +121,8 @@ type memHooks struct {
 	after func(ctx context.Context, r int, job *Job, res RunResult) (RunResult, error)
 	// ranks is the job's size (0: 4); spares, the spare processes.
 	ranks, spares int
+	// net, if set, sees the network before the job starts.
+	net func(nw *mem.Network)
 }
 
 // runMemJobWith is runMemJob with hooks. The results and errors are by
@@ -139,6 +141,9 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 		t.Fatal(err)
 	}
 	defer nw.Close()
+	if h.net != nil {
+		h.net(nw)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	// A membership that shrinks once no spare is left: a reported failure
