@@ -58,16 +58,20 @@ type InjectTarget struct {
 
 // Injection is a fault in one rank's send loop: Fire runs before the
 // rank sends its record At (counted in its own input), the first time it
-// gets there. An error from Fire ends the rank.
+// gets there; or, with Phase "ckpt-new", in the setup of a starting rank,
+// before the checkpointer's collective creation (ckpt.New), while the
+// other ranks are inside it (At and Fault.Shuffle unused). An error from
+// Fire ends the rank.
 type Injection struct {
-	At   int64
-	Fire func(Fault) error
+	At    int64
+	Phase string // "": the send loop; "ckpt-new": the setup
+	Fire  func(Fault) error
 }
 
 // Fault is what an Injection acts on.
 type Fault struct {
 	Rank     int
-	Sent     int64 // records of the rank's input sent so far (== At)
+	Sent     int64 // records of the rank's input sent so far (== At; 0 in the setup)
 	Records  int64 // records in the rank's input
 	Shuffle  *kvshuffle.Shuffle
 	SpillDir string // the rank's spill directory (Shuffle.LoseSpillDir removes it)
@@ -187,7 +191,7 @@ func (j *sortJob) attempt(ctx context.Context, tmp string) (Summary, error) {
 					next = -1
 				}
 			}
-			if j.inject != nil && i == j.inject.At {
+			if j.inject != nil && j.inject.Phase == "" && i == j.inject.At {
 				f := Fault{Rank: j.rt.Rank(), Sent: i, Records: j.mine, Shuffle: j.sh, SpillDir: j.cfg.SpillDir, Out: j.c.Stdout}
 				if err := j.inject.Fire(f); err != nil {
 					return fmt.Errorf("inject: %w", err)
@@ -368,6 +372,11 @@ func (j *sortJob) run(ctx context.Context) error {
 	// point (the sampling included) is recovered: with no checkpoint
 	// committed yet, every rank starts over (errStartOver).
 	if j.c.CkptRecords > 0 {
+		if in := j.inject; in != nil && in.Phase == "ckpt-new" && !j.rt.StartedAsSpare() {
+			if err := in.Fire(Fault{Rank: rank, Records: j.mine, Out: j.c.Stdout}); err != nil {
+				return err
+			}
+		}
 		err = j.newCheckpoints(ctx)
 		if j.ck != nil {
 			defer j.ck.Close()
