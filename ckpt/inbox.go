@@ -141,7 +141,9 @@ func (c *Checkpointer) readInbox(me int) ([]held, error) {
 			v[x] = binary.LittleEndian.Uint64(mem[i*reportLen+8*x:])
 		}
 		if v[0] == 0 || int(v[5]) != me {
-			return nil, fmt.Errorf("ckpt: restore: report %d of %d in the inbox is for rank %d, holder %d; this is rank %d: %w", i, n, v[5], int(v[0])-1, me, ErrCorrupt)
+			// Not a report of this restore: the copy it names is not used.
+			c.log.Warn("restore: a report in the inbox is not for this rank; ignored", "rank", me, "for", v[5], "holder", int(v[0])-1)
+			continue
 		}
 		hs = append(hs, held{source: source{holder: int(v[0]) - 1, mirror: int(segments.ID(v[1])), pos: int(v[2] >> 1), slot: int(v[2] & 1)}, p: pair{v[3], v[4]}})
 	}
