@@ -13,8 +13,9 @@ import (
 // cost is what one process sent while a counter was on.
 type cost struct {
 	coll        uint64 // collective frames (pgas allreduces, allgathers)
-	other       uint64 // every other frame: writes, reads, atomics, acks
+	other       uint64 // every other frame but acks: writes, reads, atomics
 	otherBytes  uint64 // their bytes, headers included
+	acks        uint64 // acks (a receiver may ack several frames at once)
 	largestSent uint32 // the largest payload of a frame
 }
 
@@ -43,9 +44,12 @@ func countFrames(nw *mem.Network) *frameCounter {
 			fc = &cost{}
 			c.per[from] = fc
 		}
-		if h.Type == transport.FrameColl {
+		switch h.Type {
+		case transport.FrameColl:
 			fc.coll++
-		} else {
+		case transport.FrameAck:
+			fc.acks++
+		default:
 			fc.other++
 			fc.otherBytes += uint64(h.Len) + transport.HeaderSize
 		}
@@ -111,6 +115,9 @@ func TestCostFlatInN(t *testing.T) {
 			}
 			if own := rs.coll - 2*seg.coll; own > 3*allreduce {
 				t.Errorf("a restore sent %d collective frames besides its 2 segment exchanges (%d each), more than 3 allreduces (%d)", own, seg.coll, 3*allreduce)
+			}
+			if ck.acks > ck.other || rs.acks > rs.other {
+				t.Errorf("more acks than frames to ack: checkpoint %+v, restore %+v", ck, rs)
 			}
 			if rs.largestSent > 1024 {
 				t.Errorf("a surviving rank sent a frame of %d bytes in a restore without a failure: only a lost rank's data should move", rs.largestSent)
