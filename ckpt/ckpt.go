@@ -17,28 +17,6 @@ import (
 	"github.com/gaspigo/gaspigo/segments"
 )
 
-// Memory layout.
-//
-// Local segment (SegmentID), the same size on every rank:
-//
-//	[0, slot)            buffer 0: header area, then payload
-//	[slot, 2*slot)       buffer 1
-//	[2*slot, +64)        zeros (source of the header-clearing write)
-//	[2*slot+64, +64)     this rank's outgoing disk record
-//	[2*slot+128, ...)    disk board (read on rank 0): 4 records per rank
-//
-// Mirror segment (SegmentID+1 or +2) on holder h: for each source rank
-// (ascending) a pair of slots laid out like the local buffers. A rank's
-// snapshot in local buffer b always goes to slot b of its pair, so one
-// index names one checkpoint everywhere.
-const (
-	headerArea  = 4096 // bytes reserved for the header in a buffer or slot
-	clearLen    = 64   // bytes zeroed at a slot's start before it is rewritten
-	recordLen   = 32   // one disk record
-	recordRing  = 4    // disk records per rank on the board
-	boardNotify = 0    // notification id (local segment) for board updates
-)
-
 // Checkpointer takes coordinated in-memory checkpoints of registered
 // regions, mirrored to other ranks. See the package documentation.
 type Checkpointer struct {
@@ -68,7 +46,8 @@ type Checkpointer struct {
 	lastStarted  uint64
 	hasStarted   bool
 	gen          uint64
-	pending      *job // push of the last Start, until Commit
+	pending      *job      // push of the last Start, until Commit
+	voteStart    time.Time // Vote's start, for CommitTime
 	needsRestore bool
 	failureAt    time.Time // first failure seen since the last restore
 	queue        []*job    // jobs for the worker
@@ -158,120 +137,6 @@ type Stats struct {
 
 const keepWindows = 16
 
-// New creates a Checkpointer over rt. On the ranks of a starting job it is
-// collective (it creates the checkpoint segments on every rank). On a
-// promoted spare (rt.StartedAsSpare) it is local: the spare joins the
-// collective setup in Restore (or LoadFromDisk), which every rank calls
-// after a recovery. Survivors keep their Checkpointer across a recovery.
-//
-// When a rank fails during the collective setup, New returns the
-// Checkpointer together with the error (pgas.NeedsRecovery holds for it):
-// register the regions, call Recover, and Restore finishes the setup with
-// the promoted spare, as after any failure (it finds no checkpoint,
-// ErrNoCheckpoint, so the program starts over). Any other error returns a
-// nil Checkpointer.
-func New(ctx context.Context, rt *pgas.Runtime, cfg Config) (*Checkpointer, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if rt == nil {
-		return nil, fmt.Errorf("ckpt: new: nil runtime: %w", ErrInvalid)
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = rt.Logger()
-	}
-	c := &Checkpointer{
-		rt:        rt,
-		cfg:       cfg,
-		log:       log.With("component", "ckpt"),
-		slot:      headerArea + (cfg.MaxBytes+63)/64*64,
-		local:     cfg.SegmentID,
-		committed: -1,
-		changed:   make(chan struct{}),
-		wake:      make(chan struct{}, 1),
-	}
-	c.disk.wake = make(chan struct{}, 1)
-	c.ctx, c.cancel = context.WithCancel(context.Background())
-	if !rt.StartedAsSpare() {
-		if _, err := rt.Segment(c.local); err == nil {
-			c.cancel()
-			return nil, fmt.Errorf("ckpt: new: segment %d already exists: another Checkpointer used it (one per runtime and SegmentID; survivors keep theirs across a recovery) or it collides with the program's: %w", c.local, ErrInvalid)
-		}
-		if err := c.setup(ctx); err != nil {
-			if !pgas.NeedsRecovery(err) {
-				c.cancel()
-				return nil, err
-			}
-			c.startWorkers()
-			return c, err
-		}
-	}
-	c.startWorkers()
-	return c, nil
-}
-
-func (c *Checkpointer) startWorkers() {
-	c.goFunc(c.worker)
-	if c.cfg.Dir != "" {
-		c.goFunc(c.diskWriter)
-	}
-}
-
-// setup creates the segments at job start.
-func (c *Checkpointer) setup(ctx context.Context) error {
-	if err := c.createLocal(ctx); err != nil {
-		return err
-	}
-	lay := newLayout(c.hosts(), c.cfg.Mirrors, c.rt.LiveRanks())
-	id := c.cfg.SegmentID + 1
-	cp := lay.capacity(c.rt.Rank())
-	if _, err := c.rt.SegmentCreate(ctx, id, c.mirrorSize(cp), nil); err != nil {
-		return fmt.Errorf("ckpt: new: mirror segment %d: %w", id, err)
-	}
-	c.mu.Lock()
-	c.lay, c.mirrorID, c.mirrorCap, c.ready = lay, id, cp, true
-	c.mu.Unlock()
-	c.startManifester()
-	if len(lay.holders[c.rank]) == 0 {
-		c.log.Warn("no mirrors: a single rank keeps its checkpoints only locally", "rank", c.rank)
-	}
-	return nil
-}
-
-// createLocal creates (or, for a survivor, rejoins) the local segment.
-func (c *Checkpointer) createLocal(ctx context.Context) error {
-	n, rank := c.rt.Size(), c.rt.Rank()
-	if _, err := c.rt.SegmentCreate(ctx, c.local, c.localSize(n), nil); err != nil {
-		return fmt.Errorf("ckpt: local segment %d: %w", c.local, err)
-	}
-	c.mu.Lock()
-	c.n, c.rank = n, rank
-	c.mu.Unlock()
-	return nil
-}
-
-func (c *Checkpointer) hosts() []string {
-	n := c.rt.Size()
-	hs := make([]string, n)
-	for r := range hs {
-		hs[r] = c.rt.Host(r)
-	}
-	return hs
-}
-
-func (c *Checkpointer) localSize(n int) int64 { return c.boardOff() + int64(n)*recordRing*recordLen }
-func (c *Checkpointer) zeroOff() int64        { return 2 * c.slot }
-func (c *Checkpointer) recordOff() int64      { return 2*c.slot + 64 }
-func (c *Checkpointer) boardOff() int64       { return 2*c.slot + 128 }
-func (c *Checkpointer) bufOff(b int) int64    { return int64(b) * c.slot }
-
-func (c *Checkpointer) mirrorSize(capacity int) int64 {
-	return max(int64(capacity)*2*c.slot, 64)
-}
-
-func (c *Checkpointer) slotOff(pos, s int) int64 { return int64(pos*2+s) * c.slot }
-
 func (c *Checkpointer) goFunc(f func()) {
 	c.wg.Add(1)
 	go func() {
@@ -311,90 +176,6 @@ func (c *Checkpointer) noteFailureLocked(err error) {
 	if err != nil && pgas.NeedsRecovery(err) && c.failureAt.IsZero() {
 		c.failureAt = time.Now()
 	}
-}
-
-// Register adds a byte slice to the snapshot. Regions are saved and
-// restored in registration order; b is read at Start and written by
-// Restore, so it must stay the same slice (same backing array).
-func (c *Checkpointer) Register(name string, b []byte) error {
-	return c.add(region{name: name, mem: b, n: int64(len(b))})
-}
-
-// RegisterVar adds a byte slice of which only a prefix is in use: Start
-// saves b[:used()], so a snapshot, its push and its mirror cost what the
-// region holds, not len(b); Restore copies the saved prefix back to the
-// start of b and leaves the rest of b unchanged (the program records the
-// length itself, for example in the prefix). len(b) counts against
-// MaxBytes. used must return 0..len(b); it is called by Start only.
-func (c *Checkpointer) RegisterVar(name string, b []byte, used func() int) error {
-	if used == nil {
-		return fmt.Errorf("ckpt: register %q: nil length function: %w", name, ErrInvalid)
-	}
-	return c.add(region{name: name, mem: b, n: int64(len(b)), used: used})
-}
-
-// RegisterSegment adds bytes [off, off+n) of local segment seg to the
-// snapshot. The segment is looked up at Start and Restore, so a promoted
-// spare registers before it creates the segment only if it creates it
-// before Restore.
-func (c *Checkpointer) RegisterSegment(name string, seg segments.ID, off, n int64) error {
-	if off < 0 || n < 0 {
-		return fmt.Errorf("ckpt: register %q: range [%d, %d+%d) is negative: %w", name, off, off, n, ErrInvalid)
-	}
-	if seg >= c.cfg.SegmentID && seg <= c.cfg.SegmentID+2 {
-		return fmt.Errorf("ckpt: register %q: segment %d is the checkpointer's own: %w", name, seg, ErrInvalid)
-	}
-	return c.add(region{name: name, seg: seg, off: off, n: n, isSeg: true})
-}
-
-func (c *Checkpointer) add(r region) error {
-	if r.name == "" {
-		return fmt.Errorf("ckpt: register: empty region name: %w", ErrInvalid)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed.Load() {
-		return ErrClosed
-	}
-	total := r.n
-	for _, x := range c.regions {
-		if x.name == r.name {
-			return fmt.Errorf("ckpt: register %q: name already registered: %w", r.name, ErrInvalid)
-		}
-		total += x.n
-	}
-	if len(c.regions) >= MaxRegions {
-		return fmt.Errorf("ckpt: register %q: already %d regions, at most %d: %w", r.name, len(c.regions), MaxRegions, ErrTooLarge)
-	}
-	if total > c.cfg.MaxBytes {
-		return fmt.Errorf("ckpt: register %q: %d bytes registered in all, above MaxBytes %d (raise Config.MaxBytes on every rank): %w", r.name, total, c.cfg.MaxBytes, ErrTooLarge)
-	}
-	c.regions = append(c.regions, r)
-	return nil
-}
-
-// resolve returns the memory of a region now.
-func (c *Checkpointer) resolve(r region) ([]byte, error) {
-	if !r.isSeg {
-		return r.mem, nil
-	}
-	seg, err := c.rt.Segment(r.seg)
-	if err != nil {
-		return nil, fmt.Errorf("ckpt: region %q: %w: %w", r.name, ErrInvalid, err)
-	}
-	b, err := seg.Slice(r.off, r.n)
-	if err != nil {
-		return nil, fmt.Errorf("ckpt: region %q: [%d, %d) of segment %d: %w: %w", r.name, r.off, r.off+r.n, r.seg, ErrInvalid, err)
-	}
-	return b, nil
-}
-
-func regionNames(rs []region) []string {
-	names := make([]string, len(rs))
-	for i, r := range rs {
-		names[i] = r.name
-	}
-	return names
 }
 
 // usableLocked says whether Start and Commit may run. c.mu is held.
@@ -626,23 +407,9 @@ func (c *Checkpointer) push(j *job) (uint64, error) {
 func (c *Checkpointer) Commit(ctx context.Context, id uint64) error {
 	defer phase("commit", id)()
 	t0 := time.Now()
-	c.mu.Lock()
-	if err := c.usableLocked(); err != nil {
-		c.mu.Unlock()
+	j, rank, err := c.waitPush(ctx, id)
+	if err != nil {
 		return err
-	}
-	j := c.pending
-	rank := c.rank
-	c.mu.Unlock()
-	if j == nil || j.id != id {
-		return fmt.Errorf("ckpt: commit %d: not started since the last commit: %w", id, ErrBadID)
-	}
-	select {
-	case <-j.done:
-	case <-ctx.Done():
-		return fmt.Errorf("ckpt: commit %d: waiting for this rank's push: %w (%w)", id, pgas.ErrTimeout, ctx.Err())
-	case <-c.ctx.Done():
-		return ErrClosed
 	}
 	// [ok, lowest rank whose push failed, lowest holder found failed]
 	vals := []uint64{1, math.MaxUint64, math.MaxUint64}
@@ -653,8 +420,77 @@ func (c *Checkpointer) Commit(ctx context.Context, id uint64) error {
 			vals[2] = uint64(re.Rank)
 		}
 	}
-	err := pgas.Allreduce(ctx, c.rt, nil, vals, pgas.OpMin)
+	err = pgas.Allreduce(ctx, c.rt, nil, vals, pgas.OpMin)
+	return c.settle(j, t0, vals, err)
+}
+
+// Vote is the first half of Commit, for a program that carries the
+// agreement in a collective of its own and so saves Commit's allreduce:
+// it waits for this rank's push of checkpoint id to complete at its
+// holders and returns whether it succeeded. The program combines the
+// votes of every rank (all must be true) in its next collective on
+// pgas.GroupAll, which takes the place of Commit's, and passes the
+// outcome to Agreed. Between the two it calls no other method of the
+// Checkpointer. Its errors are Commit's before the agreement.
+func (c *Checkpointer) Vote(ctx context.Context, id uint64) (bool, error) {
+	t0 := time.Now()
+	j, _, err := c.waitPush(ctx, id)
+	if err != nil {
+		return false, err
+	}
 	c.mu.Lock()
+	c.voteStart = t0
+	c.mu.Unlock()
+	return j.err == nil, nil
+}
+
+// Agreed is the second half of Commit after Vote: allOK is the combined
+// vote of every rank, err the error of the collective that combined them
+// (nil if it completed). It returns what Commit would, except that a
+// failed push elsewhere is not named.
+func (c *Checkpointer) Agreed(id uint64, allOK bool, err error) error {
+	c.mu.Lock()
+	j, t0 := c.pending, c.voteStart
+	c.mu.Unlock()
+	if j == nil || j.id != id {
+		return fmt.Errorf("ckpt: agreed %d: not voted since the last commit: %w", id, ErrBadID)
+	}
+	vals := []uint64{1, math.MaxUint64, math.MaxUint64}
+	if !allOK {
+		vals[0] = 0
+	}
+	return c.settle(j, t0, vals, err)
+}
+
+// waitPush waits for the push of checkpoint id, the pending one.
+func (c *Checkpointer) waitPush(ctx context.Context, id uint64) (*job, int, error) {
+	c.mu.Lock()
+	if err := c.usableLocked(); err != nil {
+		c.mu.Unlock()
+		return nil, 0, err
+	}
+	j := c.pending
+	rank := c.rank
+	c.mu.Unlock()
+	if j == nil || j.id != id {
+		return nil, 0, fmt.Errorf("ckpt: commit %d: not started since the last commit: %w", id, ErrBadID)
+	}
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		return nil, 0, fmt.Errorf("ckpt: commit %d: waiting for this rank's push: %w (%w)", id, pgas.ErrTimeout, ctx.Err())
+	case <-c.ctx.Done():
+		return nil, 0, ErrClosed
+	}
+	return j, rank, nil
+}
+
+// settle ends the commit of j's checkpoint with the agreement's outcome:
+// vals as Commit's allreduce left them, err its error.
+func (c *Checkpointer) settle(j *job, t0 time.Time, vals []uint64, err error) error {
+	id := j.id
+	c.mu.Lock()
+	rank := c.rank
 	c.st.CommitTime += time.Since(t0)
 	c.st.LastCommit = time.Since(t0)
 	if err != nil {
@@ -669,6 +505,9 @@ func (c *Checkpointer) Commit(ctx context.Context, id uint64) error {
 		c.mu.Unlock()
 		if j.err != nil {
 			return fmt.Errorf("ckpt: commit %d: %w: %w", id, ErrNotCommitted, j.err)
+		}
+		if vals[1] == math.MaxUint64 {
+			return fmt.Errorf("ckpt: commit %d: %w: another rank's push failed", id, ErrNotCommitted)
 		}
 		err := fmt.Errorf("ckpt: commit %d: %w: rank %d's push failed", id, ErrNotCommitted, vals[1])
 		if vals[2] != math.MaxUint64 {

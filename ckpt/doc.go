@@ -26,6 +26,19 @@
 //		}
 //	}
 //
+// A failure during the collective setup is recovered like one in the
+// loop: New returns the Checkpointer with an error for which
+// pgas.NeedsRecovery holds (register, Recover, and Restore finishes the
+// setup with the promoted spare; ErrNoCheckpoint: start over), and a rank
+// whose earlier setup step failed before New makes its Checkpointer with
+// NewJoining, which leaves the collective part to Restore, as New does on
+// a promoted spare.
+//
+// A program whose loop has a collective of its own after Commit's place
+// can save Commit's allreduce: Vote (wait for this rank's push, then
+// carry the vote in the program's collective, all must be true) and Agreed
+// (the combined vote, or the collective's error) are Commit in two halves.
+//
 // To resume a job from the disk level (gaspirun --resume DIR), every rank
 // calls LoadFromDisk(ctx, dir) after New and Register.
 //
@@ -57,19 +70,20 @@
 //
 // A snapshot is named by its id and a generation (the timeline: bumped by
 // every restore), because ids repeat when a program redoes iterations
-// after a rollback. Restore exchanges an inventory (each rank's complete
-// local snapshots and the holder slots whose checksums verify) and
-// restores the snapshot with the highest id that every rank has; Restore's
+// after a rollback. Restore takes an inventory (each rank's complete
+// local snapshots; each holder reports the slots whose checksums verify
+// to the ranks they belong to) and restores the snapshot with the
+// highest id that every rank has, agreed by an allreduce; Restore's
 // documentation explains why this, and not "the minimum last committed
 // id", is the right target. Afterwards each rank pushes its snapshot to
 // the holders that lack it in the background; the time from the first
 // failure a rank saw (or the start of the restore) to the end of that
 // rebuild is the unprotected window, logged and kept in Stats. The choice
-// is a pure function of the inventory (planRestore: the target, where each
-// rank's copy comes from, own buffer or holders in the order tried, and
-// which holders get it pushed again), tested from the scripts in
-// testdata/restore; Restore exchanges the inventory and carries the plan
-// out. The disk level's agreement on the checkpoint every rank loads
+// is a pure function of a rank's inventory and the agreement (planRestore:
+// the target, where the rank's copy comes from, own buffer or holders in
+// the order tried, and which holders get it pushed again), tested from
+// the scripts in testdata/restore; Restore runs the exchange (inbox.go)
+// and carries the plan out. The disk level's agreement on the checkpoint every rank loads
 // (LoadFromDisk) is a pure state machine too (diskSearch), driven by two
 // allreduces per round and tested from the same scripts.
 //
@@ -88,13 +102,30 @@
 // mirror segment IDs (a segment's size is fixed), and the old segment is
 // freed once every rank has restored.
 //
+// # Cost
+//
+// Per rank, independent of the number of ranks N (TestCostFlatInN counts
+// them): a checkpoint (Start and Commit) writes the snapshot to each of
+// Config.Mirrors holders (a few frames each) and runs one allreduce
+// (O(log N) frames), none with Vote and Agreed. A restore runs, besides
+// pgas's two SegmentCreate exchanges (the local and the mirror segment,
+// which pgas requires after Recover; an allgather over every rank, O(N)
+// frames per rank today),
+// three allreduces of constant size, and per rank whose copies this rank
+// holds one FetchAdd and one Write of a few dozen bytes. A survivor
+// restores from its own buffer; only a promoted spare reads its snapshot,
+// from a holder. State per peer: the disk board on rank 0 (4 records per
+// rank); the layout tables are computed once per restore.
+//
 // # Calls, blocking and ownership
 //
-// New, Restore, LoadFromDisk, Commit and VerifyDisk are collective: every rank calls
-// them, in the same order relative to the program's other collectives on
-// pgas.GroupAll. Start is local and returns after the copy. Register,
-// RegisterSegment, Start, Commit, Restore and LoadFromDisk belong to the
-// program's goroutine: do not call them concurrently with each other.
+// New (on a starting rank), Restore, LoadFromDisk, Commit and VerifyDisk
+// are collective: every rank calls them, in the same order relative to
+// the program's other collectives on pgas.GroupAll. NewJoining is local.
+// Start is local and returns after the copy; Vote is local and Agreed
+// ends the collective the program ran. Register, RegisterSegment, Start,
+// Commit, Vote, Agreed, Restore and LoadFromDisk belong to the program's
+// goroutine: do not call them concurrently with each other.
 // Stats, LastCommitted, Holders, WaitProtected and FlushDisk are safe
 // from any goroutine. Every blocking call takes a context; a context that
 // ends gives an error wrapping pgas.ErrTimeout.

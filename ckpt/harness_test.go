@@ -3,6 +3,7 @@ package ckpt
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -56,6 +57,9 @@ type jobOpts struct {
 	shrink        bool // with ft: a rank lost with no spare left becomes vacant
 	dir           string
 	maxBytes      int64
+	// lazy: the ranks get their runtimes only (member.ck nil); the test
+	// runs the setup itself.
+	lazy bool
 }
 
 func newTestJob(t testing.TB, o jobOpts) *testJob {
@@ -114,9 +118,15 @@ func newTestJob(t testing.TB, o jobOpts) *testJob {
 	}
 	t.Cleanup(func() {
 		j.mu.Lock()
+		closed := map[*pgas.Runtime]bool{}
 		for _, m := range j.all {
-			m.ck.Close()
-			m.rt.Close()
+			if m.ck != nil {
+				m.ck.Close()
+			}
+			if !closed[m.rt] {
+				closed[m.rt] = true
+				m.rt.Close()
+			}
 		}
 		j.mu.Unlock()
 		// Promoted spares that no test claimed.
@@ -131,6 +141,13 @@ func newTestJob(t testing.TB, o jobOpts) *testJob {
 		}
 		nw.Close()
 	})
+	if o.lazy {
+		for r, rt := range rts {
+			j.ranks[r] = &member{rt: rt}
+			j.all = append(j.all, j.ranks[r]) // closed at the end
+		}
+		return j
+	}
 	ms := make([]*member, o.ranks)
 	j.each(indexes(o.ranks), func(r int) error {
 		m, err := j.newMember(ctx, rts[r])
@@ -162,11 +179,21 @@ func indexes(n int) []int {
 
 // newMember creates the program state and checkpointer of a process.
 func (j *testJob) newMember(ctx context.Context, rt *pgas.Runtime) (*member, error) {
-	if _, err := rt.SegmentCreate(ctx, appSeg, 4096, nil); err != nil {
-		return nil, err
+	return j.setupMember(ctx, rt, New)
+}
+
+// setupMember is newMember with the checkpointer made by mk (New or
+// NewJoining). When mk returns a Checkpointer with an error (a failure
+// during New's collective setup), so does setupMember: the member is
+// usable once recovered.
+func (j *testJob) setupMember(ctx context.Context, rt *pgas.Runtime, mk func(context.Context, *pgas.Runtime, Config) (*Checkpointer, error)) (*member, error) {
+	if _, err := rt.Segment(appSeg); err != nil {
+		if _, err := rt.SegmentCreate(ctx, appSeg, 4096, nil); err != nil {
+			return nil, err
+		}
 	}
-	ck, err := New(ctx, rt, j.cfg)
-	if err != nil {
+	ck, err := mk(ctx, rt, j.cfg)
+	if ck == nil {
 		return nil, err
 	}
 	m := &member{rt: rt, ck: ck, state: make([]byte, stateLen)}
@@ -179,7 +206,7 @@ func (j *testJob) newMember(ctx context.Context, rt *pgas.Runtime) (*member, err
 	if err := ck.RegisterSegment("seg", appSeg, 100, segLen); err != nil {
 		return nil, err
 	}
-	return m, nil
+	return m, err
 }
 
 // fill sets a rank's program state to what iteration it computes.
@@ -286,7 +313,9 @@ func (j *testJob) kill(ranks ...int) {
 func (j *testJob) settle(victims []int) {
 	j.t.Helper()
 	for _, r := range victims {
-		j.ranks[r].ck.Close()
+		if ck := j.ranks[r].ck; ck != nil {
+			ck.Close()
+		}
 	}
 	for s, m := range j.ranks {
 		if m == nil || slices.Contains(victims, s) {
@@ -356,7 +385,7 @@ func (j *testJob) recoverAll(killed []int, survivorStep func(r int) error) uint6
 					return err
 				}
 				ids[rt.Rank()], err = m.ck.Restore(ctx)
-				return err
+				return noCheckpointIsZero(err)
 			})
 			mu.Lock()
 			defer mu.Unlock()
@@ -382,7 +411,7 @@ func (j *testJob) recoverAll(killed []int, survivorStep func(r int) error) uint6
 			}
 			var err error
 			ids[r], err = j.ranks[r].ck.Restore(ctx)
-			return err
+			return noCheckpointIsZero(err)
 		})
 	})
 	wg.Wait()
@@ -400,6 +429,15 @@ func (j *testJob) recoverAll(killed []int, survivorStep func(r int) error) uint6
 		}
 	}
 	return ids[0]
+}
+
+// noCheckpointIsZero takes Restore's ErrNoCheckpoint (nothing committed
+// yet: the program starts over) as restoring id 0.
+func noCheckpointIsZero(err error) error {
+	if errors.Is(err, ErrNoCheckpoint) {
+		return nil
+	}
+	return err
 }
 
 // retry runs step until it succeeds or fails for a reason other than a

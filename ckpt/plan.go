@@ -6,9 +6,14 @@ import (
 )
 
 // The restore plan: what every rank restores after a failure, decided from
-// the inventory alone (no I/O), so that the choice can be tested from
-// scripts (testdata/restore/*.txt). Restore exchanges the inventory, makes
-// the plan, and carries it out.
+// a rank's own inventory (its local snapshots, and the verified copies of
+// them that its holders report) and the result of one agreement (the
+// snapshots every live rank has), so that the choice can be tested from
+// scripts (testdata/restore/*.txt) with no I/O. Restore exchanges the
+// reports and the agreement (inbox.go), makes the plan, and carries it
+// out. No step takes a table over all ranks: a rank's cost is its own
+// snapshots, the copies it holds for others, and a constant-size
+// allreduce.
 
 // source is a holder's verified copy of a rank's snapshot: slot slot at
 // position pos of the holder's mirror segment.
@@ -16,6 +21,13 @@ type source struct {
 	holder    int
 	mirror    int // the holder's mirror segment ID
 	pos, slot int
+}
+
+// held is a holder's verified copy of a rank's snapshot p, as the holder
+// reports it to the rank at a restore.
+type held struct {
+	source
+	p pair
 }
 
 // restorePlan is one rank's part of a restore from memory.
@@ -27,9 +39,6 @@ type restorePlan struct {
 	// live rank has, locally or at a holder, with the highest id (then
 	// generation).
 	target pair
-	// maxGen is the highest generation in the inventory; the restored
-	// timeline is a newer one (a disk checkpoint may raise it).
-	maxGen uint64
 	// local is the buffer of this rank that holds target, -1 if none.
 	local int
 	// With local == -1: fetch into buffer into (never the one holding
@@ -39,16 +48,72 @@ type restorePlan struct {
 	sources []source
 }
 
-// planRestore plans rank me's restore from the inventory (entries by rank,
-// live the ranks of the view); committed is me's buffer holding its last
-// committed snapshot, -1 if none.
-func planRestore(entries []entry, live []int, me, committed int) restorePlan {
-	pl := restorePlan{local: -1, into: -1, maxGen: maxGen(entries)}
-	pl.target, pl.found = commonPair(entries, live)
-	if !pl.found {
+// maxCandidates bounds the snapshots a rank offers to the agreement on
+// the target (haveSet): the newest ones. A rank has two local buffers and
+// a few copies at its holders, so this never binds in practice; if it
+// did, the agreement would pick among the newest only.
+const maxCandidates = 16
+
+// newer orders snapshots by id, then generation.
+func newer(a, b pair) bool { return a.id > b.id || (a.id == b.id && a.gen > b.gen) }
+
+// haveSet lists the snapshots of a rank that it can restore: its local
+// ones and those its holders hold (hs), distinct, newest first, at most
+// maxCandidates.
+func haveSet(local [2]*pair, hs []held) []pair {
+	var ps []pair
+	for _, p := range local {
+		if p != nil {
+			ps = append(ps, *p)
+		}
+	}
+	for _, h := range hs {
+		ps = append(ps, h.p)
+	}
+	slices.SortFunc(ps, func(a, b pair) int {
+		switch {
+		case newer(a, b):
+			return -1
+		case newer(b, a):
+			return 1
+		}
+		return 0
+	})
+	ps = slices.Compact(ps)
+	return ps[:min(len(ps), maxCandidates)]
+}
+
+// intersectPairs returns the snapshots in both a and b (each newest
+// first), newest first: the agreement's combine.
+func intersectPairs(a, b []pair) []pair {
+	var out []pair
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch {
+		case a[i] == b[j]:
+			out = append(out, a[i])
+			i++
+			j++
+		case newer(a[i], b[j]):
+			i++
+		default:
+			j++
+		}
+	}
+	return out
+}
+
+// planRestore plans rank me's restore (of n ranks): local is me's
+// complete local snapshots, hs the copies of them its holders hold,
+// common the snapshots every live rank has (the agreement: the
+// intersection of the ranks' haveSets), and committed me's buffer holding
+// its last committed snapshot, -1 if none.
+func planRestore(me, n int, local [2]*pair, hs []held, common []pair, committed int) restorePlan {
+	pl := restorePlan{local: -1, into: -1}
+	if len(common) == 0 {
 		return pl
 	}
-	for b, p := range entries[me].local {
+	pl.target, pl.found = common[0], true
+	for b, p := range local {
 		if p != nil && *p == pl.target {
 			pl.local = b
 			return pl
@@ -58,91 +123,43 @@ func planRestore(entries []entry, live []int, me, committed int) restorePlan {
 	if committed == 0 {
 		pl.into = 1
 	}
-	n := len(entries)
-	for k := 1; k < n; k++ {
-		h := entries[(me+k)%n]
-		for _, cp := range h.copies {
-			if cp.src == me && cp.p == pl.target {
-				pl.sources = append(pl.sources, source{holder: h.rank, mirror: h.mirrorID, pos: cp.pos, slot: cp.slot})
-			}
+	var from []held
+	for _, h := range hs {
+		if h.p == pl.target {
+			from = append(from, h)
 		}
+	}
+	// Holders in ring order after me, then by position and slot.
+	slices.SortStableFunc(from, func(a, b held) int {
+		da, db := (a.holder-me+n)%n, (b.holder-me+n)%n
+		if da != db {
+			return da - db
+		}
+		if a.pos != b.pos {
+			return a.pos - b.pos
+		}
+		return a.slot - b.slot
+	})
+	for _, h := range from {
+		pl.sources = append(pl.sources, h.source)
 	}
 	return pl
-}
-
-// commonPair returns the snapshot every live rank has (locally or at a
-// holder), with the highest id (then generation). A vacant rank's
-// snapshots are not needed: no process restores them.
-func commonPair(entries []entry, live []int) (pair, bool) {
-	if len(live) == 0 {
-		return pair{}, false
-	}
-	n := len(entries)
-	have := make([]map[pair]bool, n)
-	for r := range have {
-		have[r] = make(map[pair]bool)
-	}
-	for _, e := range entries {
-		for _, p := range e.local {
-			if p != nil {
-				have[e.rank][*p] = true
-			}
-		}
-		for _, h := range e.copies {
-			if h.src >= 0 && h.src < n {
-				have[h.src][h.p] = true
-			}
-		}
-	}
-	var best pair
-	found := false
-	for p := range have[live[0]] {
-		all := true
-		for _, r := range live[1:] {
-			if all = have[r][p]; !all {
-				break
-			}
-		}
-		if all && (!found || p.id > best.id || (p.id == best.id && p.gen > best.gen)) {
-			best, found = p, true
-		}
-	}
-	return best, found
-}
-
-// maxGen is the highest generation any rank's entry names.
-func maxGen(entries []entry) uint64 {
-	g := uint64(0)
-	for _, e := range entries {
-		g = max(g, e.gen)
-		for _, p := range e.local {
-			if p != nil {
-				g = max(g, p.gen)
-			}
-		}
-		for _, h := range e.copies {
-			g = max(g, h.p.gen)
-		}
-	}
-	return g
 }
 
 // rebuildPositions lists, for rank me's restored snapshot (target, held
 // in buffer buf after the restore), the holders of the new layout lay
 // that lack it at the position the layout gives and the slot buf: they
-// get it pushed again. mirror is the new mirror segment ID; a holder
-// whose entry names another one holds nothing there yet.
-func rebuildPositions(entries []entry, lay *layout, mirror, me int, target pair, buf int) []source {
+// get it pushed again. mirror is the new mirror segment ID; hs are the
+// copies of me's snapshots that the holders reported (a copy in another
+// mirror segment is not there).
+func rebuildPositions(hs []held, lay *layout, mirror, me int, target pair, buf int) []source {
 	var ts []source
 	for _, h := range lay.holders[me] {
 		pos := lay.position(h, me)
-		e := entries[h]
 		intact := false
-		if e.mirrorID == mirror {
-			for _, cp := range e.copies {
-				if cp.src == me && cp.p == target && cp.pos == pos && cp.slot == buf {
-					intact = true
-				}
+		for _, c := range hs {
+			if c.holder == h && c.mirror == mirror && c.p == target && c.pos == pos && c.slot == buf {
+				intact = true
 			}
 		}
 		if !intact {

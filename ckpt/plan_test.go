@@ -232,14 +232,40 @@ func (s *planScript) plan(args []string, out io.Writer) error {
 		}
 	}
 	lay := newLayout(s.hosts, s.mirrors, live)
+	// The exchange, as Restore runs it: every holder reports its copies
+	// to their ranks, the ranks agree on the snapshots all of them have
+	// and on the highest generation.
+	hs := make([][]held, len(s.entries))
+	maxGen := uint64(0)
+	for _, e := range s.entries {
+		if e.vacant {
+			continue
+		}
+		maxGen = max(maxGen, e.gen)
+		for _, p := range e.local {
+			if p != nil {
+				maxGen = max(maxGen, p.gen)
+			}
+		}
+		for _, h := range e.copies {
+			maxGen = max(maxGen, h.p.gen)
+			if h.src >= 0 && h.src < len(hs) && h.src != e.rank {
+				hs[h.src] = append(hs[h.src], held{source: source{holder: e.rank, mirror: e.mirrorID, pos: h.pos, slot: h.slot}, p: h.p})
+			}
+		}
+	}
+	common := haveSet(s.entries[live[0]].local, hs[live[0]])
+	for _, r := range live[1:] {
+		common = intersectPairs(common, haveSet(s.entries[r].local, hs[r]))
+	}
 	for i, r := range live {
-		pl := planRestore(s.entries, live, r, s.committed[r])
+		pl := planRestore(r, len(s.entries), s.entries[r].local, hs[r], common, s.committed[r])
 		if i == 0 {
 			if !pl.found {
-				fmt.Fprintf(out, "  nothing held for every live rank: ErrNoCheckpoint, every rank starts over (generation %d)\n", pl.maxGen+1)
+				fmt.Fprintf(out, "  nothing held for every live rank: ErrNoCheckpoint, every rank starts over (generation %d)\n", maxGen+1)
 				return nil
 			}
-			fmt.Fprintf(out, "  restore %d@%d, then generation %d\n", pl.target.id, pl.target.gen, pl.maxGen+1)
+			fmt.Fprintf(out, "  restore %d@%d, then generation %d\n", pl.target.id, pl.target.gen, maxGen+1)
 		}
 		buf := pl.local
 		if pl.local >= 0 {
@@ -256,7 +282,7 @@ func (s *planScript) plan(args []string, out io.Writer) error {
 			fmt.Fprintf(out, "  rank %d: fetch into buffer %d from %s", r, pl.into, strings.Join(from, ", then "))
 		}
 		var again []string
-		for _, h := range rebuildPositions(s.entries, lay, mirror, r, pl.target, buf) {
+		for _, h := range rebuildPositions(hs[r], lay, mirror, r, pl.target, buf) {
 			again = append(again, fmt.Sprintf("%d (pos %d slot %d)", h.holder, h.pos, h.slot))
 		}
 		if len(again) == 0 {

@@ -36,47 +36,10 @@ type entry struct {
 	copies   []heldCopy
 }
 
-const entryFixed = 8 // words before the copies
-
 // readChunk is the most one fetch Read asks for (pgas caps one read at
 // the transport's frame limit, 64 MiB). A variable so that tests can
 // exercise many reads.
 var readChunk int64 = 16 << 20
-
-func (e *entry) encode(words []uint64) {
-	opt := func(p *pair) (uint64, uint64) {
-		if p == nil {
-			return 0, 0
-		}
-		return p.id + 1, p.gen
-	}
-	words[0] = uint64(e.rank)
-	words[1] = e.gen
-	words[2] = uint64(e.mirrorID + 1)
-	words[3] = uint64(e.capacity)
-	words[4], words[5] = opt(e.local[0])
-	words[6], words[7] = opt(e.local[1])
-	for i, h := range e.copies {
-		w := words[entryFixed+4*i:]
-		w[0], w[1], w[2], w[3] = uint64(h.src)+1, h.p.id, h.p.gen, uint64(h.pos)<<1|uint64(h.slot)
-	}
-}
-
-func decodeEntry(words []uint64) entry {
-	opt := func(id, gen uint64) *pair {
-		if id == 0 {
-			return nil
-		}
-		return &pair{id - 1, gen}
-	}
-	e := entry{rank: int(words[0]), gen: words[1], mirrorID: int(words[2]) - 1, capacity: int(words[3])}
-	e.local[0] = opt(words[4], words[5])
-	e.local[1] = opt(words[6], words[7])
-	for w := words[entryFixed:]; len(w) >= 4 && w[0] != 0; w = w[4:] {
-		e.copies = append(e.copies, heldCopy{src: int(w[0] - 1), p: pair{w[1], w[2]}, pos: int(w[3] >> 1), slot: int(w[3] & 1)})
-	}
-	return e
-}
 
 // Restore brings every rank back to the newest checkpoint that every rank
 // can restore, and returns its id. It is collective: after a failure all
@@ -149,22 +112,28 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	c.mu.Lock()
 	n, me, committed := c.n, c.rank, c.committed
 	c.mu.Unlock()
-	entries, live, err := c.inventory(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
-	}
+	live := c.rt.LiveRanks()
 	if len(live) < n && (dir != "" || c.cfg.Dir != "") {
 		// Every disk checkpoint has one file per rank, and its manifest
 		// is written once every rank reported one.
-		return 0, fmt.Errorf("ckpt: %s: the disk level needs every rank, and ranks %v of %d are vacant (the job shrank): turn off Config.Dir for a job that shrinks: %w", op, vacantRanks(entries), n, ErrInvalid)
+		return 0, fmt.Errorf("ckpt: %s: the disk level needs every rank, and ranks %v of %d are vacant (the job shrank): turn off Config.Dir for a job that shrinks: %w", op, vacantOf(live, n), n, ErrInvalid)
+	}
+	mine, err := c.myEntry()
+	if err != nil {
+		return 0, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
+	}
+	lay := newLayout(c.hosts(), c.cfg.Mirrors, live)
+	ag, hs, err := c.agree(ctx, mine, live, lay)
+	if err != nil {
+		return 0, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
 	}
 
 	// Pick and prepare the snapshot.
 	var ch *choice
 	var cerr error // why this rank cannot restore the agreed snapshot
 	var diag error // disk level: why this rank's newer checkpoints were refused
-	pl := planRestore(entries, live, me, committed)
-	newGen := pl.maxGen
+	pl := planRestore(me, n, mine.local, hs, ag.common, committed)
+	newGen := ag.maxGen
 	found := false
 	if dir == "" {
 		found = pl.found
@@ -184,8 +153,7 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	newGen++
 
 	// Mirror segments for the current placement.
-	lay := newLayout(c.hosts(), c.cfg.Mirrors, live)
-	mid, err := c.setupMirror(ctx, entries, lay)
+	mid, err := c.setupMirror(ctx, ag, lay)
 	if err != nil {
 		return 0, fmt.Errorf("ckpt: %s: %w", op, err)
 	}
@@ -245,7 +213,7 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 		c.pruneAbove(c.cfg.Dir, ch.p.id)
 	}
 	var ts []target
-	for _, s := range rebuildPositions(entries, lay, int(mid), me, ch.p, ch.buf) {
+	for _, s := range rebuildPositions(hs, lay, int(mid), me, ch.p, ch.buf) {
 		ts = append(ts, target{rank: s.holder, off: c.slotOff(s.pos, s.slot)})
 	}
 	c.mu.Lock()
@@ -269,7 +237,7 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	}
 	c.signalLocked()
 	c.mu.Unlock()
-	c.log.Info("checkpoint restored", "rank", me, "id", ch.p.id, "gen", ch.p.gen, "from", restoredFrom(dir, ch, entries, me),
+	c.log.Info("checkpoint restored", "rank", me, "id", ch.p.id, "gen", ch.p.gen, "from", restoredFrom(dir, ch, mine),
 		"epoch", c.rt.Epoch(), "took", time.Since(start), "rebuild_holders", len(ts))
 	if len(ts) == 0 {
 		c.log.Info("mirrors intact", "rank", me, "unprotected", window)
@@ -277,11 +245,11 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	return ch.p.id, nil
 }
 
-func restoredFrom(dir string, ch *choice, entries []entry, me int) string {
+func restoredFrom(dir string, ch *choice, mine entry) string {
 	if dir != "" {
 		return "disk"
 	}
-	if p := entries[me].local[ch.buf]; p != nil && *p == ch.p {
+	if p := mine.local[ch.buf]; p != nil && *p == ch.p {
 		return "local"
 	}
 	return "holder"
@@ -310,52 +278,12 @@ func (c *Checkpointer) quiesce(ctx context.Context) error {
 	return nil
 }
 
-// inventory gathers the entry of every live rank, indexed by rank, and
-// returns them with the live ranks: those of the view the exchange ran in
-// (pgas.GroupAll), the same list on every rank. A vacant rank's entry is
-// marked vacant and holds nothing.
-func (c *Checkpointer) inventory(ctx context.Context) ([]entry, []int, error) {
-	me, err := c.myEntry()
-	if err != nil {
-		return nil, nil, err
-	}
-	m := []uint64{uint64(len(me.copies))}
-	if err := pgas.Allreduce(ctx, c.rt, nil, m, pgas.OpMax); err != nil {
-		return nil, nil, err
-	}
-	width := entryFixed + 4*int(m[0])
-	words := make([]uint64, width)
-	me.encode(words)
-	all, err := pgas.Allgather(ctx, c.rt, nil, words)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.mu.Lock()
-	n := c.n
-	c.mu.Unlock()
-	out := make([]entry, n)
-	for r := range out {
-		out[r] = entry{vacant: true, rank: r, mirrorID: -1}
-	}
-	live := make([]int, 0, len(all)/width)
-	for i := 0; i < len(all)/width; i++ {
-		e := decodeEntry(all[i*width : (i+1)*width])
-		// Members come in ascending rank order, one entry each.
-		if e.rank < 0 || e.rank >= n || (len(live) > 0 && e.rank <= live[len(live)-1]) {
-			return nil, nil, fmt.Errorf("ckpt: inventory entry %d claims rank %d (after ranks %v, of %d): %w", i, e.rank, live, n, ErrInvalid)
-		}
-		out[e.rank] = e
-		live = append(live, e.rank)
-	}
-	return out, live, nil
-}
-
-// vacantRanks lists the ranks whose inventory entry is vacant.
-func vacantRanks(entries []entry) []int {
+// vacantOf lists the ranks of 0..n-1 not in live.
+func vacantOf(live []int, n int) []int {
 	var vs []int
-	for _, e := range entries {
-		if e.vacant {
-			vs = append(vs, e.rank)
+	for r := range n {
+		if _, ok := slices.BinarySearch(live, r); !ok {
+			vs = append(vs, r)
 		}
 	}
 	return vs
@@ -556,30 +484,19 @@ func (c *Checkpointer) copyOut(ch *choice) error {
 // theirs when its size still fits (SegmentCreate is idempotent then); when
 // some survivor's capacity changes, every rank moves to the other mirror
 // ID, and the old segment is deleted after the final agreement (nobody
-// reads it any more).
-func (c *Checkpointer) setupMirror(ctx context.Context, entries []entry, lay *layout) (segments.ID, error) {
-	a, b := c.cfg.SegmentID+1, c.cfg.SegmentID+2
-	cur := -1
-	for _, e := range entries {
-		cur = max(cur, e.mirrorID)
+// reads it any more). ag says which mirror segment is in use and which
+// ones still fit every rank.
+func (c *Checkpointer) setupMirror(ctx context.Context, ag agreement, lay *layout) (segments.ID, error) {
+	ids := c.mirrorIDs()
+	first := 0
+	if ag.cur == int(ids[1]) {
+		first = 1
 	}
-	cands := []segments.ID{a, b}
-	if cur == int(b) {
-		cands = []segments.ID{b, a}
-	}
-	fits := func(id segments.ID) bool {
-		for _, e := range entries {
-			if e.mirrorID == int(id) && c.mirrorSize(e.capacity) != c.mirrorSize(lay.capacity(e.rank)) {
-				return false
-			}
-		}
-		return true
-	}
-	mid := cands[0]
-	if !fits(mid) {
-		mid = cands[1]
-		if !fits(mid) {
-			return 0, fmt.Errorf("ckpt: both mirror segments %d and %d are in use with sizes that do not fit the new placement: %w", a, b, ErrInvalid)
+	mid := ids[first]
+	if !ag.fits[first] {
+		mid = ids[1-first]
+		if !ag.fits[1-first] {
+			return 0, fmt.Errorf("ckpt: both mirror segments %d and %d are in use with sizes that do not fit the new placement: %w", ids[0], ids[1], ErrInvalid)
 		}
 	}
 	c.mu.Lock()

@@ -2,8 +2,11 @@
 // assignment kernel, the data generator, point and centroid files, the
 // initial-centroid choice and single-process Lloyd's algorithm. The
 // distributed driver (ranks, allreduce, checkpoints) is built on top of it:
-// Job (NewJob, Run, Finalize), whose recovery loop is package
-// apps/internal/recovery's, shared with TeraSort. Failures to inject
+// Job (NewJob, SetupCheckpoints, Run, Finalize), whose recovery loop is
+// package apps/internal/recovery's, shared with TeraSort. A failure during
+// a collective step of the setup (the starting centroids, ckpt.New, a
+// resume from disk) goes through the same loop when Run starts
+// (Job.SetupFailed, Job.Joining; see setup.go). Failures to inject
 // (Options.Injects) are chosen by the driver, collectively where needed
 // (kill:leader, kill:mirror-of), and carried out by the command's
 // Options.Kill hook: the library never kills a process.

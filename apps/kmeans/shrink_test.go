@@ -119,27 +119,37 @@ type memHooks struct {
 	before func(ctx context.Context, r int, job *Job, ck *ckpt.Checkpointer) error
 	// after runs after a successful Run; its result replaces Run's.
 	after func(ctx context.Context, r int, job *Job, res RunResult) (RunResult, error)
-	// ranks is the job's size (0: 4).
-	ranks int
+	// ranks is the job's size (0: 4); spares, the spare processes.
+	ranks, spares int
+	// net, if set, sees the network before the job starts.
+	net func(nw *mem.Network)
 }
 
-// runMemJobWith is runMemJob with hooks.
+// runMemJobWith is runMemJob with hooks. The results and errors are by
+// process: the starting ranks' processes first (process r holds rank r),
+// then the spares' (a zero result and a nil error for a spare never
+// promoted).
 func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]RunResult, []error, string) {
 	t.Helper()
 	ranks := 4
 	if h.ranks > 0 {
 		ranks = h.ranks
 	}
-	nw, err := mem.New(ranks, mem.Config{Seed: 3})
+	procs := ranks + h.spares
+	nw, err := mem.New(procs, mem.Config{Seed: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nw.Close()
+	if h.net != nil {
+		h.net(nw)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// A membership that shrinks and has no spares: a reported failure
-	// becomes, at once, a new epoch in which the rank is vacant.
-	m := pgastest.New(ranks, ranks)
+	// A membership that shrinks once no spare is left: a reported failure
+	// becomes, at once, a new epoch in which a spare holds the rank, or
+	// the rank is vacant.
+	m := pgastest.New(ranks, procs)
 	m.SetShrink(true)
 	var out lockedBuf
 	killed := map[int]bool{}
@@ -154,61 +164,109 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 		}
 	}
 	hc := health.LocalConfig()
-	rts := make([]*pgas.Runtime, ranks)
-	for r := range rts {
+	cfgs := make([]pgas.Config, procs)
+	for p := range cfgs {
 		cfg := pgas.LocalConfig()
-		cfg.Proc = transport.Proc(r)
-		cfg.NumProcs, cfg.NumRanks = ranks, ranks
-		cfg.Transport = nw.Endpoint(transport.Proc(r))
-		cfg.Membership = m.Handle(transport.Proc(r))
+		cfg.Proc = transport.Proc(p)
+		cfg.NumProcs, cfg.NumRanks = procs, ranks
+		cfg.Transport = nw.Endpoint(transport.Proc(p))
+		cfg.Membership = m.Handle(transport.Proc(p))
 		cfg.Health = &hc
-		if rts[r], err = pgas.Init(ctx, cfg); err != nil {
-			t.Fatal(err)
-		}
-		defer rts[r].Close()
+		cfgs[p] = cfg
 	}
-	results := make([]RunResult, ranks)
-	errs := make([]error, ranks)
-	var wg sync.WaitGroup
-	for r, rt := range rts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o := opt
-			o.Progress = &out
-			job, err := NewJob(ctx, rt, o)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer job.Close()
+	results := make([]RunResult, procs)
+	errs := make([]error, procs)
+	// run is a process's life after Init, as the command's: the job, its
+	// checkpointer (SetupCheckpoints), the hook, Run.
+	var mu sync.Mutex
+	var opened []*pgas.Runtime // closed once every process is done
+	defer func() {
+		for _, rt := range opened {
+			rt.Close()
+		}
+	}()
+	run := func(p int, rt *pgas.Runtime) {
+		mu.Lock()
+		opened = append(opened, rt)
+		mu.Unlock()
+		o := opt
+		o.Progress = &out
+		o.Kill = func(Kill) { nw.Kill(transport.Proc(p)) }
+		job, err := NewJob(ctx, rt, o)
+		if err != nil {
+			errs[p] = err
+			return
+		}
+		defer job.Close()
+		var ck *ckpt.Checkpointer
+		err = job.SetupCheckpoints(ctx, func(ctx context.Context, joining bool) (Checkpoints, error) {
 			cc := ckpt.LocalConfig()
 			cc.MaxBytes = job.StateBytes()
 			if h.ckpt != nil {
 				h.ckpt(&cc)
 			}
-			ck, err := ckpt.New(ctx, rt, cc)
-			if err != nil {
-				errs[r] = err
-				return
+			mk := ckpt.New
+			if joining {
+				mk = ckpt.NewJoining
 			}
+			c, err := mk(ctx, rt, cc)
+			if c == nil {
+				return nil, err
+			}
+			ck = c
+			return c, err
+		})
+		if ck != nil {
 			defer ck.Close()
-			if err := job.UseCheckpoints(ck); err != nil {
-				errs[r] = err
+		}
+		if err != nil {
+			errs[p] = err
+			return
+		}
+		if h.before != nil && !job.Joining() {
+			if errs[p] = h.before(ctx, p, job, ck); errs[p] != nil {
 				return
 			}
-			if h.before != nil {
-				if errs[r] = h.before(ctx, r, job, ck); errs[r] != nil {
-					return
-				}
-			}
-			results[r], errs[r] = job.Run(ctx)
-			if errs[r] == nil && h.after != nil {
-				results[r], errs[r] = h.after(ctx, r, job, results[r])
+		}
+		results[p], errs[p] = job.Run(ctx)
+		if errs[p] == nil && h.after != nil {
+			results[p], errs[p] = h.after(ctx, p, job, results[p])
+		}
+	}
+	rts := make([]*pgas.Runtime, ranks)
+	for r := range rts {
+		if rts[r], err = pgas.Init(ctx, cfgs[r]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Spares wait in Init until promoted; the network's end releases the
+	// others.
+	var spares sync.WaitGroup
+	for p := ranks; p < procs; p++ {
+		spares.Add(1)
+		go func() {
+			defer spares.Done()
+			if rt, err := pgas.Init(ctx, cfgs[p]); err == nil {
+				run(p, rt)
 			}
 		}()
 	}
+	var wg sync.WaitGroup
+	for r, rt := range rts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(r, rt)
+		}()
+	}
 	wg.Wait()
+	if h.spares > 0 {
+		// The promoted spares finish with the survivors; then the idle
+		// ones are let go.
+		synctest.Wait()
+		nw.Close()
+		spares.Wait()
+	}
 	if len(killed) != len(kills) {
 		t.Fatalf("%d of %d kills fired\n%s", len(killed), len(kills), out.String())
 	}

@@ -72,7 +72,7 @@ func Run(ctx context.Context, rt *pgas.Runtime, c Config) error {
 	sh.Partition = func(key []byte, parts int) int { return int(binary.BigEndian.Uint64(key) % uint64(parts)) }
 	sh.Combine = Combine
 	j, err := kvjob.Start(ctx, rt, kvjob.Config{Name: "pagerank", Shuffle: sh, App: r.app, StateBytes: 0,
-		Mirrors: c.Mirrors, Out: c.Stdout, Restored: r.restored})
+		Mirrors: c.Mirrors, Out: c.Stdout, Kill: c.Kill, Restored: r.restored})
 	if err != nil {
 		return err
 	}

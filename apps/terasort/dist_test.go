@@ -221,6 +221,20 @@ func TestDistSortKill(t *testing.T) {
 	}
 }
 
+// TestDistSortKillDuringSetup: rank 1 dies in the setup, while the others
+// create the checkpointer's segments (ckpt.New): they recover, the spare
+// joins, every rank starts over, and the output is the failure-free one.
+func TestDistSortKillDuringSetup(t *testing.T) {
+	in, sum := genInput(t, 30000, 4)
+	args := []string{"--in", in, "--memory", fmt.Sprint(2 << 20), "--ckpt-records", "3000"}
+	log := sortWithKill(t, args, "kill:rank=1,phase=ckpt-new", sum)
+	for _, want := range []string{"[r1] inject: SIGKILL rank 1 (pid", "before the checkpointer's creation", "spare process 3 now holds rank 1", "every rank starts over"} {
+		if !strings.Contains(log, want) {
+			t.Fatalf("no %q in the log\n%s", want, log)
+		}
+	}
+}
+
 // sortWithKill sorts with args on 3 ranks failure-free, then with one
 // spare and --inject inject; both outputs must validate against sum, and
 // the second must be byte for byte the first. It returns the second

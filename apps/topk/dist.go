@@ -90,7 +90,7 @@ func Run(ctx context.Context, rt *pgas.Runtime, c Config) error {
 		return err
 	}
 	j, err := kvjob.Start(ctx, rt, kvjob.Config{Name: "topk", Shuffle: sh, App: r.app, StateBytes: 8 + int(sh.MemoryBudget) + int(sh.MemoryBudget)/4 + 1<<20,
-		Mirrors: c.Mirrors, Out: c.Stdout,
+		Mirrors: c.Mirrors, Out: c.Stdout, Kill: c.Kill,
 		RollBack: func(ctx context.Context, sh *kvshuffle.Shuffle, state []byte) error {
 			if err := stream(sh); err != nil {
 				return err

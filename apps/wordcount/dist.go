@@ -111,7 +111,7 @@ func Run(ctx context.Context, rt *pgas.Runtime, c Config) error {
 		}
 	}
 	j, err := kvjob.Start(ctx, rt, kvjob.Config{Name: "wordcount", Shuffle: sh, App: r.phase, StateBytes: 8 + int(sh.MemoryBudget) + int(sh.MemoryBudget)/4 + 1<<20,
-		Mirrors: c.Mirrors, Out: c.Stdout, Restored: r.restored})
+		Mirrors: c.Mirrors, Out: c.Stdout, Kill: c.Kill, Restored: r.restored})
 	if err != nil {
 		return err
 	}

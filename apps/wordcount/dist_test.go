@@ -72,6 +72,24 @@ func TestWordCountKill(t *testing.T) {
 }
 
 // Bad flags are refused with exit status 2 and a message naming the flag.
+// A rank killed in the setup, while the others create the checkpointer's
+// segments (kvjob.Start, ckpt.New): they recover, the spare joins, and
+// the answer is the reference's.
+func TestWordCountKillDuringSetup(t *testing.T) {
+	dir := t.TempDir()
+	text := filepath.Join(dir, "text")
+	if code, out := bins.Run(t, "gen", "--generate", "3000", "--seed", "7", "--out", text); code != 0 {
+		t.Fatalf("gen: exit %d: %s", code, out)
+	}
+	want := bins.Reference(t, resultRE, "ref", "--in", text)
+	code, log := bins.Job(t, 3, 1, "run", "--in", text, "--ckpts", "3", "--reducers", "2", "--out", filepath.Join(dir, "out"),
+		"--inject", "kill:rank=1,phase=ckpt-new", "--check")
+	if got := proctest.JobResult(t, code, log, resultRE); got != want {
+		t.Fatalf("job with a kill in the setup: %q, reference %q\n%s", got, want, log)
+	}
+	proctest.LogContains(t, log, "[r1] inject: SIGKILL rank 1", "before the checkpointer's creation", "restored checkpoint 0", "[r0] reference: match")
+}
+
 func TestWordCountUsage(t *testing.T) {
 	bins.Usage(t, "--in FILE or --generate", "run")
 	bins.Usage(t, "fraction", "run", "--generate", "10", "--inject", "kill:rank=1,at=2")

@@ -70,17 +70,20 @@ func Init(ctx context.Context) (*pgas.Runtime, error) {
 }
 
 // Kill is a parsed --inject kill:rank=R,UNIT=N: SIGKILL rank R's own
-// process when its progress reaches N (in the program's unit).
+// process when its progress reaches N (in the program's unit); or
+// kill:rank=R,phase=ckpt-new: in Start, before the checkpointer's
+// collective creation (ckpt.New), while the other ranks are inside it.
 type Kill struct {
-	Rank int
-	At   float64
-	Unit string
+	Rank  int
+	At    float64
+	Unit  string
+	Phase string // "": at progress At; "ckpt-new": in Start
 }
 
-// ParseKill parses kill:rank=R,UNIT=N; fraction: N is in [0, 1], else a
-// whole number >= 0.
+// ParseKill parses kill:rank=R,UNIT=N and kill:rank=R,phase=ckpt-new;
+// fraction: N is in [0, 1], else a whole number >= 0.
 func ParseKill(s, unit string, fraction bool) (*Kill, error) {
-	want := fmt.Sprintf("want kill:rank=R,%s=N", unit)
+	want := fmt.Sprintf("want kill:rank=R,%s=N or kill:rank=R,phase=ckpt-new", unit)
 	rest, ok := strings.CutPrefix(s, "kill:")
 	if !ok {
 		return nil, fmt.Errorf("--inject %q: %s: %w", s, want, ErrInject)
@@ -107,12 +110,17 @@ func ParseKill(s, unit string, fraction bool) (*Kill, error) {
 				return nil, fmt.Errorf("--inject %q: %s %q: want a whole number >= 0: %w", s, unit, v, ErrInject)
 			}
 			k.At = f
+		case "phase":
+			if v != "ckpt-new" {
+				return nil, fmt.Errorf("--inject %q: phase %q: the only phase is ckpt-new: %w", s, v, ErrInject)
+			}
+			k.Phase = v
 		default:
 			return nil, fmt.Errorf("--inject %q: unknown key %q; %s: %w", s, key, want, ErrInject)
 		}
 	}
-	if k.Rank < 0 || k.At < 0 {
-		return nil, fmt.Errorf("--inject %q: give rank=R and %s=N: %w", s, unit, ErrInject)
+	if k.Rank < 0 || (k.At < 0) == (k.Phase == "") {
+		return nil, fmt.Errorf("--inject %q: give rank=R and %s=N (or phase=ckpt-new): %w", s, unit, ErrInject)
 	}
 	return k, nil
 }
@@ -125,10 +133,16 @@ func (k *Kill) Check(size int) error {
 	return nil
 }
 
-// Armed reports whether the kill is for this process: rank is its rank,
-// and it is not a promoted spare (a spare taking over never fires it).
+// Armed reports whether the kill at progress At is for this process: rank
+// is its rank, and it is not a promoted spare (a spare taking over never
+// fires it).
 func (k *Kill) Armed(rt *pgas.Runtime) bool {
-	return k != nil && k.Rank == rt.Rank() && !rt.StartedAsSpare()
+	return k.armedIn(rt, "")
+}
+
+// armedIn is Armed for the kills of phase.
+func (k *Kill) armedIn(rt *pgas.Runtime, phase string) bool {
+	return k != nil && k.Phase == phase && k.Rank == rt.Rank() && !rt.StartedAsSpare()
 }
 
 // Fire prints what it does on out and sends SIGKILL to this process.

@@ -32,6 +32,9 @@ type Config struct {
 	RollBack func(ctx context.Context, sh *kvshuffle.Shuffle, state []byte) error
 	// Out receives rank 0's recovery lines; nil discards them.
 	Out io.Writer
+	// Kill, if set, is the program's --inject; Start fires it when its
+	// Phase is "ckpt-new" (the program fires the others), printing on Out.
+	Kill *Kill
 }
 
 // Job is one rank's frame: the shuffle, its checkpoints and recovery.
@@ -64,6 +67,9 @@ func Start(ctx context.Context, rt *pgas.Runtime, cfg Config) (*Job, error) {
 	cc := ckpt.DefaultConfig()
 	cc.Mirrors = cfg.Mirrors
 	cc.MaxBytes = int64(len(cfg.App) + len(j.state))
+	if cfg.Kill.armedIn(rt, "ckpt-new") {
+		cfg.Kill.Fire(cfg.Out, rt.Rank(), "in the setup, before the checkpointer's creation")
+	}
 	ck, err := ckpt.New(ctx, rt, cc)
 	if ck == nil {
 		return nil, err

@@ -13,35 +13,56 @@ import (
 )
 
 // checkpoints adapts ckpt.Checkpointer to the job: when no in-memory copy
-// survives (a loss beyond redundancy) and the disk level is on, Restore
-// falls back to the newest complete checkpoint on disk.
+// survives (a loss beyond redundancy, or a failure before the resume from
+// disk completed), Restore falls back to the newest complete checkpoint
+// of the disk level, then to the one the job resumes from (gaspirun
+// --resume). Every rank takes the same path: each step's outcome is
+// agreed.
 type checkpoints struct {
 	*ckpt.Checkpointer
-	dir string
-	rt  *pgas.Runtime
+	dirs []string // the disk level ("": none), then the resume directory if any
+	rt   *pgas.Runtime
 }
 
 func (c *checkpoints) Restore(ctx context.Context) (uint64, error) {
 	id, err := c.Checkpointer.Restore(ctx)
-	if err == nil || c.dir == "" || !(errors.Is(err, ckpt.ErrNoCheckpoint) || errors.Is(err, ckpt.ErrRestoreFailed)) {
-		return id, err
+	for _, dir := range c.dirs {
+		if err == nil || !(errors.Is(err, ckpt.ErrNoCheckpoint) || errors.Is(err, ckpt.ErrRestoreFailed)) {
+			return id, err
+		}
+		if dir == "" {
+			continue
+		}
+		if c.rt.Rank() == 0 {
+			fmt.Printf("recovery: no in-memory copy survived (%v); loading the disk level in %s\n", err, dir)
+		}
+		id, err = c.LoadFromDisk(ctx, dir)
 	}
-	if c.rt.Rank() == 0 {
-		fmt.Printf("recovery: no in-memory copy survived (%v); loading the disk level in %s\n", err, c.dir)
-	}
-	return c.LoadFromDisk(ctx, c.dir)
+	return id, err
 }
 
-func newCheckpoints(ctx context.Context, rt *pgas.Runtime, job *kmeans.Job, f *flags) (*checkpoints, error) {
+// newCheckpoints makes the job's checkpointer; joining: locally (see
+// kmeans Job.Joining). It returns it with an error when a rank failed
+// during the collective setup, as ckpt.New does.
+func newCheckpoints(ctx context.Context, rt *pgas.Runtime, job *kmeans.Job, f *flags, joining bool) (*checkpoints, error) {
 	cfg := ckpt.DefaultConfig()
 	cfg.Mirrors = f.mirrors
 	cfg.MaxBytes = job.StateBytes()
 	cfg.Dir = f.ckptDir
-	ck, err := ckpt.New(ctx, rt, cfg)
-	if err != nil {
+	mk := ckpt.New
+	if joining {
+		mk = ckpt.NewJoining
+	}
+	ck, err := mk(ctx, rt, cfg)
+	if ck == nil {
 		return nil, err
 	}
-	return &checkpoints{Checkpointer: ck, dir: f.ckptDir, rt: rt}, nil
+	c := &checkpoints{Checkpointer: ck, dirs: []string{f.ckptDir}, rt: rt}
+	if dir := os.Getenv("PGAS_RESUME"); dir != "" && !job.Shards() {
+		// Logical shards resume with job.ResumeFrom, which is local.
+		c.dirs = append(c.dirs, dir)
+	}
+	return c, err
 }
 
 // resume loads the disk level named by gaspirun --resume (PGAS_RESUME).

@@ -117,7 +117,7 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.ckptDir, "ckpt-dir", "", "also write committed checkpoints to `DIR` (disk level; resume with gaspirun --resume DIR)")
 	fs.BoolVar(&f.shrink, "shrink", false, "when a rank is lost and no spare is left, go on with fewer ranks: the next live rank takes over its shard (every rank must get this flag; the result is that of a --shrink run without failures)")
 	fs.StringVar(&f.output, "output", "", "write the centroids as CSV to `FILE` (one per line, in cluster order)")
-	fs.Var(&inj, "inject", "inject a failure: kill:rank=R,iter=I | kill:host=H,iter=I | kill:leader,iter=I | kill:mirror-of=R,iter=I, optionally ,phase=commit (iter=0,phase=commit: the starting checkpoint's commit) (repeatable)")
+	fs.Var(&inj, "inject", "inject a failure: kill:rank=R,iter=I | kill:host=H,iter=I | kill:leader,iter=I | kill:mirror-of=R,iter=I, optionally ,phase=commit (iter=0,phase=commit: the starting checkpoint's commit); kill:rank=R,iter=0,phase=init|ckpt-new: in the setup, before the starting centroids or the checkpointer's creation (repeatable)")
 	fs.StringVar(&f.impl, "impl", "auto", "distance kernel: auto, avx512, avx2, go, naive")
 	fs.StringVar(&f.algo, "algo", "lloyd", "nearest-centroid search: lloyd (brute force), hamerly or yinyang (exact pruning: the same centroids bit for bit)")
 	fs.StringVar(&f.seeding, "seeding", "random", "starting centroids without --init: random (k distinct points) or kmeans++ (D² sampling); both depend only on --seed, never on the number of ranks")
@@ -271,17 +271,27 @@ func run(ctx context.Context, f *flags) int {
 	defer job.Close()
 	var ck *checkpoints
 	if f.opt.Every > 0 {
-		ck, err = newCheckpoints(ctx, rt, job, f)
+		// A failure of another rank during a setup step is recovered when
+		// the job runs (kmeans Job.SetupFailed).
+		err := job.SetupCheckpoints(ctx, func(ctx context.Context, joining bool) (kmeans.Checkpoints, error) {
+			c, err := newCheckpoints(ctx, rt, job, f, joining)
+			if c == nil {
+				return nil, err
+			}
+			ck = c
+			return c, err
+		})
+		if ck != nil {
+			defer ck.Close()
+		}
 		if err != nil {
 			return fail(err)
 		}
-		if err := job.UseCheckpoints(ck); err != nil {
-			return fail(err)
+		if !job.Joining() {
+			if err := job.SetupFailed(resume(ctx, ck, job)); err != nil {
+				return fail(err)
+			}
 		}
-		if err := resume(ctx, ck, job); err != nil {
-			return fail(err)
-		}
-		defer ck.Close()
 	} else if os.Getenv("PGAS_RESUME") != "" {
 		return fail(errors.New("--resume needs checkpoints: set --ckpt-every"))
 	}
@@ -390,7 +400,8 @@ func writeCentroids(path string, c []float64, k int) error {
 // process.
 func kill(k kmeans.Kill) {
 	fmt.Fprintf(os.Stderr, "inject: SIGKILL rank %d (pid %d) after iteration %d%s at %s\n",
-		k.Rank, os.Getpid(), k.Iter, map[string]string{"": "", "commit": ", inside the checkpoint commit"}[k.Phase], time.Now().Format(time.RFC3339Nano))
+		k.Rank, os.Getpid(), k.Iter, map[string]string{"": "", "commit": ", inside the checkpoint commit",
+			"init": ", in the setup before the starting centroids", "ckpt-new": ", in the setup before the checkpointer's creation"}[k.Phase], time.Now().Format(time.RFC3339Nano))
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal is on its way
 }

@@ -109,12 +109,14 @@ type sortFlags struct {
 	cpuprof   string // CPU profile path prefix; "" = none
 }
 
-// injectSpec is --inject kill:rank=R|host=H,at=F[,disk=lost].
+// injectSpec is --inject kill:rank=R|host=H,at=F[,disk=lost] or
+// kill:rank=R|host=H,phase=ckpt-new.
 type injectSpec struct {
 	rank     int    // -1 with host
 	host     string // every rank of this host label (PGAS_HOST)
 	at       float64
-	diskLost bool // the process removes its spill directory before the kill
+	diskLost bool   // the process removes its spill directory before the kill
+	phase    string // "ckpt-new": in the setup (terasort.Injection.Phase)
 }
 
 func parseInject(s string) (*injectSpec, error) {
@@ -151,12 +153,20 @@ func parseInject(s string) (*injectSpec, error) {
 				return nil, fmt.Errorf("--inject %q: at %q: want a fraction of the rank's input in [0, 1]", s, v)
 			}
 			in.at = f
+		case "phase":
+			if v != "ckpt-new" {
+				return nil, fmt.Errorf("--inject %q: phase %q: the only phase is ckpt-new (in the setup, before the checkpointer's creation)", s, v)
+			}
+			in.phase = v
 		default:
-			return nil, fmt.Errorf("--inject %q: unknown key %q; want kill:rank=R|host=H,at=FRACTION[,disk=lost]", s, k)
+			return nil, fmt.Errorf("--inject %q: unknown key %q; want kill:rank=R|host=H,at=FRACTION[,disk=lost] or kill:rank=R|host=H,phase=ckpt-new", s, k)
 		}
 	}
-	if (in.rank < 0) == (in.host == "") || in.at < 0 {
-		return nil, fmt.Errorf("--inject %q: give rank=R or host=H, and at=FRACTION", s)
+	if in.phase != "" && (in.at >= 0 || in.diskLost) {
+		return nil, fmt.Errorf("--inject %q: phase=ckpt-new kills in the setup: give no at or disk", s)
+	}
+	if (in.rank < 0) == (in.host == "") || (in.at < 0 && in.phase == "") {
+		return nil, fmt.Errorf("--inject %q: give rank=R or host=H, and at=FRACTION or phase=ckpt-new", s)
 	}
 	return in, nil
 }
@@ -176,7 +186,7 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 	fs.IntVar(&f.mirrors, "mirrors", 1, "copies of each checkpoint on other ranks")
 	fs.StringVar(&f.schedule, "schedule", "diagonal", "exchange `ORDER`: diagonal (contention-free) or naive (every rank serves partition 0 first, for comparison)")
 	fs.BoolVar(&f.ckptMem, "ckpt-in-memory", false, "checkpoints carry the received data held in memory (mirrored to other ranks) instead of spilling it to --spill; files spilled under --memory pressure are named, and copied to holders on other hosts as by default")
-	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records (kill:host=H,at=F: every rank of host label H, each at its own FRACTION); with ,disk=lost the process first removes its spill directory (needs --spill with %h), as the loss of its host would")
+	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records (kill:host=H,at=F: every rank of host label H, each at its own FRACTION); with ,disk=lost the process first removes its spill directory (needs --spill with %h), as the loss of its host would; kill:rank=R,phase=ckpt-new kills it in the setup, before the checkpointer's creation")
 	fs.BoolVar(&f.verbose, "v", false, "log shuffle and checkpoint events to stderr")
 	fs.StringVar(&f.cpuprof, "cpuprofile", "", "write each process's CPU profile to `PREFIX`.r<rank> (for go tool pprof)")
 	pos, err := parseInterleaved(fs, args)
@@ -332,6 +342,9 @@ func (in *injectSpec) plan(t terasort.InjectTarget) (*terasort.Injection, error)
 	if t.Spare || !(in.rank == t.Rank || (in.host != "" && in.host == t.Host)) {
 		return nil, nil
 	}
+	if in.phase != "" {
+		return &terasort.Injection{Phase: in.phase, Fire: in.fire}, nil
+	}
 	return &terasort.Injection{At: int64(math.Floor(in.at * float64(t.Records))), Fire: in.fire}, nil
 }
 
@@ -344,7 +357,11 @@ func (in *injectSpec) fire(f terasort.Fault) error {
 		}
 		fmt.Fprintf(f.Out, "inject: rank %d's spill directory %s removed (its host's disk is lost)\n", f.Rank, f.SpillDir)
 	}
-	fmt.Fprintf(f.Out, "inject: SIGKILL rank %d (pid %d) after %d of its %d records\n", f.Rank, os.Getpid(), f.Sent, f.Records)
+	if in.phase != "" {
+		fmt.Fprintf(f.Out, "inject: SIGKILL rank %d (pid %d) in the setup, before the checkpointer's creation\n", f.Rank, os.Getpid())
+	} else {
+		fmt.Fprintf(f.Out, "inject: SIGKILL rank %d (pid %d) after %d of its %d records\n", f.Rank, os.Getpid(), f.Sent, f.Records)
+	}
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal is on its way
 }

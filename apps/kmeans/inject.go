@@ -1,0 +1,219 @@
+package kmeans
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gaspigo/gaspigo/pgas"
+)
+
+// Inject is one injected failure: a real SIGKILL of the process that holds
+// a rank when the job first completes an iteration. Iterations redone after
+// a recovery never fire an injection again.
+type Inject struct {
+	// Exactly one target: Rank >= 0, Host != "", Leader, or MirrorOf >= 0.
+	Rank     int
+	Host     string // every rank whose process has this host label
+	Leader   bool   // the process that leads the Raft membership
+	MirrorOf int    // the rank that holds this rank's checkpoint mirror
+	// Iter is the iteration after which (or during whose checkpoint commit)
+	// the kill happens, 1-based; 0 names the job's setup, with one of the
+	// setup phases or with Phase "commit" (the commit of the starting
+	// checkpoint, before any was committed).
+	Iter int
+	// Phase: "" kills after the iteration; "commit" kills inside the
+	// checkpoint commit that follows the iteration. The setup phases
+	// (iter=0 only) kill a starting rank before a collective step of its
+	// setup, while the others are inside it: "init" before the starting
+	// centroids (NewJob; collective with an input file and no --init, or
+	// with k-means++ seeding), "ckpt-new" before the checkpointer's
+	// creation (ckpt.New, which creates its segments collectively).
+	Phase string
+}
+
+// ParseInject parses kill:rank=R,iter=I[,phase=commit], kill:host=H,iter=I,
+// kill:leader,iter=I and kill:mirror-of=R,iter=I, and with iter=0 the
+// setup phases: kill:rank=R,iter=0,phase=init|ckpt-new.
+func ParseInject(s string) (Inject, error) {
+	in := Inject{Rank: -1, MirrorOf: -1}
+	bad := func(why string) (Inject, error) {
+		return Inject{}, fmt.Errorf("kmeans: --inject %q: %s (want kill:rank=R,iter=I, kill:host=H,iter=I, kill:leader,iter=I or kill:mirror-of=R,iter=I, optionally with ,phase=commit; or kill:rank=R,iter=0,phase=init|ckpt-new)", s, why)
+	}
+	rest, ok := strings.CutPrefix(s, "kill:")
+	if !ok {
+		return bad("only kill injections exist")
+	}
+	targets, hasIter := 0, false
+	for _, kv := range strings.Split(rest, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		var err error
+		switch k {
+		case "rank":
+			in.Rank, err = strconv.Atoi(v)
+			if err == nil && in.Rank < 0 {
+				err = errors.New("ranks count from 0")
+			}
+			targets++
+		case "host":
+			in.Host = v
+			if v == "" {
+				err = errors.New("empty host")
+			}
+			targets++
+		case "leader":
+			in.Leader = true
+			targets++
+		case "mirror-of":
+			in.MirrorOf, err = strconv.Atoi(v)
+			if err == nil && in.MirrorOf < 0 {
+				err = errors.New("ranks count from 0")
+			}
+			targets++
+		case "iter":
+			in.Iter, err = strconv.Atoi(v)
+			if err == nil && in.Iter < 0 {
+				err = errors.New("iterations count from 1 (0 names the starting checkpoint, with phase=commit)")
+			}
+			hasIter = true
+		case "phase":
+			in.Phase = v
+			if v != "commit" && !setupPhase(v) {
+				err = errors.New("the phases are commit, and with iter=0 init and ckpt-new")
+			}
+		default:
+			return bad("unknown key " + strconv.Quote(k))
+		}
+		if err != nil {
+			return bad(k + ": " + err.Error())
+		}
+	}
+	if targets != 1 {
+		return bad("name exactly one target")
+	}
+	if !hasIter {
+		return bad("iter is missing")
+	}
+	if setupPhase(in.Phase) && (in.Iter != 0 || in.Rank < 0) {
+		return bad("phase=" + in.Phase + " is a step of the setup: give iter=0 and a rank target")
+	}
+	if in.Iter == 0 && !setupPhase(in.Phase) && (in.Phase != "commit" || in.MirrorOf >= 0) {
+		return bad("iter=0 names the commit of the starting checkpoint: give phase=commit with a rank, host or leader target (iterations count from 1)")
+	}
+	return in, nil
+}
+
+// CheckInjects refuses an injection that could never fire in a job of
+// size ranks: a rank or mirror-of at or past size, or a host label that no
+// process has (hosts: every process's label, spares included, as
+// pgas.Runtime.HostLabels returns them; nil when the labels are unknown).
+// The error wraps ErrConfig.
+func CheckInjects(injects []Inject, size int, hosts []string) error {
+	for _, in := range injects {
+		switch {
+		case in.Rank >= size:
+			return configErr("--inject kill:rank=%d,iter=%d: the job has ranks 0..%d; name one of them", in.Rank, in.Iter, size-1)
+		case in.MirrorOf >= size:
+			return configErr("--inject kill:mirror-of=%d,iter=%d: the job has ranks 0..%d; name one of them", in.MirrorOf, in.Iter, size-1)
+		case in.Host != "" && hosts == nil:
+			return configErr("--inject kill:host=%s,iter=%d: the processes have no host labels; start the job with gaspirun (--hosts or --ranks-per-host label them)", in.Host, in.Iter)
+		case in.Host != "" && !slices.Contains(hosts, in.Host):
+			labels := slices.Compact(slices.Sorted(slices.Values(hosts)))
+			return configErr("--inject kill:host=%s,iter=%d: no process has that host label; the labels are %s", in.Host, in.Iter, strings.Join(labels, ", "))
+		}
+	}
+	return nil
+}
+
+// Kill is an injection that hit this rank, for Options.Kill.
+type Kill struct {
+	Inject Inject
+	Rank   int
+	Iter   int    // the iteration just completed
+	Phase  string // "" after the iteration, "commit" inside the checkpoint commit, or a setup phase
+}
+
+// setupPhase reports whether phase names a step of the setup (Inject.Phase).
+func setupPhase(phase string) bool { return phase == "init" || phase == "ckpt-new" }
+
+// inject fires the injections due now, the first time the job gets here
+// (fresh: iteration j.iter was never completed before). Every rank calls
+// it at the same point; a due kill:leader injection makes it collective.
+func (j *Job) inject(ctx context.Context, phase string, fresh bool) error {
+	if !fresh {
+		return nil // a redone iteration
+	}
+	me := j.rt.Rank()
+	for _, in := range j.opt.Injects {
+		if in.Iter != j.iter || in.Phase != phase {
+			continue
+		}
+		hit := in.Rank == me ||
+			(in.Host != "" && j.rt.Host(me) == in.Host) ||
+			(in.MirrorOf >= 0 && j.ck != nil && slices.Contains(j.ck.Holders(in.MirrorOf), me))
+		if in.Leader {
+			var err error
+			if hit, err = j.isAgreedLeader(ctx); err != nil {
+				return err
+			}
+		}
+		if hit {
+			j.opt.Kill(Kill{Inject: in, Rank: me, Iter: j.iter, Phase: phase})
+		}
+	}
+	return nil
+}
+
+// leaderWait bounds the wait for a Raft leader at a kill:leader injection.
+const leaderWait = time.Minute
+
+// isAgreedLeader decides a kill:leader injection collectively: every rank
+// waits until its membership knows a leader (the election may still be
+// under way early in a run), the ranks agree on one leader process (the
+// highest any of them saw, so a change of leader between their looks
+// still kills at most one), and this reports whether it is this process.
+// A leader that holds no rank (an idle spare) is not killed: the
+// reporting rank says so on stderr.
+func (j *Job) isAgreedLeader(ctx context.Context) (bool, error) {
+	if j.opt.Leader == nil {
+		j.printf("inject: kill:leader after iteration %d: the membership has no leader to ask; nothing killed\n", j.iter)
+		return false, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	seen := int64(-1)
+	for seen < 0 {
+		if p, ok := j.opt.Leader(); ok {
+			seen = int64(p)
+			break
+		}
+		select {
+		case <-wctx.Done():
+			return false, fmt.Errorf("kmeans: kill:leader after iteration %d: no Raft leader known after %v", j.iter, leaderWait)
+		case <-tick.C:
+		}
+	}
+	v := []int64{seen}
+	if err := pgas.Allreduce(ctx, j.rt, nil, v, pgas.OpMax); err != nil {
+		return false, err
+	}
+	mine := int64(0)
+	if v[0] == int64(j.rt.Proc()) {
+		mine = 1
+	}
+	h := []int64{mine}
+	if err := pgas.Allreduce(ctx, j.rt, nil, h, pgas.OpSum); err != nil {
+		return false, err
+	}
+	if h[0] == 0 && j.reporter() {
+		fmt.Fprintf(os.Stderr, "inject: kill:leader after iteration %d: the Raft leader is process %d, which holds no rank (an idle spare); nothing killed\n", j.iter, v[0])
+	}
+	return mine == 1, nil
+}
