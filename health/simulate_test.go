@@ -146,3 +146,44 @@ func TestSimulationDeterministic(t *testing.T) {
 		t.Fatalf("same seed, different runs:\n%v\n%v", a, b)
 	}
 }
+
+// TestQuietDetectionLatency sums up detection latency on a quiet network
+// (no jitter, no loss) over many seeds, split by kind of failure: the
+// figure that local health awareness must not worsen when nothing is
+// starved. Run with -v to see it.
+func TestQuietDetectionLatency(t *testing.T) {
+	cfg := scriptConfig()
+	var strong, silent []int
+	for seed := uint64(1); seed <= 20; seed++ {
+		rep := simulate(t, cfg, 64, 1, 0, 6, seed)
+		if rep.detected != rep.failures || rep.late != 0 || len(rep.falsePos) != 0 {
+			t.Errorf("seed %d: %v", seed, rep)
+		}
+		strong = append(strong, rep.strong...)
+		silent = append(silent, nonStrong(rep)...)
+	}
+	for _, s := range []struct {
+		name string
+		lat  []int
+	}{{"kill (PeerDown)", strong}, {"silent (crash, pause)", silent}} {
+		l := slices.Clone(s.lat)
+		slices.Sort(l)
+		sum := 0
+		for _, x := range l {
+			sum += x
+		}
+		t.Logf("%s: %d failures, latency min %d p50 %d mean %.1f max %d ticks (bound %d)", s.name, len(l),
+			l[0], l[len(l)/2], float64(sum)/float64(len(l)), l[len(l)-1], cfg.DetectionBound(1, s.name[0] == 'k'))
+	}
+}
+
+// nonStrong returns the latencies of the failures that were not SIGKILLs.
+func nonStrong(r simReport) []int {
+	rest := slices.Clone(r.latencies)
+	for _, s := range r.strong {
+		if i := slices.Index(rest, s); i >= 0 {
+			rest = slices.Delete(rest, i, i+1)
+		}
+	}
+	return rest
+}
