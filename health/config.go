@@ -39,8 +39,9 @@ type Config struct {
 	Confirmations int
 	// MaxLocalHealth caps the local health score (Lifeguard's local health
 	// multiplier). At score h the suspicion, probe and round timeouts are
-	// multiplied by 1+h, so an observer that hears from few peers slows
-	// down rather than condemning them. 0 disables the mechanism.
+	// multiplied by 1+h, so an observer that stalls itself, or hears from
+	// its peers late or not at all, slows down rather than condemning
+	// them. 0 disables the stretching (a stall still starts a catch-up).
 	MaxLocalHealth int
 	// MaxPendingProbes bounds how many indirect probes this process runs
 	// for others at once; requests beyond it are dropped and counted.

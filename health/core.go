@@ -18,6 +18,9 @@ type peer struct {
 	down      bool   // PeerDown seen and no fresh Ack since
 	downAt    uint64 // tick down became true
 	downSeq   uint64 // an Ack at or above this clears down (older ones were in flight)
+	waitSeq   uint64 // the oldest heartbeat ping not answered yet, 0 if none
+	waitSince uint64 // tick waitSeq was sent
+	fastest   uint64 // 1 + the quickest round trip of a heartbeat ping so far, 0 if none yet
 	susp      *suspicion
 }
 
@@ -47,8 +50,7 @@ type Core struct {
 	active  []*peer // monitored, watched or suspected peers, in ring order
 	dirty   bool    // active must be rebuilt
 	gone    int     // confirmed members
-	health  int     // local health score, 0 = healthy
-	acked   bool    // an Ack arrived since the last interval boundary
+	local   localHealth
 	probes  []probe
 	out     []Outgoing
 	events  []Event
@@ -127,15 +129,10 @@ func (c *Core) SetMembers(members []transport.Proc) error {
 // helper probes that timed out, and confirms through the fallback.
 func (c *Core) Tick() {
 	c.now++
-	if c.now%uint64(c.cfg.IntervalTicks) == 0 {
-		if c.acked && c.health > 0 {
-			c.health--
-		}
-		c.acked = false
-	}
+	c.tickLocalHealth()
 	kept := c.probes[:0]
 	for _, pr := range c.probes {
-		if c.now >= pr.deadline {
+		if c.now >= pr.deadline && !c.local.catchingUp {
 			c.send(pr.observer, Message{Kind: KindIndirectNack, Seq: pr.obsSeq, Target: pr.target})
 			continue
 		}
@@ -151,7 +148,7 @@ func (c *Core) Tick() {
 	for _, pe := range c.active {
 		switch pe.status {
 		case StatusAlive:
-			if wait := c.scaled(c.cfg.SuspectTicks); c.now-pe.lastHeard >= wait {
+			if wait := c.scaled(c.cfg.SuspectTicks); c.now-pe.lastHeard >= wait && !c.local.catchingUp {
 				why := "no ack"
 				if !pe.monitored {
 					why = "hinted and no ack"
@@ -173,6 +170,9 @@ func (c *Core) Receive(from transport.Proc, m Message) {
 	if from == c.self || from == transport.NoProc || m.Validate() != nil {
 		c.stats.Ignored++
 		return
+	}
+	if c.local.catchingUp {
+		c.caughtUp() // input flows again: what comes now is fresh evidence
 	}
 	switch m.Kind {
 	case KindPing:
@@ -294,11 +294,6 @@ func (c *Core) Monitored() []transport.Proc {
 	return out
 }
 
-// LocalHealth returns the local health score: 0 when this process hears
-// from its peers as expected, up to MaxLocalHealth when it does not. At
-// score h its timeouts are multiplied by 1+h.
-func (c *Core) LocalHealth() int { return c.health }
-
 // Stats returns the counters.
 func (c *Core) Stats() CoreStats { return c.stats }
 
@@ -314,14 +309,6 @@ func (c *Core) Required(target transport.Proc) int {
 	return max(0, min(c.cfg.Confirmations, others))
 }
 
-func (c *Core) scaled(ticks int) uint64 { return uint64(ticks) * uint64(1+c.health) }
-
-func (c *Core) bumpHealth() {
-	if c.health < c.cfg.MaxLocalHealth {
-		c.health++
-	}
-}
-
 func (c *Core) send(to transport.Proc, m Message) {
 	c.stats.Sent++
 	c.out = append(c.out, Outgoing{To: to, Msg: m})
@@ -334,6 +321,9 @@ func (c *Core) emit(kind EventKind, p transport.Proc, reason string) {
 func (c *Core) ping(pe *peer) {
 	c.seq++
 	c.send(pe.proc, Message{Kind: KindPing, Seq: c.seq, Target: pe.proc})
+	if pe.waitSeq == 0 {
+		pe.waitSeq, pe.waitSince = c.seq, c.now
+	}
 	pe.nextPing = c.now + uint64(c.cfg.IntervalTicks)
 }
 
@@ -380,7 +370,7 @@ func (c *Core) rebuildActive() {
 }
 
 func (c *Core) onAck(from transport.Proc, seq uint64) {
-	c.acked = true
+	c.local.acked = true
 	kept := c.probes[:0]
 	for _, pr := range c.probes {
 		if pr.target == from && seq >= pr.probeSeq {
@@ -397,6 +387,7 @@ func (c *Core) onAck(from transport.Proc, seq uint64) {
 	if seq >= pe.downSeq {
 		pe.down = false
 	}
+	c.checkLateAck(pe, seq)
 	pe.lastHeard = c.now
 	if pe.watch && seq >= pe.watchSeq {
 		pe.watch = false

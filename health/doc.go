@@ -25,10 +25,20 @@
 //     not already monitored is watched until it answers, and only silence
 //     for the whole suspicion timeout makes it suspected. A Hint never
 //     confirms by itself.
-//   - Lifeguard-style local health: when helpers fail to answer at all, or
-//     a suspicion this process raised on timing turns out wrong, its local
-//     health score rises (up to MaxLocalHealth) and its timeouts scale by
-//     1+score. Every heartbeat interval with an Ack lowers it by one.
+//   - Lifeguard-style local health (localhealth.go): a process that is
+//     itself slow does not accuse others on that evidence. Its score rises
+//     (up to MaxLocalHealth) when its own clock stalls (the driver reports
+//     the lateness of its ticks: the process was stopped, descheduled or
+//     its timers fired late), when helpers fail to answer at all, when a
+//     suspicion it raised on timing turns out wrong, and when a peer's Ack
+//     comes more than two intervals later than that peer's quickest (a
+//     burst after the peer, or the host, stalled). Its suspicion, probe
+//     and round timeouts scale by 1+score; the score falls by one per
+//     stretched suspicion timeout without such a signal. After its own
+//     stall a process catches up before it accuses anyone: no suspicion on
+//     timing and no Nack as a helper until a message reaches it again (or
+//     a stretched suspicion timeout passes), then every peer has a fresh
+//     ping to answer and every probe a full probe timeout.
 //
 // Few members: C is capped at the number of live members other than the
 // observer and the suspect (members−2). With nobody left to ask (two

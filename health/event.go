@@ -88,4 +88,6 @@ type CoreStats struct {
 	Confirmations uint64
 	PeerDowns     uint64
 	Hints         uint64
+	Stalls        uint64 // driver stalls reported through Late (this process was starved)
+	LateAcks      uint64 // heartbeat Acks that came two intervals later than the peer's quickest
 }

@@ -73,6 +73,9 @@ func (c *Core) startRound(pe *peer) {
 // can be asked, or the next round when this one is over.
 func (c *Core) advance(pe *peer) {
 	s := pe.susp
+	if c.local.catchingUp {
+		return // what we did not hear during our own stall is no evidence
+	}
 	if c.Required(pe.proc) == 0 {
 		if wait := c.scaled(c.cfg.SuspectTicks); pe.down && c.now-pe.downAt >= wait {
 			c.confirm(pe, fmt.Sprintf("connection down and no ack for %d ticks; no other member to ask", c.now-pe.downAt))
