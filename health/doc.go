@@ -38,7 +38,8 @@
 //     stall a process catches up before it accuses anyone: no suspicion on
 //     timing and no Nack as a helper until a message reaches it again (or
 //     a stretched suspicion timeout passes), then every peer has a fresh
-//     ping to answer and every probe a full probe timeout.
+//     ping to answer, every probe a full probe timeout, and every open
+//     suspicion a new round whose answers alone count.
 //
 // Few members: C is capped at the number of live members other than the
 // observer and the suspect (members−2). With nobody left to ask (two

@@ -25,10 +25,11 @@ package health
 // no suspicion on timing, its indirect probes time out on nobody, and its
 // suspicion rounds wait. When it has caught up, every peer gets at least
 // freshTicks (scaled) to answer a ping sent after the stall before it can
-// be suspected, probes run a full scaled probe timeout again, and rounds
-// a full scaled round. Strong evidence (PeerDown) and the Nacks of other
-// helpers still count during a catch-up: they are not this process's
-// timing.
+// be suspected, probes run a full scaled probe timeout again, and every
+// open suspicion starts a new round under a new ID, so that helpers'
+// Nacks that waited in the backlog (perhaps ahead of the suspect's own
+// Acks) no longer count. Strong evidence (PeerDown) still raises a
+// suspicion during a catch-up: it is not this process's timing.
 type localHealth struct {
 	score      int    // 0 = healthy, up to MaxLocalHealth
 	acked      bool   // an Ack arrived since calmFrom
@@ -105,8 +106,13 @@ func (c *Core) caughtUp() {
 		if pe.down {
 			pe.downAt = max(pe.downAt, c.now)
 		}
-		if pe.susp != nil {
-			pe.susp.deadline = max(pe.susp.deadline, c.now+c.scaled(c.cfg.RoundTicks))
+		if s := pe.susp; s != nil {
+			// Helpers' answers that waited in our backlog may be older
+			// than the suspect's Acks behind them: only answers to a
+			// request sent from now on count.
+			c.seq++
+			s.id, s.nacks, s.everAsked = c.seq, s.nacks[:0], s.everAsked[:0]
+			c.startRound(pe)
 		}
 	}
 	for i := range c.probes {

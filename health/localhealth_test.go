@@ -112,6 +112,31 @@ func TestStallRules(t *testing.T) {
 			t.Fatalf("PeerDown while catching up: %v %v, want a suspicion and PingReqs", evs, out)
 		}
 	})
+	t.Run("after a stall only answers to new requests confirm", func(t *testing.T) {
+		c := newTestCore(t, cfg, 0, 8)
+		reqs := suspectVia(t, c)
+		old := reqs[0].Msg.Seq
+		c.Late(100)
+		// The helpers' Nacks waited in the backlog; the first one ends the
+		// catch-up, which asks the helpers again under a new ID.
+		for _, r := range reqs {
+			c.Receive(r.To, Message{Kind: KindIndirectNack, Seq: old, Target: 1})
+		}
+		out, evs := c.Ready()
+		if st, _ := c.Status(1); st != StatusSuspected || len(eventsOf(evs, Confirmed)) != 0 {
+			t.Fatalf("Nacks from before the stall confirmed 1: %v", evs)
+		}
+		again := sentOf(out, KindPingReq)
+		if len(again) != cfg.Helpers || again[0].Msg.Seq == old {
+			t.Fatalf("after catching up sent %v, want %d PingReqs under a new ID", out, cfg.Helpers)
+		}
+		for _, r := range again[:cfg.Confirmations] {
+			c.Receive(r.To, Message{Kind: KindIndirectNack, Seq: r.Msg.Seq, Target: 1})
+		}
+		if st, _ := c.Status(1); st != StatusConfirmed {
+			t.Fatalf("fresh Nacks left 1 %v", st)
+		}
+	})
 	t.Run("a late ack raises the score, a lost ping does not", func(t *testing.T) {
 		long := cfg // one successor, and no suspicion while acks are late
 		long.Successors, long.SuspectTicks = 1, 8*cfg.IntervalTicks
