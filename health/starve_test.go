@@ -16,6 +16,17 @@ var (
 	starveSeeds = flag.Int("sim.starve.seeds", 3, "seeds TestStarvedHost runs")
 )
 
+// starveLoad describes a simulated host that starves its processes; see
+// starve.
+type starveLoad struct {
+	n, steps, ramp     int
+	q                  float64 // per step and running process: chance of a stall
+	minStall, maxStall int
+	maxBacklog         int
+	wholeStall         int
+	kill               bool // SIGKILL one process and crash another half-way
+}
+
 // starveReport is what one simulated starved host measured.
 type starveReport struct {
 	stalls    int     // descheduling episodes injected
@@ -25,11 +36,17 @@ type starveReport struct {
 	falsePos  int     // confirmation events (nobody failed)
 	declared  int     // distinct processes confirmed: each would be a new epoch
 	messages  uint64
+	killed    int // ticks from the SIGKILL to its first confirmation, -1 if never
+	crashed   int // the same for the silent crash
 }
 
 func (r starveReport) String() string {
-	return fmt.Sprintf("%d stalls (%.0f%% of process time stopped, longest %d ticks), %d suspicions, %d false confirmations of %d healthy processes, %d messages",
+	s := fmt.Sprintf("%d stalls (%.0f%% of process time stopped, longest %d ticks), %d suspicions, %d false confirmations of %d healthy processes, %d messages",
 		r.stalls, 100*r.stalled, r.longest, r.suspicion, r.falsePos, r.declared, r.messages)
+	if r.killed != 0 || r.crashed != 0 {
+		s += fmt.Sprintf("; SIGKILL confirmed after %d ticks, silent crash after %d", r.killed, r.crashed)
+	}
+	return s
 }
 
 // starve runs n healthy processes on a host that cannot run them all: in
@@ -41,31 +58,40 @@ func (r starveReport) String() string {
 // first stall may be as long as maxStall before any process near it has
 // seen a sign of the load. Twice the whole host stops for wholeStall ticks
 // and the processes run again in turn, over maxStall ticks. Nobody fails:
-// every confirmation is a false failure (a new epoch in a real job).
-func starve(t *testing.T, cfg CoreConfig, n, steps, ramp int, q float64, minStall, maxStall, maxBacklog, wholeStall int, seed uint64) starveReport {
+// every confirmation is a false failure (a new epoch in a real job),
+// unless kill is set: then process 1 is SIGKILLed and process n/2 crashes
+// silently half-way, and their detection latency is measured.
+func starve(t *testing.T, cfg CoreConfig, l starveLoad, seed uint64) starveReport {
 	t.Helper()
+	n, steps, ramp, q := l.n, l.steps, l.ramp, l.q
+	minStall, maxStall, maxBacklog, wholeStall := l.minStall, l.maxStall, l.maxBacklog, l.wholeStall
+	victims := map[transport.Proc]bool{}
 	s, err := newSimNet(cfg, n, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(seed, 7))
-
 	until := make([]int, n) // step at which a stalled process runs again
 	var rep starveReport
 	stopped := 0
 	resumeDue := func(step int) {
 		for i := range n {
 			p := transport.Proc(i)
-			if s.state[p] == paused && until[i] <= step {
+			if s.state[p] == paused && until[i] <= step && !victims[p] {
 				s.resume(p, rng.IntN(maxBacklog+1))
 			}
 		}
 	}
 	s.run(4 * cfg.SuspectTicks)
 	for step := range steps {
+		if l.kill && step == steps/2 {
+			s.kill(1)
+			s.crash(transport.Proc(n / 2))
+			victims[1], victims[transport.Proc(n/2)] = true, true
+		}
 		if step == steps/3 || step == 2*steps/3 {
 			for i := range n {
-				if s.state[i] == running {
+				if s.state[i] == running && !victims[transport.Proc(i)] {
 					s.pause(transport.Proc(i))
 				}
 				until[i] = step + wholeStall + rng.IntN(maxStall+1)
@@ -74,7 +100,7 @@ func starve(t *testing.T, cfg CoreConfig, n, steps, ramp int, q float64, minStal
 			rep.stalls += n
 		}
 		for i := range n {
-			if s.state[i] == running && rng.Float64() < q {
+			if s.state[i] == running && rng.Float64() < q && !victims[transport.Proc(i)] {
 				s.pause(transport.Proc(i))
 				// Log-uniform from minStall to maxStall: mostly short
 				// stalls, a few as long as maxStall.
@@ -105,11 +131,22 @@ func starve(t *testing.T, cfg CoreConfig, n, steps, ramp int, q float64, minStal
 		case Suspected:
 			rep.suspicion++
 		case Confirmed:
-			rep.falsePos++
-			declared[e.ev.Proc] = true
+			if !victims[e.ev.Proc] {
+				rep.falsePos++
+				declared[e.ev.Proc] = true
+			}
 		}
 	}
 	rep.declared = len(declared)
+	if l.kill {
+		rep.killed, rep.crashed = -1, -1
+		if e, ok := s.firstConfirmation(1, transport.NoProc); ok {
+			rep.killed = int(e.step - s.faultAt[1])
+		}
+		if e, ok := s.firstConfirmation(transport.Proc(n/2), transport.NoProc); ok {
+			rep.crashed = int(e.step - s.faultAt[n/2])
+		}
+	}
 	for _, m := range s.sent {
 		rep.messages += m
 	}
@@ -124,12 +161,28 @@ func starve(t *testing.T, cfg CoreConfig, n, steps, ramp int, q float64, minStal
 // figures, -sim.starve.n=512 for the full size.
 func TestStarvedHost(t *testing.T) {
 	cfg := DefaultConfig().Core()
-	detect := cfg.SuspectTicks + cfg.ProbeTicks // a silent failure is confirmed after about this
-	for seed := uint64(1); seed <= uint64(*starveSeeds); seed++ {
-		rep := starve(t, cfg, *starveN, 3000, *starveRamp, 0.01, cfg.IntervalTicks/2, detect*6/5, 2*cfg.IntervalTicks, 2*cfg.SuspectTicks, seed)
-		t.Logf("n=%d seed %d: %v", *starveN, seed, rep)
-		if rep.falsePos != 0 {
-			t.Errorf("seed %d: %d healthy processes declared failed", seed, rep.falsePos)
+	for _, kill := range []bool{false, true} {
+		for seed := uint64(1); seed <= uint64(*starveSeeds); seed++ {
+			rep := starve(t, cfg, starvedHost(cfg, *starveN, kill), seed)
+			t.Logf("n=%d seed %d: %v", *starveN, seed, rep)
+			if rep.falsePos != 0 {
+				t.Errorf("seed %d: %d healthy processes declared failed", seed, rep.declared)
+			}
+			if kill && (rep.killed < 0 || rep.crashed < 0) {
+				t.Errorf("seed %d: a real failure was not confirmed on the starved host", seed)
+			}
 		}
+	}
+}
+
+// starvedHost is the load of TestStarvedHost: stalls up to 1.2 times the
+// time a silent failure takes to confirm at local health zero, the reader
+// up to two intervals behind, whole-host stalls of two suspicion timeouts.
+func starvedHost(cfg CoreConfig, n int, kill bool) starveLoad {
+	detect := cfg.SuspectTicks + cfg.ProbeTicks
+	return starveLoad{
+		n: n, steps: 3000, ramp: *starveRamp, q: 0.01,
+		minStall: cfg.IntervalTicks / 2, maxStall: detect * 6 / 5,
+		maxBacklog: 2 * cfg.IntervalTicks, wholeStall: 2 * cfg.SuspectTicks, kill: kill,
 	}
 }
