@@ -14,6 +14,7 @@ var (
 	starveN     = flag.Int("sim.starve.n", 128, "processes in TestStarvedHost (512 for the figure in doc.go)")
 	starveRamp  = flag.Int("sim.starve.ramp", 0, "steps over which the load builds up in TestStarvedHost (0: at once)")
 	starveSeeds = flag.Int("sim.starve.seeds", 3, "seeds TestStarvedHost runs")
+	starveQ     = flag.Float64("sim.starve.q", 0.01, "chance per step that a running process stalls in TestStarvedHost")
 )
 
 // starveLoad describes a simulated host that starves its processes; see
@@ -181,7 +182,7 @@ func TestStarvedHost(t *testing.T) {
 func starvedHost(cfg CoreConfig, n int, kill bool) starveLoad {
 	detect := cfg.SuspectTicks + cfg.ProbeTicks
 	return starveLoad{
-		n: n, steps: 3000, ramp: *starveRamp, q: 0.01,
+		n: n, steps: 3000, ramp: *starveRamp, q: *starveQ,
 		minStall: cfg.IntervalTicks / 2, maxStall: detect * 6 / 5,
 		maxBacklog: 2 * cfg.IntervalTicks, wholeStall: 2 * cfg.SuspectTicks, kill: kill,
 	}
