@@ -11,7 +11,7 @@ import (
 )
 
 var (
-	starveN     = flag.Int("sim.starve.n", 128, "processes in TestStarvedHost (512 for the figure in doc.go)")
+	starveN     = flag.Int("sim.starve.n", 64, "processes in TestStarvedHost (512 for the figure in doc.go)")
 	starveRamp  = flag.Int("sim.starve.ramp", 0, "steps over which the load builds up in TestStarvedHost (0: at once)")
 	starveSeeds = flag.Int("sim.starve.seeds", 3, "seeds TestStarvedHost runs")
 	starveQ     = flag.Float64("sim.starve.q", 0.01, "chance per step that a running process stalls in TestStarvedHost")
@@ -132,7 +132,7 @@ func starve(t *testing.T, cfg CoreConfig, l starveLoad, seed uint64) starveRepor
 		case Suspected:
 			rep.suspicion++
 		case Confirmed:
-			if !victims[e.ev.Proc] {
+			if !victims[e.ev.Proc] || e.step < s.faultAt[e.ev.Proc] {
 				rep.falsePos++
 				declared[e.ev.Proc] = true
 			}
@@ -140,13 +140,15 @@ func starve(t *testing.T, cfg CoreConfig, l starveLoad, seed uint64) starveRepor
 	}
 	rep.declared = len(declared)
 	if l.kill {
-		rep.killed, rep.crashed = -1, -1
-		if e, ok := s.firstConfirmation(1, transport.NoProc); ok {
-			rep.killed = int(e.step - s.faultAt[1])
+		after := func(p transport.Proc) int {
+			for _, e := range s.events {
+				if e.ev.Kind == Confirmed && e.ev.Proc == p && e.step >= s.faultAt[p] {
+					return int(e.step - s.faultAt[p])
+				}
+			}
+			return -1
 		}
-		if e, ok := s.firstConfirmation(transport.Proc(n/2), transport.NoProc); ok {
-			rep.crashed = int(e.step - s.faultAt[n/2])
-		}
+		rep.killed, rep.crashed = after(1), after(transport.Proc(n/2))
 	}
 	for _, m := range s.sent {
 		rep.messages += m
