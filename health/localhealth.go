@@ -16,7 +16,7 @@ package health
 // Each raises the score by one, up to MaxLocalHealth; at score h the
 // suspicion, probe and round timeouts are multiplied by 1+h. The score
 // falls by one after each stretched suspicion timeout (SuspectTicks·(1+h))
-// without a signal in which at least one Ack arrived: a stretched timeout
+// that passed with no signal and at least one Ack: a stretched timeout
 // outlives the stall that caused it by a whole stretched timeout, so that
 // peers starved by the same load (and resumed later) get it too.
 //
@@ -96,8 +96,8 @@ func (c *Core) tickLocalHealth() {
 	}
 }
 
-// caughtUp ends a catch-up: every timer that could condemn a peer restarts
-// from now, so that only evidence gathered from now on counts.
+// caughtUp ends a catch-up: the timers that could condemn a peer are
+// pushed past now, so that evidence gathered from now on decides.
 func (c *Core) caughtUp() {
 	c.local.catchingUp = false
 	fresh := c.now - min(c.now, c.scaled(c.cfg.SuspectTicks)-c.scaled(c.freshTicks()))
