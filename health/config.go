@@ -11,7 +11,9 @@ type Config struct {
 	// Tick is the driver's clock resolution: the Core advances one tick per
 	// Tick. Smaller is more precise and costs a wake-up per Tick. Ticks the
 	// driver misses (a paused or starved process) are not replayed, so a
-	// process that wakes from a pause does not suspect everybody at once.
+	// process that wakes from a pause does not suspect everybody at once;
+	// the driver reports how many it missed (Core.Late), which raises the
+	// local health score when it is half a heartbeat interval or more.
 	Tick time.Duration
 	// HeartbeatInterval is how often a process pings each of its ring
 	// successors. Every process sends about 2×Successors messages per
@@ -39,8 +41,9 @@ type Config struct {
 	Confirmations int
 	// MaxLocalHealth caps the local health score (Lifeguard's local health
 	// multiplier). At score h the suspicion, probe and round timeouts are
-	// multiplied by 1+h, so an observer that hears from few peers slows
-	// down rather than condemning them. 0 disables the mechanism.
+	// multiplied by 1+h, so an observer that stalls itself, or hears from
+	// its peers late or not at all, slows down rather than condemning
+	// them. 0 disables the stretching (a stall still starts a catch-up).
 	MaxLocalHealth int
 	// MaxPendingProbes bounds how many indirect probes this process runs
 	// for others at once; requests beyond it are dropped and counted.
@@ -59,11 +62,11 @@ type Config struct {
 }
 
 // DefaultConfig is aimed at loopback and LAN jobs. Its worst-case
-// detection time (see Config.DetectionBound) with a 1 ms network hop is
-// 150 ms after a SIGKILL (the closed connection is strong evidence; when
-// the helpers saw their connections close too it takes a few hops) and
-// 300 ms for a silent failure (a SIGSTOPped or partitioned process), both
-// under a p99 target of 500 ms.
+// detection time at local health zero (see Config.DetectionBound) with a
+// 1 ms network hop is 450 ms after a SIGKILL (the closed connection is
+// strong evidence; when the helpers saw their connections close too it
+// takes a few hops), under a p99 target of 500 ms, and 1.95 s for a silent
+// failure (a SIGSTOPped or partitioned process).
 func DefaultConfig() Config {
 	return Config{
 		Tick: 10 * time.Millisecond,

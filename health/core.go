@@ -2,94 +2,9 @@ package health
 
 import (
 	"fmt"
-	"strings"
-	"time"
 
 	"github.com/gaspigo/gaspigo/transport"
 )
-
-// EventKind says what an Event reports.
-type EventKind uint8
-
-// Event kinds.
-const (
-	// Suspected: a process stopped answering (or its connection closed) and
-	// is being probed indirectly. A hint only, never a verdict.
-	Suspected EventKind = iota + 1
-	// Refuted: a suspected process answered, directly or through a helper.
-	Refuted
-	// Confirmed: enough independent helpers could not reach a suspected
-	// process. This is what goes to the membership leader.
-	Confirmed
-)
-
-func (k EventKind) String() string {
-	switch k {
-	case Suspected:
-		return "suspected"
-	case Refuted:
-		return "refuted"
-	case Confirmed:
-		return "confirmed"
-	}
-	return fmt.Sprintf("event(%d)", uint8(k))
-}
-
-// Event is a change in this process's local view of another process.
-type Event struct {
-	Kind   EventKind
-	Proc   transport.Proc // the process the event is about
-	Tick   uint64         // the Core's tick when it happened
-	Reason string         // human-readable evidence
-	// At is the wall-clock time the Detector observed the event. The Core
-	// has no clock and leaves it zero.
-	At time.Time
-}
-
-func (e Event) String() string {
-	return fmt.Sprintf("t=%d %v %d: %s", e.Tick, e.Kind, e.Proc, e.Reason)
-}
-
-// Outgoing is a message the Core wants sent.
-type Outgoing struct {
-	To  transport.Proc
-	Msg Message
-}
-
-// Status is this process's local view of another process.
-type Status uint8
-
-// Statuses.
-const (
-	StatusAlive Status = iota
-	StatusSuspected
-	StatusConfirmed
-)
-
-func (s Status) String() string {
-	switch s {
-	case StatusAlive:
-		return "alive"
-	case StatusSuspected:
-		return "suspected"
-	case StatusConfirmed:
-		return "confirmed"
-	}
-	return fmt.Sprintf("status(%d)", uint8(s))
-}
-
-// CoreStats counts what a Core did since it was created.
-type CoreStats struct {
-	Sent          uint64 // messages handed out through Ready
-	Received      uint64 // messages given to Receive
-	Ignored       uint64 // received messages that were stale, misdirected or unsolicited
-	ProbesDropped uint64 // PingReqs not served because MaxPendingProbes were running
-	Suspicions    uint64
-	Refutations   uint64
-	Confirmations uint64
-	PeerDowns     uint64
-	Hints         uint64
-}
 
 // peer is the Core's state for one other member.
 type peer struct {
@@ -103,21 +18,10 @@ type peer struct {
 	down      bool   // PeerDown seen and no fresh Ack since
 	downAt    uint64 // tick down became true
 	downSeq   uint64 // an Ack at or above this clears down (older ones were in flight)
+	waitSeq   uint64 // the oldest heartbeat ping not answered yet, 0 if none
+	waitSince uint64 // tick waitSeq was sent
+	fastest   uint64 // 1 + the quickest round trip of a heartbeat ping so far, 0 if none yet
 	susp      *suspicion
-}
-
-// suspicion is an open suspicion of one peer.
-type suspicion struct {
-	id        uint64 // sent as Seq in PingReqs; echoed by helpers
-	minSeq    uint64 // a direct Ack at or above this refutes
-	since     uint64
-	strong    bool // raised or backed by PeerDown
-	round     int
-	deadline  uint64           // end of the current round
-	asked     []transport.Proc // helpers of the current round
-	answered  []transport.Proc // helpers of the current round that answered
-	everAsked []transport.Proc
-	nacks     []transport.Proc // distinct helpers that reported a Nack
 }
 
 // probe is an indirect probe this process runs as a helper.
@@ -146,8 +50,7 @@ type Core struct {
 	active  []*peer // monitored, watched or suspected peers, in ring order
 	dirty   bool    // active must be rebuilt
 	gone    int     // confirmed members
-	health  int     // local health score, 0 = healthy
-	acked   bool    // an Ack arrived since the last interval boundary
+	local   localHealth
 	probes  []probe
 	out     []Outgoing
 	events  []Event
@@ -226,15 +129,10 @@ func (c *Core) SetMembers(members []transport.Proc) error {
 // helper probes that timed out, and confirms through the fallback.
 func (c *Core) Tick() {
 	c.now++
-	if c.now%uint64(c.cfg.IntervalTicks) == 0 {
-		if c.acked && c.health > 0 {
-			c.health--
-		}
-		c.acked = false
-	}
+	c.tickLocalHealth()
 	kept := c.probes[:0]
 	for _, pr := range c.probes {
-		if c.now >= pr.deadline {
+		if c.now >= pr.deadline && !c.local.catchingUp {
 			c.send(pr.observer, Message{Kind: KindIndirectNack, Seq: pr.obsSeq, Target: pr.target})
 			continue
 		}
@@ -250,7 +148,7 @@ func (c *Core) Tick() {
 	for _, pe := range c.active {
 		switch pe.status {
 		case StatusAlive:
-			if wait := c.scaled(c.cfg.SuspectTicks); c.now-pe.lastHeard >= wait {
+			if wait := c.scaled(c.cfg.SuspectTicks); c.now-pe.lastHeard >= wait && !c.local.catchingUp {
 				why := "no ack"
 				if !pe.monitored {
 					why = "hinted and no ack"
@@ -272,6 +170,9 @@ func (c *Core) Receive(from transport.Proc, m Message) {
 	if from == c.self || from == transport.NoProc || m.Validate() != nil {
 		c.stats.Ignored++
 		return
+	}
+	if c.local.catchingUp {
+		c.caughtUp() // input flows again: what comes now is fresh evidence
 	}
 	switch m.Kind {
 	case KindPing:
@@ -393,11 +294,6 @@ func (c *Core) Monitored() []transport.Proc {
 	return out
 }
 
-// LocalHealth returns the local health score: 0 when this process hears
-// from its peers as expected, up to MaxLocalHealth when it does not. At
-// score h its timeouts are multiplied by 1+h.
-func (c *Core) LocalHealth() int { return c.health }
-
 // Stats returns the counters.
 func (c *Core) Stats() CoreStats { return c.stats }
 
@@ -413,14 +309,6 @@ func (c *Core) Required(target transport.Proc) int {
 	return max(0, min(c.cfg.Confirmations, others))
 }
 
-func (c *Core) scaled(ticks int) uint64 { return uint64(ticks) * uint64(1+c.health) }
-
-func (c *Core) bumpHealth() {
-	if c.health < c.cfg.MaxLocalHealth {
-		c.health++
-	}
-}
-
 func (c *Core) send(to transport.Proc, m Message) {
 	c.stats.Sent++
 	c.out = append(c.out, Outgoing{To: to, Msg: m})
@@ -433,6 +321,9 @@ func (c *Core) emit(kind EventKind, p transport.Proc, reason string) {
 func (c *Core) ping(pe *peer) {
 	c.seq++
 	c.send(pe.proc, Message{Kind: KindPing, Seq: c.seq, Target: pe.proc})
+	if pe.waitSeq == 0 {
+		pe.waitSeq, pe.waitSince = c.seq, c.now
+	}
 	pe.nextPing = c.now + uint64(c.cfg.IntervalTicks)
 }
 
@@ -478,109 +369,8 @@ func (c *Core) rebuildActive() {
 	c.dirty = false
 }
 
-func (c *Core) suspect(pe *peer, reason string, strong bool) {
-	c.seq++
-	pe.status = StatusSuspected
-	pe.susp = &suspicion{id: c.seq, minSeq: c.seq + 1, since: c.now, strong: strong}
-	c.dirty = true
-	c.stats.Suspicions++
-	c.emit(Suspected, pe.proc, reason)
-	c.startRound(pe)
-}
-
-func (c *Core) refute(pe *peer, reason string) {
-	if !pe.susp.strong {
-		// We suspected a live process on our own timing: perhaps we are
-		// the slow one.
-		c.bumpHealth()
-	}
-	pe.status, pe.susp, pe.watch = StatusAlive, nil, false
-	pe.lastHeard = c.now
-	c.dirty = true
-	c.stats.Refutations++
-	c.emit(Refuted, pe.proc, reason)
-}
-
-func (c *Core) confirm(pe *peer, reason string) {
-	pe.status, pe.susp, pe.watch, pe.monitored = StatusConfirmed, nil, false, false
-	c.gone++
-	c.stats.Confirmations++
-	c.emit(Confirmed, pe.proc, reason)
-	c.updateMonitors()
-}
-
-// startRound asks the next helpers to probe pe.
-func (c *Core) startRound(pe *peer) {
-	s := pe.susp
-	s.asked = c.helpers(pe.proc, s.round)
-	s.answered = s.answered[:0]
-	for _, h := range s.asked {
-		c.send(h, Message{Kind: KindPingReq, Seq: s.id, Target: pe.proc})
-		if !contains(s.everAsked, h) {
-			s.everAsked = append(s.everAsked, h)
-		}
-	}
-	s.deadline = c.now + c.scaled(c.cfg.RoundTicks)
-}
-
-// advance moves an open suspicion on at a tick: the fallback when nobody
-// can be asked, or the next round when this one is over.
-func (c *Core) advance(pe *peer) {
-	s := pe.susp
-	if c.Required(pe.proc) == 0 {
-		if wait := c.scaled(c.cfg.SuspectTicks); pe.down && c.now-pe.downAt >= wait {
-			c.confirm(pe, fmt.Sprintf("connection down and no ack for %d ticks; no other member to ask", c.now-pe.downAt))
-		}
-		return
-	}
-	if c.now < s.deadline {
-		return
-	}
-	missed := len(s.asked) == 0 // everyone we could ask is suspected too
-	for _, h := range s.asked {
-		if !contains(s.answered, h) {
-			missed = true // not even a Nack (Lifeguard's missed-nack rule)
-		}
-	}
-	if missed {
-		// The trouble may be ours: slow down rather than condemn.
-		c.bumpHealth()
-	}
-	s.round++
-	c.startRound(pe)
-}
-
-// helpers chooses the helpers of one round: a window of candidates (the
-// suspect's other monitors first, then ring neighbours), rotated by round
-// so that later rounds ask others. Processes this one suspects are not
-// asked.
-func (c *Core) helpers(target transport.Proc, round int) []transport.Proc {
-	ti, ok := c.index[target]
-	if !ok {
-		return nil
-	}
-	exclude := func(p transport.Proc) bool {
-		if p == c.self {
-			return true
-		}
-		pe := c.peers[p]
-		return pe != nil && pe.status != StatusAlive
-	}
-	cands := helperOrder(c.members, ti, c.cfg.Successors, 4*c.cfg.Helpers, c.isGone, exclude)
-	if len(cands) == 0 {
-		return nil
-	}
-	k := min(c.cfg.Helpers, len(cands))
-	start := round * c.cfg.Helpers % len(cands)
-	out := make([]transport.Proc, k)
-	for i := range out {
-		out[i] = cands[(start+i)%len(cands)]
-	}
-	return out
-}
-
 func (c *Core) onAck(from transport.Proc, seq uint64) {
-	c.acked = true
+	c.local.acked = true
 	kept := c.probes[:0]
 	for _, pr := range c.probes {
 		if pr.target == from && seq >= pr.probeSeq {
@@ -597,6 +387,7 @@ func (c *Core) onAck(from transport.Proc, seq uint64) {
 	if seq >= pe.downSeq {
 		pe.down = false
 	}
+	c.checkLateAck(pe, seq)
 	pe.lastHeard = c.now
 	if pe.watch && seq >= pe.watchSeq {
 		pe.watch = false
@@ -636,46 +427,4 @@ func (c *Core) onPingReq(observer transport.Proc, m Message) {
 		nextPing: c.now + uint64(c.cfg.IntervalTicks),
 		deadline: c.now + c.scaled(c.cfg.ProbeTicks),
 	})
-}
-
-func (c *Core) onIndirect(helper transport.Proc, m Message) {
-	pe := c.peers[m.Target]
-	if pe == nil || pe.status != StatusSuspected || pe.susp.id != m.Seq || !contains(pe.susp.everAsked, helper) {
-		c.stats.Ignored++ // stale or unsolicited
-		return
-	}
-	s := pe.susp
-	if contains(s.asked, helper) && !contains(s.answered, helper) {
-		s.answered = append(s.answered, helper)
-	}
-	if m.Kind == KindIndirectAck {
-		c.refute(pe, fmt.Sprintf("helper %d reached it", helper))
-		return
-	}
-	if !contains(s.nacks, helper) {
-		s.nacks = append(s.nacks, helper)
-	}
-	if need := c.Required(pe.proc); need > 0 && len(s.nacks) >= need {
-		c.confirm(pe, fmt.Sprintf("%d of %d required helpers could not reach it: %s", len(s.nacks), need, procList(s.nacks)))
-	}
-}
-
-func contains(ps []transport.Proc, p transport.Proc) bool {
-	for _, q := range ps {
-		if q == p {
-			return true
-		}
-	}
-	return false
-}
-
-func procList(ps []transport.Proc) string {
-	var b strings.Builder
-	for i, p := range ps {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprint(&b, uint32(p))
-	}
-	return b.String()
 }

@@ -234,13 +234,13 @@ func TestLocalHealth(t *testing.T) {
 		t.Fatalf("2 is %v", st)
 	}
 	c2 := newTestCore(t, cfg, 0, 8)
-	c2.health = 2
+	c2.local.score = 2
 	start := c2.Now()
 	var at uint64
 	for range 10 * cfg.SuspectTicks {
 		c2.Tick()
 		// keep the score up: nobody answers the helpers either
-		c2.health = 2
+		c2.local.score = 2
 		if _, evs := c2.Ready(); len(eventsOf(evs, Suspected)) > 0 && at == 0 {
 			at = c2.Now() - start
 		}
@@ -248,18 +248,23 @@ func TestLocalHealth(t *testing.T) {
 	if want := uint64(3 * cfg.SuspectTicks); at != want {
 		t.Errorf("suspected after %d ticks at score 2, want %d", at, want)
 	}
-	// Acks every interval bring the score down by one per interval.
+	// Acks bring the score down by one per stretched suspicion timeout
+	// without a new signal: from 3 to 0 in (4+3+2)·SuspectTicks.
 	c3 := newTestCore(t, cfg, 0, 8)
-	c3.health = 3
-	for range 3 * cfg.IntervalTicks {
+	c3.local.score = 3
+	for range 9*cfg.SuspectTicks - 1 {
 		c3.Tick()
 		out, _ := c3.Ready()
 		for _, o := range sentOf(out, KindPing) {
 			c3.Receive(o.To, Message{Kind: KindAck, Seq: o.Msg.Seq, Target: o.To})
 		}
 	}
+	if h := c3.LocalHealth(); h != 1 {
+		t.Errorf("score %d one tick before the third step down, want 1", h)
+	}
+	c3.Tick()
 	if h := c3.LocalHealth(); h != 0 {
-		t.Errorf("score %d after 3 intervals of acks, want 0", h)
+		t.Errorf("score %d after 9 suspicion timeouts of acks, want 0", h)
 	}
 }
 

@@ -82,6 +82,15 @@ func detect(t *testing.T, cfg CoreConfig, n, hop int, fault string, victim trans
 	}
 	s.minDelay, s.maxDelay = hop, hop
 	s.run(3 * cfg.SuspectTicks)
+	// DetectionBound holds at local health zero. A tight configuration
+	// (a suspicion timeout close to the round trip) may suspect, and so
+	// raise scores, at the start; on a quiet network they must fall back.
+	for calm := 0; !allHealthy(s); calm++ {
+		if calm > 10*cfg.SuspectTicks*(1+cfg.MaxLocalHealth) {
+			t.Fatalf("local health scores still up after warm-up on a quiet network")
+		}
+		s.run(1)
+	}
 	map[string]func(transport.Proc){"crash": s.crash, "kill": s.kill, "pause": s.pause}[fault](victim)
 	s.run(4 * cfg.DetectionBound(hop, false))
 	latency = -1
@@ -94,6 +103,15 @@ func detect(t *testing.T, cfg CoreConfig, n, hop int, fault string, victim trans
 		}
 	}
 	return latency, falsePos
+}
+
+func allHealthy(s *simNet) bool {
+	for _, c := range s.cores {
+		if c.LocalHealth() != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // TestDetectionTiming checks detection after the configured timeouts: never

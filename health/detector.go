@@ -31,6 +31,8 @@ type Stats struct {
 	Confirmations uint64
 	DroppedEvents uint64 // events a slow subscriber did not take in time
 	ProbesDropped uint64 // indirect probes refused at MaxPendingProbes
+	Stalls        uint64 // ticks that came half an interval or more late (this process was starved)
+	LateAcks      uint64 // heartbeat Acks far later than the peer's quickest
 	LocalHealth   int    // current local health score (0 = healthy)
 }
 
@@ -48,6 +50,8 @@ type Detector struct {
 
 	mu      sync.Mutex // guards everything below; see doc.go for the lock order
 	core    *Core
+	clock   func() time.Time // time.Now; tests replace it to fake a stall
+	lastRun time.Time        // when the tick loop last ran the Core
 	closed  bool
 	subs    []chan Event
 	senders map[transport.Proc]*peerSender
@@ -78,9 +82,10 @@ func New(cfg Config, self transport.Proc, members []transport.Proc, net Sender, 
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Detector{
 		cfg: cfg, net: net, log: logger.With("self", uint32(self)),
-		ctx: ctx, cancel: cancel, core: core,
+		ctx: ctx, cancel: cancel, core: core, clock: time.Now,
 		senders: map[transport.Proc]*peerSender{},
 	}
+	d.lastRun = d.clock()
 	d.goFunc(d.run)
 	return d, nil
 }
@@ -94,6 +99,10 @@ func (d *Detector) goFunc(f func()) {
 	}()
 }
 
+// run is the tick loop. Ticks the ticker drops (a slow or stopped process)
+// are not replayed; instead the loop measures, on the real clock, how late
+// each tick runs and reports it to the Core (Core.Late), which does not
+// take what it did not hear meanwhile as evidence.
 func (d *Detector) run() {
 	t := time.NewTicker(d.cfg.Tick)
 	defer t.Stop()
@@ -104,12 +113,24 @@ func (d *Detector) run() {
 		case <-t.C:
 			d.mu.Lock()
 			if !d.closed {
+				now := d.clock()
+				d.core.Late(missedTicks(now.Sub(d.lastRun), d.cfg.Tick))
+				d.lastRun = now
 				d.core.Tick()
 				d.flushLocked()
 			}
 			d.mu.Unlock()
 		}
 	}
+}
+
+// missedTicks is how many whole ticks a gap of gap between two runs of
+// the tick loop skipped.
+func missedTicks(gap, tick time.Duration) int {
+	if gap <= tick {
+		return 0
+	}
+	return int(min(gap/tick-1, 1<<30))
 }
 
 // Deliver hands the detector a message payload received from another
@@ -224,6 +245,8 @@ func (d *Detector) Stats() Stats {
 		Confirmations: cs.Confirmations,
 		DroppedEvents: d.droppedEvents.Load(),
 		ProbesDropped: cs.ProbesDropped,
+		Stalls:        cs.Stalls,
+		LateAcks:      cs.LateAcks,
 		LocalHealth:   h,
 	}
 }

@@ -211,7 +211,7 @@ func TestDetectorSteadyState(t *testing.T) {
 			if f := float64(s.Sent); f < 0.95*want || f > 1.05*want {
 				t.Errorf("detector %d sent %d messages in %d intervals, want about %.0f", i, s.Sent, intervals, want)
 			}
-			if s.SendErrors+s.SendDrops+s.BadMessages+s.Suspicions != 0 || s.LocalHealth != 0 {
+			if s.SendErrors+s.SendDrops+s.BadMessages+s.Suspicions+s.Stalls+s.LateAcks != 0 || s.LocalHealth != 0 {
 				t.Errorf("detector %d: %+v", i, s)
 			}
 		}
@@ -221,6 +221,50 @@ func TestDetectorSteadyState(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// The tick loop measures its own lateness on the real clock: a process
+// whose clock jumped (it was stopped or descheduled) reports a stall to
+// its Core, raises its local health score and accuses nobody.
+func TestDetectorReportsStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := LocalConfig()
+		c := newCluster(t, cfg, 8)
+		defer c.close()
+		events := c.dets[0].Subscribe()
+		advance(20 * cfg.HeartbeatInterval)
+		d := c.dets[0]
+		d.mu.Lock()
+		jump := 50 * cfg.SuspicionTimeout
+		d.clock = func() time.Time { return time.Now().Add(jump) }
+		d.mu.Unlock()
+		advance(cfg.Tick)
+		s := d.Stats()
+		if s.Stalls != 1 || s.LocalHealth < 1 {
+			t.Fatalf("after a clock jump of %v: %+v, want one stall and a raised score", jump, s)
+		}
+		advance(20 * cfg.HeartbeatInterval)
+		if s := d.Stats(); s.Stalls != 1 || s.Suspicions != 0 {
+			t.Errorf("after the stall: %+v, want no more stalls and no suspicion", s)
+		}
+		select {
+		case ev := <-events:
+			t.Errorf("event after a stall: %v", ev)
+		default:
+		}
+	})
+}
+
+func TestMissedTicks(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		gap  time.Duration
+		want int
+	}{{0, 0}, {-ms, 0}, {10 * ms, 0}, {19 * ms, 0}, {20 * ms, 1}, {1005 * ms, 99}, {1 << 62, 1 << 30}} {
+		if got := missedTicks(tc.gap, 10*ms); got != tc.want {
+			t.Errorf("missedTicks(%v, 10ms) = %d, want %d", tc.gap, got, tc.want)
+		}
+	}
 }
 
 // A subscriber that never reads loses events, counted, and the detector

@@ -21,7 +21,10 @@ import (
 //	tick N                       advance N ticks
 //	kill P                       SIGKILL: peers get PeerDown, sends to P fail
 //	crash P                      silent death: messages to P vanish
-//	pause P / resume P           SIGSTOP / SIGCONT: messages to P wait
+//	pause P... / resume P... [backlog K]
+//	                             SIGSTOP / SIGCONT (or a starved process): no ticks, messages
+//	                             to P wait; on resume the driver reports the stall (Late), and
+//	                             the waiting messages reach P only after K ticks (default 0)
 //	partition 0 | 1 2 3          messages between groups are lost; unlisted processes form one more group
 //	cut A B                      the link A–B loses messages both ways
 //	heal                         end partitions and cuts
@@ -130,12 +133,35 @@ func (r *scriptRun) exec(f []string) error {
 			return fmt.Errorf("tick: want a count, got %q", args[0])
 		}
 		r.net.run(n)
-	case "kill", "crash", "pause", "resume":
+	case "kill", "crash":
 		p, err := argProc(0)
 		if err != nil {
 			return err
 		}
-		map[string]func(transport.Proc){"kill": r.net.kill, "crash": r.net.crash, "pause": r.net.pause, "resume": r.net.resume}[cmd](p)
+		map[string]func(transport.Proc){"kill": r.net.kill, "crash": r.net.crash}[cmd](p)
+	case "pause", "resume":
+		backlog := 0
+		if n := len(args); n >= 2 && args[n-2] == "backlog" {
+			b, err := strconv.Atoi(args[n-1])
+			if err != nil || b < 0 || cmd != "resume" {
+				return fmt.Errorf("usage: resume P... [backlog K]")
+			}
+			backlog, args = b, args[:n-2]
+		}
+		if len(args) == 0 {
+			return fmt.Errorf("usage: %s P...", cmd)
+		}
+		for i := range args {
+			p, err := argProc(i)
+			if err != nil {
+				return err
+			}
+			if cmd == "pause" {
+				r.net.pause(p)
+			} else {
+				r.net.resume(p, backlog)
+			}
+		}
 	case "partition":
 		var groups [][]transport.Proc
 		cur := []transport.Proc{}

@@ -22,6 +22,9 @@ type simNet struct {
 	cores    []*Core
 	state    []procState
 	faultAt  []uint64 // step of the last fault injected on each process
+	pausedAt []uint64 // step each paused process stopped at
+	holdTo   []uint64 // messages to a process wait until this step (its reader is behind)
+	noLate   bool     // resume does not report the stall (a driver that does not measure it)
 	queue    []simMsg
 	order    uint64
 	rng      *rand.Rand
@@ -39,7 +42,7 @@ type procState uint8
 
 const (
 	running procState = iota
-	paused            // SIGSTOP: no ticks; messages to it wait
+	paused            // SIGSTOP or starved: no ticks; messages to it wait
 	killed            // SIGKILL: connections close, so peers get PeerDown
 	crashed           // silent death: messages to it vanish
 )
@@ -69,6 +72,7 @@ func (e simEvent) String() string {
 func newSimNet(cfg CoreConfig, n int, seed uint64) (*simNet, error) {
 	s := &simNet{
 		cfg: cfg, state: make([]procState, n), faultAt: make([]uint64, n), sent: make([]uint64, n),
+		pausedAt: make([]uint64, n), holdTo: make([]uint64, n),
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), minDelay: 1, maxDelay: 1,
 	}
 	members := make([]transport.Proc, n)
@@ -133,7 +137,7 @@ func (s *simNet) step() {
 	s.now++
 	var due, later []simMsg
 	for _, m := range s.queue {
-		if m.at <= s.now && s.state[m.to] != paused {
+		if m.at <= s.now && s.state[m.to] != paused && s.now >= s.holdTo[m.to] {
 			due = append(due, m)
 		} else {
 			later = append(later, m)
@@ -209,14 +213,28 @@ func (s *simNet) crash(p transport.Proc) {
 }
 
 func (s *simNet) pause(p transport.Proc) {
+	if s.state[p] != running {
+		return
+	}
 	s.state[p] = paused
 	s.faultAt[p] = s.now
+	s.pausedAt[p] = s.now
 }
 
-func (s *simNet) resume(p transport.Proc) {
-	if s.state[p] == paused {
-		s.state[p] = running
+// resume continues a paused process. Its driver sees that its clock
+// skipped the steps it was stopped for and reports them (Core.Late) before
+// its next tick, as Detector does. The messages that waited for it reach
+// its Core only after backlog more ticks: its timer fires before its
+// reader catches up, as when a stopped Go process continues.
+func (s *simNet) resume(p transport.Proc, backlog int) {
+	if s.state[p] != paused {
+		return
 	}
+	s.state[p] = running
+	if !s.noLate {
+		s.cores[p].Late(int(s.now - s.pausedAt[p]))
+	}
+	s.holdTo[p] = s.now + 1 + uint64(backlog)
 }
 
 func (s *simNet) partition(groups [][]transport.Proc) {
