@@ -16,7 +16,7 @@ type cost struct {
 	other       uint64 // every other frame but acks: writes, reads, atomics
 	otherBytes  uint64 // their bytes, headers included
 	acks        uint64 // acks (a receiver may ack several frames at once)
-	largestSent uint32 // the largest payload of a frame
+	largestSent uint32 // the largest payload of a frame other than a collective's (checkpoint data)
 }
 
 // frameCounter counts the frames each process sends, heartbeats and
@@ -52,8 +52,8 @@ func countFrames(nw *mem.Network) *frameCounter {
 		default:
 			fc.other++
 			fc.otherBytes += uint64(h.Len) + transport.HeaderSize
+			fc.largestSent = max(fc.largestSent, h.Len)
 		}
-		fc.largestSent = max(fc.largestSent, h.Len)
 		return mem.Deliver
 	})
 	return c
