@@ -147,8 +147,8 @@ func (rt *Runtime) drainLanding(ctx context.Context, epoch uint32) error {
 // call it after an operation failed with a *RankError; afterwards they
 // re-run their setup (SegmentCreate is idempotent for survivors) and
 // restore state. It returns ErrFenced if this process was itself replaced,
-// and the membership's error (for example no spares left) when the job
-// cannot go on.
+// the membership's error (for example no spares left) when the job
+// cannot go on, and ErrFinished when the job finished.
 func (rt *Runtime) Recover(ctx context.Context) error {
 	if rt.member == nil {
 		return fmt.Errorf("pgas: recover: no membership configured: %w", ErrInvalid)
@@ -164,6 +164,9 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 		v, ch := rt.viewAndChan()
 		if v.err != nil {
 			return v.err
+		}
+		if v.finished {
+			return fmt.Errorf("pgas: recover: %w (epoch %d): nothing to recover", ErrFinished, v.epoch)
 		}
 		if uint64(v.epoch) > rt.failEpoch.Load() && rt.ranksLive(v) {
 			if err := rt.drainLanding(ctx, v.epoch); err != nil {
@@ -241,13 +244,50 @@ func (rt *Runtime) waitPromotion(ctx context.Context) error {
 // have reached Finalize yet), brings a new process to its end state (from
 // a final checkpoint, say), and calls Finalize again; or it calls Close.
 // Any other outcome closes the runtime.
+//
+// Once the membership has recorded that the job finished, there is
+// nothing left to recover: every rank had reached Finalize, and the
+// processes that leave from then on are the job ending (a rank that has
+// passed the second barrier may leave while another still waits in it).
+// So a failure under Finalize is first held against the committed view
+// (waitVerdict): when the job turns out finished, Finalize closes the
+// runtime and returns nil.
 func (rt *Runtime) Finalize(ctx context.Context) error {
 	err := rt.finalizeOnce(ctx)
 	if err != nil && NeedsRecovery(err) && rt.member != nil && !rt.isClosed() && rt.halted() == nil {
-		return err
+		if !rt.waitVerdict(ctx) {
+			return err
+		}
+		rt.log.Info("finalize: the job finished; a process leaving meanwhile is no failure", "err", err)
+		err = nil
 	}
 	rt.Close()
 	return err
+}
+
+// waitVerdict waits, after a failure under Finalize, until the committed
+// view tells whether the job finished (true) or must recover first
+// (false: a newer epoch than the program's, or the job failed). It also
+// returns false when ctx ends or the runtime stops. A failure before the
+// Finish record commits is reported by the failure detector and ends in a
+// newer epoch, so the wait lasts about a detection.
+func (rt *Runtime) waitVerdict(ctx context.Context) bool {
+	for {
+		v, ch := rt.viewAndChan()
+		switch {
+		case v.finished:
+			return true
+		case v.epoch != rt.appEpoch.Load(), v.err != nil, rt.halted() != nil:
+			return false
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		case <-rt.closed:
+			return false
+		}
+	}
 }
 
 func (rt *Runtime) finalizeOnce(ctx context.Context) error {

@@ -1,0 +1,105 @@
+package pgas
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// publish delivers the fake membership's current view to every process:
+// until then a Finish is committed but not yet applied anywhere, as on a
+// process whose copy of the log lags.
+func (f *fakeMembership) publish() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, h := range f.handles {
+		h.push(f.cur)
+	}
+}
+
+// Rule: once the job is recorded finished, a process leaving is the job
+// ending. A rank that passed the second barrier of Finalize may leave
+// while another still waits in it; the one left waiting must not ask for
+// a recovery (there is nothing to recover, and no newer view will come)
+// but end as the others did.
+func TestFinalizeEndsWhenARankLeavesAfterFinish(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _, _, fm, _ := newFTJob(t, 3, 0)
+		ctx := context.Background()
+		errs := make(chan error, 2)
+		for _, rt := range rts[:2] {
+			go func() { errs <- rt.Finalize(ctx) }()
+		}
+		// Rank 2 takes part in the first barrier only, then leaves: as a
+		// rank whose last frames of the second barrier were lost when its
+		// connections closed.
+		if err := rts[2].Barrier(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // ranks 0 and 1 wait in the second barrier
+		if !slices.Equal(fm.finished, []transport.Proc{0}) {
+			t.Fatalf("Finish recorded by %v, want proc 0", fm.finished)
+		}
+		rts[2].Close()
+		synctest.Wait() // their barrier broke: they wait for the membership's verdict
+		fm.publish()
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Errorf("Finalize = %v, want nil: the job had finished", err)
+			}
+		}
+		for _, rt := range rts[:2] {
+			if !rt.isClosed() {
+				t.Errorf("rank %d: runtime still open after Finalize", rt.Rank())
+			}
+		}
+	})
+}
+
+// Rule: a failure under Finalize before the job is recorded finished is
+// still recovered from: Finalize returns it once the membership commits
+// the newer epoch, with the runtime open.
+func TestFinalizeFailureBeforeFinishIsRecovered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _, nw, fm, _ := newFTJob(t, 3, 1)
+		ctx := context.Background()
+		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		nw.Kill(2)
+		each(t, rts[:2], func(rt *Runtime) error {
+			err := rt.Finalize(ctx)
+			if !NeedsRecovery(err) {
+				t.Errorf("rank %d: Finalize = %v, want an error needing recovery", rt.Rank(), err)
+			}
+			if rt.isClosed() {
+				t.Errorf("rank %d: runtime closed by a Finalize that needs recovery", rt.Rank())
+			}
+			return nil
+		})
+		if len(fm.finished) != 0 {
+			t.Errorf("Finish recorded by %v before every rank reached Finalize", fm.finished)
+		}
+	})
+}
+
+// Rule: Recover returns ErrFinished once the job is recorded finished,
+// instead of waiting for a view that will never come.
+func TestRecoverReturnsOnceFinished(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _, _, fm, handles := newFTJob(t, 2, 0)
+		rts[0].noteFailure(1) // a peer seen failing: Recover would wait for a newer epoch
+		if err := handles[0].Finish(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		fm.publish()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rts[0].Recover(ctx); !errors.Is(err, ErrFinished) {
+			t.Fatalf("Recover = %v, want ErrFinished", err)
+		}
+	})
+}
