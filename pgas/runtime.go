@@ -284,19 +284,25 @@ func (rt *Runtime) StateVector() []health.Entry {
 	return out
 }
 
-// Close stops the runtime: the transport first, then every goroutine the
-// runtime owns. Blocked calls return ErrClosed. Close is idempotent.
+// Close stops the runtime: the failure detector, the goodbyes to the
+// peers (at most goodbyeTimeout), the transport, the membership (whose
+// Close is bounded too: spares.Config.ShutdownTimeout), then every
+// goroutine the runtime owns. Blocked calls return ErrClosed. Close is
+// idempotent.
 func (rt *Runtime) Close() error {
 	rt.closeOnce.Do(func() {
 		rt.closing.Store(true)
 		st := rt.Stats()
 		rt.log.Info("runtime closed", "rank", rt.Rank(), "epoch", rt.Epoch(), "frames_rejected", st.FramesRejected,
 			"remote_errors", st.RemoteErrors, "peers_down", st.PeersDown, "stale_applied", st.StaleApplied, "direct_writes", st.DirectWrites)
+		// The detector stops first: a process that is leaving must not
+		// suspect, report or vouch about peers that leave around it, nor
+		// keep probing while its own goodbyes go out.
+		rt.closeDetector()
 		rt.sayGoodbye()
 		close(rt.closed)
 		rt.endLife()
 		rt.closeErr = rt.tr.Close()
-		rt.closeDetector()
 		closeOwned(&rt.cfg)
 		for _, p := range rt.peers {
 			p.fail(ErrClosed)
