@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/mem"
 )
 
 // publish delivers the fake membership's current view to every process:
@@ -100,6 +102,34 @@ func TestRecoverReturnsOnceFinished(t *testing.T) {
 		defer cancel()
 		if err := rts[0].Recover(ctx); !errors.Is(err, ErrFinished) {
 			t.Fatalf("Recover = %v, want ErrFinished", err)
+		}
+	})
+}
+
+// Rule: Close stops the failure detector before it says goodbye, so a
+// leaving process neither reports nor vouches for the peers that leave
+// around it while its goodbyes go out.
+func TestCloseStopsDetectorBeforeGoodbye(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _, nw, _, _ := newFTJob(t, 3, 0)
+		var goodbyes, detectorRunning atomic.Int32
+		nw.BeforeFrame(func(from, to transport.Proc, h *transport.Header) mem.Action {
+			if from == 0 && h.Type == transport.FrameControl && h.A == ctlGoodbye {
+				goodbyes.Add(1)
+				select {
+				case _, open := <-rts[0].det.Subscribe():
+					if open {
+						detectorRunning.Add(1)
+					}
+				default: // open, and no event: still running
+					detectorRunning.Add(1)
+				}
+			}
+			return mem.Deliver
+		})
+		rts[0].Close()
+		if goodbyes.Load() != 2 || detectorRunning.Load() != 0 {
+			t.Fatalf("%d goodbyes sent, %d of them while the detector still ran; want 2 and 0", goodbyes.Load(), detectorRunning.Load())
 		}
 	})
 }
