@@ -133,3 +133,47 @@ func TestCloseStopsDetectorBeforeGoodbye(t *testing.T) {
 		}
 	})
 }
+
+// stuckSends is a transport whose goodbyes block until release closes,
+// whatever their context and even after Close: a transport that breaks
+// its promise that Close ends every send.
+type stuckSends struct {
+	*mem.Transport
+	release <-chan struct{}
+}
+
+func (s stuckSends) Send(ctx context.Context, to transport.Proc, h *transport.Header, payload []byte) error {
+	if h.Type == transport.FrameControl && h.A == ctlGoodbye {
+		<-s.release
+		return transport.ErrClosed
+	}
+	return s.Transport.Send(ctx, to, h, payload)
+}
+
+// Rule: Close ends in bounded time even when a goroutine of the runtime
+// stays blocked in the transport after it closed (closeWait).
+func TestCloseBoundedWhenSendNeverReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		rts, _, _, _, _ := newFTJobOn(t, 2, 0, nil, func(c *Config) {
+			if c.Proc == 0 {
+				c.Transport = stuckSends{Transport: c.Transport.(*mem.Transport), release: release}
+			}
+		})
+		t.Cleanup(func() { close(release) }) // before the job's own cleanup
+		done := make(chan time.Duration, 1)
+		go func() {
+			start := time.Now()
+			rts[0].Close()
+			done <- time.Since(start)
+		}()
+		select {
+		case took := <-done:
+			if want := closeWait + goodbyeTimeout(1); took < closeWait || took > want {
+				t.Fatalf("Close took %v (fake time), want between closeWait %v and %v", took, closeWait, want)
+			}
+		case <-time.After(10 * closeWait):
+			t.Fatalf("Close still blocked after %v (fake time)", 10*closeWait)
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/obs"
@@ -310,7 +311,11 @@ func (rt *Runtime) Close() error {
 		rt.failRequests(func(*request) bool { return true }, ErrClosed)
 		rt.mail.close()
 		rt.passive.close()
-		rt.wg.Wait()
+		if !rt.waitGoroutines(closeWait) {
+			rt.log.Warn("runtime goroutines still running after the transport closed; left to the process's exit with the segments they may use",
+				"waited", closeWait)
+			return
+		}
 		rt.segMu.Lock()
 		for id, si := range rt.segs {
 			si.dropDirect()
@@ -320,6 +325,30 @@ func (rt *Runtime) Close() error {
 		rt.segMu.Unlock()
 	})
 	return rt.closeErr
+}
+
+// closeWait bounds Close's wait for the runtime's goroutines once the
+// transport is closed. They end as soon as their sends fail, which a
+// transport's Close promises; one that breaks the promise must not hang
+// the process at exit. Goroutines still running after it are left to the
+// process's exit, and so are the segments they may still use.
+const closeWait = 5 * time.Second
+
+// waitGoroutines waits up to d for the goroutines the runtime owns.
+func (rt *Runtime) waitGoroutines(d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		rt.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 func (rt *Runtime) isClosed() bool {
