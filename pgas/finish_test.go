@@ -68,10 +68,11 @@ func TestFinalizeEndsWhenARankLeavesAfterFinish(t *testing.T) {
 // the newer epoch, with the runtime open.
 func TestFinalizeFailureBeforeFinishIsRecovered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rts, _, nw, fm, _ := newFTJob(t, 3, 1)
+		rts, promoted, nw, fm, _ := newFTJob(t, 3, 1)
 		ctx := context.Background()
 		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
 		nw.Kill(2)
+		defer func() { (<-promoted).Close() }() // the spare that takes rank 2
 		each(t, rts[:2], func(rt *Runtime) error {
 			err := rt.Finalize(ctx)
 			if !NeedsRecovery(err) {
