@@ -158,6 +158,13 @@ func NewNode(cfg Config) (_ *Node, err error) {
 		MaxPool: 3,
 		Timeout: cfg.TransportTimeout,
 		Logger:  hlog,
+		// No pipelined replication: its sender and decoder can wedge each
+		// other for good once a follower rejects an append or answers
+		// with a newer term (hashicorp/raft#612), and the wedged
+		// replication goroutine then holds Raft's Shutdown for ever. The
+		// membership's log is a handful of small entries: one append at a
+		// time costs nothing here.
+		MaxRPCsInFlight: 1,
 	})
 	cleanup = append(cleanup, func() { trans.Close() })
 	n.trans = trans

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/hashicorp/raft"
 )
 
 // Shutdown tests: a node whose only peer never answers, so that Raft's
@@ -164,5 +165,17 @@ func TestExitCodeOfFinished(t *testing.T) {
 	err := fmt.Errorf("kmeans: restore: %w", fmt.Errorf("pgas: recover: %w", pgas.ErrFinished))
 	if got := ExitCodeOf(err); got != 0 {
 		t.Fatalf("ExitCodeOf(%v) = %d, want 0", err, got)
+	}
+}
+
+// The Raft transport replicates one append at a time: pipelined
+// replication can wedge for good (hashicorp/raft#612), and a wedged
+// replication goroutine holds Raft's Shutdown for ever.
+func TestRaftTransportDoesNotPipeline(t *testing.T) {
+	n, _ := silentPeer(t, nil)
+	defer n.Shutdown()
+	_, err := n.trans.AppendEntriesPipeline(serverID(1), raft.ServerAddress(n.cfg.Members[1].RaftAddr))
+	if !errors.Is(err, raft.ErrPipelineReplicationNotSupported) {
+		t.Fatalf("AppendEntriesPipeline = %v, want raft.ErrPipelineReplicationNotSupported", err)
 	}
 }
