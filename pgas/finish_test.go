@@ -178,3 +178,43 @@ func TestCloseBoundedWhenSendNeverReturns(t *testing.T) {
 		}
 	})
 }
+
+// slowFinisher is a membership that never records the end of the job.
+type slowFinisher struct{ *fakeHandle }
+
+func (s slowFinisher) Finish(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// Rule: a membership that cannot record the end of the job holds
+// Finalize for at most finishTimeout; the ranks then end as usual (idle
+// spares learn the end from their goodbyes).
+func TestFinalizeBoundedWhenFinishNeverCommits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _, _, _, _ := newFTJobOn(t, 3, 0, nil, func(c *Config) {
+			if c.Proc == 0 {
+				c.Membership = slowFinisher{c.Membership.(*fakeHandle)}
+			}
+		})
+		ctx := context.Background()
+		done := make(chan error, len(rts))
+		start := time.Now()
+		for _, rt := range rts {
+			go func() { done <- rt.Finalize(ctx) }()
+		}
+		for range rts {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Finalize = %v, want nil", err)
+				}
+			case <-time.After(10 * finishTimeout):
+				t.Fatalf("Finalize still blocked after %v (fake time)", 10*finishTimeout)
+			}
+		}
+		if took := time.Since(start); took < finishTimeout {
+			t.Errorf("Finalize took %v, less than finishTimeout %v: was Finish waited for at all?", took, finishTimeout)
+		}
+	})
+}

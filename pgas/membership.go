@@ -237,6 +237,8 @@ func (rt *Runtime) waitPromotion(ctx context.Context) error {
 // the membership record that the job finished (so idle spares stop
 // waiting and exit), then a second barrier so that no rank takes its share
 // of the membership's quorum away before that is committed, then Close.
+// The record is waited for at most finishTimeout (idle spares also learn
+// the end from the ranks' goodbyes).
 //
 // A membership change under Finalize (a rank lost, or only an idle spare)
 // returns its error (NeedsRecovery holds) and leaves the runtime open: the
@@ -290,11 +292,24 @@ func (rt *Runtime) waitVerdict(ctx context.Context) bool {
 	}
 }
 
+// finishTimeout bounds the wait for the membership to record that the job
+// finished. The record is for idle spares, which also learn the end from
+// the ranks' goodbyes (spareSeesEnd): a membership that cannot commit
+// within it must not hold every rank at exit.
+const finishTimeout = 30 * time.Second
+
 func (rt *Runtime) finalizeOnce(ctx context.Context) error {
 	err := rt.Barrier(ctx, nil)
 	if live := rt.view.Load().live; err == nil && len(live) > 0 && rt.Rank() == live[0] {
 		if f, ok := rt.member.(Finisher); ok {
-			err = f.Finish(ctx)
+			fctx, cancel := context.WithTimeout(ctx, finishTimeout)
+			err = f.Finish(fctx)
+			cancel()
+			if err != nil && ctx.Err() == nil && fctx.Err() != nil {
+				rt.log.Warn("finalize: the membership did not record the end of the job in time; idle spares learn it from the goodbyes",
+					"waited", finishTimeout, "err", err)
+				err = nil
+			}
 		}
 	}
 	if err == nil {
