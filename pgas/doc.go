@@ -98,9 +98,15 @@
 // several goroutines are allowed but Wait then covers all of them. The
 // runtime owns these goroutines: the transport's reader per peer (which
 // applies incoming frames and never blocks on a send), and one outbox
-// drainer per peer while replies are pending. Close stops the transport
-// first, then waits for them, then closes the membership and the launcher
-// (Config), which Init owns from the call on.
+// drainer per peer while replies are pending. Close stops the failure
+// detector first (a leaving process neither reports nor vouches for the
+// peers leaving around it), says goodbye to the peers (bounded by
+// goodbyeTimeout, peer.go), stops the transport, closes the membership
+// and the launcher (Config), which Init owns from the call on, and waits
+// for its goroutines, which end once the transport's sends fail. Each
+// step is bounded whatever the peers and the membership do, provided the
+// transport's Close is (the membership's is: see spares.Config.
+// ShutdownTimeout).
 //
 // # Seams and structure
 //

@@ -56,6 +56,10 @@ var (
 	// ErrNotPromoted is returned by Init for a spare process when the job
 	// ends without promoting it.
 	ErrNotPromoted = errors.New("pgas: spare not promoted")
+	// ErrFinished is returned by Recover once the membership has recorded
+	// that the job finished: every rank had reached Finalize, so nothing is
+	// left to recover and no newer view will come. The program ends.
+	ErrFinished = errors.New("pgas: the job finished")
 )
 
 // RankError says that operation Op could not complete because of rank

@@ -146,8 +146,8 @@ func (rt *Runtime) drainLanding(ctx context.Context, epoch uint32) error {
 // call it after an operation failed with a *RankError; afterwards they
 // re-run their setup (SegmentCreate is idempotent for survivors) and
 // restore state. It returns ErrFenced if this process was itself replaced,
-// and the membership's error (for example no spares left) when the job
-// cannot go on.
+// the membership's error (for example no spares left) when the job
+// cannot go on, and ErrFinished when the job finished.
 func (rt *Runtime) Recover(ctx context.Context) error {
 	if rt.member == nil {
 		return fmt.Errorf("pgas: recover: no membership configured: %w", ErrInvalid)
@@ -163,6 +163,9 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 		v, ch := rt.viewAndChan()
 		if v.err != nil {
 			return v.err
+		}
+		if v.finished {
+			return fmt.Errorf("pgas: recover: %w (epoch %d): nothing to recover", ErrFinished, v.epoch)
 		}
 		if uint64(v.epoch) > rt.failEpoch.Load() && rt.ranksLive(v) {
 			if err := rt.drainLanding(ctx, v.epoch); err != nil {
@@ -233,6 +236,8 @@ func (rt *Runtime) waitPromotion(ctx context.Context) error {
 // the membership record that the job finished (so idle spares stop
 // waiting and exit), then a second barrier so that no rank takes its share
 // of the membership's quorum away before that is committed, then Close.
+// The record is waited for at most finishTimeout (idle spares also learn
+// the end from the ranks' goodbyes).
 //
 // A membership change under Finalize (a rank lost, or only an idle spare)
 // returns its error (NeedsRecovery holds) and leaves the runtime open: the
@@ -240,20 +245,70 @@ func (rt *Runtime) waitPromotion(ctx context.Context) error {
 // have reached Finalize yet), brings a new process to its end state (from
 // a final checkpoint, say), and calls Finalize again; or it calls Close.
 // Any other outcome closes the runtime.
+//
+// Once the membership has recorded that the job finished, there is
+// nothing left to recover: every rank had reached Finalize, and the
+// processes that leave from then on are the job ending (a rank that has
+// passed the second barrier may leave while another still waits in it).
+// So a failure under Finalize is first held against the committed view
+// (waitVerdict): when the job turns out finished, Finalize closes the
+// runtime and returns nil.
 func (rt *Runtime) Finalize(ctx context.Context) error {
 	err := rt.finalizeOnce(ctx)
 	if err != nil && NeedsRecovery(err) && rt.member != nil && !rt.isClosed() && rt.halted() == nil {
-		return err
+		if !rt.waitVerdict(ctx) {
+			return err
+		}
+		rt.log.Info("finalize: the job finished; a process leaving meanwhile is no failure", "err", err)
+		err = nil
 	}
 	rt.Close()
 	return err
 }
 
+// waitVerdict waits, after a failure under Finalize, until the committed
+// view tells whether the job finished (true) or must recover first
+// (false: a newer epoch than the program's, or the job failed). It also
+// returns false when ctx ends or the runtime stops. A failure before the
+// Finish record commits is reported by the failure detector and ends in a
+// newer epoch, so the wait lasts about a detection.
+func (rt *Runtime) waitVerdict(ctx context.Context) bool {
+	for {
+		v, ch := rt.viewAndChan()
+		switch {
+		case v.finished:
+			return true
+		case v.epoch != rt.appEpoch.Load(), v.err != nil, rt.halted() != nil:
+			return false
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		case <-rt.closed:
+			return false
+		}
+	}
+}
+
+// finishTimeout bounds the wait for the membership to record that the job
+// finished. The record is for idle spares, which also learn the end from
+// the ranks' goodbyes (spareSeesEnd): a membership that cannot commit
+// within it must not hold every rank at exit.
+const finishTimeout = 30 * time.Second
+
 func (rt *Runtime) finalizeOnce(ctx context.Context) error {
 	err := rt.Barrier(ctx, nil)
 	if live := rt.view.Load().live; err == nil && len(live) > 0 && rt.Rank() == live[0] {
 		if f, ok := rt.member.(Finisher); ok {
-			err = f.Finish(ctx)
+			fctx, cancel := context.WithTimeout(ctx, finishTimeout)
+			err = f.Finish(fctx)
+			cancel()
+			if err != nil && ctx.Err() == nil && fctx.Err() != nil {
+				rt.log.Warn("finalize: the membership did not record the end of the job in time; idle spares learn it from the goodbyes",
+					"waited", finishTimeout, "err", err)
+				err = nil
+			}
 		}
 	}
 	if err == nil {

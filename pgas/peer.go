@@ -43,30 +43,63 @@ type peer struct {
 	lostNanos atomic.Int64 // when its connection was lost (Unix ns), 0 before
 }
 
+// Goodbyes are bounded by goodbyeTimeout: a base for the round trip, and
+// a little per peer, because on a busy host a process that says goodbye
+// to hundreds of peers, each leaving at the same time, gets the CPU for
+// only part of that time. A goodbye that is not acknowledged in time
+// may be lost when the transport closes: the peer then takes the closed
+// connection for a failure, which the membership sorts out (Finalize
+// waits for its verdict), so the bound trades accuracy, never safety.
+const (
+	goodbyeBase    = 100 * time.Millisecond
+	goodbyePerPeer = 2 * time.Millisecond
+	goodbyeMax     = time.Second
+)
+
+func goodbyeTimeout(peers int) time.Duration {
+	return min(goodbyeBase+time.Duration(peers)*goodbyePerPeer, goodbyeMax)
+}
+
 // sayGoodbye tells every live peer this process talked to, and every idle
 // spare, briefly, that this process is leaving on purpose, so that its
 // connections closing is not taken for a failure. The goodbye is
 // sequenced and acknowledged: a transport may drop frames still in flight
 // when it closes, and an idle spare counts goodbyes (spareSeesEnd). A
 // process never talked to has no connection to lose, so a goodbye costs
-// O(partners + spares), not N - 1 messages.
+// O(partners + spares), not N - 1 messages. It returns within
+// goodbyeTimeout even when a send holds a peer's locks: the goodbyes
+// still under way then end with the transport.
 func (rt *Runtime) sayGoodbye() {
 	if rt.halted() != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
 	v := rt.view.Load()
 	for _, s := range v.spares {
 		rt.peers.get(s) // an idle spare hears it even if never talked to
 	}
-	var sent []pendingOp
-	var partners []*peer
-	rt.peers.each(func(p *peer) { partners = append(partners, p) })
-	for _, p := range partners {
-		if p.proc == rt.self || p.isDown() || v.failed[p.proc] {
-			continue
+	var live []*peer
+	rt.peers.each(func(p *peer) {
+		if p.proc != rt.self && !p.isDown() && !v.failed[p.proc] {
+			live = append(live, p)
 		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), goodbyeTimeout(len(live)))
+	defer cancel()
+	done := make(chan struct{})
+	rt.goFunc(func() {
+		defer close(done)
+		rt.goodbyes(ctx, live)
+	})
+	select {
+	case <-done:
+	case <-ctx.Done():
+		rt.log.Debug("goodbyes not all acknowledged in time", "peers", len(live), "bound", goodbyeTimeout(len(live)))
+	}
+}
+
+func (rt *Runtime) goodbyes(ctx context.Context, live []*peer) {
+	var sent []pendingOp
+	for _, p := range live {
 		// Acks of what this process applied go first: the peer may wait
 		// for them, and the outbox is abandoned once Close goes on.
 		rt.flushAcks(ctx, p)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/obs"
@@ -277,25 +278,35 @@ func (rt *Runtime) StateVector() []health.Entry {
 	return out
 }
 
-// Close stops the runtime: the transport first, then every goroutine the
-// runtime owns. Blocked calls return ErrClosed. Close is idempotent.
+// Close stops the runtime: the failure detector, the goodbyes to the
+// peers (at most goodbyeTimeout), the transport, the membership (whose
+// Close is bounded too: spares.Config.ShutdownTimeout), then every
+// goroutine the runtime owns. Blocked calls return ErrClosed. Close is
+// idempotent.
 func (rt *Runtime) Close() error {
 	rt.closeOnce.Do(func() {
 		rt.closing.Store(true)
 		st := rt.Stats()
 		rt.log.Info("runtime closed", "rank", rt.Rank(), "epoch", rt.Epoch(), "frames_rejected", st.FramesRejected,
 			"remote_errors", st.RemoteErrors, "peers_down", st.PeersDown, "stale_applied", st.StaleApplied, "direct_writes", st.DirectWrites)
+		// The detector stops first: a process that is leaving must not
+		// suspect, report or vouch about peers that leave around it, nor
+		// keep probing while its own goodbyes go out.
+		rt.closeDetector()
 		rt.sayGoodbye()
 		close(rt.closed)
 		rt.endLife()
 		rt.closeErr = rt.tr.Close()
-		rt.closeDetector()
 		closeOwned(&rt.cfg)
 		rt.peers.failAll(ErrClosed)
 		rt.failRequests(func(*request) bool { return true }, ErrClosed)
 		rt.mail.close()
 		rt.passive.close()
-		rt.wg.Wait()
+		if !rt.waitGoroutines(closeWait) {
+			rt.log.Warn("runtime goroutines still running after the transport closed; left to the process's exit with the segments they may use",
+				"waited", closeWait)
+			return
+		}
 		rt.segMu.Lock()
 		for id, si := range rt.segs {
 			si.dropDirect()
@@ -305,6 +316,30 @@ func (rt *Runtime) Close() error {
 		rt.segMu.Unlock()
 	})
 	return rt.closeErr
+}
+
+// closeWait bounds Close's wait for the runtime's goroutines once the
+// transport is closed. They end as soon as their sends fail, which a
+// transport's Close promises; one that breaks the promise must not hang
+// the process at exit. Goroutines still running after it are left to the
+// process's exit, and so are the segments they may still use.
+const closeWait = 5 * time.Second
+
+// waitGoroutines waits up to d for the goroutines the runtime owns.
+func (rt *Runtime) waitGoroutines(d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		rt.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 func (rt *Runtime) isClosed() bool {

@@ -125,6 +125,15 @@ type Config struct {
 	// periods of reaching any of them, even though it left the Raft
 	// configuration and gets no log entries any more.
 	StandingInterval time.Duration
+	// ShutdownTimeout bounds the wait for Raft in Node.Shutdown. A Raft
+	// that has not stopped by then (a replication or vote RPC stuck on a
+	// peer that stopped answering, say) has its transport closed, so that
+	// every blocked RPC fails, and gets a quarter of this again; after
+	// that it is abandoned (logged once) and Shutdown returns, so a
+	// process never hangs at exit. Raft stops in milliseconds when all
+	// is well and no RPC outlives TransportTimeout, so the default, 3s,
+	// is only reached by a shutdown that would have hung.
+	ShutdownTimeout time.Duration
 
 	// Logger receives membership events (epoch changes, promotions, voter
 	// changes, refused connections) and Raft's own warnings and errors.
@@ -157,6 +166,7 @@ func DefaultConfig() Config {
 		SnapshotThreshold:  1024,
 		CutOff:             DefaultCutOff,
 		StandingInterval:   500 * time.Millisecond,
+		ShutdownTimeout:    3 * time.Second,
 	}
 }
 
@@ -221,6 +231,7 @@ func (c *Config) Validate() error {
 		{"RPCTimeout", c.RPCTimeout}, {"ProposeRetryMin", c.ProposeRetryMin},
 		{"ProposeRetryMax", c.ProposeRetryMax}, {"ReconcileInterval", c.ReconcileInterval},
 		{"CutOff", c.CutOff}, {"StandingInterval", c.StandingInterval},
+		{"ShutdownTimeout", c.ShutdownTimeout},
 	}
 	for _, p := range pos {
 		if p.v <= 0 {

@@ -77,7 +77,9 @@
 // the leader loop. All are owned by the Node and stopped by Shutdown,
 // which closes the control listener, shuts Raft down (closing its
 // transport), waits for the goroutines, then closes Watch channels and
-// stores.
+// stores. Shutdown is bounded (Config.ShutdownTimeout, shutdown.go): a
+// Raft that does not stop in time has its transport closed under it, and
+// is abandoned, stores and all, if even that does not stop it.
 //
 // Locks: fsm.mu (state, change channel, watchers), Node.mu (closed flag
 // and goroutine registration) and authListener.mu (pending handshakes) are

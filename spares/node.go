@@ -35,6 +35,7 @@ type Node struct {
 
 	fsm    *fsm
 	raft   *raft.Raft
+	trans  *raft.NetworkTransport // closed early by a Shutdown that Raft does not finish in time
 	stream *raftStream
 	ctlLn  *authListener
 	stores []io.Closer
@@ -157,8 +158,16 @@ func NewNode(cfg Config) (_ *Node, err error) {
 		MaxPool: 3,
 		Timeout: cfg.TransportTimeout,
 		Logger:  hlog,
+		// No pipelined replication: its sender and decoder can wedge each
+		// other for good once a follower rejects an append or answers
+		// with a newer term (hashicorp/raft#612), and the wedged
+		// replication goroutine then holds Raft's Shutdown for ever. The
+		// membership's log is a handful of small entries: one append at a
+		// time costs nothing here.
+		MaxRPCsInFlight: 1,
 	})
 	cleanup = append(cleanup, func() { trans.Close() })
+	n.trans = trans
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = serverID(cfg.Proc)
@@ -272,27 +281,13 @@ func (n *Node) isClosed() bool {
 func (n *Node) Proc() uint32 { return n.cfg.Proc }
 
 // Shutdown stops the control RPC, Raft and the node's goroutines, closes
-// the stores and every Watch channel. Blocking calls return ErrClosed. It is
-// idempotent and returns the first shutdown's error.
+// the stores and every Watch channel. Blocking calls return ErrClosed. It
+// returns in bounded time whatever Raft is doing (see shutdown.go and
+// Config.ShutdownTimeout): a Raft that does not stop is abandoned, and
+// Shutdown then returns an error wrapping ErrTimeout. It is idempotent and
+// returns the first shutdown's error.
 func (n *Node) Shutdown() error {
-	n.shutdownOnce.Do(func() {
-		n.mu.Lock()
-		n.closed = true
-		close(n.closeCh)
-		n.mu.Unlock()
-		n.cancel()
-		n.ctlLn.Close()
-		err := n.raft.Shutdown().Error() // also closes the transport and its stream
-		n.stream.Close()
-		n.wg.Wait()
-		n.fsm.close()
-		for _, s := range n.stores {
-			if cerr := s.Close(); cerr != nil && err == nil {
-				err = cerr
-			}
-		}
-		n.shutdownErr = err
-	})
+	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown() })
 	return n.shutdownErr
 }
 

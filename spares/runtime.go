@@ -88,13 +88,16 @@ func toView(st State) pgas.View {
 }
 
 // ExitCodeOf is the exit code for a fault-tolerant program's main, from
-// the error that ended it: 0 for a spare that was never needed,
+// the error that ended it: 0 for a spare that was never needed, and for a
+// process that found the job finished while it recovered
+// (pgas.ErrFinished: every rank had done its work),
 // ExitSparesExhausted when no spare was left, ExitDeclaredFailed for a
 // fenced process, ExitNoRendezvous when the rendezvous was not reached in
 // time, 1 otherwise.
 func ExitCodeOf(err error) int {
 	switch {
-	case err == nil, errors.Is(err, pgas.ErrNotPromoted) && !errors.Is(err, ErrSparesExhausted):
+	case err == nil, errors.Is(err, pgas.ErrNotPromoted) && !errors.Is(err, ErrSparesExhausted),
+		errors.Is(err, pgas.ErrFinished):
 		return 0
 	case errors.Is(err, pgas.ErrFenced):
 		return ExitDeclaredFailed

@@ -40,9 +40,13 @@ type authListener struct {
 
 	conns chan *authConn
 	done  chan struct{}
-	once  sync.Once
-	wg    sync.WaitGroup
-	door  *admit.Door // admission, counters and the refusal log
+	// dials ends at Close: a Raft dial still in its handshake then fails
+	// at once instead of holding Raft's shutdown until its deadline.
+	dials    context.Context
+	stopDial context.CancelFunc
+	once     sync.Once
+	wg       sync.WaitGroup
+	door     *admit.Door // admission, counters and the refusal log
 
 	mu      sync.Mutex
 	pending map[net.Conn]struct{}  // handshakes under way
@@ -117,6 +121,7 @@ func newAuthListener(ln net.Listener, token []byte, secure bool, p auth.Purpose,
 		live:    map[*authConn]struct{}{},
 		door:    admit.Shared().Door("spares "+purposeName(p), log, admit.LogConfig{}),
 	}
+	l.dials, l.stopDial = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l
@@ -211,6 +216,7 @@ func (l *authListener) Accept() (net.Conn, error) {
 // goroutines. Idempotent.
 func (l *authListener) Close() error {
 	l.once.Do(func() {
+		l.stopDial()
 		l.mu.Lock()
 		close(l.done)
 		for c := range l.pending {
@@ -251,7 +257,14 @@ func dialAuth(ctx context.Context, addr string, token []byte, secure bool, p aut
 		deadline = dl
 	}
 	_ = c.SetDeadline(deadline)
+	// ctx ending (the caller giving up, the stream closing) ends the
+	// handshake at once, not at its deadline.
+	raw := c
+	stop := context.AfterFunc(ctx, func() { raw.Close() })
 	c, peer, err := auth.Dial(c, token, p, self, secure)
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("spares: %s connection to %s: %w", purposeName(p), addr, err)
@@ -285,7 +298,7 @@ func (s *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 	if timeout <= 0 || timeout > s.timeout {
 		timeout = s.timeout
 	}
-	c, err := dialAuth(context.Background(), string(addr), s.token, s.secure, purposeRaft, s.self, timeout, s.wrap)
+	c, err := dialAuth(s.dials, string(addr), s.token, s.secure, purposeRaft, s.self, timeout, s.wrap)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,9 @@
 // What is checked:
 //
 //   - TestFailureFree: the reference; --ckpt-every 0 gives the same bits.
+//   - TestEveryProcessEnds: 14 ranks and 2 spares, without and with a
+//     kill: every rank's process ends by itself, nobody recovers at the
+//     end, the same result.
 //   - TestKillRank: one kill, one spare.
 //   - TestKillTwoRanks: kills at iterations 7 and 17, two spares.
 //   - TestKillDuringCommit: a kill inside a checkpoint's commit

@@ -39,9 +39,11 @@
 // Finalize (and Loop.Finalize, which recovers with Rejoin then resume)
 // returns nil, the error of the recovery, or a *FinalizeError: a failure
 // of Finalize itself that no recovery settles, after the rank's work was
-// done and agreed, which a program may report and ignore. An application
-// with its own way back (TeraSort starts over when no checkpoint was
-// committed yet) passes its recovery to Finalize directly.
+// done and agreed, which a program may report and ignore. A recovery that
+// finds the job finished meanwhile (pgas.ErrFinished) ends it with nil:
+// every rank had reached Finalize, so nothing was left to redo. An
+// application with its own way back (TeraSort starts over when no
+// checkpoint was committed yet) passes its recovery to Finalize directly.
 //
 // Needed is the one test of "a recovery settles this": pgas.NeedsRecovery
 // (a failure, an epoch change) or ckpt.ErrNeedsRestore (a checkpointer

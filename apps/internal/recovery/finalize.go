@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"context"
+	"errors"
 
 	"github.com/gaspigo/gaspigo/pgas"
 )
@@ -24,7 +25,9 @@ type Finalizer interface {
 // back (a Loop's Rejoin as a rule) and redoes the work the restored
 // checkpoint lacks (nothing when it is the job's final one); then the
 // ranks finalize again. It returns nil, a *FinalizeError, or recover's
-// error.
+// error. A recovery that finds the job finished meanwhile
+// (pgas.ErrFinished: every rank had reached Finalize and the membership
+// recorded the end) ends it like a successful Finalize: nil.
 func Finalize(ctx context.Context, rt Finalizer, recover func(ctx context.Context, cause error) error) error {
 	for {
 		err := rt.Finalize(ctx)
@@ -34,7 +37,9 @@ func Finalize(ctx context.Context, rt Finalizer, recover func(ctx context.Contex
 		if !pgas.NeedsRecovery(err) {
 			return &FinalizeError{Err: err}
 		}
-		if err := recover(ctx, err); err != nil {
+		if err := recover(ctx, err); errors.Is(err, pgas.ErrFinished) {
+			return nil
+		} else if err != nil {
 			return err
 		}
 	}

@@ -336,6 +336,21 @@ func TestFinalizeError(t *testing.T) {
 	}
 }
 
+// A recovery under Finalize that finds the job finished meanwhile
+// (pgas.ErrFinished) ends it like a successful Finalize.
+func TestFinalizeEndsWhenRecoveryFindsJobFinished(t *testing.T) {
+	calls := 0
+	err := Finalize(context.Background(), finalizer(func() error {
+		calls++
+		return &pgas.RankError{Rank: 1, Op: "barrier", Err: pgas.ErrRankFailed}
+	}), func(context.Context, error) error {
+		return fmt.Errorf("pgas: recover: %w", pgas.ErrFinished)
+	})
+	if err != nil || calls != 1 {
+		t.Fatalf("Finalize = %v after %d rounds, want nil after 1", err, calls)
+	}
+}
+
 type finalizer func() error
 
 func (f finalizer) Finalize(context.Context) error { return f() }
