@@ -22,6 +22,7 @@ type conn struct {
 	nc     net.Conn
 	remote string
 	fr     *frameReader
+	dialed bool // this process dialed it (else the peer did)
 
 	// wsem is the write token (capacity 1): its holder writes one whole
 	// frame. A channel rather than a mutex so that waiting for it honours
@@ -200,12 +201,21 @@ func (c *conn) flushOnClose(deadline time.Time) {
 	_ = c.writeBatch()
 }
 
-// upLocked makes nc the connection to p. t.mu is held and p is waiting.
-func (t *Transport) upLocked(p *peer, nc net.Conn) *conn {
+// upLocked makes nc the connection to p; dialed says that this process
+// dialed it. With hold, the caller gets the connection's write token (to
+// write the verdict before any frame) and hands it back. t.mu is held and
+// p is idle.
+func (t *Transport) upLocked(p *peer, nc net.Conn, dialed, hold bool) *conn {
 	c := t.newConn(p, nc, nc.RemoteAddr().String())
+	c.dialed = dialed
+	if hold {
+		c.wsem <- struct{}{}
+	}
 	p.conn = c
 	p.state = stateUp
+	p.dialing = false
 	close(p.ready)
+	t.stats.connections.Add(1)
 	if t.cfg.BatchFrame > 0 {
 		t.wg.Add(1) // t.mu is held and t is not closed: Close has not begun waiting
 		go func() {
@@ -385,16 +395,23 @@ func (c *conn) fail(cause error) error {
 	t := c.t
 	t.mu.Lock()
 	p := c.peer
-	if p.state == stateUp && p.conn == c {
-		p.state = stateDown
-		p.err = cause
-	}
+	t.downLocked(c, cause)
 	if p.err != nil {
 		cause = p.err
 	}
 	t.mu.Unlock()
 	_ = c.nc.Close()
 	return cause
+}
+
+// downLocked marks c's peer down with cause if c is its live connection.
+// t.mu is held.
+func (t *Transport) downLocked(c *conn, cause error) {
+	if p := c.peer; p.state == stateUp && p.conn == c {
+		p.state = stateDown
+		p.err = cause
+		t.stats.connections.Add(-1)
+	}
 }
 
 // readLoop delivers c's frames until the connection fails or Close, then
@@ -433,10 +450,7 @@ func (c *conn) readLoop() {
 		return
 	}
 	p := c.peer
-	if p.state == stateUp && p.conn == c {
-		p.state = stateDown
-		p.err = cause
-	}
+	t.downLocked(c, cause)
 	deliver := p.state == stateDown && p.conn == c && !p.notified
 	if deliver {
 		p.notified = true

@@ -3,6 +3,7 @@ package tcp
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -56,9 +57,10 @@ func (t *Transport) acceptLoop() {
 	}
 }
 
-// serveIncoming authenticates an accepted connection and, if it is the
-// first from a lower peer, runs its reader. A connection the gate sheds
-// during the handshake is dropped quietly (the gate counts it).
+// serveIncoming authenticates an accepted connection, gives the dialer
+// its verdict (verdictLocked) and, when it is accepted, runs its reader.
+// A connection the gate sheds during the handshake is dropped quietly (the
+// gate counts it), and so is one whose dial crossed this process's own.
 func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
 	remote := nc.RemoteAddr().String()
 	t.tune(nc)
@@ -76,7 +78,7 @@ func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
 		}
 		if wc.read == 0 && wc.err != nil && !errors.Is(wc.err, os.ErrDeadlineExceeded) && !t.isClosed() {
 			// Closed by the remote end before it sent a byte: a liveness
-			// probe of watchLoop (or a port scan). Nothing to refuse.
+			// probe or a port scan. Nothing to refuse.
 			t.closeSocket(nc)
 			t.stats.probes.Add(1)
 			t.log.Debug("tcp: probe connection", "remote", remote)
@@ -89,11 +91,10 @@ func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
 		return
 	}
 	t.door.Authenticated()
-	_ = nc.SetDeadline(time.Time{})
 	nc = t.retrack(nc, sc)
 	from := transport.Proc(id)
-	if from >= t.self {
-		t.refuse(nc, remote, from, fmt.Errorf("proc %d dialed proc %d, but only the lower proc dials", from, t.self))
+	if from == t.self {
+		t.refuse(nc, remote, from, fmt.Errorf("a connection claims to come from proc %d, this process", from))
 		return
 	}
 	t.mu.Lock()
@@ -103,17 +104,28 @@ func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
 		return
 	}
 	p := t.peerLocked(from)
-	if p.state != stateWaiting {
-		what := "connected"
-		if p.state == stateDown {
-			what = "down (a Proc is never reused)"
-		}
+	v, why := t.verdictLocked(p)
+	if v != verdictAccept {
 		t.mu.Unlock()
-		t.refuse(nc, remote, from, fmt.Errorf("proc %d is already %s", from, what))
+		_, _ = nc.Write([]byte{v}) // still bounded by the handshake's deadline
+		if v == verdictCrossed {
+			t.closeSocket(nc)
+			t.stats.dialsCrossed.Add(1)
+			t.log.Debug("tcp: dial crossed this process's own; closed it", "peer", uint32(from), "remote", remote)
+			return
+		}
+		t.refuse(nc, remote, from, why)
 		return
 	}
-	c := t.upLocked(p, nc)
+	c := t.upLocked(p, nc, false, true)
 	t.mu.Unlock()
+	// The verdict goes first, under the write token: no frame can overtake it.
+	_, err = nc.Write([]byte{verdictAccept})
+	_ = nc.SetDeadline(time.Time{})
+	<-c.wsem
+	if err != nil {
+		c.fail(fmt.Errorf("tcp: accepting proc %d (%s): %w", from, remote, err))
+	}
 	c.readLoop()
 }
 
@@ -148,54 +160,141 @@ func (c *watchedConn) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// dialLoop connects to the higher peer p with exponential backoff, bounded
-// by Close and DialMaxElapsed, then runs the connection's reader. A peer
-// that cannot be reached is reported down.
+// Verdicts: the first byte the accepting end writes on an authenticated
+// connection, which the dialer reads before it takes the connection as
+// established (or not). A dialer never writes a frame before it.
+const (
+	// verdictAccept: the connection is the pair's; frames follow.
+	verdictAccept byte = 'A'
+	// verdictCrossed: both ends dialed at once and the other dial wins
+	// (the one dialed by the lower Proc), or already won. The dialer closes
+	// this one and waits for the other; nobody counts it as a refusal.
+	verdictCrossed byte = 'X'
+	// verdictRefused: a connection that breaks the rules (a duplicate of
+	// one the acceptor holds from the dialer). The dialer retries, within
+	// DialMaxElapsed.
+	verdictRefused byte = 'R'
+	// verdictDown: the acceptor holds the dialer down for good (a Proc is
+	// never reused); the dialer gives up at once.
+	verdictDown byte = 'D'
+)
+
+// errCrossed is a dial attempt's error when the pair's other dial won.
+var errCrossed = errors.New("tcp: the peer is dialing this process and its dial wins")
+
+// verdictLocked decides what becomes of an authenticated connection from
+// p, and why when it is refused. The rule for two dials that cross: the
+// one dialed by the lower Proc is kept. t.mu is held.
+func (t *Transport) verdictLocked(p *peer) (byte, error) {
+	switch {
+	case p.state == stateDown:
+		return verdictDown, fmt.Errorf("proc %d is already down (a Proc is never reused)", p.id)
+	case p.state == stateUp && p.conn.dialed:
+		return verdictCrossed, nil // this process's dial won
+	case p.state == stateUp:
+		return verdictRefused, fmt.Errorf("proc %d is already connected", p.id)
+	case p.dialing && p.id > t.self:
+		return verdictCrossed, nil // this process is dialing and is the lower
+	}
+	return verdictAccept, nil
+}
+
+// dialLoop connects to p, which a Send is waiting for, with exponential
+// backoff, bounded by Close and DialMaxElapsed, then runs the connection's
+// reader. It stops as soon as p comes up another way (the peer's dial
+// crossed this one and won). A peer that cannot be reached is reported
+// down.
 func (t *Transport) dialLoop(p *peer) {
-	t.mu.Lock()
-	addr := p.addr
-	t.mu.Unlock()
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(t.cfg.DialInitialInterval),
 		backoff.WithMaxInterval(t.cfg.DialMaxInterval),
-		backoff.WithMaxElapsedTime(t.cfg.DialMaxElapsed),
+		backoff.WithMaxElapsedTime(0), // bounded below, by DialMaxElapsed
 	)
 	begin := time.Now()
-	attempts := 0
-	nc, err := backoff.RetryNotifyWithData(func() (net.Conn, error) {
-		attempts++
-		return t.dialOnce(p.id, addr)
-	}, backoff.WithContext(b, t.ctx), func(err error, next time.Duration) {
-		t.log.Debug("tcp: dial failed; retrying", "peer", uint32(p.id), "addr", addr,
-			"attempt", attempts, "retry_in", next, "err", err)
-	})
-	if err != nil {
-		t.giveUp(p, fmt.Errorf("tcp: dial peer %d at %s: gave up after %d attempts in %v: %w",
-			p.id, addr, attempts, time.Since(begin).Round(time.Millisecond), err))
-		return
-	}
-	t.mu.Lock()
-	if t.closed || p.state != stateWaiting {
-		// Close won the race (or, impossibly, the peer came up another way).
+	refused := 0 // connects refused in a row
+	for attempts := 1; ; attempts++ {
+		t.mu.Lock()
+		if t.closed || p.state != stateIdle {
+			p.dialing = false
+			t.mu.Unlock()
+			return
+		}
+		addr, ready := p.addr, p.ready
 		t.mu.Unlock()
-		t.closeSocket(nc)
-		return
+		if t.hooks.onDial != nil {
+			t.hooks.onDial(p.id)
+		}
+		nc, err := t.dialOnce(p.id, addr)
+		if err == nil {
+			t.mu.Lock()
+			if t.closed || p.state != stateIdle {
+				// Close, or Disconnect, won the race.
+				p.dialing = false
+				t.mu.Unlock()
+				t.closeSocket(nc)
+				return
+			}
+			c := t.upLocked(p, nc, true, false)
+			t.mu.Unlock()
+			c.readLoop()
+			return
+		}
+		var perm *backoff.PermanentError
+		if errors.As(err, &perm) {
+			if errors.Is(err, transport.ErrClosed) {
+				return
+			}
+			t.giveUp(p, fmt.Errorf("tcp: dial peer %d at %s: %w", p.id, addr, perm.Err))
+			return
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			refused++
+		} else {
+			refused = 0
+		}
+		if refused >= deadRefusals {
+			// Every listener is bound before its address is published, so
+			// nothing listening there means its process is gone.
+			t.giveUp(p, fmt.Errorf("tcp: dial peer %d: nothing listens at %s any more (%d connects refused in a row): %w",
+				p.id, addr, refused, err))
+			return
+		}
+		elapsed := time.Since(begin)
+		if elapsed >= t.cfg.DialMaxElapsed {
+			t.giveUp(p, fmt.Errorf("tcp: dial peer %d at %s: gave up after %d attempts in %v: %w",
+				p.id, addr, attempts, elapsed.Round(time.Millisecond), err))
+			return
+		}
+		next := b.NextBackOff()
+		if !errors.Is(err, errCrossed) {
+			t.log.Debug("tcp: dial failed; retrying", "peer", uint32(p.id), "addr", addr,
+				"attempt", attempts, "retry_in", next, "err", err)
+		}
+		timer := time.NewTimer(next)
+		select {
+		case <-ready: // up through the peer's dial (or down)
+		case <-t.closing:
+		case <-timer.C:
+		}
+		timer.Stop()
 	}
-	c := t.upLocked(p, nc)
-	t.mu.Unlock()
-	c.readLoop()
 }
+
+// deadRefusals is how many refused connects in a row show that nothing
+// listens at a peer's address any more.
+const deadRefusals = 3
 
 // giveUp declares the peer p, which never connected, down with cause.
 func (t *Transport) giveUp(p *peer, cause error) {
 	t.mu.Lock()
-	if t.closed || p.state != stateWaiting {
+	if t.closed || p.state != stateIdle {
 		t.mu.Unlock()
 		return
 	}
 	p.state = stateDown
 	p.err = cause
 	p.notified = true
+	p.dialing = false
 	close(p.ready)
 	h, addr := t.handler, p.addr
 	t.mu.Unlock()
@@ -204,55 +303,9 @@ func (t *Transport) giveUp(p *peer, cause error) {
 	h.PeerDown(p.id, cause)
 }
 
-// probeRefusals is how many refused connects in a row show that nothing
-// listens at a lower peer's address any more.
-const probeRefusals = 3
-
-// watchLoop runs on the higher side while a Send waits for the lower peer p
-// to dial. A lower peer that dies before it connects would otherwise leave
-// the waiters hanging until their ctx ends, so the peer's listener is probed
-// with plain TCP connects (closed at once, without a byte sent), on the dial
-// backoff schedule: probeRefusals refusals in a row mean its process is gone
-// and the peer is declared down. It stops when p connects or goes down, or
-// at Close.
-func (t *Transport) watchLoop(p *peer) {
-	t.mu.Lock()
-	addr, ready := p.addr, p.ready
-	t.mu.Unlock()
-	b := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(t.cfg.DialInitialInterval),
-		backoff.WithMaxInterval(t.cfg.DialMaxInterval),
-		backoff.WithMaxElapsedTime(0), // until p connects or Close
-	)
-	timer := time.NewTimer(b.NextBackOff())
-	defer timer.Stop()
-	refused := 0
-	for {
-		select {
-		case <-ready:
-			return
-		case <-t.closing:
-			return
-		case <-timer.C:
-		}
-		d := net.Dialer{Timeout: t.cfg.DialTimeout}
-		nc, err := d.DialContext(t.ctx, "tcp", addr)
-		switch {
-		case err == nil:
-			_ = nc.Close()
-			refused = 0
-		case errors.Is(err, syscall.ECONNREFUSED):
-			refused++
-		}
-		if refused >= probeRefusals {
-			t.giveUp(p, fmt.Errorf("tcp: peer %d never connected and nothing listens at %s any more: %w", p.id, addr, err))
-			return
-		}
-		timer.Reset(b.NextBackOff())
-	}
-}
-
-// dialOnce makes one authenticated connection to peer id at addr.
+// dialOnce makes one authenticated connection to peer id at addr and reads
+// its verdict. It returns errCrossed when the peer's own dial wins, and a
+// permanent error when the peer holds this process down.
 func (t *Transport) dialOnce(id transport.Proc, addr string) (net.Conn, error) {
 	t.stats.dialAttempts.Add(1)
 	d := net.Dialer{Timeout: t.cfg.DialTimeout, KeepAlive: t.cfg.KeepAlive}
@@ -278,20 +331,35 @@ func (t *Transport) dialOnce(id transport.Proc, addr string) (net.Conn, error) {
 		hc = &tlsSocket{Conn: nc}
 	}
 	sc, got, err := auth.Dial(hc, t.cfg.Token, auth.PurposeData, uint32(t.self), t.cfg.TLS)
+	var v [1]byte
 	if err != nil {
 		err = fmt.Errorf("%w: %w", transport.ErrAuth, err)
 	} else if transport.Proc(got) != id {
 		err = fmt.Errorf("%w: %s answered as proc %d, want %d", transport.ErrAuth, addr, got, id)
+	} else if _, rerr := io.ReadFull(sc, v[:]); rerr != nil {
+		err = fmt.Errorf("tcp: reading proc %d's verdict on the connection: %w", id, rerr)
 	}
-	if err != nil {
-		t.refuse(nc, remote, id, err)
-		if t.isClosed() {
-			return nil, backoff.Permanent(transport.ErrClosed)
+	if err == nil {
+		switch v[0] {
+		case verdictAccept:
+			_ = nc.SetDeadline(time.Time{})
+			return t.retrack(nc, sc), nil
+		case verdictCrossed:
+			t.closeSocket(nc)
+			t.stats.dialsCrossed.Add(1)
+			return nil, errCrossed
+		case verdictDown:
+			t.closeSocket(nc)
+			return nil, backoff.Permanent(fmt.Errorf("proc %d holds this process down and refused the connection", id))
+		default:
+			err = fmt.Errorf("proc %d refused the connection (verdict %q)", id, v[0])
 		}
-		return nil, err
 	}
-	_ = nc.SetDeadline(time.Time{})
-	return t.retrack(nc, sc), nil
+	t.refuse(nc, remote, id, err)
+	if t.isClosed() {
+		return nil, backoff.Permanent(transport.ErrClosed)
+	}
+	return nil, err
 }
 
 // refuse closes a connection that failed authentication or broke the

@@ -37,6 +37,7 @@ func Cases() []Case {
 		{"PayloadReuse", testPayloadReuse},
 		{"ReadIntoCallerBuffer", testReadInto},
 		{"FIFOConcurrentSenders", testFIFO},
+		{"FirstSendsCross", testFirstSendsCross},
 		{"HandlerErrorKeepsConnection", testHandlerError},
 		{"TooLarge", testTooLarge},
 		{"UnknownPeer", testUnknownPeer},
@@ -420,6 +421,81 @@ func testFIFO(t *testing.T, f Factory) {
 		go send(p, 0, perPeer)
 		go send(0, p, backward)
 	}
+	wg.Wait()
+	select {
+	case <-allDone:
+	case <-ctx.Done():
+		t.Errorf("%d frames still missing after %v", remaining.Load(), Timeout)
+	}
+	errs.report(t)
+}
+
+// Rule: frames from one process to another arrive in order, each once,
+// also when both ends of every pair send their first frames at the same
+// time (a transport that connects on first use sees both ends dial each
+// other at once and keeps one connection); nobody is reported down.
+func testFirstSendsCross(t *testing.T, f Factory) {
+	const (
+		n       = 6
+		perPair = 20 // frames each way between every pair
+	)
+	ts := newTransports(t, f, n)
+	ctx := timeoutCtx(t)
+	var errs errList
+	var remaining atomic.Int64
+	remaining.Store(n * (n - 1) * perPair)
+	allDone := make(chan struct{})
+	for i := range n {
+		next := make([]uint64, n) // per sender; HandleFrame is serial per sender
+		h := handlerFunc{
+			frame: func(from transport.Proc, h *transport.Header, p transport.Payload) error {
+				if int(from) >= n || int(from) == i {
+					errs.add("proc %d: frame from proc %d", i, from)
+					return p.Discard()
+				}
+				if h.Seq != next[from] {
+					errs.add("proc %d: from %d got Seq %d, want %d (order broken or frame lost/duplicated)", i, from, h.Seq, next[from])
+				}
+				next[from] = h.Seq + 1
+				buf := make([]byte, p.Len())
+				if err := p.ReadInto(buf); err != nil {
+					errs.add("proc %d: from %d Seq %d: ReadInto: %v", i, from, h.Seq, err)
+				} else if !bytes.Equal(buf, payloadFor(from, h.Seq, len(buf))) {
+					errs.add("proc %d: from %d Seq %d: payload corrupted", i, from, h.Seq)
+				}
+				if remaining.Add(-1) == 0 {
+					close(allDone)
+				}
+				return nil
+			},
+			down: func(peer transport.Proc, err error) {
+				errs.add("proc %d: unexpected PeerDown(%d): %v", i, peer, err)
+			},
+		}
+		if err := ts[i].Start(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for from := range n {
+		for to := range n {
+			if from == to {
+				continue
+			}
+			wg.Go(func() {
+				<-start
+				for seq := range uint64(perPair) {
+					h := transport.Header{Type: transport.FramePassive, Seq: seq}
+					if err := ts[from].Send(ctx, transport.Proc(to), &h, payloadFor(transport.Proc(from), seq, 64+int(seq))); err != nil {
+						errs.add("Send %d->%d Seq %d: %v", from, to, seq, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	close(start)
 	wg.Wait()
 	select {
 	case <-allDone:
