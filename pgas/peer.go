@@ -43,19 +43,33 @@ type peer struct {
 	lostNanos atomic.Int64 // when its connection was lost (Unix ns), 0 before
 }
 
+// Connector is an optional capability of a transport that connects to a
+// peer on its first use (transport/tcp, transport/shm, transport/route):
+// Connected reports whether a connection to peer is open now.
+type Connector interface {
+	Connected(peer transport.Proc) bool
+}
+
 // sayGoodbye tells every live peer, briefly, that this process is leaving
 // on purpose, so that its connections closing is not taken for a failure.
-// The goodbye is sequenced and acknowledged: a transport may drop frames
-// still in flight when it closes, and an idle spare counts goodbyes.
+// Over a transport that connects on first use (Connector), only the peers
+// connected now hear it: the others have no connection to see closing,
+// and dialing every process of the job at the end would cost what lazy
+// connections save. An idle spare then learns that the job ended from the
+// membership (Finalize records it before any rank leaves); spareSeesEnd
+// needs a goodbye from every rank's process. The goodbye is sequenced and
+// acknowledged: a transport may drop frames still in flight when it
+// closes.
 func (rt *Runtime) sayGoodbye() {
 	if rt.halted() != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
+	conn, lazy := rt.tr.(Connector)
 	var sent []pendingOp
 	for _, p := range rt.peers {
-		if p.proc == rt.self || p.isDown() {
+		if p.proc == rt.self || p.isDown() || (lazy && !conn.Connected(p.proc)) {
 			continue
 		}
 		// Acks of what this process applied go first: the peer may wait

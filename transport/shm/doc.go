@@ -3,7 +3,9 @@
 //
 // # Rings
 //
-// Each ordered pair of processes that talk has a ring: a memfd (an
+// Each ordered pair of processes that talk has a ring, made by the first
+// Send over it (never at Start, so a process holds rings only with the
+// peers it talks to: see package transport for the count): a memfd (an
 // anonymous file with no name in any file system) that the sending process
 // creates, seals against resizing, maps, and passes to the receiving
 // process over an abstract Unix socket (SCM_RIGHTS) after both have proved

@@ -116,3 +116,38 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// Rule (package doc, Rings): a ring is set up by the first Send over it,
+// never at Start: processes that send around a ring hold rings only with
+// their two neighbours (Connected), whatever the number of processes.
+func TestRingsOnFirstUse(t *testing.T) {
+	const n = 8
+	ts, recs := startCluster(t, n)
+	for i, tr := range ts {
+		for j := range n {
+			if tr.Connected(transport.Proc(j)) {
+				t.Fatalf("proc %d connected to %d before any Send", i, j)
+			}
+		}
+	}
+	ctx := testCtx(t)
+	for i, tr := range ts {
+		h := transport.Header{Type: transport.FramePassive}
+		if err := tr.Send(ctx, transport.Proc((i+1)%n), &h, []byte("next")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range recs {
+		if _, err := r.WaitFrames(ctx, 1); err != nil {
+			t.Fatalf("proc %d: %v", i, err)
+		}
+	}
+	for i, tr := range ts {
+		for j := range n {
+			want := j == (i+1)%n || j == (i+n-1)%n
+			if got := tr.Connected(transport.Proc(j)); got != want {
+				t.Errorf("proc %d: Connected(%d) = %v, want %v", i, j, got, want)
+			}
+		}
+	}
+}

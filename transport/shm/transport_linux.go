@@ -242,6 +242,18 @@ func (t *Transport) Disconnect(id transport.Proc, cause error) {
 	}
 }
 
+// Connected reports whether a ring to or from peer is set up and its
+// connection has not failed.
+func (t *Transport) Connected(id transport.Proc) bool {
+	p := t.peer(id)
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.down && (p.outConn != nil || p.in != nil)
+}
+
 func (t *Transport) peer(id transport.Proc) *peer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
