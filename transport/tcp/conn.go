@@ -202,15 +202,10 @@ func (c *conn) flushOnClose(deadline time.Time) {
 }
 
 // upLocked makes nc the connection to p; dialed says that this process
-// dialed it. With hold, the caller gets the connection's write token (to
-// write the verdict before any frame) and hands it back. t.mu is held and
-// p is idle.
-func (t *Transport) upLocked(p *peer, nc net.Conn, dialed, hold bool) *conn {
+// dialed it. t.mu is held and p is idle.
+func (t *Transport) upLocked(p *peer, nc net.Conn, dialed bool) *conn {
 	c := t.newConn(p, nc, nc.RemoteAddr().String())
 	c.dialed = dialed
-	if hold {
-		c.wsem <- struct{}{}
-	}
 	p.conn = c
 	p.state = stateUp
 	p.dialing = false

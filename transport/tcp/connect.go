@@ -117,15 +117,43 @@ func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
 		t.refuse(nc, remote, from, why)
 		return
 	}
-	c := t.upLocked(p, nc, false, true)
-	t.mu.Unlock()
-	// The verdict goes first, under the write token: no frame can overtake it.
-	_, err = nc.Write([]byte{verdictAccept})
-	_ = nc.SetDeadline(time.Time{})
-	<-c.wsem
-	if err != nil {
-		c.fail(fmt.Errorf("tcp: accepting proc %d (%s): %w", from, remote, err))
+	if old := p.accepting; old != nil {
+		// A dialer has one attempt at a time: it gave the older one up
+		// before it confirmed (its handshake ran out of time).
+		_ = old.Close()
 	}
+	p.accepting = nc
+	settled := make(chan struct{})
+	p.settled = settled
+	t.mu.Unlock()
+	// The dialer confirms the verdict before either end takes the
+	// connection as established, so a dialer whose handshake timed out
+	// (and that closed the connection and dials again) costs no PeerDown.
+	_, err = nc.Write([]byte{verdictAccept})
+	var ack [1]byte
+	if err == nil {
+		_ = nc.SetDeadline(time.Time{}) // the dialer's own deadline bounds it
+		_, err = io.ReadFull(nc, ack[:])
+		if err == nil && ack[0] != verdictAccept {
+			err = fmt.Errorf("confirmation %q", ack[0])
+		}
+	}
+	t.mu.Lock()
+	mine := p.accepting == nc
+	if mine {
+		p.accepting, p.settled = nil, nil
+		close(settled)
+	}
+	if err != nil || !mine || t.closed || p.state != stateIdle {
+		t.mu.Unlock()
+		t.closeSocket(nc)
+		if !t.isClosed() {
+			t.log.Debug("tcp: accepted dial abandoned before its confirmation", "peer", uint32(from), "remote", remote, "err", err)
+		}
+		return
+	}
+	c := t.upLocked(p, nc, false)
+	t.mu.Unlock()
 	c.readLoop()
 }
 
@@ -227,14 +255,15 @@ func (t *Transport) dialLoop(p *peer) {
 		nc, err := t.dialOnce(p.id, addr)
 		if err == nil {
 			t.mu.Lock()
-			if t.closed || p.state != stateIdle {
-				// Close, or Disconnect, won the race.
+			if t.closed || p.state != stateIdle || p.accepting != nil {
+				// Close, or Disconnect, won the race (a dial of the
+				// peer's awaiting confirmation cannot: see verdictLocked).
 				p.dialing = false
 				t.mu.Unlock()
 				t.closeSocket(nc)
 				return
 			}
-			c := t.upLocked(p, nc, true, false)
+			c := t.upLocked(p, nc, true)
 			t.mu.Unlock()
 			c.readLoop()
 			return
@@ -342,6 +371,10 @@ func (t *Transport) dialOnce(id transport.Proc, addr string) (net.Conn, error) {
 	if err == nil {
 		switch v[0] {
 		case verdictAccept:
+			if _, werr := sc.Write([]byte{verdictAccept}); werr != nil {
+				err = fmt.Errorf("tcp: confirming proc %d's verdict: %w", id, werr)
+				break
+			}
 			_ = nc.SetDeadline(time.Time{})
 			return t.retrack(nc, sc), nil
 		case verdictCrossed:

@@ -31,8 +31,13 @@
 // reads before it takes the connection as established and before it
 // writes any frame:
 //
-//   - accept: the connection is the pair's; frames follow the verdict on
-//     the stream (the acceptor writes it holding the write token).
+//   - accept: the dialer writes the same byte back to confirm, then takes
+//     the connection as the pair's; the acceptor does once it has read the
+//     confirmation. A dialer whose handshake ran out of time (a starved
+//     process on an overloaded host) closes the connection unconfirmed and
+//     dials again: the acceptor drops the unconfirmed one quietly (or when
+//     the new dial arrives, since a dialer has one attempt at a time), and
+//     neither end reports PeerDown. Sends of the acceptor wait meanwhile.
 //   - crossed: both processes dialed each other at once. The rule: the
 //     connection dialed by the lower Proc is kept. An acceptor turns a
 //     dial away when it holds a connection it dialed itself to that peer,

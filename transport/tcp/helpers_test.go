@@ -241,9 +241,17 @@ func rawDial(t *testing.T, addr string, token []byte, self transport.Proc) (net.
 }
 
 // rawDialTLS is rawDial with TLS on or off. After the handshake it reads
-// the acceptor's verdict; one other than verdictAccept is an error
-// (errVerdict) and the connection is returned anyway.
+// the acceptor's verdict and confirms an accept; a verdict other than
+// verdictAccept is an error (errVerdict) and the connection is returned
+// anyway.
 func rawDialTLS(t *testing.T, addr string, token []byte, self transport.Proc, tls bool) (net.Conn, error) {
+	t.Helper()
+	return rawDialVerdict(t, addr, token, self, tls, true)
+}
+
+// rawDialVerdict is rawDialTLS; without confirm it leaves an accept
+// unconfirmed, as a dialer whose handshake ran out of time.
+func rawDialVerdict(t *testing.T, addr string, token []byte, self transport.Proc, tls, confirm bool) (net.Conn, error) {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, wait)
 	if err != nil {
@@ -262,6 +270,11 @@ func rawDialTLS(t *testing.T, addr string, token []byte, self transport.Proc, tl
 	}
 	if v[0] != verdictAccept {
 		return sc, fmt.Errorf("%w %q", errVerdict, v[0])
+	}
+	if confirm {
+		if _, err := sc.Write(v[:]); err != nil {
+			return sc, fmt.Errorf("confirming: %w", err)
+		}
 	}
 	return sc, nil
 }

@@ -2,9 +2,11 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"math/bits"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
@@ -163,4 +165,71 @@ func TestConnectionsOnlyToPartners(t *testing.T) {
 		}
 	}
 	t.Logf("%d processes: at most %d connections each", n, most)
+}
+
+// Rule (package doc, the accept verdict): a dial the acceptor accepted
+// counts only once the dialer confirms it. A dialer that gives up
+// before confirming (its handshake ran out of time) costs no PeerDown
+// and no refusal: the acceptor drops the connection when it closes, or
+// when the dialer's next attempt arrives, and its own Sends, which waited
+// meanwhile, then dial.
+func TestUnconfirmedDialDropped(t *testing.T) {
+	if testTLS {
+		t.Skip("drives the handshake by hand over plain TCP")
+	}
+	ts := newCluster(t, 3, nil)
+	rs := []*recv{newRecv(), newRecv(), newRecv()}
+	for i, tr := range ts {
+		if err := tr.Start(rs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	token := ts[0].cfg.Token
+	ctx := ctxWait(t)
+
+	// Proc 0's dial to proc 1 accepted, never confirmed, then closed:
+	// proc 1's Send waits for it, then dials proc 0 itself.
+	nc, err := rawDialVerdict(t, ts[1].Addr(), token, 0, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	h := transport.Header{Type: transport.FramePassive, Seq: 0}
+	err = ts[1].Send(short, 0, &h, nil)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Send 1->0 while 0's dial awaits its confirmation: %v, want to wait (DeadlineExceeded)", err)
+	}
+	sent := make(chan error, 1)
+	go func() {
+		h := transport.Header{Type: transport.FramePassive, Seq: 1}
+		sent <- ts[1].Send(ctx, 0, &h, []byte("after the abandoned dial"))
+	}()
+	_ = nc.Close()
+	if err := <-sent; err != nil {
+		t.Fatalf("Send 1->0 after an unconfirmed dial of 0's: %v", err)
+	}
+	rs[0].waitSeq(t, 1)
+
+	// Proc 0's dial to proc 2 accepted and not confirmed; its next
+	// attempt is confirmed and replaces it.
+	stale, err := rawDialVerdict(t, ts[2].Addr(), token, 0, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := rawDialVerdict(t, ts[2].Addr(), token, 0, false, true)
+	if err != nil {
+		t.Fatalf("the second attempt: %v", err)
+	}
+	if err := writeFrame(fresh, transport.Header{Type: transport.FramePassive, Src: 0, Seq: 2}, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	rs[2].waitSeq(t, 2)
+	_ = stale.Close()
+	for i, tr := range ts {
+		if st := tr.Stats(); st.HandshakesRefused != 0 || st.PeersDown != 0 {
+			t.Errorf("proc %d stats %+v: want no refusal and nobody down", i, st)
+		}
+		noDowns(t, rs[i].handler)
+	}
 }

@@ -39,6 +39,10 @@ type peer struct {
 	err      error         // why the peer is down
 	notified bool          // Handler.PeerDown was called (or is being)
 	dialing  bool          // a dial goroutine of this process works on this peer
+	// accepting is the peer's dial this process accepted and awaits the
+	// confirmation of (see the package doc); settled closes when that ends.
+	accepting net.Conn
+	settled   chan struct{}
 }
 
 // Transport is the TCP implementation of transport.Transport. See the
@@ -179,7 +183,7 @@ func (t *Transport) peerLocked(id transport.Proc) *peer {
 // dialLocked starts the dialer of p unless one runs already. t.mu is held,
 // so Close cannot be waiting yet.
 func (t *Transport) dialLocked(p *peer) {
-	if t.closed || p.addr == "" || p.dialing || p.state != stateIdle {
+	if t.closed || p.addr == "" || p.dialing || p.accepting != nil || p.state != stateIdle {
 		return
 	}
 	p.dialing = true
@@ -263,15 +267,18 @@ func (t *Transport) connTo(ctx context.Context, to transport.Proc) (*conn, error
 			t.mu.Unlock()
 			return nil, &PeerDownError{Peer: to, Err: err}
 		}
-		if p.addr == "" && !p.dialing {
+		if p.addr == "" && !p.dialing && p.accepting == nil {
 			t.mu.Unlock()
 			return nil, fmt.Errorf("%w: no address for peer %d (call SetPeers)", transport.ErrUnknownPeer, to)
 		}
-		ready := p.ready
+		// While a dial of the peer's awaits its confirmation, wait for
+		// that (settled); dial if it falls through.
+		ready, settled := p.ready, p.settled
 		t.dialLocked(p)
 		t.mu.Unlock()
 		select {
 		case <-ready:
+		case <-settled:
 		case <-t.closing:
 			return nil, transport.ErrClosed
 		case <-ctx.Done():
