@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -79,9 +80,11 @@ func (t *Transport) serve(c *net.UnixConn) {
 		t.stats.Refused.Add(1)
 		if !t.isClosed() {
 			// A peer that went away during the handshake (it died, or
-			// was killed) is routine; anything else may be an attack.
+			// was killed), or that was too starved to finish it in
+			// time, is routine; anything else may be an attack.
 			lvl := slog.LevelWarn
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, unix.ECONNRESET) {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, unix.ECONNRESET) ||
+				errors.Is(err, os.ErrDeadlineExceeded) {
 				lvl = slog.LevelInfo
 			}
 			t.log.Log(context.Background(), lvl, "shm: refused a connection", "err", err)
@@ -204,11 +207,14 @@ func (t *Transport) dial(p *peer) error {
 	return nil
 }
 
-// dialFailed fails p after its first connection could not be made, so
-// that a peer that went away is reported down like one whose connection
-// broke. If p had connected to this process, a ring of it is lost: that
-// is a plain failure. Otherwise the error (and PeerDown's) wraps
-// ErrNoPath, for a router to send over another path instead.
+// dialFailed handles a first connection to p that could not be made; the
+// error wraps ErrNoPath, for a router to send over another path instead.
+// If p has a ring to this process, p is there and its ring goes on: the
+// set-up of ours failed (its handshake ran out of time on a starved host,
+// say), nothing is lost, and p stays up. Otherwise p is failed, so that a
+// peer that went away is reported down like one whose connection broke
+// (PeerDown's error wraps ErrNoPath too) and a ring it offers later is
+// refused.
 func (t *Transport) dialFailed(p *peer, err error) error {
 	if !errors.Is(err, ErrNoPath) {
 		return err
@@ -216,12 +222,9 @@ func (t *Transport) dialFailed(p *peer, err error) error {
 	p.mu.Lock()
 	hadIn := p.in != nil
 	p.mu.Unlock()
-	if hadIn {
-		err = fmt.Errorf("shm: connecting back to proc %d: %v", p.id, err)
+	if !hadIn {
 		t.fail(p, err)
-		return &PeerError{Peer: p.id, Cause: err}
 	}
-	t.fail(p, err)
 	return err
 }
 

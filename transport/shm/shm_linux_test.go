@@ -151,3 +151,38 @@ func TestRingsOnFirstUse(t *testing.T) {
 		}
 	}
 }
+
+// Rule (ErrNoPath, dialFailed): when this process cannot set up its ring
+// to a peer whose ring to it works (the peer's handshake ran out of time
+// on a starved host; here its listener is gone), the Send fails with
+// ErrNoPath for a router to take TCP, and nothing else changes: no
+// PeerDown, and the peer's frames keep arriving.
+func TestDialBackFailureKeepsPeer(t *testing.T) {
+	ts, recs := startCluster(t, 2)
+	ctx := testCtx(t)
+	h := transport.Header{Type: transport.FramePassive, Seq: 1}
+	if err := ts[1].Send(ctx, 0, &h, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recs[0].WaitFrames(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	ts[1].ln.Close() // proc 0 cannot connect to proc 1 any more
+	h = transport.Header{Type: transport.FramePassive}
+	if err := ts[0].Send(ctx, 1, &h, []byte("back")); !errors.Is(err, ErrNoPath) {
+		t.Fatalf("Send 0->1 with proc 1's listener gone: %v, want ErrNoPath", err)
+	}
+	h = transport.Header{Type: transport.FramePassive, Seq: 2}
+	if err := ts[1].Send(ctx, 0, &h, []byte("second")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recs[0].WaitFrames(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if !ts[0].Connected(1) {
+		t.Error("proc 0 lost proc 1's ring")
+	}
+	if d := recs[0].Downs(); len(d) != 0 {
+		t.Errorf("PeerDown after a failed dial back: %v", d)
+	}
+}
