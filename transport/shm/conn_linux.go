@@ -99,23 +99,62 @@ func (t *Transport) serve(c *net.UnixConn) {
 	switch {
 	case p.down:
 		err = fmt.Errorf("shm: proc %d connected after its connection failed", id)
-	case p.in != nil:
+	case p.in != nil && p.in.confirmed:
 		err = fmt.Errorf("shm: proc %d connected twice", id)
 	default:
+		if old := p.in; old != nil {
+			// A sender sets up one ring at a time: it gave the older one
+			// up before confirming it.
+			old.conn.Close()
+		}
 		p.in = in
 	}
 	p.mu.Unlock()
 	if err != nil {
 		t.stats.Refused.Add(1)
-		t.log.Warn("shm: refused a connection", "err", err)
+		// After this process failed the peer, its rings are refused as a
+		// matter of course (the router sends to it over TCP).
+		lvl := slog.LevelWarn
+		if p.isDown() {
+			lvl = slog.LevelInfo
+		}
+		t.log.Log(context.Background(), lvl, "shm: refused a connection", "err", err)
 		r.unmap()
 		c.Close()
 		return
 	}
+	// The acknowledgement, then the dialer's confirmation: only then is the
+	// ring established at either end, so a dialer whose set-up ran out of
+	// time (and that gave the ring up) costs no failure here. The dialer's
+	// own deadline bounds the wait.
 	_ = c.SetDeadline(time.Time{})
-	if _, err := c.Write([]byte{1}); err != nil {
+	_, err = c.Write([]byte{1})
+	if err == nil {
+		var conf [1]byte
+		if _, err = io.ReadFull(c, conf[:]); err == nil && conf[0] != 1 {
+			err = fmt.Errorf("bad confirmation %d", conf[0])
+		}
+	}
+	p.mu.Lock()
+	owned, down := p.in == in, p.down
+	if err == nil && !owned {
+		err = errors.New("replaced by a newer ring")
+	}
+	if err != nil && owned && !down {
+		p.in = nil
+	}
+	in.confirmed = err == nil
+	p.mu.Unlock()
+	if err != nil {
+		in.cancel()
 		close(in.done)
-		t.fail(p, fmt.Errorf("shm: acknowledging proc %d's ring: %w", id, err))
+		if !owned || !down {
+			r.unmap() // else the peer failed meanwhile, and finish unmaps it
+		}
+		c.Close()
+		if !t.isClosed() {
+			t.log.Info("shm: proc gave its ring up before confirming it", "peer", uint32(id), "err", err)
+		}
 		return
 	}
 	t.log.Debug("shm: peer connected", "peer", uint32(id), "ring", r.size())
@@ -220,7 +259,7 @@ func (t *Transport) dialFailed(p *peer, err error) error {
 		return err
 	}
 	p.mu.Lock()
-	hadIn := p.in != nil
+	hadIn := p.in != nil && p.in.confirmed
 	p.mu.Unlock()
 	if !hadIn {
 		t.fail(p, err)
@@ -252,6 +291,9 @@ func (t *Transport) offerRing(c *net.UnixConn, p *peer) (*outbound, error) {
 		var ack [1]byte
 		if _, err = io.ReadFull(c, ack[:]); err == nil && ack[0] != 1 {
 			err = fmt.Errorf("bad acknowledgement %d", ack[0])
+		}
+		if err == nil {
+			_, err = c.Write(ack[:]) // the confirmation
 		}
 	}
 	if err != nil {

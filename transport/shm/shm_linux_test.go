@@ -2,9 +2,15 @@ package shm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
+	"net"
 	"runtime"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
@@ -184,5 +190,58 @@ func TestDialBackFailureKeepsPeer(t *testing.T) {
 	}
 	if d := recs[0].Downs(); len(d) != 0 {
 		t.Errorf("PeerDown after a failed dial back: %v", d)
+	}
+}
+
+// Rule (package doc, Rings): a ring is established only once its sender
+// confirmed the receiver's acknowledgement. A sender that gives the ring
+// up before (its set-up ran out of time) costs the receiver no PeerDown,
+// and its next ring is accepted.
+func TestUnconfirmedRingDropped(t *testing.T) {
+	ts, recs := startCluster(t, 2)
+	// Proc 1's set-up, by hand, up to the acknowledgement, then given up.
+	nc, err := net.Dial("unix", ts[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := nc.(*net.UnixConn)
+	_ = c.SetDeadline(time.Now().Add(transporttest.Timeout))
+	if _, err := auth.Handshake(c, ts[1].cfg.Token, auth.PurposeShm, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	fd, r, err := newRing(MinRingSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.unmap()
+	var msg [offerSize]byte
+	binary.LittleEndian.PutUint32(msg[0:], offerMagic)
+	binary.LittleEndian.PutUint32(msg[4:], ringVersion)
+	binary.LittleEndian.PutUint64(msg[8:], r.size())
+	_, _, err = c.WriteMsgUnix(msg[:], unix.UnixRights(fd), nil)
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ack [1]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil || ack[0] != 1 {
+		t.Fatalf("acknowledgement %v, %v", ack, err)
+	}
+	c.Close() // no confirmation
+
+	ctx := testCtx(t)
+	h := transport.Header{Type: transport.FramePassive, Seq: 7}
+	if err := ts[1].Send(ctx, 0, &h, []byte("the real ring")); err != nil {
+		t.Fatalf("Send 1->0 after an unconfirmed ring: %v", err)
+	}
+	frames, err := recs[0].WaitFrames(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if frames[0].Header.Seq != 7 {
+		t.Errorf("frame Seq %d, want 7", frames[0].Header.Seq)
+	}
+	if d := recs[0].Downs(); len(d) != 0 {
+		t.Errorf("PeerDown after an unconfirmed ring: %v", d)
 	}
 }

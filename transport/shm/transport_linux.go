@@ -90,7 +90,9 @@ type inbound struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the consumer goroutine returns
-	buf    [64]byte      // wake-up bytes read while sleeping
+	// confirmed: the sender confirmed the ring (see serve); under p.mu.
+	confirmed bool
+	buf       [64]byte // wake-up bytes read while sleeping
 }
 
 // wakeByte is what one side writes on a ring's connection to wake the
@@ -246,7 +248,7 @@ func (t *Transport) Connected(id transport.Proc) bool {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.down && (p.outConn != nil || p.in != nil)
+	return !p.down && (p.outConn != nil || (p.in != nil && p.in.confirmed))
 }
 
 func (t *Transport) peer(id transport.Proc) *peer {
