@@ -83,7 +83,7 @@ func (t *Transport) serve(c *net.UnixConn) {
 			// was killed), or that was too starved to finish it in
 			// time, is routine; anything else may be an attack.
 			lvl := slog.LevelWarn
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, unix.ECONNRESET) ||
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE) ||
 				errors.Is(err, os.ErrDeadlineExceeded) {
 				lvl = slog.LevelInfo
 			}
