@@ -295,7 +295,7 @@ type Stats struct {
 	HandshakesTimedOut  uint64 // of the refusals: those whose handshake ran out of time
 	HandshakesShed      uint64 // accepted connections closed unauthenticated to make room for newer ones (package internal/admit)
 	HandshakesAccepted  uint64 // connections accepted (each enters the admission gate)
-	Probes              uint64 // accepted connections closed by the remote end before sending a byte (liveness probes)
+	Probes              uint64 // accepted connections closed by the remote end before sending a byte (port scans, liveness checks)
 	BadFrames           uint64 // malformed headers from authenticated peers (each closed the connection)
 	HandlerErrors       uint64 // frames the handler rejected with an error
 	PeersDown           uint64 // Handler.PeerDown calls
