@@ -192,7 +192,8 @@ func (c *watchedConn) Write(b []byte) (int, error) {
 // connection, which the dialer reads before it takes the connection as
 // established (or not). A dialer never writes a frame before it.
 const (
-	// verdictAccept: the connection is the pair's; frames follow.
+	// verdictAccept: the connection is the pair's once the dialer has
+	// written the same byte back (its confirmation); frames follow.
 	verdictAccept byte = 'A'
 	// verdictCrossed: both ends dialed at once and the other dial wins
 	// (the one dialed by the lower Proc), or already won. The dialer closes

@@ -216,13 +216,14 @@ func (t *Transport) Start(h transport.Handler) error {
 // Send writes one frame to peer to with a single writev straight from
 // payload, and returns once the kernel has all of it. It sets h.Len and
 // h.Src. The first Send to a peer that is not connected dials it (unless
-// the peer is dialing this process) and waits for the connection, bounded
-// by ctx; the dial goes on in the background when ctx ends first. The end of ctx (deadline
-// or cancellation) interrupts a blocked write: when nothing of the frame was
-// written the error wraps ctx.Err(); when part of it was, the rest is
-// copied and written in the background (the frame will arrive, and the
-// connection stays usable) and the error still wraps ctx.Err(). A write
-// that fails otherwise makes the peer down: the error is a *PeerDownError.
+// a dial of the peer's is being set up) and waits for the connection,
+// bounded by ctx; the dial goes on in the background when ctx ends first.
+// The end of ctx (deadline or cancellation) interrupts a blocked write:
+// when nothing of the frame was written the error wraps ctx.Err(); when
+// part of it was, the rest is copied and written in the background (the
+// frame will arrive, and the connection stays usable) and the error still
+// wraps ctx.Err(). A write that fails otherwise makes the peer down: the
+// error is a *PeerDownError.
 func (t *Transport) Send(ctx context.Context, to transport.Proc, h *transport.Header, payload []byte) error {
 	if len(payload) > transport.MaxPayload {
 		return fmt.Errorf("%w: %d bytes to peer %d, cap %d; split the transfer", transport.ErrTooLarge, len(payload), to, transport.MaxPayload)
