@@ -113,8 +113,8 @@
 // The runtime is given its transport (transport.Transport), membership
 // (Membership) and launcher (Launcher) in Config and reads no environment;
 // package job builds them for a process started by gaspirun. Optional
-// capabilities are named interfaces (Disconnector of a transport, Finisher
-// and MembershipLoss of a membership). The callbacks the transport and the
+// capabilities are named interfaces (Disconnector, Queuer and Connector of
+// a transport, Finisher and MembershipLoss of a membership). The callbacks the transport and the
 // failure detector make (HandleFrame, PeerDown, SendHealth) go to an
 // unexported adapter, not to Runtime's methods. By concern: runtime.go
 // (Init, Close, accessors), view.go (the immutable view and its changes),

@@ -60,26 +60,41 @@ func goodbyeTimeout(peers int) time.Duration {
 	return min(goodbyeBase+time.Duration(peers)*goodbyePerPeer, goodbyeMax)
 }
 
-// sayGoodbye tells every live peer this process talked to, and every idle
-// spare, briefly, that this process is leaving on purpose, so that its
-// connections closing is not taken for a failure. The goodbye is
-// sequenced and acknowledged: a transport may drop frames still in flight
-// when it closes, and an idle spare counts goodbyes (spareSeesEnd). A
-// process never talked to has no connection to lose, so a goodbye costs
-// O(partners + spares), not N - 1 messages. It returns within
-// goodbyeTimeout even when a send holds a peer's locks: the goodbyes
-// still under way then end with the transport.
+// Connector is an optional capability of a transport that connects to a
+// peer on its first use (transport/tcp, transport/shm, transport/route):
+// Connected reports whether a connection to peer is open now.
+type Connector interface {
+	Connected(peer transport.Proc) bool
+}
+
+// sayGoodbye tells every live peer this process talked to (and, over a
+// transport that is not a Connector, every idle spare), briefly, that
+// this process is leaving on purpose, so that its connections closing is
+// not taken for a failure. Over a transport that connects on first use
+// (Connector), only the peers connected now hear it: the others have no
+// connection to see closing, and dialing every process of the job at the
+// end would cost what lazy connections save. So a goodbye costs
+// O(partners) messages, not N - 1. An idle spare learns that the job
+// ended from the membership (Finalize records it before any rank leaves);
+// spareSeesEnd, which needs a goodbye from every rank's process, is the
+// fallback where ranks did talk to it. The goodbye is sequenced and
+// acknowledged: a transport may drop frames still in flight when it
+// closes. It returns within goodbyeTimeout even when a send holds a
+// peer's locks: the goodbyes still under way then end with the transport.
 func (rt *Runtime) sayGoodbye() {
 	if rt.halted() != nil {
 		return
 	}
 	v := rt.view.Load()
-	for _, s := range v.spares {
-		rt.peers.get(s) // an idle spare hears it even if never talked to
+	conn, lazy := rt.tr.(Connector)
+	if !lazy {
+		for _, s := range v.spares {
+			rt.peers.get(s) // the idle spares hear it too (spareSeesEnd)
+		}
 	}
 	var live []*peer
 	rt.peers.each(func(p *peer) {
-		if p.proc != rt.self && !p.isDown() && !v.failed[p.proc] {
+		if p.proc != rt.self && !p.isDown() && !v.failed[p.proc] && (!lazy || conn.Connected(p.proc)) {
 			live = append(live, p)
 		}
 	})

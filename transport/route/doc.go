@@ -15,5 +15,6 @@
 //   - Frames from both transports reach the one Handler; PeerDown from
 //     either is passed on, except Near's for a peer that moved to Far
 //     because of such an error.
-//   - Disconnect and Close act on both transports.
+//   - Disconnect and Close act on both transports; Connected
+//     (pgas.Connector) holds when either is connected to the peer.
 package route

@@ -121,6 +121,19 @@ func (r *Router) Disconnect(peer transport.Proc, cause error) {
 	}
 }
 
+// Connected reports whether a connection to peer is open on either
+// transport (pgas.Connector); a transport that cannot tell counts as
+// connected to every peer.
+func (r *Router) Connected(peer transport.Proc) bool {
+	for _, t := range []transport.Transport{r.near, r.far} {
+		c, ok := t.(interface{ Connected(transport.Proc) bool })
+		if !ok || c.Connected(peer) {
+			return true
+		}
+	}
+	return false
+}
+
 // Queue hands a small frame to Far without blocking, when Far can
 // (pgas.Queuer) and the peer is reached through it; it reports false
 // otherwise, and the caller sends the frame with Send. Frames to Near

@@ -107,6 +107,9 @@ func TestFallbackToFar(t *testing.T) {
 	if !rs[0].IsNear(1) {
 		t.Fatal("proc 1 does not start near proc 0")
 	}
+	if rs[0].Connected(1) || rs[1].Connected(0) {
+		t.Fatal("connected before any Send")
+	}
 	for seq := range uint64(20) {
 		h := transport.Header{Type: transport.FramePassive, Seq: seq}
 		if err := rs[0].Send(ctx, 1, &h, []byte("over tcp")); err != nil {
@@ -124,6 +127,9 @@ func TestFallbackToFar(t *testing.T) {
 	}
 	if rs[0].IsNear(1) {
 		t.Error("proc 1 is still routed near after its shared-memory path failed")
+	}
+	if !rs[0].Connected(1) || !rs[1].Connected(0) {
+		t.Error("not connected (through Far) after the frames went")
 	}
 	if d := recs[0].Downs(); len(d) != 0 {
 		t.Errorf("PeerDown after a fallback: %v", d)

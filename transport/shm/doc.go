@@ -3,11 +3,17 @@
 //
 // # Rings
 //
-// Each ordered pair of processes that talk has a ring: a memfd (an
+// Each ordered pair of processes that talk has a ring, made by the first
+// Send over it (never at Start, so a process holds rings only with the
+// peers it talks to: see package transport for the count): a memfd (an
 // anonymous file with no name in any file system) that the sending process
 // creates, seals against resizing, maps, and passes to the receiving
 // process over an abstract Unix socket (SCM_RIGHTS) after both have proved
-// that they know the job token (internal/auth, purpose "shm"). A frame is
+// that they know the job token (internal/auth, purpose "shm"). The
+// receiver acknowledges the ring and the sender confirms the
+// acknowledgement; only then is the ring established at either end, so a
+// set-up that runs out of time at one end (a starved process on an
+// overloaded host) is given up at both without a failure. A frame is
 // the 56-byte header followed by its payload, copied into the ring; the
 // receiver delivers it to the Handler as TCP does, reading the payload
 // straight from the ring into its destination. A frame that fits the ring

@@ -21,6 +21,7 @@ func (t *Transport) SetPeers(map[transport.Proc]string) error { return ErrUnsupp
 func (t *Transport) Start(transport.Handler) error            { return ErrUnsupported }
 func (t *Transport) Close() error                             { return nil }
 func (t *Transport) Disconnect(transport.Proc, error)         {}
+func (t *Transport) Connected(transport.Proc) bool            { return false }
 func (t *Transport) SetSpin(time.Duration)                    {}
 func (t *Transport) Send(context.Context, transport.Proc, *transport.Header, []byte) error {
 	return ErrUnsupported

@@ -2,9 +2,15 @@ package shm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
+	"net"
 	"runtime"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
@@ -114,5 +120,128 @@ func TestConfigValidate(t *testing.T) {
 		if err := c.Validate(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: got %v, want ErrConfig", name, err)
 		}
+	}
+}
+
+// Rule (package doc, Rings): a ring is set up by the first Send over it,
+// never at Start: processes that send around a ring hold rings only with
+// their two neighbours (Connected), whatever the number of processes.
+func TestRingsOnFirstUse(t *testing.T) {
+	const n = 8
+	ts, recs := startCluster(t, n)
+	for i, tr := range ts {
+		for j := range n {
+			if tr.Connected(transport.Proc(j)) {
+				t.Fatalf("proc %d connected to %d before any Send", i, j)
+			}
+		}
+	}
+	ctx := testCtx(t)
+	for i, tr := range ts {
+		h := transport.Header{Type: transport.FramePassive}
+		if err := tr.Send(ctx, transport.Proc((i+1)%n), &h, []byte("next")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range recs {
+		if _, err := r.WaitFrames(ctx, 1); err != nil {
+			t.Fatalf("proc %d: %v", i, err)
+		}
+	}
+	for i, tr := range ts {
+		for j := range n {
+			want := j == (i+1)%n || j == (i+n-1)%n
+			if got := tr.Connected(transport.Proc(j)); got != want {
+				t.Errorf("proc %d: Connected(%d) = %v, want %v", i, j, got, want)
+			}
+		}
+	}
+}
+
+// Rule (ErrNoPath, dialFailed): when this process cannot set up its ring
+// to a peer whose ring to it works (the peer's handshake ran out of time
+// on a starved host; here its listener is gone), the Send fails with
+// ErrNoPath for a router to take TCP, and nothing else changes: no
+// PeerDown, and the peer's frames keep arriving.
+func TestDialBackFailureKeepsPeer(t *testing.T) {
+	ts, recs := startCluster(t, 2)
+	ctx := testCtx(t)
+	h := transport.Header{Type: transport.FramePassive, Seq: 1}
+	if err := ts[1].Send(ctx, 0, &h, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recs[0].WaitFrames(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	ts[1].ln.Close() // proc 0 cannot connect to proc 1 any more
+	h = transport.Header{Type: transport.FramePassive}
+	if err := ts[0].Send(ctx, 1, &h, []byte("back")); !errors.Is(err, ErrNoPath) {
+		t.Fatalf("Send 0->1 with proc 1's listener gone: %v, want ErrNoPath", err)
+	}
+	h = transport.Header{Type: transport.FramePassive, Seq: 2}
+	if err := ts[1].Send(ctx, 0, &h, []byte("second")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recs[0].WaitFrames(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if !ts[0].Connected(1) {
+		t.Error("proc 0 lost proc 1's ring")
+	}
+	if d := recs[0].Downs(); len(d) != 0 {
+		t.Errorf("PeerDown after a failed dial back: %v", d)
+	}
+}
+
+// Rule (package doc, Rings): a ring is established only once its sender
+// confirmed the receiver's acknowledgement. A sender that gives the ring
+// up before (its set-up ran out of time) costs the receiver no PeerDown,
+// and its next ring is accepted.
+func TestUnconfirmedRingDropped(t *testing.T) {
+	ts, recs := startCluster(t, 2)
+	// Proc 1's set-up, by hand, up to the acknowledgement, then given up.
+	nc, err := net.Dial("unix", ts[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := nc.(*net.UnixConn)
+	_ = c.SetDeadline(time.Now().Add(transporttest.Timeout))
+	if _, err := auth.Handshake(c, ts[1].cfg.Token, auth.PurposeShm, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	fd, r, err := newRing(MinRingSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.unmap()
+	var msg [offerSize]byte
+	binary.LittleEndian.PutUint32(msg[0:], offerMagic)
+	binary.LittleEndian.PutUint32(msg[4:], ringVersion)
+	binary.LittleEndian.PutUint64(msg[8:], r.size())
+	_, _, err = c.WriteMsgUnix(msg[:], unix.UnixRights(fd), nil)
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ack [1]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil || ack[0] != 1 {
+		t.Fatalf("acknowledgement %v, %v", ack, err)
+	}
+	c.Close() // no confirmation
+
+	ctx := testCtx(t)
+	h := transport.Header{Type: transport.FramePassive, Seq: 7}
+	if err := ts[1].Send(ctx, 0, &h, []byte("the real ring")); err != nil {
+		t.Fatalf("Send 1->0 after an unconfirmed ring: %v", err)
+	}
+	frames, err := recs[0].WaitFrames(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if frames[0].Header.Seq != 7 {
+		t.Errorf("frame Seq %d, want 7", frames[0].Header.Seq)
+	}
+	if d := recs[0].Downs(); len(d) != 0 {
+		t.Errorf("PeerDown after an unconfirmed ring: %v", d)
 	}
 }

@@ -119,9 +119,8 @@ func TestPreBoundListener(t *testing.T) {
 	exchange(t, ts[0], ts[1], rs[0], rs[1], 1)
 }
 
-// Rule: SetPeers may add peers later (a membership change); the new lower
-// peer dials this one, this one dials the new higher peer. Bad tables are
-// rejected whole.
+// Rule: SetPeers may add peers later (a membership change); the first
+// Send either way connects them. Bad tables are rejected whole.
 func TestSetPeers(t *testing.T) {
 	token := auth.NewToken()
 	t1 := newOne(t, 1, token, nil, hooks{})
@@ -220,22 +219,29 @@ func TestSendErrors(t *testing.T) {
 }
 
 // Rule: Close stops every goroutine the transport started, including a
-// dialer retrying an unreachable peer, a watcher probing a lower peer, a
-// handshake with a silent client, and the readers, and it returns promptly.
+// dialer retrying an unreachable peer, one retrying a peer that refuses its
+// handshake, a handshake with a silent client, and the readers, and it
+// returns promptly.
 func TestCloseStopsGoroutines(t *testing.T) {
 	before := runtime.NumGoroutine()
 	ts := newCluster(t, 2, nil)
 	rs := []*recv{newRecv(), newRecv()}
+	dead := deadAddr(t)
 	for i, tr := range ts {
-		if err := tr.SetPeers(map[transport.Proc]string{7: deadAddr(t)}); err != nil { // dialed forever
+		if err := tr.SetPeers(map[transport.Proc]string{7: dead}); err != nil {
 			t.Fatal(err)
 		}
 		if err := tr.Start(rs[i]); err != nil {
 			t.Fatal(err)
 		}
+		// The Send gives up; its dialer goes on retrying.
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		h := transport.Header{Type: transport.FramePassive}
+		_ = tr.Send(ctx, 7, &h, nil)
+		cancel()
 	}
 	exchange(t, ts[0], ts[1], rs[0], rs[1], 1)
-	// A waiting Send to a lower peer that never dials starts a watcher.
+	// A Send to a peer of another job: its dialer retries the refusals.
 	t3 := newOne(t, 3, auth.NewToken(), nil, hooks{})
 	if err := t3.SetPeers(map[transport.Proc]string{2: ts[1].Addr()}); err != nil {
 		t.Fatal(err)

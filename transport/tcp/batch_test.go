@@ -27,10 +27,11 @@ func (w writeCounter) NetConn() net.Conn { return w.Conn }
 // connOf returns tr's connection to peer, which is up.
 func connOf(t *testing.T, tr *Transport, peer transport.Proc) *conn {
 	t.Helper()
-	waitUp(t, tr, peer)
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return tr.peers[peer].conn
+	c, err := tr.connTo(ctxWait(t), peer) // dials it, as a first Send would
+	if err != nil {
+		t.Fatalf("connecting proc %d to %d: %v", tr.self, peer, err)
+	}
+	return c
 }
 
 // Rule (Config.BatchFrame): small frames queued while the connection is

@@ -45,16 +45,18 @@ type Config struct {
 	// DialTimeout bounds one TCP connect attempt. Must be > 0.
 	DialTimeout time.Duration
 	// DialInitialInterval is the first pause between dial attempts; it grows
-	// exponentially (with jitter) up to DialMaxInterval. Peers of a job
-	// start at slightly different times, so the first dials are often
-	// refused. Must be > 0.
+	// exponentially (with jitter) up to DialMaxInterval. A dial is retried
+	// when its connect times out, its handshake fails, or the peer's own
+	// dial crossed it and is still on its way. Must be > 0.
 	DialInitialInterval time.Duration
 	// DialMaxInterval caps the pause between dial attempts. Must be >=
 	// DialInitialInterval.
 	DialMaxInterval time.Duration
 	// DialMaxElapsed is how long the dialer keeps retrying a peer before it
-	// declares the peer down (Handler.PeerDown). It must cover the spread of
-	// process start-up times of a job. Must be >= DialInitialInterval.
+	// declares the peer down (Handler.PeerDown). Three connects refused in
+	// a row end it sooner: every listener is bound before its address is
+	// published, so nothing listening means the process is gone. Must be
+	// >= DialInitialInterval.
 	DialMaxElapsed time.Duration
 
 	// ReadBufferSize is the size in bytes of each connection's read buffer.

@@ -10,13 +10,8 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
-	"github.com/gaspigo/gaspigo/internal/admit"
-	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
@@ -27,6 +22,7 @@ type conn struct {
 	nc     net.Conn
 	remote string
 	fr     *frameReader
+	dialed bool // this process dialed it (else the peer did)
 
 	// wsem is the write token (capacity 1): its holder writes one whole
 	// frame. A channel rather than a mutex so that waiting for it honours
@@ -68,66 +64,6 @@ func (t *Transport) newConn(p *peer, nc net.Conn, remote string) *conn {
 		kick:   make(chan struct{}, 1),
 		dead:   make(chan struct{}),
 	}
-}
-
-// tlsSocketOf finds the tlsSocket under a data connection, or nil.
-func tlsSocketOf(nc net.Conn) *tlsSocket {
-	for {
-		switch c := nc.(type) {
-		case *tlsSocket:
-			return c
-		case *watchedConn:
-			nc = c.Conn
-		case auth.Conn:
-			nc = c.NetConn()
-		default:
-			return nil
-		}
-	}
-}
-
-// maxCoalesce is the largest frame a TLS connection copies into one write
-// (one TLS record): a separate record for the header would cost a second
-// system call and 22 bytes of TLS overhead per frame.
-const maxCoalesce = 16 << 10
-
-// writeTLS writes parts (batched frames, a header, a payload) through
-// TLS, armed: its records are batched, and a write cut off by the ctx's
-// deadline leaves the rest of them in c.sock.rest.
-func (c *conn) writeTLS(parts ...[]byte) (int64, error) {
-	c.sock.armed = true
-	defer func() { c.sock.armed = false }()
-	total := 0
-	for _, p := range parts {
-		total += len(p)
-	}
-	var n int64
-	var err error
-	if total <= maxCoalesce {
-		c.scratch = c.scratch[:0]
-		for _, p := range parts {
-			c.scratch = append(c.scratch, p...)
-		}
-		var k int
-		k, err = c.nc.Write(c.scratch)
-		n = int64(k)
-	} else {
-		for _, p := range parts {
-			if len(p) == 0 {
-				continue
-			}
-			var k int
-			k, err = c.nc.Write(p)
-			n += int64(k)
-			if err != nil {
-				break
-			}
-		}
-	}
-	if ferr := c.sock.flush(); err == nil {
-		err = ferr
-	}
-	return n, err
 }
 
 // enqueue adds a small frame to the batch and wakes the writer; false when
@@ -265,12 +201,16 @@ func (c *conn) flushOnClose(deadline time.Time) {
 	_ = c.writeBatch()
 }
 
-// upLocked makes nc the connection to p. t.mu is held and p is waiting.
-func (t *Transport) upLocked(p *peer, nc net.Conn) *conn {
+// upLocked makes nc the connection to p; dialed says that this process
+// dialed it. t.mu is held and p is idle.
+func (t *Transport) upLocked(p *peer, nc net.Conn, dialed bool) *conn {
 	c := t.newConn(p, nc, nc.RemoteAddr().String())
+	c.dialed = dialed
 	p.conn = c
 	p.state = stateUp
+	p.dialing = false
 	close(p.ready)
+	t.stats.connections.Add(1)
 	if t.cfg.BatchFrame > 0 {
 		t.wg.Add(1) // t.mu is held and t is not closed: Close has not begun waiting
 		go func() {
@@ -450,16 +390,23 @@ func (c *conn) fail(cause error) error {
 	t := c.t
 	t.mu.Lock()
 	p := c.peer
-	if p.state == stateUp && p.conn == c {
-		p.state = stateDown
-		p.err = cause
-	}
+	t.downLocked(c, cause)
 	if p.err != nil {
 		cause = p.err
 	}
 	t.mu.Unlock()
 	_ = c.nc.Close()
 	return cause
+}
+
+// downLocked marks c's peer down with cause if c is its live connection.
+// t.mu is held.
+func (t *Transport) downLocked(c *conn, cause error) {
+	if p := c.peer; p.state == stateUp && p.conn == c {
+		p.state = stateDown
+		p.err = cause
+		t.stats.connections.Add(-1)
+	}
 }
 
 // readLoop delivers c's frames until the connection fails or Close, then
@@ -498,10 +445,7 @@ func (c *conn) readLoop() {
 		return
 	}
 	p := c.peer
-	if p.state == stateUp && p.conn == c {
-		p.state = stateDown
-		p.err = cause
-	}
+	t.downLocked(c, cause)
 	deliver := p.state == stateDown && p.conn == c && !p.notified
 	if deliver {
 		p.notified = true
@@ -514,396 +458,4 @@ func (c *conn) readLoop() {
 		t.log.Info("tcp: peer down", "peer", uint32(id), "remote", c.remote, "err", cause)
 		h.PeerDown(id, cause)
 	}
-}
-
-// acceptLoop accepts connections until Close; each is authenticated in its
-// own goroutine so that a silent client cannot stall the others. Every
-// accepted connection enters the admission gate (internal/admit), which
-// bounds the unauthenticated ones and sheds the oldest when full.
-func (t *Transport) acceptLoop() {
-	var pause time.Duration
-	for {
-		nc, err := t.ln.Accept()
-		if err != nil {
-			if t.isClosed() {
-				return
-			}
-			if errors.Is(err, net.ErrClosed) {
-				t.log.Error("tcp: listener closed under the transport; no more peers can connect", "err", err)
-				return
-			}
-			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
-			t.log.Warn("tcp: accept failed", "err", err, "retry_in", pause)
-			select {
-			case <-t.closing:
-				return
-			case <-time.After(pause):
-			}
-			continue
-		}
-		pause = 0
-		if !t.track(nc) {
-			_ = nc.Close()
-			return
-		}
-		pend := t.door.Admit(nc)
-		// This goroutine is counted in t.wg, so Close's Wait cannot have
-		// returned: Add is safe here.
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			t.serveIncoming(nc, pend)
-		}()
-	}
-}
-
-// serveIncoming authenticates an accepted connection and, if it is the
-// first from a lower peer, runs its reader. A connection the gate sheds
-// during the handshake is dropped quietly (the gate counts it).
-func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
-	remote := nc.RemoteAddr().String()
-	t.tune(nc)
-	_ = nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	wc := &watchedConn{Conn: nc}
-	if t.cfg.TLS {
-		wc.Conn = &tlsSocket{Conn: nc}
-	}
-	sc, id, err := auth.Serve(wc, t.cfg.Token, auth.PurposeData, uint32(t.self), auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit}, t.cfg.TLS)
-	wc.sealed = true
-	if err != nil {
-		if pend.Done() {
-			t.closeSocket(nc)
-			return
-		}
-		if wc.read == 0 && wc.err != nil && !errors.Is(wc.err, os.ErrDeadlineExceeded) && !t.isClosed() {
-			// Closed by the remote end before it sent a byte: a liveness
-			// probe of watchLoop (or a port scan). Nothing to refuse.
-			t.closeSocket(nc)
-			t.stats.probes.Add(1)
-			t.log.Debug("tcp: probe connection", "remote", remote)
-			if t.hooks.onProbe != nil {
-				t.hooks.onProbe(remote)
-			}
-			return
-		}
-		t.refuse(nc, remote, transport.NoProc, fmt.Errorf("%w: %w", transport.ErrAuth, err))
-		return
-	}
-	t.door.Authenticated()
-	_ = nc.SetDeadline(time.Time{})
-	nc = t.retrack(nc, sc)
-	from := transport.Proc(id)
-	if from >= t.self {
-		t.refuse(nc, remote, from, fmt.Errorf("proc %d dialed proc %d, but only the lower proc dials", from, t.self))
-		return
-	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		t.closeSocket(nc)
-		return
-	}
-	p := t.peerLocked(from)
-	if p.state != stateWaiting {
-		what := "connected"
-		if p.state == stateDown {
-			what = "down (a Proc is never reused)"
-		}
-		t.mu.Unlock()
-		t.refuse(nc, remote, from, fmt.Errorf("proc %d is already %s", from, what))
-		return
-	}
-	c := t.upLocked(p, nc)
-	t.mu.Unlock()
-	c.readLoop()
-}
-
-// watchedConn records how a handshake went on an accepted connection. Once
-// sealed (by the accepting goroutine, before the connection is shared) it
-// only passes reads and writes through: under TLS it stays below the TLS
-// layer.
-type watchedConn struct {
-	net.Conn
-	sealed bool
-	read   int   // bytes received
-	err    error // first read or write error
-}
-
-func (c *watchedConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if c.sealed {
-		return n, err
-	}
-	c.read += n
-	if err != nil && c.err == nil {
-		c.err = err
-	}
-	return n, err
-}
-
-func (c *watchedConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if err != nil && !c.sealed && c.err == nil {
-		c.err = err
-	}
-	return n, err
-}
-
-// tlsSocket is the socket under a TLS data connection (Config.TLS). TLS
-// writes a large frame as records of 16 KiB, one write each; while a Send
-// is writing (armed), tlsSocket batches them (up to maxBatch) so that a
-// frame costs few system calls, as a plain one does with writev. A TLS
-// record that was cut off cannot be resumed either, so where a plain frame
-// whose Send's ctx ended mid-write is finished in the background from its
-// bytes, a TLS frame is finished from its records: a write that fails on
-// the past deadline the ctx set keeps the unwritten rest of the batch, and
-// the rest of the frame's records, in rest and reports them written; the
-// Send then hands rest to a background writer (conn.finishWrite). The
-// holder of the write token owns every field.
-type tlsSocket struct {
-	net.Conn
-	armed bool
-	out   []byte // records batched while armed, written by flush
-	rest  []byte // records accepted but not yet on the wire; nil: none
-}
-
-// maxBatch bounds the records a tlsSocket batches before it writes them.
-const maxBatch = 256 << 10
-
-func (s *tlsSocket) Write(b []byte) (int, error) {
-	switch {
-	case s.rest != nil:
-		s.rest = append(s.rest, b...)
-		return len(b), nil
-	case !s.armed:
-		return s.Conn.Write(b) // the handshake, an alert
-	}
-	s.out = append(s.out, b...)
-	if len(s.out) >= maxBatch {
-		if err := s.flush(); err != nil {
-			return 0, err
-		}
-	}
-	return len(b), nil
-}
-
-// flush writes the batched records. A write cut by the deadline of the
-// Send's ctx moves what it did not write to rest.
-func (s *tlsSocket) flush() error {
-	if len(s.out) == 0 {
-		return nil
-	}
-	n, err := s.Conn.Write(s.out)
-	if err != nil && n < len(s.out) && errors.Is(err, os.ErrDeadlineExceeded) {
-		s.rest = append(make([]byte, 0, 2*(len(s.out)-n)), s.out[n:]...)
-		err = nil
-	}
-	s.out = s.out[:0]
-	return err
-}
-
-// dialLoop connects to the higher peer p with exponential backoff, bounded
-// by Close and DialMaxElapsed, then runs the connection's reader. A peer
-// that cannot be reached is reported down.
-func (t *Transport) dialLoop(p *peer) {
-	t.mu.Lock()
-	addr := p.addr
-	t.mu.Unlock()
-	b := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(t.cfg.DialInitialInterval),
-		backoff.WithMaxInterval(t.cfg.DialMaxInterval),
-		backoff.WithMaxElapsedTime(t.cfg.DialMaxElapsed),
-	)
-	begin := time.Now()
-	attempts := 0
-	nc, err := backoff.RetryNotifyWithData(func() (net.Conn, error) {
-		attempts++
-		return t.dialOnce(p.id, addr)
-	}, backoff.WithContext(b, t.ctx), func(err error, next time.Duration) {
-		t.log.Debug("tcp: dial failed; retrying", "peer", uint32(p.id), "addr", addr,
-			"attempt", attempts, "retry_in", next, "err", err)
-	})
-	if err != nil {
-		t.giveUp(p, fmt.Errorf("tcp: dial peer %d at %s: gave up after %d attempts in %v: %w",
-			p.id, addr, attempts, time.Since(begin).Round(time.Millisecond), err))
-		return
-	}
-	t.mu.Lock()
-	if t.closed || p.state != stateWaiting {
-		// Close won the race (or, impossibly, the peer came up another way).
-		t.mu.Unlock()
-		t.closeSocket(nc)
-		return
-	}
-	c := t.upLocked(p, nc)
-	t.mu.Unlock()
-	c.readLoop()
-}
-
-// giveUp declares the peer p, which never connected, down with cause.
-func (t *Transport) giveUp(p *peer, cause error) {
-	t.mu.Lock()
-	if t.closed || p.state != stateWaiting {
-		t.mu.Unlock()
-		return
-	}
-	p.state = stateDown
-	p.err = cause
-	p.notified = true
-	close(p.ready)
-	h, addr := t.handler, p.addr
-	t.mu.Unlock()
-	t.stats.peersDown.Add(1)
-	t.log.Info("tcp: peer down", "peer", uint32(p.id), "remote", addr, "err", cause)
-	h.PeerDown(p.id, cause)
-}
-
-// probeRefusals is how many refused connects in a row show that nothing
-// listens at a lower peer's address any more.
-const probeRefusals = 3
-
-// watchLoop runs on the higher side while a Send waits for the lower peer p
-// to dial. A lower peer that dies before it connects would otherwise leave
-// the waiters hanging until their ctx ends, so the peer's listener is probed
-// with plain TCP connects (closed at once, without a byte sent), on the dial
-// backoff schedule: probeRefusals refusals in a row mean its process is gone
-// and the peer is declared down. It stops when p connects or goes down, or
-// at Close.
-func (t *Transport) watchLoop(p *peer) {
-	t.mu.Lock()
-	addr, ready := p.addr, p.ready
-	t.mu.Unlock()
-	b := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(t.cfg.DialInitialInterval),
-		backoff.WithMaxInterval(t.cfg.DialMaxInterval),
-		backoff.WithMaxElapsedTime(0), // until p connects or Close
-	)
-	timer := time.NewTimer(b.NextBackOff())
-	defer timer.Stop()
-	refused := 0
-	for {
-		select {
-		case <-ready:
-			return
-		case <-t.closing:
-			return
-		case <-timer.C:
-		}
-		d := net.Dialer{Timeout: t.cfg.DialTimeout}
-		nc, err := d.DialContext(t.ctx, "tcp", addr)
-		switch {
-		case err == nil:
-			_ = nc.Close()
-			refused = 0
-		case errors.Is(err, syscall.ECONNREFUSED):
-			refused++
-		}
-		if refused >= probeRefusals {
-			t.giveUp(p, fmt.Errorf("tcp: peer %d never connected and nothing listens at %s any more: %w", p.id, addr, err))
-			return
-		}
-		timer.Reset(b.NextBackOff())
-	}
-}
-
-// dialOnce makes one authenticated connection to peer id at addr.
-func (t *Transport) dialOnce(id transport.Proc, addr string) (net.Conn, error) {
-	t.stats.dialAttempts.Add(1)
-	d := net.Dialer{Timeout: t.cfg.DialTimeout, KeepAlive: t.cfg.KeepAlive}
-	nc, err := d.DialContext(t.ctx, "tcp", addr)
-	if err != nil {
-		if t.ctx.Err() != nil {
-			return nil, backoff.Permanent(transport.ErrClosed)
-		}
-		return nil, err
-	}
-	if t.cfg.WrapConn != nil {
-		nc = t.cfg.WrapConn(nc)
-	}
-	if !t.track(nc) {
-		_ = nc.Close()
-		return nil, backoff.Permanent(transport.ErrClosed)
-	}
-	t.tune(nc)
-	remote := nc.RemoteAddr().String()
-	_ = nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	var hc net.Conn = nc
-	if t.cfg.TLS {
-		hc = &tlsSocket{Conn: nc}
-	}
-	sc, got, err := auth.Dial(hc, t.cfg.Token, auth.PurposeData, uint32(t.self), t.cfg.TLS)
-	if err != nil {
-		err = fmt.Errorf("%w: %w", transport.ErrAuth, err)
-	} else if transport.Proc(got) != id {
-		err = fmt.Errorf("%w: %s answered as proc %d, want %d", transport.ErrAuth, addr, got, id)
-	}
-	if err != nil {
-		t.refuse(nc, remote, id, err)
-		if t.isClosed() {
-			return nil, backoff.Permanent(transport.ErrClosed)
-		}
-		return nil, err
-	}
-	_ = nc.SetDeadline(time.Time{})
-	return t.retrack(nc, sc), nil
-}
-
-// refuse closes a connection that failed authentication or broke the
-// connection rules, and counts and logs it (within the admission gate's
-// log bounds: a flood costs a few lines per interval). It never produces
-// PeerDown.
-func (t *Transport) refuse(nc net.Conn, remote string, claimed transport.Proc, err error) {
-	t.closeSocket(nc)
-	if t.isClosed() {
-		return // the handshake was cut by Close
-	}
-	t.stats.handshakesRefused.Add(1)
-	var attrs []any
-	if claimed != transport.NoProc {
-		attrs = append(attrs, "peer", uint32(claimed))
-	}
-	t.door.Refuse(remote, err, attrs...)
-	if t.hooks.onRefuse != nil {
-		t.hooks.onRefuse(remote, err)
-	}
-}
-
-// tune applies the socket options of the Config.
-func (t *Transport) tune(nc net.Conn) {
-	if w, ok := nc.(interface{ NetConn() net.Conn }); ok {
-		nc = w.NetConn()
-	}
-	tc, ok := nc.(*net.TCPConn)
-	if !ok {
-		return
-	}
-	_ = tc.SetNoDelay(true)
-	if t.cfg.SocketReadBuffer > 0 {
-		_ = tc.SetReadBuffer(t.cfg.SocketReadBuffer)
-	}
-	if t.cfg.SocketWriteBuffer > 0 {
-		_ = tc.SetWriteBuffer(t.cfg.SocketWriteBuffer)
-	}
-	switch {
-	case t.cfg.KeepAlive < 0:
-		_ = tc.SetKeepAlive(false)
-	case t.cfg.KeepAlive > 0:
-		_ = tc.SetKeepAlive(true)
-		_ = tc.SetKeepAlivePeriod(t.cfg.KeepAlive)
-	}
-}
-
-// goTracked runs f in a goroutine that Close waits for; false after Close.
-func (t *Transport) goTracked(f func()) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
-	}
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		f()
-	}()
-	return true
 }

@@ -16,18 +16,49 @@
 //
 // # Connections
 //
-// The lower Proc of a pair dials the higher one: after Start, a Transport
-// dials every higher peer it has an address for, in the background, with
-// exponential backoff (Config.Dial*). A Send from the higher side waits,
-// bounded by its ctx, until the lower peer has connected. Every connection
-// runs the job-token handshake (internal/auth, purpose "data") before a
-// single frame is read; it also tells the acceptor which Proc dialed. A
-// connection that fails the handshake, that comes from a Proc that should
-// not dial this one, or that claims a Proc already connected (or already
-// down) is refused: closed, logged with its remote address, and counted in
-// Stats.HandshakesRefused. A refusal never produces PeerDown. Refusals are
-// logged one by one only within bounds (a few per 10 s, and the first from
-// each source); the rest are summarised in one line per 10 s.
+// A connection is made when it is first needed: the first Send to a peer
+// that is not connected dials it, in the background, with exponential
+// backoff (Config.Dial*), and waits for it, bounded by its ctx (the dial
+// goes on when ctx ends first, for the next Send). Nothing is dialed at
+// Start or SetPeers, so a process holds connections only to the peers it
+// talks to, and starting N processes makes no storm of N(N-1)/2
+// handshakes. Either process of a pair may dial; one connection carries
+// the frames of both directions.
+//
+// Every connection runs the job-token handshake (internal/auth, purpose
+// "data") before a single frame is read; it also tells the acceptor which
+// Proc dialed. The acceptor then writes one verdict byte, which the dialer
+// reads before it takes the connection as established and before it
+// writes any frame:
+//
+//   - accept: the dialer writes the same byte back to confirm, then takes
+//     the connection as the pair's; the acceptor does once it has read the
+//     confirmation. A dialer whose handshake ran out of time (a starved
+//     process on an overloaded host) closes the connection unconfirmed and
+//     dials again: the acceptor drops the unconfirmed one quietly (or when
+//     the new dial arrives, since a dialer has one attempt at a time), and
+//     neither end reports PeerDown. Sends of the acceptor wait meanwhile.
+//   - crossed: both processes dialed each other at once. The rule: the
+//     connection dialed by the lower Proc is kept. An acceptor turns a
+//     dial away when it holds a connection it dialed itself to that peer,
+//     or when it is dialing that peer and is the lower of the two; the
+//     higher one accepts the lower's dial even while its own is under
+//     way, and its own is then turned away. The dialer closes the
+//     connection it was turned away on, and its waiting Sends use the
+//     kept one. No frame was written on the closed one, so nothing is
+//     lost or reordered; neither side counts it as a refusal or reports
+//     PeerDown (Stats.DialsCrossed counts them).
+//   - refused: the connection breaks the rules (a second one from a Proc
+//     already connected by its own dial); the dialer retries within
+//     DialMaxElapsed.
+//   - down: the acceptor holds the dialer down for good (a Proc is never
+//     reused); the dialer gives up at once and reports the peer down.
+//
+// A connection that fails the handshake, or that is refused, is closed,
+// logged with its remote address, and counted in Stats.HandshakesRefused;
+// a refusal never produces PeerDown. Refusals are logged one by one only
+// within bounds (a few per 10 s, and the first from each source); the rest
+// are summarised in one line per 10 s.
 //
 // Unauthenticated connections are bounded: every accepted connection enters
 // the process's admission gate (internal/admit), shared with the other
@@ -50,12 +81,25 @@
 // PollSpin does not apply (reads go through TLS).
 //
 // When an established connection fails (EOF, reset, write error, a
-// malformed frame) or a dial gives up after DialMaxElapsed, the peer is
-// down: Handler.PeerDown is called exactly once for it, from a goroutine of
-// the transport, and every later Send to it returns a *PeerDownError, which
-// wraps transport.ErrPeerDown. There is no reconnection: a process is never
-// restarted under the same Proc. A peer that never dials this process
-// produces no PeerDown here; the failure detector owns that case.
+// malformed frame) or a dial gives up (after DialMaxElapsed, after three
+// connects refused in a row: every listener is bound before its address
+// is published, so nothing listening there means the process is gone, or
+// at once on a "down" verdict), the peer is down: Handler.PeerDown is
+// called exactly once for it, from a goroutine of the transport, and every
+// later Send to it returns a *PeerDownError, which wraps
+// transport.ErrPeerDown. There is no reconnection: a process is never
+// restarted under the same Proc. A peer this process never talks to
+// produces no PeerDown here, whatever happens to it; the failure detector
+// owns that case.
+//
+// # Cost as a function of N
+//
+// Per peer known (SetPeers): one small record (address, state), no
+// goroutine, no buffer. Per connected peer: one socket, a read buffer of
+// Config.ReadBufferSize, a batch of up to BatchBytes, a reader and a batch
+// writer goroutine. A process of the runtime (package pgas) talks to
+// O(log N) peers: see transport's package doc for the count and the file
+// descriptors a process needs.
 //
 // # Frames
 //
@@ -115,8 +159,8 @@
 //
 // Send, Queue, SetPeers, Stats and Close may be called from any
 // goroutine. The transport owns: the accept loop, one goroutine per
-// connection being authenticated or read, one dialer per higher peer until
-// it connects, one batch writer per connection (it ends with the
+// connection being authenticated or read, one dialer per peer a Send
+// waits for, until it connects or gives up, one batch writer per connection (it ends with the
 // connection), and a writer finishing a frame whose Send timed out. Close
 // writes what is still batched (for at most 200 ms), then stops all of
 // them and waits, including a HandleFrame or PeerDown call in progress, so

@@ -21,6 +21,8 @@ type counters struct {
 	handlerErrors       atomic.Uint64
 	peersDown           atomic.Uint64
 	dialAttempts        atomic.Uint64
+	dialsCrossed        atomic.Uint64
+	connections         atomic.Int64
 }
 
 // payload is the transport.Payload of one received frame: a window of Len

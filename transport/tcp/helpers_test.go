@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -239,8 +240,18 @@ func rawDial(t *testing.T, addr string, token []byte, self transport.Proc) (net.
 	return rawDialTLS(t, addr, token, self, testTLS)
 }
 
-// rawDialTLS is rawDial with TLS on or off.
+// rawDialTLS is rawDial with TLS on or off. After the handshake it reads
+// the acceptor's verdict and confirms an accept; a verdict other than
+// verdictAccept is an error (errVerdict) and the connection is returned
+// anyway.
 func rawDialTLS(t *testing.T, addr string, token []byte, self transport.Proc, tls bool) (net.Conn, error) {
+	t.Helper()
+	return rawDialVerdict(t, addr, token, self, tls, true)
+}
+
+// rawDialVerdict is rawDialTLS; without confirm it leaves an accept
+// unconfirmed, as a dialer whose handshake ran out of time.
+func rawDialVerdict(t *testing.T, addr string, token []byte, self transport.Proc, tls, confirm bool) (net.Conn, error) {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, wait)
 	if err != nil {
@@ -248,10 +259,28 @@ func rawDialTLS(t *testing.T, addr string, token []byte, self transport.Proc, tl
 	}
 	t.Cleanup(func() { _ = nc.Close() })
 	_ = nc.SetDeadline(time.Now().Add(wait))
+	defer func() { _ = nc.SetDeadline(time.Time{}) }()
 	sc, _, err := auth.Dial(nc, token, auth.PurposeData, uint32(self), tls)
-	_ = nc.SetDeadline(time.Time{})
-	return sc, err
+	if err != nil {
+		return sc, err
+	}
+	var v [1]byte
+	if _, err := io.ReadFull(sc, v[:]); err != nil {
+		return sc, fmt.Errorf("reading the verdict: %w", err)
+	}
+	if v[0] != verdictAccept {
+		return sc, fmt.Errorf("%w %q", errVerdict, v[0])
+	}
+	if confirm {
+		if _, err := sc.Write(v[:]); err != nil {
+			return sc, fmt.Errorf("confirming: %w", err)
+		}
+	}
+	return sc, nil
 }
+
+// errVerdict is rawDial's error when the acceptor did not accept.
+var errVerdict = errors.New("the acceptor's verdict is")
 
 // waitUp waits until tr has registered a live connection to peer: a
 // client's handshake returns before the accepting side has filed the

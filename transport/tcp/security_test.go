@@ -77,19 +77,19 @@ func TestRefusals(t *testing.T) {
 		check(t, "purpose")
 	})
 	t.Run("Duplicate", func(t *testing.T) {
-		nc, err := rawDial(t, t1.Addr(), token, 0) // proc 0 is connected already
-		if err != nil {
-			t.Fatalf("handshake: %v", err)
+		nc, err := rawDial(t, t1.Addr(), token, 0) // proc 0 is connected already, by its own dial
+		if !errors.Is(err, errVerdict) {
+			t.Fatalf("handshake: %v, want a refusal verdict", err)
 		}
 		check(t, "already connected")
 		closedByServer(t, nc)
 	})
-	t.Run("HigherDials", func(t *testing.T) {
-		nc, err := rawDial(t, t1.Addr(), token, 7)
-		if err != nil {
-			t.Fatalf("handshake: %v", err)
+	t.Run("ClaimsSelf", func(t *testing.T) {
+		nc, err := rawDial(t, t1.Addr(), token, 1)
+		if err == nil {
+			t.Fatal("a connection claiming to be proc 1 was accepted by proc 1")
 		}
-		check(t, "only the lower proc dials")
+		check(t, "this process")
 		closedByServer(t, nc)
 	})
 	t.Run("Garbage", func(t *testing.T) {
@@ -164,6 +164,10 @@ func TestDialWrongJob(t *testing.T) {
 	h := newHandler(nil)
 	if err := tr.Start(h); err != nil {
 		t.Fatal(err)
+	}
+	hd := transport.Header{Type: transport.FramePassive}
+	if err := tr.Send(ctxWait(t), 1, &hd, nil); !errors.Is(err, transport.ErrPeerDown) {
+		t.Errorf("Send to a peer of another job: %v, want ErrPeerDown once the dialer gave up", err)
 	}
 	if err := ev.waitRefused(t); !errors.Is(err, transport.ErrAuth) {
 		t.Errorf("refusal %v does not wrap transport.ErrAuth", err)

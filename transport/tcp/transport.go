@@ -15,29 +15,34 @@ import (
 
 var _ transport.Transport = (*Transport)(nil)
 
-// peerState is where the one connection to a peer stands.
 // closeFlush bounds how long Close spends writing batched frames.
 const closeFlush = 200 * time.Millisecond
 
+// peerState is where the one connection to a peer stands.
 type peerState uint8
 
 const (
-	stateWaiting peerState = iota // no connection yet (dialing, or waiting for the peer's dial)
-	stateUp                       // connected and authenticated
-	stateDown                     // failed; never reconnected
+	stateIdle peerState = iota // no connection yet (this side may be dialing: peer.dialing)
+	stateUp                    // connected and authenticated
+	stateDown                  // failed; never reconnected
 )
 
-// peer is the per-peer state, guarded by Transport.mu.
+// peer is the per-peer state, guarded by Transport.mu. It exists for the
+// peers named by SetPeers and those that connected; only a connected one
+// has goroutines and buffers.
 type peer struct {
 	id       transport.Proc
-	addr     string // "" until SetPeers names it (a lower peer may dial first)
+	addr     string // "" until SetPeers names it (a peer may dial first)
 	state    peerState
-	ready    chan struct{} // closed when state leaves stateWaiting
+	ready    chan struct{} // closed when state leaves stateIdle
 	conn     *conn         // set in stateUp (and kept in stateDown)
 	err      error         // why the peer is down
 	notified bool          // Handler.PeerDown was called (or is being)
-	dialing  bool          // a dial goroutine owns this peer (higher peers)
-	watching bool          // a watch goroutine probes this peer (lower peers)
+	dialing  bool          // a dial goroutine of this process works on this peer
+	// accepting is the peer's dial this process accepted and awaits the
+	// confirmation of (see the package doc); settled closes when that ends.
+	accepting net.Conn
+	settled   chan struct{}
 }
 
 // Transport is the TCP implementation of transport.Transport. See the
@@ -72,6 +77,7 @@ type Transport struct {
 type hooks struct {
 	onRefuse func(remote string, err error) // after a refusal is counted
 	onProbe  func(remote string)            // after a probe connection is counted
+	onDial   func(peer transport.Proc)      // before each dial attempt
 }
 
 // New checks cfg, binds the listener (or adopts cfg.Listener) and starts
@@ -127,9 +133,9 @@ func (t *Transport) Addr() string { return t.ln.Addr().String() }
 // SetPeers records the address of each peer (entries for Self are ignored).
 // It may be called again to add peers, e.g. after a membership change; a
 // known peer cannot change its address, since a process is never restarted
-// under the same Proc. After Start, this process dials every higher peer it
-// has an address for in the background; lower peers dial it. The table is
-// checked as a whole: on error nothing is applied.
+// under the same Proc. Nothing is dialed here: a peer is dialed by the
+// first Send to it (see the package doc). The table is checked as a whole:
+// on error nothing is applied.
 func (t *Transport) SetPeers(addrs map[transport.Proc]string) error {
 	var bad []string
 	for id, addr := range addrs {
@@ -159,9 +165,7 @@ func (t *Transport) SetPeers(addrs map[transport.Proc]string) error {
 		if id == t.self {
 			continue
 		}
-		p := t.peerLocked(id)
-		p.addr = addr
-		t.maybeDialLocked(p)
+		t.peerLocked(id).addr = addr
 	}
 	return nil
 }
@@ -176,10 +180,10 @@ func (t *Transport) peerLocked(id transport.Proc) *peer {
 	return p
 }
 
-// maybeDialLocked starts the dialer of p if this side must dial it and it is
-// not dialed yet. t.mu is held, so Close cannot be waiting yet.
-func (t *Transport) maybeDialLocked(p *peer) {
-	if t.closed || t.handler == nil || p.id < t.self || p.addr == "" || p.dialing || p.state != stateWaiting {
+// dialLocked starts the dialer of p unless one runs already. t.mu is held,
+// so Close cannot be waiting yet.
+func (t *Transport) dialLocked(p *peer) {
+	if t.closed || p.addr == "" || p.dialing || p.accepting != nil || p.state != stateIdle {
 		return
 	}
 	p.dialing = true
@@ -190,21 +194,8 @@ func (t *Transport) maybeDialLocked(p *peer) {
 	}()
 }
 
-// maybeWatchLocked starts probing the lower peer p, which this side waits
-// for, unless that is already being done. t.mu is held.
-func (t *Transport) maybeWatchLocked(p *peer) {
-	if t.closed || p.addr == "" || p.watching || p.state != stateWaiting {
-		return
-	}
-	p.watching = true
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		t.watchLoop(p)
-	}()
-}
-
-// Start begins delivering frames to h and dialing the higher peers.
+// Start begins delivering frames to h. It dials nobody: the first Send to
+// a peer does.
 func (t *Transport) Start(h transport.Handler) error {
 	if h == nil {
 		return fmt.Errorf("tcp: Start with a nil Handler")
@@ -219,21 +210,20 @@ func (t *Transport) Start(h transport.Handler) error {
 	}
 	t.handler = h
 	close(t.started)
-	for _, p := range t.peers {
-		t.maybeDialLocked(p)
-	}
 	return nil
 }
 
 // Send writes one frame to peer to with a single writev straight from
 // payload, and returns once the kernel has all of it. It sets h.Len and
-// h.Src. When this process is the higher of the two and the peer has not
-// dialed yet, Send waits for it, bounded by ctx. The end of ctx (deadline
-// or cancellation) interrupts a blocked write: when nothing of the frame was
-// written the error wraps ctx.Err(); when part of it was, the rest is
-// copied and written in the background (the frame will arrive, and the
-// connection stays usable) and the error still wraps ctx.Err(). A write
-// that fails otherwise makes the peer down: the error is a *PeerDownError.
+// h.Src. The first Send to a peer that is not connected dials it (unless
+// a dial of the peer's is being set up) and waits for the connection,
+// bounded by ctx; the dial goes on in the background when ctx ends first.
+// The end of ctx (deadline or cancellation) interrupts a blocked write:
+// when nothing of the frame was written the error wraps ctx.Err(); when
+// part of it was, the rest is copied and written in the background (the
+// frame will arrive, and the connection stays usable) and the error still
+// wraps ctx.Err(). A write that fails otherwise makes the peer down: the
+// error is a *PeerDownError.
 func (t *Transport) Send(ctx context.Context, to transport.Proc, h *transport.Header, payload []byte) error {
 	if len(payload) > transport.MaxPayload {
 		return fmt.Errorf("%w: %d bytes to peer %d, cap %d; split the transfer", transport.ErrTooLarge, len(payload), to, transport.MaxPayload)
@@ -247,7 +237,8 @@ func (t *Transport) Send(ctx context.Context, to transport.Proc, h *transport.He
 	return c.send(ctx, h, payload)
 }
 
-// connTo returns the live connection to peer to, waiting for it to come up.
+// connTo returns the live connection to peer to, dialing it and waiting
+// for it to come up.
 func (t *Transport) connTo(ctx context.Context, to transport.Proc) (*conn, error) {
 	for {
 		t.mu.Lock()
@@ -277,13 +268,18 @@ func (t *Transport) connTo(ctx context.Context, to transport.Proc) (*conn, error
 			t.mu.Unlock()
 			return nil, &PeerDownError{Peer: to, Err: err}
 		}
-		ready := p.ready
-		if to < t.self {
-			t.maybeWatchLocked(p)
+		if p.addr == "" && !p.dialing && p.accepting == nil {
+			t.mu.Unlock()
+			return nil, fmt.Errorf("%w: no address for peer %d (call SetPeers)", transport.ErrUnknownPeer, to)
 		}
+		// While a dial of the peer's awaits its confirmation, wait for
+		// that (settled); dial if it falls through.
+		ready, settled := p.ready, p.settled
+		t.dialLocked(p)
 		t.mu.Unlock()
 		select {
 		case <-ready:
+		case <-settled:
 		case <-t.closing:
 			return nil, transport.ErrClosed
 		case <-ctx.Done():
@@ -300,11 +296,13 @@ type Stats struct {
 	HandshakesTimedOut  uint64 // of the refusals: those whose handshake ran out of time
 	HandshakesShed      uint64 // accepted connections closed unauthenticated to make room for newer ones (package internal/admit)
 	HandshakesAccepted  uint64 // connections accepted (each enters the admission gate)
-	Probes              uint64 // accepted connections closed by the remote end before sending a byte (liveness probes)
+	Probes              uint64 // accepted connections closed by the remote end before sending a byte (port scans, liveness checks)
 	BadFrames           uint64 // malformed headers from authenticated peers (each closed the connection)
 	HandlerErrors       uint64 // frames the handler rejected with an error
 	PeersDown           uint64 // Handler.PeerDown calls
 	DialAttempts        uint64 // TCP connect attempts
+	DialsCrossed        uint64 // connections closed unused because the pair's other dial won (both ends dialed at once)
+	Connections         int    // connections open now (one per peer talked to)
 }
 
 // Stats returns the current counters.
@@ -325,6 +323,8 @@ func (t *Transport) Stats() Stats {
 		HandlerErrors:      s.handlerErrors.Load(),
 		PeersDown:          s.peersDown.Load(),
 		DialAttempts:       s.dialAttempts.Load(),
+		DialsCrossed:       s.dialsCrossed.Load(),
+		Connections:        int(s.connections.Load()),
 	}
 }
 
@@ -409,6 +409,16 @@ func (t *Transport) isClosed() bool {
 	}
 }
 
+// Connected reports whether a connection to peer is open now. The runtime
+// says goodbye at Close only to the peers it is connected to (pgas): the
+// others have no connection whose end they could take for a failure.
+func (t *Transport) Connected(peer transport.Proc) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.peers[peer]
+	return p != nil && p.state == stateUp
+}
+
 // Queue hands a small frame (at most Config.BatchFrame bytes with its
 // header) to the connection's batch without blocking, and reports whether
 // it did: false when batching is off, the frame is too large, the peer is
@@ -450,7 +460,7 @@ func (t *Transport) Disconnect(id transport.Proc, cause error) {
 		c := p.conn
 		t.mu.Unlock()
 		c.fail(cause)
-	case stateWaiting:
+	case stateIdle:
 		t.mu.Unlock()
 		t.giveUp(p, cause)
 	default:
