@@ -118,14 +118,41 @@ func must[T any](v T, err error) T {
 }
 
 // parse splits a Markdown text into fenced blocks, code spans and link
-// targets. Lines are numbered from 1.
+// targets. Lines are numbered from 1. Code spans may run over the lines of
+// a paragraph, so spans and links are found per paragraph (a run of
+// non-blank lines outside fences) and carry the line they start on.
 func parse(name, text string) doc {
 	d := doc{name: name, lines: strings.Split(strings.TrimSuffix(text, "\n"), "\n")}
 	var cur *fence
+	var para []string
+	paraStart := 0
+	flush := func() {
+		if len(para) == 0 {
+			return
+		}
+		text := strings.Join(para, "\n")
+		lineOf := func(off int) int { return paraStart + strings.Count(text[:off], "\n") }
+		for _, m := range codeSpan.FindAllStringSubmatchIndex(text, -1) {
+			d.spans = append(d.spans, span{lineOf(m[0]), strings.ReplaceAll(text[m[2]:m[3]], "\n", " ")})
+		}
+		blanked := codeSpan.ReplaceAllStringFunc(text, func(s string) string {
+			return strings.Map(func(r rune) rune {
+				if r == '\n' {
+					return r
+				}
+				return ' '
+			}, s)
+		})
+		for _, m := range linkDest.FindAllStringSubmatchIndex(blanked, -1) {
+			d.links = append(d.links, span{lineOf(m[0]), blanked[m[2]:m[3]]})
+		}
+		para = nil
+	}
 	for i, l := range d.lines {
 		n := i + 1
 		trimmed := strings.TrimSpace(l)
 		if strings.HasPrefix(trimmed, "```") {
+			flush()
 			if cur == nil {
 				cur = &fence{lang: strings.TrimSpace(strings.TrimPrefix(trimmed, "```")), start: n}
 			} else {
@@ -138,13 +165,20 @@ func parse(name, text string) doc {
 			cur.lines = append(cur.lines, l)
 			continue
 		}
-		for _, m := range codeSpan.FindAllStringSubmatch(l, -1) {
-			d.spans = append(d.spans, span{n, m[1]})
+		if trimmed == "" || strings.HasPrefix(trimmed, "|") || strings.HasPrefix(trimmed, "#") {
+			flush() // a table row or a heading is a block of its own
+			if trimmed != "" {
+				para, paraStart = []string{l}, n
+				flush()
+			}
+			continue
 		}
-		for _, m := range linkDest.FindAllStringSubmatch(codeSpan.ReplaceAllString(l, ""), -1) {
-			d.links = append(d.links, span{n, m[1]})
+		if len(para) == 0 {
+			paraStart = n
 		}
+		para = append(para, l)
 	}
+	flush()
 	if cur != nil {
 		d.fences = append(d.fences, *cur) // unclosed: checked as far as it goes
 	}
@@ -208,6 +242,20 @@ func TestTableCheckFindsSplit(t *testing.T) {
 	whole := parse("y.md", "| a | b |\n|:--|--:|\n| 1 | 2 |\n\ntext\n\n| c |\n| --- |\n```\n| not a table\n```\n")
 	if errs := tableErrors(whole); len(errs) != 0 {
 		t.Errorf("two whole tables and a fenced pipe: got %q, want none", errs)
+	}
+}
+
+func TestSpansAcrossLines(t *testing.T) {
+	d := parse("z.md", "text `go test\n./pkg/x` and [a](b.md#c)\nmore `one`\n\n| `t/u` |\n")
+	var got []string
+	for _, s := range d.spans {
+		got = append(got, fmt.Sprintf("%d:%s", s.line, s.text))
+	}
+	if want := []string{"1:go test ./pkg/x", "3:one", "5:t/u"}; !slices.Equal(got, want) {
+		t.Errorf("spans: got %q, want %q", got, want)
+	}
+	if len(d.links) != 1 || d.links[0] != (span{2, "b.md#c"}) {
+		t.Errorf("links: got %v, want [{2 b.md#c}]", d.links)
 	}
 }
 
