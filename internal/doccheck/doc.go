@@ -12,6 +12,7 @@
 //     (a main package under cmd/, apps/, bench/ or internal/testprog/, run
 //     as bin/NAME or by name), nor a script of the repository, nor one of
 //     the system tools the test lists;
+//   - a go test -run in them names a test function no test file has;
 //   - the program README.md shows under "Writing a program" differs from
 //     the body of Example in example_test.go, which go test compiles.
 //
