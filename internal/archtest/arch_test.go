@@ -56,7 +56,6 @@ var layers = []layer{
 	{"test/...", append([]string{"~/...", "internal/...", "apps/..."}, libraries...),
 		"test tiers -> libraries, apps and internal helpers, their own test programs"},
 	{"internal/testprog/...", append([]string{"internal/..."}, libraries...), "test programs -> libraries, internal helpers"},
-	{"internal/doccheck", nil, "internal/doccheck (the documents' tests; its example compiles against the libraries in a test file) imports nothing of the project"},
 	{"internal/metrics", []string{"obs", "internal/..."}, "the metrics exporter and trace writer -> obs, the leaf it exports"},
 	{"internal/...", []string{"internal/..."}, "internal helpers sit below the libraries: they import other helpers only"},
 }
