@@ -8,17 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
 )
-
-// pending lists paths the documents may name before they exist, because
-// another branch adds them. An entry is checked like any path once the
-// file is there; drop it then (the test logs that it can go).
-var pending = map[string]string{
-	"docs/design.md": "the design document, written on its own branch",
-}
 
 // notPaths lists words that look like paths of the repository but name
 // something else.
@@ -81,15 +75,28 @@ func (r repo) exists(rel string) bool {
 	return err == nil
 }
 
+// placeholder is a path component that stands for a name: NAME, DIR, N.
+var placeholder = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+
 // goCommand finds a go command whose ./x arguments are package paths.
 var goCommand = regexp.MustCompile(`\bgo (build|test|run|doc|vet|install|generate|list)\b`)
 
 // pathTokens returns the words of s that name a path in the repository:
 // x/y whose x is an entry of the root, or ./x in a go command (a package
 // argument). It leaves out absolute paths, URLs, build output (bin/),
-// placeholders and notPaths.
+// placeholders (<x>, $X, a component in capitals: apps/NAME, DIR/rules)
+// and notPaths.
 func (r repo) pathTokens(s string) []string {
-	goCmd := goCommand.MatchString(s)
+	var out []string
+	for _, cmd := range commandSep.Split(s, -1) {
+		out = append(out, r.cmdPathTokens(cmd, goCommand.MatchString(cmd))...)
+	}
+	return out
+}
+
+// cmdPathTokens is pathTokens for one command; goCmd says whether it is a
+// go command, whose ./x arguments are package paths.
+func (r repo) cmdPathTokens(s string, goCmd bool) []string {
 	var out []string
 	for _, w := range strings.FieldsFunc(s, func(c rune) bool {
 		return unicode.IsSpace(c) || strings.ContainsRune("\"'`()[],;=|", c)
@@ -105,7 +112,7 @@ func (r repo) pathTokens(s string) []string {
 			continue
 		}
 		first, _, nested := strings.Cut(w, "/")
-		if _, ok := notPaths[w]; ok {
+		if _, ok := notPaths[w]; ok || slices.ContainsFunc(strings.Split(w, "/"), placeholder.MatchString) {
 			continue
 		}
 		if (dotSlash && goCmd) || (nested && r.top[first]) {
@@ -154,12 +161,6 @@ func TestNamedPathsExist(t *testing.T) {
 	r := scan(t, root)
 	check := func(d doc, line int, rel, what string) {
 		if r.exists(rel) {
-			if why, ok := pending[rel]; ok {
-				t.Logf("%s exists now (%s): drop it from pending", rel, why)
-			}
-			return
-		}
-		if _, ok := pending[rel]; ok {
 			return
 		}
 		t.Errorf("%s:%d: %s %s does not exist in the repository", d.name, line, what, rel)
@@ -205,5 +206,14 @@ func TestNamedPathsExist(t *testing.T) {
 				t.Errorf("%s:%d: link %s: %s has no heading with the anchor #%s", d.name, l.line, l.text, rel, frag)
 			}
 		}
+	}
+}
+
+func TestPathTokens(t *testing.T) {
+	r := repo{top: map[string]bool{"apps": true, "cmd": true, "job": true, "docs": true}}
+	got := r.pathTokens(`go test ./test/x/... -run A; gaspirun -- ./myprog; apps/NAME, DIR/rules, /etc/hosts, job/kmeans-ft, ` +
+		`bin/kmeans, http://a/b, docs/x.md: and "cmd/gaspirun/doc.go"; <namespace>/y`)
+	if want := []string{"test/x", "docs/x.md", "cmd/gaspirun/doc.go"}; !slices.Equal(got, want) {
+		t.Errorf("pathTokens: got %q, want %q", got, want)
 	}
 }
