@@ -76,3 +76,28 @@ func exampleBody(path string) ([]string, error) {
 	}
 	return nil, errors.New(path + ": no func Example")
 }
+
+// TestReadmeTestCommandIsCI holds the README's test command to the one
+// .ci/run runs: a newcomer runs exactly what CI runs.
+func TestReadmeTestCommandIsCI(t *testing.T) {
+	root := repoRoot(t)
+	ci, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmd string
+	for _, l := range strings.Split(string(ci), "\n") {
+		if strings.HasPrefix(l, "go test ") {
+			cmd = l
+		}
+	}
+	if cmd == "" {
+		t.Fatal(".ci/run has no line that starts with \"go test \"")
+	}
+	for _, f := range docs(t, root)[0].fences {
+		if f.lang == "sh" && slices.Contains(f.lines, cmd) {
+			return
+		}
+	}
+	t.Errorf("README.md has no sh block with .ci/run's test command %q", cmd)
+}
