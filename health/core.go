@@ -2,11 +2,14 @@ package health
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gaspigo/gaspigo/transport"
 )
 
-// peer is the Core's state for one other member.
+// peer is the Core's state for one other member, kept only while there is
+// any: a member this process monitors, watches, suspects, has confirmed
+// or has seen go down. The others cost nothing (see Core).
 type peer struct {
 	proc      transport.Proc
 	status    Status
@@ -40,21 +43,29 @@ type probe struct {
 // events) accumulate until Ready drains them. A Core is not safe for
 // concurrent use; its owner (the Detector, or a test) serialises calls.
 type Core struct {
-	cfg     CoreConfig
-	self    transport.Proc
-	now     uint64
-	seq     uint64 // last sequence number used
+	cfg  CoreConfig
+	self transport.Proc
+	now  uint64
+	seq  uint64 // last sequence number used
+	// members is the view, in ring order, as SetMembers was given it (not
+	// copied: the caller must not change it). Positions come from a
+	// binary search when it is in ascending order (the runtime's views
+	// are), else from index.
 	members []transport.Proc
-	index   map[transport.Proc]int
-	peers   map[transport.Proc]*peer
-	active  []*peer // monitored, watched or suspected peers, in ring order
-	dirty   bool    // active must be rebuilt
-	gone    int     // confirmed members
-	local   localHealth
-	probes  []probe
-	out     []Outgoing
-	events  []Event
-	stats   CoreStats
+	sorted  bool
+	index   map[transport.Proc]int // positions, when members is not ascending
+	selfIn  bool                   // self is a member
+	// peers holds the members with state (see peer), so a process of a
+	// job of N keeps O(R + suspects) of them, not N.
+	peers  map[transport.Proc]*peer
+	active []*peer // monitored, watched or suspected peers, in ring order
+	dirty  bool    // active must be rebuilt
+	gone   int     // confirmed members
+	local  localHealth
+	probes []probe
+	out    []Outgoing
+	events []Event
+	stats  CoreStats
 }
 
 // NewCore returns a Core for process self in a job whose committed view is
@@ -79,49 +90,104 @@ func NewCore(cfg CoreConfig, self transport.Proc, members []transport.Proc) (*Co
 // SetMembers installs a new committed view. Processes that left the view
 // are forgotten (their suspicions, probes and evidence are dropped); new
 // ones are monitored when they are ring successors. A process confirmed
-// earlier that is still in the view stays confirmed.
+// earlier that is still in the view stays confirmed. The Core keeps
+// members as given (the caller must not change it afterwards). Its work
+// is O(N) to check the list and O(R + peers with state) besides; when
+// members is in ascending order no table of N entries is built.
 func (c *Core) SetMembers(members []transport.Proc) error {
-	index := make(map[transport.Proc]int, len(members))
+	sorted := true
 	for i, p := range members {
 		if p == transport.NoProc {
 			return fmt.Errorf("%w: member %d is NoProc", ErrBadMembers, i)
 		}
-		if j, dup := index[p]; dup {
-			return fmt.Errorf("%w: process %d is listed twice (positions %d and %d)", ErrBadMembers, p, j, i)
+		if i > 0 && members[i-1] >= p {
+			sorted = false
 		}
-		index[p] = i
 	}
-	peers := make(map[transport.Proc]*peer, len(members))
-	c.gone = 0
-	for _, p := range members {
-		if p == c.self {
-			continue
+	var index map[transport.Proc]int
+	if !sorted {
+		index = make(map[transport.Proc]int, len(members))
+		for i, p := range members {
+			if j, dup := index[p]; dup {
+				return fmt.Errorf("%w: process %d is listed twice (positions %d and %d)", ErrBadMembers, p, j, i)
+			}
+			index[p] = i
 		}
-		pe := c.peers[p]
-		if pe == nil {
-			pe = &peer{proc: p, lastHeard: c.now}
+	}
+	wasMember := make(map[transport.Proc]bool, 2*len(c.probes))
+	for _, pr := range c.probes {
+		_, wasMember[pr.target] = c.pos(pr.target)
+		_, wasMember[pr.observer] = c.pos(pr.observer)
+	}
+	c.members, c.sorted, c.index = members, sorted, index
+	_, c.selfIn = c.pos(c.self)
+	c.gone = 0
+	for p, pe := range c.peers {
+		if _, ok := c.pos(p); !ok || p == c.self {
+			delete(c.peers, p)
+			continue
 		}
 		if pe.status == StatusConfirmed {
 			c.gone++
 		}
-		peers[p] = pe
 	}
 	kept := c.probes[:0]
 	for _, pr := range c.probes {
-		_, wasT := c.index[pr.target]
-		_, wasO := c.index[pr.observer]
-		_, isT := index[pr.target]
-		_, isO := index[pr.observer]
-		if (wasT && !isT) || (wasO && !isO) {
+		_, isT := c.pos(pr.target)
+		_, isO := c.pos(pr.observer)
+		if (wasMember[pr.target] && !isT) || (wasMember[pr.observer] && !isO) {
 			continue
 		}
 		kept = append(kept, pr)
 	}
 	c.probes = kept
-	c.members = append(c.members[:0:0], members...)
-	c.index, c.peers = index, peers
 	c.updateMonitors()
 	return nil
+}
+
+// pos returns p's position in the view.
+func (c *Core) pos(p transport.Proc) (int, bool) {
+	if c.sorted {
+		return slices.BinarySearch(c.members, p)
+	}
+	i, ok := c.index[p]
+	return i, ok
+}
+
+// IsMember reports whether p is in the view.
+func (c *Core) IsMember(p transport.Proc) bool {
+	_, ok := c.pos(p)
+	return ok
+}
+
+// peerFor returns member p's state, creating it; nil when p is not
+// another member.
+func (c *Core) peerFor(p transport.Proc) *peer {
+	if pe := c.peers[p]; pe != nil {
+		return pe
+	}
+	if _, ok := c.pos(p); !ok || p == c.self {
+		return nil
+	}
+	pe := &peer{proc: p, lastHeard: c.now}
+	c.peers[p] = pe
+	return pe
+}
+
+// byRing lists the peers for which keep is true, in ring order.
+func (c *Core) byRing(keep func(*peer) bool) []*peer {
+	var out []*peer
+	for _, pe := range c.peers {
+		if keep(pe) {
+			out = append(out, pe)
+		}
+	}
+	slices.SortFunc(out, func(a, b *peer) int {
+		i, _ := c.pos(a.proc)
+		j, _ := c.pos(b.proc)
+		return i - j
+	})
+	return out
 }
 
 // Tick advances time by one tick: it sends the heartbeats that are due,
@@ -212,7 +278,7 @@ func (c *Core) PeerDown(p transport.Proc) {
 		kept = append(kept, pr)
 	}
 	c.probes = kept
-	pe := c.peers[p]
+	pe := c.peerFor(p) // a member's going down is worth keeping (onPingReq)
 	if pe == nil || pe.status == StatusConfirmed {
 		return
 	}
@@ -234,7 +300,7 @@ func (c *Core) PeerDown(p transport.Proc) {
 // suspected, and only helpers can then confirm it.
 func (c *Core) Hint(p transport.Proc) {
 	c.stats.Hints++
-	pe := c.peers[p]
+	pe := c.peerFor(p)
 	if pe == nil || pe.status != StatusAlive || pe.monitored || pe.watch {
 		return
 	}
@@ -263,21 +329,21 @@ func (c *Core) Members() []transport.Proc { return append([]transport.Proc(nil),
 // Status returns this process's view of p; ok is false when p is not
 // another member.
 func (c *Core) Status(p transport.Proc) (s Status, ok bool) {
-	pe := c.peers[p]
-	if pe == nil {
+	if pe := c.peers[p]; pe != nil {
+		return pe.status, true
+	}
+	if _, member := c.pos(p); !member || p == c.self {
 		return 0, false
 	}
-	return pe.status, true
+	return StatusAlive, true
 }
 
 // Suspects returns the members this process suspects or has confirmed, in
 // ring order.
 func (c *Core) Suspects() []transport.Proc {
 	var out []transport.Proc
-	for _, p := range c.members {
-		if pe := c.peers[p]; pe != nil && pe.status != StatusAlive {
-			out = append(out, p)
-		}
+	for _, pe := range c.byRing(func(pe *peer) bool { return pe.status != StatusAlive }) {
+		out = append(out, pe.proc)
 	}
 	return out
 }
@@ -286,10 +352,8 @@ func (c *Core) Suspects() []transport.Proc {
 // order.
 func (c *Core) Monitored() []transport.Proc {
 	var out []transport.Proc
-	for _, p := range c.members {
-		if pe := c.peers[p]; pe != nil && pe.monitored {
-			out = append(out, p)
-		}
+	for _, pe := range c.byRing(func(pe *peer) bool { return pe.monitored }) {
+		out = append(out, pe.proc)
 	}
 	return out
 }
@@ -302,8 +366,11 @@ func (c *Core) Stats() CoreStats { return c.stats }
 // than this process and target. Zero means nobody can be asked; then only
 // the fallback (PeerDown plus the suspicion timeout) confirms.
 func (c *Core) Required(target transport.Proc) int {
-	others := len(c.peers) - c.gone
-	if pe := c.peers[target]; pe != nil && pe.status != StatusConfirmed {
+	others := len(c.members) - c.gone
+	if c.selfIn {
+		others--
+	}
+	if _, member := c.pos(target); member && target != c.self && !c.isGone(target) {
 		others--
 	}
 	return max(0, min(c.cfg.Confirmations, others))
@@ -332,23 +399,29 @@ func (c *Core) isGone(p transport.Proc) bool {
 	return pe != nil && pe.status == StatusConfirmed
 }
 
-// updateMonitors recomputes which peers are ring successors.
+// updateMonitors recomputes which peers are ring successors, and drops
+// the state of peers that no longer need any.
 func (c *Core) updateMonitors() {
 	c.dirty = true
-	succ := map[transport.Proc]bool{}
-	if i, ok := c.index[c.self]; ok {
-		for _, p := range ringSuccessors(c.members, i, c.cfg.Successors, c.isGone) {
-			succ[p] = true
+	var succ []transport.Proc
+	if i, ok := c.pos(c.self); ok {
+		succ = ringSuccessors(c.members, i, c.cfg.Successors, c.isGone)
+	}
+	for p, pe := range c.peers {
+		if pe.monitored && !slices.Contains(succ, p) {
+			pe.monitored = false
+		}
+		if !pe.monitored && !pe.watch && !pe.down && pe.status == StatusAlive && pe.susp == nil {
+			delete(c.peers, p)
 		}
 	}
-	for _, p := range c.members {
-		pe := c.peers[p]
-		if pe == nil {
+	for _, p := range succ {
+		pe := c.peerFor(p)
+		if pe == nil || pe.monitored {
 			continue
 		}
-		was := pe.monitored
-		pe.monitored = succ[p]
-		if pe.monitored && !was && pe.status == StatusAlive && !pe.watch {
+		pe.monitored = true
+		if pe.status == StatusAlive && !pe.watch {
 			pe.lastHeard = c.now
 			pe.nextPing = c.now
 		}
@@ -359,13 +432,9 @@ func (c *Core) rebuildActive() {
 	if !c.dirty {
 		return
 	}
-	c.active = c.active[:0]
-	for _, p := range c.members {
-		pe := c.peers[p]
-		if pe != nil && pe.status != StatusConfirmed && (pe.monitored || pe.watch || pe.status == StatusSuspected) {
-			c.active = append(c.active, pe)
-		}
-	}
+	c.active = c.byRing(func(pe *peer) bool {
+		return pe.status != StatusConfirmed && (pe.monitored || pe.watch || pe.status == StatusSuspected)
+	})
 	c.dirty = false
 }
 

@@ -414,3 +414,31 @@ func FuzzCore(f *testing.F) {
 		}
 	})
 }
+
+// Rule (doc.go, "Cost as a function of N"): a process keeps state for the
+// members it monitors and those with evidence against them, not for every
+// member, and keeps the member list it is given rather than a copy.
+func TestStateOnlyForPeersWithState(t *testing.T) {
+	members := procRange(4096)
+	c, err := NewCore(scriptConfig(), 100, members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		c.Tick()
+		c.Ready()
+	}
+	c.PeerDown(3000) // not monitored: its going down is kept as evidence
+	if n, want := len(c.peers), scriptConfig().Successors+1; n != want {
+		t.Fatalf("%d peers with state among %d members, want %d (the successors and the one seen down)", n, len(members), want)
+	}
+	if &c.members[0] != &members[0] {
+		t.Fatal("the Core copied the member list")
+	}
+	if err := c.SetMembers(append(members[:3000:3000], members[3001:]...)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.peers); n != scriptConfig().Successors {
+		t.Fatalf("%d peers with state after the view dropped the one seen down, want %d", n, scriptConfig().Successors)
+	}
+}

@@ -172,12 +172,8 @@ func (d *Detector) SetMembers(members []transport.Proc) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	in := make(map[transport.Proc]bool, len(members))
-	for _, p := range members {
-		in[p] = true
-	}
 	for p, s := range d.senders {
-		if !in[p] {
+		if !d.core.IsMember(p) {
 			close(s.stop)
 			delete(d.senders, p)
 		}

@@ -71,8 +71,12 @@
 // messages per second sent and 40 received per process, 40·N for the job.
 // The driver also wakes once per Tick (100 times a second by default),
 // which on a host with many processes is the larger cost: 512 processes
-// wake 51,200 times a second. A process keeps O(N) bytes of state (an
-// entry per member) but works on O(R) of them per tick.
+// wake 51,200 times a second. A process keeps state only for the members
+// it monitors, watches, suspects, has confirmed or saw go down (O(R) at
+// rest), shares the member list it is given (the runtime's views are
+// shared), and applies a new view in O(N) comparisons to check the list
+// plus O(R + peers with state): no table of N entries is built when the
+// list is in ascending order, as the runtime's is.
 //
 // A failure is confirmed in one round: each of the suspect's R monitors
 // asks P helpers (R·P PingReqs), each helper pings the suspect every

@@ -1,6 +1,10 @@
 package health
 
-import "github.com/gaspigo/gaspigo/transport"
+import (
+	"slices"
+
+	"github.com/gaspigo/gaspigo/transport"
+)
 
 // Ring arithmetic over a member list in ring order. A member for which gone
 // returns true (a confirmed failure) has left the ring: it takes no ring
@@ -40,35 +44,51 @@ func ringPredecessors(members []transport.Proc, i, r int, gone func(transport.Pr
 // farther predecessors, nearest first. Members for which exclude returns
 // true (the observer, processes it suspects) keep their ring position but
 // are not listed; the target itself is never listed. Each member appears at
-// most once.
+// most once. It walks the ring outward from the target only as far as it
+// needs: O(limit + members skipped), not O(len(members)).
 func helperOrder(members []transport.Proc, ti, r, limit int, gone, exclude func(transport.Proc) bool) []transport.Proc {
 	n := len(members)
 	target := members[ti]
-	preds := ringPredecessors(members, ti, n, gone)
-	succs := ringSuccessors(members, ti, n, gone)
+	// walk returns the next live member in direction dir (+1 successors,
+	// -1 predecessors), or false once the ring is walked round.
+	walk := func(dir int) func() (transport.Proc, bool) {
+		d := 0
+		return func() (transport.Proc, bool) {
+			for d < n-1 {
+				d++
+				if p := members[((ti+dir*d)%n+n)%n]; !gone(p) {
+					return p, true
+				}
+			}
+			return 0, false
+		}
+	}
+	pred, succ := walk(-1), walk(+1)
 	out := make([]transport.Proc, 0, limit)
 	add := func(p transport.Proc) {
-		if len(out) >= limit || p == target || exclude(p) {
+		if len(out) >= limit || p == target || exclude(p) || slices.Contains(out, p) {
 			return
-		}
-		for _, q := range out {
-			if q == p {
-				return
-			}
 		}
 		out = append(out, p)
 	}
-	mon := min(r, len(preds))
-	for _, p := range preds[:mon] {
+	for range r {
+		p, ok := pred()
+		if !ok {
+			break
+		}
 		add(p)
 	}
-	rest := preds[mon:]
-	for k := 0; k < len(succs) || k < len(rest); k++ {
-		if k < len(succs) {
-			add(succs[k])
+	for len(out) < limit {
+		s, sok := succ()
+		if sok {
+			add(s)
 		}
-		if k < len(rest) {
-			add(rest[k])
+		p, pok := pred()
+		if pok {
+			add(p)
+		}
+		if !sok && !pok {
+			break
 		}
 	}
 	return out

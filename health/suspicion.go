@@ -104,7 +104,7 @@ func (c *Core) advance(pe *peer) {
 // so that later rounds ask others. Processes this one suspects are not
 // asked.
 func (c *Core) helpers(target transport.Proc, round int) []transport.Proc {
-	ti, ok := c.index[target]
+	ti, ok := c.pos(target)
 	if !ok {
 		return nil
 	}
