@@ -2,7 +2,7 @@ package obs
 
 import "sync/atomic"
 
-// The process's metrics. The README's table lists them; every layer
+// The process's metrics. docs/observability.md lists them; every layer
 // records into these, and nothing else registers into Default.
 var (
 	framesSent = Default.Counter("gaspigo_frames_sent_total",

@@ -59,6 +59,6 @@
 // (kvshuffle Spill) and frees the slot. What it receives while it waits
 // is bounded by --memory, spilling to --spill above it. So a
 // job whose ranks' shares do not fit in a host's memory together runs
-// with N shares in memory at a time (see the README for a run under a
+// with N shares in memory at a time (see docs/applications.md for a run under a
 // memory cgroup).
 package wordcount
