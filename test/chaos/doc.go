@@ -69,4 +69,17 @@
 //
 //	go test ./test/chaos -run TestChaosHosts -chaos.hostschedules=100 -timeout 0 -chaos.hostsummary=/tmp/hosts.md
 //	go test ./test/chaos -run 'TestChaosHosts/seed=13$' -chaos.hostseeds=13 -v
+//
+// # Scale mode
+//
+// TestChaosScale runs DrawScale's schedules (ScaleKinds: kills of ranks,
+// spares and the Raft leader, a kill inside a commit or during a
+// recovery, short and long pauses) on K-means of -chaos.scale ranks (128
+// by default), with the programs built without the race detector. Its
+// reference is the same job without faults, which must go through no new
+// epoch (no false failure). The sample runs in the test command; the
+// sweep and a replay:
+//
+//	go test ./test/chaos -run TestChaosScale -chaos.scale=256 -chaos.scaleschedules=20 -timeout 0 -v
+//	go test ./test/chaos -run 'TestChaosScale/seed=5$' -chaos.scale=128 -chaos.scaleseeds=5 -v
 package chaos
