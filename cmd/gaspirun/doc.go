@@ -4,7 +4,7 @@
 //
 //	gaspirun -n N [--spares K] [--timeout D] [--hosts h1,h2,... | --ranks-per-host M]
 //	         [--state-dir DIR] [--on-death continue|abort] [--quiet] [--grace D]
-//	         [--job-id NAME] [--tls] [-x NAME[=VALUE]]... [-v] [--metrics ADDR]
+//	         [--job-id NAME] [--tls] [-x NAME[=VALUE]]... [-v] [--metrics ADDR] [--collapse D]
 //	         [--trace FILE] [--] PROGRAM [ARGS...]
 //	gaspirun -n N [--spares K] --hostfile FILE [--ssh CMD] [--rendezvous-addr HOST[:PORT]]
 //	         [--remote-gaspirun PATH] [flags] [--] PROGRAM [ARGS...]
@@ -128,6 +128,16 @@
 // lines start with "gaspirun: " and go to stderr; the last one is a summary
 // (processes, how they ended, exit status, wall time) unless --quiet.
 //
+// Identical lines that several processes print on the same stream within
+// --collapse (200ms) of the first are printed once, naming them all as
+// ranges: "[r0-255] loaded", "[r0-3,7,9-12,s14] waiting". So a job of
+// hundreds of ranks prints each common line once. A line is held back at
+// most --collapse (at once when every process has printed it), each
+// process's lines keep their order, the lines held are bounded (4 MiB;
+// beyond, the oldest are printed early), and gaspirun prints them all
+// before its own verdict on a failure and before its summary. --collapse 0
+// prints every line with its own prefix.
+//
 // # Failures and exit status
 //
 //   - A process that exits with a non-zero code fails the job: gaspirun
@@ -219,9 +229,14 @@
 // to every process for the routine ones (views applied, failures
 // detected, restores). gaspirun reports a lost process and the spare that
 // takes its rank once each. On a terminal (stderr), gaspirun keeps a status
-// line at the bottom (ranks, epoch, spares left, elapsed time, the lowest
-// rank's last line), erased and redrawn around every line; with stderr
-// redirected there is none. --metrics ADDR serves every process's metrics
+// line at the bottom, erased and redrawn around every line; it counts the
+// processes by state, so it reads the same at 4 or 4,000 processes:
+//
+//	[512 ranks: 509 running, 1 done, 2 lost; 2 spares idle; 3 other processes ended; epoch 2; 41.3s] r0: iter 40
+//
+// (ranks running, finished and lost, idle spares, processes that ended
+// otherwise, the epoch, the elapsed time, the lowest rank's last line).
+// With stderr redirected there is none. --metrics ADDR serves every process's metrics
 // at http://ADDR/metrics with a proc label (a process that ended keeps its
 // last scrape, gaspigo_job_process_up 0); --trace FILE merges the
 // processes' traces into one Chrome/Perfetto JSON file at the end (local

@@ -97,6 +97,12 @@ type Config struct {
 	Resume string
 	// OnDeath is the policy for a process killed by a signal.
 	OnDeath DeathPolicy
+	// Collapse is the window within which identical lines printed by
+	// several processes are printed once, prefixed with the processes'
+	// labels as ranges ("[r0-255] text") (--collapse). A line is held at
+	// most this long, and each process's lines keep their order. 0: every
+	// line is printed at once with its own prefix.
+	Collapse time.Duration
 	// Quiet suppresses informational lines and the final summary; failures
 	// are still printed.
 	Quiet bool
@@ -159,10 +165,11 @@ type Config struct {
 // Program and the rest from flags.
 func DefaultConfig() Config {
 	return Config{Grace: 3 * time.Second, ExitSettle: 500 * time.Millisecond,
-		PingInterval: time.Second, PingTimeout: 20 * time.Second}
+		PingInterval: time.Second, PingTimeout: 20 * time.Second, Collapse: 200 * time.Millisecond}
 }
 
-// LocalConfig is DefaultConfig with short waits, for tests.
+// LocalConfig is DefaultConfig with short waits, for tests, and without
+// collapsing output (a test reads each process's lines).
 func LocalConfig() Config {
 	return Config{Grace: 500 * time.Millisecond, ExitSettle: 300 * time.Millisecond,
 		PingInterval: 200 * time.Millisecond, PingTimeout: 5 * time.Second}
@@ -261,6 +268,10 @@ func (c Config) Validate() error {
 	}
 	if c.Grace <= 0 {
 		return &FlagError{Flag: "--grace", Value: c.Grace.String(), Problem: "must be positive", Fix: "use e.g. --grace 3s"}
+	}
+	if c.Collapse < 0 || c.Collapse > 10*time.Second {
+		return &FlagError{Flag: "--collapse", Value: c.Collapse.String(), Problem: "must be between 0 and 10s (a line is held back that long)",
+			Fix: "use e.g. --collapse 200ms, or 0 to print every line with its own prefix"}
 	}
 	if c.ExitSettle < 0 {
 		return &FlagError{Flag: "ExitSettle", Value: c.ExitSettle.String(), Problem: "cannot be negative"}

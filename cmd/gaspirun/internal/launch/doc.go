@@ -42,7 +42,11 @@
 // children keep busy are cut off after Config.Grace. The remote back end
 // owns a relay goroutine per process (ended by its connector's exit, or
 // after Config.Grace) and its pinger, stopped by close. Output lines from all
-// processes and the launcher go through one lock, one Write per line.
+// processes and the launcher go through one lock, one Write per line; with
+// Config.Collapse, identical lines pass through a pure core (collapser, fed
+// the time with every line) and one timer, owned by output, prints the
+// groups that fall due; Run flushes them and stops the timer after the
+// pumps have drained.
 // Local processes run in their own process groups without a parent-death
 // signal: a SIGKILLed launcher leaves them running. Remote ones end with
 // their connection (RemoteExec).
