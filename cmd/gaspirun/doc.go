@@ -269,7 +269,7 @@
 // Empty values count as unset. When PGAS_PROC is unset, the process id and
 // count come from the first of these that is present:
 //
-//	Slurm (srun)             SLURM_PROCID, SLURM_NTASKS (or SLURM_NPROCS); also SLURM_JOB_ID, SLURMD_NODENAME
+//	Slurm (srun)             SLURM_PROCID, SLURM_STEP_NUM_TASKS (or SLURM_NTASKS, SLURM_NPROCS); also SLURM_JOB_ID, SLURMD_NODENAME
 //	Open MPI (mpirun)        OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
 //	PMI (MPICH, Intel MPI)   PMI_RANK, PMI_SIZE
 //	Kubernetes Indexed Job   JOB_COMPLETION_INDEX, and PGAS_NPROCS (required: the Job's completions)
