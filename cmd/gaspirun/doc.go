@@ -92,18 +92,31 @@
 // from the network). When the program exits, what is left of its process
 // group is killed too.
 //
-// slurm: inside an allocation, each process runs as a one-task step of its
-// own on its node, through the same remote side:
+// slurm: inside an allocation, every process runs as a task of one srun
+// step, through the same remote side (one request to slurmctld for the
+// whole job, however many processes):
 //
-//	srun --exact --nodes=1 --ntasks=1 --nodelist=NODE --kill-on-bad-exit=0 /path/to/gaspirun --remote-exec
+//	SLURM_HOSTFILE=/tmp/gaspirun-hosts-XXX srun --ntasks=N+K --distribution=arbitrary \
+//	    --kill-on-bad-exit=0 --no-kill --input=all --label /path/to/gaspirun --remote-exec
 //
 // (--srun CMD replaces "srun", e.g. --srun "srun --mem-per-cpu=2G"). The
 // hosts and slots come from SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE and
 // are placed as above; -n defaults to the allocation's tasks
-// (SLURM_NTASKS) minus --spares. Since every process is a step of its own,
-// a killed task ends only its step, and gaspirun, not srun, decides how the
-// job ends: a job recovered by a spare exits 0, and the batch job is
-// COMPLETED. For example:
+// (SLURM_NTASKS) minus --spares. Task T is process T: the ranks are tasks
+// 0..N-1 and the spares tasks N..N+K-1, and gaspirun writes the placement's
+// node of each task, in order, to the file SLURM_HOSTFILE names, so that
+// srun starts every task where the placement put its process. srun sends
+// its stdin to every task: one header for all (each task takes its
+// process id from SLURM_PROCID), pings, and signals naming the processes
+// they are for. It labels each line of output with its task, so gaspirun
+// prefixes it with the process's role as in the other modes. A killed
+// task does not end the step (--kill-on-bad-exit=0, --no-kill: not even a
+// lost node), and gaspirun, not srun, decides how the job ends: a job
+// recovered by a spare exits 0, and the batch job is COMPLETED. A task
+// that srun reports ended ("task 3: Killed") without the status line of
+// its remote side counts as lost after --grace. Only the whole step can be
+// killed at once: gaspirun does that when a teardown's SIGKILL has not
+// ended a process after --grace. For example:
 //
 //	#!/bin/sh
 //	#SBATCH --ntasks=6 --time=00:10:00

@@ -111,7 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only failures, no progress lines or final summary")
 	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "time `D` between SIGTERM and SIGKILL when stopping processes")
 	fs.StringVar(&cfg.JobID, "job-id", "", "job `name` (PGAS_JOB_ID); default: random")
-	fs.StringVar(&launcher, "launcher", "", "what starts the processes: `local`, ssh (with --hostfile) or slurm (srun steps); default: ssh with --hostfile, slurm inside a Slurm allocation (SLURM_JOB_ID set), else local")
+	fs.StringVar(&launcher, "launcher", "", "what starts the processes: `local`, ssh (with --hostfile) or slurm (one srun step); default: ssh with --hostfile, slurm inside a Slurm allocation (SLURM_JOB_ID set), else local")
 	fs.StringVar(&cfg.Hostfile, "hostfile", "", "start the processes through ssh on the hosts of `FILE`: one host per line, optionally \"slots=N\" (default 1); # starts a comment")
 	fs.StringVar(&sshCmd, "ssh", "", "the ssh `command` to use instead of ssh, e.g. \"ssh -p 2222 -i ~/.ssh/job_key\" or a wrapper script; it gets the host and the remote command")
 	fs.StringVar(&srunCmd, "srun", "", "the srun `command` to use under Slurm instead of srun, e.g. \"srun --mem-per-cpu=2G\"")

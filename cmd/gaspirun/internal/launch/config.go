@@ -24,7 +24,7 @@ const (
 )
 
 // MaxProcs caps ranks plus spares: gaspirun starts every process, or its
-// ssh or srun client, on this machine.
+// ssh client, on this machine.
 const MaxProcs = 4096
 
 // LauncherKind names a back end: what starts the processes.
@@ -40,8 +40,8 @@ const (
 	// LauncherSSH starts each process on its host from the hostfile
 	// through the ssh client.
 	LauncherSSH LauncherKind = "ssh"
-	// LauncherSlurm starts each process as a one-task srun step on its
-	// node of the allocation.
+	// LauncherSlurm starts every process as a task of one srun step,
+	// each on the node of the allocation the placement gave it.
 	LauncherSlurm LauncherKind = "slurm"
 )
 
@@ -134,7 +134,7 @@ type Config struct {
 	// program is named ssh, sshOptions are appended first.
 	SSH []string
 	// Srun is the srun command (--srun); the back end appends the step's
-	// options and the remote command. Empty: srun.
+	// options (stepBackend.argv) and the remote command. Empty: srun.
 	Srun []string
 	// RemoteCommand runs "gaspirun --remote-exec" on a host
 	// (--remote-gaspirun). Empty: this executable's path and
@@ -246,7 +246,7 @@ func (c Config) Validate() error {
 	}
 	if c.NumProcs() > MaxProcs {
 		return &FlagError{Flag: "-n", Value: strconv.Itoa(c.Ranks),
-			Problem: fmt.Sprintf("with --spares %d that is %d processes, and gaspirun starts at most %d (or as many ssh or srun clients)", c.Spares, c.NumProcs(), MaxProcs),
+			Problem: fmt.Sprintf("with --spares %d that is %d processes, and gaspirun starts at most %d (or as many ssh clients, or srun tasks)", c.Spares, c.NumProcs(), MaxProcs),
 			Fix:     "use fewer ranks, or start the job under Slurm or Kubernetes"}
 	}
 	if err := c.validateBackend(); err != nil {

@@ -21,13 +21,17 @@
 //
 // Back ends: Run starts and signals processes only through the backend
 // interface (backend.go): localBackend forks here; remoteBackend runs each
-// process through a connector, the ssh client or one srun step per
-// process, as "gaspirun --remote-exec" (RemoteExec) on its host. The
-// protocol between the two (remoteproto.go) carries the program and its
-// environment over the connector's stdin, never its argv, control lines
-// ("signal N", "ping") after it, and a final status line with the real
-// exit code or signal at the end of the program's stdout; a remote process
-// whose status never arrives counts as killed (exitInfo.Lost). Hostfiles
+// process through the ssh client, and stepBackend (step.go) every process
+// as a task of one srun step, each as "gaspirun --remote-exec"
+// (RemoteExec) on its host. The protocol between the two (remoteproto.go)
+// carries the program and its environment over the connector's stdin,
+// never its argv (one header for all the tasks of a step), control lines
+// ("signal N", "signal N LIST" in a step, "ping") after it, and a final
+// status line with the real exit code or signal at the end of the
+// program's stdout; a remote process whose status never arrives counts as
+// killed (exitInfo.Lost). The step backend owns srun, a waiter, two
+// relays (srun's stdout and stderr, split by task label), a pinger and a
+// signaller, all ended by srun's end or close. Hostfiles
 // (ParseHostfile), Slurm allocations (SlurmHosts) and placement (Place)
 // are pure functions.
 //

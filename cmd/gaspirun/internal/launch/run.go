@@ -163,6 +163,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, checkProgram(cfg.Program)
 		}
 		be = &localBackend{path: path, args: cfg.Args}
+	} else if kind == LauncherSlurm {
+		sb, err := newStepBackend(cfg, cfg.NumProcs(), out.notice)
+		if err != nil {
+			return Result{}, fmt.Errorf("%w: %v", ErrStart, err)
+		}
+		be = sb
 	} else {
 		rb, err := newRemoteBackend(kind, cfg)
 		if err != nil {
