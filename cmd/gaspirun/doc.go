@@ -142,11 +142,12 @@
 // (processes, how they ended, exit status, wall time) unless --quiet.
 //
 // Identical lines that several processes print on the same stream within
-// --collapse (200ms) of the first are printed once, naming them all as
+// --collapse (200ms) of each other are printed once, naming them all as
 // ranges: "[r0-255] loaded", "[r0-3,7,9-12,s14] waiting". So a job of
-// hundreds of ranks prints each common line once. A line is held back at
-// most --collapse (at once when every process has printed it), each
-// process's lines keep their order, the lines held are bounded (4 MiB;
+// hundreds of ranks prints each common line once. A line is printed
+// --collapse after the last process joined it (at once when every process
+// has), and held back at most 5 x --collapse; each process's lines keep
+// their order, the lines held are bounded (4 MiB;
 // beyond, the oldest are printed early), and gaspirun prints them all
 // before its own verdict on a failure and before its summary. --collapse 0
 // prints every line with its own prefix.

@@ -107,7 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 	fs.StringVar(&cfg.Resume, "resume", "", "resume from the disk-level checkpoints in `DIR` (passed to every process as PGAS_RESUME)")
 	fs.StringVar(&onDeath, "on-death", "", "`policy` for a process killed by a signal: continue (the runtime recovers) or abort; default: continue with spares, abort without")
 	fs.BoolVar(&cfg.TLS, "tls", false, "mutual TLS 1.3 on every connection of the job (rendezvous, data plane, Raft, control), keyed by the job token; sets PGAS_TLS=1 for every process (PGAS_TLS=1 in gaspirun's environment does the same)")
-	fs.DurationVar(&cfg.Collapse, "collapse", cfg.Collapse, "print identical lines that several processes print within `D` once, as \"[r0-255] line\"; 0: every line with its own prefix")
+	fs.DurationVar(&cfg.Collapse, "collapse", cfg.Collapse, "print identical lines that several processes print within `D` of each other once, as \"[r0-255] line\" (a line is held at most 5 D); 0: every line with its own prefix")
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only failures, no progress lines or final summary")
 	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "time `D` between SIGTERM and SIGKILL when stopping processes")
 	fs.StringVar(&cfg.JobID, "job-id", "", "job `name` (PGAS_JOB_ID); default: random")

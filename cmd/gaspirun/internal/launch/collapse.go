@@ -33,10 +33,15 @@ const (
 type lineGroup struct {
 	seq    uint64
 	key    groupKey
-	due    time.Time
+	born   time.Time // its first line
+	due    time.Time // window after its latest line, at most maxHold after born
 	procs  []int
 	labels []string
 }
+
+// maxHoldWindows is how many windows a group may stay open while more
+// processes keep printing its line within a window of each other.
+const maxHoldWindows = 5
 
 type groupKey struct {
 	stream int
@@ -44,14 +49,17 @@ type groupKey struct {
 }
 
 // collapser is the pure core of output collapsing: identical lines that
-// several processes print within window of the first are printed once,
+// several processes print within window of each other are printed once,
 // naming the processes. It reads no clock (now comes with every call) and
 // does no I/O; output drives it and arms a timer for next().
 //
 // The rules:
-//   - A line is never held longer than window after it arrived: a group is
-//     due window after its first line, and groups are printed in the order
-//     they were opened, which is the order of their due times.
+//   - A group is due window after its latest line (so a line that many
+//     processes print a little apart, on a loaded machine, is still one
+//     line), but at most maxHoldWindows windows after its first: no line
+//     is held longer than that. Groups are printed in the order they were
+//     opened; one that falls due waits for the older ones, which are due
+//     no later than its own bound.
 //   - Each process's lines come out in the order it printed them: a line
 //     joins the open group of its text only if that group was opened after
 //     every group the process is already in; otherwise it opens a new group
@@ -90,10 +98,14 @@ func (c *collapser) add(now time.Time, proc int, label string, stream int, text 
 	g := c.open[k]
 	if g == nil || c.lastSeq[proc] >= g.seq {
 		c.seq++
-		g = &lineGroup{seq: c.seq, key: k, due: now.Add(c.window)}
+		g = &lineGroup{seq: c.seq, key: k, born: now}
 		c.q = append(c.q, g)
 		c.open[k] = g
 		c.bytes += len(text) + groupOverhead
+	}
+	g.due = now.Add(c.window)
+	if limit := g.born.Add(maxHoldWindows * c.window); g.due.After(limit) {
+		g.due = limit
 	}
 	g.procs = append(g.procs, proc)
 	g.labels = append(g.labels, label)
@@ -107,7 +119,8 @@ func (c *collapser) add(now time.Time, proc int, label string, stream int, text 
 	for c.bytes > c.maxBytes && len(c.q) > 0 {
 		out = c.pop(out)
 	}
-	return out
+	// A group that fell due behind one printed above is next.
+	return c.expire(now, out)
 }
 
 // expire appends the groups due by now to out.

@@ -77,9 +77,17 @@ func TestCollapser(t *testing.T) {
 		evs      []ev
 		want     []string
 	}{
-		{"lines within the window collapse, due at the first line's window", 200, 8, 1 << 20,
-			[]ev{{0, 0, "a"}, {50, 1, "a"}, {199, 3, "a"}, {200, -1, ""}, {210, 2, "a"}},
-			[]string{"0 [r0-1,3] a", "0 [r2] a"}},
+		{"lines within the window of each other collapse", 200, 8, 1 << 20,
+			[]ev{{0, 0, "a"}, {150, 1, "a"}, {300, 3, "a"}, {450, 2, "a"}, {649, -1, ""}, {651, -1, ""}, {700, 4, "a"}},
+			[]string{"0 [r0-3] a", "0 [r4] a"}},
+		{"a group stays open at most maxHoldWindows windows", 200, 8, 1 << 20,
+			[]ev{{0, 0, "a"}, {190, 1, "a"}, {380, 2, "a"}, {570, 3, "a"}, {760, 4, "a"}, {950, 5, "a"}, {999, -1, ""}, {1000, -1, ""}, {1001, 6, "a"}},
+			[]string{"0 [r0-5] a", "0 [r6] a"}},
+		{"a group due waits for an older one, within the older one's bound", 200, 8, 1 << 20,
+			[]ev{{0, 0, "a"}, {10, 1, "b"}, {150, 2, "a"}, {300, 3, "a"}, {349, -1, ""}, {400, 4, "b"}, {500, -1, ""}},
+			// b is due at 210 but a (older) at 500: b waits, still open,
+			// and r4's b joins it; both print when a falls due.
+			[]string{"0 [r0,2-3] a", "0 [r1,4] b"}},
 		{"a line after the window opens a new group", 200, 8, 1 << 20,
 			[]ev{{0, 0, "a"}, {250, 1, "a"}},
 			[]string{"0 [r0] a", "0 [r1] a"}},

@@ -98,10 +98,11 @@ type Config struct {
 	// OnDeath is the policy for a process killed by a signal.
 	OnDeath DeathPolicy
 	// Collapse is the window within which identical lines printed by
-	// several processes are printed once, prefixed with the processes'
-	// labels as ranges ("[r0-255] text") (--collapse). A line is held at
-	// most this long, and each process's lines keep their order. 0: every
-	// line is printed at once with its own prefix.
+	// several processes (each within this long of the one before) are
+	// printed once, prefixed with the processes' labels as ranges
+	// ("[r0-255] text") (--collapse). A line is held at most 5 times this
+	// long, and each process's lines keep their order. 0: every line is
+	// printed at once with its own prefix.
 	Collapse time.Duration
 	// Quiet suppresses informational lines and the final summary; failures
 	// are still printed.
