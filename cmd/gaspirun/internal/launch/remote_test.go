@@ -69,7 +69,7 @@ func TestSSHOutputEnvAndNoTokenAnywhere(t *testing.T) {
 		dump(t, out, errs)
 		t.Fatal("a status line leaked into the output")
 	}
-	for _, w := range []string{"gaspirun: ssh launch, rendezvous 127.0.0.1:", "placement: h0: r0 r1; h1: s2",
+	for _, w := range []string{"gaspirun: ssh launch, rendezvous 127.0.0.1:", "placement: h0: r0-1; h1: s2",
 		"gaspirun: warning: the spares cannot cover the loss of h0 (2 ranks, 1 spare elsewhere)",
 		"gaspirun: all 2 ranks finished; stopping the 1 remaining process (idle spares)"} {
 		if !strings.Contains(errs.String(), w) {
