@@ -149,8 +149,10 @@
 // has), and held back at most 5 x --collapse; each process's lines keep
 // their order, the lines held are bounded (4 MiB;
 // beyond, the oldest are printed early), and gaspirun prints them all
-// before its own verdict on a failure and before its summary. --collapse 0
-// prints every line with its own prefix.
+// before its own verdict on a failure and before its summary. The
+// processes' event reports that gaspirun prints ("gaspirun: [r0-255]
+// restored checkpoint 14") collapse the same way. --collapse 0 prints
+// every line with its own prefix.
 //
 // # Failures and exit status
 //

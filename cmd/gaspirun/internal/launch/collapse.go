@@ -11,6 +11,7 @@ import (
 const (
 	streamStdout = 0
 	streamStderr = 1
+	streamEvent  = 2 // a process's event report, printed by gaspirun on stderr
 )
 
 // collapsedLine is one line to print: text, prefixed with the processes

@@ -218,9 +218,11 @@ func TestOutputCollapses(t *testing.T) {
 		t.Fatalf("a line every process printed: %q", got)
 	}
 	o.pump(strings.NewReader("last\n"), streamStderr, 1, func() string { return "r1" })
+	o.event(0, "r0", "restored checkpoint 3")
+	o.event(2, "r2", "restored checkpoint 3")
 	o.alert("rank 1 failed")
 	o.flush()
-	if got := out.String(); got != "[r0-2,s3] same\n[r1] last\ngaspirun: rank 1 failed\n" {
+	if got := out.String(); got != "[r0-2,s3] same\n[r1] last\ngaspirun: [r0,2] restored checkpoint 3\ngaspirun: rank 1 failed\n" {
 		t.Fatalf("after the alert: %q", got)
 	}
 }

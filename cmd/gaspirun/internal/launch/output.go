@@ -120,13 +120,23 @@ func (o *output) writeLines(ls []collapsedLine) {
 	}
 }
 
+// event prints a process's event report as one of gaspirun's lines,
+// "gaspirun: [r3] restored checkpoint 14", through the collapser like the
+// processes' lines: the same event from every rank is one line.
+func (o *output) event(proc int, label, text string) {
+	o.line(streamEvent, proc, label, []byte(text))
+}
+
 // write writes "[label] text\n" to the stream in one Write; o.mu is held.
 func (o *output) write(stream int, label string, text []byte) {
 	w := o.stdout
-	if stream == streamStderr {
+	if stream != streamStdout {
 		w = o.stderr
 	}
 	b := o.buf[:0]
+	if stream == streamEvent {
+		b = append(b, "gaspirun: "...)
+	}
 	b = append(b, '[')
 	b = append(b, label...)
 	b = append(b, "] "...)

@@ -376,6 +376,10 @@ func (j *job) loop(ctx context.Context) Result {
 				case !j.cfg.Quiet:
 					j.out.notice(a.text)
 				}
+			case actEvent:
+				if !j.cfg.Quiet {
+					j.out.event(a.proc, a.label, a.text)
+				}
 			case actRelabel:
 				l := a.label
 				j.procs[a.proc].label.Store(&l)
