@@ -4,7 +4,7 @@
 //
 //	gaspirun -n N [--spares K] [--timeout D] [--hosts h1,h2,... | --ranks-per-host M]
 //	         [--state-dir DIR] [--on-death continue|abort] [--quiet] [--grace D]
-//	         [--job-id NAME] [--tls] [-x NAME[=VALUE]]... [-v] [--metrics ADDR]
+//	         [--job-id NAME] [--tls] [-x NAME[=VALUE]]... [-v] [--metrics ADDR] [--collapse D]
 //	         [--trace FILE] [--] PROGRAM [ARGS...]
 //	gaspirun -n N [--spares K] --hostfile FILE [--ssh CMD] [--rendezvous-addr HOST[:PORT]]
 //	         [--remote-gaspirun PATH] [flags] [--] PROGRAM [ARGS...]
@@ -92,18 +92,31 @@
 // from the network). When the program exits, what is left of its process
 // group is killed too.
 //
-// slurm: inside an allocation, each process runs as a one-task step of its
-// own on its node, through the same remote side:
+// slurm: inside an allocation, every process runs as a task of one srun
+// step, through the same remote side (one request to slurmctld for the
+// whole job, however many processes):
 //
-//	srun --exact --nodes=1 --ntasks=1 --nodelist=NODE --kill-on-bad-exit=0 /path/to/gaspirun --remote-exec
+//	SLURM_HOSTFILE=/tmp/gaspirun-hosts-XXX srun --ntasks=N+K --distribution=arbitrary \
+//	    --kill-on-bad-exit=0 --no-kill --input=all --label /path/to/gaspirun --remote-exec
 //
 // (--srun CMD replaces "srun", e.g. --srun "srun --mem-per-cpu=2G"). The
 // hosts and slots come from SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE and
 // are placed as above; -n defaults to the allocation's tasks
-// (SLURM_NTASKS) minus --spares. Since every process is a step of its own,
-// a killed task ends only its step, and gaspirun, not srun, decides how the
-// job ends: a job recovered by a spare exits 0, and the batch job is
-// COMPLETED. For example:
+// (SLURM_NTASKS) minus --spares. Task T is process T: the ranks are tasks
+// 0..N-1 and the spares tasks N..N+K-1, and gaspirun writes the placement's
+// node of each task, in order, to the file SLURM_HOSTFILE names, so that
+// srun starts every task where the placement put its process. srun sends
+// its stdin to every task: one header for all (each task takes its
+// process id from SLURM_PROCID), pings, and signals naming the processes
+// they are for. It labels each line of output with its task, so gaspirun
+// prefixes it with the process's role as in the other modes. A killed
+// task does not end the step (--kill-on-bad-exit=0, --no-kill: not even a
+// lost node), and gaspirun, not srun, decides how the job ends: a job
+// recovered by a spare exits 0, and the batch job is COMPLETED. A task
+// that srun reports ended ("task 3: Killed") without the status line of
+// its remote side counts as lost after --grace. Only the whole step can be
+// killed at once: gaspirun does that when a teardown's SIGKILL has not
+// ended a process after --grace. For example:
 //
 //	#!/bin/sh
 //	#SBATCH --ntasks=6 --time=00:10:00
@@ -127,6 +140,19 @@
 // R), "[p1] " for a process that lost its rank to another. gaspirun's own
 // lines start with "gaspirun: " and go to stderr; the last one is a summary
 // (processes, how they ended, exit status, wall time) unless --quiet.
+//
+// Identical lines that several processes print on the same stream within
+// --collapse (200ms) of each other are printed once, naming them all as
+// ranges: "[r0-255] loaded", "[r0-3,7,9-12,s14] waiting". So a job of
+// hundreds of ranks prints each common line once. A line is printed
+// --collapse after the last process joined it (at once when every process
+// has), and held back at most 5 x --collapse; each process's lines keep
+// their order, the lines held are bounded (4 MiB;
+// beyond, the oldest are printed early), and gaspirun prints them all
+// before its own verdict on a failure and before its summary. The
+// processes' event reports that gaspirun prints ("gaspirun: [r0-255]
+// restored checkpoint 14") collapse the same way. --collapse 0 prints
+// every line with its own prefix.
 //
 // # Failures and exit status
 //
@@ -219,9 +245,14 @@
 // to every process for the routine ones (views applied, failures
 // detected, restores). gaspirun reports a lost process and the spare that
 // takes its rank once each. On a terminal (stderr), gaspirun keeps a status
-// line at the bottom (ranks, epoch, spares left, elapsed time, the lowest
-// rank's last line), erased and redrawn around every line; with stderr
-// redirected there is none. --metrics ADDR serves every process's metrics
+// line at the bottom, erased and redrawn around every line; it counts the
+// processes by state, so it reads the same at 4 or 4,000 processes:
+//
+//	[512 ranks: 509 running, 1 done, 2 lost; 2 spares idle; 3 other processes ended; epoch 2; 41.3s] r0: iter 40
+//
+// (ranks running, finished and lost, idle spares, processes that ended
+// otherwise, the epoch, the elapsed time, the lowest rank's last line).
+// With stderr redirected there is none. --metrics ADDR serves every process's metrics
 // at http://ADDR/metrics with a proc label (a process that ended keeps its
 // last scrape, gaspigo_job_process_up 0); --trace FILE merges the
 // processes' traces into one Chrome/Perfetto JSON file at the end (local
@@ -254,7 +285,7 @@
 // Empty values count as unset. When PGAS_PROC is unset, the process id and
 // count come from the first of these that is present:
 //
-//	Slurm (srun)             SLURM_PROCID, SLURM_NTASKS (or SLURM_NPROCS); also SLURM_JOB_ID, SLURMD_NODENAME
+//	Slurm (srun)             SLURM_PROCID, SLURM_STEP_NUM_TASKS (or SLURM_NTASKS, SLURM_NPROCS); also SLURM_JOB_ID, SLURMD_NODENAME
 //	Open MPI (mpirun)        OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
 //	PMI (MPICH, Intel MPI)   PMI_RANK, PMI_SIZE
 //	Kubernetes Indexed Job   JOB_COMPLETION_INDEX, and PGAS_NPROCS (required: the Job's completions)

@@ -46,7 +46,7 @@
 // Empty values count as unset. When PGAS_PROC is unset, the process id and
 // count come from the first of these that is present:
 //
-//	Slurm (srun)             SLURM_PROCID, SLURM_NTASKS (or SLURM_NPROCS); also SLURM_JOB_ID, SLURMD_NODENAME
+//	Slurm (srun)             SLURM_PROCID, SLURM_STEP_NUM_TASKS (or SLURM_NTASKS, SLURM_NPROCS); also SLURM_JOB_ID, SLURMD_NODENAME
 //	Open MPI (mpirun)        OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
 //	PMI (MPICH, Intel MPI)   PMI_RANK, PMI_SIZE
 //	Kubernetes Indexed Job   JOB_COMPLETION_INDEX, and PGAS_NPROCS (required: the Job's completions)
@@ -79,7 +79,20 @@
 // The server admits unauthenticated connections through the process's
 // admission gate (internal/admit): a bounded number pending, the oldest
 // shed when full, refusals logged within bounds and counted in
-// ServerStats (Refused, TimedOut, Shed, Accepted).
+// ServerStats (Refused, TimedOut, Shed, Accepted). A rendezvous for more
+// processes than the shared gate holds from one address gets a gate of
+// its own with room for every process's handshake at once (NumProcs + 64),
+// so that a large job registering at once never sheds and repeats its own
+// handshakes.
+//
+// Cost as a function of N processes: each registration is O(1) work under
+// the server's lock, in the connection's own goroutine (handshakes run in
+// parallel, each bounded by HandshakeTimeout); completing the table is O(N)
+// once, and it is encoded once. Every process gets the whole table, O(N)
+// bytes, so the server writes O(N^2) bytes in all: 38 KB x 512 = 20 MB, and
+// 307 KB x 4,096 = 1.26 GB with two endpoints per member (TestRendezvousScale
+// measures it). The writes run with up to 64 in flight, so a process that
+// does not read holds up only its own write, for at most WriteTimeout.
 //
 // The rendezvous is not needed after the table: losing it never fails a
 // process. Session.Report drops reports when it is gone, and Session.Lost
@@ -107,8 +120,8 @@
 //
 // # Concurrency and ownership
 //
-// A Server owns its listener and one goroutine per connection; Serve owns
-// the accept loop, and Close (or the end of Serve's ctx) stops everything
+// A Server owns its listener and one goroutine per connection, and up to
+// 64 for the table's writes while it is sent; Serve owns the accept loop, and Close (or the end of Serve's ctx) stops everything
 // and waits. A table broadcast in progress is allowed to finish (bounded by
 // WriteTimeout) before connections are closed. Reports are delivered on a
 // buffered channel without ever blocking: a full channel drops and counts.

@@ -153,7 +153,9 @@ type foreign struct {
 }
 
 var foreigns = []foreign{
-	{LauncherSlurm, "Slurm", "SLURM_PROCID", []string{"SLURM_NTASKS", "SLURM_NPROCS"}, "SLURM_JOB_ID", "SLURMD_NODENAME",
+	// The step's task count first: SLURM_NTASKS may be the allocation's
+	// when srun runs a step of fewer tasks.
+	{LauncherSlurm, "Slurm", "SLURM_PROCID", []string{"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"}, "SLURM_JOB_ID", "SLURMD_NODENAME",
 		`e.g. export PGAS_RENDEZVOUS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):29400`},
 	{LauncherOpenMPI, "Open MPI", "OMPI_COMM_WORLD_RANK", []string{"OMPI_COMM_WORLD_SIZE"}, "", "",
 		"e.g. mpirun -x PGAS_RENDEZVOUS=firsthost:29400 -x PGAS_TOKEN ..."},

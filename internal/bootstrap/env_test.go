@@ -103,6 +103,8 @@ func TestFromLookupForeign(t *testing.T) {
 			Env{Proc: 0, NumProcs: 4, NumRanks: 4, Rendezvous: "node1:29400", Host: "n1", JobID: "77", ServeRendezvous: true, Launcher: LauncherSlurm}},
 		{"slurm proc 3 with spares", with(common, "SLURM_PROCID", "3", "SLURM_NTASKS", "4", "SLURMD_NODENAME", "n2", "PGAS_SPARES", "1"),
 			Env{Proc: 3, NumProcs: 4, NumRanks: 3, Rendezvous: "node1:29400", Host: "n2", Launcher: LauncherSlurm}},
+		{"slurm step of 4 tasks in an allocation of 8", with(common, "SLURM_PROCID", "2", "SLURM_NTASKS", "8", "SLURM_STEP_NUM_TASKS", "4", "SLURMD_NODENAME", "n1"),
+			Env{Proc: 2, NumProcs: 4, NumRanks: 4, Rendezvous: "node1:29400", Host: "n1", Launcher: LauncherSlurm}},
 		{"slurm old NPROCS, PGAS overrides host and job", with(common, "SLURM_PROCID", "1", "SLURM_NPROCS", "2", "SLURMD_NODENAME", "n2", "PGAS_HOST", "fake", "PGAS_JOB_ID", "j", "SLURM_JOB_ID", "9"),
 			Env{Proc: 1, NumProcs: 2, NumRanks: 2, Rendezvous: "node1:29400", Host: "fake", JobID: "j", Launcher: LauncherSlurm}},
 		{"open mpi", with(common, "OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "3", "PGAS_HOST", "h"),

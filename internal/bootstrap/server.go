@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -148,7 +147,7 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	rb := max(cfg.ReportBuffer, 0)
 	return &Server{
-		door:     admit.Shared().Door("rendezvous", lg, admit.LogConfig{}),
+		door:     rendezvousGate(cfg.NumProcs).Door("rendezvous", lg, admit.LogConfig{}),
 		cfg:      cfg,
 		log:      lg,
 		reports:  make(chan Report, rb),
@@ -157,6 +156,32 @@ func NewServer(cfg ServerConfig) *Server {
 		regs:     make(map[uint32]*srvConn),
 		conns:    make(map[*srvConn]struct{}),
 	}
+}
+
+// gateSlack is the room the rendezvous's admission gate keeps beyond one
+// pending handshake per process of the job (strays, reconnections).
+const gateSlack = 64
+
+// rendezvousGate is the admission gate of a rendezvous for nprocs
+// processes. The process's shared gate (admit.DefaultLimits) has room for
+// the handshakes of a job of a few hundred processes from one address;
+// a larger job registering at once (512 local processes all come from
+// 127.0.0.1) would have the oldest of its own handshakes shed and
+// repeated. So a rendezvous for more processes than the shared gate
+// holds gets a gate of its own with room for every process's handshake
+// at once, from any one source, plus gateSlack: the bound on the
+// descriptors a flood can take grows with the job, not without limit.
+func rendezvousGate(nprocs int) *admit.Gate {
+	def := admit.DefaultLimits()
+	n := nprocs + gateSlack
+	if n <= def.MaxPerSource {
+		return admit.Shared()
+	}
+	g, err := admit.NewGate(admit.Limits{MaxPending: max(n, def.MaxPending), MaxPerSource: n})
+	if err != nil {
+		return admit.Shared() // cannot happen: n >= 1
+	}
+	return g
 }
 
 // Addr is the listener's address, or nil without a listener.
@@ -469,10 +494,10 @@ func (s *Server) register(sc *srvConn) bool {
 	}
 	// The last process: fix the table and send it to everyone.
 	t := Table{NumRanks: s.cfg.NumRanks, JobID: s.cfg.JobID, Members: make([]Member, s.cfg.NumProcs)}
-	targets := make([]*srvConn, 0, len(s.regs))
+	targets := make([]*srvConn, s.cfg.NumProcs)
 	for p, r := range s.regs {
 		t.Members[p] = r.member
-		targets = append(targets, r)
+		targets[p] = r
 	}
 	s.table = &t
 	close(s.complete)
@@ -489,16 +514,7 @@ func (s *Server) register(sc *srvConn) bool {
 		s.log.Error("rendezvous: cannot encode the member table", "err", err)
 		return false
 	}
-	for _, r := range targets {
-		r.wmu.Lock()
-		r.rw.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-		_, werr := r.rw.Write(msg)
-		r.wmu.Unlock()
-		if werr != nil {
-			// The process will reconnect and get the table again.
-			s.log.Warn("rendezvous: could not send the table", "proc", r.proc, "remote", r.remote, "err", werr)
-		}
-	}
+	s.broadcast(targets, msg)
 	return true
 }
 
@@ -564,14 +580,4 @@ func (s *Server) disconnected(sc *srvConn, err error) {
 		s.log.Debug("rendezvous: control connection closed", "proc", sc.proc, "err", err)
 	}
 	s.deliver(Report{Proc: sc.proc, Kind: KindDisconnected, Rank: -1})
-}
-
-func cloneTable(t Table) Table {
-	out := t
-	out.Members = make([]Member, len(t.Members))
-	for i, m := range t.Members {
-		m.Extra = maps.Clone(m.Extra)
-		out.Members[i] = m
-	}
-	return out
 }

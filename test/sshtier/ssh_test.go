@@ -33,7 +33,7 @@ func TestSSHHostCrash(t *testing.T) {
 	r := s.launch(t, faulted)
 	r.waitLine(t, "the placement", func(l string) bool {
 		return strings.HasPrefix(l, "gaspirun: ssh launch, rendezvous "+s.c.FrontAddr().String()+":") &&
-			strings.HasSuffix(l, "placement: node1: r0 r1; node2: r2 r3; node3: s4 s5")
+			strings.HasSuffix(l, "placement: node1: r0-1; node2: r2-3; node3: s4-5")
 	})
 	r.waitIter(t, 10)
 

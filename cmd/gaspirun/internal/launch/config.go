@@ -24,7 +24,7 @@ const (
 )
 
 // MaxProcs caps ranks plus spares: gaspirun starts every process, or its
-// ssh or srun client, on this machine.
+// ssh client, on this machine.
 const MaxProcs = 4096
 
 // LauncherKind names a back end: what starts the processes.
@@ -40,8 +40,8 @@ const (
 	// LauncherSSH starts each process on its host from the hostfile
 	// through the ssh client.
 	LauncherSSH LauncherKind = "ssh"
-	// LauncherSlurm starts each process as a one-task srun step on its
-	// node of the allocation.
+	// LauncherSlurm starts every process as a task of one srun step,
+	// each on the node of the allocation the placement gave it.
 	LauncherSlurm LauncherKind = "slurm"
 )
 
@@ -97,6 +97,13 @@ type Config struct {
 	Resume string
 	// OnDeath is the policy for a process killed by a signal.
 	OnDeath DeathPolicy
+	// Collapse is the window within which identical lines printed by
+	// several processes (each within this long of the one before) are
+	// printed once, prefixed with the processes' labels as ranges
+	// ("[r0-255] text") (--collapse). A line is held at most 5 times this
+	// long, and each process's lines keep their order. 0: every line is
+	// printed at once with its own prefix.
+	Collapse time.Duration
 	// Quiet suppresses informational lines and the final summary; failures
 	// are still printed.
 	Quiet bool
@@ -128,7 +135,7 @@ type Config struct {
 	// program is named ssh, sshOptions are appended first.
 	SSH []string
 	// Srun is the srun command (--srun); the back end appends the step's
-	// options and the remote command. Empty: srun.
+	// options (stepBackend.argv) and the remote command. Empty: srun.
 	Srun []string
 	// RemoteCommand runs "gaspirun --remote-exec" on a host
 	// (--remote-gaspirun). Empty: this executable's path and
@@ -159,10 +166,11 @@ type Config struct {
 // Program and the rest from flags.
 func DefaultConfig() Config {
 	return Config{Grace: 3 * time.Second, ExitSettle: 500 * time.Millisecond,
-		PingInterval: time.Second, PingTimeout: 20 * time.Second}
+		PingInterval: time.Second, PingTimeout: 20 * time.Second, Collapse: 200 * time.Millisecond}
 }
 
-// LocalConfig is DefaultConfig with short waits, for tests.
+// LocalConfig is DefaultConfig with short waits, for tests, and without
+// collapsing output (a test reads each process's lines).
 func LocalConfig() Config {
 	return Config{Grace: 500 * time.Millisecond, ExitSettle: 300 * time.Millisecond,
 		PingInterval: 200 * time.Millisecond, PingTimeout: 5 * time.Second}
@@ -239,7 +247,7 @@ func (c Config) Validate() error {
 	}
 	if c.NumProcs() > MaxProcs {
 		return &FlagError{Flag: "-n", Value: strconv.Itoa(c.Ranks),
-			Problem: fmt.Sprintf("with --spares %d that is %d processes, and gaspirun starts at most %d (or as many ssh or srun clients)", c.Spares, c.NumProcs(), MaxProcs),
+			Problem: fmt.Sprintf("with --spares %d that is %d processes, and gaspirun starts at most %d (or as many ssh clients, or srun tasks)", c.Spares, c.NumProcs(), MaxProcs),
 			Fix:     "use fewer ranks, or start the job under Slurm or Kubernetes"}
 	}
 	if err := c.validateBackend(); err != nil {
@@ -261,6 +269,10 @@ func (c Config) Validate() error {
 	}
 	if c.Grace <= 0 {
 		return &FlagError{Flag: "--grace", Value: c.Grace.String(), Problem: "must be positive", Fix: "use e.g. --grace 3s"}
+	}
+	if c.Collapse < 0 || c.Collapse > 10*time.Second {
+		return &FlagError{Flag: "--collapse", Value: c.Collapse.String(), Problem: "must be between 0 and 10s (a line is held back that long)",
+			Fix: "use e.g. --collapse 200ms, or 0 to print every line with its own prefix"}
 	}
 	if c.ExitSettle < 0 {
 		return &FlagError{Flag: "ExitSettle", Value: c.ExitSettle.String(), Problem: "cannot be negative"}

@@ -21,13 +21,17 @@
 //
 // Back ends: Run starts and signals processes only through the backend
 // interface (backend.go): localBackend forks here; remoteBackend runs each
-// process through a connector, the ssh client or one srun step per
-// process, as "gaspirun --remote-exec" (RemoteExec) on its host. The
-// protocol between the two (remoteproto.go) carries the program and its
-// environment over the connector's stdin, never its argv, control lines
-// ("signal N", "ping") after it, and a final status line with the real
-// exit code or signal at the end of the program's stdout; a remote process
-// whose status never arrives counts as killed (exitInfo.Lost). Hostfiles
+// process through the ssh client, and stepBackend (step.go) every process
+// as a task of one srun step, each as "gaspirun --remote-exec"
+// (RemoteExec) on its host. The protocol between the two (remoteproto.go)
+// carries the program and its environment over the connector's stdin,
+// never its argv (one header for all the tasks of a step), control lines
+// ("signal N", "signal N LIST" in a step, "ping") after it, and a final
+// status line with the real exit code or signal at the end of the
+// program's stdout; a remote process whose status never arrives counts as
+// killed (exitInfo.Lost). The step backend owns srun, a waiter, two
+// relays (srun's stdout and stderr, split by task label), a pinger and a
+// signaller, all ended by srun's end or close. Hostfiles
 // (ParseHostfile), Slurm allocations (SlurmHosts) and placement (Place)
 // are pure functions.
 //
@@ -42,7 +46,11 @@
 // children keep busy are cut off after Config.Grace. The remote back end
 // owns a relay goroutine per process (ended by its connector's exit, or
 // after Config.Grace) and its pinger, stopped by close. Output lines from all
-// processes and the launcher go through one lock, one Write per line.
+// processes and the launcher go through one lock, one Write per line; with
+// Config.Collapse, identical lines pass through a pure core (collapser, fed
+// the time with every line) and one timer, owned by output, prints the
+// groups that fall due; Run flushes them and stops the timer after the
+// pumps have drained.
 // Local processes run in their own process groups without a parent-death
 // signal: a SIGKILLed launcher leaves them running. Remote ones end with
 // their connection (RemoteExec).

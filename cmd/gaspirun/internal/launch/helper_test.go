@@ -57,6 +57,7 @@ func sleepForever() { time.Sleep(time.Hour) }
 
 // childMain is the job's program. Modes:
 //
+//	same     print "the same line", then "proc N", and exit 0
 //	env      print the environment contract and the table, one line to stdout and one to stderr
 //	exit3    rank 1 exits 3; the others wait to be stopped
 //	hang     start a grandchild in the same process group, ignore SIGTERM, hang
@@ -121,6 +122,9 @@ func childMain(mode string) int {
 		if !isRank {
 			waitTerm()
 		}
+	case "same":
+		fmt.Println("the same line")
+		fmt.Printf("proc %d\n", env.Proc)
 	case "exit3":
 		if rank == 1 {
 			fmt.Println("rank 1 failing")

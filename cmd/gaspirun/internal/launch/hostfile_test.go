@@ -78,18 +78,18 @@ func TestPlace(t *testing.T) {
 		uncovered     []string
 	}{
 		// Ranks fill by slot; spares go to the host with no ranks.
-		{hs(2, 2, 2), 4, 2, "a: r0 r1; b: r2 r3; c: s4 s5", nil},
+		{hs(2, 2, 2), 4, 2, "a: r0-1; b: r2-3; c: s4-5", nil},
 		// Spares spread over the emptiest hosts, later hosts first on ties.
-		{hs(2, 2, 2, 2), 2, 2, "a: r0 r1; c: s3; d: s2", nil},
+		{hs(2, 2, 2, 2), 2, 2, "a: r0-1; c: s3; d: s2", nil},
 		// One spare per host of ranks would die with them; they go elsewhere.
-		{hs(4, 4), 2, 2, "a: r0 r1; b: s2 s3", nil},
+		{hs(4, 4), 2, 2, "a: r0-1; b: s2-3", nil},
 		// Too few slots elsewhere: the fullest host stays uncovered.
-		{hs(3, 3), 4, 2, "a: r0 r1 r2; b: r3 s4 s5", []string{"a (3 ranks, 2 spares elsewhere)", "b (1 rank, 0 spares elsewhere)"}},
-		{hs(2, 2, 1), 3, 1, "a: r0 r1; b: r2; c: s3", []string{"a (2 ranks, 1 spare elsewhere)"}},
+		{hs(3, 3), 4, 2, "a: r0-2; b: r3,s4-5", []string{"a (3 ranks, 2 spares elsewhere)", "b (1 rank, 0 spares elsewhere)"}},
+		{hs(2, 2, 1), 3, 1, "a: r0-1; b: r2; c: s3", []string{"a (2 ranks, 1 spare elsewhere)"}},
 		// Equal counts: the spare goes to the host with fewer ranks.
-		{hs(2, 3, 2), 3, 3, "a: r0 r1; b: r2 s5; c: s3 s4", nil},
+		{hs(2, 3, 2), 3, 3, "a: r0-1; b: r2,s5; c: s3-4", nil},
 		{hs(1, 1, 1), 2, 1, "a: r0; b: r1; c: s2", nil},
-		{hs(5), 2, 0, "a: r0 r1", []string{"a (2 ranks, 0 spares elsewhere)"}},
+		{hs(5), 2, 0, "a: r0-1", []string{"a (2 ranks, 0 spares elsewhere)"}},
 	}
 	for _, c := range cases {
 		p, err := Place(c.hosts, c.ranks, c.spares)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"io"
 	"sync"
+	"time"
 )
 
 // maxLine caps one output line; a longer line is cut into pieces of this
@@ -21,6 +22,72 @@ type output struct {
 	stderr io.Writer
 	buf    []byte
 	status *liveLine // nil: no terminal, or not started
+
+	// col collapses identical lines of several processes (nil: every line
+	// is printed at once); timer prints its groups when they fall due.
+	col     *collapser
+	timer   *time.Timer
+	timerAt time.Time
+}
+
+// maxPendingOutput bounds the output the collapser holds back.
+const maxPendingOutput = 4 << 20
+
+// collapse turns on the collapsing of identical lines printed by several of
+// nprocs processes within window (see collapser); window <= 0 leaves it
+// off.
+func (o *output) collapse(window time.Duration, nprocs int) {
+	if window <= 0 || nprocs <= 1 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.col = newCollapser(window, nprocs, maxPendingOutput)
+}
+
+// flush prints every line the collapser holds and stops collapsing: lines
+// that come later are printed at once.
+func (o *output) flush() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.flushLocked()
+	o.col = nil
+	if o.timer != nil {
+		o.timer.Stop()
+	}
+}
+
+func (o *output) flushLocked() {
+	if o.col != nil {
+		o.writeLines(o.col.flushAll(nil))
+	}
+}
+
+// tick prints the groups that fell due and arms the timer for the next.
+func (o *output) tick() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.col == nil {
+		return
+	}
+	o.timerAt = time.Time{}
+	o.writeLines(o.col.expire(time.Now(), nil))
+	o.arm()
+}
+
+// arm sets the timer to the collapser's next due time; o.mu is held.
+func (o *output) arm() {
+	at, ok := o.col.next()
+	if !ok || at.Equal(o.timerAt) {
+		return
+	}
+	o.timerAt = at
+	d := time.Until(at)
+	if o.timer == nil {
+		o.timer = time.AfterFunc(d, o.tick)
+		return
+	}
+	o.timer.Reset(d)
 }
 
 func newOutput(stdout, stderr io.Writer) *output {
@@ -33,12 +100,43 @@ func newOutput(stdout, stderr io.Writer) *output {
 	return &output{stdout: stdout, stderr: stderr}
 }
 
-// line writes "[label] text\n" to w in one Write.
-func (o *output) line(w io.Writer, label string, text []byte) {
+// line prints a line that process proc (labelled label) wrote on
+// stream: at once, or through the collapser.
+func (o *output) line(stream, proc int, label string, text []byte) {
 	text = bytes.TrimSuffix(text, []byte("\n"))
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.col == nil {
+		o.write(stream, label, text)
+		return
+	}
+	o.writeLines(o.col.add(time.Now(), proc, label, stream, string(text)))
+	o.arm()
+}
+
+func (o *output) writeLines(ls []collapsedLine) {
+	for _, l := range ls {
+		o.write(l.stream, l.labels, []byte(l.text))
+	}
+}
+
+// event prints a process's event report as one of gaspirun's lines,
+// "gaspirun: [r3] restored checkpoint 14", through the collapser like the
+// processes' lines: the same event from every rank is one line.
+func (o *output) event(proc int, label, text string) {
+	o.line(streamEvent, proc, label, []byte(text))
+}
+
+// write writes "[label] text\n" to the stream in one Write; o.mu is held.
+func (o *output) write(stream int, label string, text []byte) {
+	w := o.stdout
+	if stream != streamStdout {
+		w = o.stderr
+	}
 	b := o.buf[:0]
+	if stream == streamEvent {
+		b = append(b, "gaspirun: "...)
+	}
 	b = append(b, '[')
 	b = append(b, label...)
 	b = append(b, "] "...)
@@ -46,13 +144,23 @@ func (o *output) line(w io.Writer, label string, text []byte) {
 	b = append(b, '\n')
 	o.status.erase()
 	w.Write(b)
-	if w == o.stdout {
+	if stream == streamStdout {
 		o.status.progress(label, text)
 	}
 	o.status.draw()
 	if cap(b) <= 64<<10 {
 		o.buf = b
 	}
+}
+
+// alert is notice for an important line (a failure, a death): it first
+// prints the lines the collapser holds, so that the processes' last words
+// come before gaspirun's verdict on them.
+func (o *output) alert(text string) {
+	o.mu.Lock()
+	o.flushLocked()
+	o.mu.Unlock()
+	o.notice(text)
 }
 
 // notice writes one of gaspirun's own lines to stderr.
@@ -93,9 +201,10 @@ func (n noticeWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// pump copies r to w line by line, each line prefixed with the current
-// label(), until r ends. A last line without a newline gets one.
-func (o *output) pump(r io.Reader, w io.Writer, label func() string) {
+// pump copies r, process proc's stream, line by line, each line prefixed
+// with the current label(), until r ends. A last line without a newline
+// gets one.
+func (o *output) pump(r io.Reader, stream, proc int, label func() string) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var line []byte
 	for {
@@ -103,7 +212,7 @@ func (o *output) pump(r io.Reader, w io.Writer, label func() string) {
 		if len(chunk) > 0 {
 			line = append(line, chunk...)
 			if chunk[len(chunk)-1] == '\n' || len(line) >= maxLine {
-				o.line(w, label(), line)
+				o.line(stream, proc, label(), line)
 				line = line[:0]
 			}
 		}
@@ -112,7 +221,7 @@ func (o *output) pump(r io.Reader, w io.Writer, label func() string) {
 		}
 		if err != nil {
 			if len(line) > 0 {
-				o.line(w, label(), line)
+				o.line(stream, proc, label(), line)
 			}
 			return
 		}

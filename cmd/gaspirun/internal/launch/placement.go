@@ -107,7 +107,7 @@ func (p Placement) Uncovered() []string {
 }
 
 // String lists the processes of each used host, e.g.
-// "node1: r0 r1; node2: r2 s3".
+// "node1: r0-1; node2: r2,s3" (ranges, as collapsed output names them).
 func (p Placement) String() string {
 	per := make([][]string, len(p.Hosts))
 	for proc, h := range p.HostOf {
@@ -120,7 +120,7 @@ func (p Placement) String() string {
 	var parts []string
 	for i, h := range p.Hosts {
 		if len(per[i]) > 0 {
-			parts = append(parts, h.Name+": "+strings.Join(per[i], " "))
+			parts = append(parts, h.Name+": "+formatLabels(per[i]))
 		}
 	}
 	return strings.Join(parts, "; ")

@@ -16,9 +16,10 @@ import (
 	"time"
 )
 
-// remoteBackend starts each process on its host through a connector, the
-// ssh client or srun, running "gaspirun --remote-exec" there (RemoteExec),
-// and talks to that over the connector's stdin and stdout.
+// remoteBackend starts each process on its host through the ssh client,
+// running "gaspirun --remote-exec" there (RemoteExec), and talks to that
+// over the connector's stdin and stdout. (Under Slurm, stepBackend runs
+// the same remote side as the tasks of one srun step.)
 type remoteBackend struct {
 	kind LauncherKind
 	cfg  Config
@@ -93,37 +94,17 @@ func forwardedEnv(environ []string) []string {
 var sshOptions = []string{"-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
 	"-o", "ConnectTimeout=30", "-o", "LogLevel=ERROR"}
 
-// argv is the connector command that runs the remote side on host.
+// argv is the ssh command that runs the remote side on host.
 func (b *remoteBackend) argv(host string) []string {
-	switch b.kind {
-	case LauncherSlurm:
-		srun := b.cfg.Srun
-		if len(srun) == 0 {
-			srun = []string{"srun"}
-		}
-		out := append([]string{}, srun...)
-		// One step per process, on its node, using only its own share of
-		// the allocation so that the steps run side by side.
-		out = append(out, "--exact", "--nodes=1", "--ntasks=1", "--nodelist="+host, "--kill-on-bad-exit=0")
-		return append(out, b.remote...)
-	default:
-		ssh := b.cfg.SSH
-		if len(ssh) == 0 {
-			ssh = []string{"ssh"}
-		}
-		out := append([]string{}, ssh...)
-		if filepath.Base(ssh[0]) == "ssh" {
-			out = append(out, sshOptions...)
-		}
-		return append(out, host, "exec "+shellJoin(b.remote))
+	ssh := b.cfg.SSH
+	if len(ssh) == 0 {
+		ssh = []string{"ssh"}
 	}
-}
-
-func (b *remoteBackend) connectorName() string {
-	if b.kind == LauncherSlurm {
-		return "srun"
+	out := append([]string{}, ssh...)
+	if filepath.Base(ssh[0]) == "ssh" {
+		out = append(out, sshOptions...)
 	}
-	return "ssh"
+	return append(out, host, "exec "+shellJoin(b.remote))
 }
 
 func (b *remoteBackend) start(spec procSpec) (process, error) {
@@ -347,7 +328,7 @@ func (p *remoteProc) wait() exitInfo {
 	}
 	how := exitInfoOf(p.cmd.ProcessState)
 	return exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: codeOf(how),
-		Lost: fmt.Sprintf("%s to %s %s without the process's exit status", p.b.connectorName(), p.host, how.how())}
+		Lost: fmt.Sprintf("%s to %s %s without the process's exit status", "ssh", p.host, how.how())}
 }
 
 // codeOf is the exit status a shell would report.

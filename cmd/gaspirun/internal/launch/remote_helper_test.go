@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -16,9 +17,9 @@ import (
 	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
-// fakeConnectorMain stands in for ssh ("fakessh") or srun ("fakesrun"): it
-// parses their command lines as they would, ignores the host and runs the
-// remote command here, in a session of its own as sshd or slurmstepd
+// fakeConnectorMain stands in for ssh ("fakessh") or srun ("fakesrun",
+// fakeStepMain): it parses their command lines as they would, ignores the
+// host and runs the remote command here, in a session of its own as sshd or slurmstepd
 // would, relaying its stdin, stdout and stderr. Killing it cuts the
 // "connection": the remote command's stdin ends and its output has no
 // reader. It records its pid and argv in GASPIRUN_TEST_DIR as
@@ -47,17 +48,7 @@ func fakeConnectorMain(role string, args []string) int {
 		host = args[0]
 		command = []string{"/bin/sh", "-c", strings.Join(args[1:], " ")}
 	case "fakesrun":
-		for len(args) > 0 && strings.HasPrefix(args[0], "-") {
-			if v, ok := strings.CutPrefix(args[0], "--nodelist="); ok {
-				host = v
-			}
-			args = args[1:]
-		}
-		if host == "" || len(args) == 0 {
-			fmt.Fprintln(os.Stderr, "fakesrun: no --nodelist or no command")
-			return 1
-		}
-		command = args
+		return fakeStepMain(args)
 	}
 	dir := os.Getenv(dirVar)
 	os.WriteFile(filepath.Join(dir, role+"."+host+".argv"), []byte(strings.Join(os.Args, "\x00")), 0o644)
@@ -172,4 +163,117 @@ func readPid(t *testing.T, dir, name string) int {
 		}
 		time.Sleep(10 * time.Millisecond) // real processes: poll with a deadline
 	}
+}
+
+// fakeStepMain stands in for "srun --ntasks=N --distribution=arbitrary
+// --input=all --label ... COMMAND" inside an allocation: it runs N copies
+// of COMMAND here, task t with SLURM_PROCID=t, SLURM_STEP_NUM_TASKS=N and
+// SLURMD_NODENAME the t-th line of SLURM_HOSTFILE, each in a session of
+// its own as slurmstepd would; it copies its stdin to every task, prefixes
+// each line of a task's output with "T: " (T padded to the width of N-1),
+// reports a task that exits non-zero or is killed as srun does ("srun:
+// error: NODE: task T: Exited with exit code C" or "...: Killed"), and
+// exits with the highest task status. It records its argv in
+// GASPIRUN_TEST_DIR/fakesrun.argv, its pid in fakesrun.pid and each
+// task's pid in fakesrun.task.T.pid.
+func fakeStepMain(args []string) int {
+	ntasks := 0
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		if v, ok := strings.CutPrefix(args[0], "--ntasks="); ok {
+			ntasks, _ = strconv.Atoi(v)
+		}
+		args = args[1:]
+	}
+	hf, err := os.ReadFile(os.Getenv("SLURM_HOSTFILE"))
+	hosts := strings.Fields(string(hf))
+	if err != nil || ntasks < 1 || len(hosts) != ntasks || len(args) == 0 {
+		fmt.Fprintf(os.Stderr, "srun: error: fakesrun: --ntasks=%d, %d hosts in SLURM_HOSTFILE (%v), command %q\n", ntasks, len(hosts), err, args)
+		return 1
+	}
+	dir := os.Getenv(dirVar)
+	os.WriteFile(filepath.Join(dir, "fakesrun.argv"), []byte(strings.Join(os.Args, "\x00")), 0o644)
+	os.WriteFile(filepath.Join(dir, "fakesrun.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644)
+	width := len(strconv.Itoa(ntasks - 1))
+	var outMu sync.Mutex
+	labelled := func(w io.Writer, t int, r io.Reader, wg *sync.WaitGroup) {
+		defer wg.Done()
+		br := bufio.NewReader(r)
+		for {
+			line, err := br.ReadString('\n')
+			if line != "" {
+				if !strings.HasSuffix(line, "\n") {
+					line += "\n"
+				}
+				outMu.Lock()
+				fmt.Fprintf(w, "%*d: %s", width, t, line)
+				outMu.Unlock()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	var stdins []io.WriteCloser
+	var cmds []*exec.Cmd
+	outs := make([]*sync.WaitGroup, ntasks) // a task's output is read before its Wait
+	for t := range ntasks {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("SLURM_PROCID=%d", t), fmt.Sprintf("SLURM_STEP_NUM_TASKS=%d", ntasks),
+			"SLURMD_NODENAME="+hosts[t])
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		in, _ := cmd.StdinPipe()
+		o, _ := cmd.StdoutPipe()
+		e, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintf(os.Stderr, "srun: error: %s: task %d: %v\n", hosts[t], t, err)
+			return 1
+		}
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("fakesrun.task.%d.pid", t)), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+		outs[t] = &sync.WaitGroup{}
+		outs[t].Add(2)
+		go labelled(os.Stdout, t, o, outs[t])
+		go labelled(os.Stderr, t, e, outs[t])
+		stdins = append(stdins, in)
+		cmds = append(cmds, cmd)
+	}
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := os.Stdin.Read(buf)
+			for _, in := range stdins {
+				if n > 0 {
+					in.Write(buf[:n])
+				}
+			}
+			if err != nil {
+				for _, in := range stdins {
+					in.Close()
+				}
+				return
+			}
+		}
+	}()
+	code := 0
+	var waits sync.WaitGroup
+	for t, cmd := range cmds {
+		waits.Add(1)
+		go func() {
+			defer waits.Done()
+			outs[t].Wait()
+			cmd.Wait()
+			ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			outMu.Lock()
+			defer outMu.Unlock()
+			switch {
+			case ws.Signaled():
+				fmt.Fprintf(os.Stderr, "srun: error: %s: task %d: Killed\n", hosts[t], t)
+				code = max(code, 128+int(ws.Signal()))
+			case ws.ExitStatus() != 0:
+				fmt.Fprintf(os.Stderr, "srun: error: %s: task %d: Exited with exit code %d\n", hosts[t], t, ws.ExitStatus())
+				code = max(code, ws.ExitStatus())
+			}
+		}()
+	}
+	waits.Wait()
+	return code
 }

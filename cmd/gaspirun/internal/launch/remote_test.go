@@ -69,7 +69,7 @@ func TestSSHOutputEnvAndNoTokenAnywhere(t *testing.T) {
 		dump(t, out, errs)
 		t.Fatal("a status line leaked into the output")
 	}
-	for _, w := range []string{"gaspirun: ssh launch, rendezvous 127.0.0.1:", "placement: h0: r0 r1; h1: s2",
+	for _, w := range []string{"gaspirun: ssh launch, rendezvous 127.0.0.1:", "placement: h0: r0-1; h1: s2",
 		"gaspirun: warning: the spares cannot cover the loss of h0 (2 ranks, 1 spare elsewhere)",
 		"gaspirun: all 2 ranks finished; stopping the 1 remaining process (idle spares)"} {
 		if !strings.Contains(errs.String(), w) {
@@ -202,6 +202,7 @@ func TestSlurmKilledTaskRecoveredBySpare(t *testing.T) {
 	cfg, out, errs := jobConfig("promote", 2, 1)
 	cfg.Launcher = LauncherAuto
 	cfg.RemoteCommand = []string{os.Args[0], "--remote-exec"}
+	cfg.Env = append(cfg.Env, dirVar+"="+dir)
 	slurm := map[string]string{"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_TASKS_PER_NODE": "1(x3)"}
 	cfg.LookupEnv = func(k string) (string, bool) { v, ok := slurm[k]; return v, ok }
 	res := run(t, context.Background(), cfg)
@@ -218,13 +219,19 @@ func TestSlurmKilledTaskRecoveredBySpare(t *testing.T) {
 	if p := res.Procs[1]; p.Signal != syscall.SIGKILL || p.Host != "node2" {
 		t.Errorf("rank 1's process %+v: want killed by SIGKILL on node2", p)
 	}
-	argv, err := os.ReadFile(filepath.Join(dir, "fakesrun.node2.argv"))
+	// One step for the whole job (cmd/gaspirun, slurm), its tasks on the
+	// placement's nodes.
+	argv, err := os.ReadFile(filepath.Join(dir, "fakesrun.argv"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"--exact", "--nodes=1", "--ntasks=1", "--nodelist=node2", "--kill-on-bad-exit=0", os.Args[0], "--remote-exec"}
+	want := []string{"--ntasks=3", "--distribution=arbitrary", "--kill-on-bad-exit=0", "--no-kill", "--input=all", "--label", os.Args[0], "--remote-exec"}
 	if got := strings.Split(string(argv), "\x00")[1:]; strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("srun argv %q, want %q", got, want)
+	}
+	if !strings.Contains(out.String(), "[r1] dying\n") || !regexp.MustCompile(`\[(s2|r1)\] promoted\n`).MatchString(out.String()) {
+		dump(t, out, errs)
+		t.Error("the tasks' output did not reach their processes' prefixes")
 	}
 	waitNoRemoteSides(t)
 }
@@ -241,6 +248,88 @@ func TestRemoteStartFailureAbortsBeforeForming(t *testing.T) {
 		!strings.Contains(errs.String(), "exited with code 127 before every process had registered with the rendezvous, so the job cannot start") {
 		dump(t, out, errs)
 		t.Fatal("no start failure reported")
+	}
+	waitNoRemoteSides(t)
+}
+
+// slurmStepJob is a job of this test binary's child modes under the fake
+// srun, on node1..node3 with one task each.
+func slurmStepJob(t *testing.T, mode string, ranks, spares int) (Config, *watchBuffer, *watchBuffer, string) {
+	t.Helper()
+	dir := t.TempDir()
+	srun := fakeConnector(t, "srun", dir)
+	scontrol := filepath.Join(filepath.Dir(srun), "scontrol")
+	if err := os.WriteFile(scontrol, []byte("#!/bin/sh\necho \"NodeName=$4 Arch=x86_64 NodeAddr=127.0.0.1 NodeHostName=localhost\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", filepath.Dir(srun)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cfg, out, errs := jobConfig(mode, ranks, spares)
+	cfg.Launcher = LauncherSlurm
+	cfg.RemoteCommand = []string{os.Args[0], "--remote-exec"}
+	cfg.Env = append(cfg.Env, dirVar+"="+dir)
+	slurm := map[string]string{"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_TASKS_PER_NODE": "1(x3)"}
+	cfg.LookupEnv = func(k string) (string, bool) { v, ok := slurm[k]; return v, ok }
+	return cfg, out, errs, dir
+}
+
+// Rule (cmd/gaspirun, slurm): a task of the step that ends without its
+// status (its remote side killed, as when its node dies) is a lost
+// process, and a spare takes its rank; the step goes on. Without a
+// spare, the job ends as for a killed process.
+func TestSlurmStepTaskLost(t *testing.T) {
+	t.Run("spare", func(t *testing.T) { testSlurmStepTaskLost(t, 1) })
+	t.Run("no spare", func(t *testing.T) { testSlurmStepTaskLost(t, 0) })
+}
+
+func testSlurmStepTaskLost(t *testing.T, spares int) {
+	cfg, out, errs, dir := slurmStepJob(t, "drop", 2, spares)
+	type ran struct{ res Result }
+	done := make(chan ran, 1)
+	go func() { done <- ran{run(t, context.Background(), cfg)} }()
+	if !out.waitCount("[r1] ready\n", 1, 30*time.Second) {
+		dump(t, out, errs)
+		t.Fatal("rank 1 never got ready")
+	}
+	syscall.Kill(readPid(t, dir, "fakesrun.task.1.pid"), syscall.SIGKILL)
+	var res Result
+	select {
+	case r := <-done:
+		res = r.res
+	case <-time.After(60 * time.Second):
+		t.Fatal("the job did not end")
+	}
+	if spares == 0 {
+		if res.ExitCode != 128+9 || !strings.Contains(errs.String(), "rank 1 (process 1 on node2) was lost: srun: srun: error: node2: task 1: Killed") {
+			dump(t, out, errs)
+			t.Fatalf("exit %d: %s", res.ExitCode, res.Reason)
+		}
+		waitNoRemoteSides(t)
+		return
+	}
+	// srun's word on the task comes first; the task counts as lost a grace
+	// period later unless its status follows (it travels on stdout), so
+	// the spare's promotion may come before or after.
+	if res.ExitCode != 0 || !strings.Contains(errs.String(), "gaspirun: srun: error: node2: task 1: Killed") ||
+		!strings.Contains(errs.String(), "spare process 2 on node3 now holds rank 1") {
+		dump(t, out, errs)
+		t.Fatalf("exit %d: %s", res.ExitCode, res.Reason)
+	}
+	waitNoRemoteSides(t)
+}
+
+// Rule (cmd/gaspirun, slurm): a process that fails tears the step down
+// through "signal N LIST" lines, and gaspirun exits with its code.
+func TestSlurmStepTeardown(t *testing.T) {
+	cfg, out, errs, _ := slurmStepJob(t, "exit3", 2, 1)
+	res := run(t, context.Background(), cfg)
+	if res.ExitCode != 3 || !strings.Contains(errs.String(), "rank 1 (process 1 on node2) exited with code 3; stopping the other 2 processes") {
+		dump(t, out, errs)
+		t.Fatalf("exit %d: %s", res.ExitCode, res.Reason)
+	}
+	for _, p := range res.Procs {
+		if p.Proc != 1 && (!p.Stopped || p.Signal != syscall.SIGTERM) {
+			t.Errorf("process %d: %+v; want stopped by SIGTERM", p.Proc, p)
+		}
 	}
 	waitNoRemoteSides(t)
 }

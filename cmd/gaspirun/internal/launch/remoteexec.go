@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +51,11 @@ func RemoteExec(stdin io.Reader, stdout, stderr *os.File) int {
 		h = g.h
 	case <-time.After(headerTimeout):
 		return fail("no header on stdin within %v", headerTimeout)
+	}
+	if h.Step != nil {
+		if err := h.resolveStep(os.Getenv("SLURM_PROCID")); err != nil {
+			return fail("%v", err)
+		}
 	}
 	if h.Host != "" {
 		host = h.Host
@@ -139,8 +143,8 @@ func RemoteExec(stdin io.Reader, stdout, stderr *os.File) int {
 				default:
 				}
 			case strings.HasPrefix(cmdLine, "signal "):
-				if n, err := strconv.Atoi(strings.TrimPrefix(cmdLine, "signal ")); err == nil && n > 0 && n < 65 {
-					kill(syscall.Signal(n))
+				if sig, ok := parseSignal(cmdLine, h.Proc); ok {
+					kill(sig)
 				}
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,7 +19,8 @@ import (
 // one line of JSON (remoteHeader: the program, its arguments, its
 // environment, the token included), then control lines, one per line:
 // "ping" (gaspirun is alive) and "signal N" (send signal N to the
-// program's process group). End of stdin, or no line for
+// program's process group; "signal N LIST" in a step, for the processes
+// of LIST only). End of stdin, or no line for
 // remoteHeader.PingTimeout, means gaspirun or the connection is gone: the
 // remote side kills the program's process group.
 //
@@ -48,6 +50,54 @@ type remoteHeader struct {
 	RanksOnHost int           `json:"ranks_on_host"`
 	PingTimeout time.Duration `json:"ping_timeout"`
 	Grace       time.Duration `json:"grace"`
+	// Step is set when every process runs as a task of one srun step
+	// (stepBackend): the header is the same for all, Proc is -1, and each
+	// task is process SLURM_PROCID.
+	Step *stepInfo `json:"step,omitempty"`
+}
+
+// stepInfo is what differs between the tasks of one step, by process id.
+type stepInfo struct {
+	Hosts       []string `json:"hosts"`         // PGAS_HOST
+	RanksOnHost []int    `json:"ranks_on_host"` // for GOMAXPROCS
+}
+
+// resolveStep makes h the header of one task of a step: process
+// SLURM_PROCID (procID), with its host and PGAS_PROC and PGAS_HOST in its
+// environment.
+func (h *remoteHeader) resolveStep(procID string) error {
+	st := h.Step
+	if len(st.Hosts) == 0 || len(st.RanksOnHost) != len(st.Hosts) {
+		return fmt.Errorf("bad header: step of %d hosts and %d rank counts", len(st.Hosts), len(st.RanksOnHost))
+	}
+	p, err := strconv.Atoi(strings.TrimSpace(procID))
+	if err != nil || p < 0 || p >= len(st.Hosts) {
+		return fmt.Errorf("SLURM_PROCID=%q is not a task of this step (0..%d); run through gaspirun under Slurm", procID, len(st.Hosts)-1)
+	}
+	h.Proc, h.Host, h.RanksOnHost = p, st.Hosts[p], st.RanksOnHost[p]
+	h.Env = append(h.Env, "PGAS_PROC="+strconv.Itoa(p), "PGAS_HOST="+h.Host)
+	return nil
+}
+
+// parseSignal parses a control line "signal N" (for this process) or
+// "signal N LIST" (for the processes of LIST, e.g. "0-3,7", in a step)
+// and says whether it is for process proc.
+func parseSignal(line string, proc int) (syscall.Signal, bool) {
+	f := strings.Fields(line)
+	if len(f) < 2 || len(f) > 3 || f[0] != "signal" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(f[1])
+	if err != nil || n <= 0 || n >= 65 {
+		return 0, false
+	}
+	if len(f) == 3 {
+		ps, err := parseRanges(f[2])
+		if err != nil || !slices.Contains(ps, proc) {
+			return 0, false
+		}
+	}
+	return syscall.Signal(n), true
 }
 
 func (h *remoteHeader) encode() ([]byte, error) {

@@ -83,6 +83,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		place = &p
 	}
 	out := newOutput(cfg.Stdout, cfg.Stderr)
+	out.collapse(cfg.Collapse, cfg.NumProcs())
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(out.noticeWriter(), &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -162,6 +163,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, checkProgram(cfg.Program)
 		}
 		be = &localBackend{path: path, args: cfg.Args}
+	} else if kind == LauncherSlurm {
+		sb, err := newStepBackend(cfg, cfg.NumProcs(), out.notice)
+		if err != nil {
+			return Result{}, fmt.Errorf("%w: %v", ErrStart, err)
+		}
+		be = sb
 	} else {
 		rb, err := newRemoteBackend(kind, cfg)
 		if err != nil {
@@ -300,8 +307,8 @@ func (j *job) start(p int) error {
 	j.procs = append(j.procs, pr)
 	label := func() string { return *pr.label.Load() }
 	j.pumps.Add(2)
-	go func() { defer j.pumps.Done(); j.out.pump(outR, j.out.stdout, label) }()
-	go func() { defer j.pumps.Done(); j.out.pump(errR, j.out.stderr, label) }()
+	go func() { defer j.pumps.Done(); j.out.pump(outR, streamStdout, p, label) }()
+	go func() { defer j.pumps.Done(); j.out.pump(errR, streamStderr, p, label) }()
 	go func() { j.exits <- exitEvent{proc: p, info: h.wait()} }()
 	return nil
 }
@@ -363,8 +370,15 @@ func (j *job) loop(ctx context.Context) Result {
 		for _, a := range acts {
 			switch a.kind {
 			case actNotice:
-				if a.important || !j.cfg.Quiet {
+				switch {
+				case a.important:
+					j.out.alert(a.text)
+				case !j.cfg.Quiet:
 					j.out.notice(a.text)
+				}
+			case actEvent:
+				if !j.cfg.Quiet {
+					j.out.event(a.proc, a.label, a.text)
 				}
 			case actRelabel:
 				l := a.label
@@ -380,7 +394,9 @@ func (j *job) loop(ctx context.Context) Result {
 				j.signalAll(syscall.SIGKILL)
 			}
 		}
-		j.out.status.setState(j.tr.statusState())
+		if j.out.status != nil {
+			j.out.status.setState(j.tr.statusState())
+		}
 	}
 	decide := func(ev exitEvent) {
 		delete(pending, ev.proc)
@@ -530,4 +546,5 @@ func (j *job) closePumps() {
 		}
 	}
 	<-done
+	j.out.flush()
 }

@@ -91,6 +91,36 @@ func dump(t *testing.T, out, errs *watchBuffer) {
 	t.Logf("stdout:\n%s\nstderr:\n%s", out, errs)
 }
 
+// Rule (cmd/gaspirun, Output): identical lines from many ranks are printed
+// once, naming the ranks as ranges; different lines keep their own
+// prefix; gaspirun's verdict comes once.
+func TestOutputCollapsesAcrossRanks(t *testing.T) {
+	const n = 32
+	cfg, out, errs := jobConfig("same", n, 0)
+	// Generous (the bound): the group is printed as soon as all 32 joined it.
+	cfg.Collapse = 10 * time.Second
+	res := run(t, context.Background(), cfg)
+	if res.ExitCode != 0 {
+		dump(t, out, errs)
+		t.Fatalf("exit %d: %s", res.ExitCode, res.Reason)
+	}
+	got := out.String()
+	if c := strings.Count(got, "the same line"); c != 1 || !strings.Contains(got, "[r0-31] the same line\n") {
+		dump(t, out, errs)
+		t.Fatalf("%d lines of \"the same line\", want one [r0-31]", c)
+	}
+	for p := range n {
+		if w := fmt.Sprintf("[r%d] proc %d\n", p, p); !strings.Contains(got, w) {
+			dump(t, out, errs)
+			t.Fatalf("stdout lacks %q", w)
+		}
+	}
+	if c := strings.Count(errs.String(), "gaspirun: 32 processes (32 ranks + 0 spares): 32 exited 0"); c != 1 {
+		dump(t, out, errs)
+		t.Fatalf("the verdict came %d times", c)
+	}
+}
+
 func TestEnvContractReachesProcesses(t *testing.T) {
 	cfg, out, errs := jobConfig("env", 2, 1)
 	cfg.Hosts = []string{"hostA", "hostB"}

@@ -13,23 +13,51 @@ import (
 )
 
 // liveLine is the status line gaspirun keeps at the bottom of a terminal:
-// ranks, epoch, spares left, the last progress line of the lowest live
-// rank and the elapsed time. Every line printed above it first erases it
-// and then draws it again (under output's lock), so it never mixes with
-// the processes' output. Without a terminal there is none.
+// the processes counted by state (never one entry per process, so it
+// reads the same at 4 or 4,000 processes), the epoch, the elapsed time
+// and the last progress line of the lowest rank that printed. Every line
+// printed above it first erases it and then draws it again (under
+// output's lock), so it never mixes with the processes' output. Without a
+// terminal there is none.
 type liveLine struct {
 	w     io.Writer // the terminal (gaspirun's stderr)
 	width int
 	start time.Time
 
 	mu       sync.Mutex // guards the fields below; taken inside output.mu
-	ranks    int
+	counts   jobCounts
 	epoch    uint64
-	spares   int
 	last     string // last line of the lowest live rank's output
 	lastRank int    // the rank that printed last
 	drawn    bool
 	closed   bool
+}
+
+// jobCounts are the processes of a job by state, as the status line shows
+// them.
+type jobCounts struct {
+	ranks    int // ranks of the job
+	running  int // ranks whose holder is running
+	finished int // ranks whose holder exited 0
+	lost     int // ranks without a holder, waiting for a spare (or vacant)
+	spares   int // spares running that hold no rank
+	ended    int // other processes that ended: failed, killed, replaced, or spares stopped
+}
+
+func (c jobCounts) String() string {
+	parts := []string{fmt.Sprintf("%d ranks: %d running", c.ranks, c.running)}
+	if c.finished > 0 {
+		parts = append(parts, fmt.Sprintf("%d done", c.finished))
+	}
+	if c.lost > 0 {
+		parts = append(parts, fmt.Sprintf("%d lost", c.lost))
+	}
+	t := strings.Join(parts, ", ")
+	t += fmt.Sprintf("; %d %s idle", c.spares, plural(c.spares, "spare", "spares"))
+	if c.ended > 0 {
+		t += fmt.Sprintf("; %d other %s ended", c.ended, plural(c.ended, "process", "processes"))
+	}
+	return t
 }
 
 // isTerminal reports whether w is a terminal, and its width.
@@ -55,12 +83,13 @@ func newLiveLine(stderr io.Writer, ranks, spares int) *liveLine {
 	if width < 20 {
 		width = 80
 	}
-	return &liveLine{w: stderr, width: width, start: time.Now(), ranks: ranks, spares: spares, epoch: 1, lastRank: -1}
+	return &liveLine{w: stderr, width: width, start: time.Now(), epoch: 1, lastRank: -1,
+		counts: jobCounts{ranks: ranks, running: ranks, spares: spares}}
 }
 
 // text is the line's content, cut to the terminal's width.
 func (s *liveLine) text() string {
-	t := fmt.Sprintf("[%d ranks, epoch %d, %d spares left, %s]", s.ranks, s.epoch, s.spares, time.Since(s.start).Round(100*time.Millisecond))
+	t := fmt.Sprintf("[%s; epoch %d; %s]", s.counts, s.epoch, time.Since(s.start).Round(100*time.Millisecond))
 	if s.last != "" && s.lastRank >= 0 {
 		t += fmt.Sprintf(" r%d: %s", s.lastRank, s.last)
 	}
@@ -116,8 +145,8 @@ func (s *liveLine) progress(label string, text []byte) {
 	}
 }
 
-// setState updates the epoch and the spares left (from the tracker).
-func (s *liveLine) setState(epoch uint64, spares int) {
+// setState updates the counts and the epoch (from the tracker).
+func (s *liveLine) setState(epoch uint64, counts jobCounts) {
 	if s == nil {
 		return
 	}
@@ -127,7 +156,7 @@ func (s *liveLine) setState(epoch uint64, spares int) {
 		s.epoch = epoch
 		s.lastRank = -1 // the lowest live rank may have changed
 	}
-	s.spares = spares
+	s.counts = counts
 }
 
 // close erases the line for good.
@@ -142,16 +171,32 @@ func (s *liveLine) close() {
 }
 
 // statusState is what the status line shows of t: the highest epoch a
-// rank was reported in, and the spares that hold no rank and still run.
-func (t *tracker) statusState() (uint64, int) {
+// rank was reported in, and the processes by state.
+func (t *tracker) statusState() (uint64, jobCounts) {
 	epoch := slices.Max(t.rankEpoch)
-	spares := 0
-	for p := t.nRanks; p < t.nProcs; p++ {
-		if t.rankOf[p] < 0 && !t.exited[p] && t.heldRank[p] < 0 {
-			spares++
+	c := jobCounts{ranks: t.nRanks}
+	for r, h := range t.holder {
+		switch {
+		case h < 0 || t.vacant[r]:
+			c.lost++
+		case !t.exited[h]:
+			c.running++
+		case t.exit[h].ok():
+			c.finished++
+		default:
+			c.lost++
 		}
 	}
-	return epoch, spares
+	for p := range t.nProcs {
+		switch {
+		case t.rankOf[p] >= 0:
+		case !t.exited[p] && t.heldRank[p] < 0:
+			c.spares++
+		default:
+			c.ended++
+		}
+	}
+	return epoch, c
 }
 
 // startStatus starts the status line when stderr is a terminal (and not

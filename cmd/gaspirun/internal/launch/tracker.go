@@ -63,6 +63,7 @@ const (
 	actTeardown                // SIGTERM every process group, SIGKILL after the grace
 	actStop                    // SIGTERM the processes still running (idle spares), SIGKILL after the grace
 	actKill                    // SIGKILL every process group now
+	actEvent                   // print a process's event (text, from proc labelled label), unless quiet
 )
 
 type action struct {
@@ -280,7 +281,7 @@ func (t *tracker) onReport(r bootstrap.Report) []action {
 	case bootstrap.KindVacant:
 		return t.onVacant(r.Rank, r.Epoch)
 	case bootstrap.KindEvent:
-		return []action{{kind: actNotice, text: fmt.Sprintf("[%s] %s", t.label(p), oneLine(r.Text))}}
+		return []action{{kind: actEvent, proc: p, label: t.label(p), text: oneLine(r.Text)}}
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ var (
 	role   = func(p, r int, e uint64) bootstrap.Report {
 		return bootstrap.Report{Proc: uint32(p), Kind: bootstrap.KindRole, Rank: r, Epoch: e}
 	}
-	actNames = map[actKind]string{actNotice: "notice", actRelabel: "relabel", actTeardown: "teardown", actStop: "stop", actKill: "kill"}
+	actNames = map[actKind]string{actNotice: "notice", actRelabel: "relabel", actTeardown: "teardown", actStop: "stop", actKill: "kill", actEvent: "event"}
 )
 
 // trace renders actions compactly: "notice!:text" (important), "notice:text",
@@ -33,6 +33,8 @@ func trace(acts []action) []string {
 			s += ":" + a.text
 		case actRelabel:
 			s += ":" + string(rune('0'+a.proc)) + "=" + a.label
+		case actEvent:
+			s += ":[" + a.label + "] " + a.text
 		}
 		out = append(out, s)
 	}
@@ -181,7 +183,7 @@ func TestTrackerTimeoutAndReports(t *testing.T) {
 	tr := newTracker(1, 2, DeathContinue)
 	tr.onFormed()
 	expect(t, "event", tr.onReport(bootstrap.Report{Proc: 0, Kind: bootstrap.KindEvent, Text: "restored\ncheckpoint 3"}),
-		"notice:[r0] restored checkpoint 3")
+		"event:[r0] restored checkpoint 3")
 	expect(t, "error", tr.onReport(bootstrap.Report{Proc: 1, Kind: bootstrap.KindError, Text: "boom"}),
 		"notice!:spare process 1 reported an error: boom")
 	expect(t, "out of range", tr.onReport(role(7, 0, 1)))
