@@ -37,6 +37,11 @@ type contactConfig struct {
 	MaxStep    time.Duration // the most one tick adds to the silence
 }
 
+// treeFresh is how long a client's contact through the tree stays fresh:
+// a parent answers at least every TreeHold, with how old its own contact
+// is.
+func treeFresh(c *Config) time.Duration { return 2*c.TreeHold + c.HeartbeatTimeout }
+
 // contactTick is the driver's period.
 const contactTick = 100 * time.Millisecond
 
@@ -58,8 +63,9 @@ func contactConfigOf(c *Config) contactConfig {
 
 // contactObs is what the driver reads from Raft at a tick.
 type contactObs struct {
-	Leader      bool      // this node leads
-	LastContact time.Time // last message from a leader; zero: none yet
+	Leader      bool          // this node leads
+	LastContact time.Time     // last message from a leader; zero: none yet
+	Window      time.Duration // LastContact is contact for this long; zero: Fresh
 }
 
 // contactStep is what the core asks of the driver after a tick.
@@ -101,7 +107,11 @@ func (c *contactCore) tick(now time.Time, o contactObs) contactStep {
 	}
 	c.last = now
 	var s contactStep
-	if o.Leader || (!o.LastContact.IsZero() && now.Sub(o.LastContact) <= c.cfg.Fresh) {
+	fresh := c.cfg.Fresh
+	if o.Window > 0 {
+		fresh = o.Window
+	}
+	if o.Leader || (!o.LastContact.IsZero() && now.Sub(o.LastContact) <= fresh) {
 		c.silent, c.contacted = 0, true
 		if c.lost {
 			c.lost, c.warned = false, false
