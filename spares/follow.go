@@ -152,9 +152,20 @@ func (n *Node) serveFollow(c *authConn, payload []byte) {
 
 // awaitNews waits up to TreeHold for a version above have and returns the
 // answer; false when the node closes.
+//
+// A parent without contact with the quorum when the request comes (at
+// start, before the first election, or while a leader is replaced)
+// also answers as soon as it regains contact, so that its children learn
+// it at once and do not start asking for their standing.
 func (n *Node) awaitNews(have uint64, full bool) (followAnswer, bool) {
 	t := time.NewTimer(n.cfg.TreeHold)
 	defer t.Stop()
+	var poll <-chan time.Time
+	if !n.inContact(time.Now()) {
+		tk := time.NewTicker(max(n.cfg.TreeHold/16, time.Millisecond))
+		defer tk.Stop()
+		poll = tk.C
+	}
 	for {
 		u, changed, err := n.fsm.newsFor(have, full)
 		if err != nil {
@@ -165,12 +176,26 @@ func (n *Node) awaitNews(have uint64, full bool) (followAnswer, bool) {
 		}
 		select {
 		case <-changed:
+		case now := <-poll:
+			if n.inContact(now) {
+				return n.answer(u), true
+			}
 		case <-t.C:
 			return n.answer(u), true
 		case <-n.closeCh:
 			return followAnswer{}, false
 		}
 	}
+}
+
+// inContact: this process's last contact with the quorum is fresh.
+func (n *Node) inContact(now time.Time) bool {
+	t := n.contactTime(now)
+	window := n.cfg.HeartbeatTimeout
+	if n.raftNode() == nil {
+		window = treeFresh(&n.cfg)
+	}
+	return !t.IsZero() && now.Sub(t) <= window
 }
 
 func (n *Node) answer(u update) followAnswer {

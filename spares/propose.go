@@ -42,13 +42,13 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 		backoff.WithMaxElapsedTime(0),
 	)
 	var last error
-	hint := NoProc
+	hint, unreachable := NoProc, NoProc
 	for attempt := 1; ; attempt++ {
 		if n.isClosed() {
 			return Result{}, &ProposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Err: ErrClosed}
 		}
 		changed := n.leaderChanged()
-		res, err := n.proposeOnce(ctx, data, &hint, attempt)
+		res, err := n.proposeOnce(ctx, data, &hint, &unreachable, attempt)
 		if err == nil {
 			return res, nil
 		}
@@ -88,16 +88,25 @@ func retryable(err error) bool {
 	return !errors.Is(err, ErrClosed)
 }
 
-func (n *Node) proposeOnce(ctx context.Context, data []byte, hint *uint32, attempt int) (Result, error) {
+// proposeOnce makes one attempt. hint is the leader named by the last
+// answer; unreachable the process the last attempt could not reach.
+func (n *Node) proposeOnce(ctx context.Context, data []byte, hint, unreachable *uint32, attempt int) (Result, error) {
 	if n.IsLeader() {
 		return n.applyLocal(ctx, data)
 	}
 	st, _ := n.fsm.view()
 	target, ok := n.Leader()
-	if !ok || target == n.cfg.Proc { // none known, or stale: we led a moment ago
+	// None known, or stale: we led a moment ago, or the last attempt could
+	// not reach it. A client's leader is the tree's news, older than a
+	// voter's answer: the hint goes first.
+	client := n.raftNode() == nil
+	if !ok || target == n.cfg.Proc || target == *unreachable || (client && *hint != NoProc) {
 		target = *hint
 	}
 	*hint = NoProc
+	if target == *unreachable {
+		target = NoProc
+	}
 	if target == NoProc {
 		// No leader known (an election, or a joining process that has no
 		// log yet): ask a member, who answers with its leader as a hint.
@@ -112,8 +121,14 @@ func (n *Node) proposeOnce(ctx context.Context, data []byte, hint *uint32, attem
 	}
 	res, err := n.callCtl(ctx, addr, n.cfg.Token, data)
 	var re *remoteError
-	if errors.As(err, &re) && re.Leader != NoProc && re.Leader != target {
-		*hint = re.Leader
+	*unreachable = NoProc
+	switch {
+	case errors.As(err, &re):
+		if re.Leader != NoProc && re.Leader != target {
+			*hint = re.Leader
+		}
+	case err != nil && ctx.Err() == nil:
+		*unreachable = target
 	}
 	return res, err
 }
