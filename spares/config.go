@@ -61,10 +61,10 @@ type Config struct {
 	// news reaches every process in about log_k(N / voters) hops.
 	TreeFanout int
 	// TreeHold: a parent with no news answers a child's request after
-	// this long (a keepalive that carries its contact with the quorum), so
-	// a client is in contact while it hears from its parent at least every
-	// 2 × TreeHold + HeartbeatTimeout. Each link costs one small message per
-	// TreeHold when nothing happens.
+	// this long, or CutOff/10 if that is shorter (a keepalive that carries
+	// its contact with the quorum), so a client is in contact while it
+	// hears from its parent at least every 2 × hold + HeartbeatTimeout.
+	// Each link costs two small messages per hold when nothing happens.
 	TreeHold time.Duration
 	// Network, when set, carries the Raft and control traffic instead of
 	// TCP (MemNetwork: thousands of nodes in one test process). Token,
@@ -274,14 +274,21 @@ func (c *Config) Validate() error {
 		}
 		if c.TreeHold <= 0 {
 			bad("TreeHold is %v, want > 0 (start from DefaultConfig)", c.TreeHold)
-		} else if c.CutOff > 0 && 4*treeFresh(c) > c.CutOff {
-			bad("TreeHold %v is too long for CutOff %v: 4 × (2 × TreeHold + HeartbeatTimeout) must not exceed it", c.TreeHold, c.CutOff)
 		}
 	}
 	if c.SnapshotThreshold == 0 {
 		bad("SnapshotThreshold is 0, want > 0 (1024 is usual)")
 	}
 	return errors.Join(errs...)
+}
+
+// treeHold is the hold in force: TreeHold, at most CutOff/10, so that a
+// client's contact window (treeFresh) stays well inside the cut-off bound.
+func (c *Config) treeHold() time.Duration {
+	if c.CutOff > 0 {
+		return max(min(c.TreeHold, c.CutOff/10), time.Millisecond)
+	}
+	return c.TreeHold
 }
 
 func validateMembers(members []Member, numRanks int) error {

@@ -13,7 +13,11 @@ import "time"
 // "Contact" is first what Raft gives: a leader is in contact
 // (hashicorp/raft steps a leader down after LeaderLeaseTimeout without a
 // quorum), any other node is in contact while its last message from a
-// leader is at most HeartbeatTimeout old. On a starved host Raft may go
+// leader is at most HeartbeatTimeout old. A client of the voters-only
+// mode runs no Raft: it is in contact while the news from the tree is
+// fresh, that is while its parent's last answer put the freshest contact
+// of its ancestors with the quorum at most treeFresh ago (the driver
+// passes that window in contactObs.Window). On a starved host Raft may go
 // without a leader for seconds while every process still reaches the
 // others; so a round of standing questions answered by a majority of the
 // voters this process knows (itself included if it votes) counts as
@@ -38,9 +42,9 @@ type contactConfig struct {
 }
 
 // treeFresh is how long a client's contact through the tree stays fresh:
-// a parent answers at least every TreeHold, with how old its own contact
-// is.
-func treeFresh(c *Config) time.Duration { return 2*c.TreeHold + c.HeartbeatTimeout }
+// a parent answers at least every hold (Config.treeHold), with how old
+// its own contact is.
+func treeFresh(c *Config) time.Duration { return 2*c.treeHold() + c.HeartbeatTimeout }
 
 // contactTick is the driver's period.
 const contactTick = 100 * time.Millisecond

@@ -20,17 +20,19 @@
 // can hand the vacant rank's work to the others without renumbering.
 // Every command is idempotent, so proposals are retried freely.
 //
-// A Node runs hashicorp/raft for this process. Every process runs one and
-// holds the state locally; up to Config.MaxVoters (5) of them vote, chosen
-// round-robin over host labels so losing a host costs as few votes as
-// possible, the rest are non-voters. Every process bootstraps the same
-// configuration from the same member table, so there is no join step
-// (processes added later use Config.Join and JoinSelf). Raft runs on its
-// own TCP listener with the job-token handshake (purpose "raft"), never on
-// the data plane. Logs live in memory, or in raft-boltdb under
-// Config.StateDir. Everything there is owner-only: the proc-<Proc>
+// A Node runs hashicorp/raft for this process, or, with Config.VotersOnly,
+// only if this process votes (see "Raft among the voters only" below).
+// Up to Config.MaxVoters (5) processes vote, chosen round-robin over host
+// labels so losing a host costs as few votes as possible; in the all-Raft
+// mode the rest are non-voters that replicate the log. Every process
+// bootstraps the same configuration from the same member table, so there
+// is no join step (processes added later use Config.Join and JoinSelf).
+// Raft runs on its own TCP listener with the job-token handshake (purpose
+// "raft"), never on the data plane. Logs live in memory, or in raft-boltdb
+// under Config.StateDir. Everything there is owner-only: the proc-<Proc>
 // directories 0700, the Raft log 0600, the snapshots restricted once
-// written.
+// written. Config.Network replaces TCP (MemNetwork runs thousands of nodes
+// in one test process, in a testing/synctest bubble).
 //
 // hashicorp/raft does not forward proposals, so each Node also serves a
 // small control RPC (job-token handshake with auth.PurposeControl, one
@@ -43,6 +45,41 @@
 // adds new ones as non-voters and promotes live non-voters (preferring
 // hosts with the fewest voters) until there are MaxVoters voters or no
 // candidate is left.
+//
+// # Raft among the voters only
+//
+// With Config.VotersOnly only the voters run hashicorp/raft: the leader
+// replicates to MaxVoters-1 followers whatever the job's size. Every other
+// process is a client that holds the state without Raft:
+//
+//   - News travels down a dissemination tree (tree.go, a pure function of
+//     the state): the live voters are its roots, the other live processes
+//     hang below them in a k-ary heap order (Config.TreeFanout, default 8)
+//     by proc id, so a process's parent is computed, never negotiated.
+//   - A client keeps one control connection to its parent and asks on it,
+//     over and over, for what is newer than its version (follow.go). The
+//     version is the Raft index of the last change it applied; the parent
+//     answers at once with the changes since (the commands themselves,
+//     applied with State.Apply, which is deterministic) or its whole state
+//     when it no longer keeps them (news.go), and otherwise after
+//     Config.TreeHold with a keepalive. Every answer carries the leader
+//     the parent knows and how long ago its own contact with the quorum
+//     was, so a change reaches every process in depth = O(log_k N) hops,
+//     and contact is as old as the freshest ancestor's.
+//   - A parent that does not answer is skipped for 2 × TreeHold: the
+//     client asks the parent's parent, then the voters. Any process
+//     answers any asker, so views that differ for a moment only change
+//     whom a client asks.
+//   - A client's proposals (ReportFailure, Finish, ...) go through the
+//     control RPC to the leader it heard of, or to a voter, which answers
+//     with the leader.
+//   - Voter replacement: when a voter fails, the leader picks a live
+//     client (hosts with the fewest voters first), records the new voter
+//     set with SetVoters, then adds it with AddVoter. The client learns
+//     from the tree that it votes, starts Raft with empty stores and
+//     catches up through Raft's log or snapshot; log entries it already
+//     holds from the tree are skipped by index. It follows the tree until
+//     Raft has given it anything.
 //
 // # Usage
 //
@@ -86,17 +123,39 @@
 //
 // # Costs and limits
 //
-// Every process replicates the log, so the leader sends heartbeats and
-// commit notices to every process: O(processes) small RPCs per
-// CommitTimeout and HeartbeatTimeout/10. That is cheap for tens to a few
-// hundred processes; much larger jobs would want non-voters to read from
-// the voters instead.
+// N processes, V ≤ MaxVoters voters, fan-out k (TreeFanout), hold h
+// (TreeHold).
+//
+//   - All-Raft mode: every process replicates the log, so the leader sends
+//     heartbeats and commit notices to N - 1 followers (O(N) RPCs per
+//     HeartbeatTimeout/10 and per commit), every process holds a Raft
+//     connection to the leader and Shutdown stops N Raft nodes. Fine for
+//     tens to a few hundred processes.
+//   - Voters-only mode: the leader's Raft traffic is O(V) (measured over a
+//     MemNetwork at N = 512: about 6.7k appends and heartbeats to its 4
+//     followers per 10s, the same at any N). Every process serves at most
+//     k children (a voter: k children and its Raft peers) and holds one
+//     connection to its parent: 2 small messages per child per h when
+//     nothing happens (80 control messages per 10s at the leader, N = 512,
+//     k = 8, h = 1s), and per change one answer per child carrying the
+//     command. A change reaches every process in ⌈log_k(N/V)⌉ + 1 hops, each
+//     one message; a proposal from a client is one control RPC to a voter
+//     (forwarded once if that voter does not lead). State per process: the
+//     state (O(N)), the last 256 changes and one tree per view.
+//   - Both modes: a process out of contact asks V voters and 2 others for
+//     its standing, once per StandingInterval; every process holds the
+//     whole state, so a full-state answer (a new child far behind) is
+//     O(N) bytes.
 //
 // # No process runs forever
 //
 // Every Node watches its own contact with the membership: a leader is in
-// contact (Raft steps it down without a quorum), any other node while its
-// last message from a leader is at most HeartbeatTimeout old. The rule is
+// contact (Raft steps it down without a quorum), any other Raft node while
+// its last message from a leader is at most HeartbeatTimeout old. A client
+// of the voters-only mode, which runs no Raft, is in contact while the
+// tree's news is fresh: its parent's last answer said that the parent (or
+// its own ancestors, up to a voter) had contact at most 2 × TreeHold +
+// HeartbeatTimeout ago; an answer from a voter counts the same way. The rule is
 // a pure state machine (contact.go, tested with fake time) driven by one
 // goroutine every 100ms; a tick adds at most 200ms, so only time the
 // process could run counts: a process resumed after a long SIGSTOP asks
@@ -106,8 +165,9 @@
 //     contact the node asks, every StandingInterval, the voters it knows
 //     and two other processes in turn for its standing (control RPC op "standing",
 //     authenticated like every control connection). A process declared
-//     failed has left the Raft configuration and gets no log entries, so
-//     this is how it learns its fate once the network heals: an answer
+//     failed has left the Raft configuration and gets no log entries (a
+//     client has left the tree, though it may still hear the news from a
+//     voter), so this is how it learns its fate once the network heals: an answer
 //     that it was declared failed ends it fenced (ExitDeclaredFailed, 77);
 //     a failed job ends it with the job's code; an idle spare of a job
 //     that finished exits 0. Answers are committed facts, so a responder

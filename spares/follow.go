@@ -132,7 +132,7 @@ func (n *Node) serveFollow(c *authConn, payload []byte) {
 		}
 		n.treeServed.Add(1)
 		// The child asks again as soon as it has applied the answer.
-		_ = c.SetDeadline(time.Now().Add(n.cfg.TreeHold + n.cfg.RPCTimeout))
+		_ = c.SetDeadline(time.Now().Add(n.cfg.treeHold() + n.cfg.RPCTimeout))
 		req, err := readFrame(c)
 		var op uint64
 		if err == nil {
@@ -158,11 +158,11 @@ func (n *Node) serveFollow(c *authConn, payload []byte) {
 // also answers as soon as it regains contact, so that its children learn
 // it at once and do not start asking for their standing.
 func (n *Node) awaitNews(have uint64, full bool) (followAnswer, bool) {
-	t := time.NewTimer(n.cfg.TreeHold)
+	t := time.NewTimer(n.cfg.treeHold())
 	defer t.Stop()
 	var poll <-chan time.Time
 	if !n.inContact(time.Now()) {
-		tk := time.NewTicker(max(n.cfg.TreeHold/16, time.Millisecond))
+		tk := time.NewTicker(max(n.cfg.treeHold()/16, time.Millisecond))
 		defer tk.Stop()
 		poll = tk.C
 	}
@@ -223,7 +223,7 @@ func (n *Node) following() bool {
 // this process a voter, and ends once Raft feeds the state.
 func (n *Node) followLoop() {
 	bad := map[uint32]time.Time{} // upstream processes that failed us, until when to skip them
-	badFor := 2 * n.cfg.TreeHold
+	badFor := 2 * n.cfg.treeHold()
 	full := false
 	for !n.isClosed() {
 		n.maybeStartRaft()
@@ -235,7 +235,7 @@ func (n *Node) followLoop() {
 		target, fallback := pickUpstream(up, bad, time.Now())
 		if target == NoProc || fallback {
 			// Nobody to ask, or everybody failed us lately: wait a little.
-			t := time.NewTimer(n.cfg.TreeHold / 4)
+			t := time.NewTimer(n.cfg.treeHold() / 4)
 			select {
 			case <-t.C:
 			case <-changed:
@@ -299,7 +299,7 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 		if err != nil {
 			return err
 		}
-		_ = c.SetDeadline(time.Now().Add(n.cfg.TreeHold + n.cfg.RPCTimeout))
+		_ = c.SetDeadline(time.Now().Add(n.cfg.treeHold() + n.cfg.RPCTimeout))
 		if err := writeFrame(c, req); err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package spares
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -26,6 +27,8 @@ type MemNetwork struct {
 	ctl    map[string]*memListener
 	raft   map[string]*memRaft
 	counts map[uint32]*memCounts
+	cut    map[uint32]bool // partitioned processes
+	conns  map[*memConn]struct{}
 }
 
 var _ Network = (*MemNetwork)(nil)
@@ -48,7 +51,42 @@ type memCounts struct {
 // NewMemNetwork returns an empty network whose Raft RPCs time out after
 // timeout (a peer that does not take a message: 500ms is raft's default).
 func NewMemNetwork(timeout time.Duration) *MemNetwork {
-	return &MemNetwork{timeout: timeout, ctl: map[string]*memListener{}, raft: map[string]*memRaft{}, counts: map[uint32]*memCounts{}}
+	return &MemNetwork{timeout: timeout, ctl: map[string]*memListener{}, raft: map[string]*memRaft{}, counts: map[uint32]*memCounts{},
+		cut: map[uint32]bool{}, conns: map[*memConn]struct{}{}}
+}
+
+// errMemCut is what a partitioned process's connections and dials fail
+// with.
+var errMemCut = errors.New("spares: memory network: partitioned")
+
+// Partition cuts proc off: its control connections end, and until Heal
+// every dial and Raft RPC from or to it fails.
+func (m *MemNetwork) Partition(proc uint32) {
+	m.mu.Lock()
+	m.cut[proc] = true
+	var cut []*memConn
+	for c := range m.conns {
+		if c.selfProc == proc || c.peerProc == proc {
+			cut = append(cut, c)
+		}
+	}
+	m.mu.Unlock()
+	for _, c := range cut {
+		c.Close()
+	}
+}
+
+// Heal ends proc's partition.
+func (m *MemNetwork) Heal(proc uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.cut, proc)
+}
+
+func (m *MemNetwork) isCut(a, b uint32) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cut[a] || m.cut[b]
 }
 
 // Counts returns proc's message counts so far.
@@ -107,9 +145,15 @@ func (m *MemNetwork) DialCtl(ctx context.Context, from uint32, addr string) (net
 	if l == nil {
 		return nil, NoProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, syscall.ECONNREFUSED)
 	}
+	if m.isCut(from, l.proc) {
+		return nil, NoProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, errMemCut)
+	}
 	a, b := net.Pipe()
-	client := &memConn{Conn: a, self: m.counter(from), peer: m.counter(l.proc), peerProc: l.proc}
-	server := &memConn{Conn: b, self: client.peer, peer: client.self, peerProc: from}
+	client := &memConn{Conn: a, net: m, self: m.counter(from), peer: m.counter(l.proc), selfProc: from, peerProc: l.proc}
+	server := &memConn{Conn: b, net: m, self: client.peer, peer: client.self, selfProc: l.proc, peerProc: from}
+	m.mu.Lock()
+	m.conns[client], m.conns[server] = struct{}{}, struct{}{}
+	m.mu.Unlock()
 	if !l.track(server) {
 		a.Close()
 		b.Close()
@@ -145,14 +189,20 @@ var (
 	_ raft.WithPreVote = (*memRaft)(nil)
 )
 
-func (t *memRaft) count(target raft.ServerAddress) {
-	t.net.counter(t.proc).raftSent.Add(1)
+// count counts an RPC to target; it fails when either end is partitioned.
+func (t *memRaft) count(target raft.ServerAddress) error {
 	t.net.mu.Lock()
 	o := t.net.raft[string(target)]
+	cut := t.net.cut[t.proc] || (o != nil && t.net.cut[o.proc])
 	t.net.mu.Unlock()
+	if cut {
+		return fmt.Errorf("spares: memory network: raft to %s: %w", target, errMemCut)
+	}
+	t.net.counter(t.proc).raftSent.Add(1)
 	if o != nil {
 		t.net.counter(o.proc).raftRecv.Add(1)
 	}
+	return nil
 }
 
 func (t *memRaft) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
@@ -164,27 +214,37 @@ func (t *memRaft) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddr
 }
 
 func (t *memRaft) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	t.count(target)
+	if err := t.count(target); err != nil {
+		return err
+	}
 	return t.InmemTransport.AppendEntries(id, target, args, resp)
 }
 
 func (t *memRaft) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	t.count(target)
+	if err := t.count(target); err != nil {
+		return err
+	}
 	return t.InmemTransport.RequestVote(id, target, args, resp)
 }
 
 func (t *memRaft) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	t.count(target)
+	if err := t.count(target); err != nil {
+		return err
+	}
 	return t.InmemTransport.RequestPreVote(id, target, args, resp)
 }
 
 func (t *memRaft) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
-	t.count(target)
+	if err := t.count(target); err != nil {
+		return err
+	}
 	return t.InmemTransport.InstallSnapshot(id, target, args, resp, data)
 }
 
 func (t *memRaft) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
-	t.count(target)
+	if err := t.count(target); err != nil {
+		return err
+	}
 	return t.InmemTransport.TimeoutNow(id, target, args, resp)
 }
 
@@ -213,7 +273,9 @@ type memPipeline struct {
 }
 
 func (p *memPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
-	p.t.count(p.target)
+	if err := p.t.count(p.target); err != nil {
+		return nil, err
+	}
 	return p.AppendPipeline.AppendEntries(args, resp)
 }
 
@@ -278,9 +340,10 @@ func (l *memListener) Addr() net.Addr { return tcpAddrString(l.addr) }
 // written (writeFrame writes a frame in one call) on both ends.
 type memConn struct {
 	net.Conn
-	self, peer *memCounts
-	peerProc   uint32
-	l          *memListener
+	net                *MemNetwork
+	self, peer         *memCounts
+	selfProc, peerProc uint32
+	l                  *memListener
 }
 
 var _ PeerConn = (*memConn)(nil)
@@ -297,6 +360,9 @@ func (c *memConn) Write(p []byte) (int, error) {
 }
 
 func (c *memConn) Close() error {
+	c.net.mu.Lock()
+	delete(c.net.conns, c)
+	c.net.mu.Unlock()
 	if l := c.l; l != nil {
 		l.mu.Lock()
 		delete(l.live, c)

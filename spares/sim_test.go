@@ -2,6 +2,7 @@ package spares
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -150,7 +151,7 @@ func (s *sim) checkFlatLoad(d time.Duration, leader uint32) {
 	s.t.Helper()
 	load := s.quietLoad(d)
 	cfg := s.live()[0].cfg
-	rounds := uint64(d/cfg.TreeHold) + 1
+	rounds := uint64(d/cfg.treeHold()) + 1
 	ctlBound := 2 * rounds * uint64(cfg.TreeFanout+cfg.MaxVoters+1) * 2 // ×2: reconnections after a change
 	var most MsgCounts
 	var mostProc uint32
@@ -327,4 +328,93 @@ func simKillLeader(t *testing.T, n int) {
 		}
 	}
 	s.checkFlatLoad(10*time.Second, s.leader().Proc())
+}
+
+// Rule (liveness), for a client: cut off from every process for good, it
+// gives up with ErrCutOff after Config.CutOff, while its children fall
+// back to their grandparent and keep both their contact and the news.
+func TestSimClientCutOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const cutOff = 3 * time.Second
+		s := newSim(t, 64, 4, 8, func(c *Config) { c.CutOff = cutOff })
+		defer s.shutdownAll()
+		st := s.leader().View()
+		tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
+		victim := tr.order[tr.voters]
+		kids := tr.children(victim)
+		if len(kids) == 0 {
+			t.Fatalf("victim %d has no children", victim)
+		}
+		for !s.nodes[victim].inContact(time.Now()) {
+			time.Sleep(10 * time.Millisecond) // fake time: until the tree's first fresh news
+		}
+		time.Sleep(2 * contactTick) // and a tick of the contact rule has seen it
+		s.net.Partition(victim)
+		at := time.Now()
+		select {
+		case <-s.nodes[victim].Lost():
+		case <-time.After(10 * cutOff):
+			t.Fatalf("client %d cut off for good did not give up", victim)
+		}
+		err, d := s.nodes[victim].LostErr(), time.Since(at)
+		var ce *CutOffError
+		if !errors.As(err, &ce) || ExitCode(err) != ExitCutOff {
+			t.Fatalf("client %d gave up with %v, want a *CutOffError", victim, err)
+		}
+		if fresh := treeFresh(&s.nodes[0].cfg); d < cutOff || d > cutOff+fresh+time.Second {
+			t.Fatalf("client gave up %v after the partition, want %v plus at most the contact window %v", d, cutOff, fresh)
+		}
+		t.Logf("client %d gave up %v after the partition: %v", victim, d, err)
+		for _, k := range kids {
+			if err := s.nodes[k].LostErr(); err != nil {
+				t.Fatalf("child %d of the cut-off client gave up: %v", k, err)
+			}
+		}
+		ctx := context.Background()
+		if _, err := s.nodes[kids[0]].Propose(ctx, Finish{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range kids {
+			if _, err := s.nodes[k].Await(ctx, func(s *State) bool { return s.Status == Finished }); err != nil {
+				t.Fatalf("child %d: %v", k, err)
+			}
+		}
+	})
+}
+
+// Rule (liveness), for a client: declared failed while cut off, it learns
+// it from the first process it reaches once the network heals, long
+// before the cut-off bound.
+func TestSimClientReplacedWhileCutOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const cutOff = 30 * time.Second
+		s := newSim(t, 64, 4, 8, func(c *Config) { c.CutOff = cutOff })
+		defer s.shutdownAll()
+		leader := s.leader()
+		st := leader.View()
+		tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
+		victim := tr.order[tr.voters+3]
+		s.net.Partition(victim)
+		ctx := context.Background()
+		if _, err := leader.ReportFailure(ctx, victim, leader.Proc(), st.Epoch); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		if _, failed := s.nodes[victim].View().Failed[victim]; failed || s.nodes[victim].LostErr() != nil {
+			t.Fatalf("cut-off client %d learnt its fate through the partition (%v)", victim, s.nodes[victim].LostErr())
+		}
+		s.net.Heal(victim)
+		healed := time.Now()
+		// The news (the view declares it failed: pgas fences on it) or the
+		// standing answer (Lost), whichever comes first.
+		_, err := s.nodes[victim].Await(ctx, func(s *State) bool { _, f := s.Failed[victim]; return f })
+		lost := s.nodes[victim].LostErr()
+		if err != nil && !errors.Is(err, ErrDeclaredFailed) {
+			t.Fatalf("healed client %d: %v; want its view to declare it failed, or ErrDeclaredFailed", victim, err)
+		}
+		if d := time.Since(healed); d > cutOff/4 {
+			t.Fatalf("healed client learnt its fate %v after the heal", d)
+		}
+		t.Logf("healed client %d learnt its fate %v after the heal: %v / %v", victim, time.Since(healed), err, lost)
+	})
 }
