@@ -237,8 +237,15 @@ func (c *cluster) rankHolder(st State, exclude ...uint32) uint32 {
 // RPC); every node sees the same new epoch, the spare holds the rank, the
 // voter set is repaired; the third failure fails the job with
 // ErrSparesExhausted.
+// It runs in both modes: the voters-only mode (one client here) and the
+// all-Raft mode.
 func TestNodeFailuresUseSparesThenExhaust(t *testing.T) {
-	c := newCluster(t, 4, 2, 3, nil)
+	t.Run("voters-only", func(t *testing.T) { nodeFailures(t, func(c *Config) { c.VotersOnly = true }) })
+	t.Run("all-raft", func(t *testing.T) { nodeFailures(t, func(c *Config) { c.VotersOnly = false }) })
+}
+
+func nodeFailures(t *testing.T, mut func(*Config)) {
+	c := newCluster(t, 4, 2, 3, mut)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*phase)
 	defer cancel()
 	watch := c.nodes[3].Watch()
