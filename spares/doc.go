@@ -106,20 +106,29 @@
 // hold only the latest state (a slow reader skips intermediate states and
 // never blocks the node) and are closed by Shutdown.
 //
-// Goroutines: Raft's own (stopped by raft.Shutdown); per listener one
-// accept loop and one handshake goroutine per pending connection (bounded
-// by the process's admission gate, internal/admit, which sheds the oldest
-// pending connection when full; each under HandshakeTimeout); the control server, one goroutine per
-// control connection (under RPCTimeout), one waiter per local apply, and
-// the leader loop. All are owned by the Node and stopped by Shutdown,
-// which closes the control listener, shuts Raft down (closing its
-// transport), waits for the goroutines, then closes Watch channels and
+// Goroutines: Raft's own, on a process that runs Raft (stopped by
+// raft.Shutdown); per listener one accept loop and one handshake goroutine
+// per pending connection (bounded by the process's admission gate,
+// internal/admit, which sheds the oldest pending connection when full;
+// each under HandshakeTimeout); the control server, one goroutine per
+// control connection (under RPCTimeout; a child's follow connection lives
+// as long as the child asks, at least once per TreeHold + RPCTimeout), one
+// waiter per local apply, the leader loop (with Raft), the contact
+// watcher and, on a client, the follow loop. All are owned by the Node
+// and stopped by Shutdown, which closes the control listener (and with it
+// the connections it accepted), shuts Raft down if it runs (closing its
+// transport), cancels the node's context (ending its own follow
+// connection), waits for the goroutines, then closes Watch channels and
 // stores.
 //
-// Locks: fsm.mu (state, change channel, watchers), Node.mu (closed flag
-// and goroutine registration) and authListener.mu (pending handshakes) are
-// leaves: no lock is held while taking another or while blocking. Raft's
-// FSM goroutine is the only writer of the state.
+// Locks: Node.startMu (starting Raft on a promoted client) is taken
+// before Node.mu and fsm.mu, never while holding them. fsm.mu (state,
+// version, news, tree, change channel, watchers), Node.mu (closed flag,
+// stores and goroutine registration) and authListener.mu (pending
+// handshakes) are leaves: no lock is held while taking another or while
+// blocking. The state has one writer at a time: Raft's FSM goroutine, or
+// on a client the follow loop (which stops feeding the state once Raft has
+// given it anything).
 //
 // # Costs and limits
 //

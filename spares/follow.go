@@ -230,9 +230,8 @@ func (n *Node) followLoop() {
 		if !n.following() {
 			return
 		}
-		st, changed := n.fsm.view()
-		up := n.treeOf(&st).upstream(n.cfg.Proc)
-		target, fallback := pickUpstream(up, bad, time.Now())
+		tr, changed := n.fsm.tree(n.cfg.TreeFanout)
+		target, fallback := pickUpstream(tr.upstream(n.cfg.Proc), bad, time.Now())
 		if target == NoProc || fallback {
 			// Nobody to ask, or everybody failed us lately: wait a little.
 			t := time.NewTimer(n.cfg.treeHold() / 4)
@@ -280,8 +279,8 @@ func pickUpstream(up []uint32, bad map[uint32]time.Time, now time.Time) (uint32,
 // followFrom follows target on one connection until it fails, this node
 // stops following, or target is no longer the one to ask.
 func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) error {
-	st, _ := n.fsm.view()
-	addr := n.ctlAddrOf(&st, target)
+	var addr string
+	n.fsm.read(func(st *State, _ uint64) { addr = n.ctlAddrOf(st, target) })
 	if addr == "" {
 		return fmt.Errorf("%w: proc %d has no control address", ErrProtocol, target)
 	}
@@ -324,11 +323,13 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 			n.log.Warn("spares: news from the tree does not apply; asking for the whole state", "parent", c.peer, "err", err)
 			*full = true
 		}
-		st, _ := n.fsm.view()
-		if n.shouldStartRaft(&st) {
+		start := false
+		n.fsm.read(func(st *State, _ uint64) { start = n.shouldStartRaft(st) })
+		if start {
 			return nil
 		}
-		if p, _ := pickUpstream(n.treeOf(&st).upstream(n.cfg.Proc), bad, time.Now()); p != target {
+		tr, _ := n.fsm.tree(n.cfg.TreeFanout)
+		if p, _ := pickUpstream(tr.upstream(n.cfg.Proc), bad, time.Now()); p != target {
 			return nil // the tree moved, or a closer ancestor may answer again
 		}
 	}
@@ -349,27 +350,4 @@ func (n *Node) treeHeard(a followAnswer, got time.Time) {
 			return
 		}
 	}
-}
-
-// treeOf returns the tree of st, computed once per version.
-func (n *Node) treeOf(st *State) *tree {
-	n.treeMu.Lock()
-	defer n.treeMu.Unlock()
-	if n.treeCache == nil || n.treeEpoch != st.Epoch || !sameVoters(n.treeVoters, st.Voters) || n.treeProcs != len(st.Procs) || n.treeFailed != len(st.Failed) {
-		n.treeCache = newTree(st, n.cfg.TreeFanout)
-		n.treeEpoch, n.treeVoters, n.treeProcs, n.treeFailed = st.Epoch, append([]uint32(nil), st.Voters...), len(st.Procs), len(st.Failed)
-	}
-	return n.treeCache
-}
-
-func sameVoters(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

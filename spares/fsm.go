@@ -24,6 +24,9 @@ type fsm struct {
 	watchers []chan State
 	closed   bool
 	news     news // the version of st and the changes that led to it
+
+	treeCache *tree // the tree of st at version treeAt (see tree)
+	treeAt    uint64
 }
 
 var _ raft.FSM = (*fsm)(nil)

@@ -42,16 +42,10 @@ type Node struct {
 	wg     sync.WaitGroup
 
 	// The tree (VotersOnly): the leader and the freshest quorum contact
-	// (unix ns) its answers told of, and the tree of the current view.
+	// (unix ns) its answers told of.
 	treeLeader  atomic.Uint32
 	treeContact atomic.Int64
 	treeServed  atomic.Uint64 // follow answers this node sent
-	treeMu      sync.Mutex
-	treeCache   *tree
-	treeEpoch   uint64
-	treeVoters  []uint32
-	treeProcs   int
-	treeFailed  int
 
 	shutdownOnce sync.Once
 	shutdownErr  error

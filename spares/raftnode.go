@@ -161,10 +161,11 @@ func (n *Node) shouldStartRaft(st *State) bool {
 
 // maybeStartRaft starts Raft on a client that became a voter.
 func (n *Node) maybeStartRaft() {
-	st, _ := n.fsm.view()
 	n.startMu.Lock()
 	defer n.startMu.Unlock()
-	if !n.shouldStartRaft(&st) {
+	start, epoch := false, uint64(0)
+	n.fsm.read(func(st *State, _ uint64) { start, epoch = n.shouldStartRaft(st), st.Epoch })
+	if !start {
 		return
 	}
 	if err := n.startRaft(false, nil); err != nil {
@@ -173,7 +174,7 @@ func (n *Node) maybeStartRaft() {
 		}
 		return
 	}
-	n.log.Info("spares: this process is a voter now; raft started", "epoch", st.Epoch)
+	n.log.Info("spares: this process is a voter now; raft started", "epoch", epoch)
 }
 
 func serverID(proc uint32) raft.ServerID { return raft.ServerID(strconv.FormatUint(uint64(proc), 10)) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -174,6 +175,15 @@ func (s *sim) checkFlatLoad(d time.Duration, leader uint32) {
 	}
 }
 
+// simMemLimit keeps the garbage of a run at thousands of nodes (each holds
+// its own O(N) state) from taking the machine's memory.
+func simMemLimit(t *testing.T, n int) {
+	if n > 1024 {
+		old := debug.SetMemoryLimit(int64(n) << 20)
+		t.Cleanup(func() { debug.SetMemoryLimit(old) })
+	}
+}
+
 func simSizes() []int {
 	sizes := []int{512}
 	if *simN > 0 && *simN != 512 {
@@ -190,6 +200,7 @@ func simSizes() []int {
 func TestSimKillRankHolder(t *testing.T) {
 	for _, n := range simSizes() {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			simMemLimit(t, n)
 			start := time.Now()
 			synctest.Test(t, func(t *testing.T) { simKillRankHolder(t, n) })
 			t.Logf("n=%d: %v of wall time", n, time.Since(start).Round(time.Millisecond))
@@ -250,6 +261,7 @@ func simKillRankHolder(t *testing.T, n int) {
 func TestSimKillLeader(t *testing.T) {
 	for _, n := range simSizes() {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			simMemLimit(t, n)
 			start := time.Now()
 			synctest.Test(t, func(t *testing.T) { simKillLeader(t, n) })
 			t.Logf("n=%d: %v of wall time", n, time.Since(start).Round(time.Millisecond))

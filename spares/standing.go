@@ -97,8 +97,9 @@ func verdict(s standing, from uint32) error {
 // answerStanding serves a ctlOpStanding request on c, whose handshake
 // proved the asker's proc.
 func (n *Node) answerStanding(c *authConn) {
-	st, _ := n.fsm.view()
-	body, err := encodeStanding(standingOf(&st, c.peer))
+	var s standing
+	n.fsm.read(func(st *State, _ uint64) { s = standingOf(st, c.peer) })
+	body, err := encodeStanding(s)
 	if err == nil {
 		err = writeFrame(c, body)
 	}
