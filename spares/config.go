@@ -53,9 +53,9 @@ type Config struct {
 	// VotersOnly: only the voters run Raft. Every other process is a
 	// client: it learns the committed state through the dissemination
 	// tree (TreeFanout, TreeHold; doc.go, "Raft among the voters only")
-	// and sends its proposals to a voter. Off: every process runs a Raft
-	// node, the leader replicates to all of them (O(N) per heartbeat).
-	// Every member must agree.
+	// and sends its proposals to a voter. On in DefaultConfig. Off: every
+	// process runs a Raft node and the leader replicates to all of them
+	// (O(N) per heartbeat). Every member must agree.
 	VotersOnly bool
 	// TreeFanout is the most children a process serves in the tree (k);
 	// news reaches every process in about log_k(N / voters) hops.
@@ -178,6 +178,7 @@ func DefaultConfig() Config {
 		SnapshotThreshold:  1024,
 		CutOff:             DefaultCutOff,
 		StandingInterval:   500 * time.Millisecond,
+		VotersOnly:         true,
 		TreeFanout:         8,
 		TreeHold:           time.Second,
 	}
