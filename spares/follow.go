@@ -293,6 +293,7 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
+	stale := 0 // answers in a row from a parent out of contact
 	for {
 		req, err := encodeFollowRequest(n.fsm.version(), *full)
 		if err != nil {
@@ -317,6 +318,17 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 		n.treeHeard(a, got)
 		if !n.following() {
 			return nil
+		}
+		// A parent that answers but has itself lost the quorum for more
+		// than a whole hold (cut off from its own upstream) cannot pass
+		// news on: ask the next one up.
+		if !a.Fresh || a.Age > treeFresh(&n.cfg) {
+			stale++
+		} else {
+			stale = 0
+		}
+		if stale >= 2 {
+			return fmt.Errorf("spares: proc %d answers but is out of contact with the quorum (last contact %v ago)", c.peer, a.Age)
 		}
 		*full = false
 		if err := n.fsm.applyUpdate(a.Update); err != nil {

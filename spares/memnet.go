@@ -27,7 +27,8 @@ type MemNetwork struct {
 	ctl    map[string]*memListener
 	raft   map[string]*memRaft
 	counts map[uint32]*memCounts
-	cut    map[uint32]bool // partitioned processes
+	cut    map[uint32]bool    // partitioned processes
+	links  map[[2]uint32]bool // cut links, lower proc first
 	conns  map[*memConn]struct{}
 }
 
@@ -52,7 +53,7 @@ type memCounts struct {
 // timeout (a peer that does not take a message: 500ms is raft's default).
 func NewMemNetwork(timeout time.Duration) *MemNetwork {
 	return &MemNetwork{timeout: timeout, ctl: map[string]*memListener{}, raft: map[string]*memRaft{}, counts: map[uint32]*memCounts{},
-		cut: map[uint32]bool{}, conns: map[*memConn]struct{}{}}
+		cut: map[uint32]bool{}, links: map[[2]uint32]bool{}, conns: map[*memConn]struct{}{}}
 }
 
 // errMemCut is what a partitioned process's connections and dials fail
@@ -83,10 +84,40 @@ func (m *MemNetwork) Heal(proc uint32) {
 	delete(m.cut, proc)
 }
 
+// CutLink cuts the link between a and b only: their connections end and,
+// until HealLink, dials and Raft RPCs between them fail.
+func (m *MemNetwork) CutLink(a, b uint32) {
+	m.mu.Lock()
+	m.links[linkKey(a, b)] = true
+	var cut []*memConn
+	for c := range m.conns {
+		if linkKey(c.selfProc, c.peerProc) == linkKey(a, b) {
+			cut = append(cut, c)
+		}
+	}
+	m.mu.Unlock()
+	for _, c := range cut {
+		c.Close()
+	}
+}
+
+// HealLink ends the cut of the link between a and b.
+func (m *MemNetwork) HealLink(a, b uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.links, linkKey(a, b))
+}
+
+func linkKey(a, b uint32) [2]uint32 { return [2]uint32{min(a, b), max(a, b)} }
+
 func (m *MemNetwork) isCut(a, b uint32) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.cut[a] || m.cut[b]
+	return m.cutLocked(a, b)
+}
+
+func (m *MemNetwork) cutLocked(a, b uint32) bool {
+	return m.cut[a] || m.cut[b] || m.links[linkKey(a, b)]
 }
 
 // Counts returns proc's message counts so far.
@@ -193,7 +224,7 @@ var (
 func (t *memRaft) count(target raft.ServerAddress) error {
 	t.net.mu.Lock()
 	o := t.net.raft[string(target)]
-	cut := t.net.cut[t.proc] || (o != nil && t.net.cut[o.proc])
+	cut := t.net.cut[t.proc] || (o != nil && t.net.cutLocked(t.proc, o.proc))
 	t.net.mu.Unlock()
 	if cut {
 		return fmt.Errorf("spares: memory network: raft to %s: %w", target, errMemCut)

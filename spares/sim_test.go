@@ -211,7 +211,8 @@ func TestSimKillRankHolder(t *testing.T) {
 func simKillRankHolder(t *testing.T, n int) {
 	s := newSim(t, n, 8, 16, nil)
 	defer s.shutdownAll()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
+	defer cancel()
 	leader := s.leader()
 	st := leader.View()
 	if got := s.raftNodes(); got != len(st.Voters) {
@@ -272,7 +273,8 @@ func TestSimKillLeader(t *testing.T) {
 func simKillLeader(t *testing.T, n int) {
 	s := newSim(t, n, 8, 16, nil)
 	defer s.shutdownAll()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
+	defer cancel()
 	old := s.leader()
 	st := old.View()
 	victim := old.Proc()
@@ -382,7 +384,8 @@ func TestSimClientCutOff(t *testing.T) {
 				t.Fatalf("child %d of the cut-off client gave up: %v", k, err)
 			}
 		}
-		ctx := context.Background()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
+		defer cancel()
 		if _, err := s.nodes[kids[0]].Propose(ctx, Finish{}); err != nil {
 			t.Fatal(err)
 		}
@@ -407,7 +410,8 @@ func TestSimClientReplacedWhileCutOff(t *testing.T) {
 		tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
 		victim := tr.order[tr.voters+3]
 		s.net.Partition(victim)
-		ctx := context.Background()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
+		defer cancel()
 		if _, err := leader.ReportFailure(ctx, victim, leader.Proc(), st.Epoch); err != nil {
 			t.Fatal(err)
 		}
@@ -428,5 +432,49 @@ func TestSimClientReplacedWhileCutOff(t *testing.T) {
 			t.Fatalf("healed client learnt its fate %v after the heal", d)
 		}
 		t.Logf("healed client %d learnt its fate %v after the heal: %v / %v", victim, time.Since(healed), err, lost)
+	})
+}
+
+// A parent that still answers but has lost its own upstream (cut off from
+// every voter) cannot pass news on: its children notice that its contact
+// is stale and ask the next one up, so they still learn the news.
+func TestSimStaleParentIsSkipped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t, 64, 4, 8, nil)
+		defer s.shutdownAll()
+		leader := s.leader()
+		st := leader.View()
+		tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
+		parent := tr.order[tr.voters]
+		kids := tr.children(parent)
+		if len(kids) == 0 {
+			t.Fatalf("proc %d has no children", parent)
+		}
+		for !s.nodes[kids[0]].inContact(time.Now()) {
+			time.Sleep(10 * time.Millisecond) // fake time: until the tree's first fresh news
+		}
+		for _, v := range st.Voters {
+			s.net.CutLink(parent, v)
+		}
+		time.Sleep(time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // fake time
+		defer cancel()
+		if _, err := leader.Propose(ctx, Finish{}); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now()
+		for _, k := range kids {
+			if _, err := s.nodes[k].Await(ctx, func(s *State) bool { return s.Status == Finished }); err != nil {
+				t.Fatalf("child %d: %v", k, err)
+			}
+		}
+		if _, f := s.nodes[parent].View().Failed[parent]; s.nodes[parent].View().Status == Finished && !f {
+			t.Fatalf("the cut-off parent %d got the news", parent)
+		}
+		bound := 3*s.nodes[0].cfg.treeHold() + treeFresh(&s.nodes[0].cfg)
+		if d := time.Since(at); d > bound {
+			t.Fatalf("children of a stale parent got the news %v later, want within %v", d, bound)
+		}
+		t.Logf("children of the stale parent %d got the news %v later", parent, time.Since(at))
 	})
 }
