@@ -151,6 +151,19 @@
 //     one message; a proposal from a client is one control RPC to a voter
 //     (forwarded once if that voter does not lead). State per process: the
 //     state (O(N)), the last 256 changes and one tree per view.
+//   - Measured (a shared, busy 2-core machine). Simulated, voters-only,
+//     MemNetwork in fake time (TestSim*, -spares.simn=4096): a kill reaches
+//     all 4095 survivors in 9ms of fake time, 38s of wall time for the
+//     whole test, the leader's load as at 512. Real processes, one Node
+//     each over loopback TCP (TestProcsKillRankHolder, -spares.procs=512):
+//     at N = 512 a SIGKILLed rank holder is replaced on all 511 survivors
+//     in 0.7s, every node shuts down in 1.2s, a client holds 5 sockets
+//     (its 2 listeners, its parent, its children) and a voter 20-24. The
+//     all-Raft mode at 512 processes took 52s to start, held 228 sockets
+//     on the leader and cut processes off before the epoch committed.
+//   - A child leaves a parent that does not answer, or whose own contact
+//     is stale for two answers in a row, for 2h; in an outage of the
+//     whole quorum the children therefore end up asking the voters.
 //   - Both modes: a process out of contact asks V voters and 2 others for
 //     its standing, once per StandingInterval; every process holds the
 //     whole state, so a full-state answer (a new child far behind) is
