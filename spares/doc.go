@@ -36,15 +36,17 @@
 //
 // hashicorp/raft does not forward proposals, so each Node also serves a
 // small control RPC (job-token handshake with auth.PurposeControl, one
-// length-prefixed msgpack request per connection): Propose from any
-// process reaches the leader, and is retried with backoff across elections
-// until its context ends.
+// length-prefixed msgpack request per connection, except the tree's
+// follow requests, which reuse theirs): Propose from any process reaches
+// the leader, and is retried with backoff across elections until its
+// context ends.
 //
 // The leader keeps the Raft configuration in line with the state: after
 // every change and after winning an election it removes failed processes,
-// adds new ones as non-voters and promotes live non-voters (preferring
-// hosts with the fewest voters) until there are MaxVoters voters or no
-// candidate is left.
+// and, in the all-Raft mode, adds new ones as non-voters and promotes live
+// non-voters (in the voters-only mode: live clients, see below),
+// preferring hosts with the fewest voters, until there are MaxVoters
+// voters or no candidate is left.
 //
 // # Raft among the voters only
 //
