@@ -50,6 +50,27 @@ type Config struct {
 	// The rest of the processes are non-voters: they hold the state but do
 	// not count toward a quorum, so Raft cost stays flat as the job grows.
 	MaxVoters int
+	// VotersOnly: only the voters run Raft. Every other process is a
+	// client: it learns the committed state through the dissemination
+	// tree (TreeFanout, TreeHold; doc.go, "Raft among the voters only")
+	// and sends its proposals to a voter. On in DefaultConfig. Off: every
+	// process runs a Raft node and the leader replicates to all of them
+	// (O(N) per heartbeat). Every member must agree.
+	VotersOnly bool
+	// TreeFanout is the most children a process serves in the tree (k);
+	// news reaches every process in about log_k(N / voters) hops.
+	TreeFanout int
+	// TreeHold: a parent with no news answers a child's request after
+	// this long, or CutOff/10 if that is shorter (a keepalive that carries
+	// its contact with the quorum), so a client is in contact while it
+	// hears from its parent at least every 2 × hold + HeartbeatTimeout.
+	// Each link costs two small messages per hold when nothing happens.
+	TreeHold time.Duration
+	// Network, when set, carries the Raft and control traffic instead of
+	// TCP (MemNetwork: thousands of nodes in one test process). Token,
+	// TLS, RaftListener, CtlListener and WrapConn are then unused.
+	Network Network
+
 	// StateDir: "" keeps the Raft log in memory (a lost process is replaced,
 	// never restarted, so this is the default); otherwise the log, stable
 	// store (raft-boltdb) and snapshots go to StateDir/proc-<Proc>.
@@ -167,6 +188,9 @@ func DefaultConfig() Config {
 		CutOff:             DefaultCutOff,
 		StandingInterval:   500 * time.Millisecond,
 		ShutdownTimeout:    3 * time.Second,
+		VotersOnly:         true,
+		TreeFanout:         8,
+		TreeHold:           time.Second,
 	}
 }
 
@@ -218,7 +242,7 @@ func (c *Config) Validate() error {
 	if c.MaxVoters < 1 || c.MaxVoters > MaxVoters {
 		bad("MaxVoters is %d, want 1..%d (5 is usual)", c.MaxVoters, MaxVoters)
 	}
-	if why := auth.TokenWeakness(c.Token); why != "" {
+	if why := auth.TokenWeakness(c.Token); why != "" && c.Network == nil {
 		bad("Token is weak: %s (%s)", why, auth.TokenAdvice)
 	}
 	pos := []struct {
@@ -256,10 +280,27 @@ func (c *Config) Validate() error {
 	if min := 4 * (c.HeartbeatTimeout + c.ElectionTimeout); c.CutOff > 0 && c.CutOff < min {
 		bad("CutOff %v is below 4 × (HeartbeatTimeout + ElectionTimeout) = %v: an election would cut processes off (PGAS_CUTOFF)", c.CutOff, min)
 	}
+	if c.VotersOnly {
+		if c.TreeFanout < 2 || c.TreeFanout > 64 {
+			bad("TreeFanout is %d, want 2..64 (8 is usual)", c.TreeFanout)
+		}
+		if c.TreeHold <= 0 {
+			bad("TreeHold is %v, want > 0 (start from DefaultConfig)", c.TreeHold)
+		}
+	}
 	if c.SnapshotThreshold == 0 {
 		bad("SnapshotThreshold is 0, want > 0 (1024 is usual)")
 	}
 	return errors.Join(errs...)
+}
+
+// treeHold is the hold in force: TreeHold, at most CutOff/10, so that a
+// client's contact window (treeFresh) stays well inside the cut-off bound.
+func (c *Config) treeHold() time.Duration {
+	if c.CutOff > 0 {
+		return max(min(c.TreeHold, c.CutOff/10), time.Millisecond)
+	}
+	return c.TreeHold
 }
 
 func validateMembers(members []Member, numRanks int) error {

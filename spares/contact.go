@@ -13,7 +13,11 @@ import "time"
 // "Contact" is first what Raft gives: a leader is in contact
 // (hashicorp/raft steps a leader down after LeaderLeaseTimeout without a
 // quorum), any other node is in contact while its last message from a
-// leader is at most HeartbeatTimeout old. On a starved host Raft may go
+// leader is at most HeartbeatTimeout old. A client of the voters-only
+// mode runs no Raft: it is in contact while the news from the tree is
+// fresh, that is while its parent's last answer put the freshest contact
+// of its ancestors with the quorum at most treeFresh ago (the driver
+// passes that window in contactObs.Window). On a starved host Raft may go
 // without a leader for seconds while every process still reaches the
 // others; so a round of standing questions answered by a majority of the
 // voters this process knows (itself included if it votes) counts as
@@ -37,6 +41,11 @@ type contactConfig struct {
 	MaxStep    time.Duration // the most one tick adds to the silence
 }
 
+// treeFresh is how long a client's contact through the tree stays fresh:
+// a parent answers at least every hold (Config.treeHold), with how old
+// its own contact is.
+func treeFresh(c *Config) time.Duration { return 2*c.treeHold() + c.HeartbeatTimeout }
+
 // contactTick is the driver's period.
 const contactTick = 100 * time.Millisecond
 
@@ -58,8 +67,9 @@ func contactConfigOf(c *Config) contactConfig {
 
 // contactObs is what the driver reads from Raft at a tick.
 type contactObs struct {
-	Leader      bool      // this node leads
-	LastContact time.Time // last message from a leader; zero: none yet
+	Leader      bool          // this node leads
+	LastContact time.Time     // last message from a leader; zero: none yet
+	Window      time.Duration // LastContact is contact for this long; zero: Fresh
 }
 
 // contactStep is what the core asks of the driver after a tick.
@@ -101,7 +111,11 @@ func (c *contactCore) tick(now time.Time, o contactObs) contactStep {
 	}
 	c.last = now
 	var s contactStep
-	if o.Leader || (!o.LastContact.IsZero() && now.Sub(o.LastContact) <= c.cfg.Fresh) {
+	fresh := c.cfg.Fresh
+	if o.Window > 0 {
+		fresh = o.Window
+	}
+	if o.Leader || (!o.LastContact.IsZero() && now.Sub(o.LastContact) <= fresh) {
 		c.silent, c.contacted = 0, true
 		if c.lost {
 			c.lost, c.warned = false, false

@@ -335,3 +335,43 @@ func TestContactStartupBoundIsLonger(t *testing.T) {
 		}
 	}
 }
+
+// Rule: a client of the voters-only mode hears from its parent about once
+// per hold, with contact news as old as its freshest ancestor's: within
+// the window the driver passes (longer than a Raft follower's), that is
+// contact; beyond it, the silence counts.
+func TestContactClientWindow(t *testing.T) {
+	cfg := testContactConfig()
+	c := DefaultConfig()
+	window := treeFresh(&c)
+	if window <= cfg.Fresh {
+		t.Fatalf("client window %v not above a follower's %v", window, cfg.Fresh)
+	}
+	client := newContactCore(cfg)
+	news := func(now time.Time) contactObs {
+		// an answer every hold, each telling of contact 200ms older
+		last := now.Truncate(c.TreeHold).Add(-200 * time.Millisecond)
+		return contactObs{LastContact: last, Window: window}
+	}
+	if steps, _ := run(client, t0, time.Minute, news); len(steps) != 0 {
+		t.Fatalf("client hearing fresh news every hold: %+v", steps)
+	}
+	// The same news judged with a follower's window is silence.
+	follower := newContactCore(cfg)
+	steps, _ := run(follower, t0, time.Minute, func(now time.Time) contactObs {
+		o := news(now)
+		o.Window = 0
+		return o
+	})
+	if len(steps) == 0 {
+		t.Fatal("news older than a follower's window counted as contact")
+	}
+	// Stale news (the ancestors lost the quorum) is silence for a client too.
+	stale := newContactCore(cfg)
+	steps, _ = run(stale, t0, time.Minute, func(now time.Time) contactObs {
+		return contactObs{LastContact: t0, Window: window}
+	})
+	if len(steps) == 0 || !steps[len(steps)-1].CutOff {
+		t.Fatalf("client with stale news was not cut off: %+v", steps)
+	}
+}

@@ -22,6 +22,7 @@ import (
 //	          [code, message, leader, changed, epoch, rank+1, promoted, status, note]
 //	response to ctlOpStanding (payload: empty)
 //	          [code, message, epoch, status, reason, failed-in epoch, rank+1, known]
+//	ctlOpFollow: the tree's news, many requests on one connection (follow.go)
 //
 // code is "ok" or one of the codes of errorCodes (or "internal"); leader is
 // the proc the responder believes leads (NoProc if none). A standing answer
@@ -36,8 +37,8 @@ const (
 )
 
 func writeFrame(w io.Writer, body []byte) error {
-	if len(body) > maxCtlFrame {
-		return fmt.Errorf("%w: frame of %d bytes, max %d", ErrProtocol, len(body), maxCtlFrame)
+	if len(body) > maxFollowFrame {
+		return fmt.Errorf("%w: frame of %d bytes, max %d", ErrProtocol, len(body), maxFollowFrame)
 	}
 	b := make([]byte, 4+len(body))
 	binary.BigEndian.PutUint32(b, uint32(len(body)))
@@ -46,14 +47,17 @@ func writeFrame(w io.Writer, body []byte) error {
 	return err
 }
 
-func readFrame(r io.Reader) ([]byte, error) {
+func readFrame(r io.Reader) ([]byte, error) { return readFrameMax(r, maxCtlFrame) }
+
+// readFrameMax reads a frame of at most max bytes.
+func readFrameMax(r io.Reader, max uint32) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n > maxCtlFrame {
-		return nil, fmt.Errorf("%w: frame of %d bytes announced, max %d", ErrProtocol, n, maxCtlFrame)
+	if n > max {
+		return nil, fmt.Errorf("%w: frame of %d bytes announced, max %d", ErrProtocol, n, max)
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(r, b); err != nil {
@@ -78,7 +82,7 @@ func decodeCtlRequest(b []byte) (op uint64, payload []byte, err error) {
 		return 0, nil, fmt.Errorf("%w: request version %d, this build speaks %d", ErrProtocol, v, ctlVersion)
 	}
 	op = d.uint(255)
-	if d.err == nil && op != ctlOpPropose && op != ctlOpStanding {
+	if d.err == nil && op != ctlOpPropose && op != ctlOpStanding && op != ctlOpFollow {
 		return 0, nil, fmt.Errorf("%w: unknown request op %d", ErrProtocol, op)
 	}
 	payload = d.bin(MaxCommandSize)
@@ -139,7 +143,7 @@ func (n *Node) serveCtl() {
 		if err != nil {
 			return // closed
 		}
-		ac := c.(*authConn)
+		ac := asPeerConn(c)
 		if !n.goFunc(func() { n.handleCtl(ac) }) {
 			c.Close()
 			return
@@ -163,6 +167,10 @@ func (n *Node) handleCtl(c *authConn) {
 	}
 	if err == nil && op == ctlOpStanding {
 		n.answerStanding(c)
+		return
+	}
+	if err == nil && op == ctlOpFollow {
+		n.serveFollow(c, cmd)
 		return
 	}
 	if err != nil {
@@ -189,7 +197,13 @@ func (n *Node) handleCtl(c *authConn) {
 
 // callCtl sends one proposal to the control RPC at addr.
 func (n *Node) callCtl(ctx context.Context, addr string, token []byte, cmd []byte) (Result, error) {
-	c, err := dialAuth(ctx, addr, token, n.cfg.TLS, auth.PurposeControl, n.cfg.Proc, n.cfg.RPCTimeout, n.cfg.WrapConn)
+	var c *authConn
+	var err error
+	if n.cfg.Network != nil {
+		c, err = n.dialCtl(ctx, addr)
+	} else {
+		c, err = dialAuth(ctx, addr, token, n.cfg.TLS, auth.PurposeControl, n.cfg.Proc, n.cfg.RPCTimeout, n.cfg.WrapConn)
+	}
 	if err != nil {
 		return Result{}, err
 	}

@@ -20,29 +20,68 @@
 // can hand the vacant rank's work to the others without renumbering.
 // Every command is idempotent, so proposals are retried freely.
 //
-// A Node runs hashicorp/raft for this process. Every process runs one and
-// holds the state locally; up to Config.MaxVoters (5) of them vote, chosen
-// round-robin over host labels so losing a host costs as few votes as
-// possible, the rest are non-voters. Every process bootstraps the same
-// configuration from the same member table, so there is no join step
-// (processes added later use Config.Join and JoinSelf). Raft runs on its
-// own TCP listener with the job-token handshake (purpose "raft"), never on
-// the data plane. Logs live in memory, or in raft-boltdb under
-// Config.StateDir. Everything there is owner-only: the proc-<Proc>
+// A Node runs hashicorp/raft for this process, or, with Config.VotersOnly,
+// only if this process votes (see "Raft among the voters only" below).
+// Up to Config.MaxVoters (5) processes vote, chosen round-robin over host
+// labels so losing a host costs as few votes as possible; in the all-Raft
+// mode the rest are non-voters that replicate the log. Every process
+// bootstraps the same configuration from the same member table, so there
+// is no join step (processes added later use Config.Join and JoinSelf).
+// Raft runs on its own TCP listener with the job-token handshake (purpose
+// "raft"), never on the data plane. Logs live in memory, or in raft-boltdb
+// under Config.StateDir. Everything there is owner-only: the proc-<Proc>
 // directories 0700, the Raft log 0600, the snapshots restricted once
-// written.
+// written. Config.Network replaces TCP (MemNetwork runs thousands of nodes
+// in one test process, in a testing/synctest bubble).
 //
 // hashicorp/raft does not forward proposals, so each Node also serves a
 // small control RPC (job-token handshake with auth.PurposeControl, one
-// length-prefixed msgpack request per connection): Propose from any
-// process reaches the leader, and is retried with backoff across elections
-// until its context ends.
+// length-prefixed msgpack request per connection, except the tree's
+// follow requests, which reuse theirs): Propose from any process reaches
+// the leader, and is retried with backoff across elections until its
+// context ends.
 //
 // The leader keeps the Raft configuration in line with the state: after
 // every change and after winning an election it removes failed processes,
-// adds new ones as non-voters and promotes live non-voters (preferring
-// hosts with the fewest voters) until there are MaxVoters voters or no
-// candidate is left.
+// and, in the all-Raft mode, adds new ones as non-voters and promotes live
+// non-voters (in the voters-only mode: live clients, see below),
+// preferring hosts with the fewest voters, until there are MaxVoters
+// voters or no candidate is left.
+//
+// # Raft among the voters only
+//
+// With Config.VotersOnly only the voters run hashicorp/raft: the leader
+// replicates to MaxVoters-1 followers whatever the job's size. Every other
+// process is a client that holds the state without Raft:
+//
+//   - News travels down a dissemination tree (tree.go, a pure function of
+//     the state): the live voters are its roots, the other live processes
+//     hang below them in a k-ary heap order (Config.TreeFanout, default 8)
+//     by proc id, so a process's parent is computed, never negotiated.
+//   - A client keeps one control connection to its parent and asks on it,
+//     over and over, for what is newer than its version (follow.go). The
+//     version is the Raft index of the last change it applied; the parent
+//     answers at once with the changes since (the commands themselves,
+//     applied with State.Apply, which is deterministic) or its whole state
+//     when it no longer keeps them (news.go), and otherwise after
+//     Config.TreeHold with a keepalive. Every answer carries the leader
+//     the parent knows and how long ago its own contact with the quorum
+//     was, so a change reaches every process in depth = O(log_k N) hops,
+//     and contact is as old as the freshest ancestor's.
+//   - A parent that does not answer is skipped for 2 × TreeHold: the
+//     client asks the parent's parent, then the voters. Any process
+//     answers any asker, so views that differ for a moment only change
+//     whom a client asks.
+//   - A client's proposals (ReportFailure, Finish, ...) go through the
+//     control RPC to the leader it heard of, or to a voter, which answers
+//     with the leader.
+//   - Voter replacement: when a voter fails, the leader picks a live
+//     client (hosts with the fewest voters first), records the new voter
+//     set with SetVoters, then adds it with AddVoter. The client learns
+//     from the tree that it votes, starts Raft with empty stores and
+//     catches up through Raft's log or snapshot; log entries it already
+//     holds from the tree are skipped by index. It follows the tree until
+//     Raft has given it anything.
 //
 // # Usage
 //
@@ -69,36 +108,80 @@
 // hold only the latest state (a slow reader skips intermediate states and
 // never blocks the node) and are closed by Shutdown.
 //
-// Goroutines: Raft's own (stopped by raft.Shutdown); per listener one
-// accept loop and one handshake goroutine per pending connection (bounded
-// by the process's admission gate, internal/admit, which sheds the oldest
-// pending connection when full; each under HandshakeTimeout); the control server, one goroutine per
-// control connection (under RPCTimeout), one waiter per local apply, and
-// the leader loop. All are owned by the Node and stopped by Shutdown,
-// which closes the control listener, shuts Raft down (closing its
-// transport), waits for the goroutines, then closes Watch channels and
+// Goroutines: Raft's own, on a process that runs Raft (stopped by
+// raft.Shutdown); per listener one accept loop and one handshake goroutine
+// per pending connection (bounded by the process's admission gate,
+// internal/admit, which sheds the oldest pending connection when full;
+// each under HandshakeTimeout); the control server, one goroutine per
+// control connection (under RPCTimeout; a child's follow connection lives
+// as long as the child asks, at least once per TreeHold + RPCTimeout), one
+// waiter per local apply, the leader loop (with Raft), the contact
+// watcher and, on a client, the follow loop. All are owned by the Node
+// and stopped by Shutdown, which closes the control listener (and with it
+// the connections it accepted), shuts Raft down if it runs (closing its
+// transport), cancels the node's context (ending its own follow
+// connection), waits for the goroutines, then closes Watch channels and
 // stores. Shutdown is bounded (Config.ShutdownTimeout, shutdown.go): a
 // Raft that does not stop in time has its transport closed under it, and
 // is abandoned, stores and all, if even that does not stop it.
 //
-// Locks: fsm.mu (state, change channel, watchers), Node.mu (closed flag
-// and goroutine registration) and authListener.mu (pending handshakes) are
-// leaves: no lock is held while taking another or while blocking. Raft's
-// FSM goroutine is the only writer of the state.
+// Locks: Node.startMu (starting Raft on a promoted client) is taken
+// before Node.mu and fsm.mu, never while holding them. fsm.mu (state,
+// version, news, tree, change channel, watchers), Node.mu (closed flag,
+// stores and goroutine registration) and authListener.mu (pending
+// handshakes) are leaves: no lock is held while taking another or while
+// blocking. The state has one writer at a time: Raft's FSM goroutine, or
+// on a client the follow loop (which stops feeding the state once Raft has
+// given it anything).
 //
 // # Costs and limits
 //
-// Every process replicates the log, so the leader sends heartbeats and
-// commit notices to every process: O(processes) small RPCs per
-// CommitTimeout and HeartbeatTimeout/10. That is cheap for tens to a few
-// hundred processes; much larger jobs would want non-voters to read from
-// the voters instead.
+// N processes, V ≤ MaxVoters voters, fan-out k (TreeFanout), hold h
+// (TreeHold).
+//
+//   - All-Raft mode: every process replicates the log, so the leader sends
+//     heartbeats and commit notices to N - 1 followers (O(N) RPCs per
+//     HeartbeatTimeout/10 and per commit), every process holds a Raft
+//     connection to the leader and Shutdown stops N Raft nodes. Fine for
+//     tens to a few hundred processes.
+//   - Voters-only mode: the leader's Raft traffic is O(V) (measured over a
+//     MemNetwork at N = 512: about 6.7k appends and heartbeats to its 4
+//     followers per 10s, the same at any N). Every process serves at most
+//     k children (a voter: k children and its Raft peers) and holds one
+//     connection to its parent: 2 small messages per child per h when
+//     nothing happens (80 control messages per 10s at the leader, N = 512,
+//     k = 8, h = 1s), and per change one answer per child carrying the
+//     command. A change reaches every process in ⌈log_k(N/V)⌉ + 1 hops, each
+//     one message; a proposal from a client is one control RPC to a voter
+//     (forwarded once if that voter does not lead). State per process: the
+//     state (O(N)), the last 256 changes and one tree per view.
+//   - Measured (a shared, busy 2-core machine). Simulated, voters-only,
+//     MemNetwork in fake time (TestSim*, -spares.simn=4096): a kill reaches
+//     all 4095 survivors in 9ms of fake time, 38s of wall time for the
+//     whole test, the leader's load as at 512. Real processes, one Node
+//     each over loopback TCP (TestProcsKillRankHolder, -spares.procs=512):
+//     at N = 512 a SIGKILLed rank holder is replaced on all 511 survivors
+//     in 0.7s, every node shuts down in 1.2s, a client holds 5 sockets
+//     (its 2 listeners, its parent, its children) and a voter 20-24. The
+//     all-Raft mode at 512 processes took 52s to start, held 228 sockets
+//     on the leader and cut processes off before the epoch committed.
+//   - A child leaves a parent that does not answer, or whose own contact
+//     is stale for two answers in a row, for 2h; in an outage of the
+//     whole quorum the children therefore end up asking the voters.
+//   - Both modes: a process out of contact asks V voters and 2 others for
+//     its standing, once per StandingInterval; every process holds the
+//     whole state, so a full-state answer (a new child far behind) is
+//     O(N) bytes.
 //
 // # No process runs forever
 //
 // Every Node watches its own contact with the membership: a leader is in
-// contact (Raft steps it down without a quorum), any other node while its
-// last message from a leader is at most HeartbeatTimeout old. The rule is
+// contact (Raft steps it down without a quorum), any other Raft node while
+// its last message from a leader is at most HeartbeatTimeout old. A client
+// of the voters-only mode, which runs no Raft, is in contact while the
+// tree's news is fresh: its parent's last answer said that the parent (or
+// its own ancestors, up to a voter) had contact at most 2 × TreeHold +
+// HeartbeatTimeout ago; an answer from a voter counts the same way. The rule is
 // a pure state machine (contact.go, tested with fake time) driven by one
 // goroutine every 100ms; a tick adds at most 200ms, so only time the
 // process could run counts: a process resumed after a long SIGSTOP asks
@@ -108,8 +191,9 @@
 //     contact the node asks, every StandingInterval, the voters it knows
 //     and two other processes in turn for its standing (control RPC op "standing",
 //     authenticated like every control connection). A process declared
-//     failed has left the Raft configuration and gets no log entries, so
-//     this is how it learns its fate once the network heals: an answer
+//     failed has left the Raft configuration and gets no log entries (a
+//     client has left the tree, though it may still hear the news from a
+//     voter), so this is how it learns its fate once the network heals: an answer
 //     that it was declared failed ends it fenced (ExitDeclaredFailed, 77);
 //     a failed job ends it with the job's code; an idle spare of a job
 //     that finished exits 0. Answers are committed facts, so a responder

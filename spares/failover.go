@@ -55,7 +55,7 @@ func (n *Node) leaderChanged() <-chan struct{} {
 // watchLeader is owned by the node: it turns Raft's leader observations
 // into leaderChanged wake-ups and restores the heartbeat timeout after a
 // fast failover.
-func (n *Node) watchLeader(obs <-chan raft.Observation) {
+func (n *Node) watchLeader(r *raft.Raft, obs <-chan raft.Observation) {
 	t := time.NewTicker(n.cfg.HeartbeatTimeout)
 	defer t.Stop()
 	for {
@@ -73,14 +73,14 @@ func (n *Node) watchLeader(obs <-chan raft.Observation) {
 			restore := n.fo.expedited && lo.LeaderID != "" && lo.LeaderID != n.fo.oldLeader
 			n.fo.mu.Unlock()
 			if restore {
-				n.restoreHeartbeat("a new leader is known", lo.LeaderID)
+				n.restoreHeartbeat(r, "a new leader is known", lo.LeaderID)
 			}
 		case now := <-t.C:
 			n.fo.mu.Lock()
 			late := n.fo.expedited && now.After(n.fo.restoreDue)
 			n.fo.mu.Unlock()
 			if late {
-				n.restoreHeartbeat("no new leader in time", "")
+				n.restoreHeartbeat(r, "no new leader in time", "")
 			}
 		}
 	}
@@ -174,6 +174,10 @@ func (n *Node) raftAddrOf(p uint32) string {
 // proc still counts as the leader. Only a process that can vote gains by
 // it, but a non-voter also clears its stale leader sooner.
 func (n *Node) expediteElection(proc uint32, why string) {
+	r := n.raftNode()
+	if r == nil {
+		return // a client of the voters-only mode has no election to hasten
+	}
 	leader, ok := n.Leader()
 	if !ok || leader != proc || proc == n.cfg.Proc {
 		return
@@ -191,12 +195,12 @@ func (n *Node) expediteElection(proc uint32, why string) {
 	n.fo.expedites++
 	n.fo.restoreDue = time.Now().Add(4 * n.cfg.HeartbeatTimeout)
 	n.fo.mu.Unlock()
-	rc := n.raft.ReloadableConfig()
+	rc := r.ReloadableConfig()
 	rc.HeartbeatTimeout = fast
 	// A split vote among voters that all stood at once is retried after
 	// the election timeout: shorten it as well.
 	rc.ElectionTimeout = fast
-	if err := n.raft.ReloadConfig(rc); err != nil {
+	if err := r.ReloadConfig(rc); err != nil {
 		n.log.Warn("spares: could not lower the raft heartbeat timeout", "err", err)
 		n.fo.mu.Lock()
 		n.fo.expedited = false
@@ -207,7 +211,7 @@ func (n *Node) expediteElection(proc uint32, why string) {
 }
 
 // restoreHeartbeat puts the configured heartbeat timeout back.
-func (n *Node) restoreHeartbeat(why string, leader raft.ServerID) {
+func (n *Node) restoreHeartbeat(r *raft.Raft, why string, leader raft.ServerID) {
 	n.fo.mu.Lock()
 	if !n.fo.expedited {
 		n.fo.mu.Unlock()
@@ -215,10 +219,10 @@ func (n *Node) restoreHeartbeat(why string, leader raft.ServerID) {
 	}
 	n.fo.expedited = false
 	n.fo.mu.Unlock()
-	rc := n.raft.ReloadableConfig()
+	rc := r.ReloadableConfig()
 	rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout
 	rc.ElectionTimeout = n.cfg.ElectionTimeout
-	if err := n.raft.ReloadConfig(rc); err != nil {
+	if err := r.ReloadConfig(rc); err != nil {
 		n.log.Warn("spares: could not restore the raft heartbeat timeout", "err", err)
 		return
 	}

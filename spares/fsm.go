@@ -1,6 +1,7 @@
 package spares
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +23,10 @@ type fsm struct {
 	changed  chan struct{} // closed and replaced on every change
 	watchers []chan State
 	closed   bool
+	news     news // the version of st and the changes that led to it
+
+	treeCache *tree // the tree of st at version treeAt (see tree)
+	treeAt    uint64
 }
 
 var _ raft.FSM = (*fsm)(nil)
@@ -48,8 +53,19 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return applyResponse{Err: err}
 	}
 	f.mu.Lock()
+	if l.Index <= f.news.version {
+		// A process promoted from client to voter got this change
+		// through the tree before Raft replayed it (see news).
+		res, ok := f.news.result(l.Index)
+		if !ok {
+			res = noop(&f.st, "applied before (index %d, state at %d)", l.Index, f.news.version)
+		}
+		f.mu.Unlock()
+		return applyResponse{Result: res}
+	}
 	res, err := f.st.Apply(cmd)
 	if err == nil && res.Changed {
+		f.news.add(l.Index, l.Data, res)
 		f.publishLocked()
 	}
 	f.mu.Unlock()
@@ -136,22 +152,31 @@ func (f *fsm) close() {
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return &fsmSnapshot{st: f.st.Clone()}, nil
+	return &fsmSnapshot{st: f.st.Clone(), version: f.news.version}, nil
 }
 
 // Restore replaces the state with a snapshot's.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, MaxStateSize+1))
+	b, err := io.ReadAll(io.LimitReader(rc, MaxStateSize+int64(len(snapshotMagic))+9))
 	if err != nil {
 		return fmt.Errorf("%w: reading: %v", ErrBadSnapshot, err)
 	}
+	version, b := splitSnapshot(b)
 	st, err := DecodeState(b)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
+	if version > 0 && version <= f.news.version {
+		// This process already holds a state at least as new (from the
+		// tree, before it became a voter): keep it, Raft's later entries
+		// follow on from either.
+		f.mu.Unlock()
+		return nil
+	}
 	f.st = st
+	f.news.reset(version)
 	f.publishLocked()
 	f.mu.Unlock()
 	f.log.Info("spares: state restored from snapshot", "epoch", st.Epoch)
@@ -161,12 +186,32 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type fsmSnapshot struct{ st State }
+type fsmSnapshot struct {
+	st      State
+	version uint64
+}
+
+// snapshotMagic starts a snapshot that carries the state's version (the
+// Raft index of its last change) before the encoded state. An encoded
+// state starts with a msgpack array header, never with 0.
+var snapshotMagic = [8]byte{0, 's', 'p', 'a', 'r', 'e', 's', 1}
+
+// splitSnapshot returns a snapshot's version (0 for one without) and the
+// encoded state.
+func splitSnapshot(b []byte) (uint64, []byte) {
+	if len(b) >= 16 && [8]byte(b[:8]) == snapshotMagic {
+		return binary.BigEndian.Uint64(b[8:16]), b[16:]
+	}
+	return 0, b
+}
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	b, err := EncodeState(&s.st)
 	if err == nil {
-		_, err = sink.Write(b)
+		var hdr [16]byte
+		copy(hdr[:], snapshotMagic[:])
+		binary.BigEndian.PutUint64(hdr[8:], s.version)
+		_, err = sink.Write(append(hdr[:], b...))
 	}
 	if err != nil {
 		_ = sink.Cancel()

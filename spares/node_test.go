@@ -199,7 +199,7 @@ func (c *cluster) votersRepaired(ctx context.Context, want int) []uint32 {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		cf := c.leader(ctx).raft.GetConfiguration()
+		cf := c.leader(ctx).raftNode().GetConfiguration()
 		if err := cf.Error(); err == nil {
 			var inRaft []uint32
 			for _, s := range cf.Configuration().Servers {
@@ -237,8 +237,15 @@ func (c *cluster) rankHolder(st State, exclude ...uint32) uint32 {
 // RPC); every node sees the same new epoch, the spare holds the rank, the
 // voter set is repaired; the third failure fails the job with
 // ErrSparesExhausted.
+// It runs in both modes: the voters-only mode (one client here) and the
+// all-Raft mode.
 func TestNodeFailuresUseSparesThenExhaust(t *testing.T) {
-	c := newCluster(t, 4, 2, 3, nil)
+	t.Run("voters-only", func(t *testing.T) { nodeFailures(t, func(c *Config) { c.VotersOnly = true }) })
+	t.Run("all-raft", func(t *testing.T) { nodeFailures(t, func(c *Config) { c.VotersOnly = false }) })
+}
+
+func nodeFailures(t *testing.T, mut func(*Config)) {
+	c := newCluster(t, 4, 2, 3, mut)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*phase)
 	defer cancel()
 	watch := c.nodes[3].Watch()
@@ -322,7 +329,7 @@ func TestNodeLeaderFailure(t *testing.T) {
 		// Move leadership to a voter holding a rank, so its death needs a promotion.
 		target := slices.IndexFunc(st.Voters, func(v uint32) bool { _, ok := st.RankOf(v); return ok })
 		v := st.Voters[target]
-		if err := old.raft.LeadershipTransferToServer(serverID(v), raft.ServerAddress(st.Procs[v].RaftAddr)).Error(); err != nil {
+		if err := old.raftNode().LeadershipTransferToServer(serverID(v), raft.ServerAddress(st.Procs[v].RaftAddr)).Error(); err != nil {
 			t.Fatalf("leadership transfer: %v", err)
 		}
 		old = c.leader(ctx)
@@ -485,7 +492,7 @@ func TestNodeBoltPersistence(t *testing.T) {
 		}
 	}
 	// Snapshot one node, so its restart goes through FSM.Restore.
-	if err := c.other(victim).raft.Snapshot().Error(); err != nil {
+	if err := c.other(victim).raftNode().Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
 	c.shutdownAll()
@@ -716,9 +723,9 @@ func TestNodeFastFailover(t *testing.T) {
 	c.converge(ctx, st.Epoch+1)
 	for _, n := range c.live() {
 		deadline := time.Now().Add(2 * hb)
-		for n.raft.ReloadableConfig().HeartbeatTimeout != hb {
+		for n.raftNode().ReloadableConfig().HeartbeatTimeout != hb {
 			if time.Now().After(deadline) {
-				t.Fatalf("proc %d: heartbeat timeout %v, not restored to %v", n.Proc(), n.raft.ReloadableConfig().HeartbeatTimeout, hb)
+				t.Fatalf("proc %d: heartbeat timeout %v, not restored to %v", n.Proc(), n.raftNode().ReloadableConfig().HeartbeatTimeout, hb)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -39,25 +39,33 @@ func (n *Node) shutdown() error {
 	n.mu.Lock()
 	n.closed = true
 	close(n.closeCh)
+	trans := n.trans
 	n.mu.Unlock()
 	n.cancel()
 	n.ctlLn.Close()
-	leader := n.raft.State() == raft.Leader
+	r := n.raftNode() // nil on a client of the voters-only mode
+	leader := r != nil && r.State() == raft.Leader
 
 	raftDone := make(chan struct{})
 	go func() { // not goFunc: Shutdown waits for it only so long
-		n.raft.Shutdown().Error()
+		if r != nil {
+			r.Shutdown().Error()
+		}
 		close(raftDone)
 	}()
 	giveUp := time.Now().Add(n.cfg.ShutdownTimeout)
 	raftStopped := waitUntil(raftDone, giveUp)
 	if !raftStopped {
 		n.log.Info("spares: raft did not stop in time; closing its transport", "waited", n.cfg.ShutdownTimeout, "leader", leader)
-		n.trans.Close()
+		if trans != nil {
+			trans.Close()
+		}
 		giveUp = time.Now().Add(n.cfg.ShutdownTimeout / 4)
 		raftStopped = waitUntil(raftDone, giveUp)
 	}
-	n.stream.Close()
+	if n.stream != nil {
+		n.stream.Close()
+	}
 	nodeDone := make(chan struct{})
 	go func() {
 		n.wg.Wait()
@@ -78,8 +86,11 @@ func (n *Node) shutdown() error {
 		return fmt.Errorf("%w: %s did not stop within %v of Shutdown (blocked in %s); abandoned",
 			ErrTimeout, what, n.cfg.ShutdownTimeout+n.cfg.ShutdownTimeout/4, strings.Join(blocked, ", "))
 	}
+	n.mu.Lock()
+	stores := n.stores
+	n.mu.Unlock()
 	var err error
-	for _, s := range n.stores {
+	for _, s := range stores {
 		if cerr := s.Close(); cerr != nil && err == nil {
 			err = cerr
 		}

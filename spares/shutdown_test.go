@@ -174,7 +174,13 @@ func TestExitCodeOfFinished(t *testing.T) {
 func TestRaftTransportDoesNotPipeline(t *testing.T) {
 	n, _ := silentPeer(t, nil)
 	defer n.Shutdown()
-	_, err := n.trans.AppendEntriesPipeline(serverID(1), raft.ServerAddress(n.cfg.Members[1].RaftAddr))
+	n.mu.Lock()
+	tr, _ := n.trans.(raft.Transport)
+	n.mu.Unlock()
+	if tr == nil {
+		t.Fatal("the node runs no Raft transport")
+	}
+	_, err := tr.AppendEntriesPipeline(serverID(1), raft.ServerAddress(n.cfg.Members[1].RaftAddr))
 	if !errors.Is(err, raft.ErrPipelineReplicationNotSupported) {
 		t.Fatalf("AppendEntriesPipeline = %v, want raft.ErrPipelineReplicationNotSupported", err)
 	}

@@ -7,9 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/pgas"
-	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -99,8 +97,9 @@ func verdict(s standing, from uint32) error {
 // answerStanding serves a ctlOpStanding request on c, whose handshake
 // proved the asker's proc.
 func (n *Node) answerStanding(c *authConn) {
-	st, _ := n.fsm.view()
-	body, err := encodeStanding(standingOf(&st, c.peer))
+	var s standing
+	n.fsm.read(func(st *State, _ uint64) { s = standingOf(st, c.peer) })
+	body, err := encodeStanding(s)
 	if err == nil {
 		err = writeFrame(c, body)
 	}
@@ -111,7 +110,7 @@ func (n *Node) answerStanding(c *authConn) {
 
 // askStanding asks the process at addr for this process's standing.
 func (n *Node) askStanding(ctx context.Context, addr string) (standing, uint32, error) {
-	c, err := dialAuth(ctx, addr, n.cfg.Token, n.cfg.TLS, auth.PurposeControl, n.cfg.Proc, n.cfg.RPCTimeout, n.cfg.WrapConn)
+	c, err := n.dialCtl(ctx, addr)
 	if err != nil {
 		return standing{}, NoProc, err
 	}
@@ -282,8 +281,12 @@ func (n *Node) watchContact() {
 		case <-t.C:
 		}
 		now := time.Now()
-		last := n.raft.LastContact()
-		step := core.tick(now, contactObs{Leader: n.raft.State() == raft.Leader, LastContact: last})
+		last := n.contactTime(now)
+		window := n.cfg.HeartbeatTimeout
+		if n.raftNode() == nil {
+			window = treeFresh(&n.cfg)
+		}
+		step := core.tick(now, contactObs{Leader: n.IsLeader(), LastContact: last, Window: window})
 		switch {
 		case step.CutOff:
 			st, _ := n.fsm.view()

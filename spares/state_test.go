@@ -218,7 +218,7 @@ func TestPlanVoters(t *testing.T) {
 		if tc.mutate != nil {
 			tc.mutate(&st)
 		}
-		got := planVoters(&st, tc.servers, 5, tc.self)
+		got := planVoters(&st, tc.servers, 5, tc.self, false)
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
 		}

@@ -31,7 +31,11 @@ func (p voterPlan) empty() bool {
 // non-voters; and while there are fewer than maxVoters live voters, live
 // non-voters are promoted, preferring hosts with the fewest voters (then
 // the lowest proc id), so the voters stay spread across hosts.
-func planVoters(s *State, servers []raftServer, maxVoters int, self uint32) voterPlan {
+//
+// With clients (Config.VotersOnly) the configuration holds voters only:
+// no process is added as a non-voter, and the candidates are the live
+// processes outside the configuration that can run Raft.
+func planVoters(s *State, servers []raftServer, maxVoters int, self uint32, clients bool) voterPlan {
 	var p voterPlan
 	inConf := make(map[uint32]bool, len(servers))
 	votersOnHost := map[string]int{}
@@ -60,9 +64,16 @@ func planVoters(s *State, servers []raftServer, maxVoters int, self uint32) vote
 		p.Remove = append(p.Remove, self)
 	}
 	for proc, info := range s.Procs {
-		if _, failed := s.Failed[proc]; !failed && !inConf[proc] && info.RaftAddr != "" {
-			p.AddNonvoter = append(p.AddNonvoter, proc)
+		if _, failed := s.Failed[proc]; failed || inConf[proc] || info.RaftAddr == "" {
+			continue
 		}
+		if clients {
+			if info.CtlAddr != "" {
+				candidates = append(candidates, proc)
+			}
+			continue
+		}
+		p.AddNonvoter = append(p.AddNonvoter, proc)
 	}
 	slices.Sort(p.AddNonvoter)
 	slices.Sort(candidates)

@@ -1,0 +1,365 @@
+package spares
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// The tree's news (Config.VotersOnly). A client keeps one control
+// connection to the process above it in the tree (its parent, or while
+// that one does not answer the next one up, then a voter) and asks on it,
+// again and again, for what is newer than its version:
+//
+//	request  [ctlVersion, ctlOpFollow, payload [have, full]]
+//	answer   [code, version, leader, fresh, age µs, state bytes, [[index, command bytes]...]]
+//
+// The parent answers at once when it holds a newer version, else after
+// Config.TreeHold with nothing new (a keepalive). Every answer carries the
+// leader the parent knows of and how long ago the parent itself last had
+// contact with the membership's quorum (fresh false: never), so the
+// child's contact is its ancestors' contact, however deep it is. A news
+// that reaches a parent goes down at once: a change reaches every process
+// in depth (log_k N) hops.
+
+const ctlOpFollow = 3
+
+// maxFollowFrame caps an answer: a whole state and the changes kept.
+const maxFollowFrame = MaxStateSize + maxNews*(MaxCommandSize+32) + 1024
+
+func encodeFollowRequest(have uint64, full bool) ([]byte, error) {
+	var buf bytes.Buffer
+	e := msgpack.NewEncoder(&buf)
+	if err := encAll(e.EncodeArrayLen(2), e.EncodeUint(have), e.EncodeBool(full)); err != nil {
+		return nil, err
+	}
+	return encodeCtlRequest(ctlOpFollow, buf.Bytes())
+}
+
+func decodeFollowRequest(payload []byte) (have uint64, full bool, err error) {
+	d := newDec(payload, ErrProtocol)
+	if n := d.arrayLen(2); d.err == nil && n != 2 {
+		return 0, false, fmt.Errorf("%w: follow request has %d fields, want 2", ErrProtocol, n)
+	}
+	have = d.uint(^uint64(0))
+	full = d.bool()
+	return have, full, d.finish()
+}
+
+// followAnswer is a parent's answer.
+type followAnswer struct {
+	Code   string
+	Update update
+	Leader uint32
+	Fresh  bool          // the parent had contact with the quorum once
+	Age    time.Duration // how long ago it last had
+}
+
+func encodeFollowAnswer(a followAnswer) ([]byte, error) {
+	var buf bytes.Buffer
+	e := msgpack.NewEncoder(&buf)
+	state := a.Update.State
+	if state == nil {
+		state = []byte{}
+	}
+	err := encAll(e.EncodeArrayLen(7), e.EncodeString(a.Code), e.EncodeUint(a.Update.Version), e.EncodeUint(uint64(a.Leader)),
+		e.EncodeBool(a.Fresh), e.EncodeUint(uint64(max(a.Age, 0)/time.Microsecond)), e.EncodeBytes(state), e.EncodeArrayLen(len(a.Update.Entries)))
+	for _, en := range a.Update.Entries {
+		if err != nil {
+			break
+		}
+		err = encAll(e.EncodeArrayLen(2), e.EncodeUint(en.Index), e.EncodeBytes(en.Data))
+	}
+	return buf.Bytes(), err
+}
+
+func decodeFollowAnswer(b []byte) (followAnswer, error) {
+	var a followAnswer
+	d := newDec(b, ErrProtocol)
+	if n := d.arrayLen(7); d.err == nil && n != 7 {
+		return a, fmt.Errorf("%w: follow answer has %d fields, want 7", ErrProtocol, n)
+	}
+	a.Code = d.str(64)
+	a.Update.Version = d.uint(^uint64(0))
+	a.Leader = uint32(d.uint(uint64(NoProc)))
+	a.Fresh = d.bool()
+	a.Age = time.Duration(d.uint(uint64(1<<62/time.Microsecond))) * time.Microsecond
+	if st := d.bin(MaxStateSize); len(st) > 0 {
+		a.Update.State = st
+	}
+	n := d.arrayLen(maxNews)
+	last := uint64(0)
+	for i := 0; i < n && d.err == nil; i++ {
+		if m := d.arrayLen(2); d.err == nil && m != 2 {
+			return a, fmt.Errorf("%w: follow entry has %d fields, want 2", ErrProtocol, m)
+		}
+		en := newsEntry{Index: d.uint(^uint64(0)), Data: d.bin(MaxCommandSize)}
+		if d.err == nil && (en.Index <= last || en.Index > a.Update.Version) {
+			return a, fmt.Errorf("%w: follow entry index %d after %d, version %d", ErrProtocol, en.Index, last, a.Update.Version)
+		}
+		last = en.Index
+		a.Update.Entries = append(a.Update.Entries, en)
+	}
+	return a, d.finish()
+}
+
+// serveFollow answers a child's follow requests on c until it hangs up,
+// the node closes or a request is bad. payload is the first request's.
+func (n *Node) serveFollow(c *authConn, payload []byte) {
+	for {
+		have, full, err := decodeFollowRequest(payload)
+		if err != nil {
+			n.log.Warn("spares: bad follow request", "peer", c.peer, "err", err)
+			return
+		}
+		a, ok := n.awaitNews(have, full)
+		if !ok {
+			return
+		}
+		body, err := encodeFollowAnswer(a)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(n.cfg.RPCTimeout))
+			err = writeFrame(c, body)
+		}
+		if err != nil {
+			n.log.Debug("spares: follow answer failed", "peer", c.peer, "err", err)
+			return
+		}
+		n.treeServed.Add(1)
+		// The child asks again as soon as it has applied the answer.
+		_ = c.SetDeadline(time.Now().Add(n.cfg.treeHold() + n.cfg.RPCTimeout))
+		req, err := readFrame(c)
+		var op uint64
+		if err == nil {
+			op, payload, err = decodeCtlRequest(req)
+		}
+		if err == nil && op != ctlOpFollow {
+			err = fmt.Errorf("%w: op %d on a follow connection", ErrProtocol, op)
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !n.isClosed() {
+				n.log.Debug("spares: follow connection ended", "peer", c.peer, "err", err)
+			}
+			return
+		}
+	}
+}
+
+// awaitNews waits up to TreeHold for a version above have and returns the
+// answer; false when the node closes.
+//
+// A parent without contact with the quorum when the request comes (at
+// start, before the first election, or while a leader is replaced)
+// also answers as soon as it regains contact, so that its children learn
+// it at once and do not start asking for their standing.
+func (n *Node) awaitNews(have uint64, full bool) (followAnswer, bool) {
+	t := time.NewTimer(n.cfg.treeHold())
+	defer t.Stop()
+	var poll <-chan time.Time
+	if !n.inContact(time.Now()) {
+		tk := time.NewTicker(max(n.cfg.treeHold()/16, time.Millisecond))
+		defer tk.Stop()
+		poll = tk.C
+	}
+	for {
+		u, changed, err := n.fsm.newsFor(have, full)
+		if err != nil {
+			return followAnswer{Code: codeOf(err)}, true
+		}
+		if u.Version > have || full {
+			return n.answer(u), true
+		}
+		select {
+		case <-changed:
+		case now := <-poll:
+			if n.inContact(now) {
+				return n.answer(u), true
+			}
+		case <-t.C:
+			return n.answer(u), true
+		case <-n.closeCh:
+			return followAnswer{}, false
+		}
+	}
+}
+
+// inContact: this process's last contact with the quorum is fresh.
+func (n *Node) inContact(now time.Time) bool {
+	t := n.contactTime(now)
+	window := n.cfg.HeartbeatTimeout
+	if n.raftNode() == nil {
+		window = treeFresh(&n.cfg)
+	}
+	return !t.IsZero() && now.Sub(t) <= window
+}
+
+func (n *Node) answer(u update) followAnswer {
+	a := followAnswer{Code: codeOK, Update: u, Leader: NoProc}
+	if p, ok := n.Leader(); ok {
+		a.Leader = p
+	}
+	now := time.Now()
+	if t := n.contactTime(now); !t.IsZero() {
+		a.Fresh, a.Age = true, now.Sub(t)
+	}
+	return a
+}
+
+// following reports whether this node learns its state from the tree: a
+// client, or a promoted voter whose Raft has not received anything yet.
+func (n *Node) following() bool {
+	r := n.raftNode()
+	return r == nil || r.LastIndex() == 0
+}
+
+// followLoop is owned by a node of the voters-only mode while it learns
+// its state from the tree. It asks the first process of its upstream
+// list that has not failed it lately, starts Raft when the state makes
+// this process a voter, and ends once Raft feeds the state.
+func (n *Node) followLoop() {
+	bad := map[uint32]time.Time{} // upstream processes that failed us, until when to skip them
+	badFor := 2 * n.cfg.treeHold()
+	full := false
+	for !n.isClosed() {
+		n.maybeStartRaft()
+		if !n.following() {
+			return
+		}
+		tr, changed := n.fsm.tree(n.cfg.TreeFanout)
+		target, fallback := pickUpstream(tr.upstream(n.cfg.Proc), bad, time.Now())
+		if target == NoProc || fallback {
+			// Nobody to ask, or everybody failed us lately: wait a little.
+			t := time.NewTimer(n.cfg.treeHold() / 4)
+			select {
+			case <-t.C:
+			case <-changed:
+				t.Stop()
+			case <-n.closeCh:
+				t.Stop()
+				return
+			}
+			if target == NoProc {
+				continue
+			}
+		}
+		err := n.followFrom(target, &full, bad)
+		if err != nil {
+			bad[target] = time.Now().Add(badFor)
+			n.log.Debug("spares: tree parent did not answer; asking the next one up", "parent", target, "err", err)
+		}
+	}
+}
+
+// pickUpstream returns the first process of up not in bad (entries that
+// expired are dropped), or, when all are, the one whose mark ends first
+// (fallback).
+func pickUpstream(up []uint32, bad map[uint32]time.Time, now time.Time) (uint32, bool) {
+	best := NoProc
+	for _, p := range up {
+		until, marked := bad[p]
+		if marked && now.After(until) {
+			delete(bad, p)
+			marked = false
+		}
+		if !marked {
+			return p, false
+		}
+		if best == NoProc || until.Before(bad[best]) {
+			best = p
+		}
+	}
+	return best, best != NoProc
+}
+
+// followFrom follows target on one connection until it fails, this node
+// stops following, or target is no longer the one to ask.
+func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) error {
+	var addr string
+	n.fsm.read(func(st *State, _ uint64) { addr = n.ctlAddrOf(st, target) })
+	if addr == "" {
+		return fmt.Errorf("%w: proc %d has no control address", ErrProtocol, target)
+	}
+	ctx, cancel := context.WithCancel(n.ctx)
+	defer cancel()
+	c, err := n.dialCtl(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	stale := 0 // answers in a row from a parent out of contact
+	for {
+		req, err := encodeFollowRequest(n.fsm.version(), *full)
+		if err != nil {
+			return err
+		}
+		_ = c.SetDeadline(time.Now().Add(n.cfg.treeHold() + n.cfg.RPCTimeout))
+		if err := writeFrame(c, req); err != nil {
+			return err
+		}
+		body, err := readFrameMax(c, maxFollowFrame)
+		if err != nil {
+			return err
+		}
+		got := time.Now()
+		a, err := decodeFollowAnswer(body)
+		if err != nil {
+			return err
+		}
+		if a.Code != codeOK {
+			return fmt.Errorf("spares: proc %d: follow answer %q", c.peer, a.Code)
+		}
+		n.treeHeard(a, got)
+		if !n.following() {
+			return nil
+		}
+		// A parent that answers but has itself lost the quorum for more
+		// than a whole hold (cut off from its own upstream) cannot pass
+		// news on: ask the next one up.
+		if !a.Fresh || a.Age > treeFresh(&n.cfg) {
+			stale++
+		} else {
+			stale = 0
+		}
+		if stale >= 2 {
+			return fmt.Errorf("spares: proc %d answers but is out of contact with the quorum (last contact %v ago)", c.peer, a.Age)
+		}
+		*full = false
+		if err := n.fsm.applyUpdate(a.Update); err != nil {
+			n.log.Warn("spares: news from the tree does not apply; asking for the whole state", "parent", c.peer, "err", err)
+			*full = true
+		}
+		start := false
+		n.fsm.read(func(st *State, _ uint64) { start = n.shouldStartRaft(st) })
+		if start {
+			return nil
+		}
+		tr, _ := n.fsm.tree(n.cfg.TreeFanout)
+		if p, _ := pickUpstream(tr.upstream(n.cfg.Proc), bad, time.Now()); p != target {
+			return nil // the tree moved, or a closer ancestor may answer again
+		}
+	}
+}
+
+// treeHeard records the contact and the leader an answer tells of.
+func (n *Node) treeHeard(a followAnswer, got time.Time) {
+	if a.Leader != NoProc {
+		n.treeLeader.Store(a.Leader)
+	}
+	if !a.Fresh {
+		return
+	}
+	t := got.Add(-a.Age).UnixNano()
+	for {
+		old := n.treeContact.Load()
+		if t <= old || n.treeContact.CompareAndSwap(old, t) {
+			return
+		}
+	}
+}

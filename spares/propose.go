@@ -1,0 +1,217 @@
+package spares
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/gaspigo/gaspigo/obs"
+	"github.com/hashicorp/raft"
+)
+
+// ReportFailure proposes DeclareFailed{proc, reporter, epoch}: proc was
+// confirmed failed by reporter in the view of the given epoch. See Propose.
+func (n *Node) ReportFailure(ctx context.Context, proc, reporter uint32, epoch uint64) (Result, error) {
+	n.expediteElection(proc, "the failure detector confirmed its process dead")
+	return n.Propose(ctx, DeclareFailed{Proc: proc, Reporter: reporter, Epoch: epoch})
+}
+
+// Propose commits cmd through the Raft leader and returns what it did.
+// From a non-leader it goes through the leader's control RPC. Attempts
+// that fail because there is no leader, the leader changed or could not be
+// reached are retried with exponential backoff until ctx ends; this is safe
+// because Apply is idempotent (a retried command that had committed is a
+// no-op the second time, and its Result says so). A command the state
+// rejects returns at once with an error wrapping ErrBadCommand or
+// ErrUnknownProc. When ctx ends it returns a *ProposeError wrapping
+// ErrTimeout; after Shutdown one wrapping ErrClosed.
+func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
+	if cmd == nil {
+		return Result{}, badCmd("nil command")
+	}
+	data, err := EncodeCommand(cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(n.cfg.ProposeRetryMin),
+		backoff.WithMaxInterval(n.cfg.ProposeRetryMax),
+		backoff.WithMaxElapsedTime(0),
+	)
+	var last error
+	hint, unreachable := NoProc, NoProc
+	for attempt := 1; ; attempt++ {
+		if n.isClosed() {
+			return Result{}, &ProposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Err: ErrClosed}
+		}
+		changed := n.leaderChanged()
+		res, err := n.proposeOnce(ctx, data, &hint, &unreachable, attempt)
+		if err == nil {
+			return res, nil
+		}
+		if !retryable(err) {
+			return Result{}, err
+		}
+		last = err
+		if ctx.Err() != nil {
+			return Result{}, &ProposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Cause: ctx.Err(), Err: ErrTimeout}
+		}
+		n.log.Debug("spares: proposal retry", "kind", cmd.Kind().String(), "attempt", attempt, "err", err)
+		t := time.NewTimer(b.NextBackOff())
+		select {
+		case <-t.C:
+		case <-changed:
+			t.Stop() // a leader is known now: try it at once
+		case <-ctx.Done():
+			t.Stop()
+			return Result{}, &ProposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Cause: ctx.Err(), Err: ErrTimeout}
+		case <-n.closeCh:
+			t.Stop()
+			return Result{}, &ProposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Err: ErrClosed}
+		}
+	}
+}
+
+// retryable: anything but a rejection by the state (a command that would be
+// rejected again) and a local shutdown.
+func retryable(err error) bool {
+	if errors.Is(err, ErrBadCommand) || errors.Is(err, ErrUnknownProc) {
+		return false
+	}
+	var re *remoteError
+	if errors.As(err, &re) {
+		return true // the remote end closing or timing out is a leader change to us
+	}
+	return !errors.Is(err, ErrClosed)
+}
+
+// proposeOnce makes one attempt. hint is the leader named by the last
+// answer; unreachable the process the last attempt could not reach.
+func (n *Node) proposeOnce(ctx context.Context, data []byte, hint, unreachable *uint32, attempt int) (Result, error) {
+	if n.IsLeader() {
+		return n.applyLocal(ctx, data)
+	}
+	st, _ := n.fsm.view()
+	target, ok := n.Leader()
+	// None known, or stale: we led a moment ago, or the last attempt could
+	// not reach it. A client's leader is the tree's news, older than a
+	// voter's answer: the hint goes first.
+	client := n.raftNode() == nil
+	if !ok || target == n.cfg.Proc || target == *unreachable || (client && *hint != NoProc) {
+		target = *hint
+	}
+	*hint = NoProc
+	if target == *unreachable {
+		target = NoProc
+	}
+	if target == NoProc {
+		// No leader known (an election, or a joining process that has no
+		// log yet): ask a member, who answers with its leader as a hint.
+		target = n.someMember(&st, attempt)
+		if target == NoProc {
+			return Result{}, ErrNoLeader
+		}
+	}
+	addr := n.ctlAddrOf(&st, target)
+	if addr == "" {
+		return Result{}, fmt.Errorf("%w: proc %d has no control address", ErrNoLeader, target)
+	}
+	res, err := n.callCtl(ctx, addr, n.cfg.Token, data)
+	var re *remoteError
+	*unreachable = NoProc
+	switch {
+	case errors.As(err, &re):
+		if re.Leader != NoProc && re.Leader != target {
+			*hint = re.Leader
+		}
+	case err != nil && ctx.Err() == nil:
+		*unreachable = target
+	}
+	return res, err
+}
+
+// someMember picks a live process other than this one, rotating with
+// attempt: a voter, in the voters-only mode (the others cannot forward).
+func (n *Node) someMember(st *State, attempt int) uint32 {
+	var procs []uint32
+	for p, info := range st.Procs {
+		if _, failed := st.Failed[p]; !failed && p != n.cfg.Proc && info.CtlAddr != "" && (!n.cfg.VotersOnly || st.IsVoter(p)) {
+			procs = append(procs, p)
+		}
+	}
+	if len(procs) == 0 {
+		return NoProc
+	}
+	slices.Sort(procs)
+	return procs[attempt%len(procs)]
+}
+
+func (n *Node) ctlAddrOf(st *State, p uint32) string {
+	if info, ok := st.Procs[p]; ok {
+		return info.CtlAddr
+	}
+	for _, m := range n.cfg.Members {
+		if m.Proc == p {
+			return m.CtlAddr
+		}
+	}
+	return ""
+}
+
+// JoinSelf proposes AddSpare for this process (a node started with Join)
+// and waits until the local view holds it, that is until the leader has
+// added this node to Raft and it has caught up with the log. Errors are
+// those of Propose and Await.
+func (n *Node) JoinSelf(ctx context.Context) (State, error) {
+	self := n.self
+	if _, err := n.Propose(ctx, AddSpare{Proc: n.cfg.Proc, Info: self.info()}); err != nil {
+		return State{}, err
+	}
+	return n.Await(ctx, func(s *State) bool { _, ok := s.Procs[n.cfg.Proc]; return ok })
+}
+
+// applyLocal commits data through the local Raft node, which must lead.
+func (n *Node) applyLocal(ctx context.Context, data []byte) (Result, error) {
+	r := n.raftNode()
+	if r == nil || r.State() != raft.Leader {
+		return Result{}, ErrNotLeader
+	}
+	sp := obs.Begin("membership", "raft commit")
+	defer sp.End()
+	f := r.Apply(data, n.cfg.RPCTimeout)
+	done := make(chan struct{})
+	if !n.goFunc(func() { _ = f.Error(); close(done) }) {
+		return Result{}, ErrClosed
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("%w: waiting for commit: %w", ErrTimeout, ctx.Err())
+	case <-n.closeCh:
+		return Result{}, ErrClosed
+	}
+	if err := f.Error(); err != nil {
+		return Result{}, mapRaftErr(err)
+	}
+	resp, ok := f.Response().(applyResponse)
+	if !ok {
+		return Result{}, fmt.Errorf("spares: unexpected apply response %T", f.Response())
+	}
+	return resp.Result, resp.Err
+}
+
+func mapRaftErr(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return ErrClosed
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %v", ErrTimeout, err)
+	}
+	return err
+}
