@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
@@ -174,6 +176,12 @@ func (n *Node) handleCtl(c *authConn) {
 		return
 	}
 	if err != nil {
+		if gone(err) {
+			// The peer closed before it asked: a proposal it gave up,
+			// or a process leaving at the job's end. Nothing was bad.
+			n.log.Debug("spares: control connection closed before a request", "peer", c.peer, "err", err)
+			return
+		}
 		n.log.Warn("spares: bad control request", "peer", c.peer, "err", err)
 		resp.Code, resp.Msg = "bad-command", err.Error()
 	} else {
@@ -254,3 +262,10 @@ func (e *remoteError) Error() string {
 }
 
 func (e *remoteError) Unwrap() error { return e.err }
+
+// gone reports whether err is a connection the peer closed or reset, or
+// one this process closed, rather than a malformed request.
+func gone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET)
+}

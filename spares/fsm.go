@@ -115,6 +115,14 @@ func (f *fsm) publishLocked() {
 }
 
 // view returns a clone of the state and the channel closed on its next change.
+// ended reports whether the job's status is no longer running (finished
+// or failed), without copying the state.
+func (f *fsm) ended() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.st.Status != Running
+}
+
 func (f *fsm) view() (State, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -174,6 +175,12 @@ func (d *Door) Refuse(remote string, err error, attrs ...any) {
 		// checking that a process still listens, a health check), not a
 		// handshake that failed. Counted, and logged only for debugging.
 		d.log.Debug(d.name+": connection closed before its hello", append([]any{"remote", remote, "err", err}, attrs...)...)
+	case log && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)):
+		// The other end went away in the middle of the handshake: a
+		// process leaving at the end of a job, or killed. Nothing was
+		// refused on the evidence of a wrong token. Counted, and logged
+		// only for debugging.
+		d.log.Debug(d.name+": connection reset during its handshake", append([]any{"remote", remote, "err", err}, attrs...)...)
 	case log:
 		d.log.Warn(d.name+": connection refused", append([]any{"remote", remote, "err", err}, attrs...)...)
 	}
