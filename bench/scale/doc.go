@@ -9,6 +9,7 @@
 //
 //	go test ./bench/scale -run TestScaleSample               # N = 1,024: what CI checks
 //	go test ./bench/scale -run TestScaleTable -scale.n=64,256,1024,4096,16384 -timeout 60m -v
+//	go test ./bench/scale -run TestScaleTable -scale.n=256,1024 -scale.killleader -v  # kill the Raft leader's rank
 //	go test ./bench/scale -run TestWallClock -scale.wall=4096 -v   # real time, no membership
 //
 // bench/scale/run.sh runs the table and the wall-clock figures with the

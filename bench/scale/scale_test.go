@@ -12,12 +12,16 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/spares"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
 var (
-	tableN = flag.String("scale.n", "", "comma-separated rank counts for TestScaleTable (e.g. 64,256,1024,4096,16384)")
+	tableN   = flag.String("scale.n", "", "comma-separated rank counts for TestScaleTable (e.g. 64,256,1024,4096,16384)")
+	realN    = flag.Int("scale.real", 4096, "TestScaleTable: up to this many ranks the membership is package spares' (Raft among the voters, a tree for the others); above it the fake one, which turns a report into a view at once")
+	killLead = flag.Bool("scale.killleader", false, "TestScaleTable: kill the Raft leader's rank instead of rank N/3 (with the real membership)")
 )
 
 // figures is one row of the table.
@@ -30,14 +34,16 @@ type figures struct {
 	bcast     collFigures
 	kill      killFigures
 	goPerRank float64
+	real      bool // the membership was package spares'
+	victim    int  // the rank killed
 }
 
 // measure runs the whole simulation at n ranks (plus 2 spares) and returns
 // its figures. It runs inside a synctest bubble.
-func measure(t *testing.T, n int) figures {
+func measure(t *testing.T, n int, real, killLeader bool) figures {
 	var f figures
-	f.n = n
-	s, fi := newSim(t, n, 2)
+	f.n, f.real = n, real
+	s, fi := newSim(t, n, 2, real)
 	f.init = fi
 	f.goPerRank = float64(runtime.NumGoroutine()) / float64(n)
 	f.rest = s.rest(5 * time.Second)
@@ -49,7 +55,15 @@ func measure(t *testing.T, n int) figures {
 	f.bcast = s.collective(3, func(rt *pgas.Runtime) error {
 		return rt.Bcast(ctx, nil, make([]byte, 8), 0)
 	})
-	f.kill = s.kill(n / 3)
+	f.victim = n / 3
+	if killLeader {
+		if r := s.leaderRank(); r >= 0 {
+			f.victim = r
+		} else {
+			t.Logf("N=%d: the Raft leader holds no rank; rank %d is killed instead", n, f.victim)
+		}
+	}
+	f.kill = s.kill(f.victim)
 	return f
 }
 
@@ -61,6 +75,12 @@ func check(t *testing.T, f figures) {
 	}
 	if lim := float64(log2(f.n) + 1); f.barrier.msgsPerRank > lim {
 		t.Errorf("N=%d: %.1f messages per rank per barrier, want at most ⌈log2 N⌉+1 = %.0f", f.n, f.barrier.msgsPerRank, lim)
+	}
+	// A kill reaches a new view on every survivor within the detector's
+	// timeout, an election and O(log N) hops of news.
+	bound := health.DefaultConfig().SuspicionTimeout + 2*spares.LocalConfig().ElectionTimeout + time.Duration(4*log2(f.n)+20)*hop
+	if f.kill.toView <= 0 || f.kill.toView > bound {
+		t.Errorf("N=%d: a kill reached every survivor's new view after %v (fake time), want within %v", f.n, f.kill.toView, bound)
 	}
 	if f.bcast.msgsPerRank > 1.01 {
 		t.Errorf("N=%d: %.2f messages per rank per broadcast, want at most 1", f.n, f.bcast.msgsPerRank)
@@ -102,7 +122,7 @@ func TestScaleSample(t *testing.T) {
 		n = 128
 	}
 	synctest.Test(t, func(t *testing.T) {
-		f := measure(t, n)
+		f := measure(t, n, true, false)
 		t.Log("\n" + header() + "\n" + f.String())
 		check(t, f)
 	})
@@ -122,7 +142,7 @@ func TestScaleTable(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := measure(t, n)
+				f := measure(t, n, n <= *realN, *killLead)
 				rows = append(rows, f)
 				t.Logf("recovery frames per rank by type: %s", byType(f.kill.byType, n))
 				check(t, f)

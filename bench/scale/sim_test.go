@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/pgas/pgastest"
 	"github.com/gaspigo/gaspigo/segments"
+	"github.com/gaspigo/gaspigo/spares"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/mem"
 	"golang.org/x/sys/unix"
@@ -87,7 +89,9 @@ type sim struct {
 	t        testing.TB
 	n        int
 	nw       *mem.Network
-	fm       *pgastest.Membership
+	fm       *pgastest.Membership // the fake membership, or nil
+	mn       *spares.MemNetwork   // the real membership's network, or nil
+	nodes    []*spares.Node       // the real membership's nodes, by process
 	cnt      *counter
 	ctx      context.Context
 	ranks    []*member
@@ -119,10 +123,14 @@ type initFigures struct {
 	setupMsgsPerRank float64 // frames per rank for ckpt.New and the first checkpoint
 }
 
-func newSim(t testing.TB, n, spares int) (*sim, initFigures) {
-	procs := n + spares
+// newSim starts the job. With real, the membership is package spares'
+// (Raft among the voters, the other processes clients of its tree) over
+// a spares.MemNetwork; otherwise pgastest's, which turns a report into a
+// view at once.
+func newSim(t testing.TB, n, nspares int, real bool) (*sim, initFigures) {
+	procs := n + nspares
 	s := &sim{t: t, n: n, cnt: &counter{bySend: make([]atomic.Uint64, procs)},
-		promoted: make(chan *pgas.Runtime, spares+1)}
+		promoted: make(chan *pgas.Runtime, nspares+1)}
 	var cancel context.CancelFunc
 	s.ctx, cancel = context.WithTimeout(context.Background(), time.Hour)
 	t.Cleanup(cancel)
@@ -135,7 +143,18 @@ func newSim(t testing.TB, n, spares int) (*sim, initFigures) {
 	// Every frame takes one hop of fake time, so that fake time counts
 	// rounds: a protocol of k sequential messages takes k hops.
 	s.nw.Delay(mem.Any, mem.Any, hop, 0)
-	s.fm = pgastest.New(n, procs)
+	var members []spares.Member
+	if real {
+		s.mn = spares.NewMemNetwork(500 * time.Millisecond)
+		s.nodes = make([]*spares.Node, procs)
+		members = make([]spares.Member, procs)
+		for i := range members {
+			members[i] = spares.Member{Proc: uint32(i), Host: "h0", Addr: fmt.Sprintf("data-%d", i),
+				RaftAddr: fmt.Sprintf("raft-%d", i), CtlAddr: fmt.Sprintf("ctl-%d", i), Spare: i >= n}
+		}
+	} else {
+		s.fm = pgastest.New(n, procs)
+	}
 	hc := health.DefaultConfig()
 	s.ckcfg = ckpt.LocalConfig()
 	s.ckcfg.MaxBytes = 4 << 10
@@ -145,7 +164,19 @@ func newSim(t testing.TB, n, spares int) (*sim, initFigures) {
 		c.Proc = transport.Proc(i)
 		c.NumProcs, c.NumRanks = procs, n
 		c.Transport = s.nw.Endpoint(transport.Proc(i))
-		c.Membership = s.fm.Handle(transport.Proc(i))
+		if real {
+			nc := spares.LocalConfig()
+			nc.Proc, nc.Members, nc.NumRanks, nc.Network = uint32(i), members, n, s.mn
+			nc.Logger = slog.New(slog.DiscardHandler)
+			node, err := spares.NewNode(nc)
+			if err != nil {
+				t.Fatalf("spares.NewNode(%d): %v", i, err)
+			}
+			s.nodes[i] = node
+			c.Membership = spares.NewMembership(node)
+		} else {
+			c.Membership = s.fm.Handle(transport.Proc(i))
+		}
 		c.Health = &hc
 		cfgs[i] = c
 	}
@@ -427,6 +458,10 @@ func (s *sim) kill(victim int) killFigures {
 	}
 	synctest.Wait() // every rank waits in the barrier
 	s.nw.Kill(victimRT.Proc())
+	if s.nodes != nil {
+		// SIGKILL takes the process's membership node with it.
+		s.nodes[victimRT.Proc()].Shutdown()
+	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -446,3 +481,14 @@ func (s *sim) kill(victim int) killFigures {
 
 // log2 is ⌈log2 n⌉.
 func log2(n int) int { return bits.Len(uint(n - 1)) }
+
+// leaderRank returns the rank whose process leads the real membership's
+// Raft, or -1 when the leader holds no rank or the membership is fake.
+func (s *sim) leaderRank() int {
+	for r, m := range s.ranks {
+		if nd := s.nodes[m.rt.Proc()]; nd != nil && nd.IsLeader() {
+			return r
+		}
+	}
+	return -1
+}
