@@ -3,10 +3,12 @@ package admit
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -353,5 +355,26 @@ func TestGreetedOutlastSilent(t *testing.T) {
 	}
 	if p.Done() {
 		t.Error("the newcomer was shed")
+	}
+}
+
+// Rule: a handshake the other end closed or reset (a process leaving at
+// the end of a job, or killed) is counted but not logged as a warning:
+// nothing was refused on the evidence of a wrong token.
+func TestPeerGoneIsNoWarning(t *testing.T) {
+	g := newTestGate(t, 8, 8)
+	d, _, lb := newTestDoor(g, "tcp", 5)
+	d.Refuse("127.0.0.1:1", fmt.Errorf("auth: reading hello: %w", io.EOF))
+	d.Refuse("127.0.0.1:2", fmt.Errorf("auth: reading hello: read tcp: %w", syscall.ECONNRESET))
+	d.Refuse("127.0.0.1:3", fmt.Errorf("auth: send proof: write tcp: %w", syscall.EPIPE))
+	if lines := lb.lines(); len(lines) != 0 {
+		t.Fatalf("logged at the default level:\n%s", strings.Join(lines, "\n"))
+	}
+	if d.Stats().Refused != 3 {
+		t.Fatalf("%d refusals counted, want 3", d.Stats().Refused)
+	}
+	d.Refuse("127.0.0.1:4", fmt.Errorf("auth: bad proof"))
+	if lines := lb.lines(); len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") {
+		t.Fatalf("a wrong proof was not a warning: %q", lines)
 	}
 }
