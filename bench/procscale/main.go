@@ -39,6 +39,7 @@ func main() {
 	iters := flag.Int("iters", 20, "K-means iterations")
 	kill := flag.String("kill", "kill:rank=7,iter=10", "the kill of the second run of each N (K-means --inject)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "bound on one job")
+	settle := flag.Duration("settle", 90*time.Second, "before each job, wait up to this long for the 1-minute load average to fall below 1.5")
 	flag.Parse()
 	var counts []int
 	for _, s := range strings.Split(*ns, ",") {
@@ -60,6 +61,7 @@ func main() {
 		"epochs", "false", "warn", "fd.max", "rss.max", "rss.med", "load")
 	for _, n := range counts {
 		for _, inject := range []string{"", *kill} {
+			settleLoad(*settle)
 			r := runJob(dir, n, *spares, *iters, inject, *timeout)
 			fmt.Println(r)
 		}
@@ -263,4 +265,18 @@ func sample(pid int) (fds int, rssKiB int64) {
 		}
 	}
 	return fds, rssKiB
+}
+
+// settleLoad waits up to d for the 1-minute load average to fall below
+// 1.5 (the previous job's processes weigh on it for minutes); the load
+// each job started at is printed with its figures either way.
+func settleLoad(d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Second) {
+		f := strings.Fields(proctest.LoadAvg())
+		if len(f) > 0 {
+			if l, err := strconv.ParseFloat(f[0], 64); err == nil && l < 1.5 {
+				return
+			}
+		}
+	}
 }
