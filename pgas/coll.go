@@ -427,47 +427,6 @@ func (c *coll) doubling(ctx context.Context, v, p, rem int, buf []byte, combine 
 	return nil
 }
 
-// treeMin is the smallest group whose barrier and allreduce run as a
-// binomial tree, up and down: 2 messages per member and 2 log2 n rounds,
-// where dissemination and recursive doubling take log2 n rounds but
-// log2 n messages per member. From a few dozen members on, the job's
-// total messages (2n instead of n log2 n) is what the time is made of on
-// oversubscribed hosts (hundreds of ranks per machine, or a simulation),
-// and the extra rounds cost a few hops. The result bits are the same
-// either way (see AllreduceBytes).
-const treeMin = 64
-
-// Rounds of the tree collectives.
-const (
-	roundTreeUp   = 1 << 44 // + step: a subtree's contribution to its parent
-	roundTreeDown = 1 << 45 // the outcome down the tree
-)
-
-// treeUp gathers up a binomial tree over t, rooted at position 0: at
-// step m (1, 2, 4, ...) the member at position v with v%2m == m sends buf
-// to v-m and leaves; the one at v%2m == 0 receives v+m's and hands it to
-// got (nil: the message carries nothing, as for a barrier).
-func (c *coll) treeUp(ctx context.Context, t tree, buf []byte, got func([]byte) error) error {
-	me := t.me
-	for k, m := 0, 1; m < t.n; k, m = k+1, m*2 {
-		if me&m != 0 {
-			return c.send(ctx, t.at(me-m), roundTreeUp+uint64(k), buf)
-		}
-		if me+m < t.n {
-			d, err := c.recv(ctx, t.at(me+m), roundTreeUp+uint64(k))
-			if err != nil {
-				return err
-			}
-			if got != nil {
-				if err := got(d); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
-}
-
 // Bcast copies root's buf into buf on every member of g. root is a rank;
 // every member passes a buf of the same size. A large buf (256 KiB and
 // more, over more than two members) goes as a pipeline of chunks along a
@@ -567,37 +526,4 @@ func (rt *Runtime) allgather(ctx context.Context, g *Group, block []byte, alloc 
 		copy(out[recvIdx*b:], d)
 	}
 	return out, c.ranks, nil
-}
-
-// bruck is the allgather of small blocks (Bruck's algorithm): ⌈log2 n⌉
-// rounds of one message each, so the rounds and the messages per member
-// grow as log n, where a ring takes n-1. In round k each member sends the
-// blocks it has gathered so far (those of the next 2^k members, at most
-// n-2^k of them) to the member 2^k below it, and receives as many from
-// the member 2^k above. out holds this member's block at its own place on
-// entry, every block on return; b is the block size.
-func (c *coll) bruck(ctx context.Context, out []byte, b int) error {
-	n, me := len(c.ranks), c.me
-	// tmp holds the blocks of members me, me+1, ... (mod n), in order.
-	tmp := make([]byte, n*b)
-	copy(tmp, out[me*b:(me+1)*b])
-	for k, d := 0, 1; d < n; k, d = k+1, d*2 {
-		cnt := min(d, n-d)
-		if err := c.send(ctx, (me-d+n)%n, uint64(k), tmp[:cnt*b]); err != nil {
-			return err
-		}
-		msg, err := c.recv(ctx, (me+d)%n, uint64(k))
-		if err != nil {
-			return err
-		}
-		if len(msg) != cnt*b {
-			return fmt.Errorf("pgas: allgather: %d bytes from a peer in round %d, want %d: every member must pass the same size: %w", len(msg), k, cnt*b, ErrInvalid)
-		}
-		copy(tmp[d*b:], msg)
-	}
-	for j := range n {
-		src := (me + j) % n
-		copy(out[src*b:(src+1)*b], tmp[j*b:(j+1)*b])
-	}
-	return nil
 }
