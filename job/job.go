@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
@@ -222,6 +223,11 @@ func newMembership(env bootstrap.Env, table bootstrap.Table, opts Options, logs 
 		})
 	}
 	cfg.Logger = logs.membership.With("proc", int(env.Proc), "layer", "membership")
+	if f := stretch(table, env.Host, runtime.NumCPU()); f > 1 {
+		stretchMembership(&cfg, f, env.CutOff == 0)
+		cfg.Logger.Info("membership timeouts stretched for an oversubscribed host", "factor", f,
+			"heartbeat_timeout", cfg.HeartbeatTimeout, "handshake_timeout", cfg.HandshakeTimeout, "cut_off", cfg.CutOff)
+	}
 	if opts.Membership != nil {
 		opts.Membership(&cfg)
 	}
