@@ -1,9 +1,13 @@
 // Package scale measures how the runtime's costs grow with the number of
 // ranks N, in one process: N ranks over transport/mem, with the real pgas
 // runtime, the real failure detector (package health), the real
-// checkpoints (package ckpt) and a membership that turns a confirmed
-// failure into a view at once (pgastest), under testing/synctest fake
-// time. Messages, bytes, rounds and allocations are counted; fake time is
+// checkpoints (package ckpt) and the real membership (package spares:
+// Raft among the voters, the other processes clients of its tree, over a
+// spares.MemNetwork), under testing/synctest fake time. Above -scale.real
+// ranks (4,096: each membership node keeps the whole state, about 400 KB
+// at that size) the membership is pgastest's, which turns a confirmed
+// failure into a view at once. Every data-plane frame takes one hop
+// (100 µs) of fake time, so fake time counts rounds. Messages, bytes, rounds and allocations are counted; fake time is
 // what the protocols' timers make of them; wall time on 2 cores is a
 // second check. Everything is in its tests:
 //
