@@ -496,7 +496,10 @@ func (rt *Runtime) allgather(ctx context.Context, g *Group, block []byte, alloc 
 		copy(out, d)
 		return out, c.ranks, nil
 	}
-	if n*b <= hierGatherMax {
+	switch {
+	case n*b <= hierGatherMax && n >= treeMin:
+		return out, c.ranks, c.treeGather(ctx, out, b)
+	case n*b <= hierGatherMax:
 		return out, c.ranks, c.bruck(ctx, out, b)
 	}
 	// A ring ordered by host: it crosses each host boundary once.

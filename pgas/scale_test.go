@@ -12,7 +12,7 @@ import (
 // Bruck's algorithm for small totals and by the ring for large ones, at
 // sizes that are and are not powers of two.
 func TestAllgatherSizes(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 5, 8, 13} {
+	for _, n := range []int{1, 2, 3, 5, 8, 13, treeMin, treeMin + 7} {
 		for _, words := range []int{1, 3, hierGatherMax/8/n + 1} { // the last goes round the ring
 			t.Run(fmt.Sprintf("n=%d/words=%d", n, words), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {

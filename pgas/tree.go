@@ -82,3 +82,38 @@ func (c *coll) bruck(ctx context.Context, out []byte, b int) error {
 	}
 	return nil
 }
+
+// treeGather is the allgather of small blocks among treeMin members and
+// more: the blocks go up the binomial tree of Barrier and AllreduceBytes
+// (each member forwards the contiguous range of its subtree's blocks to
+// its parent), and the whole of out comes down it. 2 messages per member
+// and 2 log2 n rounds, over the same pairs of processes as the other tree
+// collectives: a program that set up its collectives (or a restore that
+// re-creates segments) opens no new connection for it, where Bruck's
+// partners at distances 1, 2, 4, ... would be log2 n new ones per member
+// (on an oversubscribed host each costs a handshake under starvation).
+func (c *coll) treeGather(ctx context.Context, out []byte, b int) error {
+	n, me := len(c.ranks), c.me
+	have := 1 // this member holds the blocks of positions me .. me+have-1
+	for k, m := 0, 1; m < n; k, m = k+1, m*2 {
+		if me&m != 0 {
+			if err := c.send(ctx, me-m, roundTreeUp+uint64(k), out[me*b:(me+have)*b]); err != nil {
+				return err
+			}
+			break
+		}
+		if me+m < n {
+			want := min(m, n-(me+m))
+			d, err := c.recv(ctx, me+m, roundTreeUp+uint64(k))
+			if err != nil {
+				return err
+			}
+			if len(d) != want*b {
+				return fmt.Errorf("pgas: allgather: %d bytes from a peer in round %d, want %d: every member must pass the same size: %w", len(d), k, want*b, ErrInvalid)
+			}
+			copy(out[(me+m)*b:], d)
+			have += want
+		}
+	}
+	return c.binomial(ctx, c.groupTree(), 0, out, roundTreeDown)
+}
