@@ -42,20 +42,11 @@ type remoteBackend struct {
 var _ backend = (*remoteBackend)(nil)
 
 func newRemoteBackend(kind LauncherKind, cfg Config) (*remoteBackend, error) {
-	b := &remoteBackend{kind: kind, cfg: cfg, remote: cfg.RemoteCommand, program: cfg.Program, stop: make(chan struct{})}
-	if len(b.remote) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("cannot tell where gaspirun itself is (%v); give --remote-gaspirun PATH", err)
-		}
-		b.remote = []string{exe, "--remote-exec"}
+	remote, program, dir, err := remoteSide(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if strings.Contains(b.program, "/") {
-		if abs, err := filepath.Abs(b.program); err == nil {
-			b.program = abs
-		}
-	}
-	b.dir, _ = os.Getwd()
+	b := &remoteBackend{kind: kind, cfg: cfg, remote: remote, program: program, dir: dir, stop: make(chan struct{})}
 	if kind == LauncherSSH {
 		b.forward = forwardedEnv(os.Environ())
 	}
@@ -407,4 +398,26 @@ func SplitCommand(s string) ([]string, error) {
 		words = append(words, cur.String())
 	}
 	return words, nil
+}
+
+// remoteSide returns what every remote launcher runs on the other side:
+// the gaspirun that starts the program there (--remote-exec, or
+// Config.RemoteCommand), the program as an absolute path when it names
+// one, and this directory to run it in.
+func remoteSide(cfg Config) (remote []string, program, dir string, err error) {
+	remote, program = cfg.RemoteCommand, cfg.Program
+	if len(remote) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, "", "", fmt.Errorf("cannot tell where gaspirun itself is (%v); give --remote-gaspirun PATH", err)
+		}
+		remote = []string{exe, "--remote-exec"}
+	}
+	if strings.Contains(program, "/") {
+		if abs, err := filepath.Abs(program); err == nil {
+			program = abs
+		}
+	}
+	dir, _ = os.Getwd()
+	return remote, program, dir, nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,21 +68,12 @@ type stepBackend struct {
 var _ backend = (*stepBackend)(nil)
 
 func newStepBackend(cfg Config, nprocs int, notice func(string)) (*stepBackend, error) {
-	b := &stepBackend{cfg: cfg, nprocs: nprocs, remote: cfg.RemoteCommand, program: cfg.Program, notice: notice,
+	remote, program, dir, err := remoteSide(cfg)
+	if err != nil {
+		return nil, err
+	}
+	b := &stepBackend{cfg: cfg, nprocs: nprocs, remote: remote, program: program, dir: dir, notice: notice,
 		pending: map[syscall.Signal][]int{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), srunDone: make(chan struct{})}
-	if len(b.remote) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("cannot tell where gaspirun itself is (%v); give --remote-gaspirun PATH", err)
-		}
-		b.remote = []string{exe, "--remote-exec"}
-	}
-	if strings.Contains(b.program, "/") {
-		if abs, err := filepath.Abs(b.program); err == nil {
-			b.program = abs
-		}
-	}
-	b.dir, _ = os.Getwd()
 	var n [8]byte
 	rand.Read(n[:])
 	b.nonce = hex.EncodeToString(n[:])
