@@ -21,6 +21,7 @@ import (
 var (
 	tableN   = flag.String("scale.n", "", "comma-separated rank counts for TestScaleTable (e.g. 64,256,1024,4096,16384)")
 	realN    = flag.Int("scale.real", 4096, "TestScaleTable: up to this many ranks the membership is package spares' (Raft among the voters, a tree for the others); above it the fake one, which turns a report into a view at once")
+	restN    = flag.String("scale.rest", "", "comma-separated rank counts for TestRestTraffic (e.g. 256,4096,16384)")
 	killLead = flag.Bool("scale.killleader", false, "TestScaleTable: kill the Raft leader's rank instead of rank N/3 (with the real membership)")
 )
 
@@ -166,4 +167,31 @@ func byType(s snapshot, n int) string {
 		}
 	}
 	return b.String()
+}
+
+// TestRestTraffic measures the failure detector's traffic at rest for the
+// rank counts of -scale.rest, with the fake membership and no checkpoints,
+// so that it reaches sizes (16,384) whose checkpoint and membership
+// tables would not fit the machine: the figure to hold flat in N.
+func TestRestTraffic(t *testing.T) {
+	if *restN == "" {
+		t.Skip("give -scale.rest=256,4096,16384")
+	}
+	fmt.Printf("%7s | %10s %9s | %9s %9s %9s\n", "N", "init.wall", "heap/rk", "hb.msg/s", "hb.B/s", "hb.max/s")
+	for _, f := range strings.Split(*restN, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			t.Fatalf("-scale.rest: %q is not a rank count of 2 or more", f)
+		}
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s, fi := newSimOpts(t, n, 2, false, true)
+				r := s.rest(5 * time.Second)
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				fmt.Printf("%7d | %10s %8.1fK | %9.2f %9.0f %9.2f\n", n, round(fi.wall), float64(ms.HeapAlloc)/float64(n)/1024,
+					r.msgsPerProcSec, r.bytesPerProcSec, r.maxPerProcSec)
+			})
+		})
+	}
 }

@@ -128,6 +128,13 @@ type initFigures struct {
 // a spares.MemNetwork; otherwise pgastest's, which turns a report into a
 // view at once.
 func newSim(t testing.TB, n, nspares int, real bool) (*sim, initFigures) {
+	return newSimOpts(t, n, nspares, real, false)
+}
+
+// newSimOpts is newSim; with restOnly the ranks create no segments nor
+// checkpoints (a job at rest, for the heartbeat figures at sizes whose
+// checkpoint tables would not fit the machine).
+func newSimOpts(t testing.TB, n, nspares int, real, restOnly bool) (*sim, initFigures) {
 	procs := n + nspares
 	s := &sim{t: t, n: n, cnt: &counter{bySend: make([]atomic.Uint64, procs)},
 		promoted: make(chan *pgas.Runtime, nspares+1)}
@@ -200,6 +207,13 @@ func newSim(t testing.TB, n, nspares int, real bool) (*sim, initFigures) {
 	}
 	var f initFigures
 	f.wall, f.cpu = wallNow()-w0, cpuNow()-c0
+	if restOnly {
+		for r, rt := range rts {
+			s.ranks = append(s.ranks, &member{rt: rt})
+			_ = r
+		}
+		return s, f
+	}
 	before := s.cnt.snap()
 	s.ranks = make([]*member, n)
 	s.each(func(r int) error {
