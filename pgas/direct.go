@@ -39,11 +39,25 @@ type nearer interface {
 	IsNear(transport.Proc) bool
 }
 
-// directSeg is what a shared segment maps of the others' memory.
+// directSeg is what a shared segment knows of the others' memory in one
+// view: where each same-host peer's is (from SegmentCreate's exchange),
+// and the mappings made so far. A peer's memory is mapped on the first
+// write to it, so a process maps only the peers it writes to (its
+// checkpoint mirrors, its partners), not the whole host: at 256
+// processes mapping everyone's took a second per segment and process.
 type directSeg struct {
-	mu    sync.RWMutex // held shared while copying into mem; exclusively to unmap
-	epoch uint32       // the view the mappings were made in
-	mem   map[transport.Proc]peerMem
+	mu      sync.RWMutex // held shared while copying into mem; exclusively to map or unmap
+	epoch   uint32       // the view the descriptors were exchanged in
+	dropped bool         // unmapped (dropDirect): map nothing more
+	share   map[transport.Proc]peerShare
+	mem     map[transport.Proc]peerMem // mapped, or a nil mem when mapping failed
+}
+
+// peerShare is where a peer's segment memory is: what sharedDesc sent.
+type peerShare struct {
+	sh   segments.Shared
+	size int64
+	gen  uint32
 }
 
 // peerMem is a peer's segment memory mapped here, and its generation
@@ -79,16 +93,17 @@ func sharedDesc(si *segInfo) []int64 {
 	return d
 }
 
-// mapPeers maps the segments of this host's peers in view v from the
-// descriptors exchanged (descs, descWords per member of members). A peer
-// whose memory cannot be mapped is written through frames.
+// mapPeers records where the segments of this host's peers in view v
+// are, from the descriptors exchanged (descs, descWords per member of
+// members); copyDirect maps one on its first write to it. A peer whose
+// memory cannot be mapped is written through frames.
 func (rt *Runtime) mapPeers(si *segInfo, v *view, members []int, descs []int64) {
 	si.dropDirect()
 	if si.backing == nil {
 		return
 	}
 	near := rt.tr.(nearer)
-	d := &directSeg{epoch: v.epoch, mem: map[transport.Proc]peerMem{}}
+	d := &directSeg{epoch: v.epoch, share: map[transport.Proc]peerShare{}, mem: map[transport.Proc]peerMem{}}
 	for i, r := range members {
 		desc := descs[descWords*i : descWords*(i+1)]
 		if r >= len(v.ranks) || desc[1] <= 0 {
@@ -98,24 +113,41 @@ func (rt *Runtime) mapPeers(si *segInfo, v *view, members []int, descs []int64) 
 		if p == rt.self || p == transport.NoProc || !near.IsNear(p) {
 			continue
 		}
-		mem, err := segments.MapShared(segments.Shared{PID: int(desc[1]), FD: int(desc[2]), Ino: uint64(desc[3])}, desc[0])
-		if err != nil {
-			// Correct either way, only slower: said once, as information
-			// (a kernel that restricts tracing, as Yama's ptrace_scope 1
-			// does between sibling processes, refuses every such map).
-			if rt.mapRefused.CompareAndSwap(false, true) {
-				rt.log.Info("a same-host peer's segment could not be mapped: writes to it go through the ring (set PGAS_SHM_SEGMENTS=0 to stop trying, or allow tracing between the job's processes to write directly)",
-					"seg", si.seg.ID(), "rank", r, "proc", p, "err", err)
-			} else {
-				rt.log.Debug("segment not mapped", "seg", si.seg.ID(), "rank", r, "proc", p, "err", err)
-			}
-			continue
-		}
-		d.mem[p] = peerMem{mem: mem, gen: uint32(desc[4])}
+		d.share[p] = peerShare{sh: segments.Shared{PID: int(desc[1]), FD: int(desc[2]), Ino: uint64(desc[3])}, size: desc[0], gen: uint32(desc[4])}
 	}
 	si.dmu.Lock()
 	si.direct = d
 	si.dmu.Unlock()
+}
+
+// mapPeer maps proc's memory of segment si into d, once: on failure it
+// records a nil mapping, and writes to proc go through frames.
+func (rt *Runtime) mapPeer(si *segInfo, d *directSeg, proc transport.Proc) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, done := d.mem[proc]; done || d.dropped {
+		return
+	}
+	ps, ok := d.share[proc]
+	if !ok {
+		d.mem[proc] = peerMem{}
+		return
+	}
+	mem, err := segments.MapShared(ps.sh, ps.size)
+	if err != nil {
+		// Correct either way, only slower: said once, as information
+		// (a kernel that restricts tracing, as Yama's ptrace_scope 1
+		// does between sibling processes, refuses every such map).
+		if rt.mapRefused.CompareAndSwap(false, true) {
+			rt.log.Info("a same-host peer's segment could not be mapped: writes to it go through the ring (set PGAS_SHM_SEGMENTS=0 to stop trying, or allow tracing between the job's processes to write directly)",
+				"seg", si.seg.ID(), "proc", proc, "err", err)
+		} else {
+			rt.log.Debug("segment not mapped", "seg", si.seg.ID(), "proc", proc, "err", err)
+		}
+		d.mem[proc] = peerMem{}
+		return
+	}
+	d.mem[proc] = peerMem{mem: mem, gen: ps.gen}
 }
 
 // dropDirect unmaps the others' segments.
@@ -128,8 +160,11 @@ func (si *segInfo) dropDirect() {
 		return
 	}
 	d.mu.Lock()
+	d.dropped = true
 	for p, pm := range d.mem {
-		segments.UnmapShared(pm.mem)
+		if pm.mem != nil {
+			segments.UnmapShared(pm.mem)
+		}
 		delete(d.mem, p)
 	}
 	d.mu.Unlock()
@@ -152,9 +187,15 @@ func (rt *Runtime) copyDirect(seg uint16, proc transport.Proc, off uint64, paylo
 		return 0, false
 	}
 	d.mu.RLock()
-	defer d.mu.RUnlock()
 	pm, ok := d.mem[proc]
-	if !ok || segments.Retired(pm.mem) {
+	if !ok {
+		d.mu.RUnlock()
+		rt.mapPeer(si, d, proc)
+		d.mu.RLock()
+		pm, ok = d.mem[proc]
+	}
+	defer d.mu.RUnlock()
+	if !ok || pm.mem == nil || segments.Retired(pm.mem) {
 		return 0, false // the target deleted or moved it: send the data
 	}
 	if off > uint64(len(pm.mem)) || uint64(len(payload)) > uint64(len(pm.mem))-off {
