@@ -90,6 +90,22 @@ func DefaultConfig() Config {
 	}
 }
 
+// Stretched returns c with its timing (Tick, the heartbeat interval, the
+// suspicion, probe and send timeouts) multiplied by f, for a host with
+// more processes than its cores serve at the default rates: every process
+// wakes once per Tick, and hundreds of processes ticking every 10 ms on a
+// few cores spend the machine on wake-ups. The counts stay as they are, so
+// the detection bound in ticks does too.
+func (c Config) Stretched(f int) Config {
+	if f <= 1 {
+		return c
+	}
+	for _, d := range []*time.Duration{&c.Tick, &c.HeartbeatInterval, &c.SuspicionTimeout, &c.ProbeTimeout, &c.SendTimeout} {
+		*d *= time.Duration(f)
+	}
+	return c
+}
+
 // LocalConfig is a faster profile for in-process tests (under
 // testing/synctest or transport/mem) and small loopback jobs on an idle
 // machine. On a loaded machine prefer DefaultConfig: shorter timeouts are

@@ -122,3 +122,27 @@ func TestConfigToTicks(t *testing.T) {
 		t.Errorf("DetectionBound silent = %v, want %v", got, want)
 	}
 }
+
+// Rule: Stretched(f) multiplies every duration by f and keeps the counts,
+// so the detector's bounds in ticks are the same and the config valid;
+// f <= 1 changes nothing.
+func TestStretched(t *testing.T) {
+	c := DefaultConfig()
+	s := c.Stretched(32)
+	if err := s.Validate(); err != nil {
+		t.Fatalf("Stretched(32) does not validate: %v", err)
+	}
+	if s.Tick != 32*c.Tick || s.HeartbeatInterval != 32*c.HeartbeatInterval || s.SuspicionTimeout != 32*c.SuspicionTimeout ||
+		s.ProbeTimeout != 32*c.ProbeTimeout || s.SendTimeout != 32*c.SendTimeout {
+		t.Errorf("Stretched(32) = %+v, want every duration of %+v times 32", s, c)
+	}
+	if s.Core() != c.Core() {
+		t.Errorf("Stretched(32).Core() = %+v, want the same ticks as %+v", s.Core(), c.Core())
+	}
+	if got := s.DetectionBound(0, true); got != 32*c.DetectionBound(0, true) {
+		t.Errorf("stretched detection bound %v, want 32 × %v", got, c.DetectionBound(0, true))
+	}
+	if c.Stretched(1) != c || c.Stretched(0) != c {
+		t.Errorf("Stretched(1) or Stretched(0) changed the config")
+	}
+}

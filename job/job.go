@@ -159,6 +159,8 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 		hc := health.DefaultConfig()
 		if opts.Health != nil {
 			hc = *opts.Health
+		} else if f := stretch(table, env.Host, runtime.NumCPU()); f > 1 {
+			hc = hc.Stretched(f)
 		}
 		cfg.Health = &hc
 	}

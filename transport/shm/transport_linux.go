@@ -101,7 +101,7 @@ var wakeByte = []byte{1}
 
 // nap bounds one sleep: a safety net that makes a waiter look at
 // its stop conditions again even if a wake-up were lost.
-const nap = 50 * time.Millisecond
+const nap = time.Second
 
 // New creates a transport listening on a fresh abstract Unix socket (a
 // name in the kernel's network namespace, never a file). Peers are named
