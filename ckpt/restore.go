@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gaspigo/gaspigo/pgas"
@@ -103,12 +104,15 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	if c.closed.Load() {
 		return 0, ErrClosed
 	}
+	laps := newLaps(start)
 	if err := c.quiesce(ctx); err != nil {
 		return 0, fmt.Errorf("ckpt: %s: %w", op, err)
 	}
+	laps.lap("quiesce")
 	if err := c.createLocal(ctx); err != nil {
 		return 0, fmt.Errorf("ckpt: %s: %w", op, err)
 	}
+	laps.lap("local")
 	c.mu.Lock()
 	n, me, committed := c.n, c.rank, c.committed
 	c.mu.Unlock()
@@ -127,6 +131,7 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	if err != nil {
 		return 0, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
 	}
+	laps.lap("inventory")
 
 	// Pick and prepare the snapshot.
 	var ch *choice
@@ -151,12 +156,14 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 		}
 	}
 	newGen++
+	laps.lap("prepare")
 
 	// Mirror segments for the current placement.
 	mid, err := c.setupMirror(ctx, ag, lay)
 	if err != nil {
 		return 0, fmt.Errorf("ckpt: %s: %w", op, err)
 	}
+	laps.lap("mirror")
 
 	// Everyone restored?
 	vals := []uint64{1, math.MaxUint64}
@@ -166,6 +173,7 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	if err := pgas.Allreduce(ctx, c.rt, nil, vals, pgas.OpMin); err != nil {
 		return 0, fmt.Errorf("ckpt: %s: final agreement: %w", op, err)
 	}
+	laps.lap("agreement")
 
 	c.mu.Lock()
 	oldMirror, hadMirror := c.mirrorID, c.ready
@@ -238,7 +246,7 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	c.signalLocked()
 	c.mu.Unlock()
 	c.log.Info("checkpoint restored", "rank", me, "id", ch.p.id, "gen", ch.p.gen, "from", restoredFrom(dir, ch, mine),
-		"epoch", c.rt.Epoch(), "took", time.Since(start), "rebuild_holders", len(ts))
+		"epoch", c.rt.Epoch(), "took", time.Since(start), "phases", laps, "rebuild_holders", len(ts))
 	if len(ts) == 0 {
 		c.log.Info("mirrors intact", "rank", me, "unprotected", window)
 	}
@@ -510,3 +518,24 @@ func (c *Checkpointer) setupMirror(ctx context.Context, ag agreement, lay *layou
 	}
 	return mid, nil
 }
+
+// laps times the phases of a restore for its log line: "quiesce=1ms
+// local=2ms ...".
+type laps struct {
+	last time.Time
+	b    strings.Builder
+}
+
+func newLaps(t time.Time) *laps { return &laps{last: t} }
+
+// lap ends the phase called name.
+func (l *laps) lap(name string) {
+	now := time.Now()
+	if l.b.Len() > 0 {
+		l.b.WriteByte(' ')
+	}
+	fmt.Fprintf(&l.b, "%s=%v", name, now.Sub(l.last).Round(time.Microsecond))
+	l.last = now
+}
+
+func (l *laps) String() string { return l.b.String() }
