@@ -109,7 +109,7 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, newToken bo
 	fs.BoolVar(&cfg.TLS, "tls", false, "mutual TLS 1.3 on every connection of the job (rendezvous, data plane, Raft, control), keyed by the job token; sets PGAS_TLS=1 for every process (PGAS_TLS=1 in gaspirun's environment does the same)")
 	fs.DurationVar(&cfg.Collapse, "collapse", cfg.Collapse, "print identical lines that several processes print within `D` of each other once, as \"[r0-255] line\" (a line is held at most 5 D); 0: every line with its own prefix")
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only failures, no progress lines or final summary")
-	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "time `D` between SIGTERM and SIGKILL when stopping processes")
+	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "time `D` between SIGTERM and SIGKILL when stopping processes, and that idle spares get to end by themselves after the last rank")
 	fs.StringVar(&cfg.JobID, "job-id", "", "job `name` (PGAS_JOB_ID); default: random")
 	fs.StringVar(&launcher, "launcher", "", "what starts the processes: `local`, ssh (with --hostfile) or slurm (one srun step); default: ssh with --hostfile, slurm inside a Slurm allocation (SLURM_JOB_ID set), else local")
 	fs.StringVar(&cfg.Hostfile, "hostfile", "", "start the processes through ssh on the hosts of `FILE`: one host per line, optionally \"slots=N\" (default 1); # starts a comment")

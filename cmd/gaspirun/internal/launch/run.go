@@ -346,18 +346,23 @@ func (j *job) loop(ctx context.Context) Result {
 		reports   = j.srv.Reports()
 		tornDown  = false
 		killTimer *time.Timer
+		lingerC   <-chan time.Time // the idle spares' grace to end by themselves
 	)
 	if j.cfg.Timeout > 0 {
 		t := time.NewTimer(j.cfg.Timeout)
 		defer t.Stop()
 		timeoutC = t.C
 	}
+	var lingerTimer *time.Timer
 	defer func() {
 		for _, t := range timers {
 			t.Stop()
 		}
 		if killTimer != nil {
 			killTimer.Stop()
+		}
+		if lingerTimer != nil {
+			lingerTimer.Stop()
 		}
 	}()
 	armKill := func() {
@@ -388,8 +393,10 @@ func (j *job) loop(ctx context.Context) Result {
 				j.signalAll(syscall.SIGTERM)
 				armKill()
 			case actStop:
-				j.signalLive(syscall.SIGTERM, waited)
-				armKill()
+				if lingerTimer == nil {
+					lingerTimer = time.NewTimer(j.cfg.Grace)
+					lingerC = lingerTimer.C
+				}
 			case actKill:
 				j.signalAll(syscall.SIGKILL)
 			}
@@ -494,6 +501,19 @@ func (j *job) loop(ctx context.Context) Result {
 				res.Interrupted = true
 			}
 			apply(j.tr.onAbort(code, why))
+		case <-lingerC:
+			// Every rank finished a grace ago: stop what still runs.
+			lingerC = nil
+			if j.tr.phase != finishing {
+				continue // torn down meanwhile
+			}
+			if text := j.tr.stopRemaining(); text != "" {
+				if !j.cfg.Quiet {
+					j.out.notice(text)
+				}
+				j.signalLive(syscall.SIGTERM, waited)
+				armKill()
+			}
 		case <-killC:
 			killC = nil
 			j.signalAll(syscall.SIGKILL)

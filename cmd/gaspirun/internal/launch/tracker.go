@@ -61,7 +61,7 @@ const (
 	actNotice   actKind = iota // print text (always when important, else unless quiet)
 	actRelabel                 // proc's output prefix becomes label
 	actTeardown                // SIGTERM every process group, SIGKILL after the grace
-	actStop                    // SIGTERM the processes still running (idle spares), SIGKILL after the grace
+	actStop                    // after the grace, SIGTERM the processes still running (idle spares), SIGKILL after another
 	actKill                    // SIGKILL every process group now
 	actEvent                   // print a process's event (text, from proc labelled label), unless quiet
 )
@@ -371,6 +371,19 @@ func (t *tracker) stopAll() int {
 	return n
 }
 
+// stopRemaining marks the processes still running once every rank
+// finished (and the grace they had to end by themselves passed) as
+// stopped by gaspirun, and returns the notice to print, "" if none is
+// left.
+func (t *tracker) stopRemaining() string {
+	what := t.remaining()
+	n := t.stopAll()
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("all %d ranks finished; stopping the %d remaining %s (%s)", t.nRanks, n, plural(n, "process", "processes"), what)
+}
+
 // remaining says what the processes still running are: "idle spares",
 // or e.g. "1 idle spare, 2 replaced" when some lost their rank (cut off,
 // or slow to learn it).
@@ -410,10 +423,11 @@ func (t *tracker) check() []action {
 	}
 	if finished {
 		t.phase = finishing
-		if n := t.stopAll(); n > 0 {
-			return []action{
-				{kind: actNotice, text: fmt.Sprintf("all %d ranks finished; stopping the %d remaining %s (%s)", t.nRanks, n, plural(n, "process", "processes"), t.remaining())},
-				{kind: actStop},
+		for p := range t.exited {
+			if !t.exited[p] {
+				// Idle spares end by themselves once the membership records
+				// the end; the runner gives them the grace (stopRemaining).
+				return []action{{kind: actStop}}
 			}
 		}
 		return nil

@@ -61,8 +61,10 @@ func TestTrackerAllRanksFinishStopsSpares(t *testing.T) {
 		t.Fatalf("labels %v", l)
 	}
 	expect(t, "rank 0 exits 0", tr.onExit(0, ok))
-	expect(t, "rank 1 exits 0", tr.onExit(1, ok),
-		"notice:all 2 ranks finished; stopping the 1 remaining process (idle spares)", "stop")
+	expect(t, "rank 1 exits 0", tr.onExit(1, ok), "stop")
+	if s := tr.stopRemaining(); s != "all 2 ranks finished; stopping the 1 remaining process (idle spares)" {
+		t.Fatalf("stopRemaining: %q", s)
+	}
 	expect(t, "spare stopped", tr.onExit(2, termed))
 	if !tr.done() || tr.code != 0 || tr.reason != "" {
 		t.Fatalf("done=%v code=%d reason=%q", tr.done(), tr.code, tr.reason)
@@ -363,6 +365,24 @@ func TestTrackerStopsReplacedProcesses(t *testing.T) {
 	expect(t, "promotion", tr.onReport(role(2, 1, 1)),
 		"relabel:1=p1", "notice:process 1 no longer holds rank 1 (replaced)", "relabel:2=r1", "notice:spare process 2 now holds rank 1 (epoch 1)")
 	expect(t, "rank 0 done", tr.onExit(0, ok))
-	expect(t, "rank 1 done", tr.onExit(2, ok),
-		"notice:all 2 ranks finished; stopping the 2 remaining processes (1 idle spare, 1 replaced)", "stop")
+	expect(t, "rank 1 done", tr.onExit(2, ok), "stop")
+	if s := tr.stopRemaining(); s != "all 2 ranks finished; stopping the 2 remaining processes (1 idle spare, 1 replaced)" {
+		t.Fatalf("stopRemaining: %q", s)
+	}
+}
+
+// Rule: an idle spare that ends by itself in the grace after the last rank
+// is counted as exited, not stopped, and nothing is left to stop.
+func TestTrackerSpareEndsByItself(t *testing.T) {
+	tr := newTracker(2, 3, DeathContinue)
+	tr.onFormed()
+	expect(t, "rank 0 exits 0", tr.onExit(0, ok))
+	expect(t, "rank 1 exits 0", tr.onExit(1, ok), "stop")
+	expect(t, "spare exits 0", tr.onExit(2, ok))
+	if s := tr.stopRemaining(); s != "" {
+		t.Fatalf("stopRemaining after every process ended: %q", s)
+	}
+	if s := tr.summary(); s != "3 processes (2 ranks + 1 spare): 3 exited 0" {
+		t.Fatalf("summary %q", s)
+	}
 }
