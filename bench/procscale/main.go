@@ -5,9 +5,11 @@
 // the kill to the next iteration, the restore (new epoch in force to
 // checkpoint restored, from rank 0's recovery line) and its ratio to an
 // iteration, the time to exit (the centroids line to gaspirun's end),
-// epochs beyond those the kill explains (false failures), warnings, and
-// the peak file descriptors and resident memory per process, sampled
-// from /proc. Run it with nothing else on the machine:
+// epochs beyond those the kill explains (false failures), warnings, the
+// sockets a process holds at rest (median and maximum over the processes,
+// counted once rank 0 finished iteration 8: connections, listeners and
+// the rendezvous's), and the peak file descriptors and resident memory
+// per process, sampled from /proc. Run it with nothing else on the machine:
 //
 //	go run ./bench/procscale -n 64,128,256,512
 //
@@ -56,9 +58,9 @@ func main() {
 		os.Exit(1)
 	}
 	defer cleanup()
-	fmt.Printf("%5s %-5s %6s | %8s %8s %9s %9s %6s %7s | %6s %5s %5s | %6s %8s %8s | %s\n",
+	fmt.Printf("%5s %-5s %6s | %8s %8s %9s %9s %6s %7s | %6s %5s %5s | %9s %6s %8s %8s | %s\n",
 		"N", "run", "exit", "start", "iter", "kill>next", "restore", "/iter", "exit.t",
-		"epochs", "false", "warn", "fd.max", "rss.max", "rss.med", "load")
+		"epochs", "false", "warn", "sock.rest", "fd.max", "rss.max", "rss.med", "load")
 	for _, n := range counts {
 		for _, inject := range []string{"", *kill} {
 			settleLoad(*settle)
@@ -78,6 +80,7 @@ type result struct {
 	epochs, false_    int
 	warnings          int
 	fdMax             int
+	sockMed, sockMax  int   // sockets per process at rest
 	rssMax, rssMed    int64 // KiB
 	load              string
 	left              int
@@ -88,9 +91,9 @@ func (r result) String() string {
 	if r.restore > 0 && r.iter > 0 {
 		ratio = fmt.Sprintf("%.1f", float64(r.restore)/float64(r.iter))
 	}
-	s := fmt.Sprintf("%5d %-5s %6d | %8s %8s %9s %9s %6s %7s | %6d %5d %5d | %6d %7.1fM %7.1fM | %s",
+	s := fmt.Sprintf("%5d %-5s %6d | %8s %8s %9s %9s %6s %7s | %6d %5d %5d | %4d/%-4d %6d %7.1fM %7.1fM | %s",
 		r.n, r.run, r.code, rnd(r.start), rnd(r.iter), rnd(r.killNext), rnd(r.restore), ratio, rnd(r.exit),
-		r.epochs, r.false_, r.warnings, r.fdMax, float64(r.rssMax)/1024, float64(r.rssMed)/1024, r.load)
+		r.epochs, r.false_, r.warnings, r.sockMed, r.sockMax, r.fdMax, float64(r.rssMax)/1024, float64(r.rssMed)/1024, r.load)
 	if r.left > 0 {
 		s += fmt.Sprintf("  (%d processes left running, killed)", r.left)
 	}
@@ -108,7 +111,7 @@ func rnd(d time.Duration) string {
 }
 
 var (
-	iterRE     = regexp.MustCompile(`^\[r0\] iter\s+\d+\s.*time=(\S+)$`)
+	iterRE     = regexp.MustCompile(`^\[r0\] iter\s+(\d+)\s.*time=(\S+)$`)
 	recRE      = regexp.MustCompile(`^\[r0\] recovery: epoch \d+ in force after (\S+); checkpoint of iteration \d+ restored after (\S+);`)
 	holdsRE    = regexp.MustCompile(`^gaspirun: spare process \d+ now holds rank`)
 	injectRE   = regexp.MustCompile(`\] inject: SIGKILL rank`)
@@ -175,7 +178,25 @@ func runJob(dir string, n, spares, iters int, inject string, timeout time.Durati
 		}
 	}()
 	var lines []stamped
-	proctest.ScanLines(out, func(l string) { lines = append(lines, stamped{l, time.Now()}) })
+	var socks []int
+	atRest := make(chan struct{})
+	proctest.ScanLines(out, func(l string) {
+		lines = append(lines, stamped{l, time.Now()})
+		if m := iterRE.FindStringSubmatch(l); m != nil && m[1] == restIter && socks == nil {
+			socks = []int{}
+			go func() {
+				defer close(atRest)
+				for _, pid := range procs.PIDs() {
+					if n, ok := sockets(pid); ok {
+						socks = append(socks, n)
+					}
+				}
+			}()
+		}
+	})
+	if socks != nil {
+		<-atRest
+	}
 	cmd.Wait()
 	end := time.Now()
 	close(stopSample)
@@ -196,7 +217,7 @@ func runJob(dir string, n, spares, iters int, inject string, timeout time.Durati
 			if r.start == 0 {
 				r.start = l.at.Sub(t0)
 			}
-			if d, err := time.ParseDuration(iterRE.FindStringSubmatch(l.text)[1]); err == nil && killAt.IsZero() {
+			if d, err := time.ParseDuration(iterRE.FindStringSubmatch(l.text)[2]); err == nil && killAt.IsZero() {
 				its = append(its, d)
 			}
 			if recovered && r.killNext == 0 {
@@ -234,6 +255,10 @@ func runJob(dir string, n, spares, iters int, inject string, timeout time.Durati
 		rss = append(rss, v)
 	}
 	mu.Unlock()
+	if len(socks) > 0 {
+		slices.Sort(socks)
+		r.sockMed, r.sockMax = socks[len(socks)/2], socks[len(socks)-1]
+	}
 	if len(rss) > 0 {
 		slices.Sort(rss)
 		r.rssMax, r.rssMed = rss[len(rss)-1], rss[len(rss)/2]
@@ -245,6 +270,26 @@ func runJob(dir string, n, spares, iters int, inject string, timeout time.Durati
 		}
 	}
 	return r
+}
+
+// restIter is the iteration of rank 0 after which the sockets at rest are
+// counted: after the first checkpoint (iteration 5) and before the kill.
+const restIter = "8"
+
+// sockets counts the sockets process pid holds; ok is false when it
+// could not be read (the process ended, or is not the job's).
+func sockets(pid int) (n int, ok bool) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, false
+	}
+	for _, e := range ents {
+		if t, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.HasPrefix(t, "socket:") {
+			n++
+		}
+	}
+	return n, true
 }
 
 // sample returns a process's open file descriptors and resident set (KiB).
