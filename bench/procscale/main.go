@@ -40,6 +40,7 @@ func main() {
 	spares := flag.Int("spares", 2, "spare processes")
 	iters := flag.Int("iters", 20, "K-means iterations")
 	kill := flag.String("kill", "kill:rank=7,iter=10", "the kill of the second run of each N (K-means --inject)")
+	runs := flag.String("runs", "clean,kill", "which runs of each N: clean (failure-free), kill, or both")
 	timeout := flag.Duration("timeout", 10*time.Minute, "bound on one job")
 	settle := flag.Duration("settle", 90*time.Second, "before each job, wait up to this long for the 1-minute load average to fall below 1.5")
 	flag.Parse()
@@ -63,6 +64,9 @@ func main() {
 		"epochs", "false", "warn", "sock.rest", "fd.max", "rss.max", "rss.med", "load")
 	for _, n := range counts {
 		for _, inject := range []string{"", *kill} {
+			if run := map[bool]string{true: "clean", false: "kill"}[inject == ""]; !slices.Contains(strings.Split(*runs, ","), run) {
+				continue
+			}
 			settleLoad(*settle)
 			r := runJob(dir, n, *spares, *iters, inject, *timeout)
 			fmt.Println(r)
@@ -117,6 +121,7 @@ var (
 	injectRE   = regexp.MustCompile(`\] inject: SIGKILL rank`)
 	centroidRE = regexp.MustCompile(`^\[r0\] centroids sha256=`)
 	warnRE     = regexp.MustCompile(`level=WARN`)
+	msgRE      = regexp.MustCompile(`msg="[^"]*"`)
 )
 
 type stamped struct {
@@ -262,6 +267,22 @@ func runJob(dir string, n, spares, iters int, inject string, timeout time.Durati
 	if len(rss) > 0 {
 		slices.Sort(rss)
 		r.rssMax, r.rssMed = rss[len(rss)-1], rss[len(rss)/2]
+	}
+	if r.warnings > 0 {
+		// What they were: the kinds, counted, with one example each.
+		kinds, first := map[string]int{}, map[string]string{}
+		for _, l := range lines {
+			if warnRE.MatchString(l.text) {
+				k := msgRE.FindString(l.text)
+				if kinds[k]++; kinds[k] == 1 {
+					first[k] = l.text
+				}
+			}
+		}
+		fmt.Fprintf(os.Stderr, "procscale: N=%d %s: %d warnings\n", n, r.run, r.warnings)
+		for k, c := range kinds {
+			fmt.Fprintf(os.Stderr, "  %d x %s\n", c, first[k])
+		}
 	}
 	if r.code != 0 {
 		fmt.Fprintf(os.Stderr, "procscale: N=%d %s exited %d; last lines:\n", n, r.run, r.code)

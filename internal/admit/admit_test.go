@@ -359,8 +359,9 @@ func TestGreetedOutlastSilent(t *testing.T) {
 }
 
 // Rule: a handshake the other end closed or reset (a process leaving at
-// the end of a job, or killed) is counted but not logged as a warning:
-// nothing was refused on the evidence of a wrong token.
+// the end of a job, or killed, a dialer that gave up) is counted but not
+// logged as a warning, one by one or in a summary: nothing was refused on
+// the evidence of a wrong token.
 func TestPeerGoneIsNoWarning(t *testing.T) {
 	g := newTestGate(t, 8, 8)
 	d, _, lb := newTestDoor(g, "tcp", 5)
@@ -372,6 +373,11 @@ func TestPeerGoneIsNoWarning(t *testing.T) {
 	}
 	if d.Stats().Refused != 3 {
 		t.Fatalf("%d refusals counted, want 3", d.Stats().Refused)
+	}
+	// Nor in a summary: they count only in the stats.
+	d.summary()
+	if lines := lb.lines(); len(lines) != 0 {
+		t.Fatalf("summarised at the default level:\n%s", strings.Join(lines, "\n"))
 	}
 	d.Refuse("127.0.0.1:4", fmt.Errorf("auth: bad proof"))
 	if lines := lb.lines(); len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") {

@@ -159,6 +159,23 @@ func (d *Door) Refuse(remote string, err error, attrs ...any) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		d.timedOut.Add(1)
 	}
+	switch {
+	case errors.Is(err, io.EOF):
+		// Connected and closed without a word: a port probe (a peer
+		// checking that a process still listens, a health check), or a
+		// dialer that gave up waiting on a starved host; not a handshake
+		// that failed. Counted, and logged only for debugging, neither
+		// one by one nor in the summary.
+		d.log.Debug(d.name+": connection closed before its hello", append([]any{"remote", remote, "err", err}, attrs...)...)
+		return
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+		// The other end went away in the middle of the handshake: a
+		// process leaving at the end of a job, or killed. Nothing was
+		// refused on the evidence of a wrong token. Counted, and logged
+		// only for debugging.
+		d.log.Debug(d.name+": connection reset during its handshake", append([]any{"remote", remote, "err", err}, attrs...)...)
+		return
+	}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -169,19 +186,7 @@ func (d *Door) Refuse(remote string, err error, attrs ...any) {
 		d.stop = d.after(d.cfg.Interval, d.summary)
 	}
 	d.mu.Unlock()
-	switch {
-	case log && errors.Is(err, io.EOF):
-		// Connected and closed without a word: a port probe (a peer
-		// checking that a process still listens, a health check), not a
-		// handshake that failed. Counted, and logged only for debugging.
-		d.log.Debug(d.name+": connection closed before its hello", append([]any{"remote", remote, "err", err}, attrs...)...)
-	case log && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)):
-		// The other end went away in the middle of the handshake: a
-		// process leaving at the end of a job, or killed. Nothing was
-		// refused on the evidence of a wrong token. Counted, and logged
-		// only for debugging.
-		d.log.Debug(d.name+": connection reset during its handshake", append([]any{"remote", remote, "err", err}, attrs...)...)
-	case log:
+	if log {
 		d.log.Warn(d.name+": connection refused", append([]any{"remote", remote, "err", err}, attrs...)...)
 	}
 }
