@@ -50,7 +50,11 @@ type ClientConfig struct {
 	Timeout time.Duration
 	// WarnAfter: while the table has not come after this long, Register
 	// logs a warning saying what it waits for and who must serve the
-	// rendezvous, and repeats it every WarnAfter*3. 0: never.
+	// rendezvous, and repeats it every WarnAfter*3. 0: never. Once this
+	// process is registered, the wait is for the others, and the first
+	// warning comes perProcWait (40 ms) per process of the job later
+	// (20 s more at 514): hundreds of processes started on a few cores
+	// take seconds to register, which is no fault.
 	WarnAfter time.Duration
 	// Logger receives retries (Debug), the warnings above (Warn) and the
 	// loss of the rendezvous (Info). Nil discards.
@@ -238,8 +242,14 @@ func whoServes(acked bool, env Env) string {
 		"(process 0 by default under srun, mpirun and Kubernetes; nobody by default when PGAS_PROC is set by hand): start that process, or check PGAS_RENDEZVOUS", env.Rendezvous)
 }
 
+// perProcWait is how much longer a registered process waits, per process
+// of the job, before it warns that the table has not come.
+const perProcWait = 40 * time.Millisecond
+
 // warnWhileWaiting logs, after first and then every 3*first, that the
-// table has not come yet, until the returned stop is called.
+// table has not come yet, until the returned stop is called; once this
+// process is registered, the first warning waits perProcWait more per
+// process of the job.
 func (r *registrar) warnWhileWaiting(first time.Duration) (stop func()) {
 	start := time.Now()
 	var mu sync.Mutex
@@ -248,6 +258,14 @@ func (r *registrar) warnWhileWaiting(first time.Duration) (stop func()) {
 	var warn func()
 	warn = func() {
 		acked, last := r.status()
+		if left := first + time.Duration(r.env.NumProcs)*perProcWait - time.Since(start); acked && left > 0 {
+			mu.Lock()
+			if !stopped {
+				t.Reset(left)
+			}
+			mu.Unlock()
+			return
+		}
 		args := []any{"proc", r.env.Proc, "rendezvous", r.env.Rendezvous, "waited", time.Since(start).Round(time.Second)}
 		if r.cfg.Timeout > 0 {
 			args = append(args, "gives_up_after", r.cfg.Timeout)

@@ -567,6 +567,25 @@ func TestRegisterGivesUpWhenNobodyServes(t *testing.T) {
 	rec.wait(t, "WARN bootstrap: still waiting for the rendezvous", "PGAS_SERVE_RENDEZVOUS=1")
 }
 
+// Rule: a registered process waiting for the others warns perProcWait per
+// process of the job later than one that cannot reach the rendezvous (a
+// large job's processes take seconds to register on a few cores), and
+// says then that the rendezvous is up but some process is missing.
+func TestRegisteredWaitsLongerBeforeWarning(t *testing.T) {
+	j := startServer(t, 3, 3)
+	rec := newLogRecorder()
+	cfg := LocalClientConfig()
+	cfg.Timeout, cfg.WarnAfter, cfg.Logger = 0, 20*time.Millisecond, slog.New(rec)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	go RegisterWith(ctx, cfg, j.envFor(0), memberFor(0))
+	line := rec.wait(t, "WARN bootstrap: registered; still waiting for the member table", "did not start")
+	if d, want := time.Since(start), cfg.WarnAfter+3*perProcWait; d < want {
+		t.Fatalf("warned after %v, want no earlier than %v: %s", d, want, line)
+	}
+}
+
 // Rule: the bound covers the wait for the other processes too, and the
 // message then says that the rendezvous is up but some process is missing.
 func TestRegisterGivesUpWaitingForOthers(t *testing.T) {
