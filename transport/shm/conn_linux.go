@@ -93,7 +93,7 @@ func (t *Transport) serve(c *net.UnixConn) {
 		return
 	}
 	p := t.peer(id)
-	in := &inbound{t: t, p: p, conn: c, r: r, done: make(chan struct{})}
+	in := &inbound{t: t, p: p, conn: c, raw: newWakeConn(c), r: r, done: make(chan struct{})}
 	in.ctx, in.cancel = context.WithCancel(context.Background())
 	p.mu.Lock()
 	switch {
@@ -301,7 +301,7 @@ func (t *Transport) offerRing(c *net.UnixConn, p *peer) (*outbound, error) {
 		return nil, fmt.Errorf("shm: passing the ring: %w", err)
 	}
 	_ = c.SetDeadline(time.Time{})
-	return &outbound{conn: c, r: r, wake: make(chan struct{}, 1)}, nil
+	return &outbound{conn: c, raw: newWakeConn(c), r: r, wake: make(chan struct{}, 1)}, nil
 }
 
 // watch reads c until it fails. After set-up, a ring's connection

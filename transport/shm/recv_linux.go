@@ -97,7 +97,7 @@ func (t *Transport) avail(in *inbound, want uint64) error {
 // is once it has delivered everything the producer published.
 func (in *inbound) sleep(d time.Duration) {
 	_ = in.conn.SetReadDeadline(time.Now().Add(d))
-	_, err := in.conn.Read(in.buf[:])
+	_, err := in.raw.read(in.buf[:])
 	var ne net.Error
 	switch {
 	case err == nil, errors.As(err, &ne) && ne.Timeout():
@@ -118,7 +118,7 @@ func (in *inbound) take(b []byte) {
 	in.head += uint64(len(b))
 	in.r.head.Store(in.head)
 	if in.r.prodIdle.Load() != 0 && in.r.prodIdle.CompareAndSwap(1, 0) {
-		in.conn.Write(wakeByte) // an error fails the peer through watch
+		in.raw.wake() // an error fails the peer through watch
 	}
 }
 

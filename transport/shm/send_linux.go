@@ -159,7 +159,7 @@ func (o *outbound) publish(n uint64) {
 	o.tail += n
 	o.r.tail.Store(o.tail)
 	if o.r.consIdle.Load() != 0 && o.r.consIdle.CompareAndSwap(1, 0) {
-		o.conn.Write(wakeByte) // an error fails the peer through watch
+		o.raw.wake() // an error fails the peer through watch
 	}
 }
 

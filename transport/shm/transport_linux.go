@@ -73,6 +73,7 @@ type peer struct {
 
 type outbound struct {
 	conn *net.UnixConn
+	raw  wakeConn // conn's wake-ups (wake_linux.go)
 	r    *ring
 	tail uint64        // the producer's own copy of r.tail
 	wake chan struct{} // wake-ups of a producer waiting for room
@@ -82,6 +83,7 @@ type inbound struct {
 	t     *Transport
 	p     *peer
 	conn  *net.UnixConn
+	raw   wakeConn // conn's wake-ups (wake_linux.go)
 	r     *ring
 	head  uint64      // the consumer's own copy of r.head
 	stop  atomic.Bool // deliver nothing more
