@@ -360,8 +360,8 @@ func TestGreetedOutlastSilent(t *testing.T) {
 
 // Rule: a handshake the other end closed or reset (a process leaving at
 // the end of a job, or killed, a dialer that gave up) is counted but not
-// logged as a warning, one by one or in a summary: nothing was refused on
-// the evidence of a wrong token.
+// logged as a warning: nothing was refused on the evidence of a wrong
+// token.
 func TestPeerGoneIsNoWarning(t *testing.T) {
 	g := newTestGate(t, 8, 8)
 	d, _, lb := newTestDoor(g, "tcp", 5)
@@ -374,13 +374,37 @@ func TestPeerGoneIsNoWarning(t *testing.T) {
 	if d.Stats().Refused != 3 {
 		t.Fatalf("%d refusals counted, want 3", d.Stats().Refused)
 	}
-	// Nor in a summary: they count only in the stats.
-	d.summary()
-	if lines := lb.lines(); len(lines) != 0 {
-		t.Fatalf("summarised at the default level:\n%s", strings.Join(lines, "\n"))
-	}
 	d.Refuse("127.0.0.1:4", fmt.Errorf("auth: bad proof"))
 	if lines := lb.lines(); len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") {
 		t.Fatalf("a wrong proof was not a warning: %q", lines)
+	}
+}
+
+// Rule: a summary of only handshakes closed by the other end is a warning
+// for a flood of them (floodClosed in a window), information below that (a
+// few dozen dialers giving up on a starved host); one refusal of another
+// kind makes it a warning.
+func TestClosedEarlySummaryLevel(t *testing.T) {
+	for _, c := range []struct {
+		closed, bad int
+		warn        bool
+	}{{floodClosed - 1, 0, false}, {floodClosed, 0, true}, {10, 1, true}} {
+		g := newTestGate(t, 8, 8)
+		d, _, lb := newTestDoor(g, "ctl", 1)
+		d.Refuse("127.0.0.1:1", fmt.Errorf("auth: reading hello: %w", io.EOF)) // the burst: logged at debug
+		for i := range c.closed {
+			d.Refuse(fmt.Sprintf("127.0.0.1:%d", 2+i), fmt.Errorf("auth: reading hello: %w", io.EOF))
+		}
+		for i := range c.bad {
+			d.Refuse(fmt.Sprintf("127.0.0.1:%d", 1000+i), fmt.Errorf("auth: bad proof"))
+		}
+		d.summary()
+		lines := lb.lines()
+		if len(lines) != 1 || !strings.Contains(lines[0], "unauthenticated ones from") {
+			t.Fatalf("%d closed, %d bad: want one summary line, got %q", c.closed, c.bad, lines)
+		}
+		if warn := strings.Contains(lines[0], "level=WARN"); warn != c.warn {
+			t.Errorf("%d closed, %d bad: summary %q, want a warning: %v", c.closed, c.bad, lines[0], c.warn)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ type limiter struct {
 	open    bool                // a window is running (its timer is armed)
 	logged  int                 // lines logged in this window
 	count   int                 // refusals counted, not logged, in this window
+	closed  int                 // of those, handshakes closed or reset by the other end
 	shed    int                 // connections shed in this window (never logged one by one)
 	sources map[string]struct{} // distinct sources of those
 	seen    map[string]struct{} // sources ever logged
@@ -51,7 +53,7 @@ func newLimiter(burst int) *limiter {
 
 // note records one refusal from src. It reports whether to log it on its
 // own, and whether a new window starts (the caller arms the summary timer).
-func (l *limiter) note(src string) (log, start bool) {
+func (l *limiter) note(src string, benign bool) (log, start bool) {
 	if !l.open {
 		l.open, start = true, true
 	}
@@ -64,6 +66,9 @@ func (l *limiter) note(src string) (log, start bool) {
 		return true, start
 	}
 	l.count++
+	if benign {
+		l.closed++
+	}
 	if len(l.sources) < maxWindowSources {
 		l.sources[src] = struct{}{}
 	}
@@ -86,14 +91,15 @@ func (l *limiter) noteShed(src string) (start bool) {
 // window is what a summary line reports.
 type window struct {
 	refused, shed int  // not logged one by one
+	closed        int  // of refused: closed or reset by the other end before the handshake ended
 	sources       int  // distinct sources of those
 	more          bool // sources is a lower bound
 }
 
 // flush ends the window and returns what went unlogged in it.
 func (l *limiter) flush() window {
-	w := window{refused: l.count, shed: l.shed, sources: len(l.sources), more: len(l.sources) >= maxWindowSources}
-	l.open, l.logged, l.count, l.shed = false, 0, 0, 0
+	w := window{refused: l.count, closed: l.closed, shed: l.shed, sources: len(l.sources), more: len(l.sources) >= maxWindowSources}
+	l.open, l.logged, l.count, l.closed, l.shed = false, 0, 0, 0, 0
 	clear(l.sources)
 	return w
 }
@@ -159,34 +165,29 @@ func (d *Door) Refuse(remote string, err error, attrs ...any) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		d.timedOut.Add(1)
 	}
-	switch {
-	case errors.Is(err, io.EOF):
-		// Connected and closed without a word: a port probe (a peer
-		// checking that a process still listens, a health check), or a
-		// dialer that gave up waiting on a starved host; not a handshake
-		// that failed. Counted, and logged only for debugging, neither
-		// one by one nor in the summary.
-		d.log.Debug(d.name+": connection closed before its hello", append([]any{"remote", remote, "err", err}, attrs...)...)
-		return
-	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
-		// The other end went away in the middle of the handshake: a
-		// process leaving at the end of a job, or killed. Nothing was
-		// refused on the evidence of a wrong token. Counted, and logged
-		// only for debugging.
-		d.log.Debug(d.name+": connection reset during its handshake", append([]any{"remote", remote, "err", err}, attrs...)...)
-		return
-	}
+	// A handshake the other end closed or reset: a port probe (a peer
+	// checking that a process still listens), a dialer that gave up on a
+	// starved host, a process leaving or killed. Nothing was refused on
+	// the evidence of a wrong token: logged one by one only for debugging,
+	// and a summary of only those is a warning only for a flood of them.
+	closedEarly := errors.Is(err, io.EOF)
+	reset := errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		return
 	}
-	log, start := d.lim.note(SourceOf(remote))
+	log, start := d.lim.note(SourceOf(remote), closedEarly || reset)
 	if start {
 		d.stop = d.after(d.cfg.Interval, d.summary)
 	}
 	d.mu.Unlock()
-	if log {
+	switch {
+	case log && closedEarly:
+		d.log.Debug(d.name+": connection closed before its hello", append([]any{"remote", remote, "err", err}, attrs...)...)
+	case log && reset:
+		d.log.Debug(d.name+": connection reset during its handshake", append([]any{"remote", remote, "err", err}, attrs...)...)
+	case log:
 		d.log.Warn(d.name+": connection refused", append([]any{"remote", remote, "err", err}, attrs...)...)
 	}
 }
@@ -219,9 +220,20 @@ func (d *Door) logSummary(w window) {
 		srcs = "at least " + srcs
 	}
 	st := d.Stats()
-	d.log.Warn(summaryLine(d.name, w.refused, w.shed, srcs, d.cfg.Interval),
+	// Handshakes the other end closed or reset are dialers that gave up
+	// or left (a few dozen in 10 s on a host starved by hundreds of
+	// processes), unless there are a flood's worth of them.
+	level := slog.LevelWarn
+	if w.shed == 0 && w.refused == w.closed && w.closed < floodClosed {
+		level = slog.LevelInfo
+	}
+	d.log.Log(context.Background(), level, summaryLine(d.name, w.refused, w.shed, srcs, d.cfg.Interval),
 		"refused_total", st.Refused, "timed_out_total", st.TimedOut, "shed_total", st.Shed)
 }
+
+// floodClosed is how many handshakes closed by the other end, in one
+// summary window, make the summary a warning.
+const floodClosed = 100
 
 // summaryLine is the message of a summary, e.g. "tcp: refused 1200
 // connections and shed 300 unauthenticated ones from 1 sources in the last
