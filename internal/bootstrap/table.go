@@ -25,8 +25,14 @@ func (s *Server) broadcast(targets []*srvConn, msg []byte) {
 				_, werr := r.rw.Write(msg)
 				r.wmu.Unlock()
 				if werr != nil {
-					// The process will reconnect and get the table again.
-					s.log.Warn("rendezvous: could not send the table", "proc", r.proc, "remote", r.remote, "err", werr)
+					// Part of the table may have gone out: cut the
+					// connection, so that the process, which reads a
+					// broken message or none, registers again and gets
+					// the table then (register). A process starved of CPU
+					// among hundreds on a few cores does this, and is not
+					// at fault: information.
+					r.c.Close()
+					s.log.Info("rendezvous: could not send the table; the process will register again", "proc", r.proc, "remote", r.remote, "err", werr)
 				}
 			}
 		})
