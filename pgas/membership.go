@@ -314,7 +314,39 @@ func (rt *Runtime) finalizeOnce(ctx context.Context) error {
 	if err == nil {
 		err = rt.Barrier(ctx, nil)
 	}
+	if _, ok := rt.member.(Finisher); ok && err == nil {
+		rt.awaitFinished(ctx)
+	}
 	return err
+}
+
+// finishApplied bounds a rank's wait, after the second barrier, for its
+// own membership node to apply the Finish record.
+const finishApplied = 2 * time.Second
+
+// awaitFinished waits, at most finishApplied, until this process's view
+// says the job finished: its membership node applied the record. The
+// second barrier only says the quorum committed it; a voter that leaves
+// before applying it cannot pass it down the membership's tree, and an
+// idle spare below it was then cut off (exit 74) instead of exiting 0.
+func (rt *Runtime) awaitFinished(ctx context.Context) {
+	t := time.NewTimer(finishApplied)
+	defer t.Stop()
+	for {
+		v, ch := rt.viewAndChan()
+		if v.finished || v.err != nil {
+			return
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-rt.closed:
+			return
+		}
+	}
 }
 
 // Membership returns the membership the runtime was configured with (nil
