@@ -235,7 +235,10 @@ func (rt *Runtime) waitPromotion(ctx context.Context) error {
 // barrier, then the lowest live rank (rank 0 unless the job shrank) has
 // the membership record that the job finished (so idle spares stop
 // waiting and exit), then a second barrier so that no rank takes its share
-// of the membership's quorum away before that is committed, then Close.
+// of the membership's quorum away before that is committed, then a wait
+// until this process's own membership node applied the record, a third
+// barrier so that no rank leaves (the Raft leader among them) while
+// another has yet to learn that the job finished, then Close.
 // The record is waited for at most finishTimeout (idle spares also learn
 // the end from the ranks' goodbyes).
 //
@@ -316,6 +319,11 @@ func (rt *Runtime) finalizeOnce(ctx context.Context) error {
 	}
 	if _, ok := rt.member.(Finisher); ok && err == nil {
 		rt.awaitFinished(ctx)
+		// Without this barrier the Raft leader, which applies the
+		// record first, left at once; the other ranks learned of the
+		// commit only from its next heartbeat, which never came, saw
+		// the leader's exit as a failure and waited finishApplied.
+		err = rt.Barrier(ctx, nil)
 	}
 	return err
 }
