@@ -141,6 +141,9 @@ func (n *Node) startRaft(bootstrap bool, servers []raft.Server) (err error) {
 		return ok
 	}))
 	n.goFunc(func() { n.watchLeader(r, obsCh) })
+	if i := slices.IndexFunc(servers, func(s raft.Server) bool { return s.Suffrage == raft.Voter }); bootstrap && i >= 0 && servers[i].ID == rc.LocalID {
+		n.standFirst(r)
+	}
 	if n.stream != nil {
 		lost := n.leaderConnLost
 		n.stream.onLost.Store(&lost)
