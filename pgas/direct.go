@@ -2,6 +2,7 @@ package pgas
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/gaspigo/gaspigo/segments"
@@ -46,11 +47,34 @@ type nearer interface {
 // checkpoint mirrors, its partners), not the whole host: at 256
 // processes mapping everyone's took a second per segment and process.
 type directSeg struct {
-	mu      sync.RWMutex // held shared while copying into mem; exclusively to map or unmap
-	epoch   uint32       // the view the descriptors were exchanged in
-	dropped bool         // unmapped (dropDirect): map nothing more
-	share   map[transport.Proc]peerShare
+	mu      sync.RWMutex               // held shared while copying into mem; exclusively to map or unmap
+	epoch   uint32                     // the view the descriptors were exchanged in
+	dropped bool                       // unmapped (dropDirect): map nothing more
+	view    *view                      // the view of the exchange
+	members []int                      // the ranks that sent descs, ascending
+	descs   []int64                    // descWords per member: read on a peer's first write, not before
 	mem     map[transport.Proc]peerMem // mapped, or a nil mem when mapping failed
+}
+
+// share returns where proc's memory is, if it sent any and is on this
+// host.
+func (d *directSeg) share(rt *Runtime, proc transport.Proc) (peerShare, bool) {
+	if proc == rt.self || int(proc) >= len(d.view.rankOf) || !rt.tr.(nearer).IsNear(proc) {
+		return peerShare{}, false
+	}
+	r := d.view.rankOf[proc]
+	if r < 0 {
+		return peerShare{}, false
+	}
+	i := slices.Index(d.members, r)
+	if i < 0 {
+		return peerShare{}, false
+	}
+	desc := d.descs[descWords*i : descWords*(i+1)]
+	if desc[1] <= 0 {
+		return peerShare{}, false
+	}
+	return peerShare{sh: segments.Shared{PID: int(desc[1]), FD: int(desc[2]), Ino: uint64(desc[3])}, size: desc[0], gen: uint32(desc[4])}, true
 }
 
 // peerShare is where a peer's segment memory is: what sharedDesc sent.
@@ -102,19 +126,7 @@ func (rt *Runtime) mapPeers(si *segInfo, v *view, members []int, descs []int64) 
 	if si.backing == nil {
 		return
 	}
-	near := rt.tr.(nearer)
-	d := &directSeg{epoch: v.epoch, share: map[transport.Proc]peerShare{}, mem: map[transport.Proc]peerMem{}}
-	for i, r := range members {
-		desc := descs[descWords*i : descWords*(i+1)]
-		if r >= len(v.ranks) || desc[1] <= 0 {
-			continue
-		}
-		p := v.ranks[r]
-		if p == rt.self || p == transport.NoProc || !near.IsNear(p) {
-			continue
-		}
-		d.share[p] = peerShare{sh: segments.Shared{PID: int(desc[1]), FD: int(desc[2]), Ino: uint64(desc[3])}, size: desc[0], gen: uint32(desc[4])}
-	}
+	d := &directSeg{epoch: v.epoch, view: v, members: members, descs: descs, mem: map[transport.Proc]peerMem{}}
 	si.dmu.Lock()
 	si.direct = d
 	si.dmu.Unlock()
@@ -128,7 +140,7 @@ func (rt *Runtime) mapPeer(si *segInfo, d *directSeg, proc transport.Proc) {
 	if _, done := d.mem[proc]; done || d.dropped {
 		return
 	}
-	ps, ok := d.share[proc]
+	ps, ok := d.share(rt, proc)
 	if !ok {
 		d.mem[proc] = peerMem{}
 		return
