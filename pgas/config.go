@@ -44,10 +44,11 @@ type Config struct {
 	SpinWait time.Duration
 	// DirectShm shares segment memory with the processes of this host that
 	// the transport reaches through shared memory (it reports them with an
-	// IsNear(transport.Proc) bool method, as transport/route does): a Write
+	// IsNear(transport.Proc) bool method, as transport/route does, and
+	// passes memory to them: transport.MemorySharer): a Write
 	// to one of them is a copy into its segment plus a doorbell frame
-	// (direct.go). Segments then live in memfds, moved to fresh ones at
-	// every Recover, which copies them. Off by default.
+	// (direct.go). Segments then live in memfds, moved to fresh ones at a
+	// Recover when a process given their memory failed. Off by default.
 	DirectShm bool
 	// Membership, when set, supplies committed views (epochs, the rank
 	// table, failed processes) and takes failure reports. Without it the

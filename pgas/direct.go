@@ -1,8 +1,12 @@
 package pgas
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
 	"sync"
 
 	"github.com/gaspigo/gaspigo/segments"
@@ -25,14 +29,22 @@ import (
 //   - a write that raced a view change fails as over the network (the
 //     doorbell is refused), never silently.
 //
-// Fencing: at Recover every process moves its shared segments to fresh
-// memfds at the same addresses (segments.MemfdBacking.Renew) when the new
-// view declares failed a process of its host (only those can map them),
-// and unmaps the others' segments; SegmentCreate, which every rank calls
-// again after a recovery, shares the fresh memory with the processes of
-// the new view only. A replaced process that resumes still maps the old memory, which
-// no survivor uses any more: its copies change nothing, and its doorbells
-// carry its old epoch and are refused.
+// Sharing: a process maps a peer's segment on its first direct write to
+// it, asking the peer for the memory over the shared-memory transport's
+// authenticated socket (transport.MemorySharer: the memfd travels as
+// SCM_RIGHTS, like the rings; no right to trace the peer is needed). The
+// owner answers only processes of its current view that hold a rank, and
+// records whom it gave each segment's memory to.
+//
+// Fencing: at Recover a process moves a shared segment to a fresh memfd at
+// the same address (segments.MemfdBacking.Renew) when the new view
+// declares failed a process it gave that memory to (no other process can
+// map it), and unmaps the others' segments everywhere; SegmentCreate,
+// which every rank calls again after a recovery, exchanges the fresh
+// generations, and a peer maps the memory again on its next direct write.
+// A replaced process that resumes still maps the old memory, which no
+// survivor uses any more: its copies change nothing, and its doorbells
+// carry its old epoch and generation and are refused.
 
 // nearer is the transport's view of which peers are on this host and
 // reached through shared memory (transport/route.Router).
@@ -74,12 +86,11 @@ func (d *directSeg) share(rt *Runtime, proc transport.Proc) (peerShare, bool) {
 	if desc[1] <= 0 {
 		return peerShare{}, false
 	}
-	return peerShare{sh: segments.Shared{PID: int(desc[1]), FD: int(desc[2]), Ino: uint64(desc[3])}, size: desc[0], gen: uint32(desc[4])}, true
+	return peerShare{size: desc[0], gen: uint32(desc[4])}, true
 }
 
-// peerShare is where a peer's segment memory is: what sharedDesc sent.
+// peerShare is what sharedDesc sent of a peer's segment memory.
 type peerShare struct {
-	sh   segments.Shared
 	size int64
 	gen  uint32
 }
@@ -94,27 +105,67 @@ type peerMem struct {
 // descWords is the length of sharedDesc.
 const descWords = 5
 
-// directOn reports whether segments are shared with same-host peers.
+// directOn reports whether segments are shared with same-host peers: the
+// transport must tell which peers are near and pass memory to them.
 func (rt *Runtime) directOn() bool {
 	if !rt.cfg.DirectShm {
 		return false
 	}
 	_, ok := rt.tr.(nearer)
-	return ok
+	_, shares := rt.tr.(transport.MemorySharer)
+	return ok && shares
 }
 
 // sharedDesc is what SegmentCreate's exchange carries for one rank: the
-// size, then where its memory is (segments.Shared; PID 0 for none) and
-// its generation.
+// size, whether its memory can be shared (1) or not (0), two words
+// unused, and its generation.
 func sharedDesc(si *segInfo) []int64 {
 	d := []int64{si.seg.Size(), 0, 0, 0, int64(si.gen.Load())}
-	if si.backing == nil {
-		return d
-	}
-	if sh, err := si.backing.Shared(si.seg.Bytes()); err == nil {
-		d[1], d[2], d[3] = int64(sh.PID), int64(sh.FD), int64(sh.Ino)
+	if si.backing != nil {
+		d[1] = 1
 	}
 	return d
+}
+
+// shareTimeout bounds a request for a peer's memory; past it the write
+// goes through the ring.
+const shareTimeout = 10 * time.Second
+
+// provideMemory answers a peer's request for the memory of segment key
+// (transport.MemoryFunc): only a process that holds a rank in the current
+// view, not declared failed, gets it, and the segment records it as a
+// holder of that memory (renewShared).
+func (rt *Runtime) provideMemory(from transport.Proc, key uint64) (int, uint64, error) {
+	if key > 0xffff {
+		return -1, 0, fmt.Errorf("pgas: no segment %d: %w", key, ErrNoSegment)
+	}
+	si, unpin, err := rt.pinSegInfo(uint16(key))
+	if err != nil {
+		return -1, 0, err
+	}
+	defer unpin()
+	if si.backing == nil {
+		return -1, 0, fmt.Errorf("pgas: segment %d is not shared: %w", key, ErrNoSegment)
+	}
+	// Under move: a Recover that renews the memory waits for this to
+	// record the holder, and one that ran before is seen in the view.
+	si.move.RLock()
+	defer si.move.RUnlock()
+	v := rt.view.Load()
+	if int(from) >= len(v.rankOf) || v.rankOf[from] < 0 || v.failed[from] {
+		return -1, 0, fmt.Errorf("pgas: proc %d holds no rank in epoch %d: %w", from, v.epoch, ErrStaleEpoch)
+	}
+	fd, err := si.backing.Dup(si.seg.Bytes())
+	if err != nil {
+		return -1, 0, err
+	}
+	si.hmu.Lock()
+	if si.holders == nil {
+		si.holders = map[transport.Proc]bool{}
+	}
+	si.holders[from] = true
+	si.hmu.Unlock()
+	return fd, uint64(si.gen.Load()), nil
 }
 
 // mapPeers records where the segments of this host's peers in view v
@@ -145,13 +196,18 @@ func (rt *Runtime) mapPeer(si *segInfo, d *directSeg, proc transport.Proc) {
 		d.mem[proc] = peerMem{}
 		return
 	}
-	mem, err := segments.MapShared(ps.sh, ps.size)
+	ctx, cancel := context.WithTimeout(rt.life, shareTimeout)
+	fd, tag, err := rt.tr.(transport.MemorySharer).FetchMemory(ctx, proc, uint64(si.seg.ID()))
+	cancel()
+	var mem []byte
+	if err == nil {
+		mem, err = segments.MapFD(fd, ps.size)
+		unix.Close(fd)
+	}
 	if err != nil {
-		// Correct either way, only slower: said once, as information
-		// (a kernel that restricts tracing, as Yama's ptrace_scope 1
-		// does between sibling processes, refuses every such map).
+		// Correct either way, only slower: said once, as information.
 		if rt.mapRefused.CompareAndSwap(false, true) {
-			rt.log.Info("a same-host peer's segment could not be mapped: writes to it go through the ring (set PGAS_SHM_SEGMENTS=0 to stop trying, or allow tracing between the job's processes to write directly)",
+			rt.log.Info("a same-host peer's segment could not be mapped: writes to it go through the ring (set PGAS_SHM_SEGMENTS=0 to stop trying)",
 				"seg", si.seg.ID(), "proc", proc, "err", err)
 		} else {
 			rt.log.Debug("segment not mapped", "seg", si.seg.ID(), "proc", proc, "err", err)
@@ -159,7 +215,7 @@ func (rt *Runtime) mapPeer(si *segInfo, d *directSeg, proc transport.Proc) {
 		d.mem[proc] = peerMem{}
 		return
 	}
-	d.mem[proc] = peerMem{mem: mem, gen: ps.gen}
+	d.mem[proc] = peerMem{mem: mem, gen: uint32(tag)}
 }
 
 // dropDirect unmaps the others' segments.
@@ -240,40 +296,30 @@ func checkDoorbell(si *segInfo, h *transport.Header) error {
 	return nil
 }
 
-// mustMove reports whether view v declares failed a process that may map
-// this process's shared segments and that no earlier move cut off. Only
-// a process of this host can map them (mapPeers maps the segments of the
-// peers the transport reaches through shared memory, which are of this
-// host), so a failure on another host leaves them where they are; with no
-// host labels every failure counts.
-func (rt *Runtime) mustMove(v *view) bool {
-	rt.movedMu.Lock()
-	defer rt.movedMu.Unlock()
-	if rt.movedFor == nil {
-		rt.movedFor = make([]bool, len(v.failed))
-	}
-	hosts := rt.cfg.Hosts
+// mustMove reports whether view v declares failed a process that si gave
+// its memory to (provideMemory), and forgets those processes: the memory
+// it renews to has no holder yet.
+func (si *segInfo) mustMove(v *view) bool {
+	si.hmu.Lock()
+	defer si.hmu.Unlock()
 	must := false
-	for p, failed := range v.failed {
-		if !failed || rt.movedFor[p] {
-			continue
-		}
-		rt.movedFor[p] = true
-		if hosts == nil || p >= len(hosts) || int(rt.self) >= len(hosts) || hosts[p] == hosts[rt.self] {
+	for p := range si.holders {
+		if int(p) < len(v.failed) && v.failed[p] {
 			must = true
 		}
+	}
+	if must {
+		clear(si.holders)
 	}
 	return must
 }
 
-// renewShared moves every shared segment to fresh memory and unmaps the
-// others' (see the comment at the top), when v declares failed a process
-// of this host (mustMove); otherwise it only unmaps the others', which
-// SegmentCreate maps again. Recover calls it before the program enters
-// the new epoch; no frame is landing then (drainLanding), and the program
-// does not use segment memory while it recovers.
+// renewShared unmaps the others' segments and moves to fresh memory each
+// shared segment that a process v declares failed had been given (see the
+// comment at the top). Recover calls it before the program enters the new
+// epoch; no frame is landing then (drainLanding), and the program does not
+// use segment memory while it recovers.
 func (rt *Runtime) renewShared(v *view) error {
-	move := rt.mustMove(v)
 	rt.segMu.RLock()
 	sis := make([]*segInfo, 0, len(rt.segs))
 	for _, si := range rt.segs {
@@ -282,13 +328,13 @@ func (rt *Runtime) renewShared(v *view) error {
 	rt.segMu.RUnlock()
 	for _, si := range sis {
 		si.dropDirect()
-		if si.backing == nil || !move {
+		if si.backing == nil {
 			continue
 		}
 		si.use.RLock() // against SegmentDelete; read replies may go on (see segInfo.move)
 		si.move.Lock()
 		var err error
-		if !si.deleted {
+		if !si.deleted && si.mustMove(v) {
 			err = si.backing.Renew(si.seg.Bytes())
 			si.gen.Store(rt.segGen.Add(1))
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/mem"
@@ -23,21 +25,14 @@ func direct(c *Config) {
 	c.Transport = nearMem{c.Transport.(*mem.Transport)}
 }
 
-// directMapped skips the test where this process cannot map a segment
-// through pidfd_getfd (no permission to trace itself, or an old kernel).
+// directMapped skips the test where memfds are not available.
 func directMapped(t *testing.T) {
 	b := segments.NewMemfdBacking()
 	m, err := b.Alloc(4096)
 	if err != nil {
 		t.Skipf("no memfd: %v", err)
 	}
-	defer b.Free(m)
-	sh, _ := b.Shared(m)
-	peer, err := segments.MapShared(sh, 4096)
-	if err != nil {
-		t.Skipf("pidfd_getfd cannot take a descriptor here: %v", err)
-	}
-	segments.UnmapShared(peer)
+	b.Free(m)
 }
 
 // With DirectShm, a write to a same-host rank is copied into its segment
@@ -126,14 +121,14 @@ func TestDirectRecoverFencesOldMappings(t *testing.T) {
 			_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
 			return err
 		})
-		// What process 1 holds of process 2's segment.
-		rts[2].segMu.RLock()
-		sh, err := rts[2].segs[1].backing.Shared(rts[2].segs[1].seg.Bytes())
-		rts[2].segMu.RUnlock()
+		// What process 1 holds of process 2's segment, as it would ask
+		// for it: process 2 records process 1 as holding its memory.
+		fd, _, err := rts[2].provideMemory(1, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		stale, err := segments.MapShared(sh, 4096)
+		stale, err := segments.MapFD(fd, 4096)
+		unix.Close(fd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,18 +219,17 @@ func TestCheckDoorbell(t *testing.T) {
 	}
 }
 
-// Recover moves the shared segments only when a process of this host
-// failed: one of another host never mapped them (mapPeers maps only the
-// peers reached through shared memory), so a move would cost the
-// recovery a copy for nothing. Processes 0, 1 and the spare 3 are on
-// host a, process 2 on host b.
-func TestDirectMoveOnlyForSameHostFailures(t *testing.T) {
+// Recover moves a shared segment only when a process it gave its memory
+// to failed: a process that never asked for it cannot write it, so a move
+// would cost the recovery a copy for nothing. Process 1 writes directly to
+// process 0 (so holds its memory) in the first case only.
+func TestDirectMoveOnlyForHolders(t *testing.T) {
 	directMapped(t)
 	for _, c := range []struct {
 		name   string
 		victim transport.Proc
-		moved  bool
-	}{{"another host", 2, false}, {"this host", 1, true}} {
+		wrote  bool
+	}{{"a holder", 1, true}, {"not a holder", 1, false}, {"another host", 2, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				rts, promoted, nw, _, _ := newFTJobOn(t, 3, 1, []string{"a", "a", "b", "a"}, direct)
@@ -249,13 +243,26 @@ func TestDirectMoveOnlyForSameHostFailures(t *testing.T) {
 				ino := func() uint64 {
 					rts[0].segMu.RLock()
 					defer rts[0].segMu.RUnlock()
-					sh, err := rts[0].segs[1].backing.Shared(rts[0].segs[1].seg.Bytes())
+					fd, err := rts[0].segs[1].backing.Dup(rts[0].segs[1].seg.Bytes())
 					if err != nil {
 						t.Fatal(err)
 					}
-					return sh.Ino
+					defer unix.Close(fd)
+					var st unix.Stat_t
+					if err := unix.Fstat(fd, &st); err != nil {
+						t.Fatal(err)
+					}
+					return st.Ino
 				}
 				before := ino()
+				if c.wrote {
+					if err := rts[c.victim].Write(ctx, 0, 0, Loc{1, 512}, Loc{1, 512}, 8); err != nil {
+						t.Fatal(err)
+					}
+					if err := rts[c.victim].Wait(ctx, 0); err != nil || rts[c.victim].Stats().DirectWrites != 1 {
+						t.Fatalf("the victim's write: %v after %d direct writes, want 1", err, rts[c.victim].Stats().DirectWrites)
+					}
+				}
 				nw.Kill(c.victim)
 				var survivors []*Runtime
 				for p, rt := range rts {
@@ -273,8 +280,8 @@ func TestDirectMoveOnlyForSameHostFailures(t *testing.T) {
 					_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
 					return err
 				})
-				if moved := ino() != before; moved != c.moved {
-					t.Fatalf("process %d failed: process 0's segment moved=%v, want %v", c.victim, moved, c.moved)
+				if moved := ino() != before; moved != c.wrote {
+					t.Fatalf("process %d failed: process 0's segment moved=%v, want %v", c.victim, moved, c.wrote)
 				}
 				if string(seg0.Bytes()[:6]) != "before" {
 					t.Fatalf("process 0's segment holds %q after the recovery", seg0.Bytes()[:6])

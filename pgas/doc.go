@@ -79,15 +79,16 @@
 //
 // With Config.DirectShm (job: on unless PGAS_SHM_SEGMENTS=0), segments live in
 // memfds that the processes of one host map (the transport names those
-// processes: IsNear). A Write or WriteNotify to such a rank is a copy into
+// processes, IsNear, and passes the memory over its authenticated socket,
+// transport.MemorySharer: no right to trace a peer is needed). A Write or WriteNotify to such a rank is a copy into
 // its segment, then the usual acknowledged write frame without payload as
 // a doorbell; the target sets the notification and acknowledges when it
 // reads it. Every contract above holds: the notification follows the data,
 // Wait is remote completion, and a write that raced a view change fails
-// (its doorbell is refused). Recover moves every shared segment to a fresh
-// memfd at the same address (when a process of this host failed) and
-// unmaps the others'; SegmentCreate shares the fresh memory with the
-// processes of the new view only, so a replaced process changes nothing a
+// (its doorbell is refused). Recover moves a shared segment to a fresh
+// memfd at the same address when a process it gave that memory to failed,
+// and unmaps the others'; the fresh memory goes only to the processes of
+// the new view, so a replaced process changes nothing a
 // survivor reads. The move copies only the pages the segment's memfd
 // holds. The program must not touch segment memory while Recover runs.
 // See direct.go.

@@ -45,12 +45,7 @@ type Runtime struct {
 	segMu sync.RWMutex
 	segs  map[segments.ID]*segInfo
 	// segGen numbers segment memories (segInfo.gen; direct.go).
-	segGen atomic.Uint32
-	// movedMu guards movedFor: the processes declared failed whose
-	// possible mappings of this process's shared segments a move at
-	// Recover has already made harmless (direct.go, mustMove).
-	movedMu    sync.Mutex
-	movedFor   []bool      // by proc; nil until the first Recover
+	segGen     atomic.Uint32
 	mapRefused atomic.Bool // a peer's shared segment could not be mapped (said once)
 
 	peers  *peerTable
@@ -144,6 +139,9 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("pgas: failure detector: %w", err)
 		}
 		rt.det = det
+	}
+	if rt.directOn() {
+		rt.tr.(transport.MemorySharer).ShareMemory(rt.provideMemory)
 	}
 	if err := rt.tr.Start(callbacks{rt}); err != nil {
 		rt.closeDetector()

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gaspigo/gaspigo/segments"
+	"github.com/gaspigo/gaspigo/transport"
 )
 
 // segInfo is a local segment plus the sizes of the same segment on every
@@ -35,6 +36,8 @@ type segInfo struct {
 	// (direct.go).
 	backing *segments.MemfdBacking
 	gen     atomic.Uint32 // names the memory: new at creation and at every move (under move)
+	hmu     sync.Mutex
+	holders map[transport.Proc]bool // the processes given the memory (provideMemory); under hmu
 	dmu     sync.RWMutex
 	direct  *directSeg // under dmu
 }

@@ -27,8 +27,8 @@
 // (page-aligned, with MADV_HUGEPAGE for large segments); FileBacking maps a
 // file, so that a same-host transport can share the segment with peers.
 // MemfdBacking maps a memfd per segment (nothing in any file system):
-// another process of the host maps it with MapShared from what Shared
-// says, and Renew moves a segment to a fresh memfd at the same address,
+// another process of the host maps it with MapFD from a descriptor that
+// Dup gives (passed over a Unix socket, SCM_RIGHTS), and Renew moves a segment to a fresh memfd at the same address,
 // contents copied, so that the old mappings change nothing any more (how
 // package pgas fences a replaced process at a recovery).
 package segments

@@ -99,27 +99,22 @@ func (b *MemfdBacking) Free(mem []byte) error {
 	return err
 }
 
-// Shared describes where another process of the host finds a segment's
-// memory: descriptor FD of process PID, whose inode is Ino. The inode lets
-// the other process check that the descriptor it took is this memory.
-type Shared struct {
-	PID, FD int
-	Ino     uint64
-}
-
-// Shared returns where mem, returned by Alloc, can be found.
-func (b *MemfdBacking) Shared(mem []byte) (Shared, error) {
+// Dup returns a new descriptor of mem's memfd (mem returned by Alloc),
+// close-on-exec, for passing to another process of the host (over a Unix
+// socket: SCM_RIGHTS), which maps it with MapFD. The caller closes it. A
+// Renew after Dup leaves the descriptor naming the old memory.
+func (b *MemfdBacking) Dup(mem []byte) (int, error) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	fd, ok := b.fds[addr(mem)]
-	b.mu.Unlock()
 	if !ok {
-		return Shared{}, fmt.Errorf("segments: memory not from this backing: %w", ErrClosed)
+		return -1, fmt.Errorf("segments: memory not from this backing: %w", ErrClosed)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return Shared{}, fmt.Errorf("segments: fstat memfd: %w", err)
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("segments: dup memfd: %w", err)
 	}
-	return Shared{PID: unix.Getpid(), FD: fd, Ino: st.Ino}, nil
+	return nfd, nil
 }
 
 // Renew moves mem, returned by Alloc, to a fresh memfd: its contents are
@@ -201,27 +196,16 @@ func Retired(mem []byte) bool {
 	return retiredWord(mem).Load() != 0
 }
 
-// MapShared maps the memory that s describes (another process's segment,
-// of size bytes) into this process. It fails when the process cannot take
-// the descriptor (no pidfd_getfd, or no permission to trace the process)
-// or when the descriptor is not that memory.
-func MapShared(s Shared, size int64) ([]byte, error) {
-	pfd, err := unix.PidfdOpen(s.PID, 0)
-	if err != nil {
-		return nil, fmt.Errorf("segments: pidfd_open %d: %w", s.PID, err)
-	}
-	defer unix.Close(pfd)
-	fd, err := unix.PidfdGetfd(pfd, s.FD, 0)
-	if err != nil {
-		return nil, fmt.Errorf("segments: pidfd_getfd %d of process %d: %w", s.FD, s.PID, err)
-	}
-	defer unix.Close(fd)
+// MapFD maps another process's segment memory of size bytes from fd, a
+// descriptor of its memfd (from Dup, received over a Unix socket). It
+// fails when fd is not a memfd of that size. The caller still closes fd.
+func MapFD(fd int, size int64) ([]byte, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("segments: fstat: %w", err)
 	}
-	if size <= 0 || size > MaxSize || st.Ino != s.Ino || st.Size != int64(memfdSize(int(size))) {
-		return nil, fmt.Errorf("segments: descriptor %d of process %d is inode %d of %d bytes, want %d of %d", s.FD, s.PID, st.Ino, st.Size, s.Ino, memfdSize(int(size)))
+	if size <= 0 || size > MaxSize || st.Size != int64(memfdSize(int(size))) {
+		return nil, fmt.Errorf("segments: descriptor of %d bytes for a segment of %d, want %d", st.Size, size, memfdSize(int(size)))
 	}
 	full, err := unix.Mmap(fd, 0, memfdSize(int(size)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -230,7 +214,7 @@ func MapShared(s Shared, size int64) ([]byte, error) {
 	return full[:size:size], nil
 }
 
-// UnmapShared unmaps what MapShared returned.
+// UnmapShared unmaps what MapFD returned.
 func UnmapShared(mem []byte) error { return unix.Munmap(whole(mem)) }
 
 func addr(mem []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(mem))) }

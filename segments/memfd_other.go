@@ -4,7 +4,7 @@ package segments
 
 import "errors"
 
-// errNoMemfd: segments in shared memory need Linux (memfd, pidfd_getfd).
+// errNoMemfd: segments in shared memory need Linux (memfd).
 var errNoMemfd = errors.New("segments: shared segments need Linux")
 
 // MemfdBacking is Linux only; elsewhere Alloc fails.
@@ -19,20 +19,14 @@ func (*MemfdBacking) Alloc(int) ([]byte, error) { return nil, errNoMemfd }
 // Free does nothing off Linux.
 func (*MemfdBacking) Free([]byte) error { return nil }
 
-// Shared describes a segment's memory to another process (Linux only).
-type Shared struct {
-	PID, FD int
-	Ino     uint64
-}
-
-// Shared fails off Linux.
-func (*MemfdBacking) Shared([]byte) (Shared, error) { return Shared{}, errNoMemfd }
+// Dup fails off Linux.
+func (*MemfdBacking) Dup([]byte) (int, error) { return -1, errNoMemfd }
 
 // Renew fails off Linux.
 func (*MemfdBacking) Renew([]byte) error { return errNoMemfd }
 
-// MapShared fails off Linux.
-func MapShared(Shared, int64) ([]byte, error) { return nil, errNoMemfd }
+// MapFD fails off Linux.
+func MapFD(int, int64) ([]byte, error) { return nil, errNoMemfd }
 
 // UnmapShared does nothing off Linux.
 func UnmapShared([]byte) error { return nil }

@@ -40,6 +40,9 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
+	if probe := os.Getenv("FTTIER_TRACE_PROBE"); probe != "" {
+		os.Exit(traceProbe(probe)) // a helper of TestDirectWritesWithoutTracing
+	}
 	os.Exit(proctest.Main(m, "fttier", raceEnabled, []string{"./cmd/gaspirun", "./internal/testprog/ftstep"}, func(dir string, skip error) {
 		bins.err = skip
 		bins.gaspirun = filepath.Join(dir, "gaspirun")
@@ -136,6 +139,16 @@ type jobOpts struct {
 	extra    []string
 	launch   []string // gaspirun flags, before the program (e.g. host labels)
 	env      []string // KEY=VALUE for every process (through gaspirun)
+	// as runs gaspirun (and so the job) with these binaries as another
+	// user; nil: bins, as this process's user.
+	as *runAs
+}
+
+// runAs is a jobOpts.as: the user, and the binaries that user runs.
+type runAs struct {
+	cred           *syscall.Credential
+	gaspirun, prog string
+	tmp            string // TMPDIR for the job, writable by the user
 }
 
 // startJob runs gaspirun -n 4 --spares 2 with ftstep under PGAS_LOG=info.
@@ -154,22 +167,38 @@ func startJob(t *testing.T, o jobOpts) *job {
 		o.timeout = progTimeout
 	}
 	j := &job{t: t, steps: o.steps, resultDir: t.TempDir(), pids: map[int]int{}}
+	gaspirun, prog := bins.gaspirun, bins.prog
+	if o.as != nil {
+		gaspirun, prog = o.as.gaspirun, o.as.prog
+		j.resultDir = filepath.Join(o.as.tmp, "results")
+		if err := os.Mkdir(j.resultDir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(j.resultDir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	args := []string{"-n", strconv.Itoa(ranks), "--spares", strconv.Itoa(spares), "--timeout", jobDeadline.String()}
 	args = append(args, o.launch...)
-	args = append(args, "--", bins.prog, "-steps", strconv.Itoa(o.steps), "-pause", o.pause.String(),
+	args = append(args, "--", prog, "-steps", strconv.Itoa(o.steps), "-pause", o.pause.String(),
 		"-progress", strconv.Itoa(o.progress), "-leader", "-stats", "-result-dir", j.resultDir,
 		"-timeout", o.timeout.String(), "-finalize-timeout", "10s")
 	args = append(args, o.extra...)
 	// For example "-suspicion 1s -probe 500ms": a detector configuration
 	// other than the default, for a machine too loaded for it.
 	args = append(args, strings.Fields(os.Getenv("FTTIER_FTSTEP_ARGS"))...)
-	cmd := exec.CommandContext(ctx, bins.gaspirun, args...)
+	cmd := exec.CommandContext(ctx, gaspirun, args...)
 	// gaspirun tears the job down on SIGTERM; SIGKILL would leave the
 	// processes running.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 20 * time.Second
 	cmd.Env = append(append(os.Environ(), "PGAS_LOG=info"), o.env...)
+	if o.as != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.as.cred}
+		cmd.Env = append(cmd.Env, "TMPDIR="+o.as.tmp, "HOME="+o.as.tmp)
+		cmd.Dir = o.as.tmp
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

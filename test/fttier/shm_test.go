@@ -2,12 +2,20 @@ package fttier
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ringMark is how a ring of transport/shm shows in /proc/PID/maps: a
@@ -177,11 +185,7 @@ func TestStoppedRankIsFencedShm(t *testing.T) {
 			}
 		},
 	})
-	direct := 0
-	for _, s := range statsOf(j0.snapshot()) {
-		direct += max(0, s.int("direct_writes"))
-	}
-	if direct == 0 {
+	if directWrites(j0) == 0 {
 		j0.fatalf("no rank wrote directly into a neighbour's segment: the test proves nothing about direct writes")
 	}
 	for _, x := range j0.snapshot() {
@@ -192,4 +196,139 @@ func TestStoppedRankIsFencedShm(t *testing.T) {
 	if after := shmLeftovers(t); len(after) > len(before) {
 		t.Errorf("left in /dev/shm: %v (before the job: %v)", after, before)
 	}
+}
+
+// TestDirectWritesWithoutTracing: segment memory travels over the
+// shared-memory transport's socket, so direct writes need no right to
+// trace a peer (pidfd_getfd needs one; Yama's ptrace_scope 1, Ubuntu's
+// default, refuses it between sibling processes). The job runs as user
+// nobody from binaries that user may execute but not read, which makes
+// every process non-dumpable: none may trace another. The test first
+// shows that premise with two helper processes made the same way (one
+// cannot take a descriptor of the other with pidfd_getfd), then that the
+// job's ranks still write into each other's segments directly and get
+// the failure-free result.
+func TestDirectWritesWithoutTracing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the job runs as user nobody from binaries it cannot read")
+	}
+	if bins.err != nil {
+		t.Skip(bins.err)
+	}
+	tmp, err := os.MkdirTemp("", "fttier-notrace-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := &runAs{cred: &syscall.Credential{Uid: 65534, Gid: 65534}, tmp: tmp,
+		gaspirun: filepath.Join(tmp, "gaspirun"), prog: filepath.Join(tmp, "ftstep")}
+	probe := filepath.Join(tmp, "probe")
+	for _, c := range []struct {
+		from, to string
+		mode     os.FileMode
+	}{{bins.gaspirun, as.gaspirun, 0o755}, {bins.prog, as.prog, 0o711}, {self, probe, 0o711}} {
+		if err := copyFile(c.from, c.to, c.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The premise: a process made so cannot take another's descriptor.
+	target := exec.Command(probe)
+	target.Env = append(os.Environ(), "FTTIER_TRACE_PROBE=wait")
+	target.SysProcAttr = &syscall.SysProcAttr{Credential: as.cred}
+	hold, err := target.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		hold.Close()
+		target.Wait()
+	}()
+	try := exec.Command(probe)
+	try.Env = append(os.Environ(), "FTTIER_TRACE_PROBE="+strconv.Itoa(target.Process.Pid))
+	try.SysProcAttr = &syscall.SysProcAttr{Credential: as.cred}
+	out, err := try.CombinedOutput()
+	if code := try.ProcessState.ExitCode(); code != probeRefused {
+		t.Fatalf("premise: a process of user nobody running an unreadable binary took a descriptor of another with pidfd_getfd (exit %d, %v: %s); the test cannot show anything here", code, err, out)
+	}
+	j := startJob(t, jobOpts{steps: 200, env: []string{"PGAS_SHM=1", "PGAS_SHM_SEGMENTS=1"}, extra: []string{"-writes", "5ms"}, as: as})
+	code := j.wait()
+	j.checkFailures()
+	if code != 0 {
+		j.fatalf("gaspirun exit %d, want 0", code)
+	}
+	j.checkResults()
+	direct := directWrites(j)
+	if direct == 0 {
+		j.fatalf("no rank wrote directly into a neighbour's segment without the right to trace")
+	}
+	for _, x := range j.snapshot() {
+		if strings.Contains(x.raw, "could not be mapped") {
+			j.fatalf("a segment was not mapped: %s", x.raw)
+		}
+	}
+	t.Logf("%d direct writes by processes that cannot trace each other", direct)
+}
+
+// directWrites sums the direct writes the ranks of j reported.
+func directWrites(j *job) int {
+	n := 0
+	for _, s := range statsOf(j.snapshot()) {
+		n += max(0, s.int("direct_writes"))
+	}
+	return n
+}
+
+// probeRefused is traceProbe's exit code when pidfd_getfd was refused.
+const probeRefused = 3
+
+// traceProbe is TestDirectWritesWithoutTracing's helper process: "wait"
+// waits for its stdin to close; a PID tries to take that process's
+// descriptor 0 (exit 0 if it could, probeRefused if refused).
+func traceProbe(arg string) int {
+	if arg == "wait" {
+		io.Copy(io.Discard, os.Stdin)
+		return 0
+	}
+	pid, err := strconv.Atoi(arg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	pfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pidfd_open:", err)
+		return 4
+	}
+	fd, err := unix.PidfdGetfd(pfd, 0, 0)
+	if errors.Is(err, unix.EPERM) {
+		return probeRefused
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pidfd_getfd:", err)
+		return 4
+	}
+	unix.Close(fd)
+	return 0
+}
+
+// copyFile copies from to to with mode.
+func copyFile(from, to string, mode os.FileMode) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(to, b, mode); err != nil {
+		return err
+	}
+	return os.Chmod(to, mode)
 }

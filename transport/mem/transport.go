@@ -29,6 +29,8 @@ type Transport struct {
 	links sync.Map // transport.Proc -> *link
 
 	wg sync.WaitGroup // goroutines owned by this endpoint
+
+	mem memFuncs // memory.go
 }
 
 var _ transport.Transport = (*Transport)(nil)

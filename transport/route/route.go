@@ -109,6 +109,25 @@ func (r *Router) Send(ctx context.Context, to transport.Proc, h *transport.Heade
 	return r.far.Send(ctx, to, h, payload)
 }
 
+// FetchMemory asks a near peer for its memory (transport.MemorySharer)
+// through Near; it fails for a peer that is not near, or when Near cannot
+// share memory.
+func (r *Router) FetchMemory(ctx context.Context, peer transport.Proc, key uint64) (int, uint64, error) {
+	ms, ok := r.near.(transport.MemorySharer)
+	if !ok || !r.IsNear(peer) {
+		return -1, 0, fmt.Errorf("route: proc %d: no shared memory with it: %w", peer, transport.ErrUnknownPeer)
+	}
+	return ms.FetchMemory(ctx, peer, key)
+}
+
+// ShareMemory sets Near's answer to memory requests
+// (transport.MemorySharer), if Near can share memory.
+func (r *Router) ShareMemory(f transport.MemoryFunc) {
+	if ms, ok := r.near.(transport.MemorySharer); ok {
+		ms.ShareMemory(f)
+	}
+}
+
 // Disconnect cuts peer on both transports (those that can:
 // pgas.Disconnector).
 func (r *Router) Disconnect(peer transport.Proc, cause error) {

@@ -76,6 +76,11 @@ func (t *Transport) untrack(c *net.UnixConn) {
 func (t *Transport) serve(c *net.UnixConn) {
 	id, r, err := t.acceptRing(c)
 	t.untrack(c)
+	var mq memRequest
+	if errors.As(err, &mq) {
+		t.serveMemory(c, id, mq.key)
+		return
+	}
 	if err != nil {
 		t.stats.Refused.Add(1)
 		if !t.isClosed() {
@@ -161,7 +166,14 @@ func (t *Transport) serve(c *net.UnixConn) {
 	t.consume(p, in)
 }
 
-// acceptRing authenticates the dialer and maps the ring it offers.
+// memRequest is acceptRing's error when the dialer asks for memory
+// (memory_linux.go) instead of offering a ring.
+type memRequest struct{ key uint64 }
+
+func (memRequest) Error() string { return "shm: a memory request, not a ring" }
+
+// acceptRing authenticates the dialer and maps the ring it offers, or
+// returns a memRequest when it asks for memory instead.
 func (t *Transport) acceptRing(c *net.UnixConn) (transport.Proc, *ring, error) {
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	got, err := auth.Handshake(c, t.cfg.Token, auth.PurposeShm, uint32(t.self), false)
@@ -178,19 +190,12 @@ func (t *Transport) acceptRing(c *net.UnixConn) (transport.Proc, *ring, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("shm: reading proc %d's ring: %w", id, err)
 	}
-	var fds []int
-	if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-		for i := range cmsgs {
-			if got, err := unix.ParseUnixRights(&cmsgs[i]); err == nil {
-				fds = append(fds, got...)
-			}
-		}
+	fds := rightsOf(oob[:oobn])
+	defer closeAll(fds)
+	if n == offerSize && len(fds) == 0 && binary.LittleEndian.Uint32(msg[0:]) == memqMagic &&
+		binary.LittleEndian.Uint32(msg[4:]) == ringVersion {
+		return id, nil, memRequest{binary.LittleEndian.Uint64(msg[8:])}
 	}
-	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}()
 	if n != offerSize || len(fds) != 1 ||
 		binary.LittleEndian.Uint32(msg[0:]) != offerMagic || binary.LittleEndian.Uint32(msg[4:]) != ringVersion {
 		return 0, nil, fmt.Errorf("%w: proc %d sent a bad ring offer (%d bytes, %d descriptors)", ErrCorrupt, id, n, len(fds))

@@ -23,6 +23,10 @@ func (t *Transport) Close() error                             { return nil }
 func (t *Transport) Disconnect(transport.Proc, error)         {}
 func (t *Transport) Connected(transport.Proc) bool            { return false }
 func (t *Transport) SetSpin(time.Duration)                    {}
+func (t *Transport) ShareMemory(transport.MemoryFunc)         {}
+func (t *Transport) FetchMemory(context.Context, transport.Proc, uint64) (int, uint64, error) {
+	return -1, 0, ErrUnsupported
+}
 func (t *Transport) Send(context.Context, transport.Proc, *transport.Header, []byte) error {
 	return ErrUnsupported
 }

@@ -30,6 +30,7 @@ type Transport struct {
 	conns   map[*net.UnixConn]struct{} // connections in their handshake
 
 	spin      atomic.Int64 // Config.Spin, or SetSpin's
+	memFunc   atomic.Pointer[transport.MemoryFunc]
 	closing   chan struct{}
 	closed    atomic.Bool
 	closeOnce sync.Once
