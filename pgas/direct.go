@@ -201,7 +201,14 @@ func (rt *Runtime) mapPeer(si *segInfo, d *directSeg, proc transport.Proc) {
 	cancel()
 	var mem []byte
 	if err == nil {
-		mem, err = segments.MapFD(fd, ps.size)
+		// The memory must be the segment the exchange described: a peer
+		// that deleted and re-created it since has another generation
+		// (and maybe another size that rounds to the same pages).
+		if uint32(tag) != ps.gen {
+			err = fmt.Errorf("segment %d of proc %d is of generation %d now, the exchange said %d", si.seg.ID(), proc, uint32(tag), ps.gen)
+		} else {
+			mem, err = segments.MapFD(fd, ps.size)
+		}
 		unix.Close(fd)
 	}
 	if err != nil {
