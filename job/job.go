@@ -22,12 +22,15 @@ import (
 
 // Compile-time checks of the capabilities the runtime looks for.
 var (
-	_ pgas.Disconnector = (*tcp.Transport)(nil)
-	_ pgas.Queuer       = (*tcp.Transport)(nil)
-	_ pgas.Disconnector = (*shm.Transport)(nil)
-	_ pgas.Disconnector = (*route.Router)(nil)
-	_ pgas.Queuer       = (*route.Router)(nil)
-	_ pgas.Launcher     = launcher{}
+	_ transport.Disconnector = (*tcp.Transport)(nil)
+	_ transport.Queuer       = (*tcp.Transport)(nil)
+	_ transport.Disconnector = (*shm.Transport)(nil)
+	_ transport.MemorySharer = (*shm.Transport)(nil)
+	_ transport.Disconnector = (*route.Router)(nil)
+	_ transport.Queuer       = (*route.Router)(nil)
+	_ transport.Locality     = (*route.Router)(nil)
+	_ transport.MemorySharer = (*route.Router)(nil)
+	_ pgas.Launcher          = launcher{}
 )
 
 // Options tunes Init. The zero value joins a plain job: no membership, so

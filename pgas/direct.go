@@ -46,12 +46,6 @@ import (
 // survivor uses any more: its copies change nothing, and its doorbells
 // carry its old epoch and generation and are refused.
 
-// nearer is the transport's view of which peers are on this host and
-// reached through shared memory (transport/route.Router).
-type nearer interface {
-	IsNear(transport.Proc) bool
-}
-
 // directSeg is what a shared segment knows of the others' memory in one
 // view: where each same-host peer's is (from SegmentCreate's exchange),
 // and the mappings made so far. A peer's memory is mapped on the first
@@ -71,7 +65,7 @@ type directSeg struct {
 // share returns where proc's memory is, if it sent any and is on this
 // host.
 func (d *directSeg) share(rt *Runtime, proc transport.Proc) (peerShare, bool) {
-	if proc == rt.self || int(proc) >= len(d.view.rankOf) || !rt.tr.(nearer).IsNear(proc) {
+	if proc == rt.self || int(proc) >= len(d.view.rankOf) || !rt.tr.(transport.Locality).IsNear(proc) {
 		return peerShare{}, false
 	}
 	r := d.view.rankOf[proc]
@@ -111,7 +105,7 @@ func (rt *Runtime) directOn() bool {
 	if !rt.cfg.DirectShm {
 		return false
 	}
-	_, ok := rt.tr.(nearer)
+	_, ok := rt.tr.(transport.Locality)
 	_, shares := rt.tr.(transport.MemorySharer)
 	return ok && shares
 }

@@ -60,13 +60,6 @@ func goodbyeTimeout(peers int) time.Duration {
 	return min(goodbyeBase+time.Duration(peers)*goodbyePerPeer, goodbyeMax)
 }
 
-// Connector is an optional capability of a transport that connects to a
-// peer on its first use (transport/tcp, transport/shm, transport/route):
-// Connected reports whether a connection to peer is open now.
-type Connector interface {
-	Connected(peer transport.Proc) bool
-}
-
 // sayGoodbye tells every live peer this process talked to (and, over a
 // transport that is not a Connector, every idle spare), briefly, that
 // this process is leaving on purpose, so that its connections closing is

@@ -26,30 +26,23 @@ type Launcher interface {
 	Vacant(rank int, epoch uint64)
 }
 
-// Disconnector is an optional capability of a transport: Disconnect closes
-// the connection to peer for good, as if it had failed, so that nothing
-// more of a frame it was sending is applied. transport/tcp has it; the
-// runtime uses it on processes the membership declared failed, and on
-// every peer when this process stops (fenced). Without it, those
-// connections end when the transport closes.
-type Disconnector interface {
-	Disconnect(peer transport.Proc, cause error)
-}
+// Disconnector, Queuer and Connector are the transport's optional
+// capabilities the runtime uses (package transport declares them):
+// Disconnect on the processes the membership declared failed, and on every
+// peer when this process stops (fenced); Queue to answer a peer's request
+// for acknowledgement straight from the reader, sparing a goroutine
+// hand-off on every Wait; Connected to send goodbyes and fenced notices
+// only over connections that are up. transport.Locality and
+// transport.MemorySharer serve direct writes (direct.go).
+type (
+	Disconnector = transport.Disconnector
+	Queuer       = transport.Queuer
+	Connector    = transport.Connector
+)
 
 // Finisher is an optional capability of a Membership: Finish records that
 // the job finished, so that idle spares stop waiting and exit. Finalize
 // calls it on the lowest live rank (package spares has it).
 type Finisher interface {
 	Finish(ctx context.Context) error
-}
-
-// Queuer is an optional capability of a transport: Queue hands a small
-// frame to the transport for sending without blocking, and reports false
-// when it cannot (the caller then sends it through a goroutine that may
-// block). It may be called while handling a frame from the same peer.
-// transport/tcp has it (its batches, tcp.Config.BatchFrame); the runtime
-// answers a peer's request for acknowledgement with it straight from the
-// reader, sparing a goroutine hand-off on every Wait.
-type Queuer interface {
-	Queue(to transport.Proc, h *transport.Header, payload []byte) bool
 }

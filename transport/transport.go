@@ -191,6 +191,11 @@ var (
 	ErrTooLarge = errors.New("transport: payload too large")
 	// ErrAuth is returned when a peer fails the job-token handshake.
 	ErrAuth = errors.New("transport: authentication failed")
+	// ErrNoPath is wrapped by a Send that could not reach the peer this
+	// way at all and sent nothing (transport/shm: the peer is in another
+	// network namespace, or refused the handshake): the peer may well be
+	// alive on another path, and a router (transport/route) takes one.
+	ErrNoPath = errors.New("transport: no path to peer on this transport")
 )
 
 // BytesPayload is a Payload over a byte slice, for in-memory transports and

@@ -13,7 +13,7 @@ import (
 	"github.com/gaspigo/gaspigo/transport/tcp"
 )
 
-var _ pgas.Connector = (*tcp.Transport)(nil)
+var _ transport.Connector = (*tcp.Transport)(nil)
 
 // Rule (transport/doc.go, connections on first use; pgas sayGoodbye): a
 // job of 64 processes over TCP on loopback, in this test process, runs a

@@ -9,7 +9,9 @@ import (
 )
 
 // memFuncs holds each endpoint's answer to memory requests, by endpoint.
-type memFuncs struct{ f atomic.Pointer[transport.MemoryFunc] }
+type memFuncs struct {
+	f atomic.Pointer[transport.MemoryFunc]
+}
 
 // ShareMemory sets the function that answers the peers' memory requests
 // (transport.MemorySharer). Within one process a descriptor is valid as

@@ -8,7 +8,7 @@
 //   - Frames from this process to a peer go through one transport at a
 //     time, so they stay in order. A peer starts on Near if it was named
 //     near; when Near's first connection to it fails with an error that
-//     Config.Fallback accepts (shm.ErrNoPath: the peer is in another
+//     Config.Fallback accepts (transport.ErrNoPath, as transport/shm's: the peer is in another
 //     network namespace, or refused the shared-memory handshake), the peer
 //     moves to Far for good and the frame is sent there. Nothing was sent
 //     on Near, so nothing is duplicated or lost.
@@ -16,5 +16,5 @@
 //     either is passed on, except Near's for a peer that moved to Far
 //     because of such an error.
 //   - Disconnect and Close act on both transports; Connected
-//     (pgas.Connector) holds when either is connected to the peer.
+//     (transport.Connector) holds when either is connected to the peer.
 package route

@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/gaspigo/gaspigo/transport"
-	"github.com/gaspigo/gaspigo/transport/shm"
 )
 
 // ErrConfig is wrapped by Config.Validate and New.
@@ -21,7 +20,7 @@ type Config struct {
 	NearPeers []transport.Proc
 	// Fallback reports whether an error from Near.Send means that Near
 	// cannot reach the peer at all and nothing was sent (the peer moves to
-	// Far). Nil means errors.Is(err, shm.ErrNoPath).
+	// Far). Nil means errors.Is(err, transport.ErrNoPath).
 	Fallback func(error) bool
 }
 
@@ -60,7 +59,7 @@ func New(cfg Config) (*Router, error) {
 	r := &Router{near: cfg.Near, far: cfg.Far, fallback: cfg.Fallback,
 		route: map[transport.Proc]bool{}, moved: map[transport.Proc]bool{}}
 	if r.fallback == nil {
-		r.fallback = func(err error) bool { return errors.Is(err, shm.ErrNoPath) }
+		r.fallback = func(err error) bool { return errors.Is(err, transport.ErrNoPath) }
 	}
 	for _, p := range cfg.NearPeers {
 		r.route[p] = true
@@ -77,7 +76,8 @@ func (r *Router) Near() transport.Transport { return r.near }
 // Far returns the transport for the other peers (for its counters).
 func (r *Router) Far() transport.Transport { return r.far }
 
-// IsNear reports whether frames to peer go through Near now.
+// IsNear reports whether frames to peer go through Near now
+// (transport.Locality).
 func (r *Router) IsNear(peer transport.Proc) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -129,23 +129,21 @@ func (r *Router) ShareMemory(f transport.MemoryFunc) {
 }
 
 // Disconnect cuts peer on both transports (those that can:
-// pgas.Disconnector).
+// transport.Disconnector).
 func (r *Router) Disconnect(peer transport.Proc, cause error) {
 	for _, t := range []transport.Transport{r.near, r.far} {
-		if d, ok := t.(interface {
-			Disconnect(transport.Proc, error)
-		}); ok {
+		if d, ok := t.(transport.Disconnector); ok {
 			d.Disconnect(peer, cause)
 		}
 	}
 }
 
 // Connected reports whether a connection to peer is open on either
-// transport (pgas.Connector); a transport that cannot tell counts as
-// connected to every peer.
+// transport (transport.Connector); a transport that cannot tell counts
+// as connected to every peer.
 func (r *Router) Connected(peer transport.Proc) bool {
 	for _, t := range []transport.Transport{r.near, r.far} {
-		c, ok := t.(interface{ Connected(transport.Proc) bool })
+		c, ok := t.(transport.Connector)
 		if !ok || c.Connected(peer) {
 			return true
 		}
@@ -154,13 +152,12 @@ func (r *Router) Connected(peer transport.Proc) bool {
 }
 
 // Queue hands a small frame to Far without blocking, when Far can
-// (pgas.Queuer) and the peer is reached through it; it reports false
-// otherwise, and the caller sends the frame with Send. Frames to Near
-// peers always take Send: a ring may be full, and Queue must not block.
+// (transport.Queuer) and the peer is reached through it; it reports
+// false otherwise, and the caller sends the frame with Send. Frames to
+// Near peers always take Send: a ring may be full, and Queue must not
+// block.
 func (r *Router) Queue(to transport.Proc, h *transport.Header, payload []byte) bool {
-	q, ok := r.far.(interface {
-		Queue(transport.Proc, *transport.Header, []byte) bool
-	})
+	q, ok := r.far.(transport.Queuer)
 	if !ok || r.IsNear(to) {
 		return false
 	}

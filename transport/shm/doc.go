@@ -44,7 +44,7 @@
 // peer's failure, reported once with Handler.PeerDown, like a TCP reset.
 // The two processes trust nothing in the shared control words: the
 // receiver checks every index and header, and a broken or stale peer can
-// only fail its own connection. Disconnect (pgas.Disconnector) fails a
+// only fail its own connection. Disconnect (transport.Disconnector) fails a
 // peer for good and unmaps its rings here, so that a process that was
 // replaced while stopped (SIGSTOP) and resumes writes into memory no
 // survivor reads; its frames also carry its old epoch, which the runtime

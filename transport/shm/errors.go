@@ -17,7 +17,8 @@ var (
 	// nothing of the frame was sent and no PeerDown follows: the peer may
 	// well be alive on another path, and a router (transport/route) sends
 	// to it over TCP instead.
-	ErrNoPath = errors.New("shm: no shared-memory path to peer")
+	// It is transport.ErrNoPath.
+	ErrNoPath = transport.ErrNoPath
 	// ErrUnsupported is returned by New where shared memory rings cannot
 	// be built (not Linux).
 	ErrUnsupported = errors.New("shm: shared-memory transport needs Linux (memfd_create, file seals, SCM_RIGHTS)")

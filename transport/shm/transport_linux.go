@@ -227,7 +227,7 @@ func (t *Transport) Close() error {
 
 // Disconnect fails the connections to peer for good, as if they had
 // broken: nothing more it writes is read, its rings are unmapped here,
-// and Handler.PeerDown is reported once. The runtime (pgas.Disconnector)
+// and Handler.PeerDown is reported once. The runtime (transport.Disconnector)
 // calls it for a process the membership declared failed: a replaced
 // process that resumes writes into a ring nobody maps any more.
 func (t *Transport) Disconnect(id transport.Proc, cause error) {
