@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/internal/proctest"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/spares"
 	"github.com/gaspigo/gaspigo/transport"
@@ -118,7 +119,7 @@ func round(d time.Duration) time.Duration {
 // on a busy machine.
 func TestScaleSample(t *testing.T) {
 	n := 1024
-	if raceEnabled {
+	if proctest.Race {
 		// The race detector allows 8,128 goroutines at once.
 		n = 128
 	}

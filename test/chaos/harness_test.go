@@ -18,17 +18,13 @@ import (
 	"github.com/gaspigo/gaspigo/internal/proctest"
 )
 
-// raceEnabled is set by race_test.go: the binaries are then built with
-// -race too, and the workloads shrink to keep the sample's time.
-var raceEnabled = false
-
 var bins struct {
 	gaspirun, kmeans, terasort string
 	err                        error
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(proctest.Main(m, "chaos", raceEnabled,
+	os.Exit(proctest.Main(m, "chaos", proctest.Race,
 		[]string{"./cmd/gaspirun", "./apps/kmeans/cmd/kmeans", "./apps/terasort/cmd/terasort"},
 		func(dir string, skip error) {
 			bins.err = skip
@@ -56,7 +52,7 @@ type kmeansLoad struct {
 }
 
 func kmWorkload() kmeansLoad {
-	if raceEnabled {
+	if proctest.Race {
 		return kmeansLoad{points: 60000, maxIter: 120, ckptEvery: 10}
 	}
 	return kmeansLoad{points: 200000, maxIter: 200, ckptEvery: 10}
@@ -87,7 +83,7 @@ func (w kmeansLoad) lastAt() int { return w.maxIter * 7 / 10 }
 // tsRecords is the TeraSort input: large enough that the sort lasts a
 // couple of seconds, so that faults land in every phase of it.
 func tsRecords() int {
-	if raceEnabled {
+	if proctest.Race {
 		return 200000
 	}
 	return 2000000
@@ -95,7 +91,7 @@ func tsRecords() int {
 
 // tsLastAt is the latest TeraSort fault time, in ms after the start.
 func tsLastAt() int {
-	if raceEnabled {
+	if proctest.Race {
 		return 2500
 	}
 	return 1500

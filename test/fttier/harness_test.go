@@ -18,10 +18,6 @@ import (
 	"time"
 )
 
-// raceEnabled is set by race_test.go: the binaries are then built with
-// -race too.
-var raceEnabled = false
-
 const (
 	ranks  = 4
 	spares = 2
@@ -43,7 +39,7 @@ func TestMain(m *testing.M) {
 	if probe := os.Getenv("FTTIER_TRACE_PROBE"); probe != "" {
 		os.Exit(traceProbe(probe)) // a helper of TestDirectWritesWithoutTracing
 	}
-	os.Exit(proctest.Main(m, "fttier", raceEnabled, []string{"./cmd/gaspirun", "./internal/testprog/ftstep"}, func(dir string, skip error) {
+	os.Exit(proctest.Main(m, "fttier", proctest.Race, []string{"./cmd/gaspirun", "./internal/testprog/ftstep"}, func(dir string, skip error) {
 		bins.err = skip
 		bins.gaspirun = filepath.Join(dir, "gaspirun")
 		bins.prog = filepath.Join(dir, "ftstep")

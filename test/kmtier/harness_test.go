@@ -17,10 +17,6 @@ import (
 	"time"
 )
 
-// raceEnabled is set by race_test.go: the binaries are then built with
-// -race too.
-var raceEnabled = false
-
 const (
 	// jobDeadline is gaspirun's --timeout for every job: generous, for a
 	// busy 2-core host (a job takes well under 5 s there).
@@ -50,7 +46,7 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(proctest.Main(m, "kmtier", raceEnabled, []string{"./cmd/gaspirun", "./apps/kmeans/cmd/kmeans"}, func(dir string, skip error) {
+	os.Exit(proctest.Main(m, "kmtier", proctest.Race, []string{"./cmd/gaspirun", "./apps/kmeans/cmd/kmeans"}, func(dir string, skip error) {
 		bins.err = skip
 		bins.gaspirun = filepath.Join(dir, "gaspirun")
 		bins.kmeans = filepath.Join(dir, "kmeans")

@@ -20,10 +20,6 @@ import (
 	"github.com/gaspigo/gaspigo/spares"
 )
 
-// raceEnabled is set by race_test.go: the binaries are then built with
-// -race too.
-var raceEnabled = false
-
 const (
 	// resultWait bounds a job's start to its final line: generous, for a
 	// busy 2-core host (the failure-free job takes a few seconds there).
@@ -55,7 +51,7 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(proctest.Main(m, "mhtier", raceEnabled, []string{"./apps/kmeans/cmd/kmeans", "./apps/terasort/cmd/terasort", "./cmd/gaspibench"}, func(dir string, skip error) {
+	os.Exit(proctest.Main(m, "mhtier", proctest.Race, []string{"./apps/kmeans/cmd/kmeans", "./apps/terasort/cmd/terasort", "./cmd/gaspibench"}, func(dir string, skip error) {
 		bins.err = skip
 		bins.kmeans = filepath.Join(dir, "kmeans")
 		bins.terasort = filepath.Join(dir, "terasort")

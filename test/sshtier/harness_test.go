@@ -20,10 +20,6 @@ import (
 	"github.com/gaspigo/gaspigo/internal/simhost"
 )
 
-// raceEnabled is set by race_test.go: the binaries are then built with
-// -race too.
-var raceEnabled = false
-
 const (
 	sshdPath = "/usr/sbin/sshd"
 	// basePort + i is node(i+1)'s sshd port.
@@ -50,7 +46,7 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(proctest.Main(m, "sshtier", raceEnabled, []string{"./cmd/gaspirun", "./apps/kmeans/cmd/kmeans"}, func(dir string, skip error) {
+	os.Exit(proctest.Main(m, "sshtier", proctest.Race, []string{"./cmd/gaspirun", "./apps/kmeans/cmd/kmeans"}, func(dir string, skip error) {
 		bins.err = skip
 		bins.gaspirun = filepath.Join(dir, "gaspirun")
 		bins.kmeans = filepath.Join(dir, "kmeans")

@@ -16,10 +16,6 @@ import (
 	"time"
 )
 
-// raceEnabled is set by race_test.go: the binaries are then built with
-// -race too, and a data race makes a process exit 66.
-var raceEnabled = false
-
 // jobDeadline bounds every job: generous, for a busy 2-core host.
 const jobDeadline = 60 * time.Second
 
@@ -29,7 +25,7 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(proctest.Main(m, "tcptier", raceEnabled, []string{"./cmd/gaspirun", "./test/tcptier/testprog/semantics"}, func(dir string, skip error) {
+	os.Exit(proctest.Main(m, "tcptier", proctest.Race, []string{"./cmd/gaspirun", "./test/tcptier/testprog/semantics"}, func(dir string, skip error) {
 		bins.err = skip
 		bins.gaspirun = filepath.Join(dir, "gaspirun")
 		bins.prog = filepath.Join(dir, "semantics")
@@ -120,7 +116,7 @@ func startJob(t *testing.T, flags []string, args ...string) *job {
 	// processes running.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 15 * time.Second
-	if raceEnabled {
+	if proctest.Race {
 		// The race runtime sleeps 1 s at every exit by default; gaspirun
 		// passes the variable on to the processes.
 		cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=50")

@@ -1,5 +1,0 @@
-//go:build race
-
-package scale
-
-const raceEnabled = true

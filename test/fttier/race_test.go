@@ -1,5 +1,0 @@
-//go:build race
-
-package fttier
-
-func init() { raceEnabled = true }

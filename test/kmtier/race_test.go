@@ -1,5 +1,0 @@
-//go:build race
-
-package kmtier
-
-func init() { raceEnabled = true }

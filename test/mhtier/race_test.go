@@ -1,5 +1,0 @@
-//go:build race
-
-package mhtier
-
-func init() { raceEnabled = true }

@@ -1,5 +1,0 @@
-//go:build race
-
-package sshtier
-
-func init() { raceEnabled = true }

@@ -1,5 +1,0 @@
-//go:build race
-
-package tcptier
-
-func init() { raceEnabled = true }
