@@ -357,6 +357,17 @@ func (rt *Runtime) awaitFinished(ctx context.Context) {
 	}
 }
 
+// Leader returns the process that the membership believes leads it (the
+// Raft leader under package spares), for programs that show it or target
+// it (a chaos test killing the leader); false when the membership knows
+// none or cannot tell (Leading).
+func (rt *Runtime) Leader() (proc transport.Proc, ok bool) {
+	if l, can := rt.member.(Leading); can {
+		return l.Leader()
+	}
+	return transport.NoProc, false
+}
+
 // Membership returns the membership the runtime was configured with (nil
 // without one), for programs that need more of it than the runtime uses,
 // such as recording checkpoint IDs or asking who leads.

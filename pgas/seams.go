@@ -40,6 +40,13 @@ type (
 	Connector    = transport.Connector
 )
 
+// Leading is an optional capability of a Membership: Leader returns the
+// process it believes leads it (package spares: the Raft leader), and
+// false when it knows none. Runtime.Leader passes it on.
+type Leading interface {
+	Leader() (proc transport.Proc, ok bool)
+}
+
 // Finisher is an optional capability of a Membership: Finish records that
 // the job finished, so that idle spares stop waiting and exit. Finalize
 // calls it on the lowest live rank (package spares has it).

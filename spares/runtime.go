@@ -23,6 +23,7 @@ var (
 	_ pgas.Membership     = (*Membership)(nil)
 	_ pgas.MembershipLoss = (*Membership)(nil)
 	_ pgas.Finisher       = (*Membership)(nil)
+	_ pgas.Leading        = (*Membership)(nil)
 )
 
 // NewMembership wraps a running node.
@@ -68,6 +69,13 @@ func (m *Membership) Finish(ctx context.Context) error {
 
 // Close shuts the node down.
 func (m *Membership) Close() error { return m.node.Shutdown() }
+
+// Leader returns the process that leads the membership, as this node
+// knows it (pgas.Leading).
+func (m *Membership) Leader() (transport.Proc, bool) {
+	p, ok := m.node.Leader()
+	return transport.Proc(p), ok
+}
 
 // Lost is closed when the node gives up on this process (Node.Lost): the
 // runtime then stops with LostErr.

@@ -62,12 +62,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
+
 	"syscall"
 	"time"
 
 	"github.com/gaspigo/gaspigo/apps/kmeans"
 	"github.com/gaspigo/gaspigo/job"
+	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/spares"
 )
 
@@ -257,9 +258,9 @@ func run(ctx context.Context, f *flags) int {
 		defer h.Close()
 		f.opt.History = h
 	}
-	if m, ok := rt.Membership().(*spares.Membership); ok {
+	if _, ok := rt.Membership().(pgas.Leading); ok {
 		f.opt.Leader = func() (int, bool) {
-			p, ok := m.Node().Leader()
+			p, ok := rt.Leader()
 			return int(p), ok
 		}
 	}
@@ -327,7 +328,7 @@ func run(ctx context.Context, f *flags) int {
 		}
 		fmt.Printf("centroids sha256=%s sse=%s iterations=%d\n", kmeans.Checksum(res.Centroids), formatFloat(res.SSE), res.Iterations)
 	}
-	if err := job.Finalize(ctx); err != nil && !strings.Contains(err.Error(), "closed") {
+	if err := job.Finalize(ctx); err != nil && !errors.Is(err, pgas.ErrClosed) {
 		fmt.Fprintln(os.Stderr, "kmeans: finalize:", err)
 	}
 	return 0
