@@ -31,7 +31,7 @@
 //
 //	rt, err := job.Init(ctx, job.Options{FaultTolerant: true})
 //	if err != nil {
-//		os.Exit(spares.ExitCodeOf(err)) // a spare the job never needed exits 0
+//		os.Exit(job.ExitCode(err)) // a spare the job never needed exits 0
 //	}
 //	defer rt.Close()
 //

@@ -6,5 +6,5 @@ import "github.com/gaspigo/gaspigo/internal/bootstrap"
 // table within PGAS_RENDEZVOUS_TIMEOUT (default 60s): nobody serves the
 // rendezvous, it is unreachable, or not every process of the job
 // registered. The message says which and what to do. Programs exit with
-// spares.ExitNoRendezvous for it (spares.ExitCodeOf).
+// ExitNoRendezvous for it (ExitCode).
 var ErrRendezvousTimeout = bootstrap.ErrRendezvousTimeout

@@ -67,7 +67,7 @@ type Options struct {
 // connects to the other processes, starts the membership when
 // opts.FaultTolerant, and starts the runtime. A spare blocks here until it
 // is promoted; it returns an error wrapping pgas.ErrNotPromoted if the job
-// ends first (the spare should exit 0: spares.ExitCodeOf).
+// ends first (the spare should exit 0: ExitCode).
 func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 	bootstrap.SurviveLauncherExit()
 	env, err := bootstrap.FromEnv()

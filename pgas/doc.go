@@ -59,7 +59,7 @@
 //     the process was cut off from the membership's quorum for longer than
 //     PGAS_CUTOFF), stops for good: its connections are cut, and every
 //     call, Recover and a spare's wait for promotion return that error.
-//     The program exits (spares.ExitCodeOf gives the code).
+//     The program exits (job.ExitCode gives the code).
 //
 // # Shrinking
 //

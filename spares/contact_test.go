@@ -171,32 +171,32 @@ func TestContactPauseDoesNotCount(t *testing.T) {
 }
 
 // Rule: the verdicts. Only committed facts stop a process: declared failed
-// (fenced, 77), the job failed (its code), the job finished without this
-// spare (0). Anything else, or no answer, changes nothing.
+// (fenced), the job failed, the job finished without this spare (not
+// promoted: it exits 0). Anything else, or no answer, changes nothing.
 func TestStandingVerdict(t *testing.T) {
 	cases := []struct {
 		name string
 		s    standing
-		code int // ExitCodeOf; -1: no verdict
+		want error // nil: no verdict
 	}{
-		{"healthy rank", standing{Code: codeOK, Known: true, Epoch: 3, Rank: 2}, -1},
-		{"healthy spare", standing{Code: codeOK, Known: true, Epoch: 3, Rank: -1}, -1},
-		{"declared failed", standing{Code: codeOK, Known: true, Epoch: 4, FailedIn: 3, Rank: -1}, ExitDeclaredFailed},
-		{"spares exhausted", standing{Code: codeOK, Known: true, Epoch: 5, Status: Failed, Reason: ReasonSparesExhausted, Rank: 1}, ExitSparesExhausted},
-		{"finished without the spare", standing{Code: codeOK, Known: true, Epoch: 2, Status: Finished, Rank: -1}, 0},
-		{"finished holding a rank", standing{Code: codeOK, Known: true, Epoch: 2, Status: Finished, Rank: 1}, -1},
-		{"unknown process", standing{Code: codeOK, FailedIn: 3, Rank: -1}, -1},
-		{"error answer", standing{Code: "internal", Known: true, FailedIn: 3}, -1},
+		{"healthy rank", standing{Code: codeOK, Known: true, Epoch: 3, Rank: 2}, nil},
+		{"healthy spare", standing{Code: codeOK, Known: true, Epoch: 3, Rank: -1}, nil},
+		{"declared failed", standing{Code: codeOK, Known: true, Epoch: 4, FailedIn: 3, Rank: -1}, ErrDeclaredFailed},
+		{"spares exhausted", standing{Code: codeOK, Known: true, Epoch: 5, Status: Failed, Reason: ReasonSparesExhausted, Rank: 1}, ErrSparesExhausted},
+		{"finished without the spare", standing{Code: codeOK, Known: true, Epoch: 2, Status: Finished, Rank: -1}, pgas.ErrNotPromoted},
+		{"finished holding a rank", standing{Code: codeOK, Known: true, Epoch: 2, Status: Finished, Rank: 1}, nil},
+		{"unknown process", standing{Code: codeOK, FailedIn: 3, Rank: -1}, nil},
+		{"error answer", standing{Code: "internal", Known: true, FailedIn: 3}, nil},
 	}
 	for _, c := range cases {
 		err := verdict(c.s, 7)
 		switch {
-		case c.code < 0 && err != nil:
+		case c.want == nil && err != nil:
 			t.Errorf("%s: verdict %v, want none", c.name, err)
-		case c.code >= 0 && err == nil:
-			t.Errorf("%s: no verdict, want exit %d", c.name, c.code)
-		case err != nil && ExitCodeOf(err) != c.code:
-			t.Errorf("%s: verdict %v exits %d, want %d", c.name, err, ExitCodeOf(err), c.code)
+		case c.want != nil && err == nil:
+			t.Errorf("%s: no verdict, want %v", c.name, c.want)
+		case err != nil && !errors.Is(err, c.want):
+			t.Errorf("%s: verdict %v, want %v", c.name, err, c.want)
 		case err != nil && !strings.Contains(err.Error(), "proc 7"):
 			t.Errorf("%s: verdict %q does not name the process that answered", c.name, err)
 		}

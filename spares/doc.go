@@ -93,7 +93,7 @@
 //
 //	// a spare waits for a rank
 //	rank, view, err := node.WaitPromotion(ctx)
-//	if err != nil { os.Exit(spares.ExitCode(err)) }
+//	if err != nil { os.Exit(job.ExitCode(err)) } // job maps the errors to exit codes
 //
 //	// a survivor whose detector confirmed a failure
 //	res, err := node.ReportFailure(ctx, deadProc, me, view.Epoch)

@@ -6,38 +6,11 @@ import (
 	"time"
 )
 
-// Exit codes a process uses when the membership ends the job. They are
-// distinct from the generic 1 and from the shell's 126-165 range, so a
-// launcher can tell them apart. See ExitCode.
-const (
-	// ExitSparesExhausted is the exit status of every process when a rank
-	// was lost, no spare was left and shrinking is off (EX_TEMPFAIL in
-	// sysexits.h: the job may succeed when run again with more spares).
-	ExitSparesExhausted = 75
-	// ExitJobFailed is the exit status when the job failed for another
-	// membership reason (all ranks lost while shrinking).
-	ExitJobFailed = 76
-	// ExitDeclaredFailed is the exit status of a process that finds itself
-	// declared failed (a paused or partitioned process that was replaced):
-	// it is fenced and must stop.
-	ExitDeclaredFailed = 77
-	// ExitNoRendezvous is the exit status of a process that got no member
-	// table within PGAS_RENDEZVOUS_TIMEOUT (job.ErrRendezvousTimeout):
-	// nobody served the rendezvous, or not every process registered
-	// (EX_UNAVAILABLE in sysexits.h).
-	ExitNoRendezvous = 69
-	// ExitCutOff is the exit status of a process that had no contact with
-	// a membership quorum for longer than Config.CutOff (PGAS_CUTOFF): it
-	// was cut off from the others, who have replaced it if they could
-	// (EX_IOERR in sysexits.h).
-	ExitCutOff = 74
-)
-
 var (
 	// ErrSparesExhausted: a rank was lost with no spare left and shrinking
 	// off; the job status is Failed with reason ReasonSparesExhausted.
 	// Returned by WaitEpoch, WaitPromotion and Await once that state is
-	// committed. Exit with ExitSparesExhausted.
+	// committed.
 	ErrSparesExhausted = errors.New("spares: spare pool exhausted, job failed")
 	// ErrJobFailed: the job status is Failed for a reason other than an
 	// empty spare pool (see State.StatusReason). Returned by WaitEpoch,
@@ -144,25 +117,6 @@ func (e *CutOffError) Error() string {
 
 // Unwrap returns ErrCutOff.
 func (e *CutOffError) Unwrap() error { return ErrCutOff }
-
-// ExitCode maps an error from this package to a process exit status: 0 for
-// nil, ExitSparesExhausted, ExitJobFailed, ExitDeclaredFailed or
-// ExitCutOff for those outcomes, 1 for anything else.
-func ExitCode(err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, ErrCutOff):
-		return ExitCutOff
-	case errors.Is(err, ErrSparesExhausted):
-		return ExitSparesExhausted
-	case errors.Is(err, ErrJobFailed):
-		return ExitJobFailed
-	case errors.Is(err, ErrDeclaredFailed):
-		return ExitDeclaredFailed
-	}
-	return 1
-}
 
 // errorCode names the sentinels that cross the control RPC, so the caller
 // gets the same errors.Is behaviour as a local call.

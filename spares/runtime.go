@@ -2,10 +2,8 @@ package spares
 
 import (
 	"context"
-	"errors"
 	"sync"
 
-	"github.com/gaspigo/gaspigo/internal/bootstrap"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -93,24 +91,4 @@ func toView(st State) pgas.View {
 		v.Failed = append(v.Failed, transport.Proc(p))
 	}
 	return v
-}
-
-// ExitCodeOf is the exit code for a fault-tolerant program's main, from
-// the error that ended it: 0 for a spare that was never needed, and for a
-// process that found the job finished while it recovered
-// (pgas.ErrFinished: every rank had done its work),
-// ExitSparesExhausted when no spare was left, ExitDeclaredFailed for a
-// fenced process, ExitNoRendezvous when the rendezvous was not reached in
-// time, 1 otherwise.
-func ExitCodeOf(err error) int {
-	switch {
-	case err == nil, errors.Is(err, pgas.ErrNotPromoted) && !errors.Is(err, ErrSparesExhausted),
-		errors.Is(err, pgas.ErrFinished):
-		return 0
-	case errors.Is(err, pgas.ErrFenced):
-		return ExitDeclaredFailed
-	case errors.Is(err, bootstrap.ErrRendezvousTimeout):
-		return ExitNoRendezvous
-	}
-	return ExitCode(err)
 }

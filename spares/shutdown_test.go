@@ -2,14 +2,12 @@ package spares
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
-	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/hashicorp/raft"
 )
 
@@ -156,15 +154,6 @@ func TestShutdownCutsRPCsToSilentPeer(t *testing.T) {
 	}
 	if took < n.cfg.ShutdownTimeout {
 		t.Errorf("Shutdown took %v, less than ShutdownTimeout %v: was Raft blocked at all?", took, n.cfg.ShutdownTimeout)
-	}
-}
-
-// A process that found the job finished while it recovered exits 0: every
-// rank had done its work (pgas.ErrFinished).
-func TestExitCodeOfFinished(t *testing.T) {
-	err := fmt.Errorf("kmeans: restore: %w", fmt.Errorf("pgas: recover: %w", pgas.ErrFinished))
-	if got := ExitCodeOf(err); got != 0 {
-		t.Fatalf("ExitCodeOf(%v) = %d, want 0", err, got)
 	}
 }
 

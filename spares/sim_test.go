@@ -372,7 +372,7 @@ func TestSimClientCutOff(t *testing.T) {
 		}
 		err, d := s.nodes[victim].LostErr(), time.Since(at)
 		var ce *CutOffError
-		if !errors.As(err, &ce) || ExitCode(err) != ExitCutOff {
+		if !errors.As(err, &ce) || !errors.Is(err, ErrCutOff) {
 			t.Fatalf("client %d gave up with %v, want a *CutOffError", victim, err)
 		}
 		if fresh := treeFresh(&s.nodes[0].cfg); d < cutOff || d > cutOff+fresh+time.Second {

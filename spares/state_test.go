@@ -70,7 +70,7 @@ func TestHelpers(t *testing.T) {
 		t.Fatalf("FailedProcs = %v, Err = %v", got, st.Err())
 	}
 	st.Status, st.StatusReason = Failed, ReasonSparesExhausted
-	if ExitCode(st.Err()) != ExitSparesExhausted {
+	if !errors.Is(st.Err(), ErrSparesExhausted) {
 		t.Fatalf("Err of an exhausted job: %v", st.Err())
 	}
 }
@@ -268,31 +268,6 @@ func TestPromotionAndEpochOutcomes(t *testing.T) {
 		if ok != tc.epochOK || !errors.Is(err, tc.epochErr) || (tc.epochErr == nil) != (err == nil) {
 			t.Errorf("%d: epochReached(%d) = %v,%v; want %v,%v", i, tc.minEpoch, ok, err, tc.epochOK, tc.epochErr)
 		}
-	}
-}
-
-func TestExitCode(t *testing.T) {
-	tests := []struct {
-		err  error
-		want int
-	}{
-		{nil, 0},
-		{fmt.Errorf("x: %w", ErrSparesExhausted), ExitSparesExhausted},
-		{ErrJobFailed, ExitJobFailed},
-		{ErrDeclaredFailed, ExitDeclaredFailed},
-		{ErrTimeout, 1},
-	}
-	for _, tc := range tests {
-		if got := ExitCode(tc.err); got != tc.want {
-			t.Errorf("ExitCode(%v) = %d, want %d", tc.err, got, tc.want)
-		}
-	}
-	codes := map[int]bool{0: true, 1: true}
-	for _, c := range []int{ExitSparesExhausted, ExitJobFailed, ExitDeclaredFailed} {
-		if codes[c] {
-			t.Errorf("exit code %d is not distinct", c)
-		}
-		codes[c] = true
 	}
 }
 

@@ -99,7 +99,7 @@ func (e *RankError) Unwrap() error { return e.Err }
 // output with Replace) and every rank learns the verdict from one
 // agreement: a refused directory is an *OutputRefusedError on every rank.
 // A failure of the sort itself is a *RankError; its Err is a membership
-// error (spares.ExitCodeOf) when the job cannot go on.
+// error (job.ExitCode) when the job cannot go on.
 func DistSort(ctx context.Context, rt *pgas.Runtime, c DistConfig) error {
 	if c.Stdout == nil {
 		c.Stdout = io.Discard

@@ -184,7 +184,7 @@
 //     74 or 77 tears the job down at once with that code.
 //   - Bad flags: exit 2, with a message saying what to change.
 //
-// The processes' own exit codes (spares.ExitCodeOf), which gaspirun passes
+// The processes' own exit codes (job.ExitCode), which gaspirun passes
 // on when they fail the job:
 //
 //	0    success, also a spare the job never needed

@@ -37,7 +37,7 @@ var (
 	// passed before the member table arrived: nobody served the rendezvous,
 	// it was unreachable, or not every process registered. The text says
 	// which, and who should serve it. Programs exit with a code of their own
-	// for it (spares.ExitNoRendezvous).
+	// for it (job.ExitNoRendezvous).
 	ErrRendezvousTimeout = errors.New("bootstrap: gave up waiting for the rendezvous")
 
 	// ErrProtocol is returned by the message decoder, and thus by Register,

@@ -6,7 +6,6 @@ import (
 
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
-	"github.com/gaspigo/gaspigo/spares"
 )
 
 // Example is the program README.md shows under "Writing a program": the
@@ -18,7 +17,7 @@ func Example() {
 	ctx := context.Background()
 	rt, err := job.Init(ctx, job.Options{FaultTolerant: true}) // join the job gaspirun started
 	if err != nil {
-		os.Exit(spares.ExitCodeOf(err)) // 0 for a spare the job never needed
+		os.Exit(job.ExitCode(err)) // 0 for a spare the job never needed
 	}
 	defer rt.Close()
 	right := (rt.Rank() + 1) % rt.Size()
@@ -44,6 +43,6 @@ func Example() {
 	}
 	if err != nil {
 		rt.Close()
-		os.Exit(spares.ExitCodeOf(err)) // 75: no spare left; 77: this process was fenced
+		os.Exit(job.ExitCode(err)) // 75: no spare left; 77: this process was fenced
 	}
 }

@@ -13,7 +13,9 @@ import (
 // its schedule (cmd/gaspirun's and spares' documentation).
 const (
 	ExitOK              = 0
-	ExitSparesExhausted = 75  // spares.ExitSparesExhausted
+	ExitSparesExhausted = 75  // job.ExitSparesExhausted
+	ExitCutOff          = 74  // job.ExitCutOff: no contact with a membership quorum for PGAS_CUTOFF
+	ExitDeclaredFailed  = 77  // job.ExitDeclaredFailed: a fenced process
 	ExitKilledNoSpares  = 137 // gaspirun: a rank died and the policy was abort
 	ExitTimeout         = 124 // gaspirun --timeout: a hang
 )

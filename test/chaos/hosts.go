@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
-
-	"github.com/gaspigo/gaspigo/spares"
 )
 
 // HostKind is a fault of the multi-host mode: a real network fault or
@@ -137,10 +135,6 @@ type HostResult struct {
 // by itself.
 const EndWait = 30 * time.Second
 
-// ExitCutOff is the code of a process that gave up because it could not
-// reach a membership quorum for PGAS_CUTOFF.
-const ExitCutOff = spares.ExitCutOff
-
 // HostViolations checks the invariants of one multi-host schedule: the
 // answer is the reference (or, when more processes were declared failed
 // than there were spares, the survivors end with exit 75 and no answer);
@@ -169,7 +163,7 @@ func HostViolations(r HostResult, ref string) []string {
 			v = append(v, fmt.Sprintf("process %d was still running %v after the job's end", e.Proc, EndWait))
 		case e.Signal != "":
 			v = append(v, fmt.Sprintf("process %d was killed by %s, not by the harness", e.Proc, e.Signal))
-		case e.Code != ExitOK && e.Code != ExitSparesExhausted && e.Code != spares.ExitDeclaredFailed && e.Code != ExitCutOff:
+		case e.Code != ExitOK && e.Code != ExitSparesExhausted && e.Code != ExitDeclaredFailed && e.Code != ExitCutOff:
 			v = append(v, fmt.Sprintf("process %d exited %d, not a documented code (0, 75, 77, 74 cut off)", e.Proc, e.Code))
 		}
 	}

@@ -234,7 +234,7 @@ func TestKillTwoRanks(t *testing.T) {
 
 // TestSparesExhausted: a third rank killed after both spares are used. The
 // job ends with the named error and gaspirun exits 75 (the failing rank's
-// code, spares.ExitSparesExhausted), leaving no process behind.
+// code, job.ExitSparesExhausted), leaving no process behind.
 func TestSparesExhausted(t *testing.T) {
 	j := startJob(t, jobOpts{steps: 1000})
 	leader := j.running()

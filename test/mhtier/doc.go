@@ -22,7 +22,7 @@
 // it when there was a fault; every process not killed by the test ended
 // by itself within 30 s of the final line, with exit 0, or, for the
 // processes of a host cut off from the others, 77 (fenced: it learnt it
-// was replaced) or 74 (cut off: spares.ExitCutOff); and no runtime applied a
+// was replaced) or 74 (cut off: job.ExitCutOff); and no runtime applied a
 // frame from a stale epoch. A process still running after those 30 s
 // fails the test and is killed.
 //

@@ -17,7 +17,7 @@ import (
 	"github.com/gaspigo/gaspigo/internal/mhjob"
 	"github.com/gaspigo/gaspigo/internal/proctest"
 	"github.com/gaspigo/gaspigo/internal/simhost"
-	"github.com/gaspigo/gaspigo/spares"
+	"github.com/gaspigo/gaspigo/job"
 )
 
 const (
@@ -124,7 +124,7 @@ func waitIter(t *testing.T, j *mhjob.Job, n int) mhjob.Line {
 
 // exitCutOff is the exit code of a process that was cut off from a
 // membership quorum for longer than PGAS_CUTOFF.
-const exitCutOff = spares.ExitCutOff
+const exitCutOff = job.ExitCutOff
 
 // end is how a process must end.
 type end int
@@ -136,7 +136,7 @@ const (
 )
 
 func (e end) String() string {
-	return [...]string{"exit 0", "SIGKILL", fmt.Sprintf("exit %d (fenced) or %d (cut off)", spares.ExitDeclaredFailed, exitCutOff)}[e]
+	return [...]string{"exit 0", "SIGKILL", fmt.Sprintf("exit %d (fenced) or %d (cut off)", job.ExitDeclaredFailed, exitCutOff)}[e]
 }
 
 func (e end) allows(code int, sig syscall.Signal) bool {
@@ -146,7 +146,7 @@ func (e end) allows(code int, sig syscall.Signal) bool {
 	case killedBy9:
 		return sig == syscall.SIGKILL
 	default:
-		return sig == 0 && (code == spares.ExitDeclaredFailed || code == exitCutOff)
+		return sig == 0 && (code == job.ExitDeclaredFailed || code == exitCutOff)
 	}
 }
 

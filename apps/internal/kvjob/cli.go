@@ -16,7 +16,6 @@ import (
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/kvshuffle"
 	"github.com/gaspigo/gaspigo/pgas"
-	"github.com/gaspigo/gaspigo/spares"
 )
 
 // Main runs a command's run function with a context that ends at SIGINT
@@ -42,7 +41,7 @@ func ExitCode(name string, err error, stderr io.Writer) int {
 		return ee.Code
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", name, err)
-	if code := spares.ExitCodeOf(err); code != 0 {
+	if code := job.ExitCode(err); code != 0 {
 		return code
 	}
 	return 1
@@ -57,14 +56,14 @@ func Init(ctx context.Context) (*pgas.Runtime, error) {
 		if ctx.Err() != nil {
 			return nil, &ExitError{Code: 128 + int(syscall.SIGTERM)}
 		}
-		if code := spares.ExitCodeOf(err); code != 0 {
+		if code := job.ExitCode(err); code != 0 {
 			return nil, &ExitError{Code: code, Msg: err.Error()}
 		}
 		return nil, nil
 	}
 	if rt.Rank() < 0 && rt.Fenced() {
 		rt.Close()
-		return nil, &ExitError{Code: spares.ExitCodeOf(pgas.ErrFenced), Msg: "this process was replaced before it started: " + pgas.ErrFenced.Error()}
+		return nil, &ExitError{Code: job.ExitCode(pgas.ErrFenced), Msg: "this process was replaced before it started: " + pgas.ErrFenced.Error()}
 	}
 	return rt, nil
 }

@@ -14,7 +14,7 @@
 //	leader proc=<p> epoch=<e>             with -leader, whenever this process becomes the Raft leader
 //	progress rank=<r> step=<s> epoch=<e>  with -progress N, every N completed steps
 //
-// Exit codes come from spares.ExitCodeOf: 0, 75 (no spare left), 77
+// Exit codes come from job.ExitCode: 0, 75 (no spare left), 77
 // (fenced: this process was replaced), 1 otherwise.
 //
 // With -result-dir DIR (or FTSTEP_RESULT_DIR), each process also writes
@@ -36,7 +36,6 @@ import (
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
-	"github.com/gaspigo/gaspigo/spares"
 )
 
 func main() {
@@ -80,7 +79,7 @@ func main() {
 	rt, err := job.Init(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)
-		out.exit(spares.ExitCodeOf(err), "init", err)
+		out.exit(job.ExitCode(err), "init", err)
 	}
 	fmt.Printf("rank %d epoch %d\n", rt.Rank(), rt.Epoch())
 	printStats := func() {
@@ -101,7 +100,7 @@ func main() {
 		if err := w.create(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "segment:", err)
 			rt.Close()
-			out.exit(spares.ExitCodeOf(err), "segment", err)
+			out.exit(job.ExitCode(err), "segment", err)
 		}
 	}
 	if w != nil {
@@ -114,7 +113,7 @@ func main() {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: %v\n", rt.Rank(), err)
 		rt.Close()
-		out.exit(spares.ExitCodeOf(err), "run", err)
+		out.exit(job.ExitCode(err), "run", err)
 	}
 	res := fmt.Sprintf("result rank=%d sum=%d epoch=%d", rt.Rank(), sum, rt.Epoch())
 	out.write("result", res)

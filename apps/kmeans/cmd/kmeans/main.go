@@ -233,7 +233,7 @@ func run(ctx context.Context, f *flags) int {
 			// down. Nothing to add to gaspirun's own account.
 			return 128 + int(syscall.SIGTERM)
 		}
-		if code := spares.ExitCodeOf(err); code != 0 {
+		if code := job.ExitCode(err); code != 0 {
 			fmt.Fprintln(os.Stderr, "kmeans:", err)
 			return code
 		}
@@ -245,7 +245,7 @@ func run(ctx context.Context, f *flags) int {
 		if errors.Is(err, kmeans.ErrConfig) {
 			return 2 // as a bad flag: every rank refuses the same way
 		}
-		return spares.ExitCodeOf(err)
+		return job.ExitCode(err)
 	}
 	if !f.quiet {
 		f.opt.Progress = os.Stdout

@@ -90,7 +90,6 @@ import (
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/kvshuffle"
 	"github.com/gaspigo/gaspigo/pgas"
-	"github.com/gaspigo/gaspigo/spares"
 )
 
 // sortFlags are the settings of `terasort sort`.
@@ -281,7 +280,7 @@ func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if ctx.Err() != nil {
 			return &exitError{code: 128 + int(syscall.SIGTERM)}
 		}
-		if code := spares.ExitCodeOf(err); code != 0 {
+		if code := job.ExitCode(err); code != 0 {
 			return &exitError{code: code, msg: err.Error()}
 		}
 		return nil // a spare the job did not need
@@ -289,7 +288,7 @@ func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer rt.Close()
 	if rt.Rank() < 0 && rt.Fenced() {
 		// A spare promoted and replaced again before it got going.
-		return &exitError{code: spares.ExitCodeOf(pgas.ErrFenced), msg: "this process was replaced before it started: " + pgas.ErrFenced.Error()}
+		return &exitError{code: job.ExitCode(pgas.ErrFenced), msg: "this process was replaced before it started: " + pgas.ErrFenced.Error()}
 	}
 	if f.cpuprof != "" {
 		stopProf, err := startCPUProfile(fmt.Sprintf("%s.r%d", f.cpuprof, rt.Rank()))
@@ -309,7 +308,7 @@ func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case errors.As(err, &refused):
 		return &exitError{code: 2, msg: refused.Error()}
 	case errors.As(err, &failed):
-		code := spares.ExitCodeOf(failed.Err)
+		code := job.ExitCode(failed.Err)
 		if code == 0 {
 			code = 1
 		}

@@ -189,13 +189,13 @@ func (t *tracker) live() int {
 func (t *tracker) done() bool { return t.live() == 0 }
 
 // ExitFenced is the exit code of a process that learnt it was declared
-// failed and replaced in a newer epoch (spares.ExitDeclaredFailed). With
+// failed and replaced in a newer epoch (job.ExitDeclaredFailed). With
 // spares it is a lost process like a killed one: the job goes on.
 const ExitFenced = 77
 
 // ExitCutOff is the exit code of a process that gave up after it had no
 // contact with the membership's quorum for longer than PGAS_CUTOFF
-// (spares.ExitCutOff): a process on a host cut off from the others. It is
+// (job.ExitCutOff): a process on a host cut off from the others. It is
 // judged like ExitFenced: with spares the others replace it and the job
 // goes on; a rank it held that nobody took over fails the job with this
 // code.
