@@ -29,8 +29,8 @@ const (
 	stateVersion = 2
 )
 
-// EncodeCommand encodes cmd for the log (and the control RPC).
-func EncodeCommand(cmd Command) ([]byte, error) {
+// encodeCommand encodes cmd for the log (and the control RPC).
+func encodeCommand(cmd Command) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
 	var err error
@@ -60,10 +60,10 @@ func EncodeCommand(cmd Command) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// DecodeCommand decodes a command made by EncodeCommand. Any deviation
+// decodeCommand decodes a command made by encodeCommand. Any deviation
 // (size, field count, type, range, trailing bytes) gives an error wrapping
 // ErrBadCommand that says what was wrong.
-func DecodeCommand(b []byte) (Command, error) {
+func decodeCommand(b []byte) (Command, error) {
 	if len(b) > MaxCommandSize {
 		return nil, badCmd("encoded command is %d bytes, max %d", len(b), MaxCommandSize)
 	}
@@ -98,9 +98,9 @@ func DecodeCommand(b []byte) (Command, error) {
 	return cmd, nil
 }
 
-// EncodeState encodes s (a snapshot). Maps are written in key order, so
+// encodeState encodes s (a snapshot). Maps are written in key order, so
 // equal states give equal bytes.
-func EncodeState(s *State) ([]byte, error) {
+func encodeState(s *State) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
 	errs := []error{e.EncodeArrayLen(11), e.EncodeUint(stateVersion), e.EncodeUint(s.Epoch), e.EncodeUint(uint64(s.NumRanks)),
@@ -126,9 +126,9 @@ func EncodeState(s *State) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// DecodeState decodes a state made by EncodeState and checks its
+// decodeState decodes a state made by encodeState and checks its
 // invariants (State.Validate). Errors wrap ErrBadSnapshot.
-func DecodeState(b []byte) (State, error) {
+func decodeState(b []byte) (State, error) {
 	if len(b) > MaxStateSize {
 		return State{}, fmt.Errorf("%w: %d bytes, max %d", ErrBadSnapshot, len(b), MaxStateSize)
 	}

@@ -22,11 +22,11 @@ func sampleCommands() []Command {
 
 func TestCommandRoundTrip(t *testing.T) {
 	for _, cmd := range sampleCommands() {
-		b, err := EncodeCommand(cmd)
+		b, err := encodeCommand(cmd)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := DecodeCommand(b)
+		got, err := decodeCommand(b)
 		if err != nil || !reflect.DeepEqual(got, cmd) {
 			t.Errorf("round trip of %#v = %#v, %v", cmd, got, err)
 		}
@@ -49,7 +49,7 @@ func encodeRaw(t *testing.T, v ...any) []byte {
 }
 
 func TestDecodeCommandRejects(t *testing.T) {
-	good, _ := EncodeCommand(DeclareFailed{Proc: 1, Reporter: 2, Epoch: 3})
+	good, _ := encodeCommand(DeclareFailed{Proc: 1, Reporter: 2, Epoch: 3})
 	tests := []struct {
 		name string
 		b    []byte
@@ -73,50 +73,50 @@ func TestDecodeCommandRejects(t *testing.T) {
 		{"oversized", make([]byte, MaxCommandSize+1), "max 4096"},
 	}
 	for _, tc := range tests {
-		_, err := DecodeCommand(tc.b)
+		_, err := decodeCommand(tc.b)
 		if !errors.Is(err, ErrBadCommand) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: DecodeCommand = %v, want ErrBadCommand mentioning %q", tc.name, err, tc.want)
+			t.Errorf("%s: decodeCommand = %v, want ErrBadCommand mentioning %q", tc.name, err, tc.want)
 		}
 	}
 }
 
 func TestStateRoundTripAndRejects(t *testing.T) {
 	st := mustState(t, 4, 2, 3, true)
-	if _, err := st.Apply(DeclareFailed{Proc: 2, Reporter: NoProc}); err != nil {
+	if _, err := st.apply(DeclareFailed{Proc: 2, Reporter: NoProc}); err != nil {
 		t.Fatal(err)
 	}
-	b1, err := EncodeState(&st)
+	b1, err := encodeState(&st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b2, _ := EncodeState(&st)
+	b2, _ := encodeState(&st)
 	if !bytes.Equal(b1, b2) {
-		t.Fatal("EncodeState is not deterministic")
+		t.Fatal("encodeState is not deterministic")
 	}
-	got, err := DecodeState(b1)
+	got, err := decodeState(b1)
 	if err != nil || !reflect.DeepEqual(normState(got), normState(st)) {
 		t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, st)
 	}
 	// Every truncation is an error, never a panic.
 	for i := 0; i < len(b1); i++ {
-		if _, err := DecodeState(b1[:i]); !errors.Is(err, ErrBadSnapshot) {
+		if _, err := decodeState(b1[:i]); !errors.Is(err, ErrBadSnapshot) {
 			t.Fatalf("truncated at %d: %v", i, err)
 		}
 	}
 	// A state that decodes but breaks an invariant is refused.
 	bad := st.Clone()
 	bad.Spares = append(bad.Spares, bad.Ranks[0])
-	b, _ := EncodeState(&bad)
-	if _, err := DecodeState(b); !errors.Is(err, ErrBadSnapshot) || !strings.Contains(err.Error(), "is also rank 0") {
+	b, _ := encodeState(&bad)
+	if _, err := decodeState(b); !errors.Is(err, ErrBadSnapshot) || !strings.Contains(err.Error(), "is also rank 0") {
 		t.Fatalf("inconsistent state: %v", err)
 	}
-	if _, err := DecodeState(encodeRaw(t, 2)); !errors.Is(err, ErrBadSnapshot) {
+	if _, err := decodeState(encodeRaw(t, 2)); !errors.Is(err, ErrBadSnapshot) {
 		t.Fatalf("wrong field count: %v", err)
 	}
 }
 
 func TestCtlFrames(t *testing.T) {
-	cmd, _ := EncodeCommand(Finish{})
+	cmd, _ := encodeCommand(Finish{})
 	req, err := encodeCtlRequest(ctlOpPropose, cmd)
 	if err != nil {
 		t.Fatal(err)
@@ -150,27 +150,27 @@ func TestCtlFrames(t *testing.T) {
 // re-encodes to the same bytes, and applying it keeps the invariants.
 func FuzzDecodeCommand(f *testing.F) {
 	for _, cmd := range sampleCommands() {
-		b, _ := EncodeCommand(cmd)
+		b, _ := encodeCommand(cmd)
 		f.Add(b)
 	}
 	f.Add([]byte{0x92, 0x05, 0xdd, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cmd, err := DecodeCommand(b)
+		cmd, err := decodeCommand(b)
 		if err != nil {
 			if !errors.Is(err, ErrBadCommand) {
 				t.Fatalf("error does not wrap ErrBadCommand: %v", err)
 			}
 			return
 		}
-		again, err := EncodeCommand(cmd)
+		again, err := encodeCommand(cmd)
 		if err != nil {
 			t.Fatalf("decoded %#v does not re-encode: %v", cmd, err)
 		}
-		if back, err := DecodeCommand(again); err != nil || !reflect.DeepEqual(normalize(back), normalize(cmd)) {
+		if back, err := decodeCommand(again); err != nil || !reflect.DeepEqual(normalize(back), normalize(cmd)) {
 			t.Fatalf("re-encoded %#v decodes to %#v, %v", cmd, back, err)
 		}
 		st := mustStateT(6, 4)
-		if _, err := st.Apply(cmd); err == nil {
+		if _, err := st.apply(cmd); err == nil {
 			if err := st.Validate(); err != nil {
 				t.Fatalf("%#v broke the state: %v", cmd, err)
 			}
@@ -182,10 +182,10 @@ func FuzzDecodeCommand(f *testing.F) {
 // and what decodes is a valid state.
 func FuzzDecodeState(f *testing.F) {
 	st := mustStateT(6, 4)
-	b, _ := EncodeState(&st)
+	b, _ := encodeState(&st)
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := DecodeState(b)
+		s, err := decodeState(b)
 		if err != nil {
 			if !errors.Is(err, ErrBadSnapshot) {
 				t.Fatalf("error does not wrap ErrBadSnapshot: %v", err)

@@ -122,7 +122,7 @@ func badCmd(format string, a ...any) error {
 // unchanged; errors wrap ErrBadCommand or ErrUnknownProc. Apply is
 // idempotent for every command: applying it again is a no-op, so a
 // proposal retried across a leader change is harmless.
-func (s *State) Apply(cmd Command) (Result, error) {
+func (s *State) apply(cmd Command) (Result, error) {
 	if s.Procs == nil {
 		s.Procs = map[uint32]ProcInfo{}
 	}

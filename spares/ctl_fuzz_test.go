@@ -64,7 +64,7 @@ func ctlFrame(t testing.TB, body []byte) []byte {
 // decodes to the same command.
 func FuzzCtlRequest(f *testing.F) {
 	for _, cmd := range sampleCommands() {
-		b, _ := EncodeCommand(cmd)
+		b, _ := encodeCommand(cmd)
 		req, err := encodeCtlRequest(ctlOpPropose, b)
 		if err != nil {
 			f.Fatal(err)

@@ -6,7 +6,7 @@
 //
 // # Model
 //
-// State is plain replicated data and State.Apply is a pure, deterministic
+// State is plain replicated data and State.apply is a pure, deterministic
 // function of (state, command), tested without Raft from the scripts in
 // testdata/. The commands are DeclareFailed, AddSpare, Finish
 // and SetVoters. The design's Promote and ReplaceVoter are not
@@ -62,7 +62,7 @@
 //     over and over, for what is newer than its version (follow.go). The
 //     version is the Raft index of the last change it applied; the parent
 //     answers at once with the changes since (the commands themselves,
-//     applied with State.Apply, which is deterministic) or its whole state
+//     applied with State.apply, which is deterministic) or its whole state
 //     when it no longer keeps them (news.go), and otherwise after
 //     Config.TreeHold with a keepalive. Every answer carries the leader
 //     the parent knows and how long ago its own contact with the quorum

@@ -47,13 +47,13 @@ var (
 	ErrNoLeader = errors.New("spares: no raft leader known")
 	// ErrBadCommand: a command is malformed (decoding failed, a field is
 	// out of range) or contradicts the state it is applied to. Returned by
-	// DecodeCommand, State.Apply and Propose (not retried).
+	// decodeCommand, State.apply and Propose (not retried).
 	ErrBadCommand = errors.New("spares: bad command")
 	// ErrUnknownProc: a command names a process that is not in the job.
-	// Returned by State.Apply and Propose (not retried).
+	// Returned by State.apply and Propose (not retried).
 	ErrUnknownProc = errors.New("spares: unknown process")
 	// ErrBadSnapshot: a snapshot or encoded state could not be decoded.
-	// Returned by DecodeState and by the FSM's Restore.
+	// Returned by decodeState and by the FSM's Restore.
 	ErrBadSnapshot = errors.New("spares: bad snapshot")
 	// ErrConfig: a Config is invalid. Returned by Config.Validate and
 	// NewNode; the message names the field and value.

@@ -47,7 +47,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	cmd, err := DecodeCommand(l.Data)
+	cmd, err := decodeCommand(l.Data)
 	if err != nil {
 		f.log.Warn("spares: undecodable log entry skipped", "index", l.Index, "err", err)
 		return applyResponse{Err: err}
@@ -63,7 +63,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.mu.Unlock()
 		return applyResponse{Result: res}
 	}
-	res, err := f.st.Apply(cmd)
+	res, err := f.st.apply(cmd)
 	if err == nil && res.Changed {
 		f.news.add(l.Index, l.Data, res)
 		f.publishLocked()
@@ -171,7 +171,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("%w: reading: %v", ErrBadSnapshot, err)
 	}
 	version, b := splitSnapshot(b)
-	st, err := DecodeState(b)
+	st, err := decodeState(b)
 	if err != nil {
 		return err
 	}
@@ -214,7 +214,7 @@ func splitSnapshot(b []byte) (uint64, []byte) {
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	b, err := EncodeState(&s.st)
+	b, err := encodeState(&s.st)
 	if err == nil {
 		var hdr [16]byte
 		copy(hdr[:], snapshotMagic[:])

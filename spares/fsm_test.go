@@ -16,7 +16,7 @@ import (
 
 func logOf(t *testing.T, index uint64, cmd Command) *raft.Log {
 	t.Helper()
-	b, err := EncodeCommand(cmd)
+	b, err := encodeCommand(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}

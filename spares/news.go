@@ -12,7 +12,7 @@ import (
 // state (0: the initial state). Indexes are those of one committed log, so
 // two processes at the same version hold the same state, a higher version
 // is a newer state, and a process at version v that applies, in order,
-// every change with a higher index reaches the sender's state: State.Apply
+// every change with a higher index reaches the sender's state: State.apply
 // is deterministic. A child whose version is older than the oldest change
 // kept gets the whole state instead.
 type news struct {
@@ -98,7 +98,7 @@ func (f *fsm) newsFor(have uint64, full bool) (update, <-chan struct{}, error) {
 		}
 	}
 	if f.news.encoded == nil || f.news.encodedAt != u.Version {
-		b, err := EncodeState(&f.st)
+		b, err := encodeState(&f.st)
 		if err != nil {
 			return update{}, nil, err
 		}
@@ -125,7 +125,7 @@ func (f *fsm) applyUpdate(u update) error {
 	f.mu.Lock()
 	changed := false
 	if u.State != nil && u.Version > f.news.version {
-		st, err := DecodeState(u.State)
+		st, err := decodeState(u.State)
 		if err != nil {
 			f.mu.Unlock()
 			return err
@@ -138,10 +138,10 @@ func (f *fsm) applyUpdate(u update) error {
 		if e.Index <= f.news.version {
 			continue
 		}
-		cmd, err := DecodeCommand(e.Data)
+		cmd, err := decodeCommand(e.Data)
 		if err == nil {
 			var res Result
-			res, err = f.st.Apply(cmd)
+			res, err = f.st.apply(cmd)
 			if err == nil && res.Changed {
 				f.news.add(e.Index, e.Data, res)
 				applied, results = append(applied, cmd), append(results, res)

@@ -162,7 +162,7 @@ func TestFollowCodec(t *testing.T) {
 
 func mustEncode(t *testing.T, c Command) []byte {
 	t.Helper()
-	b, err := EncodeCommand(c)
+	b, err := encodeCommand(c)
 	if err != nil {
 		t.Fatal(err)
 	}

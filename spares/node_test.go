@@ -403,7 +403,7 @@ func TestNodeControlPlane(t *testing.T) {
 	ctlAddr := leader.View().Procs[leader.Proc()].CtlAddr
 	raftAddr := leader.View().Procs[leader.Proc()].RaftAddr
 
-	cmd, _ := EncodeCommand(Finish{})
+	cmd, _ := encodeCommand(Finish{})
 	_, err := follower.callCtl(ctx, ctlAddr, auth.NewToken(), cmd)
 	if !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("wrong token: %v, want auth.ErrAuth", err)

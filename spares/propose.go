@@ -32,7 +32,7 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	if cmd == nil {
 		return Result{}, badCmd("nil command")
 	}
-	data, err := EncodeCommand(cmd)
+	data, err := encodeCommand(cmd)
 	if err != nil {
 		return Result{}, err
 	}

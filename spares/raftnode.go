@@ -270,7 +270,7 @@ func (n *Node) reconcile(r *raft.Raft) {
 		if slices.Equal(recorded, plan.Voters) {
 			return true
 		}
-		data, err := EncodeCommand(SetVoters{Voters: plan.Voters})
+		data, err := encodeCommand(SetVoters{Voters: plan.Voters})
 		if err == nil {
 			ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RPCTimeout)
 			_, err = n.applyLocal(ctx, data)

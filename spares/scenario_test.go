@@ -12,7 +12,7 @@ import (
 	"github.com/gaspigo/gaspigo/internal/script"
 )
 
-// TestScenarios runs the scripts testdata/*.txt through State.Apply and
+// TestScenarios runs the scripts testdata/*.txt through State.apply and
 // compares the trace with testdata/*.golden (go test -run TestScenarios
 // -rewrite regenerates them). Script language, one step per line, several
 // steps on one line separated by ';' happen in the same detection interval
@@ -207,16 +207,16 @@ func parseFail(view *State, args []string) (Command, string, error) {
 func (s *scenario) apply(cmd Command) {
 	t := s.t
 	t.Helper()
-	b, err := EncodeCommand(cmd)
+	b, err := encodeCommand(cmd)
 	if err != nil {
 		t.Fatalf("encode %#v: %v", cmd, err)
 	}
-	back, err := DecodeCommand(b)
+	back, err := decodeCommand(b)
 	if err != nil || !reflect.DeepEqual(normalize(back), normalize(cmd)) {
 		t.Fatalf("round trip of %#v gave %#v, %v", cmd, back, err)
 	}
 	before := s.st.Epoch
-	res, err := s.st.Apply(cmd)
+	res, err := s.st.apply(cmd)
 	if err != nil {
 		fmt.Fprintf(s.out, "  %s: error: %v\n", describe(cmd), err)
 	} else {
@@ -229,15 +229,15 @@ func (s *scenario) apply(cmd Command) {
 		t.Fatalf("epoch went from %d to %d (result says %d)", before, s.st.Epoch, res.Epoch)
 	}
 	again := s.st.Clone()
-	res2, err2 := again.Apply(cmd)
+	res2, err2 := again.apply(cmd)
 	if res2.Changed || !reflect.DeepEqual(normState(again), normState(*s.st)) || (err == nil && err2 != nil) {
 		t.Fatalf("%s is not idempotent: second result %+v, %v", describe(cmd), res2, err2)
 	}
-	enc, err := EncodeState(s.st)
+	enc, err := encodeState(s.st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec, err := DecodeState(enc)
+	dec, err := decodeState(enc)
 	if err != nil || !reflect.DeepEqual(normState(dec), normState(*s.st)) {
 		t.Fatalf("state round trip: %v\n got %+v\nwant %+v", err, dec, *s.st)
 	}

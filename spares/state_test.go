@@ -24,7 +24,7 @@ func mustState(t *testing.T, ranks, spares, hosts int, shrink bool) State {
 
 func TestHelpers(t *testing.T) {
 	st := mustState(t, 4, 2, 2, false)
-	if _, err := st.Apply(DeclareFailed{Proc: 1, Reporter: 0, Epoch: 1}); err != nil {
+	if _, err := st.apply(DeclareFailed{Proc: 1, Reporter: 0, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -109,7 +109,7 @@ func TestApplyRejectsWithoutMutating(t *testing.T) {
 		nil,
 		&Finish{},
 	} {
-		if _, err := st.Apply(cmd); err == nil {
+		if _, err := st.apply(cmd); err == nil {
 			t.Errorf("Apply(%#v) succeeded", cmd)
 		}
 		if !reflect.DeepEqual(st, before) {
@@ -140,8 +140,8 @@ func TestApplyDeterministicRandomLogs(t *testing.T) {
 			default:
 				cmd = SetVoters{Voters: []uint32{uint32(next(12)), uint32(next(12))}}
 			}
-			ra, ea := a.Apply(cmd)
-			rb, eb := b.Apply(cmd)
+			ra, ea := a.apply(cmd)
+			rb, eb := b.apply(cmd)
 			if !reflect.DeepEqual(ra, rb) || fmt.Sprint(ea) != fmt.Sprint(eb) || !reflect.DeepEqual(a, b) {
 				t.Fatalf("seed %d step %d: copies diverged on %#v", seed, i, cmd)
 			}
