@@ -81,14 +81,17 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The network-fault injector of the chaos suite, if configured: the
+	// runtime's launcher closes it (its watcher) with the runtime.
+	o.faults = netfault.FromEnv(env.Proc)
 	if opts.FaultTolerant {
 		var raftAddr, ctlAddr string
-		raftLn, raftAddr, err = Listen(env)
+		raftLn, raftAddr, err = listen(env, o.faults)
 		if err != nil {
 			o.close()
 			return nil, fmt.Errorf("spares: raft listener: %w", err)
 		}
-		ctlLn, ctlAddr, err = Listen(env)
+		ctlLn, ctlAddr, err = listen(env, o.faults)
 		if err != nil {
 			raftLn.Close()
 			o.close()
@@ -110,7 +113,7 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 // start is Init once the membership's listeners are bound: the data
 // plane, the rendezvous, the membership and the runtime.
 func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extra map[string]string, raftLn, ctlLn net.Listener, o *observer) (*pgas.Runtime, error) {
-	tr, err := newDataPlane(env, logs.tcp, opts.TCP)
+	tr, err := newDataPlane(env, o.faults, logs.tcp, opts.TCP)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +155,7 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 	cfg.Logger = logs.runtime
 	cfg.Launcher = launcher{sess: sess, proc: env.Proc, obs: o}
 	if opts.FaultTolerant {
-		m, err := newMembership(env, table, opts, logs, raftLn, ctlLn)
+		m, err := newMembership(env, table, opts, logs, raftLn, ctlLn, o.faults)
 		if err != nil {
 			tr.Close()
 			sess.Close()
@@ -180,12 +183,12 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 
 // newTransport binds the data plane's listener, wrapped by the fault
 // injector of PGAS_NETFAULT_DIR when one is configured.
-func newTransport(env bootstrap.Env, log *slog.Logger, adjust func(*tcp.Config)) (*tcp.Transport, error) {
+func newTransport(env bootstrap.Env, inj *netfault.Injector, log *slog.Logger, adjust func(*tcp.Config)) (*tcp.Transport, error) {
 	tc := tcp.DefaultConfig()
 	tc.Self = transport.Proc(env.Proc)
 	tc.Token, tc.TLS = env.Token, env.TLS
 	tc.ListenAddr = net.JoinHostPort(listenHost(env.Rendezvous), "0")
-	if inj := netfault.FromEnv(env.Proc); inj != nil {
+	if inj != nil {
 		ln, err := net.Listen("tcp", tc.ListenAddr)
 		if err != nil {
 			return nil, fmt.Errorf("pgas: init: data-plane listener: %w", err)
@@ -205,13 +208,13 @@ func newTransport(env bootstrap.Env, log *slog.Logger, adjust func(*tcp.Config))
 
 // newMembership starts this process's Raft membership node over the
 // listeners Init bound, with the members of the rendezvous's table.
-func newMembership(env bootstrap.Env, table bootstrap.Table, opts Options, logs logs, raftLn, ctlLn net.Listener) (pgas.Membership, error) {
+func newMembership(env bootstrap.Env, table bootstrap.Table, opts Options, logs logs, raftLn, ctlLn net.Listener, inj *netfault.Injector) (pgas.Membership, error) {
 	cfg := spares.DefaultConfig()
 	cfg.Proc = env.Proc
 	cfg.NumRanks = table.NumRanks
 	cfg.Token, cfg.TLS = env.Token, env.TLS
 	cfg.RaftListener, cfg.CtlListener = raftLn, ctlLn
-	if inj := netfault.FromEnv(env.Proc); inj != nil {
+	if inj != nil {
 		cfg.WrapConn = inj.Wrap
 	}
 	if env.StateDir != "" {
@@ -244,10 +247,11 @@ func newMembership(env bootstrap.Env, table bootstrap.Table, opts Options, logs 
 }
 
 // Listen binds a TCP listener on the interface the job's processes use to
-// reach each other, and returns it with the address they should dial
-// (wrapped by the fault injector of PGAS_NETFAULT_DIR, if set). The
-// membership uses it for its own listeners.
-func Listen(env bootstrap.Env) (net.Listener, string, error) {
+// reach each other, and returns it with the address they should dial.
+func Listen(env bootstrap.Env) (net.Listener, string, error) { return listen(env, nil) }
+
+// listen is Listen, the listener wrapped by inj (nil: none).
+func listen(env bootstrap.Env, inj *netfault.Injector) (net.Listener, string, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(listenHost(env.Rendezvous), "0"))
 	if err != nil {
 		return nil, "", err
@@ -257,7 +261,7 @@ func Listen(env bootstrap.Env) (net.Listener, string, error) {
 		ln.Close()
 		return nil, "", err
 	}
-	return netfault.FromEnv(env.Proc).Listener(ln), addr, nil
+	return inj.Listener(ln), addr, nil
 }
 
 // listenHost picks the interface to listen on: loopback when the job's

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
 	"github.com/gaspigo/gaspigo/internal/metrics"
+	"github.com/gaspigo/gaspigo/internal/netfault"
 	"github.com/gaspigo/gaspigo/obs"
 	"github.com/gaspigo/gaspigo/pgas"
 )
@@ -19,8 +20,12 @@ type observer struct {
 	proc int
 	srv  *metrics.Server
 	rt   *pgas.Runtime // set once Init has made it; names the trace's track
-	once sync.Once
-	err  error
+	// faults is the network-fault injector of PGAS_NETFAULTS (nil: none),
+	// which the data plane and the membership wrap their connections
+	// with; closing the observer stops its watcher.
+	faults *netfault.Injector
+	once   sync.Once
+	err    error
 }
 
 // startObserver starts what the environment asks for: the metrics
@@ -74,6 +79,7 @@ func (o *observer) closeOnce() error {
 			name = fmt.Sprintf("spare (proc %d)", o.proc)
 		}
 	}
+	o.faults.Close()
 	err := metrics.WriteTrace(o.env.TraceDir, o.proc, name)
 	if o.srv != nil {
 		err = errors.Join(err, o.srv.Close())

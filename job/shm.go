@@ -96,7 +96,7 @@ type dataPlane struct {
 
 // newDataPlane binds the TCP listener (newTransport) and, when shared
 // memory is on, the shared-memory transport's socket.
-func newDataPlane(env bootstrap.Env, log *slog.Logger, adjust func(*tcp.Config)) (*dataPlane, error) {
+func newDataPlane(env bootstrap.Env, inj *netfault.Injector, log *slog.Logger, adjust func(*tcp.Config)) (*dataPlane, error) {
 	on, spin, err := shmConfig(os.LookupEnv)
 	if err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func newDataPlane(env bootstrap.Env, log *slog.Logger, adjust func(*tcp.Config))
 	if err != nil {
 		return nil, err
 	}
-	tr, err := newTransport(env, log, adjust)
+	tr, err := newTransport(env, inj, log, adjust)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func newDataPlane(env bootstrap.Env, log *slog.Logger, adjust func(*tcp.Config))
 	}
 	d.autoSpin = spin < 0
 	sc.Logger = log.With("proc", int(env.Proc), "layer", "shm")
-	if inj := netfault.FromEnv(env.Proc); inj != nil {
+	if inj != nil {
 		sc.Faults = inj // the chaos suite's network faults apply to the rings too
 	}
 	d.shm, err = shm.New(sc)

@@ -170,25 +170,17 @@ type Injector struct {
 	wg   sync.WaitGroup
 }
 
-var (
-	envOnce sync.Once
-	envInj  *Injector
-)
-
-// FromEnv returns the process's injector when PGAS_NETFAULTS is set, and nil
-// (wrap nothing) otherwise. Every caller in the process shares the one
-// injector, whose watcher runs for the life of the process and logs rule
-// changes to stderr.
+// FromEnv starts an injector for process self when PGAS_NETFAULTS is set,
+// and returns nil (wrap nothing) otherwise. The caller owns it: its
+// watcher runs until Close (package job closes it with the runtime). It
+// logs rule changes to stderr.
 func FromEnv(self uint32) *Injector {
-	envOnce.Do(func() {
-		dir := os.Getenv(EnvVar)
-		if dir == "" {
-			return
-		}
-		log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("proc", int(self))
-		envInj = New(dir, self, log)
-	})
-	return envInj
+	dir := os.Getenv(EnvVar)
+	if dir == "" {
+		return nil
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("proc", int(self))
+	return New(dir, self, log)
 }
 
 // New starts an injector that obeys dir/rules for process self. Close stops
@@ -206,8 +198,12 @@ func New(dir string, self uint32, log *slog.Logger) *Injector {
 	return in
 }
 
-// Close stops the watcher; connections keep the last rule.
+// Close stops the watcher; connections keep the last rule. A nil
+// injector has nothing to stop.
 func (in *Injector) Close() {
+	if in == nil {
+		return
+	}
 	in.once.Do(func() { close(in.stop) })
 	in.wg.Wait()
 }
