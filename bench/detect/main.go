@@ -1,5 +1,5 @@
 // Command detect measures the failure detector and the membership on real
-// processes: gaspirun jobs of internal/testprog/ftstep on this machine,
+// processes: gaspirun jobs of test/fttier/testprog/ftstep on this machine,
 // with the runtime's default configuration (health.DefaultConfig,
 // spares.DefaultConfig).
 //
@@ -204,7 +204,7 @@ func orInt(v, def int) int {
 func binaries(dir string) (gaspirun, prog string, cleanup func(), err error) {
 	cleanup = func() {}
 	if dir == "" {
-		tmp, done, err := proctest.Build("detect", false, "./cmd/gaspirun", "./internal/testprog/ftstep")
+		tmp, done, err := proctest.Build("detect", false, "./cmd/gaspirun", "./test/fttier/testprog/ftstep")
 		if err != nil {
 			return "", "", func() {}, fmt.Errorf("%w (run inside the module, or pass -bin)", err)
 		}
@@ -214,7 +214,7 @@ func binaries(dir string) (gaspirun, prog string, cleanup func(), err error) {
 	for _, f := range []string{gaspirun, prog} {
 		if _, err := os.Stat(f); err != nil {
 			cleanup()
-			return "", "", func() {}, fmt.Errorf("-bin %s: %v (build with: go build -o DIR/ ./cmd/gaspirun ./internal/testprog/ftstep)", dir, err)
+			return "", "", func() {}, fmt.Errorf("-bin %s: %v (build with: go build -o DIR/ ./cmd/gaspirun ./test/fttier/testprog/ftstep)", dir, err)
 		}
 	}
 	return gaspirun, prog, cleanup, nil

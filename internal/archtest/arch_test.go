@@ -55,7 +55,6 @@ var layers = []layer{
 		"benchmarks -> libraries, apps (measured as black boxes), internal helpers"},
 	{"test/...", append([]string{"~/...", "internal/...", "apps/..."}, libraries...),
 		"test tiers -> libraries, apps and internal helpers, their own test programs"},
-	{"internal/testprog/...", append([]string{"internal/..."}, libraries...), "test programs -> libraries, internal helpers"},
 	{"internal/metrics", []string{"obs", "internal/..."}, "the metrics exporter and trace writer -> obs, the leaf it exports"},
 	{"internal/...", []string{"internal/..."}, "internal helpers sit below the libraries: they import other helpers only"},
 }
@@ -68,7 +67,6 @@ var closed = []struct {
 	allow  []string // importers allowed besides the package's own subtree
 	rule   string
 }{
-	{"internal/testprog/...", "", nil, "internal/testprog programs are run, never imported"},
 	{"cmd/...", "", nil, "nothing imports cmd/ packages but their own subpackages"},
 	{"test/...", "", nil, "nothing imports test/ packages but their own subpackages"},
 	{"apps/...", "apps/internal/...", []string{"bench/...", "test/..."}, "nothing imports apps/ packages but their own subpackages, benchmarks and test tiers"},
@@ -234,7 +232,7 @@ func TestCheckFindsForbiddenEdges(t *testing.T) {
 		{"an app imports another app", pkg{path: "apps/terasort", deps: []string{"apps/kmeans"}}, "forbidden import apps/terasort -> apps/kmeans"},
 		{"an app's command imports its app", pkg{path: "apps/kmeans/cmd/kmeans", deps: []string{"apps/kmeans", "job"}}, ""},
 		{"a library imports a command", pkg{path: "ckpt", tdeps: []string{"cmd/gaspirun/internal/launch"}}, `rule "nothing imports cmd/ packages but their own subpackages"`},
-		{"a test program is imported", pkg{path: "test/fttier", tdeps: []string{"internal/testprog/ftstep"}}, `rule "internal/testprog programs are run, never imported"`},
+		{"a test program is imported", pkg{path: "test/kmtier", tdeps: []string{"test/fttier/testprog/ftstep"}}, `rule "nothing imports test/ packages but their own subpackages"`},
 		{"a tier imports another tier", pkg{path: "test/kmtier", tdeps: []string{"test/tcptier/testprog/semantics"}}, "forbidden import test/kmtier -> test/tcptier/testprog/semantics"},
 		{"a tier imports its own program", pkg{path: "test/tcptier", tdeps: []string{"test/tcptier/testprog/semantics"}}, ""},
 		{"no layer", pkg{path: "newpkg"}, "package newpkg has no layer"},

@@ -9,7 +9,7 @@
 //     or as a link target) does not exist in the repository, or a link's
 //     #fragment names no heading of the Markdown file it points to;
 //   - a command of a shell block (sh, bash, shell) is neither a program of the repository
-//     (a main package under cmd/, apps/, bench/ or internal/testprog/, run
+//     (a main package under cmd/, apps/, bench/ or test/, run
 //     as bin/NAME or by name), nor a script of the repository, nor one of
 //     the system tools the test lists;
 //   - a go test -run in them names a test function no test file has;

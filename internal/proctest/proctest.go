@@ -1,7 +1,7 @@
 // Package proctest builds the programs that the real-process test tiers
 // and benchmark tools run under gaspirun.
 //
-//	dir, cleanup, err := proctest.Build("fttier", proctest.Race, "./cmd/gaspirun", "./internal/testprog/ftstep")
+//	dir, cleanup, err := proctest.Build("fttier", proctest.Race, "./cmd/gaspirun", "./test/fttier/testprog/ftstep")
 //	defer cleanup()
 //	gaspirun := filepath.Join(dir, "gaspirun")
 //

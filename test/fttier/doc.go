@@ -1,5 +1,5 @@
 // Package fttier holds the real-process acceptance tests of failure
-// detection and membership: gaspirun jobs of internal/testprog/ftstep
+// detection and membership: gaspirun jobs of test/fttier/testprog/ftstep
 // (4 ranks + 2 spares on loopback, the runtime's default detector and
 // membership configuration) in which the tests kill, stop and resume
 // processes by pid and check the outcome from the outside. It holds tests

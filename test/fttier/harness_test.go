@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 	if probe := os.Getenv("FTTIER_TRACE_PROBE"); probe != "" {
 		os.Exit(traceProbe(probe)) // a helper of TestDirectWritesWithoutTracing
 	}
-	os.Exit(proctest.Main(m, "fttier", proctest.Race, []string{"./cmd/gaspirun", "./internal/testprog/ftstep"}, func(dir string, skip error) {
+	os.Exit(proctest.Main(m, "fttier", proctest.Race, []string{"./cmd/gaspirun", "./test/fttier/testprog/ftstep"}, func(dir string, skip error) {
 		bins.err = skip
 		bins.gaspirun = filepath.Join(dir, "gaspirun")
 		bins.prog = filepath.Join(dir, "ftstep")
