@@ -2,14 +2,13 @@ package kmeans
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gaspigo/gaspigo/apps/internal/inject"
 	"github.com/gaspigo/gaspigo/pgas"
 )
 
@@ -41,62 +40,14 @@ type Inject struct {
 // kill:leader,iter=I and kill:mirror-of=R,iter=I, and with iter=0 the
 // setup phases: kill:rank=R,iter=0,phase=init|ckpt-new.
 func ParseInject(s string) (Inject, error) {
-	in := Inject{Rank: -1, MirrorOf: -1}
-	bad := func(why string) (Inject, error) {
-		return Inject{}, fmt.Errorf("kmeans: --inject %q: %s (want kill:rank=R,iter=I, kill:host=H,iter=I, kill:leader,iter=I or kill:mirror-of=R,iter=I, optionally with ,phase=commit; or kill:rank=R,iter=0,phase=init|ckpt-new)", s, why)
+	k, err := inject.Parse(s, injectGrammar)
+	if err != nil {
+		return Inject{}, fmt.Errorf("kmeans: %w", err)
 	}
-	rest, ok := strings.CutPrefix(s, "kill:")
-	if !ok {
-		return bad("only kill injections exist")
-	}
-	targets, hasIter := 0, false
-	for _, kv := range strings.Split(rest, ",") {
-		k, v, _ := strings.Cut(kv, "=")
-		var err error
-		switch k {
-		case "rank":
-			in.Rank, err = strconv.Atoi(v)
-			if err == nil && in.Rank < 0 {
-				err = errors.New("ranks count from 0")
-			}
-			targets++
-		case "host":
-			in.Host = v
-			if v == "" {
-				err = errors.New("empty host")
-			}
-			targets++
-		case "leader":
-			in.Leader = true
-			targets++
-		case "mirror-of":
-			in.MirrorOf, err = strconv.Atoi(v)
-			if err == nil && in.MirrorOf < 0 {
-				err = errors.New("ranks count from 0")
-			}
-			targets++
-		case "iter":
-			in.Iter, err = strconv.Atoi(v)
-			if err == nil && in.Iter < 0 {
-				err = errors.New("iterations count from 1 (0 names the starting checkpoint, with phase=commit)")
-			}
-			hasIter = true
-		case "phase":
-			in.Phase = v
-			if v != "commit" && !setupPhase(v) {
-				err = errors.New("the phases are commit, and with iter=0 init and ckpt-new")
-			}
-		default:
-			return bad("unknown key " + strconv.Quote(k))
-		}
-		if err != nil {
-			return bad(k + ": " + err.Error())
-		}
-	}
-	if targets != 1 {
-		return bad("name exactly one target")
-	}
-	if !hasIter {
+	in := Inject{Rank: k.Int("rank"), Host: k.Text("host"), Leader: k.Has("leader"), MirrorOf: k.Int("mirror-of"),
+		Iter: k.Int("iter"), Phase: k.Text("phase")}
+	bad := func(why string) (Inject, error) { return Inject{}, fmt.Errorf("kmeans: %w", k.Errorf("%s", why)) }
+	if !k.Has("iter") {
 		return bad("iter is missing")
 	}
 	if setupPhase(in.Phase) && (in.Iter != 0 || in.Rank < 0) {
@@ -107,6 +58,16 @@ func ParseInject(s string) (Inject, error) {
 	}
 	return in, nil
 }
+
+// injectGrammar is K-means's kill language (package inject).
+var injectGrammar = &inject.Grammar{Keys: []inject.Key{
+	{Name: "rank", Kind: inject.Rank, Target: true},
+	{Name: "host", Kind: inject.Label, Target: true},
+	{Name: "leader", Kind: inject.Flag, Target: true},
+	{Name: "mirror-of", Kind: inject.Rank, Target: true},
+	{Name: "iter", Kind: inject.Count},
+	{Name: "phase", Kind: inject.Word, Words: []string{"commit", "init", "ckpt-new"}},
+}, Want: "kill:rank=R,iter=I, kill:host=H,iter=I, kill:leader,iter=I or kill:mirror-of=R,iter=I, optionally with ,phase=commit; or kill:rank=R,iter=0,phase=init|ckpt-new"}
 
 // CheckInjects refuses an injection that could never fire in a job of
 // size ranks: a rank or mirror-of at or past size, or a host label that no

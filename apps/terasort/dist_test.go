@@ -470,7 +470,7 @@ func TestDistSortBadInput(t *testing.T) {
 		{[]string{"--in", in, "--out", "x", "--inject", "kill:rank=1,at=0.5"}, "needs checkpoints"},
 		{[]string{"--in", in, "--out", "x", "--ckpt-records", "10", "--inject", "kill:rank=1,at=2"}, "at \"2\""},
 		{[]string{"--in", in, "--out", "x", "--ckpt-records", "10", "--inject", "kill:rank=1,at=0.5,disk=lost"}, "--spill DIR/%h"},
-		{[]string{"--in", in, "--out", "x", "--ckpt-records", "10", "--inject", "kill:rank=1,host=h,at=0.5"}, "give rank=R or host=H"},
+		{[]string{"--in", in, "--out", "x", "--ckpt-records", "10", "--inject", "kill:rank=1,host=h,at=0.5"}, "name exactly one target: rank, host"},
 	} {
 		cmd := exec.Command(terasort, append([]string{"sort"}, c.args...)...)
 		out, err := cmd.CombinedOutput()

@@ -9,10 +9,9 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 
+	"github.com/gaspigo/gaspigo/apps/internal/inject"
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/kvshuffle"
 	"github.com/gaspigo/gaspigo/pgas"
@@ -80,46 +79,28 @@ type Kill struct {
 }
 
 // ParseKill parses kill:rank=R,UNIT=N and kill:rank=R,phase=ckpt-new;
-// fraction: N is in [0, 1], else a whole number >= 0.
+// fraction: N is in [0, 1], else a whole number >= 0. Its errors wrap
+// ErrInject (inject.ErrInject).
 func ParseKill(s, unit string, fraction bool) (*Kill, error) {
-	want := fmt.Sprintf("want kill:rank=R,%s=N or kill:rank=R,phase=ckpt-new", unit)
-	rest, ok := strings.CutPrefix(s, "kill:")
-	if !ok {
-		return nil, fmt.Errorf("--inject %q: %s: %w", s, want, ErrInject)
+	kind := inject.Count
+	if fraction {
+		kind = inject.Fraction
 	}
-	k := &Kill{Rank: -1, At: -1, Unit: unit}
-	for _, kv := range strings.Split(rest, ",") {
-		key, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, fmt.Errorf("--inject %q: %q is not key=value; %s: %w", s, kv, want, ErrInject)
-		}
-		switch key {
-		case "rank":
-			r, err := strconv.Atoi(v)
-			if err != nil || r < 0 {
-				return nil, fmt.Errorf("--inject %q: rank %q: want a rank number >= 0: %w", s, v, ErrInject)
-			}
-			k.Rank = r
-		case unit:
-			f, err := strconv.ParseFloat(v, 64)
-			switch {
-			case fraction && (err != nil || !(f >= 0 && f <= 1)):
-				return nil, fmt.Errorf("--inject %q: %s %q: want a fraction in [0, 1]: %w", s, unit, v, ErrInject)
-			case !fraction && (err != nil || !(f >= 0) || f != float64(int64(f))):
-				return nil, fmt.Errorf("--inject %q: %s %q: want a whole number >= 0: %w", s, unit, v, ErrInject)
-			}
-			k.At = f
-		case "phase":
-			if v != "ckpt-new" {
-				return nil, fmt.Errorf("--inject %q: phase %q: the only phase is ckpt-new: %w", s, v, ErrInject)
-			}
-			k.Phase = v
-		default:
-			return nil, fmt.Errorf("--inject %q: unknown key %q; %s: %w", s, key, want, ErrInject)
-		}
+	g := &inject.Grammar{Keys: []inject.Key{
+		{Name: "rank", Kind: inject.Rank, Target: true},
+		{Name: unit, Kind: kind},
+		{Name: "phase", Kind: inject.Word, Words: []string{"ckpt-new"}},
+	}, Want: fmt.Sprintf("kill:rank=R,%s=N or kill:rank=R,phase=ckpt-new", unit)}
+	in, err := inject.Parse(s, g)
+	if err != nil {
+		return nil, err
 	}
-	if k.Rank < 0 || (k.At < 0) == (k.Phase == "") {
-		return nil, fmt.Errorf("--inject %q: give rank=R and %s=N (or phase=ckpt-new): %w", s, unit, ErrInject)
+	if in.Has(unit) == in.Has("phase") {
+		return nil, in.Errorf("give rank=R and %s=N (or phase=ckpt-new)", unit)
+	}
+	k := &Kill{Rank: in.Int("rank"), At: in.Float(unit), Unit: unit, Phase: in.Text("phase")}
+	if !fraction && in.Has(unit) {
+		k.At = float64(in.Int(unit))
 	}
 	return k, nil
 }
@@ -145,11 +126,7 @@ func (k *Kill) armedIn(rt *pgas.Runtime, phase string) bool {
 }
 
 // Fire prints what it does on out and sends SIGKILL to this process.
-func (k *Kill) Fire(out io.Writer, rank int, progress string) {
-	fmt.Fprintf(out, "inject: SIGKILL rank %d (pid %d) %s\n", rank, os.Getpid(), progress)
-	syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // the signal is on its way
-}
+func (k *Kill) Fire(out io.Writer, rank int, progress string) { inject.Fire(out, rank, progress) }
 
 // Command picks the command of args among names: it returns the command,
 // or a nil command with nil for help (usage printed on stdout) or an

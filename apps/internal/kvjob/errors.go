@@ -1,12 +1,12 @@
 package kvjob
 
 import (
-	"errors"
 	"fmt"
+	"github.com/gaspigo/gaspigo/apps/internal/inject"
 )
 
 // ErrInject is wrapped by the errors of a bad --inject specification.
-var ErrInject = errors.New("kvjob: bad --inject")
+var ErrInject = inject.ErrInject
 
 // ExitError carries a command's exit status; Msg, if set, is printed.
 type ExitError struct {

@@ -66,6 +66,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gaspigo/gaspigo/apps/internal/inject"
 	"github.com/gaspigo/gaspigo/apps/kmeans"
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
@@ -400,9 +401,6 @@ func writeCentroids(path string, c []float64, k int) error {
 // kill carries out an injection (kmeans.Options.Kill): SIGKILL to this
 // process.
 func kill(k kmeans.Kill) {
-	fmt.Fprintf(os.Stderr, "inject: SIGKILL rank %d (pid %d) after iteration %d%s at %s\n",
-		k.Rank, os.Getpid(), k.Iter, map[string]string{"": "", "commit": ", inside the checkpoint commit",
-			"init": ", in the setup before the starting centroids", "ckpt-new": ", in the setup before the checkpointer's creation"}[k.Phase], time.Now().Format(time.RFC3339Nano))
-	syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // the signal is on its way
+	inject.Fire(os.Stderr, k.Rank, fmt.Sprintf("after iteration %d%s at %s", k.Iter, map[string]string{"": "", "commit": ", inside the checkpoint commit",
+		"init": ", in the setup before the starting centroids", "ckpt-new": ", in the setup before the checkpointer's creation"}[k.Phase], time.Now().Format(time.RFC3339Nano)))
 }

@@ -56,7 +56,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--generate", "1000", "--inject", "kill:rank=1,iter=0,phase=commit"}, ""},
 		{[]string{"--generate", "1000", "--inject", "kill:rank=1,iter=0"}, "iter=0 names the commit of the starting checkpoint"},
 		{[]string{"--generate", "1000", "--inject", "kill:mirror-of=1,iter=0,phase=commit"}, "iter=0 names the commit of the starting checkpoint"},
-		{[]string{"--generate", "1000", "--inject", "kill:rank=1,iter=-1"}, "iterations count from 1"},
+		{[]string{"--generate", "1000", "--inject", "kill:rank=1,iter=-1"}, "iter \"-1\": want a whole number >= 0"},
 		{[]string{"--generate", "1000", "--inject", "kill:rank=1,leader,iter=2"}, "exactly one target"},
 		{[]string{"--generate", "1000", "--mirrors", "0"}, "--mirrors 0"},
 		{[]string{"--generate", "1000", "--shrink", "--inject", "kill:rank=1,iter=3"}, ""},

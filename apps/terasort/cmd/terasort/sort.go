@@ -82,10 +82,10 @@ import (
 	"math"
 	"os"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/gaspigo/gaspigo/apps/internal/inject"
 	"github.com/gaspigo/gaspigo/apps/terasort"
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/kvshuffle"
@@ -118,54 +118,26 @@ type injectSpec struct {
 	phase    string // "ckpt-new": in the setup (terasort.Injection.Phase)
 }
 
+// injectGrammar is terasort's kill language (package inject).
+var injectGrammar = &inject.Grammar{Keys: []inject.Key{
+	{Name: "rank", Kind: inject.Rank, Target: true},
+	{Name: "host", Kind: inject.Label, Target: true},
+	{Name: "at", Kind: inject.Fraction},
+	{Name: "disk", Kind: inject.Word, Words: []string{"lost"}},
+	{Name: "phase", Kind: inject.Word, Words: []string{"ckpt-new"}},
+}, Want: "kill:rank=R|host=H,at=FRACTION[,disk=lost] or kill:rank=R|host=H,phase=ckpt-new"}
+
 func parseInject(s string) (*injectSpec, error) {
-	rest, ok := strings.CutPrefix(s, "kill:")
-	if !ok {
-		return nil, fmt.Errorf("--inject %q: want kill:rank=R|host=H,at=FRACTION[,disk=lost]", s)
+	k, err := inject.Parse(s, injectGrammar)
+	if err != nil {
+		return nil, err
 	}
-	in := &injectSpec{rank: -1, at: -1}
-	for _, kv := range strings.Split(rest, ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, fmt.Errorf("--inject %q: %q is not key=value; want kill:rank=R,at=FRACTION", s, kv)
-		}
-		switch k {
-		case "rank":
-			r, err := strconv.Atoi(v)
-			if err != nil || r < 0 {
-				return nil, fmt.Errorf("--inject %q: rank %q: want a rank number >= 0", s, v)
-			}
-			in.rank = r
-		case "host":
-			if v == "" {
-				return nil, fmt.Errorf("--inject %q: host is empty: want a host label (PGAS_HOST)", s)
-			}
-			in.host = v
-		case "disk":
-			if v != "lost" {
-				return nil, fmt.Errorf("--inject %q: disk %q: the only value is lost", s, v)
-			}
-			in.diskLost = true
-		case "at":
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || !(f >= 0 && f <= 1) {
-				return nil, fmt.Errorf("--inject %q: at %q: want a fraction of the rank's input in [0, 1]", s, v)
-			}
-			in.at = f
-		case "phase":
-			if v != "ckpt-new" {
-				return nil, fmt.Errorf("--inject %q: phase %q: the only phase is ckpt-new (in the setup, before the checkpointer's creation)", s, v)
-			}
-			in.phase = v
-		default:
-			return nil, fmt.Errorf("--inject %q: unknown key %q; want kill:rank=R|host=H,at=FRACTION[,disk=lost] or kill:rank=R|host=H,phase=ckpt-new", s, k)
-		}
-	}
+	in := &injectSpec{rank: k.Int("rank"), host: k.Text("host"), at: k.Float("at"), diskLost: k.Has("disk"), phase: k.Text("phase")}
 	if in.phase != "" && (in.at >= 0 || in.diskLost) {
-		return nil, fmt.Errorf("--inject %q: phase=ckpt-new kills in the setup: give no at or disk", s)
+		return nil, k.Errorf("phase=ckpt-new kills in the setup: give no at or disk")
 	}
-	if (in.rank < 0) == (in.host == "") || (in.at < 0 && in.phase == "") {
-		return nil, fmt.Errorf("--inject %q: give rank=R or host=H, and at=FRACTION or phase=ckpt-new", s)
+	if in.at < 0 && in.phase == "" {
+		return nil, k.Errorf("give at=FRACTION or phase=ckpt-new")
 	}
 	return in, nil
 }
@@ -357,12 +329,10 @@ func (in *injectSpec) fire(f terasort.Fault) error {
 		fmt.Fprintf(f.Out, "inject: rank %d's spill directory %s removed (its host's disk is lost)\n", f.Rank, f.SpillDir)
 	}
 	if in.phase != "" {
-		fmt.Fprintf(f.Out, "inject: SIGKILL rank %d (pid %d) in the setup, before the checkpointer's creation\n", f.Rank, os.Getpid())
-	} else {
-		fmt.Fprintf(f.Out, "inject: SIGKILL rank %d (pid %d) after %d of its %d records\n", f.Rank, os.Getpid(), f.Sent, f.Records)
+		inject.Fire(f.Out, f.Rank, "in the setup, before the checkpointer's creation")
 	}
-	syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // the signal is on its way
+	inject.Fire(f.Out, f.Rank, fmt.Sprintf("after %d of its %d records", f.Sent, f.Records))
+	return nil
 }
 
 // startCPUProfile starts the process's CPU profile into path; the
