@@ -60,6 +60,9 @@ type directSeg struct {
 	members []int                      // the ranks that sent descs, ascending
 	descs   []int64                    // descWords per member: read on a peer's first write, not before
 	mem     map[transport.Proc]peerMem // mapped, or a nil mem when mapping failed
+	// fetching holds, for each peer whose memory is being asked for, a
+	// channel closed when the answer is in mem (mapPeer).
+	fetching map[transport.Proc]chan struct{}
 }
 
 // share returns where proc's memory is, if it sent any and is on this
@@ -178,33 +181,37 @@ func (rt *Runtime) mapPeers(si *segInfo, v *view, members []int, descs []int64) 
 }
 
 // mapPeer maps proc's memory of segment si into d, once: on failure it
-// records a nil mapping, and writes to proc go through frames.
+// records a nil mapping, and writes to proc go through frames. The
+// request for the memory is a round trip to proc, made without d.mu, so
+// that writes to the other peers go on meanwhile (a stopped peer holds it
+// up to shareTimeout); a writer to proc itself waits for it, so that its
+// writes keep their order (none goes by frame while an earlier one went
+// direct, or the other way round).
 func (rt *Runtime) mapPeer(si *segInfo, d *directSeg, proc transport.Proc) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if _, done := d.mem[proc]; done || d.dropped {
+		d.mu.Unlock()
+		return
+	}
+	if wait, ok := d.fetching[proc]; ok {
+		d.mu.Unlock()
+		<-wait
 		return
 	}
 	ps, ok := d.share(rt, proc)
 	if !ok {
 		d.mem[proc] = peerMem{}
+		d.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithTimeout(rt.life, shareTimeout)
-	fd, tag, err := rt.tr.(transport.MemorySharer).FetchMemory(ctx, proc, uint64(si.seg.ID()))
-	cancel()
-	var mem []byte
-	if err == nil {
-		// The memory must be the segment the exchange described: a peer
-		// that deleted and re-created it since has another generation
-		// (and maybe another size that rounds to the same pages).
-		if uint32(tag) != ps.gen {
-			err = fmt.Errorf("segment %d of proc %d is of generation %d now, the exchange said %d", si.seg.ID(), proc, uint32(tag), ps.gen)
-		} else {
-			mem, err = segments.MapFD(fd, ps.size)
-		}
-		unix.Close(fd)
+	done := make(chan struct{})
+	if d.fetching == nil {
+		d.fetching = map[transport.Proc]chan struct{}{}
 	}
+	d.fetching[proc] = done
+	d.mu.Unlock()
+
+	pm, err := rt.fetchPeer(si, proc, ps)
 	if err != nil {
 		// Correct either way, only slower: said once, as information.
 		if rt.mapRefused.CompareAndSwap(false, true) {
@@ -213,10 +220,41 @@ func (rt *Runtime) mapPeer(si *segInfo, d *directSeg, proc transport.Proc) {
 		} else {
 			rt.log.Debug("segment not mapped", "seg", si.seg.ID(), "proc", proc, "err", err)
 		}
-		d.mem[proc] = peerMem{}
-		return
 	}
-	d.mem[proc] = peerMem{mem: mem, gen: uint32(tag)}
+	d.mu.Lock()
+	if d.dropped && pm.mem != nil {
+		segments.UnmapShared(pm.mem) // dropDirect ran meanwhile
+		pm = peerMem{}
+	}
+	if !d.dropped {
+		d.mem[proc] = pm
+	}
+	delete(d.fetching, proc)
+	close(done)
+	d.mu.Unlock()
+}
+
+// fetchPeer asks proc for its memory of segment si and maps it; ps is what
+// the exchange said of it.
+func (rt *Runtime) fetchPeer(si *segInfo, proc transport.Proc, ps peerShare) (peerMem, error) {
+	ctx, cancel := context.WithTimeout(rt.life, shareTimeout)
+	fd, tag, err := rt.tr.(transport.MemorySharer).FetchMemory(ctx, proc, uint64(si.seg.ID()))
+	cancel()
+	if err != nil {
+		return peerMem{}, err
+	}
+	defer unix.Close(fd)
+	// The memory must be the segment the exchange described: a peer that
+	// deleted and re-created it since has another generation (and maybe
+	// another size that rounds to the same pages).
+	if uint32(tag) != ps.gen {
+		return peerMem{}, fmt.Errorf("segment %d of proc %d is of generation %d now, the exchange said %d", si.seg.ID(), proc, uint32(tag), ps.gen)
+	}
+	mem, err := segments.MapFD(fd, ps.size)
+	if err != nil {
+		return peerMem{}, err
+	}
+	return peerMem{mem: mem, gen: uint32(tag)}, nil
 }
 
 // dropDirect unmaps the others' segments.

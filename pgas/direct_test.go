@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -301,5 +302,87 @@ func TestDirectMoveOnlyForHolders(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// stallMem is nearMem whose FetchMemory for proc stall says so on
+// entered, then waits until release is closed: a peer too starved (or
+// stopped) to answer.
+type stallMem struct {
+	nearMem
+	stall            transport.Proc
+	entered, release chan struct{}
+}
+
+func (s stallMem) FetchMemory(ctx context.Context, peer transport.Proc, key uint64) (int, uint64, error) {
+	if peer == s.stall {
+		close(s.entered)
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return -1, 0, ctx.Err()
+		}
+	}
+	return s.nearMem.FetchMemory(ctx, peer, key)
+}
+
+// A peer that is slow to hand its memory over holds up the writes to it
+// only: writes to the other peers of the segment go on directly
+// meanwhile, and the held write lands directly once the memory comes. (In
+// real time, not in a bubble: a write stuck behind the fetch would wait on
+// a mutex, which a bubble does not count as blocked, and hang.)
+func TestDirectMapWaitsForOnePeerOnly(t *testing.T) {
+	directMapped(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	rts, _ := newJob(t, 3, 1, func(c *Config) {
+		c.DirectShm = true
+		c.Transport = stallMem{nearMem{c.Transport.(*mem.Transport)}, 2, entered, release}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	each(t, rts, func(rt *Runtime) error {
+		_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+		return err
+	})
+	held := make(chan error, 1)
+	go func() {
+		if err := rts[0].Write(ctx, 0, 2, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
+			held <- err
+			return
+		}
+		held <- rts[0].Wait(ctx, 0)
+	}()
+	<-entered // the write to 2 waits for 2's memory
+	other := make(chan error, 1)
+	go func() {
+		if err := rts[0].Write(ctx, 1, 1, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
+			other <- err
+			return
+		}
+		other <- rts[0].Wait(ctx, 1)
+	}()
+	select {
+	case err := <-other:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("a write to process 1 waited for process 2's memory")
+	}
+	if n := rts[0].Stats().DirectWrites; n != 1 {
+		t.Fatalf("%d direct writes while process 2's memory was awaited, want 1 (the write to process 1)", n)
+	}
+	select {
+	case err := <-held:
+		t.Fatalf("the write to process 2 ended (%v) before its memory came", err)
+	default:
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if n := rts[0].Stats().DirectWrites; n != 2 {
+		t.Fatalf("%d direct writes, want 2: the held write did not go direct", n)
 	}
 }
