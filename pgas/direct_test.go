@@ -344,23 +344,21 @@ func TestDirectMapWaitsForOnePeerOnly(t *testing.T) {
 		_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
 		return err
 	})
-	held := make(chan error, 1)
-	go func() {
-		if err := rts[0].Write(ctx, 0, 2, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
-			held <- err
-			return
-		}
-		held <- rts[0].Wait(ctx, 0)
-	}()
+	// writeTo writes 8 bytes to rank r on queue q and waits for them.
+	writeTo := func(q Queue, r int) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			err := rts[0].Write(ctx, q, r, Loc{1, 0}, Loc{1, 0}, 8)
+			if err == nil {
+				err = rts[0].Wait(ctx, q)
+			}
+			done <- err
+		}()
+		return done
+	}
+	held := writeTo(0, 2)
 	<-entered // the write to 2 waits for 2's memory
-	other := make(chan error, 1)
-	go func() {
-		if err := rts[0].Write(ctx, 1, 1, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
-			other <- err
-			return
-		}
-		other <- rts[0].Wait(ctx, 1)
-	}()
+	other := writeTo(1, 1)
 	select {
 	case err := <-other:
 		if err != nil {
