@@ -90,25 +90,7 @@ func writeManifest(dir string, m *manifest) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, manifestName+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(append(data, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, manifestName))
-	}
-	if err == nil {
-		err = durable.Sync(dir)
-	}
-	return err
+	return durable.WriteFile(dir, manifestName, append(data, '\n'), 0o600)
 }
 
 // listCkptDirs returns the ids of the ckpt-<id> directories in dir,

@@ -82,25 +82,7 @@ func WriteSuccess(dir string, parts int, total Summary) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, SuccessName+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("terasort: %w", err)
-	}
-	_, err = f.Write(append(data, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, SuccessName))
-	}
-	if err == nil {
-		err = durable.Sync(dir)
-	}
-	if err != nil {
+	if err := durable.WriteFile(dir, SuccessName, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("terasort: write %s: %w", filepath.Join(dir, SuccessName), err)
 	}
 	return nil
