@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"math"
-	"math/rand/v2"
+	"github.com/gaspigo/gaspigo/test/tcptier/testprog/reduceinput"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -144,7 +142,7 @@ func memAllreduceHex(t *testing.T, n int) string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = allreduceInput(i)
+			out[i] = reduceinput.Vector(i)
 			errs[i] = pgas.Allreduce(ctx, rt, nil, out[i], pgas.OpSum)
 		}()
 	}
@@ -154,21 +152,7 @@ func memAllreduceHex(t *testing.T, n int) string {
 			t.Fatalf("in-memory allreduce, rank %d: %v", i, err)
 		}
 	}
-	var b strings.Builder
-	for _, x := range out[0] {
-		fmt.Fprintf(&b, "%016x", math.Float64bits(x))
-	}
-	return b.String()
-}
-
-// allreduceInput is testprog/semantics's input of rank r.
-func allreduceInput(r int) []float64 {
-	rng := rand.New(rand.NewPCG(uint64(r), 99))
-	data := make([]float64, 257)
-	for i := range data {
-		data[i] = rng.NormFloat64() * math.Pow(10, float64(rng.IntN(30)-15))
-	}
-	return data
+	return reduceinput.Hex(out[0])
 }
 
 func firstDiff(a, b string) int {

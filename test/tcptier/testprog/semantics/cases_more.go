@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gaspigo/gaspigo/test/tcptier/testprog/reduceinput"
 	"math"
-	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/gaspigo/gaspigo/pgas"
@@ -149,25 +148,6 @@ func caseAllgather(ctx context.Context, p *prog) error {
 	return nil
 }
 
-// allreduceInput is rank r's vector: values over 30 orders of magnitude, so
-// that the order of summation shows in the bits.
-func allreduceInput(r int) []float64 {
-	rng := rand.New(rand.NewPCG(uint64(r), 99))
-	data := make([]float64, 257)
-	for i := range data {
-		data[i] = rng.NormFloat64() * math.Pow(10, float64(rng.IntN(30)-15))
-	}
-	return data
-}
-
-func hexBits(v []float64) string {
-	var b strings.Builder
-	for _, x := range v {
-		fmt.Fprintf(&b, "%016x", math.Float64bits(x))
-	}
-	return b.String()
-}
-
 // Rule: Allreduce gives the same bits on every member and across runs,
 // whatever the timing. The float sums are printed as hex for the test to
 // compare across ranks and runs; within a run, three repetitions after
@@ -178,7 +158,7 @@ func caseAllreduce(ctx context.Context, p *prog) error {
 	var first []float64
 	for rep := 0; rep < 3; rep++ {
 		p.pause()
-		data := allreduceInput(p.me)
+		data := reduceinput.Vector(p.me)
 		if err := pgas.Allreduce(ctx, rt, nil, data, pgas.OpSum); err != nil {
 			return err
 		}
@@ -194,7 +174,7 @@ func caseAllreduce(ctx context.Context, p *prog) error {
 	}
 	want := make([]float64, 257)
 	for r := 0; r < p.n; r++ {
-		for i, v := range allreduceInput(r) {
+		for i, v := range reduceinput.Vector(r) {
 			want[i] += v
 		}
 	}
@@ -203,7 +183,7 @@ func caseAllreduce(ctx context.Context, p *prog) error {
 			return fmt.Errorf("element %d = %g, want %g", i, first[i], want[i])
 		}
 	}
-	say("DATA case=allreduce rank=%d key=sum hex=%s", p.me, hexBits(first))
+	say("DATA case=allreduce rank=%d key=sum hex=%s", p.me, reduceinput.Hex(first))
 
 	mins := []int64{int64(p.me), int64(-p.me)}
 	if err := pgas.Allreduce(ctx, rt, nil, mins, pgas.OpMin); err != nil {
