@@ -45,8 +45,8 @@ type Command interface {
 // epoch of the view in which it did (0: unknown, not checked).
 //
 // Applied to a rank holder it is one log entry doing the whole recovery
-// step: the epoch goes up, Proc moves to Failed and the first spare of the
-// pool takes the rank (or, with no spare left, the rank becomes vacant and
+// step: the epoch goes up, Proc moves to Failed and a spare of the pool
+// takes the rank (the first on another host than Proc, else the first) (or, with no spare left, the rank becomes vacant and
 // the job fails with ReasonSparesExhausted, or stays vacant when
 // shrinking). Applied to a spare it removes the spare from the pool (the
 // epoch goes up too, since the view changed). It is a no-op when Proc is
@@ -180,9 +180,10 @@ func (s *State) declareFailed(c DeclareFailed) (Result, error) {
 		res.Rank = r
 		switch {
 		case len(s.Spares) > 0:
-			res.Promoted = s.Spares[0]
-			s.Ranks[r] = s.Spares[0]
-			s.Spares = slices.Delete(s.Spares, 0, 1)
+			i := s.spareFor(c.Proc)
+			res.Promoted = s.Spares[i]
+			s.Ranks[r] = s.Spares[i]
+			s.Spares = slices.Delete(s.Spares, i, i+1)
 			res.Note = fmt.Sprintf("spare %d takes rank %d", res.Promoted, r)
 		case s.Shrink:
 			s.Ranks[r] = NoProc
@@ -201,6 +202,19 @@ func (s *State) declareFailed(c DeclareFailed) (Result, error) {
 	}
 	res.Status = s.Status
 	return res, nil
+}
+
+// spareFor is the index in the pool of the spare that takes the rank of
+// the failed process: the first spare on another host than it, or the
+// first spare when all are on its host. A process often fails with its
+// host (a crash, a cut link): a spare there would be lost too, and its
+// loss found only one detection later, after the rank had waited for it.
+func (s *State) spareFor(failed uint32) int {
+	host := s.Procs[failed].Host
+	if i := slices.IndexFunc(s.Spares, func(p uint32) bool { return s.Procs[p].Host != host }); i >= 0 {
+		return i
+	}
+	return 0
 }
 
 func (s *State) addSpare(c AddSpare) (Result, error) {

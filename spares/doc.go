@@ -12,7 +12,7 @@
 // and SetVoters. The design's Promote and ReplaceVoter are not
 // separate entries: a DeclareFailed of a rank holder is the whole recovery
 // step in one log entry (epoch+1, the failed process moves to Failed, the
-// first spare takes its rank), and the leader then repairs the Raft voter
+// first spare on another host takes its rank), and the leader then repairs the Raft voter
 // set and records it with SetVoters. When the pool is empty the job fails
 // with ReasonSparesExhausted (ErrSparesExhausted, exit code
 // ExitSparesExhausted = 75), or, with Config.Shrink, the rank becomes

@@ -126,9 +126,9 @@ func TestNodeWaitsWithFakeTime(t *testing.T) {
 			t.Fatalf("WaitPromotion returned before any failure: %+v", o)
 		default:
 		}
-		n.fsm.Apply(logOf(t, 1, DeclareFailed{Proc: 2, Reporter: NoProc, Epoch: 1}))
+		n.fsm.Apply(logOf(t, 1, DeclareFailed{Proc: 1, Reporter: NoProc, Epoch: 1}))
 		synctest.Wait()
-		if o := <-promo; o.rank != 2 || o.epoch != 2 || o.err != nil {
+		if o := <-promo; o.rank != 1 || o.epoch != 2 || o.err != nil {
 			t.Fatalf("WaitPromotion = %+v", o)
 		}
 		select {
@@ -153,7 +153,7 @@ func TestNodeWaitsWithFakeTime(t *testing.T) {
 		// Exhaustion ends every wait with ErrSparesExhausted.
 		go func() { st, err := n.WaitEpoch(ctx, 99); epoch <- out{-1, st.Epoch, err} }()
 		synctest.Wait()
-		n.fsm.Apply(logOf(t, 3, DeclareFailed{Proc: 1, Reporter: NoProc, Epoch: 3}))
+		n.fsm.Apply(logOf(t, 3, DeclareFailed{Proc: 2, Reporter: NoProc, Epoch: 3}))
 		if o := <-epoch; !errors.Is(o.err, ErrSparesExhausted) || o.epoch != 4 {
 			t.Fatalf("WaitEpoch on exhaustion = %+v", o)
 		}

@@ -282,11 +282,12 @@ func nodeFailures(t *testing.T, mut func(*Config)) {
 	}
 
 	wantVoters := []int{5, 4}
-	for i, spare := range []uint32{4, 5} {
+	for i := range 2 {
 		leader := c.leader(ctx)
 		st := leader.View()
 		victim := c.rankHolder(st, leader.Proc())
 		rank, _ := st.RankOf(victim)
+		spare := st.Spares[st.spareFor(victim)] // pinned by testdata/spare_host.txt
 		proposer := c.other(leader.Proc(), victim)
 		c.kill(victim)
 		res, err := proposer.ReportFailure(ctx, victim, proposer.Proc(), st.Epoch)

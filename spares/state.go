@@ -84,7 +84,8 @@ type State struct {
 	Ranks []uint32
 	// Procs is every process the job ever had, failed ones included.
 	Procs map[uint32]ProcInfo
-	// Spares is the ordered pool: the first spare takes the next lost rank.
+	// Spares is the ordered pool: the first spare on another host than the
+	// lost process (else the first) takes its rank.
 	Spares []uint32
 	// Failed maps proc -> the epoch in which it was declared failed.
 	Failed map[uint32]uint64
