@@ -9,13 +9,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gaspigo/gaspigo/internal/script"
+	"github.com/gaspigo/gaspigo/internal/testkit/script"
 )
 
 // TestRestorePlanScripts runs testdata/restore/*.txt through planRestore
 // and rebuildPositions, and the disk level's agreement through
 // diskSearch (no runtime, no I/O), and compares the trace with the
-// .golden file beside each (internal/script; -rewrite regenerates them). Script language, one step per line, #
+// .golden file beside each (internal/testkit/script; -rewrite regenerates them). Script language, one step per line, #
 // starts a comment:
 //
 //	job ranks=N [mirrors=K] [hosts=a,b,...]   a job of N ranks (one host by default)

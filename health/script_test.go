@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gaspigo/gaspigo/internal/script"
+	"github.com/gaspigo/gaspigo/internal/testkit/script"
 	"github.com/gaspigo/gaspigo/transport"
 )
 

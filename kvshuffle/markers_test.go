@@ -9,12 +9,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gaspigo/gaspigo/internal/script"
+	"github.com/gaspigo/gaspigo/internal/testkit/script"
 )
 
 // TestMarkerScripts runs testdata/markers/*.txt through the markers state
 // machine and compares the trace with the .golden file beside each
-// (internal/script; -rewrite regenerates them). Script
+// (internal/testkit/script; -rewrite regenerates them). Script
 // language, one step per line, # starts a comment:
 //
 //	sources N            an A task with N O tasks (sources)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gaspigo/gaspigo/internal/script"
+	"github.com/gaspigo/gaspigo/internal/testkit/script"
 )
 
 // TestScenarios runs the scripts testdata/*.txt through State.apply and

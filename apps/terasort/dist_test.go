@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 // jobTimeout bounds one job (gaspirun --timeout); generous for a busy

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 var bins = proctest.Program{Pkg: "./apps/topk/cmd/topk"}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 // falsePositives runs one job without kills beside CPU hogs and counts

@@ -12,9 +12,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/mhjob"
-	"github.com/gaspigo/gaspigo/internal/proctest"
-	"github.com/gaspigo/gaspigo/internal/simhost"
+	"github.com/gaspigo/gaspigo/internal/testkit/mhjob"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
 )
 
 // record is one parsed output line of a job.

@@ -47,8 +47,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
-	"github.com/gaspigo/gaspigo/internal/simhost"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
 )
 
 type options struct {

@@ -35,7 +35,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 var finalRE = regexp.MustCompile(`(?m)^\[r0\] centroids sha256=([0-9a-f]{64}) `)

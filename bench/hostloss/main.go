@@ -1,6 +1,6 @@
 // Command hostloss measures host faults of fault-tolerant K-means across
-// three simulated hosts (internal/simhost: network namespaces on a bridge),
-// launched with the bare PGAS_* contract (internal/mhjob), as issue 9
+// three simulated hosts (internal/testkit/simhost: network namespaces on a bridge),
+// launched with the bare PGAS_* contract (internal/testkit/mhjob), as issue 9
 // asks:
 //
 //	go run ./bench/hostloss                 # 20 runs of each experiment
@@ -36,10 +36,10 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/bench/internal/benchutil"
-	"github.com/gaspigo/gaspigo/internal/mhjob"
-	"github.com/gaspigo/gaspigo/internal/proctest"
-	"github.com/gaspigo/gaspigo/internal/simhost"
-	"github.com/gaspigo/gaspigo/internal/stats"
+	"github.com/gaspigo/gaspigo/internal/testkit/mhjob"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
+	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
 
 var (

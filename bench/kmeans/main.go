@@ -60,7 +60,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/apps/kmeans"
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 type options struct {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/apps/kmeans"
-	"github.com/gaspigo/gaspigo/internal/proctest"
-	"github.com/gaspigo/gaspigo/internal/stats"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
 
 // prune: brute force against each pruned algorithm, same workload, runs

@@ -39,8 +39,8 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/bench/internal/benchutil"
-	"github.com/gaspigo/gaspigo/internal/proctest"
-	"github.com/gaspigo/gaspigo/internal/stats"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
 
 //go:embed c/osc_bench.c

@@ -32,7 +32,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 func main() {

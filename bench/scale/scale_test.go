@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/health"
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/spares"
 	"github.com/gaspigo/gaspigo/transport"

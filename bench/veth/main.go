@@ -1,5 +1,5 @@
 // Command veth runs gaspibench between two processes on two simulated
-// hosts (internal/simhost: network namespaces joined by veth pairs and a
+// hosts (internal/testkit/simhost: network namespaces joined by veth pairs and a
 // bridge) and between two processes on one of them (loopback inside the
 // namespace), taking turns in the same run, and prints each measurement's
 // median over the rounds with the veth/loopback ratio, as issue 9 asks:
@@ -8,7 +8,7 @@
 //	go run ./bench/veth -rounds 9 -tests bw,lat
 //
 // It needs root and iproute2. Both placements use the bare PGAS_* contract
-// (internal/mhjob) with GOMAXPROCS=1 per process, so the only difference
+// (internal/testkit/mhjob) with GOMAXPROCS=1 per process, so the only difference
 // is the path the bytes take: the kernel's loopback, or veth -> bridge ->
 // veth. Each gaspibench run also measures plain Go TCP over the same path
 // (the raw columns), so the table shows what the path costs and what the
@@ -26,10 +26,10 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/bench/internal/benchutil"
-	"github.com/gaspigo/gaspigo/internal/mhjob"
-	"github.com/gaspigo/gaspigo/internal/proctest"
-	"github.com/gaspigo/gaspigo/internal/simhost"
-	"github.com/gaspigo/gaspigo/internal/stats"
+	"github.com/gaspigo/gaspigo/internal/testkit/mhjob"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
+	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
 
 // placement is where the two processes run: Hosts[p] for process p.

@@ -60,17 +60,21 @@ var layers = []layer{
 }
 
 // closed lists subtrees that only some importers may import, in test files
-// too: programs and tiers are not libraries.
+// too (but for an entry with tests set): programs and tiers are not
+// libraries, and the test kit is no part of the runtime.
 var closed = []struct {
 	tree   string   // pattern of the packages guarded
 	except string   // pattern of packages under tree that the entry does not guard
 	allow  []string // importers allowed besides the package's own subtree
+	tests  bool     // any package's test files may import the tree
 	rule   string
 }{
-	{"cmd/...", "", nil, "nothing imports cmd/ packages but their own subpackages"},
-	{"test/...", "", nil, "nothing imports test/ packages but their own subpackages"},
-	{"apps/...", "apps/internal/...", []string{"bench/...", "test/..."}, "nothing imports apps/ packages but their own subpackages, benchmarks and test tiers"},
-	{"apps/internal/...", "", []string{"apps/...", "bench/...", "test/..."}, "only the apps (and benchmarks and tiers) import apps/internal"},
+	{"cmd/...", "", nil, false, "nothing imports cmd/ packages but their own subpackages"},
+	{"test/...", "", nil, false, "nothing imports test/ packages but their own subpackages"},
+	{"apps/...", "apps/internal/...", []string{"bench/...", "test/..."}, false, "nothing imports apps/ packages but their own subpackages, benchmarks and test tiers"},
+	{"apps/internal/...", "", []string{"apps/...", "bench/...", "test/..."}, false, "only the apps (and benchmarks and tiers) import apps/internal"},
+	{"internal/testkit/...", "", []string{"internal/testkit/...", "bench/...", "test/..."}, true,
+		"the test kit is imported by test files, test tiers, benchmarks and itself only: no runtime part or command uses it"},
 }
 
 // pkg is one package of the module and its imports inside the module,
@@ -128,10 +132,13 @@ func check(pkgs []pkg) []string {
 				}
 			}
 		}
-		for _, d := range append(slices.Clone(p.deps), p.tdeps...) {
+		for i, d := range append(slices.Clone(p.deps), p.tdeps...) {
 			for _, c := range closed {
 				if !match(c.tree, d, "") || (c.except != "" && match(c.except, d, "")) || (subtree(d) != "" && subtree(d) == self) {
 					continue
+				}
+				if c.tests && i >= len(p.deps) {
+					continue // a test file's import
 				}
 				if !slices.ContainsFunc(c.allow, func(a string) bool { return match(a, p.path, "") }) {
 					errs = append(errs, fmt.Sprintf("forbidden import %s -> %s: rule %q (docs/design.md §1)", p.path, d, c.rule))
@@ -235,6 +242,10 @@ func TestCheckFindsForbiddenEdges(t *testing.T) {
 		{"a test program is imported", pkg{path: "test/kmtier", tdeps: []string{"test/fttier/testprog/ftstep"}}, `rule "nothing imports test/ packages but their own subpackages"`},
 		{"a tier imports another tier", pkg{path: "test/kmtier", tdeps: []string{"test/tcptier/testprog/semantics"}}, "forbidden import test/kmtier -> test/tcptier/testprog/semantics"},
 		{"a tier imports its own program", pkg{path: "test/tcptier", tdeps: []string{"test/tcptier/testprog/semantics"}}, ""},
+		{"a runtime part imports the test kit", pkg{path: "internal/bootstrap", deps: []string{"internal/testkit/proctest"}}, `forbidden import internal/bootstrap -> internal/testkit/proctest: rule "the test kit`},
+		{"a command imports the test kit", pkg{path: "cmd/gaspirun", deps: []string{"internal/testkit/simhost"}}, "forbidden import cmd/gaspirun -> internal/testkit/simhost"},
+		{"a library's test imports the test kit", pkg{path: "ckpt", tdeps: []string{"internal/testkit/script"}}, ""},
+		{"a tier and a benchmark import the test kit", pkg{path: "test/mhtier", deps: []string{"internal/testkit/mhjob"}, tdeps: []string{"internal/testkit/proctest"}}, ""},
 		{"no layer", pkg{path: "newpkg"}, "package newpkg has no layer"},
 	}
 	for _, c := range cases {

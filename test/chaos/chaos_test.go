@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/stats"
+	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
 
 var (

@@ -55,9 +55,9 @@
 // # Multi-host mode
 //
 // TestChaosHosts draws host faults from a seed (DrawHosts) and applies
-// them to K-means on three simulated hosts (internal/simhost: network
+// them to K-means on three simulated hosts (internal/testkit/simhost: network
 // namespaces on a bridge), launched with the bare PGAS_* contract
-// (internal/mhjob): a blip (a silent cut shorter than detection), a host
+// (internal/testkit/mhjob): a blip (a silent cut shorter than detection), a host
 // cut off and healed, cut off for good, unplugged (its own link down)
 // and plugged back, a host crash (SIGKILL of everything on it) and the
 // crash of the rendezvous host. Each schedule has one host loss, after an

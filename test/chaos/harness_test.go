@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/netfault"
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 var bins struct {

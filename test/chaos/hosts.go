@@ -8,7 +8,7 @@ import (
 )
 
 // HostKind is a fault of the multi-host mode: a real network fault or
-// crash of a simulated host (internal/simhost), not of one process.
+// crash of a simulated host (internal/testkit/simhost), not of one process.
 type HostKind string
 
 // The multi-host faults. The job runs on three hosts (see HostLayout);

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/mhjob"
-	"github.com/gaspigo/gaspigo/internal/simhost"
-	"github.com/gaspigo/gaspigo/internal/stats"
+	"github.com/gaspigo/gaspigo/internal/testkit/mhjob"
+	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
+	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
 
 var (

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 var (

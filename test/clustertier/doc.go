@@ -16,7 +16,7 @@
 //     under the headless Service, the token from a Secret only, and what
 //     its podFailurePolicy does with each exit code.
 //   - TestKubernetesPodLost runs the Job's pods on three simulated hosts
-//     (internal/simhost) with exactly the environment the manifest gives
+//     (internal/testkit/simhost) with exactly the environment the manifest gives
 //     them, loses one node (every process on it SIGKILLed after iteration
 //     12: node2, or node1 with process 0 and the rendezvous), and plays the
 //     Job controller's part: see the test.

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 // The K-means workload of every job here: a few seconds on 2 cores, with

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
-	"github.com/gaspigo/gaspigo/internal/simhost"
+	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
 )
 
 // imagePath maps the image's paths to the test's binaries.

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 // slurmCluster is a one-machine Slurm cluster started by

@@ -3,7 +3,7 @@ package fttier
 import (
 	"context"
 	"fmt"
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 	"io"
 	"maps"
 	"os"

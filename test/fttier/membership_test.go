@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 // nonLeaderRanks lists the ranks 0..ranks-1 (held by processes 0..ranks-1

@@ -3,7 +3,7 @@ package kmtier
 import (
 	"context"
 	"fmt"
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 	"math/rand/v2"
 	"os"
 	"os/exec"

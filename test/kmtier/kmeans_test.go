@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/gaspigo/gaspigo/apps/kmeans"
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 // TestFailureFree: the reference run. Checkpoints do not change the

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 // freeAddr returns a loopback address with a port free a moment ago.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 // TestKillRankTLS: TestKillRank's job under gaspirun --tls (mutual TLS on

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gaspigo/gaspigo/internal/mhjob"
+	"github.com/gaspigo/gaspigo/internal/testkit/mhjob"
 )
 
 // TestBenchAcrossHosts: gaspibench between node1 and node2, with its

@@ -1,8 +1,8 @@
 // Package mhtier holds the multi-host acceptance tests of fault-tolerant
 // K-means (apps/kmeans/cmd/kmeans) and TeraSort (below): three simulated
-// hosts (network namespaces joined by a bridge, package internal/simhost), the job
+// hosts (network namespaces joined by a bridge, package internal/testkit/simhost), the job
 // launched on them without gaspirun through the bare PGAS_* environment
-// contract (package internal/mhjob; the token in the environment only),
+// contract (package internal/testkit/mhjob; the token in the environment only),
 // and real host faults: SIGKILL of everything on a host, and network
 // partitions. It holds tests only.
 //

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/mhjob"
-	"github.com/gaspigo/gaspigo/internal/proctest"
-	"github.com/gaspigo/gaspigo/internal/simhost"
+	"github.com/gaspigo/gaspigo/internal/testkit/mhjob"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
 )
 
 // TestNoFailure (a): the failure-free job over three hosts; its answer is

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gaspigo/gaspigo/internal/mhjob"
+	"github.com/gaspigo/gaspigo/internal/testkit/mhjob"
 )
 
 // TeraSort across the three hosts, 4 ranks and 2 spares as in the K-means

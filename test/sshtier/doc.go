@@ -1,5 +1,5 @@
 // Package sshtier tests gaspirun --hostfile over real ssh: three simulated
-// hosts (network namespaces on a bridge, package internal/simhost), an
+// hosts (network namespaces on a bridge, package internal/testkit/simhost), an
 // OpenSSH sshd in each, in the foreground with its own configuration on a
 // port of its own (node1 on 2201, node2 on 2202, node3 on 2203), host and
 // user keys made by the test, and gaspirun in the root namespace with

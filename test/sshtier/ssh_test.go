@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
-	"github.com/gaspigo/gaspigo/internal/simhost"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
 )
 
 // launch is gaspirun --hostfile over the hosts' sshds.

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 	"os"
 	"os/exec"
 	"path/filepath"

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
-	"github.com/gaspigo/gaspigo/internal/stats"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
 
 // Key names one gaspibench measurement: test and size.

@@ -8,8 +8,8 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
-	"github.com/gaspigo/gaspigo/internal/simhost"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
 )
 
 // HostsAndBinaries is the start of a benchmark over simulated hosts: it

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 // fakeConnectorMain stands in for ssh ("fakessh") or srun ("fakesrun",

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 func TestSSHOutputEnvAndNoTokenAnywhere(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/procnet"
+	"github.com/gaspigo/gaspigo/internal/testkit/procnet"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/transport/route"
 	"github.com/gaspigo/gaspigo/transport/tcp"

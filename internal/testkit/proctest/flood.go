@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/procnet"
+	"github.com/gaspigo/gaspigo/internal/testkit/procnet"
 )
 
 // FloodConfig shapes a Flood of unauthenticated connections.

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
-	"github.com/gaspigo/gaspigo/internal/proctest"
-	"github.com/gaspigo/gaspigo/internal/simhost"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
+	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
 )
 
 // RendezvousPort is the port process 0 serves the rendezvous on when
