@@ -1,17 +1,11 @@
 package ckpt
 
 import (
-	//PRUNED
-	//PRUNED
+	"context"
 	"encoding/binary"
-	//PRUNED
-	//PRUNED
-	//PRUNED
 	"hash/crc32"
-	//PRUNED
 	"os"
 	"path/filepath"
-	//PRUNED
 	"strconv"
 	"strings"
 	"time"
@@ -198,6 +192,43 @@ func (c *Checkpointer) diskWriter() {
 			c.log.Warn("disk checkpoint left incomplete by a rank failure; the next one supersedes it", "rank", rank, "id", j.id, "err", err)
 		}
 	}
+}
+
+// FlushDisk waits until this rank has written every checkpoint committed
+// so far to the disk level and, on rank 0, until the manifest of the last
+// one is written. It returns a *DiskError (ErrDiskLost) once any disk
+// checkpoint of this rank was lost, else the last disk error, if any. With
+// no disk level it returns nil at once. It is not collective: on rank 0 it
+// waits for a manifest that another rank's lost write never completes; use
+// VerifyDisk to end a job.
+func (c *Checkpointer) FlushDisk(ctx context.Context) error {
+	if c.cfg.Dir == "" {
+		return nil
+	}
+	c.mu.Lock()
+	target, has := c.disk.queued, c.disk.hasQueued
+	c.mu.Unlock()
+	if !has {
+		return nil
+	}
+	var lastErr error
+	err := c.waitFor(ctx, "the disk level", func() bool {
+		if len(c.disk.jobs) > 0 || c.disk.running {
+			return false
+		}
+		if c.disk.lastErr != nil {
+			lastErr = c.disk.lastErr
+			return true
+		}
+		return c.rank != 0 || (c.disk.hasManifest && c.disk.manifest >= target)
+	})
+	if err != nil {
+		return err
+	}
+	if derr := c.DiskErr(); derr != nil {
+		return derr
+	}
+	return lastErr
 }
 
 // writeSnap writes local buffer j.buf to Dir/ckpt-<id>/rank-<r>.snap.

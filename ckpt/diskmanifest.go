@@ -2,22 +2,16 @@ package ckpt
 
 import (
 	"cmp"
-	//PRUNED
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	//PRUNED
-	//PRUNED
 	"os"
 	"path/filepath"
 	"slices"
-	//PRUNED
-	//PRUNED
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/durable"
-	// PRUNED
 )
 
 type boardRecord struct {

@@ -13,6 +13,31 @@ import (
 	"github.com/gaspigo/gaspigo/segments"
 )
 
+// A restore comes from one of two levels, each a path of its own that
+// reads top to bottom:
+//
+//   - the memory level, Restore (restoremem.go): this rank's own buffer,
+//     or the mirror a holder keeps of it, fetched with one-sided Reads;
+//   - the disk level, LoadFromDisk (restoredisk.go): this rank's file of
+//     the newest checkpoint every rank can load.
+//
+// Both run the same shared steps, defined here, around their own:
+//
+//  1. beginRestore: stop the pushes, re-create the local segment, and
+//     agree on the inventory (inbox.go): the highest generation, the
+//     mirror segment in use, and the snapshots every live rank has;
+//  2. the level's own step puts this rank's snapshot in a local buffer and
+//     checks it (verifyBuf);
+//  3. settleRestore: re-create the mirror segment for the new placement
+//     (setupMirror), agree that every rank has its snapshot ready, and
+//     install the new placement and generation;
+//  4. applyRestore: copy the snapshot into the registered regions
+//     (copyOut) and start the background rebuild of the mirrors.
+//
+// Every rank runs the same collectives in the same order: steps 1 and 3
+// on either level, and in step 2 none on the memory level (its reads are
+// one-sided), two allreduces per round of the disk level's search.
+
 // pair identifies one rank's snapshot: the checkpoint id and the timeline
 // generation it was taken in. Ids repeat after a rollback (the program
 // redoes iterations); generations never do, so a pair names one snapshot.
@@ -37,56 +62,6 @@ type entry struct {
 	copies   []heldCopy
 }
 
-// readChunk is the most one fetch Read asks for (pgas caps one read at
-// the transport's frame limit, 64 MiB). A variable so that tests can
-// exercise many reads.
-var readChunk int64 = 16 << 20
-
-// Restore brings every rank back to the newest checkpoint that every rank
-// can restore, and returns its id. It is collective: after a failure all
-// ranks call it, survivors after pgas Recover and a promoted spare after
-// its Init and New. It
-//
-//  1. stops this rank's pushes and drains its queue;
-//  2. exchanges an inventory: each rank's complete local snapshots and
-//     the mirror slots it holds whose checksums verify;
-//  3. picks the target: the snapshot (id, generation) that every rank has,
-//     locally or at a live holder, with the highest id. Survivors restore
-//     from their local copy; a rank without one (a promoted spare) reads
-//     its snapshot from a holder with one-sided Reads and checks its CRC;
-//  4. re-creates the mirror segments for the current placement, agrees
-//     that every rank succeeded, then copies the snapshot into the
-//     registered regions;
-//  5. starts a background rebuild: each rank re-pushes its snapshot to
-//     those of its holders that lack it (the new process, or all of them
-//     when the placement moved). WaitProtected waits for it; the window
-//     without protection is logged and kept in Stats.
-//
-// Why not "the minimum over ranks of the last committed id": a commit's
-// agreement can complete on some ranks and fail on others, so survivors
-// may disagree by one; a rank that committed n may already have reused
-// the buffer of n-1 for Start(n+1), and the minimum would then name a
-// snapshot that no longer exists. The newest snapshot every rank holds is
-// never older than the newest committed one (a committed snapshot is on
-// every rank and its holders, and a buffer is reused only after a newer
-// commit), it may be newer when the last agreement failed after all pushes
-// succeeded, and it is always a consistent cut because every rank
-// contributes the same id of the same generation. A fresh spare contributes
-// nothing, so it constrains nothing beyond "its snapshot must be at a
-// holder".
-//
-// It returns ErrNoCheckpoint (with the segments set up, so Start may
-// follow) when nothing is restorable, ErrRestoreFailed when some rank
-// could not restore the agreed snapshot, and pgas errors
-// (pgas.NeedsRecovery) when the membership changed again: Recover and call
-// Restore again.
-func (c *Checkpointer) Restore(ctx context.Context) (uint64, error) {
-	done := restoreSpan()
-	id, err := c.recoverFrom(ctx, "")
-	done(id, err)
-	return id, err
-}
-
 // choice is what this rank restores: a pair in local buffer buf, whose
 // header has been checked against the registered regions.
 type choice struct {
@@ -95,89 +70,91 @@ type choice struct {
 	hdr Header
 }
 
-func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, error) {
-	op := "restore"
-	if dir != "" {
-		op = "load from disk"
-	}
+// restoring is one restore in progress, on either level: what
+// beginRestore found and agreed, and what settleRestore set up.
+type restoring struct {
+	op        string // "restore" or "load from disk", for errors
+	start     time.Time
+	laps      *laps
+	n, me     int
+	committed int // this rank's buffer of its last committed snapshot, -1 if none
+	mine      entry
+	lay       *layout   // the placement over the live ranks
+	ag        agreement // the inventory's agreement
+	hs        []held    // the copies of this rank's snapshots its holders reported
+	mid       segments.ID
+	newGen    uint64
+}
+
+// beginRestore is the first shared step of a restore (op names it in
+// errors): it stops this rank's pushes, re-creates the local segment
+// (collective), refuses vacant ranks when the disk level takes part
+// (fromDisk, or Config.Dir), and agrees on the inventory (a report to
+// each rank this rank holds copies for, then two allreduces).
+func (c *Checkpointer) beginRestore(ctx context.Context, op string, fromDisk bool) (*restoring, error) {
 	start := time.Now()
 	if c.closed.Load() {
-		return 0, ErrClosed
+		return nil, ErrClosed
 	}
-	laps := newLaps(start)
+	r := &restoring{op: op, start: start, laps: newLaps(start)}
 	if err := c.quiesce(ctx); err != nil {
-		return 0, fmt.Errorf("ckpt: %s: %w", op, err)
+		return nil, fmt.Errorf("ckpt: %s: %w", op, err)
 	}
-	laps.lap("quiesce")
+	r.laps.lap("quiesce")
 	if err := c.createLocal(ctx); err != nil {
-		return 0, fmt.Errorf("ckpt: %s: %w", op, err)
+		return nil, fmt.Errorf("ckpt: %s: %w", op, err)
 	}
-	laps.lap("local")
+	r.laps.lap("local")
 	c.mu.Lock()
-	n, me, committed := c.n, c.rank, c.committed
+	r.n, r.me, r.committed = c.n, c.rank, c.committed
 	c.mu.Unlock()
 	live := c.rt.LiveRanks()
-	if len(live) < n && (dir != "" || c.cfg.Dir != "") {
+	if len(live) < r.n && (fromDisk || c.cfg.Dir != "") {
 		// Every disk checkpoint has one file per rank, and its manifest
 		// is written once every rank reported one.
-		return 0, fmt.Errorf("ckpt: %s: the disk level needs every rank, and ranks %v of %d are vacant (the job shrank): turn off Config.Dir for a job that shrinks: %w", op, vacantOf(live, n), n, ErrInvalid)
+		return nil, fmt.Errorf("ckpt: %s: the disk level needs every rank, and ranks %v of %d are vacant (the job shrank): turn off Config.Dir for a job that shrinks: %w", op, vacantOf(live, r.n), r.n, ErrInvalid)
 	}
-	mine, err := c.myEntry()
-	if err != nil {
-		return 0, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
+	var err error
+	if r.mine, err = c.myEntry(); err != nil {
+		return nil, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
 	}
-	lay := newLayout(c.hosts(), c.cfg.Mirrors, live)
-	ag, hs, err := c.agree(ctx, mine, live, lay)
-	if err != nil {
-		return 0, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
+	r.lay = newLayout(c.hosts(), c.cfg.Mirrors, live)
+	if r.ag, r.hs, err = c.agree(ctx, r.mine, live, r.lay); err != nil {
+		return nil, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
 	}
-	laps.lap("inventory")
+	r.laps.lap("inventory")
+	return r, nil
+}
 
-	// Pick and prepare the snapshot.
-	var ch *choice
-	var cerr error // why this rank cannot restore the agreed snapshot
-	var diag error // disk level: why this rank's newer checkpoints were refused
-	pl := planRestore(me, n, mine.local, hs, ag.common, committed)
-	newGen := ag.maxGen
-	found := false
-	if dir == "" {
-		found = pl.found
-		if found {
-			ch, cerr = c.prepareFromMemory(ctx, pl)
-		}
-	} else {
-		var derr error
-		ch, found, diag, derr = c.prepareFromDisk(ctx, dir)
-		if derr != nil {
-			return 0, fmt.Errorf("ckpt: %s: %w", op, derr)
-		}
-		if found {
-			newGen = max(newGen, ch.p.gen)
-		}
-	}
-	newGen++
-	laps.lap("prepare")
-
-	// Mirror segments for the current placement.
-	mid, err := c.setupMirror(ctx, ag, lay)
+// settleRestore is the shared step after the level's own: it re-creates
+// the mirror segment for the new placement (collective), agrees that every
+// rank has its snapshot ready (an allreduce; found: the levels agreed on
+// one, cerr: why this rank cannot restore it), and installs the placement,
+// the mirror segment and generation newGen. When nothing was found, this
+// rank's snapshots are forgotten. It returns the lowest rank that could
+// not restore the agreed snapshot, -1 when every rank can (or nothing was
+// found); the restore must then be run again.
+func (c *Checkpointer) settleRestore(ctx context.Context, r *restoring, found bool, cerr error, newGen uint64) (int, error) {
+	mid, err := c.setupMirror(ctx, r.ag, r.lay)
 	if err != nil {
-		return 0, fmt.Errorf("ckpt: %s: %w", op, err)
+		return 0, fmt.Errorf("ckpt: %s: %w", r.op, err)
 	}
-	laps.lap("mirror")
+	r.laps.lap("mirror")
 
 	// Everyone restored?
 	vals := []uint64{1, math.MaxUint64}
 	if found && cerr != nil {
-		vals[0], vals[1] = 0, uint64(me)
+		vals[0], vals[1] = 0, uint64(r.me)
 	}
 	if err := pgas.Allreduce(ctx, c.rt, nil, vals, pgas.OpMin); err != nil {
-		return 0, fmt.Errorf("ckpt: %s: final agreement: %w", op, err)
+		return 0, fmt.Errorf("ckpt: %s: final agreement: %w", r.op, err)
 	}
-	laps.lap("agreement")
+	r.laps.lap("agreement")
 
+	r.mid, r.newGen = mid, newGen
 	c.mu.Lock()
 	oldMirror, hadMirror := c.mirrorID, c.ready
-	c.lay, c.mirrorID, c.mirrorCap, c.ready = lay, mid, lay.capacity(me), true
+	c.lay, c.mirrorID, c.mirrorCap, c.ready = r.lay, mid, r.lay.capacity(r.me), true
 	c.gen = newGen
 	c.pending, c.needsRestore = nil, false
 	c.mu.Unlock()
@@ -191,49 +168,58 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 		c.committed, c.hasStarted = -1, false
 		c.bufs[0].valid, c.bufs[1].valid = false, false
 		c.mu.Unlock()
-		if dir != "" {
-			if diag != nil {
-				return 0, fmt.Errorf("ckpt: %s %s: no complete checkpoint that every rank can read (this rank: %v): %w", op, dir, diag, ErrNoCheckpoint)
-			}
-			return 0, fmt.Errorf("ckpt: %s %s: no complete checkpoint that every rank can read: %w", op, dir, ErrNoCheckpoint)
-		}
-		return 0, fmt.Errorf("ckpt: %s: no checkpoint is held for every rank (none committed yet, or more failures than %d mirror(s) cover; try the disk level): %w", op, c.cfg.Mirrors, ErrNoCheckpoint)
+		return -1, nil
 	}
 	if vals[0] == 0 {
 		c.mu.Lock()
 		c.needsRestore = true // nothing consistent to checkpoint from
 		c.mu.Unlock()
-		if cerr != nil {
-			return 0, fmt.Errorf("ckpt: %s of checkpoint %d: %w: %w", op, ch.p.id, ErrRestoreFailed, cerr)
-		}
-		return 0, fmt.Errorf("ckpt: %s: %w on rank %d", op, ErrRestoreFailed, vals[1])
+		return int(vals[1]), nil
 	}
+	return -1, nil
+}
 
+// restoreFailed is the error of a restore of checkpoint id that rank
+// failed (settleRestore): this rank's cause cerr, if it failed itself.
+func restoreFailed(op string, id uint64, cerr error, rank int) error {
+	if cerr != nil {
+		return fmt.Errorf("ckpt: %s of checkpoint %d: %w: %w", op, id, ErrRestoreFailed, cerr)
+	}
+	return fmt.Errorf("ckpt: %s: %w on rank %d", op, ErrRestoreFailed, rank)
+}
+
+// applyRestore is the last shared step, once every rank has its snapshot
+// ch ready (from: "local", "holder" or "disk", for the log): it copies the
+// snapshot into the registered regions, makes it the last committed
+// checkpoint, and starts the background rebuild of the holders that lack
+// it. It returns the restored id.
+func (c *Checkpointer) applyRestore(r *restoring, ch *choice, from string) (uint64, error) {
 	// Apply: the regions, then the committed state.
 	if err := c.copyOut(ch); err != nil {
 		// Checked before the agreement; only a region that changed since
 		// can fail here.
-		return 0, fmt.Errorf("ckpt: %s of checkpoint %d: %w", op, ch.p.id, err)
+		return 0, fmt.Errorf("ckpt: %s of checkpoint %d: %w", r.op, ch.p.id, err)
 	}
+	me := r.me
 	if c.cfg.Dir != "" && me == 0 {
 		// Directories above the restored id belong to the abandoned
 		// timeline (never completed); the new one will reuse their names.
 		c.pruneAbove(c.cfg.Dir, ch.p.id)
 	}
 	var ts []target
-	for _, s := range rebuildPositions(hs, lay, int(mid), me, ch.p, ch.buf) {
+	for _, s := range rebuildPositions(r.hs, r.lay, int(r.mid), me, ch.p, ch.buf) {
 		ts = append(ts, target{rank: s.holder, off: c.slotOff(s.pos, s.slot)})
 	}
 	c.mu.Lock()
 	c.committed, c.lastCommit = ch.buf, ch.p.id
 	c.lastStarted, c.hasStarted = ch.p.id, true
 	c.bufs[1-ch.buf].valid = false
-	since := start
+	since := r.start
 	if !c.failureAt.IsZero() {
 		since = c.failureAt
 	}
 	c.failureAt = time.Time{}
-	c.diskRestoredLocked(ch.p.id, newGen)
+	c.diskRestoredLocked(ch.p.id, r.newGen)
 	c.st.Restores++
 	var window time.Duration
 	if len(ts) > 0 {
@@ -245,22 +231,12 @@ func (c *Checkpointer) recoverFrom(ctx context.Context, dir string) (uint64, err
 	}
 	c.signalLocked()
 	c.mu.Unlock()
-	c.log.Info("checkpoint restored", "rank", me, "id", ch.p.id, "gen", ch.p.gen, "from", restoredFrom(dir, ch, mine),
-		"epoch", c.rt.Epoch(), "took", time.Since(start), "phases", laps, "rebuild_holders", len(ts))
+	c.log.Info("checkpoint restored", "rank", me, "id", ch.p.id, "gen", ch.p.gen, "from", from,
+		"epoch", c.rt.Epoch(), "took", time.Since(r.start), "phases", r.laps, "rebuild_holders", len(ts))
 	if len(ts) == 0 {
 		c.log.Info("mirrors intact", "rank", me, "unprotected", window)
 	}
 	return ch.p.id, nil
-}
-
-func restoredFrom(dir string, ch *choice, mine entry) string {
-	if dir != "" {
-		return "disk"
-	}
-	if p := mine.local[ch.buf]; p != nil && *p == ch.p {
-		return "local"
-	}
-	return "holder"
 }
 
 // quiesce cancels this rank's queued and running pushes, waits for the
@@ -342,76 +318,6 @@ func (c *Checkpointer) checkSlot(b []byte) (Header, bool) {
 	return h, crc32.Checksum(b[headerArea:headerArea+int64(pl)], castagnoli) == h.PayloadCRC
 }
 
-// prepareFromMemory carries out this rank's plan: it puts the planned
-// snapshot in a local buffer, from this rank's own copy or from a holder,
-// and checks it against the registered regions. Any error means this rank
-// cannot restore it.
-func (c *Checkpointer) prepareFromMemory(ctx context.Context, pl restorePlan) (*choice, error) {
-	if pl.local >= 0 {
-		ch := &choice{p: pl.target, buf: pl.local}
-		return ch, c.verifyBuf(ch)
-	}
-	b := pl.into
-	if err := c.waitFor(ctx, "the snapshot buffer", func() bool { return c.bufs[b].busy == 0 }); err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	me := c.rank
-	c.bufs[b].valid = false
-	c.mu.Unlock()
-	var errs []error
-	for _, s := range pl.sources {
-		ch := &choice{p: pl.target, buf: b}
-		err := c.fetch(ctx, s.holder, segments.ID(s.mirror), c.slotOff(s.pos, s.slot), b)
-		if err == nil {
-			err = c.verifyBuf(ch)
-		}
-		if err == nil {
-			c.mu.Lock()
-			c.st.Fetched++
-			c.mu.Unlock()
-			return ch, nil
-		}
-		c.log.Warn("fetch from holder failed", "rank", me, "holder", s.holder, "id", pl.target.id, "err", err)
-		errs = append(errs, fmt.Errorf("holder %d: %w", s.holder, err))
-	}
-	return nil, fmt.Errorf("ckpt: no holder delivered checkpoint %d of rank %d: %v", pl.target.id, me, errs)
-}
-
-// fetch reads a slot of holder's mirror segment into local buffer b.
-func (c *Checkpointer) fetch(ctx context.Context, holder int, mirror segments.ID, off int64, b int) error {
-	q := c.cfg.Queue
-	dst := c.bufOff(b)
-	if err := c.rt.Read(ctx, q, holder, pgas.Loc{Seg: mirror, Off: off}, pgas.Loc{Seg: c.local, Off: dst}, headerArea); err != nil {
-		c.rt.Wait(ctx, q)
-		return err
-	}
-	if err := c.rt.Wait(ctx, q); err != nil {
-		return err
-	}
-	seg, err := c.rt.Segment(c.local)
-	if err != nil {
-		return err
-	}
-	h, err := DecodeHeader(seg.Bytes()[dst : dst+headerArea])
-	if err != nil {
-		return err
-	}
-	pl := int64(h.PayloadLen())
-	if pl > c.slot-headerArea {
-		return fmt.Errorf("ckpt: holder %d's slot declares %d payload bytes, above MaxBytes: %w", holder, pl, ErrCorrupt)
-	}
-	for done := int64(0); done < pl; {
-		k := min(pl-done, readChunk)
-		if err := c.rt.Read(ctx, q, holder, pgas.Loc{Seg: mirror, Off: off + headerArea + done}, pgas.Loc{Seg: c.local, Off: dst + headerArea + done}, k); err != nil {
-			c.rt.Wait(ctx, q)
-			return err
-		}
-		done += k
-	}
-	return c.rt.Wait(ctx, q)
-}
-
 // verifyBuf checks that local buffer ch.buf holds this rank's snapshot
 // ch.p, intact, and that it fits the registered regions. On success it
 // records the buffer as valid.
@@ -462,32 +368,6 @@ func (c *Checkpointer) checkLayout(h *Header, regions []region) error {
 	return nil
 }
 
-// copyOut copies the snapshot in ch.buf into the registered regions.
-func (c *Checkpointer) copyOut(ch *choice) error {
-	seg, err := c.rt.Segment(c.local)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	regions := slices.Clone(c.regions)
-	c.mu.Unlock()
-	if err := c.checkLayout(&ch.hdr, regions); err != nil {
-		return err
-	}
-	payload := seg.Bytes()[c.bufOff(ch.buf)+headerArea:]
-	var off int64
-	for i, r := range regions {
-		dst, err := c.resolve(r)
-		if err != nil {
-			return err
-		}
-		l := int64(ch.hdr.Regions[i])
-		copy(dst, payload[off:off+l])
-		off += l
-	}
-	return nil
-}
-
 // setupMirror creates the mirror segment for layout lay. Survivors keep
 // theirs when its size still fits (SegmentCreate is idempotent then); when
 // some survivor's capacity changes, every rank moves to the other mirror
@@ -517,6 +397,32 @@ func (c *Checkpointer) setupMirror(ctx context.Context, ag agreement, lay *layou
 		return 0, fmt.Errorf("ckpt: mirror segment %d: %w", mid, err)
 	}
 	return mid, nil
+}
+
+// copyOut copies the snapshot in ch.buf into the registered regions.
+func (c *Checkpointer) copyOut(ch *choice) error {
+	seg, err := c.rt.Segment(c.local)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	regions := slices.Clone(c.regions)
+	c.mu.Unlock()
+	if err := c.checkLayout(&ch.hdr, regions); err != nil {
+		return err
+	}
+	payload := seg.Bytes()[c.bufOff(ch.buf)+headerArea:]
+	var off int64
+	for i, r := range regions {
+		dst, err := c.resolve(r)
+		if err != nil {
+			return err
+		}
+		l := int64(ch.hdr.Regions[i])
+		copy(dst, payload[off:off+l])
+		off += l
+	}
+	return nil
 }
 
 // laps times the phases of a restore for its log line: "quiesce=1ms

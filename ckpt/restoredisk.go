@@ -1,7 +1,6 @@
 package ckpt
 
 import (
-	//PRUNED
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -11,51 +10,17 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	//PRUNED
-	//PRUNED
 	"strings"
-	//PRUNED
 
-	//PRUNED
 	"github.com/gaspigo/gaspigo/pgas"
 )
 
-// FlushDisk waits until this rank has written every checkpoint committed
-// so far to the disk level and, on rank 0, until the manifest of the last
-// one is written. It returns a *DiskError (ErrDiskLost) once any disk
-// checkpoint of this rank was lost, else the last disk error, if any. With
-// no disk level it returns nil at once. It is not collective: on rank 0 it
-// waits for a manifest that another rank's lost write never completes; use
-// VerifyDisk to end a job.
-func (c *Checkpointer) FlushDisk(ctx context.Context) error {
-	if c.cfg.Dir == "" {
-		return nil
-	}
-	c.mu.Lock()
-	target, has := c.disk.queued, c.disk.hasQueued
-	c.mu.Unlock()
-	if !has {
-		return nil
-	}
-	var lastErr error
-	err := c.waitFor(ctx, "the disk level", func() bool {
-		if len(c.disk.jobs) > 0 || c.disk.running {
-			return false
-		}
-		if c.disk.lastErr != nil {
-			lastErr = c.disk.lastErr
-			return true
-		}
-		return c.rank != 0 || (c.disk.hasManifest && c.disk.manifest >= target)
-	})
-	if err != nil {
-		return err
-	}
-	if derr := c.DiskErr(); derr != nil {
-		return derr
-	}
-	return lastErr
-}
+// The disk level's restore, top to bottom: the shared first step
+// (restore.go), the search for the checkpoint every rank loads and the
+// load of this rank's file (its manifest, then the file with every check),
+// then the shared last steps. The files are written by the disk writer
+// (disk.go, diskmanifest.go); ReadDiskRank (readrank.go) reads them with
+// the same checks outside a job.
 
 // LoadFromDisk restores every rank from the newest complete checkpoint in
 // dir (one whose manifest exists and names as many ranks as the job has)
@@ -69,13 +34,45 @@ func (c *Checkpointer) LoadFromDisk(ctx context.Context, dir string) (uint64, er
 	if dir == "" {
 		return 0, fmt.Errorf("ckpt: load from disk: empty directory: %w", ErrInvalid)
 	}
-	return c.recoverFrom(ctx, dir)
+	r, err := c.beginRestore(ctx, "load from disk", true)
+	if err != nil {
+		return 0, err
+	}
+
+	// This rank's part: the search for the newest checkpoint every rank
+	// can load (two allreduces a round), which leaves this rank's file of
+	// it in a local buffer.
+	ch, diag, err := c.prepareFromDisk(ctx, dir)
+	if err != nil {
+		return 0, fmt.Errorf("ckpt: %s: %w", r.op, err)
+	}
+	newGen := r.ag.maxGen
+	if ch != nil {
+		newGen = max(newGen, ch.p.gen)
+	}
+	r.laps.lap("prepare")
+
+	failed, err := c.settleRestore(ctx, r, ch != nil, nil, newGen+1)
+	if err != nil {
+		return 0, err
+	}
+	if ch == nil {
+		if diag != nil {
+			return 0, fmt.Errorf("ckpt: %s %s: no complete checkpoint that every rank can read (this rank: %v): %w", r.op, dir, diag, ErrNoCheckpoint)
+		}
+		return 0, fmt.Errorf("ckpt: %s %s: no complete checkpoint that every rank can read: %w", r.op, dir, ErrNoCheckpoint)
+	}
+	if failed >= 0 {
+		return 0, restoreFailed(r.op, ch.p.id, nil, failed)
+	}
+	return c.applyRestore(r, ch, "disk")
 }
 
 // prepareFromDisk agrees with the other ranks on the newest checkpoint in
-// dir that every rank can load, and loads this rank's file into a local
-// buffer. diag says why newer checkpoints were refused on this rank.
-func (c *Checkpointer) prepareFromDisk(ctx context.Context, dir string) (ch *choice, found bool, diag, err error) {
+// dir that every rank can load (diskSearch, plan.go), and loads this
+// rank's file of it into a local buffer; ch is nil when there is none.
+// diag says why newer checkpoints were refused on this rank.
+func (c *Checkpointer) prepareFromDisk(ctx context.Context, dir string) (ch *choice, diag, err error) {
 	c.mu.Lock()
 	me, n, committed := c.rank, c.n, c.committed
 	c.mu.Unlock()
@@ -84,7 +81,7 @@ func (c *Checkpointer) prepareFromDisk(ctx context.Context, dir string) (ch *cho
 		b = 1
 	}
 	if err := c.waitFor(ctx, "the snapshot buffer", func() bool { return c.bufs[b].busy == 0 }); err != nil {
-		return nil, false, nil, err
+		return nil, nil, err
 	}
 	ids, lerr := listCkptDirs(dir)
 	var errs []error
@@ -118,11 +115,11 @@ func (c *Checkpointer) prepareFromDisk(ctx context.Context, dir string) (ch *cho
 		}
 		v := []uint64{mine}
 		if err := pgas.Allreduce(ctx, c.rt, nil, v, pgas.OpMin); err != nil {
-			return nil, false, nil, err
+			return nil, nil, err
 		}
 		x, has, ok := search.candidate(v[0])
 		if !ok {
-			return nil, false, errors.Join(errs...), nil
+			return nil, errors.Join(errs...), nil
 		}
 		var got *choice
 		if has {
@@ -133,17 +130,17 @@ func (c *Checkpointer) prepareFromDisk(ctx context.Context, dir string) (ch *cho
 			f[0] = 1
 		}
 		if err := pgas.Allreduce(ctx, c.rt, nil, f, pgas.OpMin); err != nil {
-			return nil, false, nil, err
+			return nil, nil, err
 		}
 		done, more := search.settle(x, f[0] == 1)
 		if done {
-			return got, true, nil, nil
+			return got, nil, nil
 		}
 		if !more {
 			break
 		}
 	}
-	return nil, false, errors.Join(errs...), nil
+	return nil, errors.Join(errs...), nil
 }
 
 // loadSnap loads and fully verifies this rank's file of checkpoint id into
