@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 
 	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/mem"
 )
@@ -356,37 +357,93 @@ func TestBeyondRedundancy(t *testing.T) {
 		j := newTestJob(t, jobOpts{ranks: 4, spares: 2, ft: true})
 		j.checkpoint(1)
 		j.kill(1, 2) // rank 1's only holder is rank 2
-		ctx := j.ctx
-		errs := make([]error, 4)
-		var wg sync.WaitGroup
-		for range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rt := <-j.promoted
-				m, err := j.newMember(ctx, rt)
-				if err == nil {
-					_, err = m.ck.Restore(ctx)
-				}
-				errs[rt.Rank()] = err
-			}()
-		}
-		j.each([]int{0, 3}, func(r int) error {
-			rt := j.ranks[r].rt
-			if err := rt.Recover(ctx); err != nil {
-				return err
-			}
-			if _, err := rt.SegmentCreate(ctx, appSeg, 4096, nil); err != nil {
-				return err
-			}
-			_, errs[r] = j.ranks[r].ck.Restore(ctx)
-			return nil
-		})
-		wg.Wait()
+		errs := j.restoreErrs([]int{1, 2})
 		for r, err := range errs {
 			if !errors.Is(err, ErrNoCheckpoint) || !strings.Contains(err.Error(), "disk level") {
 				t.Fatalf("rank %d: Restore = %v, want ErrNoCheckpoint suggesting the disk level", r, err)
 			}
 		}
 	})
+}
+
+// A promoted spare whose holders all fail to deliver its snapshot (here
+// the copy is damaged after the holder reported it intact) cannot
+// restore: every rank gets ErrRestoreFailed, the spare's naming the
+// holder, and the checkpointer wants another restore.
+func TestNoHolderDelivers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := newTestJob(t, jobOpts{ranks: 4, spares: 1, ft: true})
+		j.checkpoint(1)
+		j.kill(2) // rank 2's only holder is rank 3
+		holder := j.ranks[3].rt
+		var fired atomic.Bool
+		j.nw.BeforeFrame(func(from, to transport.Proc, h *transport.Header) mem.Action {
+			if from == 4 && to == holder.Proc() && h.Type == transport.FrameReadReq && fired.CompareAndSwap(false, true) {
+				seg, err := holder.Segment(segments.ID(h.Seg))
+				if err == nil {
+					for i, b := range seg.Bytes() {
+						seg.Bytes()[i] = ^b
+					}
+				}
+			}
+			return mem.Deliver
+		})
+		errs := j.restoreErrs([]int{2})
+		j.nw.BeforeFrame(nil)
+		if !fired.Load() {
+			t.Fatal("the spare never read from its holder")
+		}
+		for r, err := range errs {
+			if !errors.Is(err, ErrRestoreFailed) {
+				t.Fatalf("rank %d: Restore = %v, want ErrRestoreFailed", r, err)
+			}
+		}
+		if want := "holder 3"; !strings.Contains(errs[2].Error(), want) {
+			t.Fatalf("spare: Restore = %v, want it to name %s", errs[2], want)
+		}
+		if err := j.ranks[0].ck.Start(j.ctx, 2); !errors.Is(err, ErrNeedsRestore) {
+			t.Fatalf("Start after the failed restore = %v, want ErrNeedsRestore", err)
+		}
+	})
+}
+
+// restoreErrs runs a restore after the ranks killed were killed: each
+// survivor recovers and restores, and one promoted spare per killed rank
+// sets up and restores. It returns each rank's Restore error.
+func (j *testJob) restoreErrs(killed []int) []error {
+	j.t.Helper()
+	ctx := j.ctx
+	errs := make([]error, len(j.ranks))
+	var wg sync.WaitGroup
+	for range killed {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rt := <-j.promoted
+			m, err := j.newMember(ctx, rt)
+			if err == nil {
+				_, err = m.ck.Restore(ctx)
+			}
+			errs[rt.Rank()] = err
+		}()
+	}
+	var survivors []int
+	for r := range j.ranks {
+		if !slices.Contains(killed, r) {
+			survivors = append(survivors, r)
+		}
+	}
+	j.each(survivors, func(r int) error {
+		rt := j.ranks[r].rt
+		if err := rt.Recover(ctx); err != nil {
+			return err
+		}
+		if _, err := rt.SegmentCreate(ctx, appSeg, 4096, nil); err != nil {
+			return err
+		}
+		_, errs[r] = j.ranks[r].ck.Restore(ctx)
+		return nil
+	})
+	wg.Wait()
+	return errs
 }

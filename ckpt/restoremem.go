@@ -82,7 +82,7 @@ func (c *Checkpointer) restoreFromMemory(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("ckpt: %s: no checkpoint is held for every rank (none committed yet, or more failures than %d mirror(s) cover; try the disk level): %w", r.op, c.cfg.Mirrors, ErrNoCheckpoint)
 	}
 	if failed >= 0 {
-		return 0, restoreFailed(r.op, ch.p.id, cerr, failed)
+		return 0, restoreFailed(r.op, pl.target.id, cerr, failed)
 	}
 	from := "holder"
 	if pl.local >= 0 {
