@@ -82,10 +82,27 @@
 // is a pure function of a rank's inventory and the agreement (planRestore:
 // the target, where the rank's copy comes from, own buffer or holders in
 // the order tried, and which holders get it pushed again), tested from
-// the scripts in testdata/restore; Restore runs the exchange (inbox.go)
-// and carries the plan out. The disk level's agreement on the checkpoint every rank loads
-// (LoadFromDisk) is a pure state machine too (diskSearch), driven by two
-// allreduces per round and tested from the same scripts.
+// the scripts in testdata/restore. The disk level's agreement on the
+// checkpoint every rank loads (LoadFromDisk) is a pure state machine too
+// (diskSearch), driven by two allreduces per round and tested from the
+// same scripts. Both are in plan.go.
+//
+// A restore reads in three files, one path per level around shared
+// steps. restore.go holds the steps both levels run, in the order every
+// rank runs them: beginRestore (stop the pushes, re-create the local
+// segment, agree on the inventory with the exchange of inbox.go), then
+// the level's own step, then settleRestore (the mirror segment for the
+// new placement, and an allreduce that every rank has its snapshot ready)
+// and applyRestore (copy the snapshot into the regions, rebuild the
+// mirrors); verifyBuf checks a snapshot in a local buffer for both.
+// restoremem.go is the memory level: Restore makes the plan and carries
+// it out, from this rank's own buffer or with one-sided Reads from a
+// holder (no collective). restoredisk.go is the disk level: LoadFromDisk
+// runs the search and loads this rank's file into a local buffer, with
+// every check (manifest, size, chunk and payload CRCs). The disk level's
+// writer is disk.go (each rank's files, reported to rank 0),
+// diskmanifest.go (rank 0's manifests and the cleanup) and disklost.go
+// (writes that fail, VerifyDisk).
 //
 // In a job that shrinks (pgas Runtime.Vacant), a rank lost with no spare
 // left is vacant: Restore and Commit run among the live ranks
