@@ -138,18 +138,19 @@ func decodeCtlResponse(b []byte) (ctlResponse, error) {
 	return r, d.finish()
 }
 
-// serveCtl answers control connections until the listener closes.
-func (n *Node) serveCtl() {
-	for {
-		c, err := n.ctlLn.Accept()
-		if err != nil {
-			return // closed
-		}
-		ac := asPeerConn(c)
-		if !n.goFunc(func() { n.handleCtl(ac) }) {
+// serveCtl answers one control connection in a goroutine of the node's,
+// once the node has started (New).
+func (n *Node) serveCtl(c *authConn) {
+	if !n.goFunc(func() {
+		select {
+		case <-n.started:
+		case <-n.ctx.Done():
 			c.Close()
 			return
 		}
+		n.handleCtl(c)
+	}) {
+		c.Close()
 	}
 }
 

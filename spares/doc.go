@@ -109,8 +109,8 @@
 // never blocks the node) and are closed by Shutdown.
 //
 // Goroutines: Raft's own, on a process that runs Raft (stopped by
-// raft.Shutdown); per listener one accept loop and one handshake goroutine
-// per pending connection (bounded by the process's admission gate,
+// raft.Shutdown); per listener (internal/listen) one accept loop and one
+// handshake goroutine per pending connection (bounded by the process's admission gate,
 // internal/admit, which sheds the oldest pending connection when full;
 // each under HandshakeTimeout); the control server, one goroutine per
 // control connection (under RPCTimeout; a child's follow connection lives

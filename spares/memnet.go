@@ -155,14 +155,14 @@ func (m *MemNetwork) RaftTransport(proc uint32, addr string) (raft.Transport, er
 	return t, nil
 }
 
-// ListenCtl implements Network.
-func (m *MemNetwork) ListenCtl(proc uint32, addr string) (net.Listener, error) {
+// ServeCtl implements Network.
+func (m *MemNetwork) ServeCtl(proc uint32, addr string, serve func(PeerConn)) (io.Closer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, dup := m.ctl[addr]; dup {
 		return nil, fmt.Errorf("spares: memory network: control address %q in use", addr)
 	}
-	l := &memListener{net: m, proc: proc, addr: addr, ch: make(chan net.Conn), done: make(chan struct{}), live: map[*memConn]struct{}{}}
+	l := &memListener{net: m, proc: proc, addr: addr, serve: serve, done: make(chan struct{}), live: map[*memConn]struct{}{}}
 	m.ctl[addr] = l
 	return l, nil
 }
@@ -190,18 +190,13 @@ func (m *MemNetwork) DialCtl(ctx context.Context, from uint32, addr string) (net
 		b.Close()
 		return nil, NoProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, syscall.ECONNREFUSED)
 	}
-	select {
-	case l.ch <- server:
-		return client, l.proc, nil
-	case <-l.done:
-		err := fmt.Errorf("spares: memory network: dial %s: %w", addr, syscall.ECONNREFUSED)
-		a.Close()
-		return nil, NoProc, err
-	case <-ctx.Done():
+	if err := ctx.Err(); err != nil {
 		a.Close()
 		b.Close()
-		return nil, NoProc, ctx.Err()
+		return nil, NoProc, err
 	}
+	l.serve(server)
+	return client, l.proc, nil
 }
 
 // memRaft counts the RPCs of an InmemTransport and leaves the network on
@@ -310,15 +305,16 @@ func (p *memPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.
 	return p.AppendPipeline.AppendEntries(args, resp)
 }
 
-// memListener is a control listener on a MemNetwork. Close closes the
-// connections it accepted, as authListener does.
+// memListener takes the control connections to one address of a
+// MemNetwork. Close closes the connections it gave out, as authListener
+// does.
 type memListener struct {
-	net  *MemNetwork
-	proc uint32
-	addr string
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
+	net   *MemNetwork
+	proc  uint32
+	addr  string
+	serve func(PeerConn)
+	done  chan struct{}
+	once  sync.Once
 
 	mu   sync.Mutex
 	live map[*memConn]struct{}
@@ -335,15 +331,6 @@ func (l *memListener) track(c *memConn) bool {
 	c.l = l
 	l.live[c] = struct{}{}
 	return true
-}
-
-func (l *memListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
 }
 
 func (l *memListener) Close() error {
@@ -364,8 +351,6 @@ func (l *memListener) Close() error {
 	})
 	return nil
 }
-
-func (l *memListener) Addr() net.Addr { return tcpAddrString(l.addr) }
 
 // memConn is one end of a control connection: it counts the frames
 // written (writeFrame writes a frame in one call) on both ends.

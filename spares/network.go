@@ -2,6 +2,7 @@ package spares
 
 import (
 	"context"
+	"io"
 	"net"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
@@ -18,9 +19,10 @@ type Network interface {
 	// others at addr. The node calls it when it starts Raft (at once for a
 	// voter, on promotion for a client) and Raft closes it on shutdown.
 	RaftTransport(proc uint32, addr string) (raft.Transport, error)
-	// ListenCtl listens for control connections to proc at addr. Every
-	// accepted connection must implement PeerConn. The node closes it.
-	ListenCtl(proc uint32, addr string) (net.Listener, error)
+	// ServeCtl takes control connections to proc at addr and gives each
+	// to serve, which starts its handler and returns at once. Closing the
+	// returned Closer stops it and closes the connections it gave out.
+	ServeCtl(proc uint32, addr string, serve func(PeerConn)) (io.Closer, error)
 	// DialCtl connects proc from to the control listener at addr and
 	// returns the connection and the proc that listens there.
 	DialCtl(ctx context.Context, from uint32, addr string) (net.Conn, uint32, error)
@@ -36,11 +38,11 @@ type PeerConn interface {
 // Peer is the process at the other end.
 func (c *authConn) Peer() uint32 { return c.peer }
 
-// listenCtl makes the node's control listener: the network's, or TCP
-// with the handshake.
-func (n *Node) listenCtl() (net.Listener, error) {
+// listenCtl starts taking the node's control connections: over the
+// network's, or over TCP with the handshake (internal/listen).
+func (n *Node) listenCtl() (io.Closer, error) {
 	if nw := n.cfg.Network; nw != nil {
-		return nw.ListenCtl(n.cfg.Proc, n.self.CtlAddr)
+		return nw.ServeCtl(n.cfg.Proc, n.self.CtlAddr, func(pc PeerConn) { n.serveCtl(asPeerConn(pc)) })
 	}
 	ln := n.cfg.CtlListener
 	if ln == nil {
@@ -49,8 +51,12 @@ func (n *Node) listenCtl() (net.Listener, error) {
 			return nil, err
 		}
 	}
-	n.ctlAuth = newAuthListener(ln, n.cfg.Token, n.cfg.TLS, auth.PurposeControl, n.cfg.Proc, n.cfg.HandshakeTimeout, n.log)
-	return n.ctlAuth, nil
+	l, err := newAuthListener(ln, n.cfg.Token, n.cfg.TLS, auth.PurposeControl, n.cfg.Proc, n.cfg.HandshakeTimeout, n.log, n.serveCtl)
+	if err != nil {
+		return nil, err
+	}
+	n.ctlAuth = l
+	return l, nil
 }
 
 // dialCtl opens a control connection to addr under ctx (and at most

@@ -28,14 +28,15 @@ type Node struct {
 	rft     atomic.Pointer[raft.Raft] // nil while a client (VotersOnly)
 	startMu sync.Mutex                // serialises starting Raft
 	stream  *raftStream               // TCP only
-	ctlLn   net.Listener
-	ctlAuth *authListener  // TCP only: ctlLn's handshake layer
-	stores  []io.Closer    // guarded by mu
-	trans   raft.WithClose // Raft's transport, once it runs; guarded by mu
+	ctl     io.Closer                 // takes the control connections (listenCtl)
+	ctlAuth *authListener             // TCP only: ctl itself, for its admission counters
+	stores  []io.Closer               // guarded by mu
+	trans   raft.WithClose            // Raft's transport, once it runs; guarded by mu
 
 	ctx     context.Context // canceled by Shutdown
 	cancel  context.CancelFunc
 	closeCh chan struct{}
+	started chan struct{} // closed at the end of New
 	kick    chan struct{} // state changed: the leader re-checks voters
 
 	mu     sync.Mutex // guards closed, stores and wg.Add
@@ -85,6 +86,7 @@ func NewNode(cfg Config) (_ *Node, err error) {
 		cfg:     cfg,
 		log:     logger,
 		closeCh: make(chan struct{}),
+		started: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 		lost:    make(chan struct{}),
 	}
@@ -120,18 +122,22 @@ func NewNode(cfg Config) (_ *Node, err error) {
 				return nil, fmt.Errorf("spares: raft listener: %w", err)
 			}
 		}
+		al, lerr := newAuthListener(raftLn, cfg.Token, cfg.TLS, purposeRaft, cfg.Proc, cfg.HandshakeTimeout, logger, nil)
+		if lerr != nil {
+			return nil, fmt.Errorf("spares: raft listener: %w", lerr)
+		}
 		n.stream = &raftStream{
-			authListener: newAuthListener(raftLn, cfg.Token, cfg.TLS, purposeRaft, cfg.Proc, cfg.HandshakeTimeout, logger),
+			authListener: al,
 			timeout:      cfg.TransportTimeout,
 			advertise:    n.self.RaftAddr,
 			wrap:         cfg.WrapConn,
 		}
 		cleanup = append(cleanup, func() { n.stream.Close() })
 	}
-	if n.ctlLn, err = n.listenCtl(); err != nil {
+	if n.ctl, err = n.listenCtl(); err != nil {
 		return nil, fmt.Errorf("spares: control listener: %w", err)
 	}
-	cleanup = append(cleanup, func() { n.ctlLn.Close() })
+	cleanup = append(cleanup, func() { n.ctl.Close() })
 
 	// Every process bootstraps the same configuration: all of them (voters
 	// and non-voters), or in the voters-only mode the voters alone. A
@@ -161,12 +167,12 @@ func NewNode(cfg Config) (_ *Node, err error) {
 			r.Shutdown().Error()
 		}
 	})
-	n.goFunc(n.serveCtl)
+	close(n.started) // the control connections are answered from here on
 	n.goFunc(n.watchContact)
 	if cfg.VotersOnly {
 		n.goFunc(n.followLoop)
 	}
-	logger.Debug("spares: node started", "raft_addr", n.self.RaftAddr, "ctl_addr", n.ctlLn.Addr().String(),
+	logger.Debug("spares: node started", "raft_addr", n.self.RaftAddr, "ctl_addr", n.self.CtlAddr,
 		"voter", voter, "raft", n.raftNode() != nil)
 	return n, nil
 }
@@ -270,10 +276,10 @@ func (n *Node) Refused() uint64 { return n.Admission().Refused }
 func (n *Node) Admission() admit.Stats {
 	var s admit.Stats
 	if n.stream != nil {
-		s = s.Plus(n.stream.door.Stats())
+		s = s.Plus(n.stream.lis.Stats())
 	}
 	if n.ctlAuth != nil {
-		s = s.Plus(n.ctlAuth.door.Stats())
+		s = s.Plus(n.ctlAuth.lis.Stats())
 	}
 	return s
 }

@@ -111,7 +111,7 @@ func (c *cluster) crash(p uint32) (wait func()) {
 	if trans != nil {
 		trans.Close()
 	}
-	n.ctlLn.Close()
+	n.ctl.Close()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -42,7 +42,7 @@ func (n *Node) shutdown() error {
 	trans := n.trans
 	n.mu.Unlock()
 	n.cancel()
-	n.ctlLn.Close()
+	n.ctl.Close()
 	r := n.raftNode() // nil on a client of the voters-only mode
 	leader := r != nil && r.State() == raft.Leader
 

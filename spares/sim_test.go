@@ -157,9 +157,6 @@ func (s *sim) checkFlatLoad(d time.Duration, leader uint32) {
 	var most MsgCounts
 	var mostProc uint32
 	for p, c := range load {
-		if p == 5 || p == 13 {
-			s.t.Logf("DBG proc %d ctl %d", p, c.CtlSent+c.CtlReceived)
-		}
 		if c.CtlSent+c.CtlReceived > ctlBound {
 			s.t.Errorf("proc %d exchanged %d control messages in %v, bound %d", p, c.CtlSent+c.CtlReceived, d, ctlBound)
 		}

@@ -12,27 +12,23 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/internal/listen"
 	"github.com/hashicorp/raft"
 )
 
-// authListener accepts TCP connections and hands out only those that pass
-// the job-token handshake for its purpose. Handshakes run in their own
-// goroutines under a deadline, so a slow or stray client never blocks the
-// accept loop. Every accepted connection enters the process's admission
-// gate (internal/admit), which bounds the pending ones and sheds the oldest
-// when full, so a flood of stray connections costs a bounded number of
-// goroutines and descriptors and never keeps a real peer out. It owns those
-// goroutines and the listener; Close stops them.
+// authListener hands out the connections that pass the job-token
+// handshake for its purpose, taken from the process's one listener
+// (internal/listen: admission gate, handshake, TLS). Each goes to serve,
+// or, when serve is nil, waits for Accept (Raft's stream layer). It owns
+// the connections it handed out, both directions: Close closes them.
 type authListener struct {
-	ln      net.Listener
+	lis     *listen.Listener
 	token   []byte
 	secure  bool // TLS over each connection after its handshake (Config.TLS)
 	purpose auth.Purpose
 	self    uint32
-	timeout time.Duration
-	log     *slog.Logger
+	serve   func(*authConn) // nil: Accept hands the connections out
 
 	// onLost, when set, is told the peer of an accepted connection that
 	// the far side ended (EOF or reset), not this side's Close.
@@ -45,12 +41,9 @@ type authListener struct {
 	dials    context.Context
 	stopDial context.CancelFunc
 	once     sync.Once
-	wg       sync.WaitGroup
-	door     *admit.Door // admission, counters and the refusal log
 
-	mu      sync.Mutex
-	pending map[net.Conn]struct{}  // handshakes under way
-	live    map[*authConn]struct{} // authenticated connections, both directions
+	mu   sync.Mutex
+	live map[*authConn]struct{} // connections handed out, both directions
 }
 
 // authConn is an authenticated connection and the peer's process id. When
@@ -112,87 +105,39 @@ func (l *authListener) track(c *authConn) bool {
 	return true
 }
 
-func newAuthListener(ln net.Listener, token []byte, secure bool, p auth.Purpose, self uint32, timeout time.Duration, log *slog.Logger) *authListener {
+// newAuthListener starts taking connections for purpose p from ln, which
+// it owns from here on.
+func newAuthListener(ln net.Listener, token []byte, secure bool, p auth.Purpose, self uint32, timeout time.Duration, log *slog.Logger, serve func(*authConn)) (*authListener, error) {
 	l := &authListener{
-		ln: ln, token: token, secure: secure, purpose: p, self: self, timeout: timeout, log: log,
-		conns:   make(chan *authConn),
-		done:    make(chan struct{}),
-		pending: map[net.Conn]struct{}{},
-		live:    map[*authConn]struct{}{},
-		door:    admit.Shared().Door("spares "+purposeName(p), log, admit.LogConfig{}),
+		token: token, secure: secure, purpose: p, self: self, serve: serve,
+		conns: make(chan *authConn),
+		done:  make(chan struct{}),
+		live:  map[*authConn]struct{}{},
 	}
-	l.dials, l.stopDial = context.WithCancel(context.Background())
-	l.wg.Add(1)
-	go l.acceptLoop()
-	return l
-}
-
-func (l *authListener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		c, err := l.ln.Accept()
-		if err != nil {
-			select {
-			case <-l.done:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			l.log.Warn("spares: accept failed", "purpose", purposeName(l.purpose), "err", err)
-			select {
-			case <-l.done:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			continue
-		}
-		l.mu.Lock()
-		select {
-		case <-l.done:
-			l.mu.Unlock()
-			c.Close()
-			return
-		default:
-		}
-		l.pending[c] = struct{}{}
-		l.wg.Add(1)
-		l.mu.Unlock()
-		pend := l.door.Admit(c)
-		go func() {
-			defer l.wg.Done()
-			l.handshake(c, pend)
-		}()
-	}
-}
-
-func (l *authListener) handshake(c net.Conn, pend *admit.Pending) {
-	defer func() {
-		l.mu.Lock()
-		delete(l.pending, c)
-		l.mu.Unlock()
-	}()
-	_ = c.SetDeadline(time.Now().Add(l.timeout))
-	sc, peer, err := auth.Serve(c, l.token, l.purpose, l.self, auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit}, l.secure)
+	lis, err := listen.New(ln, listen.Config{
+		Name: "spares " + purposeName(p), Purpose: p, Token: token, Self: self, TLS: secure,
+		HandshakeTimeout: timeout, Log: log,
+	}, l.accepted)
 	if err != nil {
-		c.Close()
-		if pend.Done() {
-			return // shed: counted by the gate
-		}
-		select {
-		case <-l.done:
-			return // cut by Close
-		default:
-		}
-		l.door.Refuse(c.RemoteAddr().String(), err)
-		return
+		ln.Close()
+		return nil, err
 	}
-	l.door.Authenticated()
+	l.lis = lis
+	l.dials, l.stopDial = context.WithCancel(context.Background())
+	lis.Start()
+	return l, nil
+}
+
+// accepted takes an authenticated connection from the listener.
+func (l *authListener) accepted(c net.Conn, peer uint32) {
 	_ = c.SetDeadline(time.Time{})
-	ac := &authConn{Conn: sc, peer: peer, accepted: true}
+	ac := &authConn{Conn: c, peer: peer, accepted: true}
 	if !l.track(ac) {
 		c.Close()
+		return
+	}
+	if l.serve != nil {
+		l.serve(ac)
 		return
 	}
 	select {
@@ -212,16 +157,13 @@ func (l *authListener) Accept() (net.Conn, error) {
 	}
 }
 
-// Close stops accepting, aborts pending handshakes and waits for the
-// goroutines. Idempotent.
+// Close stops accepting, closes the connections handed out and waits for
+// the listener's goroutines. Idempotent.
 func (l *authListener) Close() error {
 	l.once.Do(func() {
 		l.stopDial()
 		l.mu.Lock()
 		close(l.done)
-		for c := range l.pending {
-			c.Close()
-		}
 		live := make([]*authConn, 0, len(l.live))
 		for c := range l.live {
 			live = append(live, c)
@@ -230,14 +172,12 @@ func (l *authListener) Close() error {
 		for _, c := range live {
 			c.Close()
 		}
-		l.ln.Close()
-		l.wg.Wait()
-		l.door.Close()
+		l.lis.Close()
 	})
 	return nil
 }
 
-func (l *authListener) Addr() net.Addr { return l.ln.Addr() }
+func (l *authListener) Addr() net.Addr { return l.lis.Addr() }
 
 // dialAuth dials addr and runs the handshake as the dialing side. The
 // returned connection has no deadline set.

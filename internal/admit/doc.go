@@ -26,7 +26,8 @@
 // at most MaxPending per process, whatever the number of listeners.
 //
 // Each listener opens a Door on the process's gate (Shared, or a Gate of its
-// own) with its name and logger. Its accept loop calls Door.Admit for every
+// own) with its name and logger; internal/listen, the one listener of the
+// code base, does this for every listener. Its accept loop calls Door.Admit for every
 // accepted connection, runs the handshake under a short deadline, then
 // calls Pending.Done (or passes Pending.Greeted and Pending.Admit to
 // auth.Accept as its hooks), and reports the outcome with Door.Authenticated or

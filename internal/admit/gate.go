@@ -184,6 +184,31 @@ func Shared() *Gate {
 	return shared
 }
 
+// Slack is the room For keeps beyond one pending handshake per expected
+// peer (strays, reconnections).
+const Slack = 64
+
+// For is the gate of a listener that expects up to n peers to connect at
+// once from one address: the shared gate when it has room for them, else
+// a gate of the listener's own with room for every one of them plus
+// Slack. The shared gate (DefaultLimits) holds the handshakes of a few
+// hundred processes from one address; 512 local processes registering at
+// once (all from 127.0.0.1, or all over one host's Unix sockets) would
+// have the oldest of their own handshakes shed and repeated. The bound on
+// what a flood can take grows with the job, not without limit.
+func For(n int) *Gate {
+	def := DefaultLimits()
+	n += Slack
+	if n <= def.MaxPerSource {
+		return Shared()
+	}
+	g, err := NewGate(Limits{MaxPending: max(n, def.MaxPending), MaxPerSource: n})
+	if err != nil {
+		return Shared() // cannot happen: n > 0
+	}
+	return g
+}
+
 // Pending reports how many connections are pending on g now.
 func (g *Gate) Pending() int {
 	g.mu.Lock()

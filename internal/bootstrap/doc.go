@@ -121,7 +121,7 @@
 // # Concurrency and ownership
 //
 // A Server owns its listener and one goroutine per connection, and up to
-// 64 for the table's writes while it is sent; Serve owns the accept loop, and Close (or the end of Serve's ctx) stops everything
+// 64 for the table's writes while it is sent; Serve runs it on an internal/listen listener, and Close (or the end of Serve's ctx) stops everything
 // and waits. A table broadcast in progress is allowed to finish (bounded by
 // WriteTimeout) before connections are closed. Reports are delivered on a
 // buffered channel without ever blocking: a full channel drops and counts.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/internal/listen"
 )
 
 // ServerConfig configures the rendezvous server.
@@ -111,16 +112,15 @@ type Server struct {
 	closed  bool
 	serving bool
 
-	wg    sync.WaitGroup // connection handlers
-	bcast sync.WaitGroup // table broadcasts in progress; Close lets them finish
+	bcast   sync.WaitGroup // table broadcasts in progress; Close lets them finish
+	stopped chan struct{}  // closed by stop
+	lis     *listen.Listener
 
 	nRefused, nReports, nDropped, nBad atomic.Uint64
-	door                               *admit.Door // admission of unauthenticated connections, refusal log
 }
 
 type srvConn struct {
-	c      net.Conn // the socket: Close cuts it
-	rw     net.Conn // the stream over c: c itself, or TLS over it (ServerConfig.TLS)
+	rw     net.Conn // the stream: the socket, or TLS over it (ServerConfig.TLS)
 	remote string
 	wmu    sync.Mutex // serialises writes
 	proc   uint32
@@ -147,7 +147,6 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	rb := max(cfg.ReportBuffer, 0)
 	return &Server{
-		door:     rendezvousGate(cfg.NumProcs).Door("rendezvous", lg, admit.LogConfig{}),
 		cfg:      cfg,
 		log:      lg,
 		reports:  make(chan Report, rb),
@@ -155,33 +154,8 @@ func NewServer(cfg ServerConfig) *Server {
 		done:     make(chan struct{}),
 		regs:     make(map[uint32]*srvConn),
 		conns:    make(map[*srvConn]struct{}),
+		stopped:  make(chan struct{}),
 	}
-}
-
-// gateSlack is the room the rendezvous's admission gate keeps beyond one
-// pending handshake per process of the job (strays, reconnections).
-const gateSlack = 64
-
-// rendezvousGate is the admission gate of a rendezvous for nprocs
-// processes. The process's shared gate (admit.DefaultLimits) has room for
-// the handshakes of a job of a few hundred processes from one address;
-// a larger job registering at once (512 local processes all come from
-// 127.0.0.1) would have the oldest of its own handshakes shed and
-// repeated. So a rendezvous for more processes than the shared gate
-// holds gets a gate of its own with room for every process's handshake
-// at once, from any one source, plus gateSlack: the bound on the
-// descriptors a flood can take grows with the job, not without limit.
-func rendezvousGate(nprocs int) *admit.Gate {
-	def := admit.DefaultLimits()
-	n := nprocs + gateSlack
-	if n <= def.MaxPerSource {
-		return admit.Shared()
-	}
-	g, err := admit.NewGate(admit.Limits{MaxPending: max(n, def.MaxPending), MaxPerSource: n})
-	if err != nil {
-		return admit.Shared() // cannot happen: n >= 1
-	}
-	return g
 }
 
 // Addr is the listener's address, or nil without a listener.
@@ -231,9 +205,13 @@ func (s *Server) Stats() ServerStats {
 	if s.table != nil {
 		st.Registered = len(s.table.Members)
 	}
+	lis := s.lis
 	s.mu.Unlock()
 	st.Refused = s.nRefused.Load()
-	ad := s.door.Stats()
+	var ad admit.Stats
+	if lis != nil {
+		ad = lis.Stats()
+	}
 	st.TimedOut, st.Shed, st.Accepted = ad.TimedOut, ad.Shed, ad.Accepted
 	st.Reports = s.nReports.Load()
 	st.Dropped = s.nDropped.Load()
@@ -272,50 +250,40 @@ func (s *Server) begin() error {
 
 func (s *Server) run(ctx context.Context) error {
 	defer close(s.done)
+	defer close(s.reports)
+	lis, err := listen.New(s.cfg.Listener, listen.Config{
+		Name: "rendezvous", Purpose: auth.PurposeRendezvous, Token: s.cfg.Token, Self: ServerID, TLS: s.cfg.TLS,
+		HandshakeTimeout: s.cfg.HandshakeTimeout, Gate: admit.For(s.cfg.NumProcs), Log: s.log,
+		Refused: s.refused,
+	}, s.handle)
+	if err != nil {
+		s.stop()
+		s.cfg.Listener.Close()
+		return err
+	}
+	s.mu.Lock()
+	s.lis = lis
+	s.mu.Unlock()
 	stopWatch := context.AfterFunc(ctx, s.stop)
 	defer stopWatch()
-	var err error
-	delay := 5 * time.Millisecond
-	for {
-		c, aerr := s.cfg.Listener.Accept()
-		if aerr != nil {
-			if s.isClosed() {
-				break
-			}
-			if errors.Is(aerr, net.ErrClosed) {
-				err = fmt.Errorf("bootstrap: rendezvous listener closed: %w", aerr)
-				break
-			}
-			// Temporary trouble such as running out of file descriptors:
-			// wait a little and go on, as net/http does.
-			s.log.Warn("rendezvous: accept failed; retrying", "err", aerr, "delay", delay)
-			t := time.NewTimer(delay)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
-			delay = min(2*delay, time.Second)
-			continue
-		}
-		delay = 5 * time.Millisecond
-		sc := &srvConn{c: c, remote: c.RemoteAddr().String()}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			c.Close()
-			break
-		}
-		s.conns[sc] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.handle(sc, s.door.Admit(c))
+	lis.Start()
+	select {
+	case <-s.stopped:
+	case <-lis.Failed():
+		err = fmt.Errorf("bootstrap: %w", lis.Err())
 	}
 	s.stop()
-	s.wg.Wait()
-	s.door.Close()
-	close(s.reports)
+	lis.Close() // cuts the handshakes and waits for the handlers
 	return err
+}
+
+// refused counts and logs a connection whose token handshake failed.
+func (s *Server) refused(_ net.Conn, remote string, err error) {
+	s.nRefused.Add(1)
+	s.mu.Lock()
+	lis := s.lis
+	s.mu.Unlock()
+	lis.Refuse(remote, fmt.Errorf("job-token handshake failed: %w", err))
 }
 
 func (s *Server) isClosed() bool {
@@ -333,10 +301,8 @@ func (s *Server) stop() {
 		return
 	}
 	s.closed = true
+	close(s.stopped)
 	s.mu.Unlock()
-	if s.cfg.Listener != nil {
-		s.cfg.Listener.Close()
-	}
 	s.bcast.Wait()
 	s.mu.Lock()
 	conns := make([]*srvConn, 0, len(s.conns))
@@ -345,7 +311,7 @@ func (s *Server) stop() {
 	}
 	s.mu.Unlock()
 	for _, sc := range conns {
-		sc.c.Close()
+		sc.rw.Close()
 	}
 }
 
@@ -357,35 +323,34 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	if serving {
 		<-s.done
+	} else if s.cfg.Listener != nil {
+		s.cfg.Listener.Close()
 	}
 	return nil
 }
 
-func (s *Server) handle(sc *srvConn, pend *admit.Pending) {
-	defer s.wg.Done()
+// handle serves one authenticated connection (listen.Handler): its hello,
+// its registration, then its reports.
+func (s *Server) handle(c net.Conn, peer uint32) {
+	sc := &srvConn{rw: c, remote: c.RemoteAddr().String()}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	s.conns[sc] = struct{}{}
+	s.mu.Unlock()
 	defer func() {
-		sc.c.Close()
+		c.Close()
 		s.mu.Lock()
 		delete(s.conns, sc)
 		s.mu.Unlock()
 	}()
-	c := sc.c
-	c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	c, peer, err := auth.Serve(c, s.cfg.Token, auth.PurposeRendezvous, ServerID, auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit}, s.cfg.TLS)
-	if err != nil {
-		if pend.Done() || s.isClosed() {
-			return // shed (counted by the gate) or cut by Close
-		}
-		s.nRefused.Add(1)
-		s.door.Refuse(sc.remote, fmt.Errorf("job-token handshake failed: %w", err))
-		return
-	}
-	s.door.Authenticated()
-	sc.rw = c
 	m, err := readMsg(c, MaxClientMessage)
 	if err != nil {
 		s.nRefused.Add(1)
-		s.door.Refuse(sc.remote, fmt.Errorf("no valid hello: %w", err), "proc", peer)
+		s.lis.Refuse(sc.remote, fmt.Errorf("no valid hello: %w", err), "proc", peer)
 		return
 	}
 	if m.Kind != msgHello {
@@ -464,7 +429,7 @@ func (s *Server) register(sc *srvConn) bool {
 		sc.wmu.Lock()
 		s.mu.Unlock()
 		if old != nil {
-			old.c.Close()
+			old.rw.Close()
 		}
 		err := s.writeLocked(sc, &envelope{Kind: msgTable, Table: &tbl})
 		sc.wmu.Unlock()
@@ -484,7 +449,7 @@ func (s *Server) register(sc *srvConn) bool {
 		sc.wmu.Lock()
 		s.mu.Unlock()
 		if dup {
-			old.c.Close()
+			old.rw.Close()
 		}
 		err := s.writeLocked(sc, &envelope{Kind: msgAck})
 		sc.wmu.Unlock()
@@ -505,7 +470,7 @@ func (s *Server) register(sc *srvConn) bool {
 	s.mu.Unlock()
 	defer s.bcast.Done()
 	if dup {
-		old.c.Close()
+		old.rw.Close()
 	}
 	s.log.Info("rendezvous: member table complete", "procs", s.cfg.NumProcs, "ranks", s.cfg.NumRanks, "job", s.cfg.JobID)
 	tbl := cloneTable(t)

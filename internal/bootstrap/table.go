@@ -31,7 +31,7 @@ func (s *Server) broadcast(targets []*srvConn, msg []byte) {
 					// the table then (register). A process starved of CPU
 					// among hundreds on a few cores does this, and is not
 					// at fault: information.
-					r.c.Close()
+					r.rw.Close()
 					s.log.Info("rendezvous: could not send the table; the process will register again", "proc", r.proc, "remote", r.remote, "err", werr)
 				}
 			}

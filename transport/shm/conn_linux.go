@@ -23,33 +23,24 @@ const offerSize = 16
 
 const offerMagic = 0x72696e67 // "ring"
 
-// acceptLoop accepts peers until Close.
-func (t *Transport) acceptLoop() {
-	defer t.wg.Done()
-	for {
-		c, err := t.ln.AcceptUnix()
-		if err != nil {
-			if t.isClosed() {
-				return
-			}
-			t.log.Warn("shm: accept", "err", err)
-			select {
-			case <-t.closing:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			continue
-		}
-		if !t.track(c) {
-			c.Close()
-			return
-		}
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			t.serve(c)
-		}()
+// refused is told by the listener of a connection whose handshake
+// failed. A peer that went away during it (it died, or was killed), or
+// that was too starved to finish it in time, is routine; anything else
+// may be an attack.
+func (t *Transport) refused(_ net.Conn, remote string, err error) {
+	t.stats.Refused.Add(1)
+	if routine(err) {
+		t.log.Info("shm: refused a connection", "err", err)
+		return
 	}
+	t.lis.Refuse(remote, fmt.Errorf("%w: %w", transport.ErrAuth, err))
+}
+
+// routine: the peer went away (it died, or was killed), or was too
+// starved to go on in time.
+func routine(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE) ||
+		errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // track registers a connection in its handshake so that Close can cut it.
@@ -69,12 +60,17 @@ func (t *Transport) untrack(c *net.UnixConn) {
 	t.mu.Unlock()
 }
 
-// serve runs the accepting end of a connection: the job-token handshake,
-// then the ring's descriptor, checked and mapped, then an acknowledgement
-// byte. The peer's frames are then consumed from the ring until the
-// connection fails.
-func (t *Transport) serve(c *net.UnixConn) {
-	id, r, err := t.acceptRing(c)
+// serve runs the accepting end of a connection the listener authenticated
+// (listen.Handler): the ring's descriptor, checked and mapped, then an
+// acknowledgement byte. The peer's frames are then consumed from the ring
+// until the connection fails.
+func (t *Transport) serve(nc net.Conn, peer uint32) {
+	c := nc.(*net.UnixConn)
+	if !t.track(c) {
+		c.Close()
+		return
+	}
+	id, r, err := t.acceptRing(c, transport.Proc(peer))
 	t.untrack(c)
 	var mq memRequest
 	if errors.As(err, &mq) {
@@ -84,12 +80,10 @@ func (t *Transport) serve(c *net.UnixConn) {
 	if err != nil {
 		t.stats.Refused.Add(1)
 		if !t.isClosed() {
-			// A peer that went away during the handshake (it died, or
-			// was killed), or that was too starved to finish it in
-			// time, is routine; anything else may be an attack.
+			// A peer that went away while it offered its ring is
+			// routine; anything else may be an attack.
 			lvl := slog.LevelWarn
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE) ||
-				errors.Is(err, os.ErrDeadlineExceeded) {
+			if routine(err) {
 				lvl = slog.LevelInfo
 			}
 			t.log.Log(context.Background(), lvl, "shm: refused a connection", "err", err)
@@ -172,15 +166,10 @@ type memRequest struct{ key uint64 }
 
 func (memRequest) Error() string { return "shm: a memory request, not a ring" }
 
-// acceptRing authenticates the dialer and maps the ring it offers, or
-// returns a memRequest when it asks for memory instead.
-func (t *Transport) acceptRing(c *net.UnixConn) (transport.Proc, *ring, error) {
-	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	got, err := auth.Handshake(c, t.cfg.Token, auth.PurposeShm, uint32(t.self), false)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %w", transport.ErrAuth, err)
-	}
-	id := transport.Proc(got)
+// acceptRing maps the ring that id, authenticated, offers (still under
+// the handshake's deadline), or returns a memRequest when it asks for
+// memory instead.
+func (t *Transport) acceptRing(c *net.UnixConn, id transport.Proc) (transport.Proc, *ring, error) {
 	if t.peer(id) == nil {
 		return 0, nil, fmt.Errorf("shm: proc %d is not a peer of this transport", id)
 	}

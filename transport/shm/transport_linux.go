@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/admit"
+	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/internal/listen"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
@@ -20,6 +23,7 @@ type Transport struct {
 	cfg  Config
 	self transport.Proc
 	ln   *net.UnixListener
+	lis  *listen.Listener // from Start: admits and authenticates the peers
 	addr string
 	log  *slog.Logger
 
@@ -27,7 +31,7 @@ type Transport struct {
 	peers   map[transport.Proc]*peer
 	handler transport.Handler
 	started bool
-	conns   map[*net.UnixConn]struct{} // connections in their handshake
+	conns   map[*net.UnixConn]struct{} // connections reading their ring offer
 
 	spin      atomic.Int64 // Config.Spin, or SetSpin's
 	memFunc   atomic.Pointer[transport.MemoryFunc]
@@ -191,9 +195,16 @@ func (t *Transport) Start(h transport.Handler) error {
 	if t.started {
 		return errors.New("shm: Start called twice")
 	}
-	t.started, t.handler = true, h
-	t.wg.Add(1)
-	go t.acceptLoop()
+	lis, err := listen.New(t.ln, listen.Config{
+		Name: "shm", Purpose: auth.PurposeShm, Token: t.cfg.Token, Self: uint32(t.self),
+		HandshakeTimeout: t.cfg.HandshakeTimeout, Gate: admit.For(len(t.peers)), Log: t.log,
+		Refused: t.refused,
+	}, t.serve)
+	if err != nil {
+		return err
+	}
+	t.started, t.handler, t.lis = true, h, lis
+	lis.Start()
 	return nil
 }
 
@@ -214,11 +225,17 @@ func (t *Transport) Close() error {
 		for c := range t.conns {
 			c.Close()
 		}
+		lis := t.lis
 		t.mu.Unlock()
-		t.ln.Close()
+		if lis == nil {
+			t.ln.Close() // never started
+		}
 		for _, p := range peers {
 			t.fail(p, transport.ErrClosed)
 			t.finish(p)
+		}
+		if lis != nil {
+			lis.Close() // cuts the handshakes, waits for the consumers
 		}
 		t.wg.Wait()
 	})

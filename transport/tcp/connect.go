@@ -11,87 +11,48 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
-	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
-// acceptLoop accepts connections until Close; each is authenticated in its
-// own goroutine so that a silent client cannot stall the others. Every
-// accepted connection enters the admission gate (internal/admit), which
-// bounds the unauthenticated ones and sheds the oldest when full.
-func (t *Transport) acceptLoop() {
-	var pause time.Duration
-	for {
-		nc, err := t.ln.Accept()
-		if err != nil {
-			if t.isClosed() {
-				return
-			}
-			if errors.Is(err, net.ErrClosed) {
-				t.log.Error("tcp: listener closed under the transport; no more peers can connect", "err", err)
-				return
-			}
-			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
-			t.log.Warn("tcp: accept failed", "err", err, "retry_in", pause)
-			select {
-			case <-t.closing:
-				return
-			case <-time.After(pause):
-			}
-			continue
-		}
-		pause = 0
-		if !t.track(nc) {
-			_ = nc.Close()
-			return
-		}
-		pend := t.door.Admit(nc)
-		// This goroutine is counted in t.wg, so Close's Wait cannot have
-		// returned: Add is safe here.
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			t.serveIncoming(nc, pend)
-		}()
-	}
-}
-
-// serveIncoming authenticates an accepted connection, gives the dialer
-// its verdict (verdictLocked) and, when it is accepted, runs its reader.
-// A connection the gate sheds during the handshake is dropped quietly (the
-// gate counts it), and so is one whose dial crossed this process's own.
-func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
-	remote := nc.RemoteAddr().String()
+// prepare readies an accepted socket for its handshake (run by the
+// listener, internal/listen): the socket options, then a record of what
+// the handshake reads, under TLS below the TLS layer.
+func (t *Transport) prepare(nc net.Conn) net.Conn {
 	t.tune(nc)
-	_ = nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	wc := &watchedConn{Conn: nc}
 	if t.cfg.TLS {
 		wc.Conn = &tlsSocket{Conn: nc}
 	}
-	sc, id, err := auth.Serve(wc, t.cfg.Token, auth.PurposeData, uint32(t.self), auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit}, t.cfg.TLS)
-	wc.sealed = true
-	if err != nil {
-		if pend.Done() {
-			t.closeSocket(nc)
-			return
+	return wc
+}
+
+// refused is told by the listener of a connection whose handshake failed.
+// One closed by the remote end before it sent a byte is a liveness probe
+// or a port scan: counted, nothing to refuse.
+func (t *Transport) refused(c net.Conn, remote string, err error) {
+	if wc, ok := c.(*watchedConn); ok && wc.read == 0 && wc.err != nil && !errors.Is(wc.err, os.ErrDeadlineExceeded) && !t.isClosed() {
+		t.stats.probes.Add(1)
+		t.log.Debug("tcp: probe connection", "remote", remote)
+		if t.hooks.onProbe != nil {
+			t.hooks.onProbe(remote)
 		}
-		if wc.read == 0 && wc.err != nil && !errors.Is(wc.err, os.ErrDeadlineExceeded) && !t.isClosed() {
-			// Closed by the remote end before it sent a byte: a liveness
-			// probe or a port scan. Nothing to refuse.
-			t.closeSocket(nc)
-			t.stats.probes.Add(1)
-			t.log.Debug("tcp: probe connection", "remote", remote)
-			if t.hooks.onProbe != nil {
-				t.hooks.onProbe(remote)
-			}
-			return
-		}
-		t.refuse(nc, remote, transport.NoProc, fmt.Errorf("%w: %w", transport.ErrAuth, err))
 		return
 	}
-	t.door.Authenticated()
-	nc = t.retrack(nc, sc)
+	t.refuse(c, remote, transport.NoProc, fmt.Errorf("%w: %w", transport.ErrAuth, err))
+}
+
+// serveIncoming takes an authenticated connection from the listener,
+// gives the dialer its verdict (verdictLocked) and, when it is accepted,
+// runs its reader. A connection whose dial crossed this process's own is
+// dropped quietly.
+func (t *Transport) serveIncoming(nc net.Conn, id uint32) {
+	remote := nc.RemoteAddr().String()
+	watchedOf(nc).sealed = true
+	if !t.track(nc) {
+		_ = nc.Close()
+		return
+	}
 	from := transport.Proc(id)
 	if from == t.self {
 		t.refuse(nc, remote, from, fmt.Errorf("a connection claims to come from proc %d, this process", from))
@@ -129,7 +90,7 @@ func (t *Transport) serveIncoming(nc net.Conn, pend *admit.Pending) {
 	// The dialer confirms the verdict before either end takes the
 	// connection as established, so a dialer whose handshake timed out
 	// (and that closed the connection and dials again) costs no PeerDown.
-	_, err = nc.Write([]byte{verdictAccept})
+	_, err := nc.Write([]byte{verdictAccept})
 	var ack [1]byte
 	if err == nil {
 		_ = nc.SetDeadline(time.Time{}) // the dialer's own deadline bounds it
@@ -166,6 +127,14 @@ type watchedConn struct {
 	sealed bool
 	read   int   // bytes received
 	err    error // first read or write error
+}
+
+// watchedOf finds the watchedConn under an accepted connection.
+func watchedOf(c net.Conn) *watchedConn {
+	if ac, ok := c.(auth.Conn); ok {
+		c = ac.NetConn()
+	}
+	return c.(*watchedConn)
 }
 
 func (c *watchedConn) Read(b []byte) (int, error) {
@@ -410,7 +379,7 @@ func (t *Transport) refuse(nc net.Conn, remote string, claimed transport.Proc, e
 	if claimed != transport.NoProc {
 		attrs = append(attrs, "peer", uint32(claimed))
 	}
-	t.door.Refuse(remote, err, attrs...)
+	t.lis.Refuse(remote, err, attrs...)
 	if t.hooks.onRefuse != nil {
 		t.hooks.onRefuse(remote, err)
 	}

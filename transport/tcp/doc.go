@@ -158,8 +158,9 @@
 // # Concurrency and ownership
 //
 // Send, Queue, SetPeers, Stats and Close may be called from any
-// goroutine. The transport owns: the accept loop, one goroutine per
-// connection being authenticated or read, one dialer per peer a Send
+// goroutine. The transport owns: its listener (internal/listen: the
+// accept loop, one goroutine per connection being authenticated, which
+// then reads it), one dialer per peer a Send
 // waits for, until it connects or gives up, one batch writer per connection (it ends with the
 // connection), and a writer finishing a frame whose Send timed out. Close
 // writes what is still batched (for at most 200 ms), then stops all of

@@ -9,7 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/admit"
+	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/internal/listen"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
@@ -51,7 +52,6 @@ type Transport struct {
 	cfg  Config
 	self transport.Proc
 	log  *slog.Logger
-	ln   net.Listener
 
 	ctx       context.Context // cancelled by Close; bounds dials
 	cancel    context.CancelFunc
@@ -64,10 +64,10 @@ type Transport struct {
 	closed  bool
 	handler transport.Handler
 	peers   map[transport.Proc]*peer
-	sockets map[net.Conn]struct{} // every open socket, so Close can cut handshakes too
+	sockets map[net.Conn]struct{} // every authenticated or dialled socket, so Close can cut it
 
 	stats counters
-	door  *admit.Door // admission of unauthenticated connections (admit.Shared) and refusal logs
+	lis   *listen.Listener // accepts, admits and authenticates the incoming connections
 
 	hooks hooks
 }
@@ -89,8 +89,8 @@ func newTransport(cfg Config, hk hooks) (*Transport, error) {
 		return nil, err
 	}
 	ln := cfg.Listener
+	var err error
 	if ln == nil {
-		var err error
 		ln, err = net.Listen("tcp", cfg.ListenAddr)
 		if err != nil {
 			return nil, fmt.Errorf("tcp: listen on %s: %w", cfg.ListenAddr, err)
@@ -105,20 +105,23 @@ func newTransport(cfg Config, hk hooks) (*Transport, error) {
 		cfg:     cfg,
 		self:    cfg.Self,
 		log:     log.With("self", uint32(cfg.Self)),
-		ln:      ln,
 		closing: make(chan struct{}),
 		started: make(chan struct{}),
 		peers:   make(map[transport.Proc]*peer),
 		sockets: make(map[net.Conn]struct{}),
 		hooks:   hk,
 	}
-	t.door = admit.Shared().Door("tcp", t.log, admit.LogConfig{})
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		t.acceptLoop()
-	}()
+	t.lis, err = listen.New(ln, listen.Config{
+		Name: "tcp", Purpose: auth.PurposeData, Token: cfg.Token, Self: uint32(cfg.Self), TLS: cfg.TLS,
+		HandshakeTimeout: cfg.HandshakeTimeout, Log: t.log, Prepare: t.prepare, Refused: t.refused,
+	}, t.serveIncoming)
+	if err != nil {
+		t.cancel()
+		_ = ln.Close()
+		return nil, err
+	}
+	t.lis.Start()
 	return t, nil
 }
 
@@ -128,7 +131,7 @@ func (t *Transport) Self() transport.Proc { return t.self }
 // Addr returns the address the listener is bound to, e.g. "127.0.0.1:40123".
 // With a wildcard ListenAddr the host part is the wildcard; a launcher
 // combines the port with a reachable host name.
-func (t *Transport) Addr() string { return t.ln.Addr().String() }
+func (t *Transport) Addr() string { return t.lis.Addr().String() }
 
 // SetPeers records the address of each peer (entries for Self are ignored).
 // It may be called again to add peers, e.g. after a membership change; a
@@ -308,7 +311,7 @@ type Stats struct {
 // Stats returns the current counters.
 func (t *Transport) Stats() Stats {
 	s := &t.stats
-	ad := t.door.Stats()
+	ad := t.lis.Stats()
 	return Stats{
 		FramesIn:           s.framesIn.Load(),
 		FramesOut:          s.framesOut.Load(),
@@ -356,12 +359,11 @@ func (t *Transport) Close() error {
 		for _, c := range conns {
 			c.flushOnClose(deadline)
 		}
-		_ = t.ln.Close()
 		for _, nc := range socks {
 			_ = nc.Close()
 		}
+		_ = t.lis.Close() // stops accepting, cuts handshakes, waits for the readers
 		t.wg.Wait()
-		t.door.Close()
 	})
 	return nil
 }
