@@ -4,14 +4,15 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
+	"github.com/gaspigo/gaspigo/internal/listen"
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
 )
@@ -28,38 +29,39 @@ type rawLink struct {
 }
 
 const (
-	rawNonce    = 16  // bytes of the secret that proves the dialer is rank 0
-	rawExchange = 128 // bytes of the Bcast carrying the address and nonce
+	rawToken    = 32  // bytes of the pair's token, which the dialer proves it knows
+	rawExchange = 128 // bytes of the Bcast carrying the address and token
 	// rawReadBuffer matches the pgas TCP transport's read buffer, so both
 	// batch small messages the same way.
 	rawReadBuffer = 64 << 10
 )
 
 // setupRaw connects rank 0 to a listener of rank 1. The listener's address
-// and a fresh nonce travel through the runtime (a Bcast on the pair group),
-// so a stray connection to the listener is refused. Only ranks 0 and 1
+// and a fresh token travel through the runtime (a Bcast on the pair group),
+// and the listener (internal/listen) refuses a connection that does not
+// prove the token, so a stray one cannot take rank 0's place. Only ranks 0 and 1
 // call it.
 func setupRaw(ctx context.Context, rt *pgas.Runtime, pair *pgas.Group, maxMsg int64) (*rawLink, error) {
 	me := rt.Rank()
 	var msg [rawExchange]byte
 	var ln net.Listener
-	var nonce [rawNonce]byte
+	var token [rawToken]byte
 	if me == 1 {
 		l, addr, err := listenRaw(rt)
 		if err != nil {
 			return nil, fmt.Errorf("%w: listen: %v", ErrRaw, err)
 		}
 		ln = l
-		defer ln.Close()
-		if len(addr) > rawExchange-rawNonce-1 {
+		defer ln.Close() // acceptRank0's listener closes it too; this covers the failures before it
+		if len(addr) > rawExchange-rawToken-1 {
 			return nil, fmt.Errorf("%w: listener address %q too long", ErrRaw, addr)
 		}
-		if _, err := rand.Read(nonce[:]); err != nil {
-			return nil, fmt.Errorf("%w: nonce: %v", ErrRaw, err)
+		if _, err := rand.Read(token[:]); err != nil {
+			return nil, fmt.Errorf("%w: token: %v", ErrRaw, err)
 		}
 		msg[0] = byte(len(addr))
 		copy(msg[1:], addr)
-		copy(msg[rawExchange-rawNonce:], nonce[:])
+		copy(msg[rawExchange-rawToken:], token[:])
 	}
 	if err := rt.Bcast(ctx, pair, msg[:], 1); err != nil {
 		return nil, fmt.Errorf("%w: exchanging the listener address: %w", ErrRaw, err)
@@ -67,7 +69,7 @@ func setupRaw(ctx context.Context, rt *pgas.Runtime, pair *pgas.Group, maxMsg in
 	var nc net.Conn
 	if me == 0 {
 		n := int(msg[0])
-		if n == 0 || n > rawExchange-rawNonce-1 {
+		if n == 0 || n > rawExchange-rawToken-1 {
 			return nil, fmt.Errorf("%w: rank 1 sent a listener address of %d bytes", ErrRaw, n)
 		}
 		addr := string(msg[1 : 1+n])
@@ -76,13 +78,17 @@ func setupRaw(ctx context.Context, rt *pgas.Runtime, pair *pgas.Group, maxMsg in
 		if err != nil {
 			return nil, fmt.Errorf("%w: dial rank 1 at %s: %v", ErrRaw, addr, err)
 		}
-		if _, err := c.Write(msg[rawExchange-rawNonce:]); err != nil {
+		if dl, ok := ctx.Deadline(); ok {
+			_ = c.SetDeadline(dl)
+		}
+		if _, _, err := auth.Dial(c, msg[rawExchange-rawToken:], auth.PurposeData, 0, false); err != nil {
 			c.Close()
 			return nil, fmt.Errorf("%w: greet rank 1 at %s: %v", ErrRaw, addr, err)
 		}
+		_ = c.SetDeadline(time.Time{})
 		nc = c
 	} else {
-		c, err := acceptRank0(ctx, ln, nonce[:])
+		c, err := acceptRank0(ctx, ln, token[:])
 		if err != nil {
 			return nil, err
 		}
@@ -115,30 +121,38 @@ func listenRaw(rt *pgas.Runtime) (net.Listener, string, error) {
 	return job.Listen(env)
 }
 
-// acceptRank0 accepts connections until one presents the nonce, within
-// the ctx (deadline or cancellation) and at most a minute.
-func acceptRank0(ctx context.Context, ln net.Listener, nonce []byte) (net.Conn, error) {
+// acceptRank0 takes the first connection that proves the token, within
+// the ctx (deadline or cancellation) and at most a minute. It owns ln.
+func acceptRank0(ctx context.Context, ln net.Listener, token []byte) (net.Conn, error) {
 	deadline := time.Now().Add(time.Minute)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	got := make(chan net.Conn, 1)
+	lis, err := listen.New(ln, listen.Config{
+		Name: "raw baseline", Purpose: auth.PurposeData, Token: token, Self: 1,
+		HandshakeTimeout: time.Until(deadline),
+	}, func(c net.Conn, _ uint32) {
+		select {
+		case got <- c:
+		default:
+			c.Close() // rank 0 is connected already
+		}
+	})
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("%w: %v", ErrRaw, err)
+	}
+	lis.Start()
+	defer lis.Close()
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	stop := context.AfterFunc(ctx, func() { ln.Close() }) // a cancelled or late run stops waiting
-	defer stop()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return nil, fmt.Errorf("%w: waiting for rank 0 to connect: %v", ErrRaw, err)
-		}
-		got := make([]byte, len(nonce))
-		_ = c.SetReadDeadline(deadline)
-		if _, err := io.ReadFull(c, got); err != nil || subtle.ConstantTimeCompare(got, nonce) != 1 {
-			c.Close() // not rank 0: a stray client
-			continue
-		}
-		_ = c.SetReadDeadline(time.Time{})
+	select {
+	case c := <-got:
+		_ = c.SetDeadline(time.Time{})
 		return c, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for rank 0 to connect: %v", ErrRaw, context.Cause(ctx))
 	}
 }
 
