@@ -8,8 +8,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/mem"
@@ -109,80 +107,6 @@ func TestDirectWriteNotify(t *testing.T) {
 	})
 }
 
-// Fencing: a process that maps a survivor's segment from before a
-// recovery (as a replaced process, stopped and resumed, does) changes
-// nothing there afterwards, while the survivors, having recreated the
-// segment, write to each other directly in the new epoch.
-func TestDirectRecoverFencesOldMappings(t *testing.T) {
-	directMapped(t)
-	synctest.Test(t, func(t *testing.T) {
-		rts, promoted, nw, _, _ := newFTJobOn(t, 3, 1, nil, direct)
-		ctx := context.Background()
-		each(t, rts, func(rt *Runtime) error {
-			_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
-			return err
-		})
-		// What process 1 holds of process 2's segment, as it would ask
-		// for it: process 2 records process 1 as holding its memory.
-		fd, _, err := rts[2].provideMemory(1, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stale, err := segments.MapFD(fd, 4096)
-		unix.Close(fd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer segments.UnmapShared(stale)
-		seg1, _ := rts[1].Segment(1)
-		copy(seg1.Bytes(), "kept!!!!")
-		if err := rts[1].Write(ctx, 0, 2, Loc{1, 0}, Loc{1, 0}, 8); err != nil {
-			t.Fatal(err)
-		}
-		if err := rts[1].Wait(ctx, 0); err != nil {
-			t.Fatal(err)
-		}
-		if rts[1].Stats().DirectWrites != 1 {
-			t.Fatal("the write before the failure was not direct")
-		}
-		nw.Kill(1)
-		survivors := []*Runtime{rts[0], rts[2]}
-		each(t, survivors, func(rt *Runtime) error {
-			rt.Barrier(ctx, nil)
-			return rt.Recover(ctx)
-		})
-		spare := <-promoted
-		job := []*Runtime{rts[0], spare, rts[2]}
-		each(t, job, func(rt *Runtime) error {
-			_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
-			return err
-		})
-		copy(stale[64:], "stale write")
-		seg2, _ := rts[2].Segment(1)
-		if bytes.Contains(seg2.Bytes(), []byte("stale write")) {
-			t.Fatal("a mapping from before the recovery changed a survivor's segment")
-		}
-		seg0, _ := rts[0].Segment(1)
-		copy(seg0.Bytes()[128:], "new epoch")
-		before := rts[0].Stats().DirectWrites
-		if err := rts[0].WriteNotify(ctx, 0, 2, Loc{1, 128}, Loc{1, 128}, 9, 1, 1); err != nil {
-			t.Fatal(err)
-		}
-		if err := rts[0].Wait(ctx, 0); err != nil {
-			t.Fatal(err)
-		}
-		if string(seg2.Bytes()[128:137]) != "new epoch" {
-			t.Fatalf("survivor's write in the new epoch: %q", seg2.Bytes()[128:137])
-		}
-		if rts[0].Stats().DirectWrites != before+1 {
-			t.Fatal("the write in the new epoch was not direct")
-		}
-		if string(seg2.Bytes()[:8]) != "kept!!!!" {
-			t.Fatalf("the segment holds %q after the move, want what was written before", seg2.Bytes()[:8])
-		}
-	})
-}
-
 // A doorbell is checked against the segment it names: its range, and the
 // generation of the memory the data was copied into (a copy that raced a
 // SegmentDelete or a move is refused, not taken as done).
@@ -217,91 +141,6 @@ func TestCheckDoorbell(t *testing.T) {
 		if err != nil || h.A != c.wid || h.B != c.wvl || h.Flags&transport.FlagDirect == 0 {
 			t.Errorf("%+v: %v, header A=%d B=%d flags %b", c, err, h.A, h.B, h.Flags)
 		}
-	}
-}
-
-// Recover moves a shared segment only when a process it gave its memory
-// to failed: a process that never asked for it cannot write it, so a move
-// would cost the recovery a copy for nothing. Process 1 writes directly to
-// process 0 (so holds its memory) in the first case only.
-func TestDirectMoveOnlyForHolders(t *testing.T) {
-	directMapped(t)
-	for _, c := range []struct {
-		name   string
-		victim transport.Proc
-		wrote  bool
-	}{{"a holder", 1, true}, {"not a holder", 1, false}, {"another host", 2, false}} {
-		t.Run(c.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				rts, promoted, nw, _, _ := newFTJobOn(t, 3, 1, []string{"a", "a", "b", "a"}, direct)
-				ctx := context.Background()
-				each(t, rts, func(rt *Runtime) error {
-					_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
-					return err
-				})
-				seg0, _ := rts[0].Segment(1)
-				copy(seg0.Bytes(), "before")
-				ino := func() uint64 {
-					rts[0].segMu.RLock()
-					defer rts[0].segMu.RUnlock()
-					fd, err := rts[0].segs[1].backing.Dup(rts[0].segs[1].seg.Bytes())
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer unix.Close(fd)
-					var st unix.Stat_t
-					if err := unix.Fstat(fd, &st); err != nil {
-						t.Fatal(err)
-					}
-					return st.Ino
-				}
-				before := ino()
-				if c.wrote {
-					if err := rts[c.victim].Write(ctx, 0, 0, Loc{1, 512}, Loc{1, 512}, 8); err != nil {
-						t.Fatal(err)
-					}
-					if err := rts[c.victim].Wait(ctx, 0); err != nil || rts[c.victim].Stats().DirectWrites != 1 {
-						t.Fatalf("the victim's write: %v after %d direct writes, want 1", err, rts[c.victim].Stats().DirectWrites)
-					}
-				}
-				nw.Kill(c.victim)
-				var survivors []*Runtime
-				for p, rt := range rts {
-					if transport.Proc(p) != c.victim {
-						survivors = append(survivors, rt)
-					}
-				}
-				each(t, survivors, func(rt *Runtime) error {
-					rt.Barrier(ctx, nil)
-					return rt.Recover(ctx)
-				})
-				spare := <-promoted
-				job := append(survivors, spare)
-				each(t, job, func(rt *Runtime) error {
-					_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
-					return err
-				})
-				if moved := ino() != before; moved != c.wrote {
-					t.Fatalf("process %d failed: process 0's segment moved=%v, want %v", c.victim, moved, c.wrote)
-				}
-				if string(seg0.Bytes()[:6]) != "before" {
-					t.Fatalf("process 0's segment holds %q after the recovery", seg0.Bytes()[:6])
-				}
-				// Writes between the survivors are direct again in the new
-				// epoch, whether the memory moved or not.
-				other := survivors[1]
-				n := other.Stats().DirectWrites
-				if err := other.WriteNotify(ctx, 0, 0, Loc{1, 64}, Loc{1, 64}, 8, 1, 1); err != nil {
-					t.Fatal(err)
-				}
-				if err := other.Wait(ctx, 0); err != nil {
-					t.Fatal(err)
-				}
-				if other.Stats().DirectWrites != n+1 {
-					t.Fatal("the write in the new epoch was not direct")
-				}
-			})
-		})
 	}
 }
 

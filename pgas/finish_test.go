@@ -1,4 +1,4 @@
-package pgas
+package pgas_test
 
 import (
 	"context"
@@ -9,20 +9,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/pgas/pgastest"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/mem"
 )
-
-// publish delivers the fake membership's current view to every process:
-// until then a Finish is committed but not yet applied anywhere, as on a
-// process whose copy of the log lags.
-func (f *fakeMembership) publish() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, h := range f.handles {
-		h.push(f.cur)
-	}
-}
 
 // Rule: once the job is recorded finished, a process leaving is the job
 // ending. A rank that passed the second barrier of Finalize may leave
@@ -44,19 +35,19 @@ func TestFinalizeEndsWhenARankLeavesAfterFinish(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait() // ranks 0 and 1 wait in the second barrier
-		if !slices.Equal(fm.finished, []transport.Proc{0}) {
-			t.Fatalf("Finish recorded by %v, want proc 0", fm.finished)
+		if !slices.Equal(fm.Finished(), []transport.Proc{0}) {
+			t.Fatalf("Finish recorded by %v, want proc 0", fm.Finished())
 		}
 		rts[2].Close()
 		synctest.Wait() // their barrier broke: they wait for the membership's verdict
-		fm.publish()
+		fm.Publish()
 		for range 2 {
 			if err := <-errs; err != nil {
 				t.Errorf("Finalize = %v, want nil: the job had finished", err)
 			}
 		}
 		for _, rt := range rts[:2] {
-			if !rt.isClosed() {
+			if !pgas.IsClosed(rt) {
 				t.Errorf("rank %d: runtime still open after Finalize", rt.Rank())
 			}
 		}
@@ -70,21 +61,21 @@ func TestFinalizeFailureBeforeFinishIsRecovered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, promoted, nw, fm, _ := newFTJob(t, 3, 1)
 		ctx := context.Background()
-		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error { return rt.Barrier(ctx, nil) })
 		nw.Kill(2)
 		defer func() { (<-promoted).Close() }() // the spare that takes rank 2
-		each(t, rts[:2], func(rt *Runtime) error {
+		pgas.Each(t, rts[:2], func(rt *pgas.Runtime) error {
 			err := rt.Finalize(ctx)
-			if !NeedsRecovery(err) {
+			if !pgas.NeedsRecovery(err) {
 				t.Errorf("rank %d: Finalize = %v, want an error needing recovery", rt.Rank(), err)
 			}
-			if rt.isClosed() {
+			if pgas.IsClosed(rt) {
 				t.Errorf("rank %d: runtime closed by a Finalize that needs recovery", rt.Rank())
 			}
 			return nil
 		})
-		if len(fm.finished) != 0 {
-			t.Errorf("Finish recorded by %v before every rank reached Finalize", fm.finished)
+		if len(fm.Finished()) != 0 {
+			t.Errorf("Finish recorded by %v before every rank reached Finalize", fm.Finished())
 		}
 	})
 }
@@ -94,14 +85,14 @@ func TestFinalizeFailureBeforeFinishIsRecovered(t *testing.T) {
 func TestRecoverReturnsOnceFinished(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, _, _, fm, handles := newFTJob(t, 2, 0)
-		rts[0].noteFailure(1) // a peer seen failing: Recover would wait for a newer epoch
+		pgas.NoteFailure(rts[0], 1) // a peer seen failing: Recover would wait for a newer epoch
 		if err := handles[0].Finish(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		fm.publish()
+		fm.Publish()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := rts[0].Recover(ctx); !errors.Is(err, ErrFinished) {
+		if err := rts[0].Recover(ctx); !errors.Is(err, pgas.ErrFinished) {
 			t.Fatalf("Recover = %v, want ErrFinished", err)
 		}
 	})
@@ -114,13 +105,13 @@ func TestCloseStopsDetectorBeforeGoodbye(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, _, nw, _, _ := newFTJob(t, 3, 0)
 		// A goodbye goes to the peers talked to: talk first.
-		each(t, rts, func(rt *Runtime) error { return rt.Barrier(context.Background(), nil) })
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error { return rt.Barrier(context.Background(), nil) })
 		var goodbyes, detectorRunning atomic.Int32
 		nw.BeforeFrame(func(from, to transport.Proc, h *transport.Header) mem.Action {
-			if from == 0 && h.Type == transport.FrameControl && h.A == ctlGoodbye {
+			if from == 0 && h.Type == transport.FrameControl && h.A == pgas.CtlGoodbye {
 				goodbyes.Add(1)
 				select {
-				case _, open := <-rts[0].det.Subscribe():
+				case _, open := <-pgas.DetectorEvents(rts[0]):
 					if open {
 						detectorRunning.Add(1)
 					}
@@ -146,7 +137,7 @@ type stuckSends struct {
 }
 
 func (s stuckSends) Send(ctx context.Context, to transport.Proc, h *transport.Header, payload []byte) error {
-	if h.Type == transport.FrameControl && h.A == ctlGoodbye {
+	if h.Type == transport.FrameControl && h.A == pgas.CtlGoodbye {
 		<-s.release
 		return transport.ErrClosed
 	}
@@ -158,13 +149,13 @@ func (s stuckSends) Send(ctx context.Context, to transport.Proc, h *transport.He
 func TestCloseBoundedWhenSendNeverReturns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
-		rts, _, _, _, _ := newFTJobOn(t, 2, 0, nil, func(c *Config) {
+		rts, _, _, _, _ := newFTJobOn(t, 2, 0, nil, func(c *pgas.Config) {
 			if c.Proc == 0 {
 				c.Transport = stuckSends{Transport: c.Transport.(*mem.Transport), release: release}
 			}
 		})
 		t.Cleanup(func() { close(release) }) // before the job's own cleanup
-		each(t, rts, func(rt *Runtime) error { return rt.Barrier(context.Background(), nil) })
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error { return rt.Barrier(context.Background(), nil) })
 		done := make(chan time.Duration, 1)
 		go func() {
 			start := time.Now()
@@ -173,17 +164,17 @@ func TestCloseBoundedWhenSendNeverReturns(t *testing.T) {
 		}()
 		select {
 		case took := <-done:
-			if want := closeWait + goodbyeTimeout(1); took < closeWait || took > want {
-				t.Fatalf("Close took %v (fake time), want between closeWait %v and %v", took, closeWait, want)
+			if want := pgas.CloseWait + pgas.GoodbyeTimeout(1); took < pgas.CloseWait || took > want {
+				t.Fatalf("Close took %v (fake time), want between closeWait %v and %v", took, pgas.CloseWait, want)
 			}
-		case <-time.After(10 * closeWait):
-			t.Fatalf("Close still blocked after %v (fake time)", 10*closeWait)
+		case <-time.After(10 * pgas.CloseWait):
+			t.Fatalf("Close still blocked after %v (fake time)", 10*pgas.CloseWait)
 		}
 	})
 }
 
 // slowFinisher is a membership that never records the end of the job.
-type slowFinisher struct{ *fakeHandle }
+type slowFinisher struct{ *pgastest.Handle }
 
 func (s slowFinisher) Finish(ctx context.Context) error {
 	<-ctx.Done()
@@ -195,9 +186,9 @@ func (s slowFinisher) Finish(ctx context.Context) error {
 // spares learn the end from their goodbyes).
 func TestFinalizeBoundedWhenFinishNeverCommits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rts, _, _, _, _ := newFTJobOn(t, 3, 0, nil, func(c *Config) {
+		rts, _, _, _, _ := newFTJobOn(t, 3, 0, nil, func(c *pgas.Config) {
 			if c.Proc == 0 {
-				c.Membership = slowFinisher{c.Membership.(*fakeHandle)}
+				c.Membership = slowFinisher{c.Membership.(*pgastest.Handle)}
 			}
 		})
 		ctx := context.Background()
@@ -212,12 +203,12 @@ func TestFinalizeBoundedWhenFinishNeverCommits(t *testing.T) {
 				if err != nil {
 					t.Errorf("Finalize = %v, want nil", err)
 				}
-			case <-time.After(10 * finishTimeout):
-				t.Fatalf("Finalize still blocked after %v (fake time)", 10*finishTimeout)
+			case <-time.After(10 * pgas.FinishTimeout):
+				t.Fatalf("Finalize still blocked after %v (fake time)", 10*pgas.FinishTimeout)
 			}
 		}
-		if took := time.Since(start); took < finishTimeout {
-			t.Errorf("Finalize took %v, less than finishTimeout %v: was Finish waited for at all?", took, finishTimeout)
+		if took := time.Since(start); took < pgas.FinishTimeout {
+			t.Errorf("Finalize took %v, less than finishTimeout %v: was Finish waited for at all?", took, pgas.FinishTimeout)
 		}
 	})
 }

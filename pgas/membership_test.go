@@ -1,4 +1,4 @@
-package pgas
+package pgas_test
 
 import (
 	"context"
@@ -10,170 +10,44 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/pgas/pgastest"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/mem"
 )
 
-// fakeMembership stands in for the Raft membership: one shared state, and
-// a reported failure is turned at once into a new epoch in which the first
-// spare takes the failed rank.
-type fakeMembership struct {
-	mu      sync.Mutex
-	cur     View
-	spares  []transport.Proc
-	handles []*fakeHandle
-	reports []transport.Proc
-	// shrink: with no spare left, a failed rank becomes vacant instead of
-	// failing the job.
-	shrink   bool
-	finished []transport.Proc // who called Finish
-}
-
-type fakeHandle struct {
-	f      *fakeMembership
-	proc   transport.Proc
-	ch     chan View
-	paused bool
-	held   *View
-
-	lost    chan struct{} // closed by lose
-	lostErr error
-}
-
-var _ MembershipLoss = (*fakeHandle)(nil)
-
-func (h *fakeHandle) Lost() <-chan struct{} { return h.lost }
-func (h *fakeHandle) LostErr() error        { return h.lostErr }
-
-// lose makes the membership give up on this process with err, as package
-// spares does for a process cut off from its quorum.
-func (h *fakeHandle) lose(err error) {
-	h.lostErr = err
-	close(h.lost)
-}
-
-func newFakeMembership(ranks, procs int) *fakeMembership {
-	f := &fakeMembership{}
-	for r := 0; r < ranks; r++ {
-		f.cur.Ranks = append(f.cur.Ranks, transport.Proc(r))
-	}
-	for p := ranks; p < procs; p++ {
-		f.spares = append(f.spares, transport.Proc(p))
-	}
-	return f
-}
-
-func (f *fakeMembership) handle() *fakeHandle {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	h := &fakeHandle{f: f, ch: make(chan View, 1), lost: make(chan struct{})}
-	f.handles = append(f.handles, h)
-	return h
-}
-
-func (h *fakeHandle) Current() View {
-	h.f.mu.Lock()
-	defer h.f.mu.Unlock()
-	return h.f.cur
-}
-
-func (h *fakeHandle) Watch() <-chan View { return h.ch }
-
-func (h *fakeHandle) ReportFailure(ctx context.Context, proc transport.Proc, epoch uint64) error {
-	f := h.f
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if slices.Contains(f.cur.Failed, proc) {
-		return nil
-	}
-	f.reports = append(f.reports, proc)
-	v := View{Epoch: f.cur.Epoch + 1, Ranks: slices.Clone(f.cur.Ranks), Failed: append(slices.Clone(f.cur.Failed), proc)}
-	for r, p := range v.Ranks {
-		if p == proc {
-			if len(f.spares) == 0 && f.shrink {
-				v.Ranks[r] = transport.NoProc
-				break
-			}
-			if len(f.spares) == 0 {
-				v.Err = errors.New("no spares left")
-				break
-			}
-			v.Ranks[r] = f.spares[0]
-			f.spares = f.spares[1:]
-		}
-	}
-	f.cur = v
-	for _, x := range f.handles {
-		x.push(v)
-	}
-	return nil
-}
-
-// Finish records that the job finished and which process said so.
-func (h *fakeHandle) Finish(ctx context.Context) error {
-	h.f.mu.Lock()
-	defer h.f.mu.Unlock()
-	h.f.finished = append(h.f.finished, h.proc)
-	h.f.cur.Finished = true
-	return nil
-}
-
-// push delivers v with latest-value semantics, or holds it while paused.
-func (h *fakeHandle) push(v View) {
-	if h.paused {
-		h.held = &v
-		return
-	}
-	select {
-	case <-h.ch:
-	default:
-	}
-	h.ch <- v
-}
-
-func (h *fakeHandle) setPaused(p bool) {
-	h.f.mu.Lock()
-	defer h.f.mu.Unlock()
-	h.paused = p
-	if !p && h.held != nil {
-		v := *h.held
-		h.held = nil
-		h.push(v)
-	}
-}
-
-// newFTJob starts ranks+spares processes with the detector and the fake
-// membership. Spares' Init blocks until promotion, so it runs in the
-// background; promoted spares arrive on the returned channel.
-func newFTJob(t *testing.T, ranks, spares int) ([]*Runtime, chan *Runtime, *mem.Network, *fakeMembership, []*fakeHandle) {
+// newFTJob starts ranks+spares processes with the detector and the
+// membership of package pgastest. Spares' Init blocks until promotion, so
+// it runs in the background; promoted spares arrive on the returned
+// channel.
+func newFTJob(t *testing.T, ranks, spares int) ([]*pgas.Runtime, chan *pgas.Runtime, *mem.Network, *pgastest.Membership, []*pgastest.Handle) {
 	t.Helper()
 	return newFTJobOn(t, ranks, spares, nil)
 }
 
 // newFTJobOn is newFTJob with host labels (Config.Hosts, by process).
 // Each mut, when given, adjusts every process's configuration before Init.
-func newFTJobOn(t *testing.T, ranks, spares int, hosts []string, mut ...func(*Config)) ([]*Runtime, chan *Runtime, *mem.Network, *fakeMembership, []*fakeHandle) {
+func newFTJobOn(t *testing.T, ranks, spares int, hosts []string, mut ...func(*pgas.Config)) ([]*pgas.Runtime, chan *pgas.Runtime, *mem.Network, *pgastest.Membership, []*pgastest.Handle) {
 	t.Helper()
 	n := ranks + spares
 	nw, err := mem.New(n, mem.Config{Seed: 42})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fm := newFakeMembership(ranks, n)
+	fm := pgastest.New(ranks, n)
 	hc := health.LocalConfig()
-	handles := make([]*fakeHandle, n)
-	rts := make([]*Runtime, ranks)
-	promoted := make(chan *Runtime, spares)
-	var all []*Runtime
+	handles := make([]*pgastest.Handle, n)
+	rts := make([]*pgas.Runtime, ranks)
+	promoted := make(chan *pgas.Runtime, spares)
+	var all []*pgas.Runtime
 	var mu sync.Mutex
 	for i := 0; i < n; i++ {
-		cfg := LocalConfig()
+		cfg := pgas.LocalConfig()
 		cfg.Proc = transport.Proc(i)
 		cfg.NumProcs, cfg.NumRanks = n, ranks
 		cfg.Transport = nw.Endpoint(transport.Proc(i))
 		cfg.Hosts = hosts
-		handles[i] = fm.handle()
-		handles[i].proc = transport.Proc(i)
+		handles[i] = fm.Handle(transport.Proc(i))
 		cfg.Membership = handles[i]
 		cfg.Health = &hc
 		for _, m := range mut {
@@ -181,7 +55,7 @@ func newFTJobOn(t *testing.T, ranks, spares int, hosts []string, mut ...func(*Co
 		}
 		if i >= ranks {
 			go func() {
-				rt, err := Init(context.Background(), cfg)
+				rt, err := pgas.Init(context.Background(), cfg)
 				if err == nil {
 					mu.Lock()
 					all = append(all, rt)
@@ -191,7 +65,7 @@ func newFTJobOn(t *testing.T, ranks, spares int, hosts []string, mut ...func(*Co
 			}()
 			continue
 		}
-		rt, err := Init(context.Background(), cfg)
+		rt, err := pgas.Init(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,14 +90,14 @@ func TestDetectPromoteRecover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, promoted, nw, fm, _ := newFTJob(t, 3, 1)
 		ctx := context.Background()
-		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error { return rt.Barrier(ctx, nil) })
 		nw.Kill(1)
-		survivors := []*Runtime{rts[0], rts[2]}
-		each(t, survivors, func(rt *Runtime) error {
+		survivors := []*pgas.Runtime{rts[0], rts[2]}
+		pgas.Each(t, survivors, func(rt *pgas.Runtime) error {
 			// Depending on timing the barrier meets the dead rank or the
 			// new epoch first: either way the program must recover.
 			err := rt.Barrier(ctx, nil)
-			if !NeedsRecovery(err) {
+			if !pgas.NeedsRecovery(err) {
 				t.Errorf("barrier with a dead rank returned %v, want an error needing recovery", err)
 			}
 			return rt.Recover(ctx)
@@ -232,11 +106,11 @@ func TestDetectPromoteRecover(t *testing.T) {
 		if spare.Rank() != 1 || spare.Epoch() != 1 || spare.Proc() != 3 {
 			t.Fatalf("promoted spare: rank %d epoch %d proc %d", spare.Rank(), spare.Epoch(), spare.Proc())
 		}
-		if !slices.Equal(fm.reports, []transport.Proc{1}) {
-			t.Fatalf("failures reported: %v", fm.reports)
+		if !slices.Equal(fm.Reports(), []transport.Proc{1}) {
+			t.Fatalf("failures reported: %v", fm.Reports())
 		}
-		job := []*Runtime{rts[0], spare, rts[2]}
-		each(t, job, func(rt *Runtime) error {
+		job := []*pgas.Runtime{rts[0], spare, rts[2]}
+		pgas.Each(t, job, func(rt *pgas.Runtime) error {
 			if rt.Epoch() != 1 {
 				t.Errorf("rank %d in epoch %d", rt.Rank(), rt.Epoch())
 			}
@@ -247,7 +121,7 @@ func TestDetectPromoteRecover(t *testing.T) {
 				}
 			}
 			x := []float64{float64(rt.Rank())}
-			if err := Allreduce(ctx, rt, nil, x, OpSum); err != nil {
+			if err := pgas.Allreduce(ctx, rt, nil, x, pgas.OpSum); err != nil {
 				return err
 			}
 			if x[0] != 3 {
@@ -264,16 +138,16 @@ func TestPausedProcessIsFenced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, promoted, nw, _, handles := newFTJob(t, 3, 1)
 		ctx := context.Background()
-		each(t, rts, func(rt *Runtime) error {
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error {
 			_, err := rt.SegmentCreate(ctx, 1, 64, nil)
 			return err
 		})
 		// "Pause" proc 2: no frames in or out, no membership news.
-		handles[2].setPaused(true)
+		handles[2].Pause(true)
 		nw.Partition([]transport.Proc{0, 1, 3}, []transport.Proc{2})
 		seg2, _ := rts[2].Segment(1)
 		copy(seg2.Bytes(), "stale data from the paused process")
-		if err := rts[2].Write(ctx, 0, 0, Loc{1, 0}, Loc{1, 0}, 34); err != nil {
+		if err := rts[2].Write(ctx, 0, 0, pgas.Loc{Seg: 1, Off: 0}, pgas.Loc{Seg: 1, Off: 0}, 34); err != nil {
 			t.Fatal(err)
 		}
 		// The others detect it and the spare takes rank 2.
@@ -281,12 +155,12 @@ func TestPausedProcessIsFenced(t *testing.T) {
 		if spare.Rank() != 2 {
 			t.Fatalf("spare holds rank %d", spare.Rank())
 		}
-		each(t, []*Runtime{rts[0], rts[1]}, func(rt *Runtime) error { return rt.Recover(ctx) })
+		pgas.Each(t, []*pgas.Runtime{rts[0], rts[1]}, func(rt *pgas.Runtime) error { return rt.Recover(ctx) })
 		// "Resume": the held write arrives with the old epoch.
 		before := rts[0].Stats().FramesRejected
 		nw.Heal()
 		err := rts[2].Wait(ctx, 0)
-		if !errors.Is(err, ErrFenced) && !errors.Is(err, ErrRankFailed) {
+		if !errors.Is(err, pgas.ErrFenced) && !errors.Is(err, pgas.ErrRankFailed) {
 			t.Fatalf("paused process's Wait = %v, want it fenced or cut off", err)
 		}
 		synctest.Wait()
@@ -299,12 +173,12 @@ func TestPausedProcessIsFenced(t *testing.T) {
 		if rts[0].Stats().FramesRejected <= before {
 			t.Fatalf("rank 0 did not count the refused frame")
 		}
-		handles[2].setPaused(false)
+		handles[2].Pause(false)
 		synctest.Wait()
 		if !rts[2].Fenced() {
 			t.Fatal("the replaced process does not know it is fenced")
 		}
-		if err := rts[2].Barrier(ctx, nil); !errors.Is(err, ErrFenced) {
+		if err := rts[2].Barrier(ctx, nil); !errors.Is(err, pgas.ErrFenced) {
 			t.Fatalf("fenced process's Barrier = %v, want ErrFenced", err)
 		}
 	})
@@ -319,36 +193,36 @@ func TestSpareExitsWhenEveryRankLeaves(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nw.Close()
-		fm := newFakeMembership(2, 3)
-		cfgFor := func(p int) Config {
-			cfg := LocalConfig()
+		fm := pgastest.New(2, 3)
+		cfgFor := func(p int) pgas.Config {
+			cfg := pgas.LocalConfig()
 			cfg.Proc = transport.Proc(p)
 			cfg.NumProcs, cfg.NumRanks = 3, 2
 			cfg.Transport = nw.Endpoint(transport.Proc(p))
-			cfg.Membership = fm.handle()
+			cfg.Membership = fm.Handle(transport.Proc(p))
 			return cfg
 		}
 		spareErr := make(chan error, 1)
 		go func() {
-			rt, err := Init(context.Background(), cfgFor(2))
+			rt, err := pgas.Init(context.Background(), cfgFor(2))
 			if rt != nil {
 				rt.Close()
 			}
 			spareErr <- err
 		}()
-		var rts []*Runtime
+		var rts []*pgas.Runtime
 		for p := 0; p < 2; p++ {
-			rt, err := Init(context.Background(), cfgFor(p))
+			rt, err := pgas.Init(context.Background(), cfgFor(p))
 			if err != nil {
 				t.Fatal(err)
 			}
 			rts = append(rts, rt)
 		}
-		each(t, rts, func(rt *Runtime) error { return rt.Barrier(context.Background(), nil) })
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error { return rt.Barrier(context.Background(), nil) })
 		for _, rt := range rts {
 			rt.Close()
 		}
-		if err := <-spareErr; !errors.Is(err, ErrNotPromoted) {
+		if err := <-spareErr; !errors.Is(err, pgas.ErrNotPromoted) {
 			t.Fatalf("spare's Init = %v, want ErrNotPromoted", err)
 		}
 	})
@@ -360,8 +234,8 @@ func TestFenceWakesRecover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, _, _, _, _ := newFTJob(t, 3, 0)
 		ctx := context.Background()
-		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
-		rts[1].noteFailure(2) // as if it had seen proc 2 fail: Recover waits for a newer view
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error { return rt.Barrier(ctx, nil) })
+		pgas.NoteFailure(rts[1], 2) // as if it had seen proc 2 fail: Recover waits for a newer view
 		done := make(chan error, 1)
 		go func() { done <- rts[1].Recover(ctx) }()
 		synctest.Wait()
@@ -370,10 +244,10 @@ func TestFenceWakesRecover(t *testing.T) {
 			t.Fatalf("Recover returned %v before any view or fence", err)
 		default:
 		}
-		rts[1].fence("a peer refused a frame")
+		pgas.Fence(rts[1], "a peer refused a frame")
 		select {
 		case err := <-done:
-			if !errors.Is(err, ErrFenced) {
+			if !errors.Is(err, pgas.ErrFenced) {
 				t.Fatalf("Recover after the fence: %v, want ErrFenced", err)
 			}
 		case <-time.After(time.Minute): // fake time
@@ -390,12 +264,12 @@ func TestMembershipLossStopsTheProcess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, promoted, _, _, handles := newFTJob(t, 3, 1)
 		ctx := context.Background()
-		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error { return rt.Barrier(ctx, nil) })
 		errCut := errors.New("cut off from the membership for 10s")
 		done := make(chan error, 1)
 		go func() { done <- rts[1].Barrier(ctx, nil) }() // the others never join
 		synctest.Wait()
-		handles[1].lose(errCut)
+		handles[1].Lose(errCut)
 		select {
 		case err := <-done:
 			if !errors.Is(err, errCut) {
@@ -410,14 +284,14 @@ func TestMembershipLossStopsTheProcess(t *testing.T) {
 		if err := rts[1].Usable(); !errors.Is(err, errCut) || rts[1].Fenced() {
 			t.Fatalf("Usable = %v, Fenced = %v; want the membership's error, not fenced", rts[1].Usable(), rts[1].Fenced())
 		}
-		handles[3].lose(errCut) // the idle spare
+		handles[3].Lose(errCut) // the idle spare
 		synctest.Wait()
 		select {
 		case rt := <-promoted:
 			t.Fatalf("the spare was promoted (rank %d) after the membership gave up on it", rt.Rank())
 		default:
 		}
-		each(t, []*Runtime{rts[0], rts[2]}, func(rt *Runtime) error { return rt.Usable() })
+		pgas.Each(t, []*pgas.Runtime{rts[0], rts[2]}, func(rt *pgas.Runtime) error { return rt.Usable() })
 	})
 }
 
@@ -429,7 +303,7 @@ func TestMembershipLossStopsTheProcess(t *testing.T) {
 func TestStaleResponseFailsTheRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, _, nw, _, handles := newFTJob(t, 2, 1)
-		createSeg(t, rts, 1, 1024)
+		pgas.CreateSeg(t, rts, 1, 1024)
 		ctx := context.Background()
 		release := make(chan struct{})
 		nw.BeforeFrame(func(from, to transport.Proc, h *transport.Header) mem.Action {
@@ -440,14 +314,14 @@ func TestStaleResponseFailsTheRequest(t *testing.T) {
 		})
 		errs := make(chan error, 2)
 		go func() {
-			if err := rts[0].Read(ctx, 0, 1, Loc{1, 0}, Loc{1, 8}, 8); err != nil {
+			if err := rts[0].Read(ctx, 0, 1, pgas.Loc{Seg: 1, Off: 0}, pgas.Loc{Seg: 1, Off: 8}, 8); err != nil {
 				errs <- err
 				return
 			}
 			errs <- rts[0].Wait(ctx, 0)
 		}()
 		go func() {
-			_, err := rts[0].FetchAdd(ctx, 1, Loc{1, 64}, 1)
+			_, err := rts[0].FetchAdd(ctx, 1, pgas.Loc{Seg: 1, Off: 64}, 1)
 			errs <- err
 		}()
 		synctest.Wait() // both requests answered, the answers held
@@ -465,7 +339,7 @@ func TestStaleResponseFailsTheRequest(t *testing.T) {
 		for range 2 {
 			select {
 			case err := <-errs:
-				if !NeedsRecovery(err) {
+				if !pgas.NeedsRecovery(err) {
 					t.Errorf("a request answered in the old epoch returned %v, want an error that needs recovery", err)
 				}
 			case <-tctx.Done():

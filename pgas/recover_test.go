@@ -1,6 +1,7 @@
-package pgas
+package pgas_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
@@ -20,24 +25,22 @@ import (
 func TestShrinkLeavesRankVacant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, _, nw, fm, _ := newFTJob(t, 4, 0)
-		fm.mu.Lock()
-		fm.shrink = true
-		fm.mu.Unlock()
+		fm.SetShrink(true)
 		ctx := context.Background()
-		each(t, rts, func(rt *Runtime) error {
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error {
 			_, err := rt.SegmentCreate(ctx, 1, 64, nil)
 			return err
 		})
 		nw.Kill(0)
 		survivors := rts[1:]
-		each(t, survivors, func(rt *Runtime) error {
+		pgas.Each(t, survivors, func(rt *pgas.Runtime) error {
 			err := rt.Barrier(ctx, nil)
-			if !NeedsRecovery(err) {
+			if !pgas.NeedsRecovery(err) {
 				t.Errorf("barrier with a dead rank returned %v, want an error needing recovery", err)
 			}
 			return rt.Recover(ctx)
 		})
-		each(t, survivors, func(rt *Runtime) error {
+		pgas.Each(t, survivors, func(rt *pgas.Runtime) error {
 			if rt.Size() != 4 || !rt.Vacant(0) || rt.Vacant(1) || rt.Vacant(4) {
 				t.Errorf("rank %d: size %d, vacant(0)=%v vacant(1)=%v", rt.Rank(), rt.Size(), rt.Vacant(0), rt.Vacant(1))
 			}
@@ -51,13 +54,13 @@ func TestShrinkLeavesRankVacant(t *testing.T) {
 				return err
 			}
 			x := []int64{int64(rt.Rank())}
-			if err := Allreduce(ctx, rt, nil, x, OpSum); err != nil {
+			if err := pgas.Allreduce(ctx, rt, nil, x, pgas.OpSum); err != nil {
 				return err
 			}
 			if x[0] != 6 {
 				t.Errorf("rank %d: sum of live ranks = %d, want 6", rt.Rank(), x[0])
 			}
-			all, err := Allgather(ctx, rt, nil, []int64{int64(rt.Rank()) * 10})
+			all, err := pgas.Allgather(ctx, rt, nil, []int64{int64(rt.Rank()) * 10})
 			if err != nil {
 				return err
 			}
@@ -77,14 +80,14 @@ func TestShrinkLeavesRankVacant(t *testing.T) {
 				return err
 			}
 			next := rt.Rank()%3 + 1
-			if err := rt.Write(ctx, 0, next, Loc{1, 0}, Loc{1, 8}, 8); err != nil {
+			if err := rt.Write(ctx, 0, next, pgas.Loc{Seg: 1, Off: 0}, pgas.Loc{Seg: 1, Off: 8}, 8); err != nil {
 				return err
 			}
 			if err := rt.Wait(ctx, 0); err != nil {
 				return err
 			}
-			err = rt.Write(ctx, 0, 0, Loc{1, 0}, Loc{1, 0}, 8)
-			if !errors.Is(err, ErrVacant) || NeedsRecovery(err) {
+			err = rt.Write(ctx, 0, 0, pgas.Loc{Seg: 1, Off: 0}, pgas.Loc{Seg: 1, Off: 0}, 8)
+			if !errors.Is(err, pgas.ErrVacant) || pgas.NeedsRecovery(err) {
 				t.Errorf("rank %d: write to the vacant rank = %v, want ErrVacant and no recovery", rt.Rank(), err)
 			}
 			return nil
@@ -93,24 +96,24 @@ func TestShrinkLeavesRankVacant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rts[1].Barrier(ctx, g); !errors.Is(err, ErrVacant) {
+		if err := rts[1].Barrier(ctx, g); !errors.Is(err, pgas.ErrVacant) {
 			t.Fatalf("barrier on a group with the vacant rank = %v, want ErrVacant", err)
 		}
 		// Every member of such a group fails at once, none waits on the
 		// others (whatever the algorithm routes through).
-		each(t, survivors, func(rt *Runtime) error {
+		pgas.Each(t, survivors, func(rt *pgas.Runtime) error {
 			g, err := rt.NewGroup(6, []int{0, 1, 2, 3})
 			if err != nil {
 				return err
 			}
-			if err := rt.Barrier(ctx, g); !errors.Is(err, ErrVacant) {
+			if err := rt.Barrier(ctx, g); !errors.Is(err, pgas.ErrVacant) {
 				t.Errorf("rank %d: barrier on a group with the vacant rank = %v, want ErrVacant", rt.Rank(), err)
 			}
 			return nil
 		})
-		each(t, survivors, func(rt *Runtime) error { return rt.Finalize(ctx) })
-		if !slices.Equal(fm.finished, []transport.Proc{1}) {
-			t.Fatalf("Finish called by %v, want only proc 1 (the lowest live rank)", fm.finished)
+		pgas.Each(t, survivors, func(rt *pgas.Runtime) error { return rt.Finalize(ctx) })
+		if !slices.Equal(fm.Finished(), []transport.Proc{1}) {
+			t.Fatalf("Finish called by %v, want only proc 1 (the lowest live rank)", fm.Finished())
 		}
 	})
 }
@@ -122,15 +125,15 @@ func TestRecoverWaitsForLandingFrames(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, promoted, nw, _, _ := newFTJob(t, 3, 1)
 		ctx := context.Background()
-		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error { return rt.Barrier(ctx, nil) })
 		// Rank 0 is applying a frame that proc 1 sent in epoch 0 (proc 1,
 		// about to die, sends nothing more that would reset it).
-		rts[0].peers.get(1).landing.Store(0 + 1)
+		pgas.SetLanding(rts[0], 1, 0+1)
 		nw.Kill(1)
 		done := make(chan error, 1)
 		go func() {
 			err := rts[0].Barrier(ctx, nil)
-			if !NeedsRecovery(err) {
+			if !pgas.NeedsRecovery(err) {
 				done <- err
 				return
 			}
@@ -138,7 +141,7 @@ func TestRecoverWaitsForLandingFrames(t *testing.T) {
 		}()
 		go func() {
 			err := rts[2].Barrier(ctx, nil)
-			if NeedsRecovery(err) {
+			if pgas.NeedsRecovery(err) {
 				err = rts[2].Recover(ctx)
 			}
 			if err != nil {
@@ -152,10 +155,10 @@ func TestRecoverWaitsForLandingFrames(t *testing.T) {
 			t.Fatalf("Recover returned (%v) while an epoch-0 frame was landing", err)
 		default:
 		}
-		if rts[0].appEpoch.Load() != 0 {
-			t.Fatalf("the program acknowledged epoch %d while an epoch-0 frame was landing", rts[0].appEpoch.Load())
+		if pgas.AppEpoch(rts[0]) != 0 {
+			t.Fatalf("the program acknowledged epoch %d while an epoch-0 frame was landing", pgas.AppEpoch(rts[0]))
 		}
-		rts[0].peers.get(1).landing.Store(0)
+		pgas.SetLanding(rts[0], 1, 0)
 		if err := <-done; err != nil {
 			t.Fatalf("Recover after the frame landed: %v", err)
 		}
@@ -172,19 +175,19 @@ func TestFinalizeAfterSpareLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, _, nw, fm, _ := newFTJob(t, 3, 1)
 		ctx := context.Background()
-		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error { return rt.Barrier(ctx, nil) })
 		nw.Kill(3)
 		for _, rt := range rts {
 			for rt.Epoch() == 0 {
 				time.Sleep(10 * time.Millisecond) // fake time (synctest)
 			}
 		}
-		if !slices.Equal(fm.reports, []transport.Proc{3}) {
-			t.Fatalf("failures reported: %v", fm.reports)
+		if !slices.Equal(fm.Reports(), []transport.Proc{3}) {
+			t.Fatalf("failures reported: %v", fm.Reports())
 		}
-		each(t, rts, func(rt *Runtime) error {
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error {
 			err := rt.Finalize(ctx)
-			if !NeedsRecovery(err) {
+			if !pgas.NeedsRecovery(err) {
 				return fmt.Errorf("Finalize in a stale epoch: %v, want an error needing recovery", err)
 			}
 			if err := rt.Recover(ctx); err != nil {
@@ -192,8 +195,226 @@ func TestFinalizeAfterSpareLoss(t *testing.T) {
 			}
 			return rt.Finalize(ctx)
 		})
-		if !fm.cur.Finished {
+		if !fm.Current().Finished {
 			t.Fatal("the job was not recorded as finished")
 		}
 	})
+}
+
+// Rule: after Recover, a spare on another host holds the lost rank and
+// the collectives go on in two levels over the new placement; Allreduce
+// gives the bits it gave before the failure.
+func TestCollectivesAfterRecoverOnAnotherHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hosts := []string{"a", "a", "b", "b", "c"} // proc 4, the spare, alone on host c
+		rts, promoted, nw, _, _ := newFTJobOn(t, 4, 1, hosts)
+		ctx := context.Background()
+		before := make([][]float64, 4)
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error {
+			data := pgas.Inputs(rt.Rank(), 33)
+			if err := pgas.Allreduce(ctx, rt, nil, data, pgas.OpSum); err != nil {
+				return err
+			}
+			before[rt.Rank()] = data
+			return nil
+		})
+		nw.Kill(1)
+		survivors := []*pgas.Runtime{rts[0], rts[2], rts[3]}
+		pgas.Each(t, survivors, func(rt *pgas.Runtime) error {
+			if err := rt.Barrier(ctx, nil); !pgas.NeedsRecovery(err) {
+				t.Errorf("barrier with a dead rank returned %v, want an error needing recovery", err)
+			}
+			return rt.Recover(ctx)
+		})
+		spare := <-promoted
+		if spare.Rank() != 1 || spare.Host(1) != "c" {
+			t.Fatalf("promoted spare holds rank %d on host %q", spare.Rank(), spare.Host(1))
+		}
+		job := []*pgas.Runtime{rts[0], spare, rts[2], rts[3]}
+		pgas.Each(t, job, func(rt *pgas.Runtime) error {
+			if err := rt.Barrier(ctx, nil); err != nil {
+				return err
+			}
+			data := pgas.Inputs(rt.Rank(), 33)
+			if err := pgas.Allreduce(ctx, rt, nil, data, pgas.OpSum); err != nil {
+				return err
+			}
+			if !pgas.BitsEqual(data, before[0]) {
+				t.Errorf("rank %d: allreduce after recovery differs from before", rt.Rank())
+			}
+			buf := []byte{0, 0, 0}
+			if rt.Rank() == 1 {
+				copy(buf, "abc")
+			}
+			if err := rt.Bcast(ctx, nil, buf, 1); err != nil {
+				return err
+			}
+			if string(buf) != "abc" {
+				t.Errorf("rank %d: bcast from the promoted spare gave %q", rt.Rank(), buf)
+			}
+			out, err := pgas.Allgather(ctx, rt, nil, []int64{int64(rt.Rank())})
+			if err != nil {
+				return err
+			}
+			for r, v := range out {
+				if v != int64(r) {
+					t.Errorf("rank %d: allgather %v", rt.Rank(), out)
+					break
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// Fencing: a process that maps a survivor's segment from before a
+// recovery (as a replaced process, stopped and resumed, does) changes
+// nothing there afterwards, while the survivors, having recreated the
+// segment, write to each other directly in the new epoch.
+func TestDirectRecoverFencesOldMappings(t *testing.T) {
+	pgas.DirectMapped(t)
+	synctest.Test(t, func(t *testing.T) {
+		rts, promoted, nw, _, _ := newFTJobOn(t, 3, 1, nil, pgas.Direct)
+		ctx := context.Background()
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error {
+			_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+			return err
+		})
+		// What process 1 holds of process 2's segment, as it would ask
+		// for it: process 2 records process 1 as holding its memory.
+		fd, _, err := pgas.ProvideMemory(rts[2], 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale, err := segments.MapFD(fd, 4096)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer segments.UnmapShared(stale)
+		seg1, _ := rts[1].Segment(1)
+		copy(seg1.Bytes(), "kept!!!!")
+		if err := rts[1].Write(ctx, 0, 2, pgas.Loc{Seg: 1, Off: 0}, pgas.Loc{Seg: 1, Off: 0}, 8); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[1].Wait(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if rts[1].Stats().DirectWrites != 1 {
+			t.Fatal("the write before the failure was not direct")
+		}
+		nw.Kill(1)
+		survivors := []*pgas.Runtime{rts[0], rts[2]}
+		pgas.Each(t, survivors, func(rt *pgas.Runtime) error {
+			rt.Barrier(ctx, nil)
+			return rt.Recover(ctx)
+		})
+		spare := <-promoted
+		job := []*pgas.Runtime{rts[0], spare, rts[2]}
+		pgas.Each(t, job, func(rt *pgas.Runtime) error {
+			_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+			return err
+		})
+		copy(stale[64:], "stale write")
+		seg2, _ := rts[2].Segment(1)
+		if bytes.Contains(seg2.Bytes(), []byte("stale write")) {
+			t.Fatal("a mapping from before the recovery changed a survivor's segment")
+		}
+		seg0, _ := rts[0].Segment(1)
+		copy(seg0.Bytes()[128:], "new epoch")
+		before := rts[0].Stats().DirectWrites
+		if err := rts[0].WriteNotify(ctx, 0, 2, pgas.Loc{Seg: 1, Off: 128}, pgas.Loc{Seg: 1, Off: 128}, 9, 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := rts[0].Wait(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if string(seg2.Bytes()[128:137]) != "new epoch" {
+			t.Fatalf("survivor's write in the new epoch: %q", seg2.Bytes()[128:137])
+		}
+		if rts[0].Stats().DirectWrites != before+1 {
+			t.Fatal("the write in the new epoch was not direct")
+		}
+		if string(seg2.Bytes()[:8]) != "kept!!!!" {
+			t.Fatalf("the segment holds %q after the move, want what was written before", seg2.Bytes()[:8])
+		}
+	})
+}
+
+// Recover moves a shared segment only when a process it gave its memory
+// to failed: a process that never asked for it cannot write it, so a move
+// would cost the recovery a copy for nothing. Process 1 writes directly to
+// process 0 (so holds its memory) in the first case only.
+func TestDirectMoveOnlyForHolders(t *testing.T) {
+	pgas.DirectMapped(t)
+	for _, c := range []struct {
+		name   string
+		victim transport.Proc
+		wrote  bool
+	}{{"a holder", 1, true}, {"not a holder", 1, false}, {"another host", 2, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rts, promoted, nw, _, _ := newFTJobOn(t, 3, 1, []string{"a", "a", "b", "a"}, pgas.Direct)
+				ctx := context.Background()
+				pgas.Each(t, rts, func(rt *pgas.Runtime) error {
+					_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+					return err
+				})
+				seg0, _ := rts[0].Segment(1)
+				copy(seg0.Bytes(), "before")
+				ino := func() uint64 {
+					ino, err := pgas.SegmentInode(rts[0], 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return ino
+				}
+				before := ino()
+				if c.wrote {
+					if err := rts[c.victim].Write(ctx, 0, 0, pgas.Loc{Seg: 1, Off: 512}, pgas.Loc{Seg: 1, Off: 512}, 8); err != nil {
+						t.Fatal(err)
+					}
+					if err := rts[c.victim].Wait(ctx, 0); err != nil || rts[c.victim].Stats().DirectWrites != 1 {
+						t.Fatalf("the victim's write: %v after %d direct writes, want 1", err, rts[c.victim].Stats().DirectWrites)
+					}
+				}
+				nw.Kill(c.victim)
+				var survivors []*pgas.Runtime
+				for p, rt := range rts {
+					if transport.Proc(p) != c.victim {
+						survivors = append(survivors, rt)
+					}
+				}
+				pgas.Each(t, survivors, func(rt *pgas.Runtime) error {
+					rt.Barrier(ctx, nil)
+					return rt.Recover(ctx)
+				})
+				spare := <-promoted
+				job := append(survivors, spare)
+				pgas.Each(t, job, func(rt *pgas.Runtime) error {
+					_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+					return err
+				})
+				if moved := ino() != before; moved != c.wrote {
+					t.Fatalf("process %d failed: process 0's segment moved=%v, want %v", c.victim, moved, c.wrote)
+				}
+				if string(seg0.Bytes()[:6]) != "before" {
+					t.Fatalf("process 0's segment holds %q after the recovery", seg0.Bytes()[:6])
+				}
+				// Writes between the survivors are direct again in the new
+				// epoch, whether the memory moved or not.
+				other := survivors[1]
+				n := other.Stats().DirectWrites
+				if err := other.WriteNotify(ctx, 0, 0, pgas.Loc{Seg: 1, Off: 64}, pgas.Loc{Seg: 1, Off: 64}, 8, 1, 1); err != nil {
+					t.Fatal(err)
+				}
+				if err := other.Wait(ctx, 0); err != nil {
+					t.Fatal(err)
+				}
+				if other.Stats().DirectWrites != n+1 {
+					t.Fatal("the write in the new epoch was not direct")
+				}
+			})
+		})
+	}
 }

@@ -1,10 +1,12 @@
-package pgas
+package pgas_test
 
 import (
 	"context"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/gaspigo/gaspigo/pgas"
 )
 
 func isClosed(ch <-chan struct{}) bool {
@@ -24,7 +26,7 @@ func TestWatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, promoted, nw, _, _ := newFTJob(t, 3, 1)
 		ctx := context.Background()
-		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error { return rt.Barrier(ctx, nil) })
 		both := rts[0].Watch(ctx, []int{1, 2})
 		one := rts[0].Watch(ctx, []int{1})
 		wctx, cancel := context.WithCancel(ctx)
@@ -37,7 +39,7 @@ func TestWatch(t *testing.T) {
 
 		nw.Kill(2)
 		// A send to the dead process fails and raises PeerDown.
-		rts[0].Write(ctx, 0, 2, Loc{}, Loc{}, 0)
+		rts[0].Write(ctx, 0, 2, pgas.Loc{}, pgas.Loc{}, 0)
 		rts[0].Wait(ctx, 0)
 		synctest.Wait()
 		if !isClosed(both) {
