@@ -214,7 +214,7 @@ func (c *coll) send(ctx context.Context, idx int, round uint64, data []byte) err
 	}
 	h := transport.Header{Type: transport.FrameColl, Seg: c.g.tag, Off: c.seq, A: round, Epoch: c.v.epoch}
 	c.rt.stampAck(proc, &h)
-	c.rt.frames.Sent(uint8(h.Type), len(data))
+	c.rt.frames.to(proc).Sent(uint8(h.Type), len(data))
 	err = c.rt.sendErr(ctx, c.rt.tr.Send(ctx, proc, &h, data), rank, proc, c.op)
 	if errors.Is(err, ErrTimeout) {
 		c.g.timedOut(c.v.epoch)

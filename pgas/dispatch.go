@@ -51,7 +51,7 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 		p.Discard()
 		return fmt.Errorf("pgas: frame from unknown proc %d", from)
 	}
-	rt.frames.Received(uint8(h.Type), p.Len())
+	rt.frames.to(from).Received(uint8(h.Type), p.Len())
 	if h.Ack != 0 && h.Type != transport.FrameAck && !rt.view.Load().failed[from] {
 		rt.peers.get(from).ack(h.Ack) // a cumulative ack riding on this frame
 	}

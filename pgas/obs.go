@@ -1,8 +1,6 @@
 package pgas
 
 import (
-	"path"
-	"reflect"
 	"sync"
 	"time"
 
@@ -18,18 +16,33 @@ var (
 	frameStats   = map[string]*obs.FrameStats{}
 )
 
-// framesOf returns the frame counters of tr, labelled with the name of
-// its package (tcp, mem, ...).
-func framesOf(tr transport.Transport) *obs.FrameStats {
-	name := "unknown"
-	if t := reflect.TypeOf(tr); t != nil {
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		if p := t.PkgPath(); p != "" {
-			name = path.Base(p)
-		}
+// frameCounters are the frame counters of a runtime's transport: one
+// set labelled with its name, or, for a transport with two paths
+// (transport.Paths), one set per path, chosen per peer.
+type frameCounters struct {
+	far, near *obs.FrameStats
+	paths     transport.Paths // nil: one path
+}
+
+func framesOf(tr transport.Transport) frameCounters {
+	if p, ok := tr.(transport.Paths); ok {
+		near, far := p.PathNames()
+		return frameCounters{far: framesNamed(far), near: framesNamed(near), paths: p}
 	}
+	return frameCounters{far: framesNamed(transport.NameOf(tr))}
+}
+
+// to returns the counters of the frames exchanged with peer.
+func (f frameCounters) to(peer transport.Proc) *obs.FrameStats {
+	if f.paths != nil && f.paths.IsNear(peer) {
+		return f.near
+	}
+	return f.far
+}
+
+// framesNamed returns the process's frame counters labelled name, made
+// once per name.
+func framesNamed(name string) *obs.FrameStats {
 	frameStatsMu.Lock()
 	defer frameStatsMu.Unlock()
 	if f := frameStats[name]; f != nil {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/health"
-	"github.com/gaspigo/gaspigo/obs"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -25,7 +24,7 @@ type Runtime struct {
 	self transport.Proc
 	log  *slog.Logger
 
-	frames *obs.FrameStats // this transport's frame counters (package obs)
+	frames frameCounters // the transport's frame counters (package obs)
 
 	view        atomic.Pointer[view]
 	viewMu      sync.Mutex            // serialises view changes; guards viewChanged
@@ -379,7 +378,7 @@ func (rt *Runtime) procOf(v *view, rank int, op string) (transport.Proc, error) 
 func (rt *Runtime) send(ctx context.Context, p transport.Proc, h *transport.Header, payload []byte) error {
 	h.Epoch = rt.view.Load().epoch
 	rt.stampAck(p, h)
-	rt.frames.Sent(uint8(h.Type), len(payload))
+	rt.frames.to(p).Sent(uint8(h.Type), len(payload))
 	return rt.tr.Send(ctx, p, h, payload)
 }
 

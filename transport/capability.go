@@ -1,6 +1,10 @@
 package transport
 
-import "context"
+import (
+	"context"
+	"path"
+	"reflect"
+)
 
 // Optional capabilities. A Transport sends frames; what only some
 // transports can do is declared here, once, as a named interface that a
@@ -36,6 +40,32 @@ type Queuer interface {
 // (transport/route). Only such peers can share memory (MemorySharer).
 type Locality interface {
 	IsNear(peer Proc) bool
+}
+
+// Paths is the capability of a composite transport (transport/route)
+// that sends to some peers through one transport and to the others
+// through another: PathNames names both (NameOf each), and IsNear says
+// which one a peer's frames take now. The runtime labels its frame
+// counters with it, so that shared-memory traffic is told from TCP.
+type Paths interface {
+	Locality
+	PathNames() (near, far string)
+}
+
+// NameOf names transport t by its package ("tcp", "shm", "mem", "route"):
+// the transport label of the frame counters.
+func NameOf(t Transport) string {
+	typ := reflect.TypeOf(t)
+	if typ == nil {
+		return "unknown"
+	}
+	for typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
+	}
+	if p := typ.PkgPath(); p != "" {
+		return path.Base(p)
+	}
+	return "unknown"
 }
 
 // MemorySharer is an optional capability of a transport between the

@@ -76,6 +76,11 @@ func (r *Router) Near() transport.Transport { return r.near }
 // Far returns the transport for the other peers (for its counters).
 func (r *Router) Far() transport.Transport { return r.far }
 
+// PathNames names Near and Far (transport.Paths).
+func (r *Router) PathNames() (near, far string) {
+	return transport.NameOf(r.near), transport.NameOf(r.far)
+}
+
 // IsNear reports whether frames to peer go through Near now
 // (transport.Locality).
 func (r *Router) IsNear(peer transport.Proc) bool {
