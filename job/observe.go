@@ -19,7 +19,10 @@ type observer struct {
 	env  metrics.Env
 	proc int
 	srv  *metrics.Server
-	rt   *pgas.Runtime // set once Init has made it; names the trace's track
+	// stream appends the trace to its partial file while the process
+	// runs, so that a killed process keeps its track (nil: no trace).
+	stream *metrics.TraceStream
+	rt     *pgas.Runtime // set once Init has made it; names the trace's track
 	// faults is the network-fault injector of PGAS_NETFAULTS (nil: none),
 	// which the data plane and the membership wrap their connections
 	// with; closing the observer stops its watcher.
@@ -39,6 +42,9 @@ func startObserver(env bootstrap.Env, extra map[string]string) (*observer, error
 	o := &observer{env: oenv, proc: int(env.Proc)}
 	if oenv.TraceDir != "" {
 		obs.StartTracing(oenv.TraceEvents)
+		if o.stream, err = metrics.StreamTrace(oenv.TraceDir, o.proc); err != nil {
+			return nil, err
+		}
 	}
 	if oenv.Metrics == "" {
 		return o, nil
@@ -54,6 +60,7 @@ func startObserver(env bootstrap.Env, extra map[string]string) (*observer, error
 		}
 	}
 	if err != nil {
+		o.stream.Close()
 		return nil, fmt.Errorf("%w: PGAS_METRICS=%q: %v: give a free HOST:PORT, port 0, or auto", metrics.ErrEnv, oenv.Metrics, err)
 	}
 	o.srv = metrics.Serve(ln, metrics.Handler())
@@ -80,6 +87,7 @@ func (o *observer) closeOnce() error {
 		}
 	}
 	o.faults.Close()
+	o.stream.Close()
 	err := metrics.WriteTrace(o.env.TraceDir, o.proc, name)
 	if o.srv != nil {
 		err = errors.Join(err, o.srv.Close())

@@ -76,6 +76,19 @@ func (t *Tracer) Events() []Event {
 	return out
 }
 
+// EventsFrom returns the events recorded in the slots from index i on, up
+// to the first slot whose event is not written yet, and the index after
+// them: a reader that passes the index back gets each event once, in the
+// order of the slots.
+func (t *Tracer) EventsFrom(i int) ([]Event, int) {
+	n := int(min(t.next.Load(), int64(len(t.slots))))
+	var out []Event
+	for ; i < n && t.slots[i].ready.Load(); i++ {
+		out = append(out, t.slots[i].ev)
+	}
+	return out, i
+}
+
 // Span is a span under way; the zero Span (tracing off) does nothing.
 type Span struct {
 	t     *Tracer
@@ -164,16 +177,9 @@ type ChromeTrace struct {
 // time axis.
 func (t *Tracer) WriteChrome(w io.Writer, pid int, name string) error {
 	tr := ChromeTrace{DisplayTimeUnit: "ms"}
-	tr.TraceEvents = append(tr.TraceEvents,
-		ChromeEvent{Name: "process_name", Ph: "M", PID: pid, Args: map[string]any{"name": name}},
-		ChromeEvent{Name: "process_sort_index", Ph: "M", PID: pid, Args: map[string]any{"sort_index": pid}})
+	tr.TraceEvents = append(tr.TraceEvents, TrackNames(pid, name)...)
 	for _, ev := range t.Events() {
-		ce := ChromeEvent{Name: ev.Name, Cat: ev.Cat, Ph: "X", TS: float64(ev.Start.UnixNano()) / 1e3,
-			Dur: float64(ev.Dur.Nanoseconds()) / 1e3, PID: pid, TID: 1, Args: ev.Args}
-		if ev.Instant {
-			ce.Ph, ce.Dur, ce.S = "i", 0, "p"
-		}
-		tr.TraceEvents = append(tr.TraceEvents, ce)
+		tr.TraceEvents = append(tr.TraceEvents, ev.Chrome(pid))
 	}
 	if d := t.Dropped(); d > 0 {
 		tr.TraceEvents = append(tr.TraceEvents, ChromeEvent{Name: "trace events dropped", Cat: "trace", Ph: "i", S: "p",
@@ -181,4 +187,23 @@ func (t *Tracer) WriteChrome(w io.Writer, pid int, name string) error {
 	}
 	enc := json.NewEncoder(w)
 	return enc.Encode(tr)
+}
+
+// TrackNames are the metadata events that name process pid's track and
+// sort it by pid.
+func TrackNames(pid int, name string) []ChromeEvent {
+	return []ChromeEvent{
+		{Name: "process_name", Ph: "M", PID: pid, Args: map[string]any{"name": name}},
+		{Name: "process_sort_index", Ph: "M", PID: pid, Args: map[string]any{"sort_index": pid}},
+	}
+}
+
+// Chrome is ev as a Chrome trace event on process pid's track.
+func (ev Event) Chrome(pid int) ChromeEvent {
+	ce := ChromeEvent{Name: ev.Name, Cat: ev.Cat, Ph: "X", TS: float64(ev.Start.UnixNano()) / 1e3,
+		Dur: float64(ev.Dur.Nanoseconds()) / 1e3, PID: pid, TID: 1, Args: ev.Args}
+	if ev.Instant {
+		ce.Ph, ce.Dur, ce.S = "i", 0, "p"
+	}
+	return ce
 }

@@ -47,7 +47,7 @@ func (j *Job) event(kind, text string) {
 // and a history line when this rank reports.
 func (j *Job) iterDone(t0 time.Time, moved int64, shift float64) {
 	redo := j.iter <= j.high
-	obs.Record("iteration", "iteration "+strconv.Itoa(j.iter), t0, "sse", j.sse, "redo", redo)
+	obs.Record("iteration", "iteration", t0, "iter", j.iter, "sse", j.sse, "redo", redo)
 	j.hist.step++
 	events := j.hist.pending
 	j.hist.pending = nil

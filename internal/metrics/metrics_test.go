@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gaspigo/gaspigo/obs"
 )
@@ -125,5 +126,53 @@ func TestFromEnv(t *testing.T) {
 	t.Setenv("PGAS_TRACE_EVENTS", "100")
 	if e, err := FromEnv(); err != nil || e.TraceEvents != 100 {
 		t.Fatalf("FromEnv = %+v, %v", e, err)
+	}
+}
+
+// Rule: a process killed without writing its trace file keeps its track
+// in the merged trace, from its partial file, up to its last streamed
+// event, which an instant event ends; Close removes the partial file.
+func TestKilledProcessKeepsItsTrack(t *testing.T) {
+	dir := t.TempDir()
+	obs.StartTracing(64)
+	s, err := StreamTrace(dir, 3)
+	if err != nil || s == nil {
+		t.Fatalf("StreamTrace = %v, %v", s, err)
+	}
+	defer s.Close()
+	obs.Record("iteration", "iteration", time.Now().Add(-time.Millisecond), "iter", 1)
+	var tr obs.ChromeTrace
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var w bytes.Buffer
+		n, err := MergeTraces(dir, &w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr = obs.ChromeTrace{}
+		if err := json.Unmarshal(w.Bytes(), &tr); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 && len(tr.TraceEvents) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the streamed event never reached the merged trace: %d processes, %+v", n, tr.TraceEvents)
+		}
+		time.Sleep(StreamEvery / 2)
+	}
+	var names []string
+	for _, e := range tr.TraceEvents {
+		if e.PID != 3 {
+			t.Fatalf("event on track %d, want 3: %+v", e.PID, e)
+		}
+		names = append(names, e.Name)
+	}
+	if names[2] != "iteration" || !strings.HasPrefix(names[3], "trace ends") {
+		t.Fatalf("merged events %v, want the track's names, the iteration, then the end of the trace", names)
+	}
+	s.Close()
+	if _, err := os.Stat(PartialFile(dir, 3)); !os.IsNotExist(err) {
+		t.Fatalf("the partial file is still there after Close: %v", err)
 	}
 }
