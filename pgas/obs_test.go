@@ -22,7 +22,7 @@ func TestOpTimerAllocs(t *testing.T) {
 // near, the others far.
 type twoPaths struct{ transport.Transport }
 
-func (twoPaths) IsNear(p transport.Proc) bool    { return p == 1 }
+func (twoPaths) IsNear(p transport.Proc) bool  { return p == 1 }
 func (twoPaths) PathNames() (near, far string) { return "shm", "tcp" }
 
 // Rule: frames are counted under the transport they went through: a
