@@ -92,18 +92,16 @@ func fpJob(o options, gaspirun, prog string, i int, deadline time.Time, tick <-c
 			fmt.Printf("  job %d, %v: %s; load %s\n", i, time.Since(t0).Round(time.Second), countFP(j.snapshot(), t0, time.Now()), proctest.LoadAvg())
 		case <-end.C:
 			ended = true
-		case <-j.mu.Changed():
+		case <-j.run.Changed():
 		}
-		if j.mu.Ended() {
+		if j.run.Ended() {
 			ended = true
 		}
 	}
 	t1 := time.Now()
 	recs := j.snapshot()
 	c := countFP(recs, t0, t1)
-	j.mu.Lock()
-	jobEnded, code := j.mu.EndedLocked(), j.code
-	j.mu.Unlock()
+	jobEnded, code := j.run.Ended(), j.run.ExitCode()
 	j.stop(15 * time.Second)
 	fmt.Printf("job %d ran %v: %s\n", i, t1.Sub(t0).Round(time.Second), c)
 	if jobEnded {

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -89,16 +88,12 @@ func parseLine(raw string, recv time.Time) record {
 }
 
 // job is one gaspirun run, or one bare-contract job over simulated hosts
-// (mh), whose output is parsed as it arrives.
+// (mh), on proctest's runner, whose output is parsed as it arrives.
 type job struct {
-	cmd  *exec.Cmd
-	mh   *mhjob.Job
-	logw io.Writer // raw output copy, may be nil
-
-	mu      proctest.Cond // guards recs and code; changes at each line and at the end
-	recs    []record
-	code    int
-	readers sync.WaitGroup
+	run  *proctest.Job
+	mh   *mhjob.Job // or nil
+	logw io.Writer  // raw output copy, may be nil
+	recs []record   // guarded by run's lock: built by add, its OnLine
 }
 
 // startJob runs gaspirun with flags, then PROGRAM ARGS.
@@ -106,36 +101,12 @@ func startJob(gaspirun string, flags []string, prog string, args []string, env [
 	argv := append(append(append([]string{}, flags...), "--", prog), args...)
 	cmd := exec.Command(gaspirun, argv...)
 	cmd.Env = append(os.Environ(), env...)
-	j := &job{cmd: cmd, logw: logw}
-	out, err := cmd.StdoutPipe()
+	j := &job{logw: logw}
+	run, err := proctest.Start(proctest.JobConfig{OnLine: func(l proctest.Line) { j.add(l.Text, l.Time) }}, cmd)
 	if err != nil {
 		return nil, err
 	}
-	errp, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", gaspirun, err)
-	}
-	for _, r := range []io.Reader{out, errp} {
-		j.readers.Add(1)
-		go func() {
-			defer j.readers.Done()
-			j.read(r)
-		}()
-	}
-	go func() {
-		j.readers.Wait()
-		err := cmd.Wait()
-		j.mu.Lock()
-		j.code = cmd.ProcessState.ExitCode()
-		if err != nil && j.code == 0 {
-			j.code = -1
-		}
-		j.mu.EndLocked()
-		j.mu.Unlock()
-	}()
+	j.run = run
 	return j, nil
 }
 
@@ -145,51 +116,32 @@ func startJob(gaspirun string, flags []string, prog string, args []string, env [
 func startHostJob(c *simhost.Cluster, hosts []int, spares int, prog string, args []string, env []string, logw io.Writer) (*job, error) {
 	j := &job{logw: logw}
 	mh, err := mhjob.Start(context.Background(), mhjob.Config{Cluster: c, Program: prog, Args: args, Hosts: hosts, Spares: spares,
-		Env: env, OnLine: func(l mhjob.Line) { j.add(l.String(), l.Time) }})
+		Env: env, OnLine: func(l proctest.Line) { j.add(l.String(), l.Time) }})
 	if err != nil {
 		return nil, err
 	}
-	j.mh = mh
-	go func() {
-		mh.Wait(context.Background())
-		j.mu.Lock()
-		for _, p := range mh.Procs() {
-			if code, sig, _, _ := p.Exit(); code != 0 || sig != 0 {
-				j.code = 1
-			}
-		}
-		j.mu.EndLocked()
-		j.mu.Unlock()
-	}()
+	j.run, j.mh = mh.Job, mh
 	return j, nil
 }
 
-func (j *job) read(r io.Reader) {
-	proctest.ScanLines(r, func(line string) { j.add(line, time.Now()) })
-}
-
-// add parses one output line read at recv.
+// add parses one output line read at recv; the job's lock is held.
 func (j *job) add(line string, recv time.Time) {
-	rec := parseLine(line, recv)
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.recs = append(j.recs, rec)
+	j.recs = append(j.recs, parseLine(line, recv))
 	if j.logw != nil {
 		fmt.Fprintln(j.logw, line)
 	}
-	j.mu.ChangedLocked()
 }
 
 // wait blocks until cond holds over the records (checked under the lock),
 // the job ends (then cond is checked once more) or ctx ends.
 func (j *job) wait(ctx context.Context, cond func(recs []record) bool) bool {
-	return j.mu.Wait(ctx, func() bool { return cond(j.recs) })
+	return j.run.WaitCond(ctx, func() bool { return cond(j.recs) })
 }
 
 // snapshot returns a copy of the records so far.
 func (j *job) snapshot() []record {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.run.Lock()
+	defer j.run.Unlock()
 	return append([]record(nil), j.recs...)
 }
 
@@ -207,29 +159,23 @@ func pids(recs []record) map[int]int {
 	return m
 }
 
-// stop ends the job: SIGTERM to gaspirun (which tears its process groups
-// down), SIGKILL to every known process after grace, then waits.
+// stop ends the job and returns its exit code (non-zero when a process
+// failed): a bare-contract job's processes get SIGKILL (their own groups),
+// gaspirun SIGTERM (it tears its process groups down) and SIGKILL after
+// grace, and then every known process of the job SIGKILL.
 func (j *job) stop(grace time.Duration) int {
-	ended := j.mu.Ended()
 	if j.mh != nil {
-		j.mh.Kill() // the processes' own groups: SIGKILL, then wait
-		return 0
+		j.mh.Kill()
+		return j.run.ExitCode()
 	}
-	if !ended {
-		j.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	if !j.mu.WaitEnd(grace) {
-		j.cmd.Process.Kill()
-	}
+	j.run.Stop(grace)
 	for _, pid := range pids(j.snapshot()) {
 		if proctest.Alive(pid) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	j.mu.WaitEnd(30 * time.Second)
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.code
+	j.run.WaitEnd(30 * time.Second)
+	return j.run.ExitCode()
 }
 
 // expectedSum is ftstep's result for n ranks and steps steps: step i

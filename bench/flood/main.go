@@ -32,7 +32,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
@@ -149,17 +148,12 @@ func (o options) job(flood bool) (time.Duration, string, proctest.FloodStats, er
 // once runs one job, flooded or not, and returns its output.
 func (o options) once(dir string, flood bool) (string, proctest.FloodStats, error) {
 	jobID := fmt.Sprintf("bench-flood-%d-%x", os.Getpid(), rand.Uint64())
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(o.bin, "gaspirun"), "-n", "4", "--spares", "1", "--timeout", "2m", "--grace", "1s", "--job-id", jobID, "--",
+	cmd := exec.Command(filepath.Join(o.bin, "gaspirun"), "-n", "4", "--spares", "1", "--timeout", "2m", "--grace", "1s", "--job-id", jobID, "--",
 		filepath.Join(o.bin, "kmeans"), "--generate", "200000", "--dim", "10", "--k", "20", "--max-iter", "25", "--ckpt-every", "5",
 		"--ckpt-dir", dir, "--inject", "kill:leader,iter=15")
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 20 * time.Second
 	cmd.Env = append(os.Environ(), "PGAS_LOG=info")
-	var buf proctest.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	if err := cmd.Start(); err != nil {
+	j, err := proctest.Start(proctest.JobConfig{Bound: 3 * time.Minute}, cmd)
+	if err != nil {
 		return "", proctest.FloodStats{}, err
 	}
 	pids := proctest.NewProcs()
@@ -172,19 +166,20 @@ func (o options) once(dir string, flood bool) (string, proctest.FloodStats, erro
 		launcher := cmd.Process.Pid
 		stopFlood = f.Follow(func() []int { return append(pids.PIDs(), launcher) }, 20*time.Millisecond)
 	}
-	err := cmd.Wait()
+	j.Wait(context.Background()) // the bound ends it
+	err = j.Procs()[0].Err()
 	stopFlood()
 	stopWatch()
 	if f != nil {
 		st = f.Stats()
 	}
 	if left := pids.Leftovers(15 * time.Second); len(left) > 0 {
-		return buf.String(), st, fmt.Errorf("processes %v still ran after gaspirun ended", left)
+		return j.Output(), st, fmt.Errorf("processes %v still ran after gaspirun ended", left)
 	}
 	if err != nil {
-		return buf.String(), st, fmt.Errorf("gaspirun: %w", err)
+		return j.Output(), st, fmt.Errorf("gaspirun: %w", err)
 	}
-	return buf.String(), st, nil
+	return j.Output(), st, nil
 }
 
 func median(d []time.Duration) time.Duration {

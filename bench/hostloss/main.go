@@ -117,7 +117,7 @@ func start(o options, bin string) (*run, error) {
 		return nil, err
 	}
 	r := &run{c: c, j: j}
-	if _, err := j.WaitLine(ctx, func(l mhjob.Line) bool { return iterAtLeast(l, o.at) }); err != nil {
+	if _, err := j.WaitLine(ctx, func(l proctest.Line) bool { return iterAtLeast(l, o.at) }); err != nil {
 		r.close()
 		return nil, fmt.Errorf("no iteration %d: %w\n%s", o.at, err, strings.Join(tail(j.Text(), 20), "\n"))
 	}
@@ -129,7 +129,7 @@ func (r *run) close() {
 	r.c.Close()
 }
 
-func iterAtLeast(l mhjob.Line, n int) bool {
+func iterAtLeast(l proctest.Line, n int) bool {
 	m := iterRE.FindStringSubmatch(l.Text)
 	if m == nil {
 		return false
@@ -160,11 +160,11 @@ func (r *run) iterTime(t time.Time) time.Duration {
 func (r *run) nextIter() (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rec, err := r.j.WaitLine(ctx, func(l mhjob.Line) bool { return l.Time.After(r.fault) && recRE.MatchString(l.Text) })
+	rec, err := r.j.WaitLine(ctx, func(l proctest.Line) bool { return l.Time.After(r.fault) && recRE.MatchString(l.Text) })
 	if err != nil {
 		return 0, fmt.Errorf("no recovery line: %w\n%s", err, strings.Join(tail(r.j.Text(), 30), "\n"))
 	}
-	it, err := r.j.WaitLine(ctx, func(l mhjob.Line) bool { return !l.Time.Before(rec.Time) && iterRE.MatchString(l.Text) })
+	it, err := r.j.WaitLine(ctx, func(l proctest.Line) bool { return !l.Time.Before(rec.Time) && iterRE.MatchString(l.Text) })
 	if err != nil {
 		return 0, fmt.Errorf("no iteration after the recovery: %w", err)
 	}
@@ -175,7 +175,7 @@ func (r *run) nextIter() (time.Duration, error) {
 func (r *run) finish() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := r.j.WaitLine(ctx, func(l mhjob.Line) bool { return finalRE.MatchString(l.Text) }); err != nil {
+	if _, err := r.j.WaitLine(ctx, func(l proctest.Line) bool { return finalRE.MatchString(l.Text) }); err != nil {
 		return fmt.Errorf("no answer: %w", err)
 	}
 	return nil

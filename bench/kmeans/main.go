@@ -45,8 +45,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -56,7 +54,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gaspigo/gaspigo/apps/kmeans"
@@ -209,34 +206,30 @@ func (b *bench) runJob(launcher []string, args []string) (*job, error) {
 	full := append([]string{"--timeout", b.o.timeout.String(), "--grace", "1s"}, launcher...)
 	full = append(full, "--", b.kmeans, "--timestamps")
 	full = append(full, args...)
-	ctx, cancel := context.WithTimeout(context.Background(), b.o.timeout+time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, b.gaspirun, full...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 20 * time.Second
+	cmd := exec.Command(b.gaspirun, full...)
 	// info: the membership's "became raft leader" records, to tell a
 	// leader's kill from another.
 	cmd.Env = append(os.Environ(), "PGAS_LOG=info")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
 	j := &job{load: proctest.LoadAvg()}
-	begin := time.Now()
-	err := cmd.Run()
-	j.wall = time.Since(begin)
-	j.code = cmd.ProcessState.ExitCode()
+	run, err := proctest.Start(proctest.JobConfig{Bound: b.o.timeout + time.Minute}, cmd)
+	if err != nil {
+		return nil, err
+	}
+	run.Wait(context.Background()) // the bound ends it
+	p := run.Procs()[0]
+	_, _, end, _ := p.Exit()
+	j.wall = end.Sub(run.Begin())
+	j.code = run.ExitCode()
 	// wait4's usage covers gaspirun and the processes it waited for.
 	j.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	if err != nil && j.code == 0 {
+	if err := p.Err(); err != nil && cmd.ProcessState.Success() { // exit 0, but its output outlived it
 		return nil, fmt.Errorf("gaspirun %s: %v", strings.Join(full, " "), err)
 	}
 	if b.o.logDir != "" {
 		name := filepath.Join(b.o.logDir, fmt.Sprintf("job-%03d.log", b.jobs))
-		os.WriteFile(name, append([]byte("gaspirun "+strings.Join(full, " ")+"\n"), out.Bytes()...), 0o644)
+		os.WriteFile(name, []byte("gaspirun "+strings.Join(full, " ")+"\n"+run.Output()), 0o644)
 	}
-	sc := bufio.NewScanner(&out)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
+	for _, l := range run.Texts() {
 		j.lines = append(j.lines, l)
 		if strings.HasPrefix(l, "[r0] centroids sha256=") {
 			j.final = strings.TrimPrefix(l, "[r0] ")

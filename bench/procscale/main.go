@@ -139,22 +139,33 @@ func runJob(dir string, n, spares, iters int, inject string, timeout time.Durati
 		args = append(args, "--inject", inject)
 	}
 	jobID := fmt.Sprintf("procscale-%d-%d", os.Getpid(), time.Now().UnixNano())
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "gaspirun"), append([]string{"--job-id", jobID}, args...)...)
+	cmd := exec.Command(filepath.Join(dir, "gaspirun"), append([]string{"--job-id", jobID}, args...)...)
 	cmd.Env = append(os.Environ(), "PGAS_LOG=warn")
-	out, err := cmd.StdoutPipe()
+	procs := proctest.NewProcs()
+	var lines []stamped // built by the job's OnLine, read once it ended
+	var socks []int
+	atRest := make(chan struct{})
+	onLine := func(pl proctest.Line) {
+		l := pl.Text
+		lines = append(lines, stamped{l, pl.Time})
+		if m := iterRE.FindStringSubmatch(l); m != nil && m[1] == restIter && socks == nil {
+			socks = []int{}
+			go func() {
+				defer close(atRest)
+				for _, pid := range procs.PIDs() {
+					if n, ok := sockets(pid); ok {
+						socks = append(socks, n)
+					}
+				}
+			}()
+		}
+	}
+	t0 := time.Now()
+	j, err := proctest.Start(proctest.JobConfig{OnLine: onLine, Bound: timeout + time.Minute}, cmd)
 	if err != nil {
 		r.code = -1
 		return r
 	}
-	cmd.Stderr = cmd.Stdout
-	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		r.code = -1
-		return r
-	}
-	procs := proctest.NewProcs()
 	stopWatch := procs.Watch(jobID, cmd.Process.Pid, 100*time.Millisecond)
 	var (
 		mu    sync.Mutex
@@ -182,28 +193,11 @@ func runJob(dir string, n, spares, iters int, inject string, timeout time.Durati
 			}
 		}
 	}()
-	var lines []stamped
-	var socks []int
-	atRest := make(chan struct{})
-	proctest.ScanLines(out, func(l string) {
-		lines = append(lines, stamped{l, time.Now()})
-		if m := iterRE.FindStringSubmatch(l); m != nil && m[1] == restIter && socks == nil {
-			socks = []int{}
-			go func() {
-				defer close(atRest)
-				for _, pid := range procs.PIDs() {
-					if n, ok := sockets(pid); ok {
-						socks = append(socks, n)
-					}
-				}
-			}()
-		}
-	})
+	j.Wait(context.Background()) // the bound ends it
 	if socks != nil {
 		<-atRest
 	}
-	cmd.Wait()
-	end := time.Now()
+	_, _, end, _ := j.Procs()[0].Exit()
 	close(stopSample)
 	<-sampled
 	stopWatch()

@@ -3,11 +3,14 @@
 // parts under internal/ (docs/design.md §1.1; internal/archtest keeps every
 // runtime part and command off them).
 //
-//   - proctest: builds the programs a tier runs, reads a job's output
-//     with bounded waits, and finds leftover processes.
+//   - proctest: builds the programs a tier runs, and the one job runner
+//     (Job: starts the processes, records each output line with its time
+//     and process, WaitLine, Wait with a bound, exit status, Kill), with
+//     Procs and Leftovers to check that every process ended by itself.
 //   - simhost: simulated hosts (network namespaces on a bridge) with
 //     crash, cut and heal.
-//   - mhjob: a job across simulated hosts with the bare PGAS_* contract.
+//   - mhjob: a job across simulated hosts with the bare PGAS_* contract,
+//     on proctest's runner.
 //   - procnet: the TCP listeners of a process, from /proc.
 //   - script: scenario scripts with golden traces (go test -rewrite).
 //   - stats: medians and percentiles for benchmarks and the chaos suite.

@@ -128,13 +128,13 @@ func runSchedule(t *testing.T, s Schedule, refs *references, sum *summary) {
 			res.Answer = validate(t, out)
 		}
 	}
-	j.mu.Lock()
+	j.run.Lock()
 	for _, l := range j.lines {
 		if strings.HasPrefix(l.text, "chaos: skipped ") || strings.HasPrefix(l.text, "chaos: fault not applied") {
 			res.Skipped++
 		}
 	}
-	j.mu.Unlock()
+	j.run.Unlock()
 	viol := Violations(s, res, ref)
 	ended := time.Now()
 	left := j.leftovers()
@@ -186,9 +186,9 @@ func build(t *testing.T, s Schedule, out string) spec {
 	sp.apply = func(j *job) {
 		for _, f := range s.Faults {
 			if !apply(j, s, f) {
-				j.mu.Lock()
+				j.run.Lock()
 				j.lines = append(j.lines, line{text: "chaos: fault not applied (the job ended first): " + f.String(), at: time.Now()})
-				j.mu.Unlock()
+				j.run.Unlock()
 			}
 		}
 	}
@@ -218,7 +218,7 @@ const lateBy = 20
 // are meant one at a time (kill-in-recovery excepted, which makes its own
 // overlap): two losses in one recovery window can take a rank together with
 // its only mirror, which no survivable schedule means to do. Called with
-// j.mu held.
+// run's lock held.
 func (j *job) settledLocked(s Schedule) bool {
 	lastRec, lastConfirm, lastLoss := -1, -1, -1
 	for i, l := range j.lines {
@@ -289,15 +289,15 @@ func reached(j *job, s Schedule, at int) bool {
 	if d > 0 {
 		j.waitUntil(d, func() bool { return false })
 	}
-	return !j.mu.Ended()
+	return !j.run.Ended()
 }
 
 // apply applies one fault; false if the job ended before it could.
 func apply(j *job, s Schedule, f Fault) bool {
 	note := func(format string, a ...any) {
-		j.mu.Lock()
+		j.run.Lock()
 		j.lines = append(j.lines, line{text: "chaos: " + fmt.Sprintf(format, a...), at: time.Now()})
-		j.mu.Unlock()
+		j.run.Unlock()
 	}
 	if f.Kind == KillCommit || f.Kind == KillMirror {
 		return true // injected by the program itself
@@ -316,9 +316,9 @@ func apply(j *job, s Schedule, f Fault) bool {
 		// could land inside the recovery from a kill the program injects
 		// itself (kill-commit, kill-mirror) and lose a rank together with
 		// its only mirror, which no schedule means to do: skip it.
-		j.mu.Lock()
+		j.run.Lock()
 		iter := j.iter
-		j.mu.Unlock()
+		j.run.Unlock()
 		if iter > f.At+lateBy {
 			note("skipped %s: late, the job was at iteration %d", f, iter)
 			return false
@@ -341,9 +341,9 @@ func apply(j *job, s Schedule, f Fault) bool {
 		note("skipped %s: no idle spare alive", f)
 		return false
 	case KillLeader:
-		j.mu.Lock()
+		j.run.Lock()
 		p := j.leader
-		j.mu.Unlock()
+		j.run.Unlock()
 		if p < 0 {
 			note("skipped %s: no raft leader known", f)
 			return false
@@ -371,9 +371,9 @@ func apply(j *job, s Schedule, f Fault) bool {
 		if !ok {
 			return false
 		}
-		j.mu.Lock()
+		j.run.Lock()
 		j.stopped[pid] = true
-		j.mu.Unlock()
+		j.run.Unlock()
 		note("applied %s: SIGSTOP process %d", f, p)
 		time.Sleep(f.Dur) // the fault's own duration, in real time
 		syscall.Kill(pid, syscall.SIGCONT)
@@ -413,8 +413,8 @@ func apply(j *job, s Schedule, f Fault) bool {
 // recovery line; for TeraSort the last "recovered" line of the epoch
 // that followed.
 func recoveryTimes(j *job) []time.Duration {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.run.Lock()
+	defer j.run.Unlock()
 	var out []time.Duration
 	for i, l := range j.lines {
 		if !strings.HasPrefix(l.text, "chaos: applied ") || strings.Contains(l.text, "pause-short") ||
@@ -450,7 +450,7 @@ func (s *summary) add(sc Schedule, res Result, ref string, viol []string, left [
 	defer s.mu.Unlock()
 	s.schedules++
 	s.byWorkload[sc.Workload]++
-	j.mu.Lock()
+	j.run.Lock()
 	for _, l := range j.lines {
 		for _, k := range Kinds {
 			if strings.HasPrefix(l.text, "chaos: applied "+string(k)+" ") && !strings.Contains(l.text, "then, in the recovery") {
@@ -462,7 +462,7 @@ func (s *summary) add(sc Schedule, res Result, ref string, viol []string, left [
 			}
 		}
 	}
-	j.mu.Unlock()
+	j.run.Unlock()
 	for _, f := range sc.Faults {
 		if f.Kind == KillCommit || f.Kind == KillMirror {
 			s.faults[f.Kind]++ // applied by the program itself, or between runs
@@ -665,9 +665,9 @@ func diskSchedule(t *testing.T, s Schedule) (*job, Result) {
 		t.Fatalf("damage %s: %v", victim, err)
 	}
 	j, res := run(t, spec{ranks: Ranks, launcher: []string{"--resume", dir}, program: prog})
-	j.mu.Lock()
+	j.run.Lock()
 	j.lines = append(j.lines, line{text: "chaos: applied " + f.String(), at: time.Now()})
-	j.mu.Unlock()
+	j.run.Unlock()
 	return j, res
 }
 

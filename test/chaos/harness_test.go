@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,7 +119,9 @@ type job struct {
 	start  time.Time
 	faults string // the netfault directory
 
-	mu     proctest.Cond // guards what follows; changes at each line and at the end
+	run *proctest.Job
+	// Guarded by run's lock (built by onLine, its OnLine; notes added
+	// under it).
 	lines  []line
 	iter   int // highest iteration rank 0 reported
 	leader int // proc of the latest Raft leader, -1 none
@@ -129,10 +130,10 @@ type job struct {
 	stopped map[int]bool // pids under SIGSTOP
 }
 
-func (j *job) onLine(s string) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.lines = append(j.lines, line{s, time.Now()})
+// onLine takes one line of gaspirun's; run's lock is held.
+func (j *job) onLine(l proctest.Line) {
+	s := l.Text
+	j.lines = append(j.lines, line{s, l.Time})
 	if m := iterRE.FindStringSubmatch(s); m != nil {
 		n, _ := strconv.Atoi(m[1])
 		j.iter = max(j.iter, n)
@@ -140,18 +141,21 @@ func (j *job) onLine(s string) {
 	if m := leaderRE.FindStringSubmatch(s); m != nil {
 		j.leader, _ = strconv.Atoi(m[1])
 	}
-	j.mu.ChangedLocked()
 }
 
-// waitUntil blocks until cond holds (checked under j.mu after every line),
+// waitUntil blocks until cond holds (checked under run's lock after every line),
 // the job ends (false) or d passes (false).
-func (j *job) waitUntil(d time.Duration, cond func() bool) bool { return j.mu.WaitFor(d, cond) }
+func (j *job) waitUntil(d time.Duration, cond func() bool) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return j.run.WaitCond(ctx, cond)
+}
 
 // linesSince returns how many lines had been read at the call, for later
 // searches past that point.
 func (j *job) mark() int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.run.Lock()
+	defer j.run.Unlock()
 	return len(j.lines)
 }
 
@@ -168,8 +172,8 @@ func (j *job) findAfter(from int, re *regexp.Regexp) (line, bool) {
 // holder returns the process that holds rank r in the newest view any
 // process applied, from the moves in the view lines.
 func (j *job) holder(r int) int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.run.Lock()
+	defer j.run.Unlock()
 	// Each view line lists (rank, old process, new process) for the ranks
 	// whose holder changed ("moved"); the newest epoch's move of r wins.
 	best, proc := -1, r
@@ -256,28 +260,19 @@ func run(t *testing.T, sp spec) (*job, Result) {
 	args = append(args, sp.launcher...)
 	args = append(args, "--")
 	args = append(args, sp.program...)
-	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline+30*time.Second)
-	defer cancel()
 	launcher := bins.gaspirun
 	if sp.gaspirun != "" {
 		launcher = sp.gaspirun
 	}
-	cmd := exec.CommandContext(ctx, launcher, args...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 20 * time.Second
+	cmd := exec.Command(launcher, args...)
 	cmd.Env = append(os.Environ(), "PGAS_LOG=info", netfault.EnvVar+"="+j.faults)
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
 	t.Logf("gaspirun %s", strings.Join(args, " "))
 	j.start = time.Now()
-	if err := cmd.Start(); err != nil {
+	run, err := proctest.Start(proctest.JobConfig{OnLine: j.onLine, Bound: jobDeadline + 30*time.Second}, cmd)
+	if err != nil {
 		t.Fatalf("start gaspirun: %v", err)
 	}
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		proctest.ScanLines(pr, j.onLine)
-	}()
+	j.run = run
 	stopWatch := j.pids.Watch(j.id, cmd.Process.Pid, 10*time.Millisecond)
 	applied := make(chan struct{})
 	go func() {
@@ -286,23 +281,15 @@ func run(t *testing.T, sp spec) (*job, Result) {
 			sp.apply(j)
 		}
 	}()
-	err := cmd.Wait()
-	pw.Close()
-	<-read
-	j.mu.Lock()
-	j.mu.EndLocked()
-	j.mu.Unlock()
+	run.Wait(context.Background()) // the bound ends it
 	<-applied
 	stopWatch()
 	// A process left under SIGSTOP would never go: continue it first.
 	for pid := range j.stopped {
 		syscall.Kill(pid, syscall.SIGCONT)
 	}
-	res := Result{Code: cmd.ProcessState.ExitCode()}
-	if err != nil && res.Code == 0 {
-		res.Code = -1
-	}
-	res.Hung = ctx.Err() != nil || res.Code == ExitTimeout
+	res := Result{Code: run.ExitCode()}
+	res.Hung = run.TimedOut() || res.Code == ExitTimeout
 	for _, l := range j.lines {
 		res.Lines = append(res.Lines, l.text)
 		for _, re := range []*regexp.Regexp{finalKMRE, finalTSRE} {

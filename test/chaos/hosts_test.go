@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/testkit/mhjob"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
 	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
@@ -92,11 +93,11 @@ type hostRun struct {
 	j       *mhjob.Job
 	crashed map[int]bool // processes the harness SIGKILLed
 	mu      sync.Mutex
-	notes   []mhjob.Line // "chaos: ..." with Proc -1
+	notes   []proctest.Line // "chaos: ..." with Proc -1
 }
 
 func (r *hostRun) note(format string, a ...any) {
-	l := mhjob.Line{Proc: -1, Time: time.Now(), Text: "chaos: " + fmt.Sprintf(format, a...)}
+	l := proctest.Line{Proc: -1, Time: time.Now(), Text: "chaos: " + fmt.Sprintf(format, a...)}
 	r.mu.Lock()
 	r.notes = append(r.notes, l)
 	r.mu.Unlock()
@@ -105,10 +106,10 @@ func (r *hostRun) note(format string, a ...any) {
 
 // iterAfter waits (bounded) for an iteration line numbered at least n,
 // or, with n < 0, for any iteration line after time from.
-func (r *hostRun) iterAfter(n int, from time.Time) (mhjob.Line, bool) {
+func (r *hostRun) iterAfter(n int, from time.Time) (proctest.Line, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	defer cancel()
-	l, err := r.j.WaitLine(ctx, func(l mhjob.Line) bool {
+	l, err := r.j.WaitLine(ctx, func(l proctest.Line) bool {
 		m := hostIterRE.FindStringSubmatch(l.Text)
 		if m == nil || l.Time.Before(from) {
 			return false
@@ -205,7 +206,7 @@ func runHostSchedule(t *testing.T, s HostSchedule, ref string, sum *hostSummary)
 	res := HostResult{}
 	end := time.Now()
 	wctx, wcancel := context.WithTimeout(context.Background(), jobDeadline)
-	fin, err := j.WaitLine(wctx, func(l mhjob.Line) bool { return hostFinalRE.MatchString(l.Text) })
+	fin, err := j.WaitLine(wctx, func(l proctest.Line) bool { return hostFinalRE.MatchString(l.Text) })
 	wcancel()
 	if err == nil {
 		res.Answer, end = fin.Text, fin.Time
@@ -237,7 +238,7 @@ func runHostSchedule(t *testing.T, s HostSchedule, ref string, sum *hostSummary)
 		t.Logf("process %d on node%d: %+v", p.ID, HostLayout[p.ID]+1, e)
 	}
 	all := append(j.Lines(), r.notes...)
-	slices.SortStableFunc(all, func(a, b mhjob.Line) int { return a.Time.Compare(b.Time) })
+	slices.SortStableFunc(all, func(a, b proctest.Line) int { return a.Time.Compare(b.Time) })
 	for _, l := range all {
 		if l.Proc < 0 {
 			res.Lines = append(res.Lines, l.Text)
@@ -256,17 +257,17 @@ func runHostSchedule(t *testing.T, s HostSchedule, ref string, sum *hostSummary)
 
 // hostRecoveries measures each loss: from the fault to the first
 // iteration completed after the following recovery line.
-func hostRecoveries(lines []mhjob.Line) []time.Duration {
+func hostRecoveries(lines []proctest.Line) []time.Duration {
 	var out []time.Duration
 	for i, l := range lines {
 		if l.Proc >= 0 || !strings.HasPrefix(l.Text, "chaos: applied ") || strings.HasPrefix(l.Text, "chaos: applied "+string(HostBlip)+" ") {
 			continue
 		}
-		rec := slices.IndexFunc(lines[i:], func(x mhjob.Line) bool { return x.Proc >= 0 && hostRecoveryRE.MatchString(x.Text) })
+		rec := slices.IndexFunc(lines[i:], func(x proctest.Line) bool { return x.Proc >= 0 && hostRecoveryRE.MatchString(x.Text) })
 		if rec < 0 {
 			continue
 		}
-		if k := slices.IndexFunc(lines[i+rec:], func(x mhjob.Line) bool { return x.Proc >= 0 && hostIterRE.MatchString(x.Text) }); k >= 0 {
+		if k := slices.IndexFunc(lines[i+rec:], func(x proctest.Line) bool { return x.Proc >= 0 && hostIterRE.MatchString(x.Text) }); k >= 0 {
 			out = append(out, lines[i+rec+k].Time.Sub(l.Time))
 		}
 	}

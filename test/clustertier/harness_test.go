@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -168,57 +167,45 @@ func referenceSum(t *testing.T) string {
 	return reference.sum
 }
 
-// proc is one process of a job, started by the test.
+// proc is one process of a job (a pod, a Slurm client), started by the
+// test on proctest's runner.
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  proctest.Buffer
-	done chan struct{}
-	code int // after done; -1 for a signal
-	sig  syscall.Signal
-	wall time.Duration
+	job  *proctest.Job
 }
 
 // start runs cmd, collecting its combined output.
 func start(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = &p.out, &p.out
 	cmd.WaitDelay = 5 * time.Second
-	begin := time.Now()
-	if err := cmd.Start(); err != nil {
+	j, err := proctest.Start(proctest.JobConfig{}, cmd)
+	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	go func() {
-		defer close(p.done)
-		cmd.Wait()
-		p.wall = time.Since(begin)
-		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		p.code = ws.ExitStatus()
-		if ws.Signaled() {
-			p.sig = ws.Signal()
-		}
-	}()
-	return p
+	return &proc{name: name, cmd: cmd, job: j}
 }
 
 // wait waits for p to end, for at most d; false if it did not.
-func (p *proc) wait(d time.Duration) bool {
-	select {
-	case <-p.done:
-		return true
-	case <-time.After(d):
-		return false
-	}
+func (p *proc) wait(d time.Duration) bool { return p.job.WaitEnd(d) }
+
+// output is p's combined output so far.
+func (p *proc) output() string { return p.job.Output() }
+
+// wall is p's run time, once it ended.
+func (p *proc) wall() time.Duration {
+	_, _, end, _ := p.job.Procs()[0].Exit()
+	return end.Sub(p.job.Begin())
 }
 
 // exitCode is the code a container runtime reports: 128+signal for a
 // process killed by a signal.
 func (p *proc) exitCode() int {
-	if p.sig != 0 {
-		return 128 + int(p.sig)
+	code, sig, _, _ := p.job.Procs()[0].Exit()
+	if sig != 0 {
+		return 128 + int(sig)
 	}
-	return p.code
+	return code
 }
 
 // noRaft drops the Raft library's lines from out, for failure messages.

@@ -119,7 +119,7 @@ func kubePodLost(t *testing.T, m *manifest, ref string, lostHost int) {
 			continue
 		}
 		if !pods[i].wait(jobDeadline) {
-			t.Fatalf("pod %d on %s did not die at the injected loss\n%s", i, lost.Name(), noRaft(pods[i].out.String()))
+			t.Fatalf("pod %d on %s did not die at the injected loss\n%s", i, lost.Name(), noRaft(pods[i].output()))
 		}
 	}
 	killedAt := time.Now()
@@ -147,10 +147,10 @@ func kubePodLost(t *testing.T, m *manifest, ref string, lostHost int) {
 	}
 	for _, r := range replacements {
 		if !r.wait(20 * time.Second) {
-			t.Fatalf("replacement pod %s still running after 20s\n%s", r.name, r.out.String())
+			t.Fatalf("replacement pod %s still running after 20s\n%s", r.name, r.output())
 		}
-		if r.exitCode() != 0 || !strings.Contains(r.out.String(), "not needed") {
-			t.Errorf("replacement pod %s: exit %d, want 0 with a 'not needed' line\n%s", r.name, r.exitCode(), r.out.String())
+		if r.exitCode() != 0 || !strings.Contains(r.output(), "not needed") {
+			t.Errorf("replacement pod %s: exit %d, want 0 with a 'not needed' line\n%s", r.name, r.exitCode(), r.output())
 		}
 	}
 
@@ -163,13 +163,13 @@ func kubePodLost(t *testing.T, m *manifest, ref string, lostHost int) {
 		if !p.wait(jobDeadline) {
 			var b strings.Builder
 			for _, q := range pods {
-				fmt.Fprintf(&b, "--- %s\n%s", q.name, tail(noRaft(q.out.String()), 30))
+				fmt.Fprintf(&b, "--- %s\n%s", q.name, tail(noRaft(q.output()), 30))
 			}
 			t.Fatalf("pod %s still running %v after the start\n%s", p.name, time.Since(begin).Round(time.Millisecond), b.String())
 		}
-		all.WriteString(p.out.String())
+		all.WriteString(p.output())
 		if p.exitCode() != 0 {
-			t.Errorf("pod %s: exit %d, want 0\n%s", p.name, p.exitCode(), noRaft(p.out.String()))
+			t.Errorf("pod %s: exit %d, want 0\n%s", p.name, p.exitCode(), noRaft(p.output()))
 		}
 	}
 	wall := time.Since(begin)

@@ -151,7 +151,7 @@ func slurmRun(t *testing.T, c *slurmCluster, jobID string, env []string, name st
 	p := start(t, name, cmd)
 	pids := proctest.NewProcs()
 	stop := pids.Watch(jobID, cmd.Process.Pid, 20*time.Millisecond)
-	<-p.done
+	p.wait(jobDeadline + time.Minute) // the context ends it first
 	stop()
 	pids.Scan(jobID, cmd.Process.Pid)
 	for _, pid := range pids.Leftovers(15 * time.Second) {
@@ -161,9 +161,9 @@ func slurmRun(t *testing.T, c *slurmCluster, jobID string, env []string, name st
 		t.Errorf("saw only %d processes of job %s: the leftover check cannot be trusted", len(pids.PIDs()), jobID)
 	}
 	if ctx.Err() != nil {
-		t.Fatalf("%s did not end within %v\n%s\n%s", name, jobDeadline, noRaft(p.out.String()), c.logs())
+		t.Fatalf("%s did not end within %v\n%s\n%s", name, jobDeadline, noRaft(p.output()), c.logs())
 	}
-	return p.out.String(), p.exitCode(), p.wall
+	return p.output(), p.exitCode(), p.wall()
 }
 
 // TestSlurm runs K-means under a real slurmctld and slurmd: 6 tasks, 2 of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
-	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -12,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -111,19 +109,13 @@ func parseRec(raw string, recv time.Time) rec {
 // job is one gaspirun run of ftstep.
 type job struct {
 	t         *testing.T
-	cmd       *exec.Cmd
-	cancel    context.CancelFunc
-	begin     time.Time
+	run       *proctest.Job
 	steps     int
 	resultDir string
 
-	mu      proctest.Cond // guards what follows; changes at each line and at the end
-	recs    []rec
-	all     strings.Builder // raw output, for failure messages
-	pids    map[int]int     // process id -> OS pid
-	code    int
-	wall    time.Duration
-	readers sync.WaitGroup
+	// Guarded by run's lock (built by read, its OnLine).
+	recs []rec
+	pids map[int]int // process id -> OS pid
 }
 
 // jobOpts are the knobs of startJob.
@@ -174,7 +166,6 @@ func startJob(t *testing.T, o jobOpts) *job {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	args := []string{"-n", strconv.Itoa(ranks), "--spares", strconv.Itoa(spares), "--timeout", jobDeadline.String()}
 	args = append(args, o.launch...)
 	args = append(args, "--", prog, "-steps", strconv.Itoa(o.steps), "-pause", o.pause.String(),
@@ -184,69 +175,31 @@ func startJob(t *testing.T, o jobOpts) *job {
 	// For example "-suspicion 1s -probe 500ms": a detector configuration
 	// other than the default, for a machine too loaded for it.
 	args = append(args, strings.Fields(os.Getenv("FTTIER_FTSTEP_ARGS"))...)
-	cmd := exec.CommandContext(ctx, gaspirun, args...)
-	// gaspirun tears the job down on SIGTERM; SIGKILL would leave the
-	// processes running.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 20 * time.Second
+	cmd := exec.Command(gaspirun, args...)
 	cmd.Env = append(append(os.Environ(), "PGAS_LOG=info"), o.env...)
 	if o.as != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.as.cred}
 		cmd.Env = append(cmd.Env, "TMPDIR="+o.as.tmp, "HOME="+o.as.tmp)
 		cmd.Dir = o.as.tmp
 	}
-	stdout, err := cmd.StdoutPipe()
+	run, err := proctest.Start(proctest.JobConfig{OnLine: j.read, Bound: jobDeadline}, cmd)
 	if err != nil {
-		t.Fatal(err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	j.cmd, j.cancel = cmd, cancel
-	j.begin = time.Now()
-	if err := cmd.Start(); err != nil {
-		cancel()
 		t.Fatalf("start gaspirun: %v", err)
 	}
-	for _, r := range []io.Reader{stdout, stderr} {
-		j.readers.Add(1)
-		go func() {
-			defer j.readers.Done()
-			j.read(r)
-		}()
-	}
-	go func() {
-		j.readers.Wait()
-		err := cmd.Wait()
-		j.mu.Lock()
-		j.wall = time.Since(j.begin)
-		j.code = cmd.ProcessState.ExitCode()
-		if err != nil && j.code == 0 {
-			j.code = -1
-		}
-		j.mu.EndLocked()
-		j.mu.Unlock()
-	}()
+	j.run = run
 	t.Cleanup(j.cleanup)
 	return j
 }
 
-func (j *job) read(r io.Reader) {
-	proctest.ScanLines(r, func(line string) {
-		x := parseRec(line, time.Now())
-		j.mu.Lock()
-		j.recs = append(j.recs, x)
-		j.all.WriteString(line)
-		j.all.WriteByte('\n')
-		if x.kind == "pid" {
-			if pid, err := strconv.Atoi(x.kv["pid"]); err == nil && x.proc() >= 0 {
-				j.pids[x.proc()] = pid
-			}
+// read parses one line; run's lock is held.
+func (j *job) read(l proctest.Line) {
+	x := parseRec(l.Text, l.Time)
+	j.recs = append(j.recs, x)
+	if x.kind == "pid" {
+		if pid, err := strconv.Atoi(x.kv["pid"]); err == nil && x.proc() >= 0 {
+			j.pids[x.proc()] = pid
 		}
-		j.mu.ChangedLocked()
-		j.mu.Unlock()
-	})
+	}
 }
 
 // waitFor waits up to d for cond over the records; it fails the test,
@@ -260,25 +213,27 @@ func (j *job) waitFor(what string, d time.Duration, cond func(recs []rec) bool) 
 
 // poll is waitFor without failing: it reports whether cond held.
 func (j *job) poll(d time.Duration, cond func(recs []rec) bool) bool {
-	return j.mu.WaitFor(d, func() bool { return cond(j.recs) })
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return j.run.WaitCond(ctx, func() bool { return cond(j.recs) })
 }
 
 func (j *job) snapshot() []rec {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.run.Lock()
+	defer j.run.Unlock()
 	return append([]rec(nil), j.recs...)
 }
 
 func (j *job) pidOf(proc int) int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.run.Lock()
+	defer j.run.Unlock()
 	return j.pids[proc]
 }
 
 // fatalf fails the test with the job's output attached.
 func (j *job) fatalf(format string, args ...any) {
 	j.t.Helper()
-	j.t.Fatalf("%s\n--- job output (%v) ---\n%s", fmt.Sprintf(format, args...), time.Since(j.begin).Round(time.Millisecond), j.output())
+	j.t.Fatalf("%s\n--- job output (%v) ---\n%s", fmt.Sprintf(format, args...), time.Since(j.run.Begin()).Round(time.Millisecond), j.output())
 }
 
 func (j *job) errorf(format string, args ...any) {
@@ -288,10 +243,8 @@ func (j *job) errorf(format string, args ...any) {
 
 // output is the job's output without Raft's connection chatter.
 func (j *job) output() string {
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	var b strings.Builder
-	for _, x := range j.recs {
+	for _, x := range j.snapshot() {
 		if x.kind == "log" && x.kv["component"] == "raft" {
 			continue
 		}
@@ -338,7 +291,7 @@ func (j *job) signal(proc int, sig syscall.Signal) time.Time {
 	if err := syscall.Kill(pid, sig); err != nil {
 		j.fatalf("kill -%v %d (process %d): %v", sig, pid, proc, err)
 	}
-	j.t.Logf("%v: sent %v to process %d (pid %d)", at.Sub(j.begin).Round(time.Millisecond), sig, proc, pid)
+	j.t.Logf("%v: sent %v to process %d (pid %d)", at.Sub(j.run.Begin()).Round(time.Millisecond), sig, proc, pid)
 	return at
 }
 
@@ -386,14 +339,12 @@ func (j *job) waitApplied(procs []int, e int) {
 // wait waits for gaspirun to exit and returns its exit code.
 func (j *job) wait() int {
 	j.t.Helper()
-	j.mu.WaitEnd(jobDeadline)
-	j.mu.Lock()
-	ended, code := j.mu.EndedLocked(), j.code
-	j.mu.Unlock()
+	ended := j.run.WaitEnd(jobDeadline)
+	code := j.run.ExitCode()
 	if !ended {
 		j.fatalf("gaspirun still running after %v", jobDeadline)
 	}
-	j.t.Logf("gaspirun exited %d after %v", code, time.Since(j.begin).Round(time.Millisecond))
+	j.t.Logf("gaspirun exited %d after %v", code, time.Since(j.run.Begin()).Round(time.Millisecond))
 	return code
 }
 
@@ -483,11 +434,7 @@ func statsOf(recs []rec) []rec {
 // cleanup stops gaspirun if it still runs, then checks by pid that no
 // process of the job is left, killing and reporting any that is.
 func (j *job) cleanup() {
-	if !j.mu.Ended() {
-		j.cmd.Process.Signal(syscall.SIGTERM)
-		j.mu.WaitEnd(30 * time.Second)
-	}
-	j.cancel()
+	j.run.Stop(30 * time.Second)
 	pids := pidsOf(j.snapshot())
 	for _, pid := range j.extraPids() {
 		pids[-pid] = pid

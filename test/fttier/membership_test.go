@@ -388,10 +388,10 @@ func TestLauncherKilled(t *testing.T) {
 	j.waitProgress(20, 1)
 	pids := pidsOf(j.snapshot())
 	killedAt := time.Now()
-	if err := j.cmd.Process.Kill(); err != nil {
+	if err := j.run.Procs()[0].Cmd.Process.Kill(); err != nil {
 		j.fatalf("kill gaspirun: %v", err)
 	}
-	t.Logf("killed gaspirun (pid %d)", j.cmd.Process.Pid)
+	t.Logf("killed gaspirun (pid %d)", j.run.Procs()[0].Cmd.Process.Pid)
 	// Every process ends by itself.
 	deadline := time.Now().Add(progLimit + 30*time.Second)
 	ended := map[int]time.Duration{}

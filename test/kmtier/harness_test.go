@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -115,45 +114,35 @@ func run(t *testing.T, s spec) *result {
 		args = append(args, s.args...)
 	}
 	args = append(args, s.extra...)
-	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline+30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bins.gaspirun, args...)
-	// gaspirun tears the job down on SIGTERM; SIGKILL would leave its
-	// processes running.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 20 * time.Second
+	cmd := exec.Command(bins.gaspirun, args...)
 	cmd.Env = append(os.Environ(), "PGAS_LOG=info")
-	var buf proctest.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
 	t.Logf("gaspirun %s", strings.Join(args, " "))
-	begin := time.Now()
-	if err := cmd.Start(); err != nil {
+	j, err := proctest.Start(proctest.JobConfig{Bound: jobDeadline + 30*time.Second}, cmd)
+	if err != nil {
 		t.Fatalf("start gaspirun: %v", err)
 	}
+	launcher := cmd.Process.Pid
 	// Watch /proc for the job's processes (they carry PGAS_JOB_ID) while it
 	// runs, so that every one of them can be checked by pid at the end.
 	pids := proctest.NewProcs()
-	stopWatch := pids.Watch(jobID, cmd.Process.Pid, 20*time.Millisecond)
+	stopWatch := pids.Watch(jobID, launcher, 20*time.Millisecond)
 	stopDuring := func() {}
 	if s.during != nil {
-		stopDuring = s.during(pids, cmd.Process.Pid)
+		stopDuring = s.during(pids, launcher)
 	}
-	err := cmd.Wait()
+	j.Wait(context.Background()) // the bound ends it
 	stopDuring()
 	stopWatch()
-	res := &result{code: cmd.ProcessState.ExitCode(), wall: time.Since(begin), out: buf.String()}
-	if err != nil && res.code == 0 {
-		res.code = -1
-	}
-	res.lines = strings.Split(strings.TrimRight(res.out, "\n"), "\n")
+	_, _, end, _ := j.Procs()[0].Exit()
+	res := &result{code: j.ExitCode(), wall: end.Sub(j.Begin()), out: j.Output(), lines: j.Texts()}
 	t.Logf("gaspirun exited %d after %v (load average %s)", res.code, res.wall.Round(time.Millisecond), proctest.LoadAvg())
 	// The victims' pids come from their inject lines too.
 	for _, k := range res.kills() {
 		pids.Add(k.pid)
 	}
-	pids.Scan(jobID, cmd.Process.Pid)
+	pids.Scan(jobID, launcher)
 	checkGone(t, pids, jobID, n)
-	if ctx.Err() != nil {
+	if j.TimedOut() {
 		t.Fatalf("gaspirun did not end within %v\n%s", jobDeadline+30*time.Second, res.text())
 	}
 	return res

@@ -28,7 +28,7 @@ func TestBenchAcrossHosts(t *testing.T) {
 	}
 	for _, p := range j.Procs() {
 		if code, sig, _, _ := p.Exit(); code != 0 || sig != 0 {
-			t.Fatalf("process %d on %s: exit %d, signal %v\n%s", p.ID, p.Host.Name(), code, sig, strings.Join(j.Text(), "\n"))
+			t.Fatalf("process %d on %s: exit %d, signal %v\n%s", p.ID, j.Host(p.ID).Name(), code, sig, strings.Join(j.Text(), "\n"))
 		}
 	}
 	for _, l := range j.Lines() {

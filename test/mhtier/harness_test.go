@@ -104,11 +104,11 @@ func rendezvousOf(c *simhost.Cluster, r string) string {
 
 // waitIter waits until some process reports iteration n (the reporter is
 // whichever process holds rank 0).
-func waitIter(t *testing.T, j *mhjob.Job, n int) mhjob.Line {
+func waitIter(t *testing.T, j *mhjob.Job, n int) proctest.Line {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), stepWait)
 	defer cancel()
-	l, err := j.WaitLine(ctx, func(l mhjob.Line) bool {
+	l, err := j.WaitLine(ctx, func(l proctest.Line) bool {
 		m := iterRE.FindStringSubmatch(l.Text)
 		if m == nil {
 			return false
@@ -196,7 +196,7 @@ func finish(t *testing.T, j *mhjob.Job, want map[int]end, ref string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), resultWait)
 	defer cancel()
-	fin, err := j.WaitLine(ctx, func(l mhjob.Line) bool { return finalRE.MatchString(l.Text) })
+	fin, err := j.WaitLine(ctx, func(l proctest.Line) bool { return finalRE.MatchString(l.Text) })
 	if err != nil {
 		j.Kill()
 		t.Fatalf("no final line within %v of the start: %v\n%s", resultWait, err, output(j))
@@ -208,7 +208,7 @@ func finish(t *testing.T, j *mhjob.Job, want map[int]end, ref string) string {
 	left := j.Running()
 	j.Kill()
 	for _, p := range left {
-		t.Errorf("process %d on %s was still running %v after the job's end; killed it", p.ID, p.Host.Name(), endWait)
+		t.Errorf("process %d on %s was still running %v after the job's end; killed it", p.ID, j.Host(p.ID).Name(), endWait)
 	}
 	for _, p := range j.Procs() {
 		code, sig, at, _ := p.Exit()
@@ -220,9 +220,9 @@ func finish(t *testing.T, j *mhjob.Job, want map[int]end, ref string) string {
 		if sig != 0 {
 			how = "signal " + sig.String()
 		}
-		t.Logf("process %d on %s: %s, %v after the final line", p.ID, p.Host.Name(), how, at.Sub(fin.Time).Round(time.Millisecond))
+		t.Logf("process %d on %s: %s, %v after the final line", p.ID, j.Host(p.ID).Name(), how, at.Sub(fin.Time).Round(time.Millisecond))
 		if !w.allows(code, sig) {
-			t.Errorf("process %d on %s ended with %s, want %v", p.ID, p.Host.Name(), how, w)
+			t.Errorf("process %d on %s ended with %s, want %v", p.ID, j.Host(p.ID).Name(), how, w)
 		}
 	}
 	for _, l := range j.Lines() {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gaspigo/gaspigo/internal/testkit/mhjob"
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 // TeraSort across the three hosts, 4 ranks and 2 spares as in the K-means
@@ -72,7 +73,7 @@ func terasortHostLoss(t *testing.T, lose int, extra ...string) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), stepWait)
 	defer cancel()
-	if _, err := j.WaitLine(ctx, func(l mhjob.Line) bool {
+	if _, err := j.WaitLine(ctx, func(l proctest.Line) bool {
 		m := checkpointRE.FindStringSubmatch(l.Text)
 		return m != nil && m[1] == "20000"
 	}); err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -203,11 +202,8 @@ LogLevel ERROR
 
 // run is a gaspirun process with its output, line by line.
 type run struct {
-	cmd   *exec.Cmd
-	mu    proctest.Cond // guards lines and code; changes at every line and at the end
-	lines []string
-	code  int
-	done  chan struct{} // closed when gaspirun has exited and its output is read
+	*proctest.Job
+	cmd *exec.Cmd
 }
 
 // gaspirun starts gaspirun with args, then the kmeans program and
@@ -215,37 +211,14 @@ type run struct {
 func gaspirun(t *testing.T, args []string, kmArgs []string) *run {
 	t.Helper()
 	full := append(append(append([]string{}, args...), "-x", "GOMAXPROCS=1", "--", bins.kmeans), kmArgs...)
-	r := &run{cmd: exec.Command(bins.gaspirun, full...), done: make(chan struct{})}
-	r.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	pr, pw := io.Pipe()
-	r.cmd.Stdout, r.cmd.Stderr = pw, pw
-	if err := r.cmd.Start(); err != nil {
+	cmd := exec.Command(bins.gaspirun, full...)
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	j, err := proctest.Start(proctest.JobConfig{}, cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		r.cmd.Process.Kill()
-		<-r.done
-	})
-	go func() {
-		proctest.ScanLines(pr, func(line string) {
-			r.mu.Lock()
-			r.lines = append(r.lines, line)
-			r.mu.ChangedLocked()
-			r.mu.Unlock()
-		})
-		r.mu.Lock()
-		r.mu.EndLocked()
-		r.mu.Unlock()
-		close(r.done)
-	}()
-	go func() {
-		r.cmd.Wait()
-		r.mu.Lock()
-		r.code = r.cmd.ProcessState.ExitCode()
-		r.mu.Unlock()
-		pw.Close()
-	}()
-	return r
+	t.Cleanup(j.Kill)
+	return &run{Job: j, cmd: cmd}
 }
 
 // waitLine waits for a line that match accepts.
@@ -253,23 +226,16 @@ func (r *run) waitLine(t *testing.T, what string, match func(string) bool) strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), stepWait)
 	defer cancel()
-	found, ok := proctest.WaitFirst(ctx, &r.mu, func() []string { return r.lines }, match)
+	found, err := r.WaitLine(ctx, func(l proctest.Line) bool { return match(l.Text) })
 	switch {
-	case ok:
-		return found
-	case r.mu.Ended():
-		t.Fatalf("gaspirun exited (%d) before %s:\n%s", r.exitCode(), what, r.output())
+	case err == nil:
+		return found.Text
+	case r.Ended():
+		t.Fatalf("gaspirun exited (%d) before %s:\n%s", r.ExitCode(), what, r.output())
 	default:
 		t.Fatalf("no %s within %v:\n%s", what, stepWait, r.output())
 	}
 	return ""
-}
-
-// exitCode is gaspirun's exit code once it has exited.
-func (r *run) exitCode() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.code
 }
 
 func (r *run) waitIter(t *testing.T, n int) {
@@ -287,22 +253,16 @@ func (r *run) waitIter(t *testing.T, n int) {
 // wait waits for gaspirun to exit and returns its exit code.
 func (r *run) wait(t *testing.T) int {
 	t.Helper()
-	select {
-	case <-r.done:
-		return r.exitCode()
-	case <-time.After(jobWait):
-		r.cmd.Process.Kill()
-		<-r.done
+	if !r.WaitEnd(jobWait) {
+		r.Kill()
 		t.Fatalf("gaspirun did not end within %v:\n%s", jobWait, r.output())
-		return -1
 	}
+	return r.ExitCode()
 }
 
 // final returns the job's answer, or "".
 func (r *run) final() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, l := range r.lines {
+	for _, l := range r.Texts() {
 		if m := finalRE.FindStringSubmatch(l); m != nil {
 			return m[1]
 		}
@@ -313,10 +273,8 @@ func (r *run) final() string {
 // output is everything gaspirun printed, without the Raft library's
 // chatter.
 func (r *run) output() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var b strings.Builder
-	for _, l := range r.lines {
+	for _, l := range r.Texts() {
 		if !strings.Contains(l, "component=raft") {
 			b.WriteString(l + "\n")
 		}

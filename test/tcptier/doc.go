@@ -5,7 +5,7 @@
 //
 // TestMain builds cmd/gaspirun and the test program once per test binary
 // (with -race when the tests run with -race). Each test starts one or more
-// jobs with exec.CommandContext under a bounded deadline, reads the
+// jobs on the test kit's job runner (proctest.Job) with a bound, reads the
 // program's protocol lines (RESULT, DATA, READY, RANKERR, ...; see
 // testprog/semantics) from gaspirun's prefixed output, and, for the fault
 // tests, acts on the processes by pid: SIGSTOP and SIGKILL of a rank,

@@ -41,20 +41,15 @@ func needBinaries(t *testing.T) {
 
 // job is one gaspirun run of the test program.
 type job struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	cancel context.CancelFunc
-	begin  time.Time
+	t    *testing.T
+	run  *proctest.Job
+	wall time.Duration // gaspirun's run time, once wait returned
 
-	mu      proctest.Cond // guards what follows; changes when a line arrives or the job ends
-	lines   []line        // stdout lines of the processes
-	partial []byte
-	stderr  bytes.Buffer
-	pids    map[int]int // process id (PGAS_PROC) -> OS pid, from PID lines
-	extra   []int       // other pids the program reported (children)
-	code    int
-	wall    time.Duration
-	waitErr error
+	// Guarded by run's lock (built by read, its OnLine).
+	lines  []line       // stdout lines of the processes
+	stderr bytes.Buffer // gaspirun's stderr
+	pids   map[int]int  // process id (PGAS_PROC) -> OS pid, from PID lines
+	extra  []int        // other pids the program reported (children)
 }
 
 // line is one output line of a process: "[r1] KIND k=v ... [PASS|FAIL ...]".
@@ -109,70 +104,39 @@ func (l line) int(key string) int {
 func startJob(t *testing.T, flags []string, args ...string) *job {
 	t.Helper()
 	needBinaries(t)
-	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	argv := append(append(append([]string{}, flags...), "--", bins.prog), args...)
-	cmd := exec.CommandContext(ctx, bins.gaspirun, argv...)
-	// gaspirun tears the job down on SIGTERM; SIGKILL would leave the
-	// processes running.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd := exec.Command(bins.gaspirun, argv...)
 	cmd.WaitDelay = 15 * time.Second
 	if proctest.Race {
 		// The race runtime sleeps 1 s at every exit by default; gaspirun
 		// passes the variable on to the processes.
 		cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=50")
 	}
-	j := &job{t: t, cmd: cmd, cancel: cancel, pids: map[int]int{}}
-	cmd.Stdout = stdoutWriter{j}
-	cmd.Stderr = stderrWriter{j}
-	j.begin = time.Now()
-	if err := cmd.Start(); err != nil {
-		cancel()
+	j := &job{t: t, pids: map[int]int{}}
+	run, err := proctest.Start(proctest.JobConfig{OnLine: j.read, SplitStderr: true, Bound: jobDeadline}, cmd)
+	if err != nil {
 		t.Fatalf("start gaspirun: %v", err)
 	}
-	go func() {
-		err := cmd.Wait()
-		j.mu.Lock()
-		j.wall, j.waitErr = time.Since(j.begin), err
-		j.code = cmd.ProcessState.ExitCode()
-		j.mu.EndLocked()
-		j.mu.Unlock()
-	}()
+	j.run = run
 	t.Cleanup(func() { j.cleanup() })
 	return j
 }
 
-type stdoutWriter struct{ j *job }
-
-func (w stdoutWriter) Write(b []byte) (int, error) {
-	j := w.j
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.partial = append(j.partial, b...)
-	for {
-		i := bytes.IndexByte(j.partial, '\n')
-		if i < 0 {
-			break
-		}
-		l := parseLine(string(j.partial[:i]))
-		j.partial = j.partial[i+1:]
-		switch l.kind {
-		case "PID":
-			j.pids[l.int("proc")] = l.int("pid")
-		case "CHILD", "SLEEPER":
-			j.extra = append(j.extra, l.int("pid"))
-		}
-		j.lines = append(j.lines, l)
+// read takes one line: stdout lines are parsed, stderr kept as text;
+// run's lock is held.
+func (j *job) read(pl proctest.Line) {
+	if pl.Stderr {
+		j.stderr.WriteString(pl.Text + "\n")
+		return
 	}
-	j.mu.ChangedLocked()
-	return len(b), nil
-}
-
-type stderrWriter struct{ j *job }
-
-func (w stderrWriter) Write(b []byte) (int, error) {
-	w.j.mu.Lock()
-	defer w.j.mu.Unlock()
-	return w.j.stderr.Write(b)
+	l := parseLine(pl.Text)
+	switch l.kind {
+	case "PID":
+		j.pids[l.int("proc")] = l.int("pid")
+	case "CHILD", "SLEEPER":
+		j.extra = append(j.extra, l.int("pid"))
+	}
+	j.lines = append(j.lines, l)
 }
 
 // waitLines waits until count lines of the given kind match (nil: all of
@@ -181,7 +145,9 @@ func (w stderrWriter) Write(b []byte) (int, error) {
 func (j *job) waitLines(kind string, match func(line) bool, count int, d time.Duration) []line {
 	j.t.Helper()
 	var got []line
-	ok := j.mu.WaitFor(d, func() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	ok := j.run.WaitCond(ctx, func() bool {
 		got = got[:0]
 		for _, l := range j.lines {
 			if l.kind == kind && (match == nil || match(l)) {
@@ -190,7 +156,7 @@ func (j *job) waitLines(kind string, match func(line) bool, count int, d time.Du
 		}
 		return len(got) >= count
 	})
-	if !ok && j.mu.Ended() {
+	if !ok && j.run.Ended() {
 		j.t.Fatalf("the job ended with %d of %d %s lines", len(got), count, kind)
 	}
 	if !ok {
@@ -202,24 +168,24 @@ func (j *job) waitLines(kind string, match func(line) bool, count int, d time.Du
 // wait waits for gaspirun to exit and returns its exit code.
 func (j *job) wait() int {
 	j.t.Helper()
-	j.mu.Wait(context.Background(), func() bool { return false }) // the command's own deadline (jobDeadline) bounds this
-	j.mu.Lock()
-	code, err := j.code, j.waitErr
-	j.mu.Unlock()
+	j.run.Wait(context.Background()) // the job's bound (jobDeadline) bounds this
+	p := j.run.Procs()[0]
+	_, _, end, _ := p.Exit()
+	j.wall = end.Sub(j.run.Begin())
 	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
+	if err := p.Err(); err != nil && !errors.As(err, &ee) {
 		j.t.Fatalf("gaspirun: %v", err)
 	}
-	return code
+	return j.run.ExitCode()
 }
 
 // waitEnded waits at most d for gaspirun to exit and reports whether it did.
-func (j *job) waitEnded(d time.Duration) bool { return j.mu.WaitEnd(d) }
+func (j *job) waitEnded(d time.Duration) bool { return j.run.WaitEnd(d) }
 
 // all returns the lines of one kind.
 func (j *job) all(kind string) []line {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.run.Lock()
+	defer j.run.Unlock()
 	var out []line
 	for _, l := range j.lines {
 		if l.kind == kind {
@@ -230,14 +196,14 @@ func (j *job) all(kind string) []line {
 }
 
 func (j *job) stderrText() string {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.run.Lock()
+	defer j.run.Unlock()
 	return j.stderr.String()
 }
 
 func (j *job) pid(proc int) int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.run.Lock()
+	defer j.run.Unlock()
 	p, ok := j.pids[proc]
 	if !ok {
 		j.t.Fatalf("no PID line from process %d", proc)
@@ -247,8 +213,8 @@ func (j *job) pid(proc int) int {
 
 // allPids returns every pid the job's processes reported.
 func (j *job) allPids() []int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.run.Lock()
+	defer j.run.Unlock()
 	seen := map[int]bool{}
 	var out []int
 	for _, p := range j.pids {
@@ -366,18 +332,14 @@ func procStat(pid int) (state string, pgrp int, ok bool) {
 // is left of the processes it reported, by pid. On failure it logs the
 // job's output.
 func (j *job) cleanup() {
-	if !j.mu.Ended() {
-		j.cancel() // SIGTERM to gaspirun, which tears the job down
-		j.waitEnded(20 * time.Second)
-	}
-	j.cancel()
+	j.run.Stop(20 * time.Second) // SIGTERM to gaspirun, which tears the job down
 	for _, p := range j.allPids() {
 		if alive(p) {
 			syscall.Kill(p, syscall.SIGKILL)
 		}
 	}
 	if j.t.Failed() {
-		j.mu.Lock()
+		j.run.Lock()
 		var out strings.Builder
 		for _, l := range j.lines {
 			if len(l.raw) > 300 {
@@ -385,8 +347,8 @@ func (j *job) cleanup() {
 			}
 			out.WriteString(l.raw + "\n")
 		}
-		j.t.Logf("gaspirun %s\n--- stdout ---\n%s--- stderr ---\n%s", strings.Join(j.cmd.Args[1:], " "), out.String(), j.stderr.String())
-		j.mu.Unlock()
+		j.t.Logf("gaspirun %s\n--- stdout ---\n%s--- stderr ---\n%s", strings.Join(j.run.Procs()[0].Cmd.Args[1:], " "), out.String(), j.stderr.String())
+		j.run.Unlock()
 	}
 }
 

@@ -9,15 +9,15 @@
 //	j, err := mhjob.Start(ctx, mhjob.Config{Cluster: c, Program: bin, Args: args,
 //		Hosts: []int{0, 0, 1, 1, 2, 2}, Spares: 2})
 //	defer j.Kill()
-//	l, err := j.WaitLine(ctx, func(l mhjob.Line) bool { return strings.HasPrefix(l.Text, "iter") })
+//	l, err := j.WaitLine(ctx, func(l proctest.Line) bool { return strings.HasPrefix(l.Text, "iter") })
 //	c.Crash(c.Host(1))
 //	err = j.Wait(ctx)
-//	for _, p := range j.Procs() { code, sig, end, _ := p.Exit() ... }
+//	for _, p := range j.Procs() { code, sig, end, _ := p.Exit(); host := j.Host(p.ID) ... }
 //
-// Every line a process writes to stdout or stderr is kept with the time it
-// arrived, prefixed like gaspirun's output ("[p3] ..."), so the checks
-// written for gaspirun jobs read it too. Each process is watched by a
-// goroutine owned by the Job that reads its output and waits for it; Kill
+// The Job is proctest's runner (proctest.Job) over the processes: every
+// line a process writes is kept with the time it arrived and its process
+// id, and Text prints the lines prefixed like gaspirun's output ("[p3]
+// ..."), so the checks written for gaspirun jobs read them too. Kill
 // SIGKILLs whatever still runs, and Wait returns once every process has
 // ended. Methods are safe for concurrent use.
 package mhjob

@@ -6,26 +6,25 @@ import (
 	"time"
 )
 
-// Cond guards what a harness learns from a running job (its output lines,
-// its exit) and lets goroutines wait, with a bound, for a condition over
-// it: the reader calls Changed after each line and End when the job is
-// over, under the lock, and waiters wake at each change instead of
-// polling. The zero value is ready; Lock and Unlock guard the harness's
-// own fields.
-type Cond struct {
+// cond guards a Job's state (its output lines, its exits, and what the
+// harness builds from them) and lets goroutines wait, with a bound, for a
+// condition over it: the Job calls ChangedLocked after each line and exit
+// and EndLocked when the job is over, under the lock, and waiters wake at
+// each change instead of polling. The zero value is ready.
+type cond struct {
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced at each change
 	ended   bool
 }
 
 // Lock locks the state.
-func (c *Cond) Lock() { c.mu.Lock() }
+func (c *cond) Lock() { c.mu.Lock() }
 
 // Unlock unlocks the state.
-func (c *Cond) Unlock() { c.mu.Unlock() }
+func (c *cond) Unlock() { c.mu.Unlock() }
 
 // chLocked returns the channel the next change closes.
-func (c *Cond) chLocked() chan struct{} {
+func (c *cond) chLocked() chan struct{} {
 	if c.changed == nil {
 		c.changed = make(chan struct{})
 	}
@@ -33,43 +32,43 @@ func (c *Cond) chLocked() chan struct{} {
 }
 
 // ChangedLocked wakes every waiter. Call it with the lock held.
-func (c *Cond) ChangedLocked() {
+func (c *cond) ChangedLocked() {
 	close(c.chLocked())
 	c.changed = make(chan struct{})
 }
 
 // EndLocked records that the job is over (nothing will change any more)
 // and wakes every waiter. Call it with the lock held.
-func (c *Cond) EndLocked() {
+func (c *cond) EndLocked() {
 	c.ended = true
 	c.ChangedLocked()
 }
 
 // EndedLocked reports whether EndLocked was called. Call it with the lock
 // held.
-func (c *Cond) EndedLocked() bool { return c.ended }
+func (c *cond) EndedLocked() bool { return c.ended }
 
 // Ended reports whether EndLocked was called.
-func (c *Cond) Ended() bool {
+func (c *cond) Ended() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.ended
 }
 
 // Changed returns a channel closed at the next change.
-func (c *Cond) Changed() <-chan struct{} {
+func (c *cond) Changed() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.chLocked()
 }
 
-// Wait blocks until cond, called with the lock held after each change,
-// holds (true), or the job ends without it (false: cond is checked once
-// more after the end), or ctx ends (false).
-func (c *Cond) Wait(ctx context.Context, cond func() bool) bool {
+// Wait blocks until holds, called with the lock held after each change,
+// returns true (true), or the job ends without it (false: holds is
+// called once more after the end), or ctx ends (false).
+func (c *cond) Wait(ctx context.Context, holds func() bool) bool {
 	for {
 		c.mu.Lock()
-		ok, ended, ch := cond(), c.ended, c.chLocked()
+		ok, ended, ch := holds(), c.ended, c.chLocked()
 		c.mu.Unlock()
 		if ok {
 			return true
@@ -86,22 +85,22 @@ func (c *Cond) Wait(ctx context.Context, cond func() bool) bool {
 }
 
 // WaitFor is Wait bounded by d.
-func (c *Cond) WaitFor(d time.Duration, cond func() bool) bool {
+func (c *cond) WaitFor(d time.Duration, holds func() bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	return c.Wait(ctx, cond)
+	return c.Wait(ctx, holds)
 }
 
 // WaitEnd waits at most d for the job's end and reports whether it came.
-func (c *Cond) WaitEnd(d time.Duration) bool {
+func (c *cond) WaitEnd(d time.Duration) bool {
 	c.WaitFor(d, func() bool { return false })
 	return c.Ended()
 }
 
-// WaitFirst waits on c for the first element of list (called with c's
+// waitFirst waits on c for the first element of list (called with c's
 // lock held; it only grows) that match accepts, looking at each element
 // once. It returns false when the job ends without one or ctx ends.
-func WaitFirst[T any](ctx context.Context, c *Cond, list func() []T, match func(T) bool) (T, bool) {
+func waitFirst[T any](ctx context.Context, c *cond, list func() []T, match func(T) bool) (T, bool) {
 	var found T
 	next := 0
 	ok := c.Wait(ctx, func() bool {

@@ -9,7 +9,7 @@ import (
 
 func TestCond(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var c Cond
+		var c cond
 		n := 0
 		woke := make(chan bool)
 		go func() {
@@ -62,7 +62,7 @@ func TestCond(t *testing.T) {
 
 func TestWaitFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var c Cond
+		var c cond
 		var lines []string
 		add := func(l string, end bool) {
 			c.Lock()
@@ -83,7 +83,7 @@ func TestWaitFirst(t *testing.T) {
 		}
 		got := make(chan res)
 		go func() {
-			l, ok := WaitFirst(context.Background(), &c, list, match)
+			l, ok := waitFirst(context.Background(), &c, list, match)
 			got <- res{l, ok}
 		}()
 		add("a", false)
@@ -92,21 +92,21 @@ func TestWaitFirst(t *testing.T) {
 		synctest.Wait()
 		add("b", false)
 		if r := <-got; !r.ok || r.l != "b" || calls != 3 {
-			t.Fatalf("WaitFirst = %q %v after %d calls of match, want b true after 3", r.l, r.ok, calls)
+			t.Fatalf("waitFirst = %q %v after %d calls of match, want b true after 3", r.l, r.ok, calls)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if _, ok := WaitFirst(ctx, &c, list, func(l string) bool { return l == "z" }); ok || ctx.Err() == nil {
-			t.Fatalf("WaitFirst for a missing line returned before ctx ended")
+		if _, ok := waitFirst(ctx, &c, list, func(l string) bool { return l == "z" }); ok || ctx.Err() == nil {
+			t.Fatalf("waitFirst for a missing line returned before ctx ended")
 		}
 		go func() {
-			l, ok := WaitFirst(context.Background(), &c, list, func(l string) bool { return l == "z" })
+			l, ok := waitFirst(context.Background(), &c, list, func(l string) bool { return l == "z" })
 			got <- res{l, ok}
 		}()
 		synctest.Wait()
 		add("y", true)
 		if r := <-got; r.ok {
-			t.Fatalf("WaitFirst found %q for a line never written", r.l)
+			t.Fatalf("waitFirst found %q for a line never written", r.l)
 		}
 	})
 }

@@ -5,11 +5,15 @@
 //	defer cleanup()
 //	gaspirun := filepath.Join(dir, "gaspirun")
 //
-// It also holds what the harnesses share while a job runs: ScanLines
-// reads a process's output, Cond guards what a harness learnt from it and
-// lets tests wait for a condition with a bound (woken at each line, never
-// polling), Procs finds the job's processes by its PGAS_JOB_ID, and
-// Leftovers and WaitGone check that every process ended by itself.
+// It also holds the one job runner of the tiers and benchmarks, Job: it
+// starts a job's processes (gaspirun, or the processes of a job started
+// without it), records every output line with its time and process, and
+// lets a test wait, with a bound and woken at each line (never polling),
+// for a line (WaitLine), a condition over what it read (WaitCond, with
+// JobConfig.OnLine building that reading), or the end (Wait, WaitEnd),
+// then read the exit status (ExitCode, Proc.Exit). Around it: Procs finds
+// the job's processes by its PGAS_JOB_ID, and Leftovers and WaitGone check
+// that every process ended by itself.
 package proctest
 
 import (

@@ -6,7 +6,6 @@ package proctest
 // output.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
@@ -15,7 +14,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -67,25 +65,13 @@ func (b *Program) Job(t *testing.T, ranks, spares int, args ...string) (int, str
 }
 
 // Gaspirun runs the launcher with args, bounded by timeout (given to it
-// as --timeout) plus 30 s, after which it is sent SIGTERM, and returns
-// its exit status (-1 when it could not run) and combined output.
+// as --timeout) plus 30 s, after which it is stopped (see Job.Stop), and
+// returns its exit status (-1 when it could not run) and combined output.
 func Gaspirun(t *testing.T, gaspirun string, timeout time.Duration, args ...string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, gaspirun, args...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 20 * time.Second
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	begin := time.Now()
-	err := cmd.Run()
-	code := cmd.ProcessState.ExitCode()
-	if err != nil && code == 0 {
-		code = -1
-	}
-	t.Logf("gaspirun %s: exit %d in %v (load %s)", strings.Join(args, " "), code, time.Since(begin).Round(time.Millisecond), LoadAvg())
-	return code, buf.String()
+	code, out, wall := runToEnd(timeout+30*time.Second, gaspirun, args...)
+	t.Logf("gaspirun %s: exit %d in %v (load %s)", strings.Join(args, " "), code, wall.Round(time.Millisecond), LoadAvg())
+	return code, out
 }
 
 // Run runs the program alone (no gaspirun) and returns its exit status
@@ -93,16 +79,21 @@ func Gaspirun(t *testing.T, gaspirun string, timeout time.Duration, args ...stri
 func (b *Program) Run(t *testing.T, args ...string) (int, string) {
 	t.Helper()
 	_, prog := b.Build(t)
-	ctx, cancel := context.WithTimeout(context.Background(), JobTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, prog, args...).CombinedOutput()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("%v: %v", args, err)
+	code, out, _ := runToEnd(JobTimeout, prog, args...)
+	return code, out
+}
+
+// runToEnd runs one process to its end, bounded by bound, and returns
+// its exit status (-1 when it could not start or was killed), combined
+// output and run time.
+func runToEnd(bound time.Duration, prog string, args ...string) (code int, out string, wall time.Duration) {
+	j, err := Start(JobConfig{Bound: bound}, exec.Command(prog, args...))
+	if err != nil {
+		return -1, err.Error(), 0
 	}
-	return code, string(out)
+	j.Wait(context.Background()) // the bound ends it
+	_, _, end, _ := j.Procs()[0].Exit()
+	return j.ExitCode(), j.Output(), end.Sub(j.Begin())
 }
 
 // RankZeroLines returns the lines of log that rank 0 printed (without "[r0] ")
