@@ -11,6 +11,8 @@
 //     crash, cut and heal.
 //   - mhjob: a job across simulated hosts with the bare PGAS_* contract,
 //     on proctest's runner.
+//   - hostfault: the host scenarios (crash, rendezvous host crash, cut
+//     off, cut and healed) that every multi-host launcher's tier runs.
 //   - procnet: the TCP listeners of a process, from /proc.
 //   - script: scenario scripts with golden traces (go test -rewrite).
 //   - stats: medians and percentiles for benchmarks and the chaos suite.

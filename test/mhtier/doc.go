@@ -27,13 +27,16 @@
 // fails the test and is killed.
 //
 //   - TestNoFailure (a): the failure-free job, the reference.
-//   - TestHostCrash (b): everything on node2 is SIGKILLed (rank 2 and an
-//     idle spare); node3's spare takes rank 2.
-//   - TestRendezvousHostCrash (c): node1 is lost: process 0 with the
+//   - TestHostFaults (b to e): the host scenarios of package
+//     internal/testkit/hostfault, the table test/sshtier runs under
+//     gaspirun over ssh; here each is a subtest:
+//   - HostCrash (b): everything on node2 is SIGKILLed (rank 2 and an idle
+//     spare); node3's spare takes rank 2.
+//   - RendezvousHostCrash (c): node1 is lost: process 0 with the
 //     rendezvous, and rank 1. The spares take ranks 0 and 1.
-//   - TestHostCutOff (d): node2 is cut off for good (simhost.Silent: a
+//   - HostCutOff (d): node2 is cut off for good (simhost.Silent: a
 //     partition nobody is told about).
-//   - TestHostCutAndHealed (e): node2 is cut off for 4 s, then healed.
+//   - HostCutAndHealed (e): node2 is cut off for 4 s, then healed.
 //   - TestHostnameRendezvous (f): PGAS_RENDEZVOUS=node1:29400 where node1
 //     resolves its own name to 127.0.1.1, as Debian's /etc/hosts does: no
 //     process may register a loopback address (process 0's debug log of

@@ -5,8 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/gaspigo/gaspigo/internal/testkit/hostfault"
 	"github.com/gaspigo/gaspigo/internal/testkit/mhjob"
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
@@ -19,73 +19,61 @@ func TestNoFailure(t *testing.T) {
 	reference(t)
 }
 
-// scenario runs the job on three new hosts (tune adjusts its
-// configuration), applies fault once it has done triggerIter iterations,
-// and checks the end (see finish) with want.
-func scenario(t *testing.T, tune func(*mhjob.Config), fault func(*simhost.Cluster, *mhjob.Job), want map[int]end) {
+// launcher runs the host scenarios (package hostfault) with the bare
+// PGAS_* contract on the layout of the package doc: tune, if set, adjusts
+// the job's configuration, and before, if set, runs just before the
+// fault strikes.
+type launcher struct {
+	tune   func(*mhjob.Config)
+	before func(*testing.T, *mhjob.Job)
+	job    *mhjob.Job
+	ref    string
+}
+
+// Start runs the job on three new hosts up to the fault's iteration.
+func (l *launcher) Start(t *testing.T, s hostfault.Scenario) *simhost.Cluster {
 	t.Helper()
-	ref := reference(t)
+	l.ref = reference(t)
 	c := newCluster(t)
-	j := start(t, c, tune)
-	waitIter(t, j, triggerIter)
-	fault(c, j)
-	finish(t, j, want, ref)
+	l.job = start(t, c, l.tune)
+	waitIter(t, l.job, hostfault.TriggerIter)
+	if l.before != nil {
+		l.before(t, l.job)
+	}
+	return c
 }
 
-// crashHost SIGKILLs everything on host i, which runs two processes.
-func crashHost(t *testing.T, i int) func(*simhost.Cluster, *mhjob.Job) {
-	return func(c *simhost.Cluster, _ *mhjob.Job) {
-		h := c.Host(i)
-		if killed, err := c.Crash(h); err != nil || len(killed) != 2 {
-			t.Fatalf("crash of %s killed %v (%v), want its two processes", h.Name(), killed, err)
+// Check checks the end (see finish): the processes of the struck host
+// SIGKILLed by a crash, which kills both of them, or, cut off, ended by
+// themselves as cut off or fenced; every other process exit 0.
+func (l *launcher) Check(t *testing.T, s hostfault.Scenario, killed []int) {
+	t.Helper()
+	want := map[int]end{}
+	for p, h := range layout {
+		switch {
+		case h != s.Host:
+		case s.Crash:
+			want[p] = killedBy9
+		default:
+			want[p] = cutOff
 		}
 	}
-}
-
-// cutHost cuts host i off silently; after heal (if not zero) it heals it.
-func cutHost(t *testing.T, i int, heal time.Duration) func(*simhost.Cluster, *mhjob.Job) {
-	return func(c *simhost.Cluster, _ *mhjob.Job) {
-		h := c.Host(i)
-		if err := c.Cut(h, simhost.Silent); err != nil {
-			t.Fatal(err)
-		}
-		if heal == 0 {
-			return
-		}
-		time.Sleep(heal) // the scenario: a partition this long
-		if err := c.Heal(h); err != nil {
-			t.Fatal(err)
-		}
+	if s.Crash && len(killed) != len(want) {
+		t.Fatalf("the crash of node%d killed %v, want its %d processes", s.Host+1, killed, len(want))
 	}
+	finish(t, l.job, want, l.ref)
 }
 
-// TestHostCrash (b): every process of node2 (rank 2 and the spare process
-// 4) is SIGKILLed at once; node3's spare takes rank 2.
-func TestHostCrash(t *testing.T) {
-	scenario(t, nil, crashHost(t, 1), map[int]end{2: killedBy9, 4: killedBy9})
-}
-
-// TestRendezvousHostCrash (c): node1, which runs process 0 (rank 0 and
-// the rendezvous) and rank 1, is lost; the spares take ranks 0 and 1 and
-// the new rank 0 prints the answer.
-func TestRendezvousHostCrash(t *testing.T) {
-	scenario(t, nil, crashHost(t, 0), map[int]end{0: killedBy9, 1: killedBy9})
-}
-
-// TestHostCutOff (d): node2 is cut off for good (a silent partition). The
-// others replace rank 2 and finish; node2's processes (the replaced rank
-// and an idle spare), which can reach nobody, must give up by themselves
-// as cut off.
-func TestHostCutOff(t *testing.T) {
-	scenario(t, nil, cutHost(t, 1, 0), map[int]end{2: cutOff, 4: cutOff})
-}
-
-// TestHostCutAndHealed (e): node2 is cut off for 4 s, then healed. Its
-// processes were replaced meanwhile: on healing they must learn it and
-// exit 77 (or, if nobody is left to tell them, give up as cut off); so
-// must the idle spare there.
-func TestHostCutAndHealed(t *testing.T) {
-	scenario(t, nil, cutHost(t, 1, 4*time.Second), map[int]end{2: cutOff, 4: cutOff})
+// TestHostFaults (b to e): the host scenarios of package hostfault. A
+// crash of node2 kills rank 2 and the idle spare process 4, and node3's
+// spare takes rank 2; a crash of node1 takes process 0 with the
+// rendezvous, and rank 1, and the spares take ranks 0 and 1. node2 cut
+// off for good, or for 4 s and then healed: the others replace rank 2 and
+// finish, and node2's processes (the replaced rank and an idle spare) must
+// give up by themselves as cut off, or, healed, learn they were replaced
+// and exit 77.
+func TestHostFaults(t *testing.T) {
+	hostfault.Run(t, &launcher{}, hostfault.Scenarios)
 }
 
 // TestHostnameRendezvous (f): PGAS_RENDEZVOUS=node1:29400, and node1
@@ -104,11 +92,7 @@ func TestHostnameRendezvous(t *testing.T) {
 			return nil
 		}
 	}
-	crash := crashHost(t, 1)
-	scenario(t, tune, func(c *simhost.Cluster, j *mhjob.Job) {
-		checkAdvertised(t, j)
-		crash(c, j)
-	}, map[int]end{2: killedBy9, 4: killedBy9})
+	hostfault.Run(t, &launcher{tune: tune, before: checkAdvertised}, []hostfault.Scenario{hostfault.HostCrash})
 }
 
 // checkAdvertised fails the test for every registration (logged by

@@ -11,18 +11,21 @@
 // places ranks 0 and 1 on node1, ranks 2 and 3 on node2 and the spares on
 // node3.
 //
-//   - TestSSHHostCrash: once the job has done 10 iterations everything on
-//     node2 is SIGKILLed, its sshd included. gaspirun sees both ssh
-//     sessions end without an exit status, counts the two ranks as lost,
-//     the spares take over, and the job ends with exit 0 and the
-//     failure-free checksum (from a local gaspirun run of the same job).
-//     No process's argv and no file of the test holds the job token, and
-//     nothing of the job is left on any host.
-//   - TestSSHHostCutOff: node2 drops off the network for good after
-//     iteration 10 (simhost.Silent). The spares take over, the job ends
-//     with exit 0 and the failure-free checksum, gaspirun stops node2's
-//     unreachable processes through their connections, and nothing of the
-//     job outlives its ssh sessions on node2.
+//   - TestSSHHostFaults: the host scenarios of package
+//     internal/testkit/hostfault (the table test/mhtier runs without
+//     gaspirun), each a subtest, the fault striking once the job has done
+//     10 iterations. In every one the spares take the struck host's two
+//     ranks and the job ends with exit 0 and the failure-free checksum
+//     (from a local gaspirun run of the same job); no process's argv and
+//     no file of the test holds the job token; nothing of the job is left
+//     on any host. HostCrash (node2) and RendezvousHostCrash (node1): the
+//     host's sshd dies too, and gaspirun sees both ssh sessions end
+//     without an exit status and counts the two ranks as lost.
+//     HostCutOff: node2 drops off the network for good (simhost.Silent);
+//     gaspirun stops its unreachable processes through their connections,
+//     and nothing of the job outlives its ssh sessions there.
+//     HostCutAndHealed: node2 is cut off for 4 s, then healed; its
+//     replaced processes end as fenced (77) before the job does.
 //   - TestSSHDroppedConnectionAndInterrupt: the ssh client of rank 3 is
 //     SIGKILLed; its sshd ends the session and the remote side kills rank
 //     3, which a spare replaces. Then gaspirun gets SIGINT and tears the

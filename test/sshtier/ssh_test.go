@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/testkit/hostfault"
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
 )
@@ -22,25 +23,41 @@ func (s *sshHosts) launch(t *testing.T, kmArgs []string) *run {
 		"--ssh", "ssh -F " + s.sshConfig, "--timeout", jobWait.String()}, kmArgs)
 }
 
-// TestSSHHostCrash: node2 (ranks 2 and 3, and its sshd) is SIGKILLed after
-// iteration 10; the spares on node3 take over and the job ends with exit
-// 0 and the failure-free answer, leaving nothing behind anywhere.
-func TestSSHHostCrash(t *testing.T) {
-	require(t)
-	ref := reference(t, faulted)
-	s := newSSHHosts(t)
-	since := time.Now().Add(-time.Second)
-	r := s.launch(t, faulted)
-	r.waitLine(t, "the placement", func(l string) bool {
-		return strings.HasPrefix(l, "gaspirun: ssh launch, rendezvous "+s.c.FrontAddr().String()+":") &&
-			strings.HasSuffix(l, "placement: node1: r0-1; node2: r2-3; node3: s4-5")
-	})
-	r.waitIter(t, 10)
+// launcher runs the host scenarios (package hostfault) under gaspirun
+// --hostfile over the hosts' sshds: ranks 0 and 1 on node1 (process 0 and
+// the rendezvous), ranks 2 and 3 on node2, the spares on node3. Every
+// scenario also checks that the job token is in the processes'
+// environments and in no argv (at the fault) and no file (after it).
+type launcher struct {
+	s     *sshHosts
+	r     *run
+	ref   string
+	since time.Time // the job's start, for the files search
+	token string
+}
 
-	// The token: in the processes' environments, in no argv and no file.
-	pid := s.kmeansOn(0)
+// Start runs the job on three new hosts up to the fault's iteration.
+func (l *launcher) Start(t *testing.T, sc hostfault.Scenario) *simhost.Cluster {
+	t.Helper()
+	require(t)
+	kmArgs := faulted
+	if sc.Heal > 0 {
+		// Long enough that the healed host's processes end before the job.
+		kmArgs = withMaxIter(workload, 5000)
+	}
+	l.ref = reference(t, kmArgs)
+	l.s = newSSHHosts(t)
+	l.since = time.Now().Add(-time.Second)
+	l.r = l.s.launch(t, kmArgs)
+	l.r.waitLine(t, "the placement", func(line string) bool {
+		return strings.HasPrefix(line, "gaspirun: ssh launch, rendezvous "+l.s.c.FrontAddr().String()+":") &&
+			strings.HasSuffix(line, "placement: node1: r0-1; node2: r2-3; node3: s4-5")
+	})
+	l.r.waitIter(t, hostfault.TriggerIter)
+	// The token: in the processes' environments, in no argv.
+	pid := l.s.kmeansOn(0)
 	if pid == 0 {
-		t.Fatalf("no kmeans on node1: %v", s.jobProcs(0))
+		t.Fatalf("no kmeans on node1: %v", l.s.jobProcs(0))
 	}
 	token, ok := proctest.EnvOf(pid, "PGAS_TOKEN")
 	if !ok || len(token) < 32 {
@@ -49,104 +66,54 @@ func TestSSHHostCrash(t *testing.T) {
 	if hits := proctest.ArgvsWith(token); len(hits) > 0 {
 		t.Errorf("the job token is in argvs:\n%s", strings.Join(hits, "\n"))
 	}
-	// Crash node2 at once (the job runs for well under a second more);
-	// the files are searched for the token afterwards.
-	killed, err := s.c.Crash(s.c.Host(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("crashed node2: killed %d processes", len(killed))
-	roots := []string{s.dir, os.TempDir()}
-	for _, h := range s.c.Hosts() {
+	l.token = token
+	return l.s.c
+}
+
+// Check checks the end: no file holds the token; gaspirun exits 0 with the
+// failure-free answer and a promotion for each rank of the struck host; a
+// crash's processes reported lost with their ssh sessions, a healed cut's
+// ended as fenced before the job; and nothing of the job is left on any
+// host.
+func (l *launcher) Check(t *testing.T, sc hostfault.Scenario, _ []int) {
+	t.Helper()
+	roots := []string{l.s.dir, os.TempDir()}
+	for _, h := range l.s.c.Hosts() {
 		roots = append(roots, h.Dir())
 	}
 	for _, root := range roots {
-		if hits := proctest.FilesWith(root, token, since, root != os.TempDir()); len(hits) > 0 {
+		if hits := proctest.FilesWith(root, l.token, l.since, root != os.TempDir()); len(hits) > 0 {
 			t.Errorf("the job token is in files: %v", hits)
 		}
 	}
-
-	out := s.recovered(t, r, ref, 2, 3)
-	for _, rank := range []int{2, 3} {
-		lost := fmt.Sprintf("process %d on node2", rank)
-		if !strings.Contains(out, lost) || !strings.Contains(out, "was lost: ssh to node2") {
-			t.Errorf("no loss of %s reported:\n%s", lost, out)
+	host := l.s.c.Host(sc.Host).Name()
+	lost := []int{2 * sc.Host, 2*sc.Host + 1} // two slots a host: its ranks
+	out := l.s.recovered(t, l.r, l.ref, lost...)
+	if sc.Crash {
+		for _, p := range lost {
+			if !strings.Contains(out, fmt.Sprintf("process %d on %s", p, host)) || !strings.Contains(out, "was lost: ssh to "+host) {
+				t.Errorf("no loss of process %d on %s reported:\n%s", p, host, out)
+			}
 		}
 	}
-	s.waitHostsClean(t)
-}
-
-// TestSSHHostCutOff: node2 (ranks 2 and 3) drops off the network for good
-// after iteration 10, silently. The spares take over and the job ends with
-// exit 0 and the failure-free answer; gaspirun stops node2's unreachable
-// processes through their connections, and on node2 nothing of the job
-// outlives its ssh sessions (ended by sshd's ClientAlive bound or the
-// remote side's missing pings).
-func TestSSHHostCutOff(t *testing.T) {
-	require(t)
-	ref := reference(t, faulted)
-	s := newSSHHosts(t)
-	r := s.launch(t, faulted)
-	r.waitIter(t, 10)
-	if err := s.c.Cut(s.c.Host(1), simhost.Silent); err != nil {
-		t.Fatal(err)
-	}
-	out := s.recovered(t, r, ref, 2, 3)
-	ended := time.Now()
-	s.waitHostsClean(t)
-	t.Logf("gaspirun's last lines:\n%s\nnode2 clean %v after gaspirun's exit", lastLines(out, 4), time.Since(ended).Round(time.Millisecond))
-}
-
-// TestSSHRendezvousHostCrash: node1, which runs process 0 (rank 0) and
-// rank 1, is SIGKILLed with its sshd after iteration 10. The spares on
-// node3 take ranks 0 and 1, the new rank 0 prints the answer, and the job
-// ends with exit 0 and the failure-free answer, nothing left anywhere.
-func TestSSHRendezvousHostCrash(t *testing.T) {
-	require(t)
-	ref := reference(t, faulted)
-	s := newSSHHosts(t)
-	r := s.launch(t, faulted)
-	r.waitIter(t, 10)
-	if _, err := s.c.Crash(s.c.Host(0)); err != nil {
-		t.Fatal(err)
-	}
-	out := s.recovered(t, r, ref, 0, 1)
-	for _, p := range []int{0, 1} {
-		if lost := fmt.Sprintf("process %d on node1", p); !strings.Contains(out, lost) {
-			t.Errorf("no loss of %s reported:\n%s", lost, out)
-		}
-	}
-	s.waitHostsClean(t)
-}
-
-// TestSSHHostCutAndHealed: node2 (ranks 2 and 3) drops off the network
-// silently for 4 s after iteration 10, then comes back. The spares took
-// its ranks meanwhile; on healing node2's processes learn it and end by
-// themselves as fenced (77) or cut off (74), which gaspirun counts as no
-// failure: the job exits 0 with the failure-free answer.
-func TestSSHHostCutAndHealed(t *testing.T) {
-	require(t)
-	// Long enough that node2's processes end before the job does.
-	long := withMaxIter(workload, 5000)
-	ref := reference(t, long)
-	s := newSSHHosts(t)
-	r := s.launch(t, long)
-	r.waitIter(t, 10)
-	node2 := s.c.Host(1)
-	if err := s.c.Cut(node2, simhost.Silent); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(4 * time.Second) // the scenario: a partition this long
-	if err := s.c.Heal(node2); err != nil {
-		t.Fatal(err)
-	}
-	out := s.recovered(t, r, ref, 2, 3)
-	if !strings.Contains(out, "4 exited 0, 2 exited with code 77;") {
-		t.Errorf("node2's processes did not end by themselves as fenced before the job's end:\n%s", lastLines(out, 4))
+	if sc.Heal > 0 && !strings.Contains(out, "4 exited 0, 2 exited with code 77;") {
+		t.Errorf("%s's processes did not end by themselves as fenced before the job's end:\n%s", host, lastLines(out, 4))
 	}
 	ended := time.Now()
-	s.waitHostsClean(t)
-	t.Logf("gaspirun's last lines:\n%s\nnode2 clean %v after gaspirun's exit", lastLines(r.output(), 4), time.Since(ended).Round(time.Millisecond))
+	l.s.waitHostsClean(t)
+	t.Logf("gaspirun's last lines:\n%s\nhosts clean %v after gaspirun's exit", lastLines(out, 4), time.Since(ended).Round(time.Millisecond))
+}
+
+// TestSSHHostFaults: the host scenarios of package hostfault under
+// gaspirun over ssh. A crash takes the host's sshd too: gaspirun sees both
+// ssh sessions end without an exit status and counts the two ranks as
+// lost. A cut host's processes are stopped by gaspirun through their
+// connections, and nothing of the job outlives their ssh sessions (ended
+// by sshd's ClientAlive bound or the remote side's missing pings); healed,
+// they learn they were replaced and exit 77, which gaspirun counts as no
+// failure.
+func TestSSHHostFaults(t *testing.T) {
+	hostfault.Run(t, &launcher{}, hostfault.Scenarios)
 }
 
 // recovered waits for gaspirun and checks a recovered job's end: exit 0,
