@@ -18,9 +18,10 @@
 //
 //   - TestFailureFree: the reference result, the same on every rank, in
 //     epoch 1, with no failure confirmed.
-//   - TestKillRank: SIGKILL of a rank mid-run; every survivor ends in the
-//     same new epoch, a spare holds the rank, the results equal the
-//     failure-free run's.
+//   - TestKillRankAcrossHosts: SIGKILL of a rank mid-run, the processes
+//     labelled as three hosts (gaspirun --ranks-per-host 2); every survivor
+//     ends in the same new epoch, a spare on another host holds the rank,
+//     the results equal the failure-free run's.
 //   - TestKillRaftLeader: SIGKILL of the Raft leader's process; a new
 //     leader is elected and recovery completes with the correct result.
 //   - TestKillTwoRanks: two kills, one after the other's recovery; both
@@ -41,6 +42,12 @@
 //     serving the rendezvous exits 69 after PGAS_RENDEZVOUS_TIMEOUT.
 //   - TestLauncherKilled: SIGKILL of gaspirun; the ranks finish on their
 //     own and write correct result files, and every process ends.
+//
+// This tier covers membership: the kill of one rank, of two in turn and
+// past the spares (exit 75) are its own, checked by epochs, holders and
+// false positives. test/kmtier covers the same kills seen by an
+// application (checkpoints restored, the failure-free K-means line) and
+// keeps only the single kill (TestKillRank) and its variants.
 //
 // A failure confirmed for a process the test did not touch is a false
 // positive: the tests fail and name it. On a machine too loaded for the

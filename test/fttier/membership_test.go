@@ -95,16 +95,13 @@ func TestFailureFree(t *testing.T) {
 	j.checkFinalize()
 }
 
-// TestKillRank: SIGKILL of a rank mid-run. Every survivor ends in the same
-// new epoch, a spare holds the rank, and the results equal the
-// failure-free run's.
-func TestKillRank(t *testing.T) { killRank(t, jobOpts{steps: 300}) }
-
-// TestKillRankAcrossHosts: TestKillRank with the processes labelled as
-// three hosts of two (gaspirun --ranks-per-host 2: ranks 0-1, ranks 2-3,
-// the spares), so the collectives run in two levels, and the spare that
-// takes the rank is on another host than the rank it replaces. The results
-// still equal the failure-free run's.
+// TestKillRankAcrossHosts: SIGKILL of a rank mid-run, with the processes
+// labelled as three hosts of two (gaspirun --ranks-per-host 2: ranks 0-1,
+// ranks 2-3, the spares), so the collectives run in two levels, and the
+// spare that takes the rank is on another host than the rank it replaces.
+// Every survivor ends in the same new epoch, a spare holds the rank, and
+// the results equal the failure-free run's. (test/kmtier's TestKillRank
+// is the single kill on one host.)
 func TestKillRankAcrossHosts(t *testing.T) {
 	killRank(t, jobOpts{steps: 300, launch: []string{"--ranks-per-host", "2"}})
 }

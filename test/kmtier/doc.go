@@ -21,8 +21,8 @@
 //   - TestEveryProcessEnds: 14 ranks and 2 spares, without and with a
 //     kill: every rank's process ends by itself, nobody recovers at the
 //     end, the same result.
-//   - TestKillRank: one kill, one spare.
-//   - TestKillTwoRanks: kills at iterations 7 and 17, two spares.
+//   - TestKillRank: one kill, one spare: the checkpoint of iteration 10
+//     restored.
 //   - TestKillDuringCommit: a kill inside a checkpoint's commit
 //     (phase=commit).
 //   - TestKillBeforeFirstCommit: a kill inside the starting checkpoint's
@@ -51,8 +51,6 @@
 //   - TestFilesOwnerOnly: after a run with a kill, the state directory
 //     (Raft logs), the disk checkpoints and --output have no group or
 //     other permission bit.
-//   - TestSparesExhausted: more kills than spares end the job with "spare
-//     pool exhausted" and exit code 75.
 //   - TestMatchesReference: points in a CSV and a binary file, --init
 //     centroids, --output CSV: the distributed result equals
 //     kmeans.Reference within rounding, and a run with a kill gives the
@@ -72,6 +70,10 @@
 //   - TestShrinkAfterSpares: --shrink with one spare and two kills: the
 //     spare takes rank 1, then rank 0 is left vacant, rank 1 takes its
 //     shard and prints the result, which is the --shrink reference's.
+//
+// Two kills in turn and more kills than spares (exit 75) are membership
+// cases: test/fttier covers them (TestKillTwoRanks, TestSparesExhausted);
+// here two kills run only with a pruned algorithm (TestYinyangKillTwoRanks).
 //
 // The survivors report a vacant rank to gaspirun (bootstrap.KindVacant),
 // which then counts it as done: a job that shrank exits 0.

@@ -64,21 +64,6 @@ func TestKillRank(t *testing.T) {
 	}
 }
 
-// TestKillTwoRanks: two kills at different iterations use both spares.
-func TestKillTwoRanks(t *testing.T) {
-	res := run(t, spec{spares: 2, extra: []string{"--inject", "kill:rank=1,iter=7", "--inject", "kill:rank=3,iter=17"}})
-	checkRecovered(t, res, 2)
-	pr := res.promotions()
-	if len(pr) != 2 || pr[1] == pr[3] || pr[1] < ranks || pr[3] < ranks {
-		t.Fatalf("promotions %v, want ranks 1 and 3 held by the two spare processes", pr)
-	}
-	for _, want := range []string{"checkpoint of iteration 5 restored", "checkpoint of iteration 15 restored"} {
-		if !res.has(want) {
-			t.Fatalf("want %q\n%s", want, res.text())
-		}
-	}
-}
-
 // TestKillDuringCommit: the victim dies inside the commit of the
 // checkpoint taken after iteration 10 (the commit follows iteration 11's
 // step); the survivors' agreement fails and they restore a checkpoint
@@ -311,21 +296,6 @@ func checkResumed(t *testing.T, res *result) {
 	}
 	if got, want := res.final(t), baseline(t, nil); got != want {
 		t.Fatalf("resumed: %+v, failure-free: %+v\n%s", got, want, res.text())
-	}
-}
-
-// TestSparesExhausted: a second kill with one spare ends the job with the
-// named error and exit code 75.
-func TestSparesExhausted(t *testing.T) {
-	res := run(t, spec{spares: 1, extra: []string{"--inject", "kill:rank=1,iter=7", "--inject", "kill:rank=3,iter=17"}})
-	if res.code != 75 {
-		t.Fatalf("gaspirun exited %d, want 75 (no spare left)\n%s", res.code, res.text())
-	}
-	if !res.has("spares: spare pool exhausted") || !res.has("exited with code 75") {
-		t.Fatalf("exit 75 without the named error\n%s", res.text())
-	}
-	if res.index("centroids sha256=", 0) >= 0 {
-		t.Fatalf("a final line from a failed job\n%s", res.text())
 	}
 }
 
