@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/gaspigo/gaspigo/apps/internal/kvjob"
 	"github.com/gaspigo/gaspigo/kvshuffle"
@@ -44,6 +45,8 @@ type run struct {
 	rank    []uint64
 	fresh   bool // the shuffle was just created or rolled back: no reset before the round
 	printed bool
+	acc     []uint64 // step's sums of contributions, by target vertex
+	buf     []int64  // step's out-edges of one vertex
 }
 
 // Run is one rank's part of the job (see the package doc).
@@ -127,6 +130,7 @@ func (r *run) complete(ctx context.Context) error {
 // step runs one iteration as one round of the shuffle.
 func (r *run) step(ctx context.Context) error {
 	it := r.iter()
+	begin := time.Now()
 	if r.c.Kill.Armed(r.j.RT) && it == int(r.c.Kill.At) {
 		r.c.Kill.Fire(r.c.Stdout, int(r.r), fmt.Sprintf("at the start of iteration %d", it))
 	}
@@ -139,27 +143,47 @@ func (r *run) step(ctx context.Context) error {
 	}
 	r.fresh = false
 	N := r.c.Graph.Vertices()
+	// Contributions are summed here, one slot per target vertex, before
+	// anything is sent: a pair per target and iteration instead of a pair
+	// per edge. The sums are of integers, so the order does not matter
+	// and the ranks are the same bits. This rank's own vertices never go
+	// through the shuffle.
+	if r.acc == nil {
+		r.acc = make([]uint64, N)
+	}
+	acc := r.acc
+	clear(acc)
 	var dangling uint64
-	var buf []int64
-	val := make([]byte, 8)
 	for i, x := range r.rank {
-		buf = r.c.Graph.Out(r.r+int64(i)*r.n, buf[:0])
-		if len(buf) == 0 {
+		r.buf = r.c.Graph.Out(r.r+int64(i)*r.n, r.buf[:0])
+		if len(r.buf) == 0 {
 			dangling += x
 			continue
 		}
-		binary.LittleEndian.PutUint64(val, x/uint64(len(buf)))
-		dangling += x % uint64(len(buf))
-		for _, u := range buf {
-			if err := sh.Send(ctx, VertexKey(u), val); err != nil {
-				return err
-			}
+		c := x / uint64(len(r.buf))
+		dangling += x % uint64(len(r.buf))
+		for _, u := range r.buf {
+			acc[u] += c
+		}
+	}
+	key, val := make([]byte, 8), make([]byte, 8)
+	for u, c := range acc {
+		if c == 0 || int64(u)%r.n == r.r {
+			continue
+		}
+		binary.BigEndian.PutUint64(key, uint64(u))
+		binary.LittleEndian.PutUint64(val, c)
+		if err := sh.Send(ctx, key, val); err != nil {
+			return err
 		}
 	}
 	if err := sh.CloseSend(ctx); err != nil {
 		return err
 	}
 	in := make([]uint64, len(r.rank))
+	for i := range in {
+		in[i] = acc[r.r+int64(i)*r.n]
+	}
 	for k, vals := range sh.Groups(ctx) {
 		v := int64(binary.BigEndian.Uint64(k))
 		if v%r.n != r.r || v >= N {
@@ -183,6 +207,8 @@ func (r *run) step(ctx context.Context) error {
 	it++
 	binary.LittleEndian.PutUint64(r.app, uint64(it))
 	r.store()
+	r.j.Printf("%d/%d iterations done: the last in %s, dangling mass %.2f%%\n", it, r.c.Iterations,
+		time.Since(begin).Round(time.Millisecond), 100*float64(d[0])/float64(Mass))
 	if it == r.c.Iterations || (r.c.CkptEvery > 0 && it%r.c.CkptEvery == 0) {
 		return r.j.Checkpoint(ctx, 0)
 	}

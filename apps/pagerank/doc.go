@@ -25,11 +25,16 @@
 //	rank'(u) = (Mass*15/100 + D*85/100) / N + (85 * Σ contributions to u) / 100.
 //
 // The job: vertex v belongs to rank v mod n. Each iteration resets the
-// shuffle (RollBack to nothing, which starts the round), sends the
-// contributions keyed by the target (8-byte big-endian), with a summing
-// Combine, ends the round (CloseSend), allreduces D, and sums each
-// vertex's group. Every --ckpt-every iterations the ranks and the
-// iteration number are checkpointed (package ckpt, mirrored); after a
+// shuffle (RollBack to nothing, which starts the round), sums its
+// vertices' contributions by target in an array of N (one pair per
+// target, not per edge: a shuffle pair costs far more than an addition),
+// sends the sums for other ranks' vertices keyed by the target (8-byte
+// big-endian), with a summing Combine, keeps its own, ends the round
+// (CloseSend), allreduces D, and adds each vertex's group. On one rank
+// nothing goes through the shuffle. Rank 0 prints a line per iteration
+// ("I/N iterations done: the last in T, dangling mass P%"). Every
+// --ckpt-every iterations the ranks and the iteration number are
+// checkpointed (package ckpt, mirrored); after a
 // failure every rank restores the last committed one and iterates again
 // from there. Rank 0 prints, as its last line,
 //
