@@ -66,8 +66,9 @@ type peerSender struct {
 
 // New starts a detector for process self with the committed view members
 // (in ring order; see NewCore). net carries its messages; logger receives
-// suspected, refuted and confirmed events (nil discards them). Stop it with
-// Close.
+// suspected, refuted and confirmed events, each naming its peer (nil
+// discards them; the caller's logger says which process it is). Stop it
+// with Close.
 func New(cfg Config, self transport.Proc, members []transport.Proc, net Sender, logger *slog.Logger) (*Detector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -81,7 +82,7 @@ func New(cfg Config, self transport.Proc, members []transport.Proc, net Sender, 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Detector{
-		cfg: cfg, net: net, log: logger.With("self", uint32(self)),
+		cfg: cfg, net: net, log: logger,
 		ctx: ctx, cancel: cancel, core: core, clock: time.Now,
 		senders: map[transport.Proc]*peerSender{},
 	}
@@ -307,7 +308,7 @@ func (d *Detector) flushLocked() {
 }
 
 func (d *Detector) logEvent(ev Event) {
-	attrs := []any{"proc", uint32(ev.Proc), "tick", ev.Tick, "reason", ev.Reason}
+	attrs := []any{"peer", uint32(ev.Proc), "tick", ev.Tick, "reason", ev.Reason}
 	switch ev.Kind {
 	case Suspected:
 		d.log.Info("health: suspected", attrs...)

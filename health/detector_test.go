@@ -168,7 +168,7 @@ func TestDetectorDetectsKill(t *testing.T) {
 		if s := c.dets[2].Stats(); s.Confirmations != 1 || s.Suspicions != 1 {
 			t.Errorf("stats %+v", s)
 		}
-		if log := c.log.String(); !strings.Contains(log, `msg="health: confirmed failure" self=2 proc=3`) {
+		if log := c.log.String(); !strings.Contains(log, `msg="health: confirmed failure" peer=3`) {
 			t.Errorf("no confirmation logged with proc attributes:\n%s", log)
 		}
 	})

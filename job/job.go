@@ -230,7 +230,7 @@ func newMembership(env bootstrap.Env, table bootstrap.Table, opts Options, logs 
 			Spare: int(m.Proc) >= table.NumRanks,
 		})
 	}
-	cfg.Logger = logs.membership.With("proc", int(env.Proc), "layer", "membership")
+	cfg.Logger = logs.membership.With("layer", "membership") // spares adds proc
 	if f := stretch(table, env.Host, runtime.NumCPU()); f > 1 {
 		stretchMembership(&cfg, f, env.CutOff == 0)
 		cfg.Logger.Info("membership timeouts stretched for an oversubscribed host", "factor", f,

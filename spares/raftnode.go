@@ -28,7 +28,7 @@ func (n *Node) raftNode() *raft.Raft { return n.rft.Load() }
 // (under startMu); the node owns the Raft node from then on.
 func (n *Node) startRaft(bootstrap bool, servers []raft.Server) (err error) {
 	cfg := n.cfg
-	hlog := newRaftLogger(n.log, func() bool { return n.isClosed() || n.fsm.ended() })
+	hlog := newRaftLogger(n.log)
 	var (
 		logs    raft.LogStore
 		stable  raft.StableStore
@@ -323,41 +323,27 @@ func (n *Node) reconcile(r *raft.Raft) {
 	}
 }
 
-// newRaftLogger routes hashicorp/raft's hclog output into slog. Raft's
-// warnings become Info and its errors Warn records with component=raft:
-// while a process dies Raft reports every failed heartbeat, and the
-// membership events that matter are logged by this package itself.
-// newRaftLogger passes Raft's own records to l: its errors as warnings and
-// its warnings as information, except once the job has ended or the node
-// is shutting down (ending), when the voters leaving one after another
-// make Raft report failed votes and closed connections: those are the
-// job ending and go at debug level.
-func newRaftLogger(l *slog.Logger, ending func() bool) hclog.Logger {
+// newRaftLogger passes hashicorp/raft's own records (its warnings and
+// errors) to l at debug level, with component=raft: while a process dies
+// Raft reports every failed heartbeat and vote, and the membership events
+// that matter (a failure committed, a leader elected, a voter replaced)
+// are logged by this package itself, in sentences.
+func newRaftLogger(l *slog.Logger) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:        "raft",
 		Level:       hclog.Warn,
-		Output:      &slogWriter{log: l.With("component", "raft"), ending: ending},
+		Output:      &slogWriter{log: l.With("component", "raft")},
 		DisableTime: true,
 	})
 }
 
-type slogWriter struct {
-	log    *slog.Logger
-	ending func() bool
-}
+type slogWriter struct{ log *slog.Logger }
 
 func (w *slogWriter) Write(p []byte) (int, error) {
 	line := strings.TrimSpace(string(p))
-	level := slog.LevelInfo
-	if strings.HasPrefix(line, "[ERROR]") {
-		level = slog.LevelWarn
-	}
-	if w.ending != nil && w.ending() {
-		level = slog.LevelDebug
-	}
 	for _, pre := range []string{"[ERROR]", "[WARN]", "[INFO]", "[DEBUG]", "[TRACE]"} {
 		line = strings.TrimSpace(strings.TrimPrefix(line, pre))
 	}
-	w.log.Log(context.Background(), level, line)
+	w.log.Debug(line)
 	return len(p), nil
 }

@@ -30,7 +30,7 @@ func TestParseLine(t *testing.T) {
 			at: time.Date(2026, 11, 21, 7, 24, 48, 446e6, time.UTC), proc: 5, failProc: 1,
 		},
 		{
-			line: `[s7] time=2026-11-21T07:27:48.289Z level=INFO msg="health: suspected" proc=7 self=7 proc=0 tick=786`,
+			line: `[s7] time=2026-11-21T07:27:48.289Z level=INFO msg="health: suspected" proc=7 peer=0 tick=786`,
 			kind: "log", label: "s7", msg: "health: suspected",
 			at: time.Date(2026, 11, 21, 7, 27, 48, 289e6, time.UTC), proc: 7, failProc: -1,
 		},
