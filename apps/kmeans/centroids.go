@@ -11,8 +11,9 @@ import (
 	"os"
 )
 
-// ReadCentroidsCSV reads initial centroids (--init) from a CSV file: exactly
-// k non-blank lines of d finite values each, in cluster order. Errors are
+// ReadCentroidsCSV reads initial centroids (--init) from a CSV file (the
+// format of point files, header and quoting included): exactly k records
+// of d finite values each, in cluster order. Errors are
 // *FileError values naming the line and what was wrong.
 func ReadCentroidsCSV(path string, k, d int) ([]float64, error) {
 	if k < 1 || d < 1 || d > MaxDim || k > math.MaxInt32 {
@@ -23,28 +24,27 @@ func ReadCentroidsCSV(path string, k, d int) ([]float64, error) {
 		return nil, err
 	}
 	defer f.Close()
-	lr := newLineReader(f)
+	recs := newCSVRecords(f)
 	out := make([]float64, 0, min(k, max(1, (1<<20)/d))*d) // a bounded hint
 	got := 0
 	for {
-		line, lineNo, err := lr.next()
+		rec, line, err := recs.next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, &FileError{Path: path, Line: lineNo, Offset: -1, Err: err}
-		}
-		if isBlank(line) {
-			continue
+			fe := err.(*FileError)
+			fe.Path = path
+			return nil, fe
 		}
 		if got == k {
-			return nil, &FileError{Path: path, Line: lineNo, Offset: -1, Err: ErrCount,
+			return nil, &FileError{Path: path, Line: line, Offset: -1, Err: ErrCount,
 				Detail: fmt.Sprintf("more than k = %d centroids; give one line per cluster", k)}
 		}
-		out, err = parseCSVLine(out, line, d)
+		out, err = parseRecord(out, rec, d)
 		if err != nil {
 			fe := err.(*FileError)
-			fe.Path, fe.Line = path, lineNo
+			fe.Path, fe.Line = path, line
 			if errors.Is(fe.Err, ErrColumns) {
 				fe.Detail += " (d is the dimension of the points)"
 			}
@@ -53,8 +53,12 @@ func ReadCentroidsCSV(path string, k, d int) ([]float64, error) {
 		got++
 	}
 	if got != k {
+		after := ""
+		if recs.header != 0 {
+			after = fmt.Sprintf(" after the header on line %d", recs.header)
+		}
 		return nil, &FileError{Path: path, Offset: -1, Err: ErrCount,
-			Detail: fmt.Sprintf("the file holds %d centroids, want k = %d", got, k)}
+			Detail: fmt.Sprintf("the file holds %d centroids%s, want k = %d", got, after, k)}
 	}
 	return out, nil
 }

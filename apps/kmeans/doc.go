@@ -141,11 +141,17 @@
 //
 // # Files
 //
-// CSV point files: one point per line, values separated by commas
-// (surrounding blanks allowed), blank lines ignored, optional trailing
-// newline, CRLF accepted, UTF-8 byte order mark ignored. The dimension is
-// the number of values on the first non-blank line. Shards count non-blank
-// lines from 0. NaN and infinities are rejected.
+// CSV point files (RFC 4180, read with encoding/csv): one point per
+// record, values separated by commas, each optionally quoted ("1.5", a
+// quote inside doubled), surrounding blanks allowed, blank lines ignored,
+// optional trailing newline, CRLF accepted, UTF-8 byte order mark ignored.
+// A first non-blank record with a non-empty field that is not a number is
+// a header, and skipped ("x,y,z", as spreadsheets and data-frame
+// libraries write); a file with a header and quoted values gives the same
+// points, bit for bit, as the plain file. The dimension is the number of
+// fields of the first record, the header's if there is one. Shards count
+// points (records after the header) from 0. NaN and infinities are
+// rejected.
 //
 // Binary point files, little-endian (a file named *.bin must be one: a
 // wrong magic there is an ErrHeader, not a CSV file):

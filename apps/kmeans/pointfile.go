@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"unsafe"
 )
 
 // Format is a point file format.
@@ -95,27 +94,24 @@ func Inspect(path string) (Info, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return Info{}, &FileError{Path: path, Offset: 0, Err: err}
 	}
-	n, d := 0, 0
-	lr := newLineReader(f)
+	n := 0
+	recs := newCSVRecords(f)
 	for {
-		line, lineNo, err := lr.next()
+		_, _, err := recs.next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return Info{}, &FileError{Path: path, Line: lineNo, Offset: -1, Err: err}
-		}
-		if isBlank(line) {
-			continue
-		}
-		if n == 0 {
-			d = bytes.Count(line, []byte{','}) + 1
+			fe := err.(*FileError)
+			fe.Path = path
+			return Info{}, fe
 		}
 		n++
 	}
 	if n == 0 {
 		return Info{}, &FileError{Path: path, Offset: -1, Err: ErrRange, Detail: "the file holds no points"}
 	}
+	d, _ := recs.dimension()
 	return Info{Format: FormatCSV, N: n, D: d}, nil
 }
 
@@ -141,10 +137,11 @@ func IsBinaryPath(path string) bool {
 	return strings.EqualFold(filepath.Ext(path), ".bin")
 }
 
-// ReadCSVShard reads points [lo, hi) (counting non-blank lines from 0) of a
-// CSV point file. The dimension is the number of values on the first
-// non-blank line of the file; every line read must have that many finite
-// values. Errors are *FileError values naming the line.
+// ReadCSVShard reads points [lo, hi) (counting the records after the
+// header, if any, from 0) of a CSV point file (the format of the package
+// doc). The dimension is the number of values of the first non-blank
+// record, the header's if the file has one; every point read must have
+// that many finite values. Errors are *FileError values naming the line.
 func ReadCSVShard(path string, lo, hi int) ([]float64, int, error) {
 	if lo < 0 || hi < lo {
 		return nil, 0, rangeErr(lo, hi, -1)
@@ -154,25 +151,23 @@ func ReadCSVShard(path string, lo, hi int) ([]float64, int, error) {
 		return nil, 0, err
 	}
 	defer f.Close()
-	lr := newLineReader(f)
+	recs := newCSVRecords(f)
 	var out []float64
-	d, firstLine, idx := 0, 0, 0
+	d, idx := 0, 0
 	for idx < hi {
-		line, lineNo, err := lr.next()
+		rec, line, err := recs.next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, 0, &FileError{Path: path, Line: lineNo, Offset: -1, Err: err}
-		}
-		if isBlank(line) {
-			continue
+			fe := err.(*FileError)
+			fe.Path = path
+			return nil, 0, fe
 		}
 		if d == 0 {
-			d = bytes.Count(line, []byte{','}) + 1
-			firstLine = lineNo
+			d, _ = recs.dimension()
 			if d > MaxDim {
-				return nil, 0, &FileError{Path: path, Line: lineNo, Offset: -1, Err: ErrColumns,
+				return nil, 0, &FileError{Path: path, Line: line, Offset: -1, Err: ErrColumns,
 					Detail: fmt.Sprintf("%d values, at most %d are supported", d, MaxDim)}
 			}
 			if hi > lo {
@@ -182,12 +177,13 @@ func ReadCSVShard(path string, lo, hi int) ([]float64, int, error) {
 			}
 		}
 		if idx >= lo {
-			out, err = parseCSVLine(out, line, d)
+			out, err = parseRecord(out, rec, d)
 			if err != nil {
 				fe := err.(*FileError)
-				fe.Path, fe.Line = path, lineNo
+				fe.Path, fe.Line = path, line
 				if errors.Is(fe.Err, ErrColumns) {
-					fe.Detail += fmt.Sprintf(" (the first point, on line %d, sets the dimension)", firstLine)
+					_, why := recs.dimension()
+					fe.Detail += " (" + why + ")"
 				}
 				return nil, 0, fe
 			}
@@ -202,128 +198,6 @@ func ReadCSVShard(path string, lo, hi int) ([]float64, int, error) {
 			Detail: fmt.Sprintf("asked for points [%d, %d) but the file holds %d", lo, hi, idx)}
 	}
 	return out, d, nil
-}
-
-// parseCSVLine appends the d values of one line to out. Errors are
-// *FileError without Path and Line (the caller fills them in).
-func parseCSVLine(out []float64, line []byte, d int) ([]float64, error) {
-	line = bytes.TrimRight(line, "\r")
-	got := bytes.Count(line, []byte{','}) + 1
-	if got != d {
-		detail := fmt.Sprintf("got %d values, want %d", got, d)
-		if bytes.HasSuffix(bytes.TrimRight(line, " \t"), []byte{','}) {
-			detail += " (a trailing comma starts an empty value)"
-		}
-		return out, &FileError{Offset: -1, Err: ErrColumns, Detail: detail}
-	}
-	for col := 1; col <= d; col++ {
-		var field []byte
-		if i := bytes.IndexByte(line, ','); i >= 0 {
-			field, line = line[:i], line[i+1:]
-		} else {
-			field, line = line, nil
-		}
-		v, err := parseField(field, col)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-// parseField parses one CSV value (surrounding blanks allowed).
-func parseField(field []byte, col int) (float64, error) {
-	field = bytes.Trim(field, " \t")
-	if len(field) == 0 {
-		return 0, &FileError{Offset: -1, Err: ErrSyntax, Detail: fmt.Sprintf("column %d is empty", col)}
-	}
-	// The string does not escape: strconv copies it into its errors and
-	// we build our own message from a copy.
-	v, err := strconv.ParseFloat(unsafe.String(&field[0], len(field)), 64)
-	if err != nil {
-		if errors.Is(err, strconv.ErrRange) && (math.IsInf(v, 0)) {
-			return 0, &FileError{Offset: -1, Err: ErrNotFinite,
-				Detail: fmt.Sprintf("column %d, %s, is beyond the float64 range", col, quoteField(field))}
-		}
-		if !errors.Is(err, strconv.ErrRange) {
-			return 0, &FileError{Offset: -1, Err: ErrSyntax,
-				Detail: fmt.Sprintf("column %d is %s, want a decimal number such as -1.25e3", col, quoteField(field))}
-		}
-	}
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, &FileError{Offset: -1, Err: ErrNotFinite,
-			Detail: fmt.Sprintf("column %d is %s; NaN and infinities are not allowed", col, quoteField(field))}
-	}
-	return v, nil
-}
-
-// quoteField quotes (a prefix of) a field for an error message.
-func quoteField(b []byte) string {
-	const maxLen = 40
-	if len(b) > maxLen {
-		return strconv.Quote(string(b[:maxLen])) + "..."
-	}
-	return strconv.Quote(string(b))
-}
-
-func isBlank(line []byte) bool {
-	for _, c := range line {
-		if c != ' ' && c != '\t' && c != '\r' {
-			return false
-		}
-	}
-	return true
-}
-
-// lineReader yields the lines of a text file without their '\n', with
-// 1-based line numbers, rejecting lines longer than MaxLineBytes and
-// dropping a UTF-8 byte order mark at the start.
-type lineReader struct {
-	r      *bufio.Reader
-	lineNo int
-	long   []byte
-}
-
-func newLineReader(r io.Reader) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(r, 64<<10)}
-}
-
-// next returns the next line; io.EOF after the last one. The slice is
-// valid until the next call.
-func (lr *lineReader) next() ([]byte, int, error) {
-	lr.long = lr.long[:0]
-	for {
-		chunk, err := lr.r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			if len(lr.long)+len(chunk) > MaxLineBytes {
-				lr.lineNo++
-				return nil, lr.lineNo, fmt.Errorf("%w: longer than %d bytes (is this really a CSV point file?)",
-					ErrLineTooLong, MaxLineBytes)
-			}
-			lr.long = append(lr.long, chunk...)
-			continue
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, lr.lineNo + 1, err
-		}
-		if errors.Is(err, io.EOF) && len(chunk) == 0 && len(lr.long) == 0 {
-			return nil, lr.lineNo, io.EOF
-		}
-		lr.lineNo++
-		if len(lr.long) > 0 {
-			lr.long = append(lr.long, chunk...)
-			chunk = lr.long
-		}
-		if len(chunk) > MaxLineBytes+1 {
-			return nil, lr.lineNo, fmt.Errorf("%w: longer than %d bytes", ErrLineTooLong, MaxLineBytes)
-		}
-		chunk = bytes.TrimSuffix(chunk, []byte{'\n'})
-		if lr.lineNo == 1 {
-			chunk = bytes.TrimPrefix(chunk, []byte("\xef\xbb\xbf"))
-		}
-		return chunk, lr.lineNo, nil
-	}
 }
 
 // checkBinaryHeader validates a binary header (head holds the first bytes
