@@ -1,6 +1,6 @@
-// Command gaspirun launches a gaspigo job: on this machine, on the hosts of
-// a hostfile through ssh, or on the nodes of a Slurm allocation through
-// srun.
+// Command gaspirun launches a gaspigo job, or any program as mpirun would:
+// on this machine, on the hosts of a hostfile through ssh, or on the nodes
+// of a Slurm allocation through srun.
 //
 //	gaspirun -n N [--spares K] [--timeout D] [--hosts h1,h2,... | --ranks-per-host M]
 //	         [--state-dir DIR] [--on-death continue|abort] [--quiet] [--grace D]
@@ -139,7 +139,10 @@
 // (it becomes "[rR] " when a "role" report says the spare now holds rank
 // R), "[p1] " for a process that lost its rank to another. gaspirun's own
 // lines start with "gaspirun: " and go to stderr; the last one is a summary
-// (processes, how they ended, exit status, wall time) unless --quiet.
+// (processes, how they ended, exit status, wall time) unless --quiet. A
+// failure's verdict is said once, when it is reached ("gaspirun: job failed:
+// rank 1 (process 1) exited with code 3; stopping the other 2 processes"),
+// even with --quiet; the summary only counts.
 //
 // Identical lines that several processes print on the same stream within
 // --collapse (200ms) of each other are printed once, naming them all as
@@ -169,10 +172,12 @@
 //   - --timeout: exit 124. Ctrl-C or SIGTERM to gaspirun: exit 130 (143 for
 //     SIGTERM). Both kill the processes' groups on every host, so nothing
 //     is left behind.
-//   - A process that ends before every process has registered with the
+//   - A process that fails before every process has registered with the
 //     rendezvous fails the job whatever the spares (the others would wait
-//     for it for ever): its exit code, 128 + the signal, ssh's 255 for a
-//     host it could not reach, or 1 for an exit 0.
+//     for it for ever): its exit code, 128 + the signal, or ssh's 255 for a
+//     host it could not reach. One that exits 0 before then is judged by the
+//     rule for programs that never join (below): exit 1 when it or another
+//     process registered.
 //   - A rank whose process died and that no process took over, once every
 //     process has ended: exit 1.
 //   - A process that exits 77 (it learnt it was replaced: fenced) or 74 (it
@@ -199,6 +204,26 @@
 // need it only to find each other. If gaspirun itself is killed (SIGKILL),
 // the processes are not signalled and carry on; they end when the job is
 // done. (Under ssh and Slurm they end with their connections.)
+//
+// # Programs that never join
+//
+// Any program runs under gaspirun, as under mpirun: gaspirun -n 2 -- hostname
+// prints two prefixed lines and exits 0. gaspirun tells such a plain program
+// from a gaspigo one by the rendezvous, with this rule:
+//
+//   - A process that exits 0 without having registered with the rendezvous
+//     is a plain program. Its exit is held, not judged, while no process has
+//     registered.
+//   - When every process has ended so, the job was a plain job: exit 0. A
+//     plain job whose process fails (non-zero, a signal) fails like any job
+//     before it formed: gaspirun stops the others and exits with that
+//     process's code, as mpirun does with the first one that fails.
+//   - Once any process has registered (gaspirun watches the rendezvous for
+//     that while a plain process has ended), the job is a gaspigo job, which
+//     cannot form without the process that never registered: it fails at
+//     once with exit 1, naming both, whichever ended or registered first.
+//     So a gaspigo job keeps its guarantees: a process that fails, or exits
+//     0, before the job formed still fails it.
 //
 // # Environment contract
 //

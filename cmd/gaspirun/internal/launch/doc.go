@@ -35,6 +35,12 @@
 // (ParseHostfile), Slurm allocations (SlurmHosts) and placement (Place)
 // are pure functions.
 //
+// Before the job forms, the tracker tells a plain program (one that never
+// registers with the rendezvous, such as hostname) from a gaspigo one
+// (early.go); Run feeds it the registrations it sees: a process connected
+// at its exit, any report, and, while a plain process has ended and others
+// run, a poll of the rendezvous every registrationPoll.
+//
 // Ordering: a process's exit is held back for at most Config.ExitSettle
 // until the rendezvous reports its control connection closed, so every
 // report it sent before exiting (a promoted spare's "role") is applied

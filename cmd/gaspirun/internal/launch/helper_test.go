@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 // The test binary doubles as the job's program and as a launcher, selected
 // by these variables (see TestMain).
 const (
-	roleVar = "GASPIRUN_TEST_ROLE" // "child", "sleeper", "pidsleeper", "partial", "launcher", "fakessh" or "fakesrun"
+	roleVar = "GASPIRUN_TEST_ROLE" // "child", "plain", "sleeper", "pidsleeper", "partial", "launcher", "fakessh" or "fakesrun"
 	modeVar = "GASPIRUN_TEST_MODE" // what a child does
 	dirVar  = "GASPIRUN_TEST_DIR"  // where "survive" children leave marks
 
@@ -37,6 +38,13 @@ func TestMain(m *testing.M) {
 		os.Exit(fakeConnectorMain(os.Getenv(roleVar), os.Args[1:]))
 	case "child":
 		os.Exit(childMain(os.Getenv(modeVar)))
+	case "plain":
+		// A program that never joins the runtime, as hostname: it prints
+		// one line and exits with the code in GASPIRUN_TEST_CODE_<proc>.
+		p := os.Getenv("PGAS_PROC")
+		fmt.Printf("plain %s\n", p)
+		code, _ := strconv.Atoi(os.Getenv("GASPIRUN_TEST_CODE_" + p))
+		os.Exit(code)
 	case "sleeper":
 		time.Sleep(time.Hour)
 		os.Exit(0)
@@ -60,6 +68,7 @@ func sleepForever() { time.Sleep(time.Hour) }
 //	same     print "the same line", then "proc N", and exit 0
 //	env      print the environment contract and the table, one line to stdout and one to stderr
 //	exit3    rank 1 exits 3; the others wait to be stopped
+//	plain0   process 0 exits 0 without registering; the others register and wait
 //	hang     start a grandchild in the same process group, ignore SIGTERM, hang
 //	promote  rank 1 kills itself; the spare waits until rank 1's listener is gone,
 //	         reports that it holds rank 1, and exits 0
@@ -80,6 +89,9 @@ func childMain(mode string) int {
 		signal.Ignore(syscall.SIGTERM)
 		fmt.Printf("grandchild %d\n", gc.Process.Pid)
 		fmt.Printf("self %d\n", os.Getpid())
+	}
+	if mode == "plain0" && os.Getenv("PGAS_PROC") == "0" {
+		return 0
 	}
 	env, err := bootstrap.FromEnv()
 	if err != nil {

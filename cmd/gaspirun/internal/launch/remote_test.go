@@ -248,7 +248,9 @@ func TestRemoteStartFailureAbortsBeforeForming(t *testing.T) {
 		t.Fatalf("exit %d, want 127", res.ExitCode)
 	}
 	if !strings.Contains(errs.String(), "cannot start process") ||
-		!strings.Contains(errs.String(), "exited with code 127 before every process had registered with the rendezvous, so the job cannot start") {
+		!strings.Contains(errs.String(), "gaspirun: job failed: rank 1 (process 1 on h1) exited with code 127; stopping the other 2 processes") &&
+			!strings.Contains(errs.String(), "gaspirun: job failed: rank 0 (process 0 on h0) exited with code 127; stopping the other 2 processes") &&
+			!strings.Contains(errs.String(), "gaspirun: job failed: spare process 2 on h2 exited with code 127; stopping the other 2 processes") {
 		dump(t, out, errs)
 		t.Fatal("no start failure reported")
 	}

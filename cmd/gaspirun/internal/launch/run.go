@@ -220,15 +220,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	stopStatus()
 	be.close()
 	res.Wall = time.Since(start)
+	// The verdict on a failure was printed when it was reached; the
+	// summary only counts.
 	res.Summary = fmt.Sprintf("%s; exit %d; wall time %v", j.tr.summary(), res.ExitCode, res.Wall.Round(time.Millisecond))
-	if res.Reason != "" {
-		res.Summary = "job failed: " + res.Reason + "; " + res.Summary
-	}
 	if !cfg.Quiet {
 		out.notice(res.Summary)
 	}
 	return res, nil
 }
+
+// registrationPoll is how often Run looks for a registration with the
+// rendezvous while a plain process has ended and others run.
+const registrationPoll = 100 * time.Millisecond
 
 type exitEvent struct {
 	proc int
@@ -347,6 +350,7 @@ func (j *job) loop(ctx context.Context) Result {
 		tornDown  = false
 		killTimer *time.Timer
 		lingerC   <-chan time.Time // the idle spares' grace to end by themselves
+		watchC    <-chan time.Time // looking for a registration (awaitingRegistration)
 	)
 	if j.cfg.Timeout > 0 {
 		t := time.NewTimer(j.cfg.Timeout)
@@ -354,6 +358,7 @@ func (j *job) loop(ctx context.Context) Result {
 		timeoutC = t.C
 	}
 	var lingerTimer *time.Timer
+	var watch *time.Ticker
 	defer func() {
 		for _, t := range timers {
 			t.Stop()
@@ -363,6 +368,9 @@ func (j *job) loop(ctx context.Context) Result {
 		}
 		if lingerTimer != nil {
 			lingerTimer.Stop()
+		}
+		if watch != nil {
+			watch.Stop()
 		}
 	}()
 	armKill := func() {
@@ -418,6 +426,9 @@ func (j *job) loop(ctx context.Context) Result {
 		apply(j.tr.onExit(ev.proc, ev.info))
 	}
 	onReport := func(r bootstrap.Report) {
+		// Only a registered process sends reports (and has its
+		// disconnection reported).
+		apply(j.tr.onRegistered(int(r.Proc)))
 		if r.Kind == bootstrap.KindRole {
 			// The exit of the rank's current holder, if already seen, came
 			// first: judge it as the death of the rank, not of a replaced
@@ -452,9 +463,22 @@ func (j *job) loop(ctx context.Context) Result {
 		}
 	}
 	for handled < n {
+		// A plain process ended while others run: poll the rendezvous for
+		// a registration (it sends no event for one), which would make
+		// this a gaspigo job that cannot form.
+		if j.tr.awaitingRegistration() && watch == nil {
+			watch = time.NewTicker(registrationPoll)
+			watchC = watch.C
+		} else if !j.tr.awaitingRegistration() && watch != nil {
+			watch.Stop()
+			watch, watchC = nil, nil
+		}
 		select {
 		case ev := <-j.exits:
 			waited[ev.proc] = true
+			if j.srv.Connected(uint32(ev.proc)) {
+				apply(j.tr.onRegistered(ev.proc))
+			}
 			if j.tr.phase != running || j.cfg.ExitSettle == 0 {
 				decide(ev)
 				continue
@@ -517,7 +541,14 @@ func (j *job) loop(ctx context.Context) Result {
 		case <-killC:
 			killC = nil
 			j.signalAll(syscall.SIGKILL)
+		case <-watchC:
+			for _, pr := range j.procs {
+				if !waited[pr.id] && j.srv.Connected(uint32(pr.id)) {
+					apply(j.tr.onRegistered(pr.id))
+				}
+			}
 		}
+
 		// Pending exits are decided at once after a teardown: order no
 		// longer matters.
 		if j.tr.phase == aborting {

@@ -211,7 +211,7 @@ func TestFailingRankTearsDownAndPropagatesCode(t *testing.T) {
 		dump(t, out, errs)
 		t.Fatalf("exit %d, want 3", res.ExitCode)
 	}
-	for _, w := range []string{"gaspirun: rank 1 (process 1) exited with code 3; stopping the other 2 processes\n"} {
+	for _, w := range []string{"gaspirun: job failed: rank 1 (process 1) exited with code 3; stopping the other 2 processes\n"} {
 		if !strings.Contains(errs.String(), w) {
 			dump(t, out, errs)
 			t.Fatalf("stderr lacks %q", w)
@@ -322,7 +322,9 @@ func TestDeathAbortsWithoutSpares(t *testing.T) {
 		dump(t, out, errs)
 		t.Fatalf("exit %d, want 137", res.ExitCode)
 	}
-	if !strings.Contains(errs.String(), "gaspirun: rank 1 (process 1) was killed by signal 9 (SIGKILL)") {
+	// The verdict, once: not again in the summary.
+	if !strings.Contains(errs.String(), "gaspirun: job failed: rank 1 (process 1) was killed by signal 9 (SIGKILL)") ||
+		strings.Count(errs.String(), "was killed by signal 9") != 1 {
 		dump(t, out, errs)
 		t.Fatal("no death message")
 	}

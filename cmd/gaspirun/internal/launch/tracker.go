@@ -104,6 +104,9 @@ type tracker struct {
 	hosts     []string   // process -> host named in messages; nil: one machine
 	formed    bool       // every process registered with the rendezvous
 
+	registered []bool // process -> the driver saw it registered with the rendezvous
+	plain      []bool // process -> exited 0 before the job formed, never registered (early.go)
+
 	phase  phase
 	code   int
 	reason string
@@ -122,6 +125,9 @@ func newTracker(nRanks, nProcs int, policy DeathPolicy) *tracker {
 		exit:      make([]exitInfo, nProcs),
 		stopped:   make([]bool, nProcs),
 		lostBy:    make([]exitInfo, nRanks),
+
+		registered: make([]bool, nProcs),
+		plain:      make([]bool, nProcs),
 	}
 	for r := range t.holder {
 		t.holder[r] = r
@@ -216,13 +222,7 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 		return nil
 	}
 	if !t.formed {
-		// The others wait for it at the rendezvous: without it the job can
-		// never start, whatever the spares.
-		code := ex.code()
-		if code == 0 {
-			code = ExitLost
-		}
-		return t.abort(code, fmt.Sprintf("%s %s before every process had registered with the rendezvous, so the job cannot start", t.describe(p), ex.how()))
+		return t.onEarlyExit(p, ex)
 	}
 	r := t.rankOf[p]
 	switch {
@@ -346,12 +346,14 @@ func (t *tracker) onAbort(code int, reason string) []action {
 	return []action{{kind: actKill}}
 }
 
+// abort fails the job: its notice is gaspirun's verdict, said once ("job
+// failed: " and the reason); the summary at the end only counts.
 func (t *tracker) abort(code int, reason string) []action {
 	t.phase = aborting
 	t.code = code
 	t.reason = reason
 	n := t.stopAll()
-	text := reason
+	text := "job failed: " + reason
 	if n > 0 {
 		text += fmt.Sprintf("; stopping the other %d %s", n, plural(n, "process", "processes"))
 	}
@@ -462,7 +464,7 @@ func (t *tracker) check() []action {
 			break
 		}
 	}
-	return []action{{kind: actNotice, important: true, text: t.reason}}
+	return []action{{kind: actNotice, important: true, text: "job failed: " + t.reason}}
 }
 
 // summary is the final line: processes, how they ended, exit status.

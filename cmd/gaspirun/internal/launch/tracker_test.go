@@ -78,7 +78,7 @@ func TestTrackerNonZeroExitAborts(t *testing.T) {
 	tr := newTracker(3, 3, DeathContinue)
 	tr.onFormed()
 	expect(t, "rank 1 exits 3", tr.onExit(1, code3),
-		"notice!:rank 1 (process 1) exited with code 3; stopping the other 2 processes", "teardown")
+		"notice!:job failed: rank 1 (process 1) exited with code 3; stopping the other 2 processes", "teardown")
 	expect(t, "others stopped", tr.onExit(0, termed))
 	expect(t, "a stopped process exiting non-zero changes nothing", tr.onExit(2, exitInfo{Code: 1}))
 	if tr.code != 3 || !strings.Contains(tr.reason, "rank 1 (process 1) exited with code 3") {
@@ -107,7 +107,7 @@ func TestTrackerDeathAbortsWithoutSpares(t *testing.T) {
 	tr := newTracker(2, 2, DeathAbort)
 	tr.onFormed()
 	expect(t, "rank 0 killed", tr.onExit(0, killed),
-		"notice!:rank 0 (process 0) was killed by signal 9 (SIGKILL); stopping the other 1 process", "teardown")
+		"notice!:job failed: rank 0 (process 0) was killed by signal 9 (SIGKILL); stopping the other 1 process", "teardown")
 	if tr.code != 128+9 {
 		t.Fatalf("code %d, want 137", tr.code)
 	}
@@ -130,7 +130,7 @@ func TestTrackerLostRankFailsWhenNobodyTakesOver(t *testing.T) {
 	tr.onExit(1, killed)
 	expect(t, "rank 0 done", tr.onExit(0, ok))
 	expect(t, "spare dies too", tr.onExit(2, killed),
-		"notice!:spare process 2 was killed", "notice!:rank 1 lost its process and no process took over")
+		"notice!:spare process 2 was killed", "notice!:job failed: rank 1 lost its process and no process took over")
 	if tr.code != ExitLost {
 		t.Fatalf("code %d, want %d", tr.code, ExitLost)
 	}
@@ -190,7 +190,7 @@ func TestTrackerTimeoutAndReports(t *testing.T) {
 		"notice!:spare process 1 reported an error: boom")
 	expect(t, "out of range", tr.onReport(role(7, 0, 1)))
 	expect(t, "rank out of range", tr.onReport(role(1, 5, 1)))
-	expect(t, "timeout", tr.onAbort(ExitTimeout, "timeout"), "notice!:timeout; stopping the other 2 processes", "teardown")
+	expect(t, "timeout", tr.onAbort(ExitTimeout, "timeout"), "notice!:job failed: timeout; stopping the other 2 processes", "teardown")
 	expect(t, "second signal", tr.onAbort(ExitInterrupted, "interrupted"), "kill")
 	if tr.code != ExitTimeout {
 		t.Fatalf("code %d", tr.code)
@@ -227,7 +227,7 @@ func TestTrackerFencedExitBeforeReport(t *testing.T) {
 	tr = newTracker(2, 2, DeathAbort)
 	tr.onFormed()
 	expect(t, "fenced without spares", tr.onExit(1, fenced),
-		"notice!:rank 1 (process 1) exited with code 77; stopping the other 1 process", "teardown")
+		"notice!:job failed: rank 1 (process 1) exited with code 77; stopping the other 1 process", "teardown")
 }
 
 // A process that exits 74 gave up cut off from the membership: with
@@ -267,7 +267,7 @@ func TestTrackerCutOffExit(t *testing.T) {
 	tr.onExit(0, ok)
 	expect(t, "the idle spare cut off too", tr.onExit(2, cut),
 		"notice!:spare process 2 exited with code 74; the job continues with one spare fewer",
-		"notice!:rank 1's process was cut off from the membership (exit 74) and no process took over")
+		"notice!:job failed: rank 1's process was cut off from the membership (exit 74) and no process took over")
 	if tr.code != ExitCutOff {
 		t.Fatalf("code %d, want %d", tr.code, ExitCutOff)
 	}
@@ -275,7 +275,7 @@ func TestTrackerCutOffExit(t *testing.T) {
 	tr = newTracker(2, 2, DeathAbort)
 	tr.onFormed()
 	expect(t, "cut off without spares", tr.onExit(1, cut),
-		"notice!:rank 1 (process 1) exited with code 74; stopping the other 1 process", "teardown")
+		"notice!:job failed: rank 1 (process 1) exited with code 74; stopping the other 1 process", "teardown")
 	if tr.code != ExitCutOff {
 		t.Fatalf("code %d, want %d", tr.code, ExitCutOff)
 	}
@@ -309,15 +309,24 @@ func TestTrackerExitBeforeFormingAborts(t *testing.T) {
 	// Spares cannot help a job whose table never completes: the others
 	// would wait at the rendezvous for ever.
 	tr := newTracker(2, 3, DeathContinue)
+	tr.onRegistered(0)
 	expect(t, "spare killed before registering", tr.onExit(2, killed),
-		"notice!:spare process 2 was killed by signal 9 (SIGKILL) before every process had registered with the rendezvous, so the job cannot start; stopping the other 2 processes", "teardown")
+		"notice!:job failed: spare process 2 was killed by signal 9 (SIGKILL) before every process had registered with the rendezvous, so the job cannot start; stopping the other 2 processes", "teardown")
 	if tr.code != 137 {
 		t.Fatalf("code %d, want 137", tr.code)
 	}
-	tr = newTracker(1, 1, DeathContinue)
-	tr.hosts = []string{"node1"}
-	expect(t, "exit 0 before registering", tr.onExit(0, ok),
-		"notice!:rank 0 (process 0 on node1) exited with code 0 before every process had registered with the rendezvous, so the job cannot start", "teardown")
+	// Nobody registered yet: a plain failure, judged as mpirun would.
+	tr = newTracker(2, 3, DeathContinue)
+	expect(t, "spare killed, nobody registered", tr.onExit(2, killed),
+		"notice!:job failed: spare process 2 was killed by signal 9 (SIGKILL); stopping the other 2 processes", "teardown")
+	if tr.code != 137 {
+		t.Fatalf("code %d, want 137", tr.code)
+	}
+	tr = newTracker(1, 2, DeathContinue)
+	tr.hosts = []string{"node1", "node2"}
+	tr.onRegistered(0)
+	expect(t, "registered, then exit 0 before forming", tr.onExit(0, ok),
+		"notice!:job failed: rank 0 (process 0 on node1) exited with code 0 before every process had registered with the rendezvous, so the job cannot start", "teardown")
 	if tr.code != ExitLost {
 		t.Fatalf("code %d, want %d", tr.code, ExitLost)
 	}
@@ -325,9 +334,68 @@ func TestTrackerExitBeforeFormingAborts(t *testing.T) {
 	tr.hosts = []string{"node1", "node2"}
 	unreachable := exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: 255, Lost: "ssh to node2 exited with code 255 without the process's exit status"}
 	expect(t, "ssh fails at start", tr.onExit(1, unreachable),
-		"notice!:rank 1 (process 1 on node2) was lost: ssh to node2 exited with code 255 without the process's exit status before every process had registered", "teardown")
+		"notice!:job failed: rank 1 (process 1 on node2) was lost: ssh to node2 exited with code 255 without the process's exit status; stopping", "teardown")
 	if tr.code != 255 {
 		t.Fatalf("code %d, want 255", tr.code)
+	}
+}
+
+// Rule (cmd/gaspirun, Programs that never join): processes that all exit
+// 0 without registering are a plain job, which exits 0; a failing one
+// fails it with its code, as under mpirun.
+func TestTrackerPlainJob(t *testing.T) {
+	tr := newTracker(2, 3, DeathContinue)
+	expect(t, "process 1 exits 0", tr.onExit(1, ok))
+	if !tr.awaitingRegistration() {
+		t.Fatal("not watching for a registration while others run")
+	}
+	expect(t, "process 0 exits 0", tr.onExit(0, ok))
+	expect(t, "spare exits 0", tr.onExit(2, ok))
+	if !tr.done() || tr.phase != finishing || tr.code != 0 || tr.reason != "" || tr.awaitingRegistration() {
+		t.Fatalf("done=%v phase=%d code=%d reason=%q", tr.done(), tr.phase, tr.code, tr.reason)
+	}
+	if s := tr.summary(); s != "3 processes (2 ranks + 1 spare): 3 exited 0" {
+		t.Fatalf("summary %q", s)
+	}
+
+	tr = newTracker(3, 3, DeathAbort)
+	expect(t, "process 0 exits 0", tr.onExit(0, ok))
+	expect(t, "process 2 exits 3", tr.onExit(2, code3),
+		"notice!:job failed: rank 2 (process 2) exited with code 3; stopping the other 1 process", "teardown")
+	if tr.code != 3 {
+		t.Fatalf("code %d, want 3", tr.code)
+	}
+}
+
+// Rule (cmd/gaspirun, Programs that never join): once any process has
+// registered, a process that exited 0 without registering fails the job,
+// whichever was seen first.
+func TestTrackerPlainProcessInAJob(t *testing.T) {
+	want := "notice!:job failed: rank 0 (process 0) exited with code 0 without registering with the rendezvous, but rank 1 (process 1) registered, so the job cannot start"
+	tr := newTracker(3, 3, DeathContinue)
+	expect(t, "plain exit first", tr.onExit(0, ok))
+	expect(t, "then a registration", tr.onRegistered(1), want, "teardown")
+	if tr.code != ExitLost {
+		t.Fatalf("code %d, want %d", tr.code, ExitLost)
+	}
+
+	tr = newTracker(3, 3, DeathContinue)
+	expect(t, "registration first", tr.onRegistered(1))
+	expect(t, "then a plain exit", tr.onExit(0, ok), want, "teardown")
+
+	// The registration of the exited process itself arrives late (its
+	// disconnection report after its exit).
+	tr = newTracker(2, 2, DeathContinue)
+	expect(t, "exit judged plain", tr.onExit(0, ok))
+	expect(t, "its registration seen", tr.onRegistered(0),
+		"notice!:job failed: rank 0 (process 0) exited with code 0 before every process had registered", "teardown")
+
+	// A registration after the job formed changes nothing.
+	tr = newTracker(2, 2, DeathContinue)
+	tr.onFormed()
+	expect(t, "formed", tr.onRegistered(0))
+	if tr.awaitingRegistration() {
+		t.Fatal("watching for registrations in a formed job")
 	}
 }
 
@@ -351,7 +419,7 @@ func TestTrackerLostHostIsADeath(t *testing.T) {
 	// The same loss without spares aborts like a SIGKILL.
 	tr = newTracker(2, 2, DeathAbort)
 	tr.onFormed()
-	expect(t, "lost without spares", tr.onExit(1, lost), "notice!:rank 1 (process 1) was lost: ssh to b", "teardown")
+	expect(t, "lost without spares", tr.onExit(1, lost), "notice!:job failed: rank 1 (process 1) was lost: ssh to b", "teardown")
 	if tr.code != 137 {
 		t.Fatalf("code %d, want 137", tr.code)
 	}
