@@ -140,7 +140,7 @@ func TestKilledProcessKeepsItsTrack(t *testing.T) {
 		t.Fatalf("StreamTrace = %v, %v", s, err)
 	}
 	defer s.Close()
-	obs.Record("iteration", "iteration", time.Now().Add(-time.Millisecond), "iter", 1)
+	obs.Record("iteration", "iteration", time.Now(), "iter", 1)
 	var tr obs.ChromeTrace
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -153,7 +153,7 @@ func TestKilledProcessKeepsItsTrack(t *testing.T) {
 		if err := json.Unmarshal(w.Bytes(), &tr); err != nil {
 			t.Fatal(err)
 		}
-		if n == 1 && len(tr.TraceEvents) == 4 {
+		if n == 1 && len(tr.TraceEvents) == 5 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -168,7 +168,7 @@ func TestKilledProcessKeepsItsTrack(t *testing.T) {
 		}
 		names = append(names, e.Name)
 	}
-	if names[2] != "iteration" || !strings.HasPrefix(names[3], "trace ends") {
+	if names[2] != "trace started" || names[3] != "iteration" || !strings.HasPrefix(names[4], "trace ends") {
 		t.Fatalf("merged events %v, want the track's names, the iteration, then the end of the trace", names)
 	}
 	s.Close()

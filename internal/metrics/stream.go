@@ -15,7 +15,7 @@ import (
 // StreamEvery is how often a process appends its new trace events to its
 // partial trace file: what a process killed by a signal loses of its
 // trace at most.
-const StreamEvery = 250 * time.Millisecond
+const StreamEvery = 100 * time.Millisecond
 
 // PartialFile is the file that process proc appends its trace events to
 // while it runs (StreamTrace); TraceFile replaces it when the process ends
@@ -57,6 +57,8 @@ func StreamTrace(dir string, proc int) (*TraceStream, error) {
 	for _, ce := range obs.TrackNames(proc, fmt.Sprintf("proc %d (ended without writing its trace: killed?)", proc)) {
 		_ = enc.Encode(ce)
 	}
+	// Where the track starts, should nothing else be streamed before a kill.
+	_ = enc.Encode(obs.Event{Name: "trace started", Cat: "trace", Start: time.Now(), Instant: true}.Chrome(proc))
 	_ = s.w.Flush()
 	go s.run()
 	return s, nil

@@ -131,6 +131,16 @@ func TestMetricsAndTrace(t *testing.T) {
 			t.Errorf("the job's scrape has no %s", name)
 		}
 	}
+	// The processes of one host exchange their frames through shared
+	// memory: the frame counters say so.
+	if !slices.ContainsFunc(last["gaspigo_frames_sent_total"], func(x struct {
+		labels string
+		value  float64
+	}) bool {
+		return strings.Contains(x.labels, `transport="shm"`) && x.value > 0
+	}) {
+		t.Errorf("no gaspigo_frames_sent_total series with transport=\"shm\" in a job on one host: %v", last["gaspigo_frames_sent_total"])
+	}
 	if n := len(last["gaspigo_epoch"]); n < ranks {
 		t.Errorf("the job's scrape has gaspigo_epoch of %d processes, want every live one (at least %d)", n, ranks)
 	}
@@ -224,5 +234,18 @@ func checkTrace(t *testing.T, path string, res *result) {
 	}
 	if checked == 0 {
 		t.Errorf("no track of the trace has a failure detection span")
+	}
+	// The killed process never wrote its trace: its track comes from what
+	// it streamed (every 100 ms: its iterations up to then), ended by the
+	// mark that its trace ends there.
+	killed := false
+	for pid, evs := range tracks {
+		if slices.ContainsFunc(evs, func(e traceEvent) bool { return strings.HasPrefix(e.Name, "trace ends") }) {
+			killed = true
+			t.Logf("track of proc %d, killed: %d events streamed before its death", pid, len(evs))
+		}
+	}
+	if !killed {
+		t.Errorf("no track of the trace is the killed process's (what it streamed, then the end of its trace)")
 	}
 }
