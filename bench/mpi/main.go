@@ -26,8 +26,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	_ "embed"
 	"flag"
 	"fmt"
@@ -325,14 +323,7 @@ func run(name string, args ...string) (string, error) { return runEnv(nil, name,
 
 // runEnv is run with env added to this process's environment.
 func runEnv(env []string, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
+	cmd := exec.Command(name, args...)
 	cmd.Env = append(os.Environ(), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
-	}
-	return out.String(), nil
+	return proctest.Run(10*time.Minute, cmd)
 }

@@ -1,8 +1,6 @@
 package benchutil
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -97,17 +95,14 @@ func (res Result) Table(a, b string) string {
 
 // runOnce runs the job once and returns rank 0's measurements.
 func runOnce(gaspirun string, args, env []string) (map[Key]float64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, gaspirun, args...)
+	cmd := exec.Command(gaspirun, args...)
 	cmd.Env = withEnv(os.Environ(), env)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, out.String())
+	out, err := proctest.Run(6*time.Minute, cmd)
+	if err != nil {
+		return nil, err
 	}
 	rows := map[Key]float64{}
-	for l := range strings.SplitSeq(out.String(), "\n") {
+	for l := range strings.SplitSeq(out, "\n") {
 		if l, ok := strings.CutPrefix(l, "[r0] "); ok {
 			if m, ok := ParseMeasurement(l); ok {
 				rows[Key{m.Test, m.Size}] = m.PGAS
@@ -115,7 +110,7 @@ func runOnce(gaspirun string, args, env []string) (map[Key]float64, error) {
 		}
 	}
 	if len(rows) == 0 {
-		return nil, fmt.Errorf("no measurements in rank 0's output\n%s", out.String())
+		return nil, fmt.Errorf("no measurements in rank 0's output\n%s", out)
 	}
 	return rows, nil
 }

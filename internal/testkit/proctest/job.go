@@ -402,3 +402,24 @@ func (j *Job) Stop(grace time.Duration) {
 		j.Kill()
 	}
 }
+
+// Run runs cmd to its end, for at most bound (then it is killed), and
+// returns its output (stdout and stderr in the order written). The error
+// says why it failed, with the output: it could not start, it ran past
+// the bound, or it did not exit 0.
+func Run(bound time.Duration, cmd *exec.Cmd) (string, error) {
+	j, err := Start(JobConfig{Bound: bound}, cmd)
+	if err != nil {
+		return "", err
+	}
+	j.Wait(context.Background()) // the bound ends it
+	out := j.Output()
+	name := strings.Join(cmd.Args, " ")
+	switch {
+	case j.TimedOut():
+		return out, fmt.Errorf("%s: still running after %v; killed\n%s", name, bound, out)
+	case j.ExitCode() != 0:
+		return out, fmt.Errorf("%s: exit %d\n%s", name, j.ExitCode(), out)
+	}
+	return out, nil
+}

@@ -131,3 +131,19 @@ func TestJobLongLine(t *testing.T) {
 		t.Fatalf("line lengths %v, want %v", lens, want)
 	}
 }
+
+// Rule: Run returns a command's output, and an error with the output when
+// it does not exit 0 or outlives its bound.
+func TestRun(t *testing.T) {
+	out, err := Run(time.Minute, exec.Command("sh", "-c", "echo out; echo err >&2"))
+	if err != nil || out != "out\nerr\n" {
+		t.Fatalf("Run = %q, %v", out, err)
+	}
+	out, err = Run(time.Minute, exec.Command("sh", "-c", "echo why; exit 3"))
+	if err == nil || !strings.Contains(err.Error(), "exit 3") || !strings.Contains(err.Error(), "why") || out != "why\n" {
+		t.Fatalf("a failing command: %q, %v", out, err)
+	}
+	if _, err := Run(200*time.Millisecond, exec.Command("sleep", "30")); err == nil || !strings.Contains(err.Error(), "still running") {
+		t.Fatalf("a command past its bound: %v", err)
+	}
+}
