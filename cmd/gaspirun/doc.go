@@ -2,14 +2,17 @@
 // on this machine, on the hosts of a hostfile through ssh, or on the nodes
 // of a Slurm allocation through srun.
 //
-//	gaspirun -n N [--spares K] [--timeout D] [--hosts h1,h2,... | --ranks-per-host M]
+//	gaspirun -n N [--spares K] [--timeout D] [--host-labels h1,h2,... | --ranks-per-host M]
 //	         [--state-dir DIR] [--on-death continue|abort] [--quiet] [--grace D]
 //	         [--job-id NAME] [--tls] [-x NAME[=VALUE]]... [-v] [--metrics ADDR] [--collapse D]
 //	         [--trace FILE] [--] PROGRAM [ARGS...]
-//	gaspirun -n N [--spares K] --hostfile FILE [--ssh CMD] [--rendezvous-addr HOST[:PORT]]
-//	         [--remote-gaspirun PATH] [flags] [--] PROGRAM [ARGS...]
+//	gaspirun -n N [--spares K] --hostfile FILE | --host HOST[:SLOTS],... [--ssh CMD]
+//	         [--rendezvous-addr HOST[:PORT]] [--remote-gaspirun PATH] [flags] [--] PROGRAM [ARGS...]
 //	gaspirun [-n N] --spares K [--srun CMD] [flags] [--] PROGRAM [ARGS...]   (inside sbatch or salloc)
-//	gaspirun --new-token
+//	gaspirun --new-token | --version | --help
+//
+// -np is another name of -n. gaspirun --help lists every flag; a bad flag
+// exits 2 with its error and a line pointing to --help.
 //
 // It starts N+K processes of PROGRAM: processes 0..N-1 hold ranks 0..N-1,
 // processes N..N+K-1 are spares. gaspirun hosts the rendezvous with a fresh
@@ -27,13 +30,14 @@
 // # Launchers
 //
 // --launcher picks what starts the processes; by default ssh when
-// --hostfile is given, slurm inside a Slurm allocation (SLURM_JOB_ID is
-// set), local otherwise.
+// --hostfile or --host is given, slurm inside a Slurm allocation
+// (SLURM_JOB_ID is set), local otherwise.
 //
 // local: gaspirun forks the processes on this machine, each in its own
-// process group, and the rendezvous listens on 127.0.0.1. --hosts and
-// --ranks-per-host only label processes (PGAS_HOST), so one machine can
-// stand in for several hosts.
+// process group, and the rendezvous listens on 127.0.0.1. --host-labels
+// and --ranks-per-host only label processes (PGAS_HOST), so one machine
+// can stand in for several hosts. (--hosts, their old name, still works
+// with a warning.)
 //
 // ssh (--hostfile FILE): one host per line, as in Open MPI's hostfiles:
 //
@@ -58,6 +62,12 @@
 // whose loss the spares cannot cover (give hosts fewer slots to spread
 // the ranks). Too few slots for N+K processes is an error naming the
 // numbers. PGAS_HOST is the host's name from the hostfile.
+//
+// --host HOST[:SLOTS],... names the hosts on the command line instead, as
+// Open MPI's --host does: each host gets one slot, or SLOTS (--host
+// node1:4,node2:4 is the hostfile above without its last line); a host
+// named twice gets the sum; an IPv6 address takes slots in brackets
+// ([fe80::1]:2). It and --hostfile exclude each other.
 //
 // Each process is started with the system's ssh client, so ~/.ssh/config,
 // agents, ProxyJump and ControlMaster all apply:
@@ -155,7 +165,10 @@
 // before its own verdict on a failure and before its summary. The
 // processes' event reports that gaspirun prints ("gaspirun: [r0-255]
 // restored checkpoint 14") collapse the same way. --collapse 0 prints
-// every line with its own prefix.
+// every line with its own prefix. Lines collapse only once the job has
+// formed (every process registered with the rendezvous): before, and in a
+// plain job (below), each line is printed with its own prefix, as mpirun
+// prints it.
 //
 // # Failures and exit status
 //

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,15 +15,15 @@ import (
 
 func TestParseFlags(t *testing.T) {
 	var stderr bytes.Buffer
-	cfg, newTok, err := parseFlags([]string{"-n", "4", "--spares", "2", "--timeout", "1m", "--hosts", "a, b",
+	cfg, what, err := parseFlags([]string{"-n", "4", "--spares", "2", "--timeout", "1m", "--host-labels", "a, b",
 		"--ranks-per-host", "3", "--state-dir", "/tmp/s", "--on-death", "abort", "--quiet", "--grace", "2s",
 		"--job-id", "j", "--tls", "--", "./prog", "-x", "--y"}, &stderr)
-	if err != nil || newTok {
-		t.Fatal(err, newTok)
+	if err != nil || what != actRun {
+		t.Fatal(err, what)
 	}
 	want := launch.DefaultConfig()
 	want.Ranks, want.Spares, want.Timeout = 4, 2, time.Minute
-	want.Hosts, want.ProcsPerHost, want.StateDir = []string{"a", "b"}, 3, "/tmp/s"
+	want.HostLabels, want.ProcsPerHost, want.StateDir = []string{"a", "b"}, 3, "/tmp/s"
 	want.OnDeath, want.Quiet, want.Grace, want.JobID = launch.DeathAbort, true, 2*time.Second, "j"
 	want.TLS = true
 	want.Program, want.Args = "./prog", []string{"-x", "--y"}
@@ -47,8 +45,13 @@ func TestParseFlagsErrors(t *testing.T) {
 	if _, _, err := parseFlags([]string{"-n", "x", "prog"}, &stderr); err == nil {
 		t.Errorf("bad -n accepted")
 	}
-	if _, _, err := parseFlags([]string{"-h"}, &stderr); !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr.String(), "usage: gaspirun") {
-		t.Errorf("help: %v\n%s", err, stderr.String())
+	for _, h := range []string{"-h", "--help", "-help"} {
+		if _, what, err := parseFlags([]string{"-n", "2", h}, &stderr); err != nil || what != actHelp {
+			t.Errorf("%s: %v, %v", h, what, err)
+		}
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("parseFlags wrote %q", stderr.String())
 	}
 }
 
@@ -64,13 +67,23 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"-n", "2"}, 2, "PROGRAM: no program given"},
 		{[]string{"-n", "2", "no-such-program-xyz"}, 2, "not found on PATH"},
 		{[]string{"-n", "2", "--on-death", "maybe", os.Args[0]}, 2, "--on-death maybe: unknown policy; use continue or abort"},
-		{[]string{"-n", "4", "--hosts", "a,b", "--ranks-per-host", "1", os.Args[0]}, 2, "use --ranks-per-host 2"},
-		{[]string{"--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"-n", "4", "--host-labels", "a,b", "--ranks-per-host", "1", os.Args[0]}, 2, "use --ranks-per-host 2"},
+		{[]string{"--bogus"}, 2, "gaspirun: unknown flag --bogus\nRun 'gaspirun --help' for the flags.\n"},
+		{[]string{"-bogus"}, 2, "unknown flag --bogus"},
+		{[]string{"--spares", "x"}, 2, `invalid value "x" for flag --spares`},
+		{[]string{"-n"}, 2, "flag needs an argument: -n"},
+		{[]string{"-n", "2", "--host", "a:0", "prog"}, 2, `--host a:0: "a:0": slots "0" is not a whole number`},
+		{[]string{"-n", "2", "--host", "a", "--hostfile", "f", "prog"}, 2, "--host a: and --hostfile both name the hosts"},
+		{[]string{"-n", "2", "--host", "a", "--launcher", "local", "prog"}, 2, "--host a: is for --launcher ssh, not local"},
 	}
 	for _, c := range cases {
 		var stdout, stderr bytes.Buffer
 		if code := run(c.args, &stdout, &stderr); code != c.code || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("gaspirun %q: exit %d, stderr %q; want exit %d and %q", c.args, code, stderr.String(), c.code, c.want)
+		}
+		// A short message: the error and where the flags are, not the help.
+		if n := strings.Count(stderr.String(), "\n"); n != 2 || !strings.HasSuffix(stderr.String(), "Run 'gaspirun --help' for the flags.\n") {
+			t.Errorf("gaspirun %q: stderr of %d lines, want the error and the hint:\n%s", c.args, n, stderr.String())
 		}
 	}
 }
@@ -144,7 +157,7 @@ func TestRunLauncherErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"-n", "2", "--hostfile", hf, "prog"}, `line 2 ("node2 slots=x"): slots=x: not a whole number`},
-		{[]string{"-n", "2", "--hostfile", hf, "--hosts", "a,b", "prog"}, "--hosts/--ranks-per-host: only label processes of a local job"},
+		{[]string{"-n", "2", "--hostfile", hf, "--host-labels", "a,b", "prog"}, "--host-labels/--ranks-per-host: only label processes of a local job"},
 		{[]string{"-n", "2", "--launcher", "ssh", "prog"}, "--launcher ssh: needs the hosts; give --hostfile FILE"},
 		{[]string{"-n", "2", "--launcher", "local", "--ssh", "ssh", os.Args[0]}, "apply to --hostfile and Slurm jobs"},
 		{[]string{"-n", "2", "--launcher", "pbs", "prog"}, "--launcher pbs: unknown launcher; use local, ssh or slurm"},

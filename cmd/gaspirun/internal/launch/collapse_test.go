@@ -206,7 +206,7 @@ func labelsToProcs(t *testing.T, labels string) []int {
 func TestOutputCollapses(t *testing.T) {
 	var out syncBuffer
 	o := newOutput(&out, &out)
-	o.collapse(time.Hour, 4)
+	o.collapse(time.Hour, 4, nil)
 	for p := range 3 {
 		o.pump(strings.NewReader("same\n"), streamStdout, p, func() string { return fmt.Sprintf("r%d", p) })
 	}

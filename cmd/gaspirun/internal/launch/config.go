@@ -78,15 +78,19 @@ type Config struct {
 	Args    []string
 	// Timeout ends the whole job after this long (exit 124); 0: no limit.
 	Timeout time.Duration
-	// Hosts are host labels given to the processes (PGAS_HOST), filled host
-	// by host: process p gets Hosts[p / ProcsPerHost]. One machine can thus
-	// stand in for several hosts, for host-aware placement. Empty: every
-	// process gets this machine's hostname, unless ProcsPerHost is set.
-	Hosts []string
+	// HostLabels are host labels given to the processes of a local job
+	// (PGAS_HOST; --host-labels), filled host by host: process p gets
+	// HostLabels[p / ProcsPerHost]. One machine can thus stand in for
+	// several hosts, for host-aware placement. Empty: every process gets
+	// this machine's hostname, unless ProcsPerHost is set.
+	HostLabels []string
+	// HostList are real hosts and their slots (--host a,b:2, as Open MPI's
+	// --host), used as a hostfile's: the job runs through ssh.
+	HostList []HostSlots
 	// ProcsPerHost is how many processes share a host label
-	// (--ranks-per-host; spares count too). With Hosts empty the labels are
-	// host0, host1, ...; with Hosts set and this 0, the processes are spread
-	// evenly over Hosts.
+	// (--ranks-per-host; spares count too). With HostLabels empty the labels
+	// are host0, host1, ...; with HostLabels set and this 0, the processes
+	// are spread evenly over them.
 	ProcsPerHost int
 	// StateDir is the job's state directory (PGAS_STATE_DIR), created if
 	// missing; empty: the processes keep state in memory.
@@ -190,13 +194,13 @@ func (c Config) lookupEnv(k string) (string, bool) {
 	return os.LookupEnv(k)
 }
 
-// Backend resolves LauncherAuto: ssh with a hostfile, slurm when
-// SLURM_JOB_ID is set, local otherwise.
+// Backend resolves LauncherAuto: ssh with a hostfile or a host list,
+// slurm when SLURM_JOB_ID is set, local otherwise.
 func (c Config) Backend() LauncherKind {
 	if c.Launcher != LauncherAuto {
 		return c.Launcher
 	}
-	if c.Hostfile != "" {
+	if c.Hostfile != "" || len(c.HostList) > 0 {
 		return LauncherSSH
 	}
 	if v, _ := c.lookupEnv("SLURM_JOB_ID"); strings.TrimSpace(v) != "" {
@@ -223,11 +227,11 @@ func (c Config) Policy() DeathPolicy {
 // hostname.
 func (c Config) HostLabel(p int) string {
 	per := c.ProcsPerHost
-	if len(c.Hosts) > 0 {
+	if len(c.HostLabels) > 0 {
 		if per == 0 {
-			per = (c.NumProcs() + len(c.Hosts) - 1) / len(c.Hosts)
+			per = (c.NumProcs() + len(c.HostLabels) - 1) / len(c.HostLabels)
 		}
-		return c.Hosts[min(p/per, len(c.Hosts)-1)]
+		return c.HostLabels[min(p/per, len(c.HostLabels)-1)]
 	}
 	if per > 0 {
 		return "host" + strconv.Itoa(p/per)
@@ -281,23 +285,23 @@ func (c Config) Validate() error {
 		return &FlagError{Flag: "--ranks-per-host", Value: strconv.Itoa(c.ProcsPerHost), Problem: "cannot be negative", Fix: "use e.g. --ranks-per-host 2"}
 	}
 	seen := map[string]bool{}
-	for _, h := range c.Hosts {
+	for _, h := range c.HostLabels {
 		if h == "" {
-			return &FlagError{Flag: "--hosts", Value: strings.Join(c.Hosts, ","), Problem: "has an empty host label", Fix: "list labels separated by commas, e.g. --hosts a,b,c"}
+			return &FlagError{Flag: "--host-labels", Value: strings.Join(c.HostLabels, ","), Problem: "has an empty host label", Fix: "list labels separated by commas, e.g. --host-labels a,b,c"}
 		}
 		if strings.IndexFunc(h, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0 {
-			return &FlagError{Flag: "--hosts", Value: strings.Join(c.Hosts, ","), Problem: fmt.Sprintf("label %q has a space or control character", h), Fix: "use short labels such as node1"}
+			return &FlagError{Flag: "--host-labels", Value: strings.Join(c.HostLabels, ","), Problem: fmt.Sprintf("label %q has a space or control character", h), Fix: "use short labels such as node1"}
 		}
 		if seen[h] {
-			return &FlagError{Flag: "--hosts", Value: strings.Join(c.Hosts, ","), Problem: fmt.Sprintf("label %q appears twice", h), Fix: "list each host once; --ranks-per-host says how many processes share one"}
+			return &FlagError{Flag: "--host-labels", Value: strings.Join(c.HostLabels, ","), Problem: fmt.Sprintf("label %q appears twice", h), Fix: "list each host once; --ranks-per-host says how many processes share one"}
 		}
 		seen[h] = true
 	}
-	if len(c.Hosts) > 0 && c.ProcsPerHost > 0 && len(c.Hosts)*c.ProcsPerHost < c.NumProcs() {
+	if len(c.HostLabels) > 0 && c.ProcsPerHost > 0 && len(c.HostLabels)*c.ProcsPerHost < c.NumProcs() {
 		return &FlagError{Flag: "--ranks-per-host", Value: strconv.Itoa(c.ProcsPerHost),
 			Problem: fmt.Sprintf("%d hosts x %d processes leave no host for %d of the %d processes (ranks plus spares)",
-				len(c.Hosts), c.ProcsPerHost, c.NumProcs()-len(c.Hosts)*c.ProcsPerHost, c.NumProcs()),
-			Fix: fmt.Sprintf("use --ranks-per-host %d or list more --hosts", (c.NumProcs()+len(c.Hosts)-1)/len(c.Hosts))}
+				len(c.HostLabels), c.ProcsPerHost, c.NumProcs()-len(c.HostLabels)*c.ProcsPerHost, c.NumProcs()),
+			Fix: fmt.Sprintf("use --ranks-per-host %d or list more --host-labels", (c.NumProcs()+len(c.HostLabels)-1)/len(c.HostLabels))}
 	}
 	switch c.OnDeath {
 	case DeathAuto, DeathContinue, DeathAbort:
@@ -329,19 +333,27 @@ func (c Config) validateBackend() error {
 	default:
 		return &FlagError{Flag: "--launcher", Value: string(c.Launcher), Problem: "unknown launcher", Fix: "use local, ssh or slurm"}
 	}
-	if kind == LauncherSSH && c.Hostfile == "" {
-		return &FlagError{Flag: "--launcher", Value: "ssh", Problem: "needs the hosts", Fix: "give --hostfile FILE"}
+	if c.Hostfile != "" && len(c.HostList) > 0 {
+		return &FlagError{Flag: "--host", Value: FormatHostList(c.HostList), Problem: "and --hostfile both name the hosts",
+			Fix: "give one of them"}
+	}
+	if kind == LauncherSSH && c.Hostfile == "" && len(c.HostList) == 0 {
+		return &FlagError{Flag: "--launcher", Value: "ssh", Problem: "needs the hosts", Fix: "give --hostfile FILE or --host a,b"}
 	}
 	if kind != LauncherSSH && c.Hostfile != "" {
 		return &FlagError{Flag: "--hostfile", Value: c.Hostfile, Problem: "is for --launcher ssh, not " + string(kind),
 			Fix: "drop --launcher, or drop --hostfile"}
 	}
-	if kind != LauncherLocal && (len(c.Hosts) > 0 || c.ProcsPerHost > 0) {
-		why := "the hostfile names the hosts"
+	if kind != LauncherSSH && len(c.HostList) > 0 {
+		return &FlagError{Flag: "--host", Value: FormatHostList(c.HostList), Problem: "is for --launcher ssh, not " + string(kind),
+			Fix: "drop --launcher, or drop --host (--host-labels only labels processes on this machine)"}
+	}
+	if kind != LauncherLocal && (len(c.HostLabels) > 0 || c.ProcsPerHost > 0) {
+		why := "--hostfile or --host names the hosts"
 		if kind == LauncherSlurm {
 			why = "the Slurm allocation names the hosts (SLURM_JOB_ID is set)"
 		}
-		return &FlagError{Flag: "--hosts/--ranks-per-host", Problem: "only label processes of a local job; " + why,
+		return &FlagError{Flag: "--host-labels/--ranks-per-host", Problem: "only label processes of a local job; " + why,
 			Fix: "drop them, or give --launcher local to run every process on this machine"}
 	}
 	if kind == LauncherLocal && (c.RendezvousAddr != "" || len(c.SSH) > 0 || len(c.Srun) > 0 || len(c.RemoteCommand) > 0) {

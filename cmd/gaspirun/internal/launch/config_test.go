@@ -34,9 +34,9 @@ func TestConfigValidate(t *testing.T) {
 		{"directory", func(c *Config) { c.Program = dir }, "PROGRAM", "is a directory"},
 		{"negative timeout", func(c *Config) { c.Timeout = -time.Second }, "--timeout", "negative"},
 		{"zero grace", func(c *Config) { c.Grace = 0 }, "--grace", "positive"},
-		{"empty host", func(c *Config) { c.Hosts = []string{"a", ""} }, "--hosts", "empty host label"},
-		{"duplicate host", func(c *Config) { c.Hosts = []string{"a", "a"} }, "--hosts", "twice"},
-		{"hosts too few", func(c *Config) { c.Hosts = []string{"a"}; c.ProcsPerHost = 1 }, "--ranks-per-host", "use --ranks-per-host 2"},
+		{"empty host", func(c *Config) { c.HostLabels = []string{"a", ""} }, "--host-labels", "empty host label"},
+		{"duplicate host", func(c *Config) { c.HostLabels = []string{"a", "a"} }, "--host-labels", "twice"},
+		{"hosts too few", func(c *Config) { c.HostLabels = []string{"a"}; c.ProcsPerHost = 1 }, "--ranks-per-host", "use --ranks-per-host 2"},
 		{"negative per host", func(c *Config) { c.ProcsPerHost = -1 }, "--ranks-per-host", "negative"},
 		{"bad policy", func(c *Config) { c.OnDeath = "retry" }, "--on-death", "continue or abort"},
 		{"contract var", func(c *Config) { c.Env = []string{"PGAS_PROC=3"} }, "Env", "set by gaspirun"},
@@ -69,7 +69,7 @@ func TestHostLabels(t *testing.T) {
 		{[]string{"a", "b", "c"}, 2, 4, []string{"a", "a", "b", "b"}},
 	}
 	for _, c := range cases {
-		cfg := Config{Ranks: c.n, Hosts: c.hosts, ProcsPerHost: c.per}
+		cfg := Config{Ranks: c.n, HostLabels: c.hosts, ProcsPerHost: c.per}
 		for p, w := range c.want {
 			if got := cfg.HostLabel(p); got != w {
 				t.Errorf("hosts=%v per=%d: process %d on %q, want %q", c.hosts, c.per, p, got, w)

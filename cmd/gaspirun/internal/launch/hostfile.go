@@ -138,3 +138,58 @@ func checkHostName(h string) string {
 	}
 	return ""
 }
+
+// ParseHostList parses the hosts of --host as Open MPI's --host: host names
+// separated by commas, each with one slot or, written host:N, N slots. A
+// host listed twice gets the sum, as in a hostfile. An IPv6 address takes
+// slots only in brackets ([fe80::1]:2).
+func ParseHostList(s string) ([]HostSlots, error) {
+	var hosts []HostSlots
+	index := map[string]int{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		bad := func(problem string) error {
+			return &FlagError{Flag: "--host", Value: s, Problem: problem,
+				Fix: "list hosts separated by commas, each with :N for N slots, e.g. --host node1,node2:4"}
+		}
+		if item == "" {
+			return nil, bad("has an empty host name")
+		}
+		host, slots := item, 1
+		if i := strings.LastIndexByte(item, ':'); i > 0 && (strings.Count(item, ":") == 1 || item[i-1] == ']') {
+			n, err := strconv.Atoi(item[i+1:])
+			if err != nil || n < 1 || n > maxSlots {
+				return nil, bad(fmt.Sprintf("%q: slots %q is not a whole number from 1 to %d", item, item[i+1:], maxSlots))
+			}
+			host, slots = item[:i], n
+		}
+		if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+			host = host[1 : len(host)-1]
+		}
+		if err := checkHostName(host); err != "" {
+			return nil, bad(fmt.Sprintf("host %q %s", host, err))
+		}
+		if i, ok := index[host]; ok {
+			hosts[i].Slots += slots
+			continue
+		}
+		index[host] = len(hosts)
+		hosts = append(hosts, HostSlots{Name: host, Slots: slots})
+	}
+	return hosts, nil
+}
+
+// FormatHostList writes hosts as --host takes them.
+func FormatHostList(hosts []HostSlots) string {
+	s := make([]string, len(hosts))
+	for i, h := range hosts {
+		s[i] = h.Name
+		if strings.Contains(h.Name, ":") {
+			s[i] = "[" + h.Name + "]"
+		}
+		if h.Slots != 1 {
+			s[i] += ":" + strconv.Itoa(h.Slots)
+		}
+	}
+	return strings.Join(s, ",")
+}

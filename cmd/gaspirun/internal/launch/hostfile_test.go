@@ -186,3 +186,33 @@ func coverable(hosts []HostSlots, p Placement, spares int) bool {
 	}
 	return try(0, spares)
 }
+
+func TestParseHostList(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []HostSlots
+	}{
+		{"a", []HostSlots{{"a", 1}}},
+		{"a,b:4, a:2", []HostSlots{{"a", 3}, {"b", 4}}},
+		{"10.0.0.7:2,fe80::1,[fe80::2]:3,[fe80::3]", []HostSlots{{"10.0.0.7", 2}, {"fe80::1", 1}, {"fe80::2", 3}, {"fe80::3", 1}}},
+	} {
+		got, err := ParseHostList(c.in)
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("ParseHostList(%q) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+		if back, _ := ParseHostList(FormatHostList(got)); !reflect.DeepEqual(back, c.want) {
+			t.Errorf("FormatHostList(%v) = %q does not parse back", got, FormatHostList(got))
+		}
+	}
+	for _, c := range []struct{ in, want string }{
+		{"a,,b", "--host a,,b: has an empty host name"},
+		{"a:0", `"a:0": slots "0" is not a whole number`},
+		{"a:x", `"a:x": slots "x" is not a whole number`},
+		{"-oProxy", `host "-oProxy" starts with '-'`},
+		{"a b", `host "a b" has the character ' '`},
+	} {
+		if _, err := ParseHostList(c.in); err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, ErrConfig) {
+			t.Errorf("ParseHostList(%q): %v, want %q", c.in, err, c.want)
+		}
+	}
+}

@@ -28,6 +28,11 @@ type output struct {
 	col     *collapser
 	timer   *time.Timer
 	timerAt time.Time
+	// colReady, until it returns true, holds the collapsing back (colWindow
+	// and colProcs are collapse's arguments); nil once decided.
+	colReady  func() bool
+	colWindow time.Duration
+	colProcs  int
 }
 
 // maxPendingOutput bounds the output the collapser holds back.
@@ -35,13 +40,20 @@ const maxPendingOutput = 4 << 20
 
 // collapse turns on the collapsing of identical lines printed by several of
 // nprocs processes within window (see collapser); window <= 0 leaves it
-// off.
-func (o *output) collapse(window time.Duration, nprocs int) {
+// off. It starts with the first line that comes once ready returns true
+// (nil: at once); until then every line is printed as it comes. Run
+// passes "the job formed": a process prints a line after it got the
+// member table, which the rendezvous sends only once it is complete.
+func (o *output) collapse(window time.Duration, nprocs int, ready func() bool) {
 	if window <= 0 || nprocs <= 1 {
 		return
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if ready != nil {
+		o.colReady, o.colWindow, o.colProcs = ready, window, nprocs
+		return
+	}
 	o.col = newCollapser(window, nprocs, maxPendingOutput)
 }
 
@@ -51,7 +63,7 @@ func (o *output) flush() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.flushLocked()
-	o.col = nil
+	o.col, o.colReady = nil, nil
 	if o.timer != nil {
 		o.timer.Stop()
 	}
@@ -106,6 +118,10 @@ func (o *output) line(stream, proc int, label string, text []byte) {
 	text = bytes.TrimSuffix(text, []byte("\n"))
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.colReady != nil && o.colReady() {
+		o.col = newCollapser(o.colWindow, o.colProcs, maxPendingOutput)
+		o.colReady = nil
+	}
 	if o.col == nil {
 		o.write(stream, label, text)
 		return

@@ -111,3 +111,30 @@ func TestPlainProcessFailsAJob(t *testing.T) {
 		}
 	}
 }
+
+// --host a,b:N is a hostfile on the command line (Open MPI's --host), and
+// a plain program runs over ssh as locally.
+func TestSSHHostListAndPlainProgram(t *testing.T) {
+	cfg, out, errs, _ := remoteJob(t, "", 2, 1, 1)
+	cfg.Hostfile = ""
+	cfg.HostList = []HostSlots{{Name: "h0", Slots: 2}, {Name: "h1", Slots: 1}}
+	cfg.Env = append(cfg.Env, roleVar+"=plain")
+	res := run(t, context.Background(), cfg)
+	if res.ExitCode != 0 {
+		dump(t, out, errs)
+		t.Fatalf("exit %d (%s), want 0", res.ExitCode, res.Reason)
+	}
+	for _, w := range []string{"placement: h0: r0-1; h1: s2"} {
+		if !strings.Contains(errs.String(), w) {
+			dump(t, out, errs)
+			t.Fatalf("stderr lacks %q", w)
+		}
+	}
+	for _, w := range []string{"[r0] plain 0\n", "[r1] plain 1\n", "[s2] plain 2\n"} {
+		if !strings.Contains(out.String(), w) {
+			dump(t, out, errs)
+			t.Fatalf("stdout lacks %q", w)
+		}
+	}
+	waitNoRemoteSides(t)
+}

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -64,9 +63,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	case LauncherSSH, LauncherSlurm:
 		var hosts []HostSlots
 		var err error
-		if kind == LauncherSSH {
+		switch {
+		case kind == LauncherSSH && len(cfg.HostList) > 0:
+			hosts = cfg.HostList
+		case kind == LauncherSSH:
 			hosts, err = ReadHostfile(cfg.Hostfile)
-		} else {
+		default:
 			hosts, err = SlurmHosts(cfg.lookupEnv)
 		}
 		if err != nil {
@@ -83,7 +85,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		place = &p
 	}
 	out := newOutput(cfg.Stdout, cfg.Stderr)
-	out.collapse(cfg.Collapse, cfg.NumProcs())
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(out.noticeWriter(), &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -146,6 +147,17 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		srv.Close()
 		<-srvDone
 	}()
+	// Identical lines collapse once the job formed: a plain job's (one
+	// that never registers) are printed each with its prefix, as mpirun
+	// prints them.
+	out.collapse(cfg.Collapse, cfg.NumProcs(), func() bool {
+		select {
+		case <-srv.Complete():
+			return true
+		default:
+			return false
+		}
+	})
 	ob, obEnv, err := startObservability(cfg, srv)
 	if err != nil {
 		return Result{}, err
@@ -238,15 +250,6 @@ type exitEvent struct {
 	info exitInfo
 }
 
-type proc struct {
-	id     int
-	pid    int
-	host   string
-	handle process
-	label  atomic.Pointer[string]
-	files  []*os.File // read ends of the output pipes
-}
-
 // job is the state of one Run. The loop goroutine owns tr; the pumps read
 // labels through proc.label.
 type job struct {
@@ -261,76 +264,6 @@ type job struct {
 	procs    []*proc
 	exits    chan exitEvent
 	pumps    sync.WaitGroup
-}
-
-func (j *job) start(p int) error {
-	env := j.base
-	env.Proc = uint32(p)
-	spec := procSpec{proc: p, ranksOnHost: j.cfg.Ranks}
-	if j.place != nil {
-		spec.host = j.place.Host(p)
-		env.Host = spec.host
-		spec.ranksOnHost = 0
-		for q := 0; q < j.cfg.Ranks; q++ {
-			if j.place.HostOf[q] == j.place.HostOf[p] {
-				spec.ranksOnHost++
-			}
-		}
-	} else {
-		env.Host = j.cfg.HostLabel(p)
-		if env.Host == "" {
-			env.Host = j.hostname
-		}
-	}
-	environ := env.Environ()
-	if j.cfg.Resume != "" {
-		environ = append(environ, "PGAS_RESUME="+j.cfg.Resume)
-	}
-	spec.env = append(append([]string{}, j.cfg.Env...), environ...)
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return err
-	}
-	spec.stdout, spec.stderr = outW, errW
-	h, err := j.be.start(spec)
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		return err
-	}
-	pr := &proc{id: p, pid: h.pid(), host: env.Host, handle: h, files: []*os.File{outR, errR}}
-	l := j.tr.label(p)
-	pr.label.Store(&l)
-	j.procs = append(j.procs, pr)
-	label := func() string { return *pr.label.Load() }
-	j.pumps.Add(2)
-	go func() { defer j.pumps.Done(); j.out.pump(outR, streamStdout, p, label) }()
-	go func() { defer j.pumps.Done(); j.out.pump(errR, streamStderr, p, label) }()
-	go func() { j.exits <- exitEvent{proc: p, info: h.wait()} }()
-	return nil
-}
-
-// signalAll signals every process started, whether or not it has exited
-// (what it started may still run).
-func (j *job) signalAll(sig syscall.Signal) {
-	for _, pr := range j.procs {
-		pr.handle.signal(sig)
-	}
-}
-
-// signalLive signals the processes still running.
-func (j *job) signalLive(sig syscall.Signal, waited []bool) {
-	for _, pr := range j.procs {
-		if !waited[pr.id] {
-			pr.handle.signal(sig)
-		}
-	}
 }
 
 // loop runs until every process has exited and its exit was decided on.
@@ -575,27 +508,4 @@ func (j *job) loop(ctx context.Context) Result {
 		})
 	}
 	return res
-}
-
-// closePumps waits for the output pumps to drain (a process's children may
-// hold its pipes open), for at most the grace period, then closes the pipes.
-func (j *job) closePumps() {
-	done := make(chan struct{})
-	go func() {
-		j.pumps.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(j.cfg.Grace)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
-	for _, pr := range j.procs {
-		for _, f := range pr.files {
-			f.Close()
-		}
-	}
-	<-done
-	j.out.flush()
 }

@@ -123,7 +123,7 @@ func TestOutputCollapsesAcrossRanks(t *testing.T) {
 
 func TestEnvContractReachesProcesses(t *testing.T) {
 	cfg, out, errs := jobConfig("env", 2, 1)
-	cfg.Hosts = []string{"hostA", "hostB"}
+	cfg.HostLabels = []string{"hostA", "hostB"}
 	cfg.ProcsPerHost = 2
 	cfg.JobID = "job-x"
 	cfg.StateDir = filepath.Join(t.TempDir(), "state")

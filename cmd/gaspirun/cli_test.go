@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os/exec"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gaspigo/gaspigo/cmd/gaspirun/internal/launch"
+)
+
+// What an mpirun or srun user types: any program, -np, --host, --version,
+// --help.
+
+func TestHelp(t *testing.T) {
+	for _, h := range []string{"--help", "-h"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{h}, &stdout, &stderr); code != 0 || stderr.Len() != 0 {
+			t.Fatalf("%s: exit %d, stderr %q", h, code, stderr.String())
+		}
+		help := stdout.String()
+		if !strings.HasPrefix(help, "usage: gaspirun -n N [flags] [--] PROGRAM [ARGS...]\n") {
+			t.Errorf("%s: the help does not start with the synopsis:\n%s", h, help)
+		}
+		for _, w := range []string{"\n  -n, -np N\n", "\n  --spares K\n", "\n  --host HOST[:SLOTS],...\n", "\n  --host-labels labels\n",
+			"\n  -x NAME\n", "\n  --quiet\n", "\n  --help, -h\n", "(default 3s)"} {
+			if !strings.Contains(help, w) {
+				t.Errorf("the help lacks %q", w)
+			}
+		}
+		if regexp.MustCompile(`(?m)^  -[a-z][a-z-]+`).MatchString(strings.ReplaceAll(help, "-np", "")) || strings.Contains(help, "--hosts") {
+			t.Errorf("the help shows a long flag with one dash, or the deprecated --hosts:\n%s", help)
+		}
+	}
+	// Every flag is in the help once, but aliases and deprecated names.
+	var cfg launch.Config
+	fs := newFlagSet(&cfg, &flagVars{})
+	seen := map[string]int{}
+	for _, sec := range helpSections {
+		for _, name := range sec.flags {
+			seen[name]++
+			if fs.Lookup(name) == nil {
+				t.Errorf("the help lists %s, which is no flag", dash(name))
+			}
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		_, alias := aliases[f.Name]
+		_, old := deprecated[f.Name]
+		if want := map[bool]int{true: 0, false: 1}[alias || old]; seen[f.Name] != want {
+			t.Errorf("%s is in the help %d times, want %d", dash(f.Name), seen[f.Name], want)
+		}
+	})
+}
+
+func TestVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--version"}, &stdout, &stderr); code != 0 || stderr.Len() != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	if !regexp.MustCompile(`^gaspirun \S+ \(go\S+ \w+/\w+\)\n$`).MatchString(stdout.String()) {
+		t.Errorf("version line %q", stdout.String())
+	}
+}
+
+func TestNpHostAndDeprecatedHosts(t *testing.T) {
+	var stderr bytes.Buffer
+	cfg, _, err := parseFlags([]string{"-np", "3", "--host", "a,b:2,a", "prog"}, &stderr)
+	if err != nil || cfg.Ranks != 3 || cfg.Backend() != launch.LauncherSSH ||
+		!reflect.DeepEqual(cfg.HostList, []launch.HostSlots{{Name: "a", Slots: 2}, {Name: "b", Slots: 2}}) {
+		t.Fatalf("got %+v, %v", cfg, err)
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("stderr %q", stderr.String())
+	}
+	cfg, _, err = parseFlags([]string{"-n", "2", "--hosts", "a,b", "prog"}, &stderr)
+	if err != nil || !reflect.DeepEqual(cfg.HostLabels, []string{"a", "b"}) || cfg.Backend() != launch.LauncherLocal {
+		t.Fatalf("--hosts: got %+v, %v", cfg, err)
+	}
+	if w := "gaspirun: warning: --hosts is deprecated: use --host-labels"; strings.Count(stderr.String(), "\n") != 1 || !strings.HasPrefix(stderr.String(), w) {
+		t.Errorf("--hosts: stderr %q, want one line starting %q", stderr.String(), w)
+	}
+	if _, _, err := parseFlags([]string{"-n", "2", "--hosts", "a", "--host-labels", "b", "prog"}, &stderr); err == nil {
+		t.Error("--hosts with --host-labels accepted")
+	}
+}
+
+// Rule (cmd/gaspirun, Programs that never join): gaspirun -n 2 -- hostname
+// prints two lines and exits 0; the job's exit is its processes'.
+func TestRunsAnyProgram(t *testing.T) {
+	for _, p := range []string{"true", "false", "hostname"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("%s: %v", p, err)
+		}
+	}
+	cases := []struct {
+		args  []string
+		code  int
+		lines int // of stdout
+	}{
+		{[]string{"-np", "2", "--", "true"}, 0, 0},
+		{[]string{"-n", "2", "--launcher", "local", "--", "hostname"}, 0, 2},
+		{[]string{"-n", "2", "--quiet", "false"}, 1, 0},
+	}
+	for _, c := range cases {
+		var stdout, stderr bytes.Buffer
+		code := run(c.args, &stdout, &stderr)
+		if code != c.code || strings.Count(stdout.String(), "\n") != c.lines {
+			t.Errorf("gaspirun %q: exit %d, stdout %q, stderr %q; want exit %d and %d lines", c.args, code, stdout.String(), stderr.String(), c.code, c.lines)
+		}
+		if c.lines > 0 && !regexp.MustCompile(`^\[r[01]\] `).MatchString(stdout.String()) {
+			t.Errorf("gaspirun %q: stdout %q is not prefixed", c.args, stdout.String())
+		}
+		if c.code != 0 && strings.Count(stderr.String(), "exited with code") != 1 {
+			t.Errorf("gaspirun %q: the verdict is not said once:\n%s", c.args, stderr.String())
+		}
+	}
+}
