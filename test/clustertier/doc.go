@@ -9,12 +9,23 @@
 // iterations, 4 ranks and 2 spares; its answer must be the failure-free
 // checksum of the same job under gaspirun.
 //
-//   - TestManifestShape reads deploy/kubernetes/kmeans-job.yaml (with
-//     python3's PyYAML: the module has no YAML library) and checks it
-//     against the environment contract and the Job rules it relies on:
-//     PGAS_NPROCS equal to completions, the rendezvous at pod 0's name
-//     under the headless Service, the token from a Secret only, and what
-//     its podFailurePolicy does with each exit code.
+//   - The manifest is deploy/kubernetes rendered: its kustomization.yaml
+//     through a Go model of the kustomize features it uses (render_test.go,
+//     go.yaml.in/yaml/v3; kustomize's own module is too large a
+//     dependency), which TestKustomizeSizeInOnePlace compares with
+//     kubectl kustomize where kubectl is installed, for several sizes set
+//     in the one place. TestManifestSchema decodes it, and
+//     kmeans-job.yaml alone, strictly into k8s.io/api's Job and Service
+//     (an unknown, misspelt or mistyped field fails);
+//     TestManifestPodSecurityRestricted checks the Pod Security
+//     "restricted" profile, ttlSecondsAfterFinished and the metrics port;
+//     TestTokenNotOnCommandLines that no document passes the token to
+//     kubectl as an argument.
+//   - TestManifestShape checks the manifest against the environment
+//     contract and the Job rules it relies on: PGAS_NPROCS equal to
+//     completions, the rendezvous at pod 0's name under the headless
+//     Service, the token from a Secret only, and what its
+//     podFailurePolicy does with each exit code.
 //   - TestKubernetesPodLost runs the Job's pods on three simulated hosts
 //     (internal/testkit/simhost) with exactly the environment the manifest gives
 //     them, loses one node (every process on it SIGKILLed after iteration
@@ -27,7 +38,7 @@
 //     to 127.0.1.1.
 //
 // Skips: without Linux or with -short; without root and iproute2 (the
-// simulated hosts); without python3-yaml (the manifest); without
-// Debian's slurmctld, slurmd, slurm-client and munge packages, or without
-// root (Slurm).
+// simulated hosts); without Debian's slurmctld, slurmd, slurm-client and
+// munge packages, or without root (Slurm). The manifest's tests need
+// nothing but Go.
 package clustertier

@@ -3,7 +3,8 @@ package clustertier
 import (
 	"encoding/json"
 	"fmt"
-	"os/exec"
+	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -83,54 +84,66 @@ type envVar struct {
 	} `json:"valueFrom"`
 }
 
-// manifest is deploy/kubernetes/kmeans-job.yaml, read.
+// manifest is deploy/kubernetes rendered (its kustomization.yaml), read.
 type manifest struct {
 	service     string
 	serviceSpec serviceSpec
 	job         string
 	jobSpec     jobSpec
 	c           container
+	objs        [][]byte // every object, JSON
 }
 
-// readManifest decodes the manifest with PyYAML (the module has no YAML
-// library) and checks its shape: one Service, one Job with one container.
-func readManifest(t *testing.T) *manifest {
+// kubeDir is deploy/kubernetes.
+func kubeDir(t *testing.T) string {
 	t.Helper()
 	root, err := proctest.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(root, "deploy", "kubernetes", "kmeans-job.yaml")
-	if err := exec.Command("python3", "-c", "import yaml").Run(); err != nil {
-		t.Skipf("reading the manifests needs python3 with PyYAML (Debian: apt-get install python3-yaml): %v", err)
-	}
-	out, err := exec.Command("python3", "-c",
-		"import json, sys, yaml; json.dump([d for d in yaml.safe_load_all(open(sys.argv[1])) if d], sys.stdout)", path).Output()
+	return filepath.Join(root, "deploy", "kubernetes")
+}
+
+// readManifest renders deploy/kubernetes/kustomization.yaml (render) and
+// reads the result: it must be one Service and one Job with one container.
+func readManifest(t *testing.T) *manifest {
+	t.Helper()
+	dir := kubeDir(t)
+	kust, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 	if err != nil {
-		t.Fatalf("%s does not parse as YAML: %v", path, err)
-	}
-	var objs []object
-	if err := json.Unmarshal(out, &objs); err != nil {
 		t.Fatal(err)
 	}
-	m := &manifest{}
-	for _, o := range objs {
-		switch o.Kind {
-		case "Service":
+	objs, err := render(dir, kust)
+	if err != nil {
+		t.Fatalf("%s: %v", dir, err)
+	}
+	return decodeManifest(t, objs)
+}
+
+// decodeManifest reads rendered objects into a manifest.
+func decodeManifest(t *testing.T, objs [][]byte) *manifest {
+	t.Helper()
+	m := &manifest{objs: objs}
+	for _, j := range objs {
+		var o object
+		err := json.Unmarshal(j, &o)
+		switch {
+		case err != nil:
+		case o.Kind == "Service":
 			m.service = o.Metadata.Name
 			err = json.Unmarshal(o.Spec, &m.serviceSpec)
-		case "Job":
+		case o.Kind == "Job":
 			m.job = o.Metadata.Name
 			err = json.Unmarshal(o.Spec, &m.jobSpec)
 		default:
-			t.Errorf("%s: unexpected object kind %q", path, o.Kind)
+			t.Errorf("unexpected object kind %q", o.Kind)
 		}
 		if err != nil {
-			t.Fatalf("%s: %s: %v", path, o.Kind, err)
+			t.Fatalf("%s: %v", o.Kind, err)
 		}
 	}
 	if m.service == "" || m.job == "" || len(m.jobSpec.Template.Spec.Containers) != 1 {
-		t.Fatalf("%s: want a Service and a Job with one container", path)
+		t.Fatalf("want a Service and a Job with one container")
 	}
 	m.c = m.jobSpec.Template.Spec.Containers[0]
 	return m
@@ -203,6 +216,14 @@ func (m *manifest) environ(t *testing.T, p *pod) []string {
 			}
 		default:
 			t.Fatalf("env %s: a valueFrom this test does not know", e.Name)
+		}
+		if e.Name == "PGAS_METRICS" {
+			// A real pod has a network namespace of its own; here the
+			// pods of a node share the node's, and a fixed port would
+			// be taken twice.
+			if h, _, err := net.SplitHostPort(v); err == nil {
+				v = net.JoinHostPort(h, "0")
+			}
 		}
 		vars[e.Name] = v
 		env = append(env, e.Name+"="+v)
