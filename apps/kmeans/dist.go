@@ -206,7 +206,7 @@ func (j *Job) load() error {
 		j.n, j.d = g.N, g.D
 	}
 	if k := j.opt.K; k < 1 || k > j.n {
-		return fmt.Errorf("kmeans: --k %d: want 1..%d (the number of points)", k, j.n)
+		return configErr("--k %d: want 1..%d (the number of points)", k, j.n)
 	}
 	j.own = j.rt.Rank()
 	if j.own < 0 {

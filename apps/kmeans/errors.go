@@ -9,7 +9,8 @@ import (
 var (
 	// ErrConfig is returned by Config.Validate, NewKernel, Lloyd and
 	// GenConfig.Validate/Generate when a setting is out of range or two
-	// settings contradict each other, by CheckInjects and NewJob for an
+	// settings contradict each other, by NewJob for a K above the number
+	// of points, by CheckInjects and NewJob for an
 	// injection that names no rank or host of the job, and by
 	// Job.Resumed for a MaxIter below the checkpoint's iteration. The
 	// wrapping error names the values.

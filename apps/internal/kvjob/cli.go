@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 
+	"github.com/gaspigo/gaspigo/apps/internal/cli"
 	"github.com/gaspigo/gaspigo/apps/internal/inject"
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/kvshuffle"
@@ -27,23 +29,17 @@ func Main(name string, run func(ctx context.Context, args []string, stdout, stde
 	os.Exit(ExitCode(name, err, os.Stderr))
 }
 
-// ExitCode is the exit status for err, which it prints on stderr.
+// ExitCode is the exit status for err, which it prints on stderr on one
+// line (cli.Status): a runtime error's exit code (job.ExitCode), 1 for
+// another error.
 func ExitCode(name string, err error, stderr io.Writer) int {
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	var ee *ExitError
-	if errors.As(err, &ee) {
-		if ee.Msg != "" {
-			fmt.Fprintf(stderr, "%s: %s\n", name, ee.Msg)
+	if err != nil && !errors.As(err, &ee) {
+		if code := job.ExitCode(err); code != 0 {
+			err = &ExitError{Code: code, Msg: err.Error()}
 		}
-		return ee.Code
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", name, err)
-	if code := job.ExitCode(err); code != 0 {
-		return code
-	}
-	return 1
+	return cli.Status(name, err, stderr)
 }
 
 // Init joins the fault-tolerant job gaspirun started. It returns a nil
@@ -129,36 +125,30 @@ func (k *Kill) armedIn(rt *pgas.Runtime, phase string) bool {
 func (k *Kill) Fire(out io.Writer, rank int, progress string) { inject.Fire(out, rank, progress) }
 
 // Command picks the command of args among names: it returns the command,
-// or a nil command with nil for help (usage printed on stdout) or an
-// *ExitError (status 2) for a missing or unknown one.
+// or a nil command with nil for help (usage printed on stdout) or a usage
+// error (one line, status 2) for a missing or unknown one.
 func Command(args []string, usage string, names []string, stdout, stderr io.Writer) (string, error) {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return "", &ExitError{Code: 2}
-	}
 	switch {
+	case len(args) == 0:
+		return "", Usage("give a command: %s (--help says more)", strings.Join(names, ", "))
 	case slices.Contains(names, args[0]):
 		return args[0], nil
 	case slices.Contains([]string{"-h", "-help", "--help", "help"}, args[0]):
 		fmt.Fprint(stdout, usage)
 		return "", nil
 	}
-	return "", Usage("unknown command %q\n\n%s", args[0], usage)
+	return "", Usage("unknown command %q: give %s (--help says more)", args[0], strings.Join(names, ", "))
 }
 
-// Parse parses fs over args, which must hold flags only. A bad flag is
-// an *ExitError (status 2; the flag package printed why).
+// Parse parses fs over args, which must hold flags only. A bad flag is a
+// usage error (one line naming it, status 2; cli.Parse); --help prints
+// the flags on os.Stdout and returns flag.ErrHelp (status 0).
 func Parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &ExitError{Code: 2}
+	pos, err := cli.Parse(fs, args, os.Stdout)
+	if err == nil && len(pos) > 0 {
+		err = Usage("unexpected argument %q: flags only", pos[0])
 	}
-	if fs.NArg() > 0 {
-		return Usage("unexpected argument %q: flags only", fs.Arg(0))
-	}
-	return nil
+	return err
 }
 
 // ShuffleConfig is kvshuffle.DefaultConfig with frames of slot bytes (0:

@@ -1,7 +1,7 @@
 package kvjob
 
 import (
-	"fmt"
+	"github.com/gaspigo/gaspigo/apps/internal/cli"
 	"github.com/gaspigo/gaspigo/apps/internal/inject"
 )
 
@@ -9,14 +9,8 @@ import (
 var ErrInject = inject.ErrInject
 
 // ExitError carries a command's exit status; Msg, if set, is printed.
-type ExitError struct {
-	Code int
-	Msg  string
-}
+type ExitError = cli.ExitError
 
-func (e *ExitError) Error() string { return e.Msg }
-
-// Usage is a bad-usage error (exit status 2).
-func Usage(format string, args ...any) error {
-	return &ExitError{Code: 2, Msg: fmt.Sprintf(format, args...)}
-}
+// Usage is a bad-usage error (exit status 2): one line naming the flag
+// and what to give instead.
+func Usage(format string, args ...any) error { return cli.Usage(format, args...) }

@@ -62,10 +62,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/gaspigo/gaspigo/apps/internal/cli"
 	"github.com/gaspigo/gaspigo/apps/internal/inject"
 	"github.com/gaspigo/gaspigo/apps/kmeans"
 	"github.com/gaspigo/gaspigo/job"
@@ -100,7 +101,17 @@ type flags struct {
 	history  string
 }
 
-func parse(args []string) (*flags, error) {
+// parse reads the command line; its errors are usage errors (cli.Usage),
+// and --help prints the flags on stdout (flag.ErrHelp).
+func parse(args []string, stdout io.Writer) (*flags, error) {
+	f, err := parseFlags(args, stdout)
+	if err != nil && !errors.Is(err, flag.ErrHelp) && !cli.IsUsage(err) {
+		err = cli.Usage("%v", err)
+	}
+	return f, err
+}
+
+func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("kmeans", flag.ContinueOnError)
 	g := kmeans.DefaultGenConfig()
@@ -128,11 +139,12 @@ func parse(args []string) (*flags, error) {
 	fs.BoolVar(&f.quiet, "quiet", false, "no per-iteration lines")
 	fs.StringVar(&f.history, "history", "", "write one CSV line per iteration to `FILE` (sse, moved, shift, time, epoch, failure/recovery/checkpoint events; see kmeans.HistoryHeader); plot it with kmeans plot")
 	fs.BoolVar(&f.stamps, "timestamps", false, "start every per-iteration and recovery line with the time (RFC 3339, nanoseconds); the final line stays as it is")
-	if err := fs.Parse(args); err != nil {
+	pos, err := cli.Parse(fs, args, stdout)
+	if err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: flags only", fs.Arg(0))
+	if len(pos) > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: flags only", pos[0])
 	}
 	switch {
 	case f.opt.Input == "" && f.generate == 0:
@@ -151,6 +163,12 @@ func parse(args []string) (*flags, error) {
 		return nil, fmt.Errorf("--ckpt-every %d: want 0 (off) or a positive interval", f.opt.Every)
 	case f.mirrors < 1:
 		return nil, fmt.Errorf("--mirrors %d: want at least 1", f.mirrors)
+	case g.D < 1:
+		return nil, fmt.Errorf("--dim %d: give a dimension of at least 1", g.D)
+	case g.D > kmeans.MaxDim:
+		return nil, fmt.Errorf("--dim %d: give at most %d dimensions", g.D, kmeans.MaxDim)
+	case g.Blobs < 1 || g.Blobs > 1<<24:
+		return nil, fmt.Errorf("--blobs %d: give 1 to %d blobs", g.Blobs, 1<<24)
 	case f.shrink && f.ckptDir != "":
 		return nil, errors.New("--shrink with --ckpt-dir: the disk level keeps one file per rank and cannot follow a job that shrank; drop one of them")
 	}
@@ -194,7 +212,7 @@ func parse(args []string) (*flags, error) {
 	f.opt.Shrink = f.shrink
 	if f.generate > 0 {
 		if err := g.Validate(); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--generate %d --dim %d: %w; give fewer points or dimensions", g.N, g.D, err)
 		}
 	}
 	return f, nil
@@ -204,13 +222,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "plot" {
 		os.Exit(plotMain(os.Args[2:]))
 	}
-	f, err := parse(os.Args[1:])
+	f, err := parse(os.Args[1:], os.Stdout)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "kmeans:", err)
-		os.Exit(2)
+		os.Exit(cli.Status("kmeans", err, os.Stderr)) // 0 for --help, 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -235,17 +249,21 @@ func run(ctx context.Context, f *flags) int {
 			return 128 + int(syscall.SIGTERM)
 		}
 		if code := job.ExitCode(err); code != 0 {
-			fmt.Fprintln(os.Stderr, "kmeans:", err)
+			fmt.Fprintln(os.Stderr, cli.Line("kmeans", err.Error()))
 			return code
 		}
 		return 0 // a spare the job did not need
 	}
 	defer rt.Close()
 	fail := func(err error) int {
-		fmt.Fprintf(os.Stderr, "kmeans: rank %d: %v\n", rt.Rank(), err)
 		if errors.Is(err, kmeans.ErrConfig) {
-			return 2 // as a bad flag: every rank refuses the same way
+			// As a bad flag: every rank refuses the same way, in the
+			// same words (no rank), which gaspirun prints once.
+			// ErrConfig's errors name the flag: its own words add nothing.
+			msg := strings.Replace(err.Error(), kmeans.ErrConfig.Error()+": ", "", 1)
+			return cli.Status("kmeans", cli.Usage("%s", msg), os.Stderr)
 		}
+		fmt.Fprintln(os.Stderr, cli.Line("kmeans", fmt.Sprintf("rank %d: %v", rt.Rank(), err)))
 		return job.ExitCode(err)
 	}
 	if !f.quiet {
@@ -330,7 +348,7 @@ func run(ctx context.Context, f *flags) int {
 		fmt.Printf("centroids sha256=%s sse=%s iterations=%d\n", kmeans.Checksum(res.Centroids), formatFloat(res.SSE), res.Iterations)
 	}
 	if err := job.Finalize(ctx); err != nil && !errors.Is(err, pgas.ErrClosed) {
-		fmt.Fprintln(os.Stderr, "kmeans: finalize:", err)
+		fmt.Fprintln(os.Stderr, cli.Line("kmeans", "finalize: "+err.Error()))
 	}
 	return 0
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,7 +74,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--generate", "1000", "--seeding", "kmeans++"}, ""},
 		{[]string{"--generate", "1000", "--seeding", "kmeans||"}, `unknown seeding "kmeans||"`},
 	} {
-		f, err := parse(c.args)
+		f, err := parse(c.args, io.Discard)
 		switch {
 		case c.bad == "" && err != nil:
 			t.Errorf("parse(%q): %v", c.args, err)

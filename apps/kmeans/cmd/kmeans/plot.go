@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gaspigo/gaspigo/apps/internal/cli"
 	"github.com/gaspigo/gaspigo/apps/kmeans"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -92,17 +93,16 @@ func plotMain(args []string) int {
 	in := fs.String("history", "", "history CSV `FILE` written by kmeans --history")
 	out := fs.String("out", "", "picture `FILE` to write: .png or .svg")
 	title := fs.String("title", "K-means: SSE per iteration executed", "the picture's `title`")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	pos, err := cli.Parse(fs, args, os.Stdout)
+	if err == nil && len(pos) > 0 {
+		err = cli.Usage("unexpected argument %q: flags only", pos[0])
+	}
+	if err == nil {
+		if err = plotHistory(*in, *out, *title); err != nil {
+			err = cli.Usage("%v", err)
 		}
-		return 2
 	}
-	if err := plotHistory(*in, *out, *title); err != nil {
-		fmt.Fprintln(os.Stderr, "kmeans plot:", err)
-		return 2
-	}
-	return 0
+	return cli.Status("kmeans plot", err, os.Stderr)
 }
 
 func plotHistory(in, out, title string) error {

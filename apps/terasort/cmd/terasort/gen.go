@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gaspigo/gaspigo/apps/internal/cli"
 	"github.com/gaspigo/gaspigo/apps/terasort"
 )
 
@@ -34,7 +35,7 @@ func cmdGen(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "goroutines generating at once")
 	fs.BoolVar(&force, "force", false, "first remove existing part files in DIR (or the --single FILE)")
 	fs.BoolVar(&quiet, "quiet", false, "print only the summary line")
-	pos, err := parseInterleaved(fs, args)
+	pos, err := cli.Parse(fs, args, stdout)
 	if err != nil {
 		return err
 	}

@@ -29,13 +29,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
+
+	"github.com/gaspigo/gaspigo/apps/internal/cli"
 )
 
 const usage = `usage: terasort <command> [flags] [args]
@@ -50,14 +52,6 @@ commands:
 Run 'terasort <command> -h' for the flags of a command.
 `
 
-// exitError carries an exit status; its message (if any) is printed.
-type exitError struct {
-	code int
-	msg  string
-}
-
-func (e *exitError) Error() string { return e.msg }
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -65,77 +59,38 @@ func main() {
 	os.Exit(code)
 }
 
-// run executes one command and returns the exit status.
+// commands are terasort's commands, by name.
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"gen": cmdGen,
+	"validate": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return cmdScan(ctx, "validate", args, stdout, stderr)
+	},
+	"sum": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return cmdScan(ctx, "sum", args, stdout, stderr)
+	},
+	"sort":    cmdSort,
+	"memsort": cmdMemsort,
+}
+
+// run executes one command and returns the exit status. A usage error is
+// one line on stderr (the usage only with --help, on stdout).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
+		return cli.Status("terasort", cli.Usage("give a command: gen, validate, sum, sort or memsort (terasort --help says more)"), stderr)
 	}
-	var err error
-	switch cmd, rest := args[0], args[1:]; cmd {
-	case "gen":
-		err = cmdGen(ctx, rest, stdout, stderr)
-	case "validate":
-		err = cmdScan(ctx, "validate", rest, stdout, stderr)
-	case "sum":
-		err = cmdScan(ctx, "sum", rest, stdout, stderr)
-	case "sort":
-		err = cmdSort(ctx, rest, stdout, stderr)
-	case "memsort":
-		err = cmdMemsort(ctx, rest, stdout, stderr)
-	case "-h", "-help", "--help", "help":
+	cmd, ok := commands[args[0]]
+	switch {
+	case slices.Contains([]string{"-h", "-help", "--help", "help"}, args[0]):
 		fmt.Fprint(stdout, usage)
 		return 0
-	default:
-		fmt.Fprintf(stderr, "terasort: unknown command %q\n\n%s", cmd, usage)
-		return 2
+	case !ok:
+		return cli.Status("terasort", cli.Usage("unknown command %q: give gen, validate, sum, sort or memsort (terasort --help says more)", args[0]), stderr)
 	}
-	if err == nil {
-		return 0
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		if ee.msg != "" {
-			fmt.Fprintf(stderr, "terasort %s: %s\n", args[0], ee.msg)
-		}
-		return ee.code
-	}
-	fmt.Fprintf(stderr, "terasort %s: %v\n", args[0], err)
-	return 1
+	return cli.Status("terasort "+args[0], cmd(ctx, args[1:], stdout, stderr), stderr)
 }
 
 // usageErr is a bad-usage error (exit status 2).
-func usageErr(format string, args ...any) error {
-	return &exitError{code: 2, msg: fmt.Sprintf(format, args...)}
-}
-
-// parseInterleaved parses fs over args, allowing flags after positional
-// arguments ("validate DIR --expect-records N"); everything after "--" is
-// positional. It returns the positional arguments.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, &exitError{code: 2} // the flag package printed the message
-		}
-		rest := fs.Args()
-		consumed := len(args) - len(rest)
-		if consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
+func usageErr(format string, args ...any) error { return cli.Usage(format, args...) }
 
 // setFlags returns the names of the flags given on the command line.
 func setFlags(fs *flag.FlagSet) map[string]bool {

@@ -135,8 +135,13 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("sort: code %d, err %q", r.code, r.stderr)
 	}
 
-	// Usage errors exit 2 with a message saying what to do.
+	// Usage errors exit 2 with one line saying what to do, and no list of
+	// the flags; --help lists them on stdout and exits 0.
 	for _, args := range [][]string{
+		{},
+		{"gen", "--records", "x"},
+		{"gen", "--bogus"},
+		{"sort", "--inject", "bogus", "--in", in, "--out", dir},
 		{"gen", "--out", dir},
 		{"gen", "--records", "10"},
 		{"gen", "--records", "10", "--out", dir, "--single", "--parts", "2"},
@@ -146,8 +151,16 @@ func TestCLI(t *testing.T) {
 		{"frobnicate"},
 		{"sort", "--in", in, "--out", dir, "--schedule", "random"},
 	} {
-		if r := runBin(t, bin, args...); r.code != 2 || r.stderr == "" {
-			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		if r := runBin(t, bin, args...); r.code != 2 || strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stderr, ": terasort: ") || r.stdout != "" {
+			t.Errorf("%v: code %d, stdout %q, stderr %q; want 2 and one line", args, r.code, r.stdout, r.stderr)
 		}
+	}
+	for _, args := range [][]string{{"--help"}, {"gen", "-h"}, {"validate", "--help"}} {
+		if r := runBin(t, bin, args...); r.code != 0 || r.stderr != "" || !strings.Contains(r.stdout, "usage") && !strings.Contains(r.stdout, "-records N") {
+			t.Errorf("%v: code %d, stdout %q, stderr %q; want the usage on stdout and 0", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := runBin(t, bin, "validate", in); strings.Contains(r.stderr, "terasort validate: terasort:") {
+		t.Errorf("validate: the program's name twice in %q", r.stderr)
 	}
 }

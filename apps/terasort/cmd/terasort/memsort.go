@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gaspigo/gaspigo/apps/internal/cli"
 	"github.com/gaspigo/gaspigo/apps/terasort"
 )
 
@@ -23,7 +24,7 @@ func cmdMemsort(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "goroutines sorting")
 	fs.BoolVar(&cfg.HugePages, "huge", cfg.HugePages, "use transparent huge pages (MADV_HUGEPAGE) for the record buffers and scratch space (bench.sh compares)")
 	repeat := fs.Int("repeat", 1, "sort `K` times on the same buffers; runs after the first show the sort without first-touch page faults (warm)")
-	pos, err := parseInterleaved(fs, args)
+	pos, err := cli.Parse(fs, args, stdout)
 	if err != nil {
 		return err
 	}

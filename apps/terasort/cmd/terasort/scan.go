@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/gaspigo/gaspigo/apps/internal/cli"
 	"github.com/gaspigo/gaspigo/apps/terasort"
 )
 
@@ -47,14 +48,14 @@ func cmdScan(ctx context.Context, name string, args []string, stdout, stderr io.
 	fs.Var(&sum, "expect-checksum", "fail unless the checksum is `HEX` (up to 16 hex digits, as printed by gen or sum)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "goroutines reading at once")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: terasort %s [flags] DIR | FILE...\n\nDIR stands for its part files part-00000, part-00001, ... in order; FILEs are taken in the order given.\n", name)
+		fmt.Fprintf(fs.Output(), "usage: terasort %s [flags] DIR | FILE...\n\nDIR stands for its part files part-00000, part-00001, ... in order; FILEs are taken in the order given.\n", name)
 		if name == "validate" {
-			fmt.Fprintf(stderr, "A DIR must be the complete output of terasort sort: its %s marker lists exactly its part files, and their count and checksum must match it.\n", terasort.SuccessName)
+			fmt.Fprintf(fs.Output(), "A DIR must be the complete output of terasort sort: its %s marker lists exactly its part files, and their count and checksum must match it.\n", terasort.SuccessName)
 		}
-		fmt.Fprintln(stderr)
+		fmt.Fprintln(fs.Output())
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args)
+	pos, err := cli.Parse(fs, args, stdout)
 	if err != nil {
 		return err
 	}
@@ -123,7 +124,7 @@ func cmdScan(ctx context.Context, name string, args []string, stdout, stderr io.
 	}
 	fmt.Fprintln(stdout, s) // always the last line
 	if failures != nil {
-		return &exitError{code: 1}
+		return &cli.ExitError{Code: 1}
 	}
 	return nil
 }

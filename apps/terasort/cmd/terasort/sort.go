@@ -85,6 +85,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gaspigo/gaspigo/apps/internal/cli"
 	"github.com/gaspigo/gaspigo/apps/internal/inject"
 	"github.com/gaspigo/gaspigo/apps/terasort"
 	"github.com/gaspigo/gaspigo/job"
@@ -142,7 +143,7 @@ func parseInject(s string) (*injectSpec, error) {
 	return in, nil
 }
 
-func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
+func parseSort(args []string, stdout, stderr io.Writer) (*sortFlags, error) {
 	f := &sortFlags{}
 	fs := flag.NewFlagSet("terasort sort", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -160,7 +161,7 @@ func parseSort(args []string, stderr io.Writer) (*sortFlags, error) {
 	inj := fs.String("inject", "", "inject a failure: kill:rank=R,at=FRACTION sends SIGKILL to rank R's own process after it sent FRACTION of its input records (kill:host=H,at=F: every rank of host label H, each at its own FRACTION); with ,disk=lost the process first removes its spill directory (needs --spill with %h), as the loss of its host would; kill:rank=R,phase=ckpt-new kills it in the setup, before the checkpointer's creation")
 	fs.BoolVar(&f.verbose, "v", false, "log shuffle and checkpoint events to stderr")
 	fs.StringVar(&f.cpuprof, "cpuprofile", "", "write each process's CPU profile to `PREFIX`.r<rank> (for go tool pprof)")
-	pos, err := parseInterleaved(fs, args)
+	pos, err := cli.Parse(fs, args, stdout)
 	if err != nil {
 		return nil, err
 	}
@@ -243,48 +244,51 @@ func (f *sortFlags) shuffleConfig(rank int) (kvshuffle.Config, error) {
 }
 
 func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, err := parseSort(args, stderr)
+	f, err := parseSort(args, stdout, stderr)
 	if err != nil {
 		return err
 	}
 	rt, err := job.Init(ctx, job.Options{FaultTolerant: true})
 	if err != nil {
 		if ctx.Err() != nil {
-			return &exitError{code: 128 + int(syscall.SIGTERM)}
+			return &cli.ExitError{Code: 128 + int(syscall.SIGTERM)}
 		}
 		if code := job.ExitCode(err); code != 0 {
-			return &exitError{code: code, msg: err.Error()}
+			return &cli.ExitError{Code: code, Msg: err.Error()}
 		}
 		return nil // a spare the job did not need
 	}
 	defer rt.Close()
 	if rt.Rank() < 0 && rt.Fenced() {
 		// A spare promoted and replaced again before it got going.
-		return &exitError{code: job.ExitCode(pgas.ErrFenced), msg: "this process was replaced before it started: " + pgas.ErrFenced.Error()}
+		return &cli.ExitError{Code: job.ExitCode(pgas.ErrFenced), Msg: "this process was replaced before it started: " + pgas.ErrFenced.Error()}
 	}
 	if f.cpuprof != "" {
 		stopProf, err := startCPUProfile(fmt.Sprintf("%s.r%d", f.cpuprof, rt.Rank()))
 		if err != nil {
-			return &exitError{code: 1, msg: fmt.Sprintf("--cpuprofile: %v", err)}
+			return &cli.ExitError{Code: 1, Msg: fmt.Sprintf("--cpuprofile: %v", err)}
 		}
 		defer stopProf()
 	}
 	cfg, err := f.distConfig(rt.Rank(), stdout)
 	if err != nil {
-		return &exitError{code: 1, msg: fmt.Sprintf("rank %d: %v", rt.Rank(), err)}
+		return &cli.ExitError{Code: 1, Msg: fmt.Sprintf("rank %d: %v", rt.Rank(), err)}
 	}
 	err = terasort.DistSort(ctx, rt, cfg)
 	var refused *terasort.OutputRefusedError
+	var bad *cli.ExitError
 	var failed *terasort.RankError
 	switch {
 	case errors.As(err, &refused):
-		return &exitError{code: 2, msg: refused.Error()}
+		return cli.Usage("%v", refused)
+	case errors.As(err, &bad):
+		return bad // a usage error every rank finds (plan): no rank in it
 	case errors.As(err, &failed):
 		code := job.ExitCode(failed.Err)
 		if code == 0 {
 			code = 1
 		}
-		return &exitError{code: code, msg: failed.Error()}
+		return &cli.ExitError{Code: code, Msg: failed.Error()}
 	}
 	return err
 }
@@ -308,7 +312,7 @@ func (f *sortFlags) distConfig(rank int, stdout io.Writer) (terasort.DistConfig,
 // promoted spare.
 func (in *injectSpec) plan(t terasort.InjectTarget) (*terasort.Injection, error) {
 	if in.rank >= t.Size {
-		return nil, fmt.Errorf("--inject rank=%d: the job has ranks 0..%d", in.rank, t.Size-1)
+		return nil, cli.Usage("--inject rank=%d: the job has ranks 0..%d; name one of them", in.rank, t.Size-1)
 	}
 	if t.Spare || !(in.rank == t.Rank || (in.host != "" && in.host == t.Host)) {
 		return nil, nil
