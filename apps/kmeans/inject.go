@@ -82,7 +82,7 @@ func CheckInjects(injects []Inject, size int, hosts []string) error {
 		case in.MirrorOf >= size:
 			return configErr("--inject kill:mirror-of=%d,iter=%d: the job has ranks 0..%d; name one of them", in.MirrorOf, in.Iter, size-1)
 		case in.Host != "" && hosts == nil:
-			return configErr("--inject kill:host=%s,iter=%d: the processes have no host labels; start the job with gaspirun (--hosts or --ranks-per-host label them)", in.Host, in.Iter)
+			return configErr("--inject kill:host=%s,iter=%d: the processes have no host labels; start the job with gaspirun (--host-labels or --ranks-per-host label them)", in.Host, in.Iter)
 		case in.Host != "" && !slices.Contains(hosts, in.Host):
 			labels := slices.Compact(slices.Sorted(slices.Values(hosts)))
 			return configErr("--inject kill:host=%s,iter=%d: no process has that host label; the labels are %s", in.Host, in.Iter, strings.Join(labels, ", "))

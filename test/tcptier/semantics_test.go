@@ -74,7 +74,7 @@ func TestAllreduceBitsAcrossRuns(t *testing.T) {
 		{"jitter-seed-1", []string{"-jitter", "40ms", "-seed", "1"}, nil},
 		{"jitter-seed-2", []string{"-jitter", "40ms", "-seed", "2"}, nil},
 		{"two-per-host", nil, []string{"--ranks-per-host", "2"}},
-		{"hosts-b-a", []string{"-jitter", "40ms", "-seed", "3"}, []string{"--hosts", "b,a"}},
+		{"hosts-b-a", []string{"-jitter", "40ms", "-seed", "3"}, []string{"--host-labels", "b,a"}},
 	}
 	for _, n := range []int{3, 4} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
