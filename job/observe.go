@@ -88,7 +88,7 @@ func (o *observer) closeOnce() error {
 	}
 	o.faults.Close()
 	o.stream.Close()
-	err := metrics.WriteTrace(o.env.TraceDir, o.proc, name)
+	err := errors.Join(metrics.WriteTrace(o.env.TraceDir, o.proc, name), metrics.WriteFinal(o.env.FinalDir, o.proc))
 	if o.srv != nil {
 		err = errors.Join(err, o.srv.Close())
 	}

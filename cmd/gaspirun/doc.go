@@ -273,6 +273,9 @@
 //	                       Prometheus metrics on a free port of the job's interface and
 //	                       publishes the address in the member table; HOST:PORT or :0
 //	                       (any free port) by hand (see internal/metrics)
+//	PGAS_METRICS_FINAL     set by gaspirun --metrics-file (local launcher) to a temporary
+//	                       directory: the process writes its final metrics there when its
+//	                       runtime closes, and gaspirun joins them into the file
 //	PGAS_TRACE             set by gaspirun --trace to a temporary directory: the process
 //	                       records trace spans and writes DIR/trace-proc-N.json when its
 //	                       runtime closes; PGAS_TRACE_EVENTS bounds its buffer (65536)

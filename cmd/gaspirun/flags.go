@@ -76,6 +76,8 @@ func newFlagSet(cfg *launch.Config, v *flagVars) *flag.FlagSet {
 		return nil
 	})
 	fs.StringVar(&cfg.Metrics, "metrics", "", "serve the metrics of every process of the job at http://`ADDR`/metrics (Prometheus format; each process serves its own on a free port, PGAS_METRICS=auto)")
+	fs.StringVar(&cfg.MetricsFile, "metrics-file", "", "write the job's final metrics to `FILE` at the end, in Prometheus's text format (for node_exporter's textfile collector): each process's metrics when it ended, a killed process's as last scraped")
+	fs.DurationVar(&cfg.MetricsLinger, "metrics-linger", 0, "keep the --metrics endpoint up for `D` after the job ends, serving its final metrics, so that a scrape every 15 s sees even a short job")
 	fs.StringVar(&cfg.Trace, "trace", "", "write a Chrome/Perfetto JSON trace of the whole job to `FILE` at the end: one track per process (PGAS_TRACE)")
 	fs.BoolVar(&v.verbose, "v", false, "verbose: the processes' runtime records at info level (views applied, failures detected, checkpoints restored) besides warnings and errors; sets PGAS_LOG=info unless PGAS_LOG is set")
 	fs.BoolVar(&v.newToken, "new-token", false, "print a fresh job token (for PGAS_TOKEN under Slurm or Kubernetes) and exit")

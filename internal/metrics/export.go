@@ -96,12 +96,14 @@ func (s *Server) Close() error {
 type Env struct {
 	Metrics     string // PGAS_METRICS: "", "auto" or a listen address
 	TraceDir    string // PGAS_TRACE
+	FinalDir    string // PGAS_METRICS_FINAL: where the process writes its final metrics (WriteFinal)
 	TraceEvents int    // PGAS_TRACE_EVENTS
 }
 
 // FromEnv reads PGAS_METRICS, PGAS_TRACE and PGAS_TRACE_EVENTS.
 func FromEnv() (Env, error) {
-	e := Env{Metrics: os.Getenv("PGAS_METRICS"), TraceDir: os.Getenv("PGAS_TRACE"), TraceEvents: obs.DefaultTraceEvents}
+	e := Env{Metrics: os.Getenv("PGAS_METRICS"), TraceDir: os.Getenv("PGAS_TRACE"), FinalDir: os.Getenv("PGAS_METRICS_FINAL"),
+		TraceEvents: obs.DefaultTraceEvents}
 	if e.Metrics != "" && e.Metrics != "auto" {
 		if _, _, err := net.SplitHostPort(e.Metrics); err != nil {
 			return e, fmt.Errorf("%w: PGAS_METRICS=%q is not an address to listen on (%v): give HOST:PORT, :PORT (port 0 picks a free one) or auto", ErrEnv, e.Metrics, err)
@@ -110,6 +112,11 @@ func FromEnv() (Env, error) {
 	if e.TraceDir != "" {
 		if st, err := os.Stat(e.TraceDir); err != nil || !st.IsDir() {
 			return e, fmt.Errorf("%w: PGAS_TRACE=%q is not a directory: create it first; each process writes trace-proc-N.json there", ErrEnv, e.TraceDir)
+		}
+	}
+	if e.FinalDir != "" {
+		if st, err := os.Stat(e.FinalDir); err != nil || !st.IsDir() {
+			return e, fmt.Errorf("%w: PGAS_METRICS_FINAL=%q is not a directory: create it first; each process writes metrics-proc-N.prom there when it ends", ErrEnv, e.FinalDir)
 		}
 	}
 	if v := os.Getenv("PGAS_TRACE_EVENTS"); v != "" {

@@ -33,12 +33,16 @@ type Federation struct {
 
 	mu   sync.Mutex
 	last map[int]map[string]*dto.MetricFamily // proc -> families of its last scrape
+	// final marks the processes whose last families are the final
+	// snapshot they wrote when they ended (Final): no scrape replaces them.
+	final map[int]bool
 }
 
 // NewFederation returns a Federation over the targets that targets
 // returns at each scrape.
 func NewFederation(targets func() []Target) *Federation {
-	return &Federation{targets: targets, client: &http.Client{Timeout: 2 * time.Second}, last: map[int]map[string]*dto.MetricFamily{}}
+	return &Federation{targets: targets, client: &http.Client{Timeout: 2 * time.Second},
+		last: map[int]map[string]*dto.MetricFamily{}, final: map[int]bool{}}
 }
 
 // scrape fetches and labels one target's families.
@@ -92,9 +96,10 @@ func (f *Federation) Gather(ctx context.Context) []*dto.MetricFamily {
 	merged := map[string]*dto.MetricFamily{up.GetName(): up}
 	for i, t := range targets {
 		v := 1.0
-		if got[i] == nil {
+		switch {
+		case got[i] == nil:
 			v = 0
-		} else {
+		case !f.final[t.Proc]:
 			f.last[t.Proc] = got[i]
 		}
 		pv := strconv.Itoa(t.Proc)
@@ -129,12 +134,6 @@ func strp(s string) *string { return &s }
 // ServeHTTP serves the merged metrics in Prometheus's text format.
 func (f *Federation) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fams := f.Gather(r.Context())
-	format := expfmt.NewFormat(expfmt.TypeTextPlain)
-	w.Header().Set("Content-Type", string(format))
-	enc := expfmt.NewEncoder(w, format)
-	for _, fam := range fams {
-		if err := enc.Encode(fam); err != nil {
-			return // the client went away
-		}
-	}
+	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	_ = encodeText(w, fams) // an error: the client went away
 }

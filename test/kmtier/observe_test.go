@@ -76,6 +76,7 @@ func (s scrape) max(name string) float64 {
 func TestMetricsAndTrace(t *testing.T) {
 	addr := freeAddr(t)
 	trace := filepath.Join(t.TempDir(), "job-trace.json")
+	final := filepath.Join(t.TempDir(), "job.prom")
 	var (
 		mu   sync.Mutex
 		last scrape
@@ -85,7 +86,7 @@ func TestMetricsAndTrace(t *testing.T) {
 		return s.max("gaspigo_failures_detected_total") >= 1 && s.max("gaspigo_epoch") >= 2 &&
 			s.max("gaspigo_recoveries_total") >= 1 && s.max("gaspigo_last_recovery_seconds") > 0
 	}
-	res := run(t, spec{spares: 1, launcher: []string{"--metrics", addr, "--trace", trace},
+	res := run(t, spec{spares: 1, launcher: []string{"--metrics", addr, "--trace", trace, "--metrics-file", final},
 		// Long enough after the kill for the scrapes to see the recovery.
 		args:  []string{"--generate", "100000", "--dim", "10", "--k", "20", "--max-iter", "400", "--ckpt-every", "5", "--quiet"},
 		extra: []string{"--inject", "kill:rank=2,iter=12"},
@@ -147,6 +148,15 @@ func TestMetricsAndTrace(t *testing.T) {
 	t.Logf("scrape: %v failures detected, epoch %v, last recovery %.3fs",
 		last.max("gaspigo_failures_detected_total"), last.max("gaspigo_epoch"), last.max("gaspigo_last_recovery_seconds"))
 	checkTrace(t, trace, res)
+	// The job's final metrics outlive it, in Prometheus's text format.
+	b, err := os.ReadFile(final)
+	if err != nil {
+		t.Fatalf("gaspirun --metrics-file wrote nothing: %v\n%s", err, res.text())
+	}
+	end := parseScrape(string(b))
+	if end.max("gaspigo_epoch") < 2 || end.max("gaspigo_failures_detected_total") < 1 || len(end["gaspigo_frames_sent_total"]) == 0 {
+		t.Errorf("the final metrics lack the kill: epoch %v, failures detected %v\n%s", end.max("gaspigo_epoch"), end.max("gaspigo_failures_detected_total"), b)
+	}
 }
 
 type traceEvent struct {

@@ -64,6 +64,12 @@ type Config struct {
 	// Metrics is the address of the job's metrics endpoint (--metrics):
 	// /metrics there serves every process's metrics; "" for none.
 	Metrics string
+	// MetricsFile is the file the job's final metrics are written to at
+	// the end (--metrics-file), in Prometheus's text format; "" for none.
+	MetricsFile string
+	// MetricsLinger keeps the metrics endpoint up this long after the job
+	// ended (--metrics-linger), serving the final metrics.
+	MetricsLinger time.Duration
 	// Trace is the file the job's merged Chrome/Perfetto trace is written
 	// to at the end (--trace); "" for none.
 	Trace string
@@ -245,6 +251,14 @@ func (c Config) Validate() error {
 	if c.Ranks < 1 {
 		return &FlagError{Flag: "-n", Value: strconv.Itoa(c.Ranks), Problem: "the job needs at least 1 rank",
 			Fix: "say how many ranks to run, e.g. gaspirun -n 4 ./prog (gaspirun's flags go before the program)"}
+	}
+	if c.MetricsLinger < 0 {
+		return &FlagError{Flag: "--metrics-linger", Value: c.MetricsLinger.String(), Problem: "is negative",
+			Fix: "give how long to keep the endpoint up after the job, e.g. --metrics-linger 30s"}
+	}
+	if c.MetricsLinger > 0 && c.Metrics == "" {
+		return &FlagError{Flag: "--metrics-linger", Value: c.MetricsLinger.String(), Problem: "keeps up an endpoint that --metrics did not ask for",
+			Fix: "give --metrics ADDR too, or drop --metrics-linger"}
 	}
 	if c.Spares < 0 {
 		return &FlagError{Flag: "--spares", Value: strconv.Itoa(c.Spares), Problem: "cannot be negative", Fix: "use 0 for no spares"}

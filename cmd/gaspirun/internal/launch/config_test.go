@@ -33,6 +33,8 @@ func TestConfigValidate(t *testing.T) {
 		{"not executable", func(c *Config) { c.Program = notExec }, "PROGRAM", "chmod +x"},
 		{"directory", func(c *Config) { c.Program = dir }, "PROGRAM", "is a directory"},
 		{"negative timeout", func(c *Config) { c.Timeout = -time.Second }, "--timeout", "negative"},
+		{"negative linger", func(c *Config) { c.Metrics = ":0"; c.MetricsLinger = -time.Second }, "--metrics-linger", "negative"},
+		{"linger without endpoint", func(c *Config) { c.MetricsLinger = time.Second }, "--metrics-linger", "--metrics ADDR"},
 		{"zero grace", func(c *Config) { c.Grace = 0 }, "--grace", "positive"},
 		{"empty host", func(c *Config) { c.HostLabels = []string{"a", ""} }, "--host-labels", "empty host label"},
 		{"duplicate host", func(c *Config) { c.HostLabels = []string{"a", "a"} }, "--host-labels", "twice"},
