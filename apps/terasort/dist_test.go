@@ -89,6 +89,9 @@ func jobOn(t *testing.T, ranks, spares int, launch []string, args ...string) (in
 var (
 	finalLineRE = regexp.MustCompile(`(?m)^\[r0\] (records=\d+ checksum=[0-9a-f]{16})$`)
 	spillsRE    = regexp.MustCompile(`(?m)^\[r\d+\] sort: rank \d+ .* spills=(\d+) .* memory_peak=(\d+) budget=(\d+) rss_peak=(\S+)$`)
+	// rawCauseRE finds a recovery line that shows an error chain
+	// instead of saying the cause in words (recovery.Brief).
+	rawCauseRE = regexp.MustCompile(`\] recovery: [^\n]*(pgas|kvshuffle|ckpt|shm|tcp): `)
 )
 
 // checkSorted validates out's part files (ranks of them) against want.
@@ -288,6 +291,9 @@ func TestDistSortKeysAndKill(t *testing.T) {
 			log := sortWithKill(t, args, "kill:rank=2,at=0.5", sum)
 			if !strings.Contains(log, "[r2] inject: SIGKILL rank 2") || !strings.Contains(log, "rolled back to checkpoint") {
 				t.Fatalf("no kill and roll back in the log\n%s", log)
+			}
+			if raw := rawCauseRE.FindString(log); raw != "" {
+				t.Errorf("a recovery line shows the error chain: %q\n%s", raw, log)
 			}
 		})
 	}

@@ -23,6 +23,10 @@ func TestMain(m *testing.M) {
 
 var windowRE = regexp.MustCompile(`^window=\d+ records=\d+ top=`)
 
+// rawCauseRE finds a recovery line that shows an error chain instead of
+// saying the cause in words (recovery.Brief).
+var rawCauseRE = regexp.MustCompile(`\] recovery: [^\n]*(pgas|kvshuffle|ckpt|shm|tcp): `)
+
 // streamJob runs the job and returns rank 0's window reports, checking
 // that the report files hold the same lines.
 func streamJob(t *testing.T, args ...string) []string {
@@ -47,6 +51,9 @@ func streamJob(t *testing.T, args ...string) []string {
 	}
 	if slices.Contains(args, "--inject") {
 		proctest.LogContains(t, log, "inject: SIGKILL rank", "restored checkpoint")
+		if raw := rawCauseRE.FindString(log); raw != "" {
+			t.Errorf("a recovery line shows the error chain: %q\n%s", raw, log)
+		}
 	}
 	return lines
 }

@@ -25,6 +25,10 @@ func TestMain(m *testing.M) {
 
 var resultRE = regexp.MustCompile(`^words=\d+ total=\d+ digest=[0-9a-f]{16}$`)
 
+// rawCauseRE finds a recovery line that shows an error chain instead of
+// saying the cause in words (recovery.Brief).
+var rawCauseRE = regexp.MustCompile(`\] recovery: [^\n]*(pgas|kvshuffle|ckpt|shm|tcp): `)
+
 // The job's answer equals the one-process reference, without and with a
 // SIGKILL of a rank (a reducer, half-way through its lines), on
 // generated text and on a file.
@@ -48,6 +52,9 @@ func TestWordCountKill(t *testing.T) {
 		t.Fatalf("job with a kill: %q, reference %q\n%s", got, want, log)
 	}
 	proctest.LogContains(t, log, "[r1] inject: SIGKILL rank 1", "restored checkpoint", "[r0] reference: match")
+	if raw := rawCauseRE.FindString(log); raw != "" {
+		t.Errorf("a recovery line shows the error chain: %q\n%s", raw, log)
+	}
 	// Key routing: the table is checkpointed before anything is sent, so
 	// the recovered ranks route alike.
 	// With one runnable rank per host too: the killed rank held a slot,

@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/gaspigo/gaspigo/ckpt"
@@ -82,27 +83,32 @@ func (l *Loop) Rejoin(ctx context.Context, cause error) error {
 }
 
 // Printing returns the Loop of a program that reports in lines printed
-// with printf: before each Recover the cause (or, for a retry or a
-// promoted spare joining, that the recovery starts again), and after a
-// successful restore the new epoch, what restore says it rolled back to,
-// and how long the recovery took. joining: this rank is a promoted
-// spare, and every failure it sees interrupts a recovery under way.
+// with printf, in words (Brief): before each Recover the cause ("recovery:
+// rank 2 failed"; for a retry or a promoted spare joining, that the
+// recovery was interrupted and starts again), and after a successful
+// restore the new epoch, what restore says it rolled back to, and how
+// long the recovery took. The cause's whole error chain goes to rt's
+// logger at info level (gaspirun -v, PGAS_LOG=info). joining: this rank
+// is a promoted spare, and every failure it sees interrupts a recovery
+// under way.
 func Printing(rt interface {
 	Runtime
 	Epoch() uint64
+	Logger() *slog.Logger
 }, joining bool, printf func(format string, args ...any), restore func(context.Context) (what string, err error)) *Loop {
 	return &Loop{RT: rt,
 		Report: func(a Attempt) {
+			rt.Logger().Info("recovery: the cause", "retry", a.Retry || joining, "err", a.Cause)
 			if a.Retry || joining {
-				printf("recovery: interrupted by another failure, recovering again: %v\n", a.Cause)
+				printf("recovery: interrupted by another failure (%s); recovering again\n", Brief(a.Cause))
 			} else {
-				printf("recovery: %v\n", a.Cause)
+				printf("recovery: %s; every rank goes back to the last checkpoint\n", Brief(a.Cause))
 			}
 		},
 		Restore: func(ctx context.Context, a Attempt) error {
 			what, err := restore(ctx)
 			if err == nil {
-				printf("recovery: epoch %d; %s in %v\n", rt.Epoch(), what, time.Since(a.Started).Round(time.Millisecond))
+				printf("recovery: epoch %d in force after %v; %s after %v\n", rt.Epoch(), a.View.Round(time.Millisecond), what, time.Since(a.Started).Round(time.Millisecond))
 			}
 			return err
 		}}
