@@ -19,7 +19,7 @@ import (
 // The test binary doubles as the job's program and as a launcher, selected
 // by these variables (see TestMain).
 const (
-	roleVar = "GASPIRUN_TEST_ROLE" // "child", "plain", "sleeper", "pidsleeper", "partial", "launcher", "fakessh" or "fakesrun"
+	roleVar = "GASPIRUN_TEST_ROLE" // "child", "plain", "usage", "sleeper", "pidsleeper", "partial", "launcher", "fakessh" or "fakesrun"
 	modeVar = "GASPIRUN_TEST_MODE" // what a child does
 	dirVar  = "GASPIRUN_TEST_DIR"  // where "survive" children leave marks
 
@@ -45,6 +45,11 @@ func TestMain(m *testing.M) {
 		fmt.Printf("plain %s\n", p)
 		code, _ := strconv.Atoi(os.Getenv("GASPIRUN_TEST_CODE_" + p))
 		os.Exit(code)
+	case "usage":
+		// A program given a bad flag: every process says the same on
+		// stderr and exits 2.
+		fmt.Fprintln(os.Stderr, "prog: --bogus: no such flag (prog --help lists them)")
+		os.Exit(2)
 	case "sleeper":
 		time.Sleep(time.Hour)
 		os.Exit(0)

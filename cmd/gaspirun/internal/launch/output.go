@@ -28,11 +28,10 @@ type output struct {
 	col     *collapser
 	timer   *time.Timer
 	timerAt time.Time
-	// colReady, until it returns true, holds the collapsing back (colWindow
-	// and colProcs are collapse's arguments); nil once decided.
-	colReady  func() bool
-	colWindow time.Duration
-	colProcs  int
+	// colReady, until it returns true, keeps the processes' standard
+	// output out of the collapsing (their diagnostics on stderr are
+	// collapsed from the start); nil once it returned true.
+	colReady func() bool
 }
 
 // maxPendingOutput bounds the output the collapser holds back.
@@ -40,21 +39,21 @@ const maxPendingOutput = 4 << 20
 
 // collapse turns on the collapsing of identical lines printed by several of
 // nprocs processes within window (see collapser); window <= 0 leaves it
-// off. It starts with the first line that comes once ready returns true
-// (nil: at once); until then every line is printed as it comes. Run
-// passes "the job formed": a process prints a line after it got the
-// member table, which the rendezvous sends only once it is complete.
+// off. Lines on stderr (diagnostics: the same usage error from every
+// rank) are collapsed at once; lines on stdout only from the first line
+// that comes once ready returns true (nil: at once), and are printed as
+// they come until then, so that the output of a program that never joins
+// a job (gaspirun -n 2 -- hostname) stays one line per process, as
+// under mpirun. Run passes "the job formed": a process prints a line
+// after it got the member table, which the rendezvous sends only once it
+// is complete.
 func (o *output) collapse(window time.Duration, nprocs int, ready func() bool) {
 	if window <= 0 || nprocs <= 1 {
 		return
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if ready != nil {
-		o.colReady, o.colWindow, o.colProcs = ready, window, nprocs
-		return
-	}
-	o.col = newCollapser(window, nprocs, maxPendingOutput)
+	o.col, o.colReady = newCollapser(window, nprocs, maxPendingOutput), ready
 }
 
 // flush prints every line the collapser holds and stops collapsing: lines
@@ -119,10 +118,9 @@ func (o *output) line(stream, proc int, label string, text []byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.colReady != nil && o.colReady() {
-		o.col = newCollapser(o.colWindow, o.colProcs, maxPendingOutput)
 		o.colReady = nil
 	}
-	if o.col == nil {
+	if o.col == nil || (o.colReady != nil && stream == streamStdout) {
 		o.write(stream, label, text)
 		return
 	}

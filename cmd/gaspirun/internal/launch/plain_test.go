@@ -138,3 +138,22 @@ func TestSSHHostListAndPlainProgram(t *testing.T) {
 	}
 	waitNoRemoteSides(t)
 }
+
+// Rule (gaspirun --collapse): the same usage error from every process of
+// a large job is said once (or twice, for processes that print it a
+// window later): at most 5 lines in all, and the job exits 2.
+func TestUsageErrorSaidOnce(t *testing.T) {
+	cfg, out, errs := jobConfig("", 32, 0)
+	cfg.Env = []string{roleVar + "=usage", noRaceExitDelay}
+	cfg.Collapse = DefaultConfig().Collapse
+	res := run(t, context.Background(), cfg)
+	if res.ExitCode != 2 {
+		dump(t, out, errs)
+		t.Fatalf("exit %d, want 2", res.ExitCode)
+	}
+	all := out.String() + errs.String()
+	if n := strings.Count(all, "\n"); n > 5 {
+		dump(t, out, errs)
+		t.Fatalf("%d lines (the error %d times); want at most 5", n, strings.Count(all, "--bogus"))
+	}
+}
