@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/gaspigo/gaspigo/cmd/gaspibench/internal/bench"
+	"github.com/gaspigo/gaspigo/internal/buildinfo"
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/transport/tcp"
@@ -23,6 +24,10 @@ func main() {
 
 // run is the program: flags -> Config -> runtime -> bench.Run -> Close.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintln(stdout, buildinfo.Version("gaspibench"))
+		return 0
+	}
 	opts, err := bench.ParseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gaspigo/gaspigo/internal/buildinfo"
 )
 
 // Names of the variables gaspipod reads.
@@ -21,6 +23,10 @@ func main() { os.Exit(run(os.Args[1:], os.LookupEnv)) }
 // run returns an exit code, or does not return when it executes the
 // program.
 func run(args []string, lookup func(string) (string, bool)) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Println(buildinfo.Version("gaspipod"))
+		return 0
+	}
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}

@@ -4,11 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime"
-	"runtime/debug"
 	"strings"
 
 	"github.com/gaspigo/gaspigo/cmd/gaspirun/internal/launch"
+	"github.com/gaspigo/gaspigo/internal/buildinfo"
 )
 
 const synopsis = `usage: gaspirun -n N [flags] [--] PROGRAM [ARGS...]
@@ -93,10 +92,4 @@ func wrap(s string, width int) []string {
 
 // version is gaspirun's version line: the main module's version from the
 // build information ("devel" for a build from a source tree), and Go's.
-func version() string {
-	v := "devel"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
-	return fmt.Sprintf("gaspirun %s (%s %s/%s)", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-}
+func version() string { return buildinfo.Version("gaspirun") }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/buildinfo"
 	"github.com/gaspigo/gaspigo/obs"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -20,11 +21,12 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-func run(args []string, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gaspitrace", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
+	version := fs.Bool("version", false, "print gaspitrace's version and exit")
 	in := fs.String("trace", "", "trace `FILE` written by gaspirun --trace")
 	out := fs.String("out", "", "picture `FILE`: .png or .svg")
 	window := fs.String("window", "recovery", "`recovery` (around the first recovery) or all")
@@ -32,9 +34,17 @@ func run(args []string, stderr io.Writer) int {
 	to := fs.Duration("to", 0, "window end `D` after the first event")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, "usage: gaspitrace --trace FILE --out FILE.png|FILE.svg [--window recovery|all | --from D --to D]")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
 			return 0
 		}
+		fmt.Fprintf(stderr, "gaspitrace: %v\nRun 'gaspitrace --help' for the flags.\n", err)
 		return 2
+	}
+	if *version {
+		fmt.Fprintln(stdout, buildinfo.Version("gaspitrace"))
+		return 0
 	}
 	if err := draw1(*in, *out, *window, *from, *to); err != nil {
 		fmt.Fprintln(stderr, "gaspitrace:", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,7 @@ func TestDraw(t *testing.T) {
 	os.WriteFile(path, b, 0o600)
 	for _, out := range []string{"r.png", "r.svg"} {
 		var stderr bytes.Buffer
-		if code := run([]string{"--trace", path, "--out", filepath.Join(dir, out)}, &stderr); code != 0 {
+		if code := run([]string{"--trace", path, "--out", filepath.Join(dir, out)}, io.Discard, &stderr); code != 0 {
 			t.Fatalf("%s: exit %d: %s", out, code, stderr.String())
 		}
 		if st, err := os.Stat(filepath.Join(dir, out)); err != nil || st.Size() < 1000 {
@@ -51,12 +52,27 @@ func TestDraw(t *testing.T) {
 		{[]string{"--trace", path, "--out", filepath.Join(dir, "x.jpg")}, ".png or .svg"},
 	} {
 		var stderr bytes.Buffer
-		if code := run(c.args, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
+		if code := run(c.args, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v: exit %d, %q; want 2 and %q", c.args, code, stderr.String(), c.want)
 		}
 	}
 	var stderr bytes.Buffer
-	if code := run([]string{"--trace", noRec, "--out", filepath.Join(dir, "all.png"), "--window", "all"}, &stderr); code != 0 {
+	if code := run([]string{"--trace", noRec, "--out", filepath.Join(dir, "all.png"), "--window", "all"}, io.Discard, &stderr); code != 0 {
 		t.Errorf("--window all: exit %d: %s", code, stderr.String())
+	}
+}
+
+// Rule: --version and --help print on stdout and exit 0; a bad flag is
+// one error on stderr and exit 2.
+func TestVersionHelp(t *testing.T) {
+	for _, a := range []string{"--version", "--help"} {
+		var out, errs strings.Builder
+		if code := run([]string{a}, &out, &errs); code != 0 || out.Len() == 0 || errs.Len() != 0 {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", a, code, out.String(), errs.String())
+		}
+	}
+	var errs strings.Builder
+	if code := run([]string{"--bogus"}, io.Discard, &errs); code != 2 || strings.Count(errs.String(), "\n") != 2 {
+		t.Errorf("--bogus: exit %d, stderr %q", code, errs.String())
 	}
 }

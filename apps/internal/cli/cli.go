@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/buildinfo"
 )
 
 // ExitError carries a command's exit status; Msg, if set, is printed
@@ -96,6 +98,10 @@ func Line(prog, msg string) string {
 // or value returns a usage error naming the flag and what to give, and
 // prints nothing. fs's output and Usage are restored before it returns.
 func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
+	if wantsVersion(fs, args) {
+		PrintVersion(stdout, fs.Name())
+		return nil, flag.ErrHelp
+	}
 	out, usage := fs.Output(), fs.Usage
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
@@ -243,3 +249,27 @@ func (w *watcher) Get() any {
 	}
 	return nil
 }
+
+// wantsVersion reports whether args ask for --version (or -version)
+// before any "--", and fs does not define a flag of that name.
+func wantsVersion(fs *flag.FlagSet, args []string) bool {
+	if fs.Lookup("version") != nil {
+		return false
+	}
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--version", "-version":
+			return true
+		}
+	}
+	return false
+}
+
+// IsVersion reports whether arg asks for the version of a command with
+// subcommands (terasort --version).
+func IsVersion(arg string) bool { return arg == "--version" || arg == "-version" || arg == "version" }
+
+// PrintVersion prints prog's --version line on w.
+func PrintVersion(w io.Writer, prog string) { fmt.Fprintln(w, buildinfo.Version(prog)) }

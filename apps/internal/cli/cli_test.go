@@ -135,3 +135,20 @@ func TestLine(t *testing.T) {
 		t.Errorf("Status(plain error) = %d, want 1", code)
 	}
 }
+
+// Rule: --version prints the program's version line on stdout and asks
+// the caller to exit 0 (flag.ErrHelp), before any flag is checked.
+func TestVersion(t *testing.T) {
+	fs := flag.NewFlagSet("prog", flag.ContinueOnError)
+	fs.Int("k", 1, "")
+	var out strings.Builder
+	if _, err := Parse(fs, []string{"--k", "bad", "--version"}, &out); !errors.Is(err, flag.ErrHelp) || !strings.HasPrefix(out.String(), "prog ") {
+		t.Fatalf("Parse(--version) = %v, printed %q", err, out.String())
+	}
+	if _, err := Parse(fs, []string{"--", "--version"}, &out); err != nil {
+		t.Fatalf("--version after -- is an argument: %v", err)
+	}
+	if !IsVersion("--version") || IsVersion("--verbose") {
+		t.Fatal("IsVersion")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -135,6 +136,9 @@ func Command(args []string, usage string, names []string, stdout, stderr io.Writ
 		return args[0], nil
 	case slices.Contains([]string{"-h", "-help", "--help", "help"}, args[0]):
 		fmt.Fprint(stdout, usage)
+		return "", nil
+	case cli.IsVersion(args[0]):
+		cli.PrintVersion(stdout, filepath.Base(os.Args[0]))
 		return "", nil
 	}
 	return "", Usage("unknown command %q: give %s (--help says more)", args[0], strings.Join(names, ", "))

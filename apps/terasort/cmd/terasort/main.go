@@ -83,6 +83,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case slices.Contains([]string{"-h", "-help", "--help", "help"}, args[0]):
 		fmt.Fprint(stdout, usage)
 		return 0
+	case cli.IsVersion(args[0]):
+		cli.PrintVersion(stdout, "terasort")
+		return 0
 	case !ok:
 		return cli.Status("terasort", cli.Usage("unknown command %q: give gen, validate, sum, sort or memsort (terasort --help says more)", args[0]), stderr)
 	}
