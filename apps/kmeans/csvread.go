@@ -18,8 +18,8 @@ import (
 // On top of encoding/csv it drops a UTF-8 byte order mark, skips blank
 // lines (only blanks, or nothing), allows blanks around a value, refuses
 // lines longer than MaxLineBytes, and skips a header: a first non-blank
-// record with a non-empty field that is not a number ("x,y,z", as
-// spreadsheets and data-frame libraries write). Errors are *FileError
+// record none of whose fields is a number ("x,y,z", as spreadsheets and
+// data-frame libraries write; "1.0,abc" is a point with a typo, an error). Errors are *FileError
 // values without Path (the caller fills it in).
 type csvRecords struct {
 	r      *csv.Reader
@@ -96,16 +96,18 @@ func (c *csvRecords) dimension() (int, string) {
 // a non-empty field that is not a number. An empty field is neither (a
 // line of numbers with a gap is a bad point, not a header).
 func isHeader(rec []string) bool {
+	names := 0
 	for _, f := range rec {
 		f = strings.TrimSpace(f)
 		if f == "" {
 			continue
 		}
-		if _, err := strconv.ParseFloat(f, 64); err != nil && !errors.Is(err, strconv.ErrRange) {
-			return true
+		if _, err := strconv.ParseFloat(f, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+			return false // a number: a point, maybe with a typo elsewhere, which is an error
 		}
+		names++
 	}
-	return false
+	return names > 0
 }
 
 // parseRecord appends the d values of one record to out. Errors are

@@ -88,6 +88,7 @@ func TestCSVHeaderAndQuoting(t *testing.T) {
 		{"quoted header", `"a ""b""","c, d"` + "\n1,2\n", []float64{1, 2}, 2, nil, ""},
 		{"a value over two lines", "\"1\n\",2\n3,4\n", []float64{1, 2, 3, 4}, 2, nil, ""},
 		{"numbers with a gap are no header", "1,,3\n", nil, 0, ErrSyntax, "column 2 is empty"},
+		{"a point with a typo is no header", "1.0,abc\n2,3\n", nil, 0, ErrSyntax, "abc"},
 		{"header wider than the points", "a,b,c\n1,2\n", nil, 0, ErrColumns, "the header, on line 1, sets the dimension"},
 		{"header only", "a,b\n", nil, 0, ErrRange, "no points"},
 		{"bare quote", "1,2\n3,4\"\n", nil, 0, ErrSyntax, ":2:"},
