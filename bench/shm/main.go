@@ -7,6 +7,7 @@
 //	go run ./bench/shm -n 4 -tests barrier,allreduce
 //	go run ./bench/shm -spin 0                  # receivers sleep at once (PGAS_SHM_SPIN=0)
 //	go run ./bench/shm -segments                # also segments in shared memory (PGAS_SHM_SEGMENTS=1)
+//	go run ./bench/shm -segments -base DIR      # and against another build's binaries in DIR
 //
 // Both settings run the same binaries with the same flags and the same
 // runtime spin (gaspibench --spin); only the transport between the
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -36,6 +38,7 @@ func main() {
 	rtSpin := flag.String("rt-spin", "", "gaspibench --spin (the runtime's SpinWait), for both settings")
 	segs := flag.Bool("segments", false, "also run a third setting, shared memory with segments in shared memory (PGAS_SHM_SEGMENTS=1: direct writes)")
 	bin := flag.String("bin", "", "directory holding gaspirun and gaspibench (default: build them)")
+	base := flag.String("base", "", "directory holding another build's gaspirun and gaspibench: also run its shared-memory setting(s), taking turns, and print this build against it")
 	flag.Parse()
 	dir, cleanup := benchutil.Binaries("shmbench", *bin)
 	defer cleanup()
@@ -56,6 +59,12 @@ func main() {
 	if *segs {
 		ab.Settings = append(ab.Settings, benchutil.Setting{Name: "seg", Env: []string{"PGAS_SHM=1", "PGAS_SHM_SEGMENTS=1", "PGAS_SHM_SPIN=" + *spin}})
 	}
+	if *base != "" {
+		for _, st := range slices.Clone(ab.Settings[1:]) {
+			st.Name, st.Bin = "base-"+st.Name, *base
+			ab.Settings = append(ab.Settings, st)
+		}
+	}
 	res, err := ab.Run()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shm:", err)
@@ -69,5 +78,13 @@ func main() {
 	if *segs {
 		fmt.Printf("# the same run: shared memory with segments in shared memory (PGAS_SHM_SEGMENTS=1)\n")
 		fmt.Print(res.Table("tcp", "seg"))
+	}
+	if *base != "" {
+		fmt.Printf("# the same run: this build against the one in %s, shared memory\n", *base)
+		fmt.Print(res.Table("base-shm", "shm"))
+		if *segs {
+			fmt.Printf("# the same run: this build against the one in %s, segments in shared memory\n", *base)
+			fmt.Print(res.Table("base-seg", "seg"))
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -24,6 +25,9 @@ type Setting struct {
 	Name string
 	Args []string
 	Env  []string
+	// Bin, when set, is a directory with another build's gaspirun and
+	// gaspibench, run instead of the AB's (to compare two builds).
+	Bin string
 }
 
 // AB is a comparison of settings on the same gaspirun command (Args:
@@ -54,7 +58,11 @@ func (ab AB) Run() (Result, error) {
 	for r := range ab.Rounds {
 		for i := range ab.Settings {
 			s := ab.Settings[(i+r)%len(ab.Settings)]
-			rows, err := runOnce(ab.Gaspirun, append(slices.Clone(s.Args), ab.Args...), s.Env)
+			gaspirun, args := ab.Gaspirun, append(slices.Clone(s.Args), ab.Args...)
+			if s.Bin != "" {
+				gaspirun, args = s.rebase(ab.Gaspirun, args)
+			}
+			rows, err := runOnce(gaspirun, args, s.Env)
 			if err != nil {
 				return res, fmt.Errorf("round %d, %s: %w", r+1, s.Name, err)
 			}
@@ -78,6 +86,17 @@ func (ab AB) Run() (Result, error) {
 	res.Load = fmt.Sprintf("before: %s; after: %s", before, proctest.LoadAvg())
 	res.Elapsed = time.Since(start).Round(time.Second)
 	return res, nil
+}
+
+// rebase points gaspirun and the gaspibench beside it at s.Bin's.
+func (s Setting) rebase(gaspirun string, args []string) (string, []string) {
+	bench := filepath.Join(filepath.Dir(gaspirun), "gaspibench")
+	for i, a := range args {
+		if a == bench {
+			args[i] = filepath.Join(s.Bin, "gaspibench")
+		}
+	}
+	return filepath.Join(s.Bin, "gaspirun"), args
 }
 
 var testOrder = []string{"write", "read", "write_notify_rtt", "barrier", "allreduce"}
