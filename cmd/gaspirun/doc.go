@@ -227,7 +227,8 @@
 //   - A process that exits 0 without having registered with the rendezvous
 //     is a plain program. Its exit is held, not judged, while no process has
 //     registered.
-//   - When every process has ended so, the job was a plain job: exit 0. A
+//   - When every process has ended so, the job was a plain job: exit 0,
+//     with nothing printed by gaspirun itself (no summary), as mpirun. A
 //     plain job whose process fails (non-zero, a signal) fails like any job
 //     before it formed: gaspirun stops the others and exits with that
 //     process's code, as mpirun does with the first one that fails.

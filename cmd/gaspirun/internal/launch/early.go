@@ -1,6 +1,9 @@
 package launch
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Exits before the job forms, and plain programs.
 //
@@ -102,4 +105,10 @@ func (t *tracker) firstRegistered() int {
 func (t *tracker) plainInJob(p, reg int) string {
 	return fmt.Sprintf("%s exited with code 0 without registering with the rendezvous, but %s registered, so the job cannot start (every process of a gaspigo job must join it)",
 		t.describe(p), t.describe(reg))
+}
+
+// plainJob reports whether every process ended as a plain program (the
+// job was a plain job, run as under mpirun).
+func (t *tracker) plainJob() bool {
+	return !slices.Contains(t.plain, false)
 }

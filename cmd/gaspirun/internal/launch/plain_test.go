@@ -31,9 +31,9 @@ func TestPlainProgramRuns(t *testing.T) {
 			t.Fatalf("stdout lacks %q", w)
 		}
 	}
-	if w := "gaspirun: 3 processes (2 ranks + 1 spare): 3 exited 0; exit 0;"; !strings.Contains(errs.String(), w) {
+	if errs.String() != "" {
 		dump(t, out, errs)
-		t.Fatalf("stderr lacks %q", w)
+		t.Fatal("gaspirun printed lines of its own for a plain job that succeeded (mpirun prints none)")
 	}
 	if strings.Contains(errs.String(), "registered") {
 		dump(t, out, errs)

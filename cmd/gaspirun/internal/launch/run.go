@@ -233,9 +233,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	be.close()
 	res.Wall = time.Since(start)
 	// The verdict on a failure was printed when it was reached; the
-	// summary only counts.
+	// summary only counts. A plain job that succeeded prints only its
+	// programs' output, as under mpirun.
 	res.Summary = fmt.Sprintf("%s; exit %d; wall time %v", j.tr.summary(), res.ExitCode, res.Wall.Round(time.Millisecond))
-	if !cfg.Quiet {
+	if !cfg.Quiet && !(res.ExitCode == 0 && j.tr.plainJob()) {
 		out.notice(res.Summary)
 	}
 	return res, nil
