@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -118,12 +119,7 @@ func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) 
 		switch {
 		case errors.Is(err, flag.ErrHelp):
 			restore() // PrintDefaults looks at the Values' types
-			fs.SetOutput(stdout)
-			if usage != nil {
-				usage()
-			} else {
-				fs.PrintDefaults()
-			}
+			printUsage(stdout, fs, usage)
 			return nil, err
 		case err != nil && bad != nil:
 			return nil, &ExitError{Code: 2, Msg: bad.message()}
@@ -273,3 +269,25 @@ func IsVersion(arg string) bool { return arg == "--version" || arg == "-version"
 
 // PrintVersion prints prog's --version line on w.
 func PrintVersion(w io.Writer, prog string) { fmt.Fprintln(w, buildinfo.Version(prog)) }
+
+// longFlag is a flag of more than one letter at the start of a line of a
+// usage text, as flag's PrintDefaults writes it ("  -max-iter int").
+var longFlag = regexp.MustCompile(`(?m)^(\s+)-([A-Za-z0-9][A-Za-z0-9-]+)`)
+
+// printUsage prints fs's usage (usage, or flag's own) on w, with a
+// synopsis line instead of flag's "Usage of NAME:", and long flags
+// written as they are given on the command line (--max-iter).
+func printUsage(w io.Writer, fs *flag.FlagSet, usage func()) {
+	var b strings.Builder
+	fs.SetOutput(&b)
+	if usage != nil {
+		usage()
+	} else {
+		fs.PrintDefaults()
+	}
+	text := b.String()
+	if rest, ok := strings.CutPrefix(text, "Usage of "+fs.Name()+":\n"); ok {
+		text = "usage: " + fs.Name() + " [flags]\n\nflags:\n" + rest
+	}
+	io.WriteString(w, longFlag.ReplaceAllString(text, "$1--$2"))
+}

@@ -72,8 +72,9 @@ func TestParseBadFlag(t *testing.T) {
 	}
 }
 
-// --help, -help and -h print the usage on stdout, once, and are exit 0;
-// the flag set is as it was afterwards.
+// --help, -help and -h print the usage on stdout, once, with a synopsis
+// line and long flags written --name, and are exit 0; the flag set is as
+// it was afterwards.
 func TestParseHelp(t *testing.T) {
 	for _, arg := range []string{"--help", "-help", "-h"} {
 		fs := newFlags()
@@ -82,8 +83,8 @@ func TestParseHelp(t *testing.T) {
 		if !errors.Is(err, flag.ErrHelp) {
 			t.Fatalf("Parse(%s) = %v, want flag.ErrHelp", arg, err)
 		}
-		if got := so.String(); !strings.HasPrefix(got, "Usage of prog:\n") || strings.Count(got, "-dim D") != 1 || strings.Contains(got, "panic") {
-			t.Errorf("Parse(%s) printed %q, want the usage once", arg, got)
+		if got := so.String(); !strings.HasPrefix(got, "usage: prog [flags]\n") || strings.Count(got, "  --dim D") != 1 || strings.Contains(got, "panic") {
+			t.Errorf("Parse(%s) printed %q, want the synopsis, then the usage once, long flags with two dashes", arg, got)
 		}
 		var se bytes.Buffer
 		if code := Status("prog", err, &se); code != 0 || se.Len() > 0 {
