@@ -93,11 +93,11 @@ func Line(prog, msg string) string {
 // Parse parses fs over args, flags and positional arguments in any order
 // ("validate DIR --expect-records N"; everything after "--" is
 // positional), and returns the positional arguments. --help, -help or -h
-// (unless fs defines them) prints the usage on stdout (fs.Usage, with
-// fs's output set to stdout; flag's own prints "Usage of NAME:" and the
-// flags) and returns flag.ErrHelp. A bad flag
-// or value returns a usage error naming the flag and what to give, and
-// prints nothing. fs's output and Usage are restored before it returns.
+// (unless fs defines them) prints the usage on stdout (printUsage: fs.Usage
+// or a synopsis and the flags) and returns flag.ErrHelp; so does
+// --version, after the version line. A bad flag or value returns a usage
+// error naming the flag and what to give, and prints nothing. fs's
+// output and Usage are restored before it returns.
 func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
 	if wantsVersion(fs, args) {
 		PrintVersion(stdout, fs.Name())
