@@ -87,7 +87,9 @@ func TestPartitionedForGood(t *testing.T) {
 // TestPartitionHealedAfterReplacement: a rank and an idle spare cut off
 // until both were declared failed and the rank taken over, then healed.
 // Both learn that they were replaced and exit 77 promptly, well before the
-// cut-off bound; the job ends with the failure-free result and exit 0.
+// cut-off bound (or, when the failure took as long as that bound to
+// commit on a starved machine, had given up as cut off, 74, before the
+// heal); the job ends with the failure-free result and exit 0.
 func TestPartitionHealedAfterReplacement(t *testing.T) {
 	o := jobOpts{steps: 500}
 	setRules := netfaults(t, &o)
@@ -114,8 +116,14 @@ func TestPartitionHealedAfterReplacement(t *testing.T) {
 	for _, p := range []int{victim, spare} {
 		exit, when := j.waitExitFile(p, stepWait)
 		t.Logf("process %d ended %v after the heal: %s", p, when.Sub(healed).Round(time.Millisecond), exit)
+		if when.Before(healed) && strings.HasPrefix(exit, "code=74 ") {
+			// On a starved machine the failure took as long to commit as
+			// the cut-off bound: the process gave up by itself (cut off)
+			// before anyone could tell it, which ends it as well.
+			continue
+		}
 		if !strings.HasPrefix(exit, "code=77 ") {
-			j.fatalf("process %d exit file %q, want code=77 (fenced)", p, exit)
+			j.fatalf("process %d exit file %q, want code=77 (fenced), or 74 (cut off) before the heal", p, exit)
 		}
 		if d := when.Sub(healed); d > 8*time.Second {
 			j.fatalf("process %d learnt it was replaced %v after the heal, want promptly (before the 10s cut-off)", p, d)
