@@ -127,10 +127,14 @@ type Job struct {
 	counts   []int64
 	ck       Checkpoints
 
-	iter    int // iterations completed
-	high    int // the most iterations the job ever completed (injections fire past it)
-	pending uint64
-	lastID  uint64 // the newest checkpoint id started or restored
+	iter int // iterations completed
+	high int // the most iterations the job ever completed (injections fire past it)
+	// promotedAt: for a process that started as a spare, the job's high
+	// mark when its first restore made it a rank (-1 before): the
+	// iteration after it is the one its predecessor was lost in.
+	promotedAt int
+	pending    uint64
+	lastID     uint64 // the newest checkpoint id started or restored
 	// fresh: the pending checkpoint follows an iteration completed for the
 	// first time, so its commit may fire phase=commit injections.
 	fresh bool
@@ -163,7 +167,7 @@ func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 	if len(opt.Injects) > 0 && opt.Kill == nil {
 		return nil, configErr("Options.Injects is set but Options.Kill, which carries an injection out, is nil")
 	}
-	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, hdrLen)}
+	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, hdrLen), promotedAt: -1}
 	if err := j.load(); err != nil {
 		j.Close()
 		return nil, err

@@ -105,10 +105,19 @@ func setupPhase(phase string) bool { return phase == "init" || phase == "ckpt-ne
 // inject fires the injections due now, the first time the job gets here
 // (fresh: iteration j.iter was never completed before). Every rank calls
 // it at the same point; a due kill:leader injection makes it collective.
+//
+// A promoted spare fires nothing in the iteration its predecessor was lost
+// in (the one after the job's high mark at its restore; it still takes
+// part in a kill:leader decision, a collective): the predecessor may have
+// got there, fired there and taken what it knew with it, when the
+// survivors never completed that iteration (its result was still on its
+// way through the lost process). Two injections due to one rank in that
+// iteration would lose the second.
 func (j *Job) inject(ctx context.Context, phase string, fresh bool) error {
 	if !fresh {
 		return nil // a redone iteration
 	}
+	quiet := j.promotedAt >= 0 && j.iter <= j.promotedAt+1 // see above
 	me := j.rt.Rank()
 	for _, in := range j.opt.Injects {
 		if in.Iter != j.iter || in.Phase != phase {
@@ -123,7 +132,7 @@ func (j *Job) inject(ctx context.Context, phase string, fresh bool) error {
 				return err
 			}
 		}
-		if hit {
+		if hit && !quiet {
 			j.opt.Kill(Kill{Inject: in, Rank: me, Iter: j.iter, Phase: phase})
 		}
 	}

@@ -117,5 +117,8 @@ func (j *Job) restore(ctx context.Context) error {
 		return err
 	}
 	j.high = int(h[0])
+	if j.rt.StartedAsSpare() && j.promotedAt < 0 {
+		j.promotedAt = j.high
+	}
 	return nil
 }
