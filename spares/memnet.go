@@ -181,7 +181,9 @@ func (m *MemNetwork) DialCtl(ctx context.Context, from uint32, addr string) (net
 	}
 	a, b := net.Pipe()
 	client := &memConn{Conn: a, net: m, self: m.counter(from), peer: m.counter(l.proc), selfProc: from, peerProc: l.proc}
-	server := &memConn{Conn: b, net: m, self: client.peer, peer: client.self, selfProc: l.proc, peerProc: from}
+	// The server end knows its listener before anyone can reach it
+	// through m.conns (CutLink closes what it finds there).
+	server := &memConn{Conn: b, net: m, self: client.peer, peer: client.self, selfProc: l.proc, peerProc: from, l: l}
 	m.mu.Lock()
 	m.conns[client], m.conns[server] = struct{}{}, struct{}{}
 	m.mu.Unlock()
@@ -328,7 +330,6 @@ func (l *memListener) track(c *memConn) bool {
 		return false
 	default:
 	}
-	c.l = l
 	l.live[c] = struct{}{}
 	return true
 }
