@@ -59,9 +59,12 @@ func encodeText(w io.Writer, fams []*dto.MetricFamily) error {
 
 // Refresh scrapes every target every d until ctx ends, so that a process
 // killed between two scrapes of the endpoint leaves values at most d old
-// (the Federation keeps each process's last scrape).
+// (the Federation keeps each process's last scrape). A scrape costs each
+// process some CPU, so with many targets the pause grows with them
+// (perTarget each): 512 processes are scraped every 5 s, not every d.
 func (f *Federation) Refresh(ctx context.Context, d time.Duration) {
-	t := time.NewTicker(d)
+	const perTarget = 10 * time.Millisecond
+	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
 		select {
@@ -71,6 +74,7 @@ func (f *Federation) Refresh(ctx context.Context, d time.Duration) {
 			sctx, cancel := context.WithTimeout(ctx, d)
 			f.Gather(sctx)
 			cancel()
+			t.Reset(max(d, time.Duration(len(f.targets()))*perTarget))
 		}
 	}
 }
