@@ -19,6 +19,16 @@ var (
 	// of a queue's writes and notifications).
 	OneSided = Default.Histogram("gaspigo_onesided_latency_seconds",
 		"Latency of one-sided operations from the call to their completion, by operation.", LatencyBuckets, "op")
+	// DirectOps counts what a process did straight in a same-host peer's
+	// memory, without a frame: kind write (data copied), notify (a slot
+	// stored), wake (a frame sent because a waiter there was parked).
+	DirectOps = Default.Counter("gaspigo_direct_operations_total",
+		"Operations done straight in a same-host peer's memory, by kind: write, notify, and wake (a frame to a parked waiter).", "kind")
+	// WaitSpin is how long a wait for a notification in shared memory
+	// polls before it parks, as the runtime chose it: 0 when the host has
+	// more ranks than usable CPUs.
+	WaitSpin = Default.Gauge("gaspigo_wait_spin_seconds",
+		"How long a wait for a shared-memory notification polls before it parks (0: parks at once, the host is oversubscribed).").With().Gauge
 	// Collectives counts collectives by operation; CollectiveTime is
 	// their duration.
 	Collectives = Default.Counter("gaspigo_collectives_total",

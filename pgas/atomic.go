@@ -113,8 +113,7 @@ func (rt *Runtime) PassiveSend(ctx context.Context, rank int, msg []byte) error 
 	pr := rt.peers.get(proc)
 	h := transport.Header{Type: transport.FramePassive, Flags: transport.FlagAck}
 	pr.sendMu.Lock()
-	pr.nextSeq++
-	h.Seq = pr.nextSeq
+	h.Seq = pr.nextSeq.Add(1)
 	err = rt.send(ctx, proc, &h, msg)
 	pr.sendMu.Unlock()
 	if err != nil {

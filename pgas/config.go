@@ -41,14 +41,19 @@ type Config struct {
 	// rank) a spinning goroutine keeps the scheduler from polling the
 	// network, so the message it waits for lands only when it parks: spin
 	// at the socket instead (transport/tcp's PollSpin, job.Options.TCP).
+	//
+	// When 0, NotifyWaitSome on a segment whose slots peers set in memory
+	// (DirectShm) still polls for 50 µs when this host has a CPU for each
+	// of its ranks: no frame has to land for the value to be seen.
 	SpinWait time.Duration
 	// DirectShm shares segment memory with the processes of this host that
 	// the transport reaches through shared memory (it reports them with an
 	// IsNear(transport.Proc) bool method, as transport/route does, and
-	// passes memory to them: transport.MemorySharer): a Write
-	// to one of them is a copy into its segment plus a doorbell frame
-	// (direct.go). Segments then live in memfds, moved to fresh ones at a
-	// Recover when a process given their memory failed. Off by default.
+	// passes memory to them: transport.MemorySharer): a Write, WriteNotify
+	// or Notify to one of them is done in its memory, without a frame
+	// (direct.go, directnote.go). Segments and their notification slots
+	// then live in memfds, moved to fresh ones when a process given them
+	// failed. Off by default.
 	DirectShm bool
 	// Membership, when set, supplies committed views (epochs, the rank
 	// table, failed processes) and takes failure reports. Without it the

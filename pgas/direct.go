@@ -8,43 +8,48 @@ import (
 
 	"golang.org/x/sys/unix"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
-// Direct writes (Config.DirectShm): a segment lives in a memfd, and the
-// processes of one host map each other's segments, so that a Write to a
-// rank on this host is a copy into its memory followed by a doorbell: the
-// same sequenced FrameWrite as before, without its payload, through the
-// same transport. The target applies the doorbell like any write of no
-// bytes: it admits it only from a process of its view in its epoch, then
-// sets the notification (WriteNotify) and acknowledges it. So:
+// Direct writes (Config.DirectShm): a segment lives in a memfd, its
+// notification slots in another (segments.Options.ShareNotifications),
+// and the processes of one host map each other's, so that a Write,
+// WriteNotify or Notify to a rank on this host is done in its memory: the
+// data copied, the notification stored into its slot, Wait's completion a
+// fence on its slots' memory, no frame (directnote.go). When the peer is
+// not quiet (a frame to it is still on its way) or its slots are not
+// mapped, the data is still copied, and the notification and completion
+// go by a doorbell: the same sequenced FrameWrite as before, without its
+// payload, which the target applies like any write of no bytes: it admits
+// it only from a process of its view in its epoch, then sets the
+// notification and acknowledges it. Either way:
 //
-//   - the notification is set after the data is visible (the copy is done
-//     before the doorbell is sent, and the target reads the doorbell);
-//   - Wait means remote completion: the ack says the target was in the
-//     writer's epoch when the doorbell arrived, hence (see Recover) that
-//     the copy landed in the memory it uses;
+//   - the notification is set after the data is visible;
+//   - Wait means remote completion in the memory the target uses;
 //   - a write that raced a view change fails as over the network (the
-//     doorbell is refused), never silently.
+//     fence fails, or the doorbell is refused), never silently.
 //
-// Sharing: a process maps a peer's segment on its first direct write to
-// it, asking the peer for the memory over the shared-memory transport's
-// authenticated socket (transport.MemorySharer: the memfd travels as
-// SCM_RIGHTS, like the rings; no right to trace the peer is needed). The
-// owner answers only processes of its current view that hold a rank, and
-// records whom it gave each segment's memory to.
+// Sharing: a process maps a peer's segment and slots on its first direct
+// write to it, asking the peer for the memory over the shared-memory
+// transport's authenticated socket (transport.MemorySharer: the memfd
+// travels as SCM_RIGHTS, like the rings; no right to trace the peer is
+// needed). The owner answers only processes of its current view that hold
+// a rank, and records whom it gave each segment's memory and slots to.
 //
-// Fencing: at Recover a process moves a shared segment to a fresh memfd at
-// the same address (segments.MemfdBacking.Renew) when the new view
-// declares failed a process it gave that memory to (no other process can
-// map it), and unmaps the others' segments everywhere; SegmentCreate,
-// which every rank calls again after a recovery, exchanges the fresh
-// generations, and a peer maps the memory again on its next direct write.
-// A replaced process that resumes still maps the old memory, which no
-// survivor uses any more: its copies change nothing, and its doorbells
-// carry its old epoch and generation and are refused.
+// Fencing: when a process applies a view that declares failed a process
+// it gave a segment's slots to, it moves the slots to a fresh memfd at the
+// same address before the view is seen (renewNotes); at Recover it moves
+// the segment's memory the same way (segments.MemfdBacking.Renew) when a
+// process it gave that memory to failed, and unmaps the others' segments
+// everywhere; SegmentCreate, which every rank calls again after a
+// recovery, exchanges the fresh generations, and a peer maps the memory
+// again on its next direct write. A replaced process that resumes still
+// maps the old memory and slots, which no survivor uses any more: its
+// copies and notifications change nothing, its fences fail, and its
+// doorbells carry its old epoch and generation and are refused.
 
 // directSeg is what a shared segment knows of the others' memory in one
 // view: where each same-host peer's is (from SegmentCreate's exchange),
@@ -56,6 +61,7 @@ type directSeg struct {
 	mu      sync.RWMutex               // held shared while copying into mem; exclusively to map or unmap
 	epoch   uint32                     // the view the descriptors were exchanged in
 	dropped bool                       // unmapped (dropDirect): map nothing more
+	gone    atomic.Bool                // retired (dropDirect): postMem uses it no more
 	view    *view                      // the view of the exchange
 	members []int                      // the ranks that sent descs, ascending
 	descs   []int64                    // descWords per member: read on a peer's first write, not before
@@ -83,20 +89,23 @@ func (d *directSeg) share(rt *Runtime, proc transport.Proc) (peerShare, bool) {
 	if desc[1] <= 0 {
 		return peerShare{}, false
 	}
-	return peerShare{size: desc[0], gen: uint32(desc[4])}, true
+	return peerShare{size: desc[0], notes: int(desc[2]), gen: uint32(desc[4])}, true
 }
 
 // peerShare is what sharedDesc sent of a peer's segment memory.
 type peerShare struct {
-	size int64
-	gen  uint32
+	size  int64
+	notes int // slots in its notification area, 0 when not shared
+	gen   uint32
 }
 
-// peerMem is a peer's segment memory mapped here, and its generation
-// (segInfo.gen at the peer).
+// peerMem is a peer's segment memory mapped here, its generation
+// (segInfo.gen at the peer), and its notification area when that is
+// mapped too (directnote.go).
 type peerMem struct {
-	mem []byte
-	gen uint32
+	mem   []byte
+	gen   uint32
+	notes *segments.PeerNotes
 }
 
 // descWords is the length of sharedDesc.
@@ -114,26 +123,37 @@ func (rt *Runtime) directOn() bool {
 }
 
 // sharedDesc is what SegmentCreate's exchange carries for one rank: the
-// size, whether its memory can be shared (1) or not (0), two words
-// unused, and its generation.
+// size, whether its memory can be shared (1) or not (0), the number of
+// slots of its shared notification area (0 for none), a word unused, and
+// its generation.
 func sharedDesc(si *segInfo) []int64 {
 	d := []int64{si.seg.Size(), 0, 0, 0, int64(si.gen.Load())}
 	if si.backing != nil {
 		d[1] = 1
 	}
+	if si.seg.SharedNotes() {
+		d[2] = int64(si.seg.NumNotifications())
+	}
 	return d
 }
+
+// notesKey is the bit of a memory request's key that asks for the
+// segment's notification area instead of its memory.
+const notesKey = 1 << 16
 
 // shareTimeout bounds a request for a peer's memory; past it the write
 // goes through the ring.
 const shareTimeout = 10 * time.Second
 
 // provideMemory answers a peer's request for the memory of segment key
-// (transport.MemoryFunc): only a process that holds a rank in the current
-// view, not declared failed, gets it, and the segment records it as a
-// holder of that memory (renewShared).
+// (transport.MemoryFunc), or for its notification area (key|notesKey):
+// only a process that holds a rank in the current view, not declared
+// failed, gets it, and the segment records it as a holder (renewShared,
+// renewNotes). The view is read under viewMu, so a view that declares the
+// process failed has either refused it here or moved what it was given
+// (applyView, renewNotes).
 func (rt *Runtime) provideMemory(from transport.Proc, key uint64) (int, uint64, error) {
-	if key > 0xffff {
+	if key&^notesKey > 0xffff {
 		return -1, 0, fmt.Errorf("pgas: no segment %d: %w", key, ErrNoSegment)
 	}
 	si, unpin, err := rt.pinSegInfo(uint16(key))
@@ -142,26 +162,39 @@ func (rt *Runtime) provideMemory(from transport.Proc, key uint64) (int, uint64, 
 	}
 	defer unpin()
 	if si.backing == nil {
-		return -1, 0, fmt.Errorf("pgas: segment %d is not shared: %w", key, ErrNoSegment)
+		return -1, 0, fmt.Errorf("pgas: segment %d is not shared: %w", uint16(key), ErrNoSegment)
 	}
 	// Under move: a Recover that renews the memory waits for this to
 	// record the holder, and one that ran before is seen in the view.
 	si.move.RLock()
 	defer si.move.RUnlock()
+	rt.viewMu.Lock()
+	defer rt.viewMu.Unlock()
 	v := rt.view.Load()
 	if int(from) >= len(v.rankOf) || v.rankOf[from] < 0 || v.failed[from] {
 		return -1, 0, fmt.Errorf("pgas: proc %d holds no rank in epoch %d: %w", from, v.epoch, ErrStaleEpoch)
+	}
+	si.hmu.Lock()
+	defer si.hmu.Unlock()
+	if key&notesKey != 0 {
+		fd, err := si.seg.DupNotes()
+		if err != nil {
+			return -1, 0, err
+		}
+		if si.nholders == nil {
+			si.nholders = map[transport.Proc]bool{}
+		}
+		si.nholders[from] = true
+		return fd, uint64(si.gen.Load()), nil
 	}
 	fd, err := si.backing.Dup(si.seg.Bytes())
 	if err != nil {
 		return -1, 0, err
 	}
-	si.hmu.Lock()
 	if si.holders == nil {
 		si.holders = map[transport.Proc]bool{}
 	}
 	si.holders[from] = true
-	si.hmu.Unlock()
 	return fd, uint64(si.gen.Load()), nil
 }
 
@@ -170,14 +203,12 @@ func (rt *Runtime) provideMemory(from transport.Proc, key uint64) (int, uint64, 
 // members); copyDirect maps one on its first write to it. A peer whose
 // memory cannot be mapped is written through frames.
 func (rt *Runtime) mapPeers(si *segInfo, v *view, members []int, descs []int64) {
-	si.dropDirect()
+	rt.dropDirect(si)
 	if si.backing == nil {
 		return
 	}
 	d := &directSeg{epoch: v.epoch, view: v, members: members, descs: descs, mem: map[transport.Proc]peerMem{}}
-	si.dmu.Lock()
-	si.direct = d
-	si.dmu.Unlock()
+	si.direct.Store(d)
 }
 
 // mapPeer maps proc's memory of segment si into d, once: on failure it
@@ -223,7 +254,7 @@ func (rt *Runtime) mapPeer(si *segInfo, d *directSeg, proc transport.Proc) {
 	}
 	d.mu.Lock()
 	if d.dropped && pm.mem != nil {
-		segments.UnmapShared(pm.mem) // dropDirect ran meanwhile
+		pm.unmap() // dropDirect ran meanwhile
 		pm = peerMem{}
 	}
 	if !d.dropped {
@@ -254,63 +285,69 @@ func (rt *Runtime) fetchPeer(si *segInfo, proc transport.Proc, ps peerShare) (pe
 	if err != nil {
 		return peerMem{}, err
 	}
-	return peerMem{mem: mem, gen: uint32(tag)}, nil
+	pm := peerMem{mem: mem, gen: uint32(tag)}
+	if ps.notes > 0 {
+		// Without the area, writes still copy directly; notifications and
+		// completion go by doorbell.
+		pm.notes, err = rt.fetchNotes(si, proc, ps)
+		if err != nil {
+			rt.log.Debug("notification area not mapped", "seg", si.seg.ID(), "proc", proc, "err", err)
+		}
+	}
+	return pm, nil
 }
 
-// dropDirect unmaps the others' segments.
-func (si *segInfo) dropDirect() {
-	si.dmu.Lock()
-	d := si.direct
-	si.direct = nil
-	si.dmu.Unlock()
+// fetchNotes asks proc for the notification area of segment si and maps
+// it.
+func (rt *Runtime) fetchNotes(si *segInfo, proc transport.Proc, ps peerShare) (*segments.PeerNotes, error) {
+	ctx, cancel := context.WithTimeout(rt.life, shareTimeout)
+	fd, tag, err := rt.tr.(transport.MemorySharer).FetchMemory(ctx, proc, uint64(si.seg.ID())|notesKey)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	if uint32(tag) != ps.gen {
+		return nil, fmt.Errorf("segment %d of proc %d is of generation %d now, the exchange said %d", si.seg.ID(), proc, uint32(tag), ps.gen)
+	}
+	return segments.MapNotes(fd, ps.notes)
+}
+
+// unmap releases what fetchPeer mapped.
+func (pm peerMem) unmap() {
+	if pm.mem != nil {
+		segments.UnmapShared(pm.mem)
+	}
+	if pm.notes != nil {
+		pm.notes.Unmap()
+	}
+}
+
+// dropDirect unmaps the others' segments. It retires them under every
+// queue's lock first, so that no operation done through a queue's last
+// target (postMem) is still copying.
+func (rt *Runtime) dropDirect(si *segInfo) {
+	d := si.direct.Swap(nil)
 	if d == nil {
 		return
+	}
+	for _, qu := range rt.queues {
+		qu.mu.Lock()
+	}
+	d.gone.Store(true)
+	for _, qu := range rt.queues {
+		if qu.mem.d == d {
+			qu.mem = memTarget{}
+		}
+		qu.mu.Unlock()
 	}
 	d.mu.Lock()
 	d.dropped = true
 	for p, pm := range d.mem {
-		if pm.mem != nil {
-			segments.UnmapShared(pm.mem)
-		}
+		pm.unmap()
 		delete(d.mem, p)
 	}
 	d.mu.Unlock()
-}
-
-// copyDirect copies payload into proc's segment seg at off when this
-// process maps it in the current view's epoch, and reports whether it did
-// and the generation of the memory it copied into.
-func (rt *Runtime) copyDirect(seg uint16, proc transport.Proc, off uint64, payload []byte) (gen uint32, ok bool) {
-	rt.segMu.RLock()
-	si := rt.segs[segments.ID(seg)]
-	rt.segMu.RUnlock()
-	if si == nil {
-		return 0, false
-	}
-	si.dmu.RLock()
-	d := si.direct
-	si.dmu.RUnlock()
-	if d == nil || d.epoch != rt.view.Load().epoch {
-		return 0, false
-	}
-	d.mu.RLock()
-	pm, ok := d.mem[proc]
-	if !ok {
-		d.mu.RUnlock()
-		rt.mapPeer(si, d, proc)
-		d.mu.RLock()
-		pm, ok = d.mem[proc]
-	}
-	defer d.mu.RUnlock()
-	if !ok || pm.mem == nil || segments.Retired(pm.mem) {
-		return 0, false // the target deleted or moved it: send the data
-	}
-	if off > uint64(len(pm.mem)) || uint64(len(payload)) > uint64(len(pm.mem))-off {
-		return 0, false // the target checks the range and refuses it
-	}
-	copy(pm.mem[off:], payload)
-	rt.stats.DirectWrites.Add(1)
-	return pm.gen, true
 }
 
 // doorbell turns h, a write of n bytes just copied into memory of
@@ -341,16 +378,19 @@ func checkDoorbell(si *segInfo, h *transport.Header) error {
 func (si *segInfo) mustMove(v *view) bool {
 	si.hmu.Lock()
 	defer si.hmu.Unlock()
-	must := false
-	for p := range si.holders {
+	return anyFailed(si.holders, v)
+}
+
+// anyFailed reports whether v declares failed one of holders, and then
+// forgets them all. The caller holds hmu.
+func anyFailed(holders map[transport.Proc]bool, v *view) bool {
+	for p := range holders {
 		if int(p) < len(v.failed) && v.failed[p] {
-			must = true
+			clear(holders)
+			return true
 		}
 	}
-	if must {
-		clear(si.holders)
-	}
-	return must
+	return false
 }
 
 // renewShared unmaps the others' segments and moves to fresh memory each
@@ -366,7 +406,7 @@ func (rt *Runtime) renewShared(v *view) error {
 	}
 	rt.segMu.RUnlock()
 	for _, si := range sis {
-		si.dropDirect()
+		rt.dropDirect(si)
 		if si.backing == nil {
 			continue
 		}

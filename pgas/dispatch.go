@@ -16,6 +16,7 @@ const (
 	ctlGoodbye = 1
 	// ctlFenced: the sender's committed view declares the receiver failed.
 	ctlFenced = 2
+	// ctlWake (directnote.go) is 3.
 )
 
 // callbacks is the runtime as the transport and the failure detector see
@@ -128,6 +129,11 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 			rt.spareSeesEnd()
 		case ctlFenced:
 			rt.fence(fmt.Sprintf("proc %d refused a frame: its committed view declares this process failed", from))
+			return p.Discard()
+		case ctlWake:
+			if seg, err := rt.localSeg(h.Seg); err == nil {
+				seg.Wake()
+			}
 			return p.Discard()
 		}
 		rt.applied(from, h, nil)
@@ -269,6 +275,7 @@ func (rt *Runtime) handleResponse(from transport.Proc, h *transport.Header, p tr
 	r := rt.reqs[h.Seq]
 	if r != nil && r.proc == from {
 		delete(rt.reqs, h.Seq)
+		rt.peers.get(from).reqsOut.Add(-1)
 	} else {
 		r = nil
 	}

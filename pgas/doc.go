@@ -78,19 +78,28 @@
 // # Direct writes on one host
 //
 // With Config.DirectShm (job: on unless PGAS_SHM_SEGMENTS=0), segments live in
-// memfds that the processes of one host map (the transport names those
-// processes, IsNear, and passes the memory over its authenticated socket,
-// transport.MemorySharer: no right to trace a peer is needed). A Write or WriteNotify to such a rank is a copy into
-// its segment, then the usual acknowledged write frame without payload as
-// a doorbell; the target sets the notification and acknowledges when it
-// reads it. Every contract above holds: the notification follows the data,
-// Wait is remote completion, and a write that raced a view change fails
-// (its doorbell is refused). Recover moves a shared segment to a fresh
-// memfd at the same address when a process it gave that memory to failed,
-// and unmaps the others'; the fresh memory goes only to the processes of
-// the new view, so a replaced process changes nothing a
-// survivor reads. The move copies only the pages the segment's memfd
-// holds. The program must not touch segment memory while Recover runs.
+// memfds that the processes of one host map, their notification slots in
+// memfds of their own (the transport names those processes, IsNear, and
+// passes the memory over its authenticated socket,
+// transport.MemorySharer: no right to trace a peer is needed). A Write,
+// WriteNotify or Notify to such a rank is done in its memory by the
+// caller: a copy, then a store into its slot; Wait's remote completion is
+// an atomic fence on the slots' memory, and a frame goes only to wake a
+// waiter that parked. While a frame to that rank is still on its way, the
+// copy is followed by the usual acknowledged write frame without payload
+// (a doorbell) instead, to keep the order. Every contract above holds:
+// the notification follows the data, Wait is remote completion, and a
+// write that raced a view change fails (its fence fails, or its doorbell
+// is refused). A process that applies a view declaring failed a process
+// it gave its slots to moves them to a fresh memfd before the view is
+// seen; Recover moves a shared segment's memory likewise when a process
+// it gave that memory to failed, and unmaps the others'; the fresh memory
+// goes only to the processes of the new view, so a replaced process
+// changes nothing a survivor reads. The move copies only the pages the
+// segment's memfd holds. The program must not touch segment memory while
+// Recover runs. NotifyWaitSome on such a segment polls its slots for a
+// while before it parks (50 µs) when the host has a CPU for each of its
+// ranks, and parks at once when it has not (Config.SpinWait overrides).
 // See direct.go.
 //
 // # Concurrency
@@ -123,11 +132,15 @@
 // state machine), dispatch.go (incoming frames), outbox.go (replies),
 // failure.go (lost peers, fencing, the detector), membership.go (Recover,
 // promotion, Finalize), ops.go, read.go, segment.go, atomic.go (one-sided
-// operations), direct.go (same-host segments), coll.go, hier.go, reduce.go, mailbox.go (collectives).
+// operations), direct.go and directnote.go (same-host segments, and
+// operations done in their memory), coll.go, hier.go, reduce.go, mailbox.go (collectives).
 //
 // Lock order (outer first): segMu; a segment's use lock (held while a
-// remote write or read touches its memory); a segment's dmu before its
-// directSeg.mu (direct.go; neither held with any other lock); peer.sendMu; peer.flushMu
+// remote write or read touches its memory); a directSeg's mu (direct.go)
+// before a mapped peer's PeerNotes lock, neither held with any other lock;
+// a segment's move lock before viewMu before its hmu before its
+// notification lock (segments.Segment: provideMemory, and applyView's
+// renewNotes under viewMu); peer.sendMu; peer.flushMu
 // before peer.ackMu; peer.mu / peer.ackMu /
 // outbox.mu / reqMu / mailbox.mu (leaves, never held together), except
 // that an ack sent from the reader (Queuer) is queued under peer.ackMu:

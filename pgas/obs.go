@@ -87,7 +87,11 @@ func init() {
 	for _, op := range []string{"wait", "atomic"} {
 		oneSidedSeries[op] = opSeries{time: obs.OneSided.With(op).Histogram}
 	}
+	waitSeries = oneSidedSeries["wait"]
 }
+
+// waitSeries is oneSidedSeries["wait"], for Wait, which times itself.
+var waitSeries opSeries
 
 // opTimer times one operation: defer collStart("barrier").done().
 type opTimer struct {

@@ -3,7 +3,9 @@ package pgas
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
@@ -23,6 +25,12 @@ type queue struct {
 	mu       sync.Mutex
 	pending  []pendingOp
 	reserved int // places taken by posts in progress
+
+	// mem is the peer memory the queue's last operation done in memory
+	// went to (postMem); counts are what postMem did since the last Wait,
+	// added to the runtime's statistics there. Under mu.
+	mem    memTarget
+	counts directCounts
 }
 
 // pendingOp is one posted operation: a sequenced frame awaiting the
@@ -33,6 +41,9 @@ type pendingOp struct {
 	seq  uint64
 	req  *request
 	op   string
+	// notes, for an operation done in the peer's memory (postDirect):
+	// the area Wait fences.
+	notes *segments.PeerNotes
 }
 
 func (rt *Runtime) queue(q Queue, op string) (*queue, error) {
@@ -64,6 +75,21 @@ func (qu *queue) add(op pendingOp) {
 	qu.mu.Unlock()
 }
 
+// recycle gives ops, a list Wait took and is done with, back to the
+// queue for the next posts when nothing was posted meanwhile, so that a
+// window of posts does not allocate.
+func (qu *queue) recycle(ops []pendingOp) {
+	if cap(ops) == 0 || cap(ops) > 4096 {
+		return
+	}
+	clear(ops) // drop the references
+	qu.mu.Lock()
+	if qu.pending == nil {
+		qu.pending = ops[:0]
+	}
+	qu.mu.Unlock()
+}
+
 func (qu *queue) release() {
 	qu.mu.Lock()
 	qu.reserved--
@@ -73,65 +99,74 @@ func (qu *queue) release() {
 // reserve takes a place on queue q for an operation on rank, and finds
 // the process holding rank in the view the operation runs in. The caller
 // then adds the operation to the queue or releases the place.
-func (rt *Runtime) reserve(q Queue, rank int, op string) (*queue, transport.Proc, error) {
+func (rt *Runtime) reserve(q Queue, rank int, op string) (*queue, *view, transport.Proc, error) {
 	qu, err := rt.queue(q, op)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	if err := qu.reserve(rt.cfg.QueueDepth, op); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	v, err := rt.current()
 	if err != nil {
 		qu.release()
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	proc, err := rt.procOf(v, rank, op)
 	if err != nil {
 		qu.release()
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	return qu, proc, nil
+	return qu, v, proc, nil
 }
 
-// post sends one sequenced frame to rank and records it on the queue.
+// post sends one sequenced frame to rank and records it on the queue, or
+// does the operation in the target's memory (postDirect).
 func (rt *Runtime) post(ctx context.Context, q Queue, rank int, h transport.Header, payload []byte, op string) error {
-	qu, proc, err := rt.reserve(q, rank, op)
+	qu, v, proc, err := rt.reserve(q, rank, op)
 	if err != nil {
 		return err
 	}
-	added := false
-	defer func() {
-		if !added {
-			qu.release()
-		}
-	}()
 	if proc == rt.self {
+		qu.release()
 		return rt.applyLocal(&h, payload)
 	}
 	pr := rt.peers.get(proc)
 	if pr.isDown() {
+		qu.release()
 		return &RankError{Rank: rank, Op: op, Err: ErrRankFailed}
 	}
-	if h.Type == transport.FrameWrite && len(payload) > 0 {
-		if gen, ok := rt.copyDirect(h.Seg, proc, h.Off, payload); ok {
-			doorbell(&h, len(payload), gen) // the data is in place (direct.go)
-			payload = nil
+	if h.Type == transport.FrameNotify || h.Type == transport.FrameWrite {
+		switch way, target, wake := rt.postDirect(pr, proc, &h, payload); way {
+		case viaMemory:
+			if wake {
+				rt.wake(ctx, proc, h.Seg)
+			}
+			target.view, target.rank, target.seg = v, rank, segments.ID(h.Seg)
+			qu.addMem(pendingOp{rank: rank, peer: pr, op: op, notes: target.pm.notes}, target)
+			return nil
+		case viaDoorbell:
+			payload = nil // the data is in place (direct.go)
 		}
 	}
+	return rt.postFrame(ctx, qu, pr, proc, rank, h, payload, op)
+}
+
+// postFrame is post sending the frame: h escapes to the transport here
+// only, so that an operation done in memory allocates nothing.
+func (rt *Runtime) postFrame(ctx context.Context, qu *queue, pr *peer, proc transport.Proc, rank int, h transport.Header, payload []byte, op string) error {
 	h.Flags |= transport.FlagAck
 	pr.sendMu.Lock()
-	pr.nextSeq++
-	h.Seq = pr.nextSeq
-	err = rt.send(ctx, proc, &h, payload)
+	h.Seq = pr.nextSeq.Add(1)
+	err := rt.send(ctx, proc, &h, payload)
 	pr.sendMu.Unlock()
 	if err != nil {
 		// The sequence number stays used: a send cut by ctx may still
 		// complete in the background (transport/tcp), and acks are
 		// cumulative, so a gap is harmless while a reuse is not.
+		qu.release()
 		return rt.sendErr(ctx, err, rank, proc, op)
 	}
-	added = true
 	qu.add(pendingOp{rank: rank, peer: pr, seq: h.Seq, op: op})
 	return nil
 }
@@ -196,6 +231,9 @@ func (rt *Runtime) write(ctx context.Context, q Queue, rank int, remote, local L
 	if notify && val == 0 {
 		return fmt.Errorf("pgas: %s: notification value 0 cannot be seen: %w", op, ErrInvalid)
 	}
+	if rt.postMem(ctx, q, rank, remote, src, notify, id, val, op) {
+		return nil
+	}
 	// Split above the frame cap; only the last piece carries the notification.
 	for {
 		n := min(int64(len(src)), transport.MaxPayload)
@@ -222,6 +260,9 @@ func (rt *Runtime) Notify(ctx context.Context, q Queue, rank int, seg segments.I
 	if val == 0 {
 		return fmt.Errorf("pgas: notify: notification value 0 cannot be seen: %w", ErrInvalid)
 	}
+	if rt.postMem(ctx, q, rank, Loc{Seg: seg}, nil, true, id, val, "notify") {
+		return nil
+	}
 	h := transport.Header{Type: transport.FrameNotify, Seg: uint16(seg), A: uint64(id), B: uint64(val)}
 	return rt.post(ctx, q, rank, h, nil, "notify")
 }
@@ -232,7 +273,6 @@ func (rt *Runtime) Notify(ctx context.Context, q Queue, rank int, seg segments.I
 // Wait returns nil the data is in place. The queue is emptied whatever the
 // outcome; the first error is returned (a *RankError for a failed peer).
 func (rt *Runtime) Wait(ctx context.Context, q Queue) error {
-	defer oneSidedStart("wait").done()
 	qu, err := rt.queue(q, "wait")
 	if err != nil {
 		return err
@@ -240,13 +280,28 @@ func (rt *Runtime) Wait(ctx context.Context, q Queue) error {
 	qu.mu.Lock()
 	ops := qu.pending
 	qu.pending = nil
+	rt.flushCounts(qu)
 	qu.mu.Unlock()
+	// Timed unless every operation was done in memory: then Wait is a
+	// fence or two, shorter than the clock's own cost, and counts as 0.
+	if slices.ContainsFunc(ops, func(op pendingOp) bool { return op.notes == nil }) {
+		defer waitSeries.time.ObserveSince(time.Now())
+	} else {
+		waitSeries.time.Observe(0)
+	}
 	var first error
+	var fenced *segments.PeerNotes // fenced last, without error: it covers every store posted before this Wait
 	for i, op := range ops {
 		var err error
-		if op.req != nil {
+		switch {
+		case op.notes != nil && op.notes == fenced:
+		case op.notes != nil:
+			if err = fenceDirect(op); err == nil {
+				fenced = op.notes
+			}
+		case op.req != nil:
 			_, err = rt.waitRequest(ctx, op.req, op.rank, op.op)
-		} else {
+		default:
 			err = rt.waitAck(ctx, op)
 		}
 		if err != nil && first == nil {
@@ -260,6 +315,7 @@ func (rt *Runtime) Wait(ctx context.Context, q Queue) error {
 			}
 		}
 	}
+	qu.recycle(ops)
 	return first
 }
 
@@ -288,7 +344,11 @@ func (rt *Runtime) NotifyWaitSome(ctx context.Context, seg segments.ID, first se
 	if err != nil {
 		return 0, err
 	}
-	id, err := s.WaitSome(ctx, first, num, segments.WaitPolicy{Spin: rt.cfg.SpinWait})
+	spin := rt.cfg.SpinWait
+	if s.SharedNotes() {
+		spin = rt.noteSpin // a peer sets them without a frame: polling costs it nothing
+	}
+	id, err := s.WaitSome(ctx, first, num, segments.WaitPolicy{Spin: spin})
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, ctxError(ctx, "notify_waitsome")

@@ -17,10 +17,11 @@ type peer struct {
 	// sendMu serialises frames that carry a sequence number, so that
 	// sequence order is wire order and one cumulative ack covers a prefix.
 	sendMu  sync.Mutex
-	nextSeq uint64
+	nextSeq atomic.Uint64 // the last sequence number sent; added to under sendMu
 
 	mu      sync.Mutex
 	sent    ackOut        // what the peer acknowledged and refused
+	acked   atomic.Uint64 // sent.acked, for quiet to read without mu
 	downErr error         // set once the connection is lost
 	changed chan struct{} // closed and replaced when sent or downErr changes
 	down    chan struct{} // closed when downErr is set
@@ -41,6 +42,19 @@ type peer struct {
 	toldFenced atomic.Bool // this peer, declared failed, was told it is fenced
 
 	lostNanos atomic.Int64 // when its connection was lost (Unix ns), 0 before
+
+	downFlag atomic.Bool // downErr is set: for the operations done in memory, which take no lock of the peer
+
+	reqsOut atomic.Int32 // requests (reads, atomics) to the peer not answered yet; under the runtime's reqMu
+}
+
+// quiet reports whether nothing this process sent the peer is still on
+// its way: every sequenced frame acknowledged, every request answered. An
+// operation done directly in the peer's memory (postDirect) keeps its
+// order with the frames the same goroutine sent before it only then.
+// (Operations of different goroutines have no order to keep.)
+func (pr *peer) quiet() bool {
+	return pr.reqsOut.Load() == 0 && pr.acked.Load() >= pr.nextSeq.Load()
 }
 
 // Goodbyes are bounded by goodbyeTimeout: a base for the round trip, and
@@ -113,8 +127,7 @@ func (rt *Runtime) goodbyes(ctx context.Context, live []*peer) {
 		rt.flushAcks(ctx, p)
 		h := transport.Header{Type: transport.FrameControl, Flags: transport.FlagAck, A: ctlGoodbye}
 		p.sendMu.Lock()
-		p.nextSeq++
-		h.Seq = p.nextSeq
+		h.Seq = p.nextSeq.Add(1)
 		err := rt.send(ctx, p.proc, &h, nil)
 		p.sendMu.Unlock()
 		if err == nil {
@@ -146,6 +159,7 @@ func (p *peer) fail(err error) {
 		return
 	}
 	p.downErr = err
+	p.downFlag.Store(true)
 	close(p.down)
 	close(p.changed)
 	p.changed = make(chan struct{})
@@ -154,6 +168,7 @@ func (p *peer) fail(err error) {
 func (p *peer) ack(seq uint64) {
 	p.mu.Lock()
 	if p.sent.ack(seq) {
+		p.acked.Store(p.sent.acked)
 		close(p.changed)
 		p.changed = make(chan struct{})
 	}
@@ -163,6 +178,7 @@ func (p *peer) ack(seq uint64) {
 func (p *peer) nack(seq, code uint64) {
 	p.mu.Lock()
 	p.sent.nack(seq, code)
+	p.acked.Store(p.sent.acked)
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()

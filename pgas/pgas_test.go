@@ -20,7 +20,7 @@ import (
 )
 
 // newJob starts n ranks over one in-memory network.
-func newJob(t *testing.T, n int, seed int64, mut func(*Config)) ([]*Runtime, *mem.Network) {
+func newJob(t testing.TB, n int, seed int64, mut func(*Config)) ([]*Runtime, *mem.Network) {
 	t.Helper()
 	nw, err := mem.New(n, mem.Config{Seed: seed})
 	if err != nil {
@@ -51,7 +51,7 @@ func newJob(t *testing.T, n int, seed int64, mut func(*Config)) ([]*Runtime, *me
 }
 
 // each runs f on every rank concurrently and fails the test on any error.
-func each(t *testing.T, rts []*Runtime, f func(rt *Runtime) error) {
+func each(t testing.TB, rts []*Runtime, f func(rt *Runtime) error) {
 	t.Helper()
 	errs := make([]error, len(rts))
 	var wg sync.WaitGroup

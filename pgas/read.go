@@ -21,7 +21,7 @@ func (rt *Runtime) Read(ctx context.Context, q Queue, rank int, remote, local Lo
 	if size > transport.MaxPayload {
 		return fmt.Errorf("pgas: read: %d bytes above the %d-byte limit of one read: %w", size, transport.MaxPayload, ErrInvalid)
 	}
-	qu, proc, err := rt.reserve(q, rank, op)
+	qu, _, proc, err := rt.reserve(q, rank, op)
 	if err != nil {
 		return err
 	}
@@ -66,6 +66,7 @@ func (rt *Runtime) newRequest(proc transport.Proc, rank int, dst []byte) *reques
 	r := &request{id: rt.nextReq.Add(1), proc: proc, rank: rank, dst: dst, done: make(chan struct{})}
 	rt.reqMu.Lock()
 	rt.reqs[r.id] = r
+	rt.peers.get(proc).reqsOut.Add(1)
 	rt.reqMu.Unlock()
 	if rt.peers.isDown(proc) {
 		rt.failRequests(func(x *request) bool { return x == r }, ErrRankFailed)
@@ -75,7 +76,10 @@ func (rt *Runtime) newRequest(proc transport.Proc, rank int, dst []byte) *reques
 
 func (rt *Runtime) dropRequest(r *request) {
 	rt.reqMu.Lock()
-	delete(rt.reqs, r.id)
+	if rt.reqs[r.id] == r {
+		delete(rt.reqs, r.id)
+		rt.peers.get(r.proc).reqsOut.Add(-1)
+	}
 	rt.reqMu.Unlock()
 }
 
@@ -87,6 +91,7 @@ func (rt *Runtime) failRequests(match func(*request) bool, err error) {
 			r.err = err
 			close(r.done)
 			delete(rt.reqs, id)
+			rt.peers.get(r.proc).reqsOut.Add(-1)
 		}
 	}
 }

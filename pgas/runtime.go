@@ -61,11 +61,16 @@ type Runtime struct {
 	all       *Group
 
 	stats Stats
+	// noteSpin is how long NotifyWaitSome polls shared slots before it
+	// parks (chooseSpin).
+	noteSpin time.Duration
+	lastSeg  atomic.Pointer[segInfo] // lookupSeg's cache
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closing   atomic.Bool // set when Close begins: a peer lost from then on is the job ending
 	closed    chan struct{}
+	isShut    atomic.Bool     // set as closed is closed: isClosed, on every operation, reads it
 	life      context.Context // ends at Close: bounds the runtime's own background calls
 	endLife   context.CancelFunc
 	closeErr  error
@@ -84,12 +89,17 @@ type Stats struct {
 	// DirectWrites counts writes copied straight into a same-host peer's
 	// segment (Config.DirectShm).
 	DirectWrites atomic.Uint64
+	// DirectNotes counts notifications stored straight into a same-host
+	// peer's slot, and Wakes the frames sent to wake a waiter parked
+	// there (directnote.go).
+	DirectNotes atomic.Uint64
+	Wakes       atomic.Uint64
 }
 
 // StatsSnapshot is a copy of Stats.
 type StatsSnapshot struct {
 	FramesRejected, RemoteErrors, PeersDown, StaleApplied uint64
-	DirectWrites                                          uint64
+	DirectWrites, DirectNotes, Wakes                      uint64
 }
 
 // Init starts a runtime over cfg.Transport. Every process of the job calls
@@ -142,6 +152,7 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 	if rt.directOn() {
 		rt.tr.(transport.MemorySharer).ShareMemory(rt.provideMemory)
 	}
+	rt.noteSpin = rt.chooseSpin()
 	if err := rt.tr.Start(callbacks{rt}); err != nil {
 		rt.closeDetector()
 		closeOwned(&cfg)
@@ -251,12 +262,19 @@ func (rt *Runtime) Logger() *slog.Logger { return rt.log }
 
 // Stats returns a copy of the runtime's counters.
 func (rt *Runtime) Stats() StatsSnapshot {
+	for _, qu := range rt.queues {
+		qu.mu.Lock()
+		rt.flushCounts(qu)
+		qu.mu.Unlock()
+	}
 	return StatsSnapshot{
 		FramesRejected: rt.stats.FramesRejected.Load(),
 		RemoteErrors:   rt.stats.RemoteErrors.Load(),
 		PeersDown:      rt.stats.PeersDown.Load(),
 		StaleApplied:   rt.stats.StaleApplied.Load(),
 		DirectWrites:   rt.stats.DirectWrites.Load(),
+		DirectNotes:    rt.stats.DirectNotes.Load(),
+		Wakes:          rt.stats.Wakes.Load(),
 	}
 }
 
@@ -285,12 +303,13 @@ func (rt *Runtime) Close() error {
 		rt.closing.Store(true)
 		st := rt.Stats()
 		rt.log.Info("runtime closed", "rank", rt.Rank(), "epoch", rt.Epoch(), "frames_rejected", st.FramesRejected,
-			"remote_errors", st.RemoteErrors, "peers_down", st.PeersDown, "stale_applied", st.StaleApplied, "direct_writes", st.DirectWrites)
+			"remote_errors", st.RemoteErrors, "peers_down", st.PeersDown, "stale_applied", st.StaleApplied, "direct_writes", st.DirectWrites, "direct_notes", st.DirectNotes, "wakes", st.Wakes)
 		// The detector stops first: a process that is leaving must not
 		// suspect, report or vouch about peers that leave around it, nor
 		// keep probing while its own goodbyes go out.
 		rt.closeDetector()
 		rt.sayGoodbye()
+		rt.isShut.Store(true)
 		close(rt.closed)
 		rt.endLife()
 		rt.closeErr = rt.tr.Close()
@@ -306,7 +325,7 @@ func (rt *Runtime) Close() error {
 		}
 		rt.segMu.Lock()
 		for id, si := range rt.segs {
-			si.dropDirect()
+			rt.dropDirect(si)
 			si.seg.Close()
 			delete(rt.segs, id)
 		}
@@ -339,14 +358,7 @@ func (rt *Runtime) waitGoroutines(d time.Duration) bool {
 	}
 }
 
-func (rt *Runtime) isClosed() bool {
-	select {
-	case <-rt.closed:
-		return true
-	default:
-		return false
-	}
-}
+func (rt *Runtime) isClosed() bool { return rt.isShut.Load() }
 
 // goFunc runs f in a goroutine owned by the runtime: Close waits for it.
 func (rt *Runtime) goFunc(f func()) {

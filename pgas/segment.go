@@ -38,8 +38,28 @@ type segInfo struct {
 	gen     atomic.Uint32 // names the memory: new at creation and at every move (under move)
 	hmu     sync.Mutex
 	holders map[transport.Proc]bool // the processes given the memory (provideMemory); under hmu
-	dmu     sync.RWMutex
-	direct  *directSeg // under dmu
+	// nholders are the processes given the notification area since it
+	// last moved (renewNotes); under hmu.
+	nholders map[transport.Proc]bool
+	direct   atomic.Pointer[directSeg] // the peers' memory in the current view, nil when none
+
+	gone atomic.Bool // removed from the runtime's table (SegmentDelete): lookupSeg's cache skips it
+}
+
+// lookupSeg returns local segment id, or nil. The segment found last is
+// kept aside, so that a run of operations on one segment (the common
+// case) costs no map lookup.
+func (rt *Runtime) lookupSeg(id segments.ID) *segInfo {
+	if si := rt.lastSeg.Load(); si != nil && si.seg.ID() == id && !si.gone.Load() {
+		return si
+	}
+	rt.segMu.RLock()
+	si := rt.segs[id]
+	rt.segMu.RUnlock()
+	if si != nil {
+		rt.lastSeg.Store(si)
+	}
+	return si
 }
 
 // pinSeg returns local segment id with its memory pinned against
@@ -62,9 +82,7 @@ func (rt *Runtime) pinSegInfo(id uint16) (si *segInfo, unpin func(), err error) 
 
 // pinUse looks up local segment id and holds its use lock shared.
 func (rt *Runtime) pinUse(id uint16) (*segInfo, error) {
-	rt.segMu.RLock()
-	si := rt.segs[segments.ID(id)]
-	rt.segMu.RUnlock()
+	si := rt.lookupSeg(segments.ID(id))
 	if si != nil {
 		si.use.RLock()
 		if !si.deleted {
@@ -96,9 +114,7 @@ func (si *segInfo) unpinApply() {
 }
 
 func (rt *Runtime) localSeg(id uint16) (*segments.Segment, error) {
-	rt.segMu.RLock()
-	si := rt.segs[segments.ID(id)]
-	rt.segMu.RUnlock()
+	si := rt.lookupSeg(segments.ID(id))
 	if si == nil {
 		return nil, fmt.Errorf("pgas: segment %d: %w", id, ErrNoSegment)
 	}
@@ -125,9 +141,7 @@ func (rt *Runtime) checkRemote(rank int, l Loc, n int64, op string) error {
 	if rank < 0 || rank >= rt.Size() {
 		return fmt.Errorf("pgas: %s: rank %d outside 0..%d: %w", op, rank, rt.Size()-1, ErrInvalid)
 	}
-	rt.segMu.RLock()
-	si := rt.segs[l.Seg]
-	rt.segMu.RUnlock()
+	si := rt.lookupSeg(l.Seg)
 	if si == nil || si.sizes == nil || rank >= len(si.sizes) {
 		return nil
 	}
@@ -169,6 +183,7 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 		if rt.directOn() {
 			backing = segments.NewMemfdBacking()
 			opt.Backing = backing
+			opt.ShareNotifications = true
 		}
 		seg, err := segments.New(id, size, opt)
 		if err != nil {
@@ -214,11 +229,14 @@ func (rt *Runtime) SegmentDelete(id segments.ID) error {
 	si := rt.segs[id]
 	delete(rt.segs, id)
 	rt.segMu.Unlock()
+	if si != nil {
+		si.gone.Store(true)
+	}
 	if si == nil {
 		return fmt.Errorf("pgas: segment_delete: segment %d: %w", id, ErrNoSegment)
 	}
 	// Wait for the handlers using its memory on behalf of peers.
-	si.dropDirect()
+	rt.dropDirect(si)
 	si.use.Lock()
 	si.deleted = true
 	si.use.Unlock()

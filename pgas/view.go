@@ -176,6 +176,9 @@ func (rt *Runtime) applyView(mv View) {
 	}
 	nv := sharedView(mv, rt.peers.size())
 	rt.viewObserved(nv, mv.Failed) // before anyone can see the view
+	if rt.directOn() {
+		rt.renewNotes(nv) // before anyone can see the view either
+	}
 	rt.view.Store(nv)
 	ch := rt.viewChanged
 	rt.viewChanged = make(chan struct{})

@@ -20,6 +20,9 @@ var (
 	ErrSize = errors.New("segments: invalid size")
 	// ErrClosed is returned by WaitSome once the segment is closed.
 	ErrClosed = errors.New("segments: closed")
+	// ErrNotShared is returned by DupNotes for a segment whose slots are
+	// not in shared memory (Options.ShareNotifications).
+	ErrNotShared = errors.New("segments: notification slots not shared")
 )
 
 // RangeError says which access fell outside a segment. It wraps ErrBounds.

@@ -30,6 +30,10 @@ type Options struct {
 	// Notifications is the number of notification slots; 0 means
 	// DefaultNotifications.
 	Notifications int
+	// ShareNotifications puts the slots in a memfd of their own, which
+	// other processes of the host map (DupNotes, MapNotes) to set a slot
+	// with one store (notes_linux.go). Linux only.
+	ShareNotifications bool
 }
 
 // Segment is a region of memory with notification slots.
@@ -38,6 +42,8 @@ type Segment struct {
 	mem     []byte
 	backing Backing
 	notif   []atomic.Uint32
+	notes   *noteArea    // the slots' memory when shared, else nil
+	nmu     sync.RWMutex // held shared to store a shared slot, exclusively to move them (RenewNotes)
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced whenever a slot is set
@@ -64,7 +70,57 @@ func New(id ID, size int64, opt Options) (*Segment, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Segment{id: id, mem: mem, backing: b, notif: make([]atomic.Uint32, n), changed: make(chan struct{})}, nil
+	s := &Segment{id: id, mem: mem, backing: b, changed: make(chan struct{})}
+	if opt.ShareNotifications {
+		if s.notes, err = newNoteArea(n); err != nil {
+			b.Free(mem)
+			return nil, err
+		}
+		s.notif = s.notes.slots(n)
+	} else {
+		s.notif = make([]atomic.Uint32, n)
+	}
+	return s, nil
+}
+
+// SharedNotes reports whether the slots live in a notification area that
+// other processes of the host may map.
+func (s *Segment) SharedNotes() bool { return s.notes != nil }
+
+// DupNotes returns a new descriptor of the notification area's memfd,
+// close-on-exec, for another process of the host (MapNotes). The caller
+// closes it.
+func (s *Segment) DupNotes() (int, error) {
+	if s.notes == nil {
+		return -1, ErrNotShared
+	}
+	s.nmu.RLock()
+	defer s.nmu.RUnlock()
+	return s.notes.dup()
+}
+
+// RenewNotes moves the notification slots to a fresh area, keeping their
+// values: whoever maps the old one sets slots that are no longer read,
+// and its fences fail (PeerNotes.Fence). A slot stored through the
+// segment meanwhile waits for the move.
+func (s *Segment) RenewNotes() error {
+	if s.notes == nil {
+		return nil
+	}
+	s.nmu.Lock()
+	defer s.nmu.Unlock()
+	return s.notes.renew()
+}
+
+// Wake wakes the segment's parked waiters, so that they look at the slots
+// again: another process set one of them directly and saw a sleeper.
+func (s *Segment) Wake() {
+	s.mu.Lock()
+	if !s.closed {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+	s.mu.Unlock()
 }
 
 // ID returns the segment's ID.
@@ -90,6 +146,11 @@ func (s *Segment) Close() error {
 	s.closed = true
 	close(s.changed)
 	s.mu.Unlock()
+	if s.notes != nil {
+		s.nmu.Lock()
+		s.notes.free()
+		s.nmu.Unlock()
+	}
 	mem := s.mem
 	s.mem = nil
 	return s.backing.Free(mem)
@@ -178,13 +239,14 @@ func (s *Segment) SetNotification(id NotificationID, v uint32) error {
 	if int(id) >= len(s.notif) {
 		return ErrNotificationID
 	}
-	s.notif[id].Store(v)
-	s.mu.Lock()
-	if !s.closed {
-		close(s.changed)
-		s.changed = make(chan struct{})
+	if s.notes != nil {
+		s.nmu.RLock()
+		s.notif[id].Store(v)
+		s.nmu.RUnlock()
+	} else {
+		s.notif[id].Store(v)
 	}
-	s.mu.Unlock()
+	s.Wake()
 	return nil
 }
 
@@ -202,6 +264,10 @@ func (s *Segment) ResetNotification(id NotificationID) (uint32, error) {
 	if int(id) >= len(s.notif) {
 		return 0, ErrNotificationID
 	}
+	if s.notes != nil {
+		s.nmu.RLock()
+		defer s.nmu.RUnlock()
+	}
 	return s.notif[id].Swap(0), nil
 }
 
@@ -211,6 +277,9 @@ type WaitPolicy struct {
 	// cuts wake-up latency at the price of a busy core; 0 parks at once.
 	Spin time.Duration
 }
+
+// maxSpins bounds WaitSome's polls whatever the clock says.
+const maxSpins = 1 << 16
 
 // WaitSome waits until one of the slots [first, first+num) is non-zero and
 // returns its ID. It does not consume the value: call ResetNotification.
@@ -231,18 +300,32 @@ func (s *Segment) WaitSome(ctx context.Context, first NotificationID, num int, p
 		return id, nil
 	}
 	if p.Spin > 0 {
+		// Bounded by time, and by a count too: where time stands still
+		// while goroutines run (a test's bubble), the count ends it.
 		deadline := time.Now().Add(p.Spin)
-		for spins := 0; ; spins++ {
+		for spins := 0; spins < maxSpins; spins++ {
 			if id, ok := scan(); ok {
 				return id, nil
 			}
-			if spins&63 == 63 {
+			// A look at the clock now and then, and a turn to the other
+			// goroutines more rarely (with one P they run only then; a
+			// Gosched costs far more than a scan, and a value stored
+			// while it runs is seen only after it).
+			if spins&255 == 255 {
 				if time.Now().After(deadline) {
 					break
 				}
-				runtime.Gosched()
+				if spins&4095 == 4095 {
+					runtime.Gosched()
+				}
 			}
 		}
+	}
+	if s.notes != nil {
+		// Parked from here on: a process that sets a slot directly sees it
+		// and wakes us (see notes_linux.go).
+		s.sleep(1)
+		defer s.sleep(-1)
 	}
 	for {
 		s.mu.Lock()
@@ -260,4 +343,20 @@ func (s *Segment) WaitSome(ctx context.Context, first NotificationID, num int, p
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// sleep counts a parked waiter in (d = 1) or out (d = -1) of the shared
+// notification area.
+func (s *Segment) sleep(d int32) {
+	s.nmu.RLock()
+	if !s.isClosed() {
+		s.notes.sleepers().Add(d)
+	}
+	s.nmu.RUnlock()
+}
+
+func (s *Segment) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }

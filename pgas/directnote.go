@@ -1,0 +1,283 @@
+package pgas
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/gaspigo/gaspigo/obs"
+	"github.com/gaspigo/gaspigo/segments"
+	"github.com/gaspigo/gaspigo/transport"
+)
+
+// Operations without frames (docs/design.md §9.3). A same-host peer's
+// segment is mapped here with its notification area
+// (segments.PeerNotes), so a Write, WriteNotify or Notify to it is done in
+// its memory by this goroutine: the data copied, then the notification
+// stored into the peer's slot. Nothing goes through the transport unless
+// a waiter of the peer is parked (a ctlWake frame, carrying nothing but
+// the segment). Wait's remote completion is a fence on the peer's area
+// (PeerNotes.Fence): it holds when the area is still the one the peer
+// reads; a peer moves it (RenewNotes) when it applies a view that declares
+// failed a process it gave the area to, so a replaced process, or a
+// survivor still in the older epoch, sets slots nobody reads and its
+// Wait fails.
+//
+// Order (§2.3) is kept by doing an operation in memory only when the peer
+// is quiet: no sequenced frame unacknowledged, no request unanswered.
+// Otherwise it goes by frame (a doorbell when the data could be copied),
+// behind what is on its way. Operations in memory are complete when the
+// call returns, so a frame sent after them is behind them too.
+
+// ctlWake: a process set a notification of segment h.Seg directly and saw
+// a parked waiter.
+const ctlWake = 3
+
+var (
+	directWrites = obs.DirectOps.With("write").Counter
+	directNotes  = obs.DirectOps.With("notify").Counter
+	directWakes  = obs.DirectOps.With("wake").Counter
+)
+
+// autoSpin is how long a wait for a notification in shared memory polls
+// before it parks when every rank of the host has a CPU of its own: long
+// enough for a peer's answer in a tight exchange (a round trip is a
+// microsecond or less), short against anything a program computes.
+const autoSpin = 50 * time.Microsecond
+
+// chooseSpin picks how long NotifyWaitSome polls a segment whose slots
+// are shared before it parks: Config.SpinWait when set, else autoSpin
+// when the ranks of this host are no more than its usable CPUs, else 0
+// (a poller would take the CPU from the process it waits for). Init
+// calls it once; the metric shows the choice.
+func (rt *Runtime) chooseSpin() time.Duration {
+	spin := rt.cfg.SpinWait
+	if spin == 0 && rt.directOn() {
+		loc := rt.tr.(transport.Locality)
+		near := 1
+		for _, p := range rt.view.Load().ranks {
+			if p != rt.self && p != transport.NoProc && loc.IsNear(p) {
+				near++
+			}
+		}
+		if near <= runtime.NumCPU() {
+			spin = autoSpin
+		}
+	}
+	obs.WaitSpin.Set(spin.Seconds())
+	return spin
+}
+
+// directWay is how postDirect did an operation.
+type directWay int
+
+const (
+	viaFrame    directWay = iota // not at all: send the frame as it is
+	viaDoorbell                  // data copied; h is now its doorbell
+	viaMemory                    // all done in the peer's memory
+)
+
+// postDirect tries to do h (a FrameWrite with payload, or a FrameNotify)
+// in proc's memory. It returns how, where (viaMemory: the peer's memory
+// and slots, for Wait's fence and postMem's next operations), and whether
+// a waiter must be woken.
+func (rt *Runtime) postDirect(pr *peer, proc transport.Proc, h *transport.Header, payload []byte) (directWay, memTarget, bool) {
+	d, pm, ok := rt.mappedPeer(h.Seg, proc)
+	if !ok {
+		return viaFrame, memTarget{}, false
+	}
+	defer d.mu.RUnlock()
+	if h.Off > uint64(len(pm.mem)) || uint64(len(payload)) > uint64(len(pm.mem))-h.Off {
+		return viaFrame, memTarget{}, false // the target checks the range and refuses it
+	}
+	notify := h.Type == transport.FrameNotify || h.Flags&transport.FlagNotify != 0
+	if pm.notes != nil && (!notify || h.A < uint64(pm.notes.Len())) {
+		if pr.quiet() {
+			copy(pm.mem[h.Off:], payload)
+			wake := false
+			var err error
+			if notify {
+				wake, err = pm.notes.Set(segments.NotificationID(h.A), uint32(h.B))
+			}
+			if err == nil {
+				if len(payload) > 0 {
+					rt.stats.DirectWrites.Add(1)
+					directWrites.Inc()
+				}
+				if notify {
+					rt.stats.DirectNotes.Add(1)
+					directNotes.Inc()
+				}
+				return viaMemory, memTarget{d: d, pm: pm, pr: pr, proc: proc}, wake
+			}
+		}
+	}
+	if len(payload) == 0 {
+		return viaFrame, memTarget{}, false
+	}
+	copy(pm.mem[h.Off:], payload)
+	rt.stats.DirectWrites.Add(1)
+	directWrites.Inc()
+	doorbell(h, len(payload), pm.gen)
+	return viaDoorbell, memTarget{}, false
+}
+
+// mappedPeer returns proc's memory of segment seg, mapped in the current
+// view's epoch (mapping it on first use), with d.mu held shared; ok is
+// false (and nothing held) when there is none.
+func (rt *Runtime) mappedPeer(seg uint16, proc transport.Proc) (d *directSeg, pm peerMem, ok bool) {
+	si := rt.lookupSeg(segments.ID(seg))
+	if si == nil {
+		return nil, peerMem{}, false
+	}
+	d = si.direct.Load()
+	if d == nil || d.epoch != rt.view.Load().epoch {
+		return nil, peerMem{}, false
+	}
+	d.mu.RLock()
+	pm, ok = d.mem[proc]
+	if !ok {
+		d.mu.RUnlock()
+		rt.mapPeer(si, d, proc)
+		d.mu.RLock()
+		pm, ok = d.mem[proc]
+	}
+	if !ok || pm.mem == nil || segments.Retired(pm.mem) {
+		d.mu.RUnlock() // the target deleted or moved it: send the data
+		return nil, peerMem{}, false
+	}
+	return d, pm, true
+}
+
+// wake tells proc that a slot of its segment seg was set while a waiter
+// was parked. A wake-up that fails is the peer failing, which the
+// waiter's side finds out by itself.
+func (rt *Runtime) wake(ctx context.Context, proc transport.Proc, seg uint16) {
+	h := transport.Header{Type: transport.FrameControl, A: ctlWake, Seg: seg}
+	if rt.send(ctx, proc, &h, nil) == nil {
+		rt.stats.Wakes.Add(1)
+		directWakes.Inc()
+	}
+}
+
+// fenceDirect is Wait's remote completion for an operation done in
+// memory.
+func fenceDirect(op pendingOp) error {
+	if op.notes.Fence() {
+		return nil
+	}
+	// As a refused doorbell would say: the target is in a newer epoch, or
+	// deleted the segment.
+	return fmt.Errorf("pgas: %s: rank %d no longer reads the memory written (a newer view, or the segment deleted): %w: %w", op.op, op.rank, ErrRemote, ErrStaleEpoch)
+}
+
+// renewNotes moves to a fresh area the notification slots of each shared
+// segment that v declares failed a process it gave the area to. applyView
+// calls it under viewMu, before the view is seen: from then on nothing
+// that process stores is read, and provideMemory, under viewMu too, gives
+// the area only to processes of a view that went through here.
+func (rt *Runtime) renewNotes(v *view) {
+	rt.segMu.RLock()
+	sis := make([]*segInfo, 0, len(rt.segs))
+	for _, si := range rt.segs {
+		if si.backing != nil {
+			sis = append(sis, si)
+		}
+	}
+	rt.segMu.RUnlock()
+	for _, si := range sis {
+		si.hmu.Lock()
+		if anyFailed(si.nholders, v) {
+			if err := si.seg.RenewNotes(); err != nil {
+				rt.log.Error("notification slots not moved to fresh memory; a replaced process may still set them", "seg", si.seg.ID(), "err", err)
+			}
+		}
+		si.hmu.Unlock()
+	}
+}
+
+// memTarget is a peer's memory that operations were done in: enough for
+// the next ones to the same rank and segment in the same view to skip
+// every lookup (postMem).
+type memTarget struct {
+	view *view
+	rank int
+	seg  segments.ID
+	d    *directSeg
+	pm   peerMem
+	pr   *peer
+	proc transport.Proc
+}
+
+// directCounts are what a queue did in memory since its last Wait.
+type directCounts struct{ writes, notes uint64 }
+
+// addMem records an operation postDirect did in memory, in place of the
+// place reserve took, and keeps its target for postMem.
+func (qu *queue) addMem(op pendingOp, t memTarget) {
+	qu.mu.Lock()
+	qu.reserved--
+	qu.pending = append(qu.pending, op)
+	qu.mem = t
+	qu.mu.Unlock()
+}
+
+// postMem is the short way of an operation done in memory: a write of src
+// (maybe empty) to rank's segment remote.Seg at remote.Off, with a
+// notification when notify, done through queue q's last target
+// (qu.mem) when the operation goes to the same rank and segment in the
+// same view, the peer is quiet, and the range fits. One lock, the
+// queue's, and no lookup: the target stays mapped while it is held
+// (dropDirect takes every queue's lock to retire it). It reports false,
+// having done nothing, when the general way must be taken.
+func (rt *Runtime) postMem(ctx context.Context, q Queue, rank int, remote Loc, src []byte, notify bool, id segments.NotificationID, val uint32, op string) bool {
+	if q < 0 || int(q) >= len(rt.queues) {
+		return false
+	}
+	qu := rt.queues[q]
+	v := rt.view.Load()
+	qu.mu.Lock()
+	t := &qu.mem
+	pm := t.pm
+	if t.view != v || t.rank != rank || t.seg != remote.Seg || t.d.gone.Load() ||
+		len(qu.pending)+qu.reserved >= rt.cfg.QueueDepth || rt.isClosed() || rt.halted() != nil ||
+		rt.member != nil && rt.appEpoch.Load() != v.epoch ||
+		remote.Off < 0 || remote.Off > int64(len(pm.mem)) || int64(len(src)) > int64(len(pm.mem))-remote.Off ||
+		notify && int(id) >= pm.notes.Len() ||
+		t.pr.downFlag.Load() || !t.pr.quiet() || segments.Retired(pm.mem) {
+		qu.mu.Unlock()
+		return false
+	}
+	copy(pm.mem[remote.Off:], src)
+	wake := false
+	if notify {
+		wake = pm.notes.Store(id, val)
+		qu.counts.notes++
+	}
+	if len(src) > 0 {
+		qu.counts.writes++
+	}
+	qu.pending = append(qu.pending, pendingOp{rank: rank, peer: t.pr, op: op, notes: pm.notes})
+	proc := t.proc
+	qu.mu.Unlock()
+	if wake {
+		rt.wake(ctx, proc, uint16(remote.Seg))
+	}
+	return true
+}
+
+// flushCounts adds what qu did in memory to the runtime's statistics and
+// the metrics. The caller holds qu.mu.
+func (rt *Runtime) flushCounts(qu *queue) {
+	c := qu.counts
+	qu.counts = directCounts{}
+	if c.writes > 0 {
+		rt.stats.DirectWrites.Add(c.writes)
+		directWrites.Add(c.writes)
+	}
+	if c.notes > 0 {
+		rt.stats.DirectNotes.Add(c.notes)
+		directNotes.Add(c.notes)
+	}
+}
