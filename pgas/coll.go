@@ -27,6 +27,7 @@ type Group struct {
 	mu    sync.Mutex
 	epoch uint32
 	seq   uint64
+	shm   *groupShm // its collective area in the latest epoch that ran one (collshm.go)
 	// broken is the epoch in which a collective on the group ended with
 	// ErrTimeout, plus one (0: never). Its peers may or may not have
 	// finished that collective, so the group's sequence numbers no longer
@@ -255,6 +256,11 @@ func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 	if err != nil {
 		return err
 	}
+	if a, err := c.shmArea(ctx, 0); err != nil {
+		return err
+	} else if a != nil {
+		return c.shmBarrier(ctx, a)
+	}
 	if t := c.topo; t.twoLevel() {
 		if _, err := c.hostGather(ctx, t, []byte{}); err != nil {
 			return err
@@ -299,10 +305,20 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 	if err != nil {
 		return err
 	}
-	n, i := len(c.ranks), c.me
-	if n == 1 {
+	if len(c.ranks) == 1 {
 		return nil
 	}
+	if a, err := c.shmArea(ctx, len(buf)); err != nil {
+		return err
+	} else if a != nil {
+		return c.shmAllreduce(ctx, a, buf, combine)
+	}
+	return c.allreduceFrames(ctx, buf, combine)
+}
+
+// allreduceFrames is AllreduceBytes through frames.
+func (c *coll) allreduceFrames(ctx context.Context, buf []byte, combine func(dst, src []byte)) error {
+	n, i := len(c.ranks), c.me
 	if t := c.topo; t.twoLevel() && n*len(buf) <= hierGatherMax {
 		blocks, err := c.hostGather(ctx, t, buf)
 		if err != nil {
@@ -442,6 +458,11 @@ func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) er
 	ri := indexOf(c.ranks, root)
 	if ri < 0 {
 		return fmt.Errorf("pgas: bcast: root %d not in group: %w", root, ErrInvalid)
+	}
+	if a, err := c.shmArea(ctx, len(buf)); err != nil {
+		return err
+	} else if a != nil {
+		return c.shmBcast(ctx, a, buf, ri)
 	}
 	t := c.topo
 	switch {

@@ -153,6 +153,18 @@ const shareTimeout = 10 * time.Second
 // process failed has either refused it here or moved what it was given
 // (applyView, renewNotes).
 func (rt *Runtime) provideMemory(from transport.Proc, key uint64) (int, uint64, error) {
+	if key&collKind != 0 {
+		if !rt.directOn() {
+			return -1, 0, fmt.Errorf("pgas: no collective areas here: %w", ErrNoSegment)
+		}
+		rt.viewMu.Lock()
+		defer rt.viewMu.Unlock()
+		v := rt.view.Load()
+		if int(from) >= len(v.rankOf) || v.rankOf[from] < 0 || v.failed[from] {
+			return -1, 0, fmt.Errorf("pgas: proc %d holds no rank in epoch %d: %w", from, v.epoch, ErrStaleEpoch)
+		}
+		return rt.provideArea(key, v.epoch)
+	}
 	if key&^notesKey > 0xffff {
 		return -1, 0, fmt.Errorf("pgas: no segment %d: %w", key, ErrNoSegment)
 	}

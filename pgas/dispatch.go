@@ -16,7 +16,7 @@ const (
 	ctlGoodbye = 1
 	// ctlFenced: the sender's committed view declares the receiver failed.
 	ctlFenced = 2
-	// ctlWake (directnote.go) is 3.
+	// ctlWake (directnote.go) is 3, ctlCollWake (collshm.go) 4.
 )
 
 // callbacks is the runtime as the transport and the failure detector see
@@ -130,6 +130,9 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 		case ctlFenced:
 			rt.fence(fmt.Sprintf("proc %d refused a frame: its committed view declares this process failed", from))
 			return p.Discard()
+		case ctlCollWake:
+			rt.wakeColl()
+			return p.Discard()
 		case ctlWake:
 			if seg, err := rt.localSeg(h.Seg); err == nil {
 				seg.Wake()
@@ -226,6 +229,7 @@ func (rt *Runtime) peerDown(proc transport.Proc, err error) {
 	rt.stats.PeersDown.Add(1)
 	rt.noteFailure(proc)
 	rt.cutOff(proc, err)
+	rt.wakeColl()
 }
 
 // sendHealth sends a detector message to proc in a FrameHeartbeat frame.

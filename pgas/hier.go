@@ -104,19 +104,35 @@ func (t topology) leaders() []int {
 // p values are combined as a balanced binary tree, the lower operand
 // always dst. It returns a new slice and leaves vecs unchanged.
 func reduceInOrder(vecs [][]byte, combine func(dst, src []byte)) []byte {
-	n := len(vecs)
+	leaves := make([][]byte, leafCount(len(vecs)))
+	for v := range leaves {
+		leaves[v] = clone8(vecs[0])
+	}
+	return reduceLeaves(leaves, vecs, combine)
+}
+
+// leafCount is the largest power of two at most n: the leaves of
+// reduceInOrder's tree.
+func leafCount(n int) int {
 	p := 1
 	for p*2 <= n {
 		p *= 2
 	}
+	return p
+}
+
+// reduceLeaves is reduceInOrder in leaves (leafCount(len(vecs)) buffers
+// of len(vecs[0]) bytes, 8-byte aligned, overwritten): it returns
+// leaves[0].
+func reduceLeaves(leaves, vecs [][]byte, combine func(dst, src []byte)) []byte {
+	n, p := len(vecs), len(leaves)
 	rem := n - p
-	leaves := make([][]byte, p)
 	for v := range p {
 		if v < rem {
-			leaves[v] = clone8(vecs[2*v])
+			copy(leaves[v], vecs[2*v])
 			combine(leaves[v], vecs[2*v+1])
 		} else {
-			leaves[v] = clone8(vecs[v+rem])
+			copy(leaves[v], vecs[v+rem])
 		}
 	}
 	for w := 1; w < p; w *= 2 {

@@ -65,6 +65,7 @@ type Runtime struct {
 	// parks (chooseSpin).
 	noteSpin time.Duration
 	lastSeg  atomic.Pointer[segInfo] // lookupSeg's cache
+	coll     collAreas               // the collective areas this process leads (collshm.go)
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -94,12 +95,15 @@ type Stats struct {
 	// there (directnote.go).
 	DirectNotes atomic.Uint64
 	Wakes       atomic.Uint64
+	// ShmCollectives counts collectives run in a collective area in
+	// shared memory (collshm.go).
+	ShmCollectives atomic.Uint64
 }
 
 // StatsSnapshot is a copy of Stats.
 type StatsSnapshot struct {
 	FramesRejected, RemoteErrors, PeersDown, StaleApplied uint64
-	DirectWrites, DirectNotes, Wakes                      uint64
+	DirectWrites, DirectNotes, Wakes, ShmCollectives      uint64
 }
 
 // Init starts a runtime over cfg.Transport. Every process of the job calls
@@ -275,6 +279,7 @@ func (rt *Runtime) Stats() StatsSnapshot {
 		DirectWrites:   rt.stats.DirectWrites.Load(),
 		DirectNotes:    rt.stats.DirectNotes.Load(),
 		Wakes:          rt.stats.Wakes.Load(),
+		ShmCollectives: rt.stats.ShmCollectives.Load(),
 	}
 }
 
@@ -322,6 +327,14 @@ func (rt *Runtime) Close() error {
 			rt.log.Warn("runtime goroutines still running after the transport closed; left to the process's exit with the segments they may use",
 				"waited", closeWait)
 			return
+		}
+		rt.retireAreas(^uint32(0))
+		if g := rt.all; g != nil {
+			g.mu.Lock()
+			if g.shm != nil && g.shm.area != nil {
+				g.shm.area.retire()
+			}
+			g.mu.Unlock()
 		}
 		rt.segMu.Lock()
 		for id, si := range rt.segs {
