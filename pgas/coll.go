@@ -256,10 +256,10 @@ func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 	if err != nil {
 		return err
 	}
-	if a, err := c.shmArea(ctx, 0); err != nil {
+	if a, st, err := c.shmArea(0); err != nil {
 		return err
 	} else if a != nil {
-		return c.shmBarrier(ctx, a)
+		return c.shmBarrier(ctx, a, st)
 	}
 	if t := c.topo; t.twoLevel() {
 		if _, err := c.hostGather(ctx, t, []byte{}); err != nil {
@@ -308,10 +308,10 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 	if len(c.ranks) == 1 {
 		return nil
 	}
-	if a, err := c.shmArea(ctx, len(buf)); err != nil {
+	if a, st, err := c.shmArea(len(buf)); err != nil {
 		return err
 	} else if a != nil {
-		return c.shmAllreduce(ctx, a, buf, combine)
+		return c.shmAllreduce(ctx, a, st, buf, combine)
 	}
 	return c.allreduceFrames(ctx, buf, combine)
 }
@@ -459,10 +459,10 @@ func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) er
 	if ri < 0 {
 		return fmt.Errorf("pgas: bcast: root %d not in group: %w", root, ErrInvalid)
 	}
-	if a, err := c.shmArea(ctx, len(buf)); err != nil {
+	if a, st, err := c.shmArea(len(buf)); err != nil {
 		return err
 	} else if a != nil {
-		return c.shmBcast(ctx, a, buf, ri)
+		return c.shmBcast(ctx, a, st, buf, ri)
 	}
 	t := c.topo
 	switch {

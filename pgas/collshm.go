@@ -2,8 +2,6 @@ package pgas
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -17,32 +15,32 @@ import (
 	"github.com/gaspigo/gaspigo/transport"
 )
 
-// Collectives in shared memory (docs/design.md §6.3). When every member
-// of a group sits on this host and segments are shared (DirectShm), a
-// barrier, a small allreduce or a small broadcast meets in a collective
-// area: memory of the group's leader (its lowest member), which the other
-// members map. Each member writes its block and then a stamp naming the
-// collective (epoch and group sequence number) into its own line of the
-// area; the leader waits for every stamp, reduces the blocks in the order
-// of the flat algorithm (reduceInOrder: the result bits are those of the
-// frames' way), writes the result and releases the members with its own
-// stamp. A waiter polls for a while when the host has a CPU per rank
-// (Runtime.noteSpin), then sets its sleep word and parks: whoever stores a
-// stamp it waits for and sees the word sends it a frame (ctlCollWake).
+// Collectives in shared memory (docs/design.md §9.3.1). When every member
+// of a group sits on this host (by host label) and segments are shared
+// (DirectShm), a barrier, a small allreduce or a small broadcast meets in
+// a collective area: a memfd of the group's lowest member, which the
+// others map on their first such collective of the epoch. A member writes
+// its block, then a stamp counting the group's collectives in the area,
+// into its own line; then it waits until every member's stamp reached its
+// own, and reads what it needs: every member reduces all the blocks in the
+// order of the flat algorithm (reduceInOrder: the bits of the frames'
+// way), so there is no leader to wait for. A waiter polls for a while
+// when the host has a CPU per rank (Runtime.noteSpin), then sets its sleep
+// word and parks; whoever stamps and sees the word sends it a frame
+// (ctlCollWake).
 //
-// A member stores its stamp for a collective only after it has read the
-// result of the one before, and the leader writes a result only after
-// every stamp of its collective arrived, so a result is never overwritten
-// before every member has it, and one area serves every collective of the
-// group in an epoch.
+// Blocks are double-buffered by the stamp's parity: a member writes its
+// block for collective k+2 only after it saw every stamp of k+1, and a
+// member stamps k+1 only after it read everything of k, so no block is
+// overwritten while someone reads it. A member that times out has stamped
+// already, so a member that enters late completes, as over frames, where
+// the early one's message was sent.
 //
-// Areas belong to an epoch: the first eligible collective of a group in
-// an epoch maps the leader's area, then the members agree (a one-word
-// allreduce through frames, the one collective of the epoch that pays
-// for it) that every one of them mapped it; if any could not, the group
-// uses frames for the rest of the epoch. A view change retires the areas
-// of older epochs: a process of an older epoch stores its stamps where
-// nobody waits, and a stamp carries its epoch besides.
+// The decision to meet in an area depends only on what every member
+// knows alike (the view, the host labels, the size, the job's settings),
+// so all members go the same way. Areas belong to an epoch: the key a
+// member asks for names it, and a view change retires the areas of older
+// epochs, so a process of an older epoch stamps where nobody waits.
 
 // Limits of the collectives in shared memory.
 const (
@@ -71,22 +69,7 @@ type collArea struct {
 }
 
 func collAreaSize(n int) int64 {
-	return int64(collLineSize*(1+n) + collBlock*(n+1))
-}
-
-func (a *collArea) release() *atomic.Uint64 {
-	return (*atomic.Uint64)(unsafe.Pointer(&a.mem[0]))
-}
-
-// abort holds the stamp of a collective the leader gave up on, and lost
-// the rank whose loss made it give up: the members it released then fail
-// too, rather than wait for a result that will not come.
-func (a *collArea) abort() *atomic.Uint64 {
-	return (*atomic.Uint64)(unsafe.Pointer(&a.mem[8]))
-}
-
-func (a *collArea) lostRank() *atomic.Int64 {
-	return (*atomic.Int64)(unsafe.Pointer(&a.mem[16]))
+	return int64(collLineSize*(1+n) + 2*collBlock*n)
 }
 
 func (a *collArea) stamp(i int) *atomic.Uint64 {
@@ -97,17 +80,16 @@ func (a *collArea) sleep(i int) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&a.mem[collLineSize*(1+i)+8]))
 }
 
-func (a *collArea) block(i int) []byte {
-	off := collLineSize*(1+a.n) + collBlock*i
+// block is member i's block for the collective stamped k.
+func (a *collArea) block(i int, k uint64) []byte {
+	off := collLineSize*(1+a.n) + collBlock*(2*i+int(k&1))
 	return a.mem[off : off+collBlock : off+collBlock]
 }
 
-func (a *collArea) result() []byte { return a.block(a.n) }
-
-// scratch returns the blocks cut to size bytes, and leaves for
-// reduceLeaves, made once per area: the leader's collectives of a group
-// run one at a time.
-func (a *collArea) scratch(size int) (vecs, leaves [][]byte) {
+// scratch returns the blocks of collective k cut to size bytes, and
+// leaves for reduceLeaves, made once per area: a group's collectives run
+// one at a time.
+func (a *collArea) scratch(k uint64, size int) (vecs, leaves [][]byte) {
 	if a.vecs == nil {
 		a.vecs = make([][]byte, a.n)
 		a.leaves = make([][]byte, leafCount(a.n))
@@ -116,7 +98,7 @@ func (a *collArea) scratch(size int) (vecs, leaves [][]byte) {
 		}
 	}
 	for i := range a.vecs {
-		a.vecs[i] = a.block(i)[:size]
+		a.vecs[i] = a.block(i, k)[:size]
 	}
 	for v := range a.leaves {
 		a.leaves[v] = a.leaves[v][:size]
@@ -171,8 +153,10 @@ const collKind = 2 << 16
 // groupShm is what a group (on one runtime) knows of its area in one
 // epoch.
 type groupShm struct {
-	epoch uint32
-	area  *collArea // nil: frames this epoch
+	epoch  uint32
+	area   *collArea
+	k      uint64 // the stamp of the group's last collective in the area
+	nudged []bool // members sent a frame already (nudge), by index
 }
 
 // collAreas are the areas this process leads, by key, for provideMemory.
@@ -183,64 +167,36 @@ type collAreas struct {
 }
 
 // shmArea returns the area the collective c runs in, pinned (the caller
-// calls a.done), or nil when it runs by frames: the group is not all on
-// this host, has more than collShmMax members, size (the bytes of each
-// member's vector) exceeds a block, or a member could not map the area.
-func (c *coll) shmArea(ctx context.Context, size int) (*collArea, error) {
+// calls a.done), and c's stamp there; a nil area when it runs by frames:
+// the group is not all on this host (by label), has more than
+// collShmMax members, or size (the bytes of each member's vector)
+// exceeds a block. A member that cannot map the area fails the
+// collective: the others meet there.
+func (c *coll) shmArea(size int) (*collArea, *groupShm, error) {
 	rt := c.rt
 	n := len(c.ranks)
 	if n < 2 || n > collShmMax || size > collBlock || !rt.directOn() || rt.cfg.Hosts == nil || len(c.topo.hosts) != 1 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	c.g.mu.Lock()
+	defer c.g.mu.Unlock()
 	st := c.g.shm
-	c.g.mu.Unlock()
-	if st != nil && st.epoch == c.v.epoch {
-		if st.area == nil || !st.area.use() {
-			return nil, nil
+	if st == nil || st.epoch != c.v.epoch {
+		a, err := rt.mapArea(c)
+		if err != nil {
+			return nil, nil, err
 		}
-		return st.area, nil
-	}
-	a, err := rt.mapArea(c)
-	if err != nil {
-		rt.log.Debug("collective area not mapped: the group uses frames this epoch", "tag", c.g.tag, "epoch", c.v.epoch, "err", err)
-	}
-	// Every member must go the same way: agree, through frames, that all
-	// of them mapped the area.
-	flag := make([]byte, 8)
-	if a != nil {
-		binary.LittleEndian.PutUint64(flag, 1)
-	}
-	ac, err := rt.startColl(c.g, "allreduce")
-	if err != nil {
-		if a != nil {
-			a.retire()
+		if st != nil {
+			st.area.retire()
 		}
-		return nil, err
+		st = &groupShm{epoch: c.v.epoch, area: a, nudged: make([]bool, n)}
+		c.g.shm = st
 	}
-	err = ac.allreduceFrames(ctx, flag, func(dst, src []byte) {
-		binary.LittleEndian.PutUint64(dst, min(binary.LittleEndian.Uint64(dst), binary.LittleEndian.Uint64(src)))
-	})
-	if err == nil && binary.LittleEndian.Uint64(flag) == 0 && a != nil {
-		a.retire()
-		a = nil
+	if !st.area.use() {
+		return nil, nil, fmt.Errorf("pgas: %s: the collective area of epoch %d is retired: %w", c.op, c.v.epoch, ErrStaleEpoch)
 	}
-	if err != nil {
-		if a != nil {
-			a.retire()
-		}
-		return nil, err
-	}
-	c.g.mu.Lock()
-	if old := c.g.shm; old != nil && old.area != nil {
-		old.area.retire()
-	}
-	c.g.shm = &groupShm{epoch: c.v.epoch, area: a}
-	c.g.mu.Unlock()
-	if a == nil || !a.use() {
-		return nil, nil
-	}
-	return a, nil
+	st.k++
+	return st.area, st, nil
 }
 
 // mapArea makes (the leader) or maps (a member) the area of c's group in
@@ -259,12 +215,12 @@ func (rt *Runtime) mapArea(c *coll) (*collArea, error) {
 	fd, _, err := rt.tr.(transport.MemorySharer).FetchMemory(ctx, leader, key)
 	cancel()
 	if err != nil {
-		return nil, err
+		return nil, rt.sendErr(ctx, fmt.Errorf("the collective area of rank %d (set PGAS_SHM_SEGMENTS=0 to run collectives through frames): %w", c.ranks[0], err), c.ranks[0], leader, c.op)
 	}
 	mem, err := segments.MapFD(fd, collAreaSize(n))
 	unix.Close(fd)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pgas: %s: map the collective area of rank %d: %w", c.op, c.ranks[0], err)
 	}
 	return &collArea{mem: mem, n: n}, nil
 }
@@ -295,7 +251,8 @@ func (rt *Runtime) ownArea(key uint64, n int) (*collArea, error) {
 // holds a rank in the current view.
 func (rt *Runtime) provideArea(key uint64, epoch uint32) (int, uint64, error) {
 	n := int(key>>18) & 0x3fff
-	if uint32(key>>32) != epoch || n < 2 || n > collShmMax {
+	if uint32(key>>32) < epoch || n < 2 || n > collShmMax {
+		// (A member ahead of this process is fine: the area waits for it.)
 		return -1, 0, fmt.Errorf("pgas: no collective area of %d members in epoch %d (this process is in %d): %w", n, uint32(key>>32), epoch, ErrStaleEpoch)
 	}
 	a, err := rt.ownArea(key, n)
@@ -340,51 +297,55 @@ func (rt *Runtime) collWakeChan() <-chan struct{} {
 	return rt.coll.wake
 }
 
-// stampOf names collective c in its area: epoch, then group sequence.
-func (c *coll) stampOf() uint64 { return uint64(c.v.epoch)<<40 | c.seq }
-
-// wakeMember tells member i that a stamp it may wait for is stored, if
-// it sleeps.
-func (c *coll) wakeMember(ctx context.Context, a *collArea, i int) {
-	if a.sleep(i).Load() == 0 {
+// nudge sends member i a frame (ctlCollWake): to wake it when it
+// sleeps, and, once per member and area, to find out whether it is
+// there at all: a member this process never exchanged frames with has no
+// connection whose loss would tell.
+func (c *coll) nudge(ctx context.Context, i int) {
+	rank := c.ranks[i]
+	p, err := c.rt.procOf(c.v, rank, c.op)
+	if err != nil {
 		return
 	}
-	if p, err := c.rt.procOf(c.v, c.ranks[i], c.op); err == nil {
-		h := transport.Header{Type: transport.FrameControl, A: ctlCollWake}
-		c.rt.send(ctx, p, &h, nil)
-	}
+	h := transport.Header{Type: transport.FrameControl, A: ctlCollWake}
+	c.rt.sendErr(ctx, c.rt.send(ctx, p, &h, nil), rank, p, c.op) // a lost peer is noted there
 }
 
-// await waits until w holds at least s, as member me of the area: it
-// polls, then sleeps until woken; it fails when a member's connection is
-// lost, the view changes, ctx ends or the runtime closes.
-func (c *coll) await(ctx context.Context, a *collArea, w *atomic.Uint64, s uint64) error {
+// await waits until member i's stamp reached k: it polls, then sleeps
+// until woken; it fails when a member's connection is lost, the view
+// changes, ctx ends or the runtime closes.
+func (c *coll) await(ctx context.Context, a *collArea, st *groupShm, i int, k uint64) error {
 	rt := c.rt
-	if w.Load() >= s {
+	w := a.stamp(i)
+	if w.Load() >= k {
 		return nil
 	}
 	if spin := rt.noteSpin; spin > 0 {
 		deadline := time.Now().Add(spin)
-		for i := 1; ; i++ {
-			if w.Load() >= s {
+		for n := 1; ; n++ {
+			if w.Load() >= k {
 				return nil
 			}
-			if i&255 == 0 {
-				if time.Now().After(deadline) || i >= 1<<16 {
+			if n&255 == 0 {
+				if time.Now().After(deadline) || n >= 1<<16 {
 					break
 				}
-				if i&4095 == 0 {
+				if n&4095 == 0 {
 					runtime.Gosched()
 				}
 			}
 		}
+	}
+	if !st.nudged[i] {
+		st.nudged[i] = true
+		c.nudge(ctx, i)
 	}
 	sleep := a.sleep(c.me)
 	defer sleep.Store(0)
 	for {
 		ch := rt.collWakeChan()
 		sleep.Store(1)
-		if w.Load() >= s {
+		if w.Load() >= k {
 			return nil
 		}
 		if err := c.lost(); err != nil {
@@ -394,6 +355,9 @@ func (c *coll) await(ctx context.Context, a *collArea, w *atomic.Uint64, s uint6
 		case <-ch:
 		case <-ctx.Done():
 			c.g.timedOut(c.v.epoch)
+			if rt.det != nil {
+				rt.det.Hint(c.v.ranks[c.ranks[i]]) // a timed-out collective is a hint, never a verdict
+			}
 			return ctxError(ctx, c.op)
 		case <-rt.closed:
 			return ErrClosed
@@ -420,87 +384,58 @@ func (c *coll) lost() error {
 	return nil
 }
 
-// meet runs one collective in area a: each member puts its block (put,
-// may be nil) and its stamp; the leader waits for all of them, makes the
-// result (lead, may be nil) and releases the members, which then take it
-// (take, may be nil). a is pinned, and unpinned on return.
-func (c *coll) meet(ctx context.Context, a *collArea, put func(block []byte), lead func(a *collArea), take func(result []byte)) error {
+// meet runs collective k of the area: this member writes its block (put,
+// may be nil) and its stamp, wakes the members that sleep, waits for
+// every member's stamp, then reads (take, may be nil). a is pinned, and
+// unpinned on return.
+func (c *coll) meet(ctx context.Context, a *collArea, st *groupShm, put func(block []byte), take func(k uint64)) error {
 	defer a.done()
 	c.rt.stats.ShmCollectives.Add(1)
-	s := c.stampOf()
-	if c.me != 0 {
-		if put != nil {
-			put(a.block(c.me))
-		}
-		a.stamp(c.me).Store(s)
-		c.wakeMember(ctx, a, 0)
-		if err := c.await(ctx, a, a.release(), s); err != nil {
-			return err
-		}
-		if a.abort().Load() == s {
-			return &RankError{Rank: int(a.lostRank().Load()), Op: c.op, Err: ErrRankFailed}
-		}
-		if take != nil {
-			take(a.result())
-		}
-		return nil
-	}
+	k := st.k
 	if put != nil {
-		put(a.block(0))
+		put(a.block(c.me, k))
 	}
-	for i := 1; i < a.n; i++ {
-		if err := c.await(ctx, a, a.stamp(i), s); err != nil {
-			var re *RankError
-			if errors.As(err, &re) {
-				// Release the others with the news.
-				a.lostRank().Store(int64(re.Rank))
-				a.abort().Store(s)
-				c.releaseAll(ctx, a, s)
-			}
+	a.stamp(c.me).Store(k)
+	for i := range a.n {
+		if i != c.me && a.sleep(i).Load() != 0 {
+			c.nudge(ctx, i)
+		}
+	}
+	for i := range a.n {
+		if i == c.me {
+			continue
+		}
+		if err := c.await(ctx, a, st, i, k); err != nil {
 			return err
 		}
 	}
-	if lead != nil {
-		lead(a)
-	}
-	c.releaseAll(ctx, a, s)
 	if take != nil {
-		take(a.result())
+		take(k)
 	}
 	return nil
 }
 
-// releaseAll stores the leader's stamp s and wakes the members that sleep.
-func (c *coll) releaseAll(ctx context.Context, a *collArea, s uint64) {
-	a.release().Store(s)
-	for i := 1; i < a.n; i++ {
-		c.wakeMember(ctx, a, i)
-	}
+func (c *coll) shmBarrier(ctx context.Context, a *collArea, st *groupShm) error {
+	return c.meet(ctx, a, st, nil, nil)
 }
 
-func (c *coll) shmBarrier(ctx context.Context, a *collArea) error {
-	return c.meet(ctx, a, nil, nil, nil)
-}
-
-// shmAllreduce combines in the order of the flat algorithm, so that the
-// bits are those of allreduceFrames.
-func (c *coll) shmAllreduce(ctx context.Context, a *collArea, buf []byte, combine func(dst, src []byte)) error {
-	return c.meet(ctx, a,
+// shmAllreduce: every member combines every block in the order of the
+// flat algorithm, so that the bits are those of allreduceFrames.
+func (c *coll) shmAllreduce(ctx context.Context, a *collArea, st *groupShm, buf []byte, combine func(dst, src []byte)) error {
+	return c.meet(ctx, a, st,
 		func(block []byte) { copy(block, buf) },
-		func(a *collArea) {
-			vecs, leaves := a.scratch(len(buf))
-			copy(a.result(), reduceLeaves(leaves, vecs, combine))
-		},
-		func(result []byte) { copy(buf, result) })
+		func(k uint64) {
+			vecs, leaves := a.scratch(k, len(buf))
+			copy(buf, reduceLeaves(leaves, vecs, combine))
+		})
 }
 
-func (c *coll) shmBcast(ctx context.Context, a *collArea, buf []byte, root int) error {
-	return c.meet(ctx, a,
+func (c *coll) shmBcast(ctx context.Context, a *collArea, st *groupShm, buf []byte, root int) error {
+	return c.meet(ctx, a, st,
 		func(block []byte) {
 			if c.me == root {
 				copy(block, buf)
 			}
 		},
-		func(a *collArea) { copy(a.result(), a.block(root)[:len(buf)]) },
-		func(result []byte) { copy(buf, result) })
+		func(k uint64) { copy(buf, a.block(root, k)[:len(buf)]) })
 }

@@ -141,3 +141,28 @@ func TestShmBarrierMemberLost(t *testing.T) {
 		}
 	})
 }
+
+// A member that times out has stamped already: one that enters late
+// completes, as over frames, and the early one's group is out of step.
+func TestShmBarrierLateMember(t *testing.T) {
+	directMapped(t)
+	synctest.Test(t, func(t *testing.T) {
+		rts, _ := newJob(t, 2, 1, oneHost(2))
+		ctx := context.Background()
+		each(t, rts, func(rt *Runtime) error { return rt.Barrier(ctx, nil) })
+		tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		if err := rts[0].Barrier(tctx, nil); !errors.Is(err, ErrTimeout) {
+			t.Fatalf("barrier alone: %v, want ErrTimeout", err)
+		}
+		if err := rts[1].Barrier(ctx, nil); err != nil {
+			t.Fatalf("the late member: %v", err)
+		}
+		if err := rts[0].Barrier(ctx, nil); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("after a timeout: %v, want ErrInvalid (out of step)", err)
+		}
+		if n := rts[1].Stats().ShmCollectives; n != 2 {
+			t.Fatalf("%d collectives in shared memory, want 2", n)
+		}
+	})
+}

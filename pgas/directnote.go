@@ -2,6 +2,7 @@ package pgas
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -162,11 +163,38 @@ func (rt *Runtime) wake(ctx context.Context, proc transport.Proc, seg uint16) {
 }
 
 // fenceDirect is Wait's remote completion for an operation done in
-// memory.
-func fenceDirect(op pendingOp) error {
+// memory. When the fence fails, a frame finds out why (probe).
+func (rt *Runtime) fenceDirect(ctx context.Context, op pendingOp) error {
 	if op.notes.Fence() {
 		return nil
 	}
+	return rt.probe(ctx, op, movedErr(op))
+}
+
+// probe sends op's peer an empty sequenced write (it changes nothing
+// there) and waits for its outcome, to tell apart why the peer no longer
+// reads the memory op went to: this process was replaced (the write is
+// refused as fenced, and the process stops, as when a frame of its is
+// refused), it is in an older epoch (refused as stale), or the peer moved
+// on otherwise (it returns err).
+func (rt *Runtime) probe(ctx context.Context, op pendingOp, err error) error {
+	pr := op.peer
+	h := transport.Header{Type: transport.FrameWrite, Flags: transport.FlagAck}
+	pr.sendMu.Lock()
+	h.Seq = pr.nextSeq.Add(1)
+	serr := rt.send(ctx, pr.proc, &h, nil)
+	pr.sendMu.Unlock()
+	if serr != nil {
+		return rt.sendErr(ctx, serr, op.rank, pr.proc, op.op)
+	}
+	if werr := rt.waitAck(ctx, pendingOp{rank: op.rank, peer: pr, seq: h.Seq, op: op.op}); werr != nil && !errors.Is(werr, ErrNoSegment) {
+		return werr
+	}
+	return err
+}
+
+// movedErr is what a failed fence says when the peer is in this epoch.
+func movedErr(op pendingOp) error {
 	// As a refused doorbell would say: the target is in a newer epoch, or
 	// deleted the segment.
 	return fmt.Errorf("pgas: %s: rank %d no longer reads the memory written (a newer view, or the segment deleted): %w: %w", op.op, op.rank, ErrRemote, ErrStaleEpoch)

@@ -225,14 +225,14 @@ func (rt *Runtime) write(ctx context.Context, q Queue, rank int, remote, local L
 	if err != nil {
 		return err
 	}
-	if err := rt.checkRemote(rank, remote, size, op); err != nil {
-		return err
-	}
 	if notify && val == 0 {
 		return fmt.Errorf("pgas: %s: notification value 0 cannot be seen: %w", op, ErrInvalid)
 	}
 	if rt.postMem(ctx, q, rank, remote, src, notify, id, val, op) {
-		return nil
+		return nil // (it checks the range against the target's memory)
+	}
+	if err := rt.checkRemote(rank, remote, size, op); err != nil {
+		return err
 	}
 	// Split above the frame cap; only the last piece carries the notification.
 	for {
@@ -296,7 +296,7 @@ func (rt *Runtime) Wait(ctx context.Context, q Queue) error {
 		switch {
 		case op.notes != nil && op.notes == fenced:
 		case op.notes != nil:
-			if err = fenceDirect(op); err == nil {
+			if err = rt.fenceDirect(ctx, op); err == nil {
 				fenced = op.notes
 			}
 		case op.req != nil:

@@ -339,6 +339,7 @@ func (j *job) cleanup() {
 		}
 	}
 	if j.t.Failed() {
+		args := j.run.Procs()[0].Cmd.Args[1:] // before Lock: Procs takes it
 		j.run.Lock()
 		var out strings.Builder
 		for _, l := range j.lines {
@@ -347,7 +348,7 @@ func (j *job) cleanup() {
 			}
 			out.WriteString(l.raw + "\n")
 		}
-		j.t.Logf("gaspirun %s\n--- stdout ---\n%s--- stderr ---\n%s", strings.Join(j.run.Procs()[0].Cmd.Args[1:], " "), out.String(), j.stderr.String())
+		j.t.Logf("gaspirun %s\n--- stdout ---\n%s--- stderr ---\n%s", strings.Join(args, " "), out.String(), j.stderr.String())
 		j.run.Unlock()
 	}
 }
