@@ -229,7 +229,6 @@ func (rt *Runtime) peerDown(proc transport.Proc, err error) {
 	rt.stats.PeersDown.Add(1)
 	rt.noteFailure(proc)
 	rt.cutOff(proc, err)
-	rt.wakeColl()
 }
 
 // sendHealth sends a detector message to proc in a FrameHeartbeat frame.

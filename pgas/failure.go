@@ -48,6 +48,7 @@ func (rt *Runtime) cutOff(proc transport.Proc, err error) {
 		rt.det.PeerDown(proc)
 	}
 	rt.failRequests(func(r *request) bool { return r.proc == proc }, ErrRankFailed)
+	rt.wakeColl() // a collective in shared memory waiting on it looks again
 }
 
 // fencedNoticeTimeout bounds the notice sent to a process before its
@@ -116,6 +117,7 @@ func (rt *Runtime) stopWith(err error, logIt func()) {
 	logIt()
 	rt.peers.failAll(err)
 	rt.failRequests(func(*request) bool { return true }, err)
+	rt.wakeColl()
 	// Cut every connection: a send blocked on a peer this process cannot
 	// reach (a full socket buffer, a partition) returns, and nothing
 	// more is taken from peers that have moved on.

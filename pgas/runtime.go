@@ -338,6 +338,7 @@ func (rt *Runtime) Close() error {
 		}
 		rt.segMu.Lock()
 		for id, si := range rt.segs {
+			si.gone.Store(true)
 			rt.dropDirect(si)
 			si.seg.Close()
 			delete(rt.segs, id)

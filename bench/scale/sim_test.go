@@ -96,9 +96,11 @@ type sim struct {
 	ctx      context.Context
 	ranks    []*member
 	promoted chan *pgas.Runtime
-	all      []*pgas.Runtime
-	mu       sync.Mutex
-	ckcfg    ckpt.Config
+	// spareInits counts the spares' Init calls still running.
+	spareInits sync.WaitGroup
+	all        []*pgas.Runtime
+	mu         sync.Mutex
+	ckcfg      ckpt.Config
 }
 
 // wallNow is the real monotonic clock (time.Now is fake in a bubble).
@@ -189,7 +191,9 @@ func newSimOpts(t testing.TB, n, nspares int, real, restOnly bool) (*sim, initFi
 	}
 	t.Cleanup(s.close)
 	for i := n; i < procs; i++ {
+		s.spareInits.Add(1)
 		go func() {
+			defer s.spareInits.Done()
 			rt, err := pgas.Init(context.Background(), cfgs[i])
 			if err == nil {
 				s.promoted <- rt
@@ -243,6 +247,11 @@ func (s *sim) close() {
 	for _, rt := range s.all {
 		rt.Close()
 	}
+	// The spares' Inits end with the job (a spare never promoted closes
+	// its runtime there): wait for them, so that none is still closing
+	// when the test ends.
+	s.nw.Close()
+	s.spareInits.Wait()
 	for {
 		select {
 		case rt := <-s.promoted:
@@ -252,7 +261,6 @@ func (s *sim) close() {
 		}
 		break
 	}
-	s.nw.Close()
 }
 
 // newMember creates a rank's program state and checkpointer.
