@@ -256,7 +256,7 @@ func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 	if err != nil {
 		return err
 	}
-	if a, st, err := c.shmArea(0); err != nil {
+	if a, st, err := c.shmArea(ctx, 0); err != nil {
 		return err
 	} else if a != nil {
 		return c.shmBarrier(ctx, a, st)
@@ -308,7 +308,7 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 	if len(c.ranks) == 1 {
 		return nil
 	}
-	if a, st, err := c.shmArea(len(buf)); err != nil {
+	if a, st, err := c.shmArea(ctx, len(buf)); err != nil {
 		return err
 	} else if a != nil {
 		return c.shmAllreduce(ctx, a, st, buf, combine)
@@ -459,7 +459,7 @@ func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) er
 	if ri < 0 {
 		return fmt.Errorf("pgas: bcast: root %d not in group: %w", root, ErrInvalid)
 	}
-	if a, st, err := c.shmArea(len(buf)); err != nil {
+	if a, st, err := c.shmArea(ctx, len(buf)); err != nil {
 		return err
 	} else if a != nil {
 		return c.shmBcast(ctx, a, st, buf, ri)

@@ -2,6 +2,7 @@ package pgas
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -172,7 +173,7 @@ type collAreas struct {
 // collShmMax members, or size (the bytes of each member's vector)
 // exceeds a block. A member that cannot map the area fails the
 // collective: the others meet there.
-func (c *coll) shmArea(size int) (*collArea, *groupShm, error) {
+func (c *coll) shmArea(ctx context.Context, size int) (*collArea, *groupShm, error) {
 	rt := c.rt
 	n := len(c.ranks)
 	if n < 2 || n > collShmMax || size > collBlock || !rt.directOn() || rt.cfg.Hosts == nil || len(c.topo.hosts) != 1 {
@@ -182,7 +183,7 @@ func (c *coll) shmArea(size int) (*collArea, *groupShm, error) {
 	defer c.g.mu.Unlock()
 	st := c.g.shm
 	if st == nil || st.epoch != c.v.epoch {
-		a, err := rt.mapArea(c)
+		a, err := rt.mapArea(ctx, c)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -201,7 +202,7 @@ func (c *coll) shmArea(size int) (*collArea, *groupShm, error) {
 
 // mapArea makes (the leader) or maps (a member) the area of c's group in
 // c's epoch.
-func (rt *Runtime) mapArea(c *coll) (*collArea, error) {
+func (rt *Runtime) mapArea(ctx context.Context, c *coll) (*collArea, error) {
 	n := len(c.ranks)
 	key := collKey(c.g.tag, n, c.v.epoch)
 	if c.me == 0 {
@@ -211,18 +212,41 @@ func (rt *Runtime) mapArea(c *coll) (*collArea, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(rt.life, shareTimeout)
-	fd, _, err := rt.tr.(transport.MemorySharer).FetchMemory(ctx, leader, key)
-	cancel()
-	if err != nil {
-		return nil, rt.sendErr(ctx, fmt.Errorf("the collective area of rank %d (set PGAS_SHM_SEGMENTS=0 to run collectives through frames): %w", c.ranks[0], err), c.ranks[0], leader, c.op)
+	// The leader refuses a process it does not see holding a rank: one
+	// promoted in a view it has not applied yet. Ask again until it has,
+	// as a frame from a sender ahead waits in its mailbox.
+	pause, giveUp := time.Millisecond, time.Now().Add(shareTimeout)
+	for {
+		fctx, cancel := context.WithTimeout(ctx, shareTimeout)
+		fd, _, ferr := rt.tr.(transport.MemorySharer).FetchMemory(fctx, leader, key)
+		cancel()
+		if ferr == nil {
+			mem, err := segments.MapFD(fd, collAreaSize(n))
+			unix.Close(fd)
+			if err != nil {
+				return nil, fmt.Errorf("pgas: %s: map the collective area of rank %d: %w", c.op, c.ranks[0], err)
+			}
+			return &collArea{mem: mem, n: n}, nil
+		}
+		if errors.Is(ferr, transport.ErrPeerDown) {
+			return nil, rt.sendErr(ctx, ferr, c.ranks[0], leader, c.op)
+		}
+		if err := c.lost(); err != nil {
+			return nil, err
+		}
+		if time.Now().After(giveUp) {
+			return nil, fmt.Errorf("pgas: %s: rank %d did not hand over its collective area for %v (set PGAS_SHM_SEGMENTS=0 to run collectives through frames): %w", c.op, c.ranks[0], shareTimeout, ferr)
+		}
+		select {
+		case <-time.After(pause):
+			pause = min(2*pause, 100*time.Millisecond)
+		case <-ctx.Done():
+			return nil, ctxError(ctx, c.op)
+		case <-rt.closed:
+			return nil, ErrClosed
+		}
+		rt.log.Debug("collective area refused; asking again", "leader", leader, "err", ferr)
 	}
-	mem, err := segments.MapFD(fd, collAreaSize(n))
-	unix.Close(fd)
-	if err != nil {
-		return nil, fmt.Errorf("pgas: %s: map the collective area of rank %d: %w", c.op, c.ranks[0], err)
-	}
-	return &collArea{mem: mem, n: n}, nil
 }
 
 // ownArea returns the area this process leads under key, made on first
@@ -354,6 +378,9 @@ func (c *coll) await(ctx context.Context, a *collArea, st *groupShm, i int, k ui
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			if err := c.lost(); err != nil {
+				return err // what ended ctx, most likely (a program that cancels on a failure)
+			}
 			c.g.timedOut(c.v.epoch)
 			if rt.det != nil {
 				rt.det.Hint(c.v.ranks[c.ranks[i]]) // a timed-out collective is a hint, never a verdict
