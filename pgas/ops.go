@@ -31,7 +31,15 @@ type queue struct {
 	// added to the runtime's statistics there. Under mu.
 	mem    memTarget
 	counts directCounts
+	// merged counts the operations done in memory since the last Wait
+	// that share the pending entry before them (same rank and slots: one
+	// fence covers them).
+	merged int
 }
+
+// posted is the number of operations posted since the last Wait. The
+// caller holds mu.
+func (qu *queue) posted() int { return len(qu.pending) + qu.reserved + qu.merged }
 
 // pendingOp is one posted operation: a sequenced frame awaiting the
 // target's ack, or a request awaiting its response.
@@ -61,8 +69,8 @@ func (rt *Runtime) queue(q Queue, op string) (*queue, error) {
 func (qu *queue) reserve(depth int, op string) error {
 	qu.mu.Lock()
 	defer qu.mu.Unlock()
-	if len(qu.pending)+qu.reserved >= depth {
-		return fmt.Errorf("pgas: %s: %w: %d operations posted since the last Wait (QueueDepth %d)", op, ErrQueueFull, len(qu.pending)+qu.reserved, depth)
+	if qu.posted() >= depth {
+		return fmt.Errorf("pgas: %s: %w: %d operations posted since the last Wait (QueueDepth %d)", op, ErrQueueFull, qu.posted(), depth)
 	}
 	qu.reserved++
 	return nil
@@ -279,7 +287,7 @@ func (rt *Runtime) Wait(ctx context.Context, q Queue) error {
 	}
 	qu.mu.Lock()
 	ops := qu.pending
-	qu.pending = nil
+	qu.pending, qu.merged = nil, 0
 	rt.flushCounts(qu)
 	qu.mu.Unlock()
 	// Timed unless every operation was done in memory: then Wait is a
