@@ -29,6 +29,10 @@ var (
 	// more ranks than usable CPUs.
 	WaitSpin = Default.Gauge("gaspigo_wait_spin_seconds",
 		"How long a wait for a shared-memory notification polls before it parks (0: parks at once, the host is oversubscribed).").With().Gauge
+	// WaitYields is 1 when such a wait gives the CPU to the operating
+	// system between polls (a host with more ranks than CPUs).
+	WaitYields = Default.Gauge("gaspigo_wait_spin_yields",
+		"1 when a wait for a shared-memory notification gives the CPU away between polls (more ranks than CPUs on the host), else 0.").With().Gauge
 	// Collectives counts collectives by operation; CollectiveTime is
 	// their duration.
 	Collectives = Default.Counter("gaspigo_collectives_total",

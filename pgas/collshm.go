@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +25,7 @@ import (
 // own, and reads what it needs: every member reduces all the blocks in the
 // order of the flat algorithm (reduceInOrder: the bits of the frames'
 // way), so there is no leader to wait for. A waiter polls for a while
-// when the host has a CPU per rank (Runtime.noteSpin), then sets its sleep
+// as NotifyWaitSome does (Runtime.notePoll), then sets its sleep
 // word and parks; whoever stamps and sees the word sends it a frame
 // (ctlCollWake).
 //
@@ -344,21 +343,8 @@ func (c *coll) await(ctx context.Context, a *collArea, st *groupShm, i int, k ui
 	if w.Load() >= k {
 		return nil
 	}
-	if spin := rt.noteSpin; spin > 0 {
-		deadline := time.Now().Add(spin)
-		for n := 1; ; n++ {
-			if w.Load() >= k {
-				return nil
-			}
-			if n&255 == 0 {
-				if time.Now().After(deadline) || n >= 1<<16 {
-					break
-				}
-				if n&4095 == 0 {
-					runtime.Gosched()
-				}
-			}
-		}
+	if segments.Poll(rt.notePoll, func() bool { return w.Load() >= k }) {
+		return nil
 	}
 	if !st.nudged[i] {
 		st.nudged[i] = true

@@ -352,11 +352,11 @@ func (rt *Runtime) NotifyWaitSome(ctx context.Context, seg segments.ID, first se
 	if err != nil {
 		return 0, err
 	}
-	spin := rt.cfg.SpinWait
+	policy := segments.WaitPolicy{Spin: rt.cfg.SpinWait}
 	if s.SharedNotes() {
-		spin = rt.noteSpin // a peer sets them without a frame: polling costs it nothing
+		policy = rt.notePoll // a peer sets them without a frame: polling costs it nothing
 	}
-	id, err := s.WaitSome(ctx, first, num, segments.WaitPolicy{Spin: spin})
+	id, err := s.WaitSome(ctx, first, num, policy)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, ctxError(ctx, "notify_waitsome")

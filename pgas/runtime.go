@@ -61,9 +61,9 @@ type Runtime struct {
 	all       *Group
 
 	stats Stats
-	// noteSpin is how long NotifyWaitSome polls shared slots before it
-	// parks (chooseSpin).
-	noteSpin time.Duration
+	// notePoll is how NotifyWaitSome polls shared slots before it parks,
+	// and a collective its area (chooseSpin).
+	notePoll segments.WaitPolicy
 	lastSeg  atomic.Pointer[segInfo] // lookupSeg's cache
 	coll     collAreas               // the collective areas this process leads (collshm.go)
 
@@ -156,7 +156,7 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 	if rt.directOn() {
 		rt.tr.(transport.MemorySharer).ShareMemory(rt.provideMemory)
 	}
-	rt.noteSpin = rt.chooseSpin()
+	rt.notePoll = rt.chooseSpin()
 	if err := rt.tr.Start(callbacks{rt}); err != nil {
 		rt.closeDetector()
 		closeOwned(&cfg)

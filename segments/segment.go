@@ -276,10 +276,52 @@ type WaitPolicy struct {
 	// Spin is how long to poll the slots before parking on a channel. Polling
 	// cuts wake-up latency at the price of a busy core; 0 parks at once.
 	Spin time.Duration
+	// Yield gives the CPU to the operating system between polls, for a
+	// host with more processes than CPUs: the process that will set the
+	// slot may need this CPU. Without it, a poller gives way only to the
+	// other goroutines of its process, now and then.
+	Yield bool
 }
 
-// maxSpins bounds WaitSome's polls whatever the clock says.
+// maxSpins bounds Poll's polls whatever the clock says.
 const maxSpins = 1 << 16
+
+// Poll calls ready until it reports true or p.Spin is over, and reports
+// whether it did. It is WaitSome's polling, for other waits on memory
+// that another process stores into.
+func Poll(p WaitPolicy, ready func() bool) bool {
+	if p.Spin <= 0 {
+		return false
+	}
+	// Bounded by time, and by a count too: where time stands still while
+	// goroutines run (a test's bubble), the count ends it.
+	deadline := time.Now().Add(p.Spin)
+	for spins := 0; spins < maxSpins; spins++ {
+		if ready() {
+			return true
+		}
+		if p.Yield {
+			osYield()
+			if spins&15 == 15 && time.Now().After(deadline) {
+				return false
+			}
+			continue
+		}
+		// A look at the clock now and then, and a turn to the other
+		// goroutines more rarely (with one P they run only then; a
+		// Gosched costs far more than a look, and a value stored while it
+		// runs is seen only after it).
+		if spins&255 == 255 {
+			if time.Now().After(deadline) {
+				return false
+			}
+			if spins&4095 == 4095 {
+				runtime.Gosched()
+			}
+		}
+	}
+	return false
+}
 
 // WaitSome waits until one of the slots [first, first+num) is non-zero and
 // returns its ID. It does not consume the value: call ResetNotification.
@@ -299,27 +341,13 @@ func (s *Segment) WaitSome(ctx context.Context, first NotificationID, num int, p
 	if id, ok := scan(); ok {
 		return id, nil
 	}
-	if p.Spin > 0 {
-		// Bounded by time, and by a count too: where time stands still
-		// while goroutines run (a test's bubble), the count ends it.
-		deadline := time.Now().Add(p.Spin)
-		for spins := 0; spins < maxSpins; spins++ {
-			if id, ok := scan(); ok {
-				return id, nil
-			}
-			// A look at the clock now and then, and a turn to the other
-			// goroutines more rarely (with one P they run only then; a
-			// Gosched costs far more than a scan, and a value stored
-			// while it runs is seen only after it).
-			if spins&255 == 255 {
-				if time.Now().After(deadline) {
-					break
-				}
-				if spins&4095 == 4095 {
-					runtime.Gosched()
-				}
-			}
-		}
+	var id NotificationID
+	if Poll(p, func() bool {
+		var ok bool
+		id, ok = scan()
+		return ok
+	}) {
+		return id, nil
 	}
 	if s.notes != nil {
 		// Parked from here on: a process that sets a slot directly sees it
