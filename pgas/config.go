@@ -43,8 +43,9 @@ type Config struct {
 	// at the socket instead (transport/tcp's PollSpin, job.Options.TCP).
 	//
 	// When 0, NotifyWaitSome on a segment whose slots peers set in memory
-	// (DirectShm) still polls for 50 µs when this host has a CPU for each
-	// of its ranks: no frame has to land for the value to be seen.
+	// (DirectShm) still polls, as the ranks on this host against its CPUs
+	// allow (directnote.go, chooseSpin): no frame has to land for the
+	// value to be seen.
 	SpinWait time.Duration
 	// DirectShm shares segment memory with the processes of this host that
 	// the transport reaches through shared memory (it reports them with an

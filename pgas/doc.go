@@ -98,8 +98,9 @@
 // changes nothing a survivor reads. The move copies only the pages the
 // segment's memfd holds. The program must not touch segment memory while
 // Recover runs. NotifyWaitSome on such a segment polls its slots for a
-// while before it parks (50 µs) when the host has a CPU for each of its
-// ranks, and parks at once when it has not (Config.SpinWait overrides).
+// while before it parks: 50 µs when the host has a CPU for each of its
+// ranks, 20 µs giving the CPU away between looks when it has up to four
+// per CPU, not at all beyond (Config.SpinWait overrides).
 // See direct.go.
 //
 // # Concurrency

@@ -133,11 +133,32 @@ func (j *Job) inject(ctx context.Context, phase string, fresh bool) error {
 			}
 		}
 		if hit && !quiet {
+			j.flushBeforeKill(ctx)
 			j.opt.Kill(Kill{Inject: in, Rank: me, Iter: j.iter, Phase: phase})
 		}
 	}
 	return nil
 }
+
+// flushBeforeKill lets a victim's committed checkpoints reach the disk
+// level first, when the job has one (bounded by diskFlushWait): the
+// scenarios that kill beyond the in-memory redundancy are about the disk
+// copy, which a slow disk (fsyncs on a busy machine) would otherwise leave
+// to chance. The kill stays where the injection puts it in the iteration.
+func (j *Job) flushBeforeKill(ctx context.Context) {
+	f, ok := j.ck.(interface{ FlushDisk(context.Context) error })
+	if !ok {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, diskFlushWait)
+	defer cancel()
+	if err := f.FlushDisk(fctx); err != nil {
+		j.printf("inject: the disk level before the kill: %v\n", err)
+	}
+}
+
+// diskFlushWait bounds flushBeforeKill.
+const diskFlushWait = 10 * time.Second
 
 // leaderWait bounds the wait for a Raft leader at a kill:leader injection.
 const leaderWait = time.Minute
