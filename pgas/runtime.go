@@ -329,7 +329,7 @@ func (rt *Runtime) Close() error {
 			return
 		}
 		rt.retireAreas(^uint32(0))
-		if g := rt.all; g != nil {
+		if g := rt.GroupAll(); g != nil {
 			g.mu.Lock()
 			if g.shm != nil && g.shm.area != nil {
 				g.shm.area.retire()

@@ -15,7 +15,7 @@ import (
 // before anything is sent.
 type segInfo struct {
 	seg   *segments.Segment
-	sizes []int64 // by rank; nil for a segment created locally only
+	sizes atomic.Pointer[[]int64] // by rank; nil for a segment created locally only
 
 	// use pins the memory: handlers that read or write it for a peer hold
 	// it shared until they are done with it (a read reply until it is
@@ -142,10 +142,14 @@ func (rt *Runtime) checkRemote(rank int, l Loc, n int64, op string) error {
 		return fmt.Errorf("pgas: %s: rank %d outside 0..%d: %w", op, rank, rt.Size()-1, ErrInvalid)
 	}
 	si := rt.lookupSeg(l.Seg)
-	if si == nil || si.sizes == nil || rank >= len(si.sizes) {
+	if si == nil {
 		return nil
 	}
-	size := si.sizes[rank]
+	sizes := si.sizes.Load()
+	if sizes == nil || rank >= len(*sizes) {
+		return nil
+	}
+	size := (*sizes)[rank]
 	if size < 0 && rt.Vacant(rank) {
 		// Vacant when the segment was created: the operation fails with
 		// ErrVacant once it is checked against the program's view.
@@ -210,9 +214,7 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 	for i, r := range members {
 		full[r] = descs[descWords*i]
 	}
-	rt.segMu.Lock()
-	si.sizes = full
-	rt.segMu.Unlock()
+	si.sizes.Store(&full)
 	rt.mapPeers(si, rt.view.Load(), members, descs)
 	return si.seg, nil
 }
