@@ -25,13 +25,7 @@ func oneHost(n int) func(*Config) {
 // frames.
 func TestShmAllreduceSameBits(t *testing.T) {
 	directMapped(t)
-	mul := func(dst, src []float64) { // 2x2 matrix products: associative, not commutative
-		for i := 0; i+3 < len(dst); i += 4 {
-			a, b, c, d := dst[i], dst[i+1], dst[i+2], dst[i+3]
-			e, f, g, h := src[i], src[i+1], src[i+2], src[i+3]
-			dst[i], dst[i+1], dst[i+2], dst[i+3] = a*e+b*g, a*f+b*h, c*e+d*g, c*f+d*h
-		}
-	}
+	mul := matMul2
 	for n := 2; n <= 8; n++ {
 		for _, size := range []int{4, 256, 600} {
 			t.Run(fmt.Sprintf("ranks=%d/len=%d", n, size), func(t *testing.T) {

@@ -84,21 +84,24 @@ func TestAllreduceSameBitsAnyPlacement(t *testing.T) {
 	}
 }
 
+// matMul2 sets dst to dst x src, each four elements a 2x2 matrix: a
+// product that is associative but not commutative, so any change of the
+// combine order or of its operands' sides changes the result.
+func matMul2(dst, src []float64) {
+	for i := 0; i+3 < len(dst); i += 4 {
+		a, b, c, d := dst[i], dst[i+1], dst[i+2], dst[i+3]
+		e, f, g, h := src[i], src[i+1], src[i+2], src[i+3]
+		dst[i], dst[i+1], dst[i+2], dst[i+3] = a*e+b*g, a*f+b*h, c*e+d*g, c*f+d*h
+	}
+}
+
 // Rule: reduceInOrder is the flat algorithm's order, also for a reduction
 // that is not commutative (dst must stay the lower operand).
 func TestReduceInOrderMatchesFlat(t *testing.T) {
 	for n := 1; n <= 9; n++ {
 		synctest.Test(t, func(t *testing.T) {
 			rts, _ := newJob(t, n, int64(n), nil)
-			// Each element is a 2x2 matrix; the product is associative,
-			// not commutative.
-			mul := func(dst, src []float64) {
-				for i := 0; i+3 < len(dst); i += 4 {
-					a, b, c, d := dst[i], dst[i+1], dst[i+2], dst[i+3]
-					e, f, g, h := src[i], src[i+1], src[i+2], src[i+3]
-					dst[i], dst[i+1], dst[i+2], dst[i+3] = a*e+b*g, a*f+b*h, c*e+d*g, c*f+d*h
-				}
-			}
+			mul := matMul2
 			vecs := make([][]byte, n)
 			for r := range n {
 				vecs[r] = asBytes(inputs(r, 8))
