@@ -50,17 +50,18 @@ const (
 	collLineSize = 64
 )
 
-// collArea is the memory of one group's collectives in one epoch, as the
-// leader owns it or a member maps it. Layout: the leader's release stamp,
-// then one line per member (its stamp, then its sleep word), then the
-// members' blocks, then the result block.
+// collArea is the memory of one group's collectives in one epoch, as its
+// owner (the group's lowest member; "leader" below) has it or another
+// member maps it. Layout: a line unused, then one line per member (its
+// stamp, then its sleep word), then two blocks per member (by the
+// stamp's parity).
 type collArea struct {
 	mem     []byte
 	n       int
 	owned   *segments.Segment      // the leader's; nil for a member's mapping
 	backing *segments.MemfdBacking // the leader's
 
-	// vecs and leaves are the leader's scratch for a reduction (scratch).
+	// vecs and leaves are this member's scratch for a reduction (scratch).
 	vecs, leaves [][]byte
 
 	users atomic.Int32 // collectives using mem now
