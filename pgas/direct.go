@@ -160,8 +160,8 @@ func (rt *Runtime) provideMemory(from transport.Proc, key uint64) (int, uint64, 
 		rt.viewMu.Lock()
 		defer rt.viewMu.Unlock()
 		v := rt.view.Load()
-		if int(from) >= len(v.rankOf) || v.rankOf[from] < 0 || v.failed[from] {
-			return -1, 0, fmt.Errorf("pgas: proc %d holds no rank in epoch %d: %w", from, v.epoch, ErrStaleEpoch)
+		if err := holdsRank(v, from); err != nil {
+			return -1, 0, err
 		}
 		return rt.provideArea(key, v.epoch)
 	}
@@ -182,37 +182,38 @@ func (rt *Runtime) provideMemory(from transport.Proc, key uint64) (int, uint64, 
 	defer si.move.RUnlock()
 	rt.viewMu.Lock()
 	defer rt.viewMu.Unlock()
-	v := rt.view.Load()
-	if int(from) >= len(v.rankOf) || v.rankOf[from] < 0 || v.failed[from] {
-		return -1, 0, fmt.Errorf("pgas: proc %d holds no rank in epoch %d: %w", from, v.epoch, ErrStaleEpoch)
+	if err := holdsRank(rt.view.Load(), from); err != nil {
+		return -1, 0, err
+	}
+	dup, holders := func() (int, error) { return si.backing.Dup(si.seg.Bytes()) }, &si.holders
+	if key&notesKey != 0 {
+		dup, holders = si.seg.DupNotes, &si.nholders
 	}
 	si.hmu.Lock()
 	defer si.hmu.Unlock()
-	if key&notesKey != 0 {
-		fd, err := si.seg.DupNotes()
-		if err != nil {
-			return -1, 0, err
-		}
-		if si.nholders == nil {
-			si.nholders = map[transport.Proc]bool{}
-		}
-		si.nholders[from] = true
-		return fd, uint64(si.gen.Load()), nil
-	}
-	fd, err := si.backing.Dup(si.seg.Bytes())
+	fd, err := dup()
 	if err != nil {
 		return -1, 0, err
 	}
-	if si.holders == nil {
-		si.holders = map[transport.Proc]bool{}
+	if *holders == nil {
+		*holders = map[transport.Proc]bool{}
 	}
-	si.holders[from] = true
+	(*holders)[from] = true
 	return fd, uint64(si.gen.Load()), nil
+}
+
+// holdsRank is provideMemory's test: only a process that holds a rank in
+// view v, not declared failed, is given memory.
+func holdsRank(v *view, from transport.Proc) error {
+	if int(from) >= len(v.rankOf) || v.rankOf[from] < 0 || v.failed[from] {
+		return fmt.Errorf("pgas: proc %d holds no rank in epoch %d: %w", from, v.epoch, ErrStaleEpoch)
+	}
+	return nil
 }
 
 // mapPeers records where the segments of this host's peers in view v
 // are, from the descriptors exchanged (descs, descWords per member of
-// members); copyDirect maps one on its first write to it. A peer whose
+// members); mappedPeer maps one on its first write to it. A peer whose
 // memory cannot be mapped is written through frames.
 func (rt *Runtime) mapPeers(si *segInfo, v *view, members []int, descs []int64) {
 	rt.dropDirect(si)
