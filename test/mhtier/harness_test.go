@@ -150,25 +150,33 @@ func (e end) allows(code int, sig syscall.Signal) bool {
 	}
 }
 
-// Baseline: the failure-free answer, computed once per test binary.
+// Baselines: the failure-free answer of each workload, computed once per
+// test binary.
 var baseline struct {
 	mu  sync.Mutex
-	ans string
+	ans map[string]string
 }
 
-// reference returns the failure-free final line, running the failure-free
-// job first if no test has yet.
-func reference(t *testing.T) string {
+// reference returns the failure-free final line of the default workload.
+func reference(t *testing.T) string { return referenceOf(t, workload) }
+
+// referenceOf returns the failure-free final line of K-means with args,
+// running the failure-free job first if no test has yet.
+func referenceOf(t *testing.T, args []string) string {
 	t.Helper()
 	baseline.mu.Lock()
 	defer baseline.mu.Unlock()
-	if baseline.ans == "" {
+	key := strings.Join(args, " ")
+	if baseline.ans[key] == "" {
 		c := newCluster(t)
-		j := start(t, c, nil)
-		baseline.ans = finish(t, j, nil, "")
-		t.Logf("failure-free reference: %s", baseline.ans)
+		j := start(t, c, func(cfg *mhjob.Config) { cfg.Args = args })
+		if baseline.ans == nil {
+			baseline.ans = map[string]string{}
+		}
+		baseline.ans[key] = finish(t, j, nil, "")
+		t.Logf("failure-free reference (%s): %s", key, baseline.ans[key])
 	}
-	return baseline.ans
+	return baseline.ans[key]
 }
 
 // recovered fails the test unless the job went through a recovery (the

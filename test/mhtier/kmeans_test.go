@@ -3,6 +3,8 @@ package mhtier
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -33,9 +35,20 @@ type launcher struct {
 // Start runs the job on three new hosts up to the fault's iteration.
 func (l *launcher) Start(t *testing.T, s hostfault.Scenario) *simhost.Cluster {
 	t.Helper()
-	l.ref = reference(t)
+	args := workload
+	if s.Heal > 0 {
+		// Long enough that the healed host's processes, the idle spare
+		// too, are declared failed and end before the job does.
+		args = withMaxIter(workload, 600)
+	}
+	l.ref = referenceOf(t, args)
 	c := newCluster(t)
-	l.job = start(t, c, l.tune)
+	l.job = start(t, c, func(cfg *mhjob.Config) {
+		cfg.Args = args
+		if l.tune != nil {
+			l.tune(cfg)
+		}
+	})
 	waitIter(t, l.job, hostfault.TriggerIter)
 	if l.before != nil {
 		l.before(t, l.job)
@@ -118,4 +131,12 @@ func checkAdvertised(t *testing.T, j *mhjob.Job) {
 	if seen == 0 {
 		t.Errorf("process 0 logged no registration of a node1 process: the advertised addresses were not checked\n%s", output(j))
 	}
+}
+
+// withMaxIter is args with --max-iter n.
+func withMaxIter(args []string, n int) []string {
+	out := slices.Clone(args)
+	i := slices.Index(out, "--max-iter")
+	out[i+1] = strconv.Itoa(n)
+	return out
 }
