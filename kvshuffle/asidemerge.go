@@ -189,10 +189,8 @@ func (a *aside) run(ctx context.Context, t *task) error {
 	default:
 		var dir string
 		if dir, err = a.spillDir(); err == nil {
-			if cap(a.wbuf) < s.cfg.IOBufferSize {
-				a.wbuf = make([]byte, s.cfg.IOBufferSize)
-			}
-			file, err = mergeTo(ctx, m, dir, a.wbuf)
+			a.wbuf = spillBuffer(a.wbuf, s.cfg.IOBufferSize)
+			file, err = mergeTo(ctx, m, dir, a.wbuf, s.cfg.PageCache)
 		}
 	}
 	if cerr := m.close(); err == nil {

@@ -155,6 +155,13 @@ type Config struct {
 	// IOBufferSize is the buffer in bytes of each spill file being written
 	// or read.
 	IOBufferSize int
+	// PageCache sends spill files through the page cache. By default they
+	// are written and read around it (O_DIRECT, internal/directio) where
+	// the file system allows: a spill file is read once, and caching it
+	// costs a page allocation per 4 KiB written, the most expensive part
+	// of a spill on a virtual machine. Set it where the device is much
+	// slower than memory and the files would fit in the cache.
+	PageCache bool
 	// MaxPairSize caps the framed size in bytes of one pair (key + value +
 	// two length varints). Pairs larger than a frame are carried in
 	// several frames and reassembled at the receiver.

@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+
+	"github.com/gaspigo/gaspigo/internal/directio"
 )
 
 // Spill files. A spill file is one sorted run:
@@ -35,51 +37,81 @@ type spillFile struct {
 	pairs uint64
 	crc   uint32
 	live  bool // part of the A task's current data
+	// direct: written around the page cache, so read around it too (a
+	// file restored from a checkpoint is read through the cache).
+	direct bool
 }
 
 func (f *spillFile) dataLen() int64 { return f.size - spillHead - spillTail }
 
-// spillWriter writes one spill file through one large buffer: pairs are
-// appended to it, and each full buffer is checksummed and written with a
-// single write (a pair larger than the buffer goes straight to the file).
+// spillWriter writes one spill file through one large aligned buffer:
+// pairs are appended to it, and each time it fills, its whole blocks are
+// checksummed and written with one write, around the page cache unless
+// the shuffle's PageCache is set (internal/directio), and the partial
+// block left over moves to the front. The last partial block goes through
+// the cache at finish.
 type spillWriter struct {
 	f       *os.File
-	buf     []byte // len: bytes waiting; cap: the I/O size
-	crcFrom int    // buf[:crcFrom] is not part of the checksum (the magic)
+	dw      *directio.Writer
+	buf     []byte // aligned; len: bytes waiting; cap: the I/O size
+	crcFrom int    // buf[:crcFrom] is checksummed already, or not part of the checksum (the magic)
 	crc     uint32
 	pairs   uint64
 	n       int64
 	hdr     [2 * binary.MaxVarintLen64]byte
 }
 
-// createSpill creates a spill file in dir; buf (length ignored) is the
-// write buffer, which the writer uses until finish or abort.
-func createSpill(dir string, buf []byte) (*spillWriter, error) {
+// createSpill creates a spill file in dir; buf (length ignored; from
+// spillBuffer) is the write buffer, which the writer uses until finish or
+// abort.
+func createSpill(dir string, buf []byte, pageCache bool) (*spillWriter, error) {
 	f, err := os.CreateTemp(dir, "run-*.kvs")
 	if err != nil {
 		return nil, err
 	}
-	w := &spillWriter{f: f, buf: append(buf[:0], spillMagic...), crcFrom: spillHead}
+	w := &spillWriter{f: f, dw: directio.NewWriter(f, !pageCache), buf: append(buf[:0], spillMagic...), crcFrom: spillHead}
 	return w, nil
 }
 
+// spillBuffer returns a spill write buffer of size bytes: buf if it is
+// one already.
+func spillBuffer(buf []byte, size int) []byte {
+	size = directio.RoundUp(max(size, 2*directio.Align))
+	if cap(buf) < size {
+		return directio.Alloc(size)[:0]
+	}
+	return buf
+}
+
+// flush checksums and writes the buffer's whole blocks.
 func (w *spillWriter) flush() error {
 	w.crc = crc32.Update(w.crc, castagnoli, w.buf[w.crcFrom:])
-	_, err := w.f.Write(w.buf)
-	w.buf, w.crcFrom = w.buf[:0], 0
+	k, err := w.dw.WriteBlocks(w.buf)
+	w.buf = w.buf[:copy(w.buf, w.buf[k:])]
+	w.crcFrom = len(w.buf)
 	return err
+}
+
+// put appends b, flushing each time the buffer fills.
+func (w *spillWriter) put(b []byte) error {
+	for len(b) > 0 {
+		k := copy(w.buf[len(w.buf):cap(w.buf)], b)
+		w.buf = w.buf[:len(w.buf)+k]
+		b = b[k:]
+		if len(w.buf) == cap(w.buf) {
+			if err := w.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (w *spillWriter) write(k, v []byte) error {
 	size := PairSize(len(k), len(v))
-	if len(w.buf)+size > cap(w.buf) {
-		if err := w.flush(); err != nil {
-			return err
-		}
-	}
 	w.pairs++
 	w.n += int64(size)
-	if size <= cap(w.buf) {
+	if len(w.buf)+size <= cap(w.buf) {
 		w.buf = binary.AppendUvarint(w.buf, uint64(len(k)))
 		w.buf = binary.AppendUvarint(w.buf, uint64(len(v)))
 		w.buf = append(w.buf, k...)
@@ -89,8 +121,7 @@ func (w *spillWriter) write(k, v []byte) error {
 	h := binary.PutUvarint(w.hdr[:], uint64(len(k)))
 	h += binary.PutUvarint(w.hdr[h:], uint64(len(v)))
 	for _, b := range [][]byte{w.hdr[:h], k, v} {
-		w.crc = crc32.Update(w.crc, castagnoli, b)
-		if _, err := w.f.Write(b); err != nil {
+		if err := w.put(b); err != nil {
 			return err
 		}
 	}
@@ -109,7 +140,12 @@ func (w *spillWriter) finish() (*spillFile, error) {
 	w.buf = binary.LittleEndian.AppendUint64(w.buf, w.pairs)
 	w.buf = binary.LittleEndian.AppendUint32(w.buf, w.crc)
 	w.buf = append(w.buf, spillTrailer...)
-	if _, err := w.f.Write(w.buf); err != nil {
+	direct := w.dw.Direct()
+	k, err := w.dw.WriteBlocks(w.buf)
+	if err == nil {
+		err = w.dw.Finish(w.buf[k:])
+	}
+	if err != nil {
 		w.abort()
 		return nil, err
 	}
@@ -117,7 +153,7 @@ func (w *spillWriter) finish() (*spillFile, error) {
 		os.Remove(w.f.Name())
 		return nil, err
 	}
-	return &spillFile{path: w.f.Name(), size: spillHead + w.n + spillTail, pairs: w.pairs, crc: w.crc}, nil
+	return &spillFile{path: w.f.Name(), size: spillHead + w.n + spillTail, pairs: w.pairs, crc: w.crc, direct: direct}, nil
 }
 
 func (w *spillWriter) abort() {
@@ -131,6 +167,7 @@ func (w *spillWriter) abort() {
 type fileSource struct {
 	sf      *spillFile
 	f       *os.File
+	rd      *directio.Reader
 	off     int64 // file offset of the next read
 	end     int64 // file offset where the framed pairs end
 	buf     []byte
@@ -187,7 +224,9 @@ func openSpill(sf *spillFile, ioBuf, maxPair int) (*fileSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &fileSource{sf: sf, f: f, off: spillHead, end: spillHead + sf.dataLen(), buf: make([]byte, ioBuf), maxPair: maxPair}, nil
+	end := spillHead + sf.dataLen()
+	rd := directio.NewReader(f, spillHead, end, ioBuf, sf.direct)
+	return &fileSource{sf: sf, f: f, rd: rd, off: spillHead, end: end, buf: make([]byte, ioBuf), maxPair: maxPair}, nil
 }
 
 func (s *fileSource) bad(format string, args ...any) error {
@@ -210,7 +249,7 @@ func (s *fileSource) fill(need int) error {
 	}
 	for s.w < need && s.off < s.end {
 		n := int(min(int64(len(s.buf)-s.w), s.end-s.off))
-		k, err := s.f.ReadAt(s.buf[s.w:s.w+n], s.off)
+		k, err := io.ReadFull(s.rd, s.buf[s.w:s.w+n])
 		s.crc = crc32.Update(s.crc, castagnoli, s.buf[s.w:s.w+k])
 		s.w += k
 		s.off += int64(k)
@@ -283,8 +322,8 @@ func (s *fileSource) next() ([]byte, []byte, uint64, bool, error) {
 func (s *fileSource) close() error { return s.f.Close() }
 
 // mergeTo drains m into a spill file in dir, checking ctx now and then.
-func mergeTo(ctx context.Context, m *mergeIter, dir string, buf []byte) (*spillFile, error) {
-	w, err := createSpill(dir, buf)
+func mergeTo(ctx context.Context, m *mergeIter, dir string, buf []byte, pageCache bool) (*spillFile, error) {
+	w, err := createSpill(dir, buf, pageCache)
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 // spillBytes writes pairs through the shuffle's own spill writer and
 // returns the file's bytes.
 func spillBytes(t testing.TB, dir string, pairs ...[2]string) []byte {
-	w, err := createSpill(dir, make([]byte, 64))
+	w, err := createSpill(dir, spillBuffer(nil, 64), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func BenchmarkSpillBlocks(b *testing.B) {
 		datas, idxs = append(datas, data), append(idxs, es)
 	}
 	dir := b.TempDir()
-	buf := make([]byte, 1<<20)
+	buf := spillBuffer(nil, 1<<20)
 	for _, moved := range []bool{false, true} {
 		name := "index"
 		if moved {
@@ -60,7 +60,7 @@ func BenchmarkSpillBlocks(b *testing.B) {
 					}
 					srcs = append(srcs, &chunkSource{c: c})
 				}
-				f, err := mergeTo(context.Background(), newMerge(order{bytewise: true}, srcs), dir, buf)
+				f, err := mergeTo(context.Background(), newMerge(order{bytewise: true}, srcs), dir, buf, false)
 				if err != nil {
 					b.Fatal(err)
 				}

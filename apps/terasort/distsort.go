@@ -4,7 +4,6 @@ package terasort
 // sort` is its command, and cmd/terasort/sort.go says what it does.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -19,6 +18,7 @@ import (
 	"github.com/gaspigo/gaspigo/apps/internal/kvjob"
 	"github.com/gaspigo/gaspigo/apps/internal/recovery"
 	"github.com/gaspigo/gaspigo/ckpt"
+	"github.com/gaspigo/gaspigo/internal/directio"
 	"github.com/gaspigo/gaspigo/kvshuffle"
 	"github.com/gaspigo/gaspigo/pgas"
 )
@@ -213,7 +213,9 @@ func (j *sortJob) attempt(ctx context.Context, tmp string) (Summary, error) {
 	if err != nil {
 		return sum, fmt.Errorf("terasort: %w", err)
 	}
-	w := bufio.NewWriterSize(f, 1<<20)
+	// The output goes out in 1 MiB writes around the page cache (unless
+	// the shuffle's PageCache is set): it is written once.
+	w := directio.NewBuffer(directio.NewWriter(f, !j.cfg.PageCache), 1<<20)
 	var werr error
 	for k, v := range j.sh.Recv(ctx) {
 		if len(k) != RecordSize || len(v) != 0 {
