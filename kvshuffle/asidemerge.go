@@ -75,6 +75,11 @@ func (a *aside) nextTaskLocked() (*task, error) {
 			a.sealLocked()
 		}
 		t := &task{kind: taskSpill, batches: slices.Clone(a.sealed), runs: slices.Clone(a.runs)}
+		if len(t.runs) == 0 && len(t.batches) > 1 && a.wholeBlocks() {
+			// Large blocks: spill the oldest alone, written as it lies
+			// once sorted (no merge); the drain fills the next meanwhile.
+			t.batches = t.batches[:1]
+		}
 		if len(t.batches) == 0 && len(t.runs) == 0 {
 			a.pressure = false
 			return nil, nil
@@ -155,6 +160,15 @@ func (a *aside) run(ctx context.Context, t *task) error {
 		}
 		return nil
 	}
+	if c := t.block(); c != nil && a.wholeBlocks() {
+		a.sortChunk(c)
+		a.mu.Lock()
+		inOrder := c.inOrder
+		a.mu.Unlock()
+		if inOrder {
+			return a.spillBlock(ctx, t, c)
+		}
+	}
 	var srcs []source
 	var in int64 // memory the inputs hold
 	for _, b := range t.batches {
@@ -196,6 +210,55 @@ func (a *aside) run(ctx context.Context, t *task) error {
 	if cerr := m.close(); err == nil {
 		err = cerr
 	}
+	return a.done(ctx, t, run, file, err, in, len(srcs))
+}
+
+// wholeBlocks reports whether sealed blocks are spilled one by one, each
+// written as it lies once sorted, instead of several merged into one
+// file: when they are large against the budget (a quarter of it or more),
+// so that the files stay few. The spill then costs one sequential copy
+// and no comparison; the final merge, which waits on the disk, does the
+// merging.
+func (a *aside) wholeBlocks() bool {
+	return a.s.ord.bytewise && a.s.cfg.RunSize*4 >= a.s.cfg.MemoryBudget
+}
+
+// block returns the task's block when the task is a spill of a single
+// block and nothing else.
+func (t *task) block() *chunk {
+	if t.kind != taskSpill || len(t.runs) > 0 || len(t.files) > 0 || len(t.batches) != 1 || len(t.batches[0].chunks) != 1 {
+		return nil
+	}
+	return t.batches[0].chunks[0]
+}
+
+// spillBlock writes a block whose pairs lie in key order (sortBlock) to
+// a spill file: its data is the file's framed pairs.
+func (a *aside) spillBlock(ctx context.Context, t *task, c *chunk) error {
+	s := a.s
+	dir, err := a.spillDir()
+	var file *spillFile
+	if err == nil {
+		a.wbuf = spillBuffer(a.wbuf, s.cfg.IOBufferSize)
+		var w *spillWriter
+		if w, err = createSpill(dir, a.wbuf, s.cfg.PageCache); err == nil {
+			if err = w.put(c.data); err == nil {
+				w.pairs, w.n = uint64(len(c.ents)), int64(len(c.data))
+				if file, err = w.finish(); err == nil {
+					s.st.blockSpills.Add(1)
+				}
+			} else {
+				w.abort()
+			}
+		}
+	}
+	return a.done(ctx, t, nil, file, err, t.batches[0].cost(), 1)
+}
+
+// done retires a task's inputs (in: the memory they held) and lists its
+// output (run or file), or takes back its reservation after err.
+func (a *aside) done(ctx context.Context, t *task, run *memRun, file *spillFile, err error, in int64, inputs int) error {
+	s := a.s
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err != nil {
@@ -228,7 +291,7 @@ func (a *aside) run(ctx context.Context, t *task) error {
 		s.st.spills.Add(1)
 		s.st.spillBytes.Add(uint64(file.size))
 		noteSpill(file.size)
-		s.log.Debug("spilled", "file", file.path, "bytes", file.size, "pairs", file.pairs, "inputs", len(srcs))
+		s.log.Debug("spilled", "file", file.path, "bytes", file.size, "pairs", file.pairs, "inputs", inputs)
 	}
 	a.addMemLocked(-in)
 	if t.kind == taskSpill {
@@ -258,7 +321,7 @@ func (a *aside) sortChunk(c *chunk) {
 	data, es := a.bsort.sortBlock(c.data, c.ents, int(a.s.cfg.RunSize))
 	a.mu.Lock()
 	old, oldEnts := c.data, c.ents
-	c.data, c.ents, c.sorted = data, es, true
+	c.data, c.ents, c.sorted, c.inOrder = data, es, true, true
 	a.mu.Unlock()
 	a.bsort.recycle(old, oldEnts)
 }

@@ -22,8 +22,8 @@ type blockSorter struct {
 }
 
 // minPhysSort is the fewest pairs for which a block is moved rather than
-// only its index sorted.
-const minPhysSort = 1024
+// only its index sorted (a variable for the tests, whose blocks are small).
+var minPhysSort = 1024
 
 // sortBlock sorts data and its index es (in data order, covering data
 // contiguously, bytewise order) into a new buffer and index, which it

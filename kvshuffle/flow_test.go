@@ -26,10 +26,15 @@ func newShufflesEach(t testing.TB, rts []*pgas.Runtime, cfgOf func(i int) Config
 	t.Cleanup(func() {
 		for _, s := range shs {
 			s.Close()
+			spillBlocks.Add(s.st.blockSpills.Load())
 		}
 	})
 	return shs
 }
+
+// spillBlocks counts the blocks the tests' shuffles spilled as they lay
+// (TestSpillWholeBlocks).
+var spillBlocks atomic.Uint64
 
 // Rule (flow control): a receiver that takes nothing out of its rings
 // stops its senders. Each sender gets at most Slots frames into the

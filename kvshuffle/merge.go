@@ -145,8 +145,11 @@ type chunk struct {
 	data   []byte
 	ents   []ent
 	sorted bool
-	charge int64 // bytes charged against the budget for data (a block: its capacity)
-	pooled bool  // data and ents go back to the pool when the chunk is freed
+	// inOrder: data holds the pairs themselves in key order, contiguous
+	// (sortBlock moved them), not only a sorted index.
+	inOrder bool
+	charge  int64 // bytes charged against the budget for data (a block: its capacity)
+	pooled  bool  // data and ents go back to the pool when the chunk is freed
 }
 
 // batch is received chunks not yet merged into a run or spilled.

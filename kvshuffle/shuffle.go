@@ -467,6 +467,7 @@ type stats struct {
 	maxInFlight                                              atomic.Int64
 	pairsRecv, bytesRecv, framesRecv, budgetWaits            atomic.Uint64
 	spills, spillBytes, merges                               atomic.Uint64
+	blockSpills                                              atomic.Uint64 // spills of one block as it lies (spillBlock)
 	copyBytes, copyFiles, fetchBytes, fetchFiles             atomic.Uint64
 }
 

@@ -44,16 +44,18 @@ type spillFile struct {
 
 func (f *spillFile) dataLen() int64 { return f.size - spillHead - spillTail }
 
-// spillWriter writes one spill file through one large aligned buffer:
-// pairs are appended to it, and each time it fills, its whole blocks are
-// checksummed and written with one write, around the page cache unless
-// the shuffle's PageCache is set (internal/directio), and the partial
-// block left over moves to the front. The last partial block goes through
-// the cache at finish.
+// spillWriter writes one spill file through two large aligned buffers:
+// pairs are appended to one, and each time it fills, its whole blocks are
+// checksummed and written with one write in the background, around the
+// page cache unless the shuffle's PageCache is set (internal/directio),
+// while the partial block left over moves to the other, which is filled
+// next. The last partial block goes through the cache at finish.
 type spillWriter struct {
 	f       *os.File
 	dw      *directio.Writer
+	bh      *directio.Behind
 	buf     []byte // aligned; len: bytes waiting; cap: the I/O size
+	other   []byte // aligned: the buffer being written, or free
 	crcFrom int    // buf[:crcFrom] is checksummed already, or not part of the checksum (the magic)
 	crc     uint32
 	pairs   uint64
@@ -62,34 +64,41 @@ type spillWriter struct {
 }
 
 // createSpill creates a spill file in dir; buf (length ignored; from
-// spillBuffer) is the write buffer, which the writer uses until finish or
-// abort.
+// spillBuffer) holds the two write buffers, which the writer uses until
+// finish or abort.
 func createSpill(dir string, buf []byte, pageCache bool) (*spillWriter, error) {
 	f, err := os.CreateTemp(dir, "run-*.kvs")
 	if err != nil {
 		return nil, err
 	}
-	w := &spillWriter{f: f, dw: directio.NewWriter(f, !pageCache), buf: append(buf[:0], spillMagic...), crcFrom: spillHead}
+	half := cap(buf) / 2
+	dw := directio.NewWriter(f, !pageCache)
+	w := &spillWriter{f: f, dw: dw, bh: directio.NewBehind(dw), buf: append(buf[:0:half], spillMagic...), other: buf[half:half:cap(buf)], crcFrom: spillHead}
 	return w, nil
 }
 
-// spillBuffer returns a spill write buffer of size bytes: buf if it is
-// one already.
+// spillBuffer returns the spill writer's two buffers of size bytes each:
+// buf if it is that already.
 func spillBuffer(buf []byte, size int) []byte {
 	size = directio.RoundUp(max(size, 2*directio.Align))
-	if cap(buf) < size {
-		return directio.Alloc(size)[:0]
+	if cap(buf) < 2*size {
+		return directio.Alloc(2 * size)[:0]
 	}
 	return buf
 }
 
-// flush checksums and writes the buffer's whole blocks.
+// flush checksums the buffer and starts writing its whole blocks; the
+// rest moves to the other buffer, which is filled next.
 func (w *spillWriter) flush() error {
 	w.crc = crc32.Update(w.crc, castagnoli, w.buf[w.crcFrom:])
-	k, err := w.dw.WriteBlocks(w.buf)
-	w.buf = w.buf[:copy(w.buf, w.buf[k:])]
-	w.crcFrom = len(w.buf)
-	return err
+	k, err := w.bh.Start(w.buf)
+	if err != nil {
+		return err
+	}
+	rest := copy(w.other[:cap(w.other)], w.buf[k:])
+	w.buf, w.other = w.other[:rest], w.buf[:0]
+	w.crcFrom = rest
+	return nil
 }
 
 // put appends b, flushing each time the buffer fills.
@@ -140,10 +149,14 @@ func (w *spillWriter) finish() (*spillFile, error) {
 	w.buf = binary.LittleEndian.AppendUint64(w.buf, w.pairs)
 	w.buf = binary.LittleEndian.AppendUint32(w.buf, w.crc)
 	w.buf = append(w.buf, spillTrailer...)
+	err := w.bh.Wait()
 	direct := w.dw.Direct()
-	k, err := w.dw.WriteBlocks(w.buf)
 	if err == nil {
-		err = w.dw.Finish(w.buf[k:])
+		var k int
+		k, err = w.dw.WriteBlocks(w.buf)
+		if err == nil {
+			err = w.dw.Finish(w.buf[k:])
+		}
 	}
 	if err != nil {
 		w.abort()
@@ -157,6 +170,7 @@ func (w *spillWriter) finish() (*spillFile, error) {
 }
 
 func (w *spillWriter) abort() {
+	w.bh.Wait()
 	w.f.Close()
 	os.Remove(w.f.Name())
 }
@@ -319,7 +333,10 @@ func (s *fileSource) next() ([]byte, []byte, uint64, bool, error) {
 	return b[:kl:kl], b[kl:n:n], keyPrefix(b[:kl]), true, nil
 }
 
-func (s *fileSource) close() error { return s.f.Close() }
+func (s *fileSource) close() error {
+	s.rd.Close()
+	return s.f.Close()
+}
 
 // mergeTo drains m into a spill file in dir, checking ctx now and then.
 func mergeTo(ctx context.Context, m *mergeIter, dir string, buf []byte, pageCache bool) (*spillFile, error) {

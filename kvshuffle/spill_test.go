@@ -161,3 +161,22 @@ func TestLoseSpillDirStaysLost(t *testing.T) {
 		t.Fatalf("spill directory is back: %v", err)
 	}
 }
+
+// Rule (whole blocks): with blocks of a quarter of the budget, each sealed
+// block is spilled alone, written as it lies once sortBlock moved it into
+// key order, and the results, checkpoints and roll-backs are those of the
+// merging spill. The spill and checkpoint tests run again with blocks
+// small enough to be moved, and must see such spills.
+func TestSpillWholeBlocks(t *testing.T) {
+	old := minPhysSort
+	minPhysSort = 16
+	defer func() { minPhysSort = old }()
+	spillBlocks.Store(0)
+	t.Run("beyond-budget", TestSpillBeyondBudget)
+	t.Run("roll-back", TestRollBackResend)
+	t.Run("async-checkpoint", TestAsyncCheckpoint)
+	if spillBlocks.Load() == 0 {
+		t.Fatal("no block was spilled as it lies: the tests did not reach spillBlock")
+	}
+	t.Logf("%d blocks spilled as they lie", spillBlocks.Load())
+}

@@ -171,6 +171,7 @@ func (j *sortJob) splittersFromHeader() error {
 // the way), ends the stream, and writes the received partition to tmp.
 func (j *sortJob) attempt(ctx context.Context, tmp string) (Summary, error) {
 	var sum Summary
+	j.attemptStart = time.Now()
 	from := int64(j.sh.Consumed())
 	next := int64(-1) // the next checkpoint's record count
 	if j.ck != nil && j.c.CkptRecords > 0 {
@@ -209,6 +210,7 @@ func (j *sortJob) attempt(ctx context.Context, tmp string) (Summary, error) {
 	if err := j.sh.CloseSend(ctx); err != nil {
 		return sum, err
 	}
+	j.sendDur = time.Since(j.attemptStart)
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return sum, fmt.Errorf("terasort: %w", err)
@@ -273,6 +275,9 @@ type sortJob struct {
 	ckptDur time.Duration // the send loop's time in checkpoint (marking, waiting for the previous commit)
 	ckptBg  time.Duration // the committer's time, in the background
 	cm      *committer    // the checkpoint being committed, nil for none
+
+	attemptStart time.Time     // the last attempt's start
+	sendDur      time.Duration // its sending: from the start to CloseSend's return
 }
 
 func (j *sortJob) printf(format string, args ...any) {
@@ -434,8 +439,8 @@ func (j *sortJob) run(ctx context.Context) error {
 			fmt.Fprintf(j.c.Stdout, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d copied_bytes=%d held_bytes=%d fetched_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
 				rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.CopiedBytes, st.HeldBytes, st.FetchedBytes, st.MemoryPeak, j.c.Shuffle.MemoryBudget, kvjob.PeakRSS())
 		}
-		j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) ckpt_background=%.3fs recoveries=%d\n",
-			n, j.total, tSample.Seconds(), shuffleTime.Seconds(), time.Since(t0).Seconds(),
+		j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs (send %.3fs, merge+write %.3fs) total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) ckpt_background=%.3fs recoveries=%d\n",
+			n, j.total, tSample.Seconds(), shuffleTime.Seconds(), j.sendDur.Seconds(), time.Since(j.attemptStart.Add(j.sendDur)).Seconds(), time.Since(t0).Seconds(),
 			float64(j.total*RecordSize)/1e6/time.Since(t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.ckptBg.Seconds(), j.recov)
 		if err := j.markComplete(ctx); err != nil {
 			return err

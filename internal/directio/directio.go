@@ -116,17 +116,60 @@ func (w *Writer) Finish(tail []byte) error {
 	return err
 }
 
-// Buffer is an io.Writer that collects bytes in one aligned buffer and
-// writes it in whole blocks through a Writer: the output of a sort, say.
+// Behind writes blocks through a Writer in the background, one write at
+// a time, so that the caller fills its next buffer meanwhile.
+type Behind struct {
+	w    *Writer
+	done chan error // the write in flight, nil for none
+}
+
+// NewBehind writes through w.
+func NewBehind(w *Writer) *Behind { return &Behind{w: w} }
+
+// Start waits for the previous write (returning its error) and starts
+// writing the whole blocks of p, which the caller leaves alone until the
+// next Start or Wait. It returns how many bytes of p it writes.
+func (b *Behind) Start(p []byte) (int, error) {
+	if err := b.Wait(); err != nil {
+		return 0, err
+	}
+	n := len(p) &^ (Align - 1)
+	if n == 0 {
+		return 0, nil
+	}
+	done := make(chan error, 1)
+	b.done = done
+	go func() {
+		_, err := b.w.WriteBlocks(p[:n])
+		done <- err
+	}()
+	return n, nil
+}
+
+// Wait waits for the write in flight and returns its error.
+func (b *Behind) Wait() error {
+	if b.done == nil {
+		return nil
+	}
+	err := <-b.done
+	b.done = nil
+	return err
+}
+
+// Buffer is an io.Writer that collects bytes in aligned buffers and writes
+// each full one in the background (Behind) while it fills the next: the
+// output of a sort, say.
 type Buffer struct {
-	w   *Writer
-	buf []byte // aligned; len: bytes waiting
-	err error
+	b    *Behind
+	buf  []byte // aligned; len: bytes waiting
+	next []byte // the other buffer, being written or free
+	err  error
 }
 
 // NewBuffer writes through w in blocks of size bytes (rounded up to Align).
 func NewBuffer(w *Writer, size int) *Buffer {
-	return &Buffer{w: w, buf: Alloc(max(size, Align))[:0]}
+	size = max(size, Align)
+	return &Buffer{b: NewBehind(w), buf: Alloc(size)[:0], next: Alloc(size)[:0]}
 }
 
 // Write appends p, writing every full buffer.
@@ -140,10 +183,10 @@ func (b *Buffer) Write(p []byte) (int, error) {
 		b.buf = b.buf[:len(b.buf)+k]
 		done += k
 		if len(b.buf) == cap(b.buf) {
-			if _, b.err = b.w.WriteBlocks(b.buf); b.err != nil {
+			if _, b.err = b.b.Start(b.buf); b.err != nil {
 				return done, b.err
 			}
-			b.buf = b.buf[:0]
+			b.buf, b.next = b.next[:0], b.buf
 		}
 	}
 	return done, nil
@@ -155,9 +198,13 @@ func (b *Buffer) Flush() error {
 	if b.err != nil {
 		return b.err
 	}
-	n, err := b.w.WriteBlocks(b.buf)
+	err := b.b.Wait()
 	if err == nil {
-		err = b.w.Finish(b.buf[n:])
+		var n int
+		n, err = b.b.w.WriteBlocks(b.buf)
+		if err == nil {
+			err = b.b.w.Finish(b.buf[n:])
+		}
 	}
 	b.buf = b.buf[:0]
 	b.err = err
@@ -168,23 +215,34 @@ func (b *Buffer) Flush() error {
 }
 
 // Reader reads the range [off, end) of a file sequentially, in aligned
-// blocks of its buffer's size, directly when the file system allows.
+// blocks of its buffers' size, directly when the file system allows; it
+// reads the next block in the background while the caller consumes one.
 type Reader struct {
 	f      *os.File
 	direct bool
-	buf    []byte // aligned
+	buf    []byte // aligned: the block being consumed
+	spare  []byte // aligned: the block being read ahead, or free
 	bufOff int64  // file offset of buf[0]
 	r, w   int    // buf[r:w] is read and not yet returned
 	skip   int    // bytes of the first block before the range (direct)
 	next   int64  // file offset of the next block to read (aligned when direct)
 	end    int64
+	ahead  chan readResult // the read ahead in flight, nil for none
+	err    error           // sticky
 }
 
-// NewReader reads f from off to end through a buffer of size bytes
+type readResult struct {
+	k   int
+	err error
+}
+
+// NewReader reads f from off to end through buffers of size bytes
 // (rounded up to Align), directly when direct is set and the file system
-// allows it. It changes f's O_DIRECT flag; f must not be shared.
+// allows it. It changes f's O_DIRECT flag; f must not be shared, and Close
+// must be called before f is closed.
 func NewReader(f *os.File, off, end int64, size int, direct bool) *Reader {
-	r := &Reader{f: f, buf: Alloc(max(size, Align)), end: end}
+	size = max(size, Align)
+	r := &Reader{f: f, buf: Alloc(size), spare: Alloc(size), end: end}
 	r.direct = direct && setDirect(f, true) == nil
 	if r.direct {
 		r.next = off &^ (Align - 1)
@@ -201,8 +259,11 @@ func (r *Reader) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	if r.r >= r.w {
-		if err := r.fill(); err != nil {
-			return 0, err
+		if r.err != nil {
+			return 0, r.err
+		}
+		if r.err = r.fill(); r.err != nil {
+			return 0, r.err
 		}
 	}
 	n := copy(p, r.buf[r.r:r.w])
@@ -210,43 +271,72 @@ func (r *Reader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// fill reads the next block of the range into buf.
+// Close waits for the read ahead in flight, if any.
+func (r *Reader) Close() {
+	if r.ahead != nil {
+		<-r.ahead
+		r.ahead = nil
+	}
+}
+
+// readAt reads the block at off into b: as much as the range wants, or a
+// whole buffer when direct (which rounds up to a block).
+func (r *Reader) readAt(b []byte, off int64) (int, error) {
+	want := len(b)
+	if !r.direct {
+		want = int(min(int64(want), r.end-off))
+	}
+	k, err := r.f.ReadAt(b[:want], off)
+	if err != nil && r.direct && k == 0 && isInvalid(err) {
+		if err = setDirect(r.f, false); err == nil {
+			r.direct = false
+			want = int(min(int64(len(b)), r.end-off))
+			k, err = r.f.ReadAt(b[:want], off)
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	if err == nil && k < want && off+int64(k) < r.end {
+		err = io.ErrUnexpectedEOF
+	}
+	return k, err
+}
+
+// fill makes buf the next block of the range: the one read ahead, or one
+// read now; then starts reading the block after it.
 func (r *Reader) fill() error {
 	skip := r.skip
 	r.skip = 0
 	if r.next+int64(skip) >= r.end {
 		return io.EOF
 	}
-	want := len(r.buf)
-	if !r.direct {
-		want = int(min(int64(want), r.end-r.next))
-	}
-	k, err := r.f.ReadAt(r.buf[:want], r.next)
-	if err != nil && r.direct && k == 0 && isInvalid(err) {
-		if err = setDirect(r.f, false); err == nil {
-			r.direct = false
-			k, err = r.f.ReadAt(r.buf[:want], r.next)
-		}
-	}
-	if errors.Is(err, io.EOF) {
-		err = nil
+	var res readResult
+	if r.ahead != nil {
+		res = <-r.ahead
+		r.ahead = nil
+		r.buf, r.spare = r.spare, r.buf
+	} else {
+		res.k, res.err = r.readAt(r.buf, r.next)
 	}
 	r.bufOff = r.next
-	r.next += int64(k)
+	r.next += int64(res.k)
 	// Past end (a direct read rounds up to a block) is not ours.
-	valid := int(min(int64(k), r.end-r.bufOff))
+	valid := int(min(int64(res.k), r.end-r.bufOff))
+	if res.err != nil {
+		return res.err
+	}
 	if valid <= skip {
-		if err == nil {
-			err = io.ErrUnexpectedEOF
-		}
-		return err
+		return io.ErrUnexpectedEOF
 	}
 	r.r, r.w = skip, valid
-	if err != nil {
-		return err
-	}
-	if k < want && r.next < r.end {
-		return io.ErrUnexpectedEOF
+	if r.next < r.end {
+		ahead, b, off := make(chan readResult, 1), r.spare, r.next
+		r.ahead = ahead
+		go func() {
+			k, err := r.readAt(b, off)
+			ahead <- readResult{k, err}
+		}()
 	}
 	return nil
 }

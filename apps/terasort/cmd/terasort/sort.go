@@ -216,10 +216,11 @@ func (f *sortFlags) shuffleConfig(rank int) (kvshuffle.Config, error) {
 	// of 128 KiB frames, for 4 * ranks * SlotSize of receive rings and
 	// 2 * ranks * SlotSize of send buffers (12 MiB at 4 ranks).
 	cfg.SlotSize = int(min(512<<10, max(int64(cfg.SlotSize), f.memory/16)))
-	// Blocks (runs) of an eighth of the budget, at least one frame:
-	// several fit, so the merger spills the sealed ones while the drain
-	// fills the next.
-	cfg.RunSize = max(min(cfg.RunSize, f.memory/8), int64(cfg.SlotSize))
+	// Blocks (runs) of a quarter of the budget, at least one frame: the
+	// merger sorts each sealed one and spills it as it lies (no merge)
+	// while the drain fills the next; at 4 ranks and 1 GiB a rank spills
+	// about 14 files, which the final merge reads at once.
+	cfg.RunSize = max(min(cfg.RunSize, f.memory/4), int64(cfg.SlotSize))
 	// Spill files written and read 1 MiB at a time.
 	cfg.IOBufferSize = 1 << 20
 	cfg.SpillDir = f.spill
