@@ -106,29 +106,103 @@ func (o *oside) wakePump() {
 // ErrPartition, an error wrapping pgas.ErrTimeout when ctx ends while it
 // waits, ErrClosed, or the shuffle's failure.
 func (s *Shuffle) Send(ctx context.Context, key, value []byte) error {
-	o := s.o
-	if o == nil {
-		return fmt.Errorf("kvshuffle: send on rank %d: %w", s.rank, ErrNotOperator)
-	}
-	s.opMu.Lock()
-	defer s.opMu.Unlock()
-	if err := s.usable(); err != nil {
+	o, err := s.startSend()
+	if err != nil {
 		return err
 	}
-	if o.sendClosed {
-		return ErrSendClosed
-	}
+	defer s.opMu.Unlock()
 	size := PairSize(len(key), len(value))
-	if size > s.cfg.MaxPairSize {
-		return fmt.Errorf("kvshuffle: send: pair of %d bytes (key %d, value %d) above MaxPairSize %d: %w",
-			size, len(key), len(value), s.cfg.MaxPairSize, ErrTooLarge)
+	if err := s.checkSize(size, len(key), len(value)); err != nil {
+		return err
 	}
-	p := s.part(key, len(s.aRanks))
-	if p < 0 || p >= len(s.aRanks) {
-		return fmt.Errorf("kvshuffle: send: Partition returned %d for %d partitions: %w", p, len(s.aRanks), ErrPartition)
+	p, err := s.partOf(key)
+	if err != nil {
+		return err
 	}
 	s.st.pairsSent.Add(1)
 	s.st.bytesSent.Add(uint64(size))
+	return o.put(ctx, p, key, value, size)
+}
+
+// SendKeys sends each size-byte piece of keys as the key of a pair with
+// an empty value: what Send(ctx, keys[i*size:(i+1)*size], nil) does for
+// every i in turn, in one call (one lock and one check of the shuffle's
+// state for the lot), for a stream of fixed-size records such as
+// TeraSort's. It returns the number of keys sent; after an error, the
+// keys before that number were sent, as by that many calls to Send.
+// len(keys) must be a multiple of size.
+func (s *Shuffle) SendKeys(ctx context.Context, keys []byte, size int) (int, error) {
+	if size <= 0 || len(keys)%size != 0 {
+		return 0, fmt.Errorf("kvshuffle: SendKeys: %d bytes of keys are not a whole number of %d-byte keys", len(keys), size)
+	}
+	o, err := s.startSend()
+	if err != nil {
+		return 0, err
+	}
+	defer s.opMu.Unlock()
+	pair := PairSize(size, 0)
+	if err := s.checkSize(pair, size, 0); err != nil {
+		return 0, err
+	}
+	n := len(keys) / size
+	sent := 0
+	defer func() {
+		s.st.pairsSent.Add(uint64(sent))
+		s.st.bytesSent.Add(uint64(sent * pair))
+	}()
+	for off := 0; off < len(keys); off += size {
+		key := keys[off : off+size : off+size]
+		p, err := s.partOf(key)
+		if err != nil {
+			return sent, err
+		}
+		if err := o.put(ctx, p, key, nil, pair); err != nil {
+			return sent, err
+		}
+		sent++
+	}
+	return n, nil
+}
+
+// startSend takes Shuffle.opMu for a send and checks that one may be made;
+// on success the caller unlocks.
+func (s *Shuffle) startSend() (*oside, error) {
+	o := s.o
+	if o == nil {
+		return nil, fmt.Errorf("kvshuffle: send on rank %d: %w", s.rank, ErrNotOperator)
+	}
+	s.opMu.Lock()
+	if err := s.usable(); err != nil {
+		s.opMu.Unlock()
+		return nil, err
+	}
+	if o.sendClosed {
+		s.opMu.Unlock()
+		return nil, ErrSendClosed
+	}
+	return o, nil
+}
+
+func (s *Shuffle) checkSize(size, key, value int) error {
+	if size > s.cfg.MaxPairSize {
+		return fmt.Errorf("kvshuffle: send: pair of %d bytes (key %d, value %d) above MaxPairSize %d: %w",
+			size, key, value, s.cfg.MaxPairSize, ErrTooLarge)
+	}
+	return nil
+}
+
+// partOf is key's partition, checked.
+func (s *Shuffle) partOf(key []byte) (int, error) {
+	p := s.part(key, len(s.aRanks))
+	if p < 0 || p >= len(s.aRanks) {
+		return 0, fmt.Errorf("kvshuffle: send: Partition returned %d for %d partitions: %w", p, len(s.aRanks), ErrPartition)
+	}
+	return p, nil
+}
+
+// put hands a checked pair of partition p to Combine's stage or to the
+// send buffers. Called under Shuffle.opMu.
+func (o *oside) put(ctx context.Context, p int, key, value []byte, size int) error {
 	if o.stage != nil && size <= o.payloadCap {
 		return o.stagePair(ctx, p, key, value, size)
 	}

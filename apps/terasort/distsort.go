@@ -181,8 +181,8 @@ func (j *sortJob) attempt(ctx context.Context, tmp string) (Summary, error) {
 		}
 	}
 	err := ReadShards(ctx, j.shards, from, 0, func(blk []byte, first int64) error {
-		for off := 0; off < len(blk); off += RecordSize {
-			i := first + int64(off/RecordSize)
+		end := first + int64(len(blk)/RecordSize)
+		for i := first; i < end; {
 			if i == next {
 				if err := j.checkpoint(ctx, uint64(i)+1); err != nil {
 					return err
@@ -198,11 +198,22 @@ func (j *sortJob) attempt(ctx context.Context, tmp string) (Summary, error) {
 					return fmt.Errorf("inject: %w", err)
 				}
 			}
-			if err := j.sh.Send(ctx, blk[off:off+RecordSize], nil); err != nil {
+			// The records up to the next checkpoint or injection go in
+			// one call.
+			stop := end
+			if next > i && next < stop {
+				stop = next
+			}
+			if j.inject != nil && j.inject.Phase == "" && j.inject.At > i && j.inject.At < stop {
+				stop = j.inject.At
+			}
+			lo := int(i-first) * RecordSize
+			if _, err := j.sh.SendKeys(ctx, blk[lo:int(stop-first)*RecordSize], RecordSize); err != nil {
 				return err
 			}
+			i = stop
 		}
-		return j.sh.MarkConsumed(uint64(first) + uint64(len(blk)/RecordSize))
+		return j.sh.MarkConsumed(uint64(end))
 	})
 	if err != nil {
 		return sum, err

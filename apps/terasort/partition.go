@@ -2,11 +2,11 @@ package terasort
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
 	"slices"
-	"sort"
 )
 
 // Splitters picks parts-1 splitters for range partitioning from a sample of
@@ -42,6 +42,7 @@ func Splitters(sample [][]byte, parts int) [][]byte {
 // immutable and safe for concurrent use.
 type Partitioner struct {
 	splitters [][]byte
+	pre       []uint64 // prefix8 of each splitter
 }
 
 // NewPartitioner returns a Partitioner over copies of splitters (from
@@ -55,10 +56,25 @@ func NewPartitioner(splitters [][]byte) (*Partitioner, error) {
 		}
 	}
 	cp := make([][]byte, len(splitters))
+	pre := make([]uint64, len(splitters))
 	for i, s := range splitters {
 		cp[i] = bytes.Clone(s)
+		pre[i] = prefix8(s)
 	}
-	return &Partitioner{splitters: cp}, nil
+	return &Partitioner{splitters: cp, pre: pre}, nil
+}
+
+// prefix8 is the first 8 bytes of k, big-endian, zero-padded: for
+// bytewise order, prefix8(a) < prefix8(b) implies a < b.
+func prefix8(k []byte) uint64 {
+	if len(k) >= 8 {
+		return binary.BigEndian.Uint64(k)
+	}
+	var p uint64
+	for i, c := range k {
+		p |= uint64(c) << (56 - 8*i)
+	}
+	return p
 }
 
 // Parts returns the number of partitions, len(splitters)+1.
@@ -75,8 +91,25 @@ func (p *Partitioner) Splitters() [][]byte {
 
 // Partition returns the partition of key, in [0, Parts()).
 func (p *Partitioner) Partition(key []byte) int {
-	s := p.splitters
-	return sort.Search(len(s), func(i int) bool { return bytes.Compare(s[i], key) > 0 })
+	// The first splitter above key, by binary search: on the 8-byte
+	// prefixes, and on the whole keys where those are equal.
+	kp := prefix8(key)
+	lo, hi := 0, len(p.splitters)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		var above bool
+		if sp := p.pre[m]; sp != kp {
+			above = sp > kp
+		} else {
+			above = bytes.Compare(p.splitters[m], key) > 0
+		}
+		if above {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo
 }
 
 // SampleKeys returns copies of the keys of up to n records of recs, evenly

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"testing"
 )
 
@@ -207,5 +208,40 @@ func TestRangePartitionSortsGlobally(t *testing.T) {
 	rep, err := ValidateFiles(context.Background(), paths, DefaultScanConfig())
 	if err != nil || rep.Summary != SumRecords(in) {
 		t.Fatalf("validate: %v, summary %v want %v", err, rep.Summary, SumRecords(in))
+	}
+}
+
+// Partition's prefix search agrees with a plain binary search on whole
+// keys, for keys that share 8-byte prefixes with the splitters, keys
+// shorter than 8 bytes, and keys equal to a splitter.
+func TestPartitionPrefixSearch(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	key := func() []byte {
+		k := make([]byte, r.IntN(12))
+		for i := range k {
+			k[i] = byte(r.IntN(3)) // few values: many shared prefixes
+		}
+		return k
+	}
+	for round := range 200 {
+		sp := make([][]byte, r.IntN(9))
+		for i := range sp {
+			sp[i] = key()
+		}
+		slices.SortFunc(sp, bytes.Compare)
+		p, err := NewPartitioner(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 200 {
+			k := key()
+			if len(sp) > 0 && r.IntN(4) == 0 {
+				k = bytes.Clone(sp[r.IntN(len(sp))])
+			}
+			want := sort.Search(len(sp), func(i int) bool { return bytes.Compare(sp[i], k) > 0 })
+			if got := p.Partition(k); got != want {
+				t.Fatalf("round %d: splitters %x: Partition(%x) = %d, want %d", round, sp, k, got, want)
+			}
+		}
 	}
 }
