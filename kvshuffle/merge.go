@@ -20,10 +20,11 @@ const entSize = 24
 func (e ent) key(data []byte) []byte   { return data[e.kstart:e.kend:e.kend] }
 func (e ent) value(data []byte) []byte { return data[e.kend:e.end:e.end] }
 
-// keyPrefix is the first 8 bytes of k, big-endian, zero-padded. For
-// bytewise order, prefix(a) < prefix(b) implies a < b, so most comparisons
-// are one integer comparison.
-func keyPrefix(k []byte) uint64 {
+// KeyPrefix is the first 8 bytes of k, big-endian, zero-padded. For
+// bytewise order, KeyPrefix(a) < KeyPrefix(b) implies a < b, so most
+// comparisons are one integer comparison (the shuffle's sort and merge,
+// and a range partitioner's search).
+func KeyPrefix(k []byte) uint64 {
 	if len(k) >= 8 {
 		return binary.BigEndian.Uint64(k)
 	}
@@ -131,7 +132,7 @@ func indexRun(b []byte, es []ent, base int, what string) ([]ent, error) {
 			return es, err
 		}
 		ks := base + off + n - len(v) - len(k)
-		es = append(es, ent{pre: keyPrefix(k), kstart: uint32(ks), kend: uint32(ks + len(k)), end: uint32(base + off + n)})
+		es = append(es, ent{pre: KeyPrefix(k), kstart: uint32(ks), kend: uint32(ks + len(k)), end: uint32(base + off + n)})
 		off += n
 	}
 	return es, nil
@@ -206,7 +207,7 @@ func (s *runSource) next() ([]byte, []byte, uint64, bool, error) {
 		return nil, nil, 0, false, err
 	}
 	s.off += n
-	return k, v, keyPrefix(k), true, nil
+	return k, v, KeyPrefix(k), true, nil
 }
 
 func (s *runSource) close() error { return nil }

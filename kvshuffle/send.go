@@ -346,7 +346,7 @@ func (o *oside) stagePair(ctx context.Context, p int, key, value []byte, size in
 	start := len(st.data)
 	st.data = AppendPair(st.data, key, value)
 	ks := start + uvarintLen(uint64(len(key))) + uvarintLen(uint64(len(value)))
-	st.ents = append(st.ents, ent{pre: keyPrefix(key), kstart: uint32(ks), kend: uint32(ks + len(key)), end: uint32(len(st.data))})
+	st.ents = append(st.ents, ent{pre: KeyPrefix(key), kstart: uint32(ks), kend: uint32(ks + len(key)), end: uint32(len(st.data))})
 	return nil
 }
 

@@ -101,7 +101,7 @@ func TestSortBlock(t *testing.T) {
 		prev := uint32(0)
 		for i, e := range oes {
 			k, v, n, err := DecodePair(out[prev:])
-			if err != nil || prev+uint32(n) != e.end || !bytes.Equal(k, e.key(out)) || !bytes.Equal(v, e.value(out)) || e.pre != keyPrefix(k) {
+			if err != nil || prev+uint32(n) != e.end || !bytes.Equal(k, e.key(out)) || !bytes.Equal(v, e.value(out)) || e.pre != KeyPrefix(k) {
 				t.Fatalf("seed %d: entry %d does not index the pair at %d (%v)", seed, i, prev, err)
 			}
 			if !bytes.Equal(k, want[i].key(data)) {

@@ -330,7 +330,7 @@ func (s *fileSource) next() ([]byte, []byte, uint64, bool, error) {
 	b := s.buf[s.r : s.r+n]
 	s.r += n
 	s.pairs++
-	return b[:kl:kl], b[kl:n:n], keyPrefix(b[:kl]), true, nil
+	return b[:kl:kl], b[kl:n:n], KeyPrefix(b[:kl]), true, nil
 }
 
 func (s *fileSource) close() error {

@@ -106,7 +106,7 @@ func readSpillFile(path string, data []byte, ioBuf, maxPair int) (run []byte, n 
 		if !ok {
 			return run, n, nil
 		}
-		if len(k) > maxPair || len(v) > maxPair || prefix != keyPrefix(k) {
+		if len(k) > maxPair || len(v) > maxPair || prefix != KeyPrefix(k) {
 			return nil, 0, fmt.Errorf("pair %d: %d+%d bytes (max %d), prefix %x for key %x", n, len(k), len(v), maxPair, prefix, k)
 		}
 		run = AppendPair(run, k, v)

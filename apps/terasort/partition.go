@@ -2,11 +2,12 @@ package terasort
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
 	"slices"
+
+	"github.com/gaspigo/gaspigo/kvshuffle"
 )
 
 // Splitters picks parts-1 splitters for range partitioning from a sample of
@@ -42,7 +43,7 @@ func Splitters(sample [][]byte, parts int) [][]byte {
 // immutable and safe for concurrent use.
 type Partitioner struct {
 	splitters [][]byte
-	pre       []uint64 // prefix8 of each splitter
+	pre       []uint64 // kvshuffle.KeyPrefix of each splitter
 }
 
 // NewPartitioner returns a Partitioner over copies of splitters (from
@@ -59,22 +60,9 @@ func NewPartitioner(splitters [][]byte) (*Partitioner, error) {
 	pre := make([]uint64, len(splitters))
 	for i, s := range splitters {
 		cp[i] = bytes.Clone(s)
-		pre[i] = prefix8(s)
+		pre[i] = kvshuffle.KeyPrefix(s)
 	}
 	return &Partitioner{splitters: cp, pre: pre}, nil
-}
-
-// prefix8 is the first 8 bytes of k, big-endian, zero-padded: for
-// bytewise order, prefix8(a) < prefix8(b) implies a < b.
-func prefix8(k []byte) uint64 {
-	if len(k) >= 8 {
-		return binary.BigEndian.Uint64(k)
-	}
-	var p uint64
-	for i, c := range k {
-		p |= uint64(c) << (56 - 8*i)
-	}
-	return p
 }
 
 // Parts returns the number of partitions, len(splitters)+1.
@@ -93,7 +81,7 @@ func (p *Partitioner) Splitters() [][]byte {
 func (p *Partitioner) Partition(key []byte) int {
 	// The first splitter above key, by binary search: on the 8-byte
 	// prefixes, and on the whole keys where those are equal.
-	kp := prefix8(key)
+	kp := kvshuffle.KeyPrefix(key)
 	lo, hi := 0, len(p.splitters)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
