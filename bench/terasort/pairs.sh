@@ -16,13 +16,18 @@
 # and kill/ckpt, of wall time and of CPU time (which a shared machine's
 # load moves less). Needs GNU time (/usr/bin/time).
 #
+# Each run waits for a quiet machine first (quiet.sh: load average below
+# TERASORT_MAXLOAD, default 1.5) and prints the load it started at.
+#
 # Environment: TERASORT_RECORDS (default 10737418), TERASORT_MEMORY (bytes
 # per rank, default 67108864), TERASORT_CKPT (default 500000),
 # TERASORT_ROUNDS (default 5), TERASORT_DIR (work directory, default a new
-# one under /tmp, removed at the end).
+# one under /tmp, removed at the end), TERASORT_MAXLOAD and
+# TERASORT_QUIETWAIT (quiet.sh).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/bench/terasort/quiet.sh"
 records=${TERASORT_RECORDS:-10737418}
 memory=${TERASORT_MEMORY:-67108864}
 ckpt=${TERASORT_CKPT:-500000}
@@ -48,6 +53,7 @@ run() { # name -> sets $took; output in $work/out-$name
 	esac
 	rm -rf "$work/out-$name"
 	local t0 t1 log got
+	quiet
 	t0=$(date +%s.%N)
 	log=$(/usr/bin/time -f '%U %S' -o "$work/cpu" "$work/bin/gaspirun" -n 4 --spares 1 -- "$ts" sort --in "$work/in" --out "$work/out-$name" --memory "$memory" "${extra[@]}" 2>&1) || {
 		echo "$name failed:"
@@ -59,8 +65,8 @@ run() { # name -> sets $took; output in $work/out-$name
 	[[ $got == "$want" ]] || { echo "$name: got '$got', want '$want'" >&2; exit 1; }
 	took=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}')
 	cpu=$(awk '{printf "%.2f", $1+$2}' "$work/cpu")
-	printf '%-6s %8.3f s  cpu %6.2f s  %s %s\n' "$name" "$took" "$cpu" "$(grep -o 'checkpoints=[0-9]* ([0-9.]*s) ckpt_background=[0-9.]*s' <<<"$log" | head -1)" \
-		"$(grep -o 'rolled back to checkpoint [0-9]* (records sent per rank) in [0-9.]*[mµ]*s' <<<"$log" | head -1)"
+	printf '%-6s %8.3f s  cpu %6.2f s  load %s%s  %s %s\n' "$name" "$took" "$cpu" "$load" "$loaded" "$(grep -o 'checkpoints=[0-9]* ([0-9.]*s) ckpt_background=[0-9.]*s' <<<"$log" | head -1)" \
+		"$(grep -o 'rolled back to checkpoint [0-9]* (records sent per rank) \(in\|after\) [0-9.]*[mµ]*s' <<<"$log" | head -1)"
 }
 
 cp_ratios=() kc_ratios=() cp_cpu=() kc_cpu=()

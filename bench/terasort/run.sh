@@ -23,6 +23,13 @@
 # and GNU sort (LC_ALL=C sort -S 50% --parallel=2).
 # Every output is validated against the input's count and checksum.
 #
+# Each line gives the best of TERASORT_REPS runs: wall time, MB/s, and the
+# CPU time of all the run's processes (GNU time over gaspirun, which waits
+# for its processes), also per GiB sorted. Each run waits for a quiet
+# machine first (quiet.sh: load average below TERASORT_MAXLOAD, default
+# 1.5); its line shows the load it started at, and LOADED if it never got
+# below. Needs GNU time (/usr/bin/time).
+#
 # Environment: TERASORT_RECORDS (default 10737418), TERASORT_MEMORY (bytes
 # per rank, default 67108864), TERASORT_CKPT (default 500000), TERASORT_REPS
 # (runs per variant, best shown, default 1), TERASORT_DIR (work directory,
@@ -30,6 +37,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/bench/terasort/quiet.sh"
 records=${TERASORT_RECORDS:-10737418}
 memory=${TERASORT_MEMORY:-67108864}
 ckpt=${TERASORT_CKPT:-500000}
@@ -49,6 +57,7 @@ echo "# $(date -u +%FT%TZ) records=$records memory=$memory ckpt=$ckpt reps=$reps
 want=$("$ts" sum "$work/in" | tail -1)
 echo "# input: $want"
 mb=$(awk -v r="$records" 'BEGIN{printf "%.1f", r*100/1e6}')
+gib=$(awk -v r="$records" 'BEGIN{printf "%.4f", r*100/1073741824}')
 
 now() { date +%s.%N; }
 check() { # dir label
@@ -57,23 +66,33 @@ check() { # dir label
 	[[ $got == "$want" ]] || { echo "$2: got '$got', want '$want'" >&2; exit 1; }
 }
 
-declare -A best
+declare -A best bestcpu bestload
+# keep name wall cpu: the best (least wall) run of a variant so far
+keep() {
+	if [[ -z ${best[$1]:-} ]] || awk -v x="$2" -v y="${best[$1]}" 'BEGIN{exit !(x<y)}'; then
+		best[$1]=$2 bestcpu[$1]=$3 bestload[$1]="$load$loaded"
+	fi
+}
+# line name: the variant's figures
+line() {
+	printf '%-10s %8.2f s %8.1f MB/s  cpu %6.2f s (%5.2f s/GiB, all processes)  load %s\n' "$1" "${best[$1]}" \
+		"$(awk -v m="$mb" -v s="${best[$1]}" 'BEGIN{print m/s}')" "${bestcpu[$1]}" \
+		"$(awk -v c="${bestcpu[$1]}" -v g="$gib" 'BEGIN{print c/g}')" "${bestload[$1]}"
+}
 variant() { # name, sort flags...
 	local name=$1
 	shift
-	local b=""
 	for _ in $(seq "$reps"); do
 		rm -rf "$work/out"
 		local t0 t1 log
+		quiet
 		t0=$(now)
-		log=$("$run" -n 4 --spares 1 ${launch:-} -- "$ts" sort --in "$work/in" --out "$work/out" --memory "$memory" "$@" 2>&1) || { echo "$name failed:"; echo "$log"; exit 1; }
+		log=$(/usr/bin/time -f '%U %S' -o "$work/cpu" "$run" -n 4 --spares 1 ${launch:-} -- "$ts" sort --in "$work/in" --out "$work/out" --memory "$memory" "$@" 2>&1) || { echo "$name failed:"; echo "$log"; exit 1; }
 		t1=$(now)
 		check "$work/out" "$name"
-		local w
-		w=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')
-		if [[ -z $b ]] || awk -v x="$w" -v y="$b" 'BEGIN{exit !(x<y)}'; then b=$w; fi
+		keep "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')" "$(awk '{printf "%.2f", $1+$2}' "$work/cpu")"
 		if [[ $name == kill* ]]; then
-			grep -o 'rolled back to checkpoint [0-9]* (records sent per rank) in [0-9.]*[mµ]*s' <<<"$log" | head -1 | sed 's/^/#   kill: /'
+			grep -o 'rolled back to checkpoint [0-9]* (records sent per rank) \(in\|after\) [0-9.]*[mµ]*s' <<<"$log" | head -1 | sed "s/^/#   $name: /"
 		fi
 		grep -o 'checkpoints=[0-9]* ([0-9.]*s)' <<<"$log" | head -1 | sed "s/^/#   $name: /"
 		grep -o 'copied_bytes=[0-9]* held_bytes=[0-9]* fetched_bytes=[0-9]*' <<<"$log" | awk -v n="$name" '
@@ -89,25 +108,21 @@ variant() { # name, sort flags...
 			  sp += v["spills"] }
 			END { if (NR) printf "#   %s: spills=%d (all ranks) memory_peak=%.1f MB rss_peak=%.1f MB (largest rank)\n", n, sp, mem/1e6, rss*1024/1e6 }'
 	done
-	best[$name]=$b
-	printf '%-10s %8.2f s %8.1f MB/s\n' "$name" "$b" "$(awk -v m="$mb" -v s="$b" 'BEGIN{print m/s}')"
+	line "$name"
 }
 
 single() { # name, command...
 	local name=$1
 	shift
-	local b=""
 	for _ in $(seq "$reps"); do
 		local t0 t1
+		quiet
 		t0=$(now)
-		"$@" >/dev/null 2>&1
+		/usr/bin/time -f '%U %S' -o "$work/cpu" "$@" >/dev/null 2>&1
 		t1=$(now)
-		local w
-		w=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')
-		if [[ -z $b ]] || awk -v x="$w" -v y="$b" 'BEGIN{exit !(x<y)}'; then b=$w; fi
+		keep "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')" "$(awk '{printf "%.2f", $1+$2}' "$work/cpu")"
 	done
-	best[$name]=$b
-	printf '%-10s %8.2f s %8.1f MB/s\n' "$name" "$b" "$(awk -v m="$mb" -v s="$b" 'BEGIN{print m/s}')"
+	line "$name"
 }
 
 cat "$work"/in/part-* >"$work/in.dat"
@@ -137,4 +152,5 @@ echo "ckpt-hosts/plain $(ratio ckpt-hosts plain)   (checkpoints copying spill fi
 echo "kill-host/ckpt-hosts $(ratio kill-host ckpt-hosts)   (a host lost with its disk at 50%, recovered)"
 echo "plain/gnu-sort  $(ratio plain gnu-sort)"
 echo "plain/memsort   $(ratio plain memsort)"
+echo "gnu-sort/plain  $(ratio gnu-sort plain)   (the speed-up over GNU sort: its wall time over plain's)"
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
