@@ -76,22 +76,26 @@
 // Blocks: the drain appends the payloads of many frames to one block of
 // RunSize bytes, with an index entry per pair (the key's 8-byte prefix and
 // offsets). A full block is sealed and handed to the merger goroutine,
-// which sorts its index in place (a radix sort of the prefixes, ties by
-// the whole key; the pairs never move), so every sealed block is a sorted
-// run. Blocks are kept in a pool once freed and reused, so the memory is
-// mapped once, not at every frame. When the sealed blocks plus the next
-// one would exceed MemoryBudget, the merger k-way merges the sealed blocks
-// (and any in-memory runs) into one sorted spill file in SpillDir, while
-// the drain fills the open block; the drain waits only when even that
-// block does not fit. Without SpillDir, more than MergeFanIn sealed
-// blocks are merged into one run in memory. Once every O task has ended
-// its stream, the merger cuts the number of spill files to MergeFanIn
-// with on-disk merge passes, and Recv merges runs, spill files and the
-// sorted blocks in one heap. Spill files are written and read a buffer
-// (IOBufferSize) at a time, pairs decoded in place. Compute (Send),
-// transfer (pump, drain) and sorting (merger) overlap. Spill files are
-// removed once merged or read, unless a checkpoint pins them, and all of
-// them at Close.
+// which sorts it: in bytewise order it moves the pairs into key order
+// (blocksort.go), otherwise it sorts the index in place, so every sealed
+// block is a sorted run. Blocks are kept in a pool once freed and reused,
+// so the memory is mapped once, not at every frame. When the sealed
+// blocks plus the next one would exceed MemoryBudget, the merger spills
+// while the drain fills the open block; the drain waits only when even
+// that block does not fit. A block of a quarter of MemoryBudget or more is
+// spilled alone, written as it lies (one sequential copy); smaller ones
+// are k-way merged, all the sealed blocks (and any in-memory runs) into
+// one sorted spill file in SpillDir, so that the files stay few. Without
+// SpillDir, more than MergeFanIn sealed blocks are merged into one run in
+// memory. Once every O task has ended its stream, the merger cuts the
+// number of spill files to MergeFanIn with on-disk merge passes, and Recv
+// merges runs, spill files and the sorted blocks in one heap. Spill files
+// are written and read a buffer (IOBufferSize) at a time around the page
+// cache where the file system allows it (PageCache: through it), the next
+// buffer written or read in the background meanwhile; pairs are decoded
+// in place. Compute (Send), transfer (pump, drain) and sorting (merger)
+// overlap. Spill files are removed once merged or read, unless a
+// checkpoint pins them, and all of them at Close.
 //
 // Exchange order: when several destinations are ready, the pump serves
 // them in schedule order. With Schedule Diagonal, O task i starts at
@@ -120,8 +124,9 @@
 //     rank, allocated by New;
 //   - one frame being copied out of its slot (SlotSize), and one pair
 //     larger than a frame being reassembled (at most MaxPairSize);
-//   - spill I/O: (MergeFanIn+1)*IOBufferSize while merging files, and in
-//     Recv one IOBufferSize per spill file (at most MergeFanIn);
+//   - spill I/O: two buffers of IOBufferSize for the file being written,
+//     two more per file being read (at most MergeFanIn files, while
+//     merging files and in Recv) and one IOBufferSize window each;
 //   - with Combine, one SlotSize batch per destination on the O side, with
 //     its index;
 //   - checkpoint states, which copy the in-memory data and belong to the
