@@ -96,7 +96,9 @@
 // `terasort validate out` checks the marker (ReadSuccess) and the order.
 // out must be new or empty and apart from the input (PlanOutput; with
 // --replace a previous sort's output is removed first). --memory and --spill are
-// kvshuffle's MemoryBudget and SpillDir (default: the output directory).
+// kvshuffle's MemoryBudget and SpillDir (default: the output directory);
+// spill files and the output are written around the page cache
+// (O_DIRECT) where the file system allows, unless --page-cache.
 // With --ckpt-records C the sort takes key-count checkpoints after every C
 // records sent, asynchronously (kvshuffle Mark in the send loop, which
 // goes on at once; a committer goroutine takes kvshuffle State and commits

@@ -63,8 +63,10 @@ package main
 // empty shuffle).
 //
 // Performance settings: frames of up to 512 KiB, blocks (kvshuffle
-// RunSize) of an eighth of --memory, 1 MiB spill I/O. --cpuprofile PREFIX
-// writes each process's CPU profile to PREFIX.r<rank>.
+// RunSize) of a quarter of --memory (each spilled as it lies), 1 MiB spill
+// and output I/O around the page cache (--page-cache: through it).
+// --cpuprofile PREFIX writes each process's CPU profile to
+// PREFIX.r<rank>.
 //
 // --spill DIR/%h gives every host label its own spill directory (on one
 // machine standing in for several hosts), and --inject ...,disk=lost
