@@ -5,10 +5,10 @@
 // Why: a sort's spill files and output are written once and read at most
 // once. Through the page cache every byte is copied into a cache page
 // the kernel must first find and map; on a virtual machine whose memory
-// the host hands back when idle (free page reporting) that costs about
-// 4 µs per 4 KiB page, 3.8 s of CPU per GiB written, more than the sort
-// itself (bench/RESULTS.md, "TeraSort"). A direct write costs a tenth of
-// that CPU, and waits for the device instead.
+// the host hands back when idle (free page reporting) that costs 5-12 µs
+// per 4 KiB page, 1.4-3.1 s of CPU per GiB written, as much as the sort
+// itself (bench/RESULTS.md, "TeraSort"). A direct write costs about a
+// tenth of that CPU, and waits for the device instead.
 //
 // Direct transfers need an aligned buffer, offset and length (Align). A
 // Writer writes whole aligned blocks directly and the last partial block
