@@ -144,7 +144,6 @@ func (s *Shuffle) SendKeys(ctx context.Context, keys []byte, size int) (int, err
 	if err := s.checkSize(pair, size, 0); err != nil {
 		return 0, err
 	}
-	n := len(keys) / size
 	sent := 0
 	defer func() {
 		s.st.pairsSent.Add(uint64(sent))
@@ -161,7 +160,7 @@ func (s *Shuffle) SendKeys(ctx context.Context, keys []byte, size int) (int, err
 		}
 		sent++
 	}
-	return n, nil
+	return sent, nil
 }
 
 // startSend takes Shuffle.opMu for a send and checks that one may be made;

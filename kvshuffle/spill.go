@@ -44,87 +44,61 @@ type spillFile struct {
 
 func (f *spillFile) dataLen() int64 { return f.size - spillHead - spillTail }
 
-// spillWriter writes one spill file through two large aligned buffers:
-// pairs are appended to one, and each time it fills, its whole blocks are
-// checksummed and written with one write in the background, around the
-// page cache unless the shuffle's PageCache is set (internal/directio),
-// while the partial block left over moves to the other, which is filled
-// next. The last partial block goes through the cache at finish.
+// spillWriter writes one spill file through a directio.Buffer: two
+// aligned buffers, each written in the background once full while the
+// other fills, around the page cache unless the shuffle's PageCache is
+// set. Pairs are framed in place in the buffer where they fit. The
+// buffer's Sum keeps the checksum of the framed pairs.
 type spillWriter struct {
-	f       *os.File
-	dw      *directio.Writer
-	bh      *directio.Behind
-	buf     []byte // aligned; len: bytes waiting; cap: the I/O size
-	other   []byte // aligned: the buffer being written, or free
-	crcFrom int    // buf[:crcFrom] is checksummed already, or not part of the checksum (the magic)
-	crc     uint32
-	pairs   uint64
-	n       int64
-	hdr     [2 * binary.MaxVarintLen64]byte
+	f     *os.File
+	dw    *directio.Writer
+	b     *directio.Buffer
+	crc   uint32
+	pairs uint64
+	n     int64
+	hdr   [2 * binary.MaxVarintLen64]byte
 }
 
-// createSpill creates a spill file in dir; buf (length ignored; from
-// spillBuffer) holds the two write buffers, which the writer uses until
-// finish or abort.
+// createSpill creates a spill file in dir; buf (from spillBuffer) holds
+// the two write buffers, which the writer uses until finish or abort.
 func createSpill(dir string, buf []byte, pageCache bool) (*spillWriter, error) {
 	f, err := os.CreateTemp(dir, "run-*.kvs")
 	if err != nil {
 		return nil, err
 	}
-	half := cap(buf) / 2
 	dw := directio.NewWriter(f, !pageCache)
-	w := &spillWriter{f: f, dw: dw, bh: directio.NewBehind(dw), buf: append(buf[:0:half], spillMagic...), other: buf[half:half:cap(buf)], crcFrom: spillHead}
+	w := &spillWriter{f: f, dw: dw, b: directio.NewBufferIn(dw, buf)}
+	w.b.Write([]byte(spillMagic))
+	w.b.SumNow() // the magic is not part of the checksum
+	w.b.Sum = func(p []byte) { w.crc = crc32.Update(w.crc, castagnoli, p) }
 	return w, nil
 }
 
-// spillBuffer returns the spill writer's two buffers of size bytes each:
-// buf if it is that already.
+// spillBuffer returns memory for the spill writer's two buffers of size
+// bytes each: buf if it is that already.
 func spillBuffer(buf []byte, size int) []byte {
 	size = directio.RoundUp(max(size, 2*directio.Align))
 	if cap(buf) < 2*size {
-		return directio.Alloc(2 * size)[:0]
+		return directio.Alloc(2 * size)
 	}
 	return buf
 }
 
-// flush checksums the buffer and starts writing its whole blocks; the
-// rest moves to the other buffer, which is filled next.
-func (w *spillWriter) flush() error {
-	w.crc = crc32.Update(w.crc, castagnoli, w.buf[w.crcFrom:])
-	k, err := w.bh.Start(w.buf)
-	if err != nil {
-		return err
-	}
-	rest := copy(w.other[:cap(w.other)], w.buf[k:])
-	w.buf, w.other = w.other[:rest], w.buf[:0]
-	w.crcFrom = rest
-	return nil
-}
-
-// put appends b, flushing each time the buffer fills.
-func (w *spillWriter) put(b []byte) error {
-	for len(b) > 0 {
-		k := copy(w.buf[len(w.buf):cap(w.buf)], b)
-		w.buf = w.buf[:len(w.buf)+k]
-		b = b[k:]
-		if len(w.buf) == cap(w.buf) {
-			if err := w.flush(); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+// put appends framed pairs as they are; the caller counts them.
+func (w *spillWriter) put(p []byte) error {
+	_, err := w.b.Write(p)
+	return err
 }
 
 func (w *spillWriter) write(k, v []byte) error {
 	size := PairSize(len(k), len(v))
 	w.pairs++
 	w.n += int64(size)
-	if len(w.buf)+size <= cap(w.buf) {
-		w.buf = binary.AppendUvarint(w.buf, uint64(len(k)))
-		w.buf = binary.AppendUvarint(w.buf, uint64(len(v)))
-		w.buf = append(w.buf, k...)
-		w.buf = append(w.buf, v...)
+	if dst := w.b.Append(size); dst != nil {
+		h := binary.PutUvarint(dst, uint64(len(k)))
+		h += binary.PutUvarint(dst[h:], uint64(len(v)))
+		h += copy(dst[h:], k)
+		copy(dst[h:], v)
 		return nil
 	}
 	h := binary.PutUvarint(w.hdr[:], uint64(len(k)))
@@ -138,25 +112,15 @@ func (w *spillWriter) write(k, v []byte) error {
 }
 
 func (w *spillWriter) finish() (*spillFile, error) {
-	if len(w.buf)+spillTail > cap(w.buf) {
-		if err := w.flush(); err != nil {
-			w.abort()
-			return nil, err
-		}
-	}
-	w.crc = crc32.Update(w.crc, castagnoli, w.buf[w.crcFrom:])
-	w.crcFrom = len(w.buf)
-	w.buf = binary.LittleEndian.AppendUint64(w.buf, w.pairs)
-	w.buf = binary.LittleEndian.AppendUint32(w.buf, w.crc)
-	w.buf = append(w.buf, spillTrailer...)
-	err := w.bh.Wait()
-	direct := w.dw.Direct()
+	w.b.SumNow()
+	w.b.Sum = nil
+	var tail [spillTail]byte
+	binary.LittleEndian.PutUint64(tail[0:], w.pairs)
+	binary.LittleEndian.PutUint32(tail[8:], w.crc)
+	copy(tail[12:], spillTrailer)
+	err := w.put(tail[:])
 	if err == nil {
-		var k int
-		k, err = w.dw.WriteBlocks(w.buf)
-		if err == nil {
-			err = w.dw.Finish(w.buf[k:])
-		}
+		err = w.b.Flush()
 	}
 	if err != nil {
 		w.abort()
@@ -166,11 +130,11 @@ func (w *spillWriter) finish() (*spillFile, error) {
 		os.Remove(w.f.Name())
 		return nil, err
 	}
-	return &spillFile{path: w.f.Name(), size: spillHead + w.n + spillTail, pairs: w.pairs, crc: w.crc, direct: direct}, nil
+	return &spillFile{path: w.f.Name(), size: spillHead + w.n + spillTail, pairs: w.pairs, crc: w.crc, direct: w.dw.Direct()}, nil
 }
 
 func (w *spillWriter) abort() {
-	w.bh.Wait()
+	w.b.Abandon()
 	w.f.Close()
 	os.Remove(w.f.Name())
 }

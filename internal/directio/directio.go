@@ -63,7 +63,8 @@ func NewWriter(f *os.File, direct bool) *Writer {
 	return &Writer{f: f, direct: direct && setDirect(f, true) == nil}
 }
 
-// Direct reports whether the writer's blocks bypass the page cache.
+// Direct reports whether the writer's blocks bypass the page cache (the
+// tail Finish writes never does).
 func (w *Writer) Direct() bool { return w.direct }
 
 // Written is the number of bytes written so far.
@@ -97,16 +98,16 @@ func (w *Writer) WriteBlocks(p []byte) (int, error) {
 }
 
 // Finish writes tail (any length, the file's last bytes) through the cache.
-// It does not close the file.
+// It does not close the file; no block may be written after it.
 func (w *Writer) Finish(tail []byte) error {
 	if len(tail) == 0 {
 		return nil
 	}
 	if w.direct {
+		// Direct keeps saying how the blocks went.
 		if err := setDirect(w.f, false); err != nil {
 			return err
 		}
-		w.direct = false
 	}
 	k, err := w.f.Write(tail)
 	w.off += int64(k)
@@ -116,60 +117,35 @@ func (w *Writer) Finish(tail []byte) error {
 	return err
 }
 
-// Behind writes blocks through a Writer in the background, one write at
-// a time, so that the caller fills its next buffer meanwhile.
-type Behind struct {
-	w    *Writer
-	done chan error // the write in flight, nil for none
-}
-
-// NewBehind writes through w.
-func NewBehind(w *Writer) *Behind { return &Behind{w: w} }
-
-// Start waits for the previous write (returning its error) and starts
-// writing the whole blocks of p, which the caller leaves alone until the
-// next Start or Wait. It returns how many bytes of p it writes.
-func (b *Behind) Start(p []byte) (int, error) {
-	if err := b.Wait(); err != nil {
-		return 0, err
-	}
-	n := len(p) &^ (Align - 1)
-	if n == 0 {
-		return 0, nil
-	}
-	done := make(chan error, 1)
-	b.done = done
-	go func() {
-		_, err := b.w.WriteBlocks(p[:n])
-		done <- err
-	}()
-	return n, nil
-}
-
-// Wait waits for the write in flight and returns its error.
-func (b *Behind) Wait() error {
-	if b.done == nil {
-		return nil
-	}
-	err := <-b.done
-	b.done = nil
-	return err
-}
-
-// Buffer is an io.Writer that collects bytes in aligned buffers and writes
-// each full one in the background (Behind) while it fills the next: the
-// output of a sort, say.
+// Buffer is an io.Writer that collects bytes in two aligned buffers and
+// writes each full one in the background while it fills the other: the
+// output of a sort, or a spill file. Sum, when set, sees every byte once,
+// in order, before it is written: a checksum of the stream.
 type Buffer struct {
-	b    *Behind
-	buf  []byte // aligned; len: bytes waiting
-	next []byte // the other buffer, being written or free
-	err  error
+	w      *Writer
+	buf    []byte // aligned; len: bytes waiting
+	next   []byte // the other buffer, being written or free
+	summed int    // buf[:summed] was passed over to Sum already
+	done   chan error
+	err    error
+	// Sum is called with the bytes of the stream, each once and in
+	// order, at the latest when they are written or at SumNow. Bytes
+	// that go by while it is nil are not seen.
+	Sum func(p []byte)
 }
 
 // NewBuffer writes through w in blocks of size bytes (rounded up to Align).
 func NewBuffer(w *Writer, size int) *Buffer {
-	size = max(size, Align)
-	return &Buffer{b: NewBehind(w), buf: Alloc(size)[:0], next: Alloc(size)[:0]}
+	return NewBufferIn(w, Alloc(2*max(size, Align)))
+}
+
+// NewBufferIn writes through w using mem (from Alloc, length ignored, a
+// multiple of 2*Align in capacity) as its two buffers, so that a caller
+// writing file after file can keep one allocation. The caller leaves mem
+// alone until Flush or Abandon returns.
+func NewBufferIn(w *Writer, mem []byte) *Buffer {
+	half := cap(mem) / 2 &^ (Align - 1)
+	return &Buffer{w: w, buf: mem[:0:half], next: mem[half : half : 2*half]}
 }
 
 // Write appends p, writing every full buffer.
@@ -183,27 +159,74 @@ func (b *Buffer) Write(p []byte) (int, error) {
 		b.buf = b.buf[:len(b.buf)+k]
 		done += k
 		if len(b.buf) == cap(b.buf) {
-			if _, b.err = b.b.Start(b.buf); b.err != nil {
+			if b.err = b.handOff(); b.err != nil {
 				return done, b.err
 			}
-			b.buf, b.next = b.next[:0], b.buf
 		}
 	}
 	return done, nil
+}
+
+// Append returns the next n bytes of the stream to fill in place, when
+// they fit in the current buffer; nil when they do not (use Write).
+func (b *Buffer) Append(n int) []byte {
+	if b.err != nil || len(b.buf)+n > cap(b.buf) {
+		return nil
+	}
+	b.buf = b.buf[:len(b.buf)+n]
+	return b.buf[len(b.buf)-n:]
+}
+
+// SumNow passes the bytes buffered and not yet seen to Sum (or over them,
+// when Sum is nil).
+func (b *Buffer) SumNow() {
+	if b.Sum != nil {
+		b.Sum(b.buf[b.summed:])
+	}
+	b.summed = len(b.buf)
+}
+
+// handOff starts writing the full buffer in the background, once the
+// previous write is done, and switches to the other.
+func (b *Buffer) handOff() error {
+	b.SumNow()
+	if err := b.wait(); err != nil {
+		return err
+	}
+	done, p := make(chan error, 1), b.buf
+	b.done = done
+	go func() {
+		_, err := b.w.WriteBlocks(p)
+		done <- err
+	}()
+	b.buf, b.next, b.summed = b.next[:0], b.buf, 0
+	return nil
+}
+
+// wait waits for the write in flight and returns its error.
+func (b *Buffer) wait() error {
+	if b.done == nil {
+		return nil
+	}
+	err := <-b.done
+	b.done = nil
+	return err
 }
 
 // Flush writes everything buffered: the whole blocks directly, the rest
 // through the cache. Nothing may be written after it.
 func (b *Buffer) Flush() error {
 	if b.err != nil {
+		b.wait()
 		return b.err
 	}
-	err := b.b.Wait()
+	b.SumNow()
+	err := b.wait()
 	if err == nil {
 		var n int
-		n, err = b.b.w.WriteBlocks(b.buf)
+		n, err = b.w.WriteBlocks(b.buf)
 		if err == nil {
-			err = b.b.w.Finish(b.buf[n:])
+			err = b.w.Finish(b.buf[n:])
 		}
 	}
 	b.buf = b.buf[:0]
@@ -212,6 +235,14 @@ func (b *Buffer) Flush() error {
 		b.err = errors.New("directio: write after Flush")
 	}
 	return err
+}
+
+// Abandon waits for the write in flight and drops what is buffered: the
+// file is given up. Nothing may be written after it.
+func (b *Buffer) Abandon() {
+	b.wait()
+	b.buf = b.buf[:0]
+	b.err = errors.New("directio: write after Abandon")
 }
 
 // Reader reads the range [off, end) of a file sequentially, in aligned
