@@ -20,7 +20,10 @@
 //   - the rendezvous (internal/bootstrap): the member table, and the
 //     session to the launcher, which becomes the runtime's pgas.Launcher;
 //   - with Options.FaultTolerant, the Raft membership (package spares) on
-//     two listeners of its own, and the failure detector (package health);
+//     two listeners of its own, and the failure detector (package health),
+//     their timing stretched by one factor for the whole job when a host
+//     is oversubscribed (stretch.go), from the CPUs every process
+//     publishes in the member table (Extra "cpus" and "cpuset");
 //   - observability (internal/metrics): the Prometheus endpoint of
 //     PGAS_METRICS, its address published in the member table
 //     ("metrics"), and the trace buffer of PGAS_TRACE, written to

@@ -98,6 +98,7 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 			return nil, fmt.Errorf("spares: control listener: %w", err)
 		}
 		extra["raft"], extra["ctl"] = raftAddr, ctlAddr
+		publishCPUs(extra, runtime.NumCPU(), affinity())
 	}
 	rt, err := start(ctx, env, opts, logs, extra, raftLn, ctlLn, o)
 	if err != nil && raftLn != nil {
@@ -155,7 +156,8 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 	cfg.Logger = logs.runtime
 	cfg.Launcher = launcher{sess: sess, proc: env.Proc, obs: o}
 	if opts.FaultTolerant {
-		m, err := newMembership(env, table, opts, logs, raftLn, ctlLn, o.faults)
+		f, worst := stretch(table)
+		m, err := newMembership(env, table, opts, logs, raftLn, ctlLn, o.faults, f, worst)
 		if err != nil {
 			tr.Close()
 			sess.Close()
@@ -165,7 +167,7 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 		hc := health.DefaultConfig()
 		if opts.Health != nil {
 			hc = *opts.Health
-		} else if f := stretch(table, env.Host, runtime.NumCPU()); f > 1 {
+		} else if f > 1 {
 			hc = hc.Stretched(f)
 		}
 		cfg.Health = &hc
@@ -207,8 +209,9 @@ func newTransport(env bootstrap.Env, inj *netfault.Injector, log *slog.Logger, a
 }
 
 // newMembership starts this process's Raft membership node over the
-// listeners Init bound, with the members of the rendezvous's table.
-func newMembership(env bootstrap.Env, table bootstrap.Table, opts Options, logs logs, raftLn, ctlLn net.Listener, inj *netfault.Injector) (pgas.Membership, error) {
+// listeners Init bound, with the members of the rendezvous's table, its
+// timeouts stretched by the job's factor f, which worst sets (stretch).
+func newMembership(env bootstrap.Env, table bootstrap.Table, opts Options, logs logs, raftLn, ctlLn net.Listener, inj *netfault.Injector, f int, worst hostLoad) (pgas.Membership, error) {
 	cfg := spares.DefaultConfig()
 	cfg.Proc = env.Proc
 	cfg.NumRanks = table.NumRanks
@@ -231,9 +234,10 @@ func newMembership(env bootstrap.Env, table bootstrap.Table, opts Options, logs 
 		})
 	}
 	cfg.Logger = logs.membership.With("layer", "membership") // spares adds proc
-	if f := stretch(table, env.Host, runtime.NumCPU()); f > 1 {
+	if f > 1 {
 		stretchMembership(&cfg, f, env.CutOff == 0)
-		cfg.Logger.Info("membership timeouts stretched for an oversubscribed host", "factor", f,
+		cfg.Logger.Info("membership timeouts stretched for the job's most oversubscribed host", "factor", f,
+			"host", worst.Host, "host_processes", worst.Procs, "host_cpus", worst.Cores,
 			"heartbeat_timeout", cfg.HeartbeatTimeout, "handshake_timeout", cfg.HandshakeTimeout, "cut_off", cfg.CutOff)
 	}
 	if opts.Membership != nil {
