@@ -182,10 +182,10 @@ func (n *Node) applyLocal(ctx context.Context, data []byte) (Result, error) {
 	sp := obs.Begin("membership", "raft commit")
 	defer sp.End()
 	f := r.Apply(data, n.cfg.RPCTimeout)
+	// Not a goroutine of the node's: Raft may never answer an Apply that
+	// Shutdown overtook (see await).
 	done := make(chan struct{})
-	if !n.goFunc(func() { _ = f.Error(); close(done) }) {
-		return Result{}, ErrClosed
-	}
+	go func() { _ = f.Error(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -200,6 +200,27 @@ func procOfID(id raft.ServerID) (uint32, bool) {
 	return uint32(p), true
 }
 
+// await returns the answer to a Raft future, or ErrClosed once the node
+// is shut down, whichever comes first. A goroutine of the node's must
+// never wait on a future's Error alone: hashicorp/raft answers an Apply,
+// a Barrier or a configuration change that it has taken in from its FSM
+// goroutine, which returns at Raft's Shutdown without draining what is
+// queued for it, so a future committed just before Shutdown is never
+// answered (hashicorp/raft#498). A node goroutine left waiting on it held
+// Node.Shutdown until its bound and made it return ErrTimeout. The
+// goroutine that waits here for Error is not the node's: it ends with the
+// answer, or, if none ever comes, with the process.
+func (n *Node) await(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-n.closeCh:
+		return ErrClosed
+	}
+}
+
 func (n *Node) kickLeader() {
 	select {
 	case n.kick <- struct{}{}:
@@ -232,7 +253,7 @@ func (n *Node) leaderLoop(notifyCh <-chan bool) {
 			continue
 		}
 		if needBarrier {
-			if err := r.Barrier(n.cfg.RPCTimeout).Error(); err != nil {
+			if err := n.await(r.Barrier(n.cfg.RPCTimeout)); err != nil {
 				n.log.Debug("spares: leader barrier failed", "err", err)
 				continue
 			}
@@ -254,7 +275,7 @@ func (n *Node) reconcile(r *raft.Raft) {
 		p, ok := procOfID(s.ID)
 		if !ok {
 			n.log.Warn("spares: removing raft server with a foreign id", "id", s.ID)
-			_ = r.RemoveServer(s.ID, 0, n.cfg.RPCTimeout).Error()
+			_ = n.await(r.RemoveServer(s.ID, 0, n.cfg.RPCTimeout))
 			return
 		}
 		servers = append(servers, raftServer{Proc: p, Voter: s.Suffrage == raft.Voter})
@@ -289,14 +310,14 @@ func (n *Node) reconcile(r *raft.Raft) {
 			removeSelf = true
 			continue
 		}
-		if err := r.RemoveServer(serverID(p), 0, n.cfg.RPCTimeout).Error(); err != nil {
+		if err := n.await(r.RemoveServer(serverID(p), 0, n.cfg.RPCTimeout)); err != nil {
 			n.log.Warn("spares: removing failed process from raft", "failed_proc", p, "err", err)
 			return
 		}
 		n.log.Info("spares: failed process removed from raft", "failed_proc", p)
 	}
 	for _, p := range plan.AddNonvoter {
-		if err := r.AddNonvoter(serverID(p), raft.ServerAddress(st.Procs[p].RaftAddr), 0, n.cfg.RPCTimeout).Error(); err != nil {
+		if err := n.await(r.AddNonvoter(serverID(p), raft.ServerAddress(st.Procs[p].RaftAddr), 0, n.cfg.RPCTimeout)); err != nil {
 			n.log.Warn("spares: adding non-voter", "new_proc", p, "err", err)
 			return
 		}
@@ -308,7 +329,7 @@ func (n *Node) reconcile(r *raft.Raft) {
 		return
 	}
 	for _, p := range plan.Promote {
-		if err := r.AddVoter(serverID(p), raft.ServerAddress(st.Procs[p].RaftAddr), 0, n.cfg.RPCTimeout).Error(); err != nil {
+		if err := n.await(r.AddVoter(serverID(p), raft.ServerAddress(st.Procs[p].RaftAddr), 0, n.cfg.RPCTimeout)); err != nil {
 			n.log.Warn("spares: promoting to voter", "voter", p, "err", err)
 			return
 		}
@@ -319,7 +340,7 @@ func (n *Node) reconcile(r *raft.Raft) {
 	}
 	if removeSelf {
 		n.log.Warn("spares: this leader was declared failed; leaving the raft configuration")
-		_ = r.RemoveServer(serverID(n.cfg.Proc), 0, n.cfg.RPCTimeout).Error()
+		_ = n.await(r.RemoveServer(serverID(n.cfg.Proc), 0, n.cfg.RPCTimeout))
 	}
 }
 

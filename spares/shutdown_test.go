@@ -174,3 +174,38 @@ func TestRaftTransportDoesNotPipeline(t *testing.T) {
 		t.Fatalf("AppendEntriesPipeline = %v, want raft.ErrPipelineReplicationNotSupported", err)
 	}
 }
+
+// neverAnswered is a Raft future that Raft never answers, as happens to an
+// Apply, a Barrier or a configuration change committed just before Raft's
+// Shutdown (see Node.await).
+type neverAnswered struct{ release <-chan struct{} }
+
+func (f neverAnswered) Error() error { <-f.release; return raft.ErrRaftShutdown }
+
+// A goroutine of the node's that waits on a Raft future must not hold
+// Shutdown: the leader's reconcile waiting on a RemoveServer that Raft
+// dropped at Shutdown made Shutdown run into its bound and return
+// ErrTimeout (TestNodeFailuresUseSparesThenExhaust/all-raft under load).
+func TestShutdownDoesNotWaitForUnansweredFuture(t *testing.T) {
+	c := newCluster(t, 2, 0, 1, func(cfg *Config) { cfg.ShutdownTimeout = 500 * time.Millisecond })
+	n := c.nodes[0]
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	waiting := make(chan struct{})
+	got := make(chan error, 1)
+	if !n.goFunc(func() {
+		close(waiting)
+		got <- n.await(neverAnswered{release})
+	}) {
+		t.Fatal("node closed")
+	}
+	<-waiting
+	c.nodes[0] = nil
+	took, err := shutdownWithin(t, n)
+	if err != nil {
+		t.Fatalf("Shutdown = %v after %v, want nil: a node goroutine waited on a future Raft never answers", err, took)
+	}
+	if err := <-got; !errors.Is(err, ErrClosed) {
+		t.Fatalf("await = %v, want ErrClosed", err)
+	}
+}
