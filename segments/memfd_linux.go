@@ -46,15 +46,48 @@ func retiredWord(mem []byte) *atomic.Uint32 {
 }
 
 func newMemfd(size int) (int, error) {
-	fd, err := unix.MemfdCreate(memfdName, unix.MFD_CLOEXEC)
+	return newSealedMemfd(memfdName, memfdSize(size))
+}
+
+// newSealedMemfd creates a memfd of size bytes that nobody can shrink any
+// more (F_SEAL_SHRINK, then F_SEAL_SEAL): a peer given it cannot truncate
+// it under its owner's mapping, which would crash the owner with SIGBUS
+// at its next access.
+func newSealedMemfd(name string, size int) (int, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return -1, fmt.Errorf("segments: memfd_create: %w", err)
 	}
-	if err := unix.Ftruncate(fd, int64(memfdSize(size))); err != nil {
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("segments: size memfd to %d bytes: %w", size, err)
 	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("segments: seal memfd against shrinking: %w", err)
+	}
 	return fd, nil
+}
+
+// checkSealed checks a memfd received from another process before it is
+// mapped: it must be size bytes and sealed against shrinking, so that a
+// mapping of it can never fault.
+func checkSealed(fd, size int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("fstat: %w", err)
+	}
+	if st.Size != int64(size) {
+		return fmt.Errorf("descriptor of %d bytes, want %d", st.Size, size)
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return fmt.Errorf("read the seals: %w", err)
+	}
+	if seals&unix.F_SEAL_SHRINK == 0 {
+		return fmt.Errorf("descriptor not sealed against shrinking (seals %#x)", seals)
+	}
+	return nil
 }
 
 // Alloc creates a memfd of size bytes and maps it shared.
@@ -198,14 +231,15 @@ func Retired(mem []byte) bool {
 
 // MapFD maps another process's segment memory of size bytes from fd, a
 // descriptor of its memfd (from Dup, received over a Unix socket). It
-// fails when fd is not a memfd of that size. The caller still closes fd.
+// fails when fd is not a memfd of that size sealed against shrinking
+// (its owner made it so: a mapping of it can never fault). The caller
+// still closes fd.
 func MapFD(fd int, size int64) ([]byte, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("segments: fstat: %w", err)
+	if size <= 0 || size > MaxSize {
+		return nil, fmt.Errorf("segments: a shared segment of %d bytes: %w", size, ErrSize)
 	}
-	if size <= 0 || size > MaxSize || st.Size != int64(memfdSize(int(size))) {
-		return nil, fmt.Errorf("segments: descriptor of %d bytes for a segment of %d, want %d", st.Size, size, memfdSize(int(size)))
+	if err := checkSealed(fd, memfdSize(int(size))); err != nil {
+		return nil, fmt.Errorf("segments: shared segment of %d bytes: %w", size, err)
 	}
 	full, err := unix.Mmap(fd, 0, memfdSize(int(size)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

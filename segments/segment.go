@@ -41,9 +41,11 @@ type Segment struct {
 	id      ID
 	mem     []byte
 	backing Backing
-	notif   []atomic.Uint32
-	notes   *noteArea    // the slots' memory when shared, else nil
-	nmu     sync.RWMutex // held shared to store a shared slot, exclusively to move them (RenewNotes)
+	notif   []atomic.Uint64 // epoch << 32 | value (slots.go)
+	epoch   *atomic.Uint32  // the owner's epoch: slots set in older ones do not count
+	notes   *noteArea       // the slots' memory when shared, else nil
+	nmu     sync.RWMutex    // held shared to use the shared slots, exclusively to free them (Close)
+	own     atomic.Uint32   // the epoch when the slots are not shared
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced whenever a slot is set
@@ -76,9 +78,9 @@ func New(id ID, size int64, opt Options) (*Segment, error) {
 			b.Free(mem)
 			return nil, err
 		}
-		s.notif = s.notes.slots(n)
+		s.notif, s.epoch = s.notes.slots(), s.notes.epoch()
 	} else {
-		s.notif = make([]atomic.Uint32, n)
+		s.notif, s.epoch = make([]atomic.Uint64, n), &s.own
 	}
 	return s, nil
 }
@@ -99,21 +101,41 @@ func (s *Segment) DupNotes() (int, error) {
 	return s.notes.dup()
 }
 
-// RenewNotes moves the notification slots to a fresh area, keeping their
-// values: whoever maps the old one sets slots that are no longer read,
-// and its fences fail (PeerNotes.Fence). A slot stored through the
-// segment meanwhile waits for the move.
-func (s *Segment) RenewNotes() error {
-	if s.notes == nil {
-		return nil
+// SetEpoch raises the segment's epoch to e (never lowers it) and wakes
+// its parked waiters to look again. From then on a slot set in an older
+// epoch reads as not set, whoever set it, and a process of an older epoch
+// neither sets a slot (PeerNotes.Set) nor is admitted to copy
+// (PeerNotes.Enter). The runtime raises it before anything of its sees a
+// newer view (docs/design.md §3).
+func (s *Segment) SetEpoch(e uint32) {
+	s.nmu.RLock()
+	raise(s.epoch, e)
+	s.nmu.RUnlock()
+	s.Wake()
+}
+
+// Epoch returns the segment's epoch (SetEpoch).
+func (s *Segment) Epoch() uint32 {
+	s.nmu.RLock()
+	defer s.nmu.RUnlock()
+	return s.epoch.Load()
+}
+
+// WriterBusy reports whether the process given writer line w of the
+// notification area (DupNotes) has a copy into the segment under way
+// that PeerNotes.Enter admitted.
+func (s *Segment) WriterBusy(w int) bool {
+	if s.notes == nil || w < 0 || w >= MaxWriters {
+		return false
 	}
-	s.nmu.Lock()
-	defer s.nmu.Unlock()
-	return s.notes.renew()
+	s.nmu.RLock()
+	defer s.nmu.RUnlock()
+	return !s.isClosed() && s.notes.writer(w).Load() != 0
 }
 
 // Wake wakes the segment's parked waiters, so that they look at the slots
-// again: another process set one of them directly and saw a sleeper.
+// again: another process set one of them directly and saw a sleeper, a
+// peer was lost, or the epoch changed.
 func (s *Segment) Wake() {
 	s.mu.Lock()
 	if !s.closed {
@@ -233,42 +255,50 @@ func (s *Segment) Word(off int64) (*atomic.Uint64, error) {
 }
 
 // SetNotification stores v (which should be non-zero to be seen) into slot
-// id and wakes waiters. Stores made before the call are visible to whoever
-// observes the value.
+// id in the segment's epoch and wakes waiters. Stores made before the call
+// are visible to whoever observes the value.
 func (s *Segment) SetNotification(id NotificationID, v uint32) error {
-	if int(id) >= len(s.notif) {
-		return ErrNotificationID
-	}
-	if s.notes != nil {
-		s.nmu.RLock()
-		s.notif[id].Store(v)
-		s.nmu.RUnlock()
-	} else {
-		s.notif[id].Store(v)
-	}
-	s.Wake()
-	return nil
+	_, err := s.SetNotificationIn(id, v, s.Epoch())
+	return err
 }
 
-// Notification returns the current value of slot id without consuming it.
+// SetNotificationIn is SetNotification for a value set in epoch e (the
+// epoch of the frame that carried it): it is seen while the segment is in
+// no newer epoch, and it is not stored over a value of a newer epoch (set
+// is false then).
+func (s *Segment) SetNotificationIn(id NotificationID, v, e uint32) (set bool, err error) {
+	if int(id) >= len(s.notif) {
+		return false, ErrNotificationID
+	}
+	s.nmu.RLock()
+	set = setSlot(&s.notif[id], v, e)
+	s.nmu.RUnlock()
+	if set {
+		s.Wake()
+	}
+	return set, nil
+}
+
+// Notification returns the current value of slot id without consuming it:
+// 0 when it was set in an epoch older than the segment's.
 func (s *Segment) Notification(id NotificationID) (uint32, error) {
 	if int(id) >= len(s.notif) {
 		return 0, ErrNotificationID
 	}
-	return s.notif[id].Load(), nil
+	s.nmu.RLock()
+	defer s.nmu.RUnlock()
+	return slotValue(s.notif[id].Load(), s.epoch.Load()), nil
 }
 
 // ResetNotification atomically reads slot id and sets it to zero, returning
-// the value it had.
+// the value it had (0 when it was set in an older epoch).
 func (s *Segment) ResetNotification(id NotificationID) (uint32, error) {
 	if int(id) >= len(s.notif) {
 		return 0, ErrNotificationID
 	}
-	if s.notes != nil {
-		s.nmu.RLock()
-		defer s.nmu.RUnlock()
-	}
-	return s.notif[id].Swap(0), nil
+	s.nmu.RLock()
+	defer s.nmu.RUnlock()
+	return resetSlot(&s.notif[id], s.epoch.Load()), nil
 }
 
 // WaitPolicy says how WaitSome waits before it parks.
@@ -331,8 +361,9 @@ func (s *Segment) WaitSome(ctx context.Context, first NotificationID, num int, p
 		return 0, ErrNotificationID
 	}
 	scan := func() (NotificationID, bool) {
+		e := s.epoch.Load()
 		for i := int(first); i < int(first)+num; i++ {
-			if s.notif[i].Load() != 0 {
+			if slotValue(s.notif[i].Load(), e) != 0 {
 				return NotificationID(i), true
 			}
 		}
