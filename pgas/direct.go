@@ -20,17 +20,15 @@ import (
 // WriteNotify or Notify to a rank on this host is done in its memory: the
 // data copied, the notification stored into its slot, Wait's completion a
 // fence on its slots' memory, no frame (directnote.go). When the peer is
-// not quiet (a frame to it is still on its way) or its slots are not
-// mapped, the data is still copied, and the notification and completion
-// go by a doorbell: the same sequenced FrameWrite as before, without its
-// payload, which the target applies like any write of no bytes: it admits
-// it only from a process of its view in its epoch, then sets the
-// notification and acknowledges it. Either way:
+// not quiet (a frame to it is still on its way), its slots are not mapped,
+// or it is in a newer epoch, the operation goes by frame, data and all.
+// Either way:
 //
 //   - the notification is set after the data is visible;
-//   - Wait means remote completion in the memory the target uses;
+//   - Wait means remote completion in the memory the target uses, in the
+//     epoch the operation ran in;
 //   - a write that raced a view change fails as over the network (the
-//     fence fails, or the doorbell is refused), never silently.
+//     fence fails, or the frame is refused), never silently.
 //
 // Sharing: a process maps a peer's segment and slots on its first direct
 // write to it, asking the peer for the memory over the shared-memory
@@ -38,18 +36,20 @@ import (
 // travels as SCM_RIGHTS, like the rings; no right to trace the peer is
 // needed). The owner answers only processes of its current view that hold
 // a rank, and records whom it gave each segment's memory and slots to.
+// Every memfd is sealed against shrinking, and the receiver checks the
+// seal and the size before it maps one.
 //
-// Fencing: when a process applies a view that declares failed a process
-// it gave a segment's slots to, it moves the slots to a fresh memfd at the
-// same address before the view is seen (renewNotes); at Recover it moves
-// the segment's memory the same way (segments.MemfdBacking.Renew) when a
-// process it gave that memory to failed, and unmaps the others' segments
-// everywhere; SegmentCreate, which every rank calls again after a
-// recovery, exchanges the fresh generations, and a peer maps the memory
-// again on its next direct write. A replaced process that resumes still
-// maps the old memory and slots, which no survivor uses any more: its
-// copies and notifications change nothing, its fences fail, and its
-// doorbells carry its old epoch and generation and are refused.
+// Fencing (docs/design.md §3): the owner raises the epoch of its slots'
+// memory before anything of its sees a newer view (raiseEpochs). From then
+// on a slot set in an older epoch reads as not set, a copy of an older
+// epoch is not admitted (segments.PeerNotes.Enter), and an older epoch's
+// fence fails. At Recover the owner waits for the copies it admitted
+// before (drainWriters), and moves the segment's memory to a fresh memfd
+// (segments.MemfdBacking.Renew) when a process it gave that memory to
+// failed: a failed process stopped in the middle of a copy, resumed
+// later, copies into memory no survivor uses. SegmentCreate, which every
+// rank calls again after a recovery, exchanges the fresh generations, and
+// a peer maps the memory again on its next direct write.
 
 // directSeg is what a shared segment knows of the others' memory in one
 // view: where each same-host peer's is (from SegmentCreate's exchange),
@@ -148,10 +148,10 @@ const shareTimeout = 10 * time.Second
 // provideMemory answers a peer's request for the memory of segment key
 // (transport.MemoryFunc), or for its notification area (key|notesKey):
 // only a process that holds a rank in the current view, not declared
-// failed, gets it, and the segment records it as a holder (renewShared,
-// renewNotes). The view is read under viewMu, so a view that declares the
-// process failed has either refused it here or moved what it was given
-// (applyView, renewNotes).
+// failed, gets it, and the segment records it as a holder of the memory
+// (renewShared) or as a writer with its line (drainWriters). The view is
+// read under viewMu, so a view that declares the process failed has
+// either refused it here or finds it recorded.
 func (rt *Runtime) provideMemory(from transport.Proc, key uint64) (int, uint64, error) {
 	if key&collKind != 0 {
 		if !rt.directOn() {
@@ -185,21 +185,42 @@ func (rt *Runtime) provideMemory(from transport.Proc, key uint64) (int, uint64, 
 	if err := holdsRank(rt.view.Load(), from); err != nil {
 		return -1, 0, err
 	}
-	dup, holders := func() (int, error) { return si.backing.Dup(si.seg.Bytes()) }, &si.holders
-	if key&notesKey != 0 {
-		dup, holders = si.seg.DupNotes, &si.nholders
-	}
 	si.hmu.Lock()
 	defer si.hmu.Unlock()
-	fd, err := dup()
+	if key&notesKey != 0 {
+		return si.provideNotes(from)
+	}
+	fd, err := si.backing.Dup(si.seg.Bytes())
 	if err != nil {
 		return -1, 0, err
 	}
-	if *holders == nil {
-		*holders = map[transport.Proc]bool{}
+	if si.holders == nil {
+		si.holders = map[transport.Proc]bool{}
 	}
-	(*holders)[from] = true
+	si.holders[from] = true
 	return fd, uint64(si.gen.Load()), nil
+}
+
+// provideNotes gives process from the segment's notification area and a
+// writer line of its own: the answer's tag carries the generation (low
+// half) and the line (high half). The caller holds hmu.
+func (si *segInfo) provideNotes(from transport.Proc) (int, uint64, error) {
+	line, ok := si.writers[from]
+	if !ok {
+		line = len(si.writers)
+		if line >= segments.MaxWriters {
+			return -1, 0, fmt.Errorf("pgas: segment %d: %d processes were given its notification area already: %w", si.seg.ID(), line, ErrNoSegment)
+		}
+	}
+	fd, err := si.seg.DupNotes()
+	if err != nil {
+		return -1, 0, err
+	}
+	if si.writers == nil {
+		si.writers = map[transport.Proc]int{}
+	}
+	si.writers[from] = line
+	return fd, uint64(si.gen.Load()) | uint64(line)<<32, nil
 }
 
 // holdsRank is provideMemory's test: only a process that holds a rank in
@@ -323,7 +344,7 @@ func (rt *Runtime) fetchNotes(si *segInfo, proc transport.Proc, ps peerShare) (*
 	if uint32(tag) != ps.gen {
 		return nil, fmt.Errorf("segment %d of proc %d is of generation %d now, the exchange said %d", si.seg.ID(), proc, uint32(tag), ps.gen)
 	}
-	return segments.MapNotes(fd, ps.notes)
+	return segments.MapNotes(fd, ps.notes, int(tag>>32))
 }
 
 // unmap releases what fetchPeer mapped.
@@ -363,28 +384,6 @@ func (rt *Runtime) dropDirect(si *segInfo) {
 	d.mu.Unlock()
 }
 
-// doorbell turns h, a write of n bytes just copied into memory of
-// generation gen, into its doorbell (transport.FlagDirect).
-func doorbell(h *transport.Header, n int, gen uint32) {
-	h.Flags |= transport.FlagDirect
-	h.A |= uint64(n) << 16
-	h.B |= uint64(gen) << 32
-}
-
-// checkDoorbell checks a doorbell against the segment it names, pinned,
-// and turns h back into a write of no bytes with its notification.
-func checkDoorbell(si *segInfo, h *transport.Header) error {
-	n, gen := h.A>>16, uint32(h.B>>32)
-	h.A, h.B = h.A&0xffff, h.B&0xffffffff
-	if err := si.seg.Check(int64(h.Off), int64(n)); err != nil || h.Off > 1<<62 {
-		return fmt.Errorf("%w: %v", ErrBounds, err)
-	}
-	if gen != si.gen.Load() {
-		return fmt.Errorf("segment %d: the data went to memory the segment no longer uses: %w", si.seg.ID(), ErrNoSegment)
-	}
-	return nil
-}
-
 // mustMove reports whether view v declares failed a process that si gave
 // its memory to (provideMemory), and forgets those processes: the memory
 // it renews to has no holder yet.
@@ -404,6 +403,61 @@ func anyFailed(holders map[transport.Proc]bool, v *view) bool {
 		}
 	}
 	return false
+}
+
+// drainWriters waits until no copy into a local segment that a same-host
+// process started in an epoch older than the current view's is under way: Enter admitted
+// it before this process raised its epoch (raiseEpochs), and it must land
+// before the program restores its state, never after (as drainLanding
+// for frames). Processes v declares failed, or whose connection is gone,
+// are not waited for: a dead one copies nothing more, and renewShared
+// moves a failed one's memory away. The others are live survivors
+// finishing one copy (Enter refuses them any next one), so the wait is
+// short.
+func (rt *Runtime) drainWriters(ctx context.Context) error {
+	rt.segMu.RLock()
+	sis := make([]*segInfo, 0, len(rt.segs))
+	for _, si := range rt.segs {
+		if si.backing != nil {
+			sis = append(sis, si)
+		}
+	}
+	rt.segMu.RUnlock()
+	for _, si := range sis {
+		for {
+			busy := si.busyWriter(rt.view.Load(), rt.peers.isDown) // the latest: failures add up
+			if busy == transport.NoProc {
+				break
+			}
+			t := time.NewTimer(50 * time.Microsecond) // rare and short: poll
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("pgas: recover: proc %d is still copying into segment %d in an older epoch: %w", busy, si.seg.ID(), ctxError(ctx, "recover"))
+			case <-rt.closed:
+				t.Stop()
+				return ErrClosed
+			}
+		}
+	}
+	return nil
+}
+
+// busyWriter returns a process that may still copy into si (see
+// drainWriters), or NoProc.
+func (si *segInfo) busyWriter(v *view, down func(transport.Proc) bool) transport.Proc {
+	si.hmu.Lock()
+	defer si.hmu.Unlock()
+	for p, line := range si.writers {
+		if (int(p) < len(v.failed) && v.failed[p]) || down(p) {
+			continue
+		}
+		if si.seg.WriterBusy(line) {
+			return p
+		}
+	}
+	return transport.NoProc
 }
 
 // renewShared unmaps the others' segments and moves to fresh memory each

@@ -3,7 +3,6 @@ package pgas
 import (
 	"bytes"
 	"context"
-	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -105,43 +104,6 @@ func TestDirectWriteNotify(t *testing.T) {
 			t.Fatal("the write did not land in the new segment")
 		}
 	})
-}
-
-// A doorbell is checked against the segment it names: its range, and the
-// generation of the memory the data was copied into (a copy that raced a
-// SegmentDelete or a move is refused, not taken as done).
-func TestCheckDoorbell(t *testing.T) {
-	seg, err := segments.New(3, 4096, segments.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
-	si := &segInfo{seg: seg}
-	si.gen.Store(7)
-	for _, c := range []struct {
-		off      uint64
-		n        int
-		gen      uint32
-		want     error
-		wid, wvl uint64
-	}{
-		{off: 8, n: 16, gen: 7, wid: 5, wvl: 9},
-		{off: 4090, n: 16, gen: 7, want: ErrBounds},
-		{off: 8, n: 16, gen: 6, want: ErrNoSegment},
-	} {
-		h := transport.Header{Type: transport.FrameWrite, Flags: transport.FlagNotify, Seg: 3, Off: c.off, A: 5, B: 9}
-		doorbell(&h, c.n, c.gen)
-		err := checkDoorbell(si, &h)
-		if c.want != nil {
-			if !errors.Is(err, c.want) {
-				t.Errorf("%+v: %v, want %v", c, err, c.want)
-			}
-			continue
-		}
-		if err != nil || h.A != c.wid || h.B != c.wvl || h.Flags&transport.FlagDirect == 0 {
-			t.Errorf("%+v: %v, header A=%d B=%d flags %b", c, err, h.A, h.B, h.Flags)
-		}
-	}
 }
 
 // stallMem is nearMem whose FetchMemory of a segment's memory (not of its

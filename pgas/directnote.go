@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/gaspigo/gaspigo/obs"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
@@ -16,20 +18,25 @@ import (
 // segment is mapped here with its notification area
 // (segments.PeerNotes), so a Write, WriteNotify or Notify to it is done in
 // its memory by this goroutine: the data copied, then the notification
-// stored into the peer's slot. Nothing goes through the transport unless
-// a waiter of the peer is parked (a ctlWake frame, carrying nothing but
-// the segment). Wait's remote completion is a fence on the peer's area
-// (PeerNotes.Fence): it holds when the area is still the one the peer
-// reads; a peer moves it (RenewNotes) when it applies a view that declares
-// failed a process it gave the area to, so a replaced process, or a
-// survivor still in the older epoch, sets slots nobody reads and its
-// Wait fails.
+// stored into the peer's slot, tagged with this process's epoch. Nothing
+// goes through the transport unless a waiter of the peer is parked (a
+// ctlWake frame, carrying nothing but the segment).
+//
+// Fencing (§3) is by epoch: the peer raises the epoch of its areas before
+// anything of its sees a newer view. A copy is made only between Enter,
+// which fails once the peer is in a newer epoch, and Exit, and the peer's
+// Recover waits for the copies it admitted; a slot set in an older epoch
+// reads as not set; Wait's fence (PeerNotes.Fence) fails once the peer is
+// in a newer epoch. So a process declared failed (never in the epoch that
+// declares it) and a survivor still in the older epoch change no slot the
+// peer reads from its view on, and no data once its Recover returned;
+// their Waits fail as a refused frame would.
 //
 // Order (§2.3) is kept by doing an operation in memory only when the peer
 // is quiet: no sequenced frame unacknowledged, no request unanswered.
-// Otherwise it goes by frame (a doorbell when the data could be copied),
-// behind what is on its way. Operations in memory are complete when the
-// call returns, so a frame sent after them is behind them too.
+// Otherwise it goes by frame, data and all, behind what is on its way.
+// Operations in memory are complete when the call returns, so a frame sent
+// after them is behind them too.
 
 // ctlWake: a process set a notification of segment h.Seg directly and saw
 // a parked waiter.
@@ -85,58 +92,43 @@ func (rt *Runtime) chooseSpin() segments.WaitPolicy {
 	return p
 }
 
-// directWay is how postDirect did an operation.
-type directWay int
-
-const (
-	viaFrame    directWay = iota // not at all: send the frame as it is
-	viaDoorbell                  // data copied; h is now its doorbell
-	viaMemory                    // all done in the peer's memory
-)
-
 // postDirect tries to do h (a FrameWrite with payload, or a FrameNotify)
-// in proc's memory. It returns how, where (viaMemory: the peer's memory
-// and slots, for Wait's fence and postMem's next operations), and whether
-// a waiter must be woken.
-func (rt *Runtime) postDirect(pr *peer, proc transport.Proc, h *transport.Header, payload []byte) (directWay, memTarget, bool) {
+// of epoch e in proc's memory. It reports whether it did, where (the
+// peer's memory and slots, for Wait's fence and postMem's next
+// operations), whether a waiter must be woken, and whether the peer's slot
+// held a value of a newer epoch (stale: Wait fails).
+func (rt *Runtime) postDirect(pr *peer, proc transport.Proc, h *transport.Header, payload []byte, e uint32) (done bool, t memTarget, wake, stale bool) {
 	d, pm, ok := rt.mappedPeer(h.Seg, proc)
 	if !ok {
-		return viaFrame, memTarget{}, false
+		return false, memTarget{}, false, false
 	}
 	defer d.mu.RUnlock()
-	if h.Off > uint64(len(pm.mem)) || uint64(len(payload)) > uint64(len(pm.mem))-h.Off {
-		return viaFrame, memTarget{}, false // the target checks the range and refuses it
-	}
 	notify := h.Type == transport.FrameNotify || h.Flags&transport.FlagNotify != 0
-	if pm.notes != nil && (!notify || h.A < uint64(pm.notes.Len())) {
-		if pr.quiet() {
-			copyDirect(pm.mem[h.Off:], payload)
-			wake := false
-			var err error
-			if notify {
-				wake, err = pm.notes.Set(segments.NotificationID(h.A), uint32(h.B))
-			}
-			if err == nil {
-				if len(payload) > 0 {
-					rt.stats.DirectWrites.Add(1)
-					directWrites.Inc()
-				}
-				if notify {
-					rt.stats.DirectNotes.Add(1)
-					directNotes.Inc()
-				}
-				return viaMemory, memTarget{d: d, pm: pm, pr: pr, proc: proc}, wake
-			}
-		}
-	}
-	if len(payload) == 0 {
-		return viaFrame, memTarget{}, false
+	switch {
+	case pm.notes == nil, notify && h.A >= uint64(pm.notes.Len()):
+		return false, memTarget{}, false, false
+	case h.Off > uint64(len(pm.mem)) || uint64(len(payload)) > uint64(len(pm.mem))-h.Off:
+		return false, memTarget{}, false, false // the target checks the range and refuses it
+	case !pr.quiet():
+		return false, memTarget{}, false, false // behind the frames on their way
+	case !pm.notes.Enter(e):
+		return false, memTarget{}, false, false // the peer is in a newer epoch: its admit says so
 	}
 	copyDirect(pm.mem[h.Off:], payload)
-	rt.stats.DirectWrites.Add(1)
-	directWrites.Inc()
-	doorbell(h, len(payload), pm.gen)
-	return viaDoorbell, memTarget{}, false
+	set := true
+	if notify {
+		wake, set = pm.notes.Store(segments.NotificationID(h.A), uint32(h.B), e)
+	}
+	pm.notes.Exit()
+	if len(payload) > 0 {
+		rt.stats.DirectWrites.Add(1)
+		directWrites.Inc()
+	}
+	if notify {
+		rt.stats.DirectNotes.Add(1)
+		directNotes.Inc()
+	}
+	return true, memTarget{d: d, pm: pm, pr: pr, proc: proc}, wake, !set
 }
 
 // mappedPeer returns proc's memory of segment seg, mapped in the current
@@ -166,21 +158,50 @@ func (rt *Runtime) mappedPeer(seg uint16, proc transport.Proc) (d *directSeg, pm
 	return d, pm, true
 }
 
+// wakeTimeout bounds a wake-up sent in the background (wake): past it the
+// peer is failing, and its waiters wake when its loss or the next view
+// reaches them.
+const wakeTimeout = 30 * time.Second
+
 // wake tells proc that a slot of its segment seg was set while a waiter
-// was parked. A wake-up that fails is the peer failing, which the
-// waiter's side finds out by itself.
+// was parked. The slot is set already, so the wake-up must go whatever
+// the caller's ctx says: when ctx ends before it is sent (or the send
+// fails while the peer is not known lost), it is sent again in the
+// background, on the runtime's lifetime, until it goes, the peer is lost
+// (its waiters then wake on this process's loss), or the runtime stops.
 func (rt *Runtime) wake(ctx context.Context, proc transport.Proc, seg uint16) {
 	h := transport.Header{Type: transport.FrameControl, A: ctlWake, Seg: seg}
 	if rt.send(ctx, proc, &h, nil) == nil {
-		rt.stats.Wakes.Add(1)
-		directWakes.Inc()
+		rt.woke()
+		return
 	}
+	rt.goFunc(func() {
+		ctx, cancel := context.WithTimeout(rt.life, wakeTimeout)
+		defer cancel()
+		b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(time.Millisecond), backoff.WithMaxInterval(100*time.Millisecond), backoff.WithMaxElapsedTime(0)), ctx)
+		backoff.Retry(func() error {
+			if rt.peers.get(proc).isDown() {
+				return nil // lost: nobody to wake there
+			}
+			h := transport.Header{Type: transport.FrameControl, A: ctlWake, Seg: seg}
+			if err := rt.send(ctx, proc, &h, nil); err != nil {
+				return err
+			}
+			rt.woke()
+			return nil
+		}, b)
+	})
+}
+
+func (rt *Runtime) woke() {
+	rt.stats.Wakes.Add(1)
+	directWakes.Inc()
 }
 
 // fenceDirect is Wait's remote completion for an operation done in
 // memory. When the fence fails, a frame finds out why (probe).
 func (rt *Runtime) fenceDirect(ctx context.Context, op pendingOp) error {
-	if op.notes.Fence() {
+	if !op.stale && op.notes.Fence(op.epoch) {
 		return nil
 	}
 	return rt.probe(ctx, op, movedErr(op))
@@ -215,29 +236,36 @@ func movedErr(op pendingOp) error {
 	return fmt.Errorf("pgas: %s: rank %d no longer reads the memory written (a newer view, or the segment deleted): %w: %w", op.op, op.rank, ErrRemote, ErrStaleEpoch)
 }
 
-// renewNotes moves to a fresh area the notification slots of each shared
-// segment that v declares failed a process it gave the area to. applyView
-// calls it under viewMu, before the view is seen: from then on nothing
-// that process stores is read, and provideMemory, under viewMu too, gives
-// the area only to processes of a view that went through here.
-func (rt *Runtime) renewNotes(v *view) {
+// raiseEpochs raises every local segment's epoch to v's and wakes its
+// waiters (segments.Segment.SetEpoch). applyView calls it under viewMu,
+// before the view is seen: from then on no slot set in an older epoch
+// counts, no process of an older epoch is admitted to copy into a segment,
+// and their fences fail. SegmentCreate raises a new segment's epoch under
+// viewMu too, so none is missed.
+func (rt *Runtime) raiseEpochs(v *view) {
+	for _, si := range rt.segList() {
+		si.seg.SetEpoch(v.epoch)
+	}
+}
+
+// wakeSegments wakes the parked waiters of every local segment to look at
+// their slots again: a peer was lost, maybe between its store and its
+// wake-up.
+func (rt *Runtime) wakeSegments() {
+	for _, si := range rt.segList() {
+		si.seg.Wake()
+	}
+}
+
+// segList returns the local segments now.
+func (rt *Runtime) segList() []*segInfo {
 	rt.segMu.RLock()
+	defer rt.segMu.RUnlock()
 	sis := make([]*segInfo, 0, len(rt.segs))
 	for _, si := range rt.segs {
-		if si.backing != nil {
-			sis = append(sis, si)
-		}
+		sis = append(sis, si)
 	}
-	rt.segMu.RUnlock()
-	for _, si := range sis {
-		si.hmu.Lock()
-		if anyFailed(si.nholders, v) {
-			if err := si.seg.RenewNotes(); err != nil {
-				rt.log.Error("notification slots not moved to fresh memory; a replaced process may still set them", "seg", si.seg.ID(), "err", err)
-			}
-		}
-		si.hmu.Unlock()
-	}
+	return sis
 }
 
 // memTarget is a peer's memory that operations were done in: enough for
@@ -292,19 +320,25 @@ func (rt *Runtime) postMem(ctx context.Context, q Queue, rank int, remote Loc, s
 		qu.mu.Unlock()
 		return false
 	}
+	if !pm.notes.Enter(v.epoch) {
+		qu.mu.Unlock()
+		return false // the peer is in a newer epoch: the frame's way says so
+	}
 	copyDirect(pm.mem[remote.Off:], src)
-	wake := false
+	wake, set := false, true
 	if notify {
-		wake = pm.notes.Store(id, val)
+		wake, set = pm.notes.Store(id, val, v.epoch)
 		qu.counts.notes++
 	}
+	pm.notes.Exit()
 	if len(src) > 0 {
 		qu.counts.writes++
 	}
-	if n := len(qu.pending); n > 0 && qu.pending[n-1].notes == pm.notes && qu.pending[n-1].rank == rank {
+	if n := len(qu.pending); n > 0 && qu.pending[n-1].notes == pm.notes && qu.pending[n-1].rank == rank && qu.pending[n-1].epoch == v.epoch {
 		qu.merged++ // the entry before stands for it: Wait fences those slots once
+		qu.pending[n-1].stale = qu.pending[n-1].stale || !set
 	} else {
-		qu.pending = append(qu.pending, pendingOp{rank: rank, peer: t.pr, op: op, notes: pm.notes})
+		qu.pending = append(qu.pending, pendingOp{rank: rank, peer: t.pr, op: op, notes: pm.notes, epoch: v.epoch, stale: !set})
 	}
 	proc := t.proc
 	qu.mu.Unlock()

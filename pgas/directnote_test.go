@@ -74,10 +74,10 @@ func TestDirectNotifyInMemory(t *testing.T) {
 }
 
 // A process declared failed sets nothing the survivors read from the
-// moment they apply the view, before any Recover: its mapping of a
-// survivor's notification slots is of memory the survivor left, and its
-// fences fail. What it set before is kept, and the survivors notify each
-// other in memory again after the recovery.
+// moment they apply the view, before any Recover: its slots of the older
+// epoch read as not set, what it stores is not seen, its fences fail and
+// it is not admitted to copy. The survivors notify each other in memory
+// again after the recovery.
 func TestDirectNotesFencedAtView(t *testing.T) {
 	pgas.DirectMapped(t)
 	synctest.Test(t, func(t *testing.T) {
@@ -93,12 +93,16 @@ func TestDirectNotesFencedAtView(t *testing.T) {
 		if err := rts[1].Wait(ctx, 0); err != nil || rts[1].Stats().DirectNotes != 1 {
 			t.Fatalf("the notification before the failure: %v, %+v", err, rts[1].Stats())
 		}
+		seg0, _ := rts[0].Segment(1)
+		if v, _ := seg0.Notification(3); v != 11 {
+			t.Fatalf("slot 3 = %d before the failure, want 11", v)
+		}
 		// What process 1 holds of process 0's slots, as it asks for them.
-		fd, _, err := pgas.ProvideMemory(rts[0], 1, 1|1<<16)
+		fd, tag, err := pgas.ProvideMemory(rts[0], 1, 1|1<<16)
 		if err != nil {
 			t.Fatal(err)
 		}
-		stale, err := segments.MapNotes(fd, segments.DefaultNotifications)
+		stale, err := segments.MapNotes(fd, segments.DefaultNotifications, int(tag>>32))
 		unix.Close(fd)
 		if err != nil {
 			t.Fatal(err)
@@ -109,16 +113,18 @@ func TestDirectNotesFencedAtView(t *testing.T) {
 		for rts[0].Epoch() == epoch {
 			time.Sleep(time.Millisecond)
 		}
-		if stale.Fence() {
+		if stale.Fence(uint32(epoch)) {
 			t.Fatal("a fence through the failed process's mapping passes once the view is applied")
 		}
-		stale.Set(4, 99)
-		seg0, _ := rts[0].Segment(1)
+		if stale.Enter(uint32(epoch)) {
+			t.Fatal("the failed process is admitted to copy once the view is applied")
+		}
+		stale.Set(4, 99, uint32(epoch))
 		if v, _ := seg0.Notification(4); v != 0 {
 			t.Fatalf("the failed process set slot 4 = %d after the view", v)
 		}
-		if v, _ := seg0.Notification(3); v != 11 {
-			t.Fatalf("slot 3 = %d after the move, want 11 kept", v)
+		if v, _ := seg0.Notification(3); v != 0 {
+			t.Fatalf("slot 3 = %d in the new epoch; a notification of the older one must not count", v)
 		}
 		survivors := []*pgas.Runtime{rts[0], rts[2]}
 		pgas.Each(t, survivors, func(rt *pgas.Runtime) error {

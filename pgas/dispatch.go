@@ -172,9 +172,7 @@ func (rt *Runtime) handleWrite(from transport.Proc, h *transport.Header, p trans
 		if err != nil || h.Off > 1<<62 {
 			err = fmt.Errorf("pgas: write from proc %d: %w: %v", from, ErrBounds, err)
 		} else if h.Flags&transport.FlagDirect != 0 {
-			if err = checkDoorbell(si, h); err != nil {
-				err = fmt.Errorf("pgas: direct write from proc %d: %w", from, err)
-			}
+			err = fmt.Errorf("pgas: write from proc %d: a doorbell (data copied beforehand), which no process of this version sends: %w", from, ErrInvalid)
 		}
 	}
 	if err != nil {
@@ -214,7 +212,9 @@ func (rt *Runtime) notifyTarget(segID uint16, id, val uint64) (*segments.Segment
 func (rt *Runtime) appliedNotify(from transport.Proc, h *transport.Header, seg *segments.Segment, err error) {
 	start := rt.recordApplied(from, h, err)
 	if seg != nil && err == nil {
-		seg.SetNotification(segments.NotificationID(h.A), uint32(h.B))
+		// In the frame's epoch, which admit found not older than ours: a
+		// value of an older epoch would not count (design §3).
+		seg.SetNotificationIn(segments.NotificationID(h.A), uint32(h.B), h.Epoch)
 	}
 	if start {
 		rt.enqueue(from, outJob{ack: true})

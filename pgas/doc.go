@@ -86,17 +86,24 @@
 // caller: a copy, then a store into its slot; Wait's remote completion is
 // an atomic fence on the slots' memory, and a frame goes only to wake a
 // waiter that parked. While a frame to that rank is still on its way, the
-// copy is followed by the usual acknowledged write frame without payload
-// (a doorbell) instead, to keep the order. Every contract above holds:
-// the notification follows the data, Wait is remote completion, and a
-// write that raced a view change fails (its fence fails, or its doorbell
-// is refused). A process that applies a view declaring failed a process
-// it gave its slots to moves them to a fresh memfd before the view is
-// seen; Recover moves a shared segment's memory likewise when a process
-// it gave that memory to failed, and unmaps the others'; the fresh memory
-// goes only to the processes of the new view, so a replaced process
-// changes nothing a survivor reads. The move copies only the pages the
-// segment's memfd holds. The program must not touch segment memory while
+// operation goes by frame, data and all, to keep the order. Every contract
+// above holds: the notification follows the data, Wait is remote
+// completion, and a write that raced a view change fails (its fence
+// fails, or its frame is refused).
+//
+// The fencing contract a program may rely on (docs/design.md §3), for
+// same-host memory as for frames: once this process has applied a view
+// that declares a process failed, nothing that process sets is seen in a
+// notification slot here; once Recover returned, nothing it copies
+// changes a segment here; the same holds for a survivor still in an older
+// epoch, whose operations fail as stale. A notification does not outlive
+// its epoch: one set in an older epoch reads as not set (NotifyWaitSome,
+// NotifyReset) once this process applied a newer view, so after Recover
+// the program sets again what it needs. A WriteNotify or Notify that
+// returned nil has woken any parked waiter, or will without the caller
+// (the wake-up goes on in the background if the caller's context ended);
+// waiters also look again whenever a peer is lost and at every view. The
+// program must not touch segment memory while
 // Recover runs. NotifyWaitSome on such a segment polls its slots for a
 // while before it parks: 50 µs when the host has a CPU for each of its
 // ranks, 20 µs giving the CPU away between looks when it has up to four
@@ -141,7 +148,7 @@
 // before a mapped peer's PeerNotes lock, neither held with any other lock;
 // a segment's move lock before viewMu before its hmu before its
 // notification lock (segments.Segment: provideMemory, and applyView's
-// renewNotes under viewMu); peer.sendMu; peer.flushMu
+// raiseEpochs under viewMu); peer.sendMu; peer.flushMu
 // before peer.ackMu; peer.mu / peer.ackMu /
 // outbox.mu / reqMu / mailbox.mu (leaves, never held together), except
 // that an ack sent from the reader (Queuer) is queued under peer.ackMu:

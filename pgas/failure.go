@@ -48,7 +48,8 @@ func (rt *Runtime) cutOff(proc transport.Proc, err error) {
 		rt.det.PeerDown(proc)
 	}
 	rt.failRequests(func(r *request) bool { return r.proc == proc }, ErrRankFailed)
-	rt.wakeColl() // a collective in shared memory waiting on it looks again
+	rt.wakeColl()     // a collective in shared memory waiting on it looks again
+	rt.wakeSegments() // so does a waiter on a slot it may have set without its wake-up
 }
 
 // fencedNoticeTimeout bounds the notice sent to a process before its

@@ -171,6 +171,9 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 			if err := rt.drainLanding(ctx, v.epoch); err != nil {
 				return err
 			}
+			if err := rt.drainWriters(ctx); err != nil {
+				return err
+			}
 			if err := rt.renewShared(v); err != nil {
 				return err
 			}

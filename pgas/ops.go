@@ -50,8 +50,12 @@ type pendingOp struct {
 	req  *request
 	op   string
 	// notes, for an operation done in the peer's memory (postDirect):
-	// the area Wait fences.
+	// the area Wait fences, in epoch (the view the operation ran in);
+	// stale when a slot held a value of a newer epoch, so the
+	// notification was not set and Wait must fail.
 	notes *segments.PeerNotes
+	epoch uint32
+	stale bool
 }
 
 func (rt *Runtime) queue(q Queue, op string) (*queue, error) {
@@ -145,16 +149,13 @@ func (rt *Runtime) post(ctx context.Context, q Queue, rank int, h transport.Head
 		return &RankError{Rank: rank, Op: op, Err: ErrRankFailed}
 	}
 	if h.Type == transport.FrameNotify || h.Type == transport.FrameWrite {
-		switch way, target, wake := rt.postDirect(pr, proc, &h, payload); way {
-		case viaMemory:
+		if done, target, wake, stale := rt.postDirect(pr, proc, &h, payload, v.epoch); done {
 			if wake {
 				rt.wake(ctx, proc, h.Seg)
 			}
 			target.view, target.rank, target.seg = v, rank, segments.ID(h.Seg)
-			qu.addMem(pendingOp{rank: rank, peer: pr, op: op, notes: target.pm.notes}, target)
+			qu.addMem(pendingOp{rank: rank, peer: pr, op: op, notes: target.pm.notes, epoch: v.epoch, stale: stale}, target)
 			return nil
-		case viaDoorbell:
-			payload = nil // the data is in place (direct.go)
 		}
 	}
 	return rt.postFrame(ctx, qu, pr, proc, rank, h, payload, op)
@@ -299,13 +300,14 @@ func (rt *Runtime) Wait(ctx context.Context, q Queue) error {
 	}
 	var first error
 	var fenced *segments.PeerNotes // fenced last, without error: it covers every store posted before this Wait
+	var fencedIn uint32            // in this epoch
 	for i, op := range ops {
 		var err error
 		switch {
-		case op.notes != nil && op.notes == fenced:
+		case op.notes != nil && op.notes == fenced && op.epoch == fencedIn && !op.stale:
 		case op.notes != nil:
 			if err = rt.fenceDirect(ctx, op); err == nil {
-				fenced = op.notes
+				fenced, fencedIn = op.notes, op.epoch
 			}
 		case op.req != nil:
 			_, err = rt.waitRequest(ctx, op.req, op.rank, op.op)

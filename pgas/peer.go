@@ -21,7 +21,7 @@ type peer struct {
 
 	mu      sync.Mutex
 	sent    ackOut        // what the peer acknowledged and refused
-	acked   atomic.Uint64 // sent.acked, for quiet to read without mu
+	settled atomic.Uint64 // the highest sequence whose outcome is known (applied or refused), for quiet to read without mu
 	downErr error         // set once the connection is lost
 	changed chan struct{} // closed and replaced when sent or downErr changes
 	down    chan struct{} // closed when downErr is set
@@ -49,12 +49,13 @@ type peer struct {
 }
 
 // quiet reports whether nothing this process sent the peer is still on
-// its way: every sequenced frame acknowledged, every request answered. An
+// its way: every sequenced frame acknowledged or refused (a refused frame
+// lands nothing later), every request answered. An
 // operation done directly in the peer's memory (postDirect) keeps its
 // order with the frames the same goroutine sent before it only then.
 // (Operations of different goroutines have no order to keep.)
 func (pr *peer) quiet() bool {
-	return pr.reqsOut.Load() == 0 && pr.acked.Load() >= pr.nextSeq.Load()
+	return pr.reqsOut.Load() == 0 && pr.settled.Load() >= pr.nextSeq.Load()
 }
 
 // Goodbyes are bounded by goodbyeTimeout: a base for the round trip, and
@@ -168,7 +169,7 @@ func (p *peer) fail(err error) {
 func (p *peer) ack(seq uint64) {
 	p.mu.Lock()
 	if p.sent.ack(seq) {
-		p.acked.Store(p.sent.acked)
+		p.settled.Store(max(p.settled.Load(), p.sent.acked))
 		close(p.changed)
 		p.changed = make(chan struct{})
 	}
@@ -178,7 +179,7 @@ func (p *peer) ack(seq uint64) {
 func (p *peer) nack(seq, code uint64) {
 	p.mu.Lock()
 	p.sent.nack(seq, code)
-	p.acked.Store(p.sent.acked)
+	p.settled.Store(max(p.settled.Load(), p.sent.acked, seq))
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()

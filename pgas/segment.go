@@ -38,10 +38,11 @@ type segInfo struct {
 	gen     atomic.Uint32 // names the memory: new at creation and at every move (under move)
 	hmu     sync.Mutex
 	holders map[transport.Proc]bool // the processes given the memory (provideMemory); under hmu
-	// nholders are the processes given the notification area since it
-	// last moved (renewNotes); under hmu.
-	nholders map[transport.Proc]bool
-	direct   atomic.Pointer[directSeg] // the peers' memory in the current view, nil when none
+	// writers are the processes given the notification area, each with
+	// the writer line it copies through (segments.PeerNotes.Enter); a
+	// line is never given to another process. Under hmu.
+	writers map[transport.Proc]int
+	direct  atomic.Pointer[directSeg] // the peers' memory in the current view, nil when none
 
 	gone atomic.Bool // removed from the runtime's table (SegmentDelete): lookupSeg's cache skips it
 }
@@ -199,6 +200,13 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 		rt.segs[id] = si
 	}
 	rt.segMu.Unlock()
+	if fresh {
+		// In the current view's epoch, under viewMu: a view being applied
+		// either raised it (it was in segs) or is seen here (raiseEpochs).
+		rt.viewMu.Lock()
+		si.seg.SetEpoch(rt.view.Load().epoch)
+		rt.viewMu.Unlock()
+	}
 	// Every member sends its size and where its memory is (sharedDesc).
 	descs, members, err := allgatherRanks(ctx, rt, g, sharedDesc(si))
 	if err != nil {

@@ -176,9 +176,7 @@ func (rt *Runtime) applyView(mv View) {
 	}
 	nv := sharedView(mv, rt.peers.size())
 	rt.viewObserved(nv, mv.Failed) // before anyone can see the view
-	if rt.directOn() {
-		rt.renewNotes(nv) // before anyone can see the view either
-	}
+	rt.raiseEpochs(nv)             // before anyone can see the view either (design §3)
 	rt.view.Store(nv)
 	ch := rt.viewChanged
 	rt.viewChanged = make(chan struct{})

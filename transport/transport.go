@@ -47,12 +47,10 @@ const (
 	FlagNotify uint8 = 1 << 0
 	// FlagAck asks the receiver to acknowledge Seq once the frame is applied.
 	FlagAck uint8 = 1 << 1
-	// FlagDirect on a FrameWrite without payload: the sender copied the
-	// data into the receiver's segment itself, through shared memory, and
-	// the frame is its doorbell. A = notification id | length<<16, B =
-	// value | generation<<32, the generation naming the segment memory
-	// copied into (the receiver refuses the frame when it is not the
-	// segment's memory any more).
+	// FlagDirect marked a doorbell: a FrameWrite without payload whose
+	// data the sender had copied into the receiver's segment beforehand.
+	// No process sends it any more (a copy ahead of frames still on their
+	// way broke their order, docs/design.md §9.3); a receiver refuses it.
 	FlagDirect uint8 = 1 << 2
 )
 

@@ -132,6 +132,20 @@ func (m *Membership) Publish() {
 	m.publishLocked()
 }
 
+// Advance commits a new epoch with the same ranks and failures (as a
+// spare joining, or an idle spare lost, would) and publishes it; it
+// returns the new epoch.
+func (m *Membership) Advance() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := m.cur
+	v.Epoch++
+	v.Ranks, v.Failed = slices.Clone(v.Ranks), slices.Clone(v.Failed)
+	m.cur = v
+	m.publishLocked()
+	return v.Epoch
+}
+
 func (m *Membership) publishLocked() {
 	for _, h := range m.handles {
 		h.push(m.cur)

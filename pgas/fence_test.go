@@ -1,0 +1,231 @@
+package pgas_test
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/segments"
+)
+
+// writeLoop has rt write k into the 8 bytes at off of rank 0's segment 1
+// and notify slot 3 with k, for k = 1, 2, ..., through the public API,
+// until stop: a process that goes on as if nothing happened, whatever its
+// calls return. It counts the calls.
+func writeLoop(rt *pgas.Runtime, stop *atomic.Bool, posted *atomic.Int64) {
+	ctx := context.Background()
+	seg, _ := rt.Segment(1)
+	for k := uint64(1); !stop.Load(); k++ {
+		binary.LittleEndian.PutUint64(seg.Bytes()[0:], k)
+		rt.WriteNotify(ctx, 0, 0, pgas.Loc{Seg: 1, Off: 64}, pgas.Loc{Seg: 1, Off: 0}, 8, 3, uint32(k))
+		posted.Add(1)
+		rt.Wait(ctx, 0)
+	}
+}
+
+// waitPosted returns once the writer posted n more operations.
+func waitPosted(t *testing.T, posted *atomic.Int64, n int64) {
+	t.Helper()
+	start, deadline := posted.Load(), time.Now().Add(time.Minute)
+	for posted.Load() < start+n {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer posts nothing")
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
+}
+
+// The fence holds while the bad writer runs: a survivor that has not
+// applied the newer view (its membership is paused) keeps writing into
+// rank 0's segment and setting its slot, concurrently with rank 0
+// applying the view and recovering, round after round. From the moment
+// rank 0 has applied the view, no slot it reads is set by the writer; once
+// its Recover returned, the writer changes none of its data; and the
+// writer's own Wait fails as a refused frame would. Then the writer
+// applies the view, recovers, and writes again in the new epoch, in
+// memory.
+func TestDirectFenceHoldsAgainstConcurrentOlderEpochWriter(t *testing.T) {
+	pgas.DirectMapped(t)
+	rounds := 10000
+	if raceOn || testing.Short() {
+		rounds = 500
+	}
+	rts, _, _, fm, handles := newFTJobOn(t, 2, 0, nil, pgas.Direct)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	create := func() {
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error {
+			_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+			return err
+		})
+	}
+	create()
+	owner, writer := rts[0], rts[1]
+	seg0, _ := owner.Segment(1)
+	var stop atomic.Bool
+	var posted atomic.Int64
+	var wg sync.WaitGroup
+	for r := 0; r < rounds; r++ {
+		handles[1].Pause(true)
+		stop.Store(false)
+		wg.Add(1)
+		go func() { defer wg.Done(); writeLoop(writer, &stop, &posted) }()
+		waitPosted(t, &posted, 3)
+		if r == 0 && writer.Stats().DirectNotes == 0 {
+			t.Fatal("the writer wrote nothing in memory: the test tests nothing")
+		}
+		e := fm.Advance()
+		for owner.Epoch() != e {
+			time.Sleep(10 * time.Microsecond)
+		}
+		for i := 0; i < 20; i++ {
+			if v, _ := seg0.Notification(3); v != 0 {
+				t.Fatalf("round %d: slot 3 = %d after the view: set by a writer of the older epoch", r, v)
+			}
+		}
+		if err := owner.Recover(ctx); err != nil {
+			t.Fatal(err)
+		}
+		held := binary.LittleEndian.Uint64(seg0.Bytes()[64:])
+		waitPosted(t, &posted, 1) // the writer goes on meanwhile
+		for i := 0; i < 20; i++ {
+			if got := binary.LittleEndian.Uint64(seg0.Bytes()[64:]); got != held {
+				t.Fatalf("round %d: the writer of the older epoch changed the data from %d to %d after Recover", r, held, got)
+			}
+			if v, _ := seg0.Notification(3); v != 0 {
+				t.Fatalf("round %d: slot 3 = %d after Recover", r, v)
+			}
+		}
+		stop.Store(true)
+		wg.Wait()
+		handles[1].Pause(false)
+		for writer.Epoch() != e {
+			time.Sleep(10 * time.Microsecond)
+		}
+		if err := writer.Recover(ctx); err != nil {
+			t.Fatal(err)
+		}
+		create()
+	}
+	// In the new epoch the writer is admitted again, in memory.
+	n := writer.Stats().DirectNotes
+	if err := writer.Notify(ctx, 0, 0, 1, 5, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.Wait(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := seg0.Notification(5); v != 7 || writer.Stats().DirectNotes != n+1 {
+		t.Fatalf("slot 5 = %d after the recovery, notes in memory %d -> %d", v, n, writer.Stats().DirectNotes)
+	}
+}
+
+// A process declared failed keeps writing through the memory it was
+// given (its membership never tells it), concurrently with the
+// survivor's view and Recover: nothing it sets is read from the view on,
+// nothing it copies lands after Recover, whichever way it writes (through
+// its runtime, or straight into the mappings, as a process that ignores
+// the protocol would).
+func TestDirectFenceHoldsAgainstConcurrentFailedWriter(t *testing.T) {
+	pgas.DirectMapped(t)
+	rounds := 20
+	if raceOn || testing.Short() {
+		rounds = 5
+	}
+	for r := 0; r < rounds; r++ {
+		failedWriterRound(t, r)
+	}
+}
+
+func failedWriterRound(t *testing.T, r int) {
+	rts, promoted, _, fm, handles := newFTJobOn(t, 2, 1, nil, pgas.Direct)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pgas.Each(t, rts, func(rt *pgas.Runtime) error {
+		_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+		return err
+	})
+	owner, bad := rts[0], rts[1]
+	seg0, _ := owner.Segment(1)
+	// The raw mappings, as the bad process holds them.
+	fd, tag, err := pgas.ProvideMemory(owner, 1, 1|1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes, err := segments.MapNotes(fd, segments.DefaultNotifications, int(tag>>32))
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notes.Unmap()
+	fd, _, err = pgas.ProvideMemory(owner, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := segments.MapFD(fd, 4096)
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer segments.UnmapShared(data)
+
+	handles[1].Pause(true) // it never learns that it was replaced
+	var stop atomic.Bool
+	var posted atomic.Int64
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop.Store(true)
+	wg.Add(2)
+	go func() { defer wg.Done(); writeLoop(bad, &stop, &posted) }()
+	go func() { // ignores Enter and the epoch: stores all the same
+		defer wg.Done()
+		e := uint32(owner.Epoch())
+		for k := uint32(1); !stop.Load(); k++ {
+			binary.LittleEndian.PutUint64(data[128:], uint64(k))
+			notes.Store(4, k, e)
+		}
+	}()
+	waitPosted(t, &posted, 3)
+	if err := handles[0].ReportFailure(ctx, 1, bad.Epoch()); err != nil {
+		t.Fatal(err)
+	}
+	e := fm.Current().Epoch
+	for owner.Epoch() != e {
+		time.Sleep(10 * time.Microsecond)
+	}
+	for i := 0; i < 50; i++ {
+		for _, id := range []segments.NotificationID{3, 4} {
+			if v, _ := seg0.Notification(id); v != 0 {
+				t.Fatalf("round %d: slot %d = %d after the view declared its writer failed", r, id, v)
+			}
+		}
+	}
+	if err := owner.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held64 := binary.LittleEndian.Uint64(seg0.Bytes()[64:])
+	held128 := binary.LittleEndian.Uint64(seg0.Bytes()[128:])
+	waitPosted(t, &posted, 1)
+	deadline := time.Now().Add(20 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if got := binary.LittleEndian.Uint64(seg0.Bytes()[64:]); got != held64 {
+			t.Fatalf("round %d: the failed process's runtime changed the data from %d to %d after Recover", r, held64, got)
+		}
+		if got := binary.LittleEndian.Uint64(seg0.Bytes()[128:]); got != held128 {
+			t.Fatalf("round %d: the failed process's raw stores changed the data from %d to %d after Recover", r, held128, got)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	// The survivors go on with the promoted spare.
+	spare := <-promoted
+	if spare.Rank() != 1 {
+		t.Fatalf("the spare holds rank %d, want 1", spare.Rank())
+	}
+}
