@@ -229,3 +229,83 @@ func failedWriterRound(t *testing.T, r int) {
 		t.Fatalf("the spare holds rank %d, want 1", spare.Rank())
 	}
 }
+
+// A WriteNotify whose context has ended before the call still wakes the
+// peer's parked waiter, promptly: the slot is set, so the wake-up goes on
+// without the caller.
+func TestDirectWakeOutlivesCallersContext(t *testing.T) {
+	pgas.DirectMapped(t)
+	rts, _, _, _, _ := newFTJobOn(t, 2, 0, nil, pgas.Direct, func(c *pgas.Config) { c.SpinWait = 0 })
+	ctx := context.Background()
+	pgas.Each(t, rts, func(rt *pgas.Runtime) error {
+		_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+		return err
+	})
+	for round := 0; round < 20; round++ {
+		got := make(chan error, 1)
+		go func() {
+			_, err := rts[0].NotifyWaitSome(ctx, 1, 7, 1)
+			got <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // parked by now (no spin)
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		err := rts[1].WriteNotify(cancelled, 0, 0, pgas.Loc{Seg: 1, Off: 64}, pgas.Loc{Seg: 1, Off: 64}, 8, 7, uint32(round+1))
+		if err != nil { // allowed; then the waiter is woken by a call that goes through
+			if err := rts[1].Notify(ctx, 0, 0, 1, 7, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case werr := <-got:
+			if werr != nil {
+				t.Fatal(werr)
+			}
+		case <-time.After(100 * time.Millisecond):
+			t.Fatalf("round %d: WriteNotify with a cancelled context returned nil and the waiter still sleeps after 100 ms", round)
+		}
+		rts[1].Wait(ctx, 0)
+		rts[0].NotifyReset(1, 7)
+	}
+}
+
+// A writer that dies between its store and its wake-up leaves no waiter
+// asleep: the waiter scans again when the writer's connection is lost,
+// and at the view that follows.
+func TestDirectWaiterWakesWhenWriterDiesBeforeItsWake(t *testing.T) {
+	pgas.DirectMapped(t)
+	rts, _, nw, _, _ := newFTJobOn(t, 2, 1, nil, pgas.Direct, func(c *pgas.Config) { c.SpinWait = 0 })
+	ctx := context.Background()
+	pgas.Each(t, rts, func(rt *pgas.Runtime) error {
+		_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+		return err
+	})
+	fd, tag, err := pgas.ProvideMemory(rts[0], 1, 1|1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes, err := segments.MapNotes(fd, segments.DefaultNotifications, int(tag>>32))
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notes.Unmap()
+	got := make(chan error, 1)
+	go func() {
+		_, err := rts[0].NotifyWaitSome(ctx, 1, 9, 1)
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // parked by now (no spin)
+	if wake, set := notes.Store(9, 5, uint32(rts[1].Epoch())); !wake || !set {
+		t.Fatalf("store: wake %v, set %v; want a parked waiter to wake", wake, set)
+	}
+	nw.Kill(1) // before it sends the wake-up
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter still sleeps after its writer was lost")
+	}
+}
