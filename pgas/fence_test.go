@@ -12,6 +12,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/segments"
+	"github.com/gaspigo/gaspigo/transport"
 )
 
 // writeLoop has rt write k into the 8 bytes at off of rank 0's segment 1
@@ -27,6 +28,23 @@ func writeLoop(rt *pgas.Runtime, stop *atomic.Bool, posted *atomic.Int64) {
 		posted.Add(1)
 		rt.Wait(ctx, 0)
 	}
+}
+
+// notesAs maps owner's notification area of segment 1 as process proc
+// asks for it, with the writer line it is given.
+func notesAs(t *testing.T, owner *pgas.Runtime, proc transport.Proc) *segments.PeerNotes {
+	t.Helper()
+	fd, tag, err := pgas.ProvideMemory(owner, proc, 1|1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes, err := segments.MapNotes(fd, segments.DefaultNotifications, int(tag>>32))
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(notes.Unmap)
+	return notes
 }
 
 // waitPosted returns once the writer posted n more operations.
@@ -154,17 +172,8 @@ func failedWriterRound(t *testing.T, r int) {
 	owner, bad := rts[0], rts[1]
 	seg0, _ := owner.Segment(1)
 	// The raw mappings, as the bad process holds them.
-	fd, tag, err := pgas.ProvideMemory(owner, 1, 1|1<<16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	notes, err := segments.MapNotes(fd, segments.DefaultNotifications, int(tag>>32))
-	unix.Close(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer notes.Unmap()
-	fd, _, err = pgas.ProvideMemory(owner, 1, 1)
+	notes := notesAs(t, owner, 1)
+	fd, _, err := pgas.ProvideMemory(owner, 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,16 +289,7 @@ func TestDirectWaiterWakesWhenWriterDiesBeforeItsWake(t *testing.T) {
 		_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
 		return err
 	})
-	fd, tag, err := pgas.ProvideMemory(rts[0], 1, 1|1<<16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	notes, err := segments.MapNotes(fd, segments.DefaultNotifications, int(tag>>32))
-	unix.Close(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer notes.Unmap()
+	notes := notesAs(t, rts[0], 1)
 	got := make(chan error, 1)
 	go func() {
 		_, err := rts[0].NotifyWaitSome(ctx, 1, 9, 1)
