@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,9 +73,8 @@ type summary struct {
 	mu         sync.Mutex
 	schedules  int
 	byWorkload map[Workload]int
-	faults     map[Kind]int
-	skipped    map[Kind]int
-	recoveries int // membership changes the ranks recovered through (epochs after the first)
+	cov        *coverage[Kind] // drawn, applied, not applied and why, by kind
+	recoveries int             // membership changes the ranks recovered through (epochs after the first)
 	recMS      []float64
 	wrong      int
 	hangs      int
@@ -87,14 +87,20 @@ type summary struct {
 	failedRuns []string
 }
 
+func newSummary() *summary {
+	return &summary{byWorkload: map[Workload]int{}, cov: newCoverage(Kinds)}
+}
+
 // TestChaos runs seeded fault schedules over real processes and checks
 // the invariants after each (see doc.go). Without flags it runs the fixed
 // sample; -chaos.schedules=N runs seeds 1..N; -chaos.seeds=S replays.
+// It fails when a fault kind its schedules drew was never applied: a
+// sweep that did not inject a kind has not tested it.
 func TestChaos(t *testing.T) {
 	if bins.err != nil {
 		t.Skip(bins.err)
 	}
-	sum := &summary{byWorkload: map[Workload]int{}, faults: map[Kind]int{}, skipped: map[Kind]int{}}
+	sum := newSummary()
 	refs := &references{}
 	for _, seed := range seeds(t) {
 		s := ScheduleOf(seed)
@@ -109,28 +115,34 @@ func TestChaos(t *testing.T) {
 			t.Errorf("write -chaos.summary: %v", err)
 		}
 	}
+	sum.cov.check(t)
 }
 
 // runSchedule runs one schedule and checks it.
 func runSchedule(t *testing.T, s Schedule, refs *references, sum *summary) {
 	t.Logf("schedule:\n%s", s)
+	var j *job
+	// Every fault drawn is counted, also when the schedule stops early.
+	defer func() { sum.cover(t, s, j) }()
 	ref := refs.get(t, s.Workload)
 	var (
 		res Result
-		j   *job
 		out = t.TempDir()
 	)
 	if s.Expect == ResumeOrRefuse {
 		j, res = diskSchedule(t, s)
 	} else {
-		j, res = run(t, build(t, s, out))
+		sp := build(t, s, out)
+		sp.span = refs.span
+		j, res = run(t, sp)
 		if s.Workload == TeraSort && res.Code == 0 {
 			res.Answer = validate(t, out)
 		}
+		programOutcomes(j, s)
 	}
 	j.run.Lock()
-	for _, l := range j.lines {
-		if strings.HasPrefix(l.text, "chaos: skipped ") || strings.HasPrefix(l.text, "chaos: fault not applied") {
+	for i := range s.Faults {
+		if !j.outcomes[i].applied {
 			res.Skipped++
 		}
 	}
@@ -171,28 +183,104 @@ func build(t *testing.T, s Schedule, out string) spec {
 		for _, f := range s.Faults {
 			switch f.Kind {
 			case KillCommit:
-				at := max(w.ckptEvery, f.At/w.ckptEvery*w.ckptEvery)
-				sp.program = append(sp.program, "--inject", fmt.Sprintf("kill:rank=%d,iter=%d,phase=commit", f.Rank, at))
+				sp.program = append(sp.program, "--inject", fmt.Sprintf("kill:rank=%d,iter=%d,phase=commit", f.Rank, w.commitAt(f)))
 			case KillMirror:
 				sp.program = append(sp.program, "--inject", fmt.Sprintf("kill:rank=%d,iter=%d", f.Rank, f.At),
-					"--inject", fmt.Sprintf("kill:mirror-of=%d,iter=%d", f.Rank, f.At+2*w.ckptEvery))
+					"--inject", fmt.Sprintf("kill:mirror-of=%d,iter=%d", f.Rank, w.mirrorKillAt(f)))
 			}
 		}
 	case TeraSort:
-		in := tsInput(t)
-		sp.program = []string{bins.terasort, "sort", "--in", in, "--out", out, "--ckpt-records", strconv.Itoa(tsRecords() / 40),
-			"--mirrors", strconv.Itoa(s.Mirrors)}
+		sp.program = tsProgram(tsInput(t), out, s.Mirrors)
 	}
+	sp.faults = len(s.Faults)
 	sp.apply = func(j *job) {
-		for _, f := range s.Faults {
-			if !apply(j, s, f) {
-				j.run.Lock()
-				j.lines = append(j.lines, line{text: "chaos: fault not applied (the job ended first): " + f.String(), at: time.Now()})
-				j.run.Unlock()
+		for i, f := range s.Faults {
+			if f.Kind == KillCommit || f.Kind == KillMirror {
+				continue // the program injects it; its output says whether it did (programOutcomes)
 			}
+			applied, why, detail := apply(j, s, i)
+			j.decide(i, f, applied, why, detail)
 		}
 	}
 	return sp
+}
+
+// commitAt is the iteration after which a kill-commit fault kills its
+// rank inside the checkpoint commit: f.At rounded down to a checkpoint.
+func (w kmeansLoad) commitAt(f Fault) int {
+	return max(w.ckptEvery, f.At/w.ckptEvery*w.ckptEvery)
+}
+
+// mirrorKillAt is the iteration after which a kill-mirror fault kills the
+// holder of its rank's rebuilt mirror: two checkpoints after the first
+// kill.
+func (w kmeansLoad) mirrorKillAt(f Fault) int { return f.At + 2*w.ckptEvery }
+
+// The reasons a fault is not applied, as the summary counts them.
+const (
+	whyEnded     = "the job ended first"
+	whyLate      = "late (past its point by more than lateBy iterations, with program kills due)"
+	whyNoSpare   = "no idle spare alive"
+	whyNoLeader  = "no raft leader known"
+	whyGone      = "its target process was not alive"
+	whyNoAck     = "the target process never put the netfault rule in force"
+	whyRiddenOut = "ridden out: its process was never declared failed"
+	whyNotFired  = "the program did not fire it"
+	whyNotRun    = "the schedule stopped before its faults were applied or checked"
+)
+
+// injectRE is K-means's line when an --inject kill fires (it then
+// SIGKILLs itself): apps/internal/inject.Fire.
+var injectRE = regexp.MustCompile(`inject: SIGKILL rank (\d+) \(pid \d+\) after iteration (\d+)(, inside the checkpoint commit)? `)
+
+// programOutcomes decides the faults K-means injects itself (kill-commit,
+// kill-mirror) from the job's output: applied only if the program said it
+// fired each of the fault's kills.
+func programOutcomes(j *job, s Schedule) {
+	if s.Workload != KMeans {
+		return
+	}
+	w := kmWorkloadFor(s.Ranks)
+	type kill struct {
+		rank, iter int
+		commit     bool
+	}
+	var fired []kill
+	j.run.Lock()
+	for _, l := range j.lines {
+		if m := injectRE.FindStringSubmatch(l.text); m != nil {
+			r, _ := strconv.Atoi(m[1])
+			i, _ := strconv.Atoi(m[2])
+			fired = append(fired, kill{r, i, m[3] != ""})
+		}
+	}
+	j.run.Unlock()
+	firedAt := func(rank, iter int, commit bool) bool {
+		return slices.ContainsFunc(fired, func(k kill) bool {
+			return (rank < 0 || k.rank == rank) && k.iter == iter && k.commit == commit
+		})
+	}
+	for i, f := range s.Faults {
+		switch f.Kind {
+		case KillCommit:
+			at := w.commitAt(f)
+			if firedAt(f.Rank, at, true) {
+				j.decide(i, f, true, "", fmt.Sprintf("rank %d killed itself inside the commit after iteration %d", f.Rank, at))
+			} else {
+				j.decide(i, f, false, whyNotFired, fmt.Sprintf("no kill of rank %d inside the commit after iteration %d in its output", f.Rank, at))
+			}
+		case KillMirror:
+			at := w.mirrorKillAt(f)
+			switch {
+			case !firedAt(f.Rank, f.At, false):
+				j.decide(i, f, false, whyNotFired, fmt.Sprintf("no kill of rank %d after iteration %d in its output", f.Rank, f.At))
+			case !firedAt(-1, at, false):
+				j.decide(i, f, false, whyNotFired, fmt.Sprintf("rank %d was killed, but no holder of its mirror after iteration %d", f.Rank, at))
+			default:
+				j.decide(i, f, true, "", fmt.Sprintf("rank %d killed after iteration %d, its mirror's holder after %d", f.Rank, f.At, at))
+			}
+		}
+	}
 }
 
 // programKills reports whether the program injects kills of its own
@@ -225,10 +313,12 @@ func (j *job) settledLocked(s Schedule) bool {
 		switch {
 		case recoveryRE.MatchString(l.text):
 			lastRec = i
-		case confirmRE.MatchString(l.text):
+		case l.msg() == msgFailureConfirmed:
 			lastConfirm = i
 		case strings.HasPrefix(l.text, "chaos: applied ") && causesRecovery(l.text):
 			lastLoss = i
+		case strings.HasPrefix(l.text, "chaos: ridden out "):
+			lastLoss = -1 // the fault just applied cost no process
 		}
 	}
 	// A fault applied a moment ago may not be confirmed yet: its recovery
@@ -276,7 +366,7 @@ func reached(j *job, s Schedule, at int) bool {
 	var begin time.Time
 	if !j.waitUntil(jobDeadline, func() bool {
 		for _, l := range j.lines {
-			if viewRE.MatchString(l.text) {
+			if l.msg() == msgViewApplied {
 				begin = l.at
 				return true
 			}
@@ -285,31 +375,139 @@ func reached(j *job, s Schedule, at int) bool {
 	}) {
 		return false
 	}
-	d := time.Until(begin.Add(time.Duration(at) * time.Millisecond))
+	d := time.Until(begin.Add(tsPoint(at, j.span)))
 	if d > 0 {
 		j.waitUntil(d, func() bool { return false })
 	}
-	return !j.run.Ended()
+	return !j.over()
 }
 
-// apply applies one fault; false if the job ended before it could.
-func apply(j *job, s Schedule, f Fault) bool {
-	note := func(format string, a ...any) {
+// leaderWait bounds the wait for a known Raft leader at a kill-leader
+// fault: an election after the previous leader's loss.
+const leaderWait = 10 * time.Second
+
+// ackWait bounds the wait for a process to put a netfault rule in force
+// (it re-reads the rules every netfault.PollInterval).
+const ackWait = 5 * time.Second
+
+// nextAt is the K-means iteration at which fault i of s must be over if it
+// lasts a while (pauses, links, partitions): the next fault's point, 0 for
+// none. A fault's duration is real time while its point is an iteration:
+// on a fast machine a link fault of two seconds would otherwise outlast
+// the rest of the job, and the faults after it would never apply.
+func (s Schedule) nextAt(i int) int {
+	if s.Workload != KMeans || i+1 >= len(s.Faults) {
+		return 0
+	}
+	n := s.Faults[i+1]
+	at := n.At
+	if n.Kind == KillCommit {
+		at = kmWorkloadFor(s.Ranks).commitAt(n)
+	}
+	if at <= s.Faults[i].At {
+		return 0
+	}
+	return at
+}
+
+// hold lets a fault last d, or until the job reaches iteration until (if
+// not 0) or ends, whichever comes first; it returns how long it lasted and
+// why it ended early ("" if it did not). With lost >= 0 (a fault meant to
+// outlast failure detection) it ends early at until only once the
+// membership declared process lost failed: cut shorter, it would be a
+// short fault, ridden out.
+func (j *job) hold(d time.Duration, until, lost int) (time.Duration, string) {
+	start := time.Now()
+	next := func() bool { return until > 0 && j.iter >= until && (lost < 0 || j.failed[lost]) }
+	j.waitUntil(d, func() bool { return j.done || next() })
+	took := time.Since(start)
+	over := j.over()
+	j.run.Lock()
+	reachedNext := next()
+	j.run.Unlock()
+	switch {
+	case reachedNext:
+		return took, fmt.Sprintf(", cut short at iteration %d, the next fault's point", until)
+	case over:
+		return took, ", cut short: the job ended"
+	}
+	return took, ""
+}
+
+// holdLost holds a fault meant to outlast failure detection (a long
+// pause, a partition) of process p: for d stretched by the job's factor
+// (the membership stretches its timeouts, the failure detector's too, on
+// an oversubscribed host, and logs the factor), ended early at iteration
+// until once p was declared failed (hold); then, if p was not declared
+// failed yet, up to as long again for that. lost reports whether it was.
+func (j *job) holdLost(d time.Duration, until, p int) (held time.Duration, short string, lost bool) {
+	j.run.Lock()
+	d *= time.Duration(max(j.stretch, 1))
+	j.run.Unlock()
+	held, short = j.hold(d, until, p)
+	j.run.Lock()
+	lost = j.failed[p]
+	j.run.Unlock()
+	if !lost && short == "" {
+		start := time.Now()
+		lost = j.waitUntil(d, func() bool { return j.failed[p] || j.done })
+		held += time.Since(start)
 		j.run.Lock()
-		j.lines = append(j.lines, line{text: "chaos: " + fmt.Sprintf(format, a...), at: time.Now()})
+		lost = j.failed[p]
 		j.run.Unlock()
 	}
+	return held, short, lost
+}
+
+// lostOrNot is the outcome of a fault meant to cost process p (a long
+// pause, a partition): applied only if the membership declared p failed;
+// one that was ridden out was a short fault, not the one drawn, and its
+// "applied" note no longer counts as a loss (settledLocked).
+func (j *job) lostOrNot(f Fault, p int, lost bool, detail string) (bool, string, string) {
+	if lost {
+		return true, "", detail + fmt.Sprintf("; process %d declared failed", p)
+	}
+	j.note("ridden out %s: process %d was not declared failed", f, p)
+	if j.over() {
+		return false, whyEnded, detail + fmt.Sprintf("; the job ended before process %d was declared failed", p)
+	}
+	return false, whyRiddenOut, detail + fmt.Sprintf("; process %d was not declared failed", p)
+}
+
+// apply applies fault i of s and reports whether it did, or why not (a
+// reason of the summary's, and what exactly happened).
+func apply(j *job, s Schedule, i int) (applied bool, why, detail string) {
+	f := s.Faults[i]
 	if f.Kind == KillCommit || f.Kind == KillMirror {
-		return true // injected by the program itself
+		return true, "", "" // injected by the program itself
+	}
+	where := func() string {
+		if s.Workload == KMeans {
+			j.run.Lock()
+			defer j.run.Unlock()
+			return fmt.Sprintf("rank 0 was at iteration %d", j.iter)
+		}
+		return fmt.Sprintf("%v after gaspirun started", time.Since(j.start).Round(time.Millisecond))
+	}
+	ended := func(when string) (bool, string, string) {
+		return false, whyEnded, when + "; " + where()
 	}
 	if !reached(j, s, f.At) {
-		return false
+		return ended("before the fault's point")
 	}
 	if !j.waitUntil(jobDeadline, func() bool { return j.settledLocked(s) }) {
-		return false
+		return ended("while an earlier recovery settled")
 	}
-	if f.Kind == KillLeader {
-		j.waitUntil(10*time.Second, func() bool { return j.leader >= 0 })
+	if j.over() {
+		return ended("at the fault's point, before the harness could act")
+	}
+	// gone is the reason for a target that is not alive: the job's end,
+	// or a process that died apart from the job.
+	gone := func(what string) (bool, string, string) {
+		if j.over() {
+			return ended("before " + what + " could be hit")
+		}
+		return false, whyGone, what
 	}
 	if s.Workload == KMeans && s.programKills() {
 		// An earlier fault's duration can make this one late. Late, it
@@ -320,65 +518,99 @@ func apply(j *job, s Schedule, f Fault) bool {
 		iter := j.iter
 		j.run.Unlock()
 		if iter > f.At+lateBy {
-			note("skipped %s: late, the job was at iteration %d", f, iter)
-			return false
+			return false, whyLate, fmt.Sprintf("the job was at iteration %d", iter)
 		}
 	}
 	switch f.Kind {
 	case KillRank:
 		p := j.holder(f.Rank)
-		_, ok := j.signal(p, syscall.SIGKILL)
-		note("applied %s: SIGKILL process %d", f, p)
-		return ok
+		if _, ok := j.signal(p, syscall.SIGKILL); !ok {
+			return gone(fmt.Sprintf("process %d, holder of rank %d", p, f.Rank))
+		}
+		j.note("applied %s: SIGKILL process %d", f, p)
+		return true, "", fmt.Sprintf("SIGKILL process %d", p)
 	case KillSpare:
 		idle := j.idleSpares(s.Ranks, s.Spares)
 		for _, p := range idle {
 			if _, ok := j.signal(p, syscall.SIGKILL); ok {
-				note("applied %s: SIGKILL spare process %d", f, p)
-				return true
+				j.note("applied %s: SIGKILL spare process %d", f, p)
+				return true, "", fmt.Sprintf("SIGKILL spare process %d", p)
 			}
 		}
-		note("skipped %s: no idle spare alive", f)
-		return false
-	case KillLeader:
-		j.run.Lock()
-		p := j.leader
-		j.run.Unlock()
-		if p < 0 {
-			note("skipped %s: no raft leader known", f)
-			return false
+		if j.over() {
+			return ended("before a spare could be hit")
 		}
-		_, ok := j.signal(p, syscall.SIGKILL)
-		note("applied %s: SIGKILL raft leader process %d", f, p)
-		return ok
+		return false, whyNoSpare, fmt.Sprintf("idle spares in the newest view: %v", idle)
+	case KillLeader:
+		// The leader is learned from the membership's records (onLine),
+		// and forgotten when it is killed or declared failed: this waits
+		// for the election that follows an earlier leader's loss.
+		deadline := time.Now().Add(leaderWait)
+		for {
+			if !j.waitUntil(time.Until(deadline), func() bool { return j.leader >= 0 }) {
+				if j.over() {
+					return ended("while the harness waited for a raft leader")
+				}
+				return false, whyNoLeader, fmt.Sprintf("no live process's %q record within %v", msgBecameLeader, leaderWait)
+			}
+			j.run.Lock()
+			p := j.leader
+			j.run.Unlock()
+			if _, ok := j.signal(p, syscall.SIGKILL); ok {
+				j.note("applied %s: SIGKILL raft leader process %d", f, p)
+				return true, "", fmt.Sprintf("SIGKILL raft leader process %d", p)
+			}
+			if j.over() {
+				return gone(fmt.Sprintf("raft leader process %d", p))
+			}
+			// The leader died apart from the harness (a kill the program
+			// injected) before its failure was committed: wait for the
+			// next election's winner.
+			j.run.Lock()
+			if j.leader == p {
+				j.leader = -1
+			}
+			j.run.Unlock()
+		}
 	case KillInRecovery:
 		p := j.holder(f.Rank)
 		from := j.mark()
 		if _, ok := j.signal(p, syscall.SIGKILL); !ok {
-			return false
+			return gone(fmt.Sprintf("process %d, holder of rank %d", p, f.Rank))
 		}
-		note("applied %s: SIGKILL process %d", f, p)
-		if !j.waitUntil(jobDeadline, func() bool { _, ok := j.findAfter(from, confirmRE); return ok }) {
-			return false
+		j.note("applied %s: SIGKILL process %d", f, p)
+		if !j.waitUntil(jobDeadline, func() bool { _, ok := j.findMsgAfter(from, msgFailureConfirmed); return ok }) {
+			return ended(fmt.Sprintf("after the first kill (process %d), before a survivor confirmed it", p))
 		}
-		q := j.holder((f.Rank + 2) % s.Ranks)
-		_, ok := j.signal(q, syscall.SIGKILL)
-		note("applied %s: then, in the recovery, SIGKILL process %d (rank %d)", f, q, (f.Rank+2)%s.Ranks)
-		return ok
+		r2 := (f.Rank + 2) % s.Ranks
+		q := j.holder(r2)
+		if _, ok := j.signal(q, syscall.SIGKILL); !ok {
+			return gone(fmt.Sprintf("process %d, holder of rank %d, for the second kill", q, r2))
+		}
+		j.note("applied %s: then, in the recovery, SIGKILL process %d (rank %d)", f, q, r2)
+		return true, "", fmt.Sprintf("SIGKILL process %d, then in its recovery process %d", p, q)
 	case PauseShort, PauseLong:
 		p := j.holder(f.Rank)
 		pid, ok := j.signal(p, syscall.SIGSTOP)
 		if !ok {
-			return false
+			return gone(fmt.Sprintf("process %d, holder of rank %d", p, f.Rank))
 		}
 		j.run.Lock()
 		j.stopped[pid] = true
 		j.run.Unlock()
-		note("applied %s: SIGSTOP process %d", f, p)
-		time.Sleep(f.Dur) // the fault's own duration, in real time
+		j.note("applied %s: SIGSTOP process %d", f, p)
+		if f.Kind == PauseShort {
+			// Ridden out, and no progress while it lasts: no overrun.
+			held, short := j.hold(f.Dur, 0, -1) // the fault's own duration, in real time
+			syscall.Kill(pid, syscall.SIGCONT)
+			j.note("SIGCONT process %d", p)
+			return true, "", fmt.Sprintf("SIGSTOP process %d for %v%s", p, held.Round(time.Millisecond), short)
+		}
+		held, short, lost := j.holdLost(f.Dur, s.nextAt(i), p)
 		syscall.Kill(pid, syscall.SIGCONT)
-		note("SIGCONT process %d", p)
-		return true
+		j.note("SIGCONT process %d", p)
+		detail := fmt.Sprintf("SIGSTOP process %d for %v%s", p, held.Round(time.Millisecond), short)
+		return j.lostOrNot(f, p, lost, detail)
 	case SlowLink, LossyLink, Partition:
 		p := j.holder(f.Rank)
 		rule := map[Kind]string{
@@ -386,12 +618,37 @@ func apply(j *job, s Schedule, f Fault) bool {
 			LossyLink: fmt.Sprintf("proc=%d loss=%g", p, f.Param),
 			Partition: fmt.Sprintf("proc=%d partition", p),
 		}[f.Kind]
+		from := j.mark()
 		j.setRule(rule + "\n")
-		note("applied %s: netfault %q", f, rule)
-		time.Sleep(f.Dur) // the fault's own duration, in real time
+		// Applied once the process says the rule is in force (its
+		// netfault record), not when the file was written.
+		acked := j.waitUntil(ackWait, func() bool {
+			for _, l := range j.lines[from:] {
+				if n, ok := l.rec.Int("proc"); ok && n == p && l.msg() == msgRuleInForce && l.rec["rule"] != "none" {
+					return true
+				}
+			}
+			return false
+		})
+		if !acked {
+			j.setRule("")
+			if j.over() {
+				return ended(fmt.Sprintf("before process %d put %q in force", p, rule))
+			}
+			return false, whyNoAck, fmt.Sprintf("process %d, within %v of %q", p, ackWait, rule)
+		}
+		j.note("applied %s: netfault %q", f, rule)
+		if f.Kind == Partition {
+			held, short, lost := j.holdLost(f.Dur, s.nextAt(i), p)
+			j.setRule("")
+			j.note("healed %s", f)
+			detail := fmt.Sprintf("netfault %q in force for %v%s", rule, held.Round(time.Millisecond), short)
+			return j.lostOrNot(f, p, lost, detail)
+		}
+		held, short := j.hold(f.Dur, s.nextAt(i), -1) // the fault's own duration, in real time
 		j.setRule("")
-		note("healed %s", f)
-		return true
+		j.note("healed %s", f)
+		return true, "", fmt.Sprintf("netfault %q in force for %v%s", rule, held.Round(time.Millisecond), short)
 	case HostLoss:
 		host := fmt.Sprintf("host%d", f.Rank/2)
 		var hit []int
@@ -401,10 +658,13 @@ func apply(j *job, s Schedule, f Fault) bool {
 			}
 		}
 		slices.Sort(hit)
-		note("applied %s: SIGKILL processes %v of %s", f, hit, host)
-		return len(hit) > 0
+		if len(hit) == 0 {
+			return gone("any process of " + host)
+		}
+		j.note("applied %s: SIGKILL processes %v of %s", f, hit, host)
+		return true, "", fmt.Sprintf("SIGKILL processes %v of %s", hit, host)
 	}
-	return false
+	return false, "unknown kind", string(f.Kind)
 }
 
 // recoveryTimes measures, for every fault the harness applied that cost a
@@ -424,17 +684,19 @@ func recoveryTimes(j *job) []time.Duration {
 		if strings.Contains(l.text, "then, in the recovery") {
 			continue // the second kill of kill-in-recovery joins the first's recovery
 		}
-		rec, ok := j.findAfter(i, recoveryRE)
-		if ok {
-			k := slices.IndexFunc(j.lines, func(x line) bool { return x == rec })
-			if it, ok := j.findAfter(k, iterRE); ok {
+		if f, _, ok := strings.Cut(strings.TrimPrefix(l.text, "chaos: applied "), ": "); ok &&
+			slices.ContainsFunc(j.lines[i:], func(x line) bool { return strings.HasPrefix(x.text, "chaos: ridden out "+f+": ") }) {
+			continue // it cost no process: no recovery of its own
+		}
+		if k := slices.IndexFunc(j.lines[i:], func(x line) bool { return recoveryRE.MatchString(x.text) }); k >= 0 {
+			if it, ok := j.findAfter(i+k, iterRE); ok {
 				out = append(out, it.at.Sub(l.at))
 			}
 			continue
 		}
 		var last time.Time
 		for _, x := range j.lines[i:] {
-			if strings.Contains(x.text, "msg=recovered") {
+			if x.msg() == msgRecovered {
 				last = x.at
 			}
 		}
@@ -450,24 +712,6 @@ func (s *summary) add(sc Schedule, res Result, ref string, viol []string, left [
 	defer s.mu.Unlock()
 	s.schedules++
 	s.byWorkload[sc.Workload]++
-	j.run.Lock()
-	for _, l := range j.lines {
-		for _, k := range Kinds {
-			if strings.HasPrefix(l.text, "chaos: applied "+string(k)+" ") && !strings.Contains(l.text, "then, in the recovery") {
-				s.faults[k]++
-			}
-			if strings.HasPrefix(l.text, "chaos: fault not applied (the job ended first): "+string(k)+" ") ||
-				strings.HasPrefix(l.text, "chaos: skipped "+string(k)+" ") {
-				s.skipped[k]++
-			}
-		}
-	}
-	j.run.Unlock()
-	for _, f := range sc.Faults {
-		if f.Kind == KillCommit || f.Kind == KillMirror {
-			s.faults[f.Kind]++ // applied by the program itself, or between runs
-		}
-	}
 	s.recoveries += Epochs(res.Lines) - 1
 	for _, r := range recs {
 		s.recMS = append(s.recMS, float64(r)/float64(time.Millisecond))
@@ -497,6 +741,35 @@ func (s *summary) add(sc Schedule, res Result, ref string, viol []string, left [
 	}
 }
 
+// cover counts the faults of schedule sc in the sweep's coverage, and
+// logs what became of each: j's outcomes (j nil, or a fault without one:
+// the schedule stopped before the harness got to it).
+func (s *summary) cover(t *testing.T, sc Schedule, j *job) {
+	var outs []outcome
+	if j != nil {
+		j.run.Lock()
+		outs = slices.Clone(j.outcomes)
+		j.run.Unlock()
+	}
+	var b strings.Builder
+	for i, f := range sc.Faults {
+		o := outcome{why: whyNotRun}
+		if i < len(outs) && outs[i].set {
+			o = outs[i]
+		}
+		s.cov.add(f.Kind, o.applied, o.why)
+		state := "applied"
+		if !o.applied {
+			state = "NOT applied: " + o.why
+		}
+		if o.detail != "" {
+			state += " (" + o.detail + ")"
+		}
+		fmt.Fprintf(&b, "\n  fault %d: %s: %s", i+1, f, state)
+	}
+	t.Logf("faults:%s", b.String())
+}
+
 func (s *summary) table() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -506,13 +779,8 @@ func (s *summary) table() string {
 	fmt.Fprintf(&b, "| %d | %d | %d | %d | %.0f ms | %.0f ms | %d | %d | %d | %d |\n\n",
 		s.schedules, s.byWorkload[KMeans], s.byWorkload[TeraSort], s.recoveries,
 		stats.Percentile(s.recMS, 50), stats.Percentile(s.recMS, 99), s.wrong, s.hangs, s.leftovers, s.violations)
-	fmt.Fprintf(&b, "| fault kind | injected | not applied (job ended first / no target) |\n|---|---|---|\n")
-	total := 0
-	for _, k := range Kinds {
-		fmt.Fprintf(&b, "| %s | %d | %d |\n", k, s.faults[k], s.skipped[k])
-		total += s.faults[k]
-	}
-	fmt.Fprintf(&b, "| all | %d | |\n\n", total)
+	b.WriteString(s.cov.table())
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "%d schedules drew more losses than spares (expected: exit 75, or 137 without spares); %d disk-corruption resumes gave the reference result.\n", s.exhausted, s.resumed)
 	fmt.Fprintf(&b, "%d processes were declared failed in all; %d survivable schedules ended with exit 75 because more processes were declared failed than they had spares (heartbeats starved on a busy machine).\n", s.declared, s.overrun)
 	for _, f := range s.failedRuns {
@@ -528,10 +796,19 @@ func tail(lines []string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// references holds the failure-free answers, computed once per test run.
+// tsProgram is the TeraSort job of the chaos input.
+func tsProgram(in, out string, mirrors int) []string {
+	return []string{bins.terasort, "sort", "--in", in, "--out", out, "--ckpt-records", strconv.Itoa(tsRecords() / 40),
+		"--mirrors", strconv.Itoa(mirrors)}
+}
+
+// references holds the failure-free answers, computed once per test run,
+// and the failure-free TeraSort's duration (span), which its faults'
+// points are fractions of.
 type references struct {
-	mu sync.Mutex
-	m  map[Workload]string
+	mu   sync.Mutex
+	m    map[Workload]string
+	span time.Duration
 }
 
 func (r *references) get(t *testing.T, w Workload) string {
@@ -553,10 +830,40 @@ func (r *references) get(t *testing.T, w Workload) string {
 		a = res.Answer
 	case TeraSort:
 		a = sumInput(t, tsInput(t))
+		r.span = teraSortSpan(t, a)
 	}
 	t.Logf("reference %s: %s", w, a)
 	r.m[w] = a
 	return a
+}
+
+// teraSortSpan runs the TeraSort job without faults, checks its output
+// against the input's count and checksum (sum), and returns its duration
+// from the first view applied to the result line.
+func teraSortSpan(t *testing.T, sum string) time.Duration {
+	out := t.TempDir()
+	j, res := run(t, spec{ranks: Ranks, spares: 1, program: tsProgram(tsInput(t), out, 1)})
+	if res.Code != 0 || res.Answer == "" {
+		t.Fatalf("failure-free TeraSort failed (exit %d):\n%s", res.Code, tail(res.Lines, 30))
+	}
+	if v := validate(t, out); v != sum {
+		t.Fatalf("failure-free TeraSort's output %q, its input %q", v, sum)
+	}
+	var begin, end time.Time
+	for _, l := range j.lines {
+		if l.msg() == msgViewApplied && begin.IsZero() {
+			begin = l.at
+		}
+		if finalTSRE.MatchString(l.text) {
+			end = l.at
+		}
+	}
+	if begin.IsZero() || end.IsZero() {
+		t.Fatalf("failure-free TeraSort: no view applied or no result line:\n%s", tail(res.Lines, 30))
+	}
+	span := end.Sub(begin)
+	t.Logf("failure-free TeraSort: %v from the first view to the result; faults aim at fractions of it", span.Round(time.Millisecond))
+	return span
 }
 
 var tsIn struct {
@@ -626,9 +933,12 @@ func diskSchedule(t *testing.T, s Schedule) (*job, Result) {
 	// The kill comes late enough for two disk checkpoints, so that an
 	// older one exists to fall back to.
 	at := max(f.At, 3*w.ckptEvery+1)
+	killed := fmt.Sprintf("the first run ended before iteration %d, unkilled", at)
 	_, first := run(t, spec{ranks: Ranks, program: prog, apply: func(j *job) {
 		if reached(j, s, at) {
-			j.signal(j.holder(f.Rank), syscall.SIGKILL)
+			if _, ok := j.signal(j.holder(f.Rank), syscall.SIGKILL); ok {
+				killed = fmt.Sprintf("the first run killed at iteration %d", at)
+			}
 		}
 	}})
 	if first.Code != ExitKilledNoSpares {
@@ -664,10 +974,10 @@ func diskSchedule(t *testing.T, s Schedule) (*job, Result) {
 	if err != nil {
 		t.Fatalf("damage %s: %v", victim, err)
 	}
-	j, res := run(t, spec{ranks: Ranks, launcher: []string{"--resume", dir}, program: prog})
-	j.run.Lock()
-	j.lines = append(j.lines, line{text: "chaos: applied " + f.String(), at: time.Now()})
-	j.run.Unlock()
+	j, res := run(t, spec{ranks: Ranks, launcher: []string{"--resume", dir}, program: prog, faults: 1})
+	j.note("applied %s", f)
+	// The fault is the damage to the checkpoint the resumed run reads.
+	j.decide(0, f, true, "", fmt.Sprintf("%s; %s damaged", killed, filepath.Base(victim)))
 	return j, res
 }
 

@@ -2,11 +2,8 @@ package chaos
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
-
-	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 // Documented exit codes a chaos job may end with when it cannot survive
@@ -31,11 +28,7 @@ type Result struct {
 	Skipped int
 }
 
-var (
-	viewRE    = regexp.MustCompile(`msg="view applied"`)
-	closedRE  = regexp.MustCompile(`msg="runtime closed"`)
-	staleLine = "applied a frame from a stale epoch"
-)
+const staleLine = "applied a frame from a stale epoch"
 
 // Violations checks the invariants of one finished schedule and returns
 // every one that broke, each a sentence. ref is the failure-free answer.
@@ -76,13 +69,10 @@ func Violations(s Schedule, r Result, ref string) []string {
 // membership change the ranks recovered through.
 func Epochs(lines []string) int {
 	seen := map[string]bool{}
-	for _, l := range lines {
-		if !viewRE.MatchString(l) {
-			continue
+	for _, r := range recordsOf(lines) {
+		if r.Msg() == msgViewApplied {
+			seen[r["epoch"]] = true
 		}
-		kv := map[string]string{}
-		proctest.ParseKV(l, kv)
-		seen[kv["epoch"]] = true
 	}
 	return max(len(seen), 1)
 }
@@ -91,13 +81,8 @@ func Epochs(lines []string) int {
 // failed during a job.
 func DeclaredFailed(lines []string) int {
 	seen := map[string]bool{}
-	for _, l := range lines {
-		if !strings.Contains(l, `msg="spares: failure committed"`) {
-			continue
-		}
-		kv := map[string]string{}
-		proctest.ParseKV(l, kv)
-		if p := kv["failed_proc"]; p != "" {
+	for _, r := range recordsOf(lines) {
+		if p := r[attrFailedProc]; r.Msg() == msgFailureCommitted && p != "" {
 			seen[p] = true
 		}
 	}
@@ -111,12 +96,11 @@ func epochViolations(lines []string) []string {
 	holder := map[key]int{}
 	table := map[int]string{}
 	var v []string
-	for _, l := range lines {
-		if !viewRE.MatchString(l) {
+	for i, kv := range recordsOf(lines) {
+		if kv.Msg() != msgViewApplied {
 			continue
 		}
-		kv := map[string]string{}
-		proctest.ParseKV(l, kv)
+		l := lines[i]
 		proc, e1 := strconv.Atoi(kv["proc"])
 		epoch, e2 := strconv.Atoi(kv["epoch"])
 		rank, e3 := strconv.Atoi(kv["rank"])
@@ -146,15 +130,14 @@ func epochViolations(lines []string) []string {
 // older than the one its program had acknowledged.
 func staleViolations(lines []string) []string {
 	var v []string
-	for _, l := range lines {
+	recs := recordsOf(lines)
+	for i, l := range lines {
 		if strings.Contains(l, staleLine) {
 			v = append(v, "stale frame applied: "+l)
 			continue
 		}
-		if closedRE.MatchString(l) {
-			kv := map[string]string{}
-			proctest.ParseKV(l, kv)
-			if n := kv["stale_applied"]; n != "" && n != "0" {
+		if kv := recs[i]; kv.Msg() == msgRuntimeClosed {
+			if n := kv[attrStaleApplied]; n != "" && n != "0" {
 				v = append(v, fmt.Sprintf("process %s applied %s frames from stale epochs", kv["proc"], n))
 			}
 		}

@@ -21,7 +21,17 @@
 //
 // K-means faults trigger on rank 0's iteration lines (the iteration is the
 // logical clock, so the same seed hits the same point of the computation);
-// TeraSort faults trigger on time since the job started.
+// TeraSort faults trigger on time since the job's first view, in per mille
+// of the failure-free sort's duration (measured once per run), so that
+// they land inside the sort on any machine. Faults that last (links,
+// partitions, long pauses) end early at the next fault's iteration (a pause
+// beyond detection or a partition only once the membership declared its
+// process failed), so that a fault's real-time duration cannot outlast
+// the rest of the job and leave the faults after it unapplied. A pause
+// beyond detection and a partition last their duration times the factor
+// by which the membership stretched its timeouts on an oversubscribed
+// host (its "membership timeouts stretched" record), and count as applied
+// only once the membership declared their process failed.
 //
 // The invariants (Violations), after every schedule:
 //
@@ -48,10 +58,23 @@
 //	go test ./test/chaos -run TestChaos -chaos.schedules=500 -timeout 0 -chaos.summary=/tmp/chaos.md
 //	go test ./test/chaos -run 'TestChaos/kmeans/seed=17$' -chaos.seeds=17 -v
 //
-// The sweep prints a summary table: schedules, faults injected by kind,
-// recoveries, median and p99 recovery time (fault to the next completed
-// K-means iteration, or to the last rank's recovery for TeraSort), wrong
-// answers, hangs and leftover processes.
+// The sweep prints a summary table: schedules, recoveries, median and p99
+// recovery time (fault to the next completed K-means iteration, or to the
+// last rank's recovery for TeraSort), wrong answers, hangs and leftover
+// processes; and, per fault kind, how many faults its schedules drew, how
+// many were applied and why the others were not (the job ended first, no
+// idle spare left, ...). A fault counts as applied only on evidence: the
+// signal reached a live process, the target process logged the netfault
+// rule in force, K-means printed the kill it injected, the membership
+// declared the process of a long pause or a partition failed. A sweep fails when
+// a kind it drew was applied in none of its schedules: it did not test it.
+// Each schedule logs what became of each of its faults.
+//
+// The harness reads what the processes report from their log records by
+// key (ParseRecord: slog's text or JSON form), never by matching a
+// formatted line: the Raft leader a kill-leader fault aims at is the proc
+// of the newest "spares: became raft leader" record, forgotten once that
+// process is killed or declared failed.
 // # Multi-host mode
 //
 // TestChaosHosts draws host faults from a seed (DrawHosts) and applies

@@ -88,24 +88,34 @@ func tsRecords() int {
 	return 2000000
 }
 
-// tsLastAt is the latest TeraSort fault time, in ms after the start.
-func tsLastAt() int {
-	if proctest.Race {
-		return 2500
-	}
-	return 1500
+// tsLastAt is the latest TeraSort fault point, in per mille of the
+// failure-free sort's duration (references.get measures it once): Draw
+// puts TeraSort's faults between a quarter and three quarters of the
+// sort, whatever the machine's speed and the race detector make of it.
+// (Points in fixed milliseconds fell past the end of the sort once it got
+// faster: a kill found the job already ending, and the fault was not
+// applied.)
+func tsLastAt() int { return 1000 }
+
+// tsPoint is the time after the first view applied at which a TeraSort
+// fault at point at (per mille) strikes, for a failure-free sort of span.
+func tsPoint(at int, span time.Duration) time.Duration {
+	return span * time.Duration(at) / 1000
 }
 
-// line is one output line and when the harness read it.
+// line is one output line, when the harness read it, and its record
+// (nil for a line that holds none: a program's output, a harness note).
 type line struct {
 	text string
 	at   time.Time
+	rec  Record
 }
+
+// msg is the message of the line's record, "" for none.
+func (l line) msg() string { return l.rec.Msg() }
 
 var (
 	iterRE     = regexp.MustCompile(`^\[r0\] iter\s+(\d+)\s`)
-	leaderRE   = regexp.MustCompile(`msg="spares: became raft leader" proc=(\d+)`)
-	confirmRE  = regexp.MustCompile(`msg="failure confirmed"`)
 	recoveryRE = regexp.MustCompile(`^\[r0\] recovery: epoch`)
 	finalKMRE  = regexp.MustCompile(`^\[r0\] (centroids sha256=[0-9a-f]{64} sse=\S+ iterations=\d+)$`)
 	finalTSRE  = regexp.MustCompile(`^\[r0\] (records=\d+ checksum=[0-9a-f]{16})$`)
@@ -122,24 +132,99 @@ type job struct {
 	run *proctest.Job
 	// Guarded by run's lock (built by onLine, its OnLine; notes added
 	// under it).
-	lines  []line
-	iter   int // highest iteration rank 0 reported
-	leader int // proc of the latest Raft leader, -1 none
+	lines   []line
+	iter    int           // highest iteration rank 0 reported
+	done    bool          // rank 0 printed the result: the job is ending
+	leader  int           // proc of the latest Raft leader, -1 none (or gone since)
+	failed  map[int]bool  // processes the membership declared failed
+	stretch int           // the membership's timeout factor on an oversubscribed host (0 or 1: none logged)
+	span    time.Duration // TeraSort: the failure-free sort's duration
 
 	pids    *proctest.Procs
 	stopped map[int]bool // pids under SIGSTOP
+
+	// outcomes says, for each fault of the schedule, whether the harness
+	// (or the program) applied it, and why not; guarded by run's lock.
+	outcomes []outcome
 }
 
-// onLine takes one line of gaspirun's; run's lock is held.
+// outcome is what became of one fault of a schedule.
+type outcome struct {
+	set     bool // the harness decided (false: the schedule stopped before it could)
+	applied bool
+	why     string // why it was not applied: a short reason, the same in every schedule it happens in
+	detail  string // what exactly happened, for the schedule's log
+}
+
+// onLine takes one line of gaspirun's; run's lock is held. Records are
+// parsed once, here, by key.
 func (j *job) onLine(l proctest.Line) {
 	s := l.Text
-	j.lines = append(j.lines, line{s, l.Time})
+	rec, _ := ParseRecord(s)
+	j.lines = append(j.lines, line{s, l.Time, rec})
 	if m := iterRE.FindStringSubmatch(s); m != nil {
 		n, _ := strconv.Atoi(m[1])
 		j.iter = max(j.iter, n)
 	}
-	if m := leaderRE.FindStringSubmatch(s); m != nil {
-		j.leader, _ = strconv.Atoi(m[1])
+	if finalKMRE.MatchString(s) || finalTSRE.MatchString(s) {
+		j.done = true
+	}
+	switch rec.Msg() {
+	case msgStretched:
+		if f, ok := rec.Int("factor"); ok {
+			j.stretch = max(j.stretch, f)
+		}
+	case msgBecameLeader:
+		if p, ok := rec.Int("proc"); ok {
+			j.leader = p
+		}
+	case msgFailureCommitted:
+		p, ok := rec.Int(attrFailedProc)
+		if !ok {
+			break
+		}
+		j.failed[p] = true
+		// The leader was declared failed: it leads no more, and the
+		// next election's winner says so.
+		if p == j.leader {
+			j.leader = -1
+		}
+	}
+}
+
+// over reports whether the job ended or is ending (rank 0 printed its
+// result; its processes are on their way out).
+func (j *job) over() bool {
+	if j.run.Ended() {
+		return true
+	}
+	j.run.Lock()
+	defer j.run.Unlock()
+	return j.done
+}
+
+// note adds a harness note to the job's lines ("chaos: " and the text).
+func (j *job) note(format string, a ...any) {
+	j.run.Lock()
+	j.lines = append(j.lines, line{text: "chaos: " + fmt.Sprintf(format, a...), at: time.Now()})
+	j.run.Unlock()
+}
+
+// decide records the outcome of fault i of schedule s, once, and notes it
+// when the fault was not applied.
+func (j *job) decide(i int, f Fault, applied bool, why, detail string) {
+	j.run.Lock()
+	if j.outcomes[i].set {
+		j.run.Unlock()
+		return
+	}
+	j.outcomes[i] = outcome{set: true, applied: applied, why: why, detail: detail}
+	j.run.Unlock()
+	if !applied {
+		if detail != "" {
+			why += " (" + detail + ")"
+		}
+		j.note("not applied %s: %s", f, why)
 	}
 }
 
@@ -169,6 +254,17 @@ func (j *job) findAfter(from int, re *regexp.Regexp) (line, bool) {
 	return line{}, false
 }
 
+// findMsgAfter returns the first line at index >= from whose record has
+// message msg.
+func (j *job) findMsgAfter(from int, msg string) (line, bool) {
+	for i := from; i < len(j.lines); i++ {
+		if j.lines[i].msg() == msg {
+			return j.lines[i], true
+		}
+	}
+	return line{}, false
+}
+
 // holder returns the process that holds rank r in the newest view any
 // process applied, from the moves in the view lines.
 func (j *job) holder(r int) int {
@@ -178,11 +274,10 @@ func (j *job) holder(r int) int {
 	// whose holder changed ("moved"); the newest epoch's move of r wins.
 	best, proc := -1, r
 	for _, l := range j.lines {
-		if !viewRE.MatchString(l.text) {
+		if l.msg() != msgViewApplied {
 			continue
 		}
-		kv := map[string]string{}
-		proctest.ParseKV(l.text, kv)
+		kv := l.rec
 		e, err := strconv.Atoi(kv["epoch"])
 		if err != nil || e <= best {
 			continue
@@ -222,6 +317,13 @@ func (j *job) signal(proc int, sig syscall.Signal) (int, bool) {
 	if ok {
 		j.t.Logf("chaos: %v to process %d (pid %d) at %v", sig, proc, pid, time.Since(j.start).Round(time.Millisecond))
 	}
+	if ok && sig == syscall.SIGKILL {
+		j.run.Lock()
+		if j.leader == proc {
+			j.leader = -1 // it leads no more; the next election's winner says so
+		}
+		j.run.Unlock()
+	}
 	return pid, ok
 }
 
@@ -245,7 +347,9 @@ type spec struct {
 	launcher []string // gaspirun flags after -n and --spares
 	program  []string // the program and its arguments
 	spares   int
-	apply    func(j *job) // runs the schedule's faults while the job runs
+	faults   int           // the schedule's faults, one outcome each
+	span     time.Duration // TeraSort: the failure-free sort's duration
+	apply    func(j *job)  // runs the schedule's faults while the job runs
 }
 
 // run starts the job, applies its faults, waits (bounded) and checks by
@@ -253,10 +357,15 @@ type spec struct {
 func run(t *testing.T, sp spec) (*job, Result) {
 	t.Helper()
 	j := &job{t: t, id: fmt.Sprintf("chaos-%d-%d", os.Getpid(), time.Now().UnixNano()), leader: -1,
-		pids: proctest.NewProcs(), stopped: map[int]bool{}}
+		pids: proctest.NewProcs(), stopped: map[int]bool{}, outcomes: make([]outcome, sp.faults),
+		failed: map[int]bool{}, span: sp.span}
 	j.faults = t.TempDir()
+	// --collapse 0: every line as soon as it is written. Collapsing holds
+	// lines back (200 ms by default), and the harness, which aims faults
+	// at K-means iterations of a few milliseconds, would see its clock
+	// tens of iterations late.
 	args := []string{"-n", strconv.Itoa(sp.ranks), "--spares", strconv.Itoa(sp.spares),
-		"--timeout", jobDeadline.String(), "--grace", grace.String(), "--job-id", j.id}
+		"--timeout", jobDeadline.String(), "--grace", grace.String(), "--job-id", j.id, "--collapse", "0"}
 	args = append(args, sp.launcher...)
 	args = append(args, "--")
 	args = append(args, sp.program...)

@@ -70,7 +70,7 @@ func TestChaosHosts(t *testing.T) {
 			seeds[i] = uint64(i + 1)
 		}
 	}
-	sum := &hostSummary{faults: map[HostKind]int{}, skipped: map[HostKind]int{}}
+	sum := &hostSummary{cov: newCoverage(HostKinds)}
 	for _, seed := range seeds {
 		s := DrawHosts(seed, kmWorkload().lastAt())
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -84,6 +84,7 @@ func TestChaosHosts(t *testing.T) {
 			t.Errorf("write -chaos.hostsummary: %v", err)
 		}
 	}
+	sum.cov.check(t)
 }
 
 // hostRun is one multi-host job and the notes of the faults applied.
@@ -130,7 +131,7 @@ func (r *hostRun) settle() {
 		lines := r.j.Lines()
 		for i, l := range lines {
 			switch {
-			case confirmRE.MatchString(l.Text):
+			case isMsg(l.Text, msgFailureConfirmed):
 				lastConfirm = i
 			case hostRecoveryRE.MatchString(l.Text):
 				lastRec, iters = i, 0
@@ -190,6 +191,17 @@ func (r *hostRun) apply(f HostFault) bool {
 // runHostSchedule runs one multi-host schedule and checks it.
 func runHostSchedule(t *testing.T, s HostSchedule, ref string, sum *hostSummary) {
 	t.Logf("schedule:\n%s", s)
+	// Every fault drawn is counted: applied, or why not.
+	applied := make([]bool, len(s.Faults))
+	why := make([]string, len(s.Faults))
+	for i := range why {
+		why[i] = whyNotRun
+	}
+	defer func() {
+		for i, f := range s.Faults {
+			sum.cov.add(f.Kind, applied[i], why[i])
+		}
+	}()
 	c := simhost.NewForTest(t, simhost.Config{Hosts: 3})
 	j, err := mhjob.Start(context.Background(), mhjob.Config{Cluster: c, Program: bins.kmeans, Args: kmWorkload().args(),
 		Hosts: HostLayout, Spares: HostSpares, Env: []string{"PGAS_LOG=info", "GOMAXPROCS=1"}})
@@ -198,9 +210,12 @@ func runHostSchedule(t *testing.T, s HostSchedule, ref string, sum *hostSummary)
 	}
 	defer j.Kill()
 	r := &hostRun{t: t, c: c, j: j, crashed: map[int]bool{}}
-	for _, f := range s.Faults {
-		if !r.apply(f) {
-			r.note("fault not applied (the job ended first): %s", f)
+	for i, f := range s.Faults {
+		if applied[i] = r.apply(f); !applied[i] {
+			why[i] = whyEnded
+			r.note("not applied %s: %s", f, whyEnded)
+		} else {
+			why[i] = ""
 		}
 	}
 	res := HostResult{}
@@ -278,8 +293,7 @@ func hostRecoveries(lines []proctest.Line) []time.Duration {
 type hostSummary struct {
 	mu         sync.Mutex
 	schedules  int
-	faults     map[HostKind]int
-	skipped    map[HostKind]int
+	cov        *coverage[HostKind] // drawn, applied, not applied and why, by kind
 	recMS      []float64
 	recoveries int
 	wrong      int
@@ -293,16 +307,6 @@ func (s *hostSummary) add(sc HostSchedule, res HostResult, ref string, viol []st
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.schedules++
-	for _, l := range res.Lines {
-		for _, k := range HostKinds {
-			if strings.HasPrefix(l, "chaos: applied "+string(k)+" ") {
-				s.faults[k]++
-			}
-			if strings.HasPrefix(l, "chaos: fault not applied (the job ended first): "+string(k)+" ") {
-				s.skipped[k]++
-			}
-		}
-	}
 	s.recoveries += Epochs(res.Lines) - 1
 	for _, r := range recs {
 		s.recMS = append(s.recMS, float64(r)/float64(time.Millisecond))
@@ -332,10 +336,7 @@ func (s *hostSummary) table() string {
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| %d | %d | %.0f ms | %.0f ms | %d | %d | %d | %d |\n\n", s.schedules, s.recoveries,
 		stats.Percentile(s.recMS, 50), stats.Percentile(s.recMS, 99), s.wrong, s.hangs, s.leftovers, s.violations)
-	fmt.Fprintf(&b, "| fault kind | injected | not applied (job ended first) |\n|---|---|---|\n")
-	for _, k := range HostKinds {
-		fmt.Fprintf(&b, "| %s | %d | %d |\n", k, s.faults[k], s.skipped[k])
-	}
+	b.WriteString(s.cov.table())
 	for _, f := range s.failedRuns {
 		fmt.Fprintf(&b, "- %s\n", f)
 	}

@@ -101,7 +101,7 @@ func TestChaosScale(t *testing.T) {
 	default:
 		list = scaleSampleSeeds
 	}
-	sum := &summary{byWorkload: map[Workload]int{}, faults: map[Kind]int{}, skipped: map[Kind]int{}}
+	sum := newSummary()
 	refs := &references{m: map[Workload]string{KMeans: ref.Answer}}
 	for _, seed := range list {
 		s := DrawScale(seed, n, w.lastAt())
@@ -110,4 +110,5 @@ func TestChaosScale(t *testing.T) {
 		})
 	}
 	t.Logf("chaos scale summary (%d ranks):\n%s", n, sum.table())
+	sum.cov.check(t)
 }

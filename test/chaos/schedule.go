@@ -78,7 +78,7 @@ func (k Kind) netFault() bool { return k == SlowLink || k == LossyLink || k == P
 type Fault struct {
 	Kind  Kind
 	Rank  int           // the rank it targets, where it targets one
-	At    int           // K-means: the iteration; TeraSort: ms after the job started
+	At    int           // K-means: the iteration; TeraSort: per mille of the failure-free sort's duration, from the first view applied
 	Dur   time.Duration // pauses, links, partitions
 	Param float64       // SlowLink: delay ms; LossyLink: probability; DiskCorrupt: 0 corrupt, 1 truncate
 }
@@ -150,7 +150,8 @@ const (
 
 // Draw makes the schedule of seed for workload w. lastAt is the latest
 // trigger point the workload can honour (K-means: an iteration well
-// before --max-iter; TeraSort: ms well before the sort ends).
+// before --max-iter; TeraSort: per mille of the failure-free sort's
+// duration).
 func Draw(seed uint64, w Workload, lastAt int) Schedule {
 	rng := rand.New(rand.NewPCG(seed, 0x6761737069))
 	s := Schedule{Seed: seed, Workload: w, Ranks: Ranks, Mirrors: 1}
