@@ -71,10 +71,18 @@
 //   - A parent that does not answer is skipped for 2 × TreeHold: the
 //     client asks the parent's parent, then the voters. Any process
 //     answers any asker, so views that differ for a moment only change
-//     whom a client asks.
+//     whom a client asks. Right after a failed attempt no skip runs out
+//     (a dial to a silent host fails only at RPCTimeout, longer than the
+//     skip), so the client always reaches the live processes after the
+//     dead ones.
 //   - A client's proposals (ReportFailure, Finish, ...) go through the
 //     control RPC to the leader it heard of, or to a voter, which answers
 //     with the leader.
+//   - A process this one's own failure detector confirmed failed
+//     (ReportFailure) is asked for nothing until the state declares it
+//     failed, at most CutOff (down.go): the client drops it as parent at
+//     once and no proposal goes through it, instead of waiting on a
+//     connection to a host that was cut off silently (issue 31).
 //   - Voter replacement: when a voter fails, the leader picks a live
 //     client (hosts with the fewest voters first), records the new voter
 //     set with SetVoters, then adds it with AddVoter. The client learns

@@ -225,13 +225,20 @@ func (n *Node) followLoop() {
 	bad := map[uint32]time.Time{} // upstream processes that failed us, until when to skip them
 	badFor := 2 * n.cfg.treeHold()
 	full := false
+	failed := false // the last attempt failed
 	for !n.isClosed() {
 		n.maybeStartRaft()
 		if !n.following() {
 			return
 		}
 		tr, changed := n.fsm.tree(n.cfg.TreeFanout)
-		target, fallback := pickUpstream(tr.upstream(n.cfg.Proc), bad, time.Now())
+		now := time.Now()
+		n.down.addTo(bad, now)
+		// Right after a failure no mark runs out: a dial to a silent host
+		// fails only at its time-out (RPCTimeout, longer than badFor), and
+		// two such hosts first in the list would otherwise take turns for
+		// ever and keep this process from the live ones after them.
+		target, fallback := pickUpstream(tr.upstream(n.cfg.Proc), bad, now, !failed)
 		if target == NoProc || fallback {
 			// Nobody to ask, or everybody failed us lately: wait a little.
 			t := time.NewTimer(n.cfg.treeHold() / 4)
@@ -248,21 +255,24 @@ func (n *Node) followLoop() {
 			}
 		}
 		err := n.followFrom(target, &full, bad)
-		if err != nil {
-			bad[target] = time.Now().Add(badFor)
+		failed = err != nil
+		if failed {
+			if until := time.Now().Add(badFor); until.After(bad[target]) {
+				bad[target] = until
+			}
 			n.log.Debug("spares: tree parent did not answer; asking the next one up", "parent", target, "err", err)
 		}
 	}
 }
 
-// pickUpstream returns the first process of up not in bad (entries that
-// expired are dropped), or, when all are, the one whose mark ends first
-// (fallback).
-func pickUpstream(up []uint32, bad map[uint32]time.Time, now time.Time) (uint32, bool) {
+// pickUpstream returns the first process of up not in bad, or, when all
+// are, the one whose mark ends first (fallback). With expire, the marks
+// that ended by now are dropped first.
+func pickUpstream(up []uint32, bad map[uint32]time.Time, now time.Time, expire bool) (uint32, bool) {
 	best := NoProc
 	for _, p := range up {
 		until, marked := bad[p]
-		if marked && now.After(until) {
+		if marked && expire && now.After(until) {
 			delete(bad, p)
 			marked = false
 		}
@@ -286,7 +296,14 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 	}
 	ctx, cancel := context.WithCancel(n.ctx)
 	defer cancel()
+	// This process's failure detector confirming target failed ends the
+	// attempt at once, dial or held request, instead of at its deadline.
+	stopDown := n.down.onMark(target, cancel)
+	defer stopDown()
 	c, err := n.dialCtl(ctx, addr)
+	if err != nil && ctx.Err() != nil && n.ctx.Err() == nil {
+		return fmt.Errorf("spares: proc %d was confirmed failed: %w", target, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -341,7 +358,9 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 			return nil
 		}
 		tr, _ := n.fsm.tree(n.cfg.TreeFanout)
-		if p, _ := pickUpstream(tr.upstream(n.cfg.Proc), bad, time.Now()); p != target {
+		now := time.Now()
+		n.down.addTo(bad, now)
+		if p, _ := pickUpstream(tr.upstream(n.cfg.Proc), bad, now, true); p != target {
 			return nil // the tree moved, or a closer ancestor may answer again
 		}
 	}

@@ -28,6 +28,7 @@ type MemNetwork struct {
 	raft   map[string]*memRaft
 	counts map[uint32]*memCounts
 	cut    map[uint32]bool    // partitioned processes
+	silent map[uint32]bool    // processes cut off silently
 	links  map[[2]uint32]bool // cut links, lower proc first
 	conns  map[*memConn]struct{}
 }
@@ -53,7 +54,7 @@ type memCounts struct {
 // timeout (a peer that does not take a message: 500ms is raft's default).
 func NewMemNetwork(timeout time.Duration) *MemNetwork {
 	return &MemNetwork{timeout: timeout, ctl: map[string]*memListener{}, raft: map[string]*memRaft{}, counts: map[uint32]*memCounts{},
-		cut: map[uint32]bool{}, links: map[[2]uint32]bool{}, conns: map[*memConn]struct{}{}}
+		cut: map[uint32]bool{}, silent: map[uint32]bool{}, links: map[[2]uint32]bool{}, conns: map[*memConn]struct{}{}}
 }
 
 // errMemCut is what a partitioned process's connections and dials fail
@@ -77,11 +78,23 @@ func (m *MemNetwork) Partition(proc uint32) {
 	}
 }
 
-// Heal ends proc's partition.
+// Silence cuts proc off silently, as a host whose packets are dropped
+// without an answer: until Heal its control connections stay open but
+// carry nothing more either way (a reader waits for its deadline), a
+// control dial from or to it waits until its context ends (over TCP: the
+// connect time-out), and its Raft RPCs fail as under Partition.
+func (m *MemNetwork) Silence(proc uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.silent[proc] = true
+}
+
+// Heal ends proc's partition or silence.
 func (m *MemNetwork) Heal(proc uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.cut, proc)
+	delete(m.silent, proc)
 }
 
 // CutLink cuts the link between a and b only: their connections end and,
@@ -117,7 +130,13 @@ func (m *MemNetwork) isCut(a, b uint32) bool {
 }
 
 func (m *MemNetwork) cutLocked(a, b uint32) bool {
-	return m.cut[a] || m.cut[b] || m.links[linkKey(a, b)]
+	return m.cut[a] || m.cut[b] || m.silent[a] || m.silent[b] || m.links[linkKey(a, b)]
+}
+
+func (m *MemNetwork) isSilent(a, b uint32) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.silent[a] || m.silent[b]
 }
 
 // Counts returns proc's message counts so far.
@@ -176,6 +195,10 @@ func (m *MemNetwork) DialCtl(ctx context.Context, from uint32, addr string) (net
 	if l == nil {
 		return nil, NoProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, syscall.ECONNREFUSED)
 	}
+	if m.isSilent(from, l.proc) {
+		<-ctx.Done()
+		return nil, NoProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, ctx.Err())
+	}
 	if m.isCut(from, l.proc) {
 		return nil, NoProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, errMemCut)
 	}
@@ -221,7 +244,7 @@ var (
 func (t *memRaft) count(target raft.ServerAddress) error {
 	t.net.mu.Lock()
 	o := t.net.raft[string(target)]
-	cut := t.net.cut[t.proc] || (o != nil && t.net.cutLocked(t.proc, o.proc))
+	cut := t.net.cut[t.proc] || t.net.silent[t.proc] || (o != nil && t.net.cutLocked(t.proc, o.proc))
 	t.net.mu.Unlock()
 	if cut {
 		return fmt.Errorf("spares: memory network: raft to %s: %w", target, errMemCut)
@@ -368,6 +391,9 @@ var _ PeerConn = (*memConn)(nil)
 func (c *memConn) Peer() uint32 { return c.peerProc }
 
 func (c *memConn) Write(p []byte) (int, error) {
+	if c.net.isSilent(c.selfProc, c.peerProc) {
+		return len(p), nil // lost on the way
+	}
 	n, err := c.Conn.Write(p)
 	if err == nil {
 		c.self.ctlSent.Add(1)

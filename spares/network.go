@@ -59,11 +59,13 @@ func (n *Node) listenCtl() (io.Closer, error) {
 	return l, nil
 }
 
-// dialCtl opens a control connection to addr under ctx (and at most
-// RPCTimeout for the handshake).
+// dialCtl opens a control connection to addr under ctx, in at most
+// RPCTimeout (dial and handshake).
 func (n *Node) dialCtl(ctx context.Context, addr string) (*authConn, error) {
 	if nw := n.cfg.Network; nw != nil {
-		c, peer, err := nw.DialCtl(ctx, n.cfg.Proc, addr)
+		dctx, cancel := context.WithTimeout(ctx, n.cfg.RPCTimeout)
+		defer cancel()
+		c, peer, err := nw.DialCtl(dctx, n.cfg.Proc, addr)
 		if err != nil {
 			return nil, err
 		}

@@ -57,6 +57,7 @@ type Node struct {
 	lostErr  error         // set before lost is closed
 	lostOnce sync.Once
 	fo       failover
+	down     downMarks // processes this one's detector confirmed failed
 }
 
 // NewNode starts this process's Raft node (in the voters-only mode only on

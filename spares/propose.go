@@ -15,6 +15,9 @@ import (
 // ReportFailure proposes DeclareFailed{proc, reporter, epoch}: proc was
 // confirmed failed by reporter in the view of the given epoch. See Propose.
 func (n *Node) ReportFailure(ctx context.Context, proc, reporter uint32, epoch uint64) (Result, error) {
+	if reporter == n.cfg.Proc {
+		n.down.mark(proc, time.Now(), downFor(&n.cfg))
+	}
 	n.expediteElection(proc, "the failure detector confirmed its process dead")
 	return n.Propose(ctx, DeclareFailed{Proc: proc, Reporter: reporter, Epoch: epoch})
 }
@@ -104,8 +107,8 @@ func (n *Node) proposeOnce(ctx context.Context, data []byte, hint, unreachable *
 		target = *hint
 	}
 	*hint = NoProc
-	if target == *unreachable {
-		target = NoProc
+	if target == *unreachable || (target != NoProc && n.down.is(target, time.Now())) {
+		target = NoProc // this process's detector confirmed it failed
 	}
 	if target == NoProc {
 		// No leader known (an election, or a joining process that has no
@@ -119,7 +122,15 @@ func (n *Node) proposeOnce(ctx context.Context, data []byte, hint, unreachable *
 	if addr == "" {
 		return Result{}, fmt.Errorf("%w: proc %d has no control address", ErrNoLeader, target)
 	}
-	res, err := n.callCtl(ctx, addr, n.cfg.Token, data)
+	// This process's detector confirming target failed ends the attempt
+	// at once: a dial to a host cut off silently would wait for its
+	// time-out, and a client's leader may be one it learnt before the
+	// fault.
+	actx, cancel := context.WithCancel(ctx)
+	stop := n.down.onMark(target, cancel)
+	res, err := n.callCtl(actx, addr, n.cfg.Token, data)
+	stop()
+	cancel()
 	var re *remoteError
 	*unreachable = NoProc
 	switch {
@@ -134,13 +145,22 @@ func (n *Node) proposeOnce(ctx context.Context, data []byte, hint, unreachable *
 }
 
 // someMember picks a live process other than this one, rotating with
-// attempt: a voter, in the voters-only mode (the others cannot forward).
+// attempt: a voter, in the voters-only mode (the others cannot forward);
+// none this process's detector confirmed failed while there are others.
 func (n *Node) someMember(st *State, attempt int) uint32 {
-	var procs []uint32
+	var procs, down []uint32
+	now := time.Now()
 	for p, info := range st.Procs {
 		if _, failed := st.Failed[p]; !failed && p != n.cfg.Proc && info.CtlAddr != "" && (!n.cfg.VotersOnly || st.IsVoter(p)) {
-			procs = append(procs, p)
+			if n.down.is(p, now) {
+				down = append(down, p)
+			} else {
+				procs = append(procs, p)
+			}
 		}
+	}
+	if len(procs) == 0 {
+		procs = down
 	}
 	if len(procs) == 0 {
 		return NoProc
