@@ -37,6 +37,11 @@
 //   - HostCutOff (d): node2 is cut off for good (simhost.Silent: a
 //     partition nobody is told about).
 //   - HostCutAndHealed (e): node2 is cut off for 4 s, then healed.
+//   - TestRendezvousHostCutOffRecovery (issue 31): node1 is cut off
+//     silently for good at iteration 78 of the chaos suite's K-means (200
+//     iterations, a checkpoint every 10); the survivors must iterate again
+//     within 10 s of the cut (of the failure's confirmation when the
+//     detector itself was slowed by a starved machine).
 //   - TestHostnameRendezvous (f): PGAS_RENDEZVOUS=node1:29400 where node1
 //     resolves its own name to 127.0.1.1, as Debian's /etc/hosts does: no
 //     process may register a loopback address (process 0's debug log of
