@@ -279,11 +279,13 @@ func TestDirectWakeOutlivesCallersContext(t *testing.T) {
 }
 
 // A writer that dies between its store and its wake-up leaves no waiter
-// asleep: the waiter scans again when the writer's connection is lost,
-// and at the view that follows.
+// asleep: the waiter scans again when the writer's connection is lost.
+// (The membership is held, so the view that follows does not come first:
+// once applied, it would make the value, of the older epoch, read as not
+// set, as a frame of the older epoch still on its way is refused.)
 func TestDirectWaiterWakesWhenWriterDiesBeforeItsWake(t *testing.T) {
 	pgas.DirectMapped(t)
-	rts, _, nw, _, _ := newFTJobOn(t, 2, 1, nil, pgas.Direct, func(c *pgas.Config) { c.SpinWait = 0 })
+	rts, _, nw, fm, _ := newFTJobOn(t, 2, 1, nil, pgas.Direct, func(c *pgas.Config) { c.SpinWait = 0 })
 	ctx := context.Background()
 	pgas.Each(t, rts, func(rt *pgas.Runtime) error {
 		_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
@@ -299,6 +301,8 @@ func TestDirectWaiterWakesWhenWriterDiesBeforeItsWake(t *testing.T) {
 	if wake, set := notes.Store(9, 5, uint32(rts[1].Epoch())); !wake || !set {
 		t.Fatalf("store: wake %v, set %v; want a parked waiter to wake", wake, set)
 	}
+	fm.Hold(1)
+	defer fm.Release()
 	nw.Kill(1) // before it sends the wake-up
 	select {
 	case err := <-got:
