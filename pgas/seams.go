@@ -47,6 +47,16 @@ type Leading interface {
 	Leader() (proc transport.Proc, ok bool)
 }
 
+// LeaderMover is an optional capability of a Membership:
+// MoveLeaderToRank moves its leadership onto a process that holds a rank,
+// unless its leader holds one already (package spares: a Raft leadership
+// transfer to the lowest live voter holding one), and returns the leader. An idle spare often leads; a
+// program or test that means the leader to die with a rank (kill:leader)
+// moves it first.
+type LeaderMover interface {
+	MoveLeaderToRank(ctx context.Context) (transport.Proc, error)
+}
+
 // Finisher is an optional capability of a Membership: Finish records that
 // the job finished, so that idle spares stop waiting and exit. Finalize
 // calls it on the lowest live rank (package spares has it).

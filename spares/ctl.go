@@ -25,6 +25,8 @@ import (
 //	response to ctlOpStanding (payload: empty)
 //	          [code, message, epoch, status, reason, failed-in epoch, rank+1, known]
 //	ctlOpFollow: the tree's news, many requests on one connection (follow.go)
+//	response to ctlOpLead (payload: the target proc, 4 bytes big-endian)
+//	          as to ctlOpPropose, with an empty result (lead.go)
 //
 // code is "ok" or one of the codes of errorCodes (or "internal"); leader is
 // the proc the responder believes leads (NoProc if none). A standing answer
@@ -84,12 +86,15 @@ func decodeCtlRequest(b []byte) (op uint64, payload []byte, err error) {
 		return 0, nil, fmt.Errorf("%w: request version %d, this build speaks %d", ErrProtocol, v, ctlVersion)
 	}
 	op = d.uint(255)
-	if d.err == nil && op != ctlOpPropose && op != ctlOpStanding && op != ctlOpFollow {
+	if d.err == nil && op != ctlOpPropose && op != ctlOpStanding && op != ctlOpFollow && op != ctlOpLead {
 		return 0, nil, fmt.Errorf("%w: unknown request op %d", ErrProtocol, op)
 	}
 	payload = d.bin(MaxCommandSize)
 	if d.err == nil && op == ctlOpStanding && len(payload) != 0 {
 		return 0, nil, fmt.Errorf("%w: standing request with a %d-byte payload, want none", ErrProtocol, len(payload))
+	}
+	if d.err == nil && op == ctlOpLead && len(payload) != 4 {
+		return 0, nil, fmt.Errorf("%w: leadership request with a %d-byte payload, want 4", ErrProtocol, len(payload))
 	}
 	return op, payload, d.finish()
 }
@@ -185,6 +190,10 @@ func (n *Node) handleCtl(c *authConn) {
 		}
 		n.log.Warn("spares: bad control request", "peer", c.peer, "err", err)
 		resp.Code, resp.Msg = "bad-command", err.Error()
+	} else if op == ctlOpLead {
+		if err := n.leadLocal(binary.BigEndian.Uint32(cmd)); err != nil {
+			resp.Code, resp.Msg = codeOf(err), err.Error()
+		}
 	} else {
 		res, err := n.applyLocal(ctx, cmd)
 		if err != nil {
@@ -206,6 +215,14 @@ func (n *Node) handleCtl(c *authConn) {
 
 // callCtl sends one proposal to the control RPC at addr.
 func (n *Node) callCtl(ctx context.Context, addr string, token []byte, cmd []byte) (Result, error) {
+	res, _, err := n.callCtlOp(ctx, addr, token, ctlOpPropose, cmd)
+	return res, err
+}
+
+// callCtlOp sends one request of op (ctlOpPropose or ctlOpLead) to the
+// control RPC at addr; on success it also returns the leader the answer
+// named (NoProc: none).
+func (n *Node) callCtlOp(ctx context.Context, addr string, token []byte, op uint64, payload []byte) (Result, uint32, error) {
 	var c *authConn
 	var err error
 	if n.cfg.Network != nil {
@@ -214,7 +231,7 @@ func (n *Node) callCtl(ctx context.Context, addr string, token []byte, cmd []byt
 		c, err = dialAuth(ctx, addr, token, n.cfg.TLS, auth.PurposeControl, n.cfg.Proc, n.cfg.RPCTimeout, n.cfg.WrapConn)
 	}
 	if err != nil {
-		return Result{}, err
+		return Result{}, NoProc, err
 	}
 	defer c.Close()
 	deadline := time.Now().Add(n.cfg.RPCTimeout)
@@ -224,28 +241,28 @@ func (n *Node) callCtl(ctx context.Context, addr string, token []byte, cmd []byt
 	_ = c.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	req, err := encodeCtlRequest(ctlOpPropose, cmd)
+	req, err := encodeCtlRequest(op, payload)
 	if err != nil {
-		return Result{}, err
+		return Result{}, NoProc, err
 	}
 	if err := writeFrame(c, req); err != nil {
-		return Result{}, fmt.Errorf("spares: control request to %s: %w", addr, err)
+		return Result{}, NoProc, fmt.Errorf("spares: control request to %s: %w", addr, err)
 	}
 	body, err := readFrame(c)
 	if err != nil {
-		return Result{}, fmt.Errorf("spares: control reply from %s: %w", addr, err)
+		return Result{}, NoProc, fmt.Errorf("spares: control reply from %s: %w", addr, err)
 	}
 	resp, err := decodeCtlResponse(body)
 	if err != nil {
-		return Result{}, err
+		return Result{}, NoProc, err
 	}
 	if resp.Code == codeOK {
-		return resp.Result, nil
+		return resp.Result, resp.Leader, nil
 	}
 	if sentinel := errOfCode(resp.Code); sentinel != nil {
-		return Result{}, &remoteError{Proc: c.peer, Code: resp.Code, Msg: resp.Msg, Leader: resp.Leader, err: sentinel}
+		return Result{}, NoProc, &remoteError{Proc: c.peer, Code: resp.Code, Msg: resp.Msg, Leader: resp.Leader, err: sentinel}
 	}
-	return Result{}, &remoteError{Proc: c.peer, Code: resp.Code, Msg: resp.Msg, Leader: resp.Leader, err: errors.New(resp.Msg)}
+	return Result{}, NoProc, &remoteError{Proc: c.peer, Code: resp.Code, Msg: resp.Msg, Leader: resp.Leader, err: errors.New(resp.Msg)}
 }
 
 // remoteError is an error reported by another process over the control

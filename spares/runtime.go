@@ -22,6 +22,7 @@ var (
 	_ pgas.MembershipLoss = (*Membership)(nil)
 	_ pgas.Finisher       = (*Membership)(nil)
 	_ pgas.Leading        = (*Membership)(nil)
+	_ pgas.LeaderMover    = (*Membership)(nil)
 )
 
 // NewMembership wraps a running node.
@@ -73,6 +74,14 @@ func (m *Membership) Close() error { return m.node.Shutdown() }
 func (m *Membership) Leader() (transport.Proc, bool) {
 	p, ok := m.node.Leader()
 	return transport.Proc(p), ok
+}
+
+// MoveLeaderToRank moves the Raft leadership onto a rank: a leader that
+// holds one stays, else the lowest live voter that holds a rank takes
+// over (Node.TransferLeadership with NoProc; pgas.LeaderMover).
+func (m *Membership) MoveLeaderToRank(ctx context.Context) (transport.Proc, error) {
+	p, err := m.node.TransferLeadership(ctx, NoProc)
+	return transport.Proc(p), err
 }
 
 // Lost is closed when the node gives up on this process (Node.Lost): the

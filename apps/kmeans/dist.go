@@ -69,6 +69,10 @@ type Options struct {
 	// Leader, when set, returns the process (transport.Proc) that leads
 	// the membership, if one is known (for kill:leader).
 	Leader func() (proc int, ok bool)
+	// MoveLeader, when set, moves the membership's leadership onto a
+	// process that holds a rank and returns it (for kill:leader, when an
+	// idle spare leads).
+	MoveLeader func(ctx context.Context) (proc int, err error)
 	// Kill carries out an injection that hit this rank: the command kills
 	// its own process (SIGKILL), so it does not return as a rule; if it
 	// does, the run goes on. Required when Injects is set.

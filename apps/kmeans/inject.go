@@ -163,48 +163,101 @@ const diskFlushWait = 10 * time.Second
 // leaderWait bounds the wait for a Raft leader at a kill:leader injection.
 const leaderWait = time.Minute
 
+// leaderMoves bounds the moves of the leadership at one kill:leader
+// injection.
+const leaderMoves = 3
+
 // isAgreedLeader decides a kill:leader injection collectively: every rank
 // waits until its membership knows a leader (the election may still be
 // under way early in a run), the ranks agree on one leader process (the
 // highest any of them saw, so a change of leader between their looks
 // still kills at most one), and this reports whether it is this process.
-// A leader that holds no rank (an idle spare) is not killed: the
-// reporting rank says so on stderr.
+// A leader that holds no rank (an idle spare, which often wins the first
+// election) cannot be killed from inside the job: with Options.MoveLeader
+// the reporting rank moves the leadership onto a rank, every rank waits
+// until its membership names that leader, and the ranks agree again. A
+// leader still without a rank after that is not killed, and the reporting
+// rank says so on stderr.
 func (j *Job) isAgreedLeader(ctx context.Context) (bool, error) {
 	if j.opt.Leader == nil {
 		j.printf("inject: kill:leader after iteration %d: the membership has no leader to ask; nothing killed\n", j.iter)
 		return false, nil
 	}
+	want := int64(-1) // the leader moved to, once moved
+	for move := 0; ; move++ {
+		leader, mine, err := j.agreeLeader(ctx, want)
+		if err != nil {
+			return false, err
+		}
+		h := []int64{mine}
+		if err := pgas.Allreduce(ctx, j.rt, nil, h, pgas.OpSum); err != nil {
+			return false, err
+		}
+		if h[0] > 0 {
+			return mine == 1, nil
+		}
+		if j.opt.MoveLeader == nil || move == leaderMoves {
+			if j.reporter() {
+				fmt.Fprintf(os.Stderr, "inject: kill:leader after iteration %d: the Raft leader is process %d, which holds no rank (an idle spare); nothing killed\n", j.iter, leader)
+			}
+			return false, nil
+		}
+		to := []int64{-1}
+		if j.reporter() {
+			mctx, cancel := context.WithTimeout(ctx, leaderWait)
+			p, err := j.opt.MoveLeader(mctx)
+			cancel()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "inject: kill:leader after iteration %d: moving the leadership off the idle spare %d: %v\n", j.iter, leader, err)
+			} else {
+				to[0] = int64(p)
+			}
+		}
+		if err := pgas.Allreduce(ctx, j.rt, nil, to, pgas.OpMax); err != nil {
+			return false, err
+		}
+		if to[0] < 0 {
+			return false, nil // said above
+		}
+		if j.reporter() {
+			fmt.Fprintf(os.Stderr, "inject: kill:leader after iteration %d: the Raft leader was process %d, an idle spare; the leadership moved to process %d\n", j.iter, leader, to[0])
+		}
+		want = to[0]
+	}
+}
+
+// agreeLeader waits until this rank's membership knows a leader (want, if
+// it is not -1, as long as leaderWait allows) and returns the leader the
+// ranks agree on (the highest seen) and 1 if it is this process, else 0.
+func (j *Job) agreeLeader(ctx context.Context, want int64) (leader, mine int64, err error) {
 	wctx, cancel := context.WithTimeout(ctx, leaderWait)
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	seen := int64(-1)
-	for seen < 0 {
+	for {
 		if p, ok := j.opt.Leader(); ok {
 			seen = int64(p)
-			break
+			if want < 0 || seen == want {
+				break
+			}
 		}
 		select {
 		case <-wctx.Done():
-			return false, fmt.Errorf("kmeans: kill:leader after iteration %d: no Raft leader known after %v", j.iter, leaderWait)
 		case <-tick.C:
+			continue
 		}
+		if seen < 0 {
+			return 0, 0, fmt.Errorf("kmeans: kill:leader after iteration %d: no Raft leader known after %v", j.iter, leaderWait)
+		}
+		break // the moved leader was not seen in time: agree on the one known
 	}
 	v := []int64{seen}
 	if err := pgas.Allreduce(ctx, j.rt, nil, v, pgas.OpMax); err != nil {
-		return false, err
+		return 0, 0, err
 	}
-	mine := int64(0)
 	if v[0] == int64(j.rt.Proc()) {
 		mine = 1
 	}
-	h := []int64{mine}
-	if err := pgas.Allreduce(ctx, j.rt, nil, h, pgas.OpSum); err != nil {
-		return false, err
-	}
-	if h[0] == 0 && j.reporter() {
-		fmt.Fprintf(os.Stderr, "inject: kill:leader after iteration %d: the Raft leader is process %d, which holds no rank (an idle spare); nothing killed\n", j.iter, v[0])
-	}
-	return mine == 1, nil
+	return v[0], mine, nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,17 +90,33 @@ func TestPartitionedForGood(t *testing.T) {
 // Both learn that they were replaced and exit 77 promptly, well before the
 // cut-off bound (or, when the failure took as long as that bound to
 // commit on a starved machine, had given up as cut off, 74, before the
-// heal); the job ends with the failure-free result and exit 0.
+// heal); the job ends with the failure-free result and exit 0. The spare
+// cut off must not lead (the membership would then elect another leader
+// first, a different scenario), and idle spares often win the first
+// election: ftstep -leader-on-rank moves the leadership onto a rank.
 func TestPartitionHealedAfterReplacement(t *testing.T) {
-	o := jobOpts{steps: 500}
+	o := jobOpts{steps: 500, extra: []string{"-leader-on-rank"}}
 	setRules := netfaults(t, &o)
 	j := startJob(t, o)
-	leader := j.running()
+	j.running()
+	j.waitFor("rank 0 to put the Raft leadership on a rank", stepWait, func(recs []rec) bool {
+		for _, x := range recs {
+			if strings.Contains(x.raw, "leader-on-rank proc=") {
+				return true
+			}
+		}
+		return false
+	})
 	j.waitProgress(20, 1)
+	recs := j.snapshot()
+	leader := leaderAfter(recs, time.Time{})
+	if first := slices.IndexFunc(recs, func(x rec) bool { return x.kind == "leader" }); first >= 0 && recs[first].proc() >= ranks {
+		t.Logf("the idle spare %d won the first election; -leader-on-rank moved the leadership to process %d", recs[first].proc(), leader)
+	}
 	victim := nonLeaderRanks(leader)[0]
 	spare := ranks + spares - 1 // the pool's last: the first spare takes the rank
-	if spare == leader {
-		t.Skipf("the idle spare %d leads Raft in this run", spare)
+	if leader < 0 || leader >= ranks {
+		j.fatalf("process %d leads Raft after -leader-on-rank moved the leadership onto a rank (an election since?)", leader)
 	}
 	setRules(fmt.Sprintf("proc=%d partition\nproc=%d partition\n", victim, spare))
 	holder := j.waitHolder(victim)

@@ -32,7 +32,8 @@
 //     killed (kill:mirror-of=R).
 //   - TestKillLeader: the Raft leader's process is killed (kill:leader); a
 //     new leader is elected. A leader that is an idle spare cannot be
-//     killed from inside the job: the test then runs the job again.
+//     killed from inside the job: the injection first moves the
+//     leadership onto a rank.
 //   - TestKillHost: --ranks-per-host 2 gives host labels host0 (ranks 0,
 //     1), host1 (ranks 2, 3), host2 (the spares); kill:host=host1 loses two
 //     ranks at once, and both come back from mirrors on other hosts.

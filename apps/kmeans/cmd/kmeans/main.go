@@ -283,6 +283,12 @@ func run(ctx context.Context, f *flags) int {
 			return int(p), ok
 		}
 	}
+	if lm, ok := rt.Membership().(pgas.LeaderMover); ok {
+		f.opt.MoveLeader = func(ctx context.Context) (int, error) {
+			p, err := lm.MoveLeaderToRank(ctx)
+			return int(p), err
+		}
+	}
 	f.opt.Kill = kill
 	job, err := kmeans.NewJob(ctx, rt, f.opt)
 	if err != nil {

@@ -12,6 +12,7 @@
 //	result rank=<r> sum=<s> epoch=<e>     at the end
 //	stats rank=<r> proc=<p> frames_rejected=<n> remote_errors=<n> peers_down=<n>   with -stats: after result (and after each progress line)
 //	leader proc=<p> epoch=<e>             with -leader, whenever this process becomes the Raft leader
+//	leader-on-rank proc=<p>               with -leader-on-rank: rank 0 moved the leadership onto a rank (or found it there)
 //	progress rank=<r> step=<s> epoch=<e>  with -progress N, every N completed steps
 //
 // Exit codes come from job.ExitCode: 0, 75 (no spare left), 77
@@ -45,6 +46,7 @@ func main() {
 	resultDir := flag.String("result-dir", os.Getenv("FTSTEP_RESULT_DIR"), "also write pid, result and exit files into this directory")
 	stats := flag.Bool("stats", false, "print the runtime's counters after the result line")
 	leader := flag.Bool("leader", false, "print a line whenever this process becomes the Raft leader")
+	leaderOnRank := flag.Bool("leader-on-rank", false, "rank 0 moves the Raft leadership onto a rank (off an idle spare) after init")
 	finTimeout := flag.Duration("finalize-timeout", 0, "bound Finalize separately (0: only -timeout bounds it)")
 	progress := flag.Int64("progress", 0, "print a progress line every N steps (0: never)")
 	writes := flag.Duration("writes", 0, "also write a record into the right neighbour's segment this often and check for stale writes (0: never)")
@@ -82,6 +84,16 @@ func main() {
 		out.exit(job.ExitCode(err), "init", err)
 	}
 	fmt.Printf("rank %d epoch %d\n", rt.Rank(), rt.Epoch())
+	if lm, ok := rt.Membership().(pgas.LeaderMover); ok && *leaderOnRank && rt.Rank() == 0 && !rt.StartedAsSpare() {
+		mctx, mcancel := context.WithTimeout(ctx, 30*time.Second)
+		p, err := lm.MoveLeaderToRank(mctx)
+		mcancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ftstep: -leader-on-rank:", err)
+		} else {
+			fmt.Printf("leader-on-rank proc=%d\n", p)
+		}
+	}
 	printStats := func() {
 		st := rt.Stats()
 		fmt.Printf("stats rank=%d proc=%s frames_rejected=%d remote_errors=%d peers_down=%d direct_writes=%d\n",
