@@ -290,7 +290,9 @@ func (a *aside) unpinLocked(drop func(id uint64) bool) {
 // spare calls New and then RollBack with the replaced rank's state, while
 // the survivors call only RollBack: a survivor whose epoch changed since
 // its segment was created first joins the spare's collective segment
-// creation (keeping its memory), so the two sequences pair up.
+// creation (keeping its memory), so the two sequences pair up; it stops
+// its goroutines before that rejoin, where without a replacement they run
+// until the ranks have agreed.
 //
 // It returns ErrMismatch when ranks disagree or the state belongs to
 // another rank or shape, ErrCorrupt for a damaged state or spill file,
@@ -308,6 +310,18 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 	default:
 	}
 	if e := s.rt.Epoch(); e != s.epoch {
+		// A rank was replaced: the rejoin of the segment (the runtime
+		// maps the peers' memory of it anew) must not run beside this
+		// rank's pump writing through the old mappings or its drain
+		// reading the rings, so the previous generation's goroutines stop
+		// first. No rank waits for them any more: the new epoch ended
+		// every wait on another rank (the failure watch). A RollBack
+		// that fails later leaves them stopped; the next one, or Close,
+		// finds nothing to stop, and start restarts them at the end.
+		s.stop()
+		if testHookRejoin != nil {
+			testHookRejoin(s)
+		}
 		if _, err := s.rt.SegmentCreate(ctx, s.cfg.SegmentID, s.lay.size, nil); err != nil {
 			return fmt.Errorf("kvshuffle: roll back: rejoin the segment: %w", err)
 		}
@@ -339,6 +353,12 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 	case agree[0] != st.c || ^agree[1] != st.c:
 		return fmt.Errorf("kvshuffle: roll back to checkpoint %d: ranks roll back to checkpoints %d..%d: %w", st.c, ^agree[1], agree[0], ErrMismatch)
 	}
+	// In the same epoch (a roll back the program chose) the goroutines
+	// ran until here: a rank may have been waiting in CloseSend or Send
+	// for this rank's drain until it too entered RollBack, which the
+	// agreement above proves. What ran beside them (the state's decoding,
+	// the check of its spill files on disk, the Allreduce) touches
+	// nothing they use.
 	s.stop()
 	for _, q := range []pgas.Queue{s.cfg.Queue, s.cfg.CreditQueue} {
 		if err := s.rt.Wait(ctx, q); err != nil {
@@ -391,6 +411,10 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 	s.log.Info("rolled back", "checkpoint", st.c, "consumed", st.consumed, "generation", s.gen.Load())
 	return nil
 }
+
+// testHookRejoin, when set (by tests), is called by RollBack right before
+// it rejoins the segment in a new epoch.
+var testHookRejoin func(*Shuffle)
 
 // checkState checks that st fits this rank and that its spill files are
 // intact. With Config.Holders set, it returns the files it cannot read or

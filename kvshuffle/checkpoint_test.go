@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 )
@@ -164,6 +165,73 @@ func TestRollBackResend(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Rule (a rejoin runs alone): after a rank was replaced (a new epoch),
+// RollBack stops the pump, drain and merger of the abandoned timeline
+// before it rejoins the segment, so the runtime's new mappings of the
+// peers' memory are never made beside them; the resend after it still
+// gives the failure-free result. The new epoch is simulated: every rank's
+// shuffle forgets the epoch it created the segment in, so every rank
+// rejoins (the rejoin keeps the segment's memory).
+func TestRollBackRejoinsWithWorkersStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n, nrec = 3, 400
+		rts, _ := newJob(t, n, 61)
+		shs := newShuffles(t, rts, func(c *Config) {
+			c.Mode = ModeMapReduce
+			spillConfig(t.TempDir())(c)
+			c.MergeFanIn = 4
+		})
+		var mu sync.Mutex
+		var seen []string
+		testHookRejoin = func(s *Shuffle) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, fmt.Sprintf("rank %d: %d running", s.rank, s.workers.Load()))
+		}
+		defer func() { testHookRejoin = nil }()
+		recs := make([][][]kv, n)
+		var inputs [][]kv
+		for i := range n {
+			recs[i] = records(i, nrec, 100, rand.New(rand.NewPCG(61, uint64(i))))
+			inputs = append(inputs, recs[i]...)
+		}
+		states := make([][]byte, n)
+		ctx := context.Background()
+		each(t, n, func(i int) error {
+			s := shs[i]
+			if err := sendRecords(s, recs[i], 0, nrec/3); err != nil {
+				return err
+			}
+			var err error
+			if states[i], err = s.Checkpoint(ctx, 1); err != nil {
+				return err
+			}
+			// Work the roll back discards.
+			return sendRecords(s, recs[i], nrec/3, 2*nrec/3)
+		})
+		for _, s := range shs {
+			s.opMu.Lock()
+			s.epoch = ^uint64(0)
+			s.opMu.Unlock()
+		}
+		got := make([][]kv, n)
+		each(t, n, func(i int) error {
+			s := shs[i]
+			if err := s.RollBack(ctx, states[i]); err != nil {
+				return err
+			}
+			var err error
+			got[i], err = finishSend(t, s, recs[i])
+			return err
+		})
+		expectPartitioned(t, inputs, got, HashPartition)
+		slices.Sort(seen)
+		if want := []string{"rank 0: 0 running", "rank 1: 0 running", "rank 2: 0 running"}; !slices.Equal(seen, want) {
+			t.Fatalf("at the rejoin: %v, want %v", seen, want)
+		}
+	})
 }
 
 // Rule (asynchronous checkpoint): with Mark, the O tasks send on at once

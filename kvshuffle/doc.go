@@ -174,7 +174,8 @@
 // RollBack(ctx, state) is collective too. The ranks agree (one Allreduce)
 // that they roll back to the same c and that every state is usable; they
 // stop their goroutines, complete their queues, and pass a barrier, after
-// which nothing of the old generation is in flight. Each rank clears its
+// which nothing of the old generation is in flight. (After a rank was
+// replaced, the goroutines stop before anything else: see below.) Each rank clears its
 // notifications, raises the frame generation (frames carry it, and a
 // frame of another generation is refused as corrupt), empties its send
 // buffers and rings, loads the state's runs and spill files (files not

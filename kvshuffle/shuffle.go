@@ -74,6 +74,7 @@ type Shuffle struct {
 	unwatch  context.CancelFunc
 
 	wg        sync.WaitGroup // background goroutines of the current generation
+	workers   atomic.Int32   // the pump, drain and merger running now
 	closeOnce sync.Once
 	closed    chan struct{}
 
@@ -241,8 +242,10 @@ func (s *Shuffle) stop() {
 // shuffle.
 func (s *Shuffle) goWorker(ctx context.Context, name string, f func(context.Context) error) {
 	s.wg.Add(1)
+	s.workers.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer s.workers.Add(-1)
 		if err := f(ctx); err != nil && ctx.Err() == nil {
 			s.fail(fmt.Errorf("kvshuffle: %s: %w", name, err))
 		}
