@@ -39,9 +39,10 @@ type Node struct {
 	started chan struct{} // closed at the end of New
 	kick    chan struct{} // state changed: the leader re-checks voters
 
-	mu     sync.Mutex // guards closed, stores and wg.Add
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex // guards closed, stores, wg.Add and futures.Add
+	closed  bool
+	wg      sync.WaitGroup
+	futures sync.WaitGroup // waits for Raft futures (awaitCtx)
 
 	// The tree (VotersOnly): the leader and the freshest quorum contact
 	// (unix ns) its answers told of.

@@ -202,18 +202,10 @@ func (n *Node) applyLocal(ctx context.Context, data []byte) (Result, error) {
 	sp := obs.Begin("membership", "raft commit")
 	defer sp.End()
 	f := r.Apply(data, n.cfg.RPCTimeout)
-	// Not a goroutine of the node's: Raft may never answer an Apply that
-	// Shutdown overtook (see await).
-	done := make(chan struct{})
-	go func() { _ = f.Error(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return Result{}, fmt.Errorf("%w: waiting for commit: %w", ErrTimeout, ctx.Err())
-	case <-n.closeCh:
-		return Result{}, ErrClosed
-	}
-	if err := f.Error(); err != nil {
+	if err := n.awaitCtx(ctx, f); err != nil {
+		if errors.Is(err, ErrTimeout) || errors.Is(err, ErrClosed) {
+			return Result{}, err
+		}
 		return Result{}, mapRaftErr(err)
 	}
 	resp, ok := f.Response().(applyResponse)

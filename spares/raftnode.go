@@ -201,21 +201,38 @@ func procOfID(id raft.ServerID) (uint32, bool) {
 }
 
 // await returns the answer to a Raft future, or ErrClosed once the node
-// is shut down, whichever comes first. A goroutine of the node's must
-// never wait on a future's Error alone: hashicorp/raft answers an Apply,
-// a Barrier or a configuration change that it has taken in from its FSM
-// goroutine, which returns at Raft's Shutdown without draining what is
-// queued for it, so a future committed just before Shutdown is never
-// answered (hashicorp/raft#498). A node goroutine left waiting on it held
-// Node.Shutdown until its bound and made it return ErrTimeout. The
-// goroutine that waits here for Error is not the node's: it ends with the
-// answer, or, if none ever comes, with the process.
-func (n *Node) await(f raft.Future) error {
+// is shut down, whichever comes first; see awaitCtx.
+func (n *Node) await(f raft.Future) error { return n.awaitCtx(context.Background(), f) }
+
+// awaitCtx returns the answer to a Raft future, or an error wrapping
+// ErrTimeout when ctx ends, or ErrClosed once the node is shut down,
+// whichever comes first. A goroutine of the node's must never wait on a
+// future's Error alone: hashicorp/raft answers an Apply, a Barrier or a
+// configuration change that it committed from its FSM goroutine, which
+// returns at Raft's Shutdown without draining what is queued for it, so
+// a future committed just before Shutdown is never answered
+// (hashicorp/raft#498). The leader's reconcile, left waiting on one, held
+// Node.Shutdown until its bound. The wait for Error runs in a goroutine
+// counted in n.futures, which Shutdown lets end (Raft still runs then, and
+// answers every future) before it stops Raft.
+func (n *Node) awaitCtx(ctx context.Context, f raft.Future) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return ErrClosed // Shutdown stops Raft: no one waits for f
+	}
+	n.futures.Add(1)
+	n.mu.Unlock()
 	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
+	go func() {
+		defer n.futures.Done()
+		done <- f.Error()
+	}()
 	select {
 	case err := <-done:
 		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for commit: %w", ErrTimeout, ctx.Err())
 	case <-n.closeCh:
 		return ErrClosed
 	}

@@ -21,6 +21,14 @@ import (
 // deadline, and one blocked where no deadline reaches holds it for ever:
 // a process that had finished its work then never exited.
 //
+// Raft's Shutdown may also drop the answer to an operation it has just
+// committed (its FSM goroutine returns without draining its queue), and a
+// goroutine waiting on that answer would wait for ever. So Shutdown first
+// lets the answers to the operations this node waits on arrive (awaitCtx
+// counts them), while Raft still runs and answers every one: at once when
+// committed, when the leader steps down otherwise. That takes at most half
+// of Config.ShutdownTimeout, and Raft gets the rest.
+//
 // So Shutdown gives Raft Config.ShutdownTimeout, then closes the transport
 // itself (Raft closes it again afterwards, which is harmless). That fails
 // every RPC in flight and every dial still in its handshake (raftStream
@@ -46,6 +54,22 @@ func (n *Node) shutdown() error {
 	r := n.raftNode() // nil on a client of the voters-only mode
 	leader := r != nil && r.State() == raft.Leader
 
+	// The Raft futures this node waits on get their answers first, while
+	// Raft runs: one committed at once, one that cannot commit when the
+	// leader steps down (within its lease). Raft's Shutdown may drop the
+	// answer to one it committed (see awaitCtx). Half of ShutdownTimeout
+	// at most; Raft gets what is left of it.
+	start := time.Now()
+	giveUp := start.Add(n.cfg.ShutdownTimeout)
+	futuresDone := make(chan struct{})
+	go func() {
+		n.futures.Wait()
+		close(futuresDone)
+	}()
+	if !waitUntil(futuresDone, start.Add(n.cfg.ShutdownTimeout/2)) {
+		n.log.Info("spares: a raft operation is still unanswered; stopping raft anyway", "waited", n.cfg.ShutdownTimeout/2)
+	}
+
 	raftDone := make(chan struct{})
 	go func() { // not goFunc: Shutdown waits for it only so long
 		if r != nil {
@@ -53,7 +77,6 @@ func (n *Node) shutdown() error {
 		}
 		close(raftDone)
 	}()
-	giveUp := time.Now().Add(n.cfg.ShutdownTimeout)
 	raftStopped := waitUntil(raftDone, giveUp)
 	if !raftStopped {
 		n.log.Info("spares: raft did not stop in time; closing its transport", "waited", n.cfg.ShutdownTimeout, "leader", leader)
