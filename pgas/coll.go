@@ -256,7 +256,7 @@ func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 	if err != nil {
 		return err
 	}
-	if a, st, err := c.shmArea(ctx); err != nil {
+	if a, st, err := c.shmArea(ctx, 0); err != nil {
 		return err
 	} else if a != nil {
 		return c.shmBarrier(ctx, a, st)
@@ -308,12 +308,10 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 	if len(c.ranks) == 1 {
 		return nil
 	}
-	if a, st, err := c.shmArea(ctx); err != nil {
+	if a, st, err := c.shmArea(ctx, len(buf)); err != nil {
 		return err
 	} else if a != nil {
-		if done, err := c.shmAllreduce(ctx, a, st, buf, combine); done || err != nil {
-			return err
-		}
+		return c.shmAllreduce(ctx, a, st, buf, combine)
 	}
 	return c.allreduceFrames(ctx, buf, combine)
 }
@@ -461,12 +459,10 @@ func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) er
 	if ri < 0 {
 		return fmt.Errorf("pgas: bcast: root %d not in group: %w", root, ErrInvalid)
 	}
-	if a, st, err := c.shmArea(ctx); err != nil {
+	if a, st, err := c.shmArea(ctx, len(buf)); err != nil {
 		return err
 	} else if a != nil {
-		if done, err := c.shmBcast(ctx, a, st, buf, ri); done || err != nil {
-			return err
-		}
+		return c.shmBcast(ctx, a, st, buf, ri)
 	}
 	t := c.topo
 	switch {
