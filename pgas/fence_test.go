@@ -47,6 +47,24 @@ func notesAs(t *testing.T, owner *pgas.Runtime, proc transport.Proc) *segments.P
 	return notes
 }
 
+// waitParked returns once a waiter of the owner of notes is parked: a
+// store into slot probeSlot (which no test waits on) reports it.
+func waitParked(t *testing.T, notes *segments.PeerNotes, e uint32) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if wake, _ := notes.Store(probeSlot, 1, e); wake {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no waiter parked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+const probeSlot = 1000
+
 // waitPosted returns once the writer posted n more operations.
 func waitPosted(t *testing.T, posted *atomic.Int64, n int64) {
 	t.Helper()
@@ -250,13 +268,14 @@ func TestDirectWakeOutlivesCallersContext(t *testing.T) {
 		_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
 		return err
 	})
+	probe := notesAs(t, rts[0], 1) // to see the waiter park (slot probeSlot)
 	for round := 0; round < 20; round++ {
 		got := make(chan error, 1)
 		go func() {
 			_, err := rts[0].NotifyWaitSome(ctx, 1, 7, 1)
 			got <- err
 		}()
-		time.Sleep(20 * time.Millisecond) // parked by now (no spin)
+		waitParked(t, probe, uint32(rts[1].Epoch()))
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
 		err := rts[1].WriteNotify(cancelled, 0, 0, pgas.Loc{Seg: 1, Off: 64}, pgas.Loc{Seg: 1, Off: 64}, 8, 7, uint32(round+1))
@@ -297,7 +316,7 @@ func TestDirectWaiterWakesWhenWriterDiesBeforeItsWake(t *testing.T) {
 		_, err := rts[0].NotifyWaitSome(ctx, 1, 9, 1)
 		got <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // parked by now (no spin)
+	waitParked(t, notes, uint32(rts[1].Epoch()))
 	if wake, set := notes.Store(9, 5, uint32(rts[1].Epoch())); !wake || !set {
 		t.Fatalf("store: wake %v, set %v; want a parked waiter to wake", wake, set)
 	}
