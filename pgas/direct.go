@@ -425,6 +425,12 @@ func (rt *Runtime) drainWriters(ctx context.Context) error {
 	rt.segMu.RUnlock()
 	for _, si := range sis {
 		for {
+			// A writer's announcement may be a plain store (EnterQueue):
+			// the barrier orders it against the epochs raised before,
+			// the last view's included.
+			if err := segments.SyncWriters(); err != nil {
+				return fmt.Errorf("pgas: recover: a memory barrier across this host's processes failed (set PGAS_SHM_SEGMENTS=0 to write through frames): %w", err)
+			}
 			busy := si.busyWriter(rt.view.Load(), rt.peers.isDown) // the latest: failures add up
 			if busy == transport.NoProc {
 				break

@@ -320,7 +320,7 @@ func (rt *Runtime) postMem(ctx context.Context, q Queue, rank int, remote Loc, s
 		qu.mu.Unlock()
 		return false
 	}
-	if !pm.notes.Enter(v.epoch) {
+	if !pm.notes.EnterQueue(int(q), v.epoch) {
 		qu.mu.Unlock()
 		return false // the peer is in a newer epoch: the frame's way says so
 	}
@@ -330,7 +330,7 @@ func (rt *Runtime) postMem(ctx context.Context, q Queue, rank int, remote Loc, s
 		wake, set = pm.notes.Store(id, val, v.epoch)
 		qu.counts.notes++
 	}
-	pm.notes.Exit()
+	pm.notes.ExitQueue(int(q))
 	if len(src) > 0 {
 		qu.counts.writes++
 	}

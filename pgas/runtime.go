@@ -155,6 +155,7 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if rt.directOn() {
 		rt.tr.(transport.MemorySharer).ShareMemory(rt.provideMemory)
+		segments.PrepareWriter()
 	}
 	rt.notePoll = rt.chooseSpin()
 	if err := rt.tr.Start(callbacks{rt}); err != nil {

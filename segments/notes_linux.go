@@ -20,8 +20,8 @@ import (
 //	offset  64  sleepers (int32): the owner's waiters parked now
 //	offset 128  the slots, 8 bytes each: the epoch a value was set in
 //	            (high half) and the value (low half)
-//	then        MaxWriters writer lines of 64 bytes: the first word counts
-//	            the operations a writer has under way (PeerNotes.Enter)
+//	then        MaxWriters writer lines of 64 bytes: the copies a writer
+//	            has under way (PeerNotes.Enter, EnterQueue; writers_linux.go)
 //
 // Fencing (docs/design.md §3) rests on the epoch, never on moving memory:
 //
@@ -39,7 +39,9 @@ import (
 //     waits until the lines of the writers that may still copy are idle
 //     (Segment.WriterBusy) before its program may use the memory again
 //     (pgas Recover). Either the writer sees the new epoch and copies
-//     nothing, or the owner sees its count and waits for the copy.
+//     nothing, or the owner sees its count and waits for the copy. (With
+//     EnterQueue the announcement is a plain store and the owner's
+//     SyncWriters supplies the order; writers_linux.go.)
 //
 // Waking: a writer sets a slot, then loads sleepers: if a waiter is
 // parked, it must wake it (by a frame; the owner calls Segment.Wake). The
@@ -108,10 +110,6 @@ func slotsOf(mem []byte, n int) []atomic.Uint64 {
 	return unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&mem[noteSlots])), n)
 }
 
-func lineOf(mem []byte, n, w int) *atomic.Int32 {
-	return (*atomic.Int32)(unsafe.Pointer(&mem[writersAt(n)+writerLine*w]))
-}
-
 func (a *noteArea) dup() (int, error) {
 	if a.fd < 0 {
 		return -1, ErrClosed
@@ -135,10 +133,10 @@ func (a *noteArea) free() {
 	a.fd = -1
 }
 
-func (a *noteArea) epoch() *atomic.Uint32      { return epochOf(a.mem) }
-func (a *noteArea) sleepers() *atomic.Int32    { return sleepersOf(a.mem) }
-func (a *noteArea) slots() []atomic.Uint64     { return slotsOf(a.mem, a.n) }
-func (a *noteArea) writer(w int) *atomic.Int32 { return lineOf(a.mem, a.n, w) }
+func (a *noteArea) epoch() *atomic.Uint32   { return epochOf(a.mem) }
+func (a *noteArea) sleepers() *atomic.Int32 { return sleepersOf(a.mem) }
+func (a *noteArea) slots() []atomic.Uint64  { return slotsOf(a.mem, a.n) }
+func (a *noteArea) writerBusy(w int) bool   { return lineOf(a.mem, a.n, w).busy() }
 
 // PeerNotes is another process's notification area mapped here
 // (MapNotes), with the writer line its owner gave this process: Set and
@@ -149,7 +147,8 @@ type PeerNotes struct {
 	mem   []byte       // nil once unmapped
 	slots []atomic.Uint64
 	epoch *atomic.Uint32
-	line  *atomic.Int32
+	line  writerAt
+	fast  bool // EnterQueue may use the line's queue words
 }
 
 // MapNotes maps a peer's notification area of n slots from fd (from
@@ -168,7 +167,7 @@ func MapNotes(fd int, n, writer int) (*PeerNotes, error) {
 	if err != nil {
 		return nil, fmt.Errorf("segments: mmap notification area: %w", err)
 	}
-	return &PeerNotes{mem: mem, slots: slotsOf(mem, n), epoch: epochOf(mem), line: lineOf(mem, n, writer)}, nil
+	return &PeerNotes{mem: mem, slots: slotsOf(mem, n), epoch: epochOf(mem), line: lineOf(mem, n, writer), fast: asymmetricFences()}, nil
 }
 
 // Len returns the number of slots.
@@ -207,16 +206,16 @@ func (p *PeerNotes) Store(id NotificationID, v, e uint32) (wake, set bool) {
 // and it calls Exit once done; on false it has nothing to undo. The
 // caller guarantees the area stays mapped until Exit.
 func (p *PeerNotes) Enter(e uint32) bool {
-	p.line.Add(1)
+	p.line.count().Add(1)
 	if p.epoch.Load() > e || stateOf(p.mem).Load()&retiredBit != 0 {
-		p.line.Add(-1)
+		p.line.count().Add(-1)
 		return false
 	}
 	return true
 }
 
 // Exit ends a copy that Enter admitted.
-func (p *PeerNotes) Exit() { p.line.Add(-1) }
+func (p *PeerNotes) Exit() { p.line.count().Add(-1) }
 
 // Fence reports whether the slots this process set so far in epoch e,
 // and the data it copied before them, are read by their owner: the owner

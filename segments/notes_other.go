@@ -15,12 +15,12 @@ type noteArea struct{}
 
 func newNoteArea(int) (*noteArea, error) { return nil, errNoMemfd }
 
-func (*noteArea) dup() (int, error)        { return -1, errNoMemfd }
-func (*noteArea) free()                    {}
-func (*noteArea) epoch() *atomic.Uint32    { return nil }
-func (*noteArea) sleepers() *atomic.Int32  { return nil }
-func (*noteArea) slots() []atomic.Uint64   { return nil }
-func (*noteArea) writer(int) *atomic.Int32 { return nil }
+func (*noteArea) dup() (int, error)       { return -1, errNoMemfd }
+func (*noteArea) free()                   {}
+func (*noteArea) epoch() *atomic.Uint32   { return nil }
+func (*noteArea) sleepers() *atomic.Int32 { return nil }
+func (*noteArea) slots() []atomic.Uint64  { return nil }
+func (*noteArea) writerBusy(int) bool     { return false }
 
 // PeerNotes is Linux only.
 type PeerNotes struct{}
@@ -44,6 +44,18 @@ func (*PeerNotes) Enter(uint32) bool { return false }
 
 // Exit does nothing off Linux.
 func (*PeerNotes) Exit() {}
+
+// EnterQueue reports false off Linux.
+func (*PeerNotes) EnterQueue(int, uint32) bool { return false }
+
+// ExitQueue does nothing off Linux.
+func (*PeerNotes) ExitQueue(int) {}
+
+// PrepareWriter does nothing off Linux.
+func PrepareWriter() {}
+
+// SyncWriters does nothing off Linux.
+func SyncWriters() error { return nil }
 
 // Fence reports false off Linux.
 func (*PeerNotes) Fence(uint32) bool { return false }

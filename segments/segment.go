@@ -123,14 +123,15 @@ func (s *Segment) Epoch() uint32 {
 
 // WriterBusy reports whether the process given writer line w of the
 // notification area (DupNotes) has a copy into the segment under way
-// that PeerNotes.Enter admitted.
+// that PeerNotes.Enter or EnterQueue admitted. After raising the epoch,
+// call SyncWriters before asking.
 func (s *Segment) WriterBusy(w int) bool {
 	if s.notes == nil || w < 0 || w >= MaxWriters {
 		return false
 	}
 	s.nmu.RLock()
 	defer s.nmu.RUnlock()
-	return !s.isClosed() && s.notes.writer(w).Load() != 0
+	return !s.isClosed() && s.notes.writerBusy(w)
 }
 
 // Wake wakes the segment's parked waiters, so that they look at the slots
