@@ -7,6 +7,9 @@
 //   - the data-plane transport (transport/tcp), on a listener bound to
 //     loopback for a one-host job and to every interface otherwise, with
 //     the fault injection of PGAS_NETFAULT_DIR (internal/netfault);
+//   - the runtime's fault point of PGAS_FAULTPOINT (internal/faultpoint:
+//     a SIGKILL at a named point, pgas.Config.FaultPoint), for the chaos
+//     suite;
 //   - unless PGAS_SHM=0, the shared-memory transport (transport/shm) for
 //     the processes with this process's host label (the member table's
 //     Host, from PGAS_HOST), whose address travels in the member table

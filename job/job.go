@@ -11,6 +11,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
+	"github.com/gaspigo/gaspigo/internal/faultpoint"
 	"github.com/gaspigo/gaspigo/internal/netfault"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/spares"
@@ -155,6 +156,11 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 	cfg.Hosts = hosts
 	cfg.Logger = logs.runtime
 	cfg.Launcher = launcher{sess: sess, proc: env.Proc, obs: o}
+	if cfg.FaultPoint, err = faultpoint.FromEnv(env.Proc); err != nil {
+		tr.Close()
+		sess.Close()
+		return nil, fmt.Errorf("pgas: init: %w", err)
+	}
 	if opts.FaultTolerant {
 		f, worst := stretch(table)
 		m, err := newMembership(env, table, opts, logs, raftLn, ctlLn, o.faults, f, worst)

@@ -72,6 +72,26 @@ type Config struct {
 
 	// Logger receives runtime events. Nil discards them.
 	Logger *slog.Logger
+
+	// FaultPoint, when set, is called at the runtime's fault points (the
+	// Point* constants) and may kill the process there: the chaos suite's
+	// faults that no signal from outside can aim at. Package job sets it
+	// from PGAS_FAULTPOINT (internal/faultpoint). Nil: nothing is called.
+	FaultPoint func(point string)
+}
+
+// The runtime's fault points (Config.FaultPoint).
+const (
+	// PointStoreWake: a store into a same-host peer's slot found a parked
+	// waiter, and the wake-up frame has not gone yet (directnote.go, wake).
+	PointStoreWake = "pgas.store-wake"
+)
+
+// faultPoint passes point to Config.FaultPoint, if set.
+func (rt *Runtime) faultPoint(point string) {
+	if f := rt.cfg.FaultPoint; f != nil {
+		f(point)
+	}
 }
 
 // DefaultConfig returns the settings for a job.

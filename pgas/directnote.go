@@ -170,6 +170,7 @@ const wakeTimeout = 30 * time.Second
 // background, on the runtime's lifetime, until it goes, the peer is lost
 // (its waiters then wake on this process's loss), or the runtime stops.
 func (rt *Runtime) wake(ctx context.Context, proc transport.Proc, seg uint16) {
+	rt.faultPoint(PointStoreWake) // the chaos suite's kill between the store and its wake-up
 	h := transport.Header{Type: transport.FrameControl, A: ctlWake, Seg: seg}
 	if rt.send(ctx, proc, &h, nil) == nil {
 		rt.woke()

@@ -43,7 +43,7 @@ var layers = []layer{
 	{"ckpt", []string{"pgas", "segments", "obs", "internal/durable"},
 		"ckpt -> pgas, segments (+ internal/durable); ckpt and spares never import each other"},
 	{"kvshuffle", []string{"pgas", "ckpt", "health", "segments", "obs", "internal/directio"}, "kvshuffle -> pgas, ckpt, health, segments (+ internal/directio)"},
-	{"job", []string{"pgas", "spares", "health", "transport", "transport/...", "segments", "obs", "internal/bootstrap", "internal/netfault", "internal/admit", "internal/auth", "internal/metrics"},
+	{"job", []string{"pgas", "spares", "health", "transport", "transport/...", "segments", "obs", "internal/bootstrap", "internal/netfault", "internal/faultpoint", "internal/admit", "internal/auth", "internal/metrics"},
 		"job, the composition root -> spares -> pgas: it wires what the layers below are given"},
 	{"pgas/pgastest", []string{"pgas", "transport", "transport/...", "health", "segments"},
 		"pgas/pgastest (test doubles for pgas's seams) -> pgas and the layers below it"},
