@@ -3,6 +3,7 @@ package ckpt
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"os"
 	"path/filepath"
@@ -354,9 +355,9 @@ func (c *Checkpointer) startManifester() {
 // checkpoint that every rank has reported and writes its manifest.
 func (c *Checkpointer) manifester() {
 	for {
-		if _, err := c.rt.NotifyWaitSome(c.ctx, c.local, boardNotify, 1); err != nil {
+		if _, err := c.rt.NotifyWaitSome(c.ctx, c.local, boardNotify, 1); err != nil && !errors.Is(err, pgas.ErrStaleEpoch) {
 			return
-		}
+		} // (a report dropped by a view: look at the board all the same)
 		c.rt.NotifyReset(c.local, boardNotify)
 		if err := c.scanBoard(); err != nil && c.ctx.Err() == nil {
 			c.mu.Lock()

@@ -102,7 +102,9 @@
 // the program sets again what it needs. A WriteNotify or Notify that
 // returned nil has woken any parked waiter, or will without the caller
 // (the wake-up goes on in the background if the caller's context ended);
-// waiters also look again whenever a peer is lost and at every view. The
+// waiters also look again whenever a peer is lost and at every view, and
+// a NotifyWaitSome whose range held a value set during the wait that a
+// view dropped unseen fails with ErrStaleEpoch. The
 // program must not touch segment memory while
 // Recover runs. NotifyWaitSome on such a segment polls its slots for a
 // while before it parks: 50 µs when the host has a CPU for each of its

@@ -3,6 +3,7 @@ package pgas_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -330,5 +331,39 @@ func TestDirectWaiterWakesWhenWriterDiesBeforeItsWake(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the waiter still sleeps after its writer was lost")
+	}
+}
+
+// The same store without its wake-up, but the view comes before anything
+// tells the waiter that the writer is gone: the view drops the value (it
+// belongs to an older epoch), and the waiter returns ErrStaleEpoch at
+// that view instead of sleeping on for a notification nobody will set.
+func TestDirectWaiterReturnsWhenAViewDropsItsUnwokenSlot(t *testing.T) {
+	pgas.DirectMapped(t)
+	rts, _, _, fm, _ := newFTJobOn(t, 2, 1, nil, pgas.Direct, func(c *pgas.Config) { c.SpinWait = 0 })
+	ctx := context.Background()
+	pgas.Each(t, rts, func(rt *pgas.Runtime) error {
+		_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+		return err
+	})
+	notes := notesAs(t, rts[0], 1)
+	got := make(chan error, 1)
+	go func() {
+		_, err := rts[0].NotifyWaitSome(ctx, 1, 9, 1)
+		got <- err
+	}()
+	e := uint32(rts[1].Epoch())
+	waitParked(t, notes, e)
+	if wake, set := notes.Store(9, 5, e); !wake || !set {
+		t.Fatalf("store: wake %v, set %v; want a parked waiter to wake", wake, set)
+	}
+	fm.Advance() // no wake-up was sent
+	select {
+	case err := <-got:
+		if !errors.Is(err, pgas.ErrStaleEpoch) {
+			t.Fatalf("NotifyWaitSome after the view dropped its slot: %v; want ErrStaleEpoch", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter still sleeps after a view dropped the slot stored for it")
 	}
 }

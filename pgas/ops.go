@@ -2,6 +2,7 @@ package pgas
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -348,7 +349,11 @@ func (rt *Runtime) waitChan(ctx context.Context, ch <-chan struct{}, op string) 
 
 // NotifyWaitSome waits until one of the notifications [first, first+num) of
 // local segment seg is set, and returns its ID. It does not consume it:
-// call NotifyReset.
+// call NotifyReset. It fails with ErrStaleEpoch when this process applied
+// a view that dropped a notification of the range set during the wait
+// (one set in the wait's epoch or later, not seen before the view): its
+// writer was declared failed, or is behind, and what it announced must be
+// set again after Recover.
 func (rt *Runtime) NotifyWaitSome(ctx context.Context, seg segments.ID, first segments.NotificationID, num int) (segments.NotificationID, error) {
 	s, err := rt.localSeg(uint16(seg))
 	if err != nil {
@@ -362,6 +367,9 @@ func (rt *Runtime) NotifyWaitSome(ctx context.Context, seg segments.ID, first se
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, ctxError(ctx, "notify_waitsome")
+		}
+		if errors.Is(err, segments.ErrDropped) {
+			return 0, fmt.Errorf("pgas: notify_waitsome: segment %d: a notification in [%d, %d) was set in an older epoch than this process's %d, which dropped it before this wait saw it; recover, then wait for it again: %w", seg, first, int(first)+num, rt.view.Load().epoch, ErrStaleEpoch)
 		}
 		return 0, fmt.Errorf("pgas: notify_waitsome: %w: %v", ErrInvalid, err)
 	}

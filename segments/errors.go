@@ -20,6 +20,11 @@ var (
 	ErrSize = errors.New("segments: invalid size")
 	// ErrClosed is returned by WaitSome once the segment is closed.
 	ErrClosed = errors.New("segments: closed")
+	// ErrDropped is returned by WaitSome when a slot it waits on was set
+	// while it waited and the segment's epoch moved on before the waiter
+	// saw it (SetEpoch): the value no longer counts, and what was to
+	// follow it must be set again in the new epoch.
+	ErrDropped = errors.New("segments: a notification set during the wait belongs to an older epoch")
 	// ErrNotShared is returned by DupNotes for a segment whose slots are
 	// not in shared memory (Options.ShareNotifications).
 	ErrNotShared = errors.New("segments: notification slots not shared")

@@ -356,10 +356,29 @@ func Poll(p WaitPolicy, ready func() bool) bool {
 
 // WaitSome waits until one of the slots [first, first+num) is non-zero and
 // returns its ID. It does not consume the value: call ResetNotification.
-// It returns ctx.Err() when ctx ends first and ErrClosed after Close.
+// It returns ctx.Err() when ctx ends first and ErrClosed after Close,
+// and ErrDropped when the epoch moved on (SetEpoch) past a value set in
+// the epoch the wait began in, or later, that it had not seen: a waiter
+// whose writer stored and was then declared failed before it woke the
+// waiter does not sleep on past the view. An epoch change that drops
+// nothing in the range leaves it waiting.
 func (s *Segment) WaitSome(ctx context.Context, first NotificationID, num int, p WaitPolicy) (NotificationID, error) {
 	if num <= 0 || int(first)+num > len(s.notif) {
 		return 0, ErrNotificationID
+	}
+	began := s.epoch.Load()
+	dropped := func() bool {
+		e := s.epoch.Load()
+		if e == began {
+			return false
+		}
+		for i := int(first); i < int(first)+num; i++ {
+			w := s.notif[i].Load()
+			if uint32(w) != 0 && epochOfSlot(w) >= began && epochOfSlot(w) < e {
+				return true
+			}
+		}
+		return false
 	}
 	scan := func() (NotificationID, bool) {
 		e := s.epoch.Load()
@@ -396,6 +415,9 @@ func (s *Segment) WaitSome(ctx context.Context, first NotificationID, num int, p
 		}
 		if id, ok := scan(); ok {
 			return id, nil
+		}
+		if dropped() {
+			return 0, ErrDropped
 		}
 		select {
 		case <-ch:

@@ -145,6 +145,63 @@ func TestWaitSomeWakesTimesOutAndCloses(t *testing.T) {
 	})
 }
 
+// A waiter whose slot was stored without a wake-up (the writer died
+// between its store and its wake) and then dropped by a newer epoch
+// returns ErrDropped at that epoch instead of sleeping on; an epoch change
+// that drops nothing in its range, or only what was older than the wait,
+// leaves it waiting.
+func TestWaitSomeReturnsWhenTheEpochDropsItsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := New(1, 64, Options{Notifications: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		setSlot(&s.notif[6], 5, 0) // set in epoch 0, dropped by epoch 1 before any wait
+		s.SetEpoch(1)
+		type result struct {
+			id  NotificationID
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			id, err := s.WaitSome(context.Background(), 2, 6, WaitPolicy{})
+			got <- result{id, err}
+		}()
+		synctest.Wait()
+		s.SetEpoch(2) // drops nothing the wait could have seen
+		synctest.Wait()
+		select {
+		case r := <-got:
+			t.Fatalf("an epoch change that dropped nothing of the wait's ended it: %d, %v", r.id, r.err)
+		default:
+		}
+		setSlot(&s.notif[3], 9, 2) // stored, and no wake-up follows
+		synctest.Wait()
+		select {
+		case r := <-got:
+			t.Fatalf("a store without a wake-up woke the parked waiter: %d, %v", r.id, r.err)
+		default:
+		}
+		s.SetEpoch(3)
+		if r := <-got; !errors.Is(r.err, ErrDropped) {
+			t.Fatalf("the view dropped the slot stored during the wait: WaitSome = %d, %v; want ErrDropped", r.id, r.err)
+		}
+		// Waiting again in the new epoch is an ordinary wait.
+		go func() {
+			id, err := s.WaitSome(context.Background(), 2, 6, WaitPolicy{})
+			got <- result{id, err}
+		}()
+		synctest.Wait()
+		if _, err := s.SetNotificationIn(4, 1, 3); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-got; r.err != nil || r.id != 4 {
+			t.Fatalf("wait in the new epoch = %d, %v; want 4", r.id, r.err)
+		}
+	})
+}
+
 func TestFileBackingSharesMemory(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "seg")
 	a := newSeg(t, 8192, Options{Backing: FileBacking{Path: path}})
