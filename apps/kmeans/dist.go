@@ -46,6 +46,7 @@ type Options struct {
 	Seed    uint64  // for the choice of starting points
 	Every   int     // checkpoint every Every iterations; 0: never
 	Injects []Inject
+	Stores  []Store // store injections (store.go): same-host stores that must stay fenced
 	Kernel  Config
 	// Shrink: the job goes on when a rank is lost with no spare left (the
 	// membership must shrink too: spares.Config.Shrink). The vacant rank's
@@ -105,7 +106,8 @@ type RunResult struct {
 type Job struct {
 	rt  *pgas.Runtime
 	opt Options
-	n   int // points in the whole data set
+	st  *stores // the store injections' part (store.go)
+	n   int     // points in the whole data set
 	d   int
 	own int // the rank this process held at the start: its home shards
 	nsh int // number of logical shards
@@ -171,7 +173,12 @@ func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 	if len(opt.Injects) > 0 && opt.Kill == nil {
 		return nil, configErr("Options.Injects is set but Options.Kill, which carries an injection out, is nil")
 	}
-	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, hdrLen), promotedAt: -1}
+	for _, in := range opt.Stores {
+		if in.Rank >= rt.Size() {
+			return nil, configErr("--inject store:rank=%d,iter=%d: the job has ranks 0..%d; name one of them", in.Rank, in.Iter, rt.Size()-1)
+		}
+	}
+	j := &Job{rt: rt, opt: opt, hdr: make([]uint64, hdrLen), promotedAt: -1, st: newStores(rt, opt.Stores)}
 	if err := j.load(); err != nil {
 		j.Close()
 		return nil, err
@@ -190,7 +197,11 @@ func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 		j.Close()
 		return nil, err
 	}
-	if err := j.initCentroids(ctx); err != nil {
+	err := j.initCentroids(ctx)
+	if err == nil {
+		err = j.st.create(ctx)
+	}
+	if err != nil {
 		if err = j.SetupFailed(err); err != nil {
 			j.Close()
 			return nil, err
@@ -303,6 +314,7 @@ func (j *Job) Close() error {
 	for _, sh := range j.mine {
 		sh.kr.Close()
 	}
+	j.st.close()
 	return nil
 }
 
@@ -467,6 +479,9 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 	if err := j.loop(ctx); err != nil {
 		return RunResult{}, err
 	}
+	if err := j.st.close(); err != nil {
+		return RunResult{}, err
+	}
 	return RunResult{Centroids: slices.Clone(j.cent), SSE: j.sse, Iterations: j.iter, Recoveries: j.recov,
 		CheckpointTime: j.ckptTime, Checkpoints: j.commits, LoopTime: time.Since(j.loopStart), Prune: j.prune}, nil
 }
@@ -519,6 +534,9 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 	j.printf("iter %4d  sse=%-22s moved=%-9d shift=%-10.3g time=%v\n", j.iter, strconv.FormatFloat(j.sse, 'g', 10, 64), int64(j.buf[kd+k+1]), shift, time.Since(t0).Round(10*time.Microsecond))
 	fresh := j.iter > j.high
 	if err := j.inject(ctx, "", fresh); err != nil {
+		return false, err
+	}
+	if err := j.st.tick(j.iter, fresh, j.promotedAt >= 0 && j.iter <= j.promotedAt+1); err != nil {
 		return false, err
 	}
 	j.high = max(j.high, j.iter)

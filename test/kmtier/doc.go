@@ -71,6 +71,13 @@
 //   - TestShrinkAfterSpares: --shrink with one spare and two kills: the
 //     spare takes rank 1, then rank 0 is left vacant, rank 1 takes its
 //     shard and prints the result, which is the --shrink reference's.
+//   - TestPartitionedWriterIsFenced: the same-host fencing contract
+//     (docs/design.md §3): rank 1 stores all the time into rank 2's
+//     memory (--inject store:rank=1,iter=3) and is partitioned
+//     (internal/netfault) until it was replaced and rank 2 recovered, then
+//     2 s more: it stored directly after the partition began and kept
+//     trying while rank 2 looked after every iteration, rank 2 saw none
+//     of it, and, healed, it exits 77 (or 74) by itself.
 //
 // Two kills in turn and more kills than spares (exit 75) are membership
 // cases: test/fttier covers them (TestKillTwoRanks, TestSparesExhausted);

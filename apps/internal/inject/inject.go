@@ -65,11 +65,16 @@ type Kill struct {
 // most once with a value of its kind, and exactly one target key when g
 // has any. Whatever else an application requires (a key that must come
 // with another) it checks on the Kill, with Errorf for the message.
-func Parse(s string, g *Grammar) (*Kill, error) {
+func Parse(s string, g *Grammar) (*Kill, error) { return ParseVerb(s, "kill", g) }
+
+// ParseVerb is Parse for an injection of another verb than kill (K-means's
+// store:..., a rank that keeps storing into a peer's memory): the prefix
+// is verb and a colon.
+func ParseVerb(s, verb string, g *Grammar) (*Kill, error) {
 	k := &Kill{text: s, vals: map[string]string{}, g: g}
-	rest, ok := strings.CutPrefix(s, "kill:")
+	rest, ok := strings.CutPrefix(s, verb+":")
 	if !ok || rest == "" {
-		return nil, k.Errorf("only kill injections exist")
+		return nil, k.Errorf("only %s injections exist", verb)
 	}
 	targets, hasTargets := 0, false
 	for _, key := range g.Keys {

@@ -74,15 +74,28 @@ import (
 	"github.com/gaspigo/gaspigo/spares"
 )
 
-type injects []kmeans.Inject
+// injects are the --inject flags: kills, and the chaos suite's store
+// injections (store:...).
+type injects struct {
+	kills  []kmeans.Inject
+	stores []kmeans.Store
+}
 
-func (i *injects) String() string { return fmt.Sprint(*i) }
+func (i *injects) String() string { return fmt.Sprint(i.kills, i.stores) }
 func (i *injects) Set(s string) error {
+	if strings.HasPrefix(s, "store:") {
+		st, err := kmeans.ParseStore(s)
+		if err != nil {
+			return err
+		}
+		i.stores = append(i.stores, st)
+		return nil
+	}
 	in, err := kmeans.ParseInject(s)
 	if err != nil {
 		return err
 	}
-	*i = append(*i, in)
+	i.kills = append(i.kills, in)
 	return nil
 }
 
@@ -130,7 +143,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	fs.StringVar(&f.ckptDir, "ckpt-dir", "", "also write committed checkpoints to `DIR` (disk level; resume with gaspirun --resume DIR)")
 	fs.BoolVar(&f.shrink, "shrink", false, "when a rank is lost and no spare is left, go on with fewer ranks: the next live rank takes over its shard (every rank must get this flag; the result is that of a --shrink run without failures)")
 	fs.StringVar(&f.output, "output", "", "write the centroids as CSV to `FILE` (one per line, in cluster order)")
-	fs.Var(&inj, "inject", "inject a failure: kill:rank=R,iter=I | kill:host=H,iter=I | kill:leader,iter=I | kill:mirror-of=R,iter=I, optionally ,phase=commit (iter=0,phase=commit: the starting checkpoint's commit); kill:rank=R,iter=0,phase=init|ckpt-new: in the setup, before the starting centroids or the checkpointer's creation (repeatable)")
+	fs.Var(&inj, "inject", "inject a failure: kill:rank=R,iter=I | kill:host=H,iter=I | kill:leader,iter=I | kill:mirror-of=R,iter=I, optionally ,phase=commit (iter=0,phase=commit: the starting checkpoint's commit); kill:rank=R,iter=0,phase=init|ckpt-new: in the setup, before the starting centroids or the checkpointer's creation; store:rank=R,iter=I[,mode=wait|cancel]: rank R keeps storing into its right neighbour's memory from iteration I on, which checks that what a replaced process stores stays unseen (the chaos suite's; repeatable)")
 	fs.StringVar(&f.impl, "impl", "auto", "distance kernel: auto, avx512, avx2, go, naive")
 	fs.StringVar(&f.algo, "algo", "lloyd", "nearest-centroid search: lloyd (brute force), hamerly or yinyang (exact pruning: the same centroids bit for bit)")
 	fs.StringVar(&f.seeding, "seeding", "random", "starting centroids without --init: random (k distinct points) or kmeans++ (D² sampling); both depend only on --seed, never on the number of ranks")
@@ -172,7 +185,15 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	case f.shrink && f.ckptDir != "":
 		return nil, errors.New("--shrink with --ckpt-dir: the disk level keeps one file per rank and cannot follow a job that shrank; drop one of them")
 	}
-	for _, in := range inj {
+	for _, st := range inj.stores {
+		if f.opt.Every == 0 {
+			return nil, errors.New("--inject store: needs checkpoints to recover from: set --ckpt-every")
+		}
+		if st.Iter > f.opt.MaxIter {
+			return nil, fmt.Errorf("--inject store: at iteration %d never fires: --max-iter is %d", st.Iter, f.opt.MaxIter)
+		}
+	}
+	for _, in := range inj.kills {
 		if f.opt.Every == 0 {
 			return nil, errors.New("--inject needs checkpoints to recover from: set --ckpt-every")
 		}
@@ -208,7 +229,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	g.N = f.generate
 	f.opt.Gen = g
 	f.opt.Seed = g.Seed
-	f.opt.Injects = inj
+	f.opt.Injects, f.opt.Stores = inj.kills, inj.stores
 	f.opt.Shrink = f.shrink
 	if f.generate > 0 {
 		if err := g.Validate(); err != nil {
