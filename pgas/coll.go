@@ -256,10 +256,12 @@ func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 	if err != nil {
 		return err
 	}
-	if a, st, err := c.shmArea(ctx, 0); err != nil {
+	if a, st, err := c.shmArea(ctx); err != nil {
 		return err
 	} else if a != nil {
-		return c.shmBarrier(ctx, a, st)
+		if done, err := c.shmBarrier(ctx, a, st); done || err != nil {
+			return err
+		}
 	}
 	if t := c.topo; t.twoLevel() {
 		if _, err := c.hostGather(ctx, t, []byte{}); err != nil {
@@ -308,10 +310,12 @@ func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, com
 	if len(c.ranks) == 1 {
 		return nil
 	}
-	if a, st, err := c.shmArea(ctx, len(buf)); err != nil {
+	if a, st, err := c.shmArea(ctx); err != nil {
 		return err
 	} else if a != nil {
-		return c.shmAllreduce(ctx, a, st, buf, combine)
+		if done, err := c.shmAllreduce(ctx, a, st, buf, combine); done || err != nil {
+			return err
+		}
 	}
 	return c.allreduceFrames(ctx, buf, combine)
 }
@@ -459,10 +463,12 @@ func (rt *Runtime) Bcast(ctx context.Context, g *Group, buf []byte, root int) er
 	if ri < 0 {
 		return fmt.Errorf("pgas: bcast: root %d not in group: %w", root, ErrInvalid)
 	}
-	if a, st, err := c.shmArea(ctx, len(buf)); err != nil {
+	if a, st, err := c.shmArea(ctx); err != nil {
 		return err
 	} else if a != nil {
-		return c.shmBcast(ctx, a, st, buf, ri)
+		if done, err := c.shmBcast(ctx, a, st, buf, ri); done || err != nil {
+			return err
+		}
 	}
 	t := c.topo
 	switch {

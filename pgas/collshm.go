@@ -16,50 +16,73 @@ import (
 )
 
 // Collectives in shared memory (docs/design.md §9.3.1). When every member
-// of a group sits on this host (by host label) and segments are shared
-// (DirectShm), a barrier, a small allreduce or a small broadcast meets in
-// a collective area: a memfd of the group's lowest member, which the
-// others map on their first such collective of the epoch. A member writes
-// its block, then a stamp counting the group's collectives in the area,
-// into its own line; then it waits until every member's stamp reached its
-// own, and reads what it needs: every member reduces all the blocks in the
-// order of the flat algorithm (reduceInOrder: the bits of the frames'
-// way), so there is no leader to wait for. A waiter polls for a while
-// as NotifyWaitSome does (Runtime.notePoll), then sets its sleep
-// word and parks; whoever stamps and sees the word sends it a frame
-// (ctlCollWake).
+// of a group sits on this host (by host label), there are at most
+// collShmMax of them and segments are shared (DirectShm), the group's
+// barriers, allreduces and broadcasts meet in a collective area: a memfd
+// of the group's lowest member (its owner), which the others map on
+// their first such collective of the epoch. A member writes its block
+// (when its vector fits one), the size it passed, then a stamp counting
+// the group's collectives in the area, into its own line; then it waits
+// until every member's stamp reached its own, compares the sizes, and
+// reads what it needs: every member reduces all the blocks in the order
+// of the flat algorithm (reduceLeaves: the bits of the frames' way), so
+// there is no leader to wait for. A waiter polls for a while as
+// NotifyWaitSome does (Runtime.notePoll), then sets its sleep word and
+// parks; whoever stamps and sees the word sends it a frame (ctlCollWake).
 //
-// Blocks are double-buffered by the stamp's parity: a member writes its
-// block for collective k+2 only after it saw every stamp of k+1, and a
-// member stamps k+1 only after it read everything of k, so no block is
-// overwritten while someone reads it. A member that times out has stamped
-// already, so a member that enters late completes, as over frames, where
-// the early one's message was sent.
+// Whether a collective meets in the area depends only on what every
+// member knows alike (the view, the host labels, the job's settings),
+// never on the size passed: every member sees every size, so members
+// that passed different sizes all return ErrInvalid, and a vector larger
+// than a block meets only to compare sizes, then goes by frames.
 //
-// The decision to meet in an area depends only on what every member
-// knows alike (the view, the host labels, the size, the job's settings),
-// so all members go the same way. Areas belong to an epoch: the key a
-// member asks for names it, and a view change retires the areas of older
-// epochs, so a process of an older epoch stamps where nobody waits.
+// A member that cannot have the area (it could not map it, was handed a
+// memfd it must not map, the owner did not hand it over, or, as the
+// owner, could not make it) tells every other member so (ctlCollNoArea,
+// the no-area mark) and runs the collective by frames. A member that
+// holds the mark, of its own or received, runs every collective of that
+// group in that epoch by frames; one that waits in the area and sees the
+// mark arrive leaves the area and runs the same collective (same
+// sequence number) by frames. Nobody can finish a collective in the area
+// without the stamp of the member that has none, so every member makes
+// the switch at the same collective, and the failure-free path costs
+// nothing.
+//
+// Blocks and sizes are double-buffered by the stamp's parity: a member
+// writes them for collective k+2 only after it saw every stamp of k+1,
+// and a member stamps k+1 only after it read everything of k, so nothing
+// is overwritten while someone reads it. A member that times out has
+// stamped already, so a member that enters late completes, as over
+// frames, where the early one's message was sent. Areas and marks belong
+// to an epoch: the key a member asks for names it, and a view change
+// retires the areas and marks of older epochs, so a process of an older
+// epoch stamps where nobody waits.
 
 // Limits of the collectives in shared memory.
 const (
 	collShmMax   = 64      // members at most: above it the trees of frames scale better
 	collBlock    = 4 << 10 // bytes of each member's block: larger vectors go by frames
-	ctlCollWake  = 4       // a FrameControl: a stamp this process may wait for was stored
 	collLineSize = 64
+
+	ctlCollWake = 4 // a FrameControl: a stamp this process may wait for was stored
+	// ctlCollNoArea: a FrameControl whose Off is the key (collKey) of an
+	// area the sender does not have: the group goes by frames in that
+	// epoch.
+	ctlCollNoArea = 5
 )
 
 // collArea is the memory of one group's collectives in one epoch, as its
-// owner (the group's lowest member; "leader" below) has it or another
-// member maps it. Layout: a line unused, then one line per member (its
-// stamp, then its sleep word), then two blocks per member (by the
-// stamp's parity).
+// owner (the group's lowest member) has it or another member maps it.
+// Layout: a line unused, then one line per member (its stamp, its sleep
+// word, then the size it passed, by the stamp's parity), then two blocks
+// per member (by the stamp's parity). The memfd is a segment's of
+// segments.MemfdBacking: sealed against shrinking, and checked for its
+// seal and size by the member that maps it (segments.MapFD).
 type collArea struct {
 	mem     []byte
 	n       int
-	owned   *segments.Segment      // the leader's; nil for a member's mapping
-	backing *segments.MemfdBacking // the leader's
+	owned   *segments.Segment      // the owner's; nil for a member's mapping
+	backing *segments.MemfdBacking // the owner's
 
 	// vecs and leaves are this member's scratch for a reduction (scratch).
 	vecs, leaves [][]byte
@@ -79,6 +102,11 @@ func (a *collArea) stamp(i int) *atomic.Uint64 {
 
 func (a *collArea) sleep(i int) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&a.mem[collLineSize*(1+i)+8]))
+}
+
+// size is where member i writes the bytes it passed to collective k.
+func (a *collArea) size(i int, k uint64) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&a.mem[collLineSize*(1+i)+16+8*int(k&1)]))
 }
 
 // block is member i's block for the collective stamped k.
@@ -160,35 +188,65 @@ type groupShm struct {
 	nudged []bool // members sent a frame already (nudge), by index
 }
 
-// collAreas are the areas this process leads, by key, for provideMemory.
+// collAreas are the areas this process owns, by key, for provideMemory,
+// and the no-area marks it holds.
 type collAreas struct {
-	mu    sync.Mutex
-	owned map[uint64]*collArea
-	wake  chan struct{} // closed and replaced by wakeColl
+	mu     sync.Mutex
+	owned  map[uint64]*collArea
+	noArea map[uint64]bool // keys of areas a member does not have (markNoArea)
+	marked atomic.Bool     // noArea is not empty: the lock is taken only then
+	wake   chan struct{}   // closed and replaced by wakeColl
 }
 
+// errNoArea is wrapped by mapArea when this member cannot have the area:
+// the group goes by frames in that epoch.
+var errNoArea = errors.New("no collective area")
+
+// errByFrames is await's: the no-area mark arrived, the collective goes
+// on by frames.
+var errByFrames = errors.New("a member has no collective area")
+
+// collMapHook, when set (tests), is asked before this process maps or
+// makes an area: an error stands for a failed mapping.
+var collMapHook func(rt *Runtime) error
+
+// areaKey is the key of the area of c's group in c's epoch.
+func (c *coll) areaKey() uint64 { return collKey(c.g.tag, len(c.ranks), c.v.epoch) }
+
 // shmArea returns the area the collective c runs in, pinned (the caller
-// calls a.done), and c's stamp there; a nil area when it runs by frames:
-// the group is not all on this host (by label), has more than
-// collShmMax members, or size (the bytes of each member's vector)
-// exceeds a block. A member that cannot map the area fails the
-// collective: the others meet there.
-func (c *coll) shmArea(ctx context.Context, size int) (*collArea, *groupShm, error) {
+// calls meet, which unpins it), and c's stamp there; a nil area when it
+// runs by frames: the group is not all on this host (by label), has more
+// than collShmMax members, or a member has no area in this epoch (the
+// no-area mark, of this member's own or received).
+func (c *coll) shmArea(ctx context.Context) (*collArea, *groupShm, error) {
 	rt := c.rt
 	n := len(c.ranks)
-	if n < 2 || n > collShmMax || size > collBlock || !rt.directOn() || rt.cfg.Hosts == nil || len(c.topo.hosts) != 1 {
+	if n < 2 || n > collShmMax || !rt.directOn() || rt.cfg.Hosts == nil || len(c.topo.hosts) != 1 {
+		return nil, nil, nil
+	}
+	key := c.areaKey()
+	if rt.hasNoArea(key) {
 		return nil, nil, nil
 	}
 	c.g.mu.Lock()
 	defer c.g.mu.Unlock()
 	st := c.g.shm
 	if st == nil || st.epoch != c.v.epoch {
-		a, err := rt.mapArea(ctx, c)
-		if err != nil {
-			return nil, nil, err
-		}
 		if st != nil {
 			st.area.retire()
+			c.g.shm = nil
+		}
+		a, err := rt.mapArea(ctx, c, key)
+		if errors.Is(err, errNoArea) {
+			return nil, nil, nil // the mark is held: frames for the rest of the epoch
+		}
+		if errors.Is(err, ErrTimeout) {
+			// The others may wait in the area: out of step, as after a
+			// timeout in await (Group.timedOut; g.mu is held here).
+			c.g.broken = c.v.epoch + 1
+		}
+		if err != nil {
+			return nil, nil, err
 		}
 		st = &groupShm{epoch: c.v.epoch, area: a, nudged: make([]bool, n)}
 		c.g.shm = st
@@ -200,56 +258,126 @@ func (c *coll) shmArea(ctx context.Context, size int) (*collArea, *groupShm, err
 	return st.area, st, nil
 }
 
-// mapArea makes (the leader) or maps (a member) the area of c's group in
-// c's epoch.
-func (rt *Runtime) mapArea(ctx context.Context, c *coll) (*collArea, error) {
+// mapArea makes (the owner) or maps (a member) the area of c's group in
+// c's epoch, under key. When this member cannot have it, it sends the
+// no-area mark (markNoArea) and returns an error wrapping errNoArea, as
+// it does when a member's mark arrives while it asks the owner; any other
+// error fails the collective.
+func (rt *Runtime) mapArea(ctx context.Context, c *coll, key uint64) (*collArea, error) {
 	n := len(c.ranks)
-	key := collKey(c.g.tag, n, c.v.epoch)
-	if c.me == 0 {
-		return rt.ownArea(key, n)
+	if h := collMapHook; h != nil {
+		if err := h(rt); err != nil {
+			return nil, c.markNoArea(key, err)
+		}
 	}
-	leader, err := rt.procOf(c.v, c.ranks[0], c.op)
+	if c.me == 0 {
+		a, err := rt.ownArea(key, n)
+		if err != nil {
+			return nil, c.markNoArea(key, err)
+		}
+		return a, nil
+	}
+	owner, err := rt.procOf(c.v, c.ranks[0], c.op)
 	if err != nil {
 		return nil, err
 	}
-	// The leader refuses a process it does not see holding a rank: one
+	// The owner refuses a process it does not see holding a rank: one
 	// promoted in a view it has not applied yet. Ask again until it has,
 	// as a frame from a sender ahead waits in its mailbox.
 	pause, giveUp := time.Millisecond, time.Now().Add(shareTimeout)
 	for {
 		fctx, cancel := context.WithTimeout(ctx, shareTimeout)
-		fd, _, ferr := rt.tr.(transport.MemorySharer).FetchMemory(fctx, leader, key)
+		fd, _, ferr := rt.tr.(transport.MemorySharer).FetchMemory(fctx, owner, key)
 		cancel()
 		if ferr == nil {
 			mem, err := segments.MapFD(fd, collAreaSize(n))
 			unix.Close(fd)
 			if err != nil {
-				return nil, fmt.Errorf("pgas: %s: map the collective area of rank %d: %w", c.op, c.ranks[0], err)
+				return nil, c.markNoArea(key, fmt.Errorf("map the collective area of rank %d: %w", c.ranks[0], err))
 			}
 			return &collArea{mem: mem, n: n}, nil
 		}
 		if errors.Is(ferr, transport.ErrPeerDown) {
-			return nil, rt.sendErr(ctx, ferr, c.ranks[0], leader, c.op)
+			return nil, rt.sendErr(ctx, ferr, c.ranks[0], owner, c.op)
 		}
 		if err := c.lost(); err != nil {
 			return nil, err
 		}
+		wake := rt.collWakeChan() // closed when a mark arrives
+		if rt.hasNoArea(key) {
+			return nil, fmt.Errorf("pgas: %s: %w", c.op, errNoArea) // a member has none: stop asking
+		}
 		if time.Now().After(giveUp) {
-			return nil, fmt.Errorf("pgas: %s: rank %d did not hand over its collective area for %v (set PGAS_SHM_SEGMENTS=0 to run collectives through frames): %w", c.op, c.ranks[0], shareTimeout, ferr)
+			return nil, c.markNoArea(key, fmt.Errorf("rank %d did not hand over its collective area for %v: %w", c.ranks[0], shareTimeout, ferr))
 		}
 		select {
 		case <-time.After(pause):
 			pause = min(2*pause, 100*time.Millisecond)
+		case <-wake:
 		case <-ctx.Done():
 			return nil, ctxError(ctx, c.op)
 		case <-rt.closed:
 			return nil, ErrClosed
 		}
-		rt.log.Debug("collective area refused; asking again", "leader", leader, "err", ferr)
+		rt.log.Debug("collective area refused; asking again", "owner", owner, "err", ferr)
 	}
 }
 
-// ownArea returns the area this process leads under key, made on first
+// markNoArea records that this member has no area under key (why says
+// why), tells every other member of c's group (ctlCollNoArea), and
+// returns an error wrapping errNoArea. The frames go out under the
+// runtime's life, not the collective's ctx: the members waiting in the
+// area must hear of it even when this caller gives up.
+func (c *coll) markNoArea(key uint64, why error) error {
+	rt := c.rt
+	rt.log.Warn("no collective area: the group's collectives go through frames in this epoch (set PGAS_SHM_SEGMENTS=0 to stop trying)",
+		"group", c.g.tag, "epoch", c.v.epoch, "op", c.op, "err", why)
+	rt.recordNoArea(key)
+	ctx, cancel := context.WithTimeout(rt.life, shareTimeout)
+	defer cancel()
+	for i, r := range c.ranks {
+		if i == c.me {
+			continue
+		}
+		p, err := rt.procOf(c.v, r, c.op)
+		if err != nil {
+			continue // a member gone: the others learn that from the view
+		}
+		h := transport.Header{Type: transport.FrameControl, A: ctlCollNoArea, Off: key}
+		rt.sendErr(ctx, rt.send(ctx, p, &h, nil), r, p, c.op) // a lost peer is noted there
+	}
+	return fmt.Errorf("pgas: %s: %w: %w", c.op, errNoArea, why)
+}
+
+// recordNoArea holds the no-area mark of key (from this member, or a
+// peer's ctlCollNoArea) until retireAreas drops its epoch, and wakes the
+// collectives waiting in an area to look at it. A mark of an epoch older
+// than the view is dropped: its areas are retired already.
+func (rt *Runtime) recordNoArea(key uint64) {
+	if n := int(key>>18) & 0x3fff; key&collKind == 0 || n < 2 || n > collShmMax || uint32(key>>32) < rt.view.Load().epoch {
+		return
+	}
+	rt.coll.mu.Lock()
+	if rt.coll.noArea == nil {
+		rt.coll.noArea = map[uint64]bool{}
+	}
+	rt.coll.noArea[key] = true
+	rt.coll.marked.Store(true)
+	rt.coll.mu.Unlock()
+	rt.wakeColl()
+}
+
+// hasNoArea says whether a member has no area under key.
+func (rt *Runtime) hasNoArea(key uint64) bool {
+	if !rt.coll.marked.Load() {
+		return false
+	}
+	rt.coll.mu.Lock()
+	defer rt.coll.mu.Unlock()
+	return rt.coll.noArea[key]
+}
+
+// ownArea returns the area this process owns under key, made on first
 // use (by its own collective or a member's request).
 func (rt *Runtime) ownArea(key uint64, n int) (*collArea, error) {
 	rt.coll.mu.Lock()
@@ -270,7 +398,7 @@ func (rt *Runtime) ownArea(key uint64, n int) (*collArea, error) {
 	return a, nil
 }
 
-// provideArea answers a member's request for an area this process leads
+// provideArea answers a member's request for an area this process owns
 // (provideMemory, key of collKind); the caller checked that the member
 // holds a rank in the current view.
 func (rt *Runtime) provideArea(key uint64, epoch uint32) (int, uint64, error) {
@@ -287,16 +415,23 @@ func (rt *Runtime) provideArea(key uint64, epoch uint32) (int, uint64, error) {
 	return fd, 0, err
 }
 
-// retireAreas retires the areas of epochs before epoch (applyView; all
-// of them at Close, epoch ^0).
+// retireAreas retires the areas, and drops the no-area marks, of epochs
+// before epoch (applyView; all of them at Close, epoch ^0).
 func (rt *Runtime) retireAreas(epoch uint32) {
+	old := func(k uint64) bool { return uint32(k>>32) < epoch || epoch == ^uint32(0) }
 	rt.coll.mu.Lock()
 	for k, a := range rt.coll.owned {
-		if uint32(k>>32) < epoch || epoch == ^uint32(0) {
+		if old(k) {
 			a.retire()
 			delete(rt.coll.owned, k)
 		}
 	}
+	for k := range rt.coll.noArea {
+		if old(k) {
+			delete(rt.coll.noArea, k)
+		}
+	}
+	rt.coll.marked.Store(len(rt.coll.noArea) > 0)
 	rt.coll.mu.Unlock()
 	rt.wakeColl()
 }
@@ -337,7 +472,8 @@ func (c *coll) nudge(ctx context.Context, i int) {
 
 // await waits until member i's stamp reached k: it polls, then sleeps
 // until woken; it fails when a member's connection is lost, the view
-// changes, ctx ends or the runtime closes.
+// changes, ctx ends or the runtime closes, and returns errByFrames when
+// a member's no-area mark arrived.
 func (c *coll) await(ctx context.Context, a *collArea, st *groupShm, i int, k uint64) error {
 	rt := c.rt
 	w := a.stamp(i)
@@ -361,6 +497,9 @@ func (c *coll) await(ctx context.Context, a *collArea, st *groupShm, i int, k ui
 		}
 		if err := c.lost(); err != nil {
 			return err
+		}
+		if rt.hasNoArea(c.areaKey()) {
+			return errByFrames
 		}
 		select {
 		case <-ch:
@@ -399,16 +538,21 @@ func (c *coll) lost() error {
 }
 
 // meet runs collective k of the area: this member writes its block (put,
-// may be nil) and its stamp, wakes the members that sleep, waits for
-// every member's stamp, then reads (take, may be nil). a is pinned, and
-// unpinned on return.
-func (c *coll) meet(ctx context.Context, a *collArea, st *groupShm, put func(block []byte), take func(k uint64)) error {
+// may be nil; only when size fits a block), the size it passed and its
+// stamp, wakes the members that sleep, waits for every member's stamp,
+// checks that every member passed size, then reads (take, may be nil). a
+// is pinned, and unpinned on return. done is false, with a nil error,
+// when the collective goes on by frames: size exceeds a block (the
+// members met only to compare sizes), or a member's no-area mark arrived
+// while this one waited. Every member sees the same sizes, so when they
+// differ every one returns ErrInvalid, and the group stays in step.
+func (c *coll) meet(ctx context.Context, a *collArea, st *groupShm, size int, put func(block []byte), take func(k uint64)) (done bool, err error) {
 	defer a.done()
-	c.rt.stats.ShmCollectives.Add(1)
 	k := st.k
-	if put != nil {
+	if put != nil && size <= collBlock {
 		put(a.block(c.me, k))
 	}
+	a.size(c.me, k).Store(uint64(size))
 	a.stamp(c.me).Store(k)
 	for i := range a.n {
 		if i != c.me && a.sleep(i).Load() != 0 {
@@ -419,24 +563,37 @@ func (c *coll) meet(ctx context.Context, a *collArea, st *groupShm, put func(blo
 		if i == c.me {
 			continue
 		}
-		if err := c.await(ctx, a, st, i, k); err != nil {
-			return err
+		if err := c.await(ctx, a, st, i, k); errors.Is(err, errByFrames) {
+			c.rt.log.Debug("a member has no collective area: the group's collectives go through frames in this epoch",
+				"group", c.g.tag, "epoch", c.v.epoch, "op", c.op)
+			return false, nil
+		} else if err != nil {
+			return false, err
 		}
+	}
+	for i := range a.n {
+		if got := a.size(i, k).Load(); got != uint64(size) {
+			return true, fmt.Errorf("pgas: %s: %d bytes at rank %d, %d here: every member must pass the same size: %w", c.op, got, c.ranks[i], size, ErrInvalid)
+		}
+	}
+	if size > collBlock {
+		return false, nil
 	}
 	if take != nil {
 		take(k)
 	}
-	return nil
+	c.rt.stats.ShmCollectives.Add(1)
+	return true, nil
 }
 
-func (c *coll) shmBarrier(ctx context.Context, a *collArea, st *groupShm) error {
-	return c.meet(ctx, a, st, nil, nil)
+func (c *coll) shmBarrier(ctx context.Context, a *collArea, st *groupShm) (bool, error) {
+	return c.meet(ctx, a, st, 0, nil, nil)
 }
 
 // shmAllreduce: every member combines every block in the order of the
 // flat algorithm, so that the bits are those of allreduceFrames.
-func (c *coll) shmAllreduce(ctx context.Context, a *collArea, st *groupShm, buf []byte, combine func(dst, src []byte)) error {
-	return c.meet(ctx, a, st,
+func (c *coll) shmAllreduce(ctx context.Context, a *collArea, st *groupShm, buf []byte, combine func(dst, src []byte)) (bool, error) {
+	return c.meet(ctx, a, st, len(buf),
 		func(block []byte) { copy(block, buf) },
 		func(k uint64) {
 			vecs, leaves := a.scratch(k, len(buf))
@@ -444,8 +601,8 @@ func (c *coll) shmAllreduce(ctx context.Context, a *collArea, st *groupShm, buf 
 		})
 }
 
-func (c *coll) shmBcast(ctx context.Context, a *collArea, st *groupShm, buf []byte, root int) error {
-	return c.meet(ctx, a, st,
+func (c *coll) shmBcast(ctx context.Context, a *collArea, st *groupShm, buf []byte, root int) (bool, error) {
+	return c.meet(ctx, a, st, len(buf),
 		func(block []byte) {
 			if c.me == root {
 				copy(block, buf)

@@ -8,6 +8,11 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gaspigo/gaspigo/segments"
+	"github.com/gaspigo/gaspigo/transport"
 )
 
 // oneHost puts every process on host "h" with segments shared: the
@@ -157,6 +162,334 @@ func TestShmBarrierLateMember(t *testing.T) {
 		}
 		if n := rts[1].Stats().ShmCollectives; n != 2 {
 			t.Fatalf("%d collectives in shared memory, want 2", n)
+		}
+	})
+}
+
+// areaFault is a transport that answers this process's requests for a
+// collective area with what fetch returns, without asking the owner.
+type areaFault struct {
+	nearMem
+	fetch func() (int, error)
+}
+
+func (f areaFault) FetchMemory(ctx context.Context, peer transport.Proc, key uint64) (int, uint64, error) {
+	if key&collKind != 0 {
+		fd, err := f.fetch()
+		return fd, 0, err
+	}
+	return f.nearMem.FetchMemory(ctx, peer, key)
+}
+
+// testMemfd makes a memfd of size bytes with seals (0: none).
+func testMemfd(size int64, seals int) (int, error) {
+	fd, err := unix.MemfdCreate("test-coll", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if seals != 0 {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+	}
+	return fd, nil
+}
+
+// areaFileSize is the size of the memfd that holds the area of n members.
+func areaFileSize(t *testing.T, n int) int64 {
+	b := segments.NewMemfdBacking()
+	seg, err := segments.New(0, collAreaSize(n), segments.Options{Backing: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	fd, err := b.Dup(seg.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Size
+}
+
+const areaSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL
+
+// Rule (docs/design.md §9.3.1): a member that has no collective area (it
+// could not map it, was handed a memfd it must not map, the owner would
+// not hand it over, or the owner could not make it) sends the no-area
+// mark, and the group goes by frames in that epoch: every member's
+// barrier, allreduce and broadcast return their results within a bound,
+// and none finished in an area.
+func TestCollAreaNotMapped(t *testing.T) {
+	directMapped(t)
+	const n, bound = 3, time.Minute
+	size := areaFileSize(t, n)
+	for _, tc := range []struct {
+		name  string
+		fetch func() (int, error)     // what rank 2 gets for the area
+		hook  func(rt *Runtime) error // collMapHook
+	}{
+		{name: "unsealed", fetch: func() (int, error) { return testMemfd(size, 0) }},
+		{name: "short", fetch: func() (int, error) { return testMemfd(size-int64(unix.Getpagesize()), areaSeals) }},
+		{name: "refused", fetch: func() (int, error) { return -1, errors.New("refused") }},
+		{name: "member", hook: func(rt *Runtime) error {
+			if rt.Rank() == 2 {
+				return errors.New("mapping failed")
+			}
+			return nil
+		}},
+		{name: "owner", hook: func(rt *Runtime) error {
+			if rt.Rank() == 0 {
+				return errors.New("memfd failed")
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.hook != nil {
+				collMapHook = tc.hook
+				t.Cleanup(func() { collMapHook = nil })
+			}
+			synctest.Test(t, func(t *testing.T) {
+				rts, _ := newJob(t, n, 1, func(c *Config) {
+					oneHost(n)(c)
+					if tc.fetch != nil && c.Proc == 2 {
+						c.Transport = areaFault{c.Transport.(nearMem), tc.fetch}
+					}
+				})
+				start := time.Now()
+				each(t, rts, func(rt *Runtime) error {
+					ctx, cancel := context.WithTimeout(context.Background(), bound)
+					defer cancel()
+					for range 2 {
+						if err := rt.Barrier(ctx, nil); err != nil {
+							return err
+						}
+						v := []int64{int64(rt.Rank()) + 1, 10}
+						if err := Allreduce(ctx, rt, nil, v, OpSum); err != nil {
+							return err
+						}
+						if v[0] != n*(n+1)/2 || v[1] != 10*n {
+							return fmt.Errorf("allreduce gave %v", v)
+						}
+						buf := []byte{byte(rt.Rank())}
+						if err := rt.Bcast(ctx, nil, buf, 1); err != nil {
+							return err
+						}
+						if buf[0] != 1 {
+							return fmt.Errorf("bcast from rank 1 gave %d", buf[0])
+						}
+					}
+					return nil
+				})
+				if d := time.Since(start); d >= bound {
+					t.Fatalf("the collectives took %v", d)
+				}
+				for r, rt := range rts {
+					if got := rt.Stats().ShmCollectives; got != 0 {
+						t.Fatalf("rank %d ran %d collectives in an area that a member lacks", r, got)
+					}
+				}
+			})
+		})
+	}
+}
+
+// A member whose mark arrives while the others already wait in the area
+// (they stamped the collective) moves them to frames for that same
+// collective; and a member that enters after the mark arrived goes by
+// frames at once, never stamping.
+func TestCollNoAreaMarkWhileWaiting(t *testing.T) {
+	directMapped(t)
+	const n = 3
+	t.Cleanup(func() { collMapHook = nil })
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		collMapHook = func(rt *Runtime) error {
+			if rt.Rank() == 2 {
+				<-release // the others stamp and wait first
+				return errors.New("mapping failed")
+			}
+			return nil
+		}
+		rts, _ := newJob(t, n, 1, oneHost(n))
+		ctx := context.Background()
+		errs := make(chan error, n)
+		for _, r := range []int{0, 2} {
+			go func() { errs <- rts[r].Barrier(ctx, nil) }()
+		}
+		synctest.Wait() // rank 0 waits in the area, rank 2 in its mapping
+		key := collKey(0, n, rts[0].view.Load().epoch)
+		if rts[0].hasNoArea(key) {
+			t.Fatal("a mark before the mapping failed")
+		}
+		close(release)
+		synctest.Wait() // rank 0 and 2 wait on rank 1's frames; rank 1 holds the mark
+		if !rts[1].hasNoArea(key) {
+			t.Fatal("rank 1 did not get the mark")
+		}
+		go func() { errs <- rts[1].Barrier(ctx, nil) }()
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := rts[1].Stats().ShmCollectives; got != 0 {
+			t.Fatalf("rank 1 ran %d collectives in the area", got)
+		}
+		if rts[1].GroupAll().shm != nil {
+			t.Fatal("rank 1 mapped the area after the mark arrived")
+		}
+		each(t, rts, func(rt *Runtime) error {
+			v := []uint64{uint64(rt.Rank())}
+			if err := Allreduce(ctx, rt, nil, v, OpMax); err != nil || v[0] != n-1 {
+				return fmt.Errorf("the allreduce after: %v, %v", v, err)
+			}
+			return nil
+		})
+	})
+}
+
+// A no-area mark belongs to its epoch: one of an older epoch than the
+// view is dropped on receipt, and a view change drops those it held.
+func TestCollNoAreaMarkEpoch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _ := newJob(t, 1, 1, nil)
+		rt := rts[0]
+		e := rt.view.Load().epoch
+		key := collKey(7, 3, e)
+		rt.recordNoArea(key)
+		if !rt.hasNoArea(key) {
+			t.Fatal("the mark of the current epoch was not held")
+		}
+		rt.retireAreas(e + 1)
+		if rt.hasNoArea(key) {
+			t.Fatal("a view change kept the mark of an older epoch")
+		}
+		v := rt.view.Load()
+		rt.view.Store(&view{epoch: e + 1, ranks: v.ranks, rankOf: v.rankOf, failed: v.failed, live: v.live})
+		rt.recordNoArea(key)
+		if rt.hasNoArea(key) {
+			t.Fatal("a mark of an older epoch was held")
+		}
+	})
+}
+
+// Rule (docs/design.md §6.4): members that pass different sizes to an
+// allreduce or a broadcast in a group on one host all get ErrInvalid,
+// also where some sizes fit a block of the area and others do not, and
+// the group stays in step: the next collective works.
+func TestCollSizesDiffer(t *testing.T) {
+	directMapped(t)
+	const n, bound = 3, time.Minute
+	const in, out = collBlock, collBlock + 8
+	for _, tc := range []struct {
+		name  string
+		bcast bool
+		sizes [n]int
+	}{
+		{"allreduce/straddle", false, [n]int{in, out, out}},
+		{"allreduce/straddle-other-way", false, [n]int{out, in, out}},
+		{"allreduce/in-blocks", false, [n]int{64, 64, 128}},
+		{"allreduce/above-blocks", false, [n]int{out, out + 8, out}},
+		{"bcast/straddle", true, [n]int{in, in, out}},
+		{"bcast/in-blocks", true, [n]int{100, 200, 100}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rts, _ := newJob(t, n, 1, oneHost(n))
+				start := time.Now()
+				each(t, rts, func(rt *Runtime) error {
+					ctx, cancel := context.WithTimeout(context.Background(), bound)
+					defer cancel()
+					buf := make([]byte, tc.sizes[rt.Rank()])
+					var err error
+					if tc.bcast {
+						err = rt.Bcast(ctx, nil, buf, 0)
+					} else {
+						err = rt.AllreduceBytes(ctx, nil, buf, func(dst, src []byte) {})
+					}
+					if !errors.Is(err, ErrInvalid) {
+						return fmt.Errorf("sizes %v: %v, want ErrInvalid", tc.sizes, err)
+					}
+					v := []uint64{uint64(rt.Rank())}
+					if err := Allreduce(ctx, rt, nil, v, OpMax); err != nil || v[0] != n-1 {
+						return fmt.Errorf("the allreduce after: %v, %v", v, err)
+					}
+					big := make([]byte, out)
+					big[0] = byte(rt.Rank())
+					if err := rt.Bcast(ctx, nil, big, 2); err != nil || big[0] != 2 {
+						return fmt.Errorf("a broadcast above a block after: %d, %v", big[0], err)
+					}
+					return nil
+				})
+				if d := time.Since(start); d >= bound {
+					t.Fatalf("the collectives took %v", d)
+				}
+			})
+		})
+	}
+}
+
+// The collective area's memfd is sealed: a member given it cannot shrink
+// it under the owner's mapping, and a member maps only a memfd of the
+// area's size sealed against shrinking (segments.MapFD), so the "unsealed"
+// and "short" cases of TestCollAreaNotMapped are refused there.
+func TestCollAreaSealed(t *testing.T) {
+	directMapped(t)
+	const n = 3
+	synctest.Test(t, func(t *testing.T) {
+		rts, _ := newJob(t, n, 1, oneHost(n))
+		epoch := rts[0].view.Load().epoch
+		key := collKey(7, n, epoch)
+		fd, _, err := rts[0].provideArea(key, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		size := areaFileSize(t, n)
+		for _, to := range []int64{0, size / 2, size - 1} {
+			if err := unix.Ftruncate(fd, to); err == nil {
+				t.Fatalf("a member shrank the area from %d to %d bytes", size, to)
+			}
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_WRITE); err == nil {
+			t.Fatal("a member changed the area's seals")
+		}
+		own, err := rts[0].ownArea(key, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		own.mem[len(own.mem)-1] = 9
+		mem, err := segments.MapFD(fd, collAreaSize(n))
+		if err != nil {
+			t.Fatalf("map the sealed area: %v", err)
+		}
+		if mem[len(mem)-1] != 9 {
+			t.Fatal("the member's mapping is not the owner's memory")
+		}
+		segments.UnmapShared(mem)
+		for _, bad := range []struct {
+			size  int64
+			seals int
+		}{{size, 0}, {size, unix.F_SEAL_GROW}, {size - int64(unix.Getpagesize()), areaSeals}, {size + int64(unix.Getpagesize()), areaSeals}} {
+			fd, err := testMemfd(bad.size, bad.seals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mem, err := segments.MapFD(fd, collAreaSize(n)); err == nil {
+				segments.UnmapShared(mem)
+				t.Fatalf("mapped a memfd of %d bytes with seals %#x", bad.size, bad.seals)
+			}
+			unix.Close(fd)
 		}
 	})
 }

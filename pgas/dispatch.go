@@ -16,7 +16,8 @@ const (
 	ctlGoodbye = 1
 	// ctlFenced: the sender's committed view declares the receiver failed.
 	ctlFenced = 2
-	// ctlWake (directnote.go) is 3, ctlCollWake (collshm.go) 4.
+	// ctlWake (directnote.go) is 3, ctlCollWake (collshm.go) 4,
+	// ctlCollNoArea (collshm.go) 5.
 )
 
 // callbacks is the runtime as the transport and the failure detector see
@@ -132,6 +133,10 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 			return p.Discard()
 		case ctlCollWake:
 			rt.wakeColl()
+			return p.Discard()
+		case ctlCollNoArea:
+			rt.log.Debug("a member has no collective area", "proc", from, "key", h.Off)
+			rt.recordNoArea(h.Off)
 			return p.Discard()
 		case ctlWake:
 			if seg, err := rt.localSeg(h.Seg); err == nil {

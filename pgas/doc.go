@@ -150,7 +150,9 @@
 // before a mapped peer's PeerNotes lock, neither held with any other lock;
 // a segment's move lock before viewMu before its hmu before its
 // notification lock (segments.Segment: provideMemory, and applyView's
-// raiseEpochs under viewMu); peer.sendMu; peer.flushMu
+// raiseEpochs under viewMu); a Group's mu (held while the group's
+// collective area is made or mapped) before the collective areas' mu,
+// which provideMemory also takes under viewMu (collshm.go); peer.sendMu; peer.flushMu
 // before peer.ackMu; peer.mu / peer.ackMu /
 // outbox.mu / reqMu / mailbox.mu (leaves, never held together), except
 // that an ack sent from the reader (Queuer) is queued under peer.ackMu:

@@ -65,7 +65,7 @@ type Runtime struct {
 	// and a collective its area (chooseSpin).
 	notePoll segments.WaitPolicy
 	lastSeg  atomic.Pointer[segInfo] // lookupSeg's cache
-	coll     collAreas               // the collective areas this process leads (collshm.go)
+	coll     collAreas               // the collective areas this process owns, and no-area marks (collshm.go)
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
