@@ -271,12 +271,22 @@ func runHostSchedule(t *testing.T, s HostSchedule, ref string, sum *hostSummary)
 	recs := hostRecoveries(all)
 	t.Logf("recovery per fault that took ranks: %v", recs)
 	sum.add(s, res, ref, viol, recs)
+	if slices.ContainsFunc(recs, func(d time.Duration) bool { return d > slowRecovery }) {
+		// Not a violation, but what the recovery target is measured on:
+		// keep the whole story of a slow one to see where the time went.
+		keep(t, fmt.Sprintf("hosts-seed-%d-slow.log", s.Seed), s.String(), res.Lines)
+	}
 	if len(viol) > 0 {
 		keep(t, fmt.Sprintf("hosts-seed-%d.log", s.Seed), s.String(), res.Lines)
 		t.Errorf("multi-host chaos schedule failed:\n%s\nviolations:\n  %s\nreplay: %s\nlast output:\n%s",
 			s, strings.Join(viol, "\n  "), s.Replay(), tail(res.Lines, 40))
 	}
 }
+
+// slowRecovery is the recovery time on three hosts that the runtime aims
+// to stay below (issue 31: the p99 of a sweep); -chaos.keep keeps the
+// output of a schedule with a slower one.
+const slowRecovery = 5 * time.Second
 
 // hostSummary aggregates a multi-host sweep.
 type hostSummary struct {
