@@ -36,6 +36,9 @@ func (j *Job) recovery(what string) *recovery.Loop {
 // vacant ranks handed out (shrinking).
 func (j *Job) restoreAll(ctx context.Context, a recovery.Attempt) error {
 	err := j.restore(ctx)
+	if err == nil {
+		err = j.st.create(ctx) // the store injections' segment (store.go), collective
+	}
 	if live := j.rt.LiveRanks(); err == nil && !j.opt.Shrink && len(live) < j.rt.Size() {
 		// The membership shrank but this job was not told to: the
 		// vacant ranks' points would silently drop out of the sums.

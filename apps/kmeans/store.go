@@ -111,11 +111,12 @@ func newStores(rt *pgas.Runtime, list []Store) *stores {
 	return &stores{rt: rt, list: list, stop: make(chan struct{})}
 }
 
-// create creates the store segment on a starting rank (collective among
-// them, as every rank is given the same --inject flags); a promoted spare
-// has none.
+// create creates the store segment (collective, as every rank is given
+// the same --inject flags): at the start, and after every restore, where
+// a survivor keeps its memory and a promoted spare allocates it, and the
+// segment is shared again in the new epoch (its stores go in memory).
 func (s *stores) create(ctx context.Context) error {
-	if len(s.list) == 0 || s.rt.StartedAsSpare() {
+	if len(s.list) == 0 {
 		return nil
 	}
 	if _, err := s.rt.SegmentCreate(ctx, storeSeg, storeSize, nil); err != nil {
