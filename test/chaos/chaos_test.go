@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/faultpoint"
 	"github.com/gaspigo/gaspigo/internal/testkit/stats"
+	"github.com/gaspigo/gaspigo/pgas"
 )
 
 var (
@@ -27,7 +29,7 @@ var (
 
 // sampleSeeds is the fixed CI sample: chosen so that it covers every
 // fault kind at least once (TestSampleCoversEveryKind checks it).
-var sampleSeeds = []uint64{1, 2, 3, 4, 6, 7, 10, 33, 44, 50}
+var sampleSeeds = []uint64{1, 2, 9, 14, 77, 91, 101, 110, 117}
 
 // WorkloadOf is the workload of a seed: one seed in four runs TeraSort.
 func WorkloadOf(seed uint64) Workload {
@@ -188,6 +190,18 @@ func build(t *testing.T, s Schedule, out string) spec {
 				sp.program = append(sp.program, "--inject", fmt.Sprintf("kill:rank=%d,iter=%d", f.Rank, f.At),
 					"--inject", fmt.Sprintf("kill:mirror-of=%d,iter=%d", f.Rank, w.mirrorKillAt(f)))
 			}
+			if mode, ok := f.Kind.storeMode(); ok {
+				in := fmt.Sprintf("store:rank=%d,iter=%d", f.Rank, f.At)
+				if mode != "" {
+					in += ",mode=" + mode
+				}
+				sp.program = append(sp.program, "--inject", in)
+			}
+			if f.Kind == KillStoreWake {
+				// The first store that finds a parked waiter is the
+				// store injection's (K-means parks no other waiter).
+				sp.env = []string{faultpoint.EnvVar + "=" + pgas.PointStoreWake}
+			}
 		}
 	case TeraSort:
 		sp.program = tsProgram(tsInput(t), out, s.Mirrors)
@@ -195,7 +209,7 @@ func build(t *testing.T, s Schedule, out string) spec {
 	sp.faults = len(s.Faults)
 	sp.apply = func(j *job) {
 		for i, f := range s.Faults {
-			if f.Kind == KillCommit || f.Kind == KillMirror {
+			if f.Kind.byProgram() {
 				continue // the program injects it; its output says whether it did (programOutcomes)
 			}
 			applied, why, detail := apply(j, s, i)
@@ -227,7 +241,44 @@ const (
 	whyRiddenOut = "ridden out: its process was never declared failed"
 	whyNotFired  = "the program did not fire it"
 	whyNotRun    = "the schedule stopped before its faults were applied or checked"
+	whyNoStore   = "its writer made no direct store after the partition began"
 )
+
+// storeRE is a count line of K-means's store injection (apps/kmeans
+// store.go), and storeStartRE its first line.
+var (
+	storeRE      = regexp.MustCompile(`inject: store rank (\d+) \(proc (\d+)\) into rank \d+: stores=(\d+) direct=(\d+) attempts=(\d+) cancelled=(\d+) wakes=(\d+) `)
+	storeStartRE = regexp.MustCompile(`inject: store rank (\d+) \(proc (\d+)\) into rank \d+ after iteration (\d+)`)
+	faultKillRE  = regexp.MustCompile(`faultpoint: SIGKILL process (\d+) \(pid \d+\) at ` + regexp.QuoteMeta(pgas.PointStoreWake) + `, hit \d+`)
+)
+
+// storeCount is one count line of a store injection's writer.
+type storeCount struct {
+	idx                                        int // in the job's lines
+	rank, proc                                 int
+	stores, direct, attempts, cancelled, wakes int
+}
+
+// storeCounts returns the count lines of process proc's writer (-1: any
+// process), in order. Called with run's lock held.
+func (j *job) storeCounts(proc int) []storeCount {
+	var out []storeCount
+	for i, l := range j.lines {
+		m := storeRE.FindStringSubmatch(l.text)
+		if m == nil {
+			continue
+		}
+		n := make([]int, len(m))
+		for k := 1; k < len(m); k++ {
+			n[k], _ = strconv.Atoi(m[k])
+		}
+		if proc >= 0 && n[2] != proc {
+			continue
+		}
+		out = append(out, storeCount{idx: i, rank: n[1], proc: n[2], stores: n[3], direct: n[4], attempts: n[5], cancelled: n[6], wakes: n[7]})
+	}
+	return out
+}
 
 // injectRE is K-means's line when an --inject kill fires (it then
 // SIGKILLs itself): apps/internal/inject.Fire.
@@ -262,6 +313,29 @@ func programOutcomes(j *job, s Schedule) {
 	}
 	for i, f := range s.Faults {
 		switch f.Kind {
+		case CancelWriter:
+			j.run.Lock()
+			var best storeCount
+			for _, c := range j.storeCounts(-1) {
+				if c.rank == f.Rank && c.cancelled > best.cancelled {
+					best = c
+				}
+			}
+			j.run.Unlock()
+			if best.cancelled > 0 && best.wakes > 0 {
+				j.decide(i, f, true, "", fmt.Sprintf("process %d stored %d times with a context that had ended, sent %d wake-ups", best.proc, best.cancelled, best.wakes))
+			} else {
+				j.decide(i, f, false, whyNotFired, fmt.Sprintf("no store of rank %d with an ended context that woke a waiter in its output (best: %+v)", f.Rank, best))
+			}
+		case KillStoreWake:
+			j.run.Lock()
+			l, ok := j.findAfter(0, faultKillRE)
+			j.run.Unlock()
+			if ok {
+				j.decide(i, f, true, "", strings.TrimSpace(l.text))
+			} else {
+				j.decide(i, f, false, whyNotFired, fmt.Sprintf("no %s kill in its output", pgas.PointStoreWake))
+			}
 		case KillCommit:
 			at := w.commitAt(f)
 			if firedAt(f.Rank, at, true) {
@@ -287,7 +361,7 @@ func programOutcomes(j *job, s Schedule) {
 // (at fixed iterations, not waiting for the harness).
 func (s Schedule) programKills() bool {
 	for _, f := range s.Faults {
-		if f.Kind == KillCommit || f.Kind == KillMirror {
+		if f.Kind == KillCommit || f.Kind == KillMirror || f.Kind == KillStoreWake {
 			return true
 		}
 	}
@@ -474,11 +548,51 @@ func (j *job) lostOrNot(f Fault, p int, lost bool, detail string) (bool, string,
 	return false, whyRiddenOut, detail + fmt.Sprintf("; process %d was not declared failed", p)
 }
 
+// storedAfter is the outcome of a partition-writer fault whose process p
+// was declared failed: applied only if p's writer made direct stores
+// after the partition began (its count lines from the one before index
+// from, the process's record that the rule is in force, to the last),
+// the evidence that the partition stopped its frames
+// and not its stores; the detail says how many, and how many attempts it
+// made after the membership declared it failed.
+func (j *job) storedAfter(f Fault, p, from int, detail string) (bool, string, string) {
+	j.run.Lock()
+	defer j.run.Unlock()
+	cs := j.storeCounts(p)
+	failedAt := len(j.lines)
+	for i, l := range j.lines {
+		if n, ok := l.rec.Int(attrFailedProc); ok && n == p && l.msg() == msgFailureCommitted {
+			failedAt = i
+			break
+		}
+	}
+	var base, atFail, last *storeCount
+	for k := range cs {
+		c := &cs[k]
+		if c.idx < from || base == nil {
+			base = c
+		}
+		if c.idx <= failedAt {
+			atFail = c
+		}
+		last = c
+	}
+	if last == nil || last.direct-base.direct <= 0 {
+		return false, whyNoStore, detail + fmt.Sprintf("; process %d declared failed, its count lines %+v", p, cs)
+	}
+	after := 0
+	if atFail != nil {
+		after = last.attempts - atFail.attempts
+	}
+	return true, "", detail + fmt.Sprintf("; process %d declared failed; %d direct stores after the partition began, %d attempts after the failure was committed",
+		p, last.direct-base.direct, after)
+}
+
 // apply applies fault i of s and reports whether it did, or why not (a
 // reason of the summary's, and what exactly happened).
 func apply(j *job, s Schedule, i int) (applied bool, why, detail string) {
 	f := s.Faults[i]
-	if f.Kind == KillCommit || f.Kind == KillMirror {
+	if f.Kind.byProgram() {
 		return true, "", "" // injected by the program itself
 	}
 	where := func() string {
@@ -611,13 +725,23 @@ func apply(j *job, s Schedule, i int) (applied bool, why, detail string) {
 		j.note("SIGCONT process %d", p)
 		detail := fmt.Sprintf("SIGSTOP process %d for %v%s", p, held.Round(time.Millisecond), short)
 		return j.lostOrNot(f, p, lost, detail)
-	case SlowLink, LossyLink, Partition:
+	case SlowLink, LossyLink, Partition, PartitionWriter:
 		p := j.holder(f.Rank)
 		rule := map[Kind]string{
-			SlowLink:  fmt.Sprintf("proc=%d delay=%gms", p, f.Param),
-			LossyLink: fmt.Sprintf("proc=%d loss=%g", p, f.Param),
-			Partition: fmt.Sprintf("proc=%d partition", p),
+			SlowLink:        fmt.Sprintf("proc=%d delay=%gms", p, f.Param),
+			LossyLink:       fmt.Sprintf("proc=%d loss=%g", p, f.Param),
+			Partition:       fmt.Sprintf("proc=%d partition", p),
+			PartitionWriter: fmt.Sprintf("proc=%d partition", p),
 		}[f.Kind]
+		if f.Kind == PartitionWriter {
+			// The program starts the writer at the fault's iteration.
+			if !j.waitUntil(ackWait, func() bool { return len(j.storeCounts(p)) > 0 }) {
+				if j.over() {
+					return ended(fmt.Sprintf("before process %d's store injection began", p))
+				}
+				return false, whyNotFired, fmt.Sprintf("no count line of process %d's store injection within %v", p, ackWait)
+			}
+		}
 		from := j.mark()
 		j.setRule(rule + "\n")
 		// Applied once the process says the rule is in force (its
@@ -638,11 +762,15 @@ func apply(j *job, s Schedule, i int) (applied bool, why, detail string) {
 			return false, whyNoAck, fmt.Sprintf("process %d, within %v of %q", p, ackWait, rule)
 		}
 		j.note("applied %s: netfault %q", f, rule)
-		if f.Kind == Partition {
+		if f.Kind == Partition || f.Kind == PartitionWriter {
+			acked := j.mark()
 			held, short, lost := j.holdLost(f.Dur, s.nextAt(i), p)
 			j.setRule("")
 			j.note("healed %s", f)
 			detail := fmt.Sprintf("netfault %q in force for %v%s", rule, held.Round(time.Millisecond), short)
+			if f.Kind == PartitionWriter && lost {
+				return j.storedAfter(f, p, acked, detail)
+			}
 			return j.lostOrNot(f, p, lost, detail)
 		}
 		held, short := j.hold(f.Dur, s.nextAt(i), -1) // the fault's own duration, in real time

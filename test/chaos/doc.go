@@ -17,7 +17,19 @@
 //     wrapped, and the harness rewrites the rules file);
 //   - the loss of a whole host label (two ranks at once);
 //   - corruption or truncation of a disk-level checkpoint file, then
-//     gaspirun --resume.
+//     gaspirun --resume;
+//   - faults of the same-host fast path, on K-means with --inject
+//     store:... (a rank storing a record and a notification into its
+//     right neighbour's memory every half millisecond): a partition of
+//     the writer (partition-writer), declared failed while it runs and
+//     stores; stores with contexts that have ended or end during the call
+//     to a waiting neighbour (cancel-writer); a SIGKILL of the writer
+//     between a store that found a parked waiter and its wake-up frame
+//     (kill-store-wake: the runtime's fault point, PGAS_FAULTPOINT,
+//     internal/faultpoint). Every rank checks after each iteration that
+//     nothing of an older epoch changes its memory once it has looked in
+//     its current epoch (the run fails otherwise), and a waiter asleep
+//     20 s with its notification set fails it too.
 //
 // K-means faults trigger on rank 0's iteration lines (the iteration is the
 // logical clock, so the same seed hits the same point of the computation);
@@ -66,7 +78,11 @@
 // idle spare left, ...). A fault counts as applied only on evidence: the
 // signal reached a live process, the target process logged the netfault
 // rule in force, K-means printed the kill it injected, the membership
-// declared the process of a long pause or a partition failed. A sweep fails when
+// declared the process of a long pause or a partition failed; a
+// partition-writer also only if its writer's count lines show direct
+// stores after the rule was in force, a cancel-writer only if stores with
+// an ended context returned nil and sent wake-ups, a kill-store-wake only
+// on the fault point's line. A sweep fails when
 // a kind it drew was applied in none of its schedules: it did not test it.
 // Each schedule logs what became of each of its faults.
 //

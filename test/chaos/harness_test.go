@@ -347,6 +347,7 @@ type spec struct {
 	launcher []string // gaspirun flags after -n and --spares
 	program  []string // the program and its arguments
 	spares   int
+	env      []string      // KEY=VALUE for every process (the runtime's fault point)
 	faults   int           // the schedule's faults, one outcome each
 	span     time.Duration // TeraSort: the failure-free sort's duration
 	apply    func(j *job)  // runs the schedule's faults while the job runs
@@ -375,6 +376,7 @@ func run(t *testing.T, sp spec) (*job, Result) {
 	}
 	cmd := exec.Command(launcher, args...)
 	cmd.Env = append(os.Environ(), "PGAS_LOG=info", netfault.EnvVar+"="+j.faults)
+	cmd.Env = append(cmd.Env, sp.env...)
 	t.Logf("gaspirun %s", strings.Join(args, " "))
 	j.start = time.Now()
 	run, err := proctest.Start(proctest.JobConfig{OnLine: j.onLine, Bound: jobDeadline + 30*time.Second}, cmd)

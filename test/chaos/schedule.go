@@ -54,16 +54,36 @@ const (
 	// of its newest disk checkpoint is corrupted (Param 0) or truncated
 	// (Param 1), and gaspirun --resume must fall back or fail cleanly.
 	DiskCorrupt Kind = "disk-corrupt"
+	// PartitionWriter: from iteration At, Rank keeps storing into its
+	// right neighbour's memory (K-means --inject store:rank=R,iter=I),
+	// and its process is partitioned as by Partition: frames stop, its
+	// direct stores do not. It is declared failed while it runs and
+	// stores; nothing it stores after the view may be seen (the program
+	// checks at every iteration, and the result must be the reference).
+	// A loss.
+	PartitionWriter Kind = "partition-writer"
+	// CancelWriter: from iteration At, Rank stores into its neighbour's
+	// memory with contexts that have ended or end during the call
+	// (store:...,mode=cancel) while the neighbour waits on the
+	// notification: every store returns an error or wakes the waiter.
+	CancelWriter Kind = "cancel-writer"
+	// KillStoreWake: from iteration At, Rank stores to a waiting
+	// neighbour (store:...,mode=wait), and the runtime's fault point
+	// (PGAS_FAULTPOINT=pgas.store-wake, internal/faultpoint) SIGKILLs the
+	// writer after its first store that found a parked waiter, before the
+	// wake-up frame goes. A loss.
+	KillStoreWake Kind = "kill-store-wake"
 )
 
 // Kinds lists every kind, in the order of the summary table.
 var Kinds = []Kind{KillRank, KillSpare, KillLeader, KillCommit, KillMirror, KillInRecovery,
-	PauseShort, PauseLong, SlowLink, LossyLink, Partition, HostLoss, DiskCorrupt}
+	PauseShort, PauseLong, SlowLink, LossyLink, Partition, HostLoss, DiskCorrupt,
+	PartitionWriter, CancelWriter, KillStoreWake}
 
 // losses is how many spares a fault consumes.
 func (k Kind) losses() int {
 	switch k {
-	case KillRank, KillSpare, KillLeader, KillCommit, PauseLong, Partition:
+	case KillRank, KillSpare, KillLeader, KillCommit, PauseLong, Partition, PartitionWriter, KillStoreWake:
 		return 1
 	case KillMirror, KillInRecovery, HostLoss:
 		return 2
@@ -72,7 +92,29 @@ func (k Kind) losses() int {
 }
 
 // netFault reports whether a fault goes through internal/netfault.
-func (k Kind) netFault() bool { return k == SlowLink || k == LossyLink || k == Partition }
+func (k Kind) netFault() bool {
+	return k == SlowLink || k == LossyLink || k == Partition || k == PartitionWriter
+}
+
+// storeMode is the K-means store injection's mode of a kind that has one.
+func (k Kind) storeMode() (mode string, ok bool) {
+	switch k {
+	case PartitionWriter:
+		return "", true
+	case CancelWriter:
+		return "cancel", true
+	case KillStoreWake:
+		return "wait", true
+	}
+	return "", false
+}
+
+// byProgram reports whether the program (K-means --inject, or the
+// runtime's fault point) carries the fault out, and its output says
+// whether it did.
+func (k Kind) byProgram() bool {
+	return k == KillCommit || k == KillMirror || k == CancelWriter || k == KillStoreWake
+}
 
 // Fault is one entry of a schedule.
 type Fault struct {
@@ -201,7 +243,7 @@ func Draw(seed uint64, w Workload, lastAt int) Schedule {
 		case LossyLink:
 			f.Dur = time.Duration(500+rng.IntN(1500)) * time.Millisecond
 			f.Param = []float64{0.01, 0.02, 0.05}[rng.IntN(3)]
-		case Partition:
+		case Partition, PartitionWriter:
 			f.Dur = longPause
 		case HostLoss:
 			s.RanksPerHost = 2
