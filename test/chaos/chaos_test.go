@@ -29,7 +29,7 @@ var (
 
 // sampleSeeds is the fixed CI sample: chosen so that it covers every
 // fault kind at least once (TestSampleCoversEveryKind checks it).
-var sampleSeeds = []uint64{1, 2, 9, 14, 77, 91, 101, 110, 117}
+var sampleSeeds = []uint64{28, 78, 83, 88, 97, 102, 108, 109, 112}
 
 // WorkloadOf is the workload of a seed: one seed in four runs TeraSort.
 func WorkloadOf(seed uint64) Workload {
