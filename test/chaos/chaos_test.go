@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/internal/faultpoint"
 	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 	"github.com/gaspigo/gaspigo/pgas"
@@ -513,7 +514,11 @@ func (j *job) hold(d time.Duration, until, lost int) (time.Duration, string) {
 // (the membership stretches its timeouts, the failure detector's too, on
 // an oversubscribed host, and logs the factor), ended early at iteration
 // until once p was declared failed (hold); then, if p was not declared
-// failed yet, up to as long again for that. lost reports whether it was.
+// failed yet, up to as long as the failure detector may take on a busy
+// machine: its timeouts grow by up to 1+MaxLocalHealth while processes
+// see their own clocks stall or acks come late (health/localhealth.go),
+// and at a load of 7 a pause of d was ridden out twice in three runs.
+// lost reports whether it was declared failed.
 func (j *job) holdLost(d time.Duration, until, p int) (held time.Duration, short string, lost bool) {
 	j.run.Lock()
 	d *= time.Duration(max(j.stretch, 1))
@@ -524,7 +529,7 @@ func (j *job) holdLost(d time.Duration, until, p int) (held time.Duration, short
 	j.run.Unlock()
 	if !lost && short == "" {
 		start := time.Now()
-		lost = j.waitUntil(d, func() bool { return j.failed[p] || j.done })
+		lost = j.waitUntil(time.Duration(1+health.DefaultConfig().MaxLocalHealth)*d, func() bool { return j.failed[p] || j.done })
 		held += time.Since(start)
 		j.run.Lock()
 		lost = j.failed[p]
