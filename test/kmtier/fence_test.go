@@ -76,7 +76,12 @@ func TestPartitionedWriterIsFenced(t *testing.T) {
 		"--job-id", jobID, "--collapse", "0", "--", bins.kmeans}
 	gargs = append(gargs, args...)
 	cmd := exec.Command(bins.gaspirun, gargs...)
-	cmd.Env = append(os.Environ(), "PGAS_LOG=info", netfault.EnvVar+"="+rules)
+	// The writer must outlive the survivor's Recover to be fenced there:
+	// a partitioned process gives up after the cut-off (10 s), and on a
+	// busy machine the failure detector's local health can take most of
+	// that to declare it failed, so the writer had gone before rank 2
+	// looked. It gives up at the heal instead (fenced).
+	cmd.Env = append(os.Environ(), "PGAS_LOG=info", netfault.EnvVar+"="+rules, "PGAS_CUTOFF=2m")
 	var (
 		lines   []proctest.Line
 		counts  []storeCount // process writer's, in order
