@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -60,9 +59,8 @@ import (
 
 // Limits of the collectives in shared memory.
 const (
-	collShmMax   = 64      // members at most: above it the trees of frames scale better
-	collBlock    = 4 << 10 // bytes of each member's block: larger vectors go by frames
-	collLineSize = 64
+	collShmMax = 64                 // members at most: above it the trees of frames scale better
+	collBlock  = segments.CollBlock // bytes of each member's block: larger vectors go by frames
 
 	ctlCollWake = 4 // a FrameControl: a stamp this process may wait for was stored
 	// ctlCollNoArea: a FrameControl whose Off is the key (collKey) of an
@@ -73,14 +71,11 @@ const (
 
 // collArea is the memory of one group's collectives in one epoch, as its
 // owner (the group's lowest member) has it or another member maps it.
-// Layout: a line unused, then one line per member (its stamp, its sleep
-// word, then the size it passed, by the stamp's parity), then two blocks
-// per member (by the stamp's parity). The memfd is a segment's of
+// Its layout is segments.CollArea's. The memfd is a segment's of
 // segments.MemfdBacking: sealed against shrinking, and checked for its
 // seal and size by the member that maps it (segments.MapFD).
 type collArea struct {
-	mem     []byte
-	n       int
+	segments.CollArea
 	owned   *segments.Segment      // the owner's; nil for a member's mapping
 	backing *segments.MemfdBacking // the owner's
 
@@ -92,42 +87,19 @@ type collArea struct {
 	freed atomic.Bool
 }
 
-func collAreaSize(n int) int64 {
-	return int64(collLineSize*(1+n) + 2*collBlock*n)
-}
-
-func (a *collArea) stamp(i int) *atomic.Uint64 {
-	return (*atomic.Uint64)(unsafe.Pointer(&a.mem[collLineSize*(1+i)]))
-}
-
-func (a *collArea) sleep(i int) *atomic.Uint32 {
-	return (*atomic.Uint32)(unsafe.Pointer(&a.mem[collLineSize*(1+i)+8]))
-}
-
-// size is where member i writes the bytes it passed to collective k.
-func (a *collArea) size(i int, k uint64) *atomic.Uint64 {
-	return (*atomic.Uint64)(unsafe.Pointer(&a.mem[collLineSize*(1+i)+16+8*int(k&1)]))
-}
-
-// block is member i's block for the collective stamped k.
-func (a *collArea) block(i int, k uint64) []byte {
-	off := collLineSize*(1+a.n) + collBlock*(2*i+int(k&1))
-	return a.mem[off : off+collBlock : off+collBlock]
-}
-
 // scratch returns the blocks of collective k cut to size bytes, and
 // leaves for reduceLeaves, made once per area: a group's collectives run
 // one at a time.
 func (a *collArea) scratch(k uint64, size int) (vecs, leaves [][]byte) {
 	if a.vecs == nil {
-		a.vecs = make([][]byte, a.n)
-		a.leaves = make([][]byte, leafCount(a.n))
+		a.vecs = make([][]byte, a.Members())
+		a.leaves = make([][]byte, leafCount(a.Members()))
 		for v := range a.leaves {
 			a.leaves[v] = asBytes(make([]uint64, collBlock/8))
 		}
 	}
 	for i := range a.vecs {
-		a.vecs[i] = a.block(i, k)[:size]
+		a.vecs[i] = a.Block(i, k)[:size]
 	}
 	for v := range a.leaves {
 		a.leaves[v] = a.leaves[v][:size]
@@ -167,7 +139,7 @@ func (a *collArea) free() {
 	if a.owned != nil {
 		a.owned.Close()
 	} else {
-		segments.UnmapShared(a.mem)
+		segments.UnmapShared(a.Bytes())
 	}
 }
 
@@ -290,12 +262,18 @@ func (rt *Runtime) mapArea(ctx context.Context, c *coll, key uint64) (*collArea,
 		fd, _, ferr := rt.tr.(transport.MemorySharer).FetchMemory(fctx, owner, key)
 		cancel()
 		if ferr == nil {
-			mem, err := segments.MapFD(fd, collAreaSize(n))
+			mem, err := segments.MapFD(fd, segments.CollAreaSize(n))
 			unix.Close(fd)
+			var lay segments.CollArea
+			if err == nil {
+				if lay, err = segments.NewCollArea(mem, n); err != nil {
+					segments.UnmapShared(mem)
+				}
+			}
 			if err != nil {
 				return nil, c.markNoArea(key, fmt.Errorf("map the collective area of rank %d: %w", c.ranks[0], err))
 			}
-			return &collArea{mem: mem, n: n}, nil
+			return &collArea{CollArea: lay}, nil
 		}
 		if errors.Is(ferr, transport.ErrPeerDown) {
 			return nil, rt.sendErr(ctx, ferr, c.ranks[0], owner, c.op)
@@ -386,11 +364,16 @@ func (rt *Runtime) ownArea(key uint64, n int) (*collArea, error) {
 		return a, nil
 	}
 	b := segments.NewMemfdBacking()
-	seg, err := segments.New(0, collAreaSize(n), segments.Options{Backing: b, Notifications: 1})
+	seg, err := segments.New(0, segments.CollAreaSize(n), segments.Options{Backing: b, Notifications: 1})
 	if err != nil {
 		return nil, err
 	}
-	a := &collArea{mem: seg.Bytes(), n: n, owned: seg, backing: b}
+	lay, err := segments.NewCollArea(seg.Bytes(), n)
+	if err != nil {
+		seg.Close()
+		return nil, err
+	}
+	a := &collArea{CollArea: lay, owned: seg, backing: b}
 	if rt.coll.owned == nil {
 		rt.coll.owned = map[uint64]*collArea{}
 	}
@@ -411,7 +394,7 @@ func (rt *Runtime) provideArea(key uint64, epoch uint32) (int, uint64, error) {
 	if err != nil {
 		return -1, 0, err
 	}
-	fd, err := a.backing.Dup(a.mem)
+	fd, err := a.backing.Dup(a.Bytes())
 	return fd, 0, err
 }
 
@@ -476,7 +459,7 @@ func (c *coll) nudge(ctx context.Context, i int) {
 // a member's no-area mark arrived.
 func (c *coll) await(ctx context.Context, a *collArea, st *groupShm, i int, k uint64) error {
 	rt := c.rt
-	w := a.stamp(i)
+	w := a.Stamp(i)
 	if w.Load() >= k {
 		return nil
 	}
@@ -487,7 +470,7 @@ func (c *coll) await(ctx context.Context, a *collArea, st *groupShm, i int, k ui
 		st.nudged[i] = true
 		c.nudge(ctx, i)
 	}
-	sleep := a.sleep(c.me)
+	sleep := a.Sleep(c.me)
 	defer sleep.Store(0)
 	for {
 		ch := rt.collWakeChan()
@@ -550,16 +533,16 @@ func (c *coll) meet(ctx context.Context, a *collArea, st *groupShm, size int, pu
 	defer a.done()
 	k := st.k
 	if put != nil && size <= collBlock {
-		put(a.block(c.me, k))
+		put(a.Block(c.me, k))
 	}
-	a.size(c.me, k).Store(uint64(size))
-	a.stamp(c.me).Store(k)
-	for i := range a.n {
-		if i != c.me && a.sleep(i).Load() != 0 {
+	a.Size(c.me, k).Store(uint64(size))
+	a.Stamp(c.me).Store(k)
+	for i := range a.Members() {
+		if i != c.me && a.Sleep(i).Load() != 0 {
 			c.nudge(ctx, i)
 		}
 	}
-	for i := range a.n {
+	for i := range a.Members() {
 		if i == c.me {
 			continue
 		}
@@ -571,8 +554,8 @@ func (c *coll) meet(ctx context.Context, a *collArea, st *groupShm, size int, pu
 			return false, err
 		}
 	}
-	for i := range a.n {
-		if got := a.size(i, k).Load(); got != uint64(size) {
+	for i := range a.Members() {
+		if got := a.Size(i, k).Load(); got != uint64(size) {
 			return true, fmt.Errorf("pgas: %s: %d bytes at rank %d, %d here: every member must pass the same size: %w", c.op, got, c.ranks[i], size, ErrInvalid)
 		}
 	}
@@ -608,5 +591,5 @@ func (c *coll) shmBcast(ctx context.Context, a *collArea, st *groupShm, buf []by
 				copy(block, buf)
 			}
 		},
-		func(k uint64) { copy(buf, a.block(root, k)[:len(buf)]) })
+		func(k uint64) { copy(buf, a.Block(root, k)[:len(buf)]) })
 }

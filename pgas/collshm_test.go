@@ -203,7 +203,7 @@ func testMemfd(size int64, seals int) (int, error) {
 // areaFileSize is the size of the memfd that holds the area of n members.
 func areaFileSize(t *testing.T, n int) int64 {
 	b := segments.NewMemfdBacking()
-	seg, err := segments.New(0, collAreaSize(n), segments.Options{Backing: b})
+	seg, err := segments.New(0, segments.CollAreaSize(n), segments.Options{Backing: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,8 +468,8 @@ func TestCollAreaSealed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		own.mem[len(own.mem)-1] = 9
-		mem, err := segments.MapFD(fd, collAreaSize(n))
+		own.Bytes()[len(own.Bytes())-1] = 9
+		mem, err := segments.MapFD(fd, segments.CollAreaSize(n))
 		if err != nil {
 			t.Fatalf("map the sealed area: %v", err)
 		}
@@ -485,7 +485,7 @@ func TestCollAreaSealed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if mem, err := segments.MapFD(fd, collAreaSize(n)); err == nil {
+			if mem, err := segments.MapFD(fd, segments.CollAreaSize(n)); err == nil {
 				segments.UnmapShared(mem)
 				t.Fatalf("mapped a memfd of %d bytes with seals %#x", bad.size, bad.seals)
 			}
