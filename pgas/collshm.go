@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gaspigo/gaspigo/pgas/internal/samehost"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -57,117 +56,45 @@ import (
 // retires the areas and marks of older epochs, so a process of an older
 // epoch stamps where nobody waits.
 
-// Limits of the collectives in shared memory.
+// Frames of the collectives in shared memory.
 const (
-	collShmMax = 64                 // members at most: above it the trees of frames scale better
-	collBlock  = segments.CollBlock // bytes of each member's block: larger vectors go by frames
-
 	ctlCollWake = 4 // a FrameControl: a stamp this process may wait for was stored
-	// ctlCollNoArea: a FrameControl whose Off is the key (collKey) of an
-	// area the sender does not have: the group goes by frames in that
-	// epoch.
+	// ctlCollNoArea: a FrameControl whose Off is the key (samehost.AreaKey)
+	// of an area the sender does not have: the group goes by frames in
+	// that epoch.
 	ctlCollNoArea = 5
 )
-
-// collArea is the memory of one group's collectives in one epoch, as its
-// owner (the group's lowest member) has it or another member maps it.
-// Its layout is segments.CollArea's. The memfd is a segment's of
-// segments.MemfdBacking: sealed against shrinking, and checked for its
-// seal and size by the member that maps it (segments.MapFD).
-type collArea struct {
-	segments.CollArea
-	owned   *segments.Segment      // the owner's; nil for a member's mapping
-	backing *segments.MemfdBacking // the owner's
-
-	// vecs and leaves are this member's scratch for a reduction (scratch).
-	vecs, leaves [][]byte
-
-	users atomic.Int32 // collectives using mem now
-	stale atomic.Bool  // retired: no new user; the last user frees it
-	freed atomic.Bool
-}
-
-// scratch returns the blocks of collective k cut to size bytes, and
-// leaves for reduceLeaves, made once per area: a group's collectives run
-// one at a time.
-func (a *collArea) scratch(k uint64, size int) (vecs, leaves [][]byte) {
-	if a.vecs == nil {
-		a.vecs = make([][]byte, a.Members())
-		a.leaves = make([][]byte, leafCount(a.Members()))
-		for v := range a.leaves {
-			a.leaves[v] = asBytes(make([]uint64, collBlock/8))
-		}
-	}
-	for i := range a.vecs {
-		a.vecs[i] = a.Block(i, k)[:size]
-	}
-	for v := range a.leaves {
-		a.leaves[v] = a.leaves[v][:size]
-	}
-	return a.vecs, a.leaves
-}
-
-// use pins the area for one collective; false when it was retired.
-func (a *collArea) use() bool {
-	a.users.Add(1)
-	if a.stale.Load() {
-		a.done()
-		return false
-	}
-	return true
-}
-
-// done unpins it, freeing it when it was retired meanwhile.
-func (a *collArea) done() {
-	if a.users.Add(-1) == 0 && a.stale.Load() {
-		a.free()
-	}
-}
-
-// retire stops new users; the memory goes with the last one.
-func (a *collArea) retire() {
-	a.stale.Store(true)
-	if a.users.Load() == 0 {
-		a.free()
-	}
-}
-
-func (a *collArea) free() {
-	if !a.freed.CompareAndSwap(false, true) {
-		return
-	}
-	if a.owned != nil {
-		a.owned.Close()
-	} else {
-		segments.UnmapShared(a.Bytes())
-	}
-}
-
-// collKey names an area in a memory request: the group's tag, the
-// number of members, the epoch, and collKind.
-func collKey(tag uint16, n int, epoch uint32) uint64 {
-	return uint64(tag) | collKind | uint64(n)<<18 | uint64(epoch)<<32
-}
-
-const collKind = 2 << 16
 
 // groupShm is what a group (on one runtime) knows of its area in one
 // epoch.
 type groupShm struct {
 	epoch  uint32
-	area   *collArea
+	area   *samehost.Area
 	k      uint64 // the stamp of the group's last collective in the area
 	nudged []bool // members sent a frame already (nudge), by index
+
+	// vecs and leaves are this member's scratch for a reduction (scratch).
+	vecs, leaves [][]byte
 }
 
-// collAreas are the areas this process owns, by key, for provideMemory,
-// and the no-area marks it holds.
-type collAreas struct {
-	mu     sync.Mutex
-	owned  map[uint64]*collArea
-	noArea map[uint64]bool // keys of areas a member does not have (markNoArea)
-	marked atomic.Bool     // noArea is not empty: the lock is taken only then
-	wake   chan struct{}   // closed and replaced by wakeColl
+// scratch returns the blocks of collective k of area a cut to size
+// bytes, and leaves for reduceLeaves, made once per area: a group's
+// collectives run one at a time.
+func (st *groupShm) scratch(a *samehost.Area, k uint64, size int) (vecs, leaves [][]byte) {
+	if st.vecs == nil {
+		st.vecs = make([][]byte, a.Members())
+		st.leaves = make([][]byte, leafCount(a.Members()))
+		for v := range st.leaves {
+			st.leaves[v] = asBytes(make([]uint64, segments.CollBlock/8))
+		}
+	}
+	for i := range st.vecs {
+		st.vecs[i] = a.Block(i, k)[:size]
+	}
+	for v := range st.leaves {
+		st.leaves[v] = st.leaves[v][:size]
+	}
+	return st.vecs, st.leaves
 }
 
 // errNoArea is wrapped by mapArea when this member cannot have the area:
@@ -183,21 +110,21 @@ var errByFrames = errors.New("a member has no collective area")
 var collMapHook func(rt *Runtime) error
 
 // areaKey is the key of the area of c's group in c's epoch.
-func (c *coll) areaKey() uint64 { return collKey(c.g.tag, len(c.ranks), c.v.epoch) }
+func (c *coll) areaKey() uint64 { return samehost.AreaKey(c.g.tag, len(c.ranks), c.v.epoch) }
 
 // shmArea returns the area the collective c runs in, pinned (the caller
 // calls meet, which unpins it), and c's stamp there; a nil area when it
 // runs by frames: the group is not all on this host (by label), has more
-// than collShmMax members, or a member has no area in this epoch (the
+// than samehost.MaxMembers members (samehost.AreaFits), or a member has no area in this epoch (the
 // no-area mark, of this member's own or received).
-func (c *coll) shmArea(ctx context.Context) (*collArea, *groupShm, error) {
+func (c *coll) shmArea(ctx context.Context) (*samehost.Area, *groupShm, error) {
 	rt := c.rt
 	n := len(c.ranks)
-	if n < 2 || n > collShmMax || !rt.directOn() || rt.cfg.Hosts == nil || len(c.topo.hosts) != 1 {
+	if !samehost.AreaFits(n, rt.directOn(), rt.cfg.Hosts != nil && len(c.topo.hosts) == 1) {
 		return nil, nil, nil
 	}
 	key := c.areaKey()
-	if rt.hasNoArea(key) {
+	if rt.coll.NoArea(key) {
 		return nil, nil, nil
 	}
 	c.g.mu.Lock()
@@ -205,7 +132,7 @@ func (c *coll) shmArea(ctx context.Context) (*collArea, *groupShm, error) {
 	st := c.g.shm
 	if st == nil || st.epoch != c.v.epoch {
 		if st != nil {
-			st.area.retire()
+			st.area.Retire()
 			c.g.shm = nil
 		}
 		a, err := rt.mapArea(ctx, c, key)
@@ -223,7 +150,7 @@ func (c *coll) shmArea(ctx context.Context) (*collArea, *groupShm, error) {
 		st = &groupShm{epoch: c.v.epoch, area: a, nudged: make([]bool, n)}
 		c.g.shm = st
 	}
-	if !st.area.use() {
+	if !st.area.Use() {
 		return nil, nil, fmt.Errorf("pgas: %s: the collective area of epoch %d is retired: %w", c.op, c.v.epoch, ErrStaleEpoch)
 	}
 	st.k++
@@ -235,7 +162,7 @@ func (c *coll) shmArea(ctx context.Context) (*collArea, *groupShm, error) {
 // no-area mark (markNoArea) and returns an error wrapping errNoArea, as
 // it does when a member's mark arrives while it asks the owner; any other
 // error fails the collective.
-func (rt *Runtime) mapArea(ctx context.Context, c *coll, key uint64) (*collArea, error) {
+func (rt *Runtime) mapArea(ctx context.Context, c *coll, key uint64) (*samehost.Area, error) {
 	n := len(c.ranks)
 	if h := collMapHook; h != nil {
 		if err := h(rt); err != nil {
@@ -243,7 +170,7 @@ func (rt *Runtime) mapArea(ctx context.Context, c *coll, key uint64) (*collArea,
 		}
 	}
 	if c.me == 0 {
-		a, err := rt.ownArea(key, n)
+		a, err := rt.coll.Own(key, n)
 		if err != nil {
 			return nil, c.markNoArea(key, err)
 		}
@@ -256,24 +183,18 @@ func (rt *Runtime) mapArea(ctx context.Context, c *coll, key uint64) (*collArea,
 	// The owner refuses a process it does not see holding a rank: one
 	// promoted in a view it has not applied yet. Ask again until it has,
 	// as a frame from a sender ahead waits in its mailbox.
-	pause, giveUp := time.Millisecond, time.Now().Add(shareTimeout)
+	pause, giveUp := time.Millisecond, time.Now().Add(samehost.ShareTimeout)
 	for {
-		fctx, cancel := context.WithTimeout(ctx, shareTimeout)
+		fctx, cancel := context.WithTimeout(ctx, samehost.ShareTimeout)
 		fd, _, ferr := rt.tr.(transport.MemorySharer).FetchMemory(fctx, owner, key)
 		cancel()
 		if ferr == nil {
-			mem, err := segments.MapFD(fd, segments.CollAreaSize(n))
+			a, err := samehost.MapArea(fd, n)
 			unix.Close(fd)
-			var lay segments.CollArea
-			if err == nil {
-				if lay, err = segments.NewCollArea(mem, n); err != nil {
-					segments.UnmapShared(mem)
-				}
-			}
 			if err != nil {
 				return nil, c.markNoArea(key, fmt.Errorf("map the collective area of rank %d: %w", c.ranks[0], err))
 			}
-			return &collArea{CollArea: lay}, nil
+			return a, nil
 		}
 		if errors.Is(ferr, transport.ErrPeerDown) {
 			return nil, rt.sendErr(ctx, ferr, c.ranks[0], owner, c.op)
@@ -281,12 +202,12 @@ func (rt *Runtime) mapArea(ctx context.Context, c *coll, key uint64) (*collArea,
 		if err := c.lost(); err != nil {
 			return nil, err
 		}
-		wake := rt.collWakeChan() // closed when a mark arrives
-		if rt.hasNoArea(key) {
+		wake := rt.coll.WakeChan() // closed when a mark arrives
+		if rt.coll.NoArea(key) {
 			return nil, fmt.Errorf("pgas: %s: %w", c.op, errNoArea) // a member has none: stop asking
 		}
 		if time.Now().After(giveUp) {
-			return nil, c.markNoArea(key, fmt.Errorf("rank %d did not hand over its collective area for %v: %w", c.ranks[0], shareTimeout, ferr))
+			return nil, c.markNoArea(key, fmt.Errorf("rank %d did not hand over its collective area for %v: %w", c.ranks[0], samehost.ShareTimeout, ferr))
 		}
 		select {
 		case <-time.After(pause):
@@ -311,7 +232,7 @@ func (c *coll) markNoArea(key uint64, why error) error {
 	rt.log.Warn("no collective area: the group's collectives go through frames in this epoch (set PGAS_SHM_SEGMENTS=0 to stop trying)",
 		"group", c.g.tag, "epoch", c.v.epoch, "op", c.op, "err", why)
 	rt.recordNoArea(key)
-	ctx, cancel := context.WithTimeout(rt.life, shareTimeout)
+	ctx, cancel := context.WithTimeout(rt.life, samehost.ShareTimeout)
 	defer cancel()
 	for i, r := range c.ranks {
 		if i == c.me {
@@ -328,115 +249,24 @@ func (c *coll) markNoArea(key uint64, why error) error {
 }
 
 // recordNoArea holds the no-area mark of key (from this member, or a
-// peer's ctlCollNoArea) until retireAreas drops its epoch, and wakes the
-// collectives waiting in an area to look at it. A mark of an epoch older
-// than the view is dropped: its areas are retired already.
-func (rt *Runtime) recordNoArea(key uint64) {
-	if n := int(key>>18) & 0x3fff; key&collKind == 0 || n < 2 || n > collShmMax || uint32(key>>32) < rt.view.Load().epoch {
-		return
-	}
-	rt.coll.mu.Lock()
-	if rt.coll.noArea == nil {
-		rt.coll.noArea = map[uint64]bool{}
-	}
-	rt.coll.noArea[key] = true
-	rt.coll.marked.Store(true)
-	rt.coll.mu.Unlock()
-	rt.wakeColl()
-}
-
-// hasNoArea says whether a member has no area under key.
-func (rt *Runtime) hasNoArea(key uint64) bool {
-	if !rt.coll.marked.Load() {
-		return false
-	}
-	rt.coll.mu.Lock()
-	defer rt.coll.mu.Unlock()
-	return rt.coll.noArea[key]
-}
-
-// ownArea returns the area this process owns under key, made on first
-// use (by its own collective or a member's request).
-func (rt *Runtime) ownArea(key uint64, n int) (*collArea, error) {
-	rt.coll.mu.Lock()
-	defer rt.coll.mu.Unlock()
-	if a := rt.coll.owned[key]; a != nil {
-		return a, nil
-	}
-	b := segments.NewMemfdBacking()
-	seg, err := segments.New(0, segments.CollAreaSize(n), segments.Options{Backing: b, Notifications: 1})
-	if err != nil {
-		return nil, err
-	}
-	lay, err := segments.NewCollArea(seg.Bytes(), n)
-	if err != nil {
-		seg.Close()
-		return nil, err
-	}
-	a := &collArea{CollArea: lay, owned: seg, backing: b}
-	if rt.coll.owned == nil {
-		rt.coll.owned = map[uint64]*collArea{}
-	}
-	rt.coll.owned[key] = a
-	return a, nil
-}
+// peer's ctlCollNoArea) until a view retires its epoch (samehost.Areas.Mark).
+func (rt *Runtime) recordNoArea(key uint64) { rt.coll.Mark(key, rt.view.Load().epoch) }
 
 // provideArea answers a member's request for an area this process owns
-// (provideMemory, key of collKind); the caller checked that the member
-// holds a rank in the current view.
+// (provideMemory, key of samehost.CollKind); the caller checked that the
+// member holds a rank in the current view.
 func (rt *Runtime) provideArea(key uint64, epoch uint32) (int, uint64, error) {
-	n := int(key>>18) & 0x3fff
-	if uint32(key>>32) < epoch || n < 2 || n > collShmMax {
+	n, e, ok := samehost.KeyArea(key)
+	if e < epoch || !ok {
 		// (A member ahead of this process is fine: the area waits for it.)
-		return -1, 0, fmt.Errorf("pgas: no collective area of %d members in epoch %d (this process is in %d): %w", n, uint32(key>>32), epoch, ErrStaleEpoch)
+		return -1, 0, fmt.Errorf("pgas: no collective area of %d members in epoch %d (this process is in %d): %w", n, e, epoch, ErrStaleEpoch)
 	}
-	a, err := rt.ownArea(key, n)
+	a, err := rt.coll.Own(key, n)
 	if err != nil {
 		return -1, 0, err
 	}
-	fd, err := a.backing.Dup(a.Bytes())
+	fd, err := a.Dup()
 	return fd, 0, err
-}
-
-// retireAreas retires the areas, and drops the no-area marks, of epochs
-// before epoch (applyView; all of them at Close, epoch ^0).
-func (rt *Runtime) retireAreas(epoch uint32) {
-	old := func(k uint64) bool { return uint32(k>>32) < epoch || epoch == ^uint32(0) }
-	rt.coll.mu.Lock()
-	for k, a := range rt.coll.owned {
-		if old(k) {
-			a.retire()
-			delete(rt.coll.owned, k)
-		}
-	}
-	for k := range rt.coll.noArea {
-		if old(k) {
-			delete(rt.coll.noArea, k)
-		}
-	}
-	rt.coll.marked.Store(len(rt.coll.noArea) > 0)
-	rt.coll.mu.Unlock()
-	rt.wakeColl()
-}
-
-// wakeColl wakes this process's collectives waiting in an area, to look
-// again (a stamp stored, a peer lost, a view applied).
-func (rt *Runtime) wakeColl() {
-	rt.coll.mu.Lock()
-	if rt.coll.wake != nil {
-		close(rt.coll.wake)
-		rt.coll.wake = nil
-	}
-	rt.coll.mu.Unlock()
-}
-
-func (rt *Runtime) collWakeChan() <-chan struct{} {
-	rt.coll.mu.Lock()
-	defer rt.coll.mu.Unlock()
-	if rt.coll.wake == nil {
-		rt.coll.wake = make(chan struct{})
-	}
-	return rt.coll.wake
 }
 
 // nudge sends member i a frame (ctlCollWake): to wake it when it
@@ -457,7 +287,7 @@ func (c *coll) nudge(ctx context.Context, i int) {
 // until woken; it fails when a member's connection is lost, the view
 // changes, ctx ends or the runtime closes, and returns errByFrames when
 // a member's no-area mark arrived.
-func (c *coll) await(ctx context.Context, a *collArea, st *groupShm, i int, k uint64) error {
+func (c *coll) await(ctx context.Context, a *samehost.Area, st *groupShm, i int, k uint64) error {
 	rt := c.rt
 	w := a.Stamp(i)
 	if w.Load() >= k {
@@ -473,7 +303,7 @@ func (c *coll) await(ctx context.Context, a *collArea, st *groupShm, i int, k ui
 	sleep := a.Sleep(c.me)
 	defer sleep.Store(0)
 	for {
-		ch := rt.collWakeChan()
+		ch := rt.coll.WakeChan()
 		sleep.Store(1)
 		if w.Load() >= k {
 			return nil
@@ -481,7 +311,7 @@ func (c *coll) await(ctx context.Context, a *collArea, st *groupShm, i int, k ui
 		if err := c.lost(); err != nil {
 			return err
 		}
-		if rt.hasNoArea(c.areaKey()) {
+		if rt.coll.NoArea(c.areaKey()) {
 			return errByFrames
 		}
 		select {
@@ -529,10 +359,10 @@ func (c *coll) lost() error {
 // members met only to compare sizes), or a member's no-area mark arrived
 // while this one waited. Every member sees the same sizes, so when they
 // differ every one returns ErrInvalid, and the group stays in step.
-func (c *coll) meet(ctx context.Context, a *collArea, st *groupShm, size int, put func(block []byte), take func(k uint64)) (done bool, err error) {
-	defer a.done()
+func (c *coll) meet(ctx context.Context, a *samehost.Area, st *groupShm, size int, put func(block []byte), take func(k uint64)) (done bool, err error) {
+	defer a.Done()
 	k := st.k
-	if put != nil && size <= collBlock {
+	if put != nil && size <= segments.CollBlock {
 		put(a.Block(c.me, k))
 	}
 	a.Size(c.me, k).Store(uint64(size))
@@ -559,7 +389,7 @@ func (c *coll) meet(ctx context.Context, a *collArea, st *groupShm, size int, pu
 			return true, fmt.Errorf("pgas: %s: %d bytes at rank %d, %d here: every member must pass the same size: %w", c.op, got, c.ranks[i], size, ErrInvalid)
 		}
 	}
-	if size > collBlock {
+	if size > segments.CollBlock {
 		return false, nil
 	}
 	if take != nil {
@@ -569,22 +399,22 @@ func (c *coll) meet(ctx context.Context, a *collArea, st *groupShm, size int, pu
 	return true, nil
 }
 
-func (c *coll) shmBarrier(ctx context.Context, a *collArea, st *groupShm) (bool, error) {
+func (c *coll) shmBarrier(ctx context.Context, a *samehost.Area, st *groupShm) (bool, error) {
 	return c.meet(ctx, a, st, 0, nil, nil)
 }
 
 // shmAllreduce: every member combines every block in the order of the
 // flat algorithm, so that the bits are those of allreduceFrames.
-func (c *coll) shmAllreduce(ctx context.Context, a *collArea, st *groupShm, buf []byte, combine func(dst, src []byte)) (bool, error) {
+func (c *coll) shmAllreduce(ctx context.Context, a *samehost.Area, st *groupShm, buf []byte, combine func(dst, src []byte)) (bool, error) {
 	return c.meet(ctx, a, st, len(buf),
 		func(block []byte) { copy(block, buf) },
 		func(k uint64) {
-			vecs, leaves := a.scratch(k, len(buf))
+			vecs, leaves := st.scratch(a, k, len(buf))
 			copy(buf, reduceLeaves(leaves, vecs, combine))
 		})
 }
 
-func (c *coll) shmBcast(ctx context.Context, a *collArea, st *groupShm, buf []byte, root int) (bool, error) {
+func (c *coll) shmBcast(ctx context.Context, a *samehost.Area, st *groupShm, buf []byte, root int) (bool, error) {
 	return c.meet(ctx, a, st, len(buf),
 		func(block []byte) {
 			if c.me == root {

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gaspigo/gaspigo/pgas/internal/samehost"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -55,7 +56,7 @@ func TestShmAllreduceSameBits(t *testing.T) {
 				}
 				refSum, refProd, _ := run(nil)
 				sum, prod, shm := run(oneHost(n))
-				if want := uint64(2); size*8 > collBlock {
+				if want := uint64(2); size*8 > segments.CollBlock {
 					want = 0
 					if shm != want {
 						t.Fatalf("%d collectives in shared memory for a vector above a block", shm)
@@ -174,7 +175,7 @@ type areaFault struct {
 }
 
 func (f areaFault) FetchMemory(ctx context.Context, peer transport.Proc, key uint64) (int, uint64, error) {
-	if key&collKind != 0 {
+	if key&samehost.CollKind != 0 {
 		fd, err := f.fetch()
 		return fd, 0, err
 	}
@@ -327,13 +328,13 @@ func TestCollNoAreaMarkWhileWaiting(t *testing.T) {
 			go func() { errs <- rts[r].Barrier(ctx, nil) }()
 		}
 		synctest.Wait() // rank 0 waits in the area, rank 2 in its mapping
-		key := collKey(0, n, rts[0].view.Load().epoch)
-		if rts[0].hasNoArea(key) {
+		key := samehost.AreaKey(0, n, rts[0].view.Load().epoch)
+		if rts[0].coll.NoArea(key) {
 			t.Fatal("a mark before the mapping failed")
 		}
 		close(release)
 		synctest.Wait() // rank 0 and 2 wait on rank 1's frames; rank 1 holds the mark
-		if !rts[1].hasNoArea(key) {
+		if !rts[1].coll.NoArea(key) {
 			t.Fatal("rank 1 did not get the mark")
 		}
 		go func() { errs <- rts[1].Barrier(ctx, nil) }()
@@ -365,19 +366,19 @@ func TestCollNoAreaMarkEpoch(t *testing.T) {
 		rts, _ := newJob(t, 1, 1, nil)
 		rt := rts[0]
 		e := rt.view.Load().epoch
-		key := collKey(7, 3, e)
+		key := samehost.AreaKey(7, 3, e)
 		rt.recordNoArea(key)
-		if !rt.hasNoArea(key) {
+		if !rt.coll.NoArea(key) {
 			t.Fatal("the mark of the current epoch was not held")
 		}
-		rt.retireAreas(e + 1)
-		if rt.hasNoArea(key) {
+		rt.coll.Retire(e + 1)
+		if rt.coll.NoArea(key) {
 			t.Fatal("a view change kept the mark of an older epoch")
 		}
 		v := rt.view.Load()
 		rt.view.Store(&view{epoch: e + 1, ranks: v.ranks, rankOf: v.rankOf, failed: v.failed, live: v.live})
 		rt.recordNoArea(key)
-		if rt.hasNoArea(key) {
+		if rt.coll.NoArea(key) {
 			t.Fatal("a mark of an older epoch was held")
 		}
 	})
@@ -390,7 +391,7 @@ func TestCollNoAreaMarkEpoch(t *testing.T) {
 func TestCollSizesDiffer(t *testing.T) {
 	directMapped(t)
 	const n, bound = 3, time.Minute
-	const in, out = collBlock, collBlock + 8
+	const in, out = segments.CollBlock, segments.CollBlock + 8
 	for _, tc := range []struct {
 		name  string
 		bcast bool
@@ -449,7 +450,7 @@ func TestCollAreaSealed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rts, _ := newJob(t, n, 1, oneHost(n))
 		epoch := rts[0].view.Load().epoch
-		key := collKey(7, n, epoch)
+		key := samehost.AreaKey(7, n, epoch)
 		fd, _, err := rts[0].provideArea(key, epoch)
 		if err != nil {
 			t.Fatal(err)
@@ -464,7 +465,7 @@ func TestCollAreaSealed(t *testing.T) {
 		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_WRITE); err == nil {
 			t.Fatal("a member changed the area's seals")
 		}
-		own, err := rts[0].ownArea(key, n)
+		own, err := rts[0].coll.Own(key, n)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,13 +3,9 @@ package pgas
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
-	"golang.org/x/sys/unix"
-	"sync"
-	"sync/atomic"
-
+	"github.com/gaspigo/gaspigo/pgas/internal/samehost"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -51,66 +47,6 @@ import (
 // rank calls again after a recovery, exchanges the fresh generations, and
 // a peer maps the memory again on its next direct write.
 
-// directSeg is what a shared segment knows of the others' memory in one
-// view: where each same-host peer's is (from SegmentCreate's exchange),
-// and the mappings made so far. A peer's memory is mapped on the first
-// write to it, so a process maps only the peers it writes to (its
-// checkpoint mirrors, its partners), not the whole host: at 256
-// processes mapping everyone's took a second per segment and process.
-type directSeg struct {
-	mu      sync.RWMutex               // held shared while copying into mem; exclusively to map or unmap
-	epoch   uint32                     // the view the descriptors were exchanged in
-	dropped bool                       // unmapped (dropDirect): map nothing more
-	gone    atomic.Bool                // retired (dropDirect): postMem uses it no more
-	view    *view                      // the view of the exchange
-	members []int                      // the ranks that sent descs, ascending
-	descs   []int64                    // descWords per member: read on a peer's first write, not before
-	mem     map[transport.Proc]peerMem // mapped, or a nil mem when mapping failed
-	// fetching holds, for each peer whose memory is being asked for, a
-	// channel closed when the answer is in mem (mapPeer).
-	fetching map[transport.Proc]chan struct{}
-}
-
-// share returns where proc's memory is, if it sent any and is on this
-// host.
-func (d *directSeg) share(rt *Runtime, proc transport.Proc) (peerShare, bool) {
-	if proc == rt.self || int(proc) >= len(d.view.rankOf) || !rt.tr.(transport.Locality).IsNear(proc) {
-		return peerShare{}, false
-	}
-	r := d.view.rankOf[proc]
-	if r < 0 {
-		return peerShare{}, false
-	}
-	i := slices.Index(d.members, r)
-	if i < 0 {
-		return peerShare{}, false
-	}
-	desc := d.descs[descWords*i : descWords*(i+1)]
-	if desc[1] <= 0 {
-		return peerShare{}, false
-	}
-	return peerShare{size: desc[0], notes: int(desc[2]), gen: uint32(desc[4])}, true
-}
-
-// peerShare is what sharedDesc sent of a peer's segment memory.
-type peerShare struct {
-	size  int64
-	notes int // slots in its notification area, 0 when not shared
-	gen   uint32
-}
-
-// peerMem is a peer's segment memory mapped here, its generation
-// (segInfo.gen at the peer), and its notification area when that is
-// mapped too (directnote.go).
-type peerMem struct {
-	mem   []byte
-	gen   uint32
-	notes *segments.PeerNotes
-}
-
-// descWords is the length of sharedDesc.
-const descWords = 5
-
 // directOn reports whether segments are shared with same-host peers: the
 // transport must tell which peers are near and pass memory to them.
 func (rt *Runtime) directOn() bool {
@@ -122,38 +58,26 @@ func (rt *Runtime) directOn() bool {
 	return ok && shares
 }
 
-// sharedDesc is what SegmentCreate's exchange carries for one rank: the
-// size, whether its memory can be shared (1) or not (0), the number of
-// slots of its shared notification area (0 for none), a word unused, and
-// its generation.
+// sharedDesc is what SegmentCreate's exchange carries for si
+// (samehost.Desc).
 func sharedDesc(si *segInfo) []int64 {
-	d := []int64{si.seg.Size(), 0, 0, 0, int64(si.gen.Load())}
-	if si.backing != nil {
-		d[1] = 1
-	}
+	notes := 0
 	if si.seg.SharedNotes() {
-		d[2] = int64(si.seg.NumNotifications())
+		notes = si.seg.NumNotifications()
 	}
-	return d
+	return samehost.Desc(si.seg.Size(), si.backing != nil, notes, si.gen.Load())
 }
 
-// notesKey is the bit of a memory request's key that asks for the
-// segment's notification area instead of its memory.
-const notesKey = 1 << 16
-
-// shareTimeout bounds a request for a peer's memory; past it the write
-// goes through the ring.
-const shareTimeout = 10 * time.Second
-
 // provideMemory answers a peer's request for the memory of segment key
-// (transport.MemoryFunc), or for its notification area (key|notesKey):
+// (transport.MemoryFunc), or for its notification area
+// (key|samehost.NotesKey), or for a collective area (samehost.CollKind):
 // only a process that holds a rank in the current view, not declared
 // failed, gets it, and the segment records it as a holder of the memory
 // (renewShared) or as a writer with its line (drainWriters). The view is
 // read under viewMu, so a view that declares the process failed has
 // either refused it here or finds it recorded.
 func (rt *Runtime) provideMemory(from transport.Proc, key uint64) (int, uint64, error) {
-	if key&collKind != 0 {
+	if key&samehost.CollKind != 0 {
 		if !rt.directOn() {
 			return -1, 0, fmt.Errorf("pgas: no collective areas here: %w", ErrNoSegment)
 		}
@@ -165,7 +89,7 @@ func (rt *Runtime) provideMemory(from transport.Proc, key uint64) (int, uint64, 
 		}
 		return rt.provideArea(key, v.epoch)
 	}
-	if key&^notesKey > 0xffff {
+	if key&^samehost.NotesKey > 0xffff {
 		return -1, 0, fmt.Errorf("pgas: no segment %d: %w", key, ErrNoSegment)
 	}
 	si, unpin, err := rt.pinSegInfo(uint16(key))
@@ -187,7 +111,7 @@ func (rt *Runtime) provideMemory(from transport.Proc, key uint64) (int, uint64, 
 	}
 	si.hmu.Lock()
 	defer si.hmu.Unlock()
-	if key&notesKey != 0 {
+	if key&samehost.NotesKey != 0 {
 		return si.provideNotes(from)
 	}
 	fd, err := si.backing.Dup(si.seg.Bytes())
@@ -233,128 +157,37 @@ func holdsRank(v *view, from transport.Proc) error {
 }
 
 // mapPeers records where the segments of this host's peers in view v
-// are, from the descriptors exchanged (descs, descWords per member of
-// members); mappedPeer maps one on its first write to it. A peer whose
-// memory cannot be mapped is written through frames.
+// are, from the descriptors exchanged (descs, samehost.DescWords per
+// member of members); mappedPeer maps one on its first write to it. A
+// peer whose memory cannot be mapped is written through frames.
 func (rt *Runtime) mapPeers(si *segInfo, v *view, members []int, descs []int64) {
 	rt.dropDirect(si)
 	if si.backing == nil {
 		return
 	}
-	d := &directSeg{epoch: v.epoch, view: v, members: members, descs: descs, mem: map[transport.Proc]peerMem{}}
-	si.direct.Store(d)
+	si.direct.Store(samehost.NewSeg(v.epoch, v.rankOf, members, descs))
 }
 
-// mapPeer maps proc's memory of segment si into d, once: on failure it
-// records a nil mapping, and writes to proc go through frames. The
-// request for the memory is a round trip to proc, made without d.mu, so
-// that writes to the other peers go on meanwhile (a stopped peer holds it
-// up to shareTimeout); a writer to proc itself waits for it, so that its
-// writes keep their order (none goes by frame while an earlier one went
-// direct, or the other way round).
-func (rt *Runtime) mapPeer(si *segInfo, d *directSeg, proc transport.Proc) {
-	d.mu.Lock()
-	if _, done := d.mem[proc]; done || d.dropped {
-		d.mu.Unlock()
-		return
-	}
-	if wait, ok := d.fetching[proc]; ok {
-		d.mu.Unlock()
-		<-wait
-		return
-	}
-	ps, ok := d.share(rt, proc)
-	if !ok {
-		d.mem[proc] = peerMem{}
-		d.mu.Unlock()
-		return
-	}
-	done := make(chan struct{})
-	if d.fetching == nil {
-		d.fetching = map[transport.Proc]chan struct{}{}
-	}
-	d.fetching[proc] = done
-	d.mu.Unlock()
-
-	pm, err := rt.fetchPeer(si, proc, ps)
-	if err != nil {
-		// Correct either way, only slower: said once, as information.
-		if rt.mapRefused.CompareAndSwap(false, true) {
-			rt.log.Info("a same-host peer's segment could not be mapped: writes to it go through the ring (set PGAS_SHM_SEGMENTS=0 to stop trying)",
-				"seg", si.seg.ID(), "proc", proc, "err", err)
-		} else {
-			rt.log.Debug("segment not mapped", "seg", si.seg.ID(), "proc", proc, "err", err)
-		}
-	}
-	d.mu.Lock()
-	if d.dropped && pm.mem != nil {
-		pm.unmap() // dropDirect ran meanwhile
-		pm = peerMem{}
-	}
-	if !d.dropped {
-		d.mem[proc] = pm
-	}
-	delete(d.fetching, proc)
-	close(done)
-	d.mu.Unlock()
-}
-
-// fetchPeer asks proc for its memory of segment si and maps it; ps is what
-// the exchange said of it.
-func (rt *Runtime) fetchPeer(si *segInfo, proc transport.Proc, ps peerShare) (peerMem, error) {
-	ctx, cancel := context.WithTimeout(rt.life, shareTimeout)
-	fd, tag, err := rt.tr.(transport.MemorySharer).FetchMemory(ctx, proc, uint64(si.seg.ID()))
-	cancel()
-	if err != nil {
-		return peerMem{}, err
-	}
-	defer unix.Close(fd)
-	// The memory must be the segment the exchange described: a peer that
-	// deleted and re-created it since has another generation (and maybe
-	// another size that rounds to the same pages).
-	if uint32(tag) != ps.gen {
-		return peerMem{}, fmt.Errorf("segment %d of proc %d is of generation %d now, the exchange said %d", si.seg.ID(), proc, uint32(tag), ps.gen)
-	}
-	mem, err := segments.MapFD(fd, ps.size)
-	if err != nil {
-		return peerMem{}, err
-	}
-	pm := peerMem{mem: mem, gen: uint32(tag)}
-	if ps.notes > 0 {
-		// Without the area, writes still copy directly; notifications and
-		// completion go by doorbell.
-		pm.notes, err = rt.fetchNotes(si, proc, ps)
+// mapPeer maps proc's memory of segment si into d, once (samehost.Seg.Map):
+// on failure writes to proc go through frames.
+func (rt *Runtime) mapPeer(si *segInfo, d *samehost.Seg, proc transport.Proc) {
+	near := proc != rt.self && rt.tr.(transport.Locality).IsNear(proc)
+	d.Map(proc, near, func(ps samehost.Share) samehost.Mem {
+		m, notesErr, err := samehost.Fetch(rt.life, rt.tr.(transport.MemorySharer), proc, uint16(si.seg.ID()), ps)
 		if err != nil {
-			rt.log.Debug("notification area not mapped", "seg", si.seg.ID(), "proc", proc, "err", err)
+			// Correct either way, only slower: said once, as information.
+			if rt.mapRefused.CompareAndSwap(false, true) {
+				rt.log.Info("a same-host peer's segment could not be mapped: writes to it go through the ring (set PGAS_SHM_SEGMENTS=0 to stop trying)",
+					"seg", si.seg.ID(), "proc", proc, "err", err)
+			} else {
+				rt.log.Debug("segment not mapped", "seg", si.seg.ID(), "proc", proc, "err", err)
+			}
 		}
-	}
-	return pm, nil
-}
-
-// fetchNotes asks proc for the notification area of segment si and maps
-// it.
-func (rt *Runtime) fetchNotes(si *segInfo, proc transport.Proc, ps peerShare) (*segments.PeerNotes, error) {
-	ctx, cancel := context.WithTimeout(rt.life, shareTimeout)
-	fd, tag, err := rt.tr.(transport.MemorySharer).FetchMemory(ctx, proc, uint64(si.seg.ID())|notesKey)
-	cancel()
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	if uint32(tag) != ps.gen {
-		return nil, fmt.Errorf("segment %d of proc %d is of generation %d now, the exchange said %d", si.seg.ID(), proc, uint32(tag), ps.gen)
-	}
-	return segments.MapNotes(fd, ps.notes, int(tag>>32))
-}
-
-// unmap releases what fetchPeer mapped.
-func (pm peerMem) unmap() {
-	if pm.mem != nil {
-		segments.UnmapShared(pm.mem)
-	}
-	if pm.notes != nil {
-		pm.notes.Unmap()
-	}
+		if notesErr != nil {
+			rt.log.Debug("notification area not mapped", "seg", si.seg.ID(), "proc", proc, "err", notesErr)
+		}
+		return m
+	})
 }
 
 // dropDirect unmaps the others' segments. It retires them under every
@@ -368,20 +201,14 @@ func (rt *Runtime) dropDirect(si *segInfo) {
 	for _, qu := range rt.queues {
 		qu.mu.Lock()
 	}
-	d.gone.Store(true)
+	d.Retire()
 	for _, qu := range rt.queues {
-		if qu.mem.d == d {
+		if qu.mem.Seg == d {
 			qu.mem = memTarget{}
 		}
 		qu.mu.Unlock()
 	}
-	d.mu.Lock()
-	d.dropped = true
-	for p, pm := range d.mem {
-		pm.unmap()
-		delete(d.mem, p)
-	}
-	d.mu.Unlock()
+	d.Unmap()
 }
 
 // mustMove reports whether view v declares failed a process that si gave

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/gaspigo/gaspigo/obs"
+	"github.com/gaspigo/gaspigo/pgas/internal/samehost"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -93,33 +95,25 @@ func (rt *Runtime) chooseSpin() segments.WaitPolicy {
 }
 
 // postDirect tries to do h (a FrameWrite with payload, or a FrameNotify)
-// of epoch e in proc's memory. It reports whether it did, where (the
-// peer's memory and slots, for Wait's fence and postMem's next
-// operations), whether a waiter must be woken, and whether the peer's slot
-// held a value of a newer epoch (stale: Wait fails).
+// of epoch e in proc's memory (samehost.Put decides). It reports whether
+// it did, where (the peer's memory and slots, for Wait's fence and
+// postMem's next operations), whether a waiter must be woken, and
+// whether the peer's slot held a value of a newer epoch (stale: Wait
+// fails).
 func (rt *Runtime) postDirect(pr *peer, proc transport.Proc, h *transport.Header, payload []byte, e uint32) (done bool, t memTarget, wake, stale bool) {
-	d, pm, ok := rt.mappedPeer(h.Seg, proc)
+	d, m, ok := rt.mappedPeer(h.Seg, proc)
 	if !ok {
 		return false, memTarget{}, false, false
 	}
-	defer d.mu.RUnlock()
+	defer d.Release()
 	notify := h.Type == transport.FrameNotify || h.Flags&transport.FlagNotify != 0
-	switch {
-	case pm.notes == nil, notify && h.A >= uint64(pm.notes.Len()):
+	// (Clamped: out of any range, so by frame, which the target refuses.)
+	op := samehost.Op{Off: int64(min(h.Off, math.MaxInt64)), Data: payload, Notify: notify, ID: int(min(h.A, math.MaxInt32)), Val: uint32(h.B)}
+	// post found the peer not down, and reserved the queue's place.
+	done, wake, set := samehost.Put(m, op, samehost.State{Quiet: pr.quiet()}, -1, e)
+	if !done {
 		return false, memTarget{}, false, false
-	case h.Off > uint64(len(pm.mem)) || uint64(len(payload)) > uint64(len(pm.mem))-h.Off:
-		return false, memTarget{}, false, false // the target checks the range and refuses it
-	case !pr.quiet():
-		return false, memTarget{}, false, false // behind the frames on their way
-	case !pm.notes.Enter(e):
-		return false, memTarget{}, false, false // the peer is in a newer epoch: its admit says so
 	}
-	copyDirect(pm.mem[h.Off:], payload)
-	set := true
-	if notify {
-		wake, set = pm.notes.Store(segments.NotificationID(h.A), uint32(h.B), e)
-	}
-	pm.notes.Exit()
 	if len(payload) > 0 {
 		rt.stats.DirectWrites.Add(1)
 		directWrites.Inc()
@@ -128,34 +122,27 @@ func (rt *Runtime) postDirect(pr *peer, proc transport.Proc, h *transport.Header
 		rt.stats.DirectNotes.Add(1)
 		directNotes.Inc()
 	}
-	return true, memTarget{d: d, pm: pm, pr: pr, proc: proc}, wake, !set
+	return true, memTarget{Target: samehost.Target{Seg: d, Mem: m, Proc: proc}, pr: pr}, wake, !set
 }
 
 // mappedPeer returns proc's memory of segment seg, mapped in the current
-// view's epoch (mapping it on first use), with d.mu held shared; ok is
-// false (and nothing held) when there is none.
-func (rt *Runtime) mappedPeer(seg uint16, proc transport.Proc) (d *directSeg, pm peerMem, ok bool) {
+// view's epoch (mapping it on first use), with d held shared
+// (samehost.Seg.Get: the caller calls d.Release); ok is false (and
+// nothing held) when there is none.
+func (rt *Runtime) mappedPeer(seg uint16, proc transport.Proc) (d *samehost.Seg, m samehost.Mem, ok bool) {
 	si := rt.lookupSeg(segments.ID(seg))
 	if si == nil {
-		return nil, peerMem{}, false
+		return nil, samehost.Mem{}, false
 	}
 	d = si.direct.Load()
-	if d == nil || d.epoch != rt.view.Load().epoch {
-		return nil, peerMem{}, false
+	if d == nil || d.Epoch() != rt.view.Load().epoch {
+		return nil, samehost.Mem{}, false
 	}
-	d.mu.RLock()
-	pm, ok = d.mem[proc]
+	m, ok = d.Get(proc, func() { rt.mapPeer(si, d, proc) })
 	if !ok {
-		d.mu.RUnlock()
-		rt.mapPeer(si, d, proc)
-		d.mu.RLock()
-		pm, ok = d.mem[proc]
+		return nil, samehost.Mem{}, false
 	}
-	if !ok || pm.mem == nil || segments.Retired(pm.mem) {
-		d.mu.RUnlock() // the target deleted or moved it: send the data
-		return nil, peerMem{}, false
-	}
-	return d, pm, true
+	return d, m, true
 }
 
 // wakeTimeout bounds a wake-up sent in the background (wake): past it the
@@ -269,17 +256,15 @@ func (rt *Runtime) segList() []*segInfo {
 	return sis
 }
 
-// memTarget is a peer's memory that operations were done in: enough for
-// the next ones to the same rank and segment in the same view to skip
-// every lookup (postMem).
+// memTarget is a peer's memory that operations were done in
+// (samehost.Target), and whom it is of: enough for the next ones to the
+// same rank and segment in the same view to skip every lookup (postMem).
 type memTarget struct {
+	samehost.Target
 	view *view
 	rank int
 	seg  segments.ID
-	d    *directSeg
-	pm   peerMem
 	pr   *peer
-	proc transport.Proc
 }
 
 // directCounts are what a queue did in memory since its last Wait.
@@ -311,37 +296,35 @@ func (rt *Runtime) postMem(ctx context.Context, q Queue, rank int, remote Loc, s
 	v := rt.view.Load()
 	qu.mu.Lock()
 	t := &qu.mem
-	pm := t.pm
-	if t.view != v || t.rank != rank || t.seg != remote.Seg || t.d.gone.Load() ||
-		qu.posted() >= rt.cfg.QueueDepth || rt.isClosed() || rt.halted() != nil ||
-		rt.member != nil && rt.appEpoch.Load() != v.epoch ||
-		remote.Off < 0 || remote.Off > int64(len(pm.mem)) || int64(len(src)) > int64(len(pm.mem))-remote.Off ||
-		notify && int(id) >= pm.notes.Len() ||
-		t.pr.downFlag.Load() || !t.pr.quiet() || segments.Retired(pm.mem) {
+	if t.view != v || t.rank != rank || t.seg != remote.Seg || !t.Live() {
 		qu.mu.Unlock()
 		return false
 	}
-	if !pm.notes.EnterQueue(int(q), v.epoch) {
-		qu.mu.Unlock()
-		return false // the peer is in a newer epoch: the frame's way says so
+	st := samehost.State{
+		Quiet: t.pr.quiet(),
+		Down:  t.pr.downFlag.Load(),
+		Full:  qu.posted() >= rt.cfg.QueueDepth,
+		Held:  rt.isClosed() || rt.halted() != nil || rt.member != nil && rt.appEpoch.Load() != v.epoch,
 	}
-	copyDirect(pm.mem[remote.Off:], src)
-	wake, set := false, true
+	m := t.Mem
+	done, wake, set := samehost.Put(m, samehost.Op{Off: remote.Off, Data: src, Notify: notify, ID: int(id), Val: val}, st, int(q), v.epoch)
+	if !done {
+		qu.mu.Unlock()
+		return false
+	}
 	if notify {
-		wake, set = pm.notes.Store(id, val, v.epoch)
 		qu.counts.notes++
 	}
-	pm.notes.ExitQueue(int(q))
 	if len(src) > 0 {
 		qu.counts.writes++
 	}
-	if n := len(qu.pending); n > 0 && qu.pending[n-1].notes == pm.notes && qu.pending[n-1].rank == rank && qu.pending[n-1].epoch == v.epoch {
+	if n := len(qu.pending); n > 0 && qu.pending[n-1].notes == m.Notes && qu.pending[n-1].rank == rank && qu.pending[n-1].epoch == v.epoch {
 		qu.merged++ // the entry before stands for it: Wait fences those slots once
 		qu.pending[n-1].stale = qu.pending[n-1].stale || !set
 	} else {
-		qu.pending = append(qu.pending, pendingOp{rank: rank, peer: t.pr, op: op, notes: pm.notes, epoch: v.epoch, stale: !set})
+		qu.pending = append(qu.pending, pendingOp{rank: rank, peer: t.pr, op: op, notes: m.Notes, epoch: v.epoch, stale: !set})
 	}
-	proc := t.proc
+	proc := t.Proc
 	qu.mu.Unlock()
 	if wake {
 		rt.wake(ctx, proc, uint16(remote.Seg))
@@ -362,20 +345,4 @@ func (rt *Runtime) flushCounts(qu *queue) {
 		rt.stats.DirectNotes.Add(c.notes)
 		directNotes.Add(c.notes)
 	}
-}
-
-// directChunk is the most copyDirect copies in one call of copy.
-const directChunk = 64 << 10
-
-// copyDirect copies src into a peer's memory (dst) in pieces of 64 KiB.
-// One copy of a megabyte or more ran at 18-19 GB/s into a same-host
-// peer's segment (the CPU's string move for large sizes, which streams
-// past the caches), pieces of 16-256 KiB at 27-32 GB/s (gaspibench, 1 and
-// 4 MiB writes, 2 ranks on the 2-core development host, load below 1).
-func copyDirect(dst, src []byte) {
-	for len(src) > directChunk {
-		copy(dst[:directChunk], src[:directChunk])
-		dst, src = dst[directChunk:], src[directChunk:]
-	}
-	copy(dst, src)
 }

@@ -132,7 +132,7 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 			rt.fence(fmt.Sprintf("proc %d refused a frame: its committed view declares this process failed", from))
 			return p.Discard()
 		case ctlCollWake:
-			rt.wakeColl()
+			rt.coll.Wake()
 			return p.Discard()
 		case ctlCollNoArea:
 			rt.log.Debug("a member has no collective area", "proc", from, "key", h.Off)

@@ -48,7 +48,7 @@ func (rt *Runtime) cutOff(proc transport.Proc, err error) {
 		rt.det.PeerDown(proc)
 	}
 	rt.failRequests(func(r *request) bool { return r.proc == proc }, ErrRankFailed)
-	rt.wakeColl()     // a collective in shared memory waiting on it looks again
+	rt.coll.Wake()    // a collective in shared memory waiting on it looks again
 	rt.wakeSegments() // so does a waiter on a slot it may have set without its wake-up
 }
 
@@ -118,7 +118,7 @@ func (rt *Runtime) stopWith(err error, logIt func()) {
 	logIt()
 	rt.peers.failAll(err)
 	rt.failRequests(func(*request) bool { return true }, err)
-	rt.wakeColl()
+	rt.coll.Wake()
 	// Cut every connection: a send blocked on a peer this process cannot
 	// reach (a full socket buffer, a partition) returns, and nothing
 	// more is taken from peers that have moved on.

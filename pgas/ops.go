@@ -155,7 +155,7 @@ func (rt *Runtime) post(ctx context.Context, q Queue, rank int, h transport.Head
 				rt.wake(ctx, proc, h.Seg)
 			}
 			target.view, target.rank, target.seg = v, rank, segments.ID(h.Seg)
-			qu.addMem(pendingOp{rank: rank, peer: pr, op: op, notes: target.pm.notes, epoch: v.epoch, stale: stale}, target)
+			qu.addMem(pendingOp{rank: rank, peer: pr, op: op, notes: target.Mem.Notes, epoch: v.epoch, stale: stale}, target)
 			return nil
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/pgas/internal/samehost"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -65,7 +66,7 @@ type Runtime struct {
 	// and a collective its area (chooseSpin).
 	notePoll segments.WaitPolicy
 	lastSeg  atomic.Pointer[segInfo] // lookupSeg's cache
-	coll     collAreas               // the collective areas this process owns, and no-area marks (collshm.go)
+	coll     samehost.Areas          // the collective areas this process owns, and no-area marks (collshm.go)
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -329,11 +330,11 @@ func (rt *Runtime) Close() error {
 				"waited", closeWait)
 			return
 		}
-		rt.retireAreas(^uint32(0))
+		rt.coll.Retire(^uint32(0))
 		if g := rt.GroupAll(); g != nil {
 			g.mu.Lock()
 			if g.shm != nil && g.shm.area != nil {
-				g.shm.area.retire()
+				g.shm.area.Retire()
 			}
 			g.mu.Unlock()
 		}

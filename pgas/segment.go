@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gaspigo/gaspigo/pgas/internal/samehost"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
 )
@@ -42,7 +43,7 @@ type segInfo struct {
 	// the writer line it copies through (segments.PeerNotes.Enter); a
 	// line is never given to another process. Under hmu.
 	writers map[transport.Proc]int
-	direct  atomic.Pointer[directSeg] // the peers' memory in the current view, nil when none
+	direct  atomic.Pointer[samehost.Seg] // the peers' memory in the current view, nil when none
 
 	gone atomic.Bool // removed from the runtime's table (SegmentDelete): lookupSeg's cache skips it
 }
@@ -220,7 +221,7 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 		full[i] = -1
 	}
 	for i, r := range members {
-		full[r] = descs[descWords*i]
+		full[r] = samehost.DescSize(descs, i)
 	}
 	si.sizes.Store(&full)
 	rt.mapPeers(si, rt.view.Load(), members, descs)

@@ -208,7 +208,7 @@ func (rt *Runtime) applyView(mv View) {
 	}
 	rt.reportVacant(old, nv)
 	rt.mail.purge(nv.epoch)
-	rt.retireAreas(nv.epoch)
+	rt.coll.Retire(nv.epoch)
 	if rt.det != nil {
 		rt.det.SetMembers(nv.liveProcs())
 	}
