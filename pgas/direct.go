@@ -46,6 +46,12 @@ import (
 // later, copies into memory no survivor uses. SegmentCreate, which every
 // rank calls again after a recovery, exchanges the fresh generations, and
 // a peer maps the memory again on its next direct write.
+//
+// The mechanics (the peers' memory of a segment, mapped on first use, its
+// retirement; the decision "memory or frame?" and the copy) are package
+// pgas/internal/samehost's; this file and directnote.go are the runtime's
+// side: what it answers peers, when it maps and drops, and Recover's
+// steps.
 
 // directOn reports whether segments are shared with same-host peers: the
 // transport must tell which peers are near and pass memory to them.

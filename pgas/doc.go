@@ -110,7 +110,9 @@
 // while before it parks: 50 µs when the host has a CPU for each of its
 // ranks, 20 µs giving the CPU away between looks when it has up to four
 // per CPU, not at all beyond (Config.SpinWait overrides).
-// See direct.go.
+// See direct.go and directnote.go; the mechanics (the mapped peer memory,
+// the one decision "memory or frame?", the copy, the collective areas)
+// are in package pgas/internal/samehost, the shared layouts in segments.
 //
 // # Concurrency
 //
@@ -143,16 +145,21 @@
 // failure.go (lost peers, fencing, the detector), membership.go (Recover,
 // promotion, Finalize), ops.go, read.go, segment.go, atomic.go (one-sided
 // operations), direct.go and directnote.go (same-host segments, and
-// operations done in their memory), coll.go, hier.go, reduce.go, mailbox.go (collectives).
+// operations done in their memory: the runtime's side, with
+// pgas/internal/samehost doing the mechanics, told what the runtime knows
+// through its State and callbacks), coll.go, hier.go, reduce.go,
+// mailbox.go, collshm.go (collectives; their areas are samehost.Area).
 //
 // Lock order (outer first): segMu; a segment's use lock (held while a
-// remote write or read touches its memory); a directSeg's mu (direct.go)
+// remote write or read touches its memory); a samehost.Seg's mu (the
+// peers' memory of a segment: held shared from Seg.Get to Release)
 // before a mapped peer's PeerNotes lock, neither held with any other lock;
 // a segment's move lock before viewMu before its hmu before its
 // notification lock (segments.Segment: provideMemory, and applyView's
 // raiseEpochs under viewMu); a Group's mu (held while the group's
-// collective area is made or mapped) before the collective areas' mu,
-// which provideMemory also takes under viewMu (collshm.go); peer.sendMu; peer.flushMu
+// collective area is made or mapped) before the collective areas' mu
+// (samehost.Areas), which provideMemory also takes under viewMu
+// (collshm.go); peer.sendMu; peer.flushMu
 // before peer.ackMu; peer.mu / peer.ackMu /
 // outbox.mu / reqMu / mailbox.mu (leaves, never held together), except
 // that an ack sent from the reader (Queuer) is queued under peer.ackMu:
