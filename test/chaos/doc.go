@@ -31,11 +31,15 @@
 //     its current epoch (the run fails otherwise), and a waiter asleep
 //     20 s with its notification set fails it too.
 //
-// K-means faults trigger on rank 0's iteration lines (the iteration is the
-// logical clock, so the same seed hits the same point of the computation);
-// TeraSort faults trigger on time since the job's first view, in per mille
-// of the failure-free sort's duration (measured once per run), so that
-// they land inside the sort on any machine. Faults that last (links,
+// Faults trigger on logical clocks, so that the same seed hits the same
+// point of the computation and a fault lands inside the job however
+// fast a load makes it run. K-means faults trigger on rank 0's iteration
+// lines. TeraSort faults trigger on rank 0's progress lines, in per mille
+// of the job (tsProgress): the sending is the first half ("sort: sent S of
+// N records", at each checkpoint), the writing of its part the second
+// ("sort: wrote W records of its part", as often); a point between a
+// quarter and three quarters of the job falls in the second half of the
+// sending or the first half of the writing. Faults that last (links,
 // partitions, long pauses) end early at the next fault's iteration (a pause
 // beyond detection or a partition only once the membership declared its
 // process failed), so that a fault's real-time duration cannot outlast

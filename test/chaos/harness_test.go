@@ -88,19 +88,26 @@ func tsRecords() int {
 	return 2000000
 }
 
-// tsLastAt is the latest TeraSort fault point, in per mille of the
-// failure-free sort's duration (references.get measures it once): Draw
-// puts TeraSort's faults between a quarter and three quarters of the
-// sort, whatever the machine's speed and the race detector make of it.
-// (Points in fixed milliseconds fell past the end of the sort once it got
-// faster: a kill found the job already ending, and the fault was not
-// applied.)
+// tsLastAt is the latest TeraSort fault point, in per mille of the job's
+// logical progress (tsProgress): Draw puts TeraSort's faults between a
+// quarter and three quarters of it, from the second half of rank 0's
+// sending to the first half of its writing, whatever the machine's speed,
+// its load and the race detector make of the job. (Points in time, as
+// fractions of a failure-free run's duration, fell past the end of a job
+// that a fluctuating load made faster than that run: the fault found the
+// job over and was not applied.)
 func tsLastAt() int { return 1000 }
 
-// tsPoint is the time after the first view applied at which a TeraSort
-// fault at point at (per mille) strikes, for a failure-free sort of span.
-func tsPoint(at int, span time.Duration) time.Duration {
-	return span * time.Duration(at) / 1000
+// tsProgress is a TeraSort job's logical progress in per mille, once rank
+// 0 has sent sent of its n input records and written wrote records of its
+// part (its progress lines: apps/terasort DistConfig.Stdout). Every record
+// is sent once and written once, and rank 0's part holds about n records:
+// the sending is the first half of the job, the writing the second.
+func tsProgress(sent, wrote, n int64) int {
+	if n <= 0 {
+		return 0
+	}
+	return int(min(1000, (min(sent, n)+min(wrote, n))*500/n))
 }
 
 // line is one output line, when the harness read it, and its record
@@ -119,6 +126,10 @@ var (
 	recoveryRE = regexp.MustCompile(`^\[r0\] recovery: epoch`)
 	finalKMRE  = regexp.MustCompile(`^\[r0\] (centroids sha256=[0-9a-f]{64} sse=\S+ iterations=\d+)$`)
 	finalTSRE  = regexp.MustCompile(`^\[r0\] (records=\d+ checksum=[0-9a-f]{16})$`)
+	// TeraSort's progress lines, printed by the process holding rank 0
+	// (a promoted spare's label starts with s).
+	tsSentRE  = regexp.MustCompile(`^\[[rs]\d+\] sort: sent (\d+) of (\d+) records; `)
+	tsWroteRE = regexp.MustCompile(`^\[[rs]\d+\] sort: wrote (\d+) records of its part$`)
 )
 
 // job is one running gaspirun job and what the harness learns from its
@@ -132,13 +143,14 @@ type job struct {
 	run *proctest.Job
 	// Guarded by run's lock (built by onLine, its OnLine; notes added
 	// under it).
-	lines   []line
-	iter    int           // highest iteration rank 0 reported
-	done    bool          // rank 0 printed the result: the job is ending
-	leader  int           // proc of the latest Raft leader, -1 none (or gone since)
-	failed  map[int]bool  // processes the membership declared failed
-	stretch int           // the membership's timeout factor on an oversubscribed host (0 or 1: none logged)
-	span    time.Duration // TeraSort: the failure-free sort's duration
+	lines    []line
+	iter     int          // highest iteration rank 0 reported
+	progress int          // TeraSort: highest progress rank 0 reported, per mille (tsProgress)
+	tsInput  int64        // TeraSort: rank 0's input records, from its progress lines
+	done     bool         // rank 0 printed the result: the job is ending
+	leader   int          // proc of the latest Raft leader, -1 none (or gone since)
+	failed   map[int]bool // processes the membership declared failed
+	stretch  int          // the membership's timeout factor on an oversubscribed host (0 or 1: none logged)
 
 	pids    *proctest.Procs
 	stopped map[int]bool // pids under SIGSTOP
@@ -165,6 +177,16 @@ func (j *job) onLine(l proctest.Line) {
 	if m := iterRE.FindStringSubmatch(s); m != nil {
 		n, _ := strconv.Atoi(m[1])
 		j.iter = max(j.iter, n)
+	}
+	if m := tsSentRE.FindStringSubmatch(s); m != nil {
+		sent, _ := strconv.ParseInt(m[1], 10, 64)
+		j.tsInput, _ = strconv.ParseInt(m[2], 10, 64)
+		j.progress = max(j.progress, tsProgress(sent, 0, j.tsInput))
+	}
+	if m := tsWroteRE.FindStringSubmatch(s); m != nil {
+		// Writing follows the whole sending.
+		wrote, _ := strconv.ParseInt(m[1], 10, 64)
+		j.progress = max(j.progress, tsProgress(j.tsInput, wrote, j.tsInput))
 	}
 	if finalKMRE.MatchString(s) || finalTSRE.MatchString(s) {
 		j.done = true
@@ -347,10 +369,9 @@ type spec struct {
 	launcher []string // gaspirun flags after -n and --spares
 	program  []string // the program and its arguments
 	spares   int
-	env      []string      // KEY=VALUE for every process (the runtime's fault point)
-	faults   int           // the schedule's faults, one outcome each
-	span     time.Duration // TeraSort: the failure-free sort's duration
-	apply    func(j *job)  // runs the schedule's faults while the job runs
+	env      []string     // KEY=VALUE for every process (the runtime's fault point)
+	faults   int          // the schedule's faults, one outcome each
+	apply    func(j *job) // runs the schedule's faults while the job runs
 }
 
 // run starts the job, applies its faults, waits (bounded) and checks by
@@ -359,7 +380,7 @@ func run(t *testing.T, sp spec) (*job, Result) {
 	t.Helper()
 	j := &job{t: t, id: fmt.Sprintf("chaos-%d-%d", os.Getpid(), time.Now().UnixNano()), leader: -1,
 		pids: proctest.NewProcs(), stopped: map[int]bool{}, outcomes: make([]outcome, sp.faults),
-		failed: map[int]bool{}, span: sp.span}
+		failed: map[int]bool{}}
 	j.faults = t.TempDir()
 	// --collapse 0: every line as soon as it is written. Collapsing holds
 	// lines back (200 ms by default), and the harness, which aims faults

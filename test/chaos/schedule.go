@@ -120,7 +120,7 @@ func (k Kind) byProgram() bool {
 type Fault struct {
 	Kind  Kind
 	Rank  int           // the rank it targets, where it targets one
-	At    int           // K-means: the iteration; TeraSort: per mille of the failure-free sort's duration, from the first view applied
+	At    int           // K-means: the iteration; TeraSort: per mille of the job's logical progress (records rank 0 sent and wrote)
 	Dur   time.Duration // pauses, links, partitions
 	Param float64       // SlowLink: delay ms; LossyLink: probability; DiskCorrupt: 0 corrupt, 1 truncate
 }
@@ -192,15 +192,16 @@ const (
 
 // Draw makes the schedule of seed for workload w. lastAt is the latest
 // trigger point the workload can honour (K-means: an iteration well
-// before --max-iter; TeraSort: per mille of the failure-free sort's
-// duration).
+// before --max-iter; TeraSort: per mille of the job's logical progress,
+// the records rank 0 sent and then wrote).
 func Draw(seed uint64, w Workload, lastAt int) Schedule {
 	rng := rand.New(rand.NewPCG(seed, 0x6761737069))
 	s := Schedule{Seed: seed, Workload: w, Ranks: Ranks, Mirrors: 1}
 	kinds := Kinds
 	if w == TeraSort {
-		// TeraSort has no iterations to aim at and no disk level: the
-		// kinds that need them are K-means-only.
+		// TeraSort has no injections at iterations (K-means --inject:
+		// kills in a commit or of a mirror's holder, store injections)
+		// and no disk level: the kinds that need them are K-means-only.
 		kinds = []Kind{KillRank, KillSpare, KillLeader, KillInRecovery, PauseShort, PauseLong, SlowLink, LossyLink, Partition, HostLoss}
 	}
 	first := kinds[rng.IntN(len(kinds))]

@@ -115,3 +115,33 @@ func TestScaleSampleKills(t *testing.T) {
 		}
 	}
 }
+
+// Rule: TeraSort's logical progress is rank 0's sending for the first
+// half and its writing for the second, capped at the whole job; a drawn
+// point (a quarter to three quarters) is reached while the job runs.
+func TestTSProgress(t *testing.T) {
+	for _, c := range []struct {
+		sent, wrote, n int64
+		want           int
+	}{
+		{0, 0, 500000, 0},
+		{50000, 0, 500000, 50},
+		{250000, 0, 500000, 250},
+		{500000, 0, 500000, 500},
+		{500000, 250000, 500000, 750},
+		{500000, 500000, 500000, 1000},
+		{500000, 502433, 500000, 1000}, // a part a little larger than the input
+		{10, 0, 0, 0},
+	} {
+		if got := tsProgress(c.sent, c.wrote, c.n); got != c.want {
+			t.Errorf("tsProgress(%d, %d, %d) = %d, want %d", c.sent, c.wrote, c.n, got, c.want)
+		}
+	}
+	for seed := uint64(3); seed <= 2000; seed += 4 {
+		for _, f := range ScheduleOf(seed).Faults {
+			if f.At < tsLastAt()/4 || f.At >= tsLastAt()*3/4 {
+				t.Errorf("seed %d: TeraSort fault %s outside a quarter to three quarters of the job", seed, f)
+			}
+		}
+	}
+}
