@@ -70,6 +70,7 @@ const (
 	storeRecord = 64 // bytes at offset 0: epoch, process, count; the writer's copy at storeRecord
 	storeSize   = 4096
 	storeEvery  = 500 * time.Microsecond
+	storeParked = 5 * time.Millisecond   // a pause after which the waiter has parked
 	storeReport = 100 * time.Millisecond // a writer's count line at most this often
 	storeCall   = 50 * time.Millisecond  // bound of one store's calls
 	confirmWait = 50 * time.Millisecond  // a suspect that goes on this long is a violation
@@ -301,6 +302,12 @@ func (s *stores) write(in Store, to int) {
 		pause := storeEvery
 		if err != nil {
 			pause = 4 * storeEvery
+		} else if in.Mode != "" && n%8 == 0 {
+			// Long enough for the waiter to stop polling and park, so
+			// that the next store must wake it (under the race detector
+			// and a busy machine the short pauses alone gave a run with
+			// no wake-up at all, and the chaos kind went unproven).
+			pause = storeParked
 		}
 		select {
 		case <-s.stop:
