@@ -115,13 +115,23 @@ func main() {
 			out.exit(job.ExitCode(err), "segment", err)
 		}
 	}
+	stopWriter := func() {}
 	if w != nil {
 		wctx, stop := context.WithCancel(ctx)
-		defer stop()
 		p, _ := strconv.Atoi(proc)
-		go w.run(wctx, p)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			w.run(wctx, p)
+		}()
+		// The writer uses the runtime and its segment's memory: it ends
+		// before Finalize or Close frees them (a write racing Close read
+		// a segment that Close was taking away, under the race detector).
+		stopWriter = func() { stop(); <-done }
+		defer stopWriter()
 	}
 	sum, err := run(ctx, rt, *steps, *pause, w, onStep)
+	stopWriter()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: %v\n", rt.Rank(), err)
 		rt.Close()
