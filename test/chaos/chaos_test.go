@@ -898,7 +898,7 @@ func (s *summary) table() string {
 		stats.Percentile(s.recMS, 50), stats.Percentile(s.recMS, 99), s.wrong, s.hangs, s.leftovers, s.violations)
 	b.WriteString(s.cov.table())
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "%d schedules drew more losses than spares (expected: exit 75, or 137 without spares); %d disk-corruption resumes gave the reference result.\n", s.exhausted, s.resumed)
+	fmt.Fprintf(&b, "%d schedules drew more losses than spares (expected: exit 75, or without spares 137, 77 or 74); %d disk-corruption resumes gave the reference result.\n", s.exhausted, s.resumed)
 	fmt.Fprintf(&b, "%d processes were declared failed in all; %d survivable schedules ended with exit 75 because more processes were declared failed than they had spares (heartbeats starved on a busy machine).\n", s.declared, s.overrun)
 	for _, f := range s.failedRuns {
 		fmt.Fprintf(&b, "- %s\n", f)

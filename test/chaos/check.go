@@ -17,6 +17,16 @@ const (
 	ExitTimeout         = 124 // gaspirun --timeout: a hang
 )
 
+// noSparesEnd reports whether code is how a job without spares may end
+// when it loses a process, besides ExitSparesExhausted: gaspirun tears it
+// down with the first lost process's code (cmd/gaspirun's doc): 137 for
+// a SIGKILL, 77 for a paused or partitioned process that resumed and
+// learnt it was declared failed, 74 for one that gave up cut off, each
+// of which can come before the survivors' 75.
+func noSparesEnd(code int) bool {
+	return code == ExitKilledNoSpares || code == ExitDeclaredFailed || code == ExitCutOff
+}
+
 // Result is what a finished job left behind, as the checks need it.
 type Result struct {
 	Code   int
@@ -50,8 +60,8 @@ func Violations(s Schedule, r Result, ref string) []string {
 		// the job had to survive, and did.
 	case s.Expect == Exhaust && r.Code == ExitOK:
 		v = append(v, "the schedule has more losses than spares, but the job exited 0")
-	case s.Expect == Exhaust && r.Code != ExitSparesExhausted && !(s.Spares == 0 && r.Code == ExitKilledNoSpares):
-		v = append(v, fmt.Sprintf("losses beyond the spares must end with exit %d (or %d without spares), got %d: %s", ExitSparesExhausted, ExitKilledNoSpares, r.Code, lastError(r.Lines)))
+	case s.Expect == Exhaust && r.Code != ExitSparesExhausted && !(s.Spares == 0 && noSparesEnd(r.Code)):
+		v = append(v, fmt.Sprintf("losses beyond the spares must end with exit %d (or, without spares, %d, %d or %d), got %d: %s", ExitSparesExhausted, ExitKilledNoSpares, ExitDeclaredFailed, ExitCutOff, r.Code, lastError(r.Lines)))
 	case s.Expect == Exhaust && r.Answer != "":
 		v = append(v, "a job that lost more ranks than it had spares printed a result")
 	case s.Expect == ResumeOrRefuse && r.Code == ExitOK && r.Answer == "":

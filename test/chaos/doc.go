@@ -55,7 +55,9 @@
 //     checksum line; TeraSort: terasort validate's order check and its
 //     count and checksum, equal to the input's), or, where the schedule
 //     has more losses than spares, the job ends with exit 75 (spares
-//     exhausted; 137 when there were no spares) and no result;
+//     exhausted; without spares, the first lost process's code: 137 when
+//     it was killed, 77 or 74 when it was paused or partitioned and
+//     resumed to find itself declared failed or cut off) and no result;
 //   - no two processes applied a view in which they held the same rank in
 //     the same epoch, and all processes saw the same rank table per epoch
 //     (the runtime's "view applied" lines);
