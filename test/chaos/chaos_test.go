@@ -786,9 +786,9 @@ func apply(j *job, s Schedule, i int) (applied bool, why, detail string) {
 
 // recoveryTimes measures, for every fault the harness applied that cost a
 // process, the time from the fault to the job's next progress after the
-// recovery: for K-means the first iteration rank 0 completes after its
-// recovery line; for TeraSort the last "recovered" line of the epoch
-// that followed.
+// recovery: the first K-means iteration, or TeraSort progress line, of
+// the holder of rank 0 after its recovery line (progressRE); without such
+// a line, the last "recovered" line of the epochs that followed.
 func recoveryTimes(j *job) []time.Duration {
 	j.run.Lock()
 	defer j.run.Unlock()
@@ -806,7 +806,7 @@ func recoveryTimes(j *job) []time.Duration {
 			continue // it cost no process: no recovery of its own
 		}
 		if k := slices.IndexFunc(j.lines[i:], func(x line) bool { return recoveryRE.MatchString(x.text) }); k >= 0 {
-			if it, ok := j.findAfter(i+k, iterRE); ok {
+			if it, ok := j.findAfter(i+k, progressRE); ok {
 				out = append(out, it.at.Sub(l.at))
 			}
 			continue

@@ -130,6 +130,9 @@ var (
 	// (a promoted spare's label starts with s).
 	tsSentRE  = regexp.MustCompile(`^\[[rs]\d+\] sort: sent (\d+) of (\d+) records; `)
 	tsWroteRE = regexp.MustCompile(`^\[[rs]\d+\] sort: wrote (\d+) records of its part$`)
+	// progressRE is the first sign of work after a recovery: a K-means
+	// iteration, or a TeraSort progress line.
+	progressRE = regexp.MustCompile(`^\[r0\] iter\s+\d+\s|^\[[rs]\d+\] sort: (sent \d+ of \d+ records; |wrote \d+ records of its part$)`)
 )
 
 // job is one running gaspirun job and what the harness learns from its
