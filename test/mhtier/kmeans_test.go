@@ -77,6 +77,24 @@ func (l *launcher) Check(t *testing.T, s hostfault.Scenario, killed []int) {
 	finish(t, l.job, want, l.ref)
 }
 
+// Replaced reports whether a spare took each rank that s's host held
+// (hostfault.Replacer): a "spare promoted" record naming it.
+func (l *launcher) Replaced(s hostfault.Scenario) bool {
+	lines := l.job.Lines()
+	for p, h := range layout {
+		if h != s.Host || p >= len(layout)-nspares {
+			continue // another host's, or a spare
+		}
+		want := fmt.Sprintf("rank=%d ", p)
+		if !slices.ContainsFunc(lines, func(x proctest.Line) bool {
+			return strings.Contains(x.Text, `msg="spare promoted"`) && strings.Contains(x.Text+" ", want)
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
 // TestHostFaults (b to e): the host scenarios of package hostfault. A
 // crash of node2 kills rank 2 and the idle spare process 4, and node3's
 // spare takes rank 2; a crash of node1 takes process 0 with the

@@ -104,6 +104,18 @@ func (l *launcher) Check(t *testing.T, sc hostfault.Scenario, _ []int) {
 	t.Logf("gaspirun's last lines:\n%s\nhosts clean %v after gaspirun's exit", lastLines(out, 4), time.Since(ended).Round(time.Millisecond))
 }
 
+// Replaced reports whether gaspirun said spares hold the ranks of
+// sc's host (hostfault.Replacer).
+func (l *launcher) Replaced(sc hostfault.Scenario) bool {
+	out := l.r.output()
+	for _, rank := range []int{2 * sc.Host, 2*sc.Host + 1} { // two slots a host: its ranks
+		if !strings.Contains(out, fmt.Sprintf("now holds rank %d", rank)) {
+			return false
+		}
+	}
+	return true
+}
+
 // TestSSHHostFaults: the host scenarios of package hostfault under
 // gaspirun over ssh. A crash takes the host's sshd too: gaspirun sees both
 // ssh sessions end without an exit status and counts the two ranks as

@@ -45,7 +45,8 @@ var (
 	// is told about).
 	HostCutOff = Scenario{Name: "HostCutOff", Host: 1}
 	// HostCutAndHealed: node2 is cut off silently for 4 s, then healed;
-	// its replaced processes must learn it and end.
+	// its replaced processes must learn it and end. (Held longer when the
+	// launcher says its ranks were not taken over yet: see Replacer.)
 	HostCutAndHealed = Scenario{Name: "HostCutAndHealed", Host: 1, Heal: 4 * time.Second}
 )
 
@@ -53,8 +54,11 @@ var (
 var Scenarios = []Scenario{HostCrash, RendezvousHostCrash, HostCutOff, HostCutAndHealed}
 
 // Strike applies the fault to c: for a crash it returns the pids it
-// killed; a cut that heals returns once healed.
-func (s Scenario) Strike(c *simhost.Cluster) (killed []int, err error) {
+// killed; a cut that heals returns once healed. replaced, when not nil,
+// says whether the struck host's ranks were taken over: a cut that heals
+// lasts s.Heal, and then until they were (at most healBound), since the
+// scenario is a host cut off long enough to be declared failed.
+func (s Scenario) Strike(c *simhost.Cluster, replaced func() bool) (killed []int, err error) {
 	h := c.Host(s.Host)
 	if s.Crash {
 		return c.Crash(h)
@@ -63,7 +67,23 @@ func (s Scenario) Strike(c *simhost.Cluster) (killed []int, err error) {
 		return nil, err
 	}
 	time.Sleep(s.Heal) // the scenario: a partition this long
+	for end := time.Now().Add(healBound); replaced != nil && !replaced() && time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	return nil, c.Heal(h)
+}
+
+// healBound is how much longer than Heal a cut is held for its ranks to
+// be taken over. On a busy machine the failure detector stretches its
+// timeouts up to fourfold (its local health, health/localhealth.go), so
+// 4 s was at a load of 26 too short to be declared failed at all; the
+// cut-off (PGAS_CUTOFF, 10 s) bounds what a cut process waits.
+const healBound = 5 * time.Second
+
+// Replacer is a Launcher that can tell whether the ranks of a struck
+// host were taken over by spares (Strike holds a healing cut until then).
+type Replacer interface {
+	Replaced(s Scenario) bool
 }
 
 // Launcher runs the job of a scenario under one launcher.
@@ -82,7 +102,11 @@ func Run(t *testing.T, l Launcher, list []Scenario) {
 	for _, s := range list {
 		t.Run(s.Name, func(t *testing.T) {
 			c := l.Start(t, s)
-			killed, err := s.Strike(c)
+			var replaced func() bool
+			if r, ok := l.(Replacer); ok {
+				replaced = func() bool { return r.Replaced(s) }
+			}
+			killed, err := s.Strike(c, replaced)
 			if err != nil {
 				t.Fatalf("%s of %s: %v", s.Name, c.Host(s.Host).Name(), err)
 			}
