@@ -70,8 +70,9 @@ const (
 type groupShm struct {
 	epoch  uint32
 	area   *samehost.Area
-	k      uint64 // the stamp of the group's last collective in the area
-	nudged []bool // members sent a frame already (nudge), by index
+	k      uint64    // the stamp of the group's last collective in the area
+	nudged []bool    // members sent a frame already (nudge), by index
+	sizes  [2]uint64 // the sizes this member last stored, by the stamp's parity (the area starts zeroed)
 
 	// vecs and leaves are this member's scratch for a reduction (scratch).
 	vecs, leaves [][]byte
@@ -365,13 +366,23 @@ func (c *coll) meet(ctx context.Context, a *samehost.Area, st *groupShm, size in
 	if put != nil && size <= segments.CollBlock {
 		put(a.Block(c.me, k))
 	}
-	a.Size(c.me, k).Store(uint64(size))
+	// The size shares the line the others poll for the stamp: it is
+	// stored only when it changed since the collective of the same
+	// parity (never, for barriers in a row), and each member's is read
+	// right after its stamp was seen, before that member can move on and
+	// take the line back for its next stamp. (Stored and compared as the
+	// first version did, a barrier of two took 0.42 µs instead of 0.33.)
+	if p := k & 1; st.sizes[p] != uint64(size) {
+		a.Size(c.me, k).Store(uint64(size))
+		st.sizes[p] = uint64(size)
+	}
 	a.Stamp(c.me).Store(k)
 	for i := range a.Members() {
 		if i != c.me && a.Sleep(i).Load() != 0 {
 			c.nudge(ctx, i)
 		}
 	}
+	differs := -1
 	for i := range a.Members() {
 		if i == c.me {
 			continue
@@ -383,11 +394,12 @@ func (c *coll) meet(ctx context.Context, a *samehost.Area, st *groupShm, size in
 		} else if err != nil {
 			return false, err
 		}
-	}
-	for i := range a.Members() {
-		if got := a.Size(i, k).Load(); got != uint64(size) {
-			return true, fmt.Errorf("pgas: %s: %d bytes at rank %d, %d here: every member must pass the same size: %w", c.op, got, c.ranks[i], size, ErrInvalid)
+		if differs < 0 && a.Size(i, k).Load() != uint64(size) {
+			differs = i
 		}
+	}
+	if differs >= 0 {
+		return true, fmt.Errorf("pgas: %s: %d bytes at rank %d, %d here: every member must pass the same size: %w", c.op, a.Size(differs, k).Load(), c.ranks[differs], size, ErrInvalid)
 	}
 	if size > segments.CollBlock {
 		return false, nil
