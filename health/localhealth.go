@@ -8,7 +8,10 @@ package health
 //     descheduled, or its timers fired late) for at least stallTicks;
 //   - a helper round in which some helper did not answer at all (the
 //     missed-nack rule);
-//   - a suspicion this process raised on timing that turned out wrong;
+//   - a suspicion this process raised on timing that turned out wrong,
+//     unless another peer's acks came on time while the suspect was
+//     silent (then the silence was the suspect's or its path's: a host
+//     cut off for a moment, not this process being slow);
 //   - a heartbeat Ack that came more than two intervals later than the
 //     peer's quickest one: the peer (or the host both run on) stalls, and
 //     this process's timeouts are too short for it.

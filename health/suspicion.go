@@ -16,6 +16,7 @@ type suspicion struct {
 	minSeq    uint64 // a direct Ack at or above this refutes
 	since     uint64
 	strong    bool // raised or backed by PeerDown
+	alone     bool // raised on timing while another peer was heard on time
 	round     int
 	deadline  uint64           // end of the current round
 	asked     []transport.Proc // helpers of the current round
@@ -27,7 +28,7 @@ type suspicion struct {
 func (c *Core) suspect(pe *peer, reason string, strong bool) {
 	c.seq++
 	pe.status = StatusSuspected
-	pe.susp = &suspicion{id: c.seq, minSeq: c.seq + 1, since: c.now, strong: strong}
+	pe.susp = &suspicion{id: c.seq, minSeq: c.seq + 1, since: c.now, strong: strong, alone: !strong && c.othersOnTime(pe)}
 	c.dirty = true
 	c.stats.Suspicions++
 	c.emit(Suspected, pe.proc, reason)
@@ -35,9 +36,13 @@ func (c *Core) suspect(pe *peer, reason string, strong bool) {
 }
 
 func (c *Core) refute(pe *peer, reason string) {
-	if !pe.susp.strong {
+	if !pe.susp.strong && !pe.susp.alone {
 		// We suspected a live process on our own timing: perhaps we are
-		// the slow one.
+		// the slow one. Not when another peer's acks came on time while
+		// pe was silent: then our input flowed, and what fell silent was
+		// pe or the way to it (a host cut off for a moment). Counted, that
+		// stretched the detection of the next real loss of that host up
+		// to fourfold (5 s recoveries in the three-host chaos sweep).
 		c.bumpHealth()
 	}
 	pe.status, pe.susp, pe.watch = StatusAlive, nil, false
@@ -45,6 +50,19 @@ func (c *Core) refute(pe *peer, reason string) {
 	c.dirty = true
 	c.stats.Refutations++
 	c.emit(Refuted, pe.proc, reason)
+}
+
+// othersOnTime reports whether a peer other than pe that this process
+// pings was heard within two heartbeat intervals (scaled): this process's
+// input flows, so a silence of pe alone is not its own slowness.
+func (c *Core) othersOnTime(pe *peer) bool {
+	fresh := c.scaled(2 * c.cfg.IntervalTicks)
+	for _, q := range c.active {
+		if q != pe && q.status == StatusAlive && c.now-q.lastHeard <= fresh {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Core) confirm(pe *peer, reason string) {
