@@ -165,6 +165,12 @@ func (rt *Runtime) admit(from transport.Proc, h *transport.Header) error {
 		return fmt.Errorf("pgas: frame from proc %d with epoch %d < %d: %w", from, h.Epoch, v.epoch, ErrStaleEpoch)
 	}
 	// A sender ahead of us applied a newer view first: fine, ours follows.
+	// Recover waits for it (a retry in the older epoch would pair this
+	// process's collectives with another laggard's, out of step).
+	if h.Epoch > v.epoch {
+		for old := rt.aheadEpoch.Load(); uint64(h.Epoch) > old && !rt.aheadEpoch.CompareAndSwap(old, uint64(h.Epoch)); old = rt.aheadEpoch.Load() {
+		}
+	}
 	return nil
 }
 

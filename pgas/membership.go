@@ -142,7 +142,9 @@ func (rt *Runtime) drainLanding(ctx context.Context, epoch uint32) error {
 
 // Recover waits until the membership has committed a view that replaces
 // every process this runtime saw fail (or, in a job that shrinks, leaves
-// its rank vacant: see Vacant), applies it, and returns. Survivors
+// its rank vacant: see Vacant), and is no older than any epoch a peer's
+// frame carried (a peer ahead: recovering in the older epoch would go on
+// out of step with it), applies it, and returns. Survivors
 // call it after an operation failed with a *RankError; afterwards they
 // re-run their setup (SegmentCreate is idempotent for survivors) and
 // restore state. It returns ErrFenced if this process was itself replaced,
@@ -167,7 +169,7 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 		if v.finished {
 			return fmt.Errorf("pgas: recover: %w (epoch %d): nothing to recover", ErrFinished, v.epoch)
 		}
-		if uint64(v.epoch) > rt.failEpoch.Load() && rt.ranksLive(v) {
+		if uint64(v.epoch) > rt.failEpoch.Load() && uint64(v.epoch) >= rt.aheadEpoch.Load() && rt.ranksLive(v) {
 			if err := rt.drainLanding(ctx, v.epoch); err != nil {
 				return err
 			}

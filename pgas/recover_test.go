@@ -418,3 +418,55 @@ func TestDirectMoveOnlyForHolders(t *testing.T) {
 		})
 	}
 }
+
+// A peer's frame from a newer epoch means that epoch was committed:
+// Recover waits until this process applied it, instead of returning in
+// the older epoch, where a retried restore pairs its collectives with
+// another laggard's, out of step (chaos, three hosts, seed 474: "allgather:
+// 16 bytes from a peer, 40 here").
+func TestRecoverWaitsForAnEpochAPeerIsIn(t *testing.T) {
+	rts, _, _, fm, handles := newFTJobOn(t, 2, 1, nil)
+	ctx := context.Background()
+	pgas.Each(t, rts, func(rt *pgas.Runtime) error {
+		_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
+		return err
+	})
+	// recoverTo recovers rt until it is in epoch e (Recover without a
+	// failure seen returns in the view it has; the next one is applied
+	// in the background).
+	recoverTo := func(rt *pgas.Runtime, e uint64) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); rt.Epoch() < e; time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("process %d: in epoch %d, want epoch %d", rt.Proc(), rt.Epoch(), e)
+			}
+		}
+		if err := rt.Recover(ctx); err != nil {
+			t.Fatalf("process %d: Recover = %v in epoch %d", rt.Proc(), err, e)
+		}
+	}
+	// Both move on once (neither has then a failure left to recover
+	// from), then process 1 stays behind.
+	e1 := fm.Advance()
+	recoverTo(rts[0], e1)
+	recoverTo(rts[1], e1)
+	handles[1].Pause(true)
+	e := fm.Advance()
+	recoverTo(rts[0], e)
+	if err := rts[0].Notify(ctx, 0, 1, 1, 3, 7); err != nil {
+		t.Fatal(err)
+	}
+	// The notification (of epoch e, ahead) lands at process 1.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := rts[1].NotifyWaitSome(wctx, 1, 3, 1); err != nil {
+		t.Fatalf("process 1 did not get the frame of epoch %d: %v", e, err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer rcancel()
+	if err := rts[1].Recover(rctx); err == nil {
+		t.Fatalf("process 1 recovered in epoch %d while a peer is in epoch %d", rts[1].Epoch(), e)
+	}
+	handles[1].Pause(false)
+	recoverTo(rts[1], e)
+}

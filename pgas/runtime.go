@@ -33,6 +33,7 @@ type Runtime struct {
 	halt        atomic.Pointer[error] // set once: this process must stop (fenced, or the membership gave up on it)
 	appEpoch    atomic.Uint32         // the epoch the program acknowledged (Init, Recover)
 	failEpoch   atomic.Uint64         // latest epoch in which this process saw a failure
+	aheadEpoch  atomic.Uint64         // newest epoch a peer's frame carried (admit): committed, so Recover waits for it
 
 	member Membership
 	det    *health.Detector
