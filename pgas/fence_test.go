@@ -12,8 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/pgas/pgastest"
 	"github.com/gaspigo/gaspigo/segments"
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/mem"
 )
 
 // writeLoop has rt write k into the 8 bytes at off of rank 0's segment 1
@@ -304,23 +306,7 @@ func TestDirectWakeOutlivesCallersContext(t *testing.T) {
 // once applied, it would make the value, of the older epoch, read as not
 // set, as a frame of the older epoch still on its way is refused.)
 func TestDirectWaiterWakesWhenWriterDiesBeforeItsWake(t *testing.T) {
-	pgas.DirectMapped(t)
-	rts, _, nw, fm, _ := newFTJobOn(t, 2, 1, nil, pgas.Direct, func(c *pgas.Config) { c.SpinWait = 0 })
-	ctx := context.Background()
-	pgas.Each(t, rts, func(rt *pgas.Runtime) error {
-		_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
-		return err
-	})
-	notes := notesAs(t, rts[0], 1)
-	got := make(chan error, 1)
-	go func() {
-		_, err := rts[0].NotifyWaitSome(ctx, 1, 9, 1)
-		got <- err
-	}()
-	waitParked(t, notes, uint32(rts[1].Epoch()))
-	if wake, set := notes.Store(9, 5, uint32(rts[1].Epoch())); !wake || !set {
-		t.Fatalf("store: wake %v, set %v; want a parked waiter to wake", wake, set)
-	}
+	_, nw, fm, got := storedWithoutWake(t)
 	fm.Hold(1)
 	defer fm.Release()
 	nw.Kill(1) // before it sends the wake-up
@@ -339,8 +325,26 @@ func TestDirectWaiterWakesWhenWriterDiesBeforeItsWake(t *testing.T) {
 // belongs to an older epoch), and the waiter returns ErrStaleEpoch at
 // that view instead of sleeping on for a notification nobody will set.
 func TestDirectWaiterReturnsWhenAViewDropsItsUnwokenSlot(t *testing.T) {
+	_, _, fm, got := storedWithoutWake(t)
+	fm.Advance() // no wake-up was sent
+	select {
+	case err := <-got:
+		if !errors.Is(err, pgas.ErrStaleEpoch) {
+			t.Fatalf("NotifyWaitSome after the view dropped its slot: %v; want ErrStaleEpoch", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter still sleeps after a view dropped the slot stored for it")
+	}
+}
+
+// storedWithoutWake sets up two ranks sharing memory, parks rank 0's
+// waiter on slot 9 of segment 1, and stores into that slot as process 1,
+// in its epoch, without the wake-up that should follow; got receives the
+// waiter's result.
+func storedWithoutWake(t *testing.T) ([]*pgas.Runtime, *mem.Network, *pgastest.Membership, chan error) {
+	t.Helper()
 	pgas.DirectMapped(t)
-	rts, _, _, fm, _ := newFTJobOn(t, 2, 1, nil, pgas.Direct, func(c *pgas.Config) { c.SpinWait = 0 })
+	rts, _, nw, fm, _ := newFTJobOn(t, 2, 1, nil, pgas.Direct, func(c *pgas.Config) { c.SpinWait = 0 })
 	ctx := context.Background()
 	pgas.Each(t, rts, func(rt *pgas.Runtime) error {
 		_, err := rt.SegmentCreate(ctx, 1, 4096, nil)
@@ -357,13 +361,5 @@ func TestDirectWaiterReturnsWhenAViewDropsItsUnwokenSlot(t *testing.T) {
 	if wake, set := notes.Store(9, 5, e); !wake || !set {
 		t.Fatalf("store: wake %v, set %v; want a parked waiter to wake", wake, set)
 	}
-	fm.Advance() // no wake-up was sent
-	select {
-	case err := <-got:
-		if !errors.Is(err, pgas.ErrStaleEpoch) {
-			t.Fatalf("NotifyWaitSome after the view dropped its slot: %v; want ErrStaleEpoch", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the waiter still sleeps after a view dropped the slot stored for it")
-	}
+	return rts, nw, fm, got
 }
