@@ -76,12 +76,18 @@ type hostLoad struct {
 	Cores int
 }
 
-// factor is the stretch for procs processes on cores cores: 1 up to
-// perCore processes per core, then their number per perCore cores,
-// rounded up, at most maxStretch.
-func (l hostLoad) factor() int {
-	room := perCore * max(l.Cores, 1)
-	return min(max(1, (l.Procs+room-1)/room), maxStretch)
+// factor is the stretch for the host's processes on its cores.
+func (l hostLoad) factor() int { return StretchFor(l.Procs, l.Cores) }
+
+// StretchFor is the factor by which a job stretches its membership's
+// timeouts and its failure detector's timing when its most loaded host
+// runs procs processes on cores cores: 1 up to four processes per core,
+// then their number per four cores, rounded up, at most 32. A job logs
+// the factor it chose ("membership timeouts stretched ..."); a caller
+// that must bound a job's run beforehand (a test's deadline) uses this.
+func StretchFor(procs, cores int) int {
+	room := perCore * max(cores, 1)
+	return min(max(1, (procs+room-1)/room), maxStretch)
 }
 
 // stretch returns the factor for the membership's and the detector's

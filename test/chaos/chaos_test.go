@@ -179,6 +179,7 @@ func build(t *testing.T, s Schedule, out string) spec {
 		sp.program = append([]string{bins.kmeans}, w.args()...)
 		if s.Ranks != Ranks {
 			sp.gaspirun, sp.program[0] = scaleBins.gaspirun, scaleBins.kmeans
+			sp.deadline = scaleDeadline(s.Ranks+s.Spares, len(s.Faults))
 		}
 		sp.program = append(sp.program, "--mirrors", strconv.Itoa(s.Mirrors))
 		for _, f := range s.Faults {
@@ -429,14 +430,14 @@ func causesRecovery(note string) bool {
 // reached waits until the job reaches a fault's trigger point.
 func reached(j *job, s Schedule, at int) bool {
 	if s.Workload == KMeans {
-		return j.waitUntil(jobDeadline, func() bool { return j.iter >= at })
+		return j.waitUntil(j.deadline, func() bool { return j.iter >= at })
 	}
 	// TeraSort's clock is its logical progress (tsProgress), from the
 	// progress lines of rank 0: they begin once the rendezvous is over
 	// (every process registered) and the first checkpoint committed, and
 	// a point below 1000 per mille comes before rank 0 wrote its whole
 	// part, so a fault lands inside the sort however fast it runs.
-	return j.waitUntil(jobDeadline, func() bool { return j.progress >= at })
+	return j.waitUntil(j.deadline, func() bool { return j.progress >= at })
 }
 
 // leaderWait bounds the wait for a known Raft leader at a kill-leader
@@ -598,7 +599,7 @@ func apply(j *job, s Schedule, i int) (applied bool, why, detail string) {
 	if !reached(j, s, f.At) {
 		return ended("before the fault's point")
 	}
-	if !j.waitUntil(jobDeadline, func() bool { return j.settledLocked(s) }) {
+	if !j.waitUntil(j.deadline, func() bool { return j.settledLocked(s) }) {
 		return ended("while an earlier recovery settled")
 	}
 	if j.over() {
@@ -682,7 +683,7 @@ func apply(j *job, s Schedule, i int) (applied bool, why, detail string) {
 			return gone(fmt.Sprintf("process %d, holder of rank %d", p, f.Rank))
 		}
 		j.note("applied %s: SIGKILL process %d", f, p)
-		if !j.waitUntil(jobDeadline, func() bool { _, ok := j.findMsgAfter(from, msgFailureConfirmed); return ok }) {
+		if !j.waitUntil(j.deadline, func() bool { _, ok := j.findMsgAfter(from, msgFailureConfirmed); return ok }) {
 			return ended(fmt.Sprintf("after the first kill (process %d), before a survivor confirmed it", p))
 		}
 		r2 := (f.Rank + 2) % s.Ranks

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -142,6 +143,9 @@ type job struct {
 	id     string
 	start  time.Time
 	faults string // the netfault directory
+	// deadline is gaspirun's --timeout and the bound of the harness's
+	// waits for a fault's point or its effect.
+	deadline time.Duration
 
 	run *proctest.Job
 	// Guarded by run's lock (built by onLine, its OnLine; notes added
@@ -372,9 +376,10 @@ type spec struct {
 	launcher []string // gaspirun flags after -n and --spares
 	program  []string // the program and its arguments
 	spares   int
-	env      []string     // KEY=VALUE for every process (the runtime's fault point)
-	faults   int          // the schedule's faults, one outcome each
-	apply    func(j *job) // runs the schedule's faults while the job runs
+	env      []string      // KEY=VALUE for every process (the runtime's fault point)
+	faults   int           // the schedule's faults, one outcome each
+	apply    func(j *job)  // runs the schedule's faults while the job runs
+	deadline time.Duration // gaspirun's --timeout and the harness's waits; 0: jobDeadline
 }
 
 // run starts the job, applies its faults, waits (bounded) and checks by
@@ -383,14 +388,14 @@ func run(t *testing.T, sp spec) (*job, Result) {
 	t.Helper()
 	j := &job{t: t, id: fmt.Sprintf("chaos-%d-%d", os.Getpid(), time.Now().UnixNano()), leader: -1,
 		pids: proctest.NewProcs(), stopped: map[int]bool{}, outcomes: make([]outcome, sp.faults),
-		failed: map[int]bool{}}
+		failed: map[int]bool{}, deadline: cmp.Or(sp.deadline, jobDeadline)}
 	j.faults = t.TempDir()
 	// --collapse 0: every line as soon as it is written. Collapsing holds
 	// lines back (200 ms by default), and the harness, which aims faults
 	// at K-means iterations of a few milliseconds, would see its clock
 	// tens of iterations late.
 	args := []string{"-n", strconv.Itoa(sp.ranks), "--spares", strconv.Itoa(sp.spares),
-		"--timeout", jobDeadline.String(), "--grace", grace.String(), "--job-id", j.id, "--collapse", "0"}
+		"--timeout", j.deadline.String(), "--grace", grace.String(), "--job-id", j.id, "--collapse", "0"}
 	args = append(args, sp.launcher...)
 	args = append(args, "--")
 	args = append(args, sp.program...)
@@ -403,7 +408,7 @@ func run(t *testing.T, sp spec) (*job, Result) {
 	cmd.Env = append(cmd.Env, sp.env...)
 	t.Logf("gaspirun %s", strings.Join(args, " "))
 	j.start = time.Now()
-	run, err := proctest.Start(proctest.JobConfig{OnLine: j.onLine, Bound: jobDeadline + 30*time.Second}, cmd)
+	run, err := proctest.Start(proctest.JobConfig{OnLine: j.onLine, Bound: j.deadline + 30*time.Second}, cmd)
 	if err != nil {
 		t.Fatalf("start gaspirun: %v", err)
 	}

@@ -4,12 +4,16 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
+	gjob "github.com/gaspigo/gaspigo/job"
 )
 
 var (
@@ -45,6 +49,20 @@ func buildScaleBins(t *testing.T) {
 	if scaleBins.err != nil {
 		t.Fatal(scaleBins.err)
 	}
+}
+
+// scaleDeadline bounds a scale-mode job of procs processes with faults
+// faults. On an oversubscribed machine the job stretches its detector's
+// timing (job.StretchFor: 32 for 258 processes on 2 cores), so finding a
+// paused or partitioned process takes its silent detection bound times
+// that factor (62 s at 32), and up to 1+MaxLocalHealth times that when
+// the observers' local health is low. jobDeadline, set for an
+// unstretched job, would call two such faults a hang.
+func scaleDeadline(procs, faults int) time.Duration {
+	c := health.DefaultConfig()
+	c = c.Stretched(gjob.StretchFor(procs, runtime.NumCPU()))
+	silent := c.DetectionBound(time.Millisecond, false)
+	return jobDeadline + time.Duration(faults*(1+c.MaxLocalHealth))*silent
 }
 
 // TestChaosScale is the scale mode: schedules of DrawScale on a job of
