@@ -14,6 +14,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/internal/listen"
+	"github.com/gaspigo/gaspigo/internal/tcpopt"
 	"github.com/hashicorp/raft"
 )
 
@@ -182,7 +183,7 @@ func (l *authListener) Addr() net.Addr { return l.lis.Addr() }
 // dialAuth dials addr and runs the handshake as the dialing side. The
 // returned connection has no deadline set.
 func dialAuth(ctx context.Context, addr string, token []byte, secure bool, p auth.Purpose, self uint32, timeout time.Duration, wrap func(net.Conn) net.Conn) (*authConn, error) {
-	var d net.Dialer
+	d := net.Dialer{Control: tcpopt.Control}
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c, err := d.DialContext(dctx, "tcp", addr)

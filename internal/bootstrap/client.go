@@ -14,6 +14,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/internal/tcpopt"
 )
 
 // ClientConfig configures Register and the Session it returns.
@@ -308,7 +309,7 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 			r.mu.Unlock()
 		}
 	}()
-	d := net.Dialer{Timeout: r.cfg.DialTimeout}
+	d := net.Dialer{Timeout: r.cfg.DialTimeout, Control: tcpopt.Control}
 	c, err := d.DialContext(ctx, "tcp", r.env.Rendezvous)
 	if err != nil {
 		return res, fmt.Errorf("dial: %w", err)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/internal/tcpopt"
 )
 
 // Config says what a Listener admits and how.
@@ -211,6 +212,7 @@ func (l *Listener) acceptLoop() {
 			continue
 		}
 		pause = 0
+		tcpopt.Tune(nc)
 		c := nc
 		if l.cfg.Prepare != nil {
 			c = l.cfg.Prepare(nc)

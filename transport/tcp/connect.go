@@ -12,6 +12,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/internal/tcpopt"
 	"github.com/gaspigo/gaspigo/transport"
 )
 
@@ -307,7 +308,7 @@ func (t *Transport) giveUp(p *peer, cause error) {
 // permanent error when the peer holds this process down.
 func (t *Transport) dialOnce(id transport.Proc, addr string) (net.Conn, error) {
 	t.stats.dialAttempts.Add(1)
-	d := net.Dialer{Timeout: t.cfg.DialTimeout, KeepAlive: t.cfg.KeepAlive}
+	d := net.Dialer{Timeout: t.cfg.DialTimeout, KeepAlive: t.cfg.KeepAlive, Control: tcpopt.Control}
 	nc, err := d.DialContext(t.ctx, "tcp", addr)
 	if err != nil {
 		if t.ctx.Err() != nil {
