@@ -42,6 +42,15 @@ type Locality interface {
 	IsNear(peer Proc) bool
 }
 
+// PeerAdder is the capability of a transport that can learn a process
+// that joined the job after the transport started (transport/tcp,
+// transport/route through its far transport, transport/mem for tests):
+// AddPeer gives it p's address. Adding a known peer again with the same address is a no-op;
+// with another address it is an error (process ids are never reused).
+type PeerAdder interface {
+	AddPeer(p Proc, addr string) error
+}
+
 // Paths is the capability of a composite transport (transport/route)
 // that sends to some peers through one transport and to the others
 // through another: PathNames names both (NameOf each), and IsNear says

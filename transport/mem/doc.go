@@ -1,8 +1,9 @@
 // Package mem is an in-process transport.Transport: n endpoints (procs
-// 0..n-1) of one Network exchange frames over channels, with a seeded fault
-// hub on every link. It is what unit tests and large simulations (thousands
-// of procs in one Go process) run on, and it works inside testing/synctest
-// bubbles: it uses only channels, timers and goroutines.
+// 0..n-1, and more added later) of one Network exchange frames over
+// channels, with a seeded fault hub on every link. It is what unit tests
+// and large simulations (thousands of procs in one Go process) run on,
+// and it works inside testing/synctest bubbles: it uses only channels,
+// timers and goroutines.
 //
 // Usage:
 //
@@ -39,6 +40,13 @@
 // transport.ErrPeerDown. An endpoint that had no connection to a dead proc
 // learns on its first Send to it, which fails and triggers PeerDown. An
 // endpoint that is not started yet gets its PeerDown calls on Start.
+//
+// A process that joins the job after it formed gets an endpoint of its
+// own, with the next Proc (Network.AddEndpoint). As over TCP, where its
+// address reaches the others through the membership's views, the other
+// endpoints send to it only once they were given its address
+// (Transport.AddPeer with its Addr, transport.PeerAdder) or it connected
+// to them first; it knows the network's first endpoints from the start.
 //
 // # Fault hub
 //

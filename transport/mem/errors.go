@@ -19,8 +19,10 @@ var (
 	// Sends cut short by it.
 	ErrNetworkClosed = errors.New("mem: network closed")
 	// ErrBadProc is returned by Kill, Partition, Drop and Delay for a Proc
-	// outside 0..n-1 (and not Any where a wildcard is allowed), and by
-	// Partition for a Proc named in two groups.
+	// outside 0..Size()-1 (and not Any where a wildcard is allowed), by
+	// Partition for a Proc named in two groups, by AddPeer for a Proc with
+	// no endpoint, this endpoint or a wrong address, and by AddEndpoint on
+	// a network at its size limit.
 	ErrBadProc = errors.New("mem: bad proc")
 	// ErrBadFault is returned by Drop and Delay for a probability outside
 	// [0, 1] or a negative duration.

@@ -26,7 +26,16 @@ type pair struct{ from, to transport.Proc }
 type delayRule struct{ d, jitter time.Duration }
 
 func (fs *faultState) partitioned(from, to transport.Proc) bool {
-	return fs.group != nil && fs.group[from] != fs.group[to]
+	return fs.group != nil && fs.groupOf(from) != fs.groupOf(to)
+}
+
+// groupOf is p's partition group; 0 (named in no group) for an endpoint
+// added after the partition.
+func (fs *faultState) groupOf(p transport.Proc) int32 {
+	if int64(p) < int64(len(fs.group)) {
+		return fs.group[p]
+	}
+	return 0
 }
 
 // lookup finds the most specific rule for from->to: exact, then (from, Any),
@@ -79,25 +88,27 @@ func (n *Network) checkProc(what string, p transport.Proc, wildcard bool) error 
 	if wildcard && p == Any {
 		return nil
 	}
-	if int64(p) >= int64(n.size) {
-		return fmt.Errorf("%w: %s names proc %d on a network of %d procs", ErrBadProc, what, p, n.size)
+	if size := n.Size(); int64(p) >= int64(size) {
+		return fmt.Errorf("%w: %s names proc %d on a network of %d procs", ErrBadProc, what, p, size)
 	}
 	return nil
 }
 
 // Partition splits the network: frames between procs of different groups
 // are held, not delivered, until Heal (or a new Partition that joins them).
-// Procs named in no group form one more group together. Nobody gets
+// Procs named in no group form one more group together (so do endpoints
+// added after it, AddEndpoint). Nobody gets
 // PeerDown: a partition is silent, as on a real network; Sends across it
 // succeed until the link's queue is full, then block until ctx ends. A new
 // Partition replaces the previous one.
 func (n *Network) Partition(groups ...[]transport.Proc) error {
-	group := make([]int32, n.size)
-	seen := make(map[transport.Proc]int, n.size)
+	size := n.Size()
+	group := make([]int32, size)
+	seen := make(map[transport.Proc]int, size)
 	for gi, g := range groups {
 		for _, p := range g {
-			if err := n.checkProc("Partition", p, false); err != nil {
-				return err
+			if int64(p) >= int64(size) {
+				return fmt.Errorf("%w: Partition names proc %d on a network of %d procs", ErrBadProc, p, size)
 			}
 			if prev, ok := seen[p]; ok && prev != gi {
 				return fmt.Errorf("%w: Partition names proc %d in groups %d and %d; a proc belongs to one group",

@@ -23,7 +23,13 @@ func (t *Transport) ShareMemory(f transport.MemoryFunc) { t.mem.f.Store(&f) }
 // endpoint, or not answering memory requests.
 func (t *Transport) FetchMemory(ctx context.Context, peer transport.Proc, key uint64) (int, uint64, error) {
 	n := t.net
-	if int64(peer) >= int64(n.size) || peer == t.self {
+	n.mu.Lock()
+	var ep *Transport
+	if int64(peer) < int64(n.size) && peer != t.self && t.knowsLocked(peer) {
+		ep = n.eps[peer]
+	}
+	n.mu.Unlock()
+	if ep == nil {
 		return -1, 0, fmt.Errorf("mem: fetch memory from proc %d: %w", peer, transport.ErrUnknownPeer)
 	}
 	if err := ctx.Err(); err != nil {
@@ -32,7 +38,7 @@ func (t *Transport) FetchMemory(ctx context.Context, peer transport.Proc, key ui
 	if !n.Alive(t.self) || !n.Alive(peer) || n.faults.Load().partitioned(t.self, peer) {
 		return -1, 0, fmt.Errorf("mem: fetch memory from proc %d: %w", peer, transport.ErrPeerDown)
 	}
-	f := n.eps[peer].mem.f.Load()
+	f := ep.mem.f.Load()
 	if f == nil {
 		return -1, 0, fmt.Errorf("mem: proc %d shares no memory", peer)
 	}

@@ -68,14 +68,15 @@ type Stats struct {
 // every link between them. Create it with NewNetwork, get endpoints with
 // Endpoint, and Close it when done.
 type Network struct {
-	size     int
+	base     int // the endpoints New made, known to every endpoint
 	seed     int64
 	queueLen int
 	log      *slog.Logger
-	eps      []*Transport
 	faults   atomic.Pointer[faultState] // replaced, never mutated, under mu
 
 	mu     sync.Mutex
+	size   int          // endpoints now: base plus those AddEndpoint added
+	eps    []*Transport // indexed by proc; only grows
 	closed bool
 	conns  map[uint64]*conn
 
@@ -97,6 +98,7 @@ func New(n int, cfg Config) (*Network, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	nw := &Network{
+		base:     n,
 		size:     n,
 		seed:     cfg.Seed,
 		queueLen: cfg.queueLen(),
@@ -105,15 +107,55 @@ func New(n int, cfg Config) (*Network, error) {
 		conns:    make(map[uint64]*conn),
 	}
 	for i := range nw.eps {
-		nw.eps[i] = &Transport{
-			net:       nw,
-			self:      transport.Proc(i),
-			startedCh: make(chan struct{}),
-			deadCh:    make(chan struct{}),
-		}
+		nw.eps[i] = nw.newEndpoint(transport.Proc(i))
 	}
 	nw.faults.Store(&faultState{changed: make(chan struct{})})
 	return nw, nil
+}
+
+func (n *Network) newEndpoint(p transport.Proc) *Transport {
+	return &Transport{
+		net:       n,
+		self:      p,
+		startedCh: make(chan struct{}),
+		deadCh:    make(chan struct{}),
+	}
+}
+
+// AddEndpoint adds an endpoint for a process that joins the job after it
+// formed: its Proc is the next one (Size before the call), and Size grows
+// by one. As over TCP, where a joiner's address reaches the others
+// through the membership, the other endpoints do not know it: a Send to
+// it fails with transport.ErrUnknownPeer until the sender's AddPeer with
+// its Addr (or until it sent them a frame first, which makes the
+// connection). The new endpoint knows the network's first endpoints
+// (New's n), and the later ones it is given with AddPeer. It returns
+// ErrNetworkClosed after Close, and ErrBadProc when the network is at its
+// size limit.
+func (n *Network) AddEndpoint() (*Transport, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, ErrNetworkClosed
+	}
+	if n.size >= maxProcs {
+		return nil, fmt.Errorf("%w: AddEndpoint on a network of %d procs, the most it may have", ErrBadProc, n.size)
+	}
+	ep := n.newEndpoint(transport.Proc(n.size))
+	n.eps = append(n.eps, ep)
+	n.size++
+	n.log.Info("endpoint added", "proc", ep.self)
+	return ep, nil
+}
+
+// endpoint returns proc p's endpoint, nil when there is none.
+func (n *Network) endpoint(p transport.Proc) *Transport {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if int64(p) >= int64(n.size) {
+		return nil
+	}
+	return n.eps[p]
 }
 
 // NewNetwork is New for tests and simulations, where a bad argument is a bug
@@ -129,21 +171,28 @@ func NewNetwork(n int, cfg Config) *Network {
 // Seed returns the seed the fault decisions are drawn from.
 func (n *Network) Seed() int64 { return n.seed }
 
-// Size returns the number of endpoints.
-func (n *Network) Size() int { return n.size }
+// Size returns the number of endpoints (AddEndpoint adds to it).
+func (n *Network) Size() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.size
+}
 
 // Endpoint returns proc p's transport; repeated calls return the same one.
 // It panics if p is not in 0..Size()-1, which is a bug in the caller.
 func (n *Network) Endpoint(p transport.Proc) *Transport {
-	if int64(p) >= int64(n.size) {
-		panic(fmt.Sprintf("mem: Endpoint(%d) on a network of %d procs", p, n.size))
+	ep := n.endpoint(p)
+	if ep == nil {
+		panic(fmt.Sprintf("mem: Endpoint(%d) on a network of %d procs", p, n.Size()))
 	}
-	return n.eps[p]
+	return ep
 }
 
 // Transports returns every endpoint as a transport.Transport, indexed by
 // proc.
 func (n *Network) Transports() []transport.Transport {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	out := make([]transport.Transport, n.size)
 	for i, ep := range n.eps {
 		out[i] = ep
@@ -191,11 +240,11 @@ func (n *Network) Close() error {
 // return transport.ErrClosed. Kill does not wait for a HandleFrame that p is
 // running; p.Close does. Killing a dead proc does nothing.
 func (n *Network) Kill(p transport.Proc) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if int64(p) >= int64(n.size) {
 		return fmt.Errorf("%w: Kill(%d) on a network of %d procs", ErrBadProc, p, n.size)
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.closed {
 		return ErrNetworkClosed
 	}
@@ -205,12 +254,9 @@ func (n *Network) Kill(p transport.Proc) error {
 
 // Alive reports whether proc p has been neither killed nor closed.
 func (n *Network) Alive(p transport.Proc) bool {
-	if int64(p) >= int64(n.size) {
-		return false
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return !n.eps[p].dead
+	return int64(p) < int64(n.size) && !n.eps[p].dead
 }
 
 // --- connections ---

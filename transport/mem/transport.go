@@ -22,6 +22,7 @@ type Transport struct {
 	dead    bool
 	cause   error // why it died, as its peers see it
 	conns   map[transport.Proc]*conn
+	added   map[transport.Proc]bool // endpoints added after New that AddPeer made known
 
 	// links caches this endpoint's outgoing links by peer, so that a Send
 	// on a link that exists takes no network-wide lock. A link never
@@ -100,6 +101,10 @@ func (t *Transport) Send(ctx context.Context, to transport.Proc, h *transport.He
 		n.mu.Unlock()
 		return fmt.Errorf("mem: send to proc %d on a network of %d procs: %w", to, n.size, transport.ErrUnknownPeer)
 	}
+	if !t.knowsLocked(to) {
+		n.mu.Unlock()
+		return fmt.Errorf("mem: send to proc %d, which joined the network after proc %d started and was not added to it (AddPeer): %w", to, t.self, transport.ErrUnknownPeer)
+	}
 	l, err := n.linkLocked(t, to)
 	n.mu.Unlock()
 	if err != nil {
@@ -155,6 +160,55 @@ func (t *Transport) Close() error {
 
 func (t *Transport) closedErrLocked() error {
 	return fmt.Errorf("mem: proc %d: %w (%v)", t.self, transport.ErrClosed, t.cause)
+}
+
+var _ transport.PeerAdder = (*Transport)(nil)
+
+// Addr is this endpoint's address, as AddPeer takes it: "mem:" and its
+// Proc.
+func (t *Transport) Addr() string { return addrOf(t.self) }
+
+func addrOf(p transport.Proc) string { return fmt.Sprintf("mem:%d", p) }
+
+// AddPeer makes peer p, an endpoint added to the network after this one
+// started (Network.AddEndpoint), known to this endpoint, so that Send
+// reaches it (transport.PeerAdder); addr must be p's Addr. Adding a known
+// peer again, or one of the network's first endpoints (known from the
+// start), with its address does nothing. It returns an error wrapping
+// ErrBadProc, and changes nothing, for NoProc, this endpoint, a Proc with
+// no endpoint, or an address that is not p's; transport.ErrClosed after
+// Close or Kill. Safe concurrently with Send.
+func (t *Transport) AddPeer(p transport.Proc, addr string) error {
+	n := t.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case p == transport.NoProc:
+		return fmt.Errorf("%w: AddPeer of NoProc (address %q)", ErrBadProc, addr)
+	case p == t.self:
+		return fmt.Errorf("%w: AddPeer of proc %d, this endpoint: give it the joined process's own id", ErrBadProc, p)
+	case int64(p) >= int64(n.size):
+		return fmt.Errorf("%w: AddPeer of proc %d on a network of %d procs: add its endpoint first (Network.AddEndpoint)", ErrBadProc, p, n.size)
+	case addr != addrOf(p):
+		return fmt.Errorf("%w: AddPeer of proc %d at %q, but its address is %q (Transport.Addr)", ErrBadProc, p, addr, addrOf(p))
+	case t.dead:
+		return t.closedErrLocked()
+	}
+	if int(p) >= n.base {
+		if t.added == nil {
+			t.added = make(map[transport.Proc]bool)
+		}
+		t.added[p] = true
+	}
+	return nil
+}
+
+// knowsLocked reports whether this endpoint may send to peer: one of the
+// network's first endpoints, one added with AddPeer, or one that made a
+// connection to it (as an accepted TCP connection carries replies).
+// net.mu is held.
+func (t *Transport) knowsLocked(peer transport.Proc) bool {
+	return int(peer) < t.net.base || peer == t.self || t.added[peer] || t.conns[peer] != nil
 }
 
 func (t *Transport) addConn(peer transport.Proc, c *conn) {

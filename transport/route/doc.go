@@ -17,4 +17,7 @@
 //     because of such an error.
 //   - Disconnect and Close act on both transports; Connected
 //     (transport.Connector) holds when either is connected to the peer.
+//   - A process that joined the job after the router started is added
+//     with AddPeer (transport.PeerAdder), which passes it to Far: it is
+//     never near, and shares no memory with this process.
 package route

@@ -9,8 +9,13 @@ import (
 	"github.com/gaspigo/gaspigo/transport"
 )
 
-// ErrConfig is wrapped by Config.Validate and New.
-var ErrConfig = errors.New("route: invalid config")
+var (
+	// ErrConfig is wrapped by Config.Validate and New.
+	ErrConfig = errors.New("route: invalid config")
+	// ErrPeers is wrapped by AddPeer when the peer cannot be added: Far
+	// cannot learn peers, or the peer is near.
+	ErrPeers = errors.New("route: cannot add the peer")
+)
 
 // Config configures a Router.
 type Config struct {
@@ -87,6 +92,28 @@ func (r *Router) IsNear(peer transport.Proc) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.route[peer]
+}
+
+var _ transport.PeerAdder = (*Router)(nil)
+
+// AddPeer gives Far the address of p, a process that joined the job after
+// the router started (transport.PeerAdder). Such a process is never near:
+// it shares no memory with this one (collectives place it on a host of
+// its own), so its frames always go through Far. It returns an error
+// wrapping ErrPeers when Far cannot learn peers or p is one of NearPeers,
+// and Far's own error (a bad address, a known peer at another address).
+func (r *Router) AddPeer(p transport.Proc, addr string) error {
+	pa, ok := r.far.(transport.PeerAdder)
+	if !ok {
+		return fmt.Errorf("%w: proc %d: the far transport (%s) cannot learn peers after it started", ErrPeers, p, transport.NameOf(r.far))
+	}
+	r.mu.RLock()
+	near := r.route[p]
+	r.mu.RUnlock()
+	if near {
+		return fmt.Errorf("%w: proc %d is a near peer (shared memory on this host), and a process that joined the job is never near: give it a new id", ErrPeers, p)
+	}
+	return pa.AddPeer(p, addr)
 }
 
 // Start starts both transports with h.

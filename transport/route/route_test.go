@@ -18,8 +18,13 @@ import (
 // the shared-memory address proc i's peers are given for it.
 func cluster(t *testing.T, host []string, shmAddr func(i int, real string) string) []*route.Router {
 	t.Helper()
+	return clusterWith(t, auth.NewToken(), host, shmAddr)
+}
+
+// clusterWith is cluster with the job token given.
+func clusterWith(t *testing.T, token []byte, host []string, shmAddr func(i int, real string) string) []*route.Router {
+	t.Helper()
 	n := len(host)
-	token := auth.NewToken()
 	shms := make([]*shm.Transport, n)
 	tcps := make([]*tcp.Transport, n)
 	shmAddrs := map[transport.Proc]string{}
@@ -160,5 +165,77 @@ func TestValidate(t *testing.T) {
 		if _, err := route.New(cfg); !errors.Is(err, route.ErrConfig) {
 			t.Errorf("%s: got %v, want ErrConfig", name, err)
 		}
+	}
+}
+
+// farOnly hides every capability of a transport but the Transport
+// interface itself: a far transport that cannot learn peers.
+type farOnly struct{ transport.Transport }
+
+// TestAddPeer: a process that joined the job is added to Far and is
+// never near: frames both ways go over TCP. A near peer, or a Far that
+// cannot learn peers, is refused with ErrPeers.
+func TestAddPeer(t *testing.T) {
+	token := auth.NewToken()
+	rs := clusterWith(t, token, []string{"a", "a"}, nil)
+	recs := []*transporttest.Recorder{transporttest.NewRecorder(), transporttest.NewRecorder()}
+	for i, r := range rs {
+		if err := r.Start(recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	far0 := rs[0].Far().(*tcp.Transport)
+	if err := rs[0].AddPeer(1, far0.Addr()); !errors.Is(err, route.ErrPeers) {
+		t.Errorf("AddPeer of a near peer = %v, want ErrPeers", err)
+	}
+	tc := tcp.LocalConfig()
+	tc.Self, tc.Token = 2, token
+	joiner, err := tcp.New(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { joiner.Close() })
+	if err := joiner.SetPeers(map[transport.Proc]string{0: far0.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	rj := transporttest.NewRecorder()
+	if err := joiner.Start(rj); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs[0].AddPeer(2, joiner.Addr()); err != nil {
+		t.Fatalf("AddPeer of the joiner: %v", err)
+	}
+	if rs[0].IsNear(2) {
+		t.Error("the joiner is routed near")
+	}
+	if err := rs[0].AddPeer(2, far0.Addr()); !errors.Is(err, tcp.ErrPeers) {
+		t.Errorf("AddPeer of the joiner at another address = %v, want tcp.ErrPeers", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), transporttest.Timeout)
+	defer cancel()
+	h := transport.Header{Type: transport.FramePassive, Seq: 1}
+	if err := rs[0].Send(ctx, 2, &h, []byte("to the joiner")); err != nil {
+		t.Fatal(err)
+	}
+	h = transport.Header{Type: transport.FramePassive, Seq: 2}
+	if err := joiner.Send(ctx, 0, &h, []byte("from the joiner")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rj.WaitFrames(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recs[0].WaitFrames(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if st := far0.Stats(); st.FramesOut != 1 || st.FramesIn != 1 {
+		t.Errorf("TCP carried %d frames out and %d in, want 1 and 1", st.FramesOut, st.FramesIn)
+	}
+
+	r, err := route.New(route.Config{Near: rs[1].Near(), Far: farOnly{rs[1].Far()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddPeer(2, joiner.Addr()); !errors.Is(err, route.ErrPeers) {
+		t.Errorf("AddPeer through a Far that cannot learn peers = %v, want ErrPeers", err)
 	}
 }

@@ -293,14 +293,19 @@ func (t *Transport) giveUp(p *peer, cause error) {
 	}
 	p.state = stateDown
 	p.err = cause
-	p.notified = true
+	// Before Start there is no handler to tell (a joiner's runtime cuts
+	// off the processes its first view lists as failed before it starts
+	// the transport): Start tells it then.
+	p.notified = t.handler != nil
 	p.dialing = false
 	close(p.ready)
 	h, addr := t.handler, p.addr
 	t.mu.Unlock()
 	t.stats.peersDown.Add(1)
 	t.log.Info("tcp: peer down", "peer", uint32(p.id), "remote", addr, "err", cause)
-	h.PeerDown(p.id, cause)
+	if h != nil {
+		h.PeerDown(p.id, cause)
+	}
 }
 
 // dialOnce makes one authenticated connection to peer id at addr and reads

@@ -25,6 +25,12 @@
 // handshakes. Either process of a pair may dial; one connection carries
 // the frames of both directions.
 //
+// A process that joins the job after it formed gets a new Proc (ids are
+// never reused) and is added with AddPeer (transport.PeerAdder; the
+// runtime calls it with the addresses its membership's views list),
+// after which it is dialed on first use like any peer. Its own dials are
+// accepted before that, as any authenticated process's are.
+//
 // Every connection runs the job-token handshake (internal/auth, purpose
 // "data") before a single frame is read; it also tells the acceptor which
 // Proc dialed. The acceptor then writes one verdict byte, which the dialer
@@ -94,7 +100,7 @@
 //
 // # Cost as a function of N
 //
-// Per peer known (SetPeers): one small record (address, state), no
+// Per peer known (SetPeers, AddPeer): one small record (address, state), no
 // goroutine, no buffer. Per connected peer: one socket, a read buffer of
 // Config.ReadBufferSize, a batch of up to BatchBytes, a reader and a batch
 // writer goroutine. A process of the runtime (package pgas) talks to
@@ -157,7 +163,7 @@
 //
 // # Concurrency and ownership
 //
-// Send, Queue, SetPeers, Stats and Close may be called from any
+// Send, Queue, SetPeers, AddPeer, Stats and Close may be called from any
 // goroutine. The transport owns: its listener (internal/listen: the
 // accept loop, one goroutine per connection being authenticated, which
 // then reads it), one dialer per peer a Send

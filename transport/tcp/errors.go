@@ -20,8 +20,9 @@ var (
 	ErrNotStarted = errors.New("tcp: transport not started")
 	// ErrStarted is returned by a second call to Start.
 	ErrStarted = errors.New("tcp: transport already started")
-	// ErrPeers is wrapped by SetPeers when the address table is unusable: a
-	// malformed address, NoProc, or a new address for a known peer.
+	// ErrPeers is wrapped by SetPeers and AddPeer when an address is
+	// unusable: a malformed address (not host:port with a port 1..65535),
+	// NoProc, a new address for a known peer, or (AddPeer) this process.
 	ErrPeers = errors.New("tcp: invalid peer table")
 )
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -142,12 +143,8 @@ func (t *Transport) Addr() string { return t.lis.Addr().String() }
 func (t *Transport) SetPeers(addrs map[transport.Proc]string) error {
 	var bad []string
 	for id, addr := range addrs {
-		if id == transport.NoProc {
-			bad = append(bad, fmt.Sprintf("NoProc has address %q", addr))
-			continue
-		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			bad = append(bad, fmt.Sprintf("peer %d: address %q is not host:port (%v)", id, addr, err))
+		if err := peerAddrErr(id, addr); err != nil {
+			bad = append(bad, err.Error())
 		}
 	}
 	t.mu.Lock()
@@ -169,6 +166,58 @@ func (t *Transport) SetPeers(addrs map[transport.Proc]string) error {
 			continue
 		}
 		t.peerLocked(id).addr = addr
+	}
+	return nil
+}
+
+var _ transport.PeerAdder = (*Transport)(nil)
+
+// AddPeer records the address of p, a process that joined the job after
+// this transport started (transport.PeerAdder); like SetPeers with one
+// entry, it dials nothing: the first Send to p does. Adding a known peer
+// again with the same address does nothing. It returns an error wrapping
+// ErrPeers, and changes nothing, for NoProc, this process, an address
+// that is not host:port with a port 1..65535, or a known peer with
+// another address (a process is never restarted under the same Proc: a
+// new process has a new id); transport.ErrClosed after Close. Safe
+// concurrently with Send, dials and accepts: a Send to p that ran before
+// AddPeer returned ErrUnknownPeer, and a dial that p made first is kept.
+func (t *Transport) AddPeer(p transport.Proc, addr string) error {
+	if err := peerAddrErr(p, addr); err != nil {
+		return fmt.Errorf("%w: AddPeer: %w", ErrPeers, err)
+	}
+	if p == t.self {
+		return fmt.Errorf("%w: AddPeer of proc %d, this process: give it the joined process's own id", ErrPeers, p)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return transport.ErrClosed
+	}
+	pr := t.peers[p]
+	switch {
+	case pr != nil && pr.addr == addr:
+		return nil
+	case pr != nil && pr.addr != "":
+		return fmt.Errorf("%w: AddPeer: peer %d at %q, but it is already known at %q (a new process needs a new id)", ErrPeers, p, addr, pr.addr)
+	}
+	t.peerLocked(p).addr = addr
+	return nil
+}
+
+// peerAddrErr says what is wrong with addr as peer id's address, nil when
+// nothing is: id must name a process and addr be host:port with a port
+// 1..65535 (a host name or an IP; empty means this host).
+func peerAddrErr(id transport.Proc, addr string) error {
+	if id == transport.NoProc {
+		return fmt.Errorf("NoProc has address %q", addr)
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("peer %d: address %q is not host:port (%v)", id, addr, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("peer %d: address %q has port %q, want 1..65535", id, addr, port)
 	}
 	return nil
 }
@@ -204,15 +253,32 @@ func (t *Transport) Start(h transport.Handler) error {
 		return fmt.Errorf("tcp: Start with a nil Handler")
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.closed {
+		t.mu.Unlock()
 		return transport.ErrClosed
 	}
 	if t.handler != nil {
+		t.mu.Unlock()
 		return ErrStarted
 	}
 	t.handler = h
 	close(t.started)
+	// Peers given up on before Start (Disconnect) are told now.
+	type downPeer struct {
+		id  transport.Proc
+		err error
+	}
+	var down []downPeer
+	for _, p := range t.peers {
+		if p.state == stateDown && !p.notified {
+			p.notified = true
+			down = append(down, downPeer{p.id, p.err})
+		}
+	}
+	t.mu.Unlock()
+	for _, d := range down {
+		h.PeerDown(d.id, d.err)
+	}
 	return nil
 }
 
