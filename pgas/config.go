@@ -3,6 +3,7 @@ package pgas
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/gaspigo/gaspigo/health"
@@ -13,9 +14,15 @@ import (
 // transport/mem; programs started by gaspirun use package job, which builds
 // it from the launcher's environment.
 type Config struct {
-	// Proc is this process's ID, 0..NumProcs-1.
+	// Proc is this process's ID, 0..NumProcs-1; or, for a process started
+	// after the job formed to refill its spare pool (a joiner), the id the
+	// rendezvous gave it, NumProcs or above (ids are never reused). A
+	// joiner needs a Membership whose current view lists it in
+	// View.Joined; it is a spare until a view gives it a rank.
 	Proc transport.Proc
-	// NumProcs is the number of processes in the job: ranks plus spares.
+	// NumProcs is the number of processes the job formed with: ranks plus
+	// spares. A joiner passes the job's original count too; the processes
+	// that joined since are learnt from the views (View.Joined).
 	NumProcs int
 	// NumRanks is the number of ranks. Processes NumRanks..NumProcs-1 start
 	// as spares.
@@ -23,8 +30,11 @@ type Config struct {
 	// Transport carries frames to the other processes. Init starts it and
 	// Close closes it.
 	Transport transport.Transport
-	// Hosts gives each process's host label (indexed by Proc), used for
-	// host-aware placement. Nil means every process is on one host.
+	// Hosts gives the host label of each of the job's first NumProcs
+	// processes (indexed by Proc), used for host-aware placement. Nil
+	// means every process is on one host. A process that joined later is
+	// on a host of its own for collectives and shares memory with no one
+	// (Runtime.Host gives its label from the view).
 	Hosts []string
 
 	// NumQueues is the number of queues, 0..NumQueues-1.
@@ -116,8 +126,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: NumRanks is %d, want at least 1", ErrConfig, c.NumRanks)
 	case c.NumProcs < c.NumRanks:
 		return fmt.Errorf("%w: NumProcs %d is less than NumRanks %d", ErrConfig, c.NumProcs, c.NumRanks)
-	case int(c.Proc) >= c.NumProcs:
-		return fmt.Errorf("%w: Proc %d outside 0..%d", ErrConfig, c.Proc, c.NumProcs-1)
+	case c.Proc == transport.NoProc:
+		return fmt.Errorf("%w: Proc is NoProc; set it to this process's ID", ErrConfig)
+	case int(c.Proc) >= c.NumProcs && c.Membership == nil:
+		return fmt.Errorf("%w: Proc %d outside 0..%d, and no Membership: a process that joins a running job (an id from NumProcs on) learns the job from its membership", ErrConfig, c.Proc, c.NumProcs-1)
+	case int(c.Proc) >= maxProcID:
+		return fmt.Errorf("%w: Proc %d at or above %d, beyond what a job may have", ErrConfig, c.Proc, maxProcID)
 	case c.Transport == nil:
 		return fmt.Errorf("%w: Transport is nil", ErrConfig)
 	case c.Transport.Self() != c.Proc:
@@ -131,7 +145,20 @@ func (c *Config) Validate() error {
 	case c.Health != nil && c.Membership == nil:
 		return fmt.Errorf("%w: Health is set but Membership is nil: confirmed failures would go nowhere", ErrConfig)
 	case c.Hosts != nil && len(c.Hosts) != c.NumProcs:
-		return fmt.Errorf("%w: %d host labels for %d processes", ErrConfig, len(c.Hosts), c.NumProcs)
+		return fmt.Errorf("%w: %d host labels for %d processes (a joiner passes the job's first NumProcs labels)", ErrConfig, len(c.Hosts), c.NumProcs)
 	}
 	return nil
+}
+
+// joiner reports whether this process joined the job after it formed.
+func (c *Config) joiner() bool { return int(c.Proc) >= c.NumProcs }
+
+// joinedIn checks that a joiner's membership knows it: the current view
+// must list it in Joined (or give it a rank), or the runtime would wait
+// as a process the job does not have.
+func (c *Config) joinedIn(v View) error {
+	if !c.joiner() || slices.ContainsFunc(v.Joined, func(j Joiner) bool { return j.Proc == c.Proc }) || slices.Contains(v.Ranks, c.Proc) {
+		return nil
+	}
+	return fmt.Errorf("%w: proc %d joins a job of %d processes, but the membership's current view (epoch %d) does not list it in Joined: add it to the job (spares.AddSpare, Node.JoinSelf) before Init", ErrConfig, c.Proc, c.NumProcs, v.Epoch)
 }

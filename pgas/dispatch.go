@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/segments"
@@ -48,10 +49,10 @@ func (c callbacks) SendHealth(ctx context.Context, to transport.Proc, payload []
 // reader goroutine for from, so it never blocks on a send: replies go
 // through the peer's outbox.
 func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p transport.Payload) error {
-	if !rt.peers.has(from) {
+	if !rt.knownSender(from) {
 		rt.stats.FramesRejected.Add(1)
 		p.Discard()
-		return fmt.Errorf("pgas: frame from unknown proc %d", from)
+		return fmt.Errorf("pgas: frame from proc %d, which no view this process applied lists as a process of the job", from)
 	}
 	rt.frames.to(from).Received(uint8(h.Type), p.Len())
 	if h.Ack != 0 && h.Type != transport.FrameAck && !rt.view.Load().failed[from] {
@@ -151,6 +152,51 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 	p.Discard()
 	return fmt.Errorf("pgas: unexpected frame type %d from proc %d", h.Type, from)
 }
+
+// knownSender reports whether from is a process of the job in the stored
+// view, so that a frame from it may be looked at (admit then judges it).
+// A process that joined the job sends once a committed view lists it,
+// and this process may not have applied that view yet (views reach
+// processes at different times, and skip): its frame waits for it, at
+// most joinWait, rather than be dropped (a collective would wait for it
+// for ever, and a sequenced frame's acknowledgement never come). Only
+// this sender's frames wait: the transport reads each sender on its own.
+func (rt *Runtime) knownSender(from transport.Proc) bool {
+	if rt.peers.has(from) && rt.view.Load().isProc(from) {
+		return true
+	}
+	if from == transport.NoProc || int64(from) >= maxProcID {
+		return false
+	}
+	rt.log.Debug("a frame from a process this one has not learnt yet waits for the view that lists it", "from", from, "bound", joinWait)
+	t := time.NewTimer(joinWait)
+	defer t.Stop()
+	for {
+		v, ch := rt.viewAndChan() // under viewMu: has and the view agree
+		if rt.peers.has(from) && v.isProc(from) {
+			return true
+		}
+		if rt.isClosed() || rt.halted() != nil {
+			return false
+		}
+		select {
+		case <-ch:
+		case <-rt.closed:
+			return false
+		case <-t.C:
+			rt.log.Warn("dropped a frame from a process no view this process applied lists; if it joined the job, this process's membership lags",
+				"from", from, "epoch", v.epoch, "waited", joinWait)
+			return false
+		}
+	}
+}
+
+// joinWait bounds how long a frame from a process this one has not learnt
+// yet waits for the view that lists it (knownSender). Views reach every
+// process within a membership round trip or two; one still missing after
+// this is a membership that has lost touch, which the detector and the
+// membership's own bounds deal with.
+const joinWait = 30 * time.Second
 
 // admit decides whether a frame may be applied. Epoch fencing lives here:
 // nothing from a process declared failed, and nothing sequenced from an
@@ -332,7 +378,7 @@ func (rt *Runtime) handlePassive(from transport.Proc, h *transport.Header, p tra
 	if err := p.ReadInto(buf); err != nil {
 		return err
 	}
-	rank := rt.view.Load().rankOf[from]
+	rank := rt.view.Load().rankIn(from)
 	if !rt.passive.push(rank, buf) {
 		rt.applied(from, h, errBusy)
 		return fmt.Errorf("pgas: passive inbox full, message from proc %d refused", from)

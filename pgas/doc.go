@@ -75,6 +75,26 @@
 // ErrVacant, which asks for no recovery. Handing the vacant rank's work to
 // the survivors is the program's part.
 //
+// # Processes that join
+//
+// A process started after the job formed (a joiner, refilling the spare
+// pool) has an id from Config.NumProcs on, never reused, and a
+// membership whose current view lists it in View.Joined; NumProcs and
+// Hosts stay the job's original ones. It is a spare until a view gives
+// it a rank (or holds one in its first view). Every runtime learns the
+// joiners from the views: applyView gives each new one's address to the
+// transport (transport.PeerAdder; without it the joiner stays
+// unreachable and the failure detector reports it), then makes room for
+// it, then stores the view, and only then takes frames from it as from a
+// process of the job. A frame from a joiner this process has not learnt
+// yet (its view lags the sender's) waits for the view that lists it, up
+// to 30 s. The process space never shrinks from one view to the next; an
+// id below the highest joined one that no view lists never joined, and
+// is neither live nor spare nor failed. A joiner shares no memory with
+// anyone: collectives place it on a host of its own, so nothing with it
+// goes through shared memory, only frames (transport/route sends to it
+// through TCP).
+//
 // # Direct writes on one host
 //
 // With Config.DirectShm (job: on unless PGAS_SHM_SEGMENTS=0), segments live in
@@ -156,7 +176,9 @@
 // before a mapped peer's PeerNotes lock, neither held with any other lock;
 // a segment's move lock before viewMu before its hmu before its
 // notification lock (segments.Segment: provideMemory, and applyView's
-// raiseEpochs under viewMu); a Group's mu (held while the group's
+// raiseEpochs under viewMu); viewMu before the peer table's growMu and
+// the transport's own locks (applyView's AddPeer: leaves, which the
+// transport never holds while it calls the handler); a Group's mu (held while the group's
 // collective area is made or mapped) before the collective areas' mu
 // (samehost.Areas), which provideMemory also takes under viewMu
 // (collshm.go); peer.sendMu; peer.flushMu

@@ -78,3 +78,10 @@ func SegmentInode(rt *Runtime, id segments.ID) (uint64, error) {
 	}
 	return st.Ino, nil
 }
+
+// ViewProcs returns the live processes and the idle spares of rt's
+// current view, in Proc order.
+func ViewProcs(rt *Runtime) (live, spares []transport.Proc) {
+	v := rt.view.Load()
+	return v.liveProcs(), v.spares
+}

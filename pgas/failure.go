@@ -16,7 +16,7 @@ import (
 // already declared failed needs no newer view.
 func (rt *Runtime) noteFailure(proc transport.Proc) {
 	v := rt.view.Load()
-	if int(proc) < len(v.failed) && v.failed[proc] {
+	if v.isFailed(proc) {
 		return
 	}
 	for {
@@ -152,7 +152,7 @@ func (rt *Runtime) watchDetector(events <-chan health.Event) {
 			if ev.Kind != health.Confirmed {
 				continue
 			}
-			if v := rt.view.Load(); v.failed[ev.Proc] {
+			if v := rt.view.Load(); v.isFailed(ev.Proc) {
 				continue // the view already replaced it
 			} else if v.finished {
 				// Every rank reached Finalize: processes exiting now
@@ -176,7 +176,7 @@ func (rt *Runtime) watchDetector(events <-chan health.Event) {
 // it is accepted, the runtime closes, or a view already covers it.
 func (rt *Runtime) reportFailure(proc transport.Proc, epoch uint64) {
 	for attempt := 0; ; attempt++ {
-		if rt.view.Load().failed[proc] || rt.isClosed() {
+		if rt.view.Load().isFailed(proc) || rt.isClosed() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(rt.life, 5*time.Second)

@@ -53,8 +53,12 @@ type topology struct {
 
 // placeOnHosts places the members (ranks, in view v) on their hosts
 // (hosts, Config.Hosts, indexed by process). Without host labels every
-// member is on one host. It costs O(members): a collective takes it from
-// its group's shape, computed once per view (groupShape).
+// member is on one host. A process beyond the labels (one that joined the
+// job after it formed) is on a host of its own: it shares no memory with
+// anyone, so nothing with it may go through a host's shared memory. The
+// placement depends only on the view and the labels, which every process
+// has alike, joiners included. It costs O(members): a collective takes
+// it from its group's shape, computed once per view (groupShape).
 func placeOnHosts(ranks []int, v *view, hosts []string) topology {
 	n := len(ranks)
 	t := topology{hostOf: make([]int, n)}
@@ -65,18 +69,28 @@ func placeOnHosts(ranks []int, v *view, hosts []string) topology {
 		}
 		return t
 	}
-	number := make(map[string]int)
+	// A host is named by its label, or, for a process beyond the labels,
+	// by the process itself.
+	type hostKey struct {
+		label string
+		alone transport.Proc
+	}
+	number := make(map[hostKey]int)
 	for i, r := range ranks {
-		label := ""
+		key := hostKey{alone: transport.NoProc}
 		if r < len(v.ranks) {
-			if p := v.ranks[r]; p != transport.NoProc && int(p) < len(hosts) {
-				label = hosts[p]
+			switch p := v.ranks[r]; {
+			case p == transport.NoProc:
+			case int64(p) < int64(len(hosts)):
+				key.label = hosts[p]
+			default:
+				key.alone = p
 			}
 		}
-		h, ok := number[label]
+		h, ok := number[key]
 		if !ok {
 			h = len(t.hosts)
-			number[label] = h
+			number[key] = h
 			t.hosts = append(t.hosts, nil)
 		}
 		t.hostOf[i] = h

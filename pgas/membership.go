@@ -25,6 +25,23 @@ type View struct {
 	// Err is set when the job cannot go on (for example no spare was left
 	// to replace a failed rank). Recover and a waiting spare's Init return it.
 	Err error
+	// Joined lists every process that joined the job after it formed (a
+	// replacement spare; ids from Config.NumProcs on, never reused), in
+	// id order, failed ones included, with what the runtime needs to
+	// reach it. The job's processes in this view are 0..NumProcs-1 and
+	// these; an id between them that is not listed never joined.
+	Joined []Joiner
+}
+
+// Joiner is a process that joined the job after it formed (View.Joined).
+type Joiner struct {
+	Proc transport.Proc
+	// Addr is its data-plane address (host:port), given to the transport
+	// (transport.PeerAdder) before the first view that lists it is applied.
+	Addr string
+	// Host is its host label, for diagnostics: collectives place a joiner
+	// on a host of its own (it shares no memory with anyone).
+	Host string
 }
 
 // Membership is what the runtime needs from the membership layer. Package

@@ -102,7 +102,9 @@ func (rt *Runtime) sayGoodbye() {
 	}
 	var live []*peer
 	rt.peers.each(func(p *peer) {
-		if p.proc != rt.self && !p.isDown() && !v.failed[p.proc] && (!lazy || conn.Connected(p.proc)) {
+		// isFailed: a peer allocated since v was loaded may be of a
+		// process that joined in a newer, larger view.
+		if p.proc != rt.self && !p.isDown() && !v.isFailed(p.proc) && (!lazy || conn.Connected(p.proc)) {
 			live = append(live, p)
 		}
 	})

@@ -34,6 +34,11 @@ type Runtime struct {
 	appEpoch    atomic.Uint32         // the epoch the program acknowledged (Init, Recover)
 	failEpoch   atomic.Uint64         // latest epoch in which this process saw a failure
 	aheadEpoch  atomic.Uint64         // newest epoch a peer's frame carried (admit): committed, so Recover waits for it
+	// joiners holds the address of every process that joined the job
+	// that a view listed (learnJoiners), and noPeerAdder that the
+	// transport could not be given one; both under viewMu.
+	joiners     map[transport.Proc]string
+	noPeerAdder bool
 
 	member Membership
 	det    *health.Detector
@@ -137,15 +142,24 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 
 		viewChanged: make(chan struct{}),
 	}
-	rt.view.Store(firstView(cfg.NumRanks, cfg.NumProcs))
+	// A process that joined the job (Proc >= NumProcs) has its own id in
+	// its tables from the start; the membership's view, applied next,
+	// lists it among the joined processes.
+	size := max(cfg.NumProcs, int(cfg.Proc)+1)
+	rt.view.Store(firstView(cfg.NumRanks, cfg.NumProcs, size))
 	rt.log = log.With("proc", int(cfg.Proc))
-	rt.peers = newPeerTable(cfg.NumProcs)
+	rt.peers = newPeerTable(size)
 	rt.queues = make([]*queue, cfg.NumQueues)
 	for i := range rt.queues {
 		rt.queues[i] = &queue{}
 	}
 	if cfg.Membership != nil {
-		rt.applyView(cfg.Membership.Current())
+		cur := cfg.Membership.Current()
+		if err := cfg.joinedIn(cur); err != nil {
+			closeOwned(&cfg)
+			return nil, err
+		}
+		rt.applyView(cur)
 	}
 	if cfg.Health != nil {
 		det, err := health.New(*cfg.Health, rt.self, rt.view.Load().liveProcs(), callbacks{rt}, log.With("proc", int(cfg.Proc)))
@@ -246,18 +260,46 @@ func (rt *Runtime) Epoch() uint64 { return uint64(rt.view.Load().epoch) }
 func (rt *Runtime) Proc() transport.Proc { return rt.self }
 
 // Host returns the host label of the process holding rank r, or "" when
-// host labels are unknown.
+// host labels are unknown. For a process that joined the job it is the
+// label the membership's view gives it (Joiner.Host), for placing data on
+// other hosts than a rank's; collectives place it on a host of its own
+// all the same (it shares no memory with anyone).
 func (rt *Runtime) Host(r int) string {
 	v := rt.view.Load()
 	if rt.cfg.Hosts == nil || r < 0 || r >= len(v.ranks) || v.ranks[r] == transport.NoProc {
 		return ""
 	}
-	return rt.cfg.Hosts[v.ranks[r]]
+	return rt.hostOf(v, v.ranks[r])
+}
+
+// hostOf returns p's host label in view v: Config.Hosts for the job's
+// first processes, the view's Joiner.Host for a process that joined,
+// "" otherwise.
+func (rt *Runtime) hostOf(v *view, p transport.Proc) string {
+	if int64(p) < int64(len(rt.cfg.Hosts)) {
+		return rt.cfg.Hosts[p]
+	}
+	if j, ok := v.joiner(p); ok {
+		return j.Host
+	}
+	return ""
 }
 
 // HostLabels returns every process's host label, indexed by process ID
-// (spares included), or nil when host labels are unknown.
-func (rt *Runtime) HostLabels() []string { return slices.Clone(rt.cfg.Hosts) }
+// (spares included, and the processes that joined the job in the current
+// view: "" for an id that never joined), or nil when host labels are
+// unknown.
+func (rt *Runtime) HostLabels() []string {
+	if rt.cfg.Hosts == nil {
+		return nil
+	}
+	v := rt.view.Load()
+	out := slices.Grow(slices.Clone(rt.cfg.Hosts), max(0, v.size()-len(rt.cfg.Hosts)))
+	for p := len(rt.cfg.Hosts); p < v.size(); p++ {
+		out = append(out, rt.hostOf(v, transport.Proc(p)))
+	}
+	return out
+}
 
 // Transport returns the transport the runtime runs over, for programs and
 // tools that read its statistics (for example tcp.Stats: refused
@@ -397,7 +439,7 @@ func (rt *Runtime) procOf(v *view, rank int, op string) (transport.Proc, error) 
 		// has no process for rank, and no later one will.
 		return 0, fmt.Errorf("pgas: %s: rank %d: %w", op, rank, ErrVacant)
 	}
-	if v.failed[p] {
+	if v.isFailed(p) {
 		return 0, &RankError{Rank: rank, Op: op, Err: ErrRankFailed}
 	}
 	return p, nil

@@ -5,7 +5,9 @@
 //
 // A reported failure becomes a new committed view at once: the first
 // spare takes the failed rank; with no spare left the rank becomes vacant
-// (SetShrink) or the view carries an error that stops the job. Every
+// (SetShrink) or the view carries an error that stops the job. Join adds
+// a process that joined the running job (View.Joined) to the end of the
+// spare pool, as spares.AddSpare does. Every
 // process gets a Handle (its pgas.Config.Membership); views reach the
 // handles with latest-value semantics, as spares delivers them.
 //
@@ -19,8 +21,10 @@
 package pgastest
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -138,12 +142,44 @@ func (m *Membership) Publish() {
 func (m *Membership) Advance() uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	v := m.cur
-	v.Epoch++
-	v.Ranks, v.Failed = slices.Clone(v.Ranks), slices.Clone(v.Failed)
+	v := m.nextLocked()
 	m.cur = v
 	m.publishLocked()
 	return v.Epoch
+}
+
+// Join adds a process that joined the job after it formed (a joiner, as
+// spares.AddSpare does): a new epoch lists it in View.Joined with addr
+// (its transport's address: mem.Transport.Addr over transport/mem) and
+// host, it goes to the end of the spare pool, and the view is published
+// unless held (Hold). It returns the new epoch. Ids are the caller's to
+// choose, from the job's process count on; one the job has or had is
+// refused (process ids are never reused).
+func (m *Membership) Join(proc transport.Proc, addr, host string) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if slices.Contains(m.cur.Ranks, proc) || slices.Contains(m.spares, proc) || slices.Contains(m.cur.Failed, proc) ||
+		slices.ContainsFunc(m.cur.Joined, func(j pgas.Joiner) bool { return j.Proc == proc }) {
+		return 0, fmt.Errorf("pgastest: proc %d is already in the job (or was): a process that joins needs a new id", proc)
+	}
+	v := m.nextLocked()
+	i, _ := slices.BinarySearchFunc(v.Joined, proc, func(j pgas.Joiner, p transport.Proc) int { return cmp.Compare(j.Proc, p) })
+	v.Joined = slices.Insert(v.Joined, i, pgas.Joiner{Proc: proc, Addr: addr, Host: host})
+	m.spares = append(m.spares, proc)
+	m.cur = v
+	if !m.held && len(v.Failed) >= m.want {
+		m.publishLocked()
+	}
+	return v.Epoch, nil
+}
+
+// nextLocked is the current view one epoch on, with tables of its own
+// (the runtimes share views built from the same tables).
+func (m *Membership) nextLocked() pgas.View {
+	v := m.cur
+	v.Epoch++
+	v.Ranks, v.Failed, v.Joined = slices.Clone(v.Ranks), slices.Clone(v.Failed), slices.Clone(v.Joined)
+	return v
 }
 
 func (m *Membership) publishLocked() {
@@ -187,7 +223,10 @@ func (h *Handle) ReportFailure(ctx context.Context, proc transport.Proc, epoch u
 		return nil
 	}
 	m.reports = append(m.reports, proc)
-	v := pgas.View{Epoch: m.cur.Epoch + 1, Ranks: slices.Clone(m.cur.Ranks), Failed: append(slices.Clone(m.cur.Failed), proc)}
+	v := m.nextLocked()
+	v.Finished, v.Err = false, nil
+	v.Failed = append(v.Failed, proc)
+	m.spares = slices.DeleteFunc(m.spares, func(p transport.Proc) bool { return p == proc }) // an idle spare lost
 	for r, p := range v.Ranks {
 		if p != proc {
 			continue

@@ -3,6 +3,7 @@ package pgastest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -94,5 +95,32 @@ func TestHoldPauseLose(t *testing.T) {
 	case <-h0.Lost():
 		t.Fatalf("Lose of one handle closed another's Lost")
 	default:
+	}
+}
+
+func TestJoin(t *testing.T) {
+	ctx := context.Background()
+	m := New(2, 3) // proc 2 is a spare
+	h := m.Handle(0)
+	for _, p := range []transport.Proc{5, 4} {
+		if _, err := m.Join(p, fmt.Sprintf("mem:%d", p), "hj"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, ok := latest(h)
+	if !ok || v.Epoch != 2 || len(v.Joined) != 2 || v.Joined[0].Proc != 4 || v.Joined[1].Proc != 5 || v.Joined[0].Addr != "mem:4" {
+		t.Fatalf("after two joins: %+v (published %v), want epoch 2 listing 4 then 5", v, ok)
+	}
+	for _, p := range []transport.Proc{0, 2, 5} {
+		if _, err := m.Join(p, "mem:0", ""); err == nil {
+			t.Errorf("Join of proc %d, which the job has, succeeded", p)
+		}
+	}
+	// The pool is 2, then the joiners in the order they joined; an idle
+	// spare lost leaves it.
+	h.ReportFailure(ctx, 2, 2)
+	h.ReportFailure(ctx, 1, 3)
+	if v := m.Current(); !slices.Equal(v.Ranks, []transport.Proc{0, 5}) || len(v.Joined) != 2 {
+		t.Fatalf("after losing spare 2 and rank 1: %+v, want joiner 5 in rank 1", v)
 	}
 }
