@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -18,6 +20,9 @@ import (
 //
 //	command   [kind, fields...]          at most MaxCommandSize bytes
 //	state     [stateVersion, fields...]  at most MaxStateSize bytes
+//	          fields: epoch, numRanks, ranks, [[proc, addr, host, raft, ctl]...],
+//	          spares, [[proc, epoch]...], status, reason, shrink, voters,
+//	          refillWait ns, [[rank, since]...]
 const (
 	// MaxCommandSize caps an encoded command.
 	MaxCommandSize = 4 << 10
@@ -25,8 +30,12 @@ const (
 	MaxStateSize = 256 << 20
 
 	// stateVersion 2 dropped version 1's last checkpoint id (kept by
-	// package ckpt alone).
-	stateVersion = 2
+	// package ckpt alone); 3 added RefillWait and Awaiting at the end.
+	// Version 2 is still read (a StateDir written before): it has neither.
+	stateVersion = 3
+
+	stateFieldsV2 = 11
+	stateFields   = 13
 )
 
 // encodeCommand encodes cmd for the log (and the control RPC).
@@ -51,6 +60,11 @@ func encodeCommand(cmd Command) ([]byte, error) {
 			return nil, badCmd("SetVoters with %d voters, max %d", len(c.Voters), MaxVoters)
 		}
 		err = encAll(e.EncodeArrayLen(2), e.EncodeUint(uint64(c.Kind())), encUints(e, c.Voters))
+	case EndWait:
+		if c.Rank < 0 || c.Rank >= MaxProcs {
+			return nil, badCmd("EndWait of rank %d, want 0..%d", c.Rank, MaxProcs-1)
+		}
+		err = encAll(e.EncodeArrayLen(3), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Rank)), e.EncodeUint(c.Since))
 	default:
 		return nil, badCmd("cannot encode %T (pass one of the command values)", cmd)
 	}
@@ -70,7 +84,7 @@ func decodeCommand(b []byte) (Command, error) {
 	d := newDec(b, ErrBadCommand)
 	n := d.arrayLen(8)
 	kind := CommandKind(d.uint(255))
-	want := map[CommandKind]int{KindDeclareFailed: 4, KindAddSpare: 6, KindFinish: 1, KindSetVoters: 2}
+	want := map[CommandKind]int{KindDeclareFailed: 4, KindAddSpare: 6, KindFinish: 1, KindSetVoters: 2, KindEndWait: 3}
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -91,6 +105,8 @@ func decodeCommand(b []byte) (Command, error) {
 		cmd = Finish{}
 	case KindSetVoters:
 		cmd = SetVoters{Voters: d.uint32s(MaxVoters)}
+	case KindEndWait:
+		cmd = EndWait{Rank: int(d.uint(MaxProcs - 1)), Since: d.uint(^uint64(0))}
 	}
 	if err := d.finish(); err != nil {
 		return nil, err
@@ -103,7 +119,7 @@ func decodeCommand(b []byte) (Command, error) {
 func encodeState(s *State) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
-	errs := []error{e.EncodeArrayLen(11), e.EncodeUint(stateVersion), e.EncodeUint(s.Epoch), e.EncodeUint(uint64(s.NumRanks)),
+	errs := []error{e.EncodeArrayLen(stateFields), e.EncodeUint(stateVersion), e.EncodeUint(s.Epoch), e.EncodeUint(uint64(s.NumRanks)),
 		encUints(e, s.Ranks)}
 	procs := slices.Sorted(mapsKeys(s.Procs))
 	errs = append(errs, e.EncodeArrayLen(len(procs)))
@@ -119,7 +135,10 @@ func encodeState(s *State) ([]byte, error) {
 		errs = append(errs, e.EncodeArrayLen(2), e.EncodeUint(uint64(p)), e.EncodeUint(s.Failed[p]))
 	}
 	errs = append(errs, e.EncodeUint(uint64(s.Status)), e.EncodeString(s.StatusReason),
-		e.EncodeBool(s.Shrink), encUints(e, s.Voters))
+		e.EncodeBool(s.Shrink), encUints(e, s.Voters), e.EncodeUint(uint64(max(s.RefillWait, 0))), e.EncodeArrayLen(len(s.Awaiting)))
+	for _, a := range s.Awaiting {
+		errs = append(errs, e.EncodeArrayLen(2), e.EncodeUint(uint64(max(a.Rank, 0))), e.EncodeUint(a.Since))
+	}
 	if err := encAll(errs...); err != nil {
 		return nil, fmt.Errorf("spares: encode state: %w", err)
 	}
@@ -133,11 +152,17 @@ func decodeState(b []byte) (State, error) {
 		return State{}, fmt.Errorf("%w: %d bytes, max %d", ErrBadSnapshot, len(b), MaxStateSize)
 	}
 	d := newDec(b, ErrBadSnapshot)
-	if n := d.arrayLen(11); d.err == nil && n != 11 {
-		return State{}, fmt.Errorf("%w: %d fields, want 11", ErrBadSnapshot, n)
-	}
-	if v := d.uint(255); d.err == nil && v != stateVersion {
-		return State{}, fmt.Errorf("%w: version %d, this build reads version %d", ErrBadSnapshot, v, stateVersion)
+	n := d.arrayLen(stateFields)
+	v := d.uint(255)
+	switch {
+	case d.err != nil:
+		return State{}, d.err
+	case v != stateVersion && v != 2:
+		return State{}, fmt.Errorf("%w: version %d, this build reads versions 2 and %d", ErrBadSnapshot, v, stateVersion)
+	case v == 2 && n != stateFieldsV2:
+		return State{}, fmt.Errorf("%w: version 2 with %d fields, want %d", ErrBadSnapshot, n, stateFieldsV2)
+	case v == stateVersion && n != stateFields:
+		return State{}, fmt.Errorf("%w: %d fields, want %d", ErrBadSnapshot, n, stateFields)
 	}
 	var s State
 	s.Epoch = d.uint(^uint64(0))
@@ -170,6 +195,16 @@ func decodeState(b []byte) (State, error) {
 	s.StatusReason = d.str(MaxAddrLen)
 	s.Shrink = d.bool()
 	s.Voters = d.uint32s(MaxVoters)
+	if v == stateVersion {
+		s.RefillWait = time.Duration(d.uint(math.MaxInt64))
+		na := d.arrayLen(MaxProcs)
+		for i := 0; i < na && d.err == nil; i++ {
+			if d.arrayLen(2) != 2 && d.err == nil {
+				d.fail("awaiting entry %d: want 2 fields", i)
+			}
+			s.Awaiting = append(s.Awaiting, Awaiting{Rank: int(d.uint(MaxProcs - 1)), Since: d.uint(^uint64(0))})
+		}
+	}
 	if err := d.finish(); err != nil {
 		return State{}, err
 	}

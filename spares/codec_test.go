@@ -17,6 +17,8 @@ func sampleCommands() []Command {
 		AddSpare{Proc: 9, Info: ProcInfo{Addr: "10.0.0.9:7000", Host: "n9", RaftAddr: "10.0.0.9:7001", CtlAddr: "10.0.0.9:7002"}},
 		Finish{},
 		SetVoters{Voters: []uint32{1, 2, 3, 4, 5}},
+		EndWait{Rank: 2, Since: 5},
+		EndWait{Rank: 0, Since: 0},
 	}
 }
 
@@ -71,6 +73,9 @@ func TestDecodeCommandRejects(t *testing.T) {
 		{"huge array claim", []byte{0x92, 0x05, 0xdd, 0xff, 0xff, 0xff, 0xff}, "array of 4294967295 elements"},
 		{"huge string claim", append(encodeRaw(t, 2, 1)[:0], 0x96, 0x02, 0x01, 0xdb, 0xff, 0xff, 0xff, 0xff), "string of 4294967295 bytes"},
 		{"oversized", make([]byte, MaxCommandSize+1), "max 4096"},
+		{"EndWait field count", encodeRaw(t, 6, 1), "EndWait has 2 fields, want 3"},
+		{"EndWait rank too big", encodeRaw(t, 6, MaxProcs, 1), "above the limit"},
+		{"EndWait negative since", encodeRaw(t, 6, 1, -1), "want an unsigned integer"},
 	}
 	for _, tc := range tests {
 		_, err := decodeCommand(tc.b)

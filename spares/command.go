@@ -17,6 +17,7 @@ const (
 	// reused: a log holding it is refused as an unknown kind.
 	KindFinish    CommandKind = 4
 	KindSetVoters CommandKind = 5
+	KindEndWait   CommandKind = 6
 )
 
 func (k CommandKind) String() string {
@@ -29,6 +30,8 @@ func (k CommandKind) String() string {
 		return "Finish"
 	case KindSetVoters:
 		return "SetVoters"
+	case KindEndWait:
+		return "EndWait"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -46,13 +49,17 @@ type Command interface {
 //
 // Applied to a rank holder it is one log entry doing the whole recovery
 // step: the epoch goes up, Proc moves to Failed and a spare of the pool
-// takes the rank (the first on another host than Proc, else the first) (or, with no spare left, the rank becomes vacant and
-// the job fails with ReasonSparesExhausted, or stays vacant when
-// shrinking). Applied to a spare it removes the spare from the pool (the
-// epoch goes up too, since the view changed). It is a no-op when Proc is
-// already failed, when Reporter was itself declared failed (a replaced,
-// fenced process cannot evict live ones), or when the job is no longer
-// running. An Epoch newer than the view is rejected with ErrBadCommand.
+// takes the rank (the first on another host than Proc, else the first).
+// With no spare left and State.RefillWait set, the rank awaits a joiner:
+// Proc keeps it, failed, until an AddSpare gives it to a joiner or the
+// leader's EndWait gives up on it. Otherwise (or then) the rank becomes
+// vacant and the job fails with ReasonSparesExhausted, or the rank stays
+// vacant when shrinking. Applied to a spare it removes the spare from
+// the pool (the epoch goes up too, since the view changed). It is a
+// no-op when Proc is already failed, when Reporter was itself declared
+// failed (a replaced, fenced process cannot evict live ones), or when the
+// job is no longer running. An Epoch newer than the view is rejected with
+// ErrBadCommand.
 //
 // The report's Epoch does not make a report about a live process stale: a
 // process seen dead while it was a spare is still dead after a promotion
@@ -63,13 +70,28 @@ type DeclareFailed struct {
 	Epoch    uint64
 }
 
-// AddSpare adds a new process to the spare pool (refilling it). The epoch
-// goes up. Adding a process that is already in the job with the same Info
-// is a no-op; with another Info, or after it failed, it is ErrBadCommand (a
+// AddSpare adds a new process to the job (a joiner: Config.Join). The
+// epoch goes up. While ranks await a joiner it takes the lowest of them at
+// once and holds it; otherwise it joins the spare pool (refilling it).
+// Adding a process that is already in the job with the same Info is a
+// no-op; with another Info, or after it failed, it is ErrBadCommand (a
 // replacement process needs a new id).
 type AddSpare struct {
 	Proc uint32
 	Info ProcInfo
+}
+
+// EndWait ends the wait of Rank for a joiner that started in epoch Since
+// (State.Awaiting): the leader proposes it once the rank has waited
+// State.RefillWait on its clock. The rank then goes the way of a rank
+// lost with an empty pool: vacant with Shrink, else the job fails with
+// ReasonSparesExhausted. The epoch goes up. It is a no-op when Rank does
+// not await since Since (a joiner took it, or this wait already ended) or
+// the job is no longer running; a Rank out of range or a Since newer than
+// the view is ErrBadCommand.
+type EndWait struct {
+	Rank  int
+	Since uint64
 }
 
 // Finish marks the job Finished. Idempotent; a no-op on a failed job.
@@ -87,10 +109,12 @@ func (DeclareFailed) Kind() CommandKind { return KindDeclareFailed }
 func (AddSpare) Kind() CommandKind      { return KindAddSpare }
 func (Finish) Kind() CommandKind        { return KindFinish }
 func (SetVoters) Kind() CommandKind     { return KindSetVoters }
+func (EndWait) Kind() CommandKind       { return KindEndWait }
 func (DeclareFailed) isCommand()        {}
 func (AddSpare) isCommand()             {}
 func (Finish) isCommand()               {}
 func (SetVoters) isCommand()            {}
+func (EndWait) isCommand()              {}
 
 // Result says what a command did.
 type Result struct {
@@ -98,9 +122,11 @@ type Result struct {
 	Changed bool
 	// Epoch is the epoch after the command.
 	Epoch uint64
-	// Rank is the rank the failed process held (DeclareFailed), else -1.
+	// Rank is the rank the failed process held (DeclareFailed), the rank
+	// whose wait ended (EndWait) or the awaiting rank a joiner took
+	// (AddSpare); else -1.
 	Rank int
-	// Promoted is the spare that took Rank, NoProc if none.
+	// Promoted is the spare or joiner that took Rank, NoProc if none.
 	Promoted uint32
 	// Status is the job status after the command.
 	Status JobStatus
@@ -144,6 +170,8 @@ func (s *State) apply(cmd Command) (Result, error) {
 		return r, nil
 	case SetVoters:
 		return s.setVoters(c)
+	case EndWait:
+		return s.endWait(c)
 	case nil:
 		return Result{}, badCmd("nil command")
 	}
@@ -185,23 +213,36 @@ func (s *State) declareFailed(c DeclareFailed) (Result, error) {
 			s.Ranks[r] = s.Spares[i]
 			s.Spares = slices.Delete(s.Spares, i, i+1)
 			res.Note = fmt.Sprintf("spare %d takes rank %d", res.Promoted, r)
-		case s.Shrink:
-			s.Ranks[r] = NoProc
-			res.Note = fmt.Sprintf("no spare left: rank %d is vacant (shrink)", r)
-			if s.LiveRanks() == 0 {
-				s.Status, s.StatusReason = Failed, ReasonAllRanksLost
-				res.Note = fmt.Sprintf("rank %d was the last live rank: job failed (%s)", r, ReasonAllRanksLost)
-			}
+		case s.RefillWait > 0:
+			// c.Proc keeps the rank, failed: the runtime sees it lost and
+			// not yet replaced, and survivors wait for a joiner.
+			i, _ := s.awaitIndex(r)
+			s.Awaiting = slices.Insert(s.Awaiting, i, Awaiting{Rank: r, Since: s.Epoch})
+			res.Note = fmt.Sprintf("no spare left: rank %d awaits a joiner for %v", r, s.RefillWait)
 		default:
-			s.Ranks[r] = NoProc
-			s.Status, s.StatusReason = Failed, ReasonSparesExhausted
-			res.Note = fmt.Sprintf("no spare left for rank %d: job failed (%s)", r, ReasonSparesExhausted)
+			res.Note = s.loseRank(r)
 		}
 	} else {
 		res.Note = fmt.Sprintf("proc %d held no rank", c.Proc)
 	}
 	res.Status = s.Status
 	return res, nil
+}
+
+// loseRank gives up on rank r, which no process will take: it becomes
+// vacant, and the job fails unless it shrinks and a live rank is left.
+// It returns the note of the result.
+func (s *State) loseRank(r int) string {
+	s.Ranks[r] = NoProc
+	switch {
+	case !s.Shrink:
+		s.Status, s.StatusReason = Failed, ReasonSparesExhausted
+		return fmt.Sprintf("no spare left for rank %d: job failed (%s)", r, ReasonSparesExhausted)
+	case s.LiveRanks() == 0:
+		s.Status, s.StatusReason = Failed, ReasonAllRanksLost
+		return fmt.Sprintf("rank %d was the last live rank: job failed (%s)", r, ReasonAllRanksLost)
+	}
+	return fmt.Sprintf("no spare left: rank %d is vacant (shrink)", r)
 }
 
 // spareFor is the index in the pool of the spare that takes the rank of
@@ -241,10 +282,40 @@ func (s *State) addSpare(c AddSpare) (Result, error) {
 	}
 	s.Epoch++
 	s.Procs[c.Proc] = c.Info
+	if len(s.Awaiting) > 0 {
+		a := s.Awaiting[0]
+		s.Awaiting = slices.Delete(s.Awaiting, 0, 1)
+		s.Ranks[a.Rank] = c.Proc
+		r := noop(s, "joiner %d takes rank %d, which awaited a joiner since epoch %d", c.Proc, a.Rank, a.Since)
+		r.Changed, r.Rank, r.Promoted = true, a.Rank, c.Proc
+		return r, nil
+	}
 	s.Spares = append(s.Spares, c.Proc)
 	r := noop(s, "spare %d added to the pool (%d spares)", c.Proc, len(s.Spares))
 	r.Changed = true
 	return r, nil
+}
+
+func (s *State) endWait(c EndWait) (Result, error) {
+	if c.Rank < 0 || c.Rank >= len(s.Ranks) {
+		return Result{}, badCmd("EndWait of rank %d, but the job has ranks 0..%d", c.Rank, len(s.Ranks)-1)
+	}
+	if c.Since > s.Epoch {
+		return Result{}, badCmd("EndWait of rank %d waiting since epoch %d, but the view is only at epoch %d", c.Rank, c.Since, s.Epoch)
+	}
+	if s.Status != Running {
+		return noop(s, "job is %s", s.Status), nil
+	}
+	i, ok := s.awaitIndex(c.Rank)
+	if !ok || s.Awaiting[i].Since != c.Since {
+		return noop(s, "rank %d does not await a joiner since epoch %d", c.Rank, c.Since), nil
+	}
+	s.Awaiting = slices.Delete(s.Awaiting, i, i+1)
+	s.Epoch++
+	res := Result{Changed: true, Epoch: s.Epoch, Rank: c.Rank, Promoted: NoProc}
+	res.Note = fmt.Sprintf("no joiner came for rank %d within %v: %s", c.Rank, s.RefillWait, s.loseRank(c.Rank))
+	res.Status = s.Status
+	return res, nil
 }
 
 func (s *State) setVoters(c SetVoters) (Result, error) {

@@ -32,20 +32,39 @@ type Config struct {
 	// must be given the same table: it determines the initial state and the
 	// bootstrap Raft configuration, so no join step is needed.
 	Members []Member
-	// Join: this process was started after the job, to refill the pool.
-	// Members is still the job's original table (so the initial state is
-	// the same everywhere) and Self describes this process. The node does
-	// not bootstrap: it proposes AddSpare for itself through any member's
-	// control RPC (Propose with JoinSelf), the leader then adds it to Raft
-	// as a non-voter and it receives the log.
+	// Join: this process was started after the job, to refill the pool
+	// (or take a rank that awaits a joiner, RefillWait). Members is still
+	// the job's original table (so the initial state is the same
+	// everywhere), Self describes this process and Proc is an id outside
+	// the table that the job never used. The node does not bootstrap: it
+	// proposes AddSpare for itself through the control RPC (JoinSelf) and
+	// learns the state from the tree (VotersOnly; it is a client), or,
+	// in the all-Raft mode, the leader adds it to Raft as a non-voter.
 	Join bool
 	// Self describes this process when Join is set; ignored otherwise.
 	Self Member
+	// Contacts, with Join, are processes that joined the job before this
+	// one (the rendezvous's records of them): whom to ask for the leader
+	// and for news, besides the original table's members, until this
+	// node's state lists it. Every original process may be gone by the
+	// time a joiner arrives. Ignored without Join.
+	Contacts []Member
 	// NumRanks is the job size; it must equal the number of non-spare members.
 	NumRanks int
 	// Shrink: when the pool is empty, a lost rank becomes vacant instead of
 	// failing the job (for apps that can redistribute work).
 	Shrink bool
+	// RefillWait: when the pool is empty, a lost rank waits this long for
+	// a process that joins the job (Join) instead of becoming vacant
+	// (Shrink) or failing the job at once; 0 (the default) does not wait.
+	// Meanwhile the failed process keeps the rank in the view, so the
+	// survivors' recovery waits for its replacement; a joiner that comes
+	// in time takes the lowest waiting rank. The leader's clock times the
+	// wait from when it saw the rank start waiting (a new leader starts
+	// it again, which only makes the wait longer). Every process,
+	// joiners included, must be given the same value: it is part of the
+	// initial state.
+	RefillWait time.Duration
 	// MaxVoters is how many Raft voters to keep (1..MaxVoters, default 5).
 	// The rest of the processes are non-voters: they hold the state but do
 	// not count toward a quorum, so Raft cost stays flat as the job grows.
@@ -239,6 +258,9 @@ func (c *Config) Validate() error {
 	case c.Join && c.Proc == NoProc:
 		bad("Proc %d is reserved (NoProc)", c.Proc)
 	}
+	if c.RefillWait < 0 {
+		bad("RefillWait is %v, want >= 0 (0: a lost rank does not wait for a joiner)", c.RefillWait)
+	}
 	if c.MaxVoters < 1 || c.MaxVoters > MaxVoters {
 		bad("MaxVoters is %d, want 1..%d (5 is usual)", c.MaxVoters, MaxVoters)
 	}
@@ -347,23 +369,29 @@ func (m Member) info() ProcInfo {
 
 // InitialState builds the state every process starts from: non-spare
 // members hold ranks in table order, spares form the pool in table order,
-// epoch 1, and Voters as chosen by ChooseVoters. It is a pure function of
-// its arguments, which is why all processes agree on it without a message.
-func InitialState(members []Member, numRanks int, shrink bool, maxVoters int) (State, error) {
+// epoch 1, Voters as chosen by ChooseVoters, and the policies for a lost
+// rank with an empty pool (shrink, refillWait; see Config). It is a pure
+// function of its arguments, which is why all processes agree on it
+// without a message.
+func InitialState(members []Member, numRanks int, shrink bool, refillWait time.Duration, maxVoters int) (State, error) {
 	if err := validateMembers(members, numRanks); err != nil {
 		return State{}, err
 	}
 	if maxVoters < 1 || maxVoters > MaxVoters {
 		return State{}, fmt.Errorf("%w: maxVoters is %d, want 1..%d", ErrConfig, maxVoters, MaxVoters)
 	}
+	if refillWait < 0 {
+		return State{}, fmt.Errorf("%w: refillWait is %v, want >= 0", ErrConfig, refillWait)
+	}
 	s := State{
-		Epoch:    1,
-		NumRanks: numRanks,
-		Ranks:    make([]uint32, 0, numRanks),
-		Procs:    make(map[uint32]ProcInfo, len(members)),
-		Failed:   map[uint32]uint64{},
-		Shrink:   shrink,
-		Voters:   ChooseVoters(members, maxVoters),
+		Epoch:      1,
+		NumRanks:   numRanks,
+		Ranks:      make([]uint32, 0, numRanks),
+		Procs:      make(map[uint32]ProcInfo, len(members)),
+		Failed:     map[uint32]uint64{},
+		Shrink:     shrink,
+		RefillWait: refillWait,
+		Voters:     ChooseVoters(members, maxVoters),
 	}
 	for _, m := range members {
 		s.Procs[m.Proc] = m.info()

@@ -8,8 +8,8 @@
 //
 // State is plain replicated data and State.apply is a pure, deterministic
 // function of (state, command), tested without Raft from the scripts in
-// testdata/. The commands are DeclareFailed, AddSpare, Finish
-// and SetVoters. The design's Promote and ReplaceVoter are not
+// testdata/. The commands are DeclareFailed, AddSpare, Finish,
+// SetVoters and EndWait. The design's Promote and ReplaceVoter are not
 // separate entries: a DeclareFailed of a rank holder is the whole recovery
 // step in one log entry (epoch+1, the failed process moves to Failed, the
 // first spare on another host takes its rank), and the leader then repairs the Raft voter
@@ -18,7 +18,9 @@
 // ExitSparesExhausted = 75), or, with Config.Shrink, the rank becomes
 // vacant: NumRanks never changes and State.Ranks[r] == NoProc, so an app
 // can hand the vacant rank's work to the others without renumbering.
-// Every command is idempotent, so proposals are retried freely.
+// With Config.RefillWait the rank first awaits a process that joins the
+// job (see "Joining a running job" below). Every command is idempotent,
+// so proposals are retried freely.
 //
 // A Node runs hashicorp/raft for this process, or, with Config.VotersOnly,
 // only if this process votes (see "Raft among the voters only" below).
@@ -26,7 +28,8 @@
 // labels so losing a host costs as few votes as possible; in the all-Raft
 // mode the rest are non-voters that replicate the log. Every process
 // bootstraps the same configuration from the same member table, so there
-// is no join step (processes added later use Config.Join and JoinSelf).
+// is no join step at start (processes added later use Config.Join and
+// JoinSelf: see "Joining a running job").
 // Raft runs on its own TCP listener with the job-token handshake (purpose
 // "raft"), never on the data plane. Logs live in memory, or in raft-boltdb
 // under Config.StateDir. Everything there is owner-only: the proc-<Proc>
@@ -91,6 +94,50 @@
 //     holds from the tree are skipped by index. It follows the tree until
 //     Raft has given it anything.
 //
+// # Joining a running job
+//
+// A process started after the job formed (a joiner, Config.Join) gets a
+// new process id from the rendezvous (ids past the original table, never
+// reused: fencing keys on them) and is given the job's original member
+// table, so it starts from the same initial state as everyone. It runs
+// no Raft: JoinSelf proposes AddSpare for itself through the control RPC
+// and waits until its own state lists it. Its state is the job's first
+// one, whose voters may all have been replaced since, so until it is
+// listed it asks those voters first and then any other process of the
+// table, for the proposal (any process answers with the leader it knows)
+// and for the tree's news (any process answers any asker). Once listed
+// it is a client like any other: it follows the tree, and the leader may
+// make it a voter when one is lost (it registered RaftAddr and CtlAddr).
+//
+// AddSpare puts the joiner in the pool, or, while ranks await a joiner,
+// gives it the lowest such rank in the same entry. A rank awaits when it
+// is lost with an empty pool and Config.RefillWait is set (it is fixed in
+// the initial state, State.RefillWait, so every process applies the log
+// alike): the failed process keeps the rank, listed in State.Awaiting
+// with the epoch the wait began, so the runtime sees a rank failed and
+// not yet replaced and the survivors' recovery waits. The leader alone
+// keeps time (refill.go, a pure clock driven by the leader loop): from
+// when it first saw a wait, RefillWait later, it commits EndWait{Rank,
+// Since}, and the rank goes the way of a loss with an empty pool (vacant
+// with Shrink, else the job fails with ErrSparesExhausted). A new leader
+// times every wait afresh from its election: a leader change makes a wait
+// longer, never shorter, and since EndWait names the wait, a late one can
+// neither end a later wait of the same rank nor take a rank a joiner
+// holds. Membership's views list the joiners (pgas.View.Joined) with
+// their data-plane addresses; a rank that awaits shows its failed holder.
+// gaspigo_spares_joined_total counts the joins each process applied
+// (every process counts them; the pool's size is
+// gaspigo_spares_available, set by the runtime).
+//
+// Costs: a join is one control RPC to a voter (two when it does not lead;
+// more only while the joiner's first voters are gone, one per process it
+// tries) and one log entry that reaches every process like any change
+// (⌈log_k(N/V)⌉ + 1 hops); the joiner's first news is the changes since
+// the start or a whole state, O(N) bytes. Waiting costs the leader one
+// timer and O(ranks awaiting) work per round; the state grows by one
+// entry per awaiting rank and one ProcInfo per joiner, ever (ids are
+// never reused, so State.Procs holds every joiner the job had).
+//
 // # Usage
 //
 //	cfg := spares.DefaultConfig()
@@ -123,7 +170,8 @@
 // each under HandshakeTimeout); the control server, one goroutine per
 // control connection (under RPCTimeout; a child's follow connection lives
 // as long as the child asks, at least once per TreeHold + RPCTimeout), one
-// waiter per local apply, the leader loop (with Raft), the contact
+// waiter per local apply, the leader loop (with Raft; it also runs the
+// clock of the waits for joiners, refill.go), the contact
 // watcher and, on a client, the follow loop. All are owned by the Node
 // and stopped by Shutdown, which closes the control listener (and with it
 // the connections it accepted), shuts Raft down if it runs (closing its

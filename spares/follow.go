@@ -238,7 +238,7 @@ func (n *Node) followLoop() {
 		// fails only at its time-out (RPCTimeout, longer than badFor), and
 		// two such hosts first in the list would otherwise take turns for
 		// ever and keep this process from the live ones after them.
-		target, fallback := pickUpstream(tr.upstream(n.cfg.Proc), bad, now, !failed)
+		target, fallback := pickUpstream(n.upstream(tr), bad, now, !failed)
 		if target == NoProc || fallback {
 			// Nobody to ask, or everybody failed us lately: wait a little.
 			t := time.NewTimer(n.cfg.treeHold() / 4)
@@ -263,6 +263,31 @@ func (n *Node) followLoop() {
 			n.log.Debug("spares: tree parent did not answer; asking the next one up", "parent", target, "err", err)
 		}
 	}
+}
+
+// upstream is whom this node asks for news, best first (tree.upstream).
+// A joiner its state does not list yet (joining) knows only the voters of
+// the job's first state, and all of them may have been replaced since:
+// after them it asks the other processes of its state in tree order, any
+// of which answers with the news. That list is O(N), built per answer,
+// but only until the joiner's state lists it.
+func (n *Node) upstream(tr *tree) []uint32 {
+	up := tr.upstream(n.cfg.Proc)
+	joining := false
+	var later []uint32
+	n.fsm.read(func(st *State, _ uint64) {
+		if joining = n.joining(st); joining {
+			later = n.unlistedContacts(st)
+		}
+	})
+	if !joining {
+		return up
+	}
+	// The voters of the first state, then those who joined before this
+	// process (Config.Contacts: the likeliest to be alive when the first
+	// processes are gone), then the others of the first state.
+	up = append(up, later...)
+	return append(up, tr.order[tr.voters:]...)
 }
 
 // pickUpstream returns the first process of up not in bad, or, when all
@@ -317,6 +342,13 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 			return err
 		}
 		_ = c.SetDeadline(time.Now().Add(n.cfg.treeHold() + n.cfg.RPCTimeout))
+		// The deadline just set replaces the past one that ending ctx
+		// sets (stop, above): an end that came before must be seen here,
+		// or a Shutdown would wait for this loop, which the parent keeps
+		// answering, until its bound.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if err := writeFrame(c, req); err != nil {
 			return err
 		}
@@ -360,7 +392,7 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 		tr, _ := n.fsm.tree(n.cfg.TreeFanout)
 		now := time.Now()
 		n.down.addTo(bad, now)
-		if p, _ := pickUpstream(tr.upstream(n.cfg.Proc), bad, now, true); p != target {
+		if p, _ := pickUpstream(n.upstream(tr), bad, now, true); p != target {
 			return nil // the tree moved, or a closer ancestor may answer again
 		}
 	}

@@ -73,7 +73,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return applyResponse{Err: err}
 	}
 	if res.Changed {
-		f.logChange(cmd, res)
+		f.recordChange(cmd, res)
 		if f.onChange != nil {
 			f.onChange()
 		}
@@ -81,7 +81,8 @@ func (f *fsm) Apply(l *raft.Log) any {
 	return applyResponse{Result: res}
 }
 
-func (f *fsm) logChange(cmd Command, res Result) {
+// recordChange logs a change this process applied and counts it.
+func (f *fsm) recordChange(cmd Command, res Result) {
 	attrs := []any{"epoch", res.Epoch, "status", res.Status.String(), "note", res.Note}
 	switch c := cmd.(type) {
 	case DeclareFailed:
@@ -94,7 +95,14 @@ func (f *fsm) logChange(cmd Command, res Result) {
 		}
 		f.log.Info("spares: failure committed", attrs...)
 	case AddSpare:
-		f.log.Info("spares: spare added", append(attrs, "proc", c.Proc)...)
+		joinsApplied.Inc()
+		if res.Rank >= 0 {
+			f.log.Info("spares: joiner took an awaiting rank", append(attrs, "proc", c.Proc, "rank", res.Rank)...)
+		} else {
+			f.log.Info("spares: spare added", append(attrs, "proc", c.Proc)...)
+		}
+	case EndWait:
+		f.log.Info("spares: no joiner came for a rank", append(attrs, "rank", c.Rank, "since", c.Since)...)
 	case SetVoters:
 		f.log.Debug("spares: voters recorded", append(attrs, "voters", c.Voters)...)
 	default:

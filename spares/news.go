@@ -163,7 +163,7 @@ func (f *fsm) applyUpdate(u update) error {
 	}
 	f.mu.Unlock()
 	for i, cmd := range applied {
-		f.logChange(cmd, results[i])
+		f.recordChange(cmd, results[i])
 	}
 	if changed && f.onChange != nil {
 		f.onChange()

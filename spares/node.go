@@ -74,7 +74,7 @@ func NewNode(cfg Config) (_ *Node, err error) {
 		closeListeners(cfg)
 		return nil, err
 	}
-	initial, err := InitialState(cfg.Members, cfg.NumRanks, cfg.Shrink, cfg.MaxVoters)
+	initial, err := InitialState(cfg.Members, cfg.NumRanks, cfg.Shrink, cfg.RefillWait, cfg.MaxVoters)
 	if err != nil {
 		closeListeners(cfg)
 		return nil, err
@@ -372,7 +372,10 @@ func (n *Node) WaitPromotion(ctx context.Context) (rank int, st State, err error
 }
 
 func promotion(st *State, self uint32) (rank int, done bool, err error) {
-	if r, ok := st.RankOf(self); ok {
+	// A failed process may still hold its rank while the rank awaits a
+	// joiner (State.Awaiting): that is no promotion.
+	_, failed := st.Failed[self]
+	if r, ok := st.RankOf(self); ok && !failed {
 		return r, true, nil
 	}
 	if err := statusErr(st); err != nil {

@@ -589,15 +589,22 @@ func TestNodeJoinRefillsPool(t *testing.T) {
 	c.converge(ctx, 2)
 	c.votersRepaired(ctx, 4)
 
-	for i, spare := range []uint32{2, 3} {
+	// Which spare takes a rank depends on the victim's host (the first
+	// spare on another host), and a report retried after its commit
+	// answers with a no-op: each loss is checked in the state it left.
+	for i := range 2 {
 		leader := c.leader(ctx)
 		st := leader.View()
 		victim := c.rankHolder(st, leader.Proc())
+		rank, _ := st.RankOf(victim)
 		c.kill(victim)
-		if res, err := c.other(victim).ReportFailure(ctx, victim, NoProc, st.Epoch); err != nil || res.Promoted != spare {
-			t.Fatalf("failure %d: %+v, %v", i+1, res, err)
+		if _, err := c.other(victim).ReportFailure(ctx, victim, NoProc, st.Epoch); err != nil {
+			t.Fatalf("failure %d: %v", i+1, err)
 		}
-		c.converge(ctx, st.Epoch+1)
+		got := c.converge(ctx, st.Epoch+1)
+		if p := got.Ranks[rank]; !slices.Contains(st.Spares, p) {
+			t.Fatalf("failure %d: rank %d went to %d, not to a spare of %v (%s)", i+1, rank, p, st.Spares, summarize(&got))
+		}
 	}
 	if rank, st, err := joiner.WaitPromotion(ctx); err != nil || st.Ranks[rank] != 3 {
 		t.Fatalf("joiner WaitPromotion: %d, %v (%s)", rank, err, summarize(&st))

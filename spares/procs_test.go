@@ -234,7 +234,7 @@ func TestProcsKillRankHolder(t *testing.T) {
 			}
 		}
 	}
-	initial, err := InitialState(tab.Members, tab.NumRanks, false, DefaultConfig().MaxVoters)
+	initial, err := InitialState(tab.Members, tab.NumRanks, false, 0, DefaultConfig().MaxVoters)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package spares
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,6 +120,13 @@ func (n *Node) proposeOnce(ctx context.Context, data []byte, hint, unreachable *
 		}
 	}
 	addr := n.ctlAddrOf(&st, target)
+	if addr == "" && n.joining(&st) {
+		// A joiner's state is the job's first one: the leader named may
+		// have joined after it. Ask a member instead; the answer names
+		// the leader again, and the tree soon brings its address.
+		target = n.someMember(&st, attempt)
+		addr = n.ctlAddrOf(&st, target)
+	}
 	if addr == "" {
 		return Result{}, fmt.Errorf("%w: proc %d has no control address", ErrNoLeader, target)
 	}
@@ -147,11 +155,16 @@ func (n *Node) proposeOnce(ctx context.Context, data []byte, hint, unreachable *
 // someMember picks a live process other than this one, rotating with
 // attempt: a voter, in the voters-only mode (the others cannot forward);
 // none this process's detector confirmed failed while there are others.
+// A joiner whose join it has not heard of yet (joining) asks the voters
+// first and then any other process, which answers with the leader it
+// knows: its state is the job's first, and every voter in it may have
+// been replaced since.
 func (n *Node) someMember(st *State, attempt int) uint32 {
 	var procs, down []uint32
+	anyone := n.joining(st)
 	now := time.Now()
 	for p, info := range st.Procs {
-		if _, failed := st.Failed[p]; !failed && p != n.cfg.Proc && info.CtlAddr != "" && (!n.cfg.VotersOnly || st.IsVoter(p)) {
+		if _, failed := st.Failed[p]; !failed && p != n.cfg.Proc && info.CtlAddr != "" && (!n.cfg.VotersOnly || anyone || st.IsVoter(p)) {
 			if n.down.is(p, now) {
 				down = append(down, p)
 			} else {
@@ -162,11 +175,37 @@ func (n *Node) someMember(st *State, attempt int) uint32 {
 	if len(procs) == 0 {
 		procs = down
 	}
+	// In proc order; a joiner's with the voters first, then the processes
+	// that joined before it (Config.Contacts, the likeliest to be alive
+	// when the job's first processes are gone), then the others.
+	slices.SortFunc(procs, func(a, b uint32) int {
+		if va, vb := st.IsVoter(a), st.IsVoter(b); anyone && va != vb {
+			if va {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a, b)
+	})
+	if anyone {
+		v := 0
+		for v < len(procs) && st.IsVoter(procs[v]) {
+			v++
+		}
+		procs = slices.Insert(procs, v, n.unlistedContacts(st)...)
+	}
 	if len(procs) == 0 {
 		return NoProc
 	}
-	slices.Sort(procs)
 	return procs[attempt%len(procs)]
+}
+
+// joining: this node joins the job (Config.Join) and its state does not
+// list it yet, so the state is the job's first one or a later one that
+// does not know of this process.
+func (n *Node) joining(st *State) bool {
+	_, known := st.Procs[n.cfg.Proc]
+	return n.cfg.Join && !known
 }
 
 func (n *Node) ctlAddrOf(st *State, p uint32) string {
@@ -178,19 +217,59 @@ func (n *Node) ctlAddrOf(st *State, p uint32) string {
 			return m.CtlAddr
 		}
 	}
+	for _, m := range n.contacts() {
+		if m.Proc == p {
+			return m.CtlAddr
+		}
+	}
 	return ""
 }
 
+// contacts are the processes a joiner may ask besides its state's
+// (Config.Contacts), nil for any other node.
+func (n *Node) contacts() []Member {
+	if !n.cfg.Join {
+		return nil
+	}
+	return n.cfg.Contacts
+}
+
+// unlistedContacts returns the contacts that st does not list, in the
+// order given: processes that joined after the state this joiner has.
+func (n *Node) unlistedContacts(st *State) []uint32 {
+	var out []uint32
+	for _, m := range n.contacts() {
+		if _, ok := st.Procs[m.Proc]; !ok && m.Proc != n.cfg.Proc && m.CtlAddr != "" {
+			out = append(out, m.Proc)
+		}
+	}
+	return out
+}
+
 // JoinSelf proposes AddSpare for this process (a node started with Join)
-// and waits until the local view holds it, that is until the leader has
-// added this node to Raft and it has caught up with the log. Errors are
-// those of Propose and Await.
+// and waits until the local view holds it: until the tree's news (or, in
+// the all-Raft mode, the log) has brought this node the commit. The
+// returned state says whether it joined the pool or took a rank that
+// awaited a joiner (WaitPromotion then returns at once). Errors are those
+// of Propose and Await; a job that no longer runs makes AddSpare a no-op,
+// and the wait then ends with the job's error (ErrJobFinished, or
+// ErrSparesExhausted / ErrJobFailed) once this node has learnt it.
 func (n *Node) JoinSelf(ctx context.Context) (State, error) {
-	self := n.self
-	if _, err := n.Propose(ctx, AddSpare{Proc: n.cfg.Proc, Info: self.info()}); err != nil {
+	if _, err := n.Propose(ctx, AddSpare{Proc: n.cfg.Proc, Info: n.self.info()}); err != nil {
 		return State{}, err
 	}
-	return n.Await(ctx, func(s *State) bool { _, ok := s.Procs[n.cfg.Proc]; return ok })
+	return n.wait(ctx, func(st *State) (bool, error) {
+		if _, ok := st.Procs[n.cfg.Proc]; ok {
+			return true, nil
+		}
+		if err := statusErr(st); err != nil {
+			return true, err
+		}
+		if st.Status == Finished {
+			return true, fmt.Errorf("%w at epoch %d, before proc %d joined", ErrJobFinished, st.Epoch, n.cfg.Proc)
+		}
+		return false, nil
+	})
 }
 
 // applyLocal commits data through the local Raft node, which must lead.

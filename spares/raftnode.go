@@ -246,27 +246,35 @@ func (n *Node) kickLeader() {
 }
 
 // leaderLoop is owned by the node. While this node leads it keeps the Raft
-// configuration in line with the state: on winning an election (after a
-// barrier, so the FSM has every committed entry), after every state change
-// and every ReconcileInterval.
+// configuration in line with the state, and ends the waits for a joiner
+// that ran out (refill.go): on winning an election (after a barrier, so
+// the FSM has every committed entry), after every state change, every
+// ReconcileInterval and when a wait falls due. A node that does not lead
+// forgets its clock of the waits.
 func (n *Node) leaderLoop(notifyCh <-chan bool) {
 	t := time.NewTicker(n.cfg.ReconcileInterval)
 	defer t.Stop()
+	refill := newRefillDriver(&n.cfg)
+	defer refill.stop()
 	needBarrier := true
 	for {
 		select {
 		case <-n.closeCh:
 			return
 		case leader := <-notifyCh:
+			// Won or lost, the waits are timed afresh from here.
+			refill.stop()
 			if leader {
 				needBarrier = true
 				n.log.Info("spares: became raft leader", "epoch", n.View().Epoch)
 			}
 		case <-n.kick:
 		case <-t.C:
+		case <-refill.C():
 		}
 		r := n.raftNode()
 		if r == nil || r.State() != raft.Leader {
+			refill.stop()
 			continue
 		}
 		if needBarrier {
@@ -277,6 +285,7 @@ func (n *Node) leaderLoop(notifyCh <-chan bool) {
 			needBarrier = false
 		}
 		n.reconcile(r)
+		n.runRefill(refill, r)
 	}
 }
 

@@ -2,6 +2,7 @@ package spares
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/gaspigo/gaspigo/pgas"
@@ -32,7 +33,7 @@ func NewMembership(n *Node) *Membership { return &Membership{node: n} }
 func (m *Membership) Node() *Node { return m.node }
 
 // Current returns the locally applied state as a view.
-func (m *Membership) Current() pgas.View { return toView(m.node.View()) }
+func (m *Membership) Current() pgas.View { return m.toView(m.node.View()) }
 
 // Watch converts the node's states to views. Only one reader may use it.
 func (m *Membership) Watch() <-chan pgas.View {
@@ -42,7 +43,7 @@ func (m *Membership) Watch() <-chan pgas.View {
 		go func() {
 			defer close(m.ch)
 			for st := range src {
-				v := toView(st)
+				v := m.toView(st)
 				select {
 				case <-m.ch: // keep only the latest
 				default:
@@ -91,7 +92,13 @@ func (m *Membership) Lost() <-chan struct{} { return m.node.Lost() }
 // LostErr is why (Node.LostErr).
 func (m *Membership) LostErr() error { return m.node.LostErr() }
 
-func toView(st State) pgas.View {
+// toView converts a state to the runtime's view. The joiners are the
+// processes whose ids are past the node's original member table (the
+// rendezvous numbers the first processes 0..len(Members)-1 and every
+// joiner after them, never reusing an id). A rank that awaits a joiner is
+// still held by its failed process, so the runtime sees that process
+// failed and not replaced yet.
+func (m *Membership) toView(st State) pgas.View {
 	v := pgas.View{Epoch: st.Epoch, Ranks: make([]transport.Proc, len(st.Ranks)), Finished: st.Status == Finished, Err: st.Err()}
 	for r, p := range st.Ranks {
 		v.Ranks[r] = transport.Proc(p)
@@ -99,5 +106,24 @@ func toView(st State) pgas.View {
 	for _, p := range st.FailedProcs() {
 		v.Failed = append(v.Failed, transport.Proc(p))
 	}
+	v.Joined = joinersOf(&st, uint32(len(m.node.cfg.Members)))
 	return v
+}
+
+// joinersOf lists the processes of st with an id from first on, in id
+// order, failed ones included.
+func joinersOf(st *State, first uint32) []pgas.Joiner {
+	var ids []uint32
+	for p := range st.Procs {
+		if p >= first {
+			ids = append(ids, p)
+		}
+	}
+	slices.Sort(ids)
+	var out []pgas.Joiner
+	for _, p := range ids {
+		info := st.Procs[p]
+		out = append(out, pgas.Joiner{Proc: transport.Proc(p), Addr: info.Addr, Host: info.Host})
+	}
+	return out
 }

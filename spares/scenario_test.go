@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gaspigo/gaspigo/internal/testkit/script"
 )
@@ -19,12 +20,16 @@ import (
 // (every report on the line carries the epoch the line started in, and
 // "rank R" is resolved in that view):
 //
-//	init ranks=R spares=S [hosts=H] [shrink]   procs 0..R-1 hold ranks, R..R+S-1 are spares
+//	init ranks=R spares=S [hosts=H] [shrink] [refill=D]
+//	                         procs 0..R-1 hold ranks, R..R+S-1 are spares;
+//	                         refill: RefillWait (a Go duration)
 //	fail P [by=Q] [at=E]     DeclareFailed of proc P by Q (default: none) reported in epoch E
 //	fail rank R ...          fail the proc holding rank R
 //	fail spare P ...         fail proc P, which must be a spare
 //	exhaust                  fail the lowest live rank until the job stops running
 //	add P [host=H]           AddSpare
+//	endwait R [since=E]      EndWait of rank R's wait since E (default: the
+//	                         wait the interval's view shows, else its epoch)
 //	finish | voters P...
 //
 // Every step is also checked for: the state invariants, the command's
@@ -97,6 +102,12 @@ func (s *scenario) line(line string) error {
 				}
 			}
 			s.apply(AddSpare{Proc: uint32(p), Info: infoFor(uint32(p), host)})
+		case "endwait":
+			cmd, err := parseEndWait(&view, f[1:])
+			if err != nil {
+				return err
+			}
+			s.apply(cmd)
 		case "finish":
 			s.apply(Finish{})
 		case "voters":
@@ -117,11 +128,17 @@ func (s *scenario) line(line string) error {
 }
 
 func (s *scenario) init(args []string) error {
-	ranks, spares, hosts, shrink := 0, 0, 1, false
+	ranks, spares, hosts, shrink, refill := 0, 0, 1, false, time.Duration(0)
 	for _, a := range args {
 		k, v, _ := strings.Cut(a, "=")
 		n, _ := strconv.Atoi(v)
 		switch k {
+		case "refill":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("bad %q: %v", a, err)
+			}
+			refill = d
 		case "ranks":
 			ranks = n
 		case "spares":
@@ -134,7 +151,7 @@ func (s *scenario) init(args []string) error {
 			return fmt.Errorf("unknown init argument %q", a)
 		}
 	}
-	st, err := InitialState(testMembers(ranks, spares, hosts), ranks, shrink, 5)
+	st, err := InitialState(testMembers(ranks, spares, hosts), ranks, shrink, refill, 5)
 	if err != nil {
 		return err
 	}
@@ -204,6 +221,31 @@ func parseFail(view *State, args []string) (Command, string, error) {
 	return cmd, "", nil
 }
 
+// parseEndWait resolves an endwait step in the interval's view.
+func parseEndWait(view *State, args []string) (Command, error) {
+	if len(args) == 0 {
+		return nil, fmt.Errorf("endwait needs a rank")
+	}
+	r, err := strconv.Atoi(args[0])
+	if err != nil {
+		return nil, err
+	}
+	cmd := EndWait{Rank: r, Since: view.Epoch}
+	if since, ok := view.AwaitingSince(r); ok {
+		cmd.Since = since
+	}
+	for _, kv := range args[1:] {
+		v, ok := strings.CutPrefix(kv, "since=")
+		if !ok {
+			return nil, fmt.Errorf("unknown endwait argument %q", kv)
+		}
+		if cmd.Since, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("bad %q: %v", kv, err)
+		}
+	}
+	return cmd, nil
+}
+
 func (s *scenario) apply(cmd Command) {
 	t := s.t
 	t.Helper()
@@ -258,6 +300,9 @@ func normState(s State) State {
 	if len(c.Voters) == 0 {
 		c.Voters = nil
 	}
+	if len(c.Awaiting) == 0 {
+		c.Awaiting = nil
+	}
 	return c
 }
 
@@ -278,6 +323,8 @@ func describe(cmd Command) string {
 		return "Finish"
 	case SetVoters:
 		return fmt.Sprintf("SetVoters %v", c.Voters)
+	case EndWait:
+		return fmt.Sprintf("EndWait rank=%d since=%d", c.Rank, c.Since)
 	}
 	return fmt.Sprintf("%T", cmd)
 }
@@ -313,6 +360,14 @@ func summarize(s *State) string {
 	if s.StatusReason != "" {
 		status += "(" + s.StatusReason + ")"
 	}
-	return fmt.Sprintf("epoch=%d status=%s ranks=[%s] spares=%v failed=[%s] voters=%v",
+	out := fmt.Sprintf("epoch=%d status=%s ranks=[%s] spares=%v failed=[%s] voters=%v",
 		s.Epoch, status, strings.Join(ranks, " "), s.Spares, strings.Join(failed, " "), s.Voters)
+	if len(s.Awaiting) > 0 {
+		var aw []string
+		for _, a := range s.Awaiting {
+			aw = append(aw, fmt.Sprintf("%d@%d", a.Rank, a.Since))
+		}
+		out += fmt.Sprintf(" awaiting=[%s]", strings.Join(aw, " "))
+	}
+	return out
 }

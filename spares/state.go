@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 )
 
 // NoProc names no process: a vacant rank (after shrinking or when the job
@@ -71,7 +72,10 @@ type ProcInfo struct {
 // Invariants (checked by Validate): len(Ranks) == NumRanks; every proc in
 // Ranks (other than NoProc), Spares, Failed and Voters is in Procs; a proc
 // holds at most one rank; no proc is both a rank holder and a spare; no
-// failed proc holds a rank, is a spare or a voter.
+// failed proc is a spare or a voter, and a failed proc holds a rank only
+// while that rank awaits a joiner (Awaiting, sorted by rank, each entry
+// since the epoch its holder failed in); ranks await only with RefillWait
+// set and while the pool is empty.
 type State struct {
 	// Epoch counts membership changes. It starts at 1 and goes up by one
 	// with every committed change to Ranks, Spares or Failed (a failure, a
@@ -98,6 +102,40 @@ type State struct {
 	// Voters are the procs that vote in Raft, as last recorded by the
 	// leader (SetVoters); failed procs are dropped from it at once.
 	Voters []uint32
+	// RefillWait: when the pool is empty, a lost rank waits this long for
+	// a process that joins the job (AddSpare) before it becomes vacant
+	// (Shrink) or the job fails; 0: it does not wait. Fixed at start
+	// (Config.RefillWait), so every process applies the log alike. The
+	// leader keeps the clock (refill.go) and ends a wait with EndWait.
+	RefillWait time.Duration
+	// Awaiting lists the ranks that wait for a joiner, in rank order. Such
+	// a rank is still held by its failed process, so the runtime sees it
+	// failed and not yet replaced (survivors' Recover waits) rather than
+	// vacant.
+	Awaiting []Awaiting
+}
+
+// Awaiting is a rank that waits for a joiner (State.Awaiting).
+type Awaiting struct {
+	Rank int
+	// Since is the epoch the wait started in: the one its holder was
+	// declared failed in. A rank that waits again later (its joiner failed
+	// too) waits since a later epoch, so an EndWait names one wait.
+	Since uint64
+}
+
+// AwaitingSince reports whether rank awaits a joiner, and since which
+// epoch.
+func (s *State) AwaitingSince(rank int) (since uint64, ok bool) {
+	i, ok := s.awaitIndex(rank)
+	if !ok {
+		return 0, false
+	}
+	return s.Awaiting[i].Since, true
+}
+
+func (s *State) awaitIndex(rank int) (int, bool) {
+	return slices.BinarySearchFunc(s.Awaiting, rank, func(a Awaiting, r int) int { return a.Rank - r })
 }
 
 // RankOf returns the rank proc holds, if any.
@@ -161,6 +199,7 @@ func (s *State) Clone() State {
 	c.Ranks = slices.Clone(s.Ranks)
 	c.Spares = slices.Clone(s.Spares)
 	c.Voters = slices.Clone(s.Voters)
+	c.Awaiting = slices.Clone(s.Awaiting)
 	c.Procs = maps.Clone(s.Procs)
 	c.Failed = maps.Clone(s.Failed)
 	if c.Procs == nil {
@@ -190,6 +229,9 @@ func (s *State) Validate() error {
 	if s.Status > Failed {
 		return bad("unknown status %d", s.Status)
 	}
+	if err := s.validateAwaiting(); err != nil {
+		return bad("%v", err)
+	}
 	role := make(map[uint32]string, len(s.Ranks)+len(s.Spares))
 	for r, p := range s.Ranks {
 		if p == NoProc {
@@ -201,8 +243,10 @@ func (s *State) Validate() error {
 		if prev, dup := role[p]; dup {
 			return bad("proc %d holds rank %d and is also %s", p, r, prev)
 		}
-		if _, f := s.Failed[p]; f {
-			return bad("failed proc %d holds rank %d", p, r)
+		if e, f := s.Failed[p]; f {
+			if since, ok := s.AwaitingSince(r); !ok || since != e {
+				return bad("failed proc %d (epoch %d) holds rank %d, which does not await a joiner since then", p, e, r)
+			}
 		}
 		role[p] = fmt.Sprintf("rank %d", r)
 	}
@@ -248,6 +292,42 @@ func (s *State) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validateAwaiting checks Awaiting against the rest of the state.
+func (s *State) validateAwaiting() error {
+	if s.RefillWait < 0 {
+		return fmt.Errorf("RefillWait is %v, want >= 0", s.RefillWait)
+	}
+	if len(s.Awaiting) == 0 {
+		return nil
+	}
+	if s.RefillWait == 0 {
+		return fmt.Errorf("%d ranks await a joiner, but RefillWait is 0", len(s.Awaiting))
+	}
+	if len(s.Spares) > 0 {
+		return fmt.Errorf("ranks await a joiner while the pool holds %v", s.Spares)
+	}
+	for i, a := range s.Awaiting {
+		if a.Rank < 0 || a.Rank >= len(s.Ranks) {
+			return fmt.Errorf("awaiting rank %d out of range (NumRanks %d)", a.Rank, s.NumRanks)
+		}
+		if i > 0 && a.Rank <= s.Awaiting[i-1].Rank {
+			return fmt.Errorf("awaiting ranks not in increasing order (%d after %d)", a.Rank, s.Awaiting[i-1].Rank)
+		}
+		p := s.Ranks[a.Rank]
+		if e, f := s.Failed[p]; p == NoProc || !f || e != a.Since {
+			return fmt.Errorf("rank %d awaits a joiner since epoch %d, but its holder %s was not declared failed then", a.Rank, a.Since, procLabel(p))
+		}
+	}
+	return nil
+}
+
+func procLabel(p uint32) string {
+	if p == NoProc {
+		return "(none)"
+	}
+	return fmt.Sprintf("proc %d", p)
 }
 
 func (i ProcInfo) validate() error {

@@ -15,7 +15,7 @@ import (
 
 func mustState(t *testing.T, ranks, spares, hosts int, shrink bool) State {
 	t.Helper()
-	st, err := InitialState(testMembers(ranks, spares, hosts), ranks, shrink, 5)
+	st, err := InitialState(testMembers(ranks, spares, hosts), ranks, shrink, 0, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestPlanVoters(t *testing.T) {
 }
 
 func mustStateT(procs, ranks int) State {
-	st, err := InitialState(testMembers(ranks, procs-ranks, 3), ranks, false, 5)
+	st, err := InitialState(testMembers(ranks, procs-ranks, 3), ranks, false, 0, 5)
 	if err != nil {
 		panic(err)
 	}
@@ -301,6 +301,7 @@ func TestConfigValidate(t *testing.T) {
 		{"reserved proc", func(c *Config) { c.Members[3].Proc = NoProc }, "reserved"},
 		{"retry", func(c *Config) { c.ProposeRetryMax = time.Microsecond }, "ProposeRetryMax"},
 		{"zero", func(c *Config) { c.RPCTimeout = 0 }, "RPCTimeout is 0s"},
+		{"refill wait", func(c *Config) { c.RefillWait = -time.Second }, "RefillWait is -1s"},
 		{"join as member", func(c *Config) { c.Join = true }, "already in Members"},
 		{"join self mismatch", func(c *Config) { c.Join, c.Proc, c.Self.Proc = true, 9, 8 }, "Self.Proc 8 but Proc 9"},
 		{"join without addrs", func(c *Config) { c.Join, c.Proc, c.Self.Proc = true, 9, 9 }, "needs Self.RaftAddr"},
