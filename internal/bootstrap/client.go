@@ -134,94 +134,180 @@ func Register(ctx context.Context, env Env, self Member) (*Session, Table, error
 // waiting is redialled (the registration is repeated). Errors are
 // *RegisterError values wrapping ErrRendezvous (ctx ended; the text names
 // the last failure), ErrRejected, ErrAuth or ErrProtocol; bad arguments
-// return ErrEnv or ErrConfig at once.
+// return ErrEnv or ErrConfig at once. A joiner (env.Join) uses JoinRunning.
 func RegisterWith(ctx context.Context, cfg ClientConfig, env Env, self Member) (*Session, Table, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, Table{}, err
 	}
+	if env.Join {
+		return nil, Table{}, fmt.Errorf("%w: the environment is a joiner's (PGAS_JOIN=1), which registers with JoinRunning", ErrConfig)
+	}
 	if err := env.Validate(); err != nil {
 		return nil, Table{}, err
 	}
+	if self.Proc != env.Proc {
+		return nil, Table{}, fmt.Errorf("%w: Member.Proc=%d but the environment says process %d", ErrConfig, self.Proc, env.Proc)
+	}
+	r, err := newRegistrar(cfg, env, self, false)
+	if err != nil {
+		return nil, Table{}, err
+	}
+	res, err := r.run(ctx)
+	if err != nil {
+		return nil, Table{}, err
+	}
+	return newSession(cfg, r.log, r.self, res.conn), res.table, nil
+}
+
+// JoinRunning registers a joiner (env.Join, PGAS_JOIN=1): a process
+// started after the job formed, to refill its spare pool. It presents the
+// id the launcher reserved for it (env.Proc) or JoinerID, retries like
+// RegisterWith within cfg.Timeout, and returns the session, the job's
+// original member table (ids 0..NumProcs-1, with RefillWait) and the id
+// the rendezvous gave it, which no process of the job ever had. A joiner
+// that arrives before the job formed waits for it like any process.
+// self.Proc is ignored (the id is the rendezvous's); an empty self.Host
+// is env.Host and a zero self.Pid is os.Getpid(). The Session behaves as
+// Register's. Errors are *RegisterError values wrapping ErrJobFinished
+// (the job has ended: exit 0), ErrRejected with the rendezvous's reason,
+// ErrAuth (a wrong PGAS_TOKEN), ErrRendezvousTimeout (with what it
+// tried), ErrRendezvous or ErrProtocol; an environment that is not a
+// joiner's, or that also serves the rendezvous, is ErrConfig at once.
+func JoinRunning(ctx context.Context, cfg ClientConfig, env Env, self Member) (*Session, Table, uint32, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, Table{}, 0, err
+	}
+	if !env.Join {
+		return nil, Table{}, 0, fmt.Errorf("%w: JoinRunning is for a process started after the job formed (PGAS_JOIN=1); a process the job was started with registers with Join or RegisterWith", ErrConfig)
+	}
+	if env.ServeRendezvous {
+		// Validate says so too; this names the call as well.
+		return nil, Table{}, 0, fmt.Errorf("%w: JoinRunning: %w", ErrConfig, errJoinerServes)
+	}
+	if err := env.Validate(); err != nil {
+		return nil, Table{}, 0, err
+	}
+	self.Proc = env.Proc
+	r, err := newRegistrar(cfg, env, self, true)
+	if err != nil {
+		return nil, Table{}, 0, err
+	}
+	res, err := r.run(ctx)
+	if err != nil {
+		return nil, Table{}, 0, err
+	}
+	self = r.self
+	self.Proc = res.id
+	return newSession(cfg, r.log, self, res.conn), res.table, res.id, nil
+}
+
+type attemptResult struct {
+	conn  net.Conn
+	table Table
+	id    uint32 // this process's id: env.Proc, or a joiner's as given
+}
+
+// registrar holds the state of one Register or JoinRunning call across
+// attempts.
+type registrar struct {
+	cfg       ClientConfig
+	env       Env
+	self      Member
+	join      bool // a joiner's registration (JoinRunning)
+	log       *slog.Logger
+	attempts  int
+	authFails int
+
+	mu    sync.Mutex // the fields below, also read by the warning timer
+	id    uint32     // the id presented: env.Proc, or the one a joiner was given
+	hello []byte     // the encoded hello, presenting id
+	acked bool       // some attempt was acknowledged
+	last  error      // the last attempt's failure
+}
+
+// newRegistrar checks self against env and prepares the hello.
+func newRegistrar(cfg ClientConfig, env Env, self Member, join bool) (*registrar, error) {
 	if self.Host == "" {
 		self.Host = env.Host
 	}
 	if self.Pid == 0 {
 		self.Pid = os.Getpid()
 	}
-	if self.Proc != env.Proc {
-		return nil, Table{}, fmt.Errorf("%w: Member.Proc=%d but the environment says process %d", ErrConfig, self.Proc, env.Proc)
-	}
 	if err := checkMember(self); err != nil {
-		return nil, Table{}, fmt.Errorf("%w: own member: %v", ErrConfig, err)
-	}
-	h := &envelope{Kind: msgHello, Hello: &hello{Version: protoVersion, NumProcs: env.NumProcs, NumRanks: env.NumRanks, JobID: env.JobID, Member: self}}
-	helloMsg, err := encodeMsg(h, MaxClientMessage)
-	if err != nil {
-		return nil, Table{}, fmt.Errorf("%w: own member does not fit a message (Extra too large?): %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: own member: %v", ErrConfig, err)
 	}
 	lg := cfg.Logger
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	r := &registrar{cfg: cfg, env: env, self: self, hello: helloMsg, log: lg}
-	if cfg.Timeout > 0 {
+	r := &registrar{cfg: cfg, env: env, self: self, join: join, log: lg}
+	if err := r.present(env.Proc); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// present makes the hello present id: env.Proc at first, and for a
+// joiner the id the rendezvous gave it, so that a joiner that lost its
+// connection comes back as itself rather than take another id.
+func (r *registrar) present(id uint32) error {
+	self := r.self
+	self.Proc = id
+	h := &envelope{Kind: msgHello, Hello: &hello{Version: protoVersion, NumProcs: r.env.NumProcs, NumRanks: r.env.NumRanks,
+		JobID: r.env.JobID, Member: self, Join: r.join}}
+	msg, err := encodeMsg(h, MaxClientMessage)
+	if err != nil {
+		return fmt.Errorf("%w: own member does not fit a message (Extra too large?): %v", ErrConfig, err)
+	}
+	r.mu.Lock()
+	r.id, r.hello = id, msg
+	r.mu.Unlock()
+	return nil
+}
+
+// run makes attempts until one gets the table, within cfg.Timeout and ctx.
+func (r *registrar) run(ctx context.Context) (attemptResult, error) {
+	if r.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, cfg.Timeout, errGaveUp)
+		ctx, cancel = context.WithTimeoutCause(ctx, r.cfg.Timeout, errGaveUp)
 		defer cancel()
 	}
-	if cfg.WarnAfter > 0 {
-		stop := r.warnWhileWaiting(cfg.WarnAfter)
+	if r.cfg.WarnAfter > 0 {
+		stop := r.warnWhileWaiting(r.cfg.WarnAfter)
 		defer stop()
 	}
 	b := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(cfg.RetryInitial),
-		backoff.WithMaxInterval(cfg.RetryMax),
+		backoff.WithInitialInterval(r.cfg.RetryInitial),
+		backoff.WithMaxInterval(r.cfg.RetryMax),
 		backoff.WithMaxElapsedTime(0))
 	res, err := backoff.RetryNotifyWithData(func() (attemptResult, error) { return r.attempt(ctx) },
 		backoff.WithContext(b, ctx),
 		func(err error, d time.Duration) {
-			lg.Debug("bootstrap: rendezvous attempt failed; retrying", "proc", env.Proc, "addr", env.Rendezvous, "attempt", r.attempts, "err", err, "in", d)
+			r.log.Debug("bootstrap: rendezvous attempt failed; retrying", "proc", procAttr(r.presented()), "addr", r.env.Rendezvous, "attempt", r.attempts, "err", err, "in", d)
 		})
-	if err != nil {
-		if ctx.Err() != nil {
-			acked, lastErr := r.status()
-			what := "the rendezvous was not reached"
-			if acked {
-				what = fmt.Sprintf("registered, but not all %d processes registered in time", env.NumProcs)
-			}
-			last := ""
-			if lastErr != nil {
-				last = "; last attempt: " + lastErr.Error()
-			}
-			if errors.Is(context.Cause(ctx), errGaveUp) {
-				err = fmt.Errorf("%w after %v (PGAS_RENDEZVOUS_TIMEOUT): %w: %s%s; %s", ErrRendezvousTimeout, cfg.Timeout, ErrRendezvous, what, last, whoServes(acked, env))
-			} else {
-				err = fmt.Errorf("%w: %s (%w)%s; is the launcher (or process 0) running, and PGAS_RENDEZVOUS right?", ErrRendezvous, what, ctx.Err(), last)
-			}
-		}
-		return nil, Table{}, &RegisterError{Proc: env.Proc, Addr: env.Rendezvous, Attempts: r.attempts, Err: err}
+	if err == nil {
+		return res, nil
 	}
-	return newSession(cfg, lg, self, res.conn), res.table, nil
-}
-
-type attemptResult struct {
-	conn  net.Conn
-	table Table
-}
-
-// registrar holds the state of one Register call across attempts.
-type registrar struct {
-	cfg       ClientConfig
-	env       Env
-	self      Member
-	hello     []byte
-	log       *slog.Logger
-	attempts  int
-	authFails int
-
-	mu    sync.Mutex // acked and last, also read by the warning timer
-	acked bool       // some attempt was acknowledged
-	last  error      // the last attempt's failure
+	if ctx.Err() != nil {
+		acked, lastErr := r.status()
+		what := "the rendezvous was not reached"
+		switch {
+		case acked && r.join:
+			what = "joined, but the job has not formed: not all of its processes registered in time"
+		case acked:
+			what = fmt.Sprintf("registered, but not all %d processes registered in time", r.env.NumProcs)
+		}
+		last := ""
+		if lastErr != nil {
+			last = "; last attempt: " + lastErr.Error()
+		}
+		if errors.Is(context.Cause(ctx), errGaveUp) {
+			err = fmt.Errorf("%w after %v (PGAS_RENDEZVOUS_TIMEOUT): %w: %s%s; %s", ErrRendezvousTimeout, r.cfg.Timeout, ErrRendezvous, what, last, whoServes(acked, r.env))
+		} else {
+			err = fmt.Errorf("%w: %s (%w)%s; is the launcher (or process 0) running, and PGAS_RENDEZVOUS right?", ErrRendezvous, what, ctx.Err(), last)
+		}
+	}
+	return res, &RegisterError{Proc: r.presented(), Addr: r.env.Rendezvous, Attempts: r.attempts, Err: err}
 }
 
 // errGaveUp is the cause of the registration's own deadline
@@ -234,9 +320,21 @@ func (r *registrar) status() (acked bool, last error) {
 	return r.acked, r.last
 }
 
+// presented is the id the next attempt presents.
+func (r *registrar) presented() uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.id
+}
+
 // whoServes says what a process waiting for the rendezvous waits for.
 func whoServes(acked bool, env Env) string {
-	if acked {
+	switch {
+	case acked && env.Join:
+		return "the rendezvous is up but the job this process came to join has not formed yet: one of its processes did not start, failed before registering, or was given another PGAS_RENDEZVOUS or PGAS_NPROCS"
+	case env.Join:
+		return fmt.Sprintf("the rendezvous at %s (PGAS_RENDEZVOUS) is served by the running job's launcher (gaspirun), or by its process started with PGAS_SERVE_RENDEZVOUS=1: check that the job is still running and that PGAS_RENDEZVOUS is its rendezvous", env.Rendezvous)
+	case acked:
 		return fmt.Sprintf("the rendezvous is up but still waits for some of the %d processes: one did not start, failed before registering, or was given another PGAS_RENDEZVOUS or PGAS_NPROCS", env.NumProcs)
 	}
 	return fmt.Sprintf("the rendezvous at %s (PGAS_RENDEZVOUS) is served by gaspirun, or by the process started with PGAS_SERVE_RENDEZVOUS=1 "+
@@ -267,7 +365,7 @@ func (r *registrar) warnWhileWaiting(first time.Duration) (stop func()) {
 			mu.Unlock()
 			return
 		}
-		args := []any{"proc", r.env.Proc, "rendezvous", r.env.Rendezvous, "waited", time.Since(start).Round(time.Second)}
+		args := []any{"proc", procAttr(r.presented()), "rendezvous", r.env.Rendezvous, "waited", time.Since(start).Round(time.Second)}
 		if r.cfg.Timeout > 0 {
 			args = append(args, "gives_up_after", r.cfg.Timeout)
 		}
@@ -296,6 +394,17 @@ func (r *registrar) warnWhileWaiting(first time.Duration) (stop func()) {
 	}
 }
 
+// ended reports whether ctx has ended or its deadline has passed: a dial
+// bounded by that deadline fails with an i/o timeout on a timer of its
+// own, which can fire before ctx reports the end.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
 // aLongTimeAgo is a deadline in the past: it makes blocked I/O return.
 var aLongTimeAgo = time.Unix(1, 0)
 
@@ -303,7 +412,7 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 	r.attempts++
 	defer func() {
 		// An attempt cut short by ctx says nothing new; keep the one before.
-		if err != nil && ctx.Err() == nil {
+		if err != nil && !ended(ctx) {
 			r.mu.Lock()
 			r.last = err
 			r.mu.Unlock()
@@ -323,7 +432,10 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 		}
 	}()
 	c.SetDeadline(time.Now().Add(r.cfg.HandshakeTimeout))
-	rw, peer, err := auth.Dial(c, r.env.Token, auth.PurposeRendezvous, r.env.Proc, r.env.TLS)
+	r.mu.Lock()
+	id, helloMsg := r.id, r.hello
+	r.mu.Unlock()
+	rw, peer, err := auth.Dial(c, r.env.Token, auth.PurposeRendezvous, id, r.env.TLS)
 	if err != nil {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -344,7 +456,7 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 	if peer != ServerID {
 		return res, backoff.Permanent(fmt.Errorf("%w: the peer at %s presented id %d, not the rendezvous's; PGAS_RENDEZVOUS points at something else", ErrProtocol, r.env.Rendezvous, peer))
 	}
-	if _, err := rw.Write(r.hello); err != nil {
+	if _, err := rw.Write(helloMsg); err != nil {
 		return res, fmt.Errorf("send hello: %w", err)
 	}
 	for {
@@ -360,6 +472,11 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 		}
 		switch m.Kind {
 		case msgAck:
+			if r.join {
+				if err := r.given(m.Proc); err != nil {
+					return res, backoff.Permanent(err)
+				}
+			}
 			r.mu.Lock()
 			r.acked = true
 			r.mu.Unlock()
@@ -369,12 +486,21 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 			if ctx.Err() != nil {
 				return res, ctx.Err()
 			}
-			r.log.Debug("bootstrap: registered; waiting for the table", "proc", r.env.Proc)
+			r.log.Debug("bootstrap: registered; waiting for the table", "proc", procAttr(r.presented()))
 		case msgReject:
-			return res, backoff.Permanent(&RejectedError{Proc: r.env.Proc, Reason: m.Reason})
-		case msgTable:
-			t := *m.Table
-			if err := r.checkTable(t); err != nil {
+			return res, backoff.Permanent(&RejectedError{Proc: id, Reason: m.Reason})
+		case msgTable, msgJoined:
+			if (m.Kind == msgJoined) != r.join {
+				return res, backoff.Permanent(fmt.Errorf("%w: the rendezvous answered a joiner's registration with a process's table, or the other way round (message kind %d); run the same gaspigo build everywhere", ErrProtocol, m.Kind))
+			}
+			t, id := *m.Table, r.env.Proc
+			if r.join {
+				id = m.Proc
+				if err := r.given(id); err != nil {
+					return res, backoff.Permanent(err)
+				}
+			}
+			if err := r.checkTable(t, id); err != nil {
 				return res, backoff.Permanent(err)
 			}
 			if !stop() {
@@ -382,26 +508,67 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 			}
 			c.SetDeadline(time.Time{})
 			ok = true
-			return attemptResult{conn: rw, table: t}, nil
+			return attemptResult{conn: rw, table: t, id: id}, nil
+		case msgFinished:
+			if !r.join {
+				return res, backoff.Permanent(fmt.Errorf("%w: the rendezvous said the job finished while this process registered; run the same gaspigo build everywhere", ErrProtocol))
+			}
+			return res, backoff.Permanent(fmt.Errorf("%w: the rendezvous at %s says the job this process came to join has ended", ErrJobFinished, r.env.Rendezvous))
 		default:
 			return res, backoff.Permanent(fmt.Errorf("%w: unexpected message kind %d while waiting for the table", ErrProtocol, m.Kind))
 		}
 	}
 }
 
-func (r *registrar) checkTable(t Table) error {
+// checkTable checks the table an attempt got, for this process as id.
+func (r *registrar) checkTable(t Table, id uint32) error {
 	if err := t.Validate(); err != nil {
 		return err
+	}
+	if r.join {
+		return r.checkJoinedTable(t, id)
 	}
 	if len(t.Members) != r.env.NumProcs || t.NumRanks != r.env.NumRanks {
 		return fmt.Errorf("%w: table has %d processes and %d ranks, this process expects %d and %d",
 			ErrProtocol, len(t.Members), t.NumRanks, r.env.NumProcs, r.env.NumRanks)
 	}
-	if !sameProcess(t.Members[r.env.Proc], r.self) {
+	if !sameProcess(t.Members[id], r.self) {
 		return fmt.Errorf("%w: the table lists process %d as pid %d at %s, not this process",
-			ErrProtocol, r.env.Proc, t.Members[r.env.Proc].Pid, t.Members[r.env.Proc].Addr)
+			ErrProtocol, id, t.Members[id].Pid, t.Members[id].Addr)
 	}
 	return nil
+}
+
+// checkJoinedTable checks the original table a joiner got with its id:
+// the counts it was started with, if any, and an id beyond the table's.
+func (r *registrar) checkJoinedTable(t Table, id uint32) error {
+	if (r.env.NumProcs != 0 && len(t.Members) != r.env.NumProcs) || (r.env.NumRanks != 0 && t.NumRanks != r.env.NumRanks) {
+		return fmt.Errorf("%w: table has %d processes and %d ranks, this joiner expects %d and %d (0: any)",
+			ErrProtocol, len(t.Members), t.NumRanks, r.env.NumProcs, r.env.NumRanks)
+	}
+	if int64(id) < int64(len(t.Members)) {
+		return fmt.Errorf("%w: the rendezvous gave this joiner id %d, which belongs to one of the job's first %d processes", ErrProtocol, id, len(t.Members))
+	}
+	return nil
+}
+
+// given records the id the rendezvous gave this joiner: it must be a
+// joiner's id, the reserved one if the launcher reserved one, and the same
+// in every answer.
+func (r *registrar) given(id uint32) error {
+	had := r.presented()
+	switch {
+	case id == 0 || id == JoinerID || id >= MaxProcs || int64(id) < int64(r.env.NumProcs):
+		// 0 is no id at all (the field is left out), and never a
+		// joiner's: a job has at least one process.
+		return fmt.Errorf("%w: the rendezvous gave this joiner id %d, not a joiner's id; run the same gaspigo build everywhere", ErrProtocol, id)
+	case had != JoinerID && id != had:
+		return fmt.Errorf("%w: this joiner presented id %d (reserved, PGAS_PROC) but the rendezvous gave it %d", ErrProtocol, had, id)
+	case had == id:
+		return nil
+	}
+	r.log.Debug("bootstrap: the rendezvous gave this joiner its id", "proc", id)
+	return r.present(id)
 }
 
 // Session is a process's control connection to the rendezvous, open after

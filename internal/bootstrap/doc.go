@@ -4,15 +4,17 @@
 //
 // A job has N ranks and K spares, N+K processes. Each has a fixed process
 // id, Proc, 0..N+K-1. Processes 0..N-1 hold ranks 0..N-1 at start; the
-// others are spares until the membership promotes them.
+// others are spares until the membership promotes them. Processes started
+// after the job formed (joiners, PGAS_JOIN=1) refill the spare pool with
+// new ids, N+K and up, never reused.
 //
 // # Environment contract
 //
-// gaspirun sets these variables for every process, all but PGAS_SPARES and
-// PGAS_SERVE_RENDEZVOUS (bootstrap.Env.Environ makes them; bootstrap.FromEnv
-// reads them):
+// gaspirun sets these variables for every process, all but PGAS_SPARES,
+// PGAS_SERVE_RENDEZVOUS and PGAS_JOIN (bootstrap.Env.Environ makes them;
+// bootstrap.FromEnv reads them):
 //
-//	PGAS_PROC              this process's id, 0..PGAS_NPROCS-1 (required)
+//	PGAS_PROC              this process's id, 0..PGAS_NPROCS-1 (required but for a joiner)
 //	PGAS_NPROCS            number of processes, ranks plus spares, 1..65536 (required)
 //	PGAS_NRANKS            number of ranks, 1..PGAS_NPROCS; default PGAS_NPROCS - PGAS_SPARES
 //	PGAS_SPARES            number of spares (default 0); if PGAS_NRANKS is set too, they must agree
@@ -27,6 +29,14 @@
 //	PGAS_SERVE_RENDEZVOUS  1: this process hosts the rendezvous itself, listening on
 //	                       PGAS_RENDEZVOUS; 0: it does not. Default 0 when PGAS_PROC is
 //	                       set (gaspirun); under the launchers below, 1 for process 0 only.
+//	PGAS_JOIN              1: this process was started after the job formed, to refill its
+//	                       spare pool (a joiner; JoinRunning); 0 (default): it was not.
+//	                       A joiner needs only PGAS_RENDEZVOUS and PGAS_TOKEN: PGAS_PROC is
+//	                       an id the launcher reserved for it (unset: the rendezvous
+//	                       assigns one); PGAS_NPROCS, PGAS_NRANKS and PGAS_SPARES, if set,
+//	                       must be the job's as started (the member table has them);
+//	                       PGAS_SERVE_RENDEZVOUS=1 is an error; the other launchers' ids
+//	                       are ignored.
 //
 // These are optional and never set by gaspirun (set them in its
 // environment and they pass through):
@@ -76,6 +86,23 @@
 // gets the table. After the table the connection stays open as a control
 // channel: the process sends Reports; the server sends nothing.
 //
+// A joiner (JoinRunning) sends a hello marked as a join, presenting in the
+// handshake the id its launcher reserved with Server.Reserve, or JoinerID.
+// The server gives it that reserved id (once; the same process may come
+// again), or for JoinerID the next id, and answers with the id and the
+// original table (ids 0..NumProcs-1) as soon as the table is complete (a
+// joiner that comes earlier is acknowledged with its id and waits like
+// any process). Ids run from NumProcs up to MaxProcs-1 and are never
+// handed out twice, since the membership fences processes by id. Any
+// other id, an id reserved and taken by another process, or a joiner
+// started for another job shape is rejected; the job's processes do not
+// notice. A joiner keeps its connection for reports like any process; the
+// server itself reports KindJoined when one registers. After
+// Server.Finish (the job has ended), a joiner is told so and JoinRunning
+// returns ErrJobFinished. The member table carries RefillWait, the
+// membership's wait for a replacement, so that every process, joiners
+// included, uses the same.
+//
 // The server admits unauthenticated connections through the process's
 // admission gate (internal/admit): a bounded number pending, the oldest
 // shed when full, refusals logged within bounds and counted in
@@ -86,7 +113,7 @@
 // handshakes.
 //
 // Cost as a function of N processes: each registration is O(1) work under
-// the server's lock, in the connection's own goroutine (handshakes run in
+// the server's lock (a joiner's too; its table is encoded for it, O(N)), in the connection's own goroutine (handshakes run in
 // parallel, each bounded by HandshakeTimeout); completing the table is O(N)
 // once, and it is encoded once. Every process gets the whole table, O(N)
 // bytes, so the server writes O(N^2) bytes in all: 38 KB x 512 = 20 MB, and
@@ -121,9 +148,12 @@
 // # Concurrency and ownership
 //
 // A Server owns its listener and one goroutine per connection, and up to
-// 64 for the table's writes while it is sent; Serve runs it on an internal/listen listener, and Close (or the end of Serve's ctx) stops everything
-// and waits. A table broadcast in progress is allowed to finish (bounded by
-// WriteTimeout) before connections are closed. Reports are delivered on a
+// 64 for the table's writes while it is sent (or while Finish tells the
+// waiting joiners); Serve runs it on an internal/listen listener, and
+// Close (or the end of Serve's ctx) stops everything and waits. A table
+// broadcast in progress is allowed to finish (bounded by WriteTimeout)
+// before connections are closed. Reserve, Finish, Member and Connected
+// may be called from any goroutine. Reports are delivered on a
 // buffered channel without ever blocking: a full channel drops and counts.
 // Lock order: Server.mu before a connection's write lock.
 //

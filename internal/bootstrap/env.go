@@ -35,6 +35,9 @@ const (
 	// VarTLS turns on mutual TLS over every connection of the job
 	// (internal/auth): 1 or 0. Every process of a job must agree.
 	VarTLS = "PGAS_TLS"
+	// VarJoin marks a process started after the job formed (a joiner):
+	// 1 or 0. See JoinRunning.
+	VarJoin = "PGAS_JOIN"
 )
 
 // minCutOff is the smallest PGAS_CUTOFF accepted: below it a Raft election
@@ -65,7 +68,9 @@ const (
 // job is, and where and how to find the others.
 type Env struct {
 	// Proc is this process's fixed id, 0..NumProcs-1. Processes below
-	// NumRanks start holding rank Proc; the others start as spares.
+	// NumRanks start holding rank Proc; the others start as spares. A
+	// joiner (Join) has an id from NumProcs up, or JoinerID until the
+	// rendezvous assigns one.
 	Proc uint32
 	// NumProcs is the number of processes of the job, ranks plus spares.
 	NumProcs int
@@ -103,15 +108,22 @@ type Env struct {
 	// connection of the job once its token handshake succeeds: data plane,
 	// rendezvous, Raft and control RPC (see internal/auth).
 	TLS bool
+	// Join (PGAS_JOIN) says this process was started after the job formed,
+	// to refill its spare pool: it registers with JoinRunning and gets a
+	// new process id. Proc is then JoinerID until the rendezvous assigns
+	// one, unless the launcher reserved one (PGAS_PROC); NumProcs and
+	// NumRanks are 0 when the environment does not give them (the member
+	// table does).
+	Join bool
 }
 
 // NumSpares is the number of spare processes: NumProcs - NumRanks.
 func (e Env) NumSpares() int { return e.NumProcs - e.NumRanks }
 
 // InitialRank returns the rank this process holds at start, and false for
-// a spare.
+// a spare (a joiner is one).
 func (e Env) InitialRank() (rank int, ok bool) {
-	if int64(e.Proc) < int64(e.NumRanks) {
+	if !e.Join && int64(e.Proc) < int64(e.NumRanks) {
 		return int(e.Proc), true
 	}
 	return -1, false
@@ -129,11 +141,19 @@ func (e Env) LogValue() slog.Value {
 		slog.String("launcher", string(e.Launcher)),
 		slog.Bool("serve_rendezvous", e.ServeRendezvous),
 		slog.Bool("tls", e.TLS),
+		slog.Bool("join", e.Join),
 	)
 }
 
 // String describes e without the token.
 func (e Env) String() string {
+	if e.Join {
+		id := "id to be assigned"
+		if e.Proc != JoinerID {
+			id = fmt.Sprintf("reserved id %d", e.Proc)
+		}
+		return fmt.Sprintf("joiner (%s), host %q, rendezvous %s", id, e.Host, e.Rendezvous)
+	}
 	return fmt.Sprintf("proc %d of %d (%d ranks), host %q, rendezvous %s, launcher %s",
 		e.Proc, e.NumProcs, e.NumRanks, e.Host, e.Rendezvous, e.Launcher)
 }
@@ -176,13 +196,56 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		v = strings.TrimSpace(v)
 		return v, ok && v != ""
 	}
-	var e Env
+	join, err := parseJoin(get)
+	if err != nil {
+		return Env{}, err
+	}
 	var (
-		procVar, procVal string
-		sizeVar, sizeVal string
-		how              string // for messages: what started us
-		example          string
+		e            Env
+		how, example string // for messages: what started us, how to set PGAS_RENDEZVOUS
 	)
+	if join {
+		e, err = joinerIdentity(get)
+	} else {
+		e, how, example, err = identity(get)
+	}
+	if err != nil {
+		return Env{}, err
+	}
+	if err := e.readRest(get, how, example); err != nil {
+		return Env{}, err
+	}
+	if err := e.Validate(); err != nil {
+		return Env{}, err
+	}
+	return e, nil
+}
+
+// getter looks up a variable; empty values count as unset.
+type getter func(name string) (string, bool)
+
+// parseJoin reads PGAS_JOIN.
+func parseJoin(get getter) (bool, error) {
+	v, ok := get(VarJoin)
+	if !ok {
+		return false, nil
+	}
+	switch v {
+	case "1":
+		return true, nil
+	case "0":
+		return false, nil
+	}
+	return false, &EnvError{Var: VarJoin, Value: v, Problem: "not 1 or 0",
+		Fix: "use 1 for a process started after the job formed, to join it as a spare (the launcher sets it), or 0 (or unset) for a process of the job as started"}
+}
+
+// identity reads the process id and the job's counts of a process the
+// job was started with: from the PGAS variables, or else from the first
+// launcher of foreigns whose variables are set. how and example are for
+// messages about the variables read after it.
+func identity(get getter) (e Env, how, example string, err error) {
+	var procVar, procVal, sizeVar, sizeVal string
 	if v, ok := get(VarProc); ok {
 		e.Launcher = LauncherPGAS
 		procVar, procVal = VarProc, v
@@ -190,7 +253,7 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		sizeVar = VarNumProcs
 		var ok2 bool
 		if sizeVal, ok2 = get(VarNumProcs); !ok2 {
-			return Env{}, &EnvError{Var: VarNumProcs, Unset: true,
+			return Env{}, "", "", &EnvError{Var: VarNumProcs, Unset: true,
 				Problem: "PGAS_PROC is set, so the PGAS variables are in use",
 				Fix:     "set PGAS_NPROCS to the number of processes of the job (ranks plus spares), or start the program with gaspirun"}
 		}
@@ -204,7 +267,7 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 			}
 		}
 		if f == nil {
-			return Env{}, &EnvError{Var: VarProc, Unset: true,
+			return Env{}, "", "", &EnvError{Var: VarProc, Unset: true,
 				Problem: "the program was not started by gaspirun, and no Slurm (SLURM_PROCID), Open MPI (OMPI_COMM_WORLD_RANK), PMI (PMI_RANK) or Kubernetes (JOB_COMPLETION_INDEX) variables are set",
 				Fix:     "run it with gaspirun -n N PROGRAM, or set PGAS_PROC, PGAS_NPROCS, PGAS_RENDEZVOUS and PGAS_TOKEN yourself"}
 		}
@@ -219,7 +282,7 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		}
 		if pv, ok := get(VarNumProcs); ok {
 			if sizeVar != "" && pv != sizeVal {
-				return Env{}, &EnvError{Var: VarNumProcs, Value: pv,
+				return Env{}, "", "", &EnvError{Var: VarNumProcs, Value: pv,
 					Problem: fmt.Sprintf("disagrees with %s=%s", sizeVar, sizeVal),
 					Fix:     fmt.Sprintf("unset PGAS_NPROCS (it defaults to %s) or make the two equal", sizeVar)}
 			}
@@ -230,7 +293,7 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 			if f.launcher == LauncherKubernetes {
 				fix = "set PGAS_NPROCS to the Job's .spec.completions (Indexed Jobs do not export it)"
 			}
-			return Env{}, &EnvError{Var: VarNumProcs, Unset: true,
+			return Env{}, "", "", &EnvError{Var: VarNumProcs, Unset: true,
 				Problem: "started by " + how + " but the number of processes is unknown", Fix: fix}
 		}
 		if v, ok := get(f.jobVar); ok && f.jobVar != "" {
@@ -244,13 +307,13 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 	n, err := parseCount(sizeVar, sizeVal, 1, MaxProcs,
 		"set it to the number of processes of the job (ranks plus spares)")
 	if err != nil {
-		return Env{}, err
+		return Env{}, "", "", err
 	}
 	e.NumProcs = n
 	p, err := parseCount(procVar, procVal, 0, n-1,
 		fmt.Sprintf("process ids run from 0 to %d (%s=%d); give each process a distinct id in that range", n-1, sizeVar, n))
 	if err != nil {
-		return Env{}, err
+		return Env{}, "", "", err
 	}
 	e.Proc = uint32(p)
 
@@ -260,7 +323,7 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		k, err := parseCount(VarSpares, spares, 0, n-1,
 			fmt.Sprintf("it must leave at least one rank: 0..%d for %s=%d", n-1, sizeVar, n))
 		if err != nil {
-			return Env{}, err
+			return Env{}, "", "", err
 		}
 		e.NumRanks = n - k
 	}
@@ -268,36 +331,111 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		r, err := parseCount(VarNumRanks, v, 1, n,
 			fmt.Sprintf("it must be 1..%d (%s=%d; the rest are spares)", n, sizeVar, n))
 		if err != nil {
-			return Env{}, err
+			return Env{}, "", "", err
 		}
 		if haveSpares && r != e.NumRanks {
-			return Env{}, &EnvError{Var: VarNumRanks, Value: v,
+			return Env{}, "", "", &EnvError{Var: VarNumRanks, Value: v,
 				Problem: fmt.Sprintf("disagrees with PGAS_SPARES=%s and %s=%d (%d+%s != %d)", spares, sizeVar, n, r, spares, n),
 				Fix:     "set only one of PGAS_NRANKS and PGAS_SPARES"}
 		}
 		e.NumRanks = r
 	}
 
+	return e, how, example, nil
+}
+
+// joinerIdentity reads the id and counts of a joiner (PGAS_JOIN=1), a
+// process started after the job formed. Every one of them is optional:
+// PGAS_PROC is the id the launcher reserved for it (Server.Reserve), and
+// without it the rendezvous assigns one (Proc is JoinerID until then);
+// PGAS_NPROCS, PGAS_NRANKS and PGAS_SPARES, when set, must be the job's
+// (the member table has them in any case). The other launchers' ids are
+// ignored, since they number the joiner's own step, not the job; only the
+// host label is taken from Slurm (SLURMD_NODENAME, as for the job's
+// processes), so that a joiner on a node counts as that node.
+func joinerIdentity(get getter) (Env, error) {
+	e := Env{Join: true, Launcher: LauncherPGAS, Proc: JoinerID}
+	if v, ok := get(VarNumProcs); ok {
+		n, err := parseCount(VarNumProcs, v, 1, MaxProcs,
+			"a joiner may leave it unset (the member table has it); if set, it must be the job's number of processes as started, ranks plus spares")
+		if err != nil {
+			return Env{}, err
+		}
+		e.NumProcs = n
+	}
+	if v, ok := get(VarProc); ok {
+		p, err := parseCount(VarProc, v, 0, MaxProcs-1,
+			"a joiner may leave it unset (the rendezvous assigns an id); if set, it must be the id the launcher reserved for this joiner")
+		if err != nil {
+			return Env{}, err
+		}
+		e.Proc = uint32(p)
+	}
+	spares, haveSpares := get(VarSpares)
+	if haveSpares {
+		if e.NumProcs == 0 {
+			return Env{}, &EnvError{Var: VarSpares, Value: spares, Problem: "set for a joiner without PGAS_NPROCS",
+				Fix: "unset it (the member table has the job's counts), or set PGAS_NPROCS too"}
+		}
+		k, err := parseCount(VarSpares, spares, 0, e.NumProcs-1,
+			fmt.Sprintf("it must be the job's number of spares as started, 0..%d for PGAS_NPROCS=%d", e.NumProcs-1, e.NumProcs))
+		if err != nil {
+			return Env{}, err
+		}
+		e.NumRanks = e.NumProcs - k
+	}
+	if v, ok := get(VarNumRanks); ok {
+		hi := MaxProcs
+		if e.NumProcs > 0 {
+			hi = e.NumProcs
+		}
+		r, err := parseCount(VarNumRanks, v, 1, hi,
+			"a joiner may leave it unset (the member table has it); if set, it must be the job's number of ranks")
+		if err != nil {
+			return Env{}, err
+		}
+		if haveSpares && r != e.NumRanks {
+			return Env{}, &EnvError{Var: VarNumRanks, Value: v,
+				Problem: fmt.Sprintf("disagrees with PGAS_SPARES=%s and PGAS_NPROCS=%d (%d+%s != %d)", spares, e.NumProcs, r, spares, e.NumProcs),
+				Fix:     "set only one of PGAS_NRANKS and PGAS_SPARES, or neither"}
+		}
+		e.NumRanks = r
+	}
+	if v, ok := get("SLURMD_NODENAME"); ok {
+		e.Host = v
+	}
+	return e, nil
+}
+
+// readRest reads the variables every process reads the same way, the
+// rendezvous and token first, into e, whose identity is read already.
+func (e *Env) readRest(get getter, how, example string) error {
 	rv, ok := get(VarRendezvous)
 	if !ok {
 		fix := "set it to the host:port of the rendezvous (gaspirun sets it for you)"
-		if e.Launcher != LauncherPGAS {
+		switch {
+		case e.Join:
+			fix = "a joiner must be told where the running job's rendezvous is: set it to the PGAS_RENDEZVOUS the job's processes have"
+		case e.Launcher != LauncherPGAS:
 			fix = fmt.Sprintf("under %s you must set it yourself, to a host:port that process 0 can listen on and every process can reach; process 0 hosts the rendezvous there (%s)", how, example)
 		}
-		return Env{}, &EnvError{Var: VarRendezvous, Unset: true, Problem: "processes cannot find each other without it", Fix: fix}
+		return &EnvError{Var: VarRendezvous, Unset: true, Problem: "processes cannot find each other without it", Fix: fix}
 	}
 	if err := checkAddr(rv); err != nil {
-		return Env{}, &EnvError{Var: VarRendezvous, Value: rv, Problem: err.Error(), Fix: "use host:port, e.g. node1:29400 or 10.0.0.5:29400"}
+		return &EnvError{Var: VarRendezvous, Value: rv, Problem: err.Error(), Fix: "use host:port, e.g. node1:29400 or 10.0.0.5:29400"}
 	}
 	e.Rendezvous = rv
 
 	tv, ok := get(VarToken)
 	if !ok {
 		fix := "gaspirun sets it for you"
-		if e.Launcher != LauncherPGAS {
+		switch {
+		case e.Join:
+			fix = "a joiner must prove it belongs to the running job: set it to the PGAS_TOKEN the job's processes have"
+		case e.Launcher != LauncherPGAS:
 			fix = fmt.Sprintf("under %s you must set it yourself, to the same secret in every process, e.g. export PGAS_TOKEN=$(gaspirun --new-token) or $(openssl rand -hex 32)", how)
 		}
-		return Env{}, &EnvError{Var: VarToken, Unset: true, Problem: "the job's connections authenticate with it", Fix: fix}
+		return &EnvError{Var: VarToken, Unset: true, Problem: "the job's connections authenticate with it", Fix: fix}
 	}
 	tok, err := auth.ParseToken(tv)
 	if err != nil {
@@ -305,7 +443,7 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		if tok, _ := hex.DecodeString(tv); len(tok) >= auth.MinTokenSize {
 			problem = "a weak job token: " + auth.TokenWeakness(tok)
 		}
-		return Env{}, &EnvError{Var: VarToken, Value: redact(tv), Problem: problem,
+		return &EnvError{Var: VarToken, Value: redact(tv), Problem: problem,
 			Fix: "generate one with gaspirun --new-token or openssl rand -hex 32, and give every process the same"}
 	}
 	e.Token = tok
@@ -316,7 +454,7 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 	if e.Host == "" {
 		h, err := os.Hostname()
 		if err != nil || h == "" {
-			return Env{}, &EnvError{Var: VarHost, Unset: true, Problem: fmt.Sprintf("and the hostname is unknown (%v)", err),
+			return &EnvError{Var: VarHost, Unset: true, Problem: fmt.Sprintf("and the hostname is unknown (%v)", err),
 				Fix: "set PGAS_HOST to a label for this machine"}
 		}
 		e.Host = h
@@ -333,7 +471,7 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 	if v, ok := get(VarServeRendezvous); ok {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return Env{}, &EnvError{Var: VarServeRendezvous, Value: v, Problem: "not a boolean",
+			return &EnvError{Var: VarServeRendezvous, Value: v, Problem: "not a boolean",
 				Fix: "use 1 (this process hosts the rendezvous) or 0"}
 		}
 		e.ServeRendezvous = b
@@ -342,7 +480,7 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		d, err := parseDuration(VarRendezvousTimeout, v, time.Second,
 			"give how long a process may wait for the rendezvous and the other processes, e.g. 60s or 5m (default 60s)")
 		if err != nil {
-			return Env{}, err
+			return err
 		}
 		e.RendezvousTimeout = d
 	}
@@ -350,7 +488,7 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		d, err := parseDuration(VarCutOff, v, minCutOff,
 			"give how long a process may be without contact with a membership quorum before it exits, e.g. 10s (the default) or 30s")
 		if err != nil {
-			return Env{}, err
+			return err
 		}
 		e.CutOff = d
 	}
@@ -360,14 +498,11 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 			e.TLS = true
 		case "0", "":
 		default:
-			return Env{}, &EnvError{Var: VarTLS, Value: v, Problem: "not 1 or 0",
+			return &EnvError{Var: VarTLS, Value: v, Problem: "not 1 or 0",
 				Fix: "use 1 for mutual TLS on every connection of the job (the same in every process; gaspirun --tls sets it), or 0 (or unset) for none"}
 		}
 	}
-	if err := e.Validate(); err != nil {
-		return Env{}, err
-	}
-	return e, nil
+	return nil
 }
 
 // parseDuration reads a duration variable: a Go duration ("90s", "2m") or
@@ -390,6 +525,12 @@ func parseDuration(name, v string, min time.Duration, fix string) (time.Duration
 // Validate checks e without changing it. Errors are *EnvError values that
 // name the PGAS variable the field corresponds to.
 func (e Env) Validate() error {
+	if e.Join {
+		if err := e.validateJoiner(); err != nil {
+			return err
+		}
+		return e.validateRest()
+	}
 	if e.NumProcs < 1 || e.NumProcs > MaxProcs {
 		return &EnvError{Var: VarNumProcs, Value: strconv.Itoa(e.NumProcs),
 			Problem: fmt.Sprintf("must be 1..%d", MaxProcs), Fix: "set it to the number of processes of the job (ranks plus spares)"}
@@ -402,6 +543,46 @@ func (e Env) Validate() error {
 		return &EnvError{Var: VarProc, Value: strconv.FormatUint(uint64(e.Proc), 10),
 			Problem: fmt.Sprintf("must be 0..%d (PGAS_NPROCS=%d)", e.NumProcs-1, e.NumProcs), Fix: "give each process a distinct id below PGAS_NPROCS"}
 	}
+	return e.validateRest()
+}
+
+// validateJoiner checks a joiner's id and counts, which it may not know
+// yet (JoinerID, 0), and that it does not host the rendezvous: the job it
+// joins has one already.
+func (e Env) validateJoiner() error {
+	if e.NumProcs < 0 || e.NumProcs > MaxProcs {
+		return &EnvError{Var: VarNumProcs, Value: strconv.Itoa(e.NumProcs),
+			Problem: fmt.Sprintf("must be 1..%d, or unset for a joiner", MaxProcs), Fix: "unset it, or set it to the job's number of processes as started"}
+	}
+	hi := MaxProcs
+	if e.NumProcs > 0 {
+		hi = e.NumProcs
+	}
+	if e.NumRanks < 0 || e.NumRanks > hi {
+		return &EnvError{Var: VarNumRanks, Value: strconv.Itoa(e.NumRanks),
+			Problem: fmt.Sprintf("must be 1..%d, or unset for a joiner", hi), Fix: "unset it, or set it to the job's number of ranks"}
+	}
+	if e.Proc != JoinerID {
+		low := max(e.NumProcs, e.NumRanks) // ids below belong to the job's first processes
+		if int64(e.Proc) < int64(low) || e.Proc >= MaxProcs {
+			return &EnvError{Var: VarProc, Value: strconv.FormatUint(uint64(e.Proc), 10),
+				Problem: fmt.Sprintf("a joiner's id must be %d..%d: the lower ids belong to the processes the job was started with", low, MaxProcs-1),
+				Fix:     "unset it (the rendezvous assigns a new id), or set it to the id the launcher reserved for this joiner"}
+		}
+	}
+	if e.ServeRendezvous {
+		return errJoinerServes
+	}
+	return nil
+}
+
+// errJoinerServes: a joiner joins a job whose rendezvous is served already.
+var errJoinerServes = &EnvError{Var: VarServeRendezvous, Value: "1",
+	Problem: "set for a joiner (PGAS_JOIN=1), which joins a running job whose rendezvous is served already",
+	Fix:     "unset PGAS_SERVE_RENDEZVOUS for a joiner, and set PGAS_RENDEZVOUS to the running job's rendezvous"}
+
+// validateRest checks what every process needs in the same form.
+func (e Env) validateRest() error {
 	if err := checkAddr(e.Rendezvous); err != nil {
 		return &EnvError{Var: VarRendezvous, Value: e.Rendezvous, Unset: e.Rendezvous == "", Problem: err.Error(), Fix: "use host:port, e.g. node1:29400"}
 	}
@@ -418,14 +599,30 @@ func (e Env) Validate() error {
 // Environ returns the PGAS variables that describe e, in KEY=VALUE form for
 // exec.Cmd.Env. FromLookup over them gives e back (with Launcher "pgas").
 func (e Env) Environ() []string {
-	out := []string{
-		VarProc + "=" + strconv.FormatUint(uint64(e.Proc), 10),
-		VarNumProcs + "=" + strconv.Itoa(e.NumProcs),
-		VarNumRanks + "=" + strconv.Itoa(e.NumRanks),
-		VarRendezvous + "=" + e.Rendezvous,
-		VarToken + "=" + auth.FormatToken(e.Token),
-		VarHost + "=" + e.Host,
+	var out []string
+	if e.Join {
+		// A joiner's id and counts may not be known yet; what is not,
+		// stays unset.
+		out = append(out, VarJoin+"=1")
+		if e.Proc != JoinerID {
+			out = append(out, VarProc+"="+strconv.FormatUint(uint64(e.Proc), 10))
+		}
+		if e.NumProcs > 0 {
+			out = append(out, VarNumProcs+"="+strconv.Itoa(e.NumProcs))
+		}
+		if e.NumRanks > 0 {
+			out = append(out, VarNumRanks+"="+strconv.Itoa(e.NumRanks))
+		}
+	} else {
+		out = append(out,
+			VarProc+"="+strconv.FormatUint(uint64(e.Proc), 10),
+			VarNumProcs+"="+strconv.Itoa(e.NumProcs),
+			VarNumRanks+"="+strconv.Itoa(e.NumRanks))
 	}
+	out = append(out,
+		VarRendezvous+"="+e.Rendezvous,
+		VarToken+"="+auth.FormatToken(e.Token),
+		VarHost+"="+e.Host)
 	if e.JobID != "" {
 		out = append(out, VarJobID+"="+e.JobID)
 	}

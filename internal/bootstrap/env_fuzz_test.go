@@ -14,6 +14,7 @@ var fuzzVars = []string{
 	VarProc, VarNumProcs, VarNumRanks, VarSpares, VarRendezvous, VarToken, VarHost, VarJobID, VarStateDir, VarServeRendezvous,
 	"SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_JOB_ID", "SLURMD_NODENAME",
 	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "JOB_COMPLETION_INDEX",
+	VarJoin, // last, so that the stored corpus keeps its meaning
 }
 
 // fuzzEnv turns NUL-separated values into an environment: the i-th value
@@ -53,6 +54,9 @@ func FuzzFromLookup(f *testing.F) {
 	f.Add(envSeed(map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "PGAS_NPROCS": "3",
 		"PGAS_RENDEZVOUS": "h:1", "PGAS_TOKEN": testToken}))
 	f.Add(envSeed(map[string]string{"JOB_COMPLETION_INDEX": "0", "PGAS_RENDEZVOUS": "h:1", "PGAS_TOKEN": testToken}))
+	f.Add(envSeed(map[string]string{"PGAS_JOIN": "1", "PGAS_RENDEZVOUS": "h:1", "PGAS_TOKEN": testToken, "SLURM_PROCID": "3", "SLURMD_NODENAME": "n2"}))
+	f.Add(envSeed(map[string]string{"PGAS_JOIN": "1", "PGAS_PROC": "7", "PGAS_NPROCS": "5", "PGAS_SPARES": "1", "PGAS_RENDEZVOUS": "h:1", "PGAS_TOKEN": testToken}))
+	f.Add(envSeed(map[string]string{"PGAS_JOIN": "1", "PGAS_NRANKS": "3", "PGAS_RENDEZVOUS": "h:1", "PGAS_TOKEN": testToken}))
 	f.Add("")
 	f.Fuzz(func(t *testing.T, vals string) {
 		m := fuzzEnv(vals)

@@ -285,3 +285,95 @@ func TestListenAddr(t *testing.T) {
 		}
 	}
 }
+
+// PGAS_JOIN=1 marks a joiner: its id and counts are optional (the
+// rendezvous and the member table have them), but a reserved id must be a
+// joiner's, the counts it gives must hang together, and it must not host
+// the rendezvous. Other launchers' ids are ignored; Slurm's host is not.
+func TestFromLookupJoiner(t *testing.T) {
+	tok, _ := auth.ParseToken(testToken)
+	joiner := map[string]string{"PGAS_JOIN": "1", "PGAS_RENDEZVOUS": "node1:29400", "PGAS_TOKEN": testToken, "PGAS_HOST": "h9"}
+	ok := []struct {
+		name string
+		env  map[string]string
+		want Env
+	}{
+		{"nothing but the join", joiner,
+			Env{Join: true, Proc: JoinerID, Rendezvous: "node1:29400", Host: "h9", Launcher: LauncherPGAS}},
+		{"reserved id and counts", with(joiner, "PGAS_PROC", "6", "PGAS_NPROCS", "5", "PGAS_SPARES", "1", "PGAS_JOB_ID", "j"),
+			Env{Join: true, Proc: 6, NumProcs: 5, NumRanks: 4, Rendezvous: "node1:29400", Host: "h9", JobID: "j", Launcher: LauncherPGAS}},
+		{"ranks alone", with(joiner, "PGAS_NRANKS", "3"),
+			Env{Join: true, Proc: JoinerID, NumRanks: 3, Rendezvous: "node1:29400", Host: "h9", Launcher: LauncherPGAS}},
+		{"under slurm: its id ignored, its host taken", with(joiner, "PGAS_HOST", "<unset>", "SLURM_PROCID", "0", "SLURM_NTASKS", "1", "SLURM_JOB_ID", "12", "SLURMD_NODENAME", "n3"),
+			Env{Join: true, Proc: JoinerID, Rendezvous: "node1:29400", Host: "n3", Launcher: LauncherPGAS}},
+		{"join 0 is a process of the job", with(native, "PGAS_JOIN", "0"),
+			Env{Proc: 2, NumProcs: 5, NumRanks: 4, Rendezvous: "127.0.0.1:4000", Host: "hostA", JobID: "job-1", StateDir: "/tmp/state", Launcher: LauncherPGAS}},
+	}
+	for _, c := range ok {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := FromLookup(lookupMap(c.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.want.Token = tok
+			if !reflect.DeepEqual(e, c.want) {
+				t.Fatalf("got  %+v\nwant %+v", e, c.want)
+			}
+			if r, ok := e.InitialRank(); e.Join && (ok || r != -1) {
+				t.Fatalf("a joiner's InitialRank = %d, %v; want a spare", r, ok)
+			}
+			if s := e.String(); e.Join && !strings.Contains(s, "joiner") {
+				t.Fatalf("String %q does not say joiner", s)
+			}
+		})
+	}
+	bad := []struct {
+		name    string
+		env     map[string]string
+		wantVar string
+		want    string
+	}{
+		{"join not 0 or 1", with(joiner, "PGAS_JOIN", "yes"), VarJoin, "not 1 or 0"},
+		{"id of the job's first processes", with(joiner, "PGAS_PROC", "2", "PGAS_NPROCS", "4"), VarProc, "must be 4..65535"},
+		{"id below the ranks", with(joiner, "PGAS_PROC", "2", "PGAS_NRANKS", "4"), VarProc, "the lower ids belong to the processes the job was started with"},
+		{"id past the cap", with(joiner, "PGAS_PROC", "65536"), VarProc, "out of range 0..65535"},
+		{"serves the rendezvous", with(joiner, "PGAS_SERVE_RENDEZVOUS", "1"), VarServeRendezvous, "joins a running job whose rendezvous is served already"},
+		{"spares without nprocs", with(joiner, "PGAS_SPARES", "1"), VarSpares, "set PGAS_NPROCS too"},
+		{"spares disagree", with(joiner, "PGAS_NPROCS", "5", "PGAS_SPARES", "1", "PGAS_NRANKS", "2"), VarNumRanks, "disagrees with PGAS_SPARES=1"},
+		{"no rendezvous", with(joiner, "PGAS_RENDEZVOUS", "<unset>"), VarRendezvous, "the running job's rendezvous"},
+		{"no token", with(joiner, "PGAS_TOKEN", "<unset>"), VarToken, "the PGAS_TOKEN the job's processes have"},
+	}
+	for _, c := range bad {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := FromLookup(lookupMap(c.env))
+			var ee *EnvError
+			if !errors.As(err, &ee) || ee.Var != c.wantVar || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error naming %s that says %q", err, c.wantVar, c.want)
+			}
+		})
+	}
+}
+
+// Environ gives a joiner back exactly, whatever it knew of its id and
+// counts.
+func TestEnvironRoundTripJoiner(t *testing.T) {
+	tok := auth.NewToken()
+	for _, e := range []Env{
+		{Join: true, Proc: JoinerID, Rendezvous: "n:9", Token: tok, Host: "h", Launcher: LauncherPGAS},
+		{Join: true, Proc: 7, NumProcs: 5, NumRanks: 3, Rendezvous: "n:9", Token: tok, Host: "h", JobID: "j", Launcher: LauncherPGAS, TLS: true},
+		{Join: true, Proc: JoinerID, NumRanks: 3, Rendezvous: "n:9", Token: tok, Host: "h", Launcher: LauncherPGAS, CutOff: 3 * time.Second},
+	} {
+		m := map[string]string{}
+		for _, kv := range e.Environ() {
+			k, v, _ := strings.Cut(kv, "=")
+			m[k] = v
+		}
+		got, err := FromLookup(lookupMap(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, e) {
+			t.Fatalf("round trip: got %+v, want %+v", got, e)
+		}
+	}
+}

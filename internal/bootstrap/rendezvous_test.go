@@ -520,6 +520,7 @@ func TestServerConfigValidate(t *testing.T) {
 		"nranks":   func(c *ServerConfig) { c.NumRanks = 3 },
 		"timeout":  func(c *ServerConfig) { c.HandshakeTimeout = -1 },
 		"buffer":   func(c *ServerConfig) { c.ReportBuffer = -1 },
+		"refill":   func(c *ServerConfig) { c.RefillWait = -time.Second },
 	} {
 		c := good
 		mut(&c)

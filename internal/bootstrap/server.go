@@ -45,6 +45,12 @@ type ServerConfig struct {
 	// ReportBuffer is the capacity of the Reports channel; reports beyond it
 	// are dropped and counted, never waited for. Zero: the default (1024).
 	ReportBuffer int
+	// RefillWait is put into the member table every process receives
+	// (Table.RefillWait): how long the membership waits for a replacement
+	// process to join. It travels in the table so that every process,
+	// joiners included, uses the same value. Zero: the membership's
+	// default.
+	RefillWait time.Duration
 }
 
 // DefaultServerConfig returns the timeouts and buffer sizes for a real job;
@@ -77,14 +83,17 @@ func (c ServerConfig) Validate() error {
 		return fmt.Errorf("%w: ServerConfig.WriteTimeout=%v is negative", ErrConfig, c.WriteTimeout)
 	case c.ReportBuffer < 0:
 		return fmt.Errorf("%w: ServerConfig.ReportBuffer=%d is negative", ErrConfig, c.ReportBuffer)
+	case c.RefillWait < 0:
+		return fmt.Errorf("%w: ServerConfig.RefillWait=%v is negative; 0 means the membership's default", ErrConfig, c.RefillWait)
 	}
 	return nil
 }
 
 // ServerStats are the Server's counters.
 type ServerStats struct {
-	Registered  int    // processes registered so far (NumProcs once complete)
-	Connected   int    // open control connections of registered processes
+	Registered  int    // processes the job was started with registered so far (NumProcs once complete)
+	Joiners     int    // joiners registered so far (ids NumProcs and up), connected or not
+	Connected   int    // open control connections of registered processes, joiners included
 	Refused     uint64 // connections that failed the handshake (timeouts included) or sent no valid hello, or registrations rejected
 	TimedOut    uint64 // of the connections refused: those whose handshake ran out of time
 	Shed        uint64 // connections closed unauthenticated by the admission gate to make room for newer ones
@@ -96,7 +105,9 @@ type ServerStats struct {
 
 // Server is the rendezvous: it collects one Member per process, sends the
 // complete table to all of them, then keeps each control connection open to
-// receive Reports. See the package documentation for the rules.
+// receive Reports. It also admits joiners, processes started after the job
+// formed: each gets a new id and the table, and keeps its connection for
+// reports like the others. See the package documentation for the rules.
 type Server struct {
 	cfg      ServerConfig
 	log      *slog.Logger
@@ -112,6 +123,15 @@ type Server struct {
 	closed  bool
 	serving bool
 
+	// Joiners. An id is never handed out twice: the membership fences
+	// processes by id, so a new process under an old id would be fenced
+	// or would take a dead one's place.
+	nextID   uint32              // the next joiner id (Reserve, or a join hello presenting JoinerID)
+	reserved map[uint32]struct{} // ids Reserve handed out that no joiner registered yet
+	joined   map[uint32]Member   // registered joiners by id, kept after they disconnect
+	jregs    map[uint32]*srvConn // joiners' current control connections
+	finished bool                // Finish was called: join hellos get msgFinished
+
 	bcast   sync.WaitGroup // table broadcasts in progress; Close lets them finish
 	stopped chan struct{}  // closed by stop
 	lis     *listen.Listener
@@ -125,6 +145,7 @@ type srvConn struct {
 	wmu    sync.Mutex // serialises writes
 	proc   uint32
 	member Member
+	join   bool // a joiner's connection: in Server.jregs, not regs
 }
 
 // NewServer makes a Server; Serve runs it. Zero timeouts and buffer take
@@ -155,6 +176,10 @@ func NewServer(cfg ServerConfig) *Server {
 		regs:     make(map[uint32]*srvConn),
 		conns:    make(map[*srvConn]struct{}),
 		stopped:  make(chan struct{}),
+		nextID:   uint32(max(cfg.NumProcs, 0)),
+		reserved: make(map[uint32]struct{}),
+		joined:   make(map[uint32]Member),
+		jregs:    make(map[uint32]*srvConn),
 	}
 }
 
@@ -166,8 +191,9 @@ func (s *Server) Addr() net.Addr {
 	return s.cfg.Listener.Addr()
 }
 
-// Reports delivers the processes' reports, and a KindDisconnected report
-// when a registered process's connection closes.
+// Reports delivers the processes' reports, a KindDisconnected report
+// when a registered process's connection closes, and a KindJoined report
+// when a joiner registers.
 // The server never waits for the reader: when the channel is full, reports
 // are dropped and counted (Stats().Dropped). It is closed when Serve returns.
 func (s *Server) Reports() <-chan Report { return s.reports }
@@ -195,13 +221,14 @@ func (s *Server) Connected(proc uint32) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, ok := s.regs[proc]
-	return ok
+	_, jok := s.jregs[proc]
+	return ok || jok
 }
 
 // Stats returns the counters.
 func (s *Server) Stats() ServerStats {
 	s.mu.Lock()
-	st := ServerStats{Registered: len(s.regs), Connected: len(s.regs)}
+	st := ServerStats{Registered: len(s.regs), Joiners: len(s.joined), Connected: len(s.regs) + len(s.jregs)}
 	if s.table != nil {
 		st.Registered = len(s.table.Members)
 	}
@@ -357,14 +384,26 @@ func (s *Server) handle(c net.Conn, peer uint32) {
 		s.reject(sc, peer, fmt.Sprintf("expected a hello, got message kind %d", m.Kind))
 		return
 	}
-	if reason := s.checkHello(peer, m.Hello); reason != "" {
-		s.reject(sc, peer, reason)
-		return
-	}
-	sc.proc = peer
-	sc.member = m.Hello.Member
-	if !s.register(sc) {
-		return
+	if m.Hello.Join {
+		if reason := s.checkJoinHello(peer, m.Hello); reason != "" {
+			s.reject(sc, peer, reason)
+			return
+		}
+		sc.member = m.Hello.Member
+		sc.join = true
+		if !s.registerJoiner(sc, peer) {
+			return
+		}
+	} else {
+		if reason := s.checkHello(peer, m.Hello); reason != "" {
+			s.reject(sc, peer, reason)
+			return
+		}
+		sc.proc = peer
+		sc.member = m.Hello.Member
+		if !s.register(sc) {
+			return
+		}
 	}
 	c.SetDeadline(time.Time{})
 	s.readLoop(sc)
@@ -377,8 +416,10 @@ func (s *Server) checkHello(peer uint32, h *hello) string {
 		return fmt.Sprintf("speaks rendezvous protocol %d, this rendezvous speaks %d; run the same gaspigo build everywhere", h.Version, protoVersion)
 	case h.Member.Proc != peer:
 		return fmt.Sprintf("authenticated as process %d but registers process %d", peer, h.Member.Proc)
+	case peer == JoinerID:
+		return "presented the joiner's id without a join hello; run the same gaspigo build everywhere"
 	case int64(peer) >= int64(n):
-		return fmt.Sprintf("process id %d is out of range: this job has %d processes (ids 0..%d); check PGAS_PROC and PGAS_NPROCS", peer, n, n-1)
+		return fmt.Sprintf("process id %d is out of range: this job has %d processes (ids 0..%d); check PGAS_PROC and PGAS_NPROCS (a process started after the job formed joins it with PGAS_JOIN=1)", peer, n, n-1)
 	case h.NumProcs != n:
 		return fmt.Sprintf("process was started for %d processes (PGAS_NPROCS), but this job has %d", h.NumProcs, n)
 	case h.NumRanks != s.cfg.NumRanks:
@@ -434,7 +475,7 @@ func (s *Server) register(sc *srvConn) bool {
 		err := s.writeLocked(sc, &envelope{Kind: msgTable, Table: &tbl})
 		sc.wmu.Unlock()
 		s.log.Info("rendezvous: process reconnected after the table was complete", "proc", sc.proc, "remote", sc.remote, "err", err)
-		return err == nil
+		return s.answered(sc, err)
 	}
 	old, dup := s.regs[sc.proc]
 	if dup && !sameProcess(old.member, sc.member) {
@@ -455,14 +496,19 @@ func (s *Server) register(sc *srvConn) bool {
 		sc.wmu.Unlock()
 		s.log.Debug("rendezvous: registered", "proc", sc.proc, "host", sc.member.Host, "addr", sc.member.Addr,
 			"registered", n, "of", s.cfg.NumProcs)
-		return err == nil
+		return s.answered(sc, err)
 	}
-	// The last process: fix the table and send it to everyone.
-	t := Table{NumRanks: s.cfg.NumRanks, JobID: s.cfg.JobID, Members: make([]Member, s.cfg.NumProcs)}
+	// The last process: fix the table and send it to everyone, and to
+	// the joiners that came before it was complete.
+	t := Table{NumRanks: s.cfg.NumRanks, JobID: s.cfg.JobID, RefillWait: s.cfg.RefillWait, Members: make([]Member, s.cfg.NumProcs)}
 	targets := make([]*srvConn, s.cfg.NumProcs)
 	for p, r := range s.regs {
 		t.Members[p] = r.member
 		targets[p] = r
+	}
+	var joiners []*srvConn
+	if !s.finished { // else Finish told them so already
+		joiners = s.waitingJoiners()
 	}
 	s.table = &t
 	close(s.complete)
@@ -472,15 +518,42 @@ func (s *Server) register(sc *srvConn) bool {
 	if dup {
 		old.rw.Close()
 	}
-	s.log.Info("rendezvous: member table complete", "procs", s.cfg.NumProcs, "ranks", s.cfg.NumRanks, "job", s.cfg.JobID)
+	s.log.Info("rendezvous: member table complete", "procs", s.cfg.NumProcs, "ranks", s.cfg.NumRanks, "job", s.cfg.JobID,
+		"joiners_waiting", len(joiners))
 	tbl := cloneTable(t)
 	msg, err := encodeMsg(&envelope{Kind: msgTable, Table: &tbl}, MaxServerMessage)
 	if err != nil {
 		s.log.Error("rendezvous: cannot encode the member table", "err", err)
 		return false
 	}
-	s.broadcast(targets, msg)
+	ds := make([]delivery, 0, len(targets)+len(joiners))
+	for _, r := range targets {
+		ds = append(ds, delivery{r, msg})
+	}
+	for _, j := range joiners {
+		jm, err := encodeMsg(&envelope{Kind: msgJoined, Table: &tbl, Proc: j.proc}, MaxServerMessage)
+		if err != nil {
+			s.log.Error("rendezvous: cannot encode the member table for a joiner", "proc", j.proc, "err", err)
+			j.rw.Close()
+			continue
+		}
+		ds = append(ds, delivery{j, jm})
+	}
+	s.broadcast(ds)
 	return true
+}
+
+// answered finishes a registration whose answer was written with error
+// err: a connection that could not take it is closed and unregistered
+// (with its KindDisconnected report), as if it had closed, so that
+// Connected does not count it; the process registers again.
+func (s *Server) answered(sc *srvConn, err error) bool {
+	if err == nil {
+		return true
+	}
+	sc.rw.Close()
+	s.disconnected(sc, err)
+	return false
 }
 
 func (s *Server) writeLocked(sc *srvConn, e *envelope) error {
@@ -528,9 +601,13 @@ func (s *Server) deliver(r Report) {
 
 func (s *Server) disconnected(sc *srvConn, err error) {
 	s.mu.Lock()
-	current := s.regs[sc.proc] == sc
+	regs := s.regs
+	if sc.join {
+		regs = s.jregs
+	}
+	current := regs[sc.proc] == sc
 	if current {
-		delete(s.regs, sc.proc)
+		delete(regs, sc.proc)
 	}
 	complete := s.table != nil
 	closing := s.closed
@@ -538,7 +615,7 @@ func (s *Server) disconnected(sc *srvConn, err error) {
 	if !current || closing {
 		return
 	}
-	if !complete {
+	if !complete && !sc.join {
 		s.log.Info("rendezvous: process disconnected before the table was complete; it must register again",
 			"proc", sc.proc, "remote", sc.remote, "err", err)
 	} else {

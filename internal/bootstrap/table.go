@@ -9,20 +9,28 @@ import (
 // broadcastWorkers bounds the table writes in flight at once.
 const broadcastWorkers = 64
 
-// broadcast writes msg, the encoded table, to every target (in process
-// order) with up to broadcastWorkers writes in flight: a process that
-// does not read holds up one worker for at most WriteTimeout, not every
-// process after it, and over a network the transfers overlap instead of
-// taking a round trip each in turn. The one encoding is shared.
-func (s *Server) broadcast(targets []*srvConn, msg []byte) {
-	next := make(chan *srvConn)
+// delivery is one message for one connection.
+type delivery struct {
+	to  *srvConn
+	msg []byte
+}
+
+// broadcast writes each delivery's message to its connection, in order,
+// with up to broadcastWorkers writes in flight: a process that does not
+// read holds up one worker for at most WriteTimeout, not every process
+// after it, and over a network the transfers overlap instead of taking a
+// round trip each in turn. The table's one encoding is shared by the
+// deliveries that carry it. A connection whose write fails is closed.
+func (s *Server) broadcast(ds []delivery) {
+	next := make(chan delivery)
 	var wg sync.WaitGroup
-	for range min(broadcastWorkers, len(targets)) {
+	for range min(broadcastWorkers, len(ds)) {
 		wg.Go(func() {
-			for r := range next {
+			for d := range next {
+				r := d.to
 				r.wmu.Lock()
 				r.rw.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-				_, werr := r.rw.Write(msg)
+				_, werr := r.rw.Write(d.msg)
 				r.wmu.Unlock()
 				if werr != nil {
 					// Part of the table may have gone out: cut the
@@ -37,8 +45,8 @@ func (s *Server) broadcast(targets []*srvConn, msg []byte) {
 			}
 		})
 	}
-	for _, r := range targets {
-		next <- r
+	for _, d := range ds {
+		next <- d
 	}
 	close(next)
 	wg.Wait()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -12,6 +13,11 @@ import (
 // ServerID is the id the rendezvous server presents in the job-token
 // handshake (auth.PurposeRendezvous); processes present their Proc.
 const ServerID uint32 = 0xFFFFFFFF
+
+// JoinerID is the id a joiner without a reserved id presents in the
+// job-token handshake; the rendezvous accepts it only with a join hello,
+// and assigns the joiner its id.
+const JoinerID uint32 = 0xFFFFFFFE
 
 // Size caps of one rendezvous message (the 4-byte length prefix excluded).
 // A decoder rejects a larger length before allocating.
@@ -51,6 +57,11 @@ const (
 	// was complete, the process must register again). It follows every
 	// report that came over that connection.
 	KindDisconnected = "disconnected"
+	// KindJoined is made by the Server itself, never sent by a process: a
+	// process started after the job formed registered as a joiner and was
+	// given the id Proc; Text says "pid <pid> on <host>". A launcher learns
+	// so of joiners it did not start.
+	KindJoined = "joined"
 )
 
 // Member is one process as the table lists it.
@@ -67,6 +78,16 @@ type Table struct {
 	NumRanks int      `msgpack:"nranks"`
 	Members  []Member `msgpack:"members"` // indexed by Proc
 	JobID    string   `msgpack:"job"`
+	// RefillWait is how long the membership waits for a replacement
+	// (ServerConfig.RefillWait). It travels in the table because every
+	// process, joiners included, must use the same value.
+	RefillWait time.Duration `msgpack:"refill_wait,omitempty"`
+	// Joined, in a joiner's answer only, lists the processes that joined
+	// before it, as they registered (id order): whom it can ask for the
+	// membership when the job's first processes, its voters among them,
+	// are gone. Members stays the original table, which the membership's
+	// initial state is built from.
+	Joined []Member `msgpack:"joined,omitempty"`
 }
 
 // NumProcs is the number of processes in the table.
@@ -97,6 +118,10 @@ const (
 	msgTable  uint8 = 3 // server -> process: the table
 	msgReject uint8 = 4 // server -> process: Reason, then close
 	msgReport uint8 = 5 // process -> server: Report
+	// A joiner's hello (hello.Join) is answered with msgAck while the
+	// table is not complete, then with one of these.
+	msgJoined   uint8 = 6 // server -> joiner: the original table and the joiner's id (Proc)
+	msgFinished uint8 = 7 // server -> joiner: the job has ended, nothing to join; then close
 )
 
 type hello struct {
@@ -105,6 +130,11 @@ type hello struct {
 	NumRanks int    `msgpack:"nranks"`
 	JobID    string `msgpack:"job"`
 	Member   Member `msgpack:"member"`
+	// Join marks a joiner's hello: a process started after the job formed,
+	// which presents a reserved id or JoinerID, and whose NumProcs and
+	// NumRanks may be 0 (unknown). A server that predates it ignores the
+	// field and refuses the id as out of range.
+	Join bool `msgpack:"join,omitempty"`
 }
 
 type envelope struct {
@@ -113,6 +143,10 @@ type envelope struct {
 	Table  *Table  `msgpack:"t,omitempty"`
 	Reason string  `msgpack:"r,omitempty"`
 	Report *Report `msgpack:"p,omitempty"`
+	// Proc is the id the rendezvous gave a joiner, in msgJoined and in the
+	// msgAck that answers a join hello (so that a joiner that loses the
+	// connection presents it again rather than take a second id).
+	Proc uint32 `msgpack:"id,omitempty"`
 }
 
 // encodeMsg returns the framed message: a 4-byte big-endian length, then
@@ -183,7 +217,7 @@ func decodeBody(body []byte) (*envelope, error) {
 		if e.Hello == nil {
 			return nil, fmt.Errorf("%w: hello without body", ErrProtocol)
 		}
-	case msgTable:
+	case msgTable, msgJoined:
 		if e.Table == nil {
 			return nil, fmt.Errorf("%w: table message without table", ErrProtocol)
 		}
@@ -191,7 +225,7 @@ func decodeBody(body []byte) (*envelope, error) {
 		if e.Report == nil {
 			return nil, fmt.Errorf("%w: report message without report", ErrProtocol)
 		}
-	case msgAck, msgReject:
+	case msgAck, msgReject, msgFinished:
 	default:
 		return nil, fmt.Errorf("%w: unknown message kind %d", ErrProtocol, e.Kind)
 	}
@@ -338,6 +372,9 @@ func (t Table) Validate() error {
 	}
 	if t.NumRanks < 1 || t.NumRanks > n {
 		return fmt.Errorf("%w: table has %d ranks for %d members", ErrProtocol, t.NumRanks, n)
+	}
+	if t.RefillWait < 0 {
+		return fmt.Errorf("%w: table has a negative refill wait (%v)", ErrProtocol, t.RefillWait)
 	}
 	for i, m := range t.Members {
 		if m.Proc != uint32(i) {

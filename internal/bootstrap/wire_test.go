@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestMessageRoundTrip(t *testing.T) {
@@ -19,6 +20,10 @@ func TestMessageRoundTrip(t *testing.T) {
 		{Kind: msgTable, Table: tbl},
 		{Kind: msgReject, Reason: "no"},
 		{Kind: msgReport, Report: &Report{Proc: 1, Kind: KindRole, Rank: 0, Epoch: 7, Text: "x"}},
+		{Kind: msgHello, Hello: &hello{Version: 1, JobID: "j", Member: Member{Proc: JoinerID, Addr: "127.0.0.1:9", Host: "c"}, Join: true}},
+		{Kind: msgAck, Proc: 2},
+		{Kind: msgJoined, Table: &Table{NumRanks: 1, JobID: "j", Members: tbl.Members, RefillWait: 1500 * time.Millisecond}, Proc: 2},
+		{Kind: msgFinished},
 	} {
 		var buf bytes.Buffer
 		if err := writeMsg(&buf, e, MaxServerMessage); err != nil {
@@ -52,7 +57,7 @@ func TestMessageLimits(t *testing.T) {
 		t.Fatalf("oversized write: %v, want ErrTooLarge", err)
 	}
 	// Unknown kind, missing body, trailing bytes.
-	for _, e := range []*envelope{{Kind: 99}, {Kind: msgHello}, {Kind: msgTable}, {Kind: msgReport}} {
+	for _, e := range []*envelope{{Kind: 99}, {Kind: msgHello}, {Kind: msgTable}, {Kind: msgReport}, {Kind: msgJoined, Proc: 2}} {
 		b, err := encodeMsg(e, MaxClientMessage)
 		if err != nil {
 			t.Fatal(err)
