@@ -25,8 +25,10 @@ const (
 	ExitDeclaredFailed = 77
 	// ExitNoRendezvous is the exit status of a process that got no member
 	// table within PGAS_RENDEZVOUS_TIMEOUT (ErrRendezvousTimeout): nobody
-	// served the rendezvous, or not every process registered
-	// (EX_UNAVAILABLE in sysexits.h).
+	// served the rendezvous, or not every process registered; and of a
+	// process started to join a running job that the job's membership did
+	// not take in within the bound (ErrCannotJoin) (EX_UNAVAILABLE in
+	// sysexits.h).
 	ExitNoRendezvous = 69
 	// ExitCutOff is the exit status of a process that had no contact with
 	// a membership quorum for longer than the cut-off (PGAS_CUTOFF): it was
@@ -49,7 +51,7 @@ func ExitCode(err error) int {
 		return 0
 	case errors.Is(err, pgas.ErrFenced), errors.Is(err, spares.ErrDeclaredFailed):
 		return ExitDeclaredFailed
-	case errors.Is(err, bootstrap.ErrRendezvousTimeout):
+	case errors.Is(err, bootstrap.ErrRendezvousTimeout), errors.Is(err, ErrCannotJoin):
 		return ExitNoRendezvous
 	case errors.Is(err, spares.ErrCutOff):
 		return ExitCutOff

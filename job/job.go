@@ -113,16 +113,15 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 }
 
 // start is Init once the membership's listeners are bound: the data
-// plane, the rendezvous, the membership and the runtime.
+// plane, the rendezvous, the membership and the runtime. A process
+// started after the job formed takes join's way instead.
 func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extra map[string]string, raftLn, ctlLn net.Listener, o *observer) (*pgas.Runtime, error) {
+	if env.Join {
+		return join(ctx, env, opts, logs, extra, raftLn, ctlLn, o)
+	}
 	tr, err := newDataPlane(env, o.faults, logs.tcp, opts.TCP)
 	if err != nil {
 		return nil, err
-	}
-	cc := bootstrap.DefaultClientConfig()
-	cc.Logger = logs.runtime.With("proc", int(env.Proc), "layer", "rendezvous")
-	if env.RendezvousTimeout > 0 {
-		cc.Timeout = env.RendezvousTimeout
 	}
 	addr, err := advertise(tr.tcp.Addr(), env.Rendezvous)
 	if err != nil {
@@ -130,14 +129,10 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 		return nil, fmt.Errorf("pgas: init: %w", err)
 	}
 	self := bootstrap.Member{Proc: env.Proc, Addr: addr, Host: env.Host, Pid: os.Getpid(), Extra: tr.addExtra(extra)}
-	sess, table, err := bootstrap.Join(ctx, cc, env, self)
+	sess, table, err := bootstrap.Join(ctx, clientConfig(env, logs), env, self)
 	if err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("pgas: init: rendezvous: %w", err)
-	}
-	hosts := make([]string, len(table.Members))
-	for _, m := range table.Members {
-		hosts[m.Proc] = m.Host
 	}
 	data, err := tr.connect(env.Proc, env.Host, table)
 	if err != nil {
@@ -145,31 +140,63 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 		sess.Close()
 		return nil, fmt.Errorf("pgas: init: %w", err)
 	}
-	cfg := pgas.DefaultConfig()
-	if opts.Runtime != nil {
-		cfg = *opts.Runtime
-	}
-	cfg.Proc = transport.Proc(env.Proc)
-	cfg.NumProcs, cfg.NumRanks = env.NumProcs, env.NumRanks
-	cfg.Transport = data
-	cfg.DirectShm = cfg.DirectShm || (tr.segments && tr.shm != nil)
-	cfg.Hosts = hosts
-	cfg.Logger = logs.runtime
-	cfg.Launcher = launcher{sess: sess, proc: env.Proc, obs: o}
-	if cfg.FaultPoint, err = faultpoint.FromEnv(env.Proc); err != nil {
-		tr.Close()
-		sess.Close()
-		return nil, fmt.Errorf("pgas: init: %w", err)
-	}
+	var m *spares.Membership
 	if opts.FaultTolerant {
-		f, worst := stretch(table)
-		m, err := newMembership(env, table, opts, logs, raftLn, ctlLn, o.faults, f, worst)
-		if err != nil {
+		mc, f, worst := membershipConfig(env, table, opts, logs, raftLn, ctlLn, o.faults)
+		if m, err = newMembership(mc, f, worst); err != nil {
 			tr.Close()
 			sess.Close()
 			return nil, fmt.Errorf("pgas: init: membership: %w", err)
 		}
+	}
+	cfg, err := runtimeConfig(env, table, opts, data, m, logs, sess, o)
+	if err != nil {
+		tr.Close()
+		sess.Close()
+		if m != nil {
+			m.Close()
+		}
+		return nil, fmt.Errorf("pgas: init: %w", err)
+	}
+	cfg.DirectShm = cfg.DirectShm || (tr.segments && tr.shm != nil)
+	return launchRuntime(ctx, cfg, env, sess, o)
+}
+
+// clientConfig is the rendezvous client's configuration for env.
+func clientConfig(env bootstrap.Env, logs logs) bootstrap.ClientConfig {
+	cc := bootstrap.DefaultClientConfig()
+	cc.Logger = logs.runtime.With("proc", int(env.Proc), "layer", "rendezvous")
+	if env.RendezvousTimeout > 0 {
+		cc.Timeout = env.RendezvousTimeout
+	}
+	return cc
+}
+
+// runtimeConfig is the runtime's configuration for this process of the
+// job the table describes, over the data plane data, with the membership
+// m (nil: none) and the failure detector timed for the job's stretch.
+func runtimeConfig(env bootstrap.Env, table bootstrap.Table, opts Options, data transport.Transport, m *spares.Membership, logs logs, sess *bootstrap.Session, o *observer) (pgas.Config, error) {
+	cfg := pgas.DefaultConfig()
+	if opts.Runtime != nil {
+		cfg = *opts.Runtime
+	}
+	hosts := make([]string, len(table.Members))
+	for _, mb := range table.Members {
+		hosts[mb.Proc] = mb.Host
+	}
+	cfg.Proc = transport.Proc(env.Proc)
+	cfg.NumProcs, cfg.NumRanks = table.NumProcs(), table.NumRanks
+	cfg.Transport = data
+	cfg.Hosts = hosts
+	cfg.Logger = logs.runtime
+	cfg.Launcher = launcher{sess: sess, proc: env.Proc, obs: o}
+	var err error
+	if cfg.FaultPoint, err = faultpoint.FromEnv(env.Proc); err != nil {
+		return cfg, err
+	}
+	if m != nil {
 		cfg.Membership = m
+		f, _ := stretch(table)
 		hc := health.DefaultConfig()
 		if opts.Health != nil {
 			hc = *opts.Health
@@ -178,8 +205,12 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 		}
 		cfg.Health = &hc
 	}
-	// Init owns the membership and the session from here on, also when
-	// it fails.
+	return cfg, nil
+}
+
+// launchRuntime starts the runtime; Init owns the membership and the
+// session from here on, also when it fails.
+func launchRuntime(ctx context.Context, cfg pgas.Config, env bootstrap.Env, sess *bootstrap.Session, o *observer) (*pgas.Runtime, error) {
 	rt, err := pgas.Init(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -214,13 +245,14 @@ func newTransport(env bootstrap.Env, inj *netfault.Injector, log *slog.Logger, a
 	return tr, nil
 }
 
-// newMembership starts this process's Raft membership node over the
-// listeners Init bound, with the members of the rendezvous's table, its
-// timeouts stretched by the job's factor f, which worst sets (stretch).
-func newMembership(env bootstrap.Env, table bootstrap.Table, opts Options, logs logs, raftLn, ctlLn net.Listener, inj *netfault.Injector, f int, worst hostLoad) (pgas.Membership, error) {
-	cfg := spares.DefaultConfig()
+// membershipConfig is this process's Raft membership configuration over
+// the listeners Init bound, with the members of the rendezvous's table,
+// its timeouts stretched by the job's factor f, which worst sets (stretch).
+func membershipConfig(env bootstrap.Env, table bootstrap.Table, opts Options, logs logs, raftLn, ctlLn net.Listener, inj *netfault.Injector) (cfg spares.Config, f int, worst hostLoad) {
+	cfg = spares.DefaultConfig()
 	cfg.Proc = env.Proc
 	cfg.NumRanks = table.NumRanks
+	cfg.RefillWait = table.RefillWait
 	cfg.Token, cfg.TLS = env.Token, env.TLS
 	cfg.RaftListener, cfg.CtlListener = raftLn, ctlLn
 	if inj != nil {
@@ -240,14 +272,23 @@ func newMembership(env bootstrap.Env, table bootstrap.Table, opts Options, logs 
 		})
 	}
 	cfg.Logger = logs.membership.With("layer", "membership") // spares adds proc
+	f, worst = stretch(table)
 	if f > 1 {
 		stretchMembership(&cfg, f, env.CutOff == 0)
-		cfg.Logger.Info("membership timeouts stretched for the job's most oversubscribed host", "factor", f,
-			"host", worst.Host, "host_processes", worst.Procs, "host_cpus", worst.Cores,
-			"heartbeat_timeout", cfg.HeartbeatTimeout, "handshake_timeout", cfg.HandshakeTimeout, "cut_off", cfg.CutOff)
 	}
 	if opts.Membership != nil {
 		opts.Membership(&cfg)
+	}
+	return cfg, f, worst
+}
+
+// newMembership starts the membership node of cfg (membershipConfig,
+// then Options.Membership's adjustments are the caller's).
+func newMembership(cfg spares.Config, f int, worst hostLoad) (*spares.Membership, error) {
+	if f > 1 {
+		cfg.Logger.Info("membership timeouts stretched for the job's most oversubscribed host", "factor", f,
+			"host", worst.Host, "host_processes", worst.Procs, "host_cpus", worst.Cores,
+			"heartbeat_timeout", cfg.HeartbeatTimeout, "handshake_timeout", cfg.HandshakeTimeout, "cut_off", cfg.CutOff)
 	}
 	n, err := spares.NewNode(cfg)
 	if err != nil {
