@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"flag"
+	"os"
 	"os/exec"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gaspigo/gaspigo/cmd/gaspirun/internal/launch"
 )
@@ -116,6 +118,60 @@ func TestRunsAnyProgram(t *testing.T) {
 		}
 		if c.code != 0 && strings.Count(stderr.String(), "exited with code") != 1 {
 			t.Errorf("gaspirun %q: the verdict is not said once:\n%s", c.args, stderr.String())
+		}
+	}
+}
+
+// Rule (cmd/gaspirun, Keeping the spare pool full): --respawn gives a
+// budget of 16 and a refill wait of 30s, --max-restarts N alone turns it
+// on, --refill-wait overrides the wait; without them nothing changes.
+func TestRespawnFlags(t *testing.T) {
+	cases := []struct {
+		args   []string
+		budget int
+		wait   time.Duration
+		policy launch.DeathPolicy
+	}{
+		{[]string{"-n", "2", "prog"}, 0, 0, launch.DeathAbort},
+		{[]string{"-n", "2", "--respawn", "prog"}, launch.DefaultMaxRestarts, launch.DefaultRefillWait, launch.DeathContinue},
+		{[]string{"-n", "2", "--max-restarts", "3", "prog"}, 3, launch.DefaultRefillWait, launch.DeathContinue},
+		{[]string{"-n", "2", "--respawn", "--max-restarts", "5", "--refill-wait", "10s", "prog"}, 5, 10 * time.Second, launch.DeathContinue},
+		{[]string{"-n", "2", "--spares", "1", "--respawn", "--refill-wait", "0", "prog"}, launch.DefaultMaxRestarts, 0, launch.DeathContinue},
+		{[]string{"-n", "2", "--max-restarts", "0", "prog"}, 0, 0, launch.DeathAbort},
+	}
+	for _, c := range cases {
+		var stderr bytes.Buffer
+		cfg, _, err := parseFlags(c.args, &stderr)
+		if err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		if cfg.MaxRestarts != c.budget || cfg.RefillWait != c.wait || cfg.Policy() != c.policy || cfg.Respawn() != (c.budget > 0) {
+			t.Errorf("%q: budget %d, refill wait %v, policy %q; want %d, %v, %q", c.args, cfg.MaxRestarts, cfg.RefillWait, cfg.Policy(), c.budget, c.wait, c.policy)
+		}
+		if stderr.Len() != 0 {
+			t.Errorf("%q: stderr %q", c.args, stderr.String())
+		}
+	}
+}
+
+func TestRespawnFlagErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-n", "2", "--respawn", "--max-restarts", "0", os.Args[0]}, "--max-restarts 0: allows no replacement, but --respawn asks for them; give a budget of at least 1"},
+		{[]string{"-n", "2", "--max-restarts", "-1", os.Args[0]}, "--max-restarts -1: cannot be negative"},
+		{[]string{"-n", "2", "--respawn", "--max-restarts", "-2", os.Args[0]}, "--max-restarts -2: cannot be negative"},
+		{[]string{"-n", "2", "--max-restarts", "70000", os.Args[0]}, "give at most --max-restarts 65534"},
+		{[]string{"-n", "2", "--refill-wait", "5s", os.Args[0]}, "--refill-wait 5s: makes lost ranks wait for replacements, which only --respawn starts; give --respawn too"},
+		{[]string{"-n", "2", "--respawn", "--refill-wait", "-1s", os.Args[0]}, "--refill-wait -1s: cannot be negative"},
+		{[]string{"-n", "2", "--respawn", "--on-death", "abort", os.Args[0]}, "--respawn: replaces processes the job survives, but --on-death abort tears the job down"},
+		{[]string{"-n", "2", "--max-restarts", "x", os.Args[0]}, `invalid value "x" for flag --max-restarts`},
+	}
+	for _, c := range cases {
+		var stdout, stderr bytes.Buffer
+		if code := run(c.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("gaspirun %q: exit %d, stderr %q; want exit 2 and %q", c.args, code, stderr.String(), c.want)
 		}
 	}
 }

@@ -2,7 +2,8 @@
 // on this machine, on the hosts of a hostfile through ssh, or on the nodes
 // of a Slurm allocation through srun.
 //
-//	gaspirun -n N [--spares K] [--timeout D] [--host-labels h1,h2,... | --ranks-per-host M]
+//	gaspirun -n N [--spares K] [--respawn [--max-restarts N] [--refill-wait D]] [--timeout D]
+//	         [--host-labels h1,h2,... | --ranks-per-host M]
 //	         [--state-dir DIR] [--on-death continue|abort] [--quiet] [--grace D]
 //	         [--job-id NAME] [--tls] [-x NAME[=VALUE]]... [-v] [--metrics ADDR] [--collapse D]
 //	         [--trace FILE] [--] PROGRAM [ARGS...]
@@ -149,7 +150,8 @@
 // (it becomes "[rR] " when a "role" report says the spare now holds rank
 // R), "[p1] " for a process that lost its rank to another. gaspirun's own
 // lines start with "gaspirun: " and go to stderr; the last one is a summary
-// (processes, how they ended, exit status, wall time) unless --quiet. A
+// (processes, how they ended, with --respawn the replacements started and
+// the budget, exit status, wall time) unless --quiet. A
 // failure's verdict is said once, when it is reached ("gaspirun: job failed:
 // rank 1 (process 1) exited with code 3; stopping the other 2 processes"),
 // even with --quiet; the summary only counts.
@@ -176,10 +178,11 @@
 //     names the rank and the code, sends SIGTERM to every process group,
 //     SIGKILL after --grace, and exits with that code (so a program's own
 //     code, e.g. for "no spare left", reaches the caller).
-//   - A process killed by a signal: with spares (or --on-death continue)
-//     gaspirun says which rank died and that the job continues, and the
-//     runtime recovers; with --spares 0 (or --on-death abort) the job is torn
-//     down and gaspirun exits 128 + the signal number.
+//   - A process killed by a signal: with spares or --respawn (or
+//     --on-death continue) gaspirun says which rank died and that the job
+//     continues, and the runtime recovers; with --spares 0 and no --respawn
+//     (or --on-death abort) the job is torn down and gaspirun exits 128 +
+//     the signal number.
 //   - When every rank's process has exited 0, the remaining (idle spare)
 //     processes get SIGTERM and gaspirun exits 0.
 //   - --timeout: exit 124. Ctrl-C or SIGTERM to gaspirun: exit 130 (143 for
@@ -218,6 +221,72 @@
 // the processes are not signalled and carry on; they end when the job is
 // done. (Under ssh and Slurm they end with their connections.)
 //
+// # Keeping the spare pool full: --respawn
+//
+// Spares alone are spent: once K processes have been lost, the next loss
+// shrinks or fails the job. With --respawn gaspirun starts a replacement
+// for each process of the job lost while it runs, so the pool refills:
+//
+//	gaspirun -n 4 --spares 1 --respawn -- ./kmeans ...
+//
+// A process is lost when it is killed by a signal (a crash such as
+// SIGSEGV, the OOM killer, kill -9), its host or connection dies (ssh or
+// srun ends without its exit status), it exits 74 (cut off) or 77 (fenced),
+// or it ends in any way after its rank was taken over; a spare lost idle
+// counts too. Any other non-zero exit still fails the job as above. The
+// replacement is the same program with the job's environment plus
+// PGAS_JOIN=1 and a process id gaspirun reserved at the rendezvous: the
+// first processes have ids 0..N+K-1, replacements N+K, N+K+1, ..., and no
+// id is ever used twice (the membership fences processes by id). It
+// registers, proposes itself to the membership as a spare, and waits like
+// the spares started with the job: "[s6] " until a "role" report gives it
+// a rank. The other processes reach it over TCP, from its address in the
+// membership view. gaspirun says "respawned s6 on host node2 for lost r2
+// (1 of 16)" and "s6 joined the job as a spare (pid P on node2)".
+//
+// Where: a local job starts it on this machine, with the PGAS_HOST of the
+// process it replaces. Over ssh it goes to the host with the fewest of the
+// job's live processes among those with a free slot (all hosts if none
+// has one), leaving out hosts taken for lost: where a start failed, or
+// where every process gaspirun placed has died; their processes are
+// replaced on the other hosts. Under Slurm it runs as a step of one task,
+// "srun --ntasks=1 --nodes=1 --nodelist=NODE --overlap ...", on a node of
+// the allocation with a free slot (--overlap lets it use the CPUs the
+// job's step still holds for its dead tasks; Slurm 20.11 or later); when
+// no node has room, gaspirun says so and starts none (ask the allocation
+// for more tasks than -n + --spares to leave room).
+//
+// When: replacements are spaced by an exponential backoff, from 100ms up
+// to 5s between starts, reset once a replacement registers, so a program
+// that crashes at once does not spin. --max-restarts N bounds how many are
+// started in all (16 by default with --respawn; --max-restarts N alone
+// turns --respawn on); when it is used up gaspirun says so once and the
+// job goes on with the spares it has. The name follows torchrun's
+// --max-restarts, which restarts the whole worker group; mpirun and ULFM
+// have no launcher-side equivalent (ULFM leaves respawning to the
+// program, MPI_Comm_spawn). Nothing is started once the job's outcome is
+// decided (every rank finished, or a teardown), and the rendezvous then
+// tells joiners that come late that the job is over (they exit 0).
+// Replacements are waited for, judged and torn down like every other
+// process.
+//
+// A rank lost while no spare is idle would make the membership shrink or
+// fail the job at once; with --respawn it waits --refill-wait (30s,
+// launch.DefaultRefillWait: time to start, register and join through ssh
+// or srun on a busy host) for the replacement instead. The wait reaches
+// every process in the member table. Without --respawn there is no wait
+// and no replacement: everything behaves as without this section.
+//
+// A process can also be added by hand, from any machine that reaches the
+// rendezvous: start the program with PGAS_JOIN=1, PGAS_RENDEZVOUS and
+// PGAS_TOKEN as the job's processes have them (and PGAS_TLS=1 if the job
+// runs TLS); the rendezvous gives it a new id. gaspirun then labels its
+// reports ("process 9 joined the running job by hand"), but has no exit
+// status for it: its disconnection from the rendezvous ends it, and
+// counts as the end of its work unless another process takes its rank
+// over. gaspirun neither signals it nor replaces it then unless its rank
+// was taken over.
+//
 // # Programs that never join
 //
 // Any program runs under gaspirun, as under mpirun: gaspirun -n 2 -- hostname
@@ -245,7 +314,11 @@
 // PGAS_SERVE_RENDEZVOUS (bootstrap.Env.Environ makes them; bootstrap.FromEnv
 // reads them):
 //
-//	PGAS_PROC              this process's id, 0..PGAS_NPROCS-1 (required)
+//	PGAS_PROC              this process's id, 0..PGAS_NPROCS-1 (required); for a joiner, the
+//	                       id gaspirun reserved for it (optional: the rendezvous assigns one)
+//	PGAS_JOIN              1: the process was started after the job formed (a replacement,
+//	                       --respawn, or one started by hand) and joins it as a spare; 0 or
+//	                       unset: one of the job's first processes
 //	PGAS_NPROCS            number of processes, ranks plus spares, 1..65536 (required)
 //	PGAS_NRANKS            number of ranks, 1..PGAS_NPROCS; default PGAS_NPROCS - PGAS_SPARES
 //	PGAS_SPARES            number of spares (default 0); if PGAS_NRANKS is set too, they must agree

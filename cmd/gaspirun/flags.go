@@ -31,6 +31,8 @@ type flagVars struct {
 	exports                         []string
 	verbose, newToken, version      bool
 	help                            bool
+	respawn                         bool
+	maxRestarts                     int
 }
 
 // aliases maps a flag that is another name for one shown in the help to
@@ -52,6 +54,9 @@ func newFlagSet(cfg *launch.Config, v *flagVars) *flag.FlagSet {
 	fs.IntVar(&cfg.Ranks, "n", 0, "number of ranks `N` (required, except inside a Slurm allocation)")
 	fs.IntVar(&cfg.Ranks, "np", 0, "the same as -n")
 	fs.IntVar(&cfg.Spares, "spares", 0, "number of spare processes `K` that take over a failed rank")
+	fs.BoolVar(&v.respawn, "respawn", false, fmt.Sprintf("keep the spare pool full: for each process lost while the job runs (killed by a signal, lost with its host, cut off (74) or fenced (77), or ended in any way after its rank was taken over) start a replacement, which joins the running job as a spare with a new process id; at most --max-restarts (%d unless given). Another non-zero exit still fails the job", launch.DefaultMaxRestarts))
+	fs.IntVar(&v.maxRestarts, "max-restarts", 0, fmt.Sprintf("the budget `N` of replacements --respawn starts (%d with --respawn); N > 0 alone turns --respawn on. The name follows torchrun's (which restarts the whole group); mpirun and ULFM have no launcher-side equivalent", launch.DefaultMaxRestarts))
+	fs.DurationVar(&cfg.RefillWait, "refill-wait", 0, fmt.Sprintf("with --respawn: how long `D` a rank lost while no spare is idle waits for its replacement before the job shrinks or fails (%v with --respawn; 0: no wait)", launch.DefaultRefillWait))
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "tear the job down after `D` (exit 124); 0: no limit")
 	fs.StringVar(&v.hostList, "host", "", "run through ssh on these hosts, as Open MPI's --host: `HOST[:SLOTS],...` (one slot per host unless :SLOTS is given)")
 	fs.StringVar(&v.hostLabels, "host-labels", "", "local job: comma-separated host `labels` for the processes (PGAS_HOST), filled label by label, so that this one machine stands in for several hosts")
@@ -59,7 +64,7 @@ func newFlagSet(cfg *launch.Config, v *flagVars) *flag.FlagSet {
 	fs.IntVar(&cfg.ProcsPerHost, "ranks-per-host", 0, "local job: processes (spares included) per host label `M`; without --host-labels the labels are host0, host1, ...")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "job state directory `DIR` (PGAS_STATE_DIR), created owner-only (0700) if missing; default: memory only")
 	fs.StringVar(&cfg.Resume, "resume", "", "resume from the disk-level checkpoints in `DIR` (passed to every process as PGAS_RESUME)")
-	fs.StringVar(&v.onDeath, "on-death", "", "`policy` for a process killed by a signal: continue (the runtime recovers) or abort; default: continue with spares, abort without")
+	fs.StringVar(&v.onDeath, "on-death", "", "`policy` for a process killed by a signal: continue (the runtime recovers) or abort; default: continue with spares or --respawn, abort without")
 	fs.BoolVar(&cfg.TLS, "tls", false, "mutual TLS 1.3 on every connection of the job (rendezvous, data plane, Raft, control), keyed by the job token; sets PGAS_TLS=1 for every process (PGAS_TLS=1 in gaspirun's environment does the same)")
 	fs.DurationVar(&cfg.Collapse, "collapse", cfg.Collapse, "print identical lines that several processes print within `D` of each other once, as \"[r0-255] line\" (a line is held at most 5 D); 0: every line with its own prefix")
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only failures, no progress lines or final summary")
@@ -195,11 +200,35 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, what action
 		}
 	}
 	cfg.OnDeath = launch.DeathPolicy(v.onDeath)
+	if err := respawnFlags(&cfg, v, set); err != nil {
+		return cfg, actRun, err
+	}
 
 	if rest := fs.Args(); len(rest) > 0 {
 		cfg.Program, cfg.Args = rest[0], rest[1:]
 	}
 	return cfg, actRun, nil
+}
+
+// respawnFlags sets the replacement budget and the refill wait from
+// --respawn, --max-restarts and --refill-wait: --respawn alone gives
+// DefaultMaxRestarts, --max-restarts N > 0 alone turns replacements on,
+// and with them the membership waits DefaultRefillWait for a replacement
+// unless --refill-wait says otherwise. Other bad values are Validate's.
+func respawnFlags(cfg *launch.Config, v flagVars, set map[string]bool) error {
+	switch {
+	case v.respawn && set["max-restarts"] && v.maxRestarts == 0:
+		return &launch.FlagError{Flag: "--max-restarts", Value: "0", Problem: "allows no replacement, but --respawn asks for them",
+			Fix: fmt.Sprintf("give a budget of at least 1 (e.g. --max-restarts %d), or drop --respawn", launch.DefaultMaxRestarts)}
+	case v.respawn && !set["max-restarts"]:
+		cfg.MaxRestarts = launch.DefaultMaxRestarts
+	default:
+		cfg.MaxRestarts = v.maxRestarts
+	}
+	if cfg.MaxRestarts > 0 && !set["refill-wait"] {
+		cfg.RefillWait = launch.DefaultRefillWait
+	}
+	return nil
 }
 
 // slurmRanks is the default -n inside a Slurm allocation: its tasks minus

@@ -87,13 +87,25 @@ func newCollapser(window time.Duration, nprocs, maxBytes int) *collapser {
 		open: map[groupKey]*lineGroup{}, lastSeq: make([]uint64, max(nprocs, 0))}
 }
 
+// maxCollapseProc bounds the process ids the collapser keeps state for
+// (the job's, and those that join it later).
+const maxCollapseProc = 1 << 16
+
+// addProc counts one more process that prints: a group is complete (and
+// printed at once) when every process has joined it.
+func (c *collapser) addProc() { c.nprocs++ }
+
 // add takes a line that process proc (labelled label now) printed on
 // stream, at now, and returns the lines to print now, in order: those due
 // by now, then possibly this one and others.
 func (c *collapser) add(now time.Time, proc int, label string, stream int, text string) []collapsedLine {
 	out := c.expire(now, nil)
-	if c.window <= 0 || c.nprocs <= 1 || proc < 0 || proc >= c.nprocs {
+	if c.window <= 0 || c.nprocs <= 1 || proc < 0 || proc >= maxCollapseProc {
 		return append(c.flushAll(out), collapsedLine{stream: stream, labels: label, text: text})
+	}
+	if proc >= len(c.lastSeq) {
+		// A process that joined the running job.
+		c.lastSeq = append(c.lastSeq, make([]uint64, proc+1-len(c.lastSeq))...)
 	}
 	k := groupKey{stream, text}
 	g := c.open[k]

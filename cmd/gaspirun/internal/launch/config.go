@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 	"unicode"
+
+	"github.com/gaspigo/gaspigo/internal/bootstrap"
 )
 
 // Exit codes of the launcher besides a propagated process exit code.
@@ -50,7 +52,8 @@ type DeathPolicy string
 
 // Death policies.
 const (
-	// DeathAuto continues when the job has spares, and aborts without.
+	// DeathAuto continues when the job has spares or replaces lost
+	// processes (MaxRestarts), and aborts otherwise.
 	DeathAuto DeathPolicy = ""
 	// DeathContinue keeps the job going: the runtime detects the death and
 	// promotes a spare (or exits with its own code when none is left).
@@ -127,6 +130,21 @@ type Config struct {
 	// Grace is how long processes get between SIGTERM and SIGKILL when the
 	// job is torn down or idle spares are stopped.
 	Grace time.Duration
+	// MaxRestarts is the budget of replacement processes (--respawn,
+	// --max-restarts): while the job runs, each process of it that dies
+	// (killed, crashed, lost with its host, or ended with 74 or 77 after
+	// its rank was taken over) is replaced by a new spare that joins the
+	// running job (PGAS_JOIN=1 with a new process id), until this many
+	// have been started. 0: no replacement, the job only spends the
+	// spares it started with. The name and the default with --respawn
+	// (DefaultMaxRestarts) follow torchrun.
+	MaxRestarts int
+	// RefillWait is how long the membership keeps a lost rank waiting for
+	// a replacement when no spare is idle, before it shrinks the job or
+	// fails it (--refill-wait; it reaches every process in the member
+	// table). gaspirun sets DefaultRefillWait with --respawn. 0: no wait,
+	// a rank lost with the pool empty is handled at once.
+	RefillWait time.Duration
 	// ExitSettle is how long a process's exit is held back waiting for its
 	// control connection to close, so that reports it sent just before
 	// exiting (a promoted spare's "role") are seen first.
@@ -171,6 +189,19 @@ type Config struct {
 	// Nil: warnings go to Stderr.
 	Logger *slog.Logger
 }
+
+// DefaultMaxRestarts is the replacement budget --respawn gives when
+// --max-restarts is not given. (torchrun's flag of the same name counts
+// restarts of the whole worker group; here one lost process costs one
+// replacement, and the others run on, so the budget is larger.)
+const DefaultMaxRestarts = 16
+
+// DefaultRefillWait is how long, with --respawn, the membership keeps a
+// rank lost while no spare is idle waiting for the replacement gaspirun
+// starts, before it shrinks or fails the job: time for a replacement to
+// be started (after its backoff), to register and to join, on a busy
+// host or through ssh or srun.
+const DefaultRefillWait = 30 * time.Second
 
 // DefaultConfig returns the settings gaspirun uses; the caller sets Ranks,
 // Program and the rest from flags.
@@ -218,10 +249,14 @@ func (c Config) Backend() LauncherKind {
 // NumProcs is ranks plus spares.
 func (c Config) NumProcs() int { return c.Ranks + c.Spares }
 
-// Policy resolves DeathAuto.
+// Respawn says whether lost processes are replaced (MaxRestarts > 0).
+func (c Config) Respawn() bool { return c.MaxRestarts > 0 }
+
+// Policy resolves DeathAuto: continue when the job has spares or
+// replaces lost processes, abort otherwise.
 func (c Config) Policy() DeathPolicy {
 	if c.OnDeath == DeathAuto {
-		if c.Spares > 0 {
+		if c.Spares > 0 || c.Respawn() {
 			return DeathContinue
 		}
 		return DeathAbort
@@ -322,6 +357,9 @@ func (c Config) Validate() error {
 	default:
 		return &FlagError{Flag: "--on-death", Value: string(c.OnDeath), Problem: "unknown policy", Fix: "use continue or abort"}
 	}
+	if err := c.validateRespawn(); err != nil {
+		return err
+	}
 	if c.Resume != "" {
 		if fi, err := os.Stat(c.Resume); err != nil || !fi.IsDir() {
 			return &FlagError{Flag: "--resume", Value: c.Resume, Problem: "not a directory", Fix: "give the checkpoint directory an earlier run wrote (its --ckpt-dir)"}
@@ -335,6 +373,34 @@ func (c Config) Validate() error {
 		if isContractVar(k) {
 			return &FlagError{Flag: "Env", Value: kv, Problem: k + " is set by gaspirun for each process", Fix: "use the matching flag instead"}
 		}
+	}
+	return nil
+}
+
+// validateRespawn checks the replacement budget and the refill wait.
+func (c Config) validateRespawn() error {
+	if c.MaxRestarts < 0 {
+		return &FlagError{Flag: "--max-restarts", Value: strconv.Itoa(c.MaxRestarts), Problem: "cannot be negative",
+			Fix: fmt.Sprintf("give how many replacements gaspirun may start, e.g. --max-restarts %d, or drop it for none", DefaultMaxRestarts)}
+	}
+	// Every replacement takes a new process id, never reused; the member
+	// table holds at most bootstrap.MaxProcs.
+	if n := c.NumProcs() + c.MaxRestarts; n > bootstrap.MaxProcs {
+		return &FlagError{Flag: "--max-restarts", Value: strconv.Itoa(c.MaxRestarts),
+			Problem: fmt.Sprintf("with %d processes at the start, the replacements would take process ids up to %d, beyond the %d a job may have", c.NumProcs(), n-1, bootstrap.MaxProcs),
+			Fix:     fmt.Sprintf("give at most --max-restarts %d", bootstrap.MaxProcs-c.NumProcs())}
+	}
+	if c.Respawn() && c.OnDeath == DeathAbort {
+		return &FlagError{Flag: "--respawn", Problem: "replaces processes the job survives, but --on-death abort tears the job down at the first death",
+			Fix: "drop --on-death abort (with --respawn a death is survived), or drop --respawn"}
+	}
+	if c.RefillWait < 0 {
+		return &FlagError{Flag: "--refill-wait", Value: c.RefillWait.String(), Problem: "cannot be negative",
+			Fix: fmt.Sprintf("give how long a lost rank may wait for its replacement, e.g. --refill-wait %v, or 0 for no wait", DefaultRefillWait)}
+	}
+	if c.RefillWait > 0 && !c.Respawn() {
+		return &FlagError{Flag: "--refill-wait", Value: c.RefillWait.String(), Problem: "makes lost ranks wait for replacements, which only --respawn starts",
+			Fix: "give --respawn too, or drop --refill-wait"}
 	}
 	return nil
 }
@@ -425,7 +491,7 @@ func checkProgram(p string) error {
 func isContractVar(k string) bool {
 	switch k {
 	case "PGAS_PROC", "PGAS_NPROCS", "PGAS_NRANKS", "PGAS_SPARES", "PGAS_RENDEZVOUS", "PGAS_TOKEN",
-		"PGAS_HOST", "PGAS_JOB_ID", "PGAS_STATE_DIR", "PGAS_SERVE_RENDEZVOUS", "PGAS_RESUME", "PGAS_TLS":
+		"PGAS_HOST", "PGAS_JOB_ID", "PGAS_STATE_DIR", "PGAS_SERVE_RENDEZVOUS", "PGAS_RESUME", "PGAS_TLS", "PGAS_JOIN":
 		return true
 	}
 	return false

@@ -41,6 +41,20 @@
 // at its exit, any report, and, while a plain process has ended and others
 // run, a poll of the rendezvous every registrationPoll.
 //
+// Replacements (Config.MaxRestarts, respawn.go): the tracker asks for
+// one per process lost while the job runs (actRespawn) within the budget;
+// Run queues them, spaces their starts with an exponential backoff
+// (cenkalti/backoff, reset when a replacement registers), places each
+// (pickHost: a pure function of the hosts' use), reserves its id at the
+// rendezvous and starts it with PGAS_JOIN=1 through the job's back end,
+// or under Slurm through a remoteBackend whose connector is a one-task
+// srun step. The tracker's arrays grow with the processes added after the
+// start (addProc), including joiners started by hand, which the
+// rendezvous reports (KindJoined) and whose disconnection ends them. Once
+// the job's outcome is decided the queue is dropped and the rendezvous is
+// told (Server.Finish). The backoff's timer belongs to the loop goroutine,
+// like the tracker.
+//
 // Ordering: a process's exit is held back for at most Config.ExitSettle
 // until the rendezvous reports its control connection closed, so every
 // report it sent before exiting (a promoted spare's "role") is applied

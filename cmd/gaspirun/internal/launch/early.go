@@ -1,9 +1,6 @@
 package launch
 
-import (
-	"fmt"
-	"slices"
-)
+import "fmt"
 
 // Exits before the job forms, and plain programs.
 //
@@ -56,7 +53,7 @@ func (t *tracker) onEarlyExit(p int, ex exitInfo) []action {
 // (connected, or a report from it). The job is then a gaspigo job, which a
 // plain process already ended fails.
 func (t *tracker) onRegistered(p int) []action {
-	if p < 0 || p >= t.nProcs || t.registered[p] {
+	if p < 0 || p >= t.nProcs || t.absent[p] || t.registered[p] {
 		return nil
 	}
 	t.registered[p] = true
@@ -110,5 +107,10 @@ func (t *tracker) plainInJob(p, reg int) string {
 // plainJob reports whether every process ended as a plain program (the
 // job was a plain job, run as under mpirun).
 func (t *tracker) plainJob() bool {
-	return !slices.Contains(t.plain, false)
+	for p, pl := range t.plain {
+		if !pl && !t.absent[p] {
+			return false
+		}
+	}
+	return true
 }

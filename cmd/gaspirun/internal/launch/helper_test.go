@@ -2,6 +2,7 @@ package launch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -82,6 +83,8 @@ func sleepForever() { time.Sleep(time.Hour) }
 //	hold     leave a pid file, print "ready", wait for a stop file (ranks) or
 //	         SIGTERM (spares), exit 0
 //	survive  leave a pid file, print until the launcher is gone, mark that, wait for a stop file
+//	refill   rank 1 kills itself; rank 0 waits for a "took" file and exits 0; a
+//	         joiner (PGAS_JOIN=1: a replacement) takes rank 1 (joinerMain)
 func childMain(mode string) int {
 	if mode == "hang" {
 		// The grandchild first, so the test sees it even on a slow machine.
@@ -108,6 +111,9 @@ func childMain(mode string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 92
+	}
+	if env.Join {
+		return joinerMain(env, ln)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -170,6 +176,26 @@ func childMain(mode string) int {
 				return 97
 			}
 		}
+	case "refill":
+		switch rank {
+		case 1:
+			fmt.Println("dying")
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			sleepForever()
+		case 0:
+			took := filepath.Join(os.Getenv(dirVar), "took")
+			for {
+				if _, err := os.Stat(took); err == nil {
+					break
+				}
+				select {
+				case <-time.After(10 * time.Millisecond):
+				case <-ctx.Done():
+					return 97
+				}
+			}
+			fmt.Println("rank 1 is back")
+		}
 	case "promote", "drop":
 		switch {
 		case rank == 1 && mode == "drop":
@@ -182,17 +208,8 @@ func childMain(mode string) int {
 			sleepForever()
 		case !isRank:
 			// A refused dial is how a peer learns of a death.
-			for {
-				c, err := net.Dial("tcp", table.Members[1].Addr)
-				if err != nil {
-					break
-				}
-				c.Close()
-				select {
-				case <-ctx.Done():
-					return 94
-				case <-time.After(10 * time.Millisecond):
-				}
+			if !awaitRefused(ctx, table.Members[1].Addr) {
+				return 94
 			}
 			sess.Report(bootstrap.Report{Kind: bootstrap.KindRole, Rank: 1, Epoch: 1})
 			fmt.Println("promoted")
@@ -227,6 +244,35 @@ func childMain(mode string) int {
 			}
 		}
 	}
+	sess.Close()
+	return 0
+}
+
+// joinerMain is a replacement's part: it joins the running job, takes
+// rank 1 once rank 1's listener is gone (as a promoted spare, it reports
+// its role), tells rank 0 with a "took" file, and exits 0.
+func joinerMain(env bootstrap.Env, ln net.Listener) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sess, table, id, err := bootstrap.JoinRunning(ctx, bootstrap.LocalClientConfig(), env, bootstrap.Member{Addr: ln.Addr().String()})
+	if errors.Is(err, bootstrap.ErrJobFinished) {
+		fmt.Println("the job finished before I joined")
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 98
+	}
+	if id != env.Proc {
+		fmt.Fprintf(os.Stderr, "joined as process %d, but gaspirun reserved %d\n", id, env.Proc)
+		return 99
+	}
+	if !awaitRefused(ctx, table.Members[1].Addr) {
+		return 94
+	}
+	sess.Report(bootstrap.Report{Kind: bootstrap.KindRole, Rank: 1, Epoch: 2})
+	fmt.Printf("joined as %d on %s, holding rank 1\n", id, env.Host)
+	os.WriteFile(filepath.Join(os.Getenv(dirVar), "took"), nil, 0o644)
 	sess.Close()
 	return 0
 }
@@ -282,6 +328,23 @@ func waitGone(t *testing.T, pids []int) {
 				t.Fatalf("process %d is still running", pid)
 			}
 			time.Sleep(10 * time.Millisecond) // real processes: poll with a deadline
+		}
+	}
+}
+
+// awaitRefused dials addr until a dial fails (nothing listens there any
+// more: the process died), or ctx ends (false).
+func awaitRefused(ctx context.Context, addr string) bool {
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return true
+		}
+		c.Close()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

@@ -56,6 +56,16 @@ func (o *output) collapse(window time.Duration, nprocs int, ready func() bool) {
 	o.col, o.colReady = newCollapser(window, nprocs, maxPendingOutput), ready
 }
 
+// addProc counts a process started after the job (a replacement) among
+// those whose lines collapse.
+func (o *output) addProc() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.col != nil {
+		o.col.addProc()
+	}
+}
+
 // flush prints every line the collapser holds and stops collapsing: lines
 // that come later are printed at once.
 func (o *output) flush() {

@@ -125,3 +125,68 @@ func (p Placement) String() string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// hostUse is what a running job has on one host, for placing a
+// replacement (pickHost).
+type hostUse struct {
+	placed int  // processes gaspirun started there
+	live   int  // of those, still running
+	ranks  int  // of the live ones, those holding a rank
+	died   int  // of those, ended other than by exiting 0
+	failed bool // a start there failed
+}
+
+// lost says the host is taken for gone: a start there failed, or every
+// process gaspirun placed there died. Its processes are replaced on the
+// other hosts.
+func (u hostUse) lost() bool { return u.failed || (u.placed > 0 && u.live == 0 && u.died > 0) }
+
+// pickHost chooses where a replacement runs, among hosts (with use[i]
+// the job's use of hosts[i]): a host not lost; among those, one with a
+// free slot (fewer live processes than its slots) first, then the one
+// with the fewest of the job's live processes, then the earlier one. So a
+// replacement goes where the job lost a process, unless that host is
+// lost, and spreads over the others otherwise. With needRoom (Slurm, whose
+// allocation grants each node its tasks and no more) only hosts with a
+// free slot qualify; over ssh a full host is used rather than none, since
+// slots there are the user's intent, not a grant.
+//
+// It returns -1 and why no host qualifies, naming each host's state.
+func pickHost(hosts []HostSlots, use []hostUse, needRoom bool) (int, string) {
+	best := -1
+	room := func(i int) bool { return use[i].live < hosts[i].Slots }
+	for i := range hosts {
+		if use[i].lost() || (needRoom && !room(i)) {
+			continue
+		}
+		switch {
+		case best < 0:
+			best = i
+		case room(i) != room(best):
+			if room(i) {
+				best = i
+			}
+		case use[i].live < use[best].live:
+			best = i
+		}
+	}
+	if best >= 0 {
+		return best, ""
+	}
+	states := make([]string, len(hosts))
+	for i, h := range hosts {
+		switch u := use[i]; {
+		case u.failed:
+			states[i] = h.Name + " (a start there failed)"
+		case u.lost():
+			states[i] = h.Name + " (every process placed there died)"
+		default:
+			states[i] = fmt.Sprintf("%s (%d of its %d %s in use)", h.Name, u.live, h.Slots, plural(h.Slots, "slot", "slots"))
+		}
+	}
+	what := "every host is lost"
+	if needRoom {
+		what = "no node of the allocation has room"
+	}
+	return -1, what + ": " + strings.Join(states, ", ")
+}

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"os"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -13,31 +14,41 @@ import (
 type proc struct {
 	id     int
 	pid    int
-	host   string
+	host   string // its PGAS_HOST
 	handle process
 	label  atomic.Pointer[string]
 	files  []*os.File // read ends of the output pipes
+	waited bool       // its wait returned (the loop goroutine's)
 }
 
+// start starts process p of the job as placed.
 func (j *job) start(p int) error {
-	env := j.base
-	env.Proc = uint32(p)
-	spec := procSpec{proc: p, ranksOnHost: j.cfg.Ranks}
-	if j.place != nil {
-		spec.host = j.place.Host(p)
-		env.Host = spec.host
-		spec.ranksOnHost = 0
-		for q := 0; q < j.cfg.Ranks; q++ {
-			if j.place.HostOf[q] == j.place.HostOf[p] {
-				spec.ranksOnHost++
-			}
+	if j.place == nil {
+		label := j.cfg.HostLabel(p)
+		if label == "" {
+			label = j.hostname
 		}
-	} else {
-		env.Host = j.cfg.HostLabel(p)
-		if env.Host == "" {
-			env.Host = j.hostname
+		return j.startProc(p, j.be, "", label, j.cfg.Ranks, false)
+	}
+	host, ranks := j.place.Host(p), 0
+	for q := 0; q < j.cfg.Ranks; q++ {
+		if j.place.HostOf[q] == j.place.HostOf[p] {
+			ranks++
 		}
 	}
+	return j.startProc(p, j.be, host, host, ranks, false)
+}
+
+// startProc starts process p through be: on host ("" for this machine),
+// with PGAS_HOST envHost and GOMAXPROCS for ranksOnHost ranks there; a
+// joiner (a replacement) gets PGAS_JOIN=1. Its output is pumped, and its
+// exit is sent to j.exits.
+func (j *job) startProc(p int, be backend, host, envHost string, ranksOnHost int, join bool) error {
+	env := j.base
+	env.Proc = uint32(p)
+	env.Host = envHost
+	env.Join = join
+	spec := procSpec{proc: p, host: host, ranksOnHost: ranksOnHost}
 	environ := env.Environ()
 	if j.cfg.Resume != "" {
 		environ = append(environ, "PGAS_RESUME="+j.cfg.Resume)
@@ -54,16 +65,20 @@ func (j *job) start(p int) error {
 		return err
 	}
 	spec.stdout, spec.stderr = outW, errW
-	h, err := j.be.start(spec)
+	h, err := be.start(spec)
 	if err != nil {
 		outR.Close()
 		errR.Close()
 		return err
 	}
 	pr := &proc{id: p, pid: h.pid(), host: env.Host, handle: h, files: []*os.File{outR, errR}}
-	l := j.tr.label(p)
+	l := "s" + strconv.Itoa(p) // a joiner, until the tracker knows it
+	if !join {
+		l = j.tr.label(p)
+	}
 	pr.label.Store(&l)
 	j.procs = append(j.procs, pr)
+	j.byID[p] = pr
 	label := func() string { return *pr.label.Load() }
 	j.pumps.Add(2)
 	go func() { defer j.pumps.Done(); j.out.pump(outR, streamStdout, p, label) }()
@@ -81,9 +96,9 @@ func (j *job) signalAll(sig syscall.Signal) {
 }
 
 // signalLive signals the processes still running.
-func (j *job) signalLive(sig syscall.Signal, waited []bool) {
+func (j *job) signalLive(sig syscall.Signal) {
 	for _, pr := range j.procs {
-		if !waited[pr.id] {
+		if !pr.waited {
 			pr.handle.signal(sig)
 		}
 	}

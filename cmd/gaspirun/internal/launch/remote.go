@@ -16,10 +16,12 @@ import (
 	"time"
 )
 
-// remoteBackend starts each process on its host through the ssh client,
-// running "gaspirun --remote-exec" there (RemoteExec), and talks to that
-// over the connector's stdin and stdout. (Under Slurm, stepBackend runs
-// the same remote side as the tasks of one srun step.)
+// remoteBackend starts each process on its host through a connector, the
+// ssh client, running "gaspirun --remote-exec" there (RemoteExec), and
+// talks to that over the connector's stdin and stdout. (Under Slurm,
+// stepBackend runs the same remote side as the tasks of one srun step;
+// a replacement started later runs in a step of its own, through a
+// remoteBackend whose connector is srun: LauncherSlurm.)
 type remoteBackend struct {
 	kind LauncherKind
 	cfg  Config
@@ -85,8 +87,20 @@ func forwardedEnv(environ []string) []string {
 var sshOptions = []string{"-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
 	"-o", "ConnectTimeout=30", "-o", "LogLevel=ERROR"}
 
-// argv is the ssh command that runs the remote side on host.
+// connector names the command that reaches a host, for messages.
+func (b *remoteBackend) connector() string {
+	if b.kind == LauncherSlurm {
+		return "srun"
+	}
+	return "ssh"
+}
+
+// argv is the command that runs the remote side on host: ssh, or under
+// Slurm a step of one task on that node (srunArgv).
 func (b *remoteBackend) argv(host string) []string {
+	if b.kind == LauncherSlurm {
+		return b.srunArgv(host)
+	}
 	ssh := b.cfg.SSH
 	if len(ssh) == 0 {
 		ssh = []string{"ssh"}
@@ -96,6 +110,21 @@ func (b *remoteBackend) argv(host string) []string {
 		out = append(out, sshOptions...)
 	}
 	return append(out, host, "exec "+shellJoin(b.remote))
+}
+
+// srunArgv is the srun command of a step of one task on node, for a
+// replacement in a Slurm allocation. --overlap lets it share the CPUs the
+// job's step still holds for its dead tasks (Slurm 20.11 and later);
+// without it srun would wait for CPUs that step never gives back. As in
+// the job's step, srun does not judge the task: gaspirun does.
+func (b *remoteBackend) srunArgv(node string) []string {
+	srun := b.cfg.Srun
+	if len(srun) == 0 {
+		srun = []string{"srun"}
+	}
+	out := append([]string{}, srun...)
+	out = append(out, "--ntasks=1", "--nodes=1", "--nodelist="+node, "--overlap", "--kill-on-bad-exit=0", "--no-kill")
+	return append(out, b.remote...)
 }
 
 func (b *remoteBackend) start(spec procSpec) (process, error) {
@@ -115,7 +144,10 @@ func (b *remoteBackend) start(spec procSpec) (process, error) {
 	// The connector's own environment never holds the contract (srun would
 	// pass a stale PGAS_TOKEN on); the token goes only through stdin.
 	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); !isContractVar(k) {
+		k, _, _ := strings.Cut(kv, "=")
+		// The job's step placed its tasks from a host file; a one-task
+		// step names its node instead.
+		if !isContractVar(k) && !(b.kind == LauncherSlurm && (k == "SLURM_HOSTFILE" || k == "SLURM_DISTRIBUTION")) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
@@ -319,7 +351,7 @@ func (p *remoteProc) wait() exitInfo {
 	}
 	how := exitInfoOf(p.cmd.ProcessState)
 	return exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: codeOf(how),
-		Lost: fmt.Sprintf("%s to %s %s without the process's exit status", "ssh", p.host, how.how())}
+		Lost: fmt.Sprintf("%s to %s %s without the process's exit status", p.b.connector(), p.host, how.how())}
 }
 
 // codeOf is the exit status a shell would report.

@@ -170,29 +170,41 @@ func readPid(t *testing.T, dir, name string) int {
 // of COMMAND here, task t with SLURM_PROCID=t, SLURM_STEP_NUM_TASKS=N and
 // SLURMD_NODENAME the t-th line of SLURM_HOSTFILE, each in a session of
 // its own as slurmstepd would; it copies its stdin to every task, prefixes
-// each line of a task's output with "T: " (T padded to the width of N-1),
-// reports a task that exits non-zero or is killed as srun does ("srun:
-// error: NODE: task T: Exited with exit code C" or "...: Killed"), and
-// exits with the highest task status. It records its argv in
+// each line of a task's output with "T: " (T padded to the width of N-1)
+// with --label, reports a task that exits non-zero or is killed as srun
+// does ("srun: error: NODE: task T: Exited with exit code C" or "...:
+// Killed"), and exits with the highest task status. It records its argv in
 // GASPIRUN_TEST_DIR/fakesrun.argv, its pid in fakesrun.pid and each
-// task's pid in fakesrun.task.T.pid.
+// task's pid in fakesrun.task.T.pid. A step of one task on a named node
+// (--nodelist=NODE, a replacement's) takes no host file and records its
+// argv in fakesrun.NODE.argv instead.
 func fakeStepMain(args []string) int {
-	ntasks := 0
+	ntasks, label, node := 0, false, ""
 	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
 		if v, ok := strings.CutPrefix(args[0], "--ntasks="); ok {
 			ntasks, _ = strconv.Atoi(v)
 		}
+		if v, ok := strings.CutPrefix(args[0], "--nodelist="); ok {
+			node = v
+		}
+		label = label || args[0] == "--label"
 		args = args[1:]
 	}
 	hf, err := os.ReadFile(os.Getenv("SLURM_HOSTFILE"))
 	hosts := strings.Fields(string(hf))
+	record := "fakesrun.argv"
+	if node != "" {
+		hosts, err, record = []string{node}, nil, "fakesrun."+node+".argv"
+	}
 	if err != nil || ntasks < 1 || len(hosts) != ntasks || len(args) == 0 {
 		fmt.Fprintf(os.Stderr, "srun: error: fakesrun: --ntasks=%d, %d hosts in SLURM_HOSTFILE (%v), command %q\n", ntasks, len(hosts), err, args)
 		return 1
 	}
 	dir := os.Getenv(dirVar)
-	os.WriteFile(filepath.Join(dir, "fakesrun.argv"), []byte(strings.Join(os.Args, "\x00")), 0o644)
-	os.WriteFile(filepath.Join(dir, "fakesrun.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644)
+	os.WriteFile(filepath.Join(dir, record), []byte(strings.Join(os.Args, "\x00")), 0o644)
+	if node == "" {
+		os.WriteFile(filepath.Join(dir, "fakesrun.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644)
+	}
 	width := len(strconv.Itoa(ntasks - 1))
 	var outMu sync.Mutex
 	labelled := func(w io.Writer, t int, r io.Reader, wg *sync.WaitGroup) {
@@ -205,7 +217,11 @@ func fakeStepMain(args []string) int {
 					line += "\n"
 				}
 				outMu.Lock()
-				fmt.Fprintf(w, "%*d: %s", width, t, line)
+				if label {
+					fmt.Fprintf(w, "%*d: %s", width, t, line)
+				} else {
+					io.WriteString(w, line)
+				}
 				outMu.Unlock()
 			}
 			if err != nil {
@@ -228,7 +244,9 @@ func fakeStepMain(args []string) int {
 			fmt.Fprintf(os.Stderr, "srun: error: %s: task %d: %v\n", hosts[t], t, err)
 			return 1
 		}
-		os.WriteFile(filepath.Join(dir, fmt.Sprintf("fakesrun.task.%d.pid", t)), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+		if node == "" {
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("fakesrun.task.%d.pid", t)), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+		}
 		outs[t] = &sync.WaitGroup{}
 		outs[t].Add(2)
 		go labelled(os.Stdout, t, o, outs[t])

@@ -192,13 +192,7 @@ func TestSSHDroppedConnectionLeavesNothingBehind(t *testing.T) {
 
 func TestSlurmKilledTaskRecoveredBySpare(t *testing.T) {
 	dir := t.TempDir()
-	srun := fakeConnector(t, "srun", dir)
-	// Slurm knows where its nodes are; here they are all this machine.
-	scontrol := filepath.Join(filepath.Dir(srun), "scontrol")
-	if err := os.WriteFile(scontrol, []byte("#!/bin/sh\necho \"NodeName=$4 Arch=x86_64 NodeAddr=127.0.0.1 NodeHostName=localhost\"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", filepath.Dir(srun)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	fakeSlurm(t, dir)
 	cfg, out, errs := jobConfig("promote", 2, 1)
 	cfg.Launcher = LauncherAuto
 	cfg.RemoteCommand = []string{os.Args[0], "--remote-exec"}
@@ -337,4 +331,16 @@ func TestSlurmStepTeardown(t *testing.T) {
 		}
 	}
 	waitNoRemoteSides(t)
+}
+
+// fakeSlurm puts a fake srun and scontrol first on PATH: Slurm knows
+// where its nodes are; here they are all this machine.
+func fakeSlurm(t *testing.T, dir string) {
+	t.Helper()
+	srun := fakeConnector(t, "srun", dir)
+	scontrol := filepath.Join(filepath.Dir(srun), "scontrol")
+	if err := os.WriteFile(scontrol, []byte("#!/bin/sh\necho \"NodeName=$4 Arch=x86_64 NodeAddr=127.0.0.1 NodeHostName=localhost\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", filepath.Dir(srun)+string(os.PathListSeparator)+os.Getenv("PATH"))
 }

@@ -30,7 +30,9 @@ type Result struct {
 	Reason string
 	// TimedOut and Interrupted say the job was cut short.
 	TimedOut, Interrupted bool
-	// Procs is one entry per process, by process id.
+	// Procs is one entry per process gaspirun started, by process id: the
+	// job's own, then the replacements (--respawn). Joiners started by
+	// hand are not listed: gaspirun has no process of theirs.
 	Procs []ProcResult
 	// Wall is the time from the first start to the last exit.
 	Wall time.Duration
@@ -135,6 +137,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	scfg.JobID = jobID
 	scfg.Logger = logger
 	scfg.ReportBuffer = 4096
+	scfg.RefillWait = cfg.RefillWait
 	srv := bootstrap.NewServer(scfg)
 	srvDone := make(chan struct{})
 	go func() {
@@ -201,6 +204,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			JobID: jobID, StateDir: cfg.StateDir, Launcher: bootstrap.LauncherPGAS, TLS: scfg.TLS,
 		},
 		hostname: hostname,
+		byID:     map[int]*proc{},
+	}
+	j.tr.maxRestarts = cfg.MaxRestarts
+	if cfg.Respawn() {
+		j.refill = newRespawner()
 	}
 	if place != nil {
 		j.tr.hosts = make([]string, cfg.NumProcs())
@@ -230,6 +238,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res := j.loop(ctx)
 	stopStatus()
+	j.closeRespawns()
 	be.close()
 	res.Wall = time.Since(start)
 	// The verdict on a failure was printed when it was reached; the
@@ -262,19 +271,40 @@ type job struct {
 	tr       *tracker
 	base     bootstrap.Env
 	hostname string
-	procs    []*proc
+	procs    []*proc       // by process id; replacements follow the job's own
+	byID     map[int]*proc // the same, by id
 	exits    chan exitEvent
 	pumps    sync.WaitGroup
+	refill   *respawner // nil without --respawn
+	finished bool       // the rendezvous was told the job's outcome is decided
+}
+
+// over says whether the loop is done: every process gaspirun started has
+// ended and been judged, and, while the job runs, no replacement is on
+// its way and no joiner by hand runs.
+func (j *job) over(handled int) bool {
+	if handled < len(j.procs) {
+		return false
+	}
+	return j.tr.phase != running || (j.tr.live() == 0 && j.tr.queued == 0)
+}
+
+// finish tells the rendezvous, once, that the job's outcome is decided:
+// joiners that come later exit 0 instead of joining.
+func (j *job) finish() {
+	if !j.finished {
+		j.finished = true
+		j.srv.Finish()
+	}
 }
 
 // loop runs until every process has exited and its exit was decided on.
 func (j *job) loop(ctx context.Context) Result {
-	n := len(j.procs)
 	var (
 		res       Result
-		waited    = make([]bool, n) // Wait returned
 		pending   = map[int]exitEvent{}
-		settleC   = make(chan int, n)
+		settleC   = make(chan int, len(j.procs))
+		settled   = make(chan struct{}) // closed when the loop ends: no settle timer blocks on settleC then
 		timers    []*time.Timer
 		handled   = 0
 		timeoutC  <-chan time.Time
@@ -293,6 +323,7 @@ func (j *job) loop(ctx context.Context) Result {
 	}
 	var lingerTimer *time.Timer
 	var watch *time.Ticker
+	defer close(settled)
 	defer func() {
 		for _, t := range timers {
 			t.Stop()
@@ -313,7 +344,8 @@ func (j *job) loop(ctx context.Context) Result {
 			killC = killTimer.C
 		}
 	}
-	apply := func(acts []action) {
+	var apply func(acts []action)
+	apply = func(acts []action) {
 		for _, a := range acts {
 			switch a.kind {
 			case actNotice:
@@ -328,8 +360,12 @@ func (j *job) loop(ctx context.Context) Result {
 					j.out.event(a.proc, a.label, a.text)
 				}
 			case actRelabel:
-				l := a.label
-				j.procs[a.proc].label.Store(&l)
+				if pr := j.byID[a.proc]; pr != nil {
+					l := a.label
+					pr.label.Store(&l)
+				}
+			case actRespawn:
+				j.refill.add(a)
 			case actTeardown:
 				tornDown = true
 				j.signalAll(syscall.SIGTERM)
@@ -342,6 +378,12 @@ func (j *job) loop(ctx context.Context) Result {
 			case actKill:
 				j.signalAll(syscall.SIGKILL)
 			}
+		}
+		if j.tr.phase != running {
+			// The outcome is decided: start nothing more, and let late
+			// joiners know.
+			j.dropRespawns(apply)
+			j.finish()
 		}
 		if j.out.status != nil {
 			j.out.status.setState(j.tr.statusState())
@@ -360,6 +402,17 @@ func (j *job) loop(ctx context.Context) Result {
 		apply(j.tr.onExit(ev.proc, ev.info))
 	}
 	onReport := func(r bootstrap.Report) {
+		if r.Kind == bootstrap.KindJoined {
+			host := ""
+			if m, ok := j.srv.Member(r.Proc); ok {
+				host = m.Host
+			}
+			apply(j.tr.onJoined(int(r.Proc), host, r.Text))
+			if j.refill != nil {
+				j.refill.registered(int(r.Proc))
+			}
+			return
+		}
 		// Only a registered process sends reports (and has its
 		// disconnection reported).
 		apply(j.tr.onRegistered(int(r.Proc)))
@@ -379,6 +432,8 @@ func (j *job) loop(ctx context.Context) Result {
 		}
 		if ev, ok := pending[int(r.Proc)]; ok {
 			decide(ev)
+		} else if j.tr.isByHand(int(r.Proc)) {
+			apply(j.tr.onGone(int(r.Proc)))
 		}
 	}
 	// drain applies the reports already delivered, without waiting.
@@ -396,7 +451,7 @@ func (j *job) loop(ctx context.Context) Result {
 			}
 		}
 	}
-	for handled < n {
+	for !j.over(handled) {
 		// A plain process ended while others run: poll the rendezvous for
 		// a registration (it sends no event for one), which would make
 		// this a gaspigo job that cannot form.
@@ -407,9 +462,13 @@ func (j *job) loop(ctx context.Context) Result {
 			watch.Stop()
 			watch, watchC = nil, nil
 		}
+		var respawnC <-chan time.Time
+		if j.refill != nil {
+			respawnC = j.refill.due
+		}
 		select {
 		case ev := <-j.exits:
-			waited[ev.proc] = true
+			j.byID[ev.proc].waited = true
 			if j.srv.Connected(uint32(ev.proc)) {
 				apply(j.tr.onRegistered(ev.proc))
 			}
@@ -428,11 +487,18 @@ func (j *job) loop(ctx context.Context) Result {
 			}
 			pending[ev.proc] = ev
 			p := ev.proc
-			timers = append(timers, time.AfterFunc(j.cfg.ExitSettle, func() { settleC <- p }))
+			timers = append(timers, time.AfterFunc(j.cfg.ExitSettle, func() {
+				select {
+				case settleC <- p:
+				case <-settled:
+				}
+			}))
 		case p := <-settleC:
 			if ev, ok := pending[p]; ok {
 				decide(ev)
 			}
+		case <-respawnC:
+			j.respawnDue(apply)
 		case r, ok := <-reports:
 			if !ok {
 				reports = nil
@@ -469,7 +535,7 @@ func (j *job) loop(ctx context.Context) Result {
 				if !j.cfg.Quiet {
 					j.out.notice(text)
 				}
-				j.signalLive(syscall.SIGTERM, waited)
+				j.signalLive(syscall.SIGTERM)
 				armKill()
 			}
 		case <-killC:
@@ -477,7 +543,7 @@ func (j *job) loop(ctx context.Context) Result {
 			j.signalAll(syscall.SIGKILL)
 		case <-watchC:
 			for _, pr := range j.procs {
-				if !waited[pr.id] && j.srv.Connected(uint32(pr.id)) {
+				if !pr.waited && j.srv.Connected(uint32(pr.id)) {
 					apply(j.tr.onRegistered(pr.id))
 				}
 			}
@@ -491,6 +557,7 @@ func (j *job) loop(ctx context.Context) Result {
 			}
 		}
 	}
+	j.finish()
 	if tornDown || j.tr.phase == aborting {
 		// Whatever the processes started must not outlive the job.
 		j.signalAll(syscall.SIGKILL)

@@ -189,6 +189,7 @@ func (t *tracker) statusState() (uint64, jobCounts) {
 	}
 	for p := range t.nProcs {
 		switch {
+		case t.absent[p]:
 		case t.rankOf[p] >= 0:
 		case !t.exited[p] && t.heldRank[p] < 0:
 			c.spares++

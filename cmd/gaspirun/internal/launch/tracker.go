@@ -64,6 +64,7 @@ const (
 	actStop                    // after the grace, SIGTERM the processes still running (idle spares), SIGKILL after another
 	actKill                    // SIGKILL every process group now
 	actEvent                   // print a process's event (text, from proc labelled label), unless quiet
+	actRespawn                 // start a replacement for lost process proc (labelled label when lost)
 )
 
 type action struct {
@@ -107,6 +108,19 @@ type tracker struct {
 	registered []bool // process -> the driver saw it registered with the rendezvous
 	plain      []bool // process -> exited 0 before the job formed, never registered (early.go)
 
+	// Processes that joined the running job (respawn.go). The arrays above
+	// grow with them (addProc); ids in between that never became a
+	// process are absent, and count as ended for nothing.
+	nInitial int    // processes started with the job: ids 0..nInitial-1
+	absent   []bool // id that is no process of the job (reserved, never started)
+	byHand   []bool // joined without gaspirun: no exit status; its disconnection ends it
+
+	// The replacement budget (Config.MaxRestarts; 0: no replacements).
+	maxRestarts int
+	restarts    int  // replacements asked for (actRespawn) and not given back: started or queued
+	queued      int  // of those, not started yet: the job waits for them before it is judged lost
+	budgetSaid  bool // the notice that the budget is used up was given
+
 	phase  phase
 	code   int
 	reason string
@@ -128,6 +142,10 @@ func newTracker(nRanks, nProcs int, policy DeathPolicy) *tracker {
 
 		registered: make([]bool, nProcs),
 		plain:      make([]bool, nProcs),
+
+		nInitial: nProcs,
+		absent:   make([]bool, nProcs),
+		byHand:   make([]bool, nProcs),
 	}
 	for r := range t.holder {
 		t.holder[r] = r
@@ -165,6 +183,8 @@ func (t *tracker) describe(p int) string {
 		return fmt.Sprintf("rank %d (process %d%s)", t.rankOf[p], p, on)
 	case t.heldRank[p] >= 0:
 		return fmt.Sprintf("process %d%s (formerly rank %d)", p, on, t.heldRank[p])
+	case t.byHand[p]:
+		return fmt.Sprintf("spare process %d%s (joined by hand)", p, on)
 	default:
 		return fmt.Sprintf("spare process %d%s", p, on)
 	}
@@ -225,6 +245,7 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 		return t.onEarlyExit(p, ex)
 	}
 	r := t.rankOf[p]
+	was := t.label(p) // for the notice of its replacement
 	switch {
 	case ex.ok():
 		if t.heldRank[p] < 0 {
@@ -242,6 +263,8 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 			acts = append(acts, action{kind: actNotice,
 				text: fmt.Sprintf("%s %s after it was replaced; ignored, the job continues", t.describe(p), ex)})
 		}
+		// The pool is one process smaller all the same.
+		acts = append(acts, t.replace(p, was)...)
 		return append(acts, t.check()...)
 	case ex.Signal == 0 && (!leftMembership(ex.Code) || t.policy != DeathContinue):
 		return t.abort(ex.Code, fmt.Sprintf("%s %s", t.describe(p), ex))
@@ -261,6 +284,7 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 			text = fmt.Sprintf("%s %s; the job continues with one spare fewer", what, how)
 		}
 		acts := []action{{kind: actNotice, important: true, text: text}}
+		acts = append(acts, t.replace(p, was)...)
 		return append(acts, t.check()...)
 	default:
 		return t.abort(128+int(ex.Signal), fmt.Sprintf("%s was %s", t.describe(p), ex))
@@ -270,7 +294,7 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 // onReport handles a status report from a process.
 func (t *tracker) onReport(r bootstrap.Report) []action {
 	p := int(r.Proc)
-	if p < 0 || p >= t.nProcs {
+	if p < 0 || p >= t.nProcs || t.absent[p] {
 		return nil
 	}
 	switch r.Kind {
@@ -309,10 +333,16 @@ func (t *tracker) onRole(p, rank int, epoch uint64) []action {
 		t.holder[cur] = -1
 	}
 	if old := t.holder[rank]; old >= 0 {
+		was := t.label(old)
 		t.rankOf[old] = -1
 		t.replaced[old] = true
 		acts = append(acts, action{kind: actRelabel, proc: old, label: t.label(old)},
 			action{kind: actNotice, text: fmt.Sprintf("process %d no longer holds rank %d (replaced)", old, rank)})
+		if t.byHand[old] && t.exited[old] && t.phase == running {
+			// Its disconnection was taken for the end of its work (it
+			// has no exit status); its rank taken over says it was lost.
+			acts = append(acts, t.replace(old, was)...)
+		}
 	}
 	was := t.describe(p)
 	if t.heldRank[p] < 0 && t.exited[p] && t.exit[p].ok() {
@@ -434,7 +464,8 @@ func (t *tracker) check() []action {
 		}
 		return nil
 	}
-	if t.live() > 0 {
+	if t.live() > 0 || t.queued > 0 {
+		// A replacement on its way may yet take the lost ranks.
 		return nil
 	}
 	// Every process has ended, and some rank has no process that finished
@@ -470,8 +501,17 @@ func (t *tracker) check() []action {
 // summary is the final line: processes, how they ended, exit status.
 func (t *tracker) summary() string {
 	counts := map[string]int{}
+	present := 0
 	for p := range t.exited {
+		if t.absent[p] {
+			continue
+		}
+		present++
 		switch {
+		case t.byHand[p] && t.exited[p]:
+			counts["ended (joined by hand: no exit status)"]++
+		case t.byHand[p]:
+			counts["still running (joined by hand)"]++
 		case !t.exited[p]:
 			counts["still running"]++
 		case t.stopped[p]:
@@ -498,10 +538,19 @@ func (t *tracker) summary() string {
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%d %s", counts[k], k)
 	}
-	spares := t.nProcs - t.nRanks
-	return fmt.Sprintf("%d %s (%d %s + %d %s): %s",
-		t.nProcs, plural(t.nProcs, "process", "processes"), t.nRanks, plural(t.nRanks, "rank", "ranks"),
-		spares, plural(spares, "spare", "spares"), strings.Join(parts, ", "))
+	spares := t.nInitial - t.nRanks
+	joined := ""
+	if n := present - t.nInitial; n > 0 {
+		joined = fmt.Sprintf(" + %d joined", n)
+	}
+	s := fmt.Sprintf("%d %s (%d %s + %d %s%s): %s",
+		present, plural(present, "process", "processes"), t.nRanks, plural(t.nRanks, "rank", "ranks"),
+		spares, plural(spares, "spare", "spares"), joined, strings.Join(parts, ", "))
+	if t.maxRestarts > 0 {
+		n := t.restarts - t.queued
+		s += fmt.Sprintf("; %d %s started (budget %d)", n, plural(n, "replacement", "replacements"), t.maxRestarts)
+	}
+	return s
 }
 
 // signalName is e.g. "SIGKILL", or the description for a signal without a

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,7 +17,7 @@ var (
 	role   = func(p, r int, e uint64) bootstrap.Report {
 		return bootstrap.Report{Proc: uint32(p), Kind: bootstrap.KindRole, Rank: r, Epoch: e}
 	}
-	actNames = map[actKind]string{actNotice: "notice", actRelabel: "relabel", actTeardown: "teardown", actStop: "stop", actKill: "kill", actEvent: "event"}
+	actNames = map[actKind]string{actNotice: "notice", actRelabel: "relabel", actTeardown: "teardown", actStop: "stop", actKill: "kill", actEvent: "event", actRespawn: "respawn"}
 )
 
 // trace renders actions compactly: "notice!:text" (important), "notice:text",
@@ -35,6 +36,8 @@ func trace(acts []action) []string {
 			s += ":" + string(rune('0'+a.proc)) + "=" + a.label
 		case actEvent:
 			s += ":[" + a.label + "] " + a.text
+		case actRespawn:
+			s += fmt.Sprintf(":%d=%s", a.proc, a.label)
 		}
 		out = append(out, s)
 	}
