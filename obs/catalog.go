@@ -46,6 +46,11 @@ var (
 	Epoch           = Default.Gauge("gaspigo_epoch", "Epoch of the membership view this process applied last.").With()
 	Rank            = Default.Gauge("gaspigo_rank", "Rank this process holds (-1: an idle spare).").With()
 	SparesAvailable = Default.Gauge("gaspigo_spares_available", "Idle spare processes left in the current view.").With()
+	// SparesJoined counts the processes that joined the running job
+	// (AddSpare committed) as this process applied them, through Raft or
+	// the membership's tree: the job's count is the largest among its
+	// processes (one that joined later counts only what it applied).
+	SparesJoined = Default.Counter("gaspigo_spares_joined_total", "Processes that joined the running job, as this process applied them.").With().Counter
 	// FailuresDetected counts the failures this process's detector
 	// confirmed; DetectionTime is the time from the first sign of each
 	// (a lost connection, or missed heartbeats) to its confirmation.

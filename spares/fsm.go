@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/gaspigo/gaspigo/obs"
 )
 
 // fsm is the raft.FSM over State. Raft calls Apply, Snapshot and Restore
@@ -95,7 +97,7 @@ func (f *fsm) recordChange(cmd Command, res Result) {
 		}
 		f.log.Info("spares: failure committed", attrs...)
 	case AddSpare:
-		joinsApplied.Inc()
+		obs.SparesJoined.Inc()
 		if res.Rank >= 0 {
 			f.log.Info("spares: joiner took an awaiting rank", append(attrs, "proc", c.Proc, "rank", res.Rank)...)
 		} else {

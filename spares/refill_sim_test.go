@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/gaspigo/gaspigo/obs"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/hashicorp/raft"
 )
@@ -113,7 +114,7 @@ func TestSimRefillJoinerTakesAwaitingRank(t *testing.T) {
 		if v := m.Current(); uint32(v.Ranks[rank]) != victim || !slices.Contains(v.Failed, transport.Proc(victim)) {
 			t.Fatalf("the view does not show rank %d held by its failed process: %+v", rank, v)
 		}
-		joinedBefore := joinsApplied.Value()
+		joinedBefore := obs.SparesJoined.Value()
 
 		time.Sleep(2 * time.Second)
 		joiner, jst := s.join(ctx, "hj")
@@ -131,7 +132,7 @@ func TestSimRefillJoinerTakesAwaitingRank(t *testing.T) {
 		if len(v.Joined) != 1 || uint32(v.Joined[0].Proc) != joiner.Proc() || v.Joined[0].Addr != joiner.self.Addr || v.Joined[0].Host != "hj" {
 			t.Fatalf("view's joiners: %+v", v.Joined)
 		}
-		if d := joinsApplied.Value() - joinedBefore; d < uint64(len(s.live())-1) {
+		if d := obs.SparesJoined.Value() - joinedBefore; d < uint64(len(s.live())-1) {
 			t.Errorf("gaspigo_spares_joined_total went up by %d, want one per process that applied the join (%d)", d, len(s.live()))
 		}
 		// The wait ended with the join: the leader's clock does not end it

@@ -280,7 +280,15 @@
 // A process can also be added by hand, from any machine that reaches the
 // rendezvous: start the program with PGAS_JOIN=1, PGAS_RENDEZVOUS and
 // PGAS_TOKEN as the job's processes have them (and PGAS_TLS=1 if the job
-// runs TLS); the rendezvous gives it a new id. gaspirun then labels its
+// runs TLS); the rendezvous gives it a new id. --join-env FILE writes
+// exactly those variables, owner-only, NAME=VALUE per line, once the
+// rendezvous listens, and removes the file when the job ends:
+//
+//	gaspirun -n 16 --spares 1 --join-env /tmp/job.env -- kmeans ... &
+//	env $(cat /tmp/job.env) kmeans ...   # the same program and flags
+//
+// A process with a wrong token is refused by the rendezvous (it says so
+// and exits 1) and the job does not notice. gaspirun then labels its
 // reports ("process 9 joined the running job by hand"), but has no exit
 // status for it: its disconnection from the rendezvous ends it, and
 // counts as the end of its work unless another process takes its rank

@@ -62,6 +62,7 @@ func newFlagSet(cfg *launch.Config, v *flagVars) *flag.FlagSet {
 	fs.StringVar(&v.hostLabels, "host-labels", "", "local job: comma-separated host `labels` for the processes (PGAS_HOST), filled label by label, so that this one machine stands in for several hosts")
 	fs.StringVar(&v.hostsOld, "hosts", "", "deprecated name of --host-labels")
 	fs.IntVar(&cfg.ProcsPerHost, "ranks-per-host", 0, "local job: processes (spares included) per host label `M`; without --host-labels the labels are host0, host1, ...")
+	fs.StringVar(&cfg.JoinEnv, "join-env", "", "write the environment a process started by hand needs to join the running job (PGAS_JOIN, PGAS_RENDEZVOUS, PGAS_TOKEN, ...) to `FILE`, owner-only, NAME=VALUE per line; removed when the job ends")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "job state directory `DIR` (PGAS_STATE_DIR), created owner-only (0700) if missing; default: memory only")
 	fs.StringVar(&cfg.Resume, "resume", "", "resume from the disk-level checkpoints in `DIR` (passed to every process as PGAS_RESUME)")
 	fs.StringVar(&v.onDeath, "on-death", "", "`policy` for a process killed by a signal: continue (the runtime recovers) or abort; default: continue with spares or --respawn, abort without")

@@ -104,6 +104,12 @@ type Config struct {
 	// StateDir is the job's state directory (PGAS_STATE_DIR), created if
 	// missing; empty: the processes keep state in memory.
 	StateDir string
+	// JoinEnv names a file that Run writes, owner-only, once the
+	// rendezvous listens: the environment a process started by hand needs
+	// to join the running job (PGAS_JOIN, PGAS_RENDEZVOUS, PGAS_TOKEN, ...),
+	// one NAME=VALUE per line. Run removes it when the job has ended.
+	// Empty: no file.
+	JoinEnv string
 	// Resume names a disk-level checkpoint directory (written by an earlier
 	// run through its checkpoint disk level) that the program should resume
 	// from: it reaches every process as PGAS_RESUME. Empty: start afresh.

@@ -191,6 +191,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		be = rb
 	}
+	if cfg.JoinEnv != "" {
+		env := bootstrap.Env{Join: true, Proc: bootstrap.JoinerID, Rendezvous: rendezvous, Token: token, JobID: jobID, StateDir: cfg.StateDir, TLS: scfg.TLS}
+		if err := writeJoinEnv(cfg.JoinEnv, env); err != nil {
+			return Result{}, err
+		}
+		defer os.Remove(cfg.JoinEnv)
+	}
 	j := &job{
 		cfg:   cfg,
 		be:    be,
