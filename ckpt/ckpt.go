@@ -399,7 +399,8 @@ func (c *Checkpointer) push(j *job) (uint64, error) {
 // mirrors hold it. It is collective: it waits for this rank's push to
 // complete at its holders, then agrees with every rank (an allreduce).
 // It returns ErrNotCommitted when some rank's push failed (wrapping a
-// *pgas.RankError naming a failed holder, so pgas.NeedsRecovery tells the
+// *pgas.RankError naming a failed holder, or pgas.ErrStaleEpoch when a
+// holder refused it from a newer epoch, so pgas.NeedsRecovery tells the
 // program to recover), and the pgas error (a *pgas.RankError, ErrTimeout,
 // ErrStaleEpoch) when the agreement itself failed; then the outcome is
 // unknown on this rank and Restore is required. A timeout while waiting
@@ -411,13 +412,17 @@ func (c *Checkpointer) Commit(ctx context.Context, id uint64) error {
 	if err != nil {
 		return err
 	}
-	// [ok, lowest rank whose push failed, lowest holder found failed]
-	vals := []uint64{1, math.MaxUint64, math.MaxUint64}
+	// [ok, lowest rank whose push failed, lowest holder found failed,
+	// 0 if a push was refused because its holder is in a newer epoch]
+	vals := []uint64{1, math.MaxUint64, math.MaxUint64, 1}
 	if j.err != nil {
 		vals[0], vals[1] = 0, uint64(rank)
 		var re *pgas.RankError
 		if errors.As(j.err, &re) {
 			vals[2] = uint64(re.Rank)
+		}
+		if errors.Is(j.err, pgas.ErrStaleEpoch) {
+			vals[3] = 0
 		}
 	}
 	err = pgas.Allreduce(ctx, c.rt, nil, vals, pgas.OpMin)
@@ -455,7 +460,7 @@ func (c *Checkpointer) Agreed(id uint64, allOK bool, err error) error {
 	if j == nil || j.id != id {
 		return fmt.Errorf("ckpt: agreed %d: not voted since the last commit: %w", id, ErrBadID)
 	}
-	vals := []uint64{1, math.MaxUint64, math.MaxUint64}
+	vals := []uint64{1, math.MaxUint64, math.MaxUint64, 1}
 	if !allOK {
 		vals[0] = 0
 	}
@@ -512,6 +517,12 @@ func (c *Checkpointer) settle(j *job, t0 time.Time, vals []uint64, err error) er
 		err := fmt.Errorf("ckpt: commit %d: %w: rank %d's push failed", id, ErrNotCommitted, vals[1])
 		if vals[2] != math.MaxUint64 {
 			err = fmt.Errorf("%w: %w", err, &pgas.RankError{Rank: int(vals[2]), Op: "ckpt push", Err: pgas.ErrRankFailed})
+		}
+		if vals[3] == 0 {
+			// A membership change without a failure (a process joined the
+			// pool): every rank, not only the refused one, must recover
+			// into the new epoch.
+			err = fmt.Errorf("%w: a holder had moved to a newer epoch: %w", err, pgas.ErrStaleEpoch)
 		}
 		return err
 	}
