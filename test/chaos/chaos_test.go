@@ -25,12 +25,13 @@ var (
 	flagSchedules = flag.Int("chaos.schedules", 0, "run seeds 1..N instead of the fixed sample (the long sweep)")
 	flagSeeds     = flag.String("chaos.seeds", "", "comma-separated seeds to run instead of the sample (replay)")
 	flagSummary   = flag.String("chaos.summary", "", "also write the summary table to this file")
-	flagKeep      = flag.String("chaos.keep", "", "write the whole output of every failed schedule to DIR/seed-N.log (multi-host: DIR/hosts-seed-N.log)")
+	flagKeep      = flag.String("chaos.keep", "", "write the whole output of every failed schedule, and of every respawn schedule that did not lose more processes than its spares, to DIR/seed-N.log (multi-host: DIR/hosts-seed-N.log)")
+	flagList      = flag.Bool("chaos.list", false, "print the schedules of the seeds TestChaos would run (with -chaos.seeds or -chaos.schedules) and their replay lines, and run none; with the -race setting of the run it is for: the K-means iterations differ")
 )
 
 // sampleSeeds is the fixed CI sample: chosen so that it covers every
 // fault kind at least once (TestSampleCoversEveryKind checks it).
-var sampleSeeds = []uint64{28, 78, 83, 88, 97, 102, 108, 109, 112}
+var sampleSeeds = []uint64{3, 4, 5, 28, 31, 36, 44, 85, 316, 384}
 
 // WorkloadOf is the workload of a seed: one seed in four runs TeraSort.
 func WorkloadOf(seed uint64) Workload {
@@ -88,6 +89,12 @@ type summary struct {
 	declared   int // processes declared failed, over all schedules
 	resumed    int
 	failedRuns []string
+	// Respawn schedules (gaspirun --respawn): how many ran, how many lost
+	// more processes than they had spares and had their pool refilled (the
+	// kind's point), and over all of them the replacements gaspirun
+	// started, those that joined the job, and those that took a rank.
+	respawnRuns, refilled            int
+	respawns, joins, joinersPromoted int
 }
 
 func newSummary() *summary {
@@ -100,9 +107,17 @@ func newSummary() *summary {
 // It fails when a fault kind its schedules drew was never applied: a
 // sweep that did not inject a kind has not tested it.
 func TestChaos(t *testing.T) {
+	if *flagList {
+		for _, seed := range seeds(t) {
+			s := ScheduleOf(seed)
+			t.Logf("%s\n  replay: %s", s, s.Replay())
+		}
+		return
+	}
 	if bins.err != nil {
 		t.Skip(bins.err)
 	}
+	t.Cleanup(removeTSInput)
 	sum := newSummary()
 	refs := &references{}
 	for _, seed := range seeds(t) {
@@ -119,6 +134,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	sum.cov.check(t)
+	sum.checkRefill(t)
 }
 
 // runSchedule runs one schedule and checks it.
@@ -140,6 +156,7 @@ func runSchedule(t *testing.T, s Schedule, refs *references, sum *summary) {
 			res.Answer = validate(t, out)
 		}
 		programOutcomes(j, s)
+		respawnOutcomes(j, s)
 	}
 	j.run.Lock()
 	for i := range s.Faults {
@@ -157,7 +174,11 @@ func runSchedule(t *testing.T, s Schedule, refs *references, sum *summary) {
 	}
 	recoveries := recoveryTimes(j)
 	sum.add(s, res, ref, viol, left, recoveries, j)
-	if len(viol) > 0 {
+	// A respawn schedule that lost no more processes than its spares did
+	// not test the refill; its output says why (a replacement that did not
+	// join, a job that ended first).
+	untested := s.Respawn && j.refillOf(s).kills <= s.Spares
+	if len(viol) > 0 || untested {
 		keep(t, fmt.Sprintf("seed-%d.log", s.Seed), s.String(), res.Lines)
 	}
 	if len(viol) > 0 {
@@ -172,6 +193,15 @@ func build(t *testing.T, s Schedule, out string) spec {
 	sp := spec{ranks: s.Ranks, spares: s.Spares}
 	if s.RanksPerHost > 0 {
 		sp.launcher = append(sp.launcher, "--ranks-per-host", strconv.Itoa(s.RanksPerHost))
+	}
+	if s.Respawn {
+		// The wait is gaspirun's default with --respawn, given here so that
+		// the deadline below is sure to cover it. The job goes through
+		// twice the recoveries of any other schedule's (each kill's, and
+		// each replacement's join), and a rank may wait refillWait for a
+		// replacement: twice the normal deadline covers both.
+		sp.launcher = append(sp.launcher, "--respawn", "--refill-wait", refillWait.String())
+		sp.deadline = 2 * jobDeadline
 	}
 	switch s.Workload {
 	case KMeans:
@@ -242,6 +272,8 @@ const (
 	whyNotFired  = "the program did not fire it"
 	whyNotRun    = "the schedule stopped before its faults were applied or checked"
 	whyNoStore   = "its writer made no direct store after the partition began"
+	whyNoJoin    = "the replacements of the processes lost before it had not joined the job"
+	whyNoRespawn = "a kill beyond the spares, and gaspirun respawned no replacement for it"
 )
 
 // storeRE is a count line of K-means's store injection (apps/kmeans
@@ -373,7 +405,8 @@ func (s Schedule) programKills() bool {
 const lateBy = 20
 
 // settledLocked reports whether the job has no recovery under way: every
-// failure a survivor confirmed was followed by rank 0's recovery line, and
+// failure a survivor confirmed, and every process that joined the job,
+// was followed by rank 0's recovery line, and
 // since that line the job went on long enough to have committed a new
 // checkpoint with the new process in it (K-means: a checkpoint interval
 // and one more iteration; TeraSort: half a second). A schedule's faults
@@ -382,7 +415,7 @@ const lateBy = 20
 // its only mirror, which no survivable schedule means to do. Called with
 // run's lock held.
 func (j *job) settledLocked(s Schedule) bool {
-	lastRec, lastConfirm, lastLoss := -1, -1, -1
+	lastRec, lastConfirm, lastLoss, lastJoin := -1, -1, -1, -1
 	for i, l := range j.lines {
 		switch {
 		case recoveryRE.MatchString(l.text):
@@ -393,11 +426,16 @@ func (j *job) settledLocked(s Schedule) bool {
 			lastLoss = i
 		case strings.HasPrefix(l.text, "chaos: ridden out "):
 			lastLoss = -1 // the fault just applied cost no process
+		case l.msg() == msgJoined && strings.HasPrefix(l.text, "[r0] "):
+			// A process joined (a replacement, --respawn): its epoch makes
+			// the ranks recover too, and rank 0's holder logs the joiner
+			// before the recovery it causes.
+			lastJoin = i
 		}
 	}
 	// A fault applied a moment ago may not be confirmed yet: its recovery
 	// must have been seen too.
-	if lastConfirm > lastRec || lastLoss > lastRec {
+	if lastConfirm > lastRec || lastLoss > lastRec || lastJoin > lastRec {
 		return false
 	}
 	if lastRec < 0 {
@@ -447,6 +485,118 @@ const leaderWait = 10 * time.Second
 // ackWait bounds the wait for a process to put a netfault rule in force
 // (it re-reads the rules every netfault.PollInterval).
 const ackWait = 5 * time.Second
+
+// refillWait is gaspirun's --refill-wait in respawn schedules: how long a
+// rank lost while no spare is idle waits for a replacement to join
+// (gaspirun's default with --respawn).
+const refillWait = 30 * time.Second
+
+// joinWait bounds the wait, before a respawn-spaced kill, for the
+// replacements of the processes lost so far to join the job: gaspirun
+// starts each one after a backoff of 100 ms to 5 s, and a race-built
+// program on a loaded machine takes seconds to start, register and be
+// added to the membership.
+const joinWait = 45 * time.Second
+
+// awaitReplacements waits, before fault i (a respawn-spaced kill), until
+// as many processes joined the job as it lost: the kills of the faults
+// before i that applied, or, if more, the processes the membership
+// declared failed (a busy machine's false failures are replaced too).
+// Then the kill finds the replacement of the one before it idle in the
+// pool: the spaced case, which the kind is about, not that of a rank
+// left to wait for its replacement. It reports whether they joined, and
+// what it saw.
+func (j *job) awaitReplacements(i int) (bool, string) {
+	var lost, joined int
+	ok := j.waitUntil(joinWait, func() bool {
+		kills := 0
+		for _, o := range j.outcomes[:i] {
+			if o.applied {
+				kills++
+			}
+		}
+		lost, joined = max(kills, len(j.failed)), len(j.joined)
+		return joined >= lost
+	})
+	j.run.Lock()
+	respawned := slices.Clone(j.respawned)
+	j.run.Unlock()
+	return ok, fmt.Sprintf("%d processes joined the job for the %d it lost, within %v (replacements gaspirun started: %v)", joined, lost, joinWait, respawned)
+}
+
+// refill is what a respawn schedule's job did to refill its spare pool.
+type refill struct {
+	kills     int   // respawn-spaced kills applied
+	respawned []int // ids of the replacements gaspirun started
+	joined    int   // processes that joined the job (the runtime's records)
+	promoted  []int // joiners that took a rank (gaspirun's "now holds rank" lines)
+	// awaited counts the failures the membership committed with no spare
+	// to promote (no "promoted" attribute): the rank waited for a
+	// replacement, or, past the wait, the job shrank or failed. Spaced
+	// kills find a spare idle: a count above 0 says a replacement came
+	// late or a process was lost besides the kills.
+	awaited int
+}
+
+// refillOf reads j's refill for schedule s: a process that took a rank
+// counts as a joiner if its id is at or above s's ranks plus spares (the
+// ids of the job's first processes are below).
+func (j *job) refillOf(s Schedule) refill {
+	j.run.Lock()
+	defer j.run.Unlock()
+	r := refill{respawned: slices.Clone(j.respawned), joined: len(j.joined)}
+	for i, f := range s.Faults {
+		if f.Kind == RespawnSpaced && j.outcomes[i].applied {
+			r.kills++
+		}
+	}
+	first := s.Ranks + s.Spares
+	awaited := map[string]bool{} // by epoch: every member logs the commit
+	for _, l := range j.lines {
+		if m := holdsRE.FindStringSubmatch(l.text); m != nil {
+			if p, _ := strconv.Atoi(m[1]); p >= first && !slices.Contains(r.promoted, p) {
+				r.promoted = append(r.promoted, p)
+			}
+		}
+		if rank, ok := l.rec.Int("rank"); ok && rank >= 0 && l.msg() == msgFailureCommitted && l.rec[attrPromoted] == "" {
+			awaited[l.rec["epoch"]] = true
+		}
+	}
+	r.awaited = len(awaited)
+	return r
+}
+
+// respawnOutcomes checks, after a respawn schedule's job, that its kills
+// beyond the spares were refilled: the n-th kill applied, n > Spares, is
+// served by the replacement of an earlier loss, so gaspirun must have
+// printed at least n-Spares respawn lines. A kill without one did not test
+// the kind: it is counted as not applied, for that reason. It logs what
+// the job did to refill its pool.
+func respawnOutcomes(j *job, s Schedule) {
+	if !s.Respawn {
+		return
+	}
+	r := j.refillOf(s)
+	n := 0
+	for i, f := range s.Faults {
+		j.run.Lock()
+		applied := j.outcomes[i].applied
+		j.run.Unlock()
+		if f.Kind != RespawnSpaced || !applied {
+			continue
+		}
+		n++
+		if beyond := n - s.Spares; beyond > len(r.respawned) {
+			j.withdraw(i, f, whyNoRespawn, fmt.Sprintf("kill %d, %d beyond the schedule's %d spares, and gaspirun printed %d respawn lines", n, beyond, s.Spares, len(r.respawned)))
+		}
+	}
+	r = j.refillOf(s)
+	j.t.Logf("refill: %d kills applied with %d spares; gaspirun started replacements %v, %d processes joined the job, joiners %v took a rank; %d failures found no spare idle",
+		r.kills, s.Spares, r.respawned, r.joined, r.promoted, r.awaited)
+	if r.kills <= s.Spares {
+		j.t.Logf("refill: this schedule lost no more processes than its %d spares: it did not test the refilled pool", s.Spares)
+	}
+}
 
 // nextAt is the K-means iteration at which fault i of s must be over if it
 // lasts a while (pauses, links, partitions): the next fault's point, 0 for
@@ -599,6 +749,14 @@ func apply(j *job, s Schedule, i int) (applied bool, why, detail string) {
 	if !reached(j, s, f.At) {
 		return ended("before the fault's point")
 	}
+	if f.Kind == RespawnSpaced {
+		if ok, detail := j.awaitReplacements(i); !ok {
+			if j.over() {
+				return ended("while the harness waited for replacements to join: " + detail)
+			}
+			return false, whyNoJoin, detail
+		}
+	}
 	if !j.waitUntil(j.deadline, func() bool { return j.settledLocked(s) }) {
 		return ended("while an earlier recovery settled")
 	}
@@ -626,7 +784,7 @@ func apply(j *job, s Schedule, i int) (applied bool, why, detail string) {
 		}
 	}
 	switch f.Kind {
-	case KillRank:
+	case KillRank, RespawnSpaced:
 		p := j.holder(f.Rank)
 		if _, ok := j.signal(p, syscall.SIGKILL); !ok {
 			return gone(fmt.Sprintf("process %d, holder of rank %d", p, f.Rank))
@@ -853,6 +1011,16 @@ func (s *summary) add(sc Schedule, res Result, ref string, viol []string, left [
 	if sc.Expect == ResumeOrRefuse && res.Answer == ref {
 		s.resumed++
 	}
+	if sc.Respawn && j != nil {
+		r := j.refillOf(sc)
+		s.respawnRuns++
+		if r.kills > sc.Spares {
+			s.refilled++
+		}
+		s.respawns += len(r.respawned)
+		s.joins += r.joined
+		s.joinersPromoted += len(r.promoted)
+	}
 	if len(viol) > 0 {
 		s.violations++
 		s.failedRuns = append(s.failedRuns, fmt.Sprintf("seed %d: %s", sc.Seed, viol[0]))
@@ -901,10 +1069,36 @@ func (s *summary) table() string {
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "%d schedules drew more losses than spares (expected: exit 75, or without spares 137, 77 or 74); %d disk-corruption resumes gave the reference result.\n", s.exhausted, s.resumed)
 	fmt.Fprintf(&b, "%d processes were declared failed in all; %d survivable schedules ended with exit 75 because more processes were declared failed than they had spares (heartbeats starved on a busy machine).\n", s.declared, s.overrun)
+	if s.respawnRuns > 0 {
+		fmt.Fprintf(&b, "%d respawn-spaced schedules (gaspirun --respawn, %d spare): %d lost more processes than their spares and had their pool refilled; %d replacements were started, %d joined the job, %d took a rank.\n",
+			s.respawnRuns, respawnSpares, s.refilled, s.respawns, s.joins, s.joinersPromoted)
+	}
 	for _, f := range s.failedRuns {
 		fmt.Fprintf(&b, "- %s\n", f)
 	}
 	return b.String()
+}
+
+// checkRefill fails a sweep whose respawn schedules never lost more
+// processes than their spares with the pool refilled (untestedRefill).
+func (s *summary) checkRefill(t *testing.T) {
+	t.Helper()
+	if msg := s.untestedRefill(); msg != "" {
+		t.Error(msg)
+	}
+}
+
+// untestedRefill says why the sweep did not test respawning, "" if it
+// did or ran no respawn schedule: each of their kills may have applied
+// (the per-kind check passes), and yet no replacement served one.
+func (s *summary) untestedRefill() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.respawnRuns == 0 || s.refilled > 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d respawn-spaced schedules ran and none lost more processes than its spares with its pool refilled (replacements started %d, joined %d): this sweep did not test respawning",
+		s.respawnRuns, s.respawns, s.joins)
 }
 
 func tail(lines []string, n int) string {
@@ -974,6 +1168,15 @@ func tsInput(t *testing.T) string {
 		t.Fatal("terasort input could not be generated")
 	}
 	return tsIn.dir
+}
+
+// removeTSInput removes the TeraSort input once TestChaos, its only user,
+// is over: 200 MB without the race detector, left behind by every run
+// otherwise.
+func removeTSInput() {
+	if tsIn.dir != "" {
+		os.RemoveAll(tsIn.dir)
+	}
 }
 
 // sumInput is the input's count and checksum, as validate prints them.

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -49,10 +50,13 @@ func Violations(s Schedule, r Result, ref string) []string {
 		v = append(v, "hang: the job did not end within its deadline")
 	case r.Answer != "" && r.Answer != ref:
 		v = append(v, fmt.Sprintf("wrong answer: %q, reference %q", r.Answer, ref))
-	case s.Expect == Succeed && r.Code == ExitSparesExhausted && r.Answer == "" && DeclaredFailed(r.Lines) > s.Spares:
+	case s.Expect == Succeed && !s.Respawn && r.Code == ExitSparesExhausted && r.Answer == "" && DeclaredFailed(r.Lines) > s.Spares:
 		// More processes were declared failed than the schedule killed
 		// (a busy machine starved some of their heartbeats) and the pool
-		// ran out: the documented end, counted apart in the summary.
+		// ran out: the documented end, counted apart in the summary. Not
+		// with --respawn: there every lost process is replaced, and a rank
+		// lost while the pool is empty waits for the replacement, so a
+		// pool that ran out is a refill that failed.
 	case s.Expect == Succeed && (r.Code != ExitOK || r.Answer == ""):
 		v = append(v, fmt.Sprintf("the schedule is survivable, but the job exited %d without the result: %s", r.Code, lastError(r.Lines)))
 	case s.Expect == Exhaust && r.Code == ExitOK && r.Skipped > 0 && r.Answer == ref:
@@ -71,6 +75,45 @@ func Violations(s Schedule, r Result, ref string) []string {
 	}
 	v = append(v, epochViolations(r.Lines)...)
 	v = append(v, staleViolations(r.Lines)...)
+	v = append(v, joinerViolations(s.Ranks+s.Spares, r.Lines)...)
+	return v
+}
+
+// The lines that name a joiner's process id: gaspirun's when it starts a
+// replacement (--respawn), the runtime's record when a view lists a
+// process that joined.
+var respawnIDRE = regexp.MustCompile(`^gaspirun: respawned s(\d+) `)
+
+// joinerViolations checks that the processes that joined the running job
+// got new ids: at or above first (the job's first processes, ranks and
+// spares, have the ids below), and none handed out twice. The membership
+// fences processes by id: a reused id would let a replaced process pass
+// for its successor.
+func joinerViolations(first int, lines []string) []string {
+	var v []string
+	started := map[int]bool{}
+	reported := map[int]bool{}
+	for i, rec := range recordsOf(lines) {
+		if m := respawnIDRE.FindStringSubmatch(lines[i]); m != nil {
+			id, _ := strconv.Atoi(m[1])
+			switch {
+			case id < first:
+				v = append(v, fmt.Sprintf("gaspirun started a replacement with id %d, the id of one of the job's first %d processes: %s", id, first, lines[i]))
+			case started[id]:
+				v = append(v, fmt.Sprintf("gaspirun started two replacements with id %d: %s", id, lines[i]))
+			}
+			started[id] = true
+			continue
+		}
+		if rec.Msg() != msgJoined {
+			continue
+		}
+		id, ok := rec.Int(attrJoiner)
+		if ok && id < first && !reported[id] {
+			reported[id] = true
+			v = append(v, fmt.Sprintf("a view lists process %d as joined, an id of the job's first %d processes: %s", id, first, lines[i]))
+		}
+	}
 	return v
 }
 

@@ -4,8 +4,9 @@
 //
 // A seed alone decides a schedule (Draw): the workload (fault-tolerant
 // K-means, or TeraSort for one seed in four), the number of spares, the
-// host layout, and one to three faults with their targets, trigger points
-// and durations. The faults:
+// host layout, and one to three faults (a respawn schedule: three or
+// four kills) with their targets, trigger points and durations. The
+// faults:
 //
 //   - SIGKILL of a rank, of an idle spare, of the Raft leader's process;
 //   - a kill inside a checkpoint's commit, and a kill of the holder of a
@@ -30,6 +31,22 @@
 //     nothing of an older epoch changes its memory once it has looked in
 //     its current epoch (the run fails otherwise), and a waiter asleep
 //     20 s with its notification set fails it too.
+//   - more losses than spares, spaced (respawn-spaced): gaspirun --respawn,
+//     one spare, and three or four SIGKILLs of rank holders from outside.
+//     gaspirun replaces each lost process by a new one that joins the
+//     running job as a spare with a new process id (from ranks+spares up,
+//     never reused). Before each kill the harness waits until as many
+//     processes joined the job as it lost (the runtime's "a process
+//     joined the job" records) and for the recoveries to settle (a join
+//     is a new epoch: rank 0 recovers through it as through a failure),
+//     so that each kill finds the replacement of the one before it idle;
+//     the job must succeed. A kill counts as applied only if its signal
+//     reached a live process and, for the n-th kill beyond the spare,
+//     gaspirun printed n respawn lines; a sweep whose respawn schedules
+//     never lost more processes than spares with the pool refilled fails.
+//     The harness follows rank holders and idle spares by process id,
+//     whatever the id: from each view line's own rank, its moves, and
+//     gaspirun's "process P now holds rank R (epoch E)".
 //
 // Faults trigger on logical clocks, so that the same seed hits the same
 // point of the computation and a fault lands inside the job however
@@ -64,7 +81,11 @@
 //   - no frame from a stale epoch was applied (the runtime counts any that
 //     finishes applying after its program acknowledged a newer epoch, and
 //     logs the count when it closes);
-//   - no process of the job is left running after gaspirun ends;
+//   - processes that joined the running job (replacements) got new ids:
+//     at or above the job's first processes' (ranks plus spares), none
+//     twice, since the membership fences processes by id;
+//   - no process of the job, replacements included, is left running
+//     after gaspirun ends;
 //   - the job ended by itself: a hang is a violation.
 //
 // On a violation the test prints the seed, the schedule, the violations,
@@ -76,12 +97,21 @@
 //	go test ./test/chaos -run TestChaos -chaos.schedules=500 -timeout 0 -chaos.summary=/tmp/chaos.md
 //	go test ./test/chaos -run 'TestChaos/kmeans/seed=17$' -chaos.seeds=17 -v
 //
-// The sweep prints a summary table: schedules, recoveries, median and p99
+// -chaos.list prints the schedules of the seeds instead of running them
+// (to find the seeds that draw a kind), with the -race setting of the
+// run it is for (K-means has fewer iterations under the race detector):
+//
+//	go test -short ./test/chaos -run 'TestChaos$' -chaos.list -chaos.schedules=200 -v
+//
+// The sweep prints a summary table: schedules, recoveries (epochs after
+// the first: failures, and joins with --respawn), median and p99
 // recovery time (fault to the next completed K-means iteration, or to the
 // last rank's recovery for TeraSort), wrong answers, hangs and leftover
-// processes; and, per fault kind, how many faults its schedules drew, how
-// many were applied and why the others were not (the job ended first, no
-// idle spare left, ...). A fault counts as applied only on evidence: the
+// processes; what respawn schedules did to refill their pools
+// (replacements started, joined, promoted to a rank); and, per fault
+// kind, how many faults its schedules drew, how many were applied and
+// why the others were not (the job ended first, no idle spare left,
+// ...). A fault counts as applied only on evidence: the
 // signal reached a live process, the target process logged the netfault
 // rule in force, K-means printed the kill it injected, the membership
 // declared the process of a long pause or a partition failed; a

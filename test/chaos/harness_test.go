@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -134,6 +136,12 @@ var (
 	// progressRE is the first sign of work after a recovery: a K-means
 	// iteration, or a TeraSort progress line.
 	progressRE = regexp.MustCompile(`^\[r0\] iter\s+\d+\s|^\[[rs]\d+\] sort: (sent \d+ of \d+ records; |wrote \d+ records of its part$)`)
+	// gaspirun's lines about replacements (--respawn) and about ranks
+	// changing hands (cmd/gaspirun's doc): a replacement started with its
+	// new process id; a spare, started with the job or joined since,
+	// that now holds a rank.
+	respawnRE = regexp.MustCompile(`^gaspirun: respawned s(\d+) .*for lost \S+ \(\d+ of \d+\)$`)
+	holdsRE   = regexp.MustCompile(`^gaspirun: (?:rank \d+ \()?(?:spare )?process (\d+)\b.* now holds rank (\d+) \(epoch (\d+)\)$`)
 )
 
 // job is one running gaspirun job and what the harness learns from its
@@ -158,9 +166,16 @@ type job struct {
 	leader   int          // proc of the latest Raft leader, -1 none (or gone since)
 	failed   map[int]bool // processes the membership declared failed
 	stretch  int          // the membership's timeout factor on an oversubscribed host (0 or 1: none logged)
+	// joined holds the processes that joined the running job (new ids:
+	// replacements, --respawn), from the runtime's record that a view
+	// lists a new process; respawned the ids of the replacements gaspirun
+	// said it started, in order.
+	joined    map[int]bool
+	respawned []int
 
-	pids    *proctest.Procs
-	stopped map[int]bool // pids under SIGSTOP
+	pids     *proctest.Procs
+	launcher int          // gaspirun's pid, which the pid watcher leaves out
+	stopped  map[int]bool // pids under SIGSTOP
 
 	// outcomes says, for each fault of the schedule, whether the harness
 	// (or the program) applied it, and why not; guarded by run's lock.
@@ -198,7 +213,15 @@ func (j *job) onLine(l proctest.Line) {
 	if finalKMRE.MatchString(s) || finalTSRE.MatchString(s) {
 		j.done = true
 	}
+	if m := respawnRE.FindStringSubmatch(s); m != nil {
+		p, _ := strconv.Atoi(m[1])
+		j.respawned = append(j.respawned, p)
+	}
 	switch rec.Msg() {
+	case msgJoined:
+		if p, ok := rec.Int(attrJoiner); ok {
+			j.joined[p] = true
+		}
 	case msgStretched:
 		if f, ok := rec.Int("factor"); ok {
 			j.stretch = max(j.stretch, f)
@@ -257,6 +280,19 @@ func (j *job) decide(i int, f Fault, applied bool, why, detail string) {
 	}
 }
 
+// withdraw turns fault i's outcome into not applied, for why: a check
+// after the job found that what the harness applied did not test the
+// fault's kind (a kill beyond the spares that no replacement refilled).
+func (j *job) withdraw(i int, f Fault, why, detail string) {
+	j.run.Lock()
+	if d := j.outcomes[i].detail; d != "" {
+		detail = d + "; " + detail
+	}
+	j.outcomes[i] = outcome{set: true, why: why, detail: detail}
+	j.run.Unlock()
+	j.note("not applied %s: %s (%s)", f, why, detail)
+}
+
 // waitUntil blocks until cond holds (checked under run's lock after every line),
 // the job ends (false) or d passes (false).
 func (j *job) waitUntil(d time.Duration, cond func() bool) bool {
@@ -294,45 +330,79 @@ func (j *job) findMsgAfter(from int, msg string) (line, bool) {
 	return line{}, false
 }
 
-// holder returns the process that holds rank r in the newest view any
-// process applied, from the moves in the view lines.
+// holder returns the process that holds rank r in the newest epoch the
+// job's lines tell of. Three kinds of line say who holds a rank: a view
+// line's own rank (the process applied a view in which it holds it), its
+// moves (rank, old process, new process) for the ranks of processes the
+// view declared failed, and gaspirun's "process P now holds rank R (epoch
+// E)". The newest epoch wins; within one, a later line. None: the rank's
+// first holder, process r. A rank that awaits a replacement (no spare was
+// idle) stays with its failed holder in the moves until a joiner takes
+// it, which only the joiner's own view line and gaspirun's line say: the
+// others' view lines list moves of newly failed processes only.
 func (j *job) holder(r int) int {
 	j.run.Lock()
 	defer j.run.Unlock()
-	// Each view line lists (rank, old process, new process) for the ranks
-	// whose holder changed ("moved"); the newest epoch's move of r wins.
 	best, proc := -1, r
+	take := func(e, p int) {
+		if e >= best && p >= 0 {
+			best, proc = e, p
+		}
+	}
 	for _, l := range j.lines {
+		if m := holdsRE.FindStringSubmatch(l.text); m != nil {
+			p, _ := strconv.Atoi(m[1])
+			rank, _ := strconv.Atoi(m[2])
+			e, _ := strconv.Atoi(m[3])
+			if rank == r {
+				take(e, p)
+			}
+			continue
+		}
 		if l.msg() != msgViewApplied {
 			continue
 		}
 		kv := l.rec
 		e, err := strconv.Atoi(kv["epoch"])
-		if err != nil || e <= best {
+		if err != nil {
 			continue
+		}
+		if own, ok := kv.Int("rank"); ok && own == r {
+			if p, ok := kv.Int("proc"); ok {
+				take(e, p)
+			}
 		}
 		f := strings.Fields(strings.Trim(kv["moved"], "[]"))
 		for i := 0; i+2 < len(f); i += 3 {
 			mr, err1 := strconv.Atoi(f[i])
 			p, err2 := strconv.Atoi(f[i+2])
-			if err1 == nil && err2 == nil && mr == r && p >= 0 {
-				best, proc = e, p
+			if err1 == nil && err2 == nil && mr == r {
+				take(e, p)
 			}
 		}
 	}
 	return proc
 }
 
-// spareProcs returns the spare processes not holding a rank in the newest
-// view.
+// idleSpares returns the spare processes holding no rank in the newest
+// view and not declared failed: those the job started with (ids ranks to
+// ranks+spares-1) and those that joined it since (any id above).
 func (j *job) idleSpares(ranks, spares int) []int {
 	held := map[int]bool{}
 	for r := range ranks {
 		held[j.holder(r)] = true
 	}
-	var out []int
+	var cands []int
 	for p := ranks; p < ranks+spares; p++ {
-		if !held[p] {
+		cands = append(cands, p)
+	}
+	j.run.Lock()
+	cands = append(cands, slices.Sorted(maps.Keys(j.joined))...)
+	failed := maps.Clone(j.failed)
+	j.run.Unlock()
+	var out []int
+	for _, p := range cands {
+		if !held[p] && !failed[p] {
 			out = append(out, p)
 		}
 	}
@@ -340,9 +410,16 @@ func (j *job) idleSpares(ranks, spares int) []int {
 }
 
 // signal sends sig to process proc of the job; it reports whether the
-// process was found alive.
+// process was found alive. A process the pid watcher has not found yet
+// (one scan of /proc reads the environment of every process, which takes
+// long on a loaded machine, and a replacement is new) is looked for once
+// more before it counts as gone.
 func (j *job) signal(proc int, sig syscall.Signal) (int, bool) {
 	pid, ok := j.pids.Signal(proc, sig)
+	if _, known := j.pids.PIDOf(proc); !ok && !known {
+		j.pids.Scan(j.id, j.launcher)
+		pid, ok = j.pids.Signal(proc, sig)
+	}
 	if ok {
 		j.t.Logf("chaos: %v to process %d (pid %d) at %v", sig, proc, pid, time.Since(j.start).Round(time.Millisecond))
 	}
@@ -388,7 +465,7 @@ func run(t *testing.T, sp spec) (*job, Result) {
 	t.Helper()
 	j := &job{t: t, id: fmt.Sprintf("chaos-%d-%d", os.Getpid(), time.Now().UnixNano()), leader: -1,
 		pids: proctest.NewProcs(), stopped: map[int]bool{}, outcomes: make([]outcome, sp.faults),
-		failed: map[int]bool{}, deadline: cmp.Or(sp.deadline, jobDeadline)}
+		failed: map[int]bool{}, joined: map[int]bool{}, deadline: cmp.Or(sp.deadline, jobDeadline)}
 	j.faults = t.TempDir()
 	// --collapse 0: every line as soon as it is written. Collapsing holds
 	// lines back (200 ms by default), and the harness, which aims faults
@@ -412,8 +489,8 @@ func run(t *testing.T, sp spec) (*job, Result) {
 	if err != nil {
 		t.Fatalf("start gaspirun: %v", err)
 	}
-	j.run = run
-	stopWatch := j.pids.Watch(j.id, cmd.Process.Pid, 10*time.Millisecond)
+	j.run, j.launcher = run, cmd.Process.Pid
+	stopWatch := j.pids.Watch(j.id, j.launcher, 10*time.Millisecond)
 	applied := make(chan struct{})
 	go func() {
 		defer close(applied)
@@ -439,7 +516,7 @@ func run(t *testing.T, sp spec) (*job, Result) {
 		}
 	}
 	t.Logf("gaspirun exited %d after %v", res.Code, time.Since(j.start).Round(time.Millisecond))
-	j.pids.Scan(j.id, cmd.Process.Pid)
+	j.pids.Scan(j.id, j.launcher)
 	return j, res
 }
 

@@ -27,7 +27,10 @@ const (
 	msgRecovered        = "recovered"                                                            // TeraSort: a rank recovered
 	msgRuleInForce      = "netfault: rule in force"                                              // netfault: proc, rule ("none": healed)
 	msgStretched        = "membership timeouts stretched for the job's most oversubscribed host" // job: factor
+	msgJoined           = "a process joined the job"                                             // pgas: proc, joiner (its new id), addr, host, epoch
 	attrFailedProc      = "failed_proc"                                                          // of msgFailureCommitted
+	attrJoiner          = "joiner"                                                               // of msgJoined
+	attrPromoted        = "promoted"                                                             // of msgFailureCommitted: the spare that takes the failed process's rank
 	attrStaleApplied    = "stale_applied"                                                        // of msgRuntimeClosed
 )
 

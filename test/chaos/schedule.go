@@ -73,17 +73,26 @@ const (
 	// writer after its first store that found a parked waiter, before the
 	// wake-up frame goes. A loss.
 	KillStoreWake Kind = "kill-store-wake"
+	// RespawnSpaced: one of the three or four SIGKILLs of a schedule with
+	// one spare and gaspirun --respawn (more losses than spares, spaced):
+	// the holder of Rank is killed from outside at At, as by KillRank,
+	// once the replacements of the earlier kills joined the job as spares
+	// (new process ids, from Ranks+Spares up) and the recoveries settled.
+	// The first kill takes the spare, each next one the replacement of the
+	// kill before it: the job must succeed. A loss; the kind owns its
+	// schedule.
+	RespawnSpaced Kind = "respawn-spaced"
 )
 
 // Kinds lists every kind, in the order of the summary table.
 var Kinds = []Kind{KillRank, KillSpare, KillLeader, KillCommit, KillMirror, KillInRecovery,
 	PauseShort, PauseLong, SlowLink, LossyLink, Partition, HostLoss, DiskCorrupt,
-	PartitionWriter, CancelWriter, KillStoreWake}
+	PartitionWriter, CancelWriter, KillStoreWake, RespawnSpaced}
 
 // losses is how many spares a fault consumes.
 func (k Kind) losses() int {
 	switch k {
-	case KillRank, KillSpare, KillLeader, KillCommit, PauseLong, Partition, PartitionWriter, KillStoreWake:
+	case KillRank, KillSpare, KillLeader, KillCommit, PauseLong, Partition, PartitionWriter, KillStoreWake, RespawnSpaced:
 		return 1
 	case KillMirror, KillInRecovery, HostLoss:
 		return 2
@@ -176,8 +185,12 @@ type Schedule struct {
 	Spares       int
 	Mirrors      int
 	RanksPerHost int // 0: one host label for all
-	Faults       []Fault
-	Expect       Outcome
+	// Respawn runs the job with gaspirun --respawn: every lost process is
+	// replaced by a new one that joins the running job as a spare, with a
+	// process id from Ranks+Spares up that no process had before.
+	Respawn bool
+	Faults  []Fault
+	Expect  Outcome
 }
 
 // Ranks is the job size of the normal mode's schedules.
@@ -193,7 +206,10 @@ const (
 // Draw makes the schedule of seed for workload w. lastAt is the latest
 // trigger point the workload can honour (K-means: an iteration well
 // before --max-iter; TeraSort: per mille of the job's logical progress,
-// the records rank 0 sent and then wrote).
+// the records rank 0 sent and then wrote). The first fault's kind decides
+// the rest: a disk corruption, a mirror kill, a host loss, a kill in a
+// recovery or a respawn schedule (drawRespawn) owns its schedule; other
+// kinds share a K-means schedule with up to two more.
 func Draw(seed uint64, w Workload, lastAt int) Schedule {
 	rng := rand.New(rand.NewPCG(seed, 0x6761737069))
 	s := Schedule{Seed: seed, Workload: w, Ranks: Ranks, Mirrors: 1}
@@ -202,9 +218,12 @@ func Draw(seed uint64, w Workload, lastAt int) Schedule {
 		// TeraSort has no injections at iterations (K-means --inject:
 		// kills in a commit or of a mirror's holder, store injections)
 		// and no disk level: the kinds that need them are K-means-only.
-		kinds = []Kind{KillRank, KillSpare, KillLeader, KillInRecovery, PauseShort, PauseLong, SlowLink, LossyLink, Partition, HostLoss}
+		kinds = []Kind{KillRank, KillSpare, KillLeader, KillInRecovery, PauseShort, PauseLong, SlowLink, LossyLink, Partition, HostLoss, RespawnSpaced}
 	}
 	first := kinds[rng.IntN(len(kinds))]
+	if first == RespawnSpaced {
+		return drawRespawn(rng, s, lastAt)
+	}
 	if first == DiskCorrupt {
 		s.Expect = ResumeOrRefuse
 		s.Faults = []Fault{{Kind: DiskCorrupt, Rank: rng.IntN(Ranks), At: lastAt/3 + rng.IntN(lastAt/3), Param: float64(rng.IntN(2))}}
@@ -217,7 +236,7 @@ func Draw(seed uint64, w Workload, lastAt int) Schedule {
 	picked := []Kind{first}
 	for len(picked) < n {
 		k := kinds[rng.IntN(len(kinds))]
-		if k == DiskCorrupt || k == KillMirror || k == HostLoss || k == KillInRecovery {
+		if k == DiskCorrupt || k == KillMirror || k == HostLoss || k == KillInRecovery || k == RespawnSpaced {
 			continue // these own their schedule
 		}
 		picked = append(picked, k)
@@ -272,11 +291,47 @@ func Draw(seed uint64, w Workload, lastAt int) Schedule {
 	return s
 }
 
+// Respawn schedules: the spares the job starts with, the fewest and most
+// kills, and the fewest iterations between two kills of K-means.
+const (
+	respawnSpares   = 1
+	respawnMinKills = 3
+	respawnMaxKills = 4
+	respawnMinGap   = 4
+)
+
+// drawRespawn makes a respawn-spaced schedule: gaspirun --respawn, one
+// spare, and three or four kills of drawn ranks, one in each of as many
+// equal spans of the workload's points (K-means: from iteration 5 to
+// lastAt, spans of at least twice respawnMinGap iterations; TeraSort: a
+// quarter to three quarters of its progress), in the first half of its
+// span, so that two kills are more than half a span apart and each
+// replacement has time to start and join before the next kill. The
+// harness waits for it too (apply), and for the recoveries to settle.
+// More losses than spares, and none beyond what the refilled pool
+// covers: the job must succeed.
+func drawRespawn(rng *rand.Rand, s Schedule, lastAt int) Schedule {
+	s.Respawn, s.Spares, s.Expect = true, respawnSpares, Succeed
+	n := respawnMinKills + rng.IntN(respawnMaxKills-respawnMinKills+1)
+	lo, hi, least := 5, lastAt, 2*respawnMinGap
+	if s.Workload == TeraSort {
+		lo, hi, least = lastAt/4, lastAt*3/4, 1
+	}
+	span := max((hi-lo)/n, least)
+	for i := range n {
+		s.Faults = append(s.Faults, Fault{Kind: RespawnSpaced, Rank: rng.IntN(s.Ranks), At: lo + span*i + rng.IntN(max(1, span/2))})
+	}
+	return s
+}
+
 // String is the schedule, one fault per line after a header line.
 func (s Schedule) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed=%d workload=%s ranks=%d spares=%d mirrors=%d ranks-per-host=%d expect=%s",
 		s.Seed, s.Workload, s.Ranks, s.Spares, s.Mirrors, s.RanksPerHost, s.Expect)
+	if s.Respawn {
+		b.WriteString(" respawn")
+	}
 	for i, f := range s.Faults {
 		fmt.Fprintf(&b, "\n  fault %d: %s", i+1, f)
 	}

@@ -27,7 +27,7 @@ func TestDrawValid(t *testing.T) {
 		if s.Workload == TeraSort {
 			last = tsLastAt()
 		}
-		if len(s.Faults) == 0 || len(s.Faults) > 3 {
+		if most := map[bool]int{false: 3, true: respawnMaxKills}[s.Respawn]; len(s.Faults) == 0 || len(s.Faults) > most {
 			t.Fatalf("seed %d: %d faults", seed, len(s.Faults))
 		}
 		losses, net := 0, false
@@ -52,7 +52,7 @@ func TestDrawValid(t *testing.T) {
 		}
 		switch s.Expect {
 		case Succeed:
-			if s.Spares < losses {
+			if s.Spares < losses && !s.Respawn {
 				t.Errorf("seed %d: %d spares for %d losses, expecting success", seed, s.Spares, losses)
 			}
 		case Exhaust:
