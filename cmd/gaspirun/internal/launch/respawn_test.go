@@ -345,3 +345,30 @@ func TestRespawnSlurmStepOfOne(t *testing.T) {
 	}
 	waitNoRemoteSides(t)
 }
+
+// A replacement that could not join (exit 69: no membership took it in,
+// the job's processes were ending) never held a rank: it does not fail a
+// job whose ranks finish (the membership decides the fate of a rank that
+// waits for it).
+func TestTrackerReplacementThatCannotJoin(t *testing.T) {
+	tr := respawnTracker(2, 3, 2)
+	expect(t, "rank 1 killed", tr.onExit(1, killed), "notice!:rank 1 (process 1) was killed", "respawn:1=r1")
+	expect(t, "spare 2 takes rank 1", tr.onReport(role(2, 1, 2)), "relabel:2=r1", "notice:spare process 2 now holds rank 1 (epoch 2)")
+	expect(t, "replacement started", tr.respawnStarted(3, "", "r1"), "notice:respawned s3 on this machine for lost r1 (1 of 2)")
+	expect(t, "it cannot join", tr.onExit(3, exitInfo{Code: 69}),
+		"notice:spare process 3 could not join the running job (exit 69); the job goes on without it")
+	if tr.phase != running {
+		t.Fatalf("phase %v after a replacement's 69: the job was failed", tr.phase)
+	}
+	expect(t, "rank 0 done", tr.onExit(0, ok))
+	expect(t, "rank 1 done", tr.onExit(2, ok))
+	if tr.code != 0 || !tr.done() {
+		t.Fatalf("code %d, done %v", tr.code, tr.done())
+	}
+	// A process of the job's own that exits 69 still fails it.
+	tr = respawnTracker(2, 3, 2)
+	expect(t, "rank 0 exits 69", tr.onExit(0, exitInfo{Code: 69}), "notice!:job failed", "teardown")
+	if tr.code != 69 {
+		t.Fatalf("code %d, want 69", tr.code)
+	}
+}

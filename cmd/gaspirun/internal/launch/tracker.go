@@ -232,6 +232,10 @@ const ExitCutOff = 74
 func leftMembership(code int) bool { return code == ExitFenced || code == ExitCutOff }
 
 // onExit handles the end of process p.
+// exitCannotJoin is a joiner's exit code when the rendezvous or the
+// membership could not take it in (job.ExitNoRendezvous).
+const exitCannotJoin = 69
+
 func (t *tracker) onExit(p int, ex exitInfo) []action {
 	if p < 0 || p >= t.nProcs || t.exited[p] {
 		return nil
@@ -266,6 +270,13 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 		// The pool is one process smaller all the same.
 		acts = append(acts, t.replace(p, was)...)
 		return append(acts, t.check()...)
+	case p >= t.nInitial && r < 0 && t.heldRank[p] < 0 && ex.Signal == 0 && ex.Code == exitCannotJoin:
+		// A replacement that found no membership to join (the job's
+		// processes were ending, or unreachable): it never held a rank,
+		// so the job's fate is the membership's, which ends a rank that
+		// waits for it after the refill wait. Not a failure of the job.
+		return append([]action{{kind: actNotice,
+			text: fmt.Sprintf("%s could not join the running job (exit %d); the job goes on without it", t.describe(p), ex.Code)}}, t.check()...)
 	case ex.Signal == 0 && (!leftMembership(ex.Code) || t.policy != DeathContinue):
 		return t.abort(ex.Code, fmt.Sprintf("%s %s", t.describe(p), ex))
 	case t.policy == DeathContinue:
