@@ -32,8 +32,12 @@ const (
 // waits for memory, and prepares the final merge once every source has
 // ended. The final merge reads the runs, the spill files and the chunks of
 // the last batch in place.
+//
+// A task cut short by ctx's end leaves its inputs listed, so the loop
+// stops there: picking the same task again would spin until the end of
+// the process, with stop (and a rollback) waiting for it.
 func (a *aside) merger(ctx context.Context) error {
-	for {
+	for ctx.Err() == nil {
 		a.mu.Lock()
 		t, err := a.nextTaskLocked()
 		if err != nil {
@@ -55,6 +59,7 @@ func (a *aside) merger(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
 }
 
 func (a *aside) nextTaskLocked() (*task, error) {

@@ -180,3 +180,47 @@ func TestSpillWholeBlocks(t *testing.T) {
 	}
 	t.Logf("%d blocks spilled as they lie", spillBlocks.Load())
 }
+
+// Rule (stop): a merger whose context has ended returns, even with merge
+// work left: a merge cut short leaves its inputs listed, and picking it
+// again would keep the merger, and stop with it, going for ever. Not in a
+// synctest bubble: a spinning merger never blocks, so the bound is real
+// time.
+func TestMergerStopsWithWorkLeft(t *testing.T) {
+	const n = 2
+	rts, _ := newJob(t, n, 34)
+	shs := newShuffles(t, rts, func(c *Config) {
+		spillConfig(t.TempDir())(c)
+		c.MergeFanIn = 64 // keep the files as spilled
+	})
+	each(t, n, func(i int) error {
+		// Enough pairs that a merge pass runs past the merge's context
+		// check (every 4096 pairs).
+		return sendAll(shs[i], randPairs(rand.New(rand.NewPCG(35, uint64(i))), 30000, 20000, 20))
+	})
+	s := shs[0]
+	s.stop()
+	a := s.a
+	a.mu.Lock()
+	files := len(a.files)
+	// The state of a final merge pass about to start: more files than the
+	// fan-in, every source ended.
+	s.cfg.MergeFanIn = 2
+	a.final = false
+	a.mu.Unlock()
+	if files <= 2 {
+		t.Fatalf("%d spill files, want more than the fan-in 2", files)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.merger(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("merger after its context ended: %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("merger still ran 30s after its context ended, with merge work left")
+	}
+}
