@@ -164,6 +164,37 @@ func (t *tracker) respawnDropped(why string) []action {
 	return append(acts, t.check()...)
 }
 
+// exitSeen: p's exit came and is held back before it is judged (onExit
+// follows). The process counts as gone for hostUse at once: a host whose
+// every process died must not get a replacement because one of their
+// exits was still settling.
+func (t *tracker) exitSeen(p int, ex exitInfo) {
+	if p >= 0 && p < t.nProcs && !t.exited[p] {
+		t.ending[p] = ex
+	}
+}
+
+// failedStart says p's end is a replacement's start that failed: gaspirun
+// started it on a host, and its ssh or srun ended without an exit status
+// before the process registered with the rendezvous. The host is then
+// taken for unreachable (an ssh to a host that is down exits 255).
+func (t *tracker) failedStart(p int, ex exitInfo) bool {
+	return p >= t.nInitial && !t.byHand[p] && !t.registered[p] && ex.Lost != "" && t.hosts != nil && t.hosts[p] != ""
+}
+
+// startFailed handles failedStart: the host is marked failed (actHostFailed)
+// and the replacement asked for again, elsewhere, at no cost to the
+// budget: no process of the job was lost.
+func (t *tracker) startFailed(p int, ex exitInfo) []action {
+	host := t.hosts[p]
+	t.restarts-- // replace charges it again
+	acts := []action{
+		{kind: actHostFailed, label: host},
+		{kind: actNotice, important: true, text: fmt.Sprintf("could not start replacement %s on host %s (%s before it registered); the host is taken for lost, trying another", t.label(p), host, ex)},
+	}
+	return append(append(acts, t.replace(p, t.label(p))...), t.check()...)
+}
+
 // hostUse is the job's use of each of hosts, from the processes gaspirun
 // placed there.
 func (t *tracker) hostUse(hosts []HostSlots) []hostUse {
@@ -182,13 +213,17 @@ func (t *tracker) hostUse(hosts []HostSlots) []hostUse {
 		}
 		u := &use[i]
 		u.placed++
+		ex, ending := t.ending[p]
+		if t.exited[p] {
+			ex = t.exit[p]
+		}
 		switch {
-		case !t.exited[p]:
+		case !t.exited[p] && !ending:
 			u.live++
 			if t.rankOf[p] >= 0 {
 				u.ranks++
 			}
-		case !t.exit[p].ok():
+		case !ex.ok():
 			u.died++
 		}
 	}

@@ -240,6 +240,56 @@ func TestTrackerHostUse(t *testing.T) {
 	}
 }
 
+// An exit held back before it is judged (ExitSettle) counts as gone for
+// the placement already: a host whose last live process has just died is
+// lost, and the replacement of its first loss goes elsewhere.
+func TestTrackerHostUseCountsSettlingExits(t *testing.T) {
+	tr := respawnTracker(4, 5, 4)
+	tr.hosts = []string{"a", "a", "b", "b", "c"}
+	hosts := []HostSlots{{"a", 2}, {"b", 2}, {"c", 2}}
+	lost := exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: 255, Lost: "ssh to b exited with code 255 without the process's exit status"}
+	tr.onExit(2, lost)
+	tr.exitSeen(3, lost) // held for ExitSettle
+	use := tr.hostUse(hosts)
+	if u := use[1]; !u.lost() || u.live != 0 || u.died != 2 {
+		t.Fatalf("host b with one exit judged and one settling: %+v, want lost", u)
+	}
+	if i, why := pickHost(hosts, use, false); i != 2 {
+		t.Fatalf("replacement placed on host %d (%q), want c", i, why)
+	}
+	expect(t, "the settled exit", tr.onExit(3, lost), "notice!:rank 3 (process 3 on b) was lost", "respawn:3=r3")
+	if u := tr.hostUse(hosts)[1]; u.died != 2 || u.placed != 2 {
+		t.Fatalf("host b after both exits judged: %+v", u)
+	}
+	// A settling exit 0 is an end, not a death.
+	tr.exitSeen(0, ok)
+	if u := tr.hostUse(hosts)[0]; u.live != 1 || u.died != 0 || u.lost() {
+		t.Fatalf("host a with an exit 0 settling: %+v", u)
+	}
+}
+
+// A replacement whose ssh ended without an exit status before it
+// registered did not start: its host is marked failed, the replacement is
+// asked for again at no cost to the budget, and the next one goes to
+// another host.
+func TestTrackerFailedStartMarksHost(t *testing.T) {
+	tr := respawnTracker(2, 3, 1)
+	tr.hosts = []string{"a", "b", "c"}
+	expect(t, "rank 1 killed", tr.onExit(1, killed), "notice!:", "respawn:1=r1")
+	tr.respawnStarted(3, "b", "r1")
+	down := exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: 255, Lost: "ssh to b exited with code 255 without the process's exit status"}
+	expect(t, "its ssh fails", tr.onExit(3, down),
+		"hostfailed:b", "notice!:could not start replacement s3 on host b (lost: ssh to b exited with code 255", "respawn:3=s3")
+	if tr.restarts != 1 || tr.queued != 1 {
+		t.Fatalf("budget: %d asked for, %d queued; want the failed start given back (1, 1)", tr.restarts, tr.queued)
+	}
+	// Once it registered, the same end is a lost process: the budget of 1
+	// is spent, and said so.
+	tr.respawnStarted(4, "c", "s3")
+	tr.onJoined(4, "c", "pid 9 on c")
+	expect(t, "the registered replacement is lost", tr.onExit(4, exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: 255, Lost: "ssh to c exited with code 255"}), "notice!:spare process 4 on c was lost", "notice!:the replacement budget is used up")
+}
+
 // Lines of a process that joined later collapse with the others'.
 func TestCollapserTakesJoinedProcess(t *testing.T) {
 	c := newCollapser(time.Second, 2, 1<<20)

@@ -373,6 +373,8 @@ func (j *job) loop(ctx context.Context) Result {
 				}
 			case actRespawn:
 				j.refill.add(a)
+			case actHostFailed:
+				j.refill.failed[a.label] = true
 			case actTeardown:
 				tornDown = true
 				j.signalAll(syscall.SIGTERM)
@@ -476,6 +478,7 @@ func (j *job) loop(ctx context.Context) Result {
 		select {
 		case ev := <-j.exits:
 			j.byID[ev.proc].waited = true
+			j.tr.exitSeen(ev.proc, ev.info)
 			if j.srv.Connected(uint32(ev.proc)) {
 				apply(j.tr.onRegistered(ev.proc))
 			}

@@ -58,13 +58,14 @@ func (e exitInfo) String() string {
 type actKind int
 
 const (
-	actNotice   actKind = iota // print text (always when important, else unless quiet)
-	actRelabel                 // proc's output prefix becomes label
-	actTeardown                // SIGTERM every process group, SIGKILL after the grace
-	actStop                    // after the grace, SIGTERM the processes still running (idle spares), SIGKILL after another
-	actKill                    // SIGKILL every process group now
-	actEvent                   // print a process's event (text, from proc labelled label), unless quiet
-	actRespawn                 // start a replacement for lost process proc (labelled label when lost)
+	actNotice     actKind = iota // print text (always when important, else unless quiet)
+	actRelabel                   // proc's output prefix becomes label
+	actTeardown                  // SIGTERM every process group, SIGKILL after the grace
+	actStop                      // after the grace, SIGTERM the processes still running (idle spares), SIGKILL after another
+	actKill                      // SIGKILL every process group now
+	actEvent                     // print a process's event (text, from proc labelled label), unless quiet
+	actRespawn                   // start a replacement for lost process proc (labelled label when lost)
+	actHostFailed                // a start on host label failed: no more replacements there
 )
 
 type action struct {
@@ -99,11 +100,15 @@ type tracker struct {
 	replaced  []bool   // process lost its rank to another (fenced)
 	exited    []bool
 	exit      []exitInfo
-	stopped   []bool     // the launcher signalled it
-	lostBy    []exitInfo // rank -> how its last holder ended, when that lost it
-	spareOK   int        // processes that never held a rank and exited 0 on their own
-	hosts     []string   // process -> host named in messages; nil: one machine
-	formed    bool       // every process registered with the rendezvous
+	// ending holds the exits seen and not judged yet (held back for
+	// Config.ExitSettle, exitSeen): gone for the placement of replacements
+	// already.
+	ending  map[int]exitInfo
+	stopped []bool     // the launcher signalled it
+	lostBy  []exitInfo // rank -> how its last holder ended, when that lost it
+	spareOK int        // processes that never held a rank and exited 0 on their own
+	hosts   []string   // process -> host named in messages; nil: one machine
+	formed  bool       // every process registered with the rendezvous
 
 	registered []bool // process -> the driver saw it registered with the rendezvous
 	plain      []bool // process -> exited 0 before the job formed, never registered (early.go)
@@ -137,6 +142,7 @@ func newTracker(nRanks, nProcs int, policy DeathPolicy) *tracker {
 		replaced:  make([]bool, nProcs),
 		exited:    make([]bool, nProcs),
 		exit:      make([]exitInfo, nProcs),
+		ending:    map[int]exitInfo{},
 		stopped:   make([]bool, nProcs),
 		lostBy:    make([]exitInfo, nRanks),
 
@@ -242,11 +248,15 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 	}
 	t.exited[p] = true
 	t.exit[p] = ex
+	delete(t.ending, p)
 	if t.phase != running || t.stopped[p] {
 		return nil
 	}
 	if !t.formed {
 		return t.onEarlyExit(p, ex)
+	}
+	if t.failedStart(p, ex) {
+		return t.startFailed(p, ex)
 	}
 	r := t.rankOf[p]
 	was := t.label(p) // for the notice of its replacement

@@ -17,7 +17,7 @@ var (
 	role   = func(p, r int, e uint64) bootstrap.Report {
 		return bootstrap.Report{Proc: uint32(p), Kind: bootstrap.KindRole, Rank: r, Epoch: e}
 	}
-	actNames = map[actKind]string{actNotice: "notice", actRelabel: "relabel", actTeardown: "teardown", actStop: "stop", actKill: "kill", actEvent: "event", actRespawn: "respawn"}
+	actNames = map[actKind]string{actNotice: "notice", actRelabel: "relabel", actTeardown: "teardown", actStop: "stop", actKill: "kill", actEvent: "event", actRespawn: "respawn", actHostFailed: "hostfailed"}
 )
 
 // trace renders actions compactly: "notice!:text" (important), "notice:text",
@@ -38,6 +38,8 @@ func trace(acts []action) []string {
 			s += ":[" + a.label + "] " + a.text
 		case actRespawn:
 			s += fmt.Sprintf(":%d=%s", a.proc, a.label)
+		case actHostFailed:
+			s += ":" + a.label
 		}
 		out = append(out, s)
 	}
