@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,12 +21,14 @@ import (
 
 // Main runs a command's run function with a context that ends at SIGINT
 // or SIGTERM and exits with its status: 0 for nil or flag.ErrHelp, an
-// *ExitError's code (its message printed), 1 otherwise.
+// *ExitError's code (its message printed), 1 otherwise; 128+N for a run
+// that failed after signal N ended the context (cli.SignalStatus).
 func Main(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.SignalContext()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.SignalStatus(ctx, ExitCode(name, err, os.Stderr))
 	stop()
-	os.Exit(ExitCode(name, err, os.Stderr))
+	os.Exit(code)
 }
 
 // ExitCode is the exit status for err, which it prints on stderr on one

@@ -59,7 +59,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -247,9 +246,10 @@ func main() {
 	if err != nil {
 		os.Exit(cli.Status("kmeans", err, os.Stderr)) // 0 for --help, 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, f))
+	ctx, stop := cli.SignalContext()
+	code := cli.SignalStatus(ctx, run(ctx, f))
+	stop()
+	os.Exit(code)
 }
 
 // diskVerifyTimeout bounds the wait for the last disk checkpoint at the end

@@ -33,9 +33,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
-	"syscall"
 
 	"github.com/gaspigo/gaspigo/apps/internal/cli"
 )
@@ -53,8 +51,8 @@ Run 'terasort <command> -h' for the flags of a command.
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	ctx, stop := cli.SignalContext()
+	code := cli.SignalStatus(ctx, run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 	stop()
 	os.Exit(code)
 }
