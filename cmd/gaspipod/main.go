@@ -1,22 +1,43 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gaspigo/gaspigo/internal/buildinfo"
 )
 
-// Names of the variables gaspipod reads.
+// Names of the variables gaspipod reads and sets.
 const (
 	varFailures        = "GASPIPOD_INDEX_FAILURES"
 	varIgnoredFailures = "GASPIPOD_INDEX_IGNORED_FAILURES"
 	varIndex           = "JOB_COMPLETION_INDEX"
+	varJoin            = "PGAS_JOIN"
+	varRVTimeout       = "PGAS_RENDEZVOUS_TIMEOUT"
 )
+
+// joinWait caps a replacement's wait for the rendezvous
+// (PGAS_RENDEZVOUS_TIMEOUT, which the manifest sets to minutes for pods
+// waiting to be scheduled): a running job's rendezvous answers within a
+// second, and one that does not is gone with pod 0, so the pod, not
+// needed, should end soon rather than hold the Job open.
+const joinWait = 30 * time.Second
+
+// exitCannotJoin is a joiner's exit code when it found no running job to
+// join (job.ExitNoRendezvous; not imported, to keep this entrypoint free
+// of the runtime).
+const exitCannotJoin = 69
+
+// forwarded are the signals a replacement pod passes on to its program:
+// the kubelet's SIGTERM when the pod is deleted, and a terminal's.
+var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT}
 
 func main() { os.Exit(run(os.Args[1:], os.LookupEnv)) }
 
@@ -39,24 +60,26 @@ func run(args []string, lookup func(string) (string, bool)) int {
 		fmt.Fprintln(os.Stderr, "gaspipod:", err)
 		return 2
 	}
-	if !d.run {
-		fmt.Fprintln(os.Stderr, "gaspipod:", d.why)
-		return 0
-	}
 	path, err := exec.LookPath(args[0])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gaspipod: cannot run %s: %v\n", args[0], err)
 		return 127
+	}
+	if d.join {
+		fmt.Fprintln(os.Stderr, "gaspipod:", d.why)
+		return join(path, args)
 	}
 	err = syscall.Exec(path, args, os.Environ())
 	fmt.Fprintf(os.Stderr, "gaspipod: cannot run %s: %v\n", path, err)
 	return 127
 }
 
-// decision says whether this pod runs the program, and why not.
+// decision says whether this pod is one of the job's own processes, or
+// the Job controller's replacement of a lost one, which joins the running
+// job (why says so).
 type decision struct {
-	run bool
-	why string
+	join bool
+	why  string
 }
 
 // decide reads the per-index failure counts.
@@ -70,14 +93,95 @@ func decide(lookup func(string) (string, bool)) (decision, error) {
 		return decision{}, err
 	}
 	if failures == 0 && ignored == 0 {
-		return decision{run: true}, nil
+		return decision{}, nil
 	}
 	index, _ := lookup(varIndex)
 	if index = strings.TrimSpace(index); index == "" {
 		index = "?"
 	}
-	return decision{why: fmt.Sprintf("index %s was started before (%d failed, %d ignored pods): a spare holds its rank, or its job has ended; this pod is not needed and exits 0",
-		index, failures, ignored)}, nil
+	return decision{join: true, why: fmt.Sprintf("index %s was started before (%d failed, %d ignored pods): a spare holds its rank; this pod joins the running job as a new spare (%s=1)",
+		index, failures, ignored, varJoin)}, nil
+}
+
+// join runs the program as a joiner (PGAS_JOIN=1) in a child process,
+// with at most joinWait for the rendezvous, passing on the signals in
+// forwarded, and returns its exit code as a
+// shell reports it (128+N for a death by signal N, so that the Job's
+// podFailurePolicy sees 137 or 143 as for the job's own pods). A joiner
+// that found no job to join (the job ended, or its rendezvous went with
+// pod 0) is not needed: that is exit 0, so the index succeeds.
+func join(path string, args []string) int {
+	cmd := exec.Command(path, args[1:]...)
+	cmd.Args = args
+	cmd.Env = joinerEnv(os.Environ())
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "gaspipod: cannot run %s: %v\n", path, err)
+		return 127
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				cmd.Process.Signal(s)
+			case <-done:
+				return
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(done)
+	code := exitCode(err)
+	if code == exitCannotJoin {
+		fmt.Fprintf(os.Stderr, "gaspipod: %s found no running job to join (exit %d: it has ended, or its rendezvous went with pod 0); this pod is not needed and exits 0\n", path, code)
+		return 0
+	}
+	return code
+}
+
+// joinerEnv is environ for a replacement's program: PGAS_JOIN=1, and
+// PGAS_RENDEZVOUS_TIMEOUT at most joinWait.
+func joinerEnv(environ []string) []string {
+	out := make([]string, 0, len(environ)+2)
+	wait := joinWait
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case varJoin:
+			continue
+		case varRVTimeout:
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if n, nerr := strconv.Atoi(strings.TrimSpace(v)); err != nil && nerr == nil {
+				d, err = time.Duration(n)*time.Second, nil
+			}
+			if err == nil && d > 0 && d < wait {
+				wait = d
+			}
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, varJoin+"=1", varRVTimeout+"="+wait.String())
+}
+
+// exitCode is err's exit status as a shell reports it.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if err == nil {
+		return 0
+	}
+	if !errors.As(err, &ee) {
+		fmt.Fprintf(os.Stderr, "gaspipod: %v\n", err)
+		return 1
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ee.ExitCode()
 }
 
 func count(lookup func(string) (string, bool), name string) (int, error) {

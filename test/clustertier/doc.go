@@ -30,7 +30,15 @@
 //     (internal/testkit/simhost) with exactly the environment the manifest gives
 //     them, loses one node (every process on it SIGKILLed after iteration
 //     12: node2, or node1 with process 0 and the rendezvous), and plays the
-//     Job controller's part: see the test.
+//     Job controller's part: each lost pod's exit must take a retry under
+//     the manifest's podFailurePolicy, and the retry pod joins the running
+//     job (node2) or, with the rendezvous gone (node1), ends with 0.
+//   - TestKubernetesPodDeleted deletes the pods of ranks 1, 2 and 3 in
+//     turn (SIGTERM, as the kubelet does), and retries each: the retry
+//     joins the running job as a spare (gaspipod, PGAS_JOIN=1), so the
+//     third loss, beyond the two spares, is covered by a pod that joined;
+//     the deleted pods exit 143, which the policy counts, and the answer
+//     is the failure-free checksum.
 //   - TestSlurm starts a one-machine Slurm cluster with
 //     deploy/slurm/local-cluster.sh (in a state directory of its own, on
 //     free ports) and runs the job under srun with a SIGKILLed task and a

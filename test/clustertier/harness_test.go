@@ -129,42 +129,46 @@ func lastIter(out string) int {
 }
 
 var reference struct {
-	once sync.Once
-	sum  string
-	err  error
+	mu   sync.Mutex
+	sums map[string]string // by the workload's arguments
 }
 
-// referenceSum is the failure-free job's checksum, from gaspirun's local
-// mode with the same ranks and spares.
-func referenceSum(t *testing.T) string {
+// referenceSum is the failure-free job's checksum for workload, from
+// gaspirun's local mode with the same ranks and spares.
+func referenceSum(t *testing.T) string { return referenceSumOf(t, workload) }
+
+// referenceSumOf is referenceSum for the K-means arguments args.
+func referenceSumOf(t *testing.T, args []string) string {
 	t.Helper()
-	reference.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
-		defer cancel()
-		args := append([]string{"-n", fmt.Sprint(ranks), "--spares", fmt.Sprint(spares), "--timeout", jobDeadline.String(), "--quiet", "--", bins.kmeans}, workload...)
-		out, err := exec.CommandContext(ctx, bins.gaspirun, args...).CombinedOutput()
-		if err != nil {
-			reference.err = fmt.Errorf("failure-free gaspirun run: %v\n%s", err, out)
-			return
-		}
-		var sums []string
-		for _, l := range strings.Split(string(out), "\n") {
-			if _, rest, ok := strings.Cut(l, "] "); ok {
-				if m := finalRE.FindStringSubmatch(rest); m != nil {
-					sums = append(sums, m[1])
-				}
+	reference.mu.Lock()
+	defer reference.mu.Unlock()
+	key := strings.Join(args, " ")
+	if sum, ok := reference.sums[key]; ok {
+		return sum
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
+	defer cancel()
+	gargs := append([]string{"-n", fmt.Sprint(ranks), "--spares", fmt.Sprint(spares), "--timeout", jobDeadline.String(), "--quiet", "--", bins.kmeans}, args...)
+	out, err := exec.CommandContext(ctx, bins.gaspirun, gargs...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("failure-free gaspirun run: %v\n%s", err, out)
+	}
+	var sums []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if _, rest, ok := strings.Cut(l, "] "); ok {
+			if m := finalRE.FindStringSubmatch(rest); m != nil {
+				sums = append(sums, m[1])
 			}
 		}
-		if len(sums) != 1 {
-			reference.err = fmt.Errorf("failure-free gaspirun run printed %d final lines\n%s", len(sums), out)
-			return
-		}
-		reference.sum = sums[0]
-	})
-	if reference.err != nil {
-		t.Fatal(reference.err)
 	}
-	return reference.sum
+	if len(sums) != 1 {
+		t.Fatalf("failure-free gaspirun run printed %d final lines\n%s", len(sums), out)
+	}
+	if reference.sums == nil {
+		reference.sums = map[string]string{}
+	}
+	reference.sums[key] = sums[0]
+	return sums[0]
 }
 
 // proc is one process of a job (a pod, a Slurm client), started by the
