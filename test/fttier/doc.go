@@ -5,14 +5,15 @@
 // processes by pid and check the outcome from the outside. It holds tests
 // only.
 //
-// TestMain builds cmd/gaspirun and ftstep once per test binary (with -race
-// when the tests run with -race). Every job runs with PGAS_LOG=info, so
-// the runtime's "failure confirmed" and "view applied" records are part of
-// the output the tests read; ftstep runs with -leader (it prints a line
-// when its process becomes the Raft leader), -stats (the runtime's
-// counters after the result line) and -result-dir (result files, for the
-// test that kills gaspirun). Each test checks at the end that no process
-// of its job is left, by pid.
+// TestMain builds cmd/gaspirun, ftstep, and the TeraSort and WordCount
+// commands once per test binary (with -race when the tests run with
+// -race). Every job runs with PGAS_LOG=info, so the runtime's "failure
+// confirmed" and "view applied" records are part of the output the tests
+// read; ftstep runs with -leader (it prints a line when its process
+// becomes the Raft leader), -stats (the runtime's counters after the
+// result line) and -result-dir (result files, for the test that kills
+// gaspirun). Each test checks at the end that no process of its job is
+// left, by pid.
 //
 // What is checked:
 //
@@ -42,6 +43,20 @@
 //     serving the rendezvous exits 69 after PGAS_RENDEZVOUS_TIMEOUT.
 //   - TestLauncherKilled: SIGKILL of gaspirun; the ranks finish on their
 //     own and write correct result files, and every process ends.
+//   - TestRespawnTeraSortFiveKills, TestRespawnWordCountFiveKills: the
+//     refilling pool (gaspirun --respawn) under the key-value
+//     applications, 4 ranks and 1 spare, and five SIGKILLs by pid of the
+//     current holders of ranks 1, 2, 3, 1, 2, each once the last rank
+//     lost was taken over, rank 0 recovered and the job checkpointed
+//     since (TeraSort's rank 0 says so; WordCount's process 0 counts it
+//     in gaspirun --metrics). The first rank lost goes to the job's
+//     spare, every later one to a different replacement, the
+//     replacements having new ids (5, 6, ... in turn); exit 0,
+//     gaspirun's summary counts the five kills and every other process
+//     exited 0; TeraSort's output validates with the input's checksum,
+//     WordCount's result line and part files equal a failure-free run's.
+//     A job that stops progressing is asked for its goroutines (SIGQUIT)
+//     before the test fails, so that its output shows where it waits.
 //
 // This tier covers membership: the kill of one rank, of two in turn and
 // past the spares (exit 75) are its own, checked by epochs, holders and

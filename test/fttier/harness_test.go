@@ -29,18 +29,20 @@ const (
 )
 
 var bins struct {
-	gaspirun, prog string
-	err            error
+	gaspirun, prog, terasort, wordcount string
+	err                                 error
 }
 
 func TestMain(m *testing.M) {
 	if probe := os.Getenv("FTTIER_TRACE_PROBE"); probe != "" {
 		os.Exit(traceProbe(probe)) // a helper of TestDirectWritesWithoutTracing
 	}
-	os.Exit(proctest.Main(m, "fttier", proctest.Race, []string{"./cmd/gaspirun", "./test/fttier/testprog/ftstep"}, func(dir string, skip error) {
+	os.Exit(proctest.Main(m, "fttier", proctest.Race, []string{"./cmd/gaspirun", "./test/fttier/testprog/ftstep", "./apps/terasort/cmd/terasort", "./apps/wordcount/cmd/wordcount"}, func(dir string, skip error) {
 		bins.err = skip
 		bins.gaspirun = filepath.Join(dir, "gaspirun")
 		bins.prog = filepath.Join(dir, "ftstep")
+		bins.terasort = filepath.Join(dir, "terasort")
+		bins.wordcount = filepath.Join(dir, "wordcount")
 	}))
 }
 

@@ -3,13 +3,15 @@
 // hosts (network namespaces joined by a bridge, package internal/testkit/simhost), the job
 // launched on them without gaspirun through the bare PGAS_* environment
 // contract (package internal/testkit/mhjob; the token in the environment only),
-// and real host faults: SIGKILL of everything on a host, and network
-// partitions. It holds tests only.
+// or, for the refilling spare pool, by gaspirun --hostfile --respawn
+// (below), and real host faults: SIGKILL of everything on a host, and
+// network partitions. It holds tests only.
 //
-// TestMain builds the kmeans command once per test binary (with -race
-// when the tests run with -race). Each scenario builds its own three
-// hosts and removes them at the end, also when it fails; the tests skip,
-// saying why, without root or iproute2, and under -short.
+// TestMain builds the kmeans, terasort, gaspibench and gaspirun commands
+// once per test binary (with -race when the tests run with -race). Each
+// scenario builds its own three hosts and removes them at the end, also
+// when it fails; the tests skip, saying why, without root or iproute2,
+// and under -short.
 //
 // The job: 4 ranks and 2 spares, 200,000 generated points in 10
 // dimensions, k = 20, 40 iterations, a checkpoint every 5. node1 runs
@@ -60,6 +62,21 @@
 //     between checkpoints).
 //   - TestTeraSortRendezvousHostCrash: node1 (ranks 0 and 1, the
 //     rendezvous).
+//
+// gaspirun --hostfile --respawn on the same hosts (gaspirun in the root
+// namespace, reaching the hosts through a connector of the test given as
+// --ssh, which runs the remote command in the host's namespace as sshd
+// would; test/sshtier runs real sshds): 4 ranks and 1 spare from a
+// hostfile of 2 slots per host, so ranks 0 and 1 on node1, 2 and 3 on
+// node2, the spare on node3.
+//
+//   - TestRespawnHostCrash: node2 crashes for good after iteration 10
+//     (cut off silently, everything on it SIGKILLed, and starts there
+//     fail as ssh to a dead host does). The spare takes one of its ranks,
+//     a replacement the other; gaspirun starts one replacement per lost
+//     process, each on node1 or node3 and never on node2; exit 0 with the
+//     failure-free answer, no stale frame applied, and nothing left on
+//     any host once gaspirun has exited.
 //
 // Run it alone with
 //

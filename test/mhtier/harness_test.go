@@ -46,16 +46,17 @@ var (
 )
 
 var bins struct {
-	kmeans, terasort, gaspibench string
-	err                          error
+	kmeans, terasort, gaspibench, gaspirun string
+	err                                    error
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(proctest.Main(m, "mhtier", proctest.Race, []string{"./apps/kmeans/cmd/kmeans", "./apps/terasort/cmd/terasort", "./cmd/gaspibench"}, func(dir string, skip error) {
+	os.Exit(proctest.Main(m, "mhtier", proctest.Race, []string{"./apps/kmeans/cmd/kmeans", "./apps/terasort/cmd/terasort", "./cmd/gaspibench", "./cmd/gaspirun"}, func(dir string, skip error) {
 		bins.err = skip
 		bins.kmeans = filepath.Join(dir, "kmeans")
 		bins.terasort = filepath.Join(dir, "terasort")
 		bins.gaspibench = filepath.Join(dir, "gaspibench")
+		bins.gaspirun = filepath.Join(dir, "gaspirun")
 	}))
 }
 
