@@ -245,9 +245,10 @@
 // (1 of 16)" and "s6 joined the job as a spare (pid P on node2)".
 //
 // Where: a local job starts it on this machine, with the PGAS_HOST of the
-// process it replaces. Over ssh it goes to the host with the fewest of the
-// job's live processes among those with a free slot (all hosts if none
-// has one), leaving out hosts taken for lost: where a start failed, or
+// process it replaces. Over ssh it goes to a host with a free slot (any
+// host if none has one), one where no process of the job died first, then
+// the one with the fewest of the job's live processes, leaving out hosts
+// taken for lost: where a start failed, or
 // where every process gaspirun placed has died; their processes are
 // replaced on the other hosts. Under Slurm it runs as a step of one task,
 // "srun --ntasks=1 --nodes=1 --nodelist=NODE --overlap ...", on a node of

@@ -130,9 +130,9 @@ func (p Placement) String() string {
 // replacement (pickHost).
 type hostUse struct {
 	placed int  // processes gaspirun started there
-	live   int  // of those, still running
+	live   int  // of those, still running and not declared failed
 	ranks  int  // of the live ones, those holding a rank
-	died   int  // of those, ended other than by exiting 0
+	died   int  // of those, ended other than by exiting 0, or declared failed (replaced) while running
 	failed bool // a start there failed
 }
 
@@ -143,10 +143,12 @@ func (u hostUse) lost() bool { return u.failed || (u.placed > 0 && u.live == 0 &
 
 // pickHost chooses where a replacement runs, among hosts (with use[i]
 // the job's use of hosts[i]): a host not lost; among those, one with a
-// free slot (fewer live processes than its slots) first, then the one
-// with the fewest of the job's live processes, then the earlier one. So a
-// replacement goes where the job lost a process, unless that host is
-// lost, and spreads over the others otherwise. With needRoom (Slurm, whose
+// free slot (fewer live processes than its slots) first, then one where
+// no process of the job died, then the one with the fewest of the job's
+// live processes, then the earlier one. So a replacement goes where the
+// job lost a process when only that host has room, and otherwise to a
+// host with no loss: a host that just lost a process may be on its way
+// down, its other processes' ends not known yet. With needRoom (Slurm, whose
 // allocation grants each node its tasks and no more) only hosts with a
 // free slot qualify; over ssh a full host is used rather than none, since
 // slots there are the user's intent, not a grant.
@@ -164,6 +166,10 @@ func pickHost(hosts []HostSlots, use []hostUse, needRoom bool) (int, string) {
 			best = i
 		case room(i) != room(best):
 			if room(i) {
+				best = i
+			}
+		case (use[i].died == 0) != (use[best].died == 0):
+			if use[i].died == 0 {
 				best = i
 			}
 		case use[i].live < use[best].live:

@@ -218,6 +218,11 @@ func (t *tracker) hostUse(hosts []HostSlots) []hostUse {
 			ex = t.exit[p]
 		}
 		switch {
+		case !t.exited[p] && !ending && t.replaced[p]:
+			// The membership declared it failed and gave its rank to
+			// another: as good as dead for placing (its end may be slow
+			// to reach gaspirun from a host that went down).
+			u.died++
 		case !t.exited[p] && !ending:
 			u.live++
 			if t.rankOf[p] >= 0 {

@@ -209,6 +209,8 @@ func TestPickHost(t *testing.T) {
 		{"every host lost", []hostUse{{placed: 2, died: 2}, {failed: true}, {placed: 1, died: 1}}, false, -1,
 			"every host is lost: a (every process placed there died), b (a start there failed), c (every process placed there died)"},
 		{"an unused host is not lost", []hostUse{{placed: 2, died: 2}, {placed: 2, live: 2}, {}}, true, 2, ""},
+		{"among hosts with room, one with no loss", []hostUse{{placed: 2, live: 2}, {placed: 2, live: 1, died: 1}, {placed: 1, live: 1}}, false, 2, ""},
+		{"no loss before fewer live", []hostUse{{placed: 2, live: 0, died: 1}, {placed: 2, live: 1}, {placed: 2, live: 2}}, false, 1, ""},
 	}
 	for _, c := range cases {
 		got, why := pickHost(hosts, c.use, c.needRoom)
@@ -261,10 +263,16 @@ func TestTrackerHostUseCountsSettlingExits(t *testing.T) {
 	if u := tr.hostUse(hosts)[1]; u.died != 2 || u.placed != 2 {
 		t.Fatalf("host b after both exits judged: %+v", u)
 	}
+	// A process the membership replaced is as good as dead, even before
+	// its exit arrives.
+	tr.onReport(role(4, 0, 2))
+	if u := tr.hostUse(hosts)[0]; u.live != 1 || u.died != 1 {
+		t.Fatalf("host a with rank 0's holder replaced: %+v, want 1 live and 1 died", u)
+	}
 	// A settling exit 0 is an end, not a death.
-	tr.exitSeen(0, ok)
-	if u := tr.hostUse(hosts)[0]; u.live != 1 || u.died != 0 || u.lost() {
-		t.Fatalf("host a with an exit 0 settling: %+v", u)
+	tr.exitSeen(1, ok)
+	if u := tr.hostUse(hosts)[0]; u.live != 0 || u.died != 1 || !u.lost() {
+		t.Fatalf("host a with rank 0's holder replaced and an exit 0 settling: %+v, want lost", u)
 	}
 }
 
