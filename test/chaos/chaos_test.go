@@ -143,7 +143,7 @@ func runSchedule(t *testing.T, s Schedule, refs *references, sum *summary) {
 	var j *job
 	// Every fault drawn is counted, also when the schedule stops early.
 	defer func() { sum.cover(t, s, j) }()
-	ref := refs.get(t, s.Workload)
+	ref := refs.get(t, s)
 	var (
 		res Result
 		out = t.TempDir()
@@ -234,7 +234,7 @@ func build(t *testing.T, s Schedule, out string) spec {
 			}
 		}
 	case TeraSort:
-		sp.program = tsProgram(tsInput(t), out, s.Mirrors)
+		sp.program = tsProgram(tsInput(t, tsRecordsOf(s)), out, s.Mirrors)
 	}
 	sp.faults = len(s.Faults)
 	sp.apply = func(j *job) {
@@ -1114,20 +1114,37 @@ func tsProgram(in, out string, mirrors int) []string {
 		"--mirrors", strconv.Itoa(mirrors)}
 }
 
+// tsRecordsOf is the size of s's TeraSort input: tsRecords, or four times
+// that for a respawn schedule. The harness waits for each replacement to
+// join before the next spaced kill, and a job of tsRecords (a second on
+// an idle machine) ended during those waits in half the schedules, its
+// later kills never applied.
+func tsRecordsOf(s Schedule) int {
+	if s.Respawn {
+		return 4 * tsRecords()
+	}
+	return tsRecords()
+}
+
 // references holds the failure-free answers, computed once per test run:
 // K-means's from a job without faults, TeraSort's from its input.
 type references struct {
 	mu sync.Mutex
-	m  map[Workload]string
+	m  map[string]string // by workload (and TeraSort's input size)
 }
 
-func (r *references) get(t *testing.T, w Workload) string {
+func (r *references) get(t *testing.T, s Schedule) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
-		r.m = map[Workload]string{}
+		r.m = map[string]string{}
 	}
-	if a, ok := r.m[w]; ok {
+	w := s.Workload
+	key := string(w)
+	if w == TeraSort {
+		key = fmt.Sprintf("%s of %d records", w, tsRecordsOf(s))
+	}
+	if a, ok := r.m[key]; ok {
 		return a
 	}
 	var a string
@@ -1139,44 +1156,50 @@ func (r *references) get(t *testing.T, w Workload) string {
 		}
 		a = res.Answer
 	case TeraSort:
-		a = sumInput(t, tsInput(t))
+		a = sumInput(t, tsInput(t, tsRecordsOf(s)))
 	}
-	t.Logf("reference %s: %s", w, a)
-	r.m[w] = a
+	t.Logf("reference %s: %s", key, a)
+	r.m[key] = a
 	return a
 }
 
 var tsIn struct {
-	once sync.Once
-	dir  string
+	mu   sync.Mutex
+	dirs map[int]string // by records
 }
 
-// tsInput generates the TeraSort input once per test binary.
-func tsInput(t *testing.T) string {
-	tsIn.once.Do(func() {
-		dir, err := os.MkdirTemp("", "chaos-terasort-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := runTool(bins.terasort, "gen", "--records", strconv.Itoa(tsRecords()), "--out", dir, "--quiet")
-		if err != nil {
-			t.Fatalf("terasort gen: %v\n%s", err, out)
-		}
-		tsIn.dir = dir
-	})
-	if tsIn.dir == "" {
-		t.Fatal("terasort input could not be generated")
+// tsInput generates a TeraSort input of records once per test binary.
+func tsInput(t *testing.T, records int) string {
+	tsIn.mu.Lock()
+	defer tsIn.mu.Unlock()
+	if dir, ok := tsIn.dirs[records]; ok {
+		return dir
 	}
-	return tsIn.dir
+	dir, err := os.MkdirTemp("", "chaos-terasort-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runTool(bins.terasort, "gen", "--records", strconv.Itoa(records), "--out", dir, "--quiet"); err != nil {
+		os.RemoveAll(dir)
+		t.Fatalf("terasort gen: %v\n%s", err, out)
+	}
+	if tsIn.dirs == nil {
+		tsIn.dirs = map[int]string{}
+	}
+	tsIn.dirs[records] = dir
+	return dir
 }
 
-// removeTSInput removes the TeraSort input once TestChaos, its only user,
-// is over: 200 MB without the race detector, left behind by every run
-// otherwise.
+// removeTSInput removes the TeraSort inputs once TestChaos, their only
+// user, is over: 200 MB without the race detector (800 MB more with a
+// respawn schedule), left behind by every run otherwise.
 func removeTSInput() {
-	if tsIn.dir != "" {
-		os.RemoveAll(tsIn.dir)
+	tsIn.mu.Lock()
+	defer tsIn.mu.Unlock()
+	for _, dir := range tsIn.dirs {
+		os.RemoveAll(dir)
 	}
+	tsIn.dirs = nil
 }
 
 // sumInput is the input's count and checksum, as validate prints them.

@@ -74,7 +74,7 @@ func TestChaosHosts(t *testing.T) {
 	for _, seed := range seeds {
 		s := DrawHosts(seed, kmWorkload().lastAt())
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			runHostSchedule(t, s, kmRefs.get(t, KMeans), sum)
+			runHostSchedule(t, s, kmRefs.get(t, Schedule{Workload: KMeans}), sum)
 		})
 	}
 	table := sum.table()

@@ -120,7 +120,7 @@ func TestChaosScale(t *testing.T) {
 		list = scaleSampleSeeds
 	}
 	sum := newSummary()
-	refs := &references{m: map[Workload]string{KMeans: ref.Answer}}
+	refs := &references{m: map[string]string{string(KMeans): ref.Answer}}
 	for _, seed := range list {
 		s := DrawScale(seed, n, w.lastAt())
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
