@@ -376,7 +376,21 @@
 //
 // (ranks running, finished and lost, idle spares, processes that ended
 // otherwise, the epoch, the elapsed time, the lowest rank's last line).
-// With stderr redirected there is none. --metrics ADDR serves every process's metrics
+// With stderr redirected there is none.
+//
+// A job that shows no progress is not silent, with or without a terminal:
+// 30 s after the last line, registration, report or exit, gaspirun says
+// on stderr what it waits for, and again every minute while nothing
+// happens. Before every process has registered it names the ones the job
+// waits for:
+//
+//	gaspirun: 1,024 of 1,026 processes registered with the rendezvous; waiting 30s for process 17 on a, process 700 on a
+//
+// after, it counts the processes by state and quotes the last line:
+//
+//	gaspirun: no progress seen for 1m30s (no line, report or exit): 4 ranks: 4 running; 1 spare idle; the last line, 1m30s ago: [r0] iter 12 ...
+//
+// --metrics ADDR serves every process's metrics
 // at http://ADDR/metrics with a proc label (a process that ended keeps its
 // last scrape, gaspigo_job_process_up 0); --trace FILE merges the
 // processes' traces into one Chrome/Perfetto JSON file at the end (local

@@ -155,6 +155,11 @@ type Config struct {
 	// control connection to close, so that reports it sent just before
 	// exiting (a promoted spare's "role") are seen first.
 	ExitSettle time.Duration
+	// StallAfter is how long a job may show no progress (no line, no
+	// registration, report or exit) before gaspirun says what it waits
+	// for; StallEvery how often it says so again while nothing happens.
+	// 0: DefaultStallAfter, DefaultStallEvery.
+	StallAfter, StallEvery time.Duration
 	// Env holds extra KEY=VALUE variables for every process. It may not set
 	// the PGAS_ variables of the contract; gaspirun sets those.
 	Env []string
@@ -208,6 +213,14 @@ const DefaultMaxRestarts = 16
 // be started (after its backoff), to register and to join, on a busy
 // host or through ssh or srun.
 const DefaultRefillWait = 30 * time.Second
+
+// DefaultStallAfter and DefaultStallEvery are Config.StallAfter and
+// Config.StallEvery when zero: a first note 30 s into a stall, then one a
+// minute.
+const (
+	DefaultStallAfter = 30 * time.Second
+	DefaultStallEvery = time.Minute
+)
 
 // DefaultConfig returns the settings gaspirun uses; the caller sets Ranks,
 // Program and the rest from flags.
@@ -332,6 +345,9 @@ func (c Config) Validate() error {
 	if c.Collapse < 0 || c.Collapse > 10*time.Second {
 		return &FlagError{Flag: "--collapse", Value: c.Collapse.String(), Problem: "must be between 0 and 10s (a line is held back that long)",
 			Fix: "use e.g. --collapse 200ms, or 0 to print every line with its own prefix"}
+	}
+	if c.StallAfter < 0 || c.StallEvery < 0 {
+		return &FlagError{Flag: "StallAfter", Value: c.StallAfter.String() + "," + c.StallEvery.String(), Problem: "cannot be negative"}
 	}
 	if c.ExitSettle < 0 {
 		return &FlagError{Flag: "ExitSettle", Value: c.ExitSettle.String(), Problem: "cannot be negative"}

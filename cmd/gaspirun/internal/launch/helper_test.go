@@ -75,6 +75,7 @@ func sleepForever() { time.Sleep(time.Hour) }
 //	env      print the environment contract and the table, one line to stdout and one to stderr
 //	exit3    rank 1 exits 3; the others wait to be stopped
 //	plain0   process 0 exits 0 without registering; the others register and wait
+//	late1    process 1 never registers and waits for SIGTERM; the others register and wait
 //	hang     start a grandchild in the same process group, ignore SIGTERM, hang
 //	promote  rank 1 kills itself; the spare waits until rank 1's listener is gone,
 //	         reports that it holds rank 1, and exits 0
@@ -99,6 +100,12 @@ func childMain(mode string) int {
 		fmt.Printf("self %d\n", os.Getpid())
 	}
 	if mode == "plain0" && os.Getenv("PGAS_PROC") == "0" {
+		return 0
+	}
+	if mode == "late1" && os.Getenv("PGAS_PROC") == "1" {
+		// A process that never gets to register (stopped, starved):
+		// until the launcher stops it.
+		waitTerm()
 		return 0
 	}
 	env, err := bootstrap.FromEnv()

@@ -32,6 +32,21 @@ type output struct {
 	// output out of the collapsing (their diagnostics on stderr are
 	// collapsed from the start); nil once it returned true.
 	colReady func() bool
+
+	// The last line a process printed, and when (stallCheck).
+	lastAt   time.Time
+	lastText string
+}
+
+// lastLineMax caps the last line as a stall note quotes it.
+const lastLineMax = 120
+
+// lastLine is the last line a process printed ("[label] text", cut to
+// lastLineMax bytes) and when; zero before the first.
+func (o *output) lastLine() (time.Time, string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.lastAt, o.lastText
 }
 
 // maxPendingOutput bounds the output the collapser holds back.
@@ -127,6 +142,10 @@ func (o *output) line(stream, proc int, label string, text []byte) {
 	text = bytes.TrimSuffix(text, []byte("\n"))
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if stream != streamEvent {
+		o.lastAt = time.Now()
+		o.lastText = "[" + label + "] " + string(text[:min(len(text), lastLineMax)])
+	}
 	if o.colReady != nil && o.colReady() {
 		o.colReady = nil
 	}

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -322,7 +323,10 @@ func (j *job) loop(ctx context.Context) Result {
 		killTimer *time.Timer
 		lingerC   <-chan time.Time // the idle spares' grace to end by themselves
 		watchC    <-chan time.Time // looking for a registration (awaitingRegistration)
+		stall     = newStallWatch(cmp.Or(j.cfg.StallAfter, DefaultStallAfter), cmp.Or(j.cfg.StallEvery, DefaultStallEvery), time.Now())
+		stallT    = time.NewTicker(stallTick(stall.after))
 	)
+	defer stallT.Stop()
 	if j.cfg.Timeout > 0 {
 		t := time.NewTimer(j.cfg.Timeout)
 		defer t.Stop()
@@ -476,7 +480,11 @@ func (j *job) loop(ctx context.Context) Result {
 			respawnC = j.refill.due
 		}
 		select {
+		case now := <-stallT.C:
+			j.stallCheck(stall, now)
+			continue
 		case ev := <-j.exits:
+			stall.progress(time.Now())
 			j.byID[ev.proc].waited = true
 			j.tr.exitSeen(ev.proc, ev.info)
 			if j.srv.Connected(uint32(ev.proc)) {
@@ -514,6 +522,7 @@ func (j *job) loop(ctx context.Context) Result {
 				reports = nil
 				continue
 			}
+			stall.progress(time.Now())
 			onReport(r)
 		case <-timeoutC:
 			timeoutC = nil
