@@ -379,12 +379,12 @@
 // With stderr redirected there is none.
 //
 // A job that shows no progress is not silent, with or without a terminal:
-// 30 s after the last line, registration, report or exit, gaspirun says
-// on stderr what it waits for, and again every minute while nothing
-// happens. Before every process has registered it names the ones the job
+// within 30 s of the last line, registration, report or exit, gaspirun
+// says on stderr what it waits for, and again at least once a minute
+// while nothing happens. Before every process has registered it names the ones the job
 // waits for:
 //
-//	gaspirun: 1,024 of 1,026 processes registered with the rendezvous; waiting 30s for process 17 on a, process 700 on a
+//	gaspirun: 1,024 of 1,026 processes registered with the rendezvous; waiting 25s for process 17 on a, process 700 on a
 //
 // after, it counts the processes by state and quotes the last line:
 //

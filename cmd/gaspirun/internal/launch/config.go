@@ -215,11 +215,12 @@ const DefaultMaxRestarts = 16
 const DefaultRefillWait = 30 * time.Second
 
 // DefaultStallAfter and DefaultStallEvery are Config.StallAfter and
-// Config.StallEvery when zero: a first note 30 s into a stall, then one a
-// minute.
+// Config.StallEvery when zero. With the loop's check every 5 s
+// (stallTick), the first note comes within 30 s of the stall's start and
+// the next ones within a minute of each other.
 const (
-	DefaultStallAfter = 30 * time.Second
-	DefaultStallEvery = time.Minute
+	DefaultStallAfter = 25 * time.Second
+	DefaultStallEvery = 55 * time.Second
 )
 
 // DefaultConfig returns the settings gaspirun uses; the caller sets Ranks,

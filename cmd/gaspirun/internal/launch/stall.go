@@ -8,8 +8,9 @@ import (
 
 // A job that makes no visible progress is not silent: once nothing has
 // happened for Config.StallAfter (no line from any process, no
-// registration, report or exit), gaspirun says in one line what it waits
-// for, and again every Config.StallEvery while nothing happens, on
+// registration, report or exit; checked every stallTick), gaspirun says
+// in one line what it waits for, and again every Config.StallEvery while
+// nothing happens, on
 // stderr, with or without a terminal. Before the job formed that is the
 // processes that have not registered with the rendezvous (the usual
 // stall: a process that never started, or was stopped); after, the
