@@ -56,8 +56,9 @@ func (w *stallWatch) due(now time.Time) bool {
 	return true
 }
 
-// stallCheck is the loop's tick: it takes registrations and the last
-// output line as progress, and prints a note when one is due.
+// stallCheck is the loop's tick: it takes registrations, and once the job
+// formed the last output line, as progress, and prints a note when one is
+// due.
 func (j *job) stallCheck(w *stallWatch, now time.Time) {
 	regs := j.registeredCount()
 	if regs != w.regs {
@@ -65,11 +66,27 @@ func (j *job) stallCheck(w *stallWatch, now time.Time) {
 		w.progress(now)
 	}
 	lineAt, line := j.out.lastLine()
-	w.progress(lineAt)
+	formed := j.formed()
+	if formed {
+		// Before, the processes' lines are their own notes that they
+		// wait for the member table: no progress.
+		w.progress(lineAt)
+	}
 	if !w.due(now) || j.tr.phase != running {
 		return
 	}
-	j.out.notice(j.stallNote(now.Sub(w.last).Round(time.Second), regs, now.Sub(lineAt).Round(time.Second), line))
+	j.out.notice(j.stallNote(formed, now.Sub(w.last).Round(time.Second), regs, now.Sub(lineAt).Round(time.Second), line))
+}
+
+// formed says whether every process has registered: the rendezvous
+// completed the member table.
+func (j *job) formed() bool {
+	select {
+	case <-j.srv.Complete():
+		return true
+	default:
+		return false
+	}
 }
 
 // registeredCount is how many of the processes gaspirun started are
@@ -85,8 +102,8 @@ func (j *job) registeredCount() int {
 }
 
 // stallNote says what a job that made no progress for idle waits for.
-func (j *job) stallNote(idle time.Duration, regs int, sinceLine time.Duration, line string) string {
-	if !j.tr.formed && regs < len(j.procs) {
+func (j *job) stallNote(formed bool, idle time.Duration, regs int, sinceLine time.Duration, line string) string {
+	if !formed {
 		var missing []string
 		for _, pr := range j.procs {
 			if j.tr.registered[pr.id] || j.srv.Connected(uint32(pr.id)) {
