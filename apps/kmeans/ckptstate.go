@@ -56,6 +56,7 @@ func (j *Job) setHeader(final bool) {
 // further).
 func (j *Job) fromHeader() {
 	j.iter, j.high = int(j.hdr[hdrIter]), int(j.hdr[hdrHigh])
+	j.low = j.high
 	j.sse = math.Float64frombits(j.hdr[hdrSSE])
 	j.finished = j.hdr[hdrFinal] == 1 && uint64(j.opt.MaxIter) <= j.hdr[hdrMaxIter]
 }

@@ -135,6 +135,13 @@ type Job struct {
 
 	iter int // iterations completed
 	high int // the most iterations the job ever completed (injections fire past it)
+	// low: the fewest iterations the current ranks' holders completed, as
+	// of the last restore (an injection naming a rank fires past it; see
+	// inject). done: the most this process completed as a rank; iterated:
+	// it completed one (a promoted spare or a resumed process contributes
+	// nothing to low before).
+	low, done int
+	iterated  bool
 	// promotedAt: for a process that started as a spare, the job's high
 	// mark when its first restore made it a rank (-1 before): the
 	// iteration after it is the one its predecessor was lost in.
@@ -193,7 +200,7 @@ func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 		// over); a collective here would meet theirs out of order.
 		return j, nil
 	}
-	if err := j.inject(ctx, "init", true); err != nil {
+	if err := j.inject(ctx, "init", true, true); err != nil {
 		j.Close()
 		return nil, err
 	}
@@ -533,13 +540,15 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 	j.iterDone(t0, int64(j.buf[kd+k+1]), shift)
 	j.printf("iter %4d  sse=%-22s moved=%-9d shift=%-10.3g time=%v\n", j.iter, strconv.FormatFloat(j.sse, 'g', 10, 64), int64(j.buf[kd+k+1]), shift, time.Since(t0).Round(10*time.Microsecond))
 	fresh := j.iter > j.high
-	if err := j.inject(ctx, "", fresh); err != nil {
+	if err := j.inject(ctx, "", fresh, j.iter > j.low); err != nil {
 		return false, err
 	}
 	if err := j.st.tick(j.iter, fresh, j.promotedAt >= 0 && j.iter <= j.promotedAt+1); err != nil {
 		return false, err
 	}
 	j.high = max(j.high, j.iter)
+	j.low = max(j.low, j.iter)
+	j.done, j.iterated = max(j.done, j.iter), true
 	done = j.iter >= j.opt.MaxIter || (j.opt.Tol > 0 && shift <= j.opt.Tol)
 	if j.ck != nil && j.opt.Every > 0 && j.iter%j.opt.Every == 0 && !done {
 		if err := j.checkpoint(ctx); err != nil {
@@ -568,7 +577,7 @@ func (j *Job) checkpoint(ctx context.Context) error {
 // iteration's reduction carries its agreement (ckpt Vote): this rank's
 // vote for the reduction to sum, 0 when its push completed, 1 when not.
 func (j *Job) vote(ctx context.Context) (float64, error) {
-	if err := j.inject(ctx, "commit", j.fresh); err != nil {
+	if err := j.inject(ctx, "commit", j.fresh, j.fresh); err != nil {
 		return 0, err
 	}
 	t0 := time.Now()
@@ -593,7 +602,7 @@ func (j *Job) commit(ctx context.Context) error {
 	// The checkpoint of iteration j.iter is being committed; the high-water
 	// mark already counts that iteration, so whether this is the first time
 	// was decided when the checkpoint started.
-	if err := j.inject(ctx, "commit", j.fresh); err != nil {
+	if err := j.inject(ctx, "commit", j.fresh, j.fresh); err != nil {
 		return err
 	}
 	id := j.pending

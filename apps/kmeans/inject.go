@@ -113,14 +113,25 @@ func setupPhase(phase string) bool { return phase == "init" || phase == "ckpt-ne
 // survivors never completed that iteration (its result was still on its
 // way through the lost process). Two injections due to one rank in that
 // iteration would lose the second.
-func (j *Job) inject(ctx context.Context, phase string, fresh bool) error {
-	if !fresh {
+//
+// An injection that names a rank is judged by rankFresh instead (the
+// holders of every rank completed fewer iterations than j.iter, Job.low):
+// a survivor whose iteration a recovery cut short, while another rank had
+// completed it, never fired its kill there, and does when it gets there
+// again. Targets that a rank does not name (the leader, a host, a mirror)
+// may be another process after the recovery, so they keep to fresh: they
+// fire once, or not at all when the process they hit was lost first.
+func (j *Job) inject(ctx context.Context, phase string, fresh, rankFresh bool) error {
+	if !fresh && !rankFresh {
 		return nil // a redone iteration
 	}
 	quiet := j.promotedAt >= 0 && j.iter <= j.promotedAt+1 // see above
 	me := j.rt.Rank()
 	for _, in := range j.opt.Injects {
 		if in.Iter != j.iter || in.Phase != phase {
+			continue
+		}
+		if byRank := in.Rank >= 0; (byRank && !rankFresh) || (!byRank && !fresh) {
 			continue
 		}
 		hit := in.Rank == me ||

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -115,11 +116,21 @@ func (j *Job) restore(ctx context.Context) error {
 	j.lastID = id
 	high := j.high
 	j.fromHeader()
-	h := []int64{int64(max(high, j.high))}
+	// The job's high mark, and the fewest iterations a rank that iterated
+	// before completed (as a maximum of its negation): one allreduce.
+	own := int64(math.MinInt64 + 1) // nothing to say: a promoted spare, or a resumed process
+	if j.iterated {
+		own = -int64(j.done)
+	}
+	h := []int64{int64(max(high, j.high)), own}
 	if err := pgas.Allreduce(ctx, j.rt, nil, h, pgas.OpMax); err != nil {
 		return err
 	}
 	j.high = int(h[0])
+	j.low = j.high
+	if h[1] != math.MinInt64+1 {
+		j.low = min(j.high, int(-h[1]))
+	}
 	if j.rt.StartedAsSpare() && j.promotedAt < 0 {
 		j.promotedAt = j.high
 	}

@@ -45,7 +45,7 @@ func (j *Job) SetupFailed(err error) error {
 // caller closes the checkpointer, also after an error.
 func (j *Job) SetupCheckpoints(ctx context.Context, newCk func(ctx context.Context, joining bool) (Checkpoints, error)) error {
 	if !j.rt.StartedAsSpare() {
-		if err := j.inject(ctx, "ckpt-new", true); err != nil {
+		if err := j.inject(ctx, "ckpt-new", true, true); err != nil {
 			return err
 		}
 	}
