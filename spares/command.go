@@ -280,9 +280,10 @@ func (s *State) addSpare(c AddSpare) (Result, error) {
 	if len(s.Procs) >= MaxProcs {
 		return Result{}, badCmd("AddSpare of proc %d: the job already has %d procs (max %d)", c.Proc, len(s.Procs), MaxProcs)
 	}
-	s.Epoch++
 	s.Procs[c.Proc] = c.Info
 	if len(s.Awaiting) > 0 {
+		// A rank changes holder: a new epoch fences the old one.
+		s.Epoch++
 		a := s.Awaiting[0]
 		s.Awaiting = slices.Delete(s.Awaiting, 0, 1)
 		s.Ranks[a.Rank] = c.Proc
@@ -290,6 +291,10 @@ func (s *State) addSpare(c AddSpare) (Result, error) {
 		r.Changed, r.Rank, r.Promoted = true, a.Rank, c.Proc
 		return r, nil
 	}
+	// Into the pool: no rank changes holder, so the epoch stays. The ranks
+	// go on with what they were doing (a new epoch would cut every
+	// operation in flight short and send the job back to its checkpoint);
+	// the view that lists the joiner reaches them by the state's version.
 	s.Spares = append(s.Spares, c.Proc)
 	r := noop(s, "spare %d added to the pool (%d spares)", c.Proc, len(s.Spares))
 	r.Changed = true

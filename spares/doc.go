@@ -109,8 +109,10 @@
 // it is a client like any other: it follows the tree, and the leader may
 // make it a voter when one is lost (it registered RaftAddr and CtlAddr).
 //
-// AddSpare puts the joiner in the pool, or, while ranks await a joiner,
-// gives it the lowest such rank in the same entry. A rank awaits when it
+// AddSpare puts the joiner in the pool without a new epoch (no rank
+// changes holder, so nothing is fenced and the ranks need not recover),
+// or, while ranks await a joiner, gives it the lowest such rank in the
+// same entry, with a new epoch. A rank awaits when it
 // is lost with an empty pool and Config.RefillWait is set (it is fixed in
 // the initial state, State.RefillWait, so every process applies the log
 // alike): the failed process keeps the rank, listed in State.Awaiting

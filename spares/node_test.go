@@ -180,6 +180,7 @@ func (c *cluster) other(exclude ...uint32) *Node {
 // common membership; it fails if two nodes disagree.
 func (c *cluster) converge(ctx context.Context, epoch uint64) State {
 	c.t.Helper()
+	awaitPool(c.t, ctx, c.live(), epoch)
 	var first State
 	for i, n := range c.live() {
 		st, err := n.WaitEpoch(ctx, epoch)
@@ -198,6 +199,25 @@ func (c *cluster) converge(ctx context.Context, epoch uint64) State {
 		}
 	}
 	return first
+}
+
+// awaitPool waits until every node of live is at epoch or later and holds
+// as many processes as the one that holds most: a join into the pool
+// changes the state without a new epoch, so WaitEpoch alone may return a
+// state that has not learnt it yet.
+func awaitPool(t testing.TB, ctx context.Context, live []*Node, epoch uint64) {
+	t.Helper()
+	most := 0
+	for _, n := range live {
+		if st, err := n.WaitEpoch(ctx, epoch); err == nil || errors.Is(err, ErrSparesExhausted) {
+			most = max(most, len(st.Procs))
+		}
+	}
+	for _, n := range live {
+		if _, err := n.Await(ctx, func(st *State) bool { return len(st.Procs) >= most }); err != nil {
+			t.Fatalf("node %d never learnt the %d processes another holds: %v", n.Proc(), most, err)
+		}
+	}
 }
 
 // votersRepaired waits until every live node records want voters, none of
@@ -586,7 +606,7 @@ func TestNodeJoinRefillsPool(t *testing.T) {
 	if !slices.Equal(st.Spares, []uint32{2, 3}) {
 		t.Fatalf("joiner's view after joining: %s", summarize(&st))
 	}
-	c.converge(ctx, 2)
+	c.converge(ctx, 1) // into the pool: the epoch stays
 	c.votersRepaired(ctx, 4)
 
 	// Which spare takes a rank depends on the victim's host (the first

@@ -135,6 +135,7 @@ func (s *sim) settle() {
 // they agree.
 func (s *sim) converge(ctx context.Context, epoch uint64) State {
 	s.t.Helper()
+	awaitPool(s.t, ctx, s.live(), epoch)
 	var first State
 	for i, n := range s.live() {
 		st, err := n.WaitEpoch(ctx, epoch)

@@ -405,8 +405,8 @@ func (s Schedule) programKills() bool {
 const lateBy = 20
 
 // settledLocked reports whether the job has no recovery under way: every
-// failure a survivor confirmed, and every process that joined the job,
-// was followed by rank 0's recovery line, and
+// failure a survivor confirmed was followed by rank 0's recovery line
+// (a process that joins the pool starts none: no new epoch), and
 // since that line the job went on long enough to have committed a new
 // checkpoint with the new process in it (K-means: a checkpoint interval
 // and one more iteration; TeraSort: half a second). A schedule's faults
@@ -415,7 +415,7 @@ const lateBy = 20
 // its only mirror, which no survivable schedule means to do. Called with
 // run's lock held.
 func (j *job) settledLocked(s Schedule) bool {
-	lastRec, lastConfirm, lastLoss, lastJoin := -1, -1, -1, -1
+	lastRec, lastConfirm, lastLoss := -1, -1, -1
 	for i, l := range j.lines {
 		switch {
 		case recoveryRE.MatchString(l.text):
@@ -426,16 +426,11 @@ func (j *job) settledLocked(s Schedule) bool {
 			lastLoss = i
 		case strings.HasPrefix(l.text, "chaos: ridden out "):
 			lastLoss = -1 // the fault just applied cost no process
-		case l.msg() == msgJoined && strings.HasPrefix(l.text, "[r0] "):
-			// A process joined (a replacement, --respawn): its epoch makes
-			// the ranks recover too, and rank 0's holder logs the joiner
-			// before the recovery it causes.
-			lastJoin = i
 		}
 	}
 	// A fault applied a moment ago may not be confirmed yet: its recovery
 	// must have been seen too.
-	if lastConfirm > lastRec || lastLoss > lastRec || lastJoin > lastRec {
+	if lastConfirm > lastRec || lastLoss > lastRec {
 		return false
 	}
 	if lastRec < 0 {

@@ -46,17 +46,14 @@ func (r *result) respawns() []int {
 // the ranks lost while the pool is empty wait for it; the job ends with
 // the failure-free result and exit 0, and no process is left behind.
 //
-// With two mirrors. Every join starts a new epoch, so the ranks restore
-// their checkpoint and re-push mirrors of the new generation; at 7 ms an
-// iteration, a kill three iterations after a join can come within that
-// rebuild, and with one mirror the dead rank's snapshot was then
-// unprotected: about one run in six ended with "no restorable
-// checkpoint". A join that only adds a spare should not start a recovery
-// at all (docs/design.md §5.2.1); until it does, the test keeps the
-// redundancy that covers two losses in one rebuild window.
+// With one mirror, the default: a join into the pool starts no recovery
+// (docs/design.md §5.2.1). When every join started a new epoch, the ranks
+// restored their checkpoint and re-pushed its mirrors at each one, and a
+// kill three iterations (about 20 ms) later, within that rebuild, lost the
+// dead rank's only copy in one run of six.
 func TestRespawnTenKills(t *testing.T) {
 	base := baseline(t, respawnWorkload)
-	res := run(t, spec{spares: 1, launcher: []string{"--respawn"}, args: append(slices.Clone(respawnWorkload), "--mirrors", "2"), extra: spacedKills(10)})
+	res := run(t, spec{spares: 1, launcher: []string{"--respawn"}, args: respawnWorkload, extra: spacedKills(10)})
 	if res.code != 0 {
 		t.Fatalf("gaspirun exited %d, want 0 (every failure recovered)\n%s", res.code, res.text())
 	}
