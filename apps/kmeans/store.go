@@ -327,9 +327,10 @@ func (s *stores) wait(in Store) {
 		return
 	}
 	fmt.Printf("inject: store rank %d: waiter on the notification of rank %d's stores (mode %q): started\n", rt.Rank(), in.Rank, in.Mode)
-	var woken uint64
+	var woken, timeouts uint64
+	errs := map[string]int{}
 	defer func() {
-		fmt.Printf("inject: store rank %d: waiter woken %d times\n", rt.Rank(), woken)
+		fmt.Printf("inject: store rank %d: waiter woken %d times, %d timeouts, errors %v\n", rt.Rank(), woken, timeouts, errs)
 	}()
 	for !s.stopped() {
 		ctx, cancel := context.WithTimeout(context.Background(), storeWaitBound)
@@ -358,7 +359,11 @@ func (s *stores) wait(in Store) {
 				return
 			}
 		}
+		if timedOut {
+			timeouts++
+		}
 		if err != nil && !timedOut {
+			errs[err.Error()]++
 			select {
 			case <-s.stop:
 			case <-time.After(10 * time.Millisecond): // the segment may be gone at the end
