@@ -184,9 +184,10 @@ func TestHolderFollowsJoiners(t *testing.T) {
 	}
 }
 
-// Rule: a process that joined makes the job unsettled until rank 0's
-// recovery from its epoch, and a checkpoint interval of iterations after
-// it, as for a failure.
+// Rule: a process that joined the pool starts no recovery (its join keeps
+// the epoch), so it leaves a settled job settled; a recovery, from a loss
+// or from a joiner that took an awaiting rank, settles a checkpoint
+// interval of iterations after rank 0's recovery line.
 func TestSettledAfterJoin(t *testing.T) {
 	s := Schedule{Workload: KMeans, Ranks: Ranks, Spares: 1, Respawn: true}
 	w := kmWorkload()
@@ -204,7 +205,7 @@ func TestSettledAfterJoin(t *testing.T) {
 		want  bool
 	}{
 		{"the recovery from a loss settled", append(through(3), iters(w.ckptEvery+1)...), true},
-		{"joined, not recovered", append(append(through(3), iters(w.ckptEvery+1)...), respawnRun[4]...), false},
+		{"joined the pool: no recovery to wait for", append(append(through(3), iters(w.ckptEvery+1)...), respawnRun[4]...), true},
 		{"joined, recovered, too few iterations", append(through(4), recovery), false},
 		{"joined, recovered, settled", append(append(through(4), recovery), iters(w.ckptEvery+1)...), true},
 		{"a joiner's line from another process", append(append(through(3), iters(w.ckptEvery+1)...), joinedLine("r2", 5, 6, 5)), true},
