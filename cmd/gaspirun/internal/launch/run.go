@@ -402,9 +402,6 @@ func (j *job) loop(ctx context.Context) Result {
 			j.out.status.setState(j.tr.statusState())
 		}
 	}
-	roles := newHeldRoles(j.cfg.ExitSettle, settled)
-	defer roles.stop()
-	var onReport func(r bootstrap.Report, mayHold bool)
 	decide := func(ev exitEvent) {
 		delete(pending, ev.proc)
 		handled++
@@ -416,11 +413,8 @@ func (j *job) loop(ctx context.Context) Result {
 			}
 		}
 		apply(j.tr.onExit(ev.proc, ev.info))
-		for _, r := range roles.release(ev.proc) {
-			onReport(r, false)
-		}
 	}
-	onReport = func(r bootstrap.Report, mayHold bool) {
+	onReport := func(r bootstrap.Report) {
 		if r.Kind == bootstrap.KindJoined {
 			host := ""
 			if m, ok := j.srv.Member(r.Proc); ok {
@@ -438,13 +432,10 @@ func (j *job) loop(ctx context.Context) Result {
 		if r.Kind == bootstrap.KindRole {
 			// The exit of the rank's current holder, if already seen, came
 			// first: judge it as the death of the rank, not of a replaced
-			// process. Not seen yet: wait a little for it (heldRoles).
+			// process.
 			if old := j.tr.holderOf(r.Rank); old >= 0 && old != int(r.Proc) {
 				if ev, ok := pending[old]; ok {
 					decide(ev)
-				} else if pr := j.byID[old]; mayHold && pr != nil && !pr.waited && j.tr.phase == running && j.cfg.ExitSettle > 0 {
-					roles.hold(old, r)
-					return
 				}
 			}
 		}
@@ -467,7 +458,7 @@ func (j *job) loop(ctx context.Context) Result {
 					reports = nil
 					return
 				}
-				onReport(r, true)
+				onReport(r)
 			default:
 				return
 			}
@@ -499,9 +490,7 @@ func (j *job) loop(ctx context.Context) Result {
 			if j.srv.Connected(uint32(ev.proc)) {
 				apply(j.tr.onRegistered(ev.proc))
 			}
-			if j.tr.phase != running || j.cfg.ExitSettle == 0 || roles.has(ev.proc) {
-				// A held role report says what followed from this exit:
-				// the exit first, then the report.
+			if j.tr.phase != running || j.cfg.ExitSettle == 0 {
 				decide(ev)
 				continue
 			}
@@ -534,13 +523,7 @@ func (j *job) loop(ctx context.Context) Result {
 				continue
 			}
 			stall.progress(time.Now())
-			onReport(r, true)
-		case old := <-roles.due:
-			// The holder did not exit within the wait: the report stands
-			// on its own.
-			for _, r := range roles.release(old) {
-				onReport(r, false)
-			}
+			onReport(r)
 		case <-timeoutC:
 			timeoutC = nil
 			if j.tr.phase == running {
@@ -591,13 +574,7 @@ func (j *job) loop(ctx context.Context) Result {
 			for _, ev := range pending {
 				decide(ev)
 			}
-			for _, r := range roles.releaseAll() {
-				onReport(r, false)
-			}
 		}
-	}
-	for _, r := range roles.releaseAll() {
-		onReport(r, false)
 	}
 	j.finish()
 	if tornDown || j.tr.phase == aborting {
