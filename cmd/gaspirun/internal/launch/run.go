@@ -309,22 +309,23 @@ func (j *job) finish() {
 // loop runs until every process has exited and its exit was decided on.
 func (j *job) loop(ctx context.Context) Result {
 	var (
-		res       Result
-		pending   = map[int]exitEvent{}
-		settleC   = make(chan int, len(j.procs))
-		settled   = make(chan struct{}) // closed when the loop ends: no settle timer blocks on settleC then
-		timers    []*time.Timer
-		handled   = 0
-		timeoutC  <-chan time.Time
-		killC     <-chan time.Time
-		ctxDone   = ctx.Done()
-		reports   = j.srv.Reports()
-		tornDown  = false
-		killTimer *time.Timer
-		lingerC   <-chan time.Time // the idle spares' grace to end by themselves
-		watchC    <-chan time.Time // looking for a registration (awaitingRegistration)
-		stall     = newStallWatch(cmp.Or(j.cfg.StallAfter, DefaultStallAfter), cmp.Or(j.cfg.StallEvery, DefaultStallEvery), time.Now())
-		stallT    = time.NewTicker(stallTick(stall.after))
+		res        Result
+		pending    = map[int]exitEvent{}
+		settleC    = make(chan int, len(j.procs))
+		settled    = make(chan struct{}) // closed when the loop ends: no settle timer blocks on settleC then
+		timers     []*time.Timer
+		handled    = 0
+		timeoutC   <-chan time.Time
+		killC      <-chan time.Time
+		ctxDone    = ctx.Done()
+		reports    = j.srv.Reports()
+		tornDown   = false
+		killTimer  *time.Timer
+		lingerC    <-chan time.Time      // the idle spares' grace to end by themselves
+		watchC     <-chan time.Time      // looking for a registration (awaitingRegistration)
+		replacedAt = map[int]time.Time{} // when a role report made a live holder a replaced process
+		stall      = newStallWatch(cmp.Or(j.cfg.StallAfter, DefaultStallAfter), cmp.Or(j.cfg.StallEvery, DefaultStallEvery), time.Now())
+		stallT     = time.NewTicker(stallTick(stall.after))
 	)
 	defer stallT.Stop()
 	if j.cfg.Timeout > 0 {
@@ -440,7 +441,14 @@ func (j *job) loop(ctx context.Context) Result {
 			}
 		}
 		if r.Kind != bootstrap.KindDisconnected {
+			old := -1
+			if r.Kind == bootstrap.KindRole {
+				old = j.tr.holderOf(r.Rank)
+			}
 			apply(j.tr.onReport(r))
+			if old >= 0 && old != int(r.Proc) && j.tr.replaced[old] && !j.tr.exited[old] {
+				replacedAt[old] = time.Now()
+			}
 			return
 		}
 		if ev, ok := pending[int(r.Proc)]; ok {
@@ -485,6 +493,9 @@ func (j *job) loop(ctx context.Context) Result {
 			continue
 		case ev := <-j.exits:
 			stall.progress(time.Now())
+			if at, ok := replacedAt[ev.proc]; ok && time.Since(at) < j.cfg.ExitSettle {
+				j.tr.recent[ev.proc] = true
+			}
 			j.byID[ev.proc].waited = true
 			j.tr.exitSeen(ev.proc, ev.info)
 			if j.srv.Connected(uint32(ev.proc)) {

@@ -100,6 +100,10 @@ type tracker struct {
 	replaced  []bool   // process lost its rank to another (fenced)
 	exited    []bool
 	exit      []exitInfo
+	// recent holds the replaced processes whose exit came within
+	// Config.ExitSettle of the report of their replacement (the driver
+	// sets it): a death that caused the replacement, its report first.
+	recent map[int]bool
 	// ending holds the exits seen and not judged yet (held back for
 	// Config.ExitSettle, exitSeen): gone for the placement of replacements
 	// already.
@@ -143,6 +147,7 @@ func newTracker(nRanks, nProcs int, policy DeathPolicy) *tracker {
 		exited:    make([]bool, nProcs),
 		exit:      make([]exitInfo, nProcs),
 		ending:    map[int]exitInfo{},
+		recent:    map[int]bool{},
 		stopped:   make([]bool, nProcs),
 		lostBy:    make([]exitInfo, nRanks),
 
@@ -270,7 +275,17 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 		// Another process holds its rank now: whatever happens to this one
 		// (a fenced process exits with an error) is not a rank failure.
 		var acts []action
-		if ex.Signal != 0 {
+		if ex.Signal != 0 && t.recent[p] {
+			// Killed, and its exit came right after the report of its
+			// replacement, which raced it here: the death of the rank,
+			// told as such.
+			on := ""
+			if t.hosts != nil {
+				on = " on " + t.hosts[p]
+			}
+			acts = append(acts, action{kind: actNotice, important: true,
+				text: fmt.Sprintf("rank %d (process %d%s) %s; the job continues (the runtime recovers the rank)", t.heldRank[p], p, on, ex.how())})
+		} else if ex.Signal != 0 {
 			acts = append(acts, action{kind: actNotice, important: true,
 				text: fmt.Sprintf("%s was %s after it was replaced; the job continues", t.describe(p), ex)})
 		} else {

@@ -202,6 +202,17 @@ func TestTrackerTimeoutAndReports(t *testing.T) {
 	}
 }
 
+// A holder killed, its replacement reported before its exit: told as the
+// rank's death when the exit came right after the report.
+func TestTrackerReplacedJustBeforeItsDeath(t *testing.T) {
+	tr := newTracker(2, 3, DeathContinue)
+	tr.onFormed()
+	tr.onReport(role(2, 1, 2))
+	tr.recent[1] = true // the driver: its exit came within ExitSettle of the report
+	expect(t, "the death that caused the replacement", tr.onExit(1, killed),
+		"notice!:rank 1 (process 1) was killed by signal 9 (SIGKILL); the job continues (the runtime recovers the rank)")
+}
+
 func TestTrackerReplacedProcessKilled(t *testing.T) {
 	tr := newTracker(2, 3, DeathAbort)
 	tr.onFormed()
