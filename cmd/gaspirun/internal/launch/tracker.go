@@ -2,58 +2,9 @@ package launch
 
 import (
 	"fmt"
-	"sort"
-	"strings"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
 )
-
-// exitInfo is how a process ended.
-type exitInfo struct {
-	Code   int            // exit code; -1 when killed by a signal
-	Signal syscall.Signal // 0 when it exited
-	// Lost says why a remote process's exit status never arrived (its
-	// host or connection died): it then counts as killed by Signal
-	// (SIGKILL). LostCode is how its ssh or srun client ended, as a shell
-	// reports it (255 for an ssh error).
-	Lost     string
-	LostCode int
-}
-
-func (e exitInfo) ok() bool { return e.Signal == 0 && e.Code == 0 }
-
-// code is the status a shell would report for the process.
-func (e exitInfo) code() int {
-	switch {
-	case e.Lost != "":
-		return e.LostCode
-	case e.Signal != 0:
-		return 128 + int(e.Signal)
-	}
-	return e.Code
-}
-
-// how is String after a process's name: "exited with code 3", "was
-// killed by signal 9 (SIGKILL)", "was lost: ...".
-func (e exitInfo) how() string {
-	if e.Signal != 0 {
-		return "was " + e.String()
-	}
-	return e.String()
-}
-
-func (e exitInfo) String() string {
-	if e.Lost != "" {
-		return "lost: " + e.Lost
-	}
-	if e.Signal != 0 {
-		return fmt.Sprintf("killed by signal %d (%s)", int(e.Signal), signalName(e.Signal))
-	}
-	return fmt.Sprintf("exited with code %d", e.Code)
-}
 
 type actKind int
 
@@ -225,28 +176,7 @@ func (t *tracker) live() int {
 
 func (t *tracker) done() bool { return t.live() == 0 }
 
-// ExitFenced is the exit code of a process that learnt it was declared
-// failed and replaced in a newer epoch (job.ExitDeclaredFailed). With
-// spares it is a lost process like a killed one: the job goes on.
-const ExitFenced = 77
-
-// ExitCutOff is the exit code of a process that gave up after it had no
-// contact with the membership's quorum for longer than PGAS_CUTOFF
-// (job.ExitCutOff): a process on a host cut off from the others. It is
-// judged like ExitFenced: with spares the others replace it and the job
-// goes on; a rank it held that nobody took over fails the job with this
-// code.
-const ExitCutOff = 74
-
-// leftMembership reports whether code says that the process left because
-// the membership went on without it (fenced or cut off).
-func leftMembership(code int) bool { return code == ExitFenced || code == ExitCutOff }
-
 // onExit handles the end of process p.
-// exitCannotJoin is a joiner's exit code when the rendezvous or the
-// membership could not take it in (job.ExitNoRendezvous).
-const exitCannotJoin = 69
-
 func (t *tracker) onExit(p int, ex exitInfo) []action {
 	if p < 0 || p >= t.nProcs || t.exited[p] {
 		return nil
@@ -532,93 +462,4 @@ func (t *tracker) check() []action {
 		}
 	}
 	return []action{{kind: actNotice, important: true, text: "job failed: " + t.reason}}
-}
-
-// summary is the final line: processes, how they ended, exit status.
-func (t *tracker) summary() string {
-	counts := map[string]int{}
-	present := 0
-	for p := range t.exited {
-		if t.absent[p] {
-			continue
-		}
-		present++
-		switch {
-		case t.byHand[p] && t.exited[p]:
-			counts["ended (joined by hand: no exit status)"]++
-		case t.byHand[p]:
-			counts["still running (joined by hand)"]++
-		case !t.exited[p]:
-			counts["still running"]++
-		case t.stopped[p]:
-			counts["stopped by gaspirun"]++
-		case t.exit[p].ok():
-			counts["exited 0"]++
-		case t.exit[p].Lost != "":
-			counts["lost (no exit status from its host)"]++
-		default:
-			counts[t.exit[p].String()]++
-		}
-	}
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if (keys[i] == "exited 0") != (keys[j] == "exited 0") {
-			return keys[i] == "exited 0"
-		}
-		return keys[i] < keys[j]
-	})
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%d %s", counts[k], k)
-	}
-	spares := t.nInitial - t.nRanks
-	joined := ""
-	if n := present - t.nInitial; n > 0 {
-		joined = fmt.Sprintf(" + %d joined", n)
-	}
-	s := fmt.Sprintf("%d %s (%d %s + %d %s%s): %s",
-		present, plural(present, "process", "processes"), t.nRanks, plural(t.nRanks, "rank", "ranks"),
-		spares, plural(spares, "spare", "spares"), joined, strings.Join(parts, ", "))
-	if t.maxRestarts > 0 {
-		n := t.restarts - t.queued
-		s += fmt.Sprintf("; %d %s started (budget %d)", n, plural(n, "replacement", "replacements"), t.maxRestarts)
-	}
-	return s
-}
-
-// signalName is e.g. "SIGKILL", or the description for a signal without a
-// name.
-func signalName(s syscall.Signal) string {
-	if n := unix.SignalName(s); n != "" {
-		return n
-	}
-	return s.String()
-}
-
-func rankList(rs []int) string {
-	s := make([]string, len(rs))
-	for i, r := range rs {
-		s[i] = fmt.Sprint(r)
-	}
-	return plural(len(rs), "rank ", "ranks ") + strings.Join(s, ", ")
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
-// oneLine keeps a report's text on one output line.
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\r' {
-			return ' '
-		}
-		return r
-	}, s)
 }
