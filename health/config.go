@@ -94,8 +94,12 @@ func DefaultConfig() Config {
 // suspicion, probe and send timeouts) multiplied by f, for a host with
 // more processes than its cores serve at the default rates: every process
 // wakes once per Tick, and hundreds of processes ticking every 10 ms on a
-// few cores spend the machine on wake-ups. The counts stay as they are, so
-// the detection bound in ticks does too.
+// few cores spend the machine on wake-ups. The counts stay as they are.
+// The tick grows faster, by f², up to a quarter of the stretched heartbeat
+// interval: an idle process wakes for its detector about four times per
+// interval instead of ten, and what the coarser tick costs is precision
+// in timeouts that are long on such a host anyway (evidence, a closed
+// connection or a message, is acted on when it comes, not at a tick).
 func (c Config) Stretched(f int) Config {
 	if f <= 1 {
 		return c
@@ -103,8 +107,13 @@ func (c Config) Stretched(f int) Config {
 	for _, d := range []*time.Duration{&c.Tick, &c.HeartbeatInterval, &c.SuspicionTimeout, &c.ProbeTimeout, &c.SendTimeout} {
 		*d *= time.Duration(f)
 	}
+	c.Tick = max(c.Tick, min(c.Tick*time.Duration(f), c.HeartbeatInterval/stretchedTicksPerInterval))
 	return c
 }
+
+// stretchedTicksPerInterval is how many ticks a heartbeat interval keeps,
+// at least, once Stretched coarsened the tick.
+const stretchedTicksPerInterval = 4
 
 // LocalConfig is a faster profile for in-process tests (under
 // testing/synctest or transport/mem) and small loopback jobs on an idle

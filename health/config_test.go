@@ -123,24 +123,39 @@ func TestConfigToTicks(t *testing.T) {
 	}
 }
 
-// Rule: Stretched(f) multiplies every duration by f and keeps the counts,
-// so the detector's bounds in ticks are the same and the config valid;
-// f <= 1 changes nothing.
+// Rule: Stretched(f) multiplies every duration by f and keeps the counts;
+// the tick grows by up to f², to no less than f times the old tick and no
+// more than a quarter of the stretched heartbeat interval (the wake-ups of
+// an idle process), so the detection bounds in time stay about f times the
+// unstretched ones and the config valid; f <= 1 changes nothing.
 func TestStretched(t *testing.T) {
 	c := DefaultConfig()
-	s := c.Stretched(32)
-	if err := s.Validate(); err != nil {
-		t.Fatalf("Stretched(32) does not validate: %v", err)
-	}
-	if s.Tick != 32*c.Tick || s.HeartbeatInterval != 32*c.HeartbeatInterval || s.SuspicionTimeout != 32*c.SuspicionTimeout ||
-		s.ProbeTimeout != 32*c.ProbeTimeout || s.SendTimeout != 32*c.SendTimeout {
-		t.Errorf("Stretched(32) = %+v, want every duration of %+v times 32", s, c)
-	}
-	if s.Core() != c.Core() {
-		t.Errorf("Stretched(32).Core() = %+v, want the same ticks as %+v", s.Core(), c.Core())
-	}
-	if got := s.DetectionBound(0, true); got != 32*c.DetectionBound(0, true) {
-		t.Errorf("stretched detection bound %v, want 32 × %v", got, c.DetectionBound(0, true))
+	for _, f := range []int{2, 4, 8, 32, 256} {
+		s := c.Stretched(f)
+		d := time.Duration(f)
+		if err := s.Validate(); err != nil {
+			t.Fatalf("Stretched(%d) does not validate: %v", f, err)
+		}
+		if s.HeartbeatInterval != d*c.HeartbeatInterval || s.SuspicionTimeout != d*c.SuspicionTimeout ||
+			s.ProbeTimeout != d*c.ProbeTimeout || s.SendTimeout != d*c.SendTimeout {
+			t.Errorf("Stretched(%d) = %+v, want every duration but the tick of %+v times %d", f, s, c, f)
+		}
+		if s.Tick < d*c.Tick || s.Tick > d*d*c.Tick || (s.Tick > d*c.Tick && s.Tick > s.HeartbeatInterval/4) {
+			t.Errorf("Stretched(%d).Tick = %v, want from %v up to %v, or the quarter interval %v", f, s.Tick, d*c.Tick, d*d*c.Tick, s.HeartbeatInterval/4)
+		}
+		if got := s.Core().IntervalTicks; got < 4 {
+			t.Errorf("Stretched(%d): %d ticks per heartbeat interval, want at least 4", f, got)
+		}
+		sc, cc := s.counts(), c.counts()
+		if sc != cc {
+			t.Errorf("Stretched(%d) counts %+v, want %+v", f, sc, cc)
+		}
+		for _, strong := range []bool{true, false} {
+			got, base := s.DetectionBound(0, strong), d*c.DetectionBound(0, strong)
+			if got < base*9/10 || got > base*5/4 {
+				t.Errorf("Stretched(%d) detection bound (strong %v) %v, want about %d × %v", f, strong, got, f, c.DetectionBound(0, strong))
+			}
+		}
 	}
 	if c.Stretched(1) != c || c.Stretched(0) != c {
 		t.Errorf("Stretched(1) or Stretched(0) changed the config")

@@ -117,6 +117,9 @@ func joinerTransport(env bootstrap.Env, table bootstrap.Table, ln net.Listener, 
 		tr.Close()
 		return nil, fmt.Errorf("pgas: init: data plane: %w", err)
 	}
+	if f, _ := stretch(table); f > 1 {
+		tr.SetHandshakeTimeout(time.Duration(f) * tr.HandshakeTimeout()) // as connect does
+	}
 	return tr, nil
 }
 

@@ -92,6 +92,9 @@ type dataPlane struct {
 	shm      *shm.Transport // nil when shared memory is off
 	autoSpin bool           // PGAS_SHM_SPIN is unset
 	segments bool           // PGAS_SHM_SEGMENTS (on unless 0)
+
+	// The transports' handshake bounds before the job's stretch (connect).
+	tcpHandshake, shmHandshake time.Duration
 }
 
 // newDataPlane binds the TCP listener (newTransport) and, when shared
@@ -109,7 +112,7 @@ func newDataPlane(env bootstrap.Env, inj *netfault.Injector, log *slog.Logger, a
 	if err != nil {
 		return nil, err
 	}
-	d := &dataPlane{tcp: tr, segments: segs}
+	d := &dataPlane{tcp: tr, segments: segs, tcpHandshake: tr.HandshakeTimeout()}
 	if !on {
 		return d, nil
 	}
@@ -119,6 +122,7 @@ func newDataPlane(env bootstrap.Env, inj *netfault.Injector, log *slog.Logger, a
 		sc.Spin = spin
 	}
 	d.autoSpin = spin < 0
+	d.shmHandshake = sc.HandshakeTimeout
 	sc.Logger = log.With("proc", int(env.Proc), "layer", "shm")
 	if inj != nil {
 		sc.Faults = inj // the chaos suite's network faults apply to the rings too
@@ -165,6 +169,12 @@ func (d *dataPlane) connect(self uint32, host string, table bootstrap.Table) (tr
 	if err := d.tcp.SetPeers(peers); err != nil {
 		return nil, err
 	}
+	f, _ := stretch(table)
+	if f > 1 {
+		// A starved peer proves itself late, not never: a handshake that
+		// timed out would be taken for a refusal, and the peer for dead.
+		d.tcp.SetHandshakeTimeout(time.Duration(f) * d.tcpHandshake)
+	}
 	if d.shm == nil {
 		return d.tcp, nil
 	}
@@ -173,6 +183,10 @@ func (d *dataPlane) connect(self uint32, host string, table bootstrap.Table) (tr
 	}
 	if d.autoSpin {
 		d.shm.SetSpin(autoSpin(len(near)+1, runtime.NumCPU()))
+	}
+	if f > 1 {
+		d.shm.SetNap(time.Duration(f) * shm.DefaultNap) // idle rings wake their process less often
+		d.shm.SetHandshakeTimeout(time.Duration(f) * d.shmHandshake)
 	}
 	nearPeers := make([]transport.Proc, 0, len(near))
 	for p := range near {

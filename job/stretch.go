@@ -212,10 +212,15 @@ func publishCPUs(extra map[string]string, count int, ids []int) {
 }
 
 // stretchMembership multiplies the membership's timeouts by f, the
-// cut-off too unless the user set it (PGAS_CUTOFF).
+// cut-off too unless the user set it (PGAS_CUTOFF), and the periods that
+// wake an idle process or voter: the cut-off rule's tick, the Raft
+// leader's idle appends (CommitTimeout; every 5-10 ms to each follower)
+// and a parent's answer to its children in the tree when there is no news
+// (TreeHold).
 func stretchMembership(cfg *spares.Config, f int, cutOff bool) {
 	ds := []*time.Duration{&cfg.HeartbeatTimeout, &cfg.ElectionTimeout, &cfg.LeaderLeaseTimeout,
-		&cfg.TransportTimeout, &cfg.HandshakeTimeout, &cfg.RPCTimeout, &cfg.StandingInterval, &cfg.ShutdownTimeout}
+		&cfg.TransportTimeout, &cfg.HandshakeTimeout, &cfg.RPCTimeout, &cfg.StandingInterval, &cfg.ShutdownTimeout,
+		&cfg.ContactTick, &cfg.CommitTimeout, &cfg.TreeHold}
 	if cutOff {
 		ds = append(ds, &cfg.CutOff)
 	}

@@ -165,6 +165,11 @@ type Config struct {
 	// periods of reaching any of them, even though it left the Raft
 	// configuration and gets no log entries any more.
 	StandingInterval time.Duration
+	// ContactTick: the period of the driver of the cut-off rule (contact.go).
+	// An idle process wakes once per tick for it, so a job stretches it
+	// with its other timeouts on an oversubscribed host; one tick adds at
+	// most two periods to the silence counted toward CutOff.
+	ContactTick time.Duration
 	// ShutdownTimeout bounds the wait for Raft in Node.Shutdown. A Raft
 	// that has not stopped by then (a replication or vote RPC stuck on a
 	// peer that stopped answering, say) has its transport closed, so that
@@ -206,6 +211,7 @@ func DefaultConfig() Config {
 		SnapshotThreshold:  1024,
 		CutOff:             DefaultCutOff,
 		StandingInterval:   500 * time.Millisecond,
+		ContactTick:        100 * time.Millisecond,
 		ShutdownTimeout:    3 * time.Second,
 		VotersOnly:         true,
 		TreeFanout:         8,
@@ -277,7 +283,7 @@ func (c *Config) Validate() error {
 		{"RPCTimeout", c.RPCTimeout}, {"ProposeRetryMin", c.ProposeRetryMin},
 		{"ProposeRetryMax", c.ProposeRetryMax}, {"ReconcileInterval", c.ReconcileInterval},
 		{"CutOff", c.CutOff}, {"StandingInterval", c.StandingInterval},
-		{"ShutdownTimeout", c.ShutdownTimeout},
+		{"ContactTick", c.ContactTick}, {"ShutdownTimeout", c.ShutdownTimeout},
 	}
 	for _, p := range pos {
 		if p.v <= 0 {

@@ -23,7 +23,7 @@ import "time"
 // voters this process knows (itself included if it votes) counts as
 // contact too: the process can reach a quorum, it is not cut off. Only
 // time the process could run counts toward the bound: a tick of the
-// driver adds at most contactMaxStep (two tick periods), so a process
+// driver adds at most two tick periods (Config.ContactTick), so a process
 // resumed after a long SIGSTOP first asks for its standing instead of
 // giving up at once, and on a host so starved that the driver's ticks
 // come late (where Raft and every handshake lag too) the bound stretches
@@ -46,12 +46,6 @@ type contactConfig struct {
 // its own contact is.
 func treeFresh(c *Config) time.Duration { return 2*c.treeHold() + c.HeartbeatTimeout }
 
-// contactTick is the driver's period.
-const contactTick = 100 * time.Millisecond
-
-// contactMaxStep caps what one (late) tick adds to the silence.
-const contactMaxStep = 2 * contactTick
-
 // startupFactor stretches the bound before the first contact.
 const startupFactor = 3
 
@@ -61,7 +55,7 @@ func contactConfigOf(c *Config) contactConfig {
 		QueryAfter: max(2*(c.HeartbeatTimeout+c.ElectionTimeout), time.Second),
 		QueryEvery: c.StandingInterval,
 		Bound:      c.CutOff,
-		MaxStep:    contactMaxStep,
+		MaxStep:    2 * c.ContactTick, // what one (late) tick adds to the silence
 	}
 }
 

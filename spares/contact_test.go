@@ -17,10 +17,10 @@ func testContactConfig() contactConfig {
 
 func ptr[T any](v T) *T { return &v }
 
-// run ticks core every contactTick from `from` for d, with obs giving what
+// run ticks core every testContactTick from `from` for d, with obs giving what
 // Raft says at each tick, and returns the steps that asked for something.
 func run(core *contactCore, from time.Time, d time.Duration, obs func(now time.Time) contactObs) (steps []contactStep, at []time.Time) {
-	for now := from; !now.After(from.Add(d)); now = now.Add(contactTick) {
+	for now := from; !now.After(from.Add(d)); now = now.Add(testContactTick) {
 		s := core.tick(now, obs(now))
 		if s.Lost || s.Regained || s.Query || s.CutOff {
 			steps, at = append(steps, s), append(at, now)
@@ -55,7 +55,7 @@ func TestContactLostQueriesThenCutsOff(t *testing.T) {
 	obs := func(time.Time) contactObs { return contactObs{LastContact: last} }
 	var queries []time.Time
 	lost, cut := 0, time.Time{}
-	for now := t0; now.Before(t0.Add(time.Minute)); now = now.Add(contactTick) {
+	for now := t0; now.Before(t0.Add(time.Minute)); now = now.Add(testContactTick) {
 		s := core.tick(now, obs(now))
 		if s.Lost {
 			lost++
@@ -85,10 +85,10 @@ func TestContactLostQueriesThenCutsOff(t *testing.T) {
 	if lost != 1 {
 		t.Fatalf("Lost %d times, want once", lost)
 	}
-	if cut.IsZero() || cut.Sub(t0) > cfg.Bound+contactTick {
+	if cut.IsZero() || cut.Sub(t0) > cfg.Bound+testContactTick {
 		t.Fatalf("cut off at %v, want at the bound %v", cut.Sub(t0), cfg.Bound)
 	}
-	if first := queries[0].Sub(t0); first < cfg.QueryAfter || first > cfg.QueryAfter+contactTick {
+	if first := queries[0].Sub(t0); first < cfg.QueryAfter || first > cfg.QueryAfter+testContactTick {
 		t.Fatalf("first question after %v, want at QueryAfter %v", first, cfg.QueryAfter)
 	}
 	for i := 1; i < len(queries); i++ {
@@ -112,7 +112,7 @@ func TestContactHealedPartitionIsNotCutOff(t *testing.T) {
 	partitions := [][2]time.Duration{{2 * time.Second, 6 * time.Second}, {10 * time.Second, 17 * time.Second}, {20 * time.Second, 29 * time.Second}}
 	last := t0
 	regained := 0
-	for now := t0; now.Before(t0.Add(40 * time.Second)); now = now.Add(contactTick) {
+	for now := t0; now.Before(t0.Add(40 * time.Second)); now = now.Add(testContactTick) {
 		cut := false
 		for _, p := range partitions {
 			cut = cut || (now.Sub(t0) >= p[0] && now.Sub(t0) < p[1])
@@ -153,7 +153,7 @@ func TestContactPauseDoesNotCount(t *testing.T) {
 	if s.Query {
 		query = resumed // asked at once
 	}
-	steps, at := run(core, resumed.Add(contactTick), time.Minute, func(time.Time) contactObs { return contactObs{LastContact: last} })
+	steps, at := run(core, resumed.Add(testContactTick), time.Minute, func(time.Time) contactObs { return contactObs{LastContact: last} })
 	for i, s := range steps {
 		if s.Query && query.IsZero() {
 			query = at[i]
@@ -261,7 +261,7 @@ func TestContactQuorumAnswersCount(t *testing.T) {
 	cfg := testContactConfig()
 	core := newContactCore(cfg)
 	warned := 0
-	for now := t0; now.Before(t0.Add(time.Minute)); now = now.Add(contactTick) {
+	for now := t0; now.Before(t0.Add(time.Minute)); now = now.Add(testContactTick) {
 		s := core.tick(now, contactObs{LastContact: t0})
 		if s.CutOff {
 			t.Fatalf("cut off at %v although every round reached a quorum", now.Sub(t0))
@@ -279,11 +279,11 @@ func TestContactQuorumAnswersCount(t *testing.T) {
 	}
 	// The same rounds without a quorum: cut off at the bound, warned once.
 	core = newContactCore(cfg)
-	for now := t0; ; now = now.Add(contactTick) {
+	for now := t0; ; now = now.Add(testContactTick) {
 		s := core.tick(now, contactObs{LastContact: t0})
 		if s.Warn {
 			warned++
-			if d := now.Sub(t0); d < cfg.Bound/2 || d > cfg.Bound/2+contactTick {
+			if d := now.Sub(t0); d < cfg.Bound/2 || d > cfg.Bound/2+testContactTick {
 				t.Fatalf("warned after %v, want at half the bound", d)
 			}
 		}
@@ -319,7 +319,7 @@ func TestContactStartupBoundIsLonger(t *testing.T) {
 			}
 		}
 	}
-	if d := cut.Sub(t0); cut.IsZero() || d < startupFactor*cfg.Bound || d > startupFactor*cfg.Bound+contactTick {
+	if d := cut.Sub(t0); cut.IsZero() || d < startupFactor*cfg.Bound || d > startupFactor*cfg.Bound+testContactTick {
 		t.Fatalf("never in contact: cut off after %v, want %v", d, startupFactor*cfg.Bound)
 	}
 	// A process that had contact once is held to the plain bound.
@@ -330,7 +330,7 @@ func TestContactStartupBoundIsLonger(t *testing.T) {
 		if s.Query {
 			core.queryDone()
 		}
-		if s.CutOff && (at[i].Sub(t0) > cfg.Bound+contactTick || s.Bound != cfg.Bound) {
+		if s.CutOff && (at[i].Sub(t0) > cfg.Bound+testContactTick || s.Bound != cfg.Bound) {
 			t.Fatalf("after a first contact: cut off at %v with bound %v, want %v", at[i].Sub(t0), s.Bound, cfg.Bound)
 		}
 	}
@@ -375,3 +375,7 @@ func TestContactClientWindow(t *testing.T) {
 		t.Fatalf("client with stale news was not cut off: %+v", steps)
 	}
 }
+
+// testContactTick is DefaultConfig's ContactTick, the period these tests
+// tick the core at.
+var testContactTick = DefaultConfig().ContactTick

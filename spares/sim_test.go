@@ -400,7 +400,7 @@ func TestSimClientCutOff(t *testing.T) {
 		for !s.nodes[victim].inContact(time.Now()) {
 			time.Sleep(10 * time.Millisecond) // fake time: until the tree's first fresh news
 		}
-		time.Sleep(2 * contactTick) // and a tick of the contact rule has seen it
+		time.Sleep(2 * testContactTick) // and a tick of the contact rule has seen it
 		s.net.Partition(victim)
 		at := time.Now()
 		select {

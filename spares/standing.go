@@ -262,7 +262,7 @@ func (n *Node) lose(err error) {
 // the cut-off rule and the standing questions (see contact.go).
 func (n *Node) watchContact() {
 	core := newContactCore(contactConfigOf(&n.cfg))
-	t := time.NewTicker(contactTick)
+	t := time.NewTicker(n.cfg.ContactTick)
 	defer t.Stop()
 	quorum, done := make(chan struct{}, 1), make(chan struct{}, 1) // one round at a time
 	round := 0

@@ -67,7 +67,7 @@ func main() {
 			if run := map[bool]string{true: "clean", false: "kill"}[inject == ""]; !slices.Contains(strings.Split(*runs, ","), run) {
 				continue
 			}
-			settleLoad(*settle)
+			proctest.SettleLoad(*settle)
 			r := runJob(dir, n, *spares, *iters, inject, *timeout)
 			fmt.Println(r)
 		}
@@ -325,18 +325,4 @@ func sample(pid int) (fds int, rssKiB int64) {
 		}
 	}
 	return fds, rssKiB
-}
-
-// settleLoad waits up to d for the 1-minute load average to fall below
-// 1.5 (the previous job's processes weigh on it for minutes); the load
-// each job started at is printed with its figures either way.
-func settleLoad(d time.Duration) {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Second) {
-		f := strings.Fields(proctest.LoadAvg())
-		if len(f) > 0 {
-			if l, err := strconv.ParseFloat(f[0], 64); err == nil && l < 1.5 {
-				return
-			}
-		}
-	}
 }

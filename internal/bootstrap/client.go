@@ -45,8 +45,11 @@ type ClientConfig struct {
 	// Timeout bounds the whole registration, from the first dial to the
 	// member table (PGAS_RENDEZVOUS_TIMEOUT): a process that cannot reach
 	// the rendezvous, or whose job never completes its table, gives up
-	// with ErrRendezvousTimeout instead of retrying forever. 0: only the
-	// ctx given to Register bounds it.
+	// with ErrRendezvousTimeout instead of retrying forever. The bound
+	// grows by perProcWait (40 ms) per process of the job: thousands of
+	// processes started on a few cores take a minute to register (2,050
+	// on 2 cores: more than 60 s), which is no fault. 0: only the ctx
+	// given to Register bounds it.
 	Timeout time.Duration
 	// WarnAfter: while the table has not come after this long, Register
 	// logs a warning saying what it waits for and who must serve the
@@ -217,11 +220,12 @@ type registrar struct {
 	attempts  int
 	authFails int
 
-	mu    sync.Mutex // the fields below, also read by the warning timer
-	id    uint32     // the id presented: env.Proc, or the one a joiner was given
-	hello []byte     // the encoded hello, presenting id
-	acked bool       // some attempt was acknowledged
-	last  error      // the last attempt's failure
+	mu      sync.Mutex // the fields below, also read by the warning timer
+	id      uint32     // the id presented: env.Proc, or the one a joiner was given
+	hello   []byte     // the encoded hello, presenting id
+	acked   bool       // some attempt was acknowledged
+	reached bool       // some attempt connected: the rendezvous is up, if busy
+	last    error      // the last attempt's failure
 }
 
 // newRegistrar checks self against env and prepares the hello.
@@ -268,7 +272,7 @@ func (r *registrar) present(id uint32) error {
 func (r *registrar) run(ctx context.Context) (attemptResult, error) {
 	if r.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, r.cfg.Timeout, errGaveUp)
+		ctx, cancel = context.WithTimeoutCause(ctx, r.timeout(), errGaveUp)
 		defer cancel()
 	}
 	if r.cfg.WarnAfter > 0 {
@@ -301,7 +305,7 @@ func (r *registrar) run(ctx context.Context) (attemptResult, error) {
 			last = "; last attempt: " + lastErr.Error()
 		}
 		if errors.Is(context.Cause(ctx), errGaveUp) {
-			err = fmt.Errorf("%w after %v (PGAS_RENDEZVOUS_TIMEOUT): %w: %s%s; %s", ErrRendezvousTimeout, r.cfg.Timeout, ErrRendezvous, what, last, whoServes(acked, r.env))
+			err = fmt.Errorf("%w after %v (PGAS_RENDEZVOUS_TIMEOUT and 40ms per process): %w: %s%s; %s", ErrRendezvousTimeout, r.timeout(), ErrRendezvous, what, last, whoServes(acked, r.env))
 		} else {
 			err = fmt.Errorf("%w: %s (%w)%s; is the launcher (or process 0) running, and PGAS_RENDEZVOUS right?", ErrRendezvous, what, ctx.Err(), last)
 		}
@@ -314,9 +318,15 @@ func (r *registrar) run(ctx context.Context) (attemptResult, error) {
 var errGaveUp = errors.New("rendezvous timeout")
 
 func (r *registrar) status() (acked bool, last error) {
+	acked, _, last = r.progress()
+	return acked, last
+}
+
+// progress is status and whether some attempt connected.
+func (r *registrar) progress() (acked, reached bool, last error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.acked, r.last
+	return r.acked, r.reached, r.last
 }
 
 // presented is the id the next attempt presents.
@@ -340,6 +350,12 @@ func whoServes(acked bool, env Env) string {
 		"(process 0 by default under srun, mpirun and Kubernetes; nobody by default when PGAS_PROC is set by hand): start that process, or check PGAS_RENDEZVOUS", env.Rendezvous)
 }
 
+// timeout is the bound on the registration: Timeout, and perProcWait per
+// process of the job.
+func (r *registrar) timeout() time.Duration {
+	return r.cfg.Timeout + time.Duration(r.env.NumProcs)*perProcWait
+}
+
 // perProcWait is how much longer a registered process waits, per process
 // of the job, before it warns that the table has not come.
 const perProcWait = 40 * time.Millisecond
@@ -355,8 +371,8 @@ func (r *registrar) warnWhileWaiting(first time.Duration) (stop func()) {
 	var t *time.Timer
 	var warn func()
 	warn = func() {
-		acked, last := r.status()
-		if left := first + time.Duration(r.env.NumProcs)*perProcWait - time.Since(start); acked && left > 0 {
+		acked, reached, last := r.progress()
+		if left := first + time.Duration(r.env.NumProcs)*perProcWait - time.Since(start); (acked || reached) && left > 0 {
 			mu.Lock()
 			if !stopped {
 				t.Reset(left)
@@ -366,12 +382,15 @@ func (r *registrar) warnWhileWaiting(first time.Duration) (stop func()) {
 		}
 		args := []any{"proc", procAttr(r.presented()), "rendezvous", r.env.Rendezvous, "waited", time.Since(start).Round(time.Second)}
 		if r.cfg.Timeout > 0 {
-			args = append(args, "gives_up_after", r.cfg.Timeout)
+			args = append(args, "gives_up_after", r.timeout())
 		}
 		if last != nil {
 			args = append(args, "last_attempt", last.Error())
 		}
 		msg := "bootstrap: still waiting for the rendezvous; " + whoServes(acked, r.env)
+		if reached && !acked {
+			msg = fmt.Sprintf("bootstrap: connected to the rendezvous, which has not answered this process's registration yet (it registers %d processes); %s", r.env.NumProcs, whoServes(acked, r.env))
+		}
 		if acked {
 			msg = "bootstrap: registered; still waiting for the member table; " + whoServes(acked, r.env)
 		}
@@ -430,7 +449,13 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 			c.Close()
 		}
 	}()
-	c.SetDeadline(time.Now().Add(r.cfg.HandshakeTimeout))
+	r.mu.Lock()
+	r.reached = true
+	r.mu.Unlock()
+	// The rendezvous answers registrations in parallel, but a job of
+	// thousands of processes on a few cores registers them at once: the
+	// handshake and the answer get perProcWait more per process.
+	c.SetDeadline(time.Now().Add(r.cfg.HandshakeTimeout + time.Duration(r.env.NumProcs)*perProcWait))
 	r.mu.Lock()
 	id, helloMsg := r.id, r.hello
 	r.mu.Unlock()

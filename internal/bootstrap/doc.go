@@ -44,7 +44,8 @@
 //	PGAS_RENDEZVOUS_TIMEOUT  give up (job.ErrRendezvousTimeout, exit 69) when no member
 //	                         table came within this long: nobody served the rendezvous, or a
 //	                         process never registered. A duration (90s, 5m) or seconds; at
-//	                         least 1s; default 60s. A warning says what is awaited after 5s.
+//	                         least 1s; default 60s; 40ms more per process of the job (82s
+//	                         more at 2,050). A warning says what is awaited after 5s.
 //	PGAS_CUTOFF              give up (exit 74) after this long without contact with a
 //	                         membership quorum (spares.Config.CutOff); at least 1s; default 10s
 //	PGAS_ADVERTISE_HOST      the host name or address the other hosts reach this process at

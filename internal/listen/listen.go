@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/admit"
@@ -79,9 +80,18 @@ type Listener struct {
 	once   sync.Once
 	wg     sync.WaitGroup
 
+	handshake atomic.Int64 // Config.HandshakeTimeout, or SetHandshakeTimeout's
+
 	mu      sync.Mutex
 	closed  bool
 	pending map[net.Conn]struct{} // handshakes under way
+}
+
+// SetHandshakeTimeout changes Config.HandshakeTimeout for the handshakes
+// that start from now on (a job on an oversubscribed host lengthens it
+// once it knows the host's load). Values below a millisecond count as one.
+func (l *Listener) SetHandshakeTimeout(d time.Duration) {
+	l.handshake.Store(int64(max(d, time.Millisecond)))
 }
 
 // New makes a Listener on ln; Start starts it. The Listener owns ln from
@@ -108,6 +118,7 @@ func New(ln net.Listener, cfg Config, h Handler) (*Listener, error) {
 		failed:  make(chan struct{}),
 		pending: map[net.Conn]struct{}{},
 	}
+	l.handshake.Store(int64(cfg.HandshakeTimeout))
 	return l, nil
 }
 
@@ -237,7 +248,7 @@ func (l *Listener) acceptLoop() {
 // serve authenticates c and hands it to the handler.
 func (l *Listener) serve(c net.Conn, pend *admit.Pending) {
 	remote := c.RemoteAddr().String()
-	_ = c.SetDeadline(time.Now().Add(l.cfg.HandshakeTimeout))
+	_ = c.SetDeadline(time.Now().Add(time.Duration(l.handshake.Load())))
 	sc, peer, err := auth.Serve(c, l.cfg.Token, l.cfg.Purpose, l.cfg.Self,
 		auth.AcceptHooks{Hello: pend.Greeted, Admit: pend.Admit}, l.cfg.TLS)
 	l.mu.Lock()

@@ -203,7 +203,7 @@ func (t *Transport) acceptRing(c *net.UnixConn, id transport.Proc) (transport.Pr
 // dial connects to p and hands it a fresh ring. It runs under p's send
 // token. An error wraps ErrNoPath: nothing was sent.
 func (t *Transport) dial(p *peer) error {
-	d := net.Dialer{Timeout: t.cfg.HandshakeTimeout}
+	d := net.Dialer{Timeout: t.handshake()}
 	nc, err := d.DialContext(context.Background(), "unix", p.addr)
 	if err != nil {
 		return &noPathError{p.id, p.addr, err}
@@ -263,7 +263,7 @@ func (t *Transport) dialFailed(p *peer, err error) error {
 
 // offerRing authenticates to the acceptor and passes it a new ring.
 func (t *Transport) offerRing(c *net.UnixConn, p *peer) (*outbound, error) {
-	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	_ = c.SetDeadline(time.Now().Add(t.handshake()))
 	got, err := auth.Handshake(c, t.cfg.Token, auth.PurposeShm, uint32(t.self), true)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", transport.ErrAuth, err)

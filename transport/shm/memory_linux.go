@@ -40,7 +40,7 @@ func (t *Transport) FetchMemory(ctx context.Context, peer transport.Proc, key ui
 	if p == nil {
 		return -1, 0, fmt.Errorf("shm: fetch memory from proc %d: %w", peer, transport.ErrUnknownPeer)
 	}
-	d := net.Dialer{Timeout: t.cfg.HandshakeTimeout}
+	d := net.Dialer{Timeout: t.handshake()}
 	nc, err := d.DialContext(ctx, "unix", p.addr)
 	if err != nil {
 		return -1, 0, &noPathError{p.id, p.addr, err}
@@ -54,7 +54,7 @@ func (t *Transport) FetchMemory(ctx context.Context, peer transport.Proc, key ui
 		t.untrack(c)
 		c.Close()
 	}()
-	deadline := time.Now().Add(t.cfg.HandshakeTimeout)
+	deadline := time.Now().Add(t.handshake())
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}

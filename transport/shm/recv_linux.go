@@ -82,7 +82,7 @@ func (t *Transport) avail(in *inbound, want uint64) error {
 		}
 		return nil
 	}
-	if err := waitFor(ready, stop, in.r.consIdle, in.sleep, time.Duration(t.spin.Load()), nap); err != nil {
+	if err := waitFor(ready, stop, in.r.consIdle, in.sleep, time.Duration(t.spin.Load()), time.Duration(t.nap.Load())); err != nil {
 		return err
 	}
 	if in.stop.Load() {

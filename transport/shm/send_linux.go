@@ -180,5 +180,5 @@ func (t *Transport) room(ctx context.Context, o *outbound, want uint64, stop fun
 		case <-timer.C:
 		}
 	}
-	return waitFor(ready, stop, o.r.prodIdle, sleep, time.Duration(t.spin.Load()), nap)
+	return waitFor(ready, stop, o.r.prodIdle, sleep, time.Duration(t.spin.Load()), time.Duration(t.nap.Load()))
 }

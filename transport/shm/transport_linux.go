@@ -34,6 +34,8 @@ type Transport struct {
 	conns   map[*net.UnixConn]struct{} // connections reading their ring offer
 
 	spin      atomic.Int64 // Config.Spin, or SetSpin's
+	nap       atomic.Int64 // DefaultNap, or SetNap's
+	hs        atomic.Int64 // Config.HandshakeTimeout, or SetHandshakeTimeout's
 	memFunc   atomic.Pointer[transport.MemoryFunc]
 	closing   chan struct{}
 	closed    atomic.Bool
@@ -106,9 +108,12 @@ type inbound struct {
 // other; any byte read there is a wake-up.
 var wakeByte = []byte{1}
 
-// nap bounds one sleep: a safety net that makes a waiter look at
-// its stop conditions again even if a wake-up were lost.
-const nap = time.Second
+// DefaultNap bounds one sleep of a waiter (SetNap changes it): a safety
+// net that makes it look at its stop conditions again even if a wake-up
+// were lost. Every stop condition comes with a wake-up of its own (a
+// closed connection, a signal), so the nap costs only the wake-ups of
+// idle rings: one per ring and nap.
+const DefaultNap = time.Second
 
 // New creates a transport listening on a fresh abstract Unix socket (a
 // name in the kernel's network namespace, never a file). Peers are named
@@ -137,12 +142,28 @@ func New(cfg Config) (*Transport, error) {
 		closing: make(chan struct{}),
 	}
 	t.spin.Store(int64(cfg.Spin))
+	t.nap.Store(int64(DefaultNap))
+	t.hs.Store(int64(cfg.HandshakeTimeout))
 	return t, nil
 }
 
 // SetSpin changes Config.Spin, e.g. once the number of processes on this
 // host is known; negative values count as 0.
 func (t *Transport) SetSpin(d time.Duration) { t.spin.Store(int64(max(d, 0))) }
+
+// SetHandshakeTimeout changes Config.HandshakeTimeout; call it before
+// Start (a job lengthens it once it knows how loaded its host is, with its
+// other timeouts). Values below a millisecond count as one.
+func (t *Transport) SetHandshakeTimeout(d time.Duration) { t.hs.Store(int64(max(d, time.Millisecond))) }
+
+// handshake is the bound on one connection's set-up.
+func (t *Transport) handshake() time.Duration { return time.Duration(t.hs.Load()) }
+
+// SetNap changes the bound of one sleep (DefaultNap): a job on an
+// oversubscribed host lengthens it with its other timing, so that idle
+// rings wake their processes less often. Values below a millisecond count
+// as one.
+func (t *Transport) SetNap(d time.Duration) { t.nap.Store(int64(max(d, time.Millisecond))) }
 
 // Addr is the name peers dial, for the member table: an abstract Unix
 // socket name starting with '@'.
@@ -197,7 +218,7 @@ func (t *Transport) Start(h transport.Handler) error {
 	}
 	lis, err := listen.New(t.ln, listen.Config{
 		Name: "shm", Purpose: auth.PurposeShm, Token: t.cfg.Token, Self: uint32(t.self),
-		HandshakeTimeout: t.cfg.HandshakeTimeout, Gate: admit.For(len(t.peers)), Log: t.log,
+		HandshakeTimeout: t.handshake(), Gate: admit.For(len(t.peers)), Log: t.log,
 		Refused: t.refused,
 	}, t.serve)
 	if err != nil {

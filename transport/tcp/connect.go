@@ -330,7 +330,7 @@ func (t *Transport) dialOnce(id transport.Proc, addr string) (net.Conn, error) {
 	}
 	t.tune(nc)
 	remote := nc.RemoteAddr().String()
-	_ = nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	_ = nc.SetDeadline(time.Now().Add(time.Duration(t.hs.Load())))
 	var hc net.Conn = nc
 	if t.cfg.TLS {
 		hc = &tlsSocket{Conn: nc}

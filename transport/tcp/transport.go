@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
@@ -69,6 +70,7 @@ type Transport struct {
 
 	stats counters
 	lis   *listen.Listener // accepts, admits and authenticates the incoming connections
+	hs    atomic.Int64     // Config.HandshakeTimeout, or SetHandshakeTimeout's
 
 	hooks hooks
 }
@@ -112,6 +114,7 @@ func newTransport(cfg Config, hk hooks) (*Transport, error) {
 		sockets: make(map[net.Conn]struct{}),
 		hooks:   hk,
 	}
+	t.hs.Store(int64(cfg.HandshakeTimeout))
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.lis, err = listen.New(ln, listen.Config{
 		Name: "tcp", Purpose: auth.PurposeData, Token: cfg.Token, Self: uint32(cfg.Self), TLS: cfg.TLS,
@@ -128,6 +131,20 @@ func newTransport(cfg Config, hk hooks) (*Transport, error) {
 
 // Self returns this process's ID.
 func (t *Transport) Self() transport.Proc { return t.self }
+
+// HandshakeTimeout is the bound on one connection's handshake in force.
+func (t *Transport) HandshakeTimeout() time.Duration { return time.Duration(t.hs.Load()) }
+
+// SetHandshakeTimeout changes Config.HandshakeTimeout, for the
+// connections made or accepted from now on: a job whose host turns out
+// oversubscribed lengthens it with its other timeouts, so that a starved
+// peer's late proof is not taken for a refusal. Values below a
+// millisecond count as one.
+func (t *Transport) SetHandshakeTimeout(d time.Duration) {
+	d = max(d, time.Millisecond)
+	t.hs.Store(int64(d))
+	t.lis.SetHandshakeTimeout(d)
+}
 
 // Addr returns the address the listener is bound to, e.g. "127.0.0.1:40123".
 // With a wildcard ListenAddr the host part is the wildcard; a launcher
