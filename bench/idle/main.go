@@ -187,18 +187,24 @@ func runJob(dir string, n, spares int, warm, window, timeout time.Duration) resu
 			}
 		}
 	}()
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		if err := cmd.Wait(); err == nil {
+			r.code = 0
+		} else if ee, ok := err.(*exec.ExitError); ok {
+			r.code = ee.ExitCode()
+		}
+	}()
 	select {
 	case <-readyAt:
 		r.ready = time.Since(t0)
 		time.Sleep(warm)
 		r.measure(procs, window)
+	case <-exited: // before every rank was in: no figure
 	case <-time.After(timeout):
 	}
-	if err := cmd.Wait(); err == nil {
-		r.code = 0
-	} else if ee, ok := err.(*exec.ExitError); ok {
-		r.code = ee.ExitCode()
-	}
+	<-exited
 	return r
 }
 

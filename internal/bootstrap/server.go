@@ -38,6 +38,8 @@ type ServerConfig struct {
 	Logger *slog.Logger
 	// HandshakeTimeout bounds the handshake and hello of one connection, so
 	// a stray or stuck client cannot hold a slot. Zero: the default (5 s).
+	// The server adds perProcWait (40 ms) per process of the job, as the
+	// processes do: thousands of them register at once on a few cores.
 	HandshakeTimeout time.Duration
 	// WriteTimeout bounds one write to a process (ack, table, reject). Zero:
 	// the default (10 s).
@@ -280,7 +282,7 @@ func (s *Server) run(ctx context.Context) error {
 	defer close(s.reports)
 	lis, err := listen.New(s.cfg.Listener, listen.Config{
 		Name: "rendezvous", Purpose: auth.PurposeRendezvous, Token: s.cfg.Token, Self: ServerID, TLS: s.cfg.TLS,
-		HandshakeTimeout: s.cfg.HandshakeTimeout, Gate: admit.For(s.cfg.NumProcs), Log: s.log,
+		HandshakeTimeout: s.cfg.HandshakeTimeout + time.Duration(s.cfg.NumProcs)*perProcWait, Gate: admit.For(s.cfg.NumProcs), Log: s.log,
 		Refused: s.refused,
 	}, s.handle)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -146,7 +147,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if err != nil {
 			return Result{}, checkProgram(cfg.Program)
 		}
-		be = &localBackend{path: path, args: cfg.Args}
+		be = &localBackend{path: path, args: cfg.Args, nice: childNice(cfg.NumProcs(), runtime.NumCPU())}
 	} else if kind == LauncherSlurm {
 		sb, err := newStepBackend(cfg, cfg.NumProcs(), out.notice)
 		if err != nil {
