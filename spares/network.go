@@ -51,7 +51,7 @@ func (n *Node) listenCtl() (io.Closer, error) {
 			return nil, err
 		}
 	}
-	l, err := newAuthListener(ln, n.cfg.Token, n.cfg.TLS, auth.PurposeControl, n.cfg.Proc, n.cfg.HandshakeTimeout, n.log, n.serveCtl)
+	l, err := newAuthListener(ln, n.cfg.Token, n.cfg.TLS, auth.PurposeControl, n.cfg.Proc, n.cfg.HandshakeTimeout, len(n.cfg.Members), n.log, n.serveCtl)
 	if err != nil {
 		return nil, err
 	}

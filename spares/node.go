@@ -124,7 +124,7 @@ func NewNode(cfg Config) (_ *Node, err error) {
 				return nil, fmt.Errorf("spares: raft listener: %w", err)
 			}
 		}
-		al, lerr := newAuthListener(raftLn, cfg.Token, cfg.TLS, purposeRaft, cfg.Proc, cfg.HandshakeTimeout, logger, nil)
+		al, lerr := newAuthListener(raftLn, cfg.Token, cfg.TLS, purposeRaft, cfg.Proc, cfg.HandshakeTimeout, len(cfg.Members), logger, nil)
 		if lerr != nil {
 			return nil, fmt.Errorf("spares: raft listener: %w", lerr)
 		}

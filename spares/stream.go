@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/internal/listen"
 	"github.com/gaspigo/gaspigo/internal/tcpopt"
@@ -108,7 +109,7 @@ func (l *authListener) track(c *authConn) bool {
 
 // newAuthListener starts taking connections for purpose p from ln, which
 // it owns from here on.
-func newAuthListener(ln net.Listener, token []byte, secure bool, p auth.Purpose, self uint32, timeout time.Duration, log *slog.Logger, serve func(*authConn)) (*authListener, error) {
+func newAuthListener(ln net.Listener, token []byte, secure bool, p auth.Purpose, self uint32, timeout time.Duration, peers int, log *slog.Logger, serve func(*authConn)) (*authListener, error) {
 	l := &authListener{
 		token: token, secure: secure, purpose: p, self: self, serve: serve,
 		conns: make(chan *authConn),
@@ -117,7 +118,11 @@ func newAuthListener(ln net.Listener, token []byte, secure bool, p auth.Purpose,
 	}
 	lis, err := listen.New(ln, listen.Config{
 		Name: "spares " + purposeName(p), Purpose: p, Token: token, Self: self, TLS: secure,
-		HandshakeTimeout: timeout, Log: log,
+		HandshakeTimeout: timeout, Peers: peers, Log: log,
+		// Every process of a local job may ask a voter at once (its
+		// standing, at the end of the job): all from one address, more
+		// than the shared gate holds at 2,048 (181 shed at one voter).
+		Gate: admit.For(peers),
 	}, l.accepted)
 	if err != nil {
 		ln.Close()

@@ -383,14 +383,17 @@ func TestPeerGoneIsNoWarning(t *testing.T) {
 // Rule: a summary of only handshakes closed by the other end is a warning
 // for a flood of them (floodClosed in a window), information below that (a
 // few dozen dialers giving up on a starved host); one refusal of another
-// kind makes it a warning.
+// kind makes it a warning. A door for many peers (LogConfig.Flood) takes
+// more of them for churn; a Flood below floodClosed counts as floodClosed.
 func TestClosedEarlySummaryLevel(t *testing.T) {
 	for _, c := range []struct {
-		closed, bad int
-		warn        bool
-	}{{floodClosed - 1, 0, false}, {floodClosed, 0, true}, {10, 1, true}} {
+		closed, bad, flood int
+		warn               bool
+	}{{floodClosed - 1, 0, 0, false}, {floodClosed, 0, 0, true}, {10, 1, 0, true},
+		{floodClosed - 1, 0, 10, false}, {floodClosed, 0, 10, true}, {255, 0, 256, false}, {256, 0, 256, true}} {
 		g := newTestGate(t, 8, 8)
 		d, _, lb := newTestDoor(g, "ctl", 1)
+		d.cfg.Flood = c.flood
 		d.Refuse("127.0.0.1:1", fmt.Errorf("auth: reading hello: %w", io.EOF)) // the burst: logged at debug
 		for i := range c.closed {
 			d.Refuse(fmt.Sprintf("127.0.0.1:%d", 2+i), fmt.Errorf("auth: reading hello: %w", io.EOF))
@@ -401,10 +404,10 @@ func TestClosedEarlySummaryLevel(t *testing.T) {
 		d.summary()
 		lines := lb.lines()
 		if len(lines) != 1 || !strings.Contains(lines[0], "unauthenticated ones from") {
-			t.Fatalf("%d closed, %d bad: want one summary line, got %q", c.closed, c.bad, lines)
+			t.Fatalf("%d closed, %d bad, flood %d: want one summary line, got %q", c.closed, c.bad, c.flood, lines)
 		}
 		if warn := strings.Contains(lines[0], "level=WARN"); warn != c.warn {
-			t.Errorf("%d closed, %d bad: summary %q, want a warning: %v", c.closed, c.bad, lines[0], c.warn)
+			t.Errorf("%d closed, %d bad, flood %d: summary %q, want a warning: %v", c.closed, c.bad, c.flood, lines[0], c.warn)
 		}
 	}
 }

@@ -20,6 +20,12 @@ type LogConfig struct {
 	// Burst is how many refusals per interval are logged line by line
 	// before the rest only count towards the summary. >= 0.
 	Burst int
+	// Flood is how many handshakes closed by the other end in one
+	// interval make the summary a warning rather than information; below
+	// floodClosed (0 included) counts as floodClosed. A listener that
+	// thousands of a job's processes may dial sets more: their dials given
+	// up as they leave are churn, not a flood.
+	Flood int
 }
 
 // DefaultLogConfig: five lines, then one summary every 10 s.
@@ -127,7 +133,7 @@ type Door struct {
 // e.g. "tcp"). A nil logger discards; a zero LogConfig takes the default.
 func (g *Gate) Door(name string, log *slog.Logger, cfg LogConfig) *Door {
 	if cfg.Interval <= 0 {
-		cfg = DefaultLogConfig()
+		cfg = LogConfig{Interval: DefaultLogConfig().Interval, Burst: DefaultLogConfig().Burst, Flood: cfg.Flood}
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -224,7 +230,7 @@ func (d *Door) logSummary(w window) {
 	// or left (a few dozen in 10 s on a host starved by hundreds of
 	// processes), unless there are a flood's worth of them.
 	level := slog.LevelWarn
-	if w.shed == 0 && w.refused == w.closed && w.closed < floodClosed {
+	if w.shed == 0 && w.refused == w.closed && w.closed < max(d.cfg.Flood, floodClosed) {
 		level = slog.LevelInfo
 	}
 	d.log.Log(context.Background(), level, summaryLine(d.name, w.refused, w.shed, srcs, d.cfg.Interval),

@@ -45,6 +45,11 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// Gate is the admission gate; nil is the process's (admit.Shared).
 	Gate *admit.Gate
+	// Peers is how many processes may dial the listener in the normal
+	// course of a job (0: a few): handshakes that they close early (a dial
+	// given up as a process leaves) make a warning only beyond a quarter
+	// of them in one summary interval (admit.LogConfig.Flood), at least 100.
+	Peers int
 	// Log receives the listener's lines; nil discards them.
 	Log *slog.Logger
 	// Prepare, when set, wraps an accepted connection before the
@@ -113,7 +118,7 @@ func New(ln net.Listener, cfg Config, h Handler) (*Listener, error) {
 	}
 	l := &Listener{
 		cfg: cfg, ln: ln, h: h, log: log,
-		door:    gate.Door(cfg.Name, log, admit.LogConfig{}),
+		door:    gate.Door(cfg.Name, log, admit.LogConfig{Flood: cfg.Peers / 4}),
 		done:    make(chan struct{}),
 		failed:  make(chan struct{}),
 		pending: map[net.Conn]struct{}{},

@@ -218,7 +218,7 @@ func (t *Transport) Start(h transport.Handler) error {
 	}
 	lis, err := listen.New(t.ln, listen.Config{
 		Name: "shm", Purpose: auth.PurposeShm, Token: t.cfg.Token, Self: uint32(t.self),
-		HandshakeTimeout: t.handshake(), Gate: admit.For(len(t.peers)), Log: t.log,
+		HandshakeTimeout: t.handshake(), Gate: admit.For(len(t.peers)), Peers: len(t.peers), Log: t.log,
 		Refused: t.refused,
 	}, t.serve)
 	if err != nil {
