@@ -15,6 +15,10 @@
 // and prints it with the figures; a figure taken above 1.5 is not a
 // figure. The budget the runtime keeps to (docs/design.md §14) is checked
 // by the figures, not by this command.
+//
+// What wakes an idle process, goroutine by goroutine: IDLE_TRACE_DIR=DIR
+// (and IDLE_TRACE_RANK=R, 1 by default) has rank R write a Go execution
+// trace of the middle third of its hold to DIR/idle.trace (go tool trace).
 package main
 
 import (
@@ -32,6 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gaspigo/gaspigo/bench/internal/benchutil"
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 	"github.com/gaspigo/gaspigo/job"
 )
@@ -49,7 +54,7 @@ func main() {
 	if *worker {
 		os.Exit(work(*hold))
 	}
-	counts, err := parseCounts(*ns)
+	counts, err := benchutil.Counts(*ns, 2)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "idle:", err)
 		os.Exit(2)
@@ -68,18 +73,6 @@ func main() {
 		r := runJob(dir, n, *spares, *warm, *window, *timeout)
 		fmt.Println(r)
 	}
-}
-
-func parseCounts(s string) ([]int, error) {
-	var counts []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 2 {
-			return nil, fmt.Errorf("-n: %q is not a process count of 2 or more", f)
-		}
-		counts = append(counts, n)
-	}
-	return counts, nil
 }
 
 // work is one process of the job: it joins, passes a barrier (rank 0

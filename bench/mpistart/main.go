@@ -26,9 +26,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/gaspigo/gaspigo/bench/internal/benchutil"
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
@@ -40,14 +40,10 @@ func main() {
 	timeout := flag.Duration("timeout", 15*time.Minute, "bound on one run")
 	settle := flag.Duration("settle", 5*time.Minute, "before each run, wait up to this long for the 1-minute load average to fall below 1.5")
 	flag.Parse()
-	var counts []int
-	for _, s := range strings.Split(*ns, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "mpistart: -n: %q is not a process count\n", s)
-			os.Exit(2)
-		}
-		counts = append(counts, n)
+	counts, err := benchutil.Counts(*ns, 1)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mpistart:", err)
+		os.Exit(2)
 	}
 	for _, tool := range []string{"mpicc", "mpirun"} {
 		if _, err := exec.LookPath(tool); err != nil {

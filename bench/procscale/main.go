@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gaspigo/gaspigo/bench/internal/benchutil"
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
@@ -44,14 +45,10 @@ func main() {
 	timeout := flag.Duration("timeout", 10*time.Minute, "bound on one job")
 	settle := flag.Duration("settle", 90*time.Second, "before each job, wait up to this long for the 1-minute load average to fall below 1.5")
 	flag.Parse()
-	var counts []int
-	for _, s := range strings.Split(*ns, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 8 {
-			fmt.Fprintf(os.Stderr, "procscale: -n: %q is not a process count of 8 or more\n", s)
-			os.Exit(2)
-		}
-		counts = append(counts, n)
+	counts, err := benchutil.Counts(*ns, 8)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "procscale:", err)
+		os.Exit(2)
 	}
 	dir, cleanup, err := proctest.Build("procscale", false, "./cmd/gaspirun", "./apps/kmeans/cmd/kmeans")
 	if err != nil {

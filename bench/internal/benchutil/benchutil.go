@@ -1,12 +1,13 @@
 // Package benchutil holds what the benchmark programs under bench/ share:
 // the start of a program that needs simulated hosts, and the names of
-// message sizes in their tables.
+// message sizes in their tables, and their -n flag of process counts.
 package benchutil
 
 import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
@@ -41,4 +42,18 @@ func SizeName(n int) string {
 		return strconv.Itoa(n>>10) + " KiB"
 	}
 	return strconv.Itoa(n) + " B"
+}
+
+// Counts parses a -n flag of comma-separated process counts, each at
+// least least; the error names the flag and the bad entry.
+func Counts(s string, least int) ([]int, error) {
+	var counts []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < least {
+			return nil, fmt.Errorf("-n: %q is not a process count of %d or more", f, least)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
 }
