@@ -163,6 +163,7 @@ var (
 	PurposeRendezvous = Purpose{'r', 'e', 'n', 'd', 'e', 'z'}
 	PurposeControl    = Purpose{'c', 't', 'r', 'l'}
 	PurposeShm        = Purpose{'s', 'h', 'm'}
+	PurposeTable      = Purpose{'t', 'a', 'b', 'l', 'e'} // the member table's relays at start-up
 )
 
 // Handshake runs the protocol on rw (set a deadline on the connection first)

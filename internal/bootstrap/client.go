@@ -154,11 +154,20 @@ func RegisterWith(ctx context.Context, cfg ClientConfig, env Env, self Member) (
 	if err != nil {
 		return nil, Table{}, err
 	}
-	res, err := r.run(ctx)
-	if err != nil {
+	r.relay = startRelay(env, r.self, r.relayTry(), r.log)
+	if err := r.present(env.Proc); err != nil {
+		r.relay.close()
 		return nil, Table{}, err
 	}
-	return newSession(cfg, r.log, r.self, res.conn), res.table, nil
+	res, err := r.run(ctx)
+	if err != nil {
+		r.relay.close()
+		return nil, Table{}, err
+	}
+	r.relay.hand(res.frame, max(r.timeout(), relaySources*r.relayTry()+r.cfg.HandshakeTimeout))
+	sess := newSession(cfg, r.log, r.self, res.conn)
+	sess.relay = r.relay
+	return sess, res.table, nil
 }
 
 // JoinRunning registers a joiner (env.Join, PGAS_JOIN=1): a process
@@ -207,6 +216,7 @@ type attemptResult struct {
 	conn  net.Conn
 	table Table
 	id    uint32 // this process's id: env.Proc, or a joiner's as given
+	frame []byte // the table's message as the rendezvous encoded it, for the relay
 }
 
 // registrar holds the state of one Register or JoinRunning call across
@@ -219,6 +229,7 @@ type registrar struct {
 	log       *slog.Logger
 	attempts  int
 	authFails int
+	relay     *relay // this process's table relay, nil for none (a joiner's)
 
 	mu      sync.Mutex // the fields below, also read by the warning timer
 	id      uint32     // the id presented: env.Proc, or the one a joiner was given
@@ -257,7 +268,7 @@ func (r *registrar) present(id uint32) error {
 	self := r.self
 	self.Proc = id
 	h := &envelope{Kind: msgHello, Hello: &hello{Version: protoVersion, NumProcs: r.env.NumProcs, NumRanks: r.env.NumRanks,
-		JobID: r.env.JobID, Member: self, Join: r.join}}
+		JobID: r.env.JobID, Member: self, Join: r.join, Relay: r.relay.address()}}
 	msg, err := encodeMsg(h, MaxClientMessage)
 	if err != nil {
 		return fmt.Errorf("%w: own member does not fit a message (Extra too large?): %v", ErrConfig, err)
@@ -484,7 +495,11 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 		return res, fmt.Errorf("send hello: %w", err)
 	}
 	for {
-		m, err := readMsg(rw, MaxServerMessage)
+		body, err := readFrame(rw, MaxServerMessage)
+		var m *envelope
+		if err == nil {
+			m, err = decodeBody(body)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, ctx.Err()
@@ -513,6 +528,17 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 			r.log.Debug("bootstrap: registered; waiting for the table", "proc", procAttr(r.presented()))
 		case msgReject:
 			return res, backoff.Permanent(&RejectedError{Proc: id, Reason: m.Reason})
+		case msgRelay:
+			if r.join {
+				return res, backoff.Permanent(fmt.Errorf("%w: the rendezvous sent a joiner a relay notice; run the same gaspigo build everywhere", ErrProtocol))
+			}
+			if body, m, err = r.relayed(ctx, rw, m.Relay); err != nil {
+				return res, err
+			}
+			if m == nil {
+				continue // asked the rendezvous for it
+			}
+			fallthrough
 		case msgTable, msgJoined:
 			if (m.Kind == msgJoined) != r.join {
 				return res, backoff.Permanent(fmt.Errorf("%w: the rendezvous answered a joiner's registration with a process's table, or the other way round (message kind %d); run the same gaspigo build everywhere", ErrProtocol, m.Kind))
@@ -532,7 +558,7 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 			}
 			c.SetDeadline(time.Time{})
 			ok = true
-			return attemptResult{conn: rw, table: t, id: id}, nil
+			return attemptResult{conn: rw, table: t, id: id, frame: framed(body)}, nil
 		case msgFinished:
 			if !r.join {
 				return res, backoff.Permanent(fmt.Errorf("%w: the rendezvous said the job finished while this process registered; run the same gaspigo build everywhere", ErrProtocol))

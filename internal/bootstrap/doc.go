@@ -79,13 +79,27 @@
 // envelopes behind a 4-byte big-endian length, capped at MaxClientMessage
 // from a process and MaxServerMessage from the server. The process sends a
 // hello (protocol version, its NumProcs, NumRanks and JobID, and its
-// Member); the server answers with an ack, or a reject with a reason (a
-// duplicate id, an id out of range, a different job shape), then sends the
-// complete Table to everyone once all processes have registered. A process
-// that disconnects before that is unregistered, and the same process (same
-// Proc, Pid, Host and Addr) may register again, also after completion, and
-// gets the table. After the table the connection stays open as a control
-// channel: the process sends Reports; the server sends nothing.
+// Member, and the address of its table relay); the server answers with an
+// ack, or a reject with a reason (a duplicate id, an id out of range, a
+// different job shape). Once all processes have registered, the table
+// travels down a tree (relay.go): the server writes the complete Table to
+// processes 0..7 and to every other process a notice naming up to three of
+// its ancestors in a heap of fan-out 8 (process p's parent is p/8 - 1),
+// with the table message's size and SHA-256. The process fetches the table
+// from the first ancestor that gives it (job-token handshake with
+// auth.PurposeTable; each try bounded by the handshake bound and 10 ms per
+// process), accepts it only if the digest matches, and asks the server for
+// it on its control connection (msgTableAsk) only when none did. Each
+// process that has children in the tree serves the table it holds on a
+// relay of its own, bound on its data-plane address's interface, from its
+// registration until the registration's bound has passed or the session
+// closes; a leaf (7 of 8 processes) binds none, and a process that cannot
+// bind one registers without and is written the whole table. A process
+// that disconnects before completion is unregistered, and the same process
+// (same Proc, Pid, Host and Addr) may register again, also after
+// completion, and gets the whole table. After the table the connection
+// stays open as a control channel: the process sends Reports; the server
+// sends nothing more.
 //
 // A joiner (JoinRunning) sends a hello marked as a join, presenting in the
 // handshake the id its launcher reserved with Server.Reserve, or JoinerID.
@@ -114,16 +128,22 @@
 // handshakes.
 //
 // Cost as a function of N processes: each registration is O(1) work under
-// the server's lock (a joiner's too; its table is encoded for it, O(N)), in the connection's own goroutine (handshakes run in
-// parallel, each bounded by HandshakeTimeout); completing the table is O(N)
-// once, and it is encoded once. Every process gets the whole table, O(N)
-// bytes, so the server writes O(N^2) bytes in all: 38 KB x 512 = 20 MB, and
-// 307 KB x 4,096 = 1.26 GB with two endpoints per member (TestRendezvousScale
-// measures it). The writes run with up to 64 in flight, so a process that
-// does not read holds up only its own write, for at most WriteTimeout.
+// the server's lock (a joiner's too; its table is encoded for it, O(N)),
+// in the connection's own goroutine (handshakes run in parallel, each
+// bounded by HandshakeTimeout); completing the table is O(N) once, and it
+// is encoded once. The server writes the whole table (O(N) bytes) 8 times
+// and a notice of about 200 bytes to every other process: O(N) bytes in
+// all, 3.5 MB at 4,096 processes where every process used to get the table
+// from it (1.26 GB; TestRendezvousScale measures it). Each relay writes it
+// to at most 8 children, so the job moves N tables in all, but no process
+// more than 9. The writes run with up to 64 in flight, so a process that
+// does not read holds up only its own write, for at most WriteTimeout; a
+// relay closes a connection only after the asker has read the table and
+// closed it (a socket closed with the table unsent is an orphan, which a
+// kernel short of socket memory resets).
 //
-// The rendezvous is not needed after the table: losing it never fails a
-// process. Session.Report drops reports when it is gone, and Session.Lost
+// The rendezvous is not needed once it has sent the notices: the relays
+// serve the table without it, and losing it never fails a process. Session.Report drops reports when it is gone, and Session.Lost
 // says so. SurviveLauncherExit keeps a process alive when the launcher
 // that pipes its output dies.
 //

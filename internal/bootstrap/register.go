@@ -55,6 +55,7 @@ func (s *Server) handle(c net.Conn, peer uint32) {
 		}
 		sc.proc = peer
 		sc.member = m.Hello.Member
+		sc.relay = m.Hello.Relay
 		if !s.register(sc) {
 			return
 		}
@@ -128,6 +129,7 @@ func (s *Server) register(sc *srvConn) bool {
 		}
 		err := s.writeLocked(sc, &envelope{Kind: msgTable, Table: &tbl})
 		sc.wmu.Unlock()
+		s.nTables.Add(1)
 		s.log.Info("rendezvous: process reconnected after the table was complete", "proc", sc.proc, "remote", sc.remote, "err", err)
 		return s.answered(sc, err)
 	}
@@ -180,9 +182,26 @@ func (s *Server) register(sc *srvConn) bool {
 		s.log.Error("rendezvous: cannot encode the member table", "err", err)
 		return false
 	}
+	relayed, err := notices(targets, msg[4:])
+	if err != nil {
+		s.log.Error("rendezvous: cannot encode the relay notices", "err", err)
+		return false
+	}
+	s.mu.Lock()
+	s.tmsg = msg
+	s.mu.Unlock()
+	// The whole tables first: the others fetch theirs from these.
 	ds := make([]delivery, 0, len(targets)+len(joiners))
-	for _, r := range targets {
-		ds = append(ds, delivery{r, msg})
+	for p, r := range targets {
+		if relayed[p] == nil {
+			ds = append(ds, delivery{r, msg})
+		}
+	}
+	s.nTables.Add(uint64(len(ds)))
+	for p, r := range targets {
+		if relayed[p] != nil {
+			ds = append(ds, delivery{r, relayed[p]})
+		}
 	}
 	for _, j := range joiners {
 		jm, err := encodeMsg(&envelope{Kind: msgJoined, Table: &tbl, Proc: j.proc}, MaxServerMessage)

@@ -1,15 +1,16 @@
 package bootstrap
 
 import (
-	"encoding/binary"
+	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,19 +64,18 @@ func scaleSizes(t *testing.T) []int {
 	return out
 }
 
-// Rule (doc.go, Rendezvous protocol; STYLE 17): the rendezvous is no
-// funnel. N processes registering at once all get the table, none is shed
-// by the admission gate or times out in its handshake (so no registration
-// is repeated), and the server writes the table once per process in one
-// encoding: at most N table messages plus N small acks. It logs the
-// figures (time until all registered, until the last table arrived, bytes
-// the server wrote). The clients speak the protocol as RegisterWith does
-// (handshake, hello, ack, table) but decode only process 0's table: N
-// clients decoding N tables in one process would measure the decoder
-// N times over, not the server.
+// Rule (doc.go, Rendezvous protocol and the table's way down; STYLE 17):
+// the rendezvous is no funnel. N processes registering at once (each as
+// RegisterWith does, with its table relay) all get the same table, none
+// is shed by the admission gate or times out in its handshake (so no
+// registration is repeated), and the rendezvous writes the whole table
+// only to the relay tree's first relayFanout processes: O(N) bytes, not N
+// tables. It logs the figures (time until all registered, until the last
+// table arrived, bytes the server wrote).
 func TestRendezvousScale(t *testing.T) {
 	for _, n := range scaleSizes(t) {
 		t.Run(fmt.Sprint("procs=", n), func(t *testing.T) {
+			descriptors(t, 4*n+n/8+64)
 			var cl *countingListener
 			j := startServer(t, n, n-n/8, func(c *ServerConfig) {
 				cl = &countingListener{Listener: c.Listener}
@@ -95,28 +95,27 @@ func TestRendezvousScale(t *testing.T) {
 			}()
 			var wg sync.WaitGroup
 			var failed atomic.Int64
-			var tableBytes atomic.Int64
 			var firstErr atomic.Pointer[error]
-			frames := make([]int, n)
-			conns := make([]net.Conn, n)
+			tables := make([]Table, n)
+			sessions := make([]*Session, n)
 			defer func() {
-				for _, c := range conns {
-					if c != nil {
-						c.Close()
+				for _, s := range sessions {
+					if s != nil {
+						s.Close()
 					}
 				}
 			}()
 			for p := range n {
 				wg.Go(func() {
-					c, size, err := rawRegister(j, uint32(p), n-n/8, p == 0)
-					conns[p], frames[p] = c, size
+					env, self, cfg := j.envFor(uint32(p)), memberFor(uint32(p)), DefaultClientConfig()
+					env.NumRanks = n - n/8
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+					defer cancel()
+					s, tb, err := RegisterWith(ctx, cfg, env, self)
+					sessions[p], tables[p] = s, tb
 					if err != nil {
 						failed.Add(1)
 						firstErr.CompareAndSwap(nil, &err)
-						return
-					}
-					if p == 0 {
-						tableBytes.Store(int64(size))
 					}
 				})
 			}
@@ -126,27 +125,51 @@ func TestRendezvousScale(t *testing.T) {
 			if f := failed.Load(); f > 0 {
 				t.Fatalf("%d of %d registrations failed; first: %v", f, n, *firstErr.Load())
 			}
-			for p, f := range frames {
-				if f != frames[0] {
-					t.Fatalf("process %d got a table of %d bytes, process 0 one of %d", p, f, frames[0])
+			for p := range tables {
+				if !reflect.DeepEqual(tables[p], tables[0]) {
+					t.Fatalf("process %d got another table than process 0", p)
 				}
 			}
+			tmsg, err := encodeMsg(&envelope{Kind: msgTable, Table: &tables[0]}, MaxServerMessage)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tb := int64(len(tmsg))
 			st := j.srv.Stats()
 			written := cl.written.Load()
-			tb := tableBytes.Load()
 			load, _ := os.ReadFile("/proc/loadavg")
-			t.Logf("procs=%d: all registered in %v, all tables in %v; server wrote %d bytes (%.0f per process; the table is %d bytes); accepted %d connections, shed %d, handshake timeouts %d, refused %d; loadavg %s",
-				n, registered.Round(time.Millisecond), wall.Round(time.Millisecond), written, float64(written)/float64(n), tb, st.Accepted, st.Shed, st.TimedOut, st.Refused, strings.TrimSpace(string(load)))
+			t.Logf("procs=%d: all registered in %v, all tables in %v; server wrote %d bytes (%.0f per process; the table is %d bytes, written whole %d times, %d of them asked for); accepted %d connections, shed %d, handshake timeouts %d, refused %d; loadavg %s",
+				n, registered.Round(time.Millisecond), wall.Round(time.Millisecond), written, float64(written)/float64(n), tb, st.Tables, st.Asked, st.Accepted, st.Shed, st.TimedOut, st.Refused, strings.TrimSpace(string(load)))
 			if st.Shed != 0 || st.TimedOut != 0 || st.Refused != 0 || st.Accepted != uint64(n) {
 				t.Errorf("registrations were repeated: accepted %d connections for %d processes, shed %d, timed out %d, refused %d; first log lines:\n%s",
 					st.Accepted, n, st.Shed, st.TimedOut, st.Refused, j.log.warnings(5))
 			}
-			// The handshake writes a few hundred bytes per connection; the
-			// table goes once to each process.
-			if max := int64(n) * (tb + 1024); written > max {
-				t.Errorf("the server wrote %d bytes, more than %d (one table of %d bytes and 1 KiB per process)", written, max, tb)
+			// The whole table to the tree's first relayFanout processes; the
+			// handshake, the ack and a notice (a few hundred bytes) to each.
+			if st.Tables != relayFanout || st.Asked != 0 {
+				t.Errorf("the rendezvous wrote the whole table %d times (%d asked for), want %d (the relay tree's first level)", st.Tables, st.Asked, relayFanout)
+			}
+			if max := relayFanout*tb + int64(n)*1024; written > max {
+				t.Errorf("the server wrote %d bytes, more than %d (the table of %d bytes %d times and 1 KiB per process)", written, max, tb, relayFanout)
 			}
 		})
+	}
+}
+
+// descriptors makes sure the test process may open n files: the
+// processes of the test live in one process, each with its rendezvous
+// connection (both ends) and its relay connection under way (both ends),
+// one in eight with a relay listener. It raises the soft limit, and the hard one where it may.
+func descriptors(t *testing.T, n int) {
+	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur >= uint64(n) {
+		return
+	}
+	lim.Cur = uint64(n)
+	lim.Max = max(lim.Max, lim.Cur)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skipf("the test needs %d file descriptors, and the limit cannot be raised (%v): run it under ulimit -n %d", n, err, n)
 	}
 }
 
@@ -264,51 +287,5 @@ func TestTableNotHeldUpByStalledReaders(t *testing.T) {
 		if r := recv(t, ch); r.err != nil || len(r.table.Members) != 4 {
 			t.Fatalf("registration: %v, %d members", r.err, len(r.table.Members))
 		}
-	}
-}
-
-// rawRegister registers proc as RegisterWith does and returns its
-// connection and the size of the table's frame; only when decode is set
-// is the table decoded and checked.
-func rawRegister(j *testJob, proc uint32, nranks int, decode bool) (net.Conn, int, error) {
-	c, err := net.DialTimeout("tcp", j.env.Rendezvous, time.Minute)
-	if err != nil {
-		return nil, 0, err
-	}
-	c.SetDeadline(time.Now().Add(3 * time.Minute))
-	rw, _, err := auth.Dial(c, j.env.Token, auth.PurposeRendezvous, proc, j.env.TLS)
-	if err != nil {
-		return c, 0, err
-	}
-	env := j.envFor(proc)
-	self := memberFor(proc)
-	self.Host, self.Pid = env.Host, 1000+int(proc)
-	h := &envelope{Kind: msgHello, Hello: &hello{Version: protoVersion, NumProcs: env.NumProcs, NumRanks: nranks, JobID: env.JobID, Member: self}}
-	if err := writeMsg(rw, h, MaxClientMessage); err != nil {
-		return c, 0, err
-	}
-	for {
-		var hdr [4]byte
-		if _, err := io.ReadFull(rw, hdr[:]); err != nil {
-			return c, 0, err
-		}
-		body := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-		if _, err := io.ReadFull(rw, body); err != nil {
-			return c, 0, err
-		}
-		if len(body) < 64 {
-			m, err := decodeBody(body)
-			if err != nil || m.Kind != msgAck {
-				return c, 0, fmt.Errorf("process %d: expected an ack: %v %+v", proc, err, m)
-			}
-			continue
-		}
-		if decode {
-			m, err := decodeBody(body)
-			if err != nil || m.Kind != msgTable || m.Table.Validate() != nil || len(m.Table.Members) != env.NumProcs {
-				return c, 0, fmt.Errorf("process %d: bad table: %v", proc, err)
-			}
-		}
-		return c, 4 + len(body), nil
 	}
 }

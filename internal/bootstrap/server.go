@@ -103,6 +103,8 @@ type ServerStats struct {
 	Reports     uint64 // reports delivered on Reports()
 	Dropped     uint64 // reports dropped because Reports() was full
 	BadMessages uint64 // malformed or unexpected messages from authenticated processes
+	Tables      uint64 // whole member tables written to processes (the rest fetched it from relays)
+	Asked       uint64 // of those, tables a process asked for because no relay gave it
 }
 
 // Server is the rendezvous: it collects one Member per process, sends the
@@ -121,6 +123,7 @@ type Server struct {
 	mu      sync.Mutex
 	regs    map[uint32]*srvConn // current control connection per process
 	table   *Table              // nil until complete
+	tmsg    []byte              // the table's message, encoded once it is complete
 	conns   map[*srvConn]struct{}
 	closed  bool
 	serving bool
@@ -138,7 +141,7 @@ type Server struct {
 	stopped chan struct{}  // closed by stop
 	lis     *listen.Listener
 
-	nRefused, nReports, nDropped, nBad atomic.Uint64
+	nRefused, nReports, nDropped, nBad, nTables, nAsked atomic.Uint64
 }
 
 type srvConn struct {
@@ -147,7 +150,8 @@ type srvConn struct {
 	wmu    sync.Mutex // serialises writes
 	proc   uint32
 	member Member
-	join   bool // a joiner's connection: in Server.jregs, not regs
+	join   bool   // a joiner's connection: in Server.jregs, not regs
+	relay  string // the process's table relay (hello.Relay), "" without one
 }
 
 // NewServer makes a Server; Serve runs it. Zero timeouts and buffer take
@@ -245,6 +249,7 @@ func (s *Server) Stats() ServerStats {
 	st.Reports = s.nReports.Load()
 	st.Dropped = s.nDropped.Load()
 	st.BadMessages = s.nBad.Load()
+	st.Tables, st.Asked = s.nTables.Load(), s.nAsked.Load()
 	return st
 }
 
@@ -368,6 +373,10 @@ func (s *Server) readLoop(sc *srvConn) {
 			}
 			s.disconnected(sc, err)
 			return
+		}
+		if m.Kind == msgTableAsk && !sc.join {
+			s.sendTable(sc)
+			continue
 		}
 		if m.Kind != msgReport || !validKind(m.Report.Kind) {
 			s.nBad.Add(1)

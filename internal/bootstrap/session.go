@@ -18,6 +18,9 @@ type Session struct {
 	self Member
 	conn net.Conn
 	srv  *Server // hosted in this process by Join, or nil
+	// relay serves the table to the job's processes for a while after
+	// the registration (relay.go); Close stops it. Nil for none.
+	relay *relay
 
 	mu      sync.RWMutex // guards closed and the queue's closing
 	closed  bool
@@ -152,6 +155,7 @@ func (s *Session) Close() error {
 		t.Stop()
 		s.markLost(ErrClosed)
 		s.wg.Wait()
+		s.relay.close()
 		if s.srv != nil {
 			s.srv.Close()
 		}

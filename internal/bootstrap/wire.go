@@ -122,6 +122,11 @@ const (
 	// table is not complete, then with one of these.
 	msgJoined   uint8 = 6 // server -> joiner: the original table and the joiner's id (Proc)
 	msgFinished uint8 = 7 // server -> joiner: the job has ended, nothing to join; then close
+	// The table's way down (relay.go): a process the rendezvous does not
+	// write the table to gets msgRelay, fetches the table from a relay,
+	// and asks the rendezvous with msgTableAsk only when none gave it.
+	msgRelay    uint8 = 8 // server -> process: the table is complete; Relay says where to fetch it
+	msgTableAsk uint8 = 9 // process -> server: send the table (no relay gave it)
 )
 
 type hello struct {
@@ -135,6 +140,9 @@ type hello struct {
 	// NumRanks may be 0 (unknown). A server that predates it ignores the
 	// field and refuses the id as out of range.
 	Join bool `msgpack:"join,omitempty"`
+	// Relay is the address of the process's table relay (relay.go), ""
+	// without one.
+	Relay string `msgpack:"relay,omitempty"`
 }
 
 type envelope struct {
@@ -147,6 +155,8 @@ type envelope struct {
 	// msgAck that answers a join hello (so that a joiner that loses the
 	// connection presents it again rather than take a second id).
 	Proc uint32 `msgpack:"id,omitempty"`
+	// Relay, in msgRelay, names the processes to fetch the table from.
+	Relay *relayNotice `msgpack:"l,omitempty"`
 }
 
 // encodeMsg returns the framed message: a 4-byte big-endian length, then
@@ -179,6 +189,16 @@ func writeMsg(w io.Writer, e *envelope, max int) error {
 // returned as they are (io.EOF for a clean close between messages); bad
 // input wraps ErrTooLarge or ErrProtocol.
 func readMsg(r io.Reader, max int) (*envelope, error) {
+	body, err := readFrame(r, max)
+	if err != nil {
+		return nil, err
+	}
+	return decodeBody(body)
+}
+
+// readFrame reads one framed message of at most max bytes and returns its
+// body undecoded.
+func readFrame(r io.Reader, max int) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
@@ -197,7 +217,7 @@ func readMsg(r io.Reader, max int) (*envelope, error) {
 		}
 		return nil, err
 	}
-	return decodeBody(body)
+	return body, nil
 }
 
 func decodeBody(body []byte) (*envelope, error) {
@@ -225,7 +245,14 @@ func decodeBody(body []byte) (*envelope, error) {
 		if e.Report == nil {
 			return nil, fmt.Errorf("%w: report message without report", ErrProtocol)
 		}
-	case msgAck, msgReject, msgFinished:
+	case msgRelay:
+		if e.Relay == nil {
+			return nil, fmt.Errorf("%w: relay notice without body", ErrProtocol)
+		}
+		if err := e.Relay.check(); err != nil {
+			return nil, err
+		}
+	case msgAck, msgReject, msgFinished, msgTableAsk:
 	default:
 		return nil, fmt.Errorf("%w: unknown message kind %d", ErrProtocol, e.Kind)
 	}

@@ -24,6 +24,9 @@ func TestMessageRoundTrip(t *testing.T) {
 		{Kind: msgAck, Proc: 2},
 		{Kind: msgJoined, Table: &Table{NumRanks: 1, JobID: "j", Members: tbl.Members, RefillWait: 1500 * time.Millisecond}, Proc: 2},
 		{Kind: msgFinished},
+		{Kind: msgHello, Hello: &hello{Version: 1, NumProcs: 2, NumRanks: 1, JobID: "j", Member: tbl.Members[1], Relay: "127.0.0.1:4"}},
+		{Kind: msgRelay, Relay: &relayNotice{From: []relaySource{{Proc: 0, Addr: "127.0.0.1:5"}}, Size: 300, Sum: make([]byte, 32)}},
+		{Kind: msgTableAsk},
 	} {
 		var buf bytes.Buffer
 		if err := writeMsg(&buf, e, MaxServerMessage); err != nil {
@@ -57,7 +60,11 @@ func TestMessageLimits(t *testing.T) {
 		t.Fatalf("oversized write: %v, want ErrTooLarge", err)
 	}
 	// Unknown kind, missing body, trailing bytes.
-	for _, e := range []*envelope{{Kind: 99}, {Kind: msgHello}, {Kind: msgTable}, {Kind: msgReport}, {Kind: msgJoined, Proc: 2}} {
+	for _, e := range []*envelope{{Kind: 99}, {Kind: msgHello}, {Kind: msgTable}, {Kind: msgReport}, {Kind: msgJoined, Proc: 2},
+		{Kind: msgRelay}, {Kind: msgRelay, Relay: &relayNotice{Size: 300, Sum: make([]byte, 32)}},
+		{Kind: msgRelay, Relay: &relayNotice{From: []relaySource{{}, {}, {}, {}}, Size: 300, Sum: make([]byte, 32)}},
+		{Kind: msgRelay, Relay: &relayNotice{From: []relaySource{{}}, Size: 0, Sum: make([]byte, 32)}},
+		{Kind: msgRelay, Relay: &relayNotice{From: []relaySource{{}}, Size: 300, Sum: make([]byte, 3)}}} {
 		b, err := encodeMsg(e, MaxClientMessage)
 		if err != nil {
 			t.Fatal(err)
