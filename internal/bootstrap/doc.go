@@ -83,9 +83,10 @@
 // ack, or a reject with a reason (a duplicate id, an id out of range, a
 // different job shape). Once all processes have registered, the table
 // travels down a tree (relay.go): the server writes the complete Table to
-// processes 0..7 and to every other process a notice naming up to three of
-// its ancestors in a heap of fan-out 8 (process p's parent is p/8 - 1),
-// with the table message's size and SHA-256. The process fetches the table
+// processes 0..63 and to every other process a notice naming up to three of
+// its ancestors in a heap whose first 64 processes have 8 children each
+// (process p's parent is (p-64)/8), with the table message's size and
+// SHA-256. The process fetches the table
 // from the first ancestor that gives it (job-token handshake with
 // auth.PurposeTable; each try bounded by the handshake bound and 10 ms per
 // process), accepts it only if the digest matches, and asks the server for
@@ -93,7 +94,7 @@
 // process that has children in the tree serves the table it holds on a
 // relay of its own, bound on its data-plane address's interface, from its
 // registration until the registration's bound has passed or the session
-// closes; a leaf (7 of 8 processes) binds none, and a process that cannot
+// closes; a leaf (most processes) binds none, and a process that cannot
 // bind one registers without and is written the whole table. A process
 // that disconnects before completion is unregistered, and the same process
 // (same Proc, Pid, Host and Addr) may register again, also after
@@ -131,12 +132,14 @@
 // the server's lock (a joiner's too; its table is encoded for it, O(N)),
 // in the connection's own goroutine (handshakes run in parallel, each
 // bounded by HandshakeTimeout); completing the table is O(N) once, and it
-// is encoded once. The server writes the whole table (O(N) bytes) 8 times
+// is encoded once. The server writes the whole table (O(N) bytes) 64 times
 // and a notice of about 200 bytes to every other process: O(N) bytes in
-// all, 3.5 MB at 4,096 processes where every process used to get the table
-// from it (1.26 GB; TestRendezvousScale measures it). Each relay writes it
-// to at most 8 children, so the job moves N tables in all, but no process
-// more than 9. The writes run with up to 64 in flight, so a process that
+// all, 20.6 MB at 4,096 processes where every process used to get the
+// table from it (1.26 GB; TestRendezvousScale measures it). Each relay
+// writes it to at most 8 children, so the job moves N tables in all, but
+// no process more than 9. Each level below the rendezvous costs a wake-up
+// of the parent, most of a second on a host of hundreds of processes per
+// core: up to 576 processes get the table at one relay, up to 4,672 at two. The writes run with up to 64 in flight, so a process that
 // does not read holds up only its own write, for at most WriteTimeout; a
 // relay closes a connection only after the asker has read the table and
 // closed it (a socket closed with the table unsent is an orphan, which a

@@ -112,19 +112,21 @@ func (f *fakeRelay) serve(t *testing.T, j *testJob, proc uint32, how string) {
 // Rule (doc.go, the table's way down): the table reaches every process
 // past a relay that is stopped, dead, or sends other bytes than the
 // rendezvous's table (refused by the notice's digest): the process asks
-// the next ancestor, and the rendezvous only when none is left. Process 8
-// misbehaves; its children 72-79 get the table from process 0, its
-// grandparent, and process 8's own siblings are not affected.
+// the next ancestor, and the rendezvous only when none is left. Process
+// 64 (a child of process 0, the first below the roots) misbehaves; its
+// children 576-583 get the table from process 0, their grandparent, and
+// the others are not affected.
 func TestRelayPastABadParent(t *testing.T) {
-	const n = 80
+	const bad = relayRoots
+	n := relayRoots + relayFanout*bad + relayFanout
 	for _, how := range []string{relaySilent, relayWrong, relayGone} {
 		t.Run(how, func(t *testing.T) {
 			j := startServer(t, n, n)
-			startFakeRelay(t, j, 8, how)
+			startFakeRelay(t, j, bad, how)
 			fast := func(_ *Env, _ *Member, c *ClientConfig) { c.HandshakeTimeout = 300 * time.Millisecond }
 			chans := map[uint32]<-chan regResult{}
 			for p := range uint32(n) {
-				if p != 8 {
+				if p != bad {
 					chans[p] = j.registerAsync(t, p, fast)
 				}
 			}
@@ -140,9 +142,9 @@ func TestRelayPastABadParent(t *testing.T) {
 					t.Fatalf("process %d got another table", p)
 				}
 			}
-			if st := j.srv.Stats(); st.Tables != relayFanout || st.Asked != 0 {
-				t.Errorf("the rendezvous wrote the whole table %d times (%d asked for), want %d and none asked for: the children of process 8 should have got it from process 0",
-					st.Tables, st.Asked, relayFanout)
+			if st := j.srv.Stats(); st.Tables != relayRoots || st.Asked != 0 {
+				t.Errorf("the rendezvous wrote the whole table %d times (%d asked for), want %d and none asked for: the children of process %d should have got it from process 0",
+					st.Tables, st.Asked, relayRoots, bad)
 			}
 		})
 	}
@@ -150,9 +152,9 @@ func TestRelayPastABadParent(t *testing.T) {
 
 // Rule (doc.go, the table's way down): a process none of whose relays
 // gives the table asks the rendezvous for it, and gets it. Process 0 is
-// stopped, and it is the only relay its children 8-15 have.
+// stopped, and it is the only relay its children have.
 func TestRelayNoneLeftAsksTheRendezvous(t *testing.T) {
-	const n = 16
+	const n = relayRoots + relayFanout
 	j := startServer(t, n, n)
 	startFakeRelay(t, j, 0, relaySilent)
 	fast := func(_ *Env, _ *Member, c *ClientConfig) { c.HandshakeTimeout = 300 * time.Millisecond }
@@ -165,8 +167,8 @@ func TestRelayNoneLeftAsksTheRendezvous(t *testing.T) {
 			t.Fatalf("registration: %v, %d members", r.err, r.table.NumProcs())
 		}
 	}
-	if st := j.srv.Stats(); st.Asked != n-relayFanout || st.Tables != n {
-		t.Errorf("the rendezvous wrote the whole table %d times, %d of them asked for; want %d and %d (processes 8-15 asked)", st.Tables, st.Asked, n, n-relayFanout)
+	if st := j.srv.Stats(); st.Asked != relayFanout || st.Tables != n {
+		t.Errorf("the rendezvous wrote the whole table %d times, %d of them asked for; want %d and %d (process 0's children asked)", st.Tables, st.Asked, n, relayFanout)
 	}
 }
 
@@ -174,7 +176,7 @@ func TestRelayNoneLeftAsksTheRendezvous(t *testing.T) {
 // rendezvous's loss does not keep it from anyone: the relays serve it.
 // The rendezvous is closed the moment the table completes.
 func TestRelayOutlivesTheRendezvous(t *testing.T) {
-	const n = 80
+	const n = relayRoots + 3*relayFanout
 	j := startServer(t, n, n)
 	go func() {
 		<-j.srv.Complete()
@@ -189,7 +191,7 @@ func TestRelayOutlivesTheRendezvous(t *testing.T) {
 			t.Fatalf("process %d: %v, %d members", p, r.err, r.table.NumProcs())
 		}
 	}
-	if st := j.srv.Stats(); st.Tables != relayFanout {
-		t.Errorf("the rendezvous wrote the whole table %d times, want %d", st.Tables, relayFanout)
+	if st := j.srv.Stats(); st.Tables != relayRoots {
+		t.Errorf("the rendezvous wrote the whole table %d times, want %d", st.Tables, relayRoots)
 	}
 }

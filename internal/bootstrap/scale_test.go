@@ -69,7 +69,7 @@ func scaleSizes(t *testing.T) []int {
 // RegisterWith does, with its table relay) all get the same table, none
 // is shed by the admission gate or times out in its handshake (so no
 // registration is repeated), and the rendezvous writes the whole table
-// only to the relay tree's first relayFanout processes: O(N) bytes, not N
+// only to the relay tree's first relayRoots processes: O(N) bytes, not N
 // tables. It logs the figures (time until all registered, until the last
 // table arrived, bytes the server wrote).
 func TestRendezvousScale(t *testing.T) {
@@ -144,13 +144,13 @@ func TestRendezvousScale(t *testing.T) {
 				t.Errorf("registrations were repeated: accepted %d connections for %d processes, shed %d, timed out %d, refused %d; first log lines:\n%s",
 					st.Accepted, n, st.Shed, st.TimedOut, st.Refused, j.log.warnings(5))
 			}
-			// The whole table to the tree's first relayFanout processes; the
+			// The whole table to the tree's first relayRoots processes; the
 			// handshake, the ack and a notice (a few hundred bytes) to each.
-			if st.Tables != relayFanout || st.Asked != 0 {
-				t.Errorf("the rendezvous wrote the whole table %d times (%d asked for), want %d (the relay tree's first level)", st.Tables, st.Asked, relayFanout)
+			if st.Tables != relayRoots || st.Asked != 0 {
+				t.Errorf("the rendezvous wrote the whole table %d times (%d asked for), want %d (the relay tree's first level)", st.Tables, st.Asked, relayRoots)
 			}
-			if max := relayFanout*tb + int64(n)*1024; written > max {
-				t.Errorf("the server wrote %d bytes, more than %d (the table of %d bytes %d times and 1 KiB per process)", written, max, tb, relayFanout)
+			if max := relayRoots*tb + int64(n)*1024; written > max {
+				t.Errorf("the server wrote %d bytes, more than %d (the table of %d bytes %d times and 1 KiB per process)", written, max, tb, relayRoots)
 			}
 		})
 	}

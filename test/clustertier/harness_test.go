@@ -236,3 +236,35 @@ func checkNoTokenInArgv(t *testing.T, token string) {
 		}
 	}
 }
+
+// runScript runs a cluster script (deploy/*/local-cluster.sh) with verb
+// and env, within d, and returns its output.
+func runScript(script string, env []string, d time.Duration, verb string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, script, verb)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// logTails returns the last lines of the daemons' logs in dir/log, for
+// failure messages: of the files named, or of every file there.
+func logTails(dir string, names ...string) string {
+	if len(names) == 0 {
+		ents, _ := os.ReadDir(filepath.Join(dir, "log"))
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+	}
+	var b strings.Builder
+	for _, f := range names {
+		data, err := os.ReadFile(filepath.Join(dir, "log", f))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		fmt.Fprintf(&b, "--- %s (last lines)\n%s\n", f, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+	}
+	return b.String()
+}

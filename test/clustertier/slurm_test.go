@@ -101,26 +101,12 @@ func startSlurm(t *testing.T) *slurmCluster {
 }
 
 func (c *slurmCluster) script1(verb string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, c.script, verb)
-	cmd.Env = c.env
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return runScript(c.script, c.env, 90*time.Second, verb)
 }
 
 // logs returns the tails of the daemons' logs, for failure messages.
 func (c *slurmCluster) logs() string {
-	var b strings.Builder
-	for _, f := range []string{"munged.log", "slurmctld.log", "slurmd.log"} {
-		data, err := os.ReadFile(filepath.Join(c.dir, "log", f))
-		if err != nil {
-			continue
-		}
-		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		fmt.Fprintf(&b, "--- %s (last lines)\n%s\n", f, strings.Join(lines[max(0, len(lines)-15):], "\n"))
-	}
-	return b.String()
+	return logTails(c.dir, "munged.log", "slurmctld.log", "slurmd.log")
 }
 
 // jobEnv is the environment of a command run against the cluster: the
