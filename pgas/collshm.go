@@ -200,6 +200,13 @@ func (rt *Runtime) mapArea(ctx context.Context, c *coll, key uint64) (*samehost.
 		if errors.Is(ferr, transport.ErrPeerDown) {
 			return nil, rt.sendErr(ctx, ferr, c.ranks[0], owner, c.op)
 		}
+		if errors.Is(ferr, transport.ErrNoSharedMemory) {
+			// Labelled the same host, but no shared memory reaches it
+			// (pods of one node, each in a container of its own): asking
+			// until ShareTimeout held every collective of the epoch for
+			// that long (10 s at a job's start on Kubernetes).
+			return nil, c.markNoArea(key, fmt.Errorf("rank %d: %w", c.ranks[0], ferr))
+		}
 		if err := c.lost(); err != nil {
 			return nil, err
 		}

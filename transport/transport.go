@@ -182,6 +182,11 @@ var (
 	// ErrUnknownPeer is returned by Send to a Proc the transport has no
 	// address for.
 	ErrUnknownPeer = errors.New("transport: unknown peer")
+	// ErrNoSharedMemory is returned by MemorySharer.FetchMemory when
+	// this process cannot share memory with the peer, and never will (it
+	// is on another host, or in another container of the host whose
+	// shared memory it cannot reach): asking again cannot help.
+	ErrNoSharedMemory = errors.New("transport: no shared memory with the peer")
 	// ErrBadFrame is wrapped by DecodeHeader and by receivers on malformed
 	// input. The frame is rejected and the connection closed.
 	ErrBadFrame = errors.New("transport: bad frame")

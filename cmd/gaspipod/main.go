@@ -69,6 +69,17 @@ func run(args []string, lookup func(string) (string, bool)) int {
 		fmt.Fprintln(os.Stderr, "gaspipod:", d.why)
 		return join(path, args)
 	}
+	if os.Getpid() == 1 {
+		// The container's first process: the kernel does not kill the
+		// first process of a PID namespace with a signal's default
+		// action. A program put in its place that does not catch the
+		// kubelet's SIGTERM would not die of it: a Go program's runtime
+		// then exits 2, which the Job's podFailurePolicy takes for bad
+		// flags and fails the Job on a deleted pod. Run it as a child
+		// instead, and pass signals on: it dies of them, and gaspipod
+		// exits 128+N as a shell reports it.
+		return supervise(path, args, os.Environ())
+	}
 	err = syscall.Exec(path, args, os.Environ())
 	fmt.Fprintf(os.Stderr, "gaspipod: cannot run %s: %v\n", path, err)
 	return 127
@@ -103,17 +114,28 @@ func decide(lookup func(string) (string, bool)) (decision, error) {
 		index, failures, ignored, varJoin)}, nil
 }
 
-// join runs the program as a joiner (PGAS_JOIN=1) in a child process,
-// with at most joinWait for the rendezvous, passing on the signals in
-// forwarded, and returns its exit code as a
-// shell reports it (128+N for a death by signal N, so that the Job's
-// podFailurePolicy sees 137 or 143 as for the job's own pods). A joiner
-// that found no job to join (the job ended, or its rendezvous went with
-// pod 0) is not needed: that is exit 0, so the index succeeds.
+// join runs the program as a joiner (PGAS_JOIN=1, with at most joinWait
+// for the rendezvous) under supervise. A joiner that found no job to join
+// (the job ended, or its rendezvous went with pod 0) is not needed: that
+// is exit 0, so the index succeeds.
 func join(path string, args []string) int {
+	code := supervise(path, args, joinerEnv(os.Environ()))
+	if code == exitCannotJoin {
+		fmt.Fprintf(os.Stderr, "gaspipod: %s found no running job to join (exit %d: it has ended, or its rendezvous went with pod 0); this pod is not needed and exits 0\n", path, code)
+		return 0
+	}
+	return code
+}
+
+// supervise runs the program in a child process with env, passing on the
+// signals in forwarded, and returns its exit code as a shell reports it
+// (128+N for a death by signal N, so that the Job's podFailurePolicy sees
+// 137 or 143 as it would for a program that is the container's first
+// process).
+func supervise(path string, args, env []string) int {
 	cmd := exec.Command(path, args[1:]...)
 	cmd.Args = args
-	cmd.Env = joinerEnv(os.Environ())
+	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, forwarded...)
@@ -135,12 +157,7 @@ func join(path string, args []string) int {
 	}()
 	err := cmd.Wait()
 	close(done)
-	code := exitCode(err)
-	if code == exitCannotJoin {
-		fmt.Fprintf(os.Stderr, "gaspipod: %s found no running job to join (exit %d: it has ended, or its rendezvous went with pod 0); this pod is not needed and exits 0\n", path, code)
-		return 0
-	}
-	return code
+	return exitCode(err)
 }
 
 // joinerEnv is environ for a replacement's program: PGAS_JOIN=1, and

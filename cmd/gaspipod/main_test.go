@@ -30,10 +30,10 @@ func TestMain(m *testing.M) {
 		os.Exit(run([]string{os.Args[0]}, os.LookupEnv))
 	}
 	if v, ok := os.LookupEnv(fakeExit); ok {
-		if os.Getenv(varJoin) != "1" {
+		if os.Getenv(varJoin) != "1" && v != "wait-own" {
 			os.Exit(5)
 		}
-		if v == "wait" {
+		if v == "wait" || v == "wait-own" {
 			os.WriteFile(os.Getenv(readyFile), nil, 0o600)
 			time.Sleep(time.Minute) // the default action of SIGTERM ends it
 			os.Exit(6)
@@ -111,6 +111,32 @@ func TestReplacementForwardsSIGTERM(t *testing.T) {
 	cmd := exec.Command(os.Args[0])
 	ready := filepath.Join(t.TempDir(), "ready")
 	cmd.Env = append(os.Environ(), asGaspipod+"=1", varFailures+"=1", fakeExit+"=wait", readyFile+"="+ready)
+	sigtermReaches(t, cmd, ready)
+}
+
+// One of the job's own pods, where gaspipod is the container's first
+// process (pid 1 of a PID namespace of its own, as in a container): the
+// kubelet's SIGTERM reaches the program, which dies of it, and gaspipod
+// exits 143. Put in gaspipod's place, a program that does not catch
+// SIGTERM (this test's fake) exited 2: the kernel does not kill a
+// namespace's first process with a signal's default action, and Go's
+// runtime then exits 2, which the Job's podFailurePolicy fails the Job on.
+func TestFirstProcessForwardsSIGTERM(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a PID namespace of its own needs root")
+	}
+	cmd := exec.Command(os.Args[0])
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd.Env = append(os.Environ(), asGaspipod+"=1", fakeExit+"=wait-own", readyFile+"="+ready)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	sigtermReaches(t, cmd, ready)
+}
+
+// sigtermReaches starts cmd (gaspipod over the fake program), waits until
+// the program runs, sends gaspipod SIGTERM, and expects exit 143 within
+// 30 s.
+func sigtermReaches(t *testing.T, cmd *exec.Cmd, ready string) {
+	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -187,7 +187,7 @@ containerd_config() {
   "cniVersion": "0.4.0",
   "name": "gaspigo",
   "plugins": [
-    {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+    {"type": "bridge", "bridge": "$bridge", "isGateway": true, "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "dataDir": "$dir/cni/data"}},
     {"type": "loopback"}
   ]
@@ -260,6 +260,7 @@ cmd_start() {
 	chmod 0700 "$dir"
 	[ -s "$dir/ip_forward.saved" ] || cat /proc/sys/net/ipv4/ip_forward >"$dir/ip_forward.saved"
 	[ -e /var/lib/kubelet/device-plugins ] || echo created >"$dir/device-plugins.created"
+	[ -e /var/log/containers ] || echo created >"$dir/log-containers.created"
 	certs "$ip"
 	kubeconfig
 	containerd_config
@@ -340,13 +341,20 @@ cmd_stop() {
 	grep -o " $dir/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 	ip link del "$bridge" 2>/dev/null || true
 	[ -s "$dir/ip_forward.saved" ] && cat "$dir/ip_forward.saved" >/proc/sys/net/ipv4/ip_forward && rm -f "$dir/ip_forward.saved"
-	find /sys/fs/cgroup -depth -type d -name 'kubepods*' -prune -exec sh -c 'find "$1" -depth -type d -exec rmdir {} \; 2>/dev/null' _ {} \; 2>/dev/null || true
+	local cg
+	for cg in /sys/fs/cgroup/kubepods* /sys/fs/cgroup/*/kubepods*; do
+		[ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null
+	done
 	if [ -e "$dir/device-plugins.created" ]; then
 		rm -rf /var/lib/kubelet/device-plugins
 		rmdir /var/lib/kubelet 2>/dev/null || true
 		rm -f "$dir/device-plugins.created"
 	fi
-	[ -d /var/log/containers ] && find /var/log/containers -xtype l -delete 2>/dev/null || true
+	if [ -d /var/log/containers ]; then
+		find /var/log/containers -lname "$dir/*" -delete 2>/dev/null || true
+		[ -e "$dir/log-containers.created" ] && rmdir /var/log/containers 2>/dev/null
+	fi
+	rm -f "$dir/log-containers.created"
 	say "stopped"
 }
 

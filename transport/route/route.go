@@ -142,12 +142,13 @@ func (r *Router) Send(ctx context.Context, to transport.Proc, h *transport.Heade
 }
 
 // FetchMemory asks a near peer for its memory (transport.MemorySharer)
-// through Near; it fails for a peer that is not near, or when Near cannot
-// share memory.
+// through Near; it fails with transport.ErrNoSharedMemory for a peer that
+// is not near (on another host, or moved to Far when Near could not reach
+// it: a peer never moves back), or when Near cannot share memory.
 func (r *Router) FetchMemory(ctx context.Context, peer transport.Proc, key uint64) (int, uint64, error) {
 	ms, ok := r.near.(transport.MemorySharer)
 	if !ok || !r.IsNear(peer) {
-		return -1, 0, fmt.Errorf("route: proc %d: no shared memory with it: %w", peer, transport.ErrUnknownPeer)
+		return -1, 0, fmt.Errorf("route: proc %d: %w (%w)", peer, transport.ErrNoSharedMemory, transport.ErrUnknownPeer)
 	}
 	return ms.FetchMemory(ctx, peer, key)
 }
