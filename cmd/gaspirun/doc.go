@@ -408,6 +408,11 @@
 //	                         long gives up with exit 74 (default 10s, at least 1s). Until
 //	                         then it asks the voters whether it was replaced, and exits 77
 //	                         as soon as one it reaches says so.
+//	PGAS_REFILL_WAIT         where the process hosting the rendezvous is started by another
+//	                         launcher (srun, mpirun, a Kubernetes Job, which recreates lost
+//	                         pods): a rank lost with no spare left waits this long for a
+//	                         process that joins the job (PGAS_JOIN=1) before the job fails
+//	                         (exit 75) or shrinks. Default 0; gaspirun --respawn sets its own.
 //	PGAS_ADVERTISE_HOST      the name or address other hosts reach this process at.
 //	                         Default: the address of this host's route to the rendezvous;
 //	                         when that is loopback (a rendezvous name that /etc/hosts maps

@@ -120,7 +120,7 @@ cmd_images() {
 	local out=$dir/images
 	mkdir -p "$out/bin"
 	"$repo/deploy/build.sh" "$out/bin"
-	(cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/pause" ./deploy/kubernetes/pause)
+	(cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/pause" ./deploy/pause)
 	"$repo/deploy/kubernetes/oci-image.sh" "$out/gaspigo.tar" "$image_ref" '["/gaspipod","--"]' "$out"/bin/*
 	"$repo/deploy/kubernetes/oci-image.sh" "$out/pause.tar" "$pause_ref" '["/pause"]' "$out/pause"
 	ctr -a "$dir/containerd/containerd.sock" -n k8s.io images import "$out/pause.tar" >/dev/null
@@ -261,6 +261,7 @@ cmd_start() {
 	[ -s "$dir/ip_forward.saved" ] || cat /proc/sys/net/ipv4/ip_forward >"$dir/ip_forward.saved"
 	[ -e /var/lib/kubelet/device-plugins ] || echo created >"$dir/device-plugins.created"
 	[ -e /var/log/containers ] || echo created >"$dir/log-containers.created"
+	[ -e /run/containerd ] || echo created >"$dir/run-containerd.created"
 	certs "$ip"
 	kubeconfig
 	containerd_config
@@ -355,6 +356,11 @@ cmd_stop() {
 		[ -e "$dir/log-containers.created" ] && rmdir /var/log/containers 2>/dev/null
 	fi
 	rm -f "$dir/log-containers.created"
+	# The shims' fixed runtime directory, once they are gone.
+	if [ -e "$dir/run-containerd.created" ]; then
+		find /run/containerd -depth -type d -empty -delete 2>/dev/null || true
+		rm -f "$dir/run-containerd.created"
+	fi
 	say "stopped"
 }
 

@@ -48,6 +48,10 @@
 //	                         more at 2,050). A warning says what is awaited after 5s.
 //	PGAS_CUTOFF              give up (exit 74) after this long without contact with a
 //	                         membership quorum (spares.Config.CutOff); at least 1s; default 10s
+//	PGAS_REFILL_WAIT         read where the rendezvous is hosted (process 0 under srun,
+//	                         mpirun, Kubernetes): a rank lost with no spare left waits this
+//	                         long for a process that joins the job (ServerConfig.RefillWait);
+//	                         default 0, no wait
 //	PGAS_ADVERTISE_HOST      the host name or address the other hosts reach this process at
 //	                         (package pgas); default: this host's address on its route to the
 //	                         rendezvous, or, when that route is loopback (a rendezvous name that

@@ -32,6 +32,10 @@ const (
 	// VarCutOff is how long a process may be without contact with a
 	// membership quorum before it gives up (spares.Config.CutOff).
 	VarCutOff = "PGAS_CUTOFF"
+	// VarRefillWait is how long a rank lost with no spare left waits for
+	// a process that joins the job (ServerConfig.RefillWait); read by the
+	// process that hosts the rendezvous, which puts it in the table.
+	VarRefillWait = "PGAS_REFILL_WAIT"
 	// VarTLS turns on mutual TLS over every connection of the job
 	// (internal/auth): 1 or 0. Every process of a job must agree.
 	VarTLS = "PGAS_TLS"
@@ -104,6 +108,12 @@ type Env struct {
 	// with a membership quorum before it gives up as cut off. 0: the
 	// membership's default (spares.DefaultConfig).
 	CutOff time.Duration
+	// RefillWait (PGAS_REFILL_WAIT), where this process hosts the
+	// rendezvous: how long a rank lost while no spare is left waits for a
+	// process that joins the job, a pod the Kubernetes Job controller
+	// recreated (the table carries it to every process). 0: no wait, the
+	// job fails (or shrinks) at once. gaspirun sets it with --respawn.
+	RefillWait time.Duration
 	// TLS (PGAS_TLS) runs mutual TLS 1.3, keyed by the token, over every
 	// connection of the job once its token handshake succeeds: data plane,
 	// rendezvous, Raft and control RPC (see internal/auth).
@@ -301,6 +311,14 @@ func (e *Env) readRest(get getter, how, example string) error {
 		}
 		e.RendezvousTimeout = d
 	}
+	if v, ok := get(VarRefillWait); ok {
+		d, err := parseDuration(VarRefillWait, v, 0,
+			"give how long a rank lost with no spare left may wait for a process that joins the job, e.g. 60s, or 0 for no wait")
+		if err != nil {
+			return err
+		}
+		e.RefillWait = d
+	}
 	if v, ok := get(VarCutOff); ok {
 		d, err := parseDuration(VarCutOff, v, minCutOff,
 			"give how long a process may be without contact with a membership quorum before it exits, e.g. 10s (the default) or 30s")
@@ -454,6 +472,9 @@ func (e Env) Environ() []string {
 	}
 	if e.CutOff > 0 {
 		out = append(out, VarCutOff+"="+e.CutOff.String())
+	}
+	if e.RefillWait > 0 {
+		out = append(out, VarRefillWait+"="+e.RefillWait.String())
 	}
 	if e.TLS {
 		out = append(out, VarTLS+"=1")

@@ -36,6 +36,7 @@ func ServeInProcess(ctx context.Context, env Env, logger *slog.Logger) (*Server,
 	cfg.NumProcs = env.NumProcs
 	cfg.NumRanks = env.NumRanks
 	cfg.JobID = env.JobID
+	cfg.RefillWait = env.RefillWait
 	cfg.Logger = logger
 	s := NewServer(cfg)
 	if err := s.begin(); err != nil {

@@ -104,6 +104,19 @@ func (k *realKube) stop(t *testing.T) {
 			t.Errorf("%s (pid %d) still runs after local-cluster.sh stop", name, p)
 		}
 	}
+	// Nor anything else of the cluster's: containerd's shims name its
+	// socket, the pods' processes carry the namespaces' names.
+	ents, _ = os.ReadDir("/proc")
+	for _, e := range ents {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if strings.Contains(string(cmdline), k.dir) || strings.Contains(string(env), "POD_NAMESPACE=gaspigo-") {
+			t.Errorf("process %s (%s) still runs after local-cluster.sh stop", e.Name(), strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
 	if t.Failed() {
 		t.Logf("the cluster's logs are kept in %s/log", k.dir)
 		return
