@@ -120,7 +120,7 @@ cmd_images() {
 	local out=$dir/images
 	mkdir -p "$out/bin"
 	"$repo/deploy/build.sh" "$out/bin"
-	(cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/pause" ./deploy/pause)
+	(cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/pause" ./cmd/gaspipause)
 	"$repo/deploy/kubernetes/oci-image.sh" "$out/gaspigo.tar" "$image_ref" '["/gaspipod","--"]' "$out"/bin/*
 	"$repo/deploy/kubernetes/oci-image.sh" "$out/pause.tar" "$pause_ref" '["/pause"]' "$out/pause"
 	ctr -a "$dir/containerd/containerd.sock" -n k8s.io images import "$out/pause.tar" >/dev/null

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 // maxDetection bounds how long after SIGKILL a blocked operation may take
@@ -36,6 +38,11 @@ func TestPeerKilledGivesRankError(t *testing.T) {
 	victim := j.pid(2)
 	if err := syscall.Kill(victim, syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP rank 2 (pid %d): %v", victim, err)
+	}
+	// Only once it is stopped: on a busy machine its threads ran on for
+	// a while after kill returned, and acknowledged rank 1's write.
+	if err := proctest.WaitStopped(victim, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	touch(t, gate, "stopped")
 	j.waitLines("BLOCKING", nil, 2*len(deathOps), jobDeadline/2)

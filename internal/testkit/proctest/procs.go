@@ -218,3 +218,47 @@ func waitGone(pids []int, running func(pid int) bool, wait time.Duration) []int 
 	}
 	return left
 }
+
+// WaitStopped waits until every thread of process pid is stopped (state
+// T, after SIGSTOP), within d. kill(2) returns once the signal is queued:
+// a thread running on another core, or waiting for one on a busy machine,
+// goes on for a while, and a test that acts on "stopped" before then may
+// see the process answer.
+func WaitStopped(pid int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		running, err := threadsNotStopped(pid)
+		if err != nil {
+			return err
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d: %d threads still not stopped after %v", pid, running, d)
+		}
+		time.Sleep(time.Millisecond) // a real process: poll with a deadline
+	}
+}
+
+// threadsNotStopped counts the threads of pid whose state is not T.
+func threadsNotStopped(pid int) (int, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range ents {
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/stat")
+		if err != nil {
+			continue // the thread ended
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || i+2 >= len(s) || (s[i+2] != 'T' && s[i+2] != 't') {
+			n++
+		}
+	}
+	return n, nil
+}

@@ -1,4 +1,4 @@
-// Command pause is the pod sandbox's process for the local cluster of
+// Command gaspipause is the pod sandbox's process for the local cluster of
 // deploy/kubernetes/local-cluster.sh, which pulls no images: it holds the
 // pod's namespaces, reaps the children that end up under it, and exits 0
 // on SIGTERM or SIGINT. Built static and imported as the container
