@@ -314,7 +314,12 @@ func (r *registrar) fetch(ctx context.Context, n *relayNotice, try time.Duration
 // fetchFrom asks one relay for the table and checks it against the
 // notice.
 func (r *registrar) fetchFrom(ctx context.Context, src relaySource, n *relayNotice, try time.Duration) ([]byte, error) {
-	d := net.Dialer{Timeout: min(r.cfg.DialTimeout, try), Control: tcpopt.Control}
+	// One bound for the dial, the handshake and the table: on a host of
+	// hundreds of processes per core even a dial to a listening relay
+	// waits for the scheduler (ClientConfig.DialTimeout, 1 s for a local
+	// job, ran out under load).
+	deadline := time.Now().Add(try)
+	d := net.Dialer{Deadline: deadline, Control: tcpopt.Control}
 	c, err := d.DialContext(ctx, "tcp", src.Addr)
 	if err != nil {
 		return nil, err
@@ -322,7 +327,7 @@ func (r *registrar) fetchFrom(ctx context.Context, src relaySource, n *relayNoti
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(aLongTimeAgo) })
 	defer stop()
-	c.SetDeadline(time.Now().Add(try))
+	c.SetDeadline(deadline)
 	rw, peer, err := auth.Dial(c, r.env.Token, auth.PurposeTable, r.presented(), r.env.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("handshake: %w", err)
