@@ -7,7 +7,7 @@
 #
 #   deploy/kubernetes/local-cluster.sh install  # apt-get install containerd runc etcd-server containernetworking-plugins kubernetes-client nftables openssl
 #   deploy/kubernetes/local-cluster.sh build    # build kube-apiserver, -controller-manager, -scheduler, kubelet, kube-proxy into $GASPIGO_K8S_BIN
-#   deploy/kubernetes/local-cluster.sh start    # start the cluster, import the images, wait until the node is Ready
+#   deploy/kubernetes/local-cluster.sh start    # start the cluster (building the binaries first if missing), import the images, wait until the node is Ready
 #   deploy/kubernetes/local-cluster.sh images   # rebuild and import the gaspigo and pause images
 #   deploy/kubernetes/local-cluster.sh env      # prints "export KUBECONFIG=...": eval it to use the cluster
 #   deploy/kubernetes/local-cluster.sh status   # the daemons and the node
@@ -61,10 +61,16 @@ need_packages() {
 	[ ${#missing[@]} -eq 0 ] || die "missing ${missing[*]}: run '$0 install'"
 }
 
+# need_binaries builds the Kubernetes binaries when some are missing
+# (cmd_build: the first start takes 7-10 minutes more on 2 cores).
 need_binaries() {
 	local c
 	for c in $kube_bins; do
-		[ -x "$bin/$c" ] || die "no $bin/$c: run '$0 build' (about 10 minutes on 2 cores), or set GASPIGO_K8S_BIN"
+		if [ ! -x "$bin/$c" ]; then
+			say "no $bin/$c: building the Kubernetes binaries first (GASPIGO_K8S_BIN names a folder that has them)"
+			cmd_build
+			return
+		fi
 	done
 }
 
