@@ -241,6 +241,10 @@ func (rl *relay) close() {
 		return
 	}
 	rl.once.Do(func() {
+		rl.serve.Do(func() {}) // no hand from now on: its timer is not started
+		if rl.timer != nil {
+			rl.timer.Stop()
+		}
 		close(rl.done)
 		rl.lis.Close()
 	})
