@@ -70,7 +70,8 @@ const (
 	storeRecord = 64 // bytes at offset 0: epoch, process, count; the writer's copy at storeRecord
 	storeSize   = 4096
 	storeEvery  = 500 * time.Microsecond
-	storeParked = 5 * time.Millisecond   // a pause after which the waiter has parked
+	storeParked = 5 * time.Millisecond   // a pause after which the waiter has parked, at first
+	maxParked   = 320 * time.Millisecond // the longest such pause (see write)
 	storeReport = 100 * time.Millisecond // a writer's count line at most this often
 	storeCall   = 50 * time.Millisecond  // bound of one store's calls
 	confirmWait = 50 * time.Millisecond  // a suspect that goes on this long is a violation
@@ -257,6 +258,7 @@ func (s *stores) write(in Store, to int) {
 	fmt.Printf("inject: store rank %d (proc %d) into rank %d after iteration %d, mode %q: started\n", rank, proc, to, in.Iter, in.Mode)
 	var stores, direct, attempts, cancelled uint64
 	last := time.Now()
+	parked, wakes := storeParked, rt.Stats().Wakes
 	report := func() {
 		fmt.Printf("inject: store rank %d (proc %d) into rank %d: stores=%d direct=%d attempts=%d cancelled=%d wakes=%d epoch=%d\n",
 			rank, proc, to, stores, direct, attempts, cancelled, rt.Stats().Wakes, rt.Epoch())
@@ -307,7 +309,16 @@ func (s *stores) write(in Store, to int) {
 			// that the next store must wake it (under the race detector
 			// and a busy machine the short pauses alone gave a run with
 			// no wake-up at all, and the chaos kind went unproven).
-			pause = storeParked
+			// Twice as long each time no store woke it since the last:
+			// on a machine with several processes per core the waiter's
+			// may not run at all for 5 ms, and a kill-store-wake then
+			// fired 30 iterations late, or never.
+			if w := rt.Stats().Wakes; w != wakes {
+				parked, wakes = storeParked, w
+			} else if n > 8 {
+				parked = min(2*parked, maxParked)
+			}
+			pause = parked
 		}
 		select {
 		case <-s.stop:

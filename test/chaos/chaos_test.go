@@ -25,7 +25,7 @@ var (
 	flagSchedules = flag.Int("chaos.schedules", 0, "run seeds 1..N instead of the fixed sample (the long sweep)")
 	flagSeeds     = flag.String("chaos.seeds", "", "comma-separated seeds to run instead of the sample (replay)")
 	flagSummary   = flag.String("chaos.summary", "", "also write the summary table to this file")
-	flagKeep      = flag.String("chaos.keep", "", "write the whole output of every failed schedule, and of every respawn schedule that did not lose more processes than its spares, to DIR/seed-N.log (multi-host: DIR/hosts-seed-N.log)")
+	flagKeep      = flag.String("chaos.keep", "", "write the whole output of every failed schedule, of every schedule with a fault not applied, and of every respawn schedule that did not lose more processes than its spares, to DIR/seed-N.log (multi-host: DIR/hosts-seed-N.log)")
 	flagList      = flag.Bool("chaos.list", false, "print the schedules of the seeds TestChaos would run (with -chaos.seeds or -chaos.schedules) and their replay lines, and run none; with the -race setting of the run it is for: the K-means iterations differ")
 )
 
@@ -177,7 +177,8 @@ func runSchedule(t *testing.T, s Schedule, refs *references, sum *summary) {
 	// A respawn schedule that lost no more processes than its spares did
 	// not test the refill; its output says why (a replacement that did not
 	// join, a job that ended first).
-	untested := s.Respawn && j.refillOf(s).kills <= s.Spares
+	// So did a fault not applied: its output says why too.
+	untested := s.Respawn && j.refillOf(s).kills <= s.Spares || res.Skipped > 0
 	if len(viol) > 0 || untested {
 		keep(t, fmt.Sprintf("seed-%d.log", s.Seed), s.String(), res.Lines)
 	}

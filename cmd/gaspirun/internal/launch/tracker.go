@@ -184,6 +184,11 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 	t.exited[p] = true
 	t.exit[p] = ex
 	delete(t.ending, p)
+	if t.phase == finishing && !t.stopped[p] && t.replaced[p] && t.rankOf[p] < 0 {
+		// Its rank's new holder finished the job before this exit was
+		// judged (held back for ExitSettle): its death is told all the same.
+		return t.replacedNotice(p, ex)
+	}
 	if t.phase != running || t.stopped[p] {
 		return nil
 	}
@@ -204,24 +209,7 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 	case t.replaced[p] && r < 0:
 		// Another process holds its rank now: whatever happens to this one
 		// (a fenced process exits with an error) is not a rank failure.
-		var acts []action
-		if ex.Signal != 0 && t.recent[p] {
-			// Killed, and its exit came right after the report of its
-			// replacement, which raced it here: the death of the rank,
-			// told as such.
-			on := ""
-			if t.hosts != nil {
-				on = " on " + t.hosts[p]
-			}
-			acts = append(acts, action{kind: actNotice, important: true,
-				text: fmt.Sprintf("rank %d (process %d%s) %s; the job continues (the runtime recovers the rank)", t.heldRank[p], p, on, ex.how())})
-		} else if ex.Signal != 0 {
-			acts = append(acts, action{kind: actNotice, important: true,
-				text: fmt.Sprintf("%s was %s after it was replaced; the job continues", t.describe(p), ex)})
-		} else {
-			acts = append(acts, action{kind: actNotice,
-				text: fmt.Sprintf("%s %s after it was replaced; ignored, the job continues", t.describe(p), ex)})
-		}
+		acts := t.replacedNotice(p, ex)
 		// The pool is one process smaller all the same.
 		acts = append(acts, t.replace(p, was)...)
 		return append(acts, t.check()...)
@@ -255,6 +243,28 @@ func (t *tracker) onExit(p int, ex exitInfo) []action {
 	default:
 		return t.abort(128+int(ex.Signal), fmt.Sprintf("%s was %s", t.describe(p), ex))
 	}
+}
+
+// replacedNotice tells the end of process p after another process took
+// its rank over.
+func (t *tracker) replacedNotice(p int, ex exitInfo) []action {
+	switch {
+	case ex.Signal != 0 && t.recent[p]:
+		// Killed, and its exit came right after the report of its
+		// replacement, which raced it here: the death of the rank, told
+		// as such.
+		on := ""
+		if t.hosts != nil {
+			on = " on " + t.hosts[p]
+		}
+		return []action{{kind: actNotice, important: true,
+			text: fmt.Sprintf("rank %d (process %d%s) %s; the job continues (the runtime recovers the rank)", t.heldRank[p], p, on, ex.how())}}
+	case ex.Signal != 0:
+		return []action{{kind: actNotice, important: true,
+			text: fmt.Sprintf("%s was %s after it was replaced; the job continues", t.describe(p), ex)}}
+	}
+	return []action{{kind: actNotice,
+		text: fmt.Sprintf("%s %s after it was replaced; ignored, the job continues", t.describe(p), ex)}}
 }
 
 // onReport handles a status report from a process.

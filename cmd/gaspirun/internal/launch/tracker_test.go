@@ -213,6 +213,22 @@ func TestTrackerReplacedJustBeforeItsDeath(t *testing.T) {
 		"notice!:rank 1 (process 1) was killed by signal 9 (SIGKILL); the job continues (the runtime recovers the rank)")
 }
 
+// A replaced holder's death judged only after its rank's new holder and
+// the others finished (its exit held back for ExitSettle): still told.
+func TestTrackerReplacedDeathAfterTheJobFinished(t *testing.T) {
+	tr := newTracker(2, 3, DeathContinue)
+	tr.onFormed()
+	tr.onReport(role(2, 1, 1))
+	expect(t, "rank 0", tr.onExit(0, ok))
+	expect(t, "rank 1's new holder", tr.onExit(2, ok), "stop")
+	if tr.phase != finishing {
+		t.Fatalf("phase %v, want finishing", tr.phase)
+	}
+	tr.recent[1] = true
+	expect(t, "the replaced holder's loss", tr.onExit(1, killed),
+		"notice!:rank 1 (process 1) was killed by signal 9 (SIGKILL); the job continues (the runtime recovers the rank)")
+}
+
 func TestTrackerReplacedProcessKilled(t *testing.T) {
 	tr := newTracker(2, 3, DeathAbort)
 	tr.onFormed()

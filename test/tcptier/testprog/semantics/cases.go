@@ -116,6 +116,12 @@ func caseNotify(ctx context.Context, p *prog) error {
 	if got := string(s.Bytes()[100:116]); got != msg(left) {
 		return fmt.Errorf("data %q, want %q", got, msg(left))
 	}
+	// The left neighbour's next notifications must not reach this rank
+	// while its wait above scans the slots: a scan reads them one by one,
+	// so one preempted between slot 10+left and slot 20 would find 20.
+	if err := rt.Barrier(ctx, nil); err != nil {
+		return err
+	}
 	// Eight notifications at once; each is seen and consumed exactly once.
 	for k := 0; k < 8; k++ {
 		if err := rt.Notify(ctx, 1, right, 2, segments.NotificationID(20+k), uint32(k+1)); err != nil {
