@@ -24,7 +24,7 @@ func ReadCentroidsCSV(path string, k, d int) ([]float64, error) {
 		return nil, err
 	}
 	defer f.Close()
-	recs := newCSVRecords(f)
+	recs := newCSVRecords(f, CSVLayout{})
 	out := make([]float64, 0, min(k, max(1, (1<<20)/d))*d) // a bounded hint
 	got := 0
 	for {

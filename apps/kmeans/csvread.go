@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // csvRecords yields the records of a CSV file as RFC 4180 has them
@@ -24,23 +27,62 @@ import (
 type csvRecords struct {
 	r      *csv.Reader
 	lim    *lineLimit
+	skip   int  // leading fields dropped from every record (CSVLayout.Skip)
 	first  bool // no record returned or skipped yet
 	header int  // line of the header skipped; 0: none
-	d      int  // fields of the first record (header or point); 0: none yet
-	dLine  int  // the line of that record
+	head   []string
+	d      int // fields of the first record (header or point), skipped ones left out; 0: none yet
+	dLine  int // the line of that record
 }
 
-func newCSVRecords(r io.Reader) *csvRecords {
+// CSVLayout is how a CSV point file is laid out beyond one point per
+// line, comma-separated: the zero value is that, and a first column that
+// looks like a row index (see Inspect) is refused.
+type CSVLayout struct {
+	// Sep separates the values (0: a comma); a file with another
+	// separator is refused, with a hint, as long as Sep is a comma.
+	Sep rune
+	// Skip leading columns of every line are not coordinates: an index
+	// or id column (as a data-frame library writes by default).
+	Skip int
+	// KeepIndex says that the columns after the skipped ones are all
+	// coordinates, even a first one that looks like a row index: the
+	// check is off (the command line sets it with --skip-columns).
+	KeepIndex bool
+}
+
+// Validate checks the layout's settings.
+func (l CSVLayout) Validate() error {
+	switch {
+	case l.Skip < 0:
+		return configErr("--skip-columns %d: want 0 or more", l.Skip)
+	case l.Sep == '"' || l.Sep == '\r' || l.Sep == '\n' || l.Sep == utf8.RuneError || l.Sep != 0 && !utf8.ValidRune(l.Sep):
+		return configErr("--sep %q cannot separate values: use one character such as ';' or tab", l.Sep)
+	}
+	return nil
+}
+
+func (l CSVLayout) sep() rune {
+	if l.Sep == 0 {
+		return ','
+	}
+	return l.Sep
+}
+
+func newCSVRecords(r io.Reader, l CSVLayout) *csvRecords {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if b, err := br.Peek(3); err == nil && string(b) == "\xef\xbb\xbf" {
 		br.Discard(3)
 	}
 	lim := &lineLimit{r: br, line: 1}
 	cr := csv.NewReader(lim)
+	cr.Comma = l.sep()
 	cr.FieldsPerRecord = -1 // the callers check the count and say why
-	cr.TrimLeadingSpace = true
+	// Blanks before a value (and a quote) are allowed, unless the
+	// separator is one: it would be eaten with them.
+	cr.TrimLeadingSpace = !unicode.IsSpace(cr.Comma)
 	cr.ReuseRecord = true
-	return &csvRecords{r: cr, lim: lim, first: true}
+	return &csvRecords{r: cr, lim: lim, skip: l.Skip, first: true}
 }
 
 // next returns the next non-blank, non-header record and the line it
@@ -58,17 +100,22 @@ func (c *csvRecords) next() ([]string, int, error) {
 		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
 			continue
 		}
+		if len(rec) <= c.skip {
+			return nil, 0, &FileError{Line: line, Offset: -1, Err: ErrColumns,
+				Detail: fmt.Sprintf("%d values, and --skip-columns %d leaves none", len(rec), c.skip)}
+		}
 		if c.d == 0 {
-			c.d, c.dLine = len(rec), line
+			c.d, c.dLine = len(rec)-c.skip, line
 		}
 		if c.first {
 			c.first = false
-			if isHeader(rec) {
+			if isHeader(rec[c.skip:]) || indexHeader(rec) {
 				c.header = line
+				c.head = slices.Clone(rec)
 				continue
 			}
 		}
-		return rec, line, nil
+		return rec[c.skip:], line, nil
 	}
 }
 
@@ -108,6 +155,82 @@ func isHeader(rec []string) bool {
 		names++
 	}
 	return names > 0
+}
+
+// indexHeader reports whether the first record of a file is the header a
+// data-frame library writes with its index: an empty first field, then a
+// name for every column, numbers included (",0,1" for unnamed columns).
+func indexHeader(rec []string) bool {
+	if len(rec) < 2 || strings.TrimSpace(rec[0]) != "" {
+		return false
+	}
+	for _, f := range rec[1:] {
+		if strings.TrimSpace(f) == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// indexProbe is how many points the check for an index column looks at.
+const indexProbe = 1000
+
+// indexWatch looks at the first column of a file's first points for a row
+// index: the numbers 0, 1, 2, ... or 1, 2, 3, ... in order.
+type indexWatch struct {
+	seen, first int
+	base        float64
+	broken      bool
+}
+
+func (w *indexWatch) add(field string, line int) {
+	if w.broken || w.seen >= indexProbe {
+		return
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(field), 64)
+	if w.seen == 0 {
+		w.base, w.first = v, line
+	}
+	if err != nil || (w.base != 0 && w.base != 1) || v != w.base+float64(w.seen) {
+		w.broken = true
+		return
+	}
+	w.seen++
+}
+
+// indexColumn returns the error for a file whose first column is a row
+// index or named as one (head: the header, nil when none), or nil.
+func indexColumn(head []string, headLine int, w *indexWatch, d int) error {
+	why, line := "", 0
+	if len(head) > 0 {
+		switch name := strings.TrimSpace(head[0]); strings.ToLower(name) {
+		case "", "id", "index", "unnamed: 0":
+			why, line = fmt.Sprintf("its header is %q, an index's name", name), headLine
+		}
+	}
+	if why == "" && !w.broken && w.seen >= 3 {
+		why, line = fmt.Sprintf("it counts %g, %g, %g, ... down the lines", w.base, w.base+1, w.base+2), w.first
+	}
+	if why == "" || d < 2 {
+		return nil
+	}
+	return &FileError{Line: line, Offset: -1, Err: ErrIndexColumn,
+		Detail: fmt.Sprintf("%s, not a coordinate: give --skip-columns 1 to leave it out (or --skip-columns 0 to cluster it all the same)", why)}
+}
+
+// separatorHint returns the error for a file whose points are one value
+// each, with another separator inside it (rec: the first point), or nil.
+func separatorHint(rec []string, l CSVLayout) error {
+	if len(rec) != 1 || l.sep() != ',' {
+		return nil
+	}
+	for _, sep := range []struct{ in, name, flag string }{{";", "semicolons", "';'"}, {"\t", "tabs", "tab"}, {"|", "bars", "'|'"}} {
+		if strings.Contains(rec[0], sep.in) {
+			return &FileError{Offset: -1, Err: ErrColumns,
+				Detail: fmt.Sprintf("one value per line with %s inside it: give --sep %s", sep.name, sep.flag)}
+		}
+	}
+	return nil
 }
 
 // parseRecord appends the d values of one record to out. Errors are

@@ -36,8 +36,29 @@ func quotedWithHeader(points []float64, d int) []byte {
 	return b.Bytes()
 }
 
+// pandasCSV is the CSV of points as a data frame's to_csv writes it by
+// default: a header whose first field (the index's) is empty, and the row
+// number first on every line; sep between the values.
+func pandasCSV(points []float64, d int, sep string) []byte {
+	var b bytes.Buffer
+	for j := range d {
+		fmt.Fprintf(&b, "%sx%d", sep, j)
+	}
+	b.WriteString("\n")
+	for i := 0; i < len(points)/d; i++ {
+		b.WriteString(strconv.Itoa(i))
+		for _, v := range points[i*d : (i+1)*d] {
+			b.WriteString(sep + strconv.FormatFloat(v, 'g', -1, 64))
+		}
+		b.WriteString("\n")
+	}
+	return b.Bytes()
+}
+
 // A CSV with a header line and quoted numbers gives the same job, to the
-// centroids' checksum line, as the plain file of the same points.
+// centroids' checksum line, as the plain file of the same points; so does
+// a data frame's file, with its index column skipped and its separator
+// given, and refused without.
 func TestCSVHeaderQuotedSameCentroids(t *testing.T) {
 	opt := resumeOptions()
 	d := opt.Gen.D
@@ -49,25 +70,98 @@ func TestCSVHeaderQuotedSameCentroids(t *testing.T) {
 	if err := WriteCSV(&plain, pts, d); err != nil {
 		t.Fatal(err)
 	}
+	files := map[string]struct {
+		data   []byte
+		layout CSVLayout
+	}{
+		"plain.csv":       {plain.Bytes(), CSVLayout{}},
+		"quoted.csv":      {quotedWithHeader(pts, d), CSVLayout{}},
+		"pandas.csv":      {pandasCSV(pts, d, ","), CSVLayout{Skip: 1}},
+		"pandas-semi.csv": {pandasCSV(pts, d, ";"), CSVLayout{Skip: 1, Sep: ';'}},
+		"pandas-tab.csv":  {pandasCSV(pts, d, "\t"), CSVLayout{Skip: 1, Sep: '\t'}},
+	}
 	lines := map[string]string{}
-	for name, data := range map[string][]byte{"plain.csv": plain.Bytes(), "quoted.csv": quotedWithHeader(pts, d)} {
-		path := writeTemp(t, name, data)
-		info, err := Inspect(path)
+	for name, f := range files {
+		path := writeTemp(t, name, f.data)
+		if f.layout != (CSVLayout{}) {
+			if _, err := Inspect(path, CSVLayout{}); err == nil {
+				t.Fatalf("%s: Inspect without a layout accepted it", name)
+			}
+		}
+		info, err := Inspect(path, f.layout)
 		if err != nil || info != (Info{Format: FormatCSV, N: opt.Gen.N, D: d}) {
 			t.Fatalf("%s: Inspect = %+v, %v", name, info, err)
 		}
-		got, _, err := ReadShard(path, 0, info.N)
+		got, _, err := ReadShard(path, 0, info.N, f.layout)
 		if err != nil || sameBits(got, pts) != -1 || len(got) != len(pts) {
 			t.Fatalf("%s: the points read differ from those written (%v)", name, err)
 		}
 		o := opt
-		o.Input = path
+		o.Input, o.CSV = path, f.layout
 		res := plainRun(t, o)
 		lines[name] = fmt.Sprintf("centroids sha256=%s sse=%s iterations=%d",
 			Checksum(res.Centroids), strconv.FormatFloat(res.SSE, 'g', -1, 64), res.Iterations)
 	}
-	if lines["plain.csv"] != lines["quoted.csv"] {
-		t.Fatalf("with a header and quotes: %s\nplain file:          %s", lines["quoted.csv"], lines["plain.csv"])
+	for name := range files {
+		if lines[name] != lines["plain.csv"] {
+			t.Fatalf("%s: %s\nplain file: %s", name, lines[name], lines["plain.csv"])
+		}
+	}
+}
+
+// The first column of a file is refused when it is a row index, or named
+// as one, until the layout says what it is; another separator is named.
+func TestCSVIndexColumnAndSeparator(t *testing.T) {
+	t.Parallel()
+	pandas := ",x,y\n0,1.5,2\n1,3,4\n2,5,6\n"
+	for _, tc := range []struct {
+		name, src string
+		layout    CSVLayout
+		want      []float64 // all points; nil: err
+		d         int
+		err       error
+		msg       string
+	}{
+		{"data frame", pandas, CSVLayout{}, nil, 0, ErrIndexColumn, `in.csv:1: kmeans: the first column is an index: its header is "", an index's name, not a coordinate: give --skip-columns 1 to leave it out (or --skip-columns 0 to cluster it all the same)`},
+		{"data frame, skipped", pandas, CSVLayout{Skip: 1}, []float64{1.5, 2, 3, 4, 5, 6}, 2, nil, ""},
+		{"unnamed columns", ",0,1\n0,1.5,2\n1,3,4\n2,5,6\n", CSVLayout{}, nil, 0, ErrIndexColumn, `in.csv:1: kmeans: the first column is an index: its header is ""`},
+		{"unnamed columns, skipped", ",0,1\n0,1.5,2\n1,3,4\n2,5,6\n", CSVLayout{Skip: 1}, []float64{1.5, 2, 3, 4, 5, 6}, 2, nil, ""},
+		{"named id", "id,x\n7,1\n9,2\n", CSVLayout{}, nil, 0, ErrIndexColumn, `its header is "id"`},
+		{"named Index", "Index,x\n7,1\n9,2\n", CSVLayout{}, nil, 0, ErrIndexColumn, `"Index"`},
+		{"counts from 1", "1,1.5,2\n2,3,4\n3,5,6\n", CSVLayout{}, nil, 0, ErrIndexColumn, "in.csv:1: kmeans: the first column is an index: it counts 1, 2, 3, ... down the lines, not a coordinate"},
+		{"counts from 0 after a header", "a,b\n0,5\n1,6\n2,7\n", CSVLayout{}, nil, 0, ErrIndexColumn, "in.csv:2: kmeans: the first column is an index: it counts 0, 1, 2, ..."},
+		{"counts, kept", "1,1.5,2\n2,3,4\n3,5,6\n", CSVLayout{KeepIndex: true}, []float64{1, 1.5, 2, 2, 3, 4, 3, 5, 6}, 3, nil, ""},
+		{"counts from 2: data", "2,1.5\n3,3\n4,5\n", CSVLayout{}, []float64{2, 1.5, 3, 3, 4, 5}, 2, nil, ""},
+		{"counts then breaks: data", "0,1\n1,2\n2,3\n4,4\n", CSVLayout{}, []float64{0, 1, 1, 2, 2, 3, 4, 4}, 2, nil, ""},
+		{"two points: too few to tell", "0,1\n1,2\n", CSVLayout{}, []float64{0, 1, 1, 2}, 2, nil, ""},
+		{"one column counting is data", "0\n1\n2\n3\n", CSVLayout{}, []float64{0, 1, 2, 3}, 1, nil, ""},
+		{"semicolons", "1.5;2\n3;4\n", CSVLayout{}, nil, 0, ErrColumns, "in.csv:1: kmeans: wrong number of columns: one value per line with semicolons inside it: give --sep ';'"},
+		{"semicolons given", "1.5;2\n3;4\n", CSVLayout{Sep: ';'}, []float64{1.5, 2, 3, 4}, 2, nil, ""},
+		{"tabs", "x\ty\n1.5\t2\n", CSVLayout{}, nil, 0, ErrColumns, "give --sep tab"},
+		{"tabs given", "x\ty\n1.5\t2\n", CSVLayout{Sep: '\t'}, []float64{1.5, 2}, 2, nil, ""},
+		{"skip leaves none", "1\n2\n", CSVLayout{Skip: 1}, nil, 0, ErrColumns, "--skip-columns 1 leaves none"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeTemp(t, "in.csv", []byte(tc.src))
+			info, err := Inspect(path, tc.layout)
+			if tc.err == nil {
+				got, d, rerr := ReadCSVShard(path, 0, info.N, tc.layout)
+				if err != nil || rerr != nil || d != tc.d || info.D != d || info.N*d != len(tc.want) || sameBits(got, tc.want) != -1 {
+					t.Fatalf("Inspect %+v, %v; read %v (d %d), %v; want %v (d %d)", info, err, got, d, rerr, tc.want, tc.d)
+				}
+				return
+			}
+			var fe *FileError
+			if !errors.Is(err, tc.err) || !errors.As(err, &fe) || fe.Path != path || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("err = %v, want a *FileError for %s of %v saying %q", err, path, tc.err, tc.msg)
+			}
+		})
+	}
+	for _, l := range []CSVLayout{{Skip: -1}, {Sep: '"'}, {Sep: '\n'}} {
+		if err := l.Validate(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: Validate = %v, want ErrConfig", l, err)
+		}
 	}
 }
 
@@ -82,7 +176,7 @@ func TestCSVHeaderAndQuoting(t *testing.T) {
 	}{
 		{"header", "x,y\n1,2\n3,4\n", []float64{1, 2, 3, 4}, 2, nil, ""},
 		{"header after blank lines, BOM", "\xef\xbb\xbf\n  \nx,y\n1,2\n", []float64{1, 2}, 2, nil, ""},
-		{"header with an empty name", "id,,z\n1,2,3\n", []float64{1, 2, 3}, 3, nil, ""},
+		{"header with an empty name", "w,,z\n1,2,3\n", []float64{1, 2, 3}, 3, nil, ""},
 		{"quoted", `"1","2.5e1"` + "\n" + ` "-3" ,4` + "\n", nil, 0, ErrSyntax, ":2:"},
 		{"quoted, blanks inside", "\" 1 \",\"2\"\r\n\"3\",4\r\n", []float64{1, 2, 3, 4}, 2, nil, ""},
 		{"quoted header", `"a ""b""","c, d"` + "\n1,2\n", []float64{1, 2}, 2, nil, ""},
@@ -98,12 +192,12 @@ func TestCSVHeaderAndQuoting(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			path := writeTemp(t, "in.csv", []byte(tc.src))
-			info, ierr := Inspect(path)
+			info, ierr := Inspect(path, CSVLayout{})
 			n := info.N
 			if ierr != nil {
 				n = 1
 			}
-			got, d, err := ReadCSVShard(path, 0, n)
+			got, d, err := ReadCSVShard(path, 0, n, CSVLayout{})
 			if tc.err == nil {
 				if ierr != nil || err != nil || d != tc.d || info.N*d != len(tc.want) || sameBits(got, tc.want) != -1 {
 					t.Fatalf("Inspect %+v, %v; read %v (d %d), %v; want %v (d %d)", info, ierr, got, d, err, tc.want, tc.d)

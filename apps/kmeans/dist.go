@@ -36,6 +36,7 @@ type Checkpoints interface {
 // Options describe one K-means run.
 type Options struct {
 	Input   string    // points file (CSV or binary by extension); or Generate
+	CSV     CSVLayout // how a CSV Input is laid out
 	Gen     GenConfig // used when Input is ""
 	K       int
 	MaxIter int
@@ -218,7 +219,7 @@ func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 
 func (j *Job) load() error {
 	if j.opt.Input != "" {
-		info, err := Inspect(j.opt.Input)
+		info, err := Inspect(j.opt.Input, j.opt.CSV)
 		if err != nil {
 			return err
 		}
@@ -300,7 +301,7 @@ func (j *Job) shardRange(s int) (lo, hi int) {
 func (j *Job) loadShard(s int) (lo, hi int, pts []float64, err error) {
 	lo, hi = j.shardRange(s)
 	if j.opt.Input != "" {
-		pts, _, err = ReadShard(j.opt.Input, lo, hi)
+		pts, _, err = ReadShard(j.opt.Input, lo, hi, j.opt.CSV)
 		return lo, hi, pts, err
 	}
 	pts = make([]float64, (hi-lo)*j.d)

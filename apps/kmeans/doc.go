@@ -15,7 +15,7 @@
 //
 // One rank, one shard of the global data set:
 //
-//	g := kmeans.DefaultGenConfig()              // or kmeans.ReadShard(path, lo, hi)
+//	g := kmeans.DefaultGenConfig()              // or kmeans.ReadShard(path, lo, hi, kmeans.CSVLayout{})
 //	shard := make([]float64, (hi-lo)*g.D)
 //	err := kmeans.Generate(g, lo, hi, shard)
 //	idx, err := kmeans.InitIndices(seed, g.N, k) // or kmeans.ReadCentroidsCSV(path, k, d)
@@ -152,6 +152,16 @@
 // fields of the first record, the header's if there is one. Shards count
 // points (records after the header) from 0. NaN and infinities are
 // rejected.
+//
+// A first column that is a row index is refused (ErrIndexColumn), since
+// clustered as a coordinate it would outweigh the others without a word:
+// one named as an index in the header (empty, as a data frame's to_csv
+// writes it, or "id", "index"), or one that counts 0, 1, 2, ... (or from 1)
+// over the first 1,000 points. CSVLayout.Skip (kmeans --skip-columns 1)
+// leaves it out; KeepIndex (--skip-columns 0) clusters it all the same.
+// CSVLayout.Sep (--sep ';', --sep tab) reads other separators; a file of
+// one value per line with a semicolon, tab or bar inside is refused with
+// that hint.
 //
 // Binary point files, little-endian (a file named *.bin must be one: a
 // wrong magic there is an ErrHeader, not a CSV file):

@@ -30,6 +30,10 @@ var (
 	// ErrColumns is returned inside a *FileError by the CSV readers when a
 	// line does not have the expected number of values.
 	ErrColumns = errors.New("kmeans: wrong number of columns")
+	// ErrIndexColumn is returned inside a *FileError by Inspect when the
+	// first column of a CSV file is a row index, or is named as one, and
+	// the layout does not say what it is (CSVLayout.Skip, KeepIndex).
+	ErrIndexColumn = errors.New("kmeans: the first column is an index")
 	// ErrHeader is returned inside a *FileError by ReadBinaryShard and
 	// Inspect when the binary header is not one this package writes (bad
 	// magic, unknown version, zero or absurd dimension).

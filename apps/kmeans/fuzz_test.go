@@ -19,7 +19,7 @@ func FuzzReadCSV(f *testing.F) {
 		path := filepath.Join(dir, "f.csv")
 		writeFresh(t, path, data)
 		l, h := int(lo%4), int(lo%4)+int(span%5)
-		pts, d, err := ReadCSVShard(path, l, h)
+		pts, d, err := ReadCSVShard(path, l, h, CSVLayout{})
 		if err != nil {
 			var fe *FileError
 			if !errors.As(err, &fe) {
@@ -36,7 +36,7 @@ func FuzzReadCSV(f *testing.F) {
 			}
 		}
 		if h > l+1 {
-			sub, _, err := ReadCSVShard(path, l+1, h)
+			sub, _, err := ReadCSVShard(path, l+1, h, CSVLayout{})
 			if err != nil || sameBits(sub, pts[d:]) != -1 {
 				t.Fatalf("sub-shard differs: %v", err)
 			}

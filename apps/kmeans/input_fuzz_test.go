@@ -75,7 +75,7 @@ func FuzzInspect(f *testing.F) {
 			var fe *FileError
 			return errors.As(err, &fe) && fe.Path == path
 		}
-		info, err := Inspect(path)
+		info, err := Inspect(path, CSVLayout{})
 		if err != nil {
 			if !isFileError(err) {
 				t.Fatalf("Inspect: %v is not a *FileError for %s", err, path)
@@ -85,14 +85,14 @@ func FuzzInspect(f *testing.F) {
 		if info.N < 1 || info.D < 1 {
 			t.Fatalf("Inspect accepted %+v", info)
 		}
-		pts, d, err := ReadShard(path, 0, info.N)
+		pts, d, err := ReadShard(path, 0, info.N, CSVLayout{})
 		switch {
 		case err != nil && !isFileError(err):
 			t.Fatalf("ReadShard of all %d points: %v is not a *FileError", info.N, err)
 		case err == nil && (d != info.D || len(pts) != info.N*info.D):
 			t.Fatalf("ReadShard of all points: %d values of dimension %d; Inspect says %+v", len(pts), d, info)
 		}
-		if _, _, err := ReadShard(path, 0, info.N+1); err == nil {
+		if _, _, err := ReadShard(path, 0, info.N+1, CSVLayout{}); err == nil {
 			t.Fatalf("read %d points from a file Inspect says holds %d", info.N+1, info.N)
 		} else if !isFileError(err) {
 			t.Fatalf("ReadShard past the end: %v is not a *FileError", err)

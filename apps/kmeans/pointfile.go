@@ -72,8 +72,13 @@ type Info struct {
 // from the number of fields of the first one (the lines themselves are
 // checked when a shard is read). The format is recognised by the binary
 // magic, or by the .bin extension (IsBinaryPath), which makes a missing
-// magic an ErrHeader; anything else is treated as CSV.
-func Inspect(path string) (Info, error) {
+// magic an ErrHeader; anything else is treated as CSV, laid out as l says.
+// A CSV file whose first column is a row index (0, 1, 2, ... or 1, 2, 3,
+// ... over its first points) or is named as one (an empty header field,
+// "id", "index") is refused with ErrIndexColumn unless l says what that
+// column is (Skip, KeepIndex): clustered as a coordinate it would
+// outweigh every other one, silently.
+func Inspect(path string, l CSVLayout) (Info, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Info{}, err
@@ -95,29 +100,49 @@ func Inspect(path string) (Info, error) {
 		return Info{}, &FileError{Path: path, Offset: 0, Err: err}
 	}
 	n := 0
-	recs := newCSVRecords(f)
+	recs := newCSVRecords(f, l)
+	var index indexWatch
 	for {
-		_, _, err := recs.next()
+		rec, line, err := recs.next()
 		if err == io.EOF {
 			break
+		}
+		if err == nil && n == 0 {
+			// The first line, header or point, says which separator it has.
+			if err = separatorHint(recs.head, l); err != nil {
+				line = recs.header
+			} else {
+				err = separatorHint(rec, l)
+			}
 		}
 		if err != nil {
 			fe := err.(*FileError)
 			fe.Path = path
+			if fe.Line == 0 {
+				fe.Line = line
+			}
 			return Info{}, fe
 		}
+		index.add(rec[0], line)
 		n++
 	}
 	if n == 0 {
 		return Info{}, &FileError{Path: path, Offset: -1, Err: ErrRange, Detail: "the file holds no points"}
 	}
 	d, _ := recs.dimension()
+	if !l.KeepIndex && l.Skip == 0 {
+		if err := indexColumn(recs.head, recs.header, &index, d); err != nil {
+			fe := err.(*FileError)
+			fe.Path = path
+			return Info{}, fe
+		}
+	}
 	return Info{Format: FormatCSV, N: n, D: d}, nil
 }
 
 // ReadShard reads points [lo, hi) of a point file of either format (see
 // Inspect) and returns them row-major with the dimension.
-func ReadShard(path string, lo, hi int) ([]float64, int, error) {
+func ReadShard(path string, lo, hi int, l CSVLayout) ([]float64, int, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, 0, err
@@ -128,7 +153,7 @@ func ReadShard(path string, lo, hi int) ([]float64, int, error) {
 	if IsBinaryPath(path) || (m == len(magic) && string(magic) == BinaryMagic) {
 		return ReadBinaryShard(path, lo, hi)
 	}
-	return ReadCSVShard(path, lo, hi)
+	return ReadCSVShard(path, lo, hi, l)
 }
 
 // IsBinaryPath reports whether path names a binary point file by its
@@ -142,7 +167,7 @@ func IsBinaryPath(path string) bool {
 // doc). The dimension is the number of values of the first non-blank
 // record, the header's if the file has one; every point read must have
 // that many finite values. Errors are *FileError values naming the line.
-func ReadCSVShard(path string, lo, hi int) ([]float64, int, error) {
+func ReadCSVShard(path string, lo, hi int, l CSVLayout) ([]float64, int, error) {
 	if lo < 0 || hi < lo {
 		return nil, 0, rangeErr(lo, hi, -1)
 	}
@@ -151,7 +176,7 @@ func ReadCSVShard(path string, lo, hi int) ([]float64, int, error) {
 		return nil, 0, err
 	}
 	defer f.Close()
-	recs := newCSVRecords(f)
+	recs := newCSVRecords(f, l)
 	var out []float64
 	d, idx := 0, 0
 	for idx < hi {

@@ -33,7 +33,7 @@ func TestPointFilesRoundTrip(t *testing.T) {
 		if err := WriteFile(path, f, pts, d); err != nil {
 			t.Fatal(err)
 		}
-		info, err := Inspect(path)
+		info, err := Inspect(path, CSVLayout{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +41,7 @@ func TestPointFilesRoundTrip(t *testing.T) {
 			t.Fatalf("%v: Inspect = %+v, want n=%d d=%d", f, info, n, d)
 		}
 		for _, r := range [][2]int{{0, n}, {0, 0}, {0, 1}, {1, 2}, {17, 200}, {n - 1, n}, {n, n}} {
-			got, gd, err := ReadShard(path, r[0], r[1])
+			got, gd, err := ReadShard(path, r[0], r[1], CSVLayout{})
 			if err != nil {
 				t.Fatalf("%v %v: %v", f, r, err)
 			}
@@ -59,14 +59,14 @@ func TestCSVLenientLayout(t *testing.T) {
 	t.Parallel()
 	src := "\xef\xbb\xbf1, 2 ,3\r\n\n   \n\t4,5,6\r\n7,8,9" // BOM, CRLF, blank lines, no final newline
 	path := writeTemp(t, "x.csv", []byte(src))
-	info, err := Inspect(path)
+	info, err := Inspect(path, CSVLayout{})
 	if err != nil || info.N != 3 || info.D != 3 {
 		t.Fatalf("Inspect = %+v, %v", info, err)
 	}
-	if _, err := Inspect(writeTemp(t, "blank.csv", []byte("\n  \n"))); !errors.Is(err, ErrRange) {
+	if _, err := Inspect(writeTemp(t, "blank.csv", []byte("\n  \n")), CSVLayout{}); !errors.Is(err, ErrRange) {
 		t.Fatalf("Inspect of a file without points: %v", err)
 	}
-	got, d, err := ReadCSVShard(path, 1, 3)
+	got, d, err := ReadCSVShard(path, 1, 3, CSVLayout{})
 	if err != nil || d != 3 {
 		t.Fatal(d, err)
 	}
@@ -101,7 +101,7 @@ func TestCSVErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			path := writeTemp(t, "in.csv", []byte(tc.src))
-			_, _, err := ReadCSVShard(path, tc.lo, tc.hi)
+			_, _, err := ReadCSVShard(path, tc.lo, tc.hi, CSVLayout{})
 			if !errors.Is(err, tc.err) {
 				t.Fatalf("err = %v, want %v", err, tc.err)
 			}
@@ -118,13 +118,13 @@ func TestCSVErrors(t *testing.T) {
 	}
 	// Lines outside the shard are not parsed (so ranks only pay for theirs).
 	path := writeTemp(t, "in.csv", []byte("1,2\nxx,yy\n5,6\n"))
-	if got, _, err := ReadCSVShard(path, 2, 3); err != nil || sameBits(got, []float64{5, 6}) != -1 {
+	if got, _, err := ReadCSVShard(path, 2, 3, CSVLayout{}); err != nil || sameBits(got, []float64{5, 6}) != -1 {
 		t.Fatalf("shard after a bad line: %v %v", got, err)
 	}
-	if _, _, err := ReadCSVShard(path, -1, 2); !errors.Is(err, ErrRange) {
+	if _, _, err := ReadCSVShard(path, -1, 2, CSVLayout{}); !errors.Is(err, ErrRange) {
 		t.Fatalf("negative lo: %v", err)
 	}
-	if _, _, err := ReadCSVShard(filepath.Join(t.TempDir(), "missing.csv"), 0, 1); !errors.Is(err, os.ErrNotExist) {
+	if _, _, err := ReadCSVShard(filepath.Join(t.TempDir(), "missing.csv"), 0, 1, CSVLayout{}); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing file: %v", err)
 	}
 }
@@ -193,11 +193,11 @@ func TestBinaryErrors(t *testing.T) {
 				}
 			}
 			if tc.name != "nan" && tc.name != "past end" {
-				if _, err := Inspect(path); !errors.Is(err, tc.err) {
+				if _, err := Inspect(path, CSVLayout{}); !errors.Is(err, tc.err) {
 					t.Errorf("Inspect: %v, want %v", err, tc.err)
 				}
 			}
-			if _, _, err := ReadShard(path, tc.lo, tc.hi); !errors.Is(err, tc.err) {
+			if _, _, err := ReadShard(path, tc.lo, tc.hi, CSVLayout{}); !errors.Is(err, tc.err) {
 				t.Errorf("ReadShard: %v, want %v", err, tc.err)
 			}
 		})
@@ -212,8 +212,8 @@ func TestBinaryErrors(t *testing.T) {
 			data = []byte("1,2\n")
 		}
 		path := writeTemp(t, name, data)
-		_, err := Inspect(path)
-		_, _, rerr := ReadShard(path, 0, 1)
+		_, err := Inspect(path, CSVLayout{})
+		_, _, rerr := ReadShard(path, 0, 1, CSVLayout{})
 		for _, e := range []error{err, rerr} {
 			var fe *FileError
 			if !errors.Is(e, ErrHeader) || !errors.As(e, &fe) || fe.Path != path {
@@ -230,7 +230,7 @@ func TestBinaryErrors(t *testing.T) {
 			}
 		}
 	}
-	if info, err := Inspect(writeTemp(t, "pts.txt", csv)); err != nil || info.Format != FormatCSV || info.N != 2 {
+	if info, err := Inspect(writeTemp(t, "pts.txt", csv), CSVLayout{}); err != nil || info.Format != FormatCSV || info.N != 2 {
 		t.Fatalf("pts.txt: %+v, %v; want 2 CSV points", info, err)
 	}
 	// The NaN is outside this shard: fine.
@@ -298,7 +298,7 @@ func TestBinaryStreamingWrite(t *testing.T) {
 	if err := Generate(g, 0, g.N, all); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := ReadShard(path, 0, g.N)
+	got, _, err := ReadShard(path, 0, g.N, CSVLayout{})
 	if err != nil || sameBits(got, all) != -1 {
 		t.Fatalf("streamed file differs: %v", err)
 	}

@@ -58,6 +58,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -111,6 +112,8 @@ type flags struct {
 	quiet    bool
 	stamps   bool
 	history  string
+	skip     int
+	sep      string
 }
 
 // parse reads the command line; its errors are usage errors (cli.Usage),
@@ -129,6 +132,8 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	g := kmeans.DefaultGenConfig()
 	var inj injects
 	fs.StringVar(&f.opt.Input, "input", "", "points `FILE`: CSV (one point per line) or the binary format (.bin, see apps/kmeans/doc.go)")
+	fs.IntVar(&f.skip, "skip-columns", 0, "leave out the first `N` columns of every line of a CSV --input: an index or id column (a data frame's to_csv writes one); giving it, even 0, turns off the check for such a column")
+	fs.StringVar(&f.sep, "sep", ",", "the `character` between the values of a CSV --input: ',', ';', '|', or tab")
 	fs.IntVar(&f.generate, "generate", 0, "generate `N` points (Gaussian blobs) instead of reading --input")
 	fs.IntVar(&g.D, "dim", g.D, "dimensions `D` of generated points")
 	fs.Uint64Var(&g.Seed, "seed", g.Seed, "seed `S` of the generator and of the starting centroids")
@@ -225,6 +230,9 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	if f.opt.Kernel.Threads < 1 {
 		return nil, fmt.Errorf("--threads %d: want at least 1", f.opt.Kernel.Threads)
 	}
+	if f.opt.CSV, err = csvLayout(fs, f); err != nil {
+		return nil, err
+	}
 	g.N = f.generate
 	f.opt.Gen = g
 	f.opt.Seed = g.Seed
@@ -236,6 +244,32 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 		}
 	}
 	return f, nil
+}
+
+// badInput reports whether err is about the input file (--input, --init):
+// missing, unreadable or malformed.
+func badInput(err error) bool {
+	var fe *kmeans.FileError
+	return errors.As(err, &fe) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission)
+}
+
+// csvLayout is the layout --skip-columns and --sep give; --skip-columns
+// given, even as 0, says what the first column is (no index check).
+func csvLayout(fs *flag.FlagSet, f *flags) (kmeans.CSVLayout, error) {
+	l := kmeans.CSVLayout{Skip: f.skip}
+	fs.Visit(func(fl *flag.Flag) { l.KeepIndex = l.KeepIndex || fl.Name == "skip-columns" })
+	switch sep := []rune(f.sep); {
+	case strings.EqualFold(f.sep, "tab") || f.sep == `\t`:
+		l.Sep = '\t'
+	case len(sep) == 1:
+		l.Sep = sep[0]
+	default:
+		return l, fmt.Errorf("--sep %q: give one character, such as ';', or tab", f.sep)
+	}
+	if (l.KeepIndex || l.Sep != ',') && f.opt.Input == "" {
+		return l, errors.New("--skip-columns and --sep are for a CSV --input")
+	}
+	return l, l.Validate()
 }
 
 func main() {
@@ -283,6 +317,11 @@ func run(ctx context.Context, f *flags) int {
 			// ErrConfig's errors name the flag: its own words add nothing.
 			msg := strings.Replace(err.Error(), kmeans.ErrConfig.Error()+": ", "", 1)
 			return cli.Status("kmeans", cli.Usage("%s", msg), os.Stderr)
+		}
+		if badInput(err) {
+			// The same file for every rank, so the same words (no rank,
+			// which gaspirun prints once), and the status of a bad flag.
+			return cli.Status("kmeans", cli.Usage("%s", err.Error()), os.Stderr)
 		}
 		fmt.Fprintln(os.Stderr, cli.Line("kmeans", fmt.Sprintf("rank %d: %v", rt.Rank(), err)))
 		return job.ExitCode(err)

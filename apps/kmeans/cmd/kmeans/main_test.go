@@ -73,6 +73,12 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--generate", "1000", "--shards", "-1"}, "--shards -1"},
 		{[]string{"--generate", "1000", "--seeding", "kmeans++"}, ""},
 		{[]string{"--generate", "1000", "--seeding", "kmeans||"}, `unknown seeding "kmeans||"`},
+		{[]string{"--input", file, "--skip-columns", "1", "--sep", ";"}, ""},
+		{[]string{"--input", file, "--sep", "tab"}, ""},
+		{[]string{"--input", file, "--sep", ";;"}, `--sep ";;": give one character`},
+		{[]string{"--input", file, "--sep", `"`}, "cannot separate values"},
+		{[]string{"--input", file, "--skip-columns", "-1"}, "--skip-columns -1: want 0 or more"},
+		{[]string{"--generate", "1000", "--skip-columns", "1"}, "for a CSV --input"},
 	} {
 		f, err := parse(c.args, io.Discard)
 		switch {
@@ -85,6 +91,9 @@ func TestParseFlags(t *testing.T) {
 		}
 		if err == nil && f.opt.Shrink != slices.Contains(c.args, "--shrink") {
 			t.Errorf("parse(%q): Options.Shrink = %v", c.args, f.opt.Shrink)
+		}
+		if err == nil && f.opt.CSV.KeepIndex != slices.Contains(c.args, "--skip-columns") {
+			t.Errorf("parse(%q): the index check is %v", c.args, !f.opt.CSV.KeepIndex)
 		}
 	}
 }
