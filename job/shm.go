@@ -108,7 +108,16 @@ func newDataPlane(env bootstrap.Env, inj *netfault.Injector, log *slog.Logger, a
 	if err != nil {
 		return nil, err
 	}
-	tr, err := newTransport(env, inj, log, adjust)
+	idle, err := tcpIdle(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := newTransport(env, inj, log, func(c *tcp.Config) {
+		c.IdleTimeout = idle
+		if adjust != nil {
+			adjust(c)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -2,11 +2,13 @@ package job
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
 	"github.com/gaspigo/gaspigo/transport/shm"
+	"github.com/gaspigo/gaspigo/transport/tcp"
 )
 
 func TestShmConfig(t *testing.T) {
@@ -72,6 +74,20 @@ func TestShmSegments(t *testing.T) {
 		}
 		if err != nil || on != c.on {
 			t.Errorf("%v: got (%v, %v), want (%v, nil)", c.env, on, err, c.on)
+		}
+	}
+}
+
+func TestTCPIdleVariable(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": tcp.DefaultIdleTimeout, "0": 0, "30s": 30 * time.Second, " 5m ": 5 * time.Minute} {
+		got, err := tcpIdle(func(string) (string, bool) { return v, true })
+		if err != nil || got != want {
+			t.Errorf("PGAS_TCP_IDLE=%q: %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"soon", "-1s", "1ms"} {
+		if _, err := tcpIdle(func(string) (string, bool) { return v, true }); err == nil || !strings.Contains(err.Error(), "PGAS_TCP_IDLE") {
+			t.Errorf("PGAS_TCP_IDLE=%q: %v, want an error naming the variable", v, err)
 		}
 	}
 }

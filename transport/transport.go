@@ -34,6 +34,7 @@ const (
 	FrameColl                 // collective step: Seg = group tag, Off = collective sequence, A = round
 	FrameHeartbeat            // failure detector traffic; payload = encoded detector message
 	FrameControl              // membership / recovery control; payload = encoded message
+	FrameLink                 // a transport's own, about the connection it comes on (tcp: its idle close); never handed to a Handler
 	frameTypeCount
 )
 

@@ -102,6 +102,13 @@ type Config struct {
 	// here. At most 64 MiB.
 	BatchBytes int
 
+	// IdleTimeout closes a connection that carried no frame either way
+	// for this long (at most half as long again): both ends agree on it
+	// with a close handshake (see the package doc), neither counts it as
+	// a failure, and the next Send to the peer dials it again. 0 keeps
+	// every connection open until the peer fails or Close; must be >= 0.
+	IdleTimeout time.Duration
+
 	// Logger receives refusals, connection failures and dial progress, with
 	// self, peer and remote attributes. nil discards.
 	Logger *slog.Logger
@@ -121,8 +128,16 @@ func DefaultConfig() Config {
 		ReadBufferSize:      64 << 10,
 		BatchFrame:          4 << 10,
 		BatchBytes:          256 << 10,
+		IdleTimeout:         DefaultIdleTimeout,
 	}
 }
+
+// DefaultIdleTimeout is DefaultConfig's IdleTimeout: a process keeps the
+// connections to the peers it works with (its collective and heartbeat
+// partners, its mirrors talk every iteration), while one made for a
+// start-up exchange, a restore or a single read is closed two minutes
+// after its last frame.
+const DefaultIdleTimeout = 2 * time.Minute
 
 // LocalConfig returns settings for processes on one host and for tests: it
 // listens on loopback and gives up on a peer sooner.
@@ -192,6 +207,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BatchBytes < 0 || c.BatchBytes > transport.MaxPayload {
 		add("BatchBytes %d outside 0..%d", c.BatchBytes, transport.MaxPayload)
+	}
+	if c.IdleTimeout < 0 {
+		add("IdleTimeout %v must be >= 0 (0 never closes an idle connection)", c.IdleTimeout)
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(bad, "; "))

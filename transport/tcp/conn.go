@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gaspigo/gaspigo/transport"
@@ -46,6 +47,25 @@ type conn struct {
 	batchPayload int
 	kick         chan struct{} // capacity 1: the batch became non-empty
 	dead         chan struct{} // closed when the reader ends: the connection is gone
+	batchShut    bool          // under bmu: closed for idleness, nothing more is batched
+
+	// The close for idleness (idle.go).
+	active     atomic.Bool   // a frame went or came since the idle sweep last looked
+	quietLooks int           // sweeps in a row that found it inactive; under t.mu
+	retiring   bool          // held by the write token's holder: nothing more is written
+	byeSeen    bool          // the peer's linkBye was read; under t.mu
+	ackSeen    bool          // the peer's linkByeAck was read; the reader's
+	links      chan uint64   // link frames for the link worker; made by the reader
+	linksDone  chan struct{} // closed when the link worker ends
+	halfClosed bool          // the link worker's
+	retired    chan struct{} // closed when the peer leaves this connection for the next (conn.leave)
+}
+
+// touch records a frame going or coming, for the idle sweep.
+func (c *conn) touch() {
+	if !c.active.Load() {
+		c.active.Store(true)
+	}
 }
 
 // aLongTimeAgo is a deadline in the past: setting it unblocks a write.
@@ -53,17 +73,19 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 func (t *Transport) newConn(p *peer, nc net.Conn, remote string) *conn {
 	br := bufio.NewReaderSize(newSocketReader(nc, t.cfg.PollSpin), t.cfg.ReadBufferSize)
-	return &conn{
-		t:      t,
-		peer:   p,
-		nc:     nc,
-		remote: remote,
-		fr:     newFrameReader(br, p.id, &t.stats),
-		wsem:   make(chan struct{}, 1),
-		sock:   tlsSocketOf(nc),
-		kick:   make(chan struct{}, 1),
-		dead:   make(chan struct{}),
+	c := &conn{
+		t:       t,
+		peer:    p,
+		nc:      nc,
+		remote:  remote,
+		wsem:    make(chan struct{}, 1),
+		sock:    tlsSocketOf(nc),
+		kick:    make(chan struct{}, 1),
+		dead:    make(chan struct{}),
+		retired: make(chan struct{}),
 	}
+	c.fr = newFrameReader(br, p.id, &t.stats, c.onLink, c.touch)
+	return c
 }
 
 // enqueue adds a small frame to the batch and wakes the writer; false when
@@ -71,7 +93,7 @@ func (t *Transport) newConn(p *peer, nc net.Conn, remote string) *conn {
 func (c *conn) enqueue(h *transport.Header, payload []byte) bool {
 	size := transport.HeaderSize + len(payload)
 	c.bmu.Lock()
-	if len(c.batch)+size > c.t.cfg.BatchBytes {
+	if c.batchShut || len(c.batch)+size > c.t.cfg.BatchBytes {
 		c.bmu.Unlock()
 		return false
 	}
@@ -83,6 +105,7 @@ func (c *conn) enqueue(h *transport.Header, payload []byte) bool {
 	c.batchFrames++
 	c.batchPayload += len(payload)
 	c.bmu.Unlock()
+	c.touch()
 	if first {
 		select {
 		case c.kick <- struct{}{}:
@@ -158,6 +181,17 @@ func (c *conn) writeBatch() error {
 	if len(b) == 0 {
 		return nil
 	}
+	if err := c.writeRaw(b); err != nil {
+		return err
+	}
+	c.t.stats.framesOut.Add(uint64(frames))
+	c.t.stats.bytesOut.Add(uint64(payload))
+	return nil
+}
+
+// writeRaw writes b, whole frames, with no deadline. The write token is
+// held.
+func (c *conn) writeRaw(b []byte) error {
 	if !c.wdeadline.IsZero() {
 		_ = c.nc.SetWriteDeadline(time.Time{})
 		c.wdeadline = time.Time{}
@@ -168,12 +202,7 @@ func (c *conn) writeBatch() error {
 	} else {
 		_, err = c.nc.Write(b)
 	}
-	if err != nil {
-		return err
-	}
-	c.t.stats.framesOut.Add(uint64(frames))
-	c.t.stats.bytesOut.Add(uint64(payload))
-	return nil
+	return err
 }
 
 // flushOnClose writes what is batched before Close cuts the connection,
@@ -208,7 +237,13 @@ func (t *Transport) upLocked(p *peer, nc net.Conn, dialed bool) *conn {
 	c.dialed = dialed
 	p.conn = c
 	p.state = stateUp
-	p.dialing = false
+	if dialed {
+		// The dial loop ends here (it runs the reader); one still dialing
+		// while the peer's dial came up ends at its next look, so that
+		// a peer has one dial loop at a time, also once this connection
+		// is closed for idleness and the peer idle again.
+		p.dialing = false
+	}
 	close(p.ready)
 	t.stats.connections.Add(1)
 	if t.cfg.BatchFrame > 0 {
@@ -246,9 +281,13 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 			<-c.wsem
 		}
 	}()
+	if c.retiring {
+		return errRetired
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("tcp: send to peer %d: %w", c.peer.id, err)
 	}
+	c.touch()
 
 	if !c.wdeadline.IsZero() {
 		// A previous Send's ctx ended mid-write and left a deadline.
@@ -402,7 +441,7 @@ func (c *conn) fail(cause error) error {
 // downLocked marks c's peer down with cause if c is its live connection.
 // t.mu is held.
 func (t *Transport) downLocked(c *conn, cause error) {
-	if p := c.peer; p.state == stateUp && p.conn == c {
+	if p := c.peer; (p.state == stateUp || p.state == stateClosing) && p.conn == c {
 		p.state = stateDown
 		p.err = cause
 		t.stats.connections.Add(-1)
@@ -424,6 +463,7 @@ func (c *conn) readLoop() {
 	err := c.fr.run(t.handler, func(h *transport.Header, err error) {
 		t.log.Debug("tcp: handler rejected a frame", "peer", uint32(id), "type", h.Type, "seq", h.Seq, "err", err)
 	})
+	c.endLinks()
 	t.closeSocket(c.nc)
 
 	var cause error

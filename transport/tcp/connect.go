@@ -66,6 +66,14 @@ func (t *Transport) serveIncoming(nc net.Conn, id uint32) {
 		return
 	}
 	p := t.peerLocked(from)
+	// A dial that comes while this end has not left the connection it
+	// closes for idleness yet waits for that: the old one's frames first.
+	t.awaitLeftLocked(p, time.Duration(t.hs.Load()))
+	if t.closed {
+		t.mu.Unlock()
+		t.closeSocket(nc)
+		return
+	}
 	v, why := t.verdictLocked(p)
 	if v != verdictAccept {
 		t.mu.Unlock()
@@ -150,6 +158,14 @@ func (c *watchedConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// CloseWrite half-closes the connection under it, when that can.
+func (c *watchedConn) CloseWrite() error {
+	if hc, ok := c.Conn.(halfCloser); ok {
+		return hc.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
 func (c *watchedConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	if err != nil && !c.sealed && c.err == nil {
@@ -192,6 +208,8 @@ func (t *Transport) verdictLocked(p *peer) (byte, error) {
 		return verdictCrossed, nil // this process's dial won
 	case p.state == stateUp:
 		return verdictRefused, fmt.Errorf("proc %d is already connected", p.id)
+	case p.state == stateClosing:
+		return verdictRefused, fmt.Errorf("proc %d: the connection closed for idleness is still being closed", p.id)
 	case p.dialing && p.id > t.self:
 		return verdictCrossed, nil // this process is dialing and is the lower
 	}
@@ -226,6 +244,9 @@ func (t *Transport) dialLoop(p *peer) {
 		nc, err := t.dialOnce(p.id, addr)
 		if err == nil {
 			t.mu.Lock()
+			// This end may not have left the connection it closes for
+			// idleness yet, when the peer has: the old one's frames first.
+			t.awaitLeftLocked(p, time.Duration(t.hs.Load()))
 			if t.closed || p.state != stateIdle || p.accepting != nil {
 				// Close, or Disconnect, won the race (a dial of the
 				// peer's awaiting confirmation cannot: see verdictLocked).

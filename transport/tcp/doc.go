@@ -93,10 +93,16 @@
 // at once on a "down" verdict), the peer is down: Handler.PeerDown is
 // called exactly once for it, from a goroutine of the transport, and every
 // later Send to it returns a *PeerDownError, which wraps
-// transport.ErrPeerDown. There is no reconnection: a process is never
-// restarted under the same Proc. A peer this process never talks to
-// produces no PeerDown here, whatever happens to it; the failure detector
-// owns that case.
+// transport.ErrPeerDown. A failed connection is never made again: a
+// process is never restarted under the same Proc. A peer this process
+// never talks to produces no PeerDown here, whatever happens to it; the
+// failure detector owns that case.
+//
+// A connection that carried no frame either way for Config.IdleTimeout
+// (DefaultIdleTimeout, 2 minutes) is closed by both ends with a handshake
+// of FrameLink frames that no Handler sees (idle.go): no frame is lost,
+// duplicated or reordered, neither end reports PeerDown, Stats.IdleClosed
+// counts it, and the next Send dials the peer again.
 //
 // # Cost as a function of N
 //

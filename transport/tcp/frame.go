@@ -23,6 +23,7 @@ type counters struct {
 	dialAttempts        atomic.Uint64
 	dialsCrossed        atomic.Uint64
 	connections         atomic.Int64
+	idleClosed          atomic.Uint64
 }
 
 // payload is the transport.Payload of one received frame: a window of Len
@@ -98,10 +99,12 @@ type frameReader struct {
 	stats *counters
 	hdr   [transport.HeaderSize]byte
 	pl    payload
+	link  func(*transport.Header) error // a FrameLink's handling (nil: refused as malformed)
+	touch func()                        // a frame came
 }
 
-func newFrameReader(br *bufio.Reader, from transport.Proc, stats *counters) *frameReader {
-	return &frameReader{br: br, from: from, stats: stats, pl: payload{br: br}}
+func newFrameReader(br *bufio.Reader, from transport.Proc, stats *counters, link func(*transport.Header) error, touch func()) *frameReader {
+	return &frameReader{br: br, from: from, stats: stats, pl: payload{br: br}, link: link, touch: touch}
 }
 
 // run delivers frames to h until the stream fails. It returns io.EOF when
@@ -128,6 +131,23 @@ func (r *frameReader) run(h transport.Handler, onHandlerErr func(*transport.Head
 			return err
 		}
 		hd.Src = r.from // the authenticated peer, whatever the wire says
+		if hd.Type == transport.FrameLink {
+			// The connection's own business, not the handler's (idle.go).
+			if hd.Len != 0 || r.link == nil {
+				r.stats.badFrames.Add(1)
+				return fmt.Errorf("%w: link frame with %d payload bytes", transport.ErrBadFrame, hd.Len)
+			}
+			if err := r.link(&hd); err != nil {
+				if errors.Is(err, transport.ErrBadFrame) {
+					r.stats.badFrames.Add(1)
+				}
+				return err
+			}
+			continue
+		}
+		if r.touch != nil {
+			r.touch()
+		}
 		// A fresh Header per frame: a handler may keep h after it returns.
 		hp := new(transport.Header)
 		*hp = hd

@@ -137,7 +137,7 @@ func FuzzReader(f *testing.F) {
 			return nil // case 2: left for the reader to skip
 		})
 		br := bufio.NewReaderSize(bytes.NewReader(data), 4096)
-		fr := newFrameReader(br, from, &counters{})
+		fr := newFrameReader(br, from, &counters{}, nil, nil)
 		before := allocatedBytes()
 		err := fr.run(h, nil)
 		allocated := allocatedBytes() - before

@@ -25,9 +25,10 @@ const closeFlush = 200 * time.Millisecond
 type peerState uint8
 
 const (
-	stateIdle peerState = iota // no connection yet (this side may be dialing: peer.dialing)
-	stateUp                    // connected and authenticated
-	stateDown                  // failed; never reconnected
+	stateIdle    peerState = iota // no connection (yet, or any more: idle.go); this side may be dialing: peer.dialing
+	stateUp                       // connected and authenticated
+	stateClosing                  // the connection is being closed for idleness (idle.go); Sends wait for the next
+	stateDown                     // failed; never reconnected
 )
 
 // peer is the per-peer state, guarded by Transport.mu. It exists for the
@@ -37,8 +38,8 @@ type peer struct {
 	id       transport.Proc
 	addr     string // "" until SetPeers names it (a peer may dial first)
 	state    peerState
-	ready    chan struct{} // closed when state leaves stateIdle
-	conn     *conn         // set in stateUp (and kept in stateDown)
+	ready    chan struct{} // closed when state leaves stateIdle (new when it comes back)
+	conn     *conn         // set in stateUp and stateClosing (and kept in stateDown)
 	err      error         // why the peer is down
 	notified bool          // Handler.PeerDown was called (or is being)
 	dialing  bool          // a dial goroutine of this process works on this peer
@@ -280,6 +281,13 @@ func (t *Transport) Start(h transport.Handler) error {
 	}
 	t.handler = h
 	close(t.started)
+	if t.cfg.IdleTimeout > 0 {
+		t.wg.Add(1) // t.mu is held and t is not closed
+		go func() {
+			defer t.wg.Done()
+			t.idleLoop()
+		}()
+	}
 	// Peers given up on before Start (Disconnect) are told now.
 	type downPeer struct {
 		id  transport.Proc
@@ -314,13 +322,18 @@ func (t *Transport) Send(ctx context.Context, to transport.Proc, h *transport.He
 	if len(payload) > transport.MaxPayload {
 		return fmt.Errorf("%w: %d bytes to peer %d, cap %d; split the transfer", transport.ErrTooLarge, len(payload), to, transport.MaxPayload)
 	}
-	c, err := t.connTo(ctx, to)
-	if err != nil {
-		return err
+	for {
+		c, err := t.connTo(ctx, to)
+		if err != nil {
+			return err
+		}
+		h.Len = uint32(len(payload))
+		h.Src = t.self
+		if err := c.send(ctx, h, payload); err != errRetired {
+			return err
+		}
+		// Closed for idleness since connTo found it: the next one.
 	}
-	h.Len = uint32(len(payload))
-	h.Src = t.self
-	return c.send(ctx, h, payload)
 }
 
 // connTo returns the live connection to peer to, dialing it and waiting
@@ -353,6 +366,17 @@ func (t *Transport) connTo(ctx context.Context, to transport.Proc) (*conn, error
 			err := p.err
 			t.mu.Unlock()
 			return nil, &PeerDownError{Peer: to, Err: err}
+		case stateClosing:
+			left := p.conn.retired
+			t.mu.Unlock()
+			select {
+			case <-left:
+				continue
+			case <-t.closing:
+				return nil, transport.ErrClosed
+			case <-ctx.Done():
+				return nil, fmt.Errorf("tcp: send to peer %d: its idle connection is being closed: %w", to, ctx.Err())
+			}
 		}
 		if p.addr == "" && !p.dialing && p.accepting == nil {
 			t.mu.Unlock()
@@ -389,6 +413,7 @@ type Stats struct {
 	DialAttempts        uint64 // TCP connect attempts
 	DialsCrossed        uint64 // connections closed unused because the pair's other dial won (both ends dialed at once)
 	Connections         int    // connections open now (one per peer talked to)
+	IdleClosed          uint64 // connections closed for idleness (Config.IdleTimeout), by either end
 }
 
 // Stats returns the current counters.
@@ -411,6 +436,7 @@ func (t *Transport) Stats() Stats {
 		DialAttempts:       s.dialAttempts.Load(),
 		DialsCrossed:       s.dialsCrossed.Load(),
 		Connections:        int(s.connections.Load()),
+		IdleClosed:         s.idleClosed.Load(),
 	}
 }
 
@@ -431,7 +457,7 @@ func (t *Transport) Close() error {
 		}
 		var conns []*conn
 		for _, p := range t.peers {
-			if p.state == stateUp {
+			if p.state == stateUp || p.state == stateClosing {
 				conns = append(conns, p.conn)
 			}
 		}
@@ -541,7 +567,7 @@ func (t *Transport) Disconnect(id transport.Proc, cause error) {
 		return
 	}
 	switch p.state {
-	case stateUp:
+	case stateUp, stateClosing:
 		c := p.conn
 		t.mu.Unlock()
 		c.fail(cause)
