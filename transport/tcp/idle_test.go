@@ -29,14 +29,21 @@ func waitStats(t *testing.T, tr *Transport, what string, ok func(Stats) bool) St
 	}
 }
 
-// An idle connection is closed by both ends without a PeerDown, and the
-// next Send dials again.
-func TestIdleConnectionClosedAndReopened(t *testing.T) {
+// idlePair is two started transports with a 40 ms IdleTimeout that
+// exchanged a frame each way (Seq 1).
+func idlePair(t *testing.T) ([]*Transport, *recv, *recv) {
 	ts := newCluster(t, 2, func(c *Config) { c.IdleTimeout = 40 * time.Millisecond })
 	ha, hb := newRecv(), newRecv()
 	ts[0].Start(ha)
 	ts[1].Start(hb)
 	exchange(t, ts[0], ts[1], ha, hb, 1)
+	return ts, ha, hb
+}
+
+// An idle connection is closed by both ends without a PeerDown, and the
+// next Send dials again.
+func TestIdleConnectionClosedAndReopened(t *testing.T) {
+	ts, ha, hb := idlePair(t)
 	for _, tr := range ts {
 		waitStats(t, tr, "the idle connection closed", func(s Stats) bool { return s.Connections == 0 && s.IdleClosed == 1 })
 		if tr.Connected(1 - tr.Self()) {
@@ -54,11 +61,7 @@ func TestIdleConnectionClosedAndReopened(t *testing.T) {
 // A peer that ended while its connection was closed for idleness is
 // found down by the next Send's dial, and reported once.
 func TestIdleClosedPeerEndedThenSendFails(t *testing.T) {
-	ts := newCluster(t, 2, func(c *Config) { c.IdleTimeout = 40 * time.Millisecond })
-	ha, hb := newRecv(), newRecv()
-	ts[0].Start(ha)
-	ts[1].Start(hb)
-	exchange(t, ts[0], ts[1], ha, hb, 1)
+	ts, ha, _ := idlePair(t)
 	waitStats(t, ts[0], "the idle connection closed", func(s Stats) bool { return s.Connections == 0 })
 	ts[1].Close()
 	h := transport.Header{Type: transport.FramePassive, Seq: 2}
