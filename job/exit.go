@@ -59,6 +59,33 @@ func ExitCode(err error) int {
 		return ExitSparesExhausted
 	case errors.Is(err, spares.ErrJobFailed):
 		return ExitJobFailed
+	case errors.Is(err, ErrShrinkAborts):
+		return ExitUsage
 	}
 	return 1
+}
+
+// ExitUsage is the exit status of a process whose settings contradict its
+// launcher's (ErrShrinkAborts), as of a bad flag.
+const ExitUsage = 2
+
+// ErrShrinkAborts: the job shrinks when a rank is lost (a death is
+// survived), but the launcher ends the job at the first death (gaspirun
+// --on-death abort, PGAS_ON_DEATH=abort). Refused at start rather than
+// promised and broken at the first death.
+var ErrShrinkAborts = errors.New("pgas: init: this job goes on with fewer ranks when one is lost (it shrinks), but its launcher ends the job at the first death (gaspirun --on-death abort): drop --on-death abort, or do not shrink")
+
+// shrinkContract refuses a job that shrinks under a launcher that aborts
+// at the first death, and otherwise tells the launcher that this job
+// survives deaths (bootstrap.KindShrink), so that one that would end it
+// at the first death (gaspirun without spares) keeps it going.
+func shrinkContract(env bootstrap.Env, mc spares.Config, sess *bootstrap.Session) error {
+	if !mc.Shrink {
+		return nil
+	}
+	if env.DeathAborts {
+		return ErrShrinkAborts
+	}
+	sess.Report(bootstrap.Report{Proc: env.Proc, Kind: bootstrap.KindShrink, Rank: -1})
+	return nil
 }

@@ -29,6 +29,7 @@ func TestExitCode(t *testing.T) {
 		{"declared failed", wrap(spares.ErrDeclaredFailed), ExitDeclaredFailed},
 		{"cut off", wrap(spares.ErrCutOff), ExitCutOff},
 		{"no rendezvous", wrap(bootstrap.ErrRendezvousTimeout), ExitNoRendezvous},
+		{"shrinks under a launcher that aborts", wrap(ErrShrinkAborts), ExitUsage},
 		{"anything else", errors.New("boom"), 1},
 	} {
 		if got := ExitCode(c.err); got != c.want {

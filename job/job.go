@@ -143,6 +143,11 @@ func start(ctx context.Context, env bootstrap.Env, opts Options, logs logs, extr
 	var m *spares.Membership
 	if opts.FaultTolerant {
 		mc, f, worst := membershipConfig(env, table, opts, logs, raftLn, ctlLn, o.faults)
+		if err := shrinkContract(env, mc, sess); err != nil {
+			tr.Close()
+			sess.Close()
+			return nil, err
+		}
 		if m, err = newMembership(mc, f, worst); err != nil {
 			tr.Close()
 			sess.Close()

@@ -127,6 +127,9 @@ func joinerTransport(env bootstrap.Env, table bootstrap.Table, ln net.Listener, 
 // to the job's pool, within joinTimeout.
 func joinMembership(ctx context.Context, env bootstrap.Env, table bootstrap.Table, opts Options, logs logs, addr string, extra map[string]string, raftLn, ctlLn net.Listener, inj *netfault.Injector) (*spares.Membership, error) {
 	mc, f, worst := membershipConfig(env, table, opts, logs, raftLn, ctlLn, inj)
+	if env.DeathAborts && mc.Shrink {
+		return nil, ErrShrinkAborts
+	}
 	mc.Join = true
 	mc.Self = spares.Member{Proc: env.Proc, Host: env.Host, Addr: addr, RaftAddr: extra["raft"], CtlAddr: extra["ctl"], Spare: true}
 	for _, c := range table.Joined {

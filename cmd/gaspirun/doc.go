@@ -182,7 +182,10 @@
 //     --on-death continue) gaspirun says which rank died and that the job
 //     continues, and the runtime recovers; with --spares 0 and no --respawn
 //     (or --on-death abort) the job is torn down and gaspirun exits 128 +
-//     the signal number.
+//     the signal number, unless its processes said at start that the job
+//     shrinks (K-means --shrink: it goes on with fewer ranks). Such a job
+//     refuses to start under an explicit --on-death abort (exit 2), which
+//     would end it at the first death (PGAS_ON_DEATH=abort).
 //   - When every rank's process has exited 0, the remaining (idle spare)
 //     processes get SIGTERM and gaspirun exits 0.
 //   - --timeout: exit 124. Ctrl-C or SIGTERM to gaspirun: exit 130 (143 for

@@ -36,6 +36,11 @@ const (
 	// a process that joins the job (ServerConfig.RefillWait); read by the
 	// process that hosts the rendezvous, which puts it in the table.
 	VarRefillWait = "PGAS_REFILL_WAIT"
+	// VarOnDeath is "abort" when the launcher ends the job at the first
+	// death of a process whatever the job could survive (gaspirun
+	// --on-death abort); unset otherwise. A job that shrinks refuses to
+	// start under it.
+	VarOnDeath = "PGAS_ON_DEATH"
 	// VarTLS turns on mutual TLS over every connection of the job
 	// (internal/auth): 1 or 0. Every process of a job must agree.
 	VarTLS = "PGAS_TLS"
@@ -114,6 +119,9 @@ type Env struct {
 	// recreated (the table carries it to every process). 0: no wait, the
 	// job fails (or shrinks) at once. gaspirun sets it with --respawn.
 	RefillWait time.Duration
+	// DeathAborts (PGAS_ON_DEATH=abort): the launcher ends the job at the
+	// first death of a process.
+	DeathAborts bool
 	// TLS (PGAS_TLS) runs mutual TLS 1.3, keyed by the token, over every
 	// connection of the job once its token handshake succeeds: data plane,
 	// rendezvous, Raft and control RPC (see internal/auth).
@@ -327,6 +335,16 @@ func (e *Env) readRest(get getter, how, example string) error {
 		}
 		e.CutOff = d
 	}
+	if v, ok := get(VarOnDeath); ok {
+		switch v {
+		case "abort":
+			e.DeathAborts = true
+		case "", "continue":
+		default:
+			return &EnvError{Var: VarOnDeath, Value: v, Problem: "is not abort or continue",
+				Fix: "leave it to the launcher: gaspirun sets it with --on-death abort"}
+		}
+	}
 	if v, ok := get(VarTLS); ok {
 		switch v {
 		case "1":
@@ -475,6 +493,9 @@ func (e Env) Environ() []string {
 	}
 	if e.RefillWait > 0 {
 		out = append(out, VarRefillWait+"="+e.RefillWait.String())
+	}
+	if e.DeathAborts {
+		out = append(out, VarOnDeath+"=abort")
 	}
 	if e.TLS {
 		out = append(out, VarTLS+"=1")

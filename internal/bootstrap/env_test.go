@@ -224,6 +224,7 @@ func TestEnvironRoundTrip(t *testing.T) {
 		{Proc: 0, NumProcs: 1, NumRanks: 1, Rendezvous: "[::1]:9", Token: tok, Host: "h", Launcher: LauncherPGAS},
 		{Proc: 0, NumProcs: 1, NumRanks: 1, Rendezvous: "n:9", Token: tok, Host: "h", Launcher: LauncherPGAS, RendezvousTimeout: 90 * time.Second, CutOff: 2500 * time.Millisecond},
 		{Proc: 1, NumProcs: 2, NumRanks: 2, Rendezvous: "n:9", Token: tok, Host: "h", Launcher: LauncherPGAS, TLS: true},
+		{Proc: 1, NumProcs: 2, NumRanks: 2, Rendezvous: "n:9", Token: tok, Host: "h", Launcher: LauncherPGAS, DeathAborts: true},
 	} {
 		m := map[string]string{}
 		for _, kv := range e.Environ() {

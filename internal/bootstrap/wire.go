@@ -52,6 +52,11 @@ const (
 	// KindEvent: anything worth showing the user (Text), e.g. "restored
 	// checkpoint 14".
 	KindEvent = "event"
+	// KindShrink: the process's job goes on with fewer ranks when one is
+	// lost with no spare left (spares.Config.Shrink), so a death is
+	// survived even without spares: a launcher that would end the job at
+	// the first death keeps it going. Sent once, at start.
+	KindShrink = "shrink"
 	// KindDisconnected is made by the Server itself, never sent by a
 	// process: the process's registered connection closed (before the table
 	// was complete, the process must register again). It follows every
@@ -105,7 +110,7 @@ type Report struct {
 
 func validKind(k string) bool {
 	switch k {
-	case KindRole, KindFinished, KindError, KindEvent, KindVacant:
+	case KindRole, KindFinished, KindError, KindEvent, KindVacant, KindShrink:
 		return true
 	}
 	return false

@@ -106,10 +106,15 @@ func TestShrinkFailureFree(t *testing.T) {
 // 12. The membership leaves rank 2 vacant, rank 3 (the next live rank)
 // regenerates shard 2, the survivors restore the checkpoint of iteration
 // 10, and the job ends on three ranks with the failure-free --shrink
-// result.
+// result. gaspirun is given no --on-death: told by the processes that the
+// job shrinks (bootstrap.KindShrink), it does not end the job at the death
+// as it would without spares.
 func TestShrinkKillRank(t *testing.T) {
-	res := run(t, spec{launcher: []string{"--on-death", "continue"}, args: shrinkWorkload, extra: []string{"--inject", "kill:rank=2,iter=12"}})
+	res := run(t, spec{args: shrinkWorkload, extra: []string{"--inject", "kill:rank=2,iter=12"}})
 	checkShrunk(t, res, 1, 0, []int{2})
+	if !res.has("gaspirun: the job shrinks when a rank is lost: a death does not end it") {
+		t.Fatalf("gaspirun did not say it keeps the job going\n%s", res.text())
+	}
 	want := []move{{vacant: 2, shard: 2, lo: 100000, hi: 150000, to: 3, live: 3}}
 	if got := res.moves(); !slices.Equal(got, want) {
 		t.Fatalf("shard moves %+v, want %+v\n%s", got, want, res.text())
@@ -119,6 +124,16 @@ func TestShrinkKillRank(t *testing.T) {
 	}
 	if len(res.promotions()) != 0 {
 		t.Fatalf("promotions %v in a job without spares", res.promotions())
+	}
+}
+
+// TestShrinkRefusedUnderAbort: --shrink under gaspirun --on-death abort,
+// which would end the job at the first death, is refused at start with
+// the fix, exit 2, instead of promised and broken.
+func TestShrinkRefusedUnderAbort(t *testing.T) {
+	res := run(t, spec{launcher: []string{"--on-death", "abort"}, args: shrinkWorkload, extra: []string{"--inject", "kill:rank=2,iter=12"}})
+	if res.code != 2 || !res.has("drop --on-death abort, or do not shrink") || res.has("centroids sha256") {
+		t.Fatalf("exit %d, want 2 with the refusal before any iteration\n%s", res.code, res.text())
 	}
 }
 

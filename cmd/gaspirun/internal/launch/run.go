@@ -179,11 +179,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		base: bootstrap.Env{
 			NumProcs: cfg.NumProcs(), NumRanks: cfg.Ranks, Rendezvous: rendezvous, Token: token,
 			JobID: jobID, StateDir: cfg.StateDir, Launcher: bootstrap.LauncherPGAS, TLS: scfg.TLS,
+			DeathAborts: cfg.OnDeath == DeathAbort,
 		},
 		hostname: hostname,
 		byID:     map[int]*proc{},
 	}
 	j.tr.maxRestarts = cfg.MaxRestarts
+	j.tr.autoAbort = cfg.OnDeath == DeathAuto
 	if cfg.Respawn() {
 		j.refill = newRespawner()
 	}

@@ -42,6 +42,10 @@ const (
 type tracker struct {
 	nRanks, nProcs int
 	policy         DeathPolicy // DeathContinue or DeathAbort
+	// autoAbort: the policy is DeathAbort because --on-death was left to
+	// gaspirun (no spares, no respawn); a job that shrinks turns it into
+	// DeathContinue (onShrink).
+	autoAbort bool
 
 	holder    []int    // rank -> process holding it, -1: lost
 	vacant    []bool   // rank left vacant on purpose (a job that shrinks)
@@ -280,6 +284,8 @@ func (t *tracker) onReport(r bootstrap.Report) []action {
 		return []action{{kind: actNotice, important: true, text: fmt.Sprintf("%s reported an error: %s", t.describe(p), oneLine(r.Text))}}
 	case bootstrap.KindVacant:
 		return t.onVacant(r.Rank, r.Epoch)
+	case bootstrap.KindShrink:
+		return t.onShrink()
 	case bootstrap.KindEvent:
 		return []action{{kind: actEvent, proc: p, label: t.label(p), text: oneLine(r.Text)}}
 	}
@@ -330,6 +336,18 @@ func (t *tracker) onRole(p, rank int, epoch uint64) []action {
 	acts = append(acts, action{kind: actRelabel, proc: p, label: t.label(p)},
 		action{kind: actNotice, text: fmt.Sprintf("%s now holds rank %d (epoch %d)", was, rank, epoch)})
 	return append(acts, t.check()...)
+}
+
+// onShrink: the job goes on with fewer ranks when one is lost with no
+// spare left, so a death is survived: the job is not ended at the first
+// one, as it would be by default without spares. (With --on-death abort
+// given, the processes refuse to start: PGAS_ON_DEATH.)
+func (t *tracker) onShrink() []action {
+	if !t.autoAbort || t.policy != DeathAbort {
+		return nil
+	}
+	t.policy = DeathContinue
+	return []action{{kind: actNotice, text: "the job shrinks when a rank is lost: a death does not end it"}}
 }
 
 // onVacant: the membership left rank vacant (a job that shrinks); the job

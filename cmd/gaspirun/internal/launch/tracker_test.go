@@ -229,6 +229,29 @@ func TestTrackerReplacedDeathAfterTheJobFinished(t *testing.T) {
 		"notice!:rank 1 (process 1) was killed by signal 9 (SIGKILL); the job continues (the runtime recovers the rank)")
 }
 
+// Without spares gaspirun ends the job at the first death, unless the
+// processes said that the job shrinks; an explicit policy stays.
+func TestTrackerShrinkKeepsTheJobGoing(t *testing.T) {
+	shrink := bootstrap.Report{Proc: 0, Kind: bootstrap.KindShrink, Rank: -1}
+	tr := newTracker(2, 2, DeathAbort)
+	tr.autoAbort = true
+	tr.onFormed()
+	expect(t, "shrink", tr.onReport(shrink), "notice:the job shrinks when a rank is lost: a death does not end it")
+	expect(t, "again", tr.onReport(shrink))
+	expect(t, "rank 1 killed", tr.onExit(1, killed),
+		"notice!:rank 1 (process 1) was killed by signal 9 (SIGKILL); the job continues (the runtime recovers the rank)")
+	if tr.phase != running {
+		t.Fatalf("phase %v after a death in a job that shrinks", tr.phase)
+	}
+	tr = newTracker(2, 2, DeathAbort) // --on-death abort given
+	tr.onFormed()
+	expect(t, "shrink under an explicit abort", tr.onReport(shrink))
+	tr.onExit(1, killed)
+	if tr.phase != aborting {
+		t.Fatalf("phase %v: an explicit --on-death abort must still abort", tr.phase)
+	}
+}
+
 func TestTrackerReplacedProcessKilled(t *testing.T) {
 	tr := newTracker(2, 3, DeathAbort)
 	tr.onFormed()
