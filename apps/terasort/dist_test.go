@@ -553,3 +553,50 @@ func TestDistSortOutputDir(t *testing.T) {
 		t.Fatalf("validate after --replace: %v\n%s", err, v)
 	}
 }
+
+// TestDistSortInterrupted: Ctrl-C while the parts are being written (a
+// SIGINT to gaspirun, which stops every rank with SIGTERM) leaves --out
+// with nothing of the sort, says so once, without a recovery line, and a
+// second sort into the same --out works without --replace.
+func TestDistSortInterrupted(t *testing.T) {
+	in, sum := genInput(t, 600000, 2)
+	out := filepath.Join(t.TempDir(), "out")
+	gaspirun, terasort := buildBins(t)
+	var log bytes.Buffer
+	cmd := exec.Command(gaspirun, "-n", "2", "--timeout", jobTimeout.String(), "--grace", "5s", "--", terasort, "sort", "--in", in, "--out", out)
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(jobTimeout)
+	for {
+		if tmp, _ := filepath.Glob(filepath.Join(out, "part-*.tmp")); len(tmp) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no part being written within %v", jobTimeout)
+		}
+		time.Sleep(time.Millisecond) // real processes: poll with a deadline
+	}
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		if err == nil {
+			t.Skipf("the sort finished before the interrupt reached it (a machine much faster than this test's input size allows for)\n%s", log.String())
+		}
+		t.Fatalf("gaspirun after SIGINT: %v, want exit 130\n%s", err, log.String())
+	}
+	ents, _ := os.ReadDir(out)
+	for _, e := range ents {
+		t.Errorf("--out holds %s after the interrupt\n%s", e.Name(), log.String())
+	}
+	if n := strings.Count(log.String(), "interrupted by SIGTERM"); n != 1 || strings.Contains(log.String(), "recovery:") || strings.Contains(log.String(), "timeout") {
+		t.Errorf("the ranks said the interruption %d times (want once, collapsed), or told of a recovery or a timeout\n%s", n, log.String())
+	}
+	code, rerun := job(t, 2, 0, "--in", in, "--out", out)
+	if code != 0 {
+		t.Fatalf("the sort again into the same --out: exit %d\n%s", code, rerun)
+	}
+	checkSorted(t, out, 2, sum, rerun)
+}

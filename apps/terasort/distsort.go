@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -364,6 +365,8 @@ func (j *sortJob) recoverLoop(ctx context.Context, err error) error {
 	}
 	for err != nil {
 		switch {
+		case ctx.Err() != nil:
+			return err // interrupted: no recovery to announce
 		case errors.Is(err, errStartOver):
 			j.printf("recovery: no checkpoint was committed yet: every rank starts over\n")
 			err = j.start(ctx, true)
@@ -378,7 +381,7 @@ func (j *sortJob) recoverLoop(ctx context.Context, err error) error {
 	return nil
 }
 
-func (j *sortJob) run(ctx context.Context) error {
+func (j *sortJob) run(ctx context.Context) (err error) {
 	rank, n := j.rt.Rank(), j.rt.Size()
 	t0 := time.Now()
 	paths, err := ResolveInputs([]string{j.c.In})
@@ -443,6 +446,11 @@ func (j *sortJob) run(ctx context.Context) error {
 	}
 
 	tmp := filepath.Join(j.c.Out, PartName(rank)+".tmp")
+	defer func() {
+		if err != nil {
+			j.leaveOutput(tmp)
+		}
+	}()
 	var sum Summary
 	var st kvshuffle.Stats
 	tShuffle := time.Now()
@@ -500,6 +508,23 @@ func (j *sortJob) run(ctx context.Context) error {
 		return finalizeErr(fe.Err)
 	}
 	return err
+}
+
+// leaveOutput tidies --out after a failed or interrupted run, so that it
+// holds either a complete output or nothing of this run's: the part being
+// written goes, and so does this rank's finished part unless every part
+// was agreed (the final checkpoint); then rank 0 writes the marker that it
+// had not written yet. (A process killed outright cleans nothing: its
+// part-NNNNN.tmp stays, and the next sort's --replace removes it.)
+func (j *sortJob) leaveOutput(tmp string) {
+	os.Remove(tmp)
+	if !j.done {
+		os.Remove(filepath.Join(j.c.Out, PartName(j.rt.Rank())))
+		return
+	}
+	if _, err := os.Stat(filepath.Join(j.c.Out, SuccessName)); j.rt.Rank() == 0 && errors.Is(err, fs.ErrNotExist) {
+		WriteSuccess(j.c.Out, j.rt.Size(), j.totals)
+	}
 }
 
 // markComplete writes the marker of a complete output (rank 0) once every

@@ -53,3 +53,29 @@ func SignalStatus(ctx context.Context, code int) int {
 	}
 	return code
 }
+
+// Interrupted is err as a signal that ended ctx (SignalContext) makes
+// it: the error of work the signal cut short says "timeout (context
+// canceled)" and names the rank, which tells the user nothing and defeats
+// the launcher's folding of identical lines. It returns one line without
+// a rank, "interrupted by SIGTERM", and the signal's status, or err as it
+// is when no signal ended ctx, err is nil, or err is not the signal's
+// doing (a refusal found before it keeps its own words).
+func Interrupted(ctx context.Context, err error) error {
+	var se *SignalError
+	if err == nil || !errors.As(context.Cause(ctx), &se) {
+		return err
+	}
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, new(*SignalError)) {
+		return err
+	}
+	return &ExitError{Code: 128 + int(se.Signal), Msg: "interrupted by " + signalName(se.Signal)}
+}
+
+// signalName is SIGINT or SIGTERM, the signals SignalContext ends at.
+func signalName(s syscall.Signal) string {
+	if s == syscall.SIGINT {
+		return "SIGINT"
+	}
+	return "SIGTERM"
+}

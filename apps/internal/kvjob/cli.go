@@ -25,7 +25,7 @@ import (
 // that failed after signal N ended the context (cli.SignalStatus).
 func Main(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
 	ctx, stop := cli.SignalContext()
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := cli.Interrupted(ctx, run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 	code := cli.SignalStatus(ctx, ExitCode(name, err, os.Stderr))
 	stop()
 	os.Exit(code)

@@ -311,6 +311,9 @@ func run(ctx context.Context, f *flags) int {
 	}
 	defer rt.Close()
 	fail := func(err error) int {
+		if ie := cli.Interrupted(ctx, err); ie != err {
+			return cli.Status("kmeans", ie, os.Stderr)
+		}
 		if errors.Is(err, kmeans.ErrConfig) {
 			// As a bad flag: every rank refuses the same way, in the
 			// same words (no rank), which gaspirun prints once.

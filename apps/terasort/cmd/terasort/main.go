@@ -87,7 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case !ok:
 		return cli.Status("terasort", cli.Usage("unknown command %q: give gen, validate, sum, sort or memsort (terasort --help says more)", args[0]), stderr)
 	}
-	return cli.Status("terasort "+args[0], cmd(ctx, args[1:], stdout, stderr), stderr)
+	return cli.Status("terasort "+args[0], cli.Interrupted(ctx, cmd(ctx, args[1:], stdout, stderr)), stderr)
 }
 
 // usageErr is a bad-usage error (exit status 2).

@@ -281,6 +281,9 @@ func cmdSort(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return &cli.ExitError{Code: 1, Msg: fmt.Sprintf("rank %d: %v", rt.Rank(), err)}
 	}
 	err = terasort.DistSort(ctx, rt, cfg)
+	if ie := cli.Interrupted(ctx, err); ie != err {
+		return ie // said once for every rank, without a rank or a chain
+	}
 	var refused *terasort.OutputRefusedError
 	var bad *cli.ExitError
 	var failed *terasort.RankError
