@@ -199,6 +199,9 @@ func runtimeConfig(env bootstrap.Env, table bootstrap.Table, opts Options, data 
 	if cfg.FaultPoint, err = faultpoint.FromEnv(env.Proc); err != nil {
 		return cfg, err
 	}
+	if o.faults != nil {
+		cfg.Faults = o.faults // a partition holds the collectives in shared memory too
+	}
 	if m != nil {
 		cfg.Membership = m
 		f, _ := stretch(table)

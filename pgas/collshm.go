@@ -369,6 +369,11 @@ func (c *coll) lost() error {
 // differ every one returns ErrInvalid, and the group stays in step.
 func (c *coll) meet(ctx context.Context, a *samehost.Area, st *groupShm, size int, put func(block []byte), take func(k uint64)) (done bool, err error) {
 	defer a.Done()
+	if f := c.rt.cfg.Faults; f != nil {
+		if err := f.Hold(ctx, size, true); err != nil {
+			return false, ctxError(ctx, c.op)
+		}
+	}
 	k := st.k
 	if put != nil && size <= segments.CollBlock {
 		put(a.Block(c.me, k))

@@ -1,6 +1,7 @@
 package pgas
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -88,6 +89,19 @@ type Config struct {
 	// faults that no signal from outside can aim at. Package job sets it
 	// from PGAS_FAULTPOINT (internal/faultpoint). Nil: nothing is called.
 	FaultPoint func(point string)
+
+	// Faults, when set, holds this process's collectives in shared memory
+	// as a faulty network holds its frames: Hold blocks while a partition
+	// of this process is in force. The chaos suite's network faults, which
+	// the transports apply to frames, would otherwise leave a process cut
+	// off from the others meeting its host's members in memory, and a
+	// job could end before anyone noticed the partition. Direct stores are
+	// not held: a writer cut off from the network goes on storing, which
+	// fencing must stop. Package job sets it from PGAS_NETFAULT_DIR
+	// (internal/netfault). Nil: nothing is held.
+	Faults interface {
+		Hold(ctx context.Context, n int, send bool) error
+	}
 }
 
 // The runtime's fault points (Config.FaultPoint).

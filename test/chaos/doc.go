@@ -15,7 +15,11 @@
 //   - SIGSTOP/SIGCONT pauses shorter and longer than failure detection;
 //   - a slow link, a lossy link and a partition of one process, through
 //     internal/netfault (PGAS_NETFAULTS: every connection of the job is
-//     wrapped, and the harness rewrites the rules file);
+//     wrapped, and the harness rewrites the rules file; the rings of the
+//     shared-memory transport and the collectives in shared memory,
+//     pgas.Config.Faults, are held alike, else a partitioned process went
+//     on meeting its host's members in memory and a K-means job ended
+//     before the partition was noticed: "the job ended first");
 //   - the loss of a whole host label (two ranks at once);
 //   - corruption or truncation of a disk-level checkpoint file, then
 //     gaspirun --resume;
