@@ -27,7 +27,7 @@ func TestHelp(t *testing.T) {
 		if !strings.HasPrefix(help, "usage: gaspirun -n N [flags] [--] PROGRAM [ARGS...]\n") {
 			t.Errorf("%s: the help does not start with the synopsis:\n%s", h, help)
 		}
-		for _, w := range []string{"\n  -n, -np N\n", "\n  --spares K\n", "\n  --host HOST[:SLOTS],...\n", "\n  --host-labels labels\n",
+		for _, w := range []string{"\n  -n, -np N\n", "\n  --spares K\n", "\n  --host, -H HOST[:SLOTS],...\n", "\n  --host-labels labels\n",
 			"\n  -x NAME\n", "\n  --quiet\n", "\n  --help, -h\n", "(default 3s)"} {
 			if !strings.Contains(help, w) {
 				t.Errorf("the help lacks %q", w)
@@ -87,6 +87,44 @@ func TestNpHostAndDeprecatedHosts(t *testing.T) {
 	}
 	if _, _, err := parseFlags([]string{"-n", "2", "--hosts", "a", "--host-labels", "b", "prog"}, &stderr); err == nil {
 		t.Error("--hosts with --host-labels accepted")
+	}
+}
+
+// As mpirun: -H is --host; without -n the slots say how many ranks;
+// hosts that are all this machine run without ssh; --stdin takes a rank,
+// all or none.
+func TestHostSlotsLocalhostAndStdin(t *testing.T) {
+	var stderr bytes.Buffer
+	for _, c := range []struct {
+		args    []string
+		ranks   int
+		backend launch.LauncherKind
+		stdin   int
+	}{
+		{[]string{"-H", "a:2,b:3", "prog"}, 5, launch.LauncherSSH, 0},
+		{[]string{"--host", "a:2,b:3", "--spares", "1", "prog"}, 4, launch.LauncherSSH, 0},
+		{[]string{"--host", "localhost:4", "prog"}, 4, launch.LauncherLocal, 0},
+		{[]string{"-n", "2", "--host", "localhost,127.0.0.1", "--stdin", "all", "prog"}, 2, launch.LauncherLocal, launch.StdinAll},
+		{[]string{"-n", "2", "--stdin", "none", "prog"}, 2, launch.LauncherLocal, launch.StdinNone},
+		{[]string{"-n", "2", "--stdin", "1", "prog"}, 2, launch.LauncherLocal, 1},
+	} {
+		cfg, _, err := parseFlags(c.args, &stderr)
+		if err != nil || cfg.Ranks != c.ranks || cfg.Backend() != c.backend || cfg.StdinTo != c.stdin {
+			t.Errorf("%q: ranks %d, launcher %s, stdin %d, %v; want %d, %s, %d", c.args, cfg.Ranks, cfg.Backend(), cfg.StdinTo, err, c.ranks, c.backend, c.stdin)
+		}
+	}
+	for args, want := range map[string]string{
+		"--host a:2 --spares 2 prog": "leaves no rank of --host's 2 slots",
+		"-n 2 --stdin first prog":    "--stdin first: is not a rank, all or none",
+	} {
+		if _, _, err := parseFlags(strings.Fields(args), &stderr); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", args, err, want)
+		}
+	}
+	cfg, _, _ := parseFlags([]string{"-n", "2", "--stdin", "2", "prog"}, &stderr)
+	cfg.Program = os.Args[0]
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "names no rank of the job's 2") {
+		t.Errorf("--stdin 2 of 2 ranks: %v", err)
 	}
 }
 

@@ -68,7 +68,17 @@
 // Open MPI's --host does: each host gets one slot, or SLOTS (--host
 // node1:4,node2:4 is the hostfile above without its last line); a host
 // named twice gets the sum; an IPv6 address takes slots in brackets
-// ([fe80::1]:2). It and --hostfile exclude each other.
+// ([fe80::1]:2). It and --hostfile exclude each other. As under mpirun,
+// -H is the same flag, -n may be left out (the slots, less --spares, are
+// the ranks), and hosts that are all this machine (localhost, a loopback
+// address, its host name) run locally, without ssh.
+//
+// Habits of mpirun and torchrun: the first process of rank 0 reads
+// gaspirun's standard input (--stdin RANK, all for a copy to every rank,
+// none; a process on another host, a spare or a replacement reads none),
+// and every rank's first process gets RANK, WORLD_SIZE, LOCAL_RANK and
+// LOCAL_WORLD_SIZE, and OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK and
+// _LOCAL_SIZE: echo hi | gaspirun -n 2 -- cat prints hi once.
 //
 // Each process is started with the system's ssh client, so ~/.ssh/config,
 // agents, ProxyJump and ControlMaster all apply:

@@ -32,12 +32,13 @@ type flagVars struct {
 	verbose, newToken, version      bool
 	help                            bool
 	respawn                         bool
+	stdin                           string
 	maxRestarts                     int
 }
 
 // aliases maps a flag that is another name for one shown in the help to
 // that flag.
-var aliases = map[string]string{"np": "n", "h": "help"}
+var aliases = map[string]string{"np": "n", "h": "help", "H": "host"}
 
 // deprecated maps an old flag, left out of the help, to the warning it
 // prints.
@@ -59,6 +60,8 @@ func newFlagSet(cfg *launch.Config, v *flagVars) *flag.FlagSet {
 	fs.DurationVar(&cfg.RefillWait, "refill-wait", 0, fmt.Sprintf("with --respawn: how long `D` a rank lost while no spare is idle waits for its replacement before the job shrinks or fails (%v with --respawn; 0: no wait)", launch.DefaultRefillWait))
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "tear the job down after `D` (exit 124); 0: no limit")
 	fs.StringVar(&v.hostList, "host", "", "run through ssh on these hosts, as Open MPI's --host: `HOST[:SLOTS],...` (one slot per host unless :SLOTS is given)")
+	fs.StringVar(&v.hostList, "H", "", "the same as --host")
+	fs.StringVar(&v.stdin, "stdin", "0", "which rank's process reads gaspirun's standard input, as Open MPI's --stdin: a `RANK`, all (each gets a copy) or none; processes on other hosts read none")
 	fs.StringVar(&v.hostLabels, "host-labels", "", "local job: comma-separated host `labels` for the processes (PGAS_HOST), filled label by label, so that this one machine stands in for several hosts")
 	fs.StringVar(&v.hostsOld, "hosts", "", "deprecated name of --host-labels")
 	fs.IntVar(&cfg.ProcsPerHost, "ranks-per-host", 0, "local job: processes (spares included) per host label `M`; without --host-labels the labels are host0, host1, ...")
@@ -166,10 +169,13 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, what action
 	if v.remoteGaspirun != "" {
 		cfg.RemoteCommand = []string{v.remoteGaspirun, "--remote-exec"}
 	}
-	if set["host"] {
+	if set["host"] || set["H"] {
 		if cfg.HostList, err = launch.ParseHostList(v.hostList); err != nil {
 			return cfg, actRun, err
 		}
+	}
+	if cfg.StdinTo, err = stdinTarget(v.stdin); err != nil {
+		return cfg, actRun, err
 	}
 	for _, x := range v.exports {
 		if k, _, ok := strings.Cut(x, "="); ok {
@@ -188,7 +194,19 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, what action
 	if _, ok := os.LookupEnv("PGAS_LOG"); v.verbose && !ok {
 		cfg.Env = append(cfg.Env, "PGAS_LOG=info")
 	}
-	if !set["n"] && !set["np"] {
+	localHosts := len(cfg.HostList) > 0 && launch.AllLocal(cfg.HostList)
+	if !set["n"] && !set["np"] && len(cfg.HostList) > 0 {
+		// As Open MPI: without -n, the slots of --host say how many.
+		slots := 0
+		for _, h := range cfg.HostList {
+			slots += h.Slots
+		}
+		cfg.Ranks = slots - cfg.Spares
+		if cfg.Ranks < 1 {
+			return cfg, actRun, &launch.FlagError{Flag: "--spares", Value: strconv.Itoa(cfg.Spares),
+				Problem: fmt.Sprintf("leaves no rank of --host's %d slots", slots), Fix: "give the hosts more slots (HOST:N), or -n"}
+		}
+	} else if !set["n"] && !set["np"] {
 		ranks, err := slurmRanks(cfg)
 		if err != nil {
 			return cfg, actRun, err
@@ -200,6 +218,10 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, what action
 			cfg.HostLabels = append(cfg.HostLabels, strings.TrimSpace(h))
 		}
 	}
+	if localHosts {
+		// As Open MPI: this machine alone is run without ssh.
+		cfg.HostList = nil
+	}
 	cfg.OnDeath = launch.DeathPolicy(v.onDeath)
 	if err := respawnFlags(&cfg, v, set); err != nil {
 		return cfg, actRun, err
@@ -209,6 +231,22 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, what action
 		cfg.Program, cfg.Args = rest[0], rest[1:]
 	}
 	return cfg, actRun, nil
+}
+
+// stdinTarget parses --stdin: a rank, all (launch.StdinAll) or none
+// (launch.StdinNone).
+func stdinTarget(v string) (int, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "all":
+		return launch.StdinAll, nil
+	case "none":
+		return launch.StdinNone, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 {
+		return 0, &launch.FlagError{Flag: "--stdin", Value: v, Problem: "is not a rank, all or none", Fix: "give e.g. --stdin 0 (the default), --stdin all or --stdin none"}
+	}
+	return n, nil
 }
 
 // respawnFlags sets the replacement budget and the refill wait from

@@ -45,6 +45,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	cfg.Stdout, cfg.Stderr = stdout, stderr
+	cfg.Stdin = os.Stdin // --stdin: rank 0's by default, as under mpirun
 	if err := cfg.Validate(); err != nil {
 		return usageError(stderr, err)
 	}

@@ -39,6 +39,12 @@ type procSpec struct {
 	// stdout and stderr are the write ends of the pipes the front end
 	// reads the process's output from.
 	stdout, stderr *os.File
+	// stdin, when not nil, is what the process reads (Config.StdinTo):
+	// gaspirun's own, or the read end of a copy's pipe, which the back
+	// end closes here once the process has it (ownStdin). Only a local
+	// process gets one.
+	stdin    *os.File
+	ownStdin bool
 }
 
 // process is one started process, as its back end sees it.
@@ -97,9 +103,15 @@ func (b *localBackend) start(spec procSpec) (process, error) {
 	// killed launcher.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout, cmd.Stderr = spec.stdout, spec.stderr
+	if spec.stdin != nil {
+		cmd.Stdin = spec.stdin // a file: the process reads it straight, no copy here
+	}
 	err := b.spawn(cmd)
 	spec.stdout.Close()
 	spec.stderr.Close()
+	if spec.ownStdin {
+		spec.stdin.Close()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("process %d (%s): %v", spec.proc, b.path, err)
 	}

@@ -93,6 +93,15 @@ type Config struct {
 	// several hosts, for host-aware placement. Empty: every process gets
 	// this machine's hostname, unless ProcsPerHost is set.
 	HostLabels []string
+	// Stdin is gaspirun's standard input, forwarded to the processes that
+	// StdinTo names; nil forwards none (every process reads /dev/null).
+	Stdin *os.File
+	// StdinTo is the rank whose first process reads Stdin (0 by default,
+	// as Open MPI's --stdin), StdinAll (every rank's first process gets a
+	// copy) or StdinNone. Processes on other hosts, spares and
+	// replacements read none.
+	StdinTo int
+
 	// HostList are real hosts and their slots (--host a,b:2, as Open MPI's
 	// --host), used as a hostfile's: the job runs through ssh.
 	HostList []HostSlots
@@ -266,6 +275,12 @@ func (c Config) Backend() LauncherKind {
 	return LauncherLocal
 }
 
+// StdinTo's values besides a rank.
+const (
+	StdinAll  = -1
+	StdinNone = -2
+)
+
 // NumProcs is ranks plus spares.
 func (c Config) NumProcs() int { return c.Ranks + c.Spares }
 
@@ -412,6 +427,10 @@ func (c Config) validateRespawn() error {
 		return &FlagError{Flag: "--max-restarts", Value: strconv.Itoa(c.MaxRestarts),
 			Problem: fmt.Sprintf("with %d processes at the start, the replacements would take process ids up to %d, beyond the %d a job may have", c.NumProcs(), n-1, bootstrap.MaxProcs),
 			Fix:     fmt.Sprintf("give at most --max-restarts %d", bootstrap.MaxProcs-c.NumProcs())}
+	}
+	if c.StdinTo >= c.Ranks && c.Ranks > 0 {
+		return &FlagError{Flag: "--stdin", Value: strconv.Itoa(c.StdinTo), Problem: fmt.Sprintf("names no rank of the job's %d", c.Ranks),
+			Fix: fmt.Sprintf("give a rank from 0 to %d, all or none", c.Ranks-1)}
 	}
 	if c.Respawn() && c.OnDeath == DeathAbort {
 		return &FlagError{Flag: "--respawn", Problem: "replaces processes the job survives, but --on-death abort tears the job down at the first death",

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -137,6 +138,22 @@ func checkHostName(h string) string {
 		}
 	}
 	return ""
+}
+
+// AllLocal reports whether every host of hosts is this machine by name
+// (localhost, a loopback address, or its host name), which gaspirun runs
+// without ssh, as Open MPI does.
+func AllLocal(hosts []HostSlots) bool {
+	self, _ := os.Hostname()
+	for _, h := range hosts {
+		switch {
+		case h.Name == "localhost", h.Name == self && self != "":
+		case net.ParseIP(h.Name) != nil && net.ParseIP(h.Name).IsLoopback():
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // ParseHostList parses the hosts of --host as Open MPI's --host: host names

@@ -3,7 +3,10 @@ package launch
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +41,49 @@ func TestPlainProgramRuns(t *testing.T) {
 	if strings.Contains(errs.String(), "registered") {
 		dump(t, out, errs)
 		t.Fatal("gaspirun talks of the rendezvous to a plain program")
+	}
+}
+
+// Habits of mpirun and torchrun: gaspirun's standard input reaches rank
+// 0 (--stdin), or every rank, or none; every rank gets the rank variables
+// both set.
+func TestStdinAndRankVariables(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skipf("no sh: %v", err)
+	}
+	in := filepath.Join(t.TempDir(), "in")
+	if err := os.WriteFile(in, []byte("hello\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		to   int
+		want []string // lines of stdout
+	}{
+		{0, []string{"[r0] 0 3 0 3 hello"}},
+		{2, []string{"[r2] 2 3 2 3 hello"}},
+		{StdinAll, []string{"[r0] 0 3 0 3 hello", "[r1] 1 3 1 3 hello", "[r2] 2 3 2 3 hello"}},
+		{StdinNone, nil},
+	} {
+		f, err := os.Open(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, out, errs := jobConfig("", 3, 1)
+		cfg.Program, cfg.Args, cfg.Env = "sh", []string{"-c", `read l && echo "$RANK $WORLD_SIZE $OMPI_COMM_WORLD_RANK $LOCAL_WORLD_SIZE $l"; true`}, nil
+		cfg.Stdin, cfg.StdinTo = f, c.to
+		res := run(t, context.Background(), cfg)
+		f.Close()
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			if l != "" {
+				got = append(got, l)
+			}
+		}
+		slices.Sort(got)
+		if res.ExitCode != 0 || !slices.Equal(got, c.want) {
+			dump(t, out, errs)
+			t.Fatalf("--stdin %d: exit %d, stdout %q, want %q", c.to, res.ExitCode, got, c.want)
+		}
 	}
 }
 

@@ -2,7 +2,9 @@ package launch
 
 import (
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -53,7 +55,7 @@ func (j *job) startProc(p int, be backend, host, envHost string, ranksOnHost int
 	if j.cfg.Resume != "" {
 		environ = append(environ, "PGAS_RESUME="+j.cfg.Resume)
 	}
-	spec.env = append(append([]string{}, j.cfg.Env...), environ...)
+	spec.env = append(append(append([]string{}, j.cfg.Env...), environ...), j.rankVars(p, join)...)
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -65,6 +67,9 @@ func (j *job) startProc(p int, be backend, host, envHost string, ranksOnHost int
 		return err
 	}
 	spec.stdout, spec.stderr = outW, errW
+	if host == "" && !join && p < j.cfg.Ranks {
+		spec.stdin, spec.ownStdin = j.stdinFor(p)
+	}
 	h, err := be.start(spec)
 	if err != nil {
 		outR.Close()
@@ -85,6 +90,97 @@ func (j *job) startProc(p int, be backend, host, envHost string, ranksOnHost int
 	go func() { defer j.pumps.Done(); j.out.pump(errR, streamStderr, p, label) }()
 	go func() { j.exits <- exitEvent{proc: p, info: h.wait()} }()
 	return nil
+}
+
+// stdinFor is what process p (the first of rank p, on this machine)
+// reads: gaspirun's standard input itself for the rank --stdin names, or
+// with --stdin all a pipe that stdinCopies feeds a copy into; nil
+// otherwise. own says that the caller closes the file once the process
+// has it.
+func (j *job) stdinFor(p int) (f *os.File, own bool) {
+	switch to := j.cfg.StdinTo; {
+	case j.cfg.Stdin == nil || to == StdinNone:
+		return nil, false
+	case to == p:
+		return j.cfg.Stdin, false
+	case to != StdinAll:
+		return nil, false
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, false // it reads /dev/null: said by nobody, as a closed input
+	}
+	j.stdinCopies = append(j.stdinCopies, w)
+	return r, true
+}
+
+// copyStdin feeds every pipe of --stdin all a copy of gaspirun's standard
+// input until it ends, then closes them; a process that stopped reading
+// (or ended) is dropped, and the others go on. It runs once every rank's
+// first process has started.
+func copyStdin(in *os.File, outs []*os.File) {
+	buf := make([]byte, 64<<10)
+	for len(outs) > 0 {
+		n, err := in.Read(buf)
+		if n > 0 {
+			live := outs[:0]
+			for _, w := range outs {
+				if _, werr := w.Write(buf[:n]); werr == nil {
+					live = append(live, w)
+				} else {
+					w.Close()
+				}
+			}
+			outs = live
+		}
+		if err != nil {
+			break
+		}
+	}
+	for _, w := range outs {
+		w.Close()
+	}
+}
+
+// rankVars are the rank variables of the launchers users know, for a
+// plain program started with gaspirun (a gaspigo program learns its rank
+// from the runtime, which also knows when it changes): torchrun's RANK,
+// WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, and Open MPI's
+// OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK and _LOCAL_SIZE. A spare or a
+// replacement starts with no rank, and gets none.
+func (j *job) rankVars(p int, join bool) []string {
+	if join || p >= j.cfg.Ranks {
+		return nil
+	}
+	local, localSize := p, j.cfg.Ranks
+	if j.place != nil {
+		local, localSize = 0, 0
+		for q := 0; q < j.cfg.Ranks; q++ {
+			if j.place.HostOf[q] == j.place.HostOf[p] {
+				if q < p {
+					local++
+				}
+				localSize++
+			}
+		}
+	}
+	vals := []string{strconv.Itoa(p), strconv.Itoa(j.cfg.Ranks), strconv.Itoa(local), strconv.Itoa(localSize)}
+	out := make([]string, 0, len(rankVarNames))
+	for i, name := range rankVarNames {
+		out = append(out, name+"="+vals[i%4])
+	}
+	return out
+}
+
+// rankVarNames are the rank variables, each set of four in the order
+// rank, size, local rank, local size.
+var rankVarNames = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"}
+
+// isRankVar reports whether kv sets one of rankVarNames.
+func isRankVar(kv string) bool {
+	k, _, _ := strings.Cut(kv, "=")
+	return slices.Contains(rankVarNames, k)
 }
 
 // signalAll signals every process started, whether or not it has exited

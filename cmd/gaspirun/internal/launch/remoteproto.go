@@ -58,8 +58,9 @@ type remoteHeader struct {
 
 // stepInfo is what differs between the tasks of one step, by process id.
 type stepInfo struct {
-	Hosts       []string `json:"hosts"`         // PGAS_HOST
-	RanksOnHost []int    `json:"ranks_on_host"` // for GOMAXPROCS
+	Hosts       []string   `json:"hosts"`               // PGAS_HOST
+	RanksOnHost []int      `json:"ranks_on_host"`       // for GOMAXPROCS
+	Vars        [][]string `json:"rank_vars,omitempty"` // each process's rank variables (job.rankVars)
 }
 
 // resolveStep makes h the header of one task of a step: process
@@ -76,6 +77,9 @@ func (h *remoteHeader) resolveStep(procID string) error {
 	}
 	h.Proc, h.Host, h.RanksOnHost = p, st.Hosts[p], st.RanksOnHost[p]
 	h.Env = append(h.Env, "PGAS_PROC="+strconv.Itoa(p), "PGAS_HOST="+h.Host)
+	if p < len(st.Vars) {
+		h.Env = append(h.Env, st.Vars[p]...)
+	}
 	return nil
 }
 

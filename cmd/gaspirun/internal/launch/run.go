@@ -212,8 +212,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			}
 			j.closePumps()
 			be.close()
+			for _, w := range j.stdinCopies {
+				w.Close()
+			}
 			return Result{}, fmt.Errorf("%w: %v", ErrStart, err)
 		}
+	}
+	if len(j.stdinCopies) > 0 {
+		go copyStdin(cfg.Stdin, j.stdinCopies) // ends with gaspirun's input, or with its processes
 	}
 	res := j.loop(ctx)
 	stopStatus()
@@ -252,10 +258,12 @@ type job struct {
 	hostname string
 	procs    []*proc       // by process id; replacements follow the job's own
 	byID     map[int]*proc // the same, by id
-	exits    chan exitEvent
-	pumps    sync.WaitGroup
-	refill   *respawner // nil without --respawn
-	finished bool       // the rendezvous was told the job's outcome is decided
+
+	stdinCopies []*os.File // --stdin all: the write ends of the ranks' pipes (copyStdin)
+	exits       chan exitEvent
+	pumps       sync.WaitGroup
+	refill      *respawner // nil without --respawn
+	finished    bool       // the rendezvous was told the job's outcome is decided
 }
 
 // over says whether the loop is done: every process gaspirun started has

@@ -171,11 +171,11 @@ func (b *stepBackend) start(spec procSpec) (process, error) {
 func (b *stepBackend) stepHeader() (*remoteHeader, error) {
 	common := func(env []string) []string {
 		return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
-			return strings.HasPrefix(kv, "PGAS_PROC=") || strings.HasPrefix(kv, "PGAS_HOST=")
+			return strings.HasPrefix(kv, "PGAS_PROC=") || strings.HasPrefix(kv, "PGAS_HOST=") || isRankVar(kv)
 		})
 	}
 	env := common(b.specs[0].env)
-	st := &stepInfo{Hosts: make([]string, b.nprocs), RanksOnHost: make([]int, b.nprocs)}
+	st := &stepInfo{Hosts: make([]string, b.nprocs), RanksOnHost: make([]int, b.nprocs), Vars: make([][]string, b.nprocs)}
 	for i, s := range b.specs {
 		if s.proc != i {
 			return nil, fmt.Errorf("process %d started as the %d-th", s.proc, i)
@@ -184,6 +184,7 @@ func (b *stepBackend) stepHeader() (*remoteHeader, error) {
 			return nil, fmt.Errorf("process %d's environment differs from process 0's beyond PGAS_PROC and PGAS_HOST", i)
 		}
 		st.Hosts[i], st.RanksOnHost[i] = s.host, s.ranksOnHost
+		st.Vars[i] = slices.DeleteFunc(slices.Clone(s.env), func(kv string) bool { return !isRankVar(kv) })
 	}
 	return &remoteHeader{Proc: -1, Nonce: b.nonce, Dir: b.dir, Program: b.program, Args: b.cfg.Args, Env: env,
 		PingTimeout: b.cfg.PingTimeout, Grace: b.cfg.Grace, Step: st}, nil
