@@ -122,7 +122,14 @@ func (c *Checkpointer) setup(ctx context.Context) error {
 	c.mu.Unlock()
 	c.startManifester()
 	if len(lay.holders[c.rank]) == 0 {
-		c.log.Warn("no mirrors: a single rank keeps its checkpoints only locally", "rank", c.rank)
+		// A job of one rank has nobody to mirror to, and nothing to
+		// recover it with: said, but it is no warning (the simplest run
+		// printed one).
+		log := c.log.Warn
+		if len(lay.holders) == 1 {
+			log = c.log.Info
+		}
+		log("no mirrors: a single rank keeps its checkpoints only locally", "rank", c.rank)
 	}
 	return nil
 }

@@ -68,14 +68,26 @@ type Options struct {
 // connects to the other processes, starts the membership when
 // opts.FaultTolerant, and starts the runtime. A spare blocks here until it
 // is promoted; it returns an error wrapping pgas.ErrNotPromoted if the job
-// ends first (the spare should exit 0: ExitCode).
+// ends first (the spare should exit 0: ExitCode). A process that no
+// launcher started (bootstrap.NotLaunched: run from the shell alone) is a
+// job of one rank, with its own rendezvous (bootstrap.Singleton), as an
+// MPI program runs without mpirun.
 func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 	bootstrap.SurviveLauncherExit()
 	env, err := bootstrap.FromEnv()
+	singleton := err != nil && bootstrap.NotLaunched(os.LookupEnv)
+	if singleton {
+		// Run from the shell alone, as an MPI program may be: a job of one
+		// rank, its own rendezvous and membership.
+		env, err = bootstrap.Singleton(), nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	logs := newLogs(opts.Logger, os.Getenv("PGAS_LOG"))
+	if singleton {
+		logs.runtime.Info("no launcher started this process: a job of one rank (gaspirun -n N starts more)")
+	}
 	var raftLn, ctlLn net.Listener
 	extra := map[string]string{}
 	o, err := startObserver(env, extra)

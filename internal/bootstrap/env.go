@@ -71,6 +71,7 @@ const (
 	LauncherOpenMPI    Launcher = "openmpi"    // OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (mpirun)
 	LauncherPMI        Launcher = "pmi"        // PMI_RANK, PMI_SIZE (MPICH hydra, Intel MPI)
 	LauncherKubernetes Launcher = "kubernetes" // JOB_COMPLETION_INDEX (Indexed Job) plus PGAS_NPROCS
+	LauncherNone       Launcher = "none"       // no launcher: a job of one process (Singleton)
 )
 
 // Env is what a process learns from its environment: who it is, how big the
@@ -178,6 +179,36 @@ func (e Env) String() string {
 
 // FromEnv reads the process's environment. See FromLookup.
 func FromEnv() (Env, error) { return FromLookup(os.LookupEnv) }
+
+// NotLaunched reports whether no launcher started this process: neither
+// PGAS_PROC nor any launcher's variables that FromLookup reads are set (a
+// program run from the shell alone, as an MPI program may run without
+// mpirun).
+func NotLaunched(lookup func(string) (string, bool)) bool {
+	set := func(name string) bool { v, ok := lookup(name); return ok && strings.TrimSpace(v) != "" }
+	if set(VarProc) || set(VarJoin) {
+		return false
+	}
+	for _, f := range foreigns {
+		if set(f.procVar) {
+			return false
+		}
+	}
+	return true
+}
+
+// singletonRendezvous is where a Singleton hosts its rendezvous: a free
+// loopback port.
+const singletonRendezvous = "127.0.0.1:0"
+
+// Singleton is the environment of a job of one process and one rank that
+// no launcher started: it hosts its own rendezvous on a free loopback
+// port (Join learns which), with a fresh token.
+func Singleton() Env {
+	host, _ := os.Hostname()
+	return Env{Proc: 0, NumProcs: 1, NumRanks: 1, Rendezvous: singletonRendezvous, Token: auth.NewToken(),
+		Host: host, ServeRendezvous: true, Launcher: LauncherNone}
+}
 
 // foreign describes a launcher whose variables FromLookup also accepts.
 type foreign struct {

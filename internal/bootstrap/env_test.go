@@ -378,3 +378,31 @@ func TestEnvironRoundTripJoiner(t *testing.T) {
 		}
 	}
 }
+
+// A process no launcher started is told apart from one whose launcher's
+// variables are wrong: only the first runs as a job of one (Singleton).
+func TestNotLaunchedAndSingleton(t *testing.T) {
+	for env, want := range map[string]bool{
+		"":                       true,
+		"HOME=/root":             true,
+		"PGAS_PROC=0":            false,
+		"PGAS_JOIN=1":            false,
+		"SLURM_PROCID=3":         false,
+		"OMPI_COMM_WORLD_RANK=1": false,
+		"JOB_COMPLETION_INDEX=0": false,
+		"PMI_RANK=0":             false,
+		"PGAS_PROC=":             true,
+	} {
+		m := map[string]string{}
+		if k, v, ok := strings.Cut(env, "="); ok {
+			m[k] = v
+		}
+		if got := NotLaunched(lookupMap(m)); got != want {
+			t.Errorf("%q: NotLaunched = %v, want %v", env, got, want)
+		}
+	}
+	e := Singleton()
+	if e.NumProcs != 1 || e.NumRanks != 1 || e.Proc != 0 || !e.ServeRendezvous || len(e.Token) == 0 || e.Launcher != LauncherNone {
+		t.Errorf("Singleton() = %+v", e)
+	}
+}

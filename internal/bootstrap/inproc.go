@@ -17,7 +17,11 @@ import (
 // name (a node or service name) need not be a local address. The server
 // runs until ctx ends or Close is called. Listening failures wrap ErrServe.
 func ServeInProcess(ctx context.Context, env Env, logger *slog.Logger) (*Server, error) {
-	if err := env.Validate(); err != nil {
+	check := env
+	if env.Launcher == LauncherNone && env.Rendezvous == singletonRendezvous {
+		check.Rendezvous = "127.0.0.1:1" // a free port, bound below (Singleton)
+	}
+	if err := check.Validate(); err != nil {
 		return nil, err
 	}
 	bind, err := listenAddr(env.Rendezvous)
@@ -76,6 +80,9 @@ func Join(ctx context.Context, cfg ClientConfig, env Env, self Member) (*Session
 		srv, err = ServeInProcess(context.WithoutCancel(ctx), env, cfg.Logger)
 		if err != nil {
 			return nil, Table{}, err
+		}
+		if _, port, _ := net.SplitHostPort(env.Rendezvous); port == "0" {
+			env.Rendezvous = srv.Addr().String() // a free port, taken now (Singleton)
 		}
 	}
 	sess, t, err := RegisterWith(ctx, cfg, env, self)
