@@ -196,6 +196,11 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 			if err := rt.renewShared(v); err != nil {
 				return err
 			}
+			// What the program posted in the epoch it leaves and never
+			// waited for is not waited for in the new one (Wait).
+			for _, qu := range rt.queues {
+				qu.drop()
+			}
 			rt.appEpoch.Store(v.epoch)
 			rt.log.Info("recovered", "epoch", v.epoch, "waited", time.Since(start))
 			return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -344,6 +345,51 @@ func TestStaleResponseFailsTheRequest(t *testing.T) {
 				}
 			case <-tctx.Done():
 				t.Fatal("a request answered in the old epoch is still pending a minute later")
+			}
+		}
+	})
+}
+
+// Rule (Wait: the queue is emptied whatever the outcome): a Wait refused
+// because a newer epoch was committed empties its queue all the same, and
+// Recover drops what the program posted and never waited for. Left there,
+// a write of the old epoch was waited for by the first Wait after
+// Recover; its refusal as stale sent the program to recover again within
+// the new epoch, out of step with the others' collectives
+// (TestJoinersRefillThePool paired a barrier with an allgather so, under
+// load: a wrong answer when the sizes agree).
+func TestWaitRefusedByANewEpochEmptiesItsQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rts, _, nw, fm, _ := newFTJob(t, 2, 0)
+		pgas.CreateSeg(t, rts, 1, 1024)
+		ctx := context.Background()
+		loc := pgas.Loc{Seg: 1}
+		hold := make(chan struct{})
+		var held atomic.Bool
+		nw.BeforeFrame(func(from, to transport.Proc, h *transport.Header) mem.Action {
+			if from == 0 && to == 1 && h.Type == transport.FrameWrite && held.CompareAndSwap(false, true) {
+				<-hold // stamped with epoch 0, it lands once rank 1 is in epoch 1
+			}
+			return mem.Deliver
+		})
+		if err := rts[0].Write(ctx, 0, 1, loc, loc, 8); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		fm.Advance()
+		synctest.Wait()
+		if err := rts[0].Wait(ctx, 0); !pgas.NeedsRecovery(err) {
+			t.Fatalf("Wait after a newer epoch was committed: %v, want an error that needs recovery", err)
+		}
+		close(hold) // rank 1 refuses it as stale
+		synctest.Wait()
+		pgas.Each(t, rts, func(rt *pgas.Runtime) error { return rt.Recover(ctx) })
+		for k := range 3 {
+			if err := rts[0].Write(ctx, 0, 1, loc, loc, 8); err != nil {
+				t.Fatal(err)
+			}
+			if err := rts[0].Wait(ctx, 0); err != nil {
+				t.Fatalf("Wait %d of the new epoch: %v, want nil (it waited for the old epoch's refused write)", k, err)
 			}
 		}
 	})

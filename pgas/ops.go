@@ -103,6 +103,15 @@ func (qu *queue) recycle(ops []pendingOp) {
 	qu.mu.Unlock()
 }
 
+// drop forgets the operations posted since the last Wait: they belong to
+// an epoch the program has left (Wait refused by a newer one, Recover).
+func (qu *queue) drop() {
+	qu.mu.Lock()
+	qu.pending, qu.merged = nil, 0
+	qu.mem = memTarget{}
+	qu.mu.Unlock()
+}
+
 func (qu *queue) release() {
 	qu.mu.Lock()
 	qu.reserved--
@@ -285,6 +294,14 @@ func (rt *Runtime) Notify(ctx context.Context, q Queue, rank int, seg segments.I
 func (rt *Runtime) Wait(ctx context.Context, q Queue) error {
 	qu, err := rt.queue(q, "wait")
 	if err != nil {
+		if q >= 0 && int(q) < len(rt.queues) {
+			// Emptied all the same (a newer epoch, a closed runtime): left
+			// there, an operation of this epoch would be waited for by the
+			// first Wait after Recover, whose refusal as stale would send
+			// the program to recover again, in step no more with the
+			// others' collectives.
+			rt.queues[q].drop()
+		}
 		return err
 	}
 	qu.mu.Lock()

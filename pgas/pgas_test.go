@@ -51,15 +51,30 @@ func newJob(t testing.TB, n int, seed int64, mut func(*Config)) ([]*Runtime, *me
 }
 
 // each runs f on every rank concurrently and fails the test on any error.
+// The first error closes every runtime: the other ranks, waiting in a
+// collective for the one that failed, would otherwise wait for ever (in a
+// synctest bubble the detector's timers keep fake time going, so it is no
+// deadlock either), and the error would never be seen.
 func each(t testing.TB, rts []*Runtime, f func(rt *Runtime) error) {
 	t.Helper()
 	errs := make([]error, len(rts))
 	var wg sync.WaitGroup
+	var first sync.Once
 	for i, rt := range rts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = f(rt)
+			if errs[i] = f(rt); errs[i] != nil {
+				first.Do(func() {
+					t.Errorf("rank %d: %v (closing every runtime)", i, errs[i])
+					for j, o := range rts {
+						t.Logf("runtime %d: proc %d, rank %d, epoch %d, the program's %d", j, o.Proc(), o.Rank(), o.Epoch(), AppEpoch(o))
+					}
+					for _, o := range rts {
+						o.Close()
+					}
+				})
+			}
 		}()
 	}
 	wg.Wait()
