@@ -21,4 +21,9 @@ if [ $# -eq 0 ]; then
 fi
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
-CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$out/" "$@"
+# -buildvcs=false: a source tree without git (a container's build context)
+# builds all the same; the version is stamped from git when git can say it,
+# so that --version names the build, not "devel".
+stamp=$(git describe --tags --always --dirty 2>/dev/null || true)
+CGO_ENABLED=0 go build -trimpath -buildvcs=false \
+	-ldflags="-s -w${stamp:+ -X github.com/gaspigo/gaspigo/internal/buildinfo.stamp=$stamp}" -o "$out/" "$@"

@@ -43,9 +43,13 @@ var (
 	// bytes).
 	ErrSize = errors.New("kmeans: file size does not match the header")
 	// ErrRange is returned by the shard readers and Generate when [lo, hi)
-	// is inverted or reaches past the end of the data set, and by Inspect
-	// and the readers for a file that holds no points.
+	// is inverted or reaches past the end of the data set (and, as
+	// ErrNoPoints, for a file that holds no points).
 	ErrRange = errors.New("kmeans: shard range outside the data set")
+	// ErrNoPoints is returned inside a *FileError by Inspect and the
+	// readers for a file that holds no points (empty, blank lines, only a
+	// header). It is an ErrRange too (errors.Is), as it was.
+	ErrNoPoints error = noPoints{}
 	// ErrCount is returned inside a *FileError by ReadCentroidsCSV when the
 	// file does not hold exactly k centroids, and by InitIndices when k > n.
 	ErrCount = errors.New("kmeans: wrong number of centroids")
@@ -90,3 +94,10 @@ func shapeErr(format string, args ...any) error {
 func configErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
 }
+
+// noPoints is ErrNoPoints: its own words ("no points", not the shard
+// range's), and ErrRange for the callers that test for that.
+type noPoints struct{}
+
+func (noPoints) Error() string        { return "kmeans: no points" }
+func (noPoints) Is(target error) bool { return target == ErrRange }

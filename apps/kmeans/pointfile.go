@@ -127,7 +127,7 @@ func Inspect(path string, l CSVLayout) (Info, error) {
 		n++
 	}
 	if n == 0 {
-		return Info{}, &FileError{Path: path, Offset: -1, Err: ErrRange, Detail: "the file holds no points"}
+		return Info{}, &FileError{Path: path, Offset: -1, Err: ErrNoPoints, Detail: "the file is empty, or holds only blank lines or a header"}
 	}
 	d, _ := recs.dimension()
 	if !l.KeepIndex && l.Skip == 0 {
@@ -217,7 +217,7 @@ func ReadCSVShard(path string, lo, hi int, l CSVLayout) ([]float64, int, error) 
 	}
 	if idx < hi {
 		if idx == 0 {
-			return nil, 0, &FileError{Path: path, Offset: -1, Err: ErrRange, Detail: "the file holds no points"}
+			return nil, 0, &FileError{Path: path, Offset: -1, Err: ErrNoPoints, Detail: "the file is empty, or holds only blank lines or a header"}
 		}
 		return nil, 0, &FileError{Path: path, Offset: -1, Err: ErrRange,
 			Detail: fmt.Sprintf("asked for points [%d, %d) but the file holds %d", lo, hi, idx)}

@@ -177,10 +177,12 @@
 // before its own verdict on a failure and before its summary. The
 // processes' event reports that gaspirun prints ("gaspirun: [r0-255]
 // restored checkpoint 14") collapse the same way. --collapse 0 prints
-// every line with its own prefix. Lines collapse only once the job has
-// formed (every process registered with the rendezvous): before, and in a
-// plain job (below), each line is printed with its own prefix, as mpirun
-// prints it.
+// every line with its own prefix. Lines on stdout collapse only once the
+// job has formed (every process registered with the rendezvous): before,
+// and in a plain job (below), each is printed with its own prefix, as
+// mpirun prints it. Lines on stderr collapse from the start, plain jobs
+// included: the same refusal from every rank (a bad flag, a missing input
+// file) is said once ("[r0-7] kmeans: open missing.csv: ...").
 //
 // # Failures and exit status
 //

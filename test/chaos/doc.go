@@ -99,7 +99,7 @@
 // minutes). The long sweep and replays:
 //
 //	go test ./test/chaos -run TestChaos -chaos.schedules=500 -timeout 0 -chaos.summary=/tmp/chaos.md
-//	go test ./test/chaos -run 'TestChaos/kmeans/seed=17$' -chaos.seeds=17 -v
+//	go test ./test/chaos -run '^TestChaos$/kmeans/seed=17$' -chaos.seeds=17 -v
 //
 // -chaos.list prints the schedules of the seeds instead of running them
 // (to find the seeds that draw a kind), with the -race setting of the

@@ -356,9 +356,9 @@ func (s Schedule) String() string {
 // Replay is the one-line command that runs this schedule again.
 func (s Schedule) Replay() string {
 	if s.Ranks != Ranks {
-		return fmt.Sprintf("go test ./test/chaos -run 'TestChaosScale/seed=%d$' -chaos.scale=%d -chaos.scaleseeds=%d -v", s.Seed, s.Ranks, s.Seed)
+		return fmt.Sprintf("go test ./test/chaos -run '^TestChaosScale$/seed=%d$' -chaos.scale=%d -chaos.scaleseeds=%d -v", s.Seed, s.Ranks, s.Seed)
 	}
-	return fmt.Sprintf("go test ./test/chaos -run 'TestChaos/%s/seed=%d$' -chaos.seeds=%d -v", s.Workload, s.Seed, s.Seed)
+	return fmt.Sprintf("go test ./test/chaos -run '^TestChaos$/%s/seed=%d$' -chaos.seeds=%d -v", s.Workload, s.Seed, s.Seed)
 }
 
 // ScaleKinds are the faults of the scale mode: every kind that needs no

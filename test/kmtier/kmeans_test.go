@@ -281,7 +281,7 @@ func checkResumed(t *testing.T, res *result) {
 	if n, _ := fmt.Sscanf(s, "resumed from checkpoint %d", &id); n != 1 || id < 1+ckptStep {
 		t.Fatalf("resumed from checkpoint %d, want a periodic one (id > %d): %s", id, ckptStep, s)
 	}
-	_, tail, _ := strings.Cut(s, "continuing after iteration ")
+	_, tail, _ := strings.Cut(s, " at iteration ")
 	after, _ = strconv.Atoi(tail)
 	if after != id-1 {
 		t.Fatalf("checkpoint %d resumed after iteration %d, want %d (ids are iteration+1): %s", id, after, id-1, s)

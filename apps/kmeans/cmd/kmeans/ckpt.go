@@ -84,7 +84,7 @@ func resume(ctx context.Context, c *checkpoints, job *kmeans.Job) error {
 		return fmt.Errorf("resume from %s: %w", dir, err)
 	}
 	if c.rt.Rank() == 0 {
-		fmt.Printf("resumed from checkpoint %d in %s: continuing after iteration %d\n", id, dir, job.Iteration())
+		fmt.Printf("resumed from checkpoint %d in %s at iteration %d\n", id, dir, job.Iteration()) // the next line says what follows
 		fmt.Printf("resume: %s\n", note)
 	}
 	return nil
