@@ -358,6 +358,42 @@ func (c *coll) lost() error {
 	return nil
 }
 
+// holdFaults holds the collective while Config.Faults says (a partition
+// of this process: see there), and no longer than the collective could
+// last otherwise: until ctx ends, the view changes or this process stops
+// (a process partitioned for good must still end by itself: its cut-off
+// stops it).
+func (c *coll) holdFaults(ctx context.Context, size int) error {
+	f := c.rt.cfg.Faults
+	if f == nil {
+		return nil
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	vch := c.rt.viewChan() // closes at the next view, and when this process stops
+	go func() {
+		select {
+		case <-vch:
+		case <-c.rt.closed:
+		case <-hctx.Done():
+		}
+		cancel()
+	}()
+	if f.Hold(hctx, size, true) == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctxError(ctx, c.op)
+	}
+	if err := c.lost(); err != nil {
+		return err
+	}
+	if c.rt.isClosed() {
+		return ErrClosed
+	}
+	return fmt.Errorf("pgas: %s: epoch %d ended during the collective: %w", c.op, c.v.epoch, ErrStaleEpoch)
+}
+
 // meet runs collective k of the area: this member writes its block (put,
 // may be nil; only when size fits a block), the size it passed and its
 // stamp, wakes the members that sleep, waits for every member's stamp,
@@ -369,10 +405,8 @@ func (c *coll) lost() error {
 // differ every one returns ErrInvalid, and the group stays in step.
 func (c *coll) meet(ctx context.Context, a *samehost.Area, st *groupShm, size int, put func(block []byte), take func(k uint64)) (done bool, err error) {
 	defer a.Done()
-	if f := c.rt.cfg.Faults; f != nil {
-		if err := f.Hold(ctx, size, true); err != nil {
-			return false, ctxError(ctx, c.op)
-		}
+	if err := c.holdFaults(ctx, size); err != nil {
+		return false, err
 	}
 	k := st.k
 	if put != nil && size <= segments.CollBlock {
