@@ -358,19 +358,22 @@ func (r *run) attempt(ctx context.Context) error {
 
 // reduce sums the groups of this A task's partition, writing the part
 // file with --out.
-func (r *run) reduce(ctx context.Context) (Result, error) {
+func (r *run) reduce(ctx context.Context) (res Result, err error) {
 	sh := r.j.Sh
-	var res Result
 	var w *bufio.Writer
 	var f *os.File
 	var tmp string
 	if r.c.Out != "" {
 		tmp = filepath.Join(r.c.Out, fmt.Sprintf("part-%05d.tmp", sh.Partition()))
-		var err error
 		if f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
 			return res, fmt.Errorf("wordcount: %w", err)
 		}
 		defer f.Close()
+		defer func() {
+			if err != nil {
+				os.Remove(tmp) // interrupted or failed: no half-written part left
+			}
+		}()
 		w = bufio.NewWriter(f)
 	}
 	var werr error
