@@ -79,6 +79,8 @@
 // and every rank's first process gets RANK, WORLD_SIZE, LOCAL_RANK and
 // LOCAL_WORLD_SIZE, and OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK and
 // _LOCAL_SIZE: echo hi | gaspirun -n 2 -- cat prints hi once.
+// --output-filename DIR also writes each process's stdout and stderr to
+// DIR/rank.N/ (a spare's or a replacement's to DIR/proc.P/).
 //
 // Each process is started with the system's ssh client, so ~/.ssh/config,
 // agents, ProxyJump and ControlMaster all apply:

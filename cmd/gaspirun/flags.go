@@ -61,6 +61,7 @@ func newFlagSet(cfg *launch.Config, v *flagVars) *flag.FlagSet {
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "tear the job down after `D` (exit 124); 0: no limit")
 	fs.StringVar(&v.hostList, "host", "", "run through ssh on these hosts, as Open MPI's --host: `HOST[:SLOTS],...` (one slot per host unless :SLOTS is given)")
 	fs.StringVar(&v.hostList, "H", "", "the same as --host")
+	fs.StringVar(&cfg.OutputDir, "output-filename", "", "also write each process's stdout and stderr to `DIR`/rank.N/stdout and stderr (a spare's or a replacement's to DIR/proc.P/), as Open MPI's --output-filename; the terminal gets them as before")
 	fs.StringVar(&v.stdin, "stdin", "0", "which rank's process reads gaspirun's standard input, as Open MPI's --stdin: a `RANK`, all (each gets a copy) or none; processes on other hosts read none")
 	fs.StringVar(&v.hostLabels, "host-labels", "", "local job: comma-separated host `labels` for the processes (PGAS_HOST), filled label by label, so that this one machine stands in for several hosts")
 	fs.StringVar(&v.hostsOld, "hosts", "", "deprecated name of --host-labels")

@@ -32,7 +32,7 @@ var helpSections = []struct {
 }{
 	{"Job", []string{"n", "spares", "respawn", "max-restarts", "refill-wait", "join-env", "timeout", "on-death", "grace", "job-id", "state-dir", "resume", "x", "tls"}},
 	{"Hosts and launchers", []string{"host", "hostfile", "launcher", "ssh", "srun", "rendezvous-addr", "remote-gaspirun", "host-labels", "ranks-per-host"}},
-	{"Output", []string{"quiet", "v", "stdin", "collapse", "metrics", "metrics-file", "metrics-linger", "trace"}},
+	{"Output", []string{"quiet", "v", "stdin", "output-filename", "collapse", "metrics", "metrics-file", "metrics-linger", "trace"}},
 	{"Other", []string{"new-token", "version", "help"}},
 }
 

@@ -208,16 +208,16 @@ func TestOutputCollapses(t *testing.T) {
 	o := newOutput(&out, &out)
 	o.collapse(time.Hour, 4, nil)
 	for p := range 3 {
-		o.pump(strings.NewReader("same\n"), streamStdout, p, func() string { return fmt.Sprintf("r%d", p) })
+		o.pump(strings.NewReader("same\n"), streamStdout, p, func() string { return fmt.Sprintf("r%d", p) }, nil)
 	}
 	if got := out.String(); got != "" {
 		t.Fatalf("printed before the window or the flush: %q", got)
 	}
-	o.pump(strings.NewReader("same\n"), streamStdout, 3, func() string { return "s3" })
+	o.pump(strings.NewReader("same\n"), streamStdout, 3, func() string { return "s3" }, nil)
 	if got := out.String(); got != "[r0-2,s3] same\n" {
 		t.Fatalf("a line every process printed: %q", got)
 	}
-	o.pump(strings.NewReader("last\n"), streamStderr, 1, func() string { return "r1" })
+	o.pump(strings.NewReader("last\n"), streamStderr, 1, func() string { return "r1" }, nil)
 	o.event(0, "r0", "restored checkpoint 3")
 	o.event(2, "r2", "restored checkpoint 3")
 	o.alert("rank 1 failed")

@@ -93,6 +93,10 @@ type Config struct {
 	// several hosts, for host-aware placement. Empty: every process gets
 	// this machine's hostname, unless ProcsPerHost is set.
 	HostLabels []string
+	// OutputDir (--output-filename) also writes each process's stdout
+	// and stderr to files under it, as Open MPI does (job.outputFiles).
+	OutputDir string
+
 	// Stdin is gaspirun's standard input, forwarded to the processes that
 	// StdinTo names; nil forwards none (every process reads /dev/null).
 	Stdin *os.File

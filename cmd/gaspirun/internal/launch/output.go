@@ -247,12 +247,15 @@ func (n noticeWriter) Write(b []byte) (int, error) {
 // pump copies r, process proc's stream, line by line, each line prefixed
 // with the current label(), until r ends. A last line without a newline
 // gets one.
-func (o *output) pump(r io.Reader, stream, proc int, label func() string) {
+func (o *output) pump(r io.Reader, stream, proc int, label func() string, file io.Writer) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var line []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if len(chunk) > 0 {
+			if file != nil {
+				file.Write(chunk) // --output-filename: the bytes as written, no prefix
+			}
 			line = append(line, chunk...)
 			if chunk[len(chunk)-1] == '\n' || len(line) >= maxLine {
 				o.line(stream, proc, label(), line)

@@ -14,7 +14,7 @@ func TestPumpPrefixesLines(t *testing.T) {
 	labels := []string{"s5", "r2", "r2"}
 	i := 0
 	label := func() string { l := labels[min(i, len(labels)-1)]; i++; return l }
-	o.pump(strings.NewReader("first\nsecond\nno newline at end"), streamStdout, 5, label)
+	o.pump(strings.NewReader("first\nsecond\nno newline at end"), streamStdout, 5, label, nil)
 	want := "[s5] first\n[r2] second\n[r2] no newline at end\n"
 	if out.String() != want {
 		t.Fatalf("got %q, want %q", out.String(), want)
@@ -25,7 +25,7 @@ func TestPumpCutsHugeLines(t *testing.T) {
 	var out bytes.Buffer
 	o := newOutput(&out, nil)
 	long := strings.Repeat("x", maxLine+10)
-	o.pump(strings.NewReader(long+"\nend\n"), streamStdout, 0, func() string { return "r0" })
+	o.pump(strings.NewReader(long+"\nend\n"), streamStdout, 0, func() string { return "r0" }, nil)
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	if len(lines) != 3 || lines[0] != "[r0] "+long[:maxLine] || lines[1] != "[r0] "+long[maxLine:] || lines[2] != "[r0] end" {
 		t.Fatalf("got %d lines: lengths %d", len(lines), len(out.String()))
@@ -48,7 +48,7 @@ func TestPumpsNeverInterleave(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o.pump(strings.NewReader(in.String()), streamStdout, p, func() string { return label })
+			o.pump(strings.NewReader(in.String()), streamStdout, p, func() string { return label }, nil)
 		}()
 	}
 	wg.Add(1)

@@ -87,6 +87,30 @@ func TestStdinAndRankVariables(t *testing.T) {
 	}
 }
 
+// --output-filename DIR: every process's output also lands in
+// DIR/rank.N/stdout and stderr (a spare's in DIR/proc.P/), as written.
+func TestOutputFilename(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	cfg, out, errs := jobConfig("", 2, 1)
+	cfg.Program, cfg.Args, cfg.Env = "sh", []string{"-c", `echo "out $RANK"; echo "err $RANK" >&2`}, nil
+	cfg.OutputDir = dir
+	res := run(t, context.Background(), cfg)
+	if res.ExitCode != 0 {
+		dump(t, out, errs)
+		t.Fatalf("exit %d", res.ExitCode)
+	}
+	for name, want := range map[string]string{"rank.0/stdout": "out 0\n", "rank.0/stderr": "err 0\n", "rank.1/stdout": "out 1\n", "rank.1/stderr": "err 1\n", "proc.2/stdout": "out \n"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || string(b) != want {
+			t.Errorf("%s: %q, %v; want %q", name, b, err, want)
+		}
+	}
+	if !strings.Contains(out.String(), "[r1] out 1") {
+		dump(t, out, errs)
+		t.Error("the terminal lost the lines")
+	}
+}
+
 // The system's true and hostname, as a user would start them.
 func TestSystemProgramsRun(t *testing.T) {
 	for _, prog := range []string{"true", "hostname"} {

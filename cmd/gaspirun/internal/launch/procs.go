@@ -1,7 +1,10 @@
 package launch
 
 import (
+	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,10 +89,54 @@ func (j *job) startProc(p int, be backend, host, envHost string, ranksOnHost int
 	j.byID[p] = pr
 	label := func() string { return *pr.label.Load() }
 	j.pumps.Add(2)
-	go func() { defer j.pumps.Done(); j.out.pump(outR, streamStdout, p, label) }()
-	go func() { defer j.pumps.Done(); j.out.pump(errR, streamStderr, p, label) }()
+	outF, errF := j.outputFiles(p)
+	go func() { defer j.pumps.Done(); j.out.pump(outR, streamStdout, p, label, outF); closeFile(outF) }()
+	go func() { defer j.pumps.Done(); j.out.pump(errR, streamStderr, p, label, errF); closeFile(errF) }()
 	go func() { j.exits <- exitEvent{proc: p, info: h.wait()} }()
 	return nil
+}
+
+// outputFiles are the files process p's stdout and stderr are copied to
+// with --output-filename DIR (Config.OutputDir), as Open MPI's: the
+// output of rank r's first process goes to DIR/rank.r/stdout and stderr,
+// a spare's or a replacement's to DIR/proc.p/ (a spare that takes a rank
+// over keeps its own files). The terminal gets the lines as before. Nil,
+// nil without the flag, or when a file cannot be made (said once).
+func (j *job) outputFiles(p int) (stdout, stderr io.Writer) {
+	if j.cfg.OutputDir == "" {
+		return nil, nil
+	}
+	name := "proc." + strconv.Itoa(p)
+	if p < j.cfg.Ranks {
+		name = "rank." + strconv.Itoa(p)
+	}
+	dir := filepath.Join(j.cfg.OutputDir, name)
+	open := func(stream string) *os.File {
+		f, err := os.OpenFile(filepath.Join(dir, stream), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			j.outputErr.Do(func() { j.out.notice(fmt.Sprintf("warning: --output-filename: %v; the output goes to the terminal only", err)) })
+			return nil
+		}
+		return f
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		j.outputErr.Do(func() { j.out.notice(fmt.Sprintf("warning: --output-filename: %v; the output goes to the terminal only", err)) })
+		return nil, nil
+	}
+	o, e := open("stdout"), open("stderr")
+	if o == nil || e == nil {
+		closeFile(o)
+		closeFile(e)
+		return nil, nil
+	}
+	return o, e
+}
+
+// closeFile closes w if it is a file.
+func closeFile(w io.Writer) {
+	if f, ok := w.(*os.File); ok && f != nil {
+		f.Close()
+	}
 }
 
 // stdinFor is what process p (the first of rank p, on this machine)

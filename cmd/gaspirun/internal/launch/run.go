@@ -260,6 +260,7 @@ type job struct {
 	byID     map[int]*proc // the same, by id
 
 	stdinCopies []*os.File // --stdin all: the write ends of the ranks' pipes (copyStdin)
+	outputErr   sync.Once  // --output-filename: a failure said once
 	exits       chan exitEvent
 	pumps       sync.WaitGroup
 	refill      *respawner // nil without --respawn
