@@ -111,20 +111,21 @@ func (j *job) outputFiles(p int) (stdout, stderr io.Writer) {
 		name = "rank." + strconv.Itoa(p)
 	}
 	dir := filepath.Join(j.cfg.OutputDir, name)
+	warn := func(err error) {
+		j.outputErr.Do(func() {
+			j.out.notice(fmt.Sprintf("warning: --output-filename: %v; the output goes to the terminal only", err))
+		})
+	}
 	open := func(stream string) *os.File {
 		f, err := os.OpenFile(filepath.Join(dir, stream), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
-			j.outputErr.Do(func() {
-				j.out.notice(fmt.Sprintf("warning: --output-filename: %v; the output goes to the terminal only", err))
-			})
+			warn(err)
 			return nil
 		}
 		return f
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		j.outputErr.Do(func() {
-			j.out.notice(fmt.Sprintf("warning: --output-filename: %v; the output goes to the terminal only", err))
-		})
+		warn(err)
 		return nil, nil
 	}
 	o, e := open("stdout"), open("stderr")
