@@ -57,7 +57,7 @@ func (c *Checkpointer) add(r region) error {
 		total += x.n
 	}
 	if len(c.regions) >= MaxRegions {
-		return fmt.Errorf("ckpt: register %q: already %d regions, at most %d: %w", r.name, len(c.regions), MaxRegions, ErrTooLarge)
+		return fmt.Errorf("ckpt: register %q: already %d regions, and a snapshot holds at most %d (whatever their size): register fewer, larger regions: %w", r.name, len(c.regions), MaxRegions, ErrTooLarge)
 	}
 	if total > c.cfg.MaxBytes {
 		return fmt.Errorf("ckpt: register %q: %d bytes registered in all, above MaxBytes %d (raise Config.MaxBytes on every rank): %w", r.name, total, c.cfg.MaxBytes, ErrTooLarge)

@@ -145,6 +145,9 @@ func (j *Job) UseCheckpoints(ck Checkpoints) error {
 	}
 	// The home shards' assignments (only Partial.Changed depends on
 	// them); a single shard keeps the region name of one shard per rank.
+	if len(j.mine) > maxShardRegions {
+		return j.registerPacked(ck)
+	}
 	for _, sh := range j.mine {
 		name := "assignments"
 		if len(j.mine) > 1 || j.nsh != j.rt.Size() {
@@ -155,6 +158,31 @@ func (j *Job) UseCheckpoints(ck Checkpoints) error {
 		}
 	}
 	return nil
+}
+
+// maxShardRegions is how many home shards a rank checkpoints as regions
+// of their own; beyond, their assignments share one (registerPacked). A
+// snapshot holds at most ckpt.MaxRegions regions: 2,048 shards on 4 ranks
+// did not fit, and a job with many shards could not resume on few ranks.
+const maxShardRegions = 64
+
+// registerPacked moves the assignments of every home shard into one
+// buffer, each kernel keeping its part, and registers that as one region.
+// (Resuming on another number of ranks reads the header and the
+// centroids only: the regions' layout within a rank is the rank's own.)
+func (j *Job) registerPacked(ck Checkpoints) error {
+	total := 0
+	for _, sh := range j.mine {
+		total += len(sh.kr.assign)
+	}
+	buf := make([]int32, 0, total)
+	for _, sh := range j.mine {
+		off := len(buf)
+		buf = append(buf, sh.kr.assign...)
+		sh.kr.assign = buf[off:len(buf):len(buf)]
+	}
+	name := fmt.Sprintf("assignments of shards %d-%d", j.mine[0].idx, j.mine[len(j.mine)-1].idx)
+	return ck.Register(name, bytesOf(buf))
 }
 
 func bytesOf[T any](s []T) []byte {

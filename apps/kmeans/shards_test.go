@@ -120,6 +120,39 @@ func TestShardsResumeOnOtherRanks(t *testing.T) {
 	}
 }
 
+// Many more logical shards than a rank may checkpoint as regions of
+// their own (ckpt.MaxRegions): 600 shards run on 1 and 2 ranks with the
+// same bits, and a disk checkpoint of 4 ranks resumes on 1 and 3.
+func TestManyShardsFewRanks(t *testing.T) {
+	opt := resumeOptions()
+	opt.Shards = 600
+	want, _ := memRun(t, opt, 2, memHooks{})
+	if got, out := memRun(t, opt, 1, memHooks{}); sameBits(got.Centroids, want.Centroids) >= 0 {
+		t.Fatalf("1 rank and 2 ranks differ\n%s", out)
+	}
+	dir := t.TempDir()
+	diskRun(t, opt, dir) // 4 ranks: 150 shards each
+	if err := os.RemoveAll(filepath.Join(dir, "ckpt-16")); err != nil {
+		t.Fatal(err)
+	}
+	for _, ranks := range []int{1, 3} {
+		var got []RunResult
+		var errs []error
+		var out string
+		synctest.Test(t, func(t *testing.T) {
+			got, errs, out = runMemJobWith(t, opt, nil, memHooks{
+				ranks: ranks,
+				ckpt:  func(cc *ckpt.Config) { cc.Dir = t.TempDir() },
+				before: func(ctx context.Context, r int, job *Job, ck *ckpt.Checkpointer) error {
+					_, _, err := job.ResumeFrom(dir)
+					return err
+				},
+			})
+		})
+		sameResult(t, fmt.Sprintf("resumed on %d ranks", ranks), got, errs, want, out)
+	}
+}
+
 // k-means++ seeding chooses the same starting centroids on 1, 2, 3 and 4
 // ranks, with or without logical shards, from generated data and from a
 // file, and they are InitPlusPlus's on the whole data set.
