@@ -64,23 +64,7 @@ func TestShardsResumeOnOtherRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	resume := func(o Options, ranks int) ([]RunResult, []error, string, string) {
-		var got []RunResult
-		var errs []error
-		var out, note string
-		synctest.Test(t, func(t *testing.T) {
-			got, errs, out = runMemJobWith(t, o, nil, memHooks{
-				ranks: ranks,
-				ckpt:  func(cc *ckpt.Config) { cc.Dir = t.TempDir() },
-				before: func(ctx context.Context, r int, job *Job, ck *ckpt.Checkpointer) error {
-					_, n, err := job.ResumeFrom(dir)
-					if r == 0 {
-						note = n
-					}
-					return err
-				},
-			})
-		})
-		return got, errs, out, note
+		return resumeOn(t, o, dir, ranks)
 	}
 	for _, ranks := range []int{3, 2} {
 		got, errs, out, note := resume(opt, ranks)
@@ -136,21 +120,32 @@ func TestManyShardsFewRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ranks := range []int{1, 3} {
-		var got []RunResult
-		var errs []error
-		var out string
-		synctest.Test(t, func(t *testing.T) {
-			got, errs, out = runMemJobWith(t, opt, nil, memHooks{
-				ranks: ranks,
-				ckpt:  func(cc *ckpt.Config) { cc.Dir = t.TempDir() },
-				before: func(ctx context.Context, r int, job *Job, ck *ckpt.Checkpointer) error {
-					_, _, err := job.ResumeFrom(dir)
-					return err
-				},
-			})
-		})
+		got, errs, out, _ := resumeOn(t, opt, dir, ranks)
 		sameResult(t, fmt.Sprintf("resumed on %d ranks", ranks), got, errs, want, out)
 	}
+}
+
+// resumeOn resumes opt on ranks ranks from the disk checkpoints in dir
+// (Job.ResumeFrom, logical shards) and returns every rank's result and
+// error, the output and rank 0's note.
+func resumeOn(t *testing.T, opt Options, dir string, ranks int) ([]RunResult, []error, string, string) {
+	var got []RunResult
+	var errs []error
+	var out, note string
+	synctest.Test(t, func(t *testing.T) {
+		got, errs, out = runMemJobWith(t, opt, nil, memHooks{
+			ranks: ranks,
+			ckpt:  func(cc *ckpt.Config) { cc.Dir = t.TempDir() },
+			before: func(ctx context.Context, r int, job *Job, ck *ckpt.Checkpointer) error {
+				_, n, err := job.ResumeFrom(dir)
+				if r == 0 {
+					note = n
+				}
+				return err
+			},
+		})
+	})
+	return got, errs, out, note
 }
 
 // k-means++ seeding chooses the same starting centroids on 1, 2, 3 and 4
