@@ -538,7 +538,7 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 	j.iter++
 	j.sse = j.buf[kd+k]
 	j.iterDone(t0, int64(j.buf[kd+k+1]), shift)
-	j.printf("iter %4d  sse=%-22s moved=%-9d shift=%-10.3g time=%v\n", j.iter, strconv.FormatFloat(j.sse, 'g', 10, 64), int64(j.buf[kd+k+1]), shift, time.Since(t0).Round(10*time.Microsecond))
+	j.printf("iter %4d  sse=%-22s moved=%-9d shift=%-10.3g time=%v\n", j.iter, strconv.FormatFloat(j.sse, 'g', -1, 64), int64(j.buf[kd+k+1]), shift, time.Since(t0).Round(10*time.Microsecond))
 	fresh := j.iter > j.high
 	if err := j.inject(ctx, "", fresh, j.iter > j.low); err != nil {
 		return false, err
