@@ -178,41 +178,17 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, what action
 	if cfg.StdinTo, err = stdinTarget(v.stdin); err != nil {
 		return cfg, actRun, err
 	}
-	for _, x := range v.exports {
-		if k, _, ok := strings.Cut(x, "="); ok {
-			if k == "" {
-				return cfg, actRun, &launch.FlagError{Flag: "-x", Value: x, Problem: "has no name", Fix: "write -x NAME or -x NAME=VALUE"}
-			}
-			cfg.Env = append(cfg.Env, x)
-			continue
-		}
-		val, ok := os.LookupEnv(x)
-		if !ok {
-			return cfg, actRun, &launch.FlagError{Flag: "-x", Value: x, Problem: "is not set here", Fix: "set it, or write -x " + x + "=VALUE"}
-		}
-		cfg.Env = append(cfg.Env, x+"="+val)
+	if cfg.Env, err = exportFlags(cfg.Env, v.exports); err != nil {
+		return cfg, actRun, err
 	}
 	if _, ok := os.LookupEnv("PGAS_LOG"); v.verbose && !ok {
 		cfg.Env = append(cfg.Env, "PGAS_LOG=info")
 	}
 	localHosts := len(cfg.HostList) > 0 && launch.AllLocal(cfg.HostList)
-	if !set["n"] && !set["np"] && len(cfg.HostList) > 0 {
-		// As Open MPI: without -n, the slots of --host say how many.
-		slots := 0
-		for _, h := range cfg.HostList {
-			slots += h.Slots
-		}
-		cfg.Ranks = slots - cfg.Spares
-		if cfg.Ranks < 1 {
-			return cfg, actRun, &launch.FlagError{Flag: "--spares", Value: strconv.Itoa(cfg.Spares),
-				Problem: fmt.Sprintf("leaves no rank of --host's %d slots", slots), Fix: "give the hosts more slots (HOST:N), or -n"}
-		}
-	} else if !set["n"] && !set["np"] {
-		ranks, err := slurmRanks(cfg)
-		if err != nil {
+	if !set["n"] && !set["np"] {
+		if cfg.Ranks, err = defaultRanks(cfg); err != nil {
 			return cfg, actRun, err
 		}
-		cfg.Ranks = ranks
 	}
 	if v.hostLabels != "" {
 		for _, h := range strings.Split(v.hostLabels, ",") {
@@ -232,6 +208,44 @@ func parseFlags(args []string, stderr io.Writer) (cfg launch.Config, what action
 		cfg.Program, cfg.Args = rest[0], rest[1:]
 	}
 	return cfg, actRun, nil
+}
+
+// exportFlags appends the variables of -x (NAME, with its value here, or
+// NAME=VALUE) to env.
+func exportFlags(env, exports []string) ([]string, error) {
+	for _, x := range exports {
+		if k, _, ok := strings.Cut(x, "="); ok {
+			if k == "" {
+				return env, &launch.FlagError{Flag: "-x", Value: x, Problem: "has no name", Fix: "write -x NAME or -x NAME=VALUE"}
+			}
+			env = append(env, x)
+			continue
+		}
+		val, ok := os.LookupEnv(x)
+		if !ok {
+			return env, &launch.FlagError{Flag: "-x", Value: x, Problem: "is not set here", Fix: "set it, or write -x " + x + "=VALUE"}
+		}
+		env = append(env, x+"="+val)
+	}
+	return env, nil
+}
+
+// defaultRanks is the number of ranks when -n is not given: as Open
+// MPI, the slots of --host less the spares; inside a Slurm allocation,
+// its tasks less the spares.
+func defaultRanks(cfg launch.Config) (int, error) {
+	if len(cfg.HostList) == 0 {
+		return slurmRanks(cfg)
+	}
+	slots := 0
+	for _, h := range cfg.HostList {
+		slots += h.Slots
+	}
+	if slots-cfg.Spares < 1 {
+		return 0, &launch.FlagError{Flag: "--spares", Value: strconv.Itoa(cfg.Spares),
+			Problem: fmt.Sprintf("leaves no rank of --host's %d slots", slots), Fix: "give the hosts more slots (HOST:N), or -n"}
+	}
+	return slots - cfg.Spares, nil
 }
 
 // stdinTarget parses --stdin: a rank, all (launch.StdinAll) or none
