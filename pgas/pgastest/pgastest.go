@@ -214,17 +214,20 @@ func (h *Handle) Watch() <-chan pgas.View { return h.ch }
 
 // ReportFailure turns the first report of proc into a new epoch in which
 // the first spare holds proc's rank (see New and SetShrink). Later reports
-// of proc are no-ops.
+// of proc are no-ops, and so is every report once the job finished
+// (Finish) or cannot go on (the view's Err): as in package spares,
+// membership changes stop then. An idle spare that learns of the end and
+// leaves is reported by the processes still finalizing; a new epoch then
+// would send them back to recover from a job that is over.
 func (h *Handle) ReportFailure(ctx context.Context, proc transport.Proc, epoch uint64) error {
 	m := h.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if slices.Contains(m.cur.Failed, proc) {
+	if slices.Contains(m.cur.Failed, proc) || m.cur.Finished || m.cur.Err != nil {
 		return nil
 	}
 	m.reports = append(m.reports, proc)
 	v := m.nextLocked()
-	v.Finished, v.Err = false, nil
 	v.Failed = append(v.Failed, proc)
 	m.spares = slices.DeleteFunc(m.spares, func(p transport.Proc) bool { return p == proc }) // an idle spare lost
 	for r, p := range v.Ranks {

@@ -53,6 +53,37 @@ func TestPromoteShrinkFail(t *testing.T) {
 	}
 }
 
+// Once the job finished, or cannot go on, a report changes nothing (as in
+// package spares): an idle spare that leaves at the end is no failure.
+func TestReportsStopAtTheEnd(t *testing.T) {
+	ctx := context.Background()
+	for _, end := range []string{"finished", "failed"} {
+		m := New(2, 4)
+		h0 := m.Handle(0)
+		switch end {
+		case "finished":
+			h0.Finish(ctx)
+		case "failed":
+			m.SetShrink(false)
+			h0.ReportFailure(ctx, 2, 0) // idle spares 2 and 3 lost,
+			h0.ReportFailure(ctx, 3, 1)
+			h0.ReportFailure(ctx, 1, 2) // then a rank: no spare left
+			if v := m.Current(); !errors.Is(v.Err, ErrNoSpares) {
+				t.Fatalf("setup: %+v, want ErrNoSpares", v)
+			}
+		}
+		before := m.Current()
+		reports := m.Reports()
+		h0.ReportFailure(ctx, 0, before.Epoch)
+		if v := m.Current(); v.Epoch != before.Epoch || !slices.Equal(v.Failed, before.Failed) || v.Finished != before.Finished || !errors.Is(v.Err, before.Err) {
+			t.Errorf("%s: a report changed the view %+v into %+v", end, before, v)
+		}
+		if got := m.Reports(); !slices.Equal(got, reports) {
+			t.Errorf("%s: Reports() = %v, want %v", end, got, reports)
+		}
+	}
+}
+
 func TestHoldPauseLose(t *testing.T) {
 	ctx := context.Background()
 	m := New(4, 6)
