@@ -48,6 +48,7 @@ type Kernel struct {
 	parts   []Partial // one per chunk
 
 	blockPts    int // points per cache block
+	batchPts    int // points per assignment batch: blockPts, more for AlgoYinyang (yyBatch)
 	chunkBlocks int // centroid blocks (of lanes) per cache chunk
 
 	pr *pruner // AlgoHamerly's bounds; nil for AlgoLloyd
@@ -62,7 +63,7 @@ type Kernel struct {
 type worker struct {
 	id    int
 	state []float64 // (blockPts+4) * 3*lanes: per point, lanes minima, lanes indices (and for top2, lanes second minima)
-	best  []int32   // blockPts+4
+	best  []int32   // batchPts+4
 	stats PruneStats
 	// Full scans of the pruned algorithm (top2): the gathered points (with
 	// room to pad a point group), their indices, and per point the winner,
@@ -72,14 +73,11 @@ type worker struct {
 	tbest  []int32
 	tsub   []int32
 	v1, v2 []float64
-	// AlgoYinyang's group filter: per group, scanned or not, and the two
-	// smallest values found.
-	gscan    []bool
-	gm1, gm2 []float64
-	gi1      []int32
-	gmv      []float64
-	gnorm    []float64 // one group's norms, the skipped centroid's +Inf
-	gtmp     []float64 // per gathered point and group: smallest and second smallest value
+	// AlgoYinyang: the group filter's batch (yyfilter.go), and the full
+	// scan's per gathered point and group smallest and second smallest
+	// value.
+	yy   *yyWork
+	gtmp []float64
 }
 
 // NewKernel prepares a Kernel over points (n*d float64, row-major) for k
@@ -144,6 +142,10 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 
 	kr.blockPts = max(4, min(1024, l1Budget/(8*(2*lanes+d)))&^3)
 	kr.chunkBlocks = max(2, l1Budget/(8*d*lanes)&^1)
+	kr.batchPts = kr.blockPts
+	if cfg.Algo == AlgoYinyang {
+		kr.batchPts = (yyBatch + kr.blockPts - 1) / kr.blockPts * kr.blockPts // whole blocks (accumulate)
+	}
 
 	if cfg.Algo != AlgoLloyd {
 		kr.pr = newPruner(points, n, d, k, cfg.Algo == AlgoYinyang)
@@ -155,12 +157,12 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 		kr.workers[w] = &worker{
 			id:    w,
 			state: make([]float64, (kr.blockPts+4)*3*lanes),
-			best:  make([]int32, kr.blockPts+4),
+			best:  make([]int32, kr.batchPts+4),
 		}
 		if cfg.Algo != AlgoLloyd {
 			wk := kr.workers[w]
 			wk.gbuf = make([]float64, (kr.blockPts+4)*d)
-			wk.fidx = make([]int32, kr.blockPts)
+			wk.fidx = make([]int32, kr.batchPts)
 			wk.tbest = make([]int32, kr.blockPts)
 			wk.tsub = make([]int32, kr.blockPts)
 			wk.v1 = make([]float64, kr.blockPts)
@@ -324,15 +326,19 @@ func (kr *Kernel) runWorker(w *worker) {
 	for c := w.id * nch / t; c < (w.id+1)*nch/t; c++ {
 		p := &kr.parts[c]
 		p.Reset()
-		for lo := kr.chunkLo[c]; lo < kr.chunkLo[c+1]; lo += kr.blockPts {
-			hi := min(lo+kr.blockPts, kr.chunkLo[c+1])
+		for lo := kr.chunkLo[c]; lo < kr.chunkLo[c+1]; lo += kr.batchPts {
+			hi := min(lo+kr.batchPts, kr.chunkLo[c+1])
 			if kr.pr != nil {
 				kr.assignPruned(w, lo, hi)
 			} else {
 				kr.argmin(w, lo, hi)
 				w.stats.Scanned += int64(hi - lo)
 			}
-			kr.accumulate(w, lo, hi, p)
+			// Accumulated block by block whatever the batch: the SSE is a
+			// sum of block sums, the same bits for every Algo.
+			for b := lo; b < hi; b += kr.blockPts {
+				kr.accumulate(w.best[b-lo:], b, min(b+kr.blockPts, hi), p)
+			}
 		}
 	}
 }
@@ -391,13 +397,13 @@ func (kr *Kernel) argminAsm(w *worker, x []float64, best []int32) int {
 	return np
 }
 
-// accumulate adds points [lo, hi) with their new assignment in w.best into
+// accumulate adds points [lo, hi) with their new assignment in best into
 // p, in point order. The assembly kernels use accumulateAVX2, the others
 // accumulateGo; both compute the same bits.
-func (kr *Kernel) accumulate(w *worker, lo, hi int, p *Partial) {
+func (kr *Kernel) accumulate(best []int32, lo, hi int, p *Partial) {
 	d := kr.d
 	x := kr.points[lo*d : hi*d]
-	best := w.best[:hi-lo]
+	best = best[:hi-lo]
 	assign := kr.assign[lo:hi]
 	var sse float64
 	var changed int64

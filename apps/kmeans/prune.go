@@ -112,18 +112,20 @@ type pruner struct {
 
 	// AlgoYinyang: the groups of centroids (fixed at the first Step), the
 	// largest drift in each, and per point and group a lower bound on the
-	// distance to every member other than pa (float32, rounded down).
+	// distance to every member other than pa (float32, rounded down),
+	// relative to the point's stamp: at version v it is
+	// glb[i*G+g] − (cumUp(v) − cumLo(stamp[i])) (yyfilter.go).
 	groups *groups
 	gdrift []float64 // G
-	glb    []float32 // n*G, valid for the centroids of version stamp[i]
+	glb    []float32 // n*G
 	stamp  []int32   // n
 	// ver counts the Steps; cumUp and cumLo hold, for the last histLen
 	// versions v (at v%histLen), every group's drifts summed over versions
 	// 1..v, rounded up and down: the members of group g moved at most
 	// cumUp(v)−cumLo(v0) between versions v0 and v.
 	ver          int32
+	hist         int32 // versions kept: histLen (tests make it shorter)
 	cumUp, cumLo []float64
-	mv1          []float64 // G: the moves since the previous version
 }
 
 // histLen is how many versions of group drift sums are kept; a point
@@ -141,6 +143,7 @@ func newPruner(points []float64, n, d, k int, yinyang bool) *pruner {
 		pa:      make([]int32, n),
 		drift:   make([]float64, k),
 		half:    make([]float64, k),
+		hist:    histLen,
 	}
 	for i := range pr.pa {
 		pr.pa[i] = -1
@@ -229,21 +232,11 @@ func (kr *Kernel) prepareCentroids(w *worker) {
 			pr.gdrift = make([]float64, gr.n)
 			pr.glb = make([]float32, kr.n*gr.n)
 			pr.stamp = make([]int32, kr.n)
-			pr.cumUp = make([]float64, histLen*gr.n)
-			pr.cumLo = make([]float64, histLen*gr.n)
-			pr.mv1 = make([]float64, gr.n)
+			pr.cumUp = make([]float64, int(pr.hist)*gr.n)
+			pr.cumLo = make([]float64, int(pr.hist)*gr.n)
 			for _, wk := range kr.workers {
-				wk.gscan = make([]bool, gr.n)
-				wk.gm1 = make([]float64, gr.n)
-				wk.gm2 = make([]float64, gr.n)
-				wk.gi1 = make([]int32, gr.n)
-				wk.gmv = make([]float64, gr.n)
+				wk.yy = newYYWork(gr.n)
 				wk.gtmp = make([]float64, kr.blockPts*gr.n*2)
-				most := 0
-				for g := 0; g < gr.n; g++ {
-					most = max(most, gr.blk[g+1]-gr.blk[g])
-				}
-				wk.gnorm = make([]float64, most*lanes)
 			}
 		}
 		pr.groups.fill(kr)
@@ -307,8 +300,7 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 			continue
 		}
 		if pr.groups != nil {
-			best[i-lo] = kr.groupFilter(w, i, a, va, ub, e)
-			w.stats.Grouped++
+			kr.yyFilter(w, i, a, va, ub, e)
 			continue
 		}
 		w.fidx[nf] = int32(i)
@@ -351,6 +343,9 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 			}
 		}
 		f0 += np
+	}
+	if pr.groups != nil {
+		kr.yyResolve(w, lo, best)
 	}
 }
 
@@ -469,16 +464,19 @@ func (kr *Kernel) top2AVX512(w *worker, np int) {
 // to the lowest index) with its index, and the runner-up, the smaller of
 // that lane's second minimum and the other lanes' minima.
 func laneTop2(s []float64) (v1, at, v2 float64) {
+	s = s[:3*lanes]
 	r := 0
 	for l := 1; l < lanes; l++ {
 		if s[l] < s[r] || (s[l] == s[r] && s[lanes+l] < s[lanes+r]) {
 			r = l
 		}
 	}
+	// Comparisons rather than min, which would also order NaNs and
+	// signed zeros: the kernel's values are finite or +Inf.
 	v2 = s[2*lanes+r]
 	for l := 0; l < lanes; l++ {
-		if l != r {
-			v2 = min(v2, s[l])
+		if l != r && s[l] < v2 {
+			v2 = s[l]
 		}
 	}
 	return s[r], s[lanes+r], v2

@@ -266,6 +266,66 @@ func TestHamerlyBoundsSurviveArbitraryCentroids(t *testing.T) {
 	}
 }
 
+// TestYinyangShortHistory: with a drift history of a few versions, the
+// group filter's stored bounds outlive it (a point skipped for longer than
+// the history, then visited) and are rebased (a point visited while its
+// stamp is half the history old); every Step stays the brute force's
+// bits. The centroids settle for a while, then jump, again and again.
+func TestYinyangShortHistory(t *testing.T) {
+	t.Parallel()
+	const d, k = 10, 160
+	pts := genData(t, GenConfig{Seed: 41, N: 5000, D: d, Blobs: 8, Spread: 10, Sigma: 1})
+	for _, impl := range fastImpls() {
+		kb, err := NewKernel(pts, d, k, Config{Impl: impl, Threads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kp, err := NewKernel(pts, d, k, Config{Impl: impl, Threads: 2, Algo: AlgoYinyang})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kp.pr.hist = 6
+		cent, err := InitCentroids(pts, d, k, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(9, 9))
+		pb, pp := NewPartial(k, d), NewPartial(k, d)
+		var tot PruneStats
+		for it := 1; it <= 60; it++ {
+			if it%15 == 0 { // a jump: a tenth of the centroids move far
+				for j := 0; j < k; j += 10 {
+					for t := 0; t < d; t++ {
+						cent[j*d+t] += 3 * rng.NormFloat64()
+					}
+				}
+			}
+			if err := kb.Step(cent, pb); err != nil {
+				t.Fatal(err)
+			}
+			if err := kp.Step(cent, pp); err != nil {
+				t.Fatal(err)
+			}
+			requireIdentical(t, fmt.Sprintf("%v iteration %d", impl, it), stepOut{kb.Assignments(), pb}, stepOut{kp.Assignments(), pp})
+			tot = tot.Add(kp.PruneStats())
+			if _, err := Update(cent, cent, pb.Sums, pb.Counts, k, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		restamped := 0
+		for _, s := range kp.pr.stamp {
+			if s > 0 {
+				restamped++
+			}
+		}
+		if restamped == 0 || tot.Grouped == 0 || tot.Skipped == 0 {
+			t.Fatalf("%v: %d points rebased, %+v: the history was not outlived", impl, restamped, tot)
+		}
+		kb.Close()
+		kp.Close()
+	}
+}
+
 func TestParseAlgo(t *testing.T) {
 	for _, a := range []Algo{AlgoLloyd, AlgoHamerly, AlgoYinyang} {
 		got, err := ParseAlgo(a.String())

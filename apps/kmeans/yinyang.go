@@ -5,7 +5,7 @@ import (
 )
 
 // groupSize is the mean number of centroids per AlgoYinyang group.
-const groupSize = 16
+const groupSize = 64
 
 // groups partitions the centroids into nearby sets for AlgoYinyang. Only
 // speed depends on the partition; any partition gives the same bits.
@@ -160,32 +160,6 @@ func (gr *groups) scan(x []float64, d, g int, skip int32) (m1 float64, i1 int32,
 	return m1, i1, m2
 }
 
-// scanGroup is groups.scan, on AVX-512 with the two-smallest kernel: the
-// point is repeated to fill the kernel's group of four, and skip's norm
-// is +Inf in a copy of the group's norms so that it never counts.
-func (kr *Kernel) scanGroup(w *worker, x []float64, g int, skip int32) (m1 float64, i1 int32, m2 float64) {
-	gr, d := kr.pr.groups, kr.d
-	if kr.impl != ImplAVX512 {
-		return gr.scan(x, d, g, skip)
-	}
-	for q := 0; q < 4; q++ {
-		copy(w.gbuf[q*d:q*d+d], x)
-	}
-	b0, b1 := gr.blk[g], gr.blk[g+1]
-	nrm := w.gnorm[:(b1-b0)*lanes]
-	copy(nrm, gr.norm[b0*lanes:b1*lanes])
-	if p := int(gr.pos[skip]) - b0*lanes; p >= 0 && p < len(nrm) {
-		nrm[p] = math.Inf(1)
-	}
-	st := w.state[:4*3*lanes]
-	asmArgmin2(w.gbuf[:4*d], 4, d, gr.pack[b0*d*lanes:b1*d*lanes], b1-b0, nrm, float64(b0*lanes), st, asmFirst)
-	m1, at, m2 := laneTop2(st)
-	if math.IsInf(m1, 1) {
-		return math.Inf(1), -1, math.Inf(1)
-	}
-	return m1, gr.idx[int(at)], m2
-}
-
 // top2Groups is top2 for AlgoYinyang on AVX-512: the np points in w.gbuf
 // are scanned group by group with the two-smallest kernel, which gives
 // each group's smallest and second smallest value (w.gtmp) as well as the
@@ -255,97 +229,11 @@ func (kr *Kernel) yinyangPrepare() {
 		g := gr.of[j]
 		pr.gdrift[g] = max(pr.gdrift[g], pr.drift[j])
 	}
-	prev := int(pr.ver%histLen) * gr.n
+	prev := int(pr.ver%pr.hist) * gr.n
 	pr.ver++
-	cur := int(pr.ver%histLen) * gr.n
+	cur := int(pr.ver%pr.hist) * gr.n
 	for g, dg := range pr.gdrift {
 		pr.cumUp[cur+g] = pr.up(pr.cumUp[prev+g] + dg)
 		pr.cumLo[cur+g] = pr.down(pr.cumLo[prev+g] + dg)
-		pr.mv1[g] = pr.up(pr.cumUp[cur+g] - pr.cumLo[prev+g])
 	}
-}
-
-// groupFilter decides point i whose global bounds failed: a is its
-// centroid with value va and distance bound ub, e the margin. Each group
-// whose carried bound proves its members farther than a is skipped (its
-// bound moved by its drift); the others are scanned. It returns the
-// nearest centroid, as brute force picks it, and updates the bounds.
-func (kr *Kernel) groupFilter(w *worker, i int, a int32, va, ub, e float64) int32 {
-	pr, d := kr.pr, kr.d
-	gr := pr.groups
-	x := kr.points[i*d : i*d+d]
-	lbs := pr.glb[i*gr.n : (i+1)*gr.n]
-	bv, bi := va, a
-	// mv[g]: how far group g's members moved since the bounds were set.
-	mv := pr.mv1
-	if age := pr.ver - pr.stamp[i]; age != 1 {
-		mv = w.gmv
-		cur := int(pr.ver%histLen) * gr.n
-		old := int(pr.stamp[i]%histLen) * gr.n
-		for g := range mv {
-			switch {
-			case age == 0:
-				mv[g] = 0
-			case age < histLen:
-				mv[g] = pr.up(pr.cumUp[cur+g] - pr.cumLo[old+g])
-			default:
-				mv[g] = math.Inf(1) // too old: the bounds are taken as 0
-			}
-		}
-	}
-	// A group is ruled out when its moved bound exceeds thr, which is at
-	// least √(ub² + 2E): then every member's v̂ is above va (see pruner).
-	// float64(lbs[g]) − mv[g] is computed with one rounding, covered by
-	// thr's margin; the stored bound is rounded down by more than float32's
-	// rounding.
-	thr := pr.up(math.Sqrt(pr.up(ub*ub + 2*e)))
-	thr = pr.up(thr)
-	// First pass: move the bounds, scan the groups that fail. Scanned
-	// groups keep their two smallest values in w.gm1/w.gi1/w.gm2.
-	for g := range lbs {
-		lb := float64(lbs[g]) - mv[g]
-		if lb > thr {
-			if lb > 0x1p-100 {
-				lbs[g] = float32(lb * (1 - 0x1p-20))
-			} else {
-				lbs[g] = 0
-			}
-			w.gscan[g] = false
-			continue
-		}
-		w.gscan[g] = true
-		w.stats.GroupsScanned++
-		m1, i1, m2 := kr.scanGroup(w, x, g, a)
-		w.gm1[g], w.gi1[g], w.gm2[g] = m1, i1, m2
-		if m1 < bv || (m1 == bv && i1 < bi) {
-			bv, bi = m1, i1
-		}
-	}
-	// Second pass: the bounds of the scanned groups, and of a's group if
-	// a lost.
-	xsq := pr.xsq[i]
-	ga := gr.of[a]
-	l := math.Inf(1)
-	for g := range lbs {
-		if w.gscan[g] {
-			m := w.gm1[g]
-			if w.gi1[g] == bi {
-				m = w.gm2[g]
-			}
-			if int32(g) == ga && bi != a {
-				m = min(m, va)
-			}
-			lbs[g] = f32down(pr.lowerDist(m, xsq, e))
-		} else if int32(g) == ga && bi != a {
-			lbs[g] = min(lbs[g], f32down(pr.lowerDist(va, xsq, e)))
-		}
-		l = min(l, float64(lbs[g]))
-	}
-	pr.l[i] = l
-	pr.stamp[i] = pr.ver
-	if bi != a {
-		pr.u[i] = pr.upperDist(bv, xsq, e)
-	}
-	pr.pa[i] = bi
-	return bi
 }
