@@ -13,6 +13,7 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // csvRecords yields the records of a CSV file as RFC 4180 has them
@@ -25,8 +26,20 @@ import (
 // data-frame libraries write; "1.0,abc" is a point with a typo, an error). Errors are *FileError
 // values without Path (the caller fills it in).
 type csvRecords struct {
+	// Lines without a quote are split here, as encoding/csv would split
+	// them (the fast path: encoding/csv costs half as much again on a
+	// large file); from the first line with a quote on, encoding/csv
+	// reads the rest (r, over lim, its line 1 being line base+1).
+	br     *bufio.Reader
+	sep    string
+	trim   bool     // drop blanks before a value (unless the separator is one)
+	line   int      // the fast path's next line
+	long   []byte   // a line longer than br's buffer
+	fields []string // the fast path's record, reused
 	r      *csv.Reader
 	lim    *lineLimit
+	base   int
+
 	skip   int  // leading fields dropped from every record (CSVLayout.Skip)
 	first  bool // no record returned or skipped yet
 	header int  // line of the header skipped; 0: none
@@ -74,29 +87,17 @@ func newCSVRecords(r io.Reader, l CSVLayout) *csvRecords {
 	if b, err := br.Peek(3); err == nil && string(b) == "\xef\xbb\xbf" {
 		br.Discard(3)
 	}
-	lim := &lineLimit{r: br, line: 1}
-	cr := csv.NewReader(lim)
-	cr.Comma = l.sep()
-	cr.FieldsPerRecord = -1 // the callers check the count and say why
-	// Blanks before a value (and a quote) are allowed, unless the
-	// separator is one: it would be eaten with them.
-	cr.TrimLeadingSpace = !unicode.IsSpace(cr.Comma)
-	cr.ReuseRecord = true
-	return &csvRecords{r: cr, lim: lim, skip: l.Skip, first: true}
+	return &csvRecords{br: br, sep: string(l.sep()), trim: !unicode.IsSpace(l.sep()), line: 1, skip: l.Skip, first: true}
 }
 
 // next returns the next non-blank, non-header record and the line it
 // starts on; io.EOF after the last. The slice is valid until the next call.
 func (c *csvRecords) next() ([]string, int, error) {
 	for {
-		rec, err := c.r.Read()
-		if err == io.EOF {
-			return nil, 0, io.EOF
-		}
+		rec, line, err := c.read()
 		if err != nil {
-			return nil, 0, c.fileError(err)
+			return nil, 0, err
 		}
-		line, _ := c.r.FieldPos(0)
 		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
 			continue
 		}
@@ -111,7 +112,10 @@ func (c *csvRecords) next() ([]string, int, error) {
 			c.first = false
 			if isHeader(rec[c.skip:]) || indexHeader(rec) {
 				c.header = line
-				c.head = slices.Clone(rec)
+				c.head = make([]string, len(rec))
+				for i, f := range rec {
+					c.head[i] = strings.Clone(f)
+				}
 				continue
 			}
 		}
@@ -119,12 +123,119 @@ func (c *csvRecords) next() ([]string, int, error) {
 	}
 }
 
+// read returns the next record and its line, empty lines skipped (as
+// encoding/csv does); io.EOF after the last; other errors are *FileError.
+func (c *csvRecords) read() ([]string, int, error) {
+	if c.r != nil {
+		rec, err := c.r.Read()
+		if err == io.EOF {
+			return nil, 0, io.EOF
+		}
+		if err != nil {
+			return nil, 0, c.fileError(err)
+		}
+		line, _ := c.r.FieldPos(0)
+		return rec, c.base + line, nil
+	}
+	for {
+		b, nl, err := c.readLine()
+		if err != nil {
+			return nil, 0, err
+		}
+		line := c.line
+		c.line++
+		if bytes.IndexByte(b, '"') >= 0 {
+			c.startRFC4180(b, nl, line)
+			return c.read()
+		}
+		if len(b) == 0 {
+			continue
+		}
+		// The fields alias the reader's buffer, as the record may until
+		// the next call (next clones the header, the one it keeps).
+		return c.split(unsafe.String(&b[0], len(b))), line, nil
+	}
+}
+
+// readLine returns the next line without its end ("\n", "\r\n", or a
+// last line's "\r"), nl
+// whether it had one, io.EOF at the end, and ErrLineTooLong (as a
+// *FileError) for a line longer than MaxLineBytes. The bytes are valid
+// until the next read.
+func (c *csvRecords) readLine() (b []byte, nl bool, err error) {
+	b, err = c.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		c.long = append(c.long[:0], b...)
+		for err == bufio.ErrBufferFull && len(c.long) <= MaxLineBytes {
+			b, err = c.br.ReadSlice('\n')
+			c.long = append(c.long, b...)
+		}
+		b = c.long
+	}
+	nl = len(b) > 0 && b[len(b)-1] == '\n'
+	if nl {
+		b = b[:len(b)-1]
+	}
+	if (nl || err == io.EOF) && len(b) > 0 && b[len(b)-1] == '\r' {
+		b = b[:len(b)-1] // as encoding/csv: also a last line's "\r"
+	}
+	switch {
+	case len(b) > MaxLineBytes:
+		return nil, false, &FileError{Line: c.line, Offset: -1,
+			Err: fmt.Errorf("%w: longer than %d bytes (is this really a CSV file?)", ErrLineTooLong, MaxLineBytes)}
+	case err == io.EOF && len(b) == 0 && !nl:
+		return nil, false, io.EOF
+	case err != nil && err != io.EOF:
+		return nil, false, &FileError{Line: c.line, Offset: -1, Err: err}
+	}
+	return b, nl, nil
+}
+
+// split cuts an unquoted line into its fields, as encoding/csv does.
+func (c *csvRecords) split(line string) []string {
+	c.fields = c.fields[:0]
+	for {
+		i := strings.Index(line, c.sep)
+		f := line
+		if i >= 0 {
+			f = line[:i]
+		}
+		if c.trim && f != "" && (f[0] >= utf8.RuneSelf || asciiSpace(f[0])) {
+			f = strings.TrimLeftFunc(f, unicode.IsSpace)
+		}
+		c.fields = append(c.fields, f)
+		if i < 0 {
+			return c.fields
+		}
+		line = line[i+len(c.sep):]
+	}
+}
+
+// startRFC4180 hands the rest of the file, from line (whose bytes are b,
+// nl whether a newline ended it), to encoding/csv.
+func (c *csvRecords) startRFC4180(b []byte, nl bool, line int) {
+	pending := slices.Clone(b)
+	if nl {
+		pending = append(pending, '\n')
+	}
+	c.lim = &lineLimit{r: io.MultiReader(bytes.NewReader(pending), c.br), line: line}
+	c.base = line - 1
+	cr := csv.NewReader(c.lim)
+	cr.Comma, _ = utf8.DecodeRuneInString(c.sep)
+	cr.FieldsPerRecord = -1 // the callers check the count and say why
+	// Blanks before a value (and a quote) are allowed, unless the
+	// separator is one: it would be eaten with them.
+	cr.TrimLeadingSpace = c.trim
+	cr.ReuseRecord = true
+	c.r = cr
+}
+
 // fileError turns an error of the CSV reader or the file into a *FileError
 // naming the line.
 func (c *csvRecords) fileError(err error) *FileError {
 	var pe *csv.ParseError
 	if errors.As(err, &pe) {
-		return &FileError{Line: pe.Line, Offset: -1, Err: ErrSyntax,
+		return &FileError{Line: c.base + pe.Line, Offset: -1, Err: ErrSyntax,
 			Detail: fmt.Sprintf("byte %d: %v; a quoted value follows RFC 4180: quotes around the whole value, a quote inside it doubled", pe.Column, pe.Err)}
 	}
 	return &FileError{Line: c.lim.line, Offset: -1, Err: err}
@@ -253,9 +364,19 @@ func parseRecord(out []float64, rec []string, d int) ([]float64, error) {
 	return out, nil
 }
 
+// asciiSpace reports whether b is an ASCII blank (unicode.IsSpace).
+func asciiSpace(b byte) bool {
+	return b == ' ' || b == '\t' || b == '\n' || b == '\v' || b == '\f' || b == '\r'
+}
+
 // parseField parses one CSV value (surrounding blanks allowed).
 func parseField(field string, col int) (float64, error) {
-	field = strings.Trim(field, " \t\r\n")
+	for field != "" && (field[0] == ' ' || field[0] == '\t' || field[0] == '\r' || field[0] == '\n') {
+		field = field[1:]
+	}
+	for n := len(field); n > 0 && (field[n-1] == ' ' || field[n-1] == '\t' || field[n-1] == '\r' || field[n-1] == '\n'); n = len(field) {
+		field = field[:n-1]
+	}
 	if len(field) == 0 {
 		return 0, &FileError{Offset: -1, Err: ErrSyntax, Detail: fmt.Sprintf("column %d is empty", col)}
 	}

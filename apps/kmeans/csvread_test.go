@@ -2,8 +2,12 @@ package kmeans
 
 import (
 	"bytes"
+	"encoding/csv"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -225,5 +229,69 @@ func TestCentroidsCSVHeader(t *testing.T) {
 	}
 	if _, err := ReadCentroidsCSV(path, 3, 2); !errors.Is(err, ErrCount) || !strings.Contains(err.Error(), "after the header on line 1") {
 		t.Fatalf("k = 3 of 2: %v", err)
+	}
+}
+
+// TestCSVFastPathIsRFC4180: lines without quotes are split by the reader
+// itself, the rest by encoding/csv from the first quote on; on random
+// files of values, blanks, tabs, CRLF, empty lines and (in some) quoted
+// values, the records and their lines are encoding/csv's.
+func TestCSVFastPathIsRFC4180(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	pieces := []string{"1", "-2.5", "3e4", " ", "\t", "x", "", "0.125"}
+	for _, sep := range []rune{',', ';', '\t', '|'} {
+		for round := range 400 {
+			var b strings.Builder
+			quotes := round%3 == 0
+			for range 1 + rng.IntN(12) {
+				switch rng.IntN(8) {
+				case 0:
+					b.WriteString("\n") // an empty line
+					continue
+				case 1:
+					b.WriteString("   \r\n") // blanks only
+					continue
+				}
+				for f := range 1 + rng.IntN(4) {
+					if f > 0 {
+						b.WriteRune(sep)
+					}
+					for range rng.IntN(3) {
+						b.WriteString(pieces[rng.IntN(len(pieces))])
+					}
+					if quotes && rng.IntN(6) == 0 {
+						b.WriteString(`" 7,""8""` + "\n" + `9"`)
+					}
+				}
+				if rng.IntN(3) == 0 {
+					b.WriteString("\r")
+				}
+				b.WriteString("\n")
+			}
+			in := b.String()
+			if rng.IntN(4) == 0 {
+				in = strings.TrimSuffix(in, "\n") // no newline at the end
+			}
+			ref := csv.NewReader(strings.NewReader(in))
+			ref.Comma, ref.FieldsPerRecord, ref.TrimLeadingSpace = sep, -1, sep != '\t'
+			c := newCSVRecords(strings.NewReader(in), CSVLayout{Sep: sep})
+			for {
+				want, werr := ref.Read()
+				got, line, gerr := c.read()
+				if werr != nil || gerr != nil {
+					if (werr == io.EOF) != (gerr == io.EOF) || (werr == nil) != (gerr == nil) {
+						t.Fatalf("sep %q, %q: errors %v and %v", sep, in, werr, gerr)
+					}
+					if pe, ok := werr.(*csv.ParseError); ok && gerr.(*FileError).Line != pe.Line {
+						t.Fatalf("sep %q, %q: error on line %d, want %d", sep, in, gerr.(*FileError).Line, pe.Line)
+					}
+					break
+				}
+				wline, _ := ref.FieldPos(0)
+				if !slices.Equal(got, want) || line != wline {
+					t.Fatalf("sep %q, %q: record %q on line %d, want %q on line %d", sep, in, got, line, want, wline)
+				}
+			}
+		}
 	}
 }
