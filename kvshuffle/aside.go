@@ -165,123 +165,182 @@ func (a *aside) drainSource(ctx context.Context, si int, posted *int) (int, erro
 	start := a.consumed[si]
 	endSeen := false
 	for a.consumed[si] < a.avail[si] {
-		if g := s.cfg.drainGate; g != nil {
-			select {
-			case <-g:
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			}
-		}
 		seq := a.consumed[si] + 1
-		off := s.lay.ringOff(si, int(a.consumed[si]%uint64(s.cfg.Slots)))
-		slot := s.seg.Bytes()[off : off+s.lay.slot]
-		h, err := decodeFrameHeader(slot, s.cfg.SlotSize, a.names[si])
+		h, payload, err := a.nextFrame(ctx, si, seq)
 		if err != nil {
 			return 0, err
 		}
-		if h.gen != s.gen.Load() || h.seq != uint32(seq) {
-			return 0, corrupt(a.names[si], 8, "frame of generation %d, number %d; expected generation %d, number %d", h.gen, h.seq, s.gen.Load(), uint32(seq))
-		}
-		payload := slot[frameHeader : frameHeader+h.len]
 		a.mu.Lock()
 		paused := a.mk.isPaused(si)
 		a.mu.Unlock()
 		if paused {
 			// Past its marker, before the cut: data frames go aside while
 			// they fit (the sender is not held up), anything else waits.
-			if h.kind != frameData || a.asmFrom >= 0 {
-				break
-			}
-			took, err := a.addPost(payload, si)
+			took, err := a.setAside(si, h, payload)
 			if err != nil {
 				return 0, err
 			}
 			if !took {
 				break
 			}
-			a.consumed[si] = seq
-			s.st.framesRecv.Add(1)
-			continue
-		}
-		if a.asmFrom >= 0 && h.kind != frameLarge && h.kind != frameLargeLast {
-			return 0, corrupt(a.names[si], 0, "frame kind %d inside a large pair", h.kind)
-		}
-		if a.gotEnd[si] && h.kind != frameMarker {
-			return 0, corrupt(a.names[si], 0, "frame kind %d after the end of the stream", h.kind)
-		}
-		switch h.kind {
-		case frameData:
-			if err := a.addData(ctx, payload, si, false); err != nil {
+		} else {
+			end, err := a.applyFrame(ctx, si, h, payload)
+			if err != nil {
 				return 0, err
 			}
-		case frameLarge, frameLargeLast:
-			if len(a.asm)+len(payload) > s.cfg.MaxPairSize {
-				return 0, corrupt(a.names[si], 4, "large pair grows past MaxPairSize %d", s.cfg.MaxPairSize)
-			}
-			a.asm = append(a.asm, payload...)
-			a.asmFrom = si
-			if h.kind == frameLargeLast {
-				if _, _, n, err := DecodePair(a.asm); err != nil || n != len(a.asm) {
-					return 0, corrupt(a.names[si], 0, "reassembled large pair of %d bytes does not frame one pair (%v)", len(a.asm), err)
-				}
-				if err := a.addData(ctx, a.asm, si, true); err != nil {
-					return 0, err
-				}
-				a.asm, a.asmFrom = nil, -1
-			}
-		case frameMarker:
-			c := binary.LittleEndian.Uint64(payload)
-			a.mu.Lock()
-			if err := a.mk.arrive(si, c); err != nil {
-				a.mu.Unlock()
-				return 0, corrupt(a.names[si], frameHeader, "%s", err.Error())
-			}
-			done, late, err := a.mk.complete(c)
-			if err != nil {
-				a.mu.Unlock()
-				return 0, fmt.Errorf("kvshuffle: checkpoint %d: rank %d %v: %w", c, s.oRanks[late], err, ErrState)
-			}
-			if done {
-				a.cutLocked(c)
-			}
-			a.signalLocked()
-			a.mu.Unlock()
-		case frameEnd:
-			endSeen, a.gotEnd[si] = true, true
+			endSeen = endSeen || end
 		}
 		a.consumed[si] = seq
 		s.st.framesRecv.Add(1)
 	}
 	got := int(a.consumed[si] - start)
 	if got > 0 {
-		if *posted >= s.cfg.MaxPosted {
-			if err := s.rt.Wait(ctx, s.cfg.CreditQueue); err != nil {
-				return 0, err
-			}
-			*posted = 0
-		}
-		err := s.rt.Notify(ctx, s.cfg.CreditQueue, s.oRanks[si], s.cfg.SegmentID, s.lay.creditNotif(s.aIdx), encodeCount(a.consumed[si]))
-		if err != nil {
-			return 0, fmt.Errorf("credit to rank %d: %w", s.oRanks[si], err)
-		}
-		*posted++
-	}
-	if endSeen {
-		// The sender's CloseSend waits for this credit; make sure it is
-		// applied there before Recv can return and the program exit.
-		if err := s.rt.Wait(ctx, s.cfg.CreditQueue); err != nil {
+		if err := a.credit(ctx, si, posted); err != nil {
 			return 0, err
 		}
-		*posted = 0
-		a.mu.Lock()
-		if !a.ended[si] {
-			a.ended[si] = true
-			a.nEnded++
+	}
+	if endSeen {
+		if err := a.sourceEnded(ctx, si, posted); err != nil {
+			return 0, err
 		}
-		a.signalLocked()
-		a.mu.Unlock()
 	}
 	return got, nil
+}
+
+// nextFrame reads frame number seq of source si from its ring slot (after
+// the test's drain gate, if any), checking its generation and number.
+func (a *aside) nextFrame(ctx context.Context, si int, seq uint64) (frameHdr, []byte, error) {
+	s := a.s
+	if g := s.cfg.drainGate; g != nil {
+		select {
+		case <-g:
+		case <-ctx.Done():
+			return frameHdr{}, nil, ctx.Err()
+		}
+	}
+	off := s.lay.ringOff(si, int(a.consumed[si]%uint64(s.cfg.Slots)))
+	slot := s.seg.Bytes()[off : off+s.lay.slot]
+	h, err := decodeFrameHeader(slot, s.cfg.SlotSize, a.names[si])
+	if err != nil {
+		return frameHdr{}, nil, err
+	}
+	if h.gen != s.gen.Load() || h.seq != uint32(seq) {
+		return frameHdr{}, nil, corrupt(a.names[si], 8, "frame of generation %d, number %d; expected generation %d, number %d", h.gen, h.seq, s.gen.Load(), uint32(seq))
+	}
+	return h, slot[frameHeader : frameHeader+h.len], nil
+}
+
+// setAside takes a frame of source si, which is paused at its marker: a
+// data frame goes aside while it fits; took is false for anything else,
+// which waits for the cut.
+func (a *aside) setAside(si int, h frameHdr, payload []byte) (took bool, err error) {
+	if h.kind != frameData || a.asmFrom >= 0 {
+		return false, nil
+	}
+	return a.addPost(payload, si)
+}
+
+// applyFrame applies a frame of source si: data to the batch, a piece of
+// a large pair to its reassembly, a marker to the checkpoint it starts;
+// end says that it was the end of the stream.
+func (a *aside) applyFrame(ctx context.Context, si int, h frameHdr, payload []byte) (end bool, err error) {
+	if a.asmFrom >= 0 && h.kind != frameLarge && h.kind != frameLargeLast {
+		return false, corrupt(a.names[si], 0, "frame kind %d inside a large pair", h.kind)
+	}
+	if a.gotEnd[si] && h.kind != frameMarker {
+		return false, corrupt(a.names[si], 0, "frame kind %d after the end of the stream", h.kind)
+	}
+	switch h.kind {
+	case frameData:
+		return false, a.addData(ctx, payload, si, false)
+	case frameLarge, frameLargeLast:
+		return false, a.addLarge(ctx, si, h.kind == frameLargeLast, payload)
+	case frameMarker:
+		return false, a.arriveMarker(si, payload)
+	case frameEnd:
+		a.gotEnd[si] = true
+		return true, nil
+	}
+	return false, nil
+}
+
+// addLarge appends a piece of a large pair from source si; the last piece
+// adds the reassembled pair to the batch.
+func (a *aside) addLarge(ctx context.Context, si int, last bool, payload []byte) error {
+	s := a.s
+	if len(a.asm)+len(payload) > s.cfg.MaxPairSize {
+		return corrupt(a.names[si], 4, "large pair grows past MaxPairSize %d", s.cfg.MaxPairSize)
+	}
+	a.asm = append(a.asm, payload...)
+	a.asmFrom = si
+	if !last {
+		return nil
+	}
+	if _, _, n, err := DecodePair(a.asm); err != nil || n != len(a.asm) {
+		return corrupt(a.names[si], 0, "reassembled large pair of %d bytes does not frame one pair (%v)", len(a.asm), err)
+	}
+	if err := a.addData(ctx, a.asm, si, true); err != nil {
+		return err
+	}
+	a.asm, a.asmFrom = nil, -1
+	return nil
+}
+
+// arriveMarker records source si's marker of the checkpoint in payload,
+// and cuts the checkpoint once every source's marker is in.
+func (a *aside) arriveMarker(si int, payload []byte) error {
+	c := binary.LittleEndian.Uint64(payload)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.mk.arrive(si, c); err != nil {
+		return corrupt(a.names[si], frameHeader, "%s", err.Error())
+	}
+	done, late, err := a.mk.complete(c)
+	if err != nil {
+		return fmt.Errorf("kvshuffle: checkpoint %d: rank %d %v: %w", c, a.s.oRanks[late], err, ErrState)
+	}
+	if done {
+		a.cutLocked(c)
+	}
+	a.signalLocked()
+	return nil
+}
+
+// credit tells source si how many of its frames are consumed, first
+// waiting for the credits posted before when MaxPosted are in flight.
+func (a *aside) credit(ctx context.Context, si int, posted *int) error {
+	s := a.s
+	if *posted >= s.cfg.MaxPosted {
+		if err := s.rt.Wait(ctx, s.cfg.CreditQueue); err != nil {
+			return err
+		}
+		*posted = 0
+	}
+	err := s.rt.Notify(ctx, s.cfg.CreditQueue, s.oRanks[si], s.cfg.SegmentID, s.lay.creditNotif(s.aIdx), encodeCount(a.consumed[si]))
+	if err != nil {
+		return fmt.Errorf("credit to rank %d: %w", s.oRanks[si], err)
+	}
+	*posted++
+	return nil
+}
+
+// sourceEnded marks source si ended once its last credit is applied: the
+// sender's CloseSend waits for that credit, which must be in place there
+// before Recv can return and the program exit.
+func (a *aside) sourceEnded(ctx context.Context, si int, posted *int) error {
+	s := a.s
+	if err := s.rt.Wait(ctx, s.cfg.CreditQueue); err != nil {
+		return err
+	}
+	*posted = 0
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.ended[si] {
+		a.ended[si] = true
+		a.nEnded++
+	}
+	a.signalLocked()
+	return nil
 }
 
 // addData adds a run of whole pairs to the current batch, waiting while

@@ -309,27 +309,77 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 		return ErrClosed
 	default:
 	}
-	if e := s.rt.Epoch(); e != s.epoch {
-		// A rank was replaced: the rejoin of the segment (the runtime
-		// maps the peers' memory of it anew) must not run beside this
-		// rank's pump writing through the old mappings or its drain
-		// reading the rings, so the previous generation's goroutines stop
-		// first. No rank waits for them any more: the new epoch ended
-		// every wait on another rank (the failure watch). A RollBack
-		// that fails later leaves them stopped; the next one, or Close,
-		// finds nothing to stop, and start restarts them at the end.
-		s.stop()
-		if testHookRejoin != nil {
-			testHookRejoin(s)
-		}
-		if _, err := s.rt.SegmentCreate(ctx, s.cfg.SegmentID, s.lay.size, nil); err != nil {
-			return fmt.Errorf("kvshuffle: roll back: rejoin the segment: %w", err)
-		}
-		s.epoch = e
+	if err := s.rejoinIfReplaced(ctx); err != nil {
+		return err
 	}
+	ag, err := s.agreeOnState(ctx, state)
+	if err != nil {
+		return err
+	}
+	st := ag.st
+	if err := s.quiesce(ctx); err != nil {
+		return err
+	}
+	s.gen.Store(ag.gen + 1)
+	// Copies: the abandoned timeline's go, and holders may have changed.
+	s.copies.rollBack(st.c)
+	clear(s.sent)
+	if ag.mostMissing > 0 {
+		if err := s.fetch(ctx, st, ag.missing, ag.mostMissing); err != nil {
+			return fmt.Errorf("kvshuffle: roll back: %w", err)
+		}
+	}
+	if err := s.resetTo(st); err != nil {
+		return err
+	}
+	// After this barrier every rank has reset: new frames may flow.
+	if err := s.rt.Barrier(ctx, nil); err != nil {
+		return fmt.Errorf("kvshuffle: roll back: %w", err)
+	}
+	s.start()
+	s.log.Info("rolled back", "checkpoint", st.c, "consumed", st.consumed, "generation", s.gen.Load())
+	return nil
+}
+
+// rejoinIfReplaced is RollBack's first step after a rank was replaced
+// (the epoch changed since the segment was created): the rejoin of the
+// segment (the runtime maps the peers' memory of it anew) must not run
+// beside this rank's pump writing through the old mappings or its drain
+// reading the rings, so the previous generation's goroutines stop first.
+// No rank waits for them any more: the new epoch ended every wait on
+// another rank (the failure watch). A RollBack that fails later leaves
+// them stopped; the next one, or Close, finds nothing to stop, and start
+// restarts them at the end.
+func (s *Shuffle) rejoinIfReplaced(ctx context.Context) error {
+	e := s.rt.Epoch()
+	if e == s.epoch {
+		return nil
+	}
+	s.stop()
+	if testHookRejoin != nil {
+		testHookRejoin(s)
+	}
+	if _, err := s.rt.SegmentCreate(ctx, s.cfg.SegmentID, s.lay.size, nil); err != nil {
+		return fmt.Errorf("kvshuffle: roll back: rejoin the segment: %w", err)
+	}
+	s.epoch = e
+	return nil
+}
+
+// rollBackAgreement is what the ranks agreed on in RollBack.
+type rollBackAgreement struct {
+	st          *state // this rank's state (empty for checkpoint 0)
+	missing     []int  // files of st to fetch from a holder
+	gen         uint32 // the highest frame generation of any rank
+	mostMissing int    // the most files any rank misses
+}
+
+// agreeOnState decodes and checks this rank's state and has every rank
+// agree that all states are usable and of one checkpoint.
+func (s *Shuffle) agreeOnState(ctx context.Context, state []byte) (rollBackAgreement, error) {
 	st := s.newState(0)
 	var bad error
-	var missing []int // files of st to fetch from a holder
+	var missing []int
 	if len(state) > 0 {
 		if dec, err := decodeState(state); err != nil {
 			bad = err
@@ -343,22 +393,28 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 	}
 	agree := []uint64{st.c, ^st.c, uint64(s.gen.Load()), flag, uint64(len(missing))}
 	if err := pgas.Allreduce(ctx, s.rt, nil, agree, pgas.OpMax); err != nil {
-		return fmt.Errorf("kvshuffle: roll back: %w", err)
+		return rollBackAgreement{}, fmt.Errorf("kvshuffle: roll back: %w", err)
 	}
 	switch {
 	case bad != nil:
-		return fmt.Errorf("kvshuffle: roll back: %w", bad)
+		return rollBackAgreement{}, fmt.Errorf("kvshuffle: roll back: %w", bad)
 	case agree[3] != 0:
-		return fmt.Errorf("kvshuffle: roll back: another rank's state is unusable: %w", ErrMismatch)
+		return rollBackAgreement{}, fmt.Errorf("kvshuffle: roll back: another rank's state is unusable: %w", ErrMismatch)
 	case agree[0] != st.c || ^agree[1] != st.c:
-		return fmt.Errorf("kvshuffle: roll back to checkpoint %d: ranks roll back to checkpoints %d..%d: %w", st.c, ^agree[1], agree[0], ErrMismatch)
+		return rollBackAgreement{}, fmt.Errorf("kvshuffle: roll back to checkpoint %d: ranks roll back to checkpoints %d..%d: %w", st.c, ^agree[1], agree[0], ErrMismatch)
 	}
-	// In the same epoch (a roll back the program chose) the goroutines
-	// ran until here: a rank may have been waiting in CloseSend or Send
-	// for this rank's drain until it too entered RollBack, which the
-	// agreement above proves. What ran beside them (the state's decoding,
-	// the check of its spill files on disk, the Allreduce) touches
-	// nothing they use.
+	return rollBackAgreement{st: st, missing: missing, gen: uint32(agree[2]), mostMissing: int(agree[4])}, nil
+}
+
+// quiesce stops this rank's goroutines and waits until nothing of the old
+// generation is in flight on any rank, then clears the notifications.
+//
+// In the same epoch (a roll back the program chose) the goroutines ran
+// until here: a rank may have been waiting in CloseSend or Send for this
+// rank's drain until it too entered RollBack, which the agreement proves.
+// What ran beside them (the state's decoding, the check of its spill files
+// on disk, the Allreduce) touches nothing they use.
+func (s *Shuffle) quiesce(ctx context.Context) error {
 	s.stop()
 	for _, q := range []pgas.Queue{s.cfg.Queue, s.cfg.CreditQueue} {
 		if err := s.rt.Wait(ctx, q); err != nil {
@@ -372,15 +428,12 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 	for id := range s.lay.notifications() {
 		s.seg.ResetNotification(segments.NotificationID(id))
 	}
-	s.gen.Store(uint32(agree[2]) + 1)
-	// Copies: the abandoned timeline's go, and holders may have changed.
-	s.copies.rollBack(st.c)
-	clear(s.sent)
-	if agree[4] > 0 {
-		if err := s.fetch(ctx, st, missing, int(agree[4])); err != nil {
-			return fmt.Errorf("kvshuffle: roll back: %w", err)
-		}
-	}
+	return nil
+}
+
+// resetTo sets both sides to st (the O side's count and end, the A side's
+// data) and clears the error of the abandoned timeline.
+func (s *Shuffle) resetTo(st *state) error {
 	if o := s.o; o != nil {
 		o.mu.Lock()
 		o.reset()
@@ -403,12 +456,6 @@ func (s *Shuffle) RollBack(ctx context.Context, state []byte) error {
 	clear(s.pending)
 	s.mu.Unlock()
 	s.lastCkpt = st.c
-	// After this barrier every rank has reset: new frames may flow.
-	if err := s.rt.Barrier(ctx, nil); err != nil {
-		return fmt.Errorf("kvshuffle: roll back: %w", err)
-	}
-	s.start()
-	s.log.Info("rolled back", "checkpoint", st.c, "consumed", st.consumed, "generation", s.gen.Load())
 	return nil
 }
 

@@ -292,77 +292,22 @@ func (s *Shuffle) replicate(ctx context.Context, st *state) error {
 // before): the needs are allgathered, every rank says which it holds, the
 // lowest such rank sends.
 func (s *Shuffle) fetch(ctx context.Context, st *state, missing []int, most int) error {
-	me := s.rank
-	width := 2 + 3*most
-	words := make([]uint64, width)
-	words[0], words[1] = uint64(me), uint64(len(missing))
-	for i, fi := range missing {
-		k := keyOf(int(st.rank), st.files[fi])
-		words[2+3*i] = uint64(k.src)<<32 | uint64(k.crc)
-		words[3+3*i] = uint64(k.size)
-		words[4+3*i] = k.pairs
-	}
-	all, err := pgas.Allgather(ctx, s.rt, nil, words)
+	needs, ranks, err := s.gatherNeeds(ctx, st, missing, most)
 	if err != nil {
 		return err
 	}
-	type need struct {
-		rank int
-		key  fileKey
-	}
-	var needs []need
-	var ranks []int
-	for x := 0; x+width <= len(all); x += width {
-		w := all[x : x+width]
-		ranks = append(ranks, int(w[0]))
-		for i := range min(int(w[1]), most) {
-			k := fileKey{src: uint32(w[2+3*i] >> 32), crc: uint32(w[2+3*i]), size: int64(w[3+3*i]), pairs: w[4+3*i]}
-			needs = append(needs, need{int(w[0]), k})
-		}
-	}
-	bw := max((len(needs)+63)/64, 1)
-	bits := make([]uint64, bw)
-	for i, nd := range needs {
-		if path, ok := s.copies.has(nd.key); ok && nd.rank != me {
-			if _, err := os.Stat(path); err == nil {
-				bits[i/64] |= 1 << (i % 64)
-			}
-		}
-	}
-	allBits, err := pgas.Allgather(ctx, s.rt, nil, bits)
+	held, err := s.gatherHeld(ctx, needs)
 	if err != nil {
 		return err
 	}
-	p := &plan{tag: xferTag{op: opFetch, gen: s.gen.Load(), c: st.c}, out: make(map[int][]copyItem)}
-	var lost []string
-	from := make(map[int]bool)
-	for i, nd := range needs {
-		provider := -1
-		for x, r := range ranks {
-			if x*bw+i/64 < len(allBits) && allBits[x*bw+i/64]&(1<<(i%64)) != 0 {
-				provider = r
-				break
-			}
-		}
-		switch {
-		case provider < 0:
-			lost = append(lost, fmt.Sprintf("rank %d's %s", nd.rank, nd.key.name()))
-		case provider == me:
-			path, _ := s.copies.has(nd.key)
-			p.out[nd.rank] = append(p.out[nd.rank], copyItem{key: nd.key, path: path})
-		case nd.rank == me:
-			from[provider] = true
-		}
+	p, err := s.fetchPlan(st, needs, ranks, held)
+	if err != nil {
+		return err
 	}
-	if len(lost) > 0 {
-		return fmt.Errorf("checkpoint %d: spill files unreadable where their rank runs now, and no rank holds a copy: %s (the job's ranks share one host label, so files are kept by reference: run a spare on the same host, or label the hosts with PGAS_HOST): %w",
-			st.c, lost, ErrLost)
-	}
-	p.from = slices.Sorted(maps.Keys(from))
 	got := make(map[fileKey]string)
 	p.sink = func(int, fileKey) (string, error) {
 		if s.a == nil {
-			return "", fmt.Errorf("rank %d is no A task: %w", me, ErrState)
+			return "", fmt.Errorf("rank %d is no A task: %w", s.rank, ErrState)
 		}
 		return s.a.spillDir()
 	}
@@ -392,4 +337,106 @@ func (s *Shuffle) fetch(ctx context.Context, st *state, missing []int, most int)
 			"served_files", files, "served_bytes", bytes, "took", time.Since(t0))
 	}
 	return nil
+}
+
+// fileNeed is a file a rank misses.
+type fileNeed struct {
+	rank int
+	key  fileKey
+}
+
+// gatherNeeds allgathers the files every rank misses (this rank's: the
+// files st.files[i], i in missing; most is the largest count of any
+// rank). It returns them, and the ranks in the order of the gather.
+func (s *Shuffle) gatherNeeds(ctx context.Context, st *state, missing []int, most int) ([]fileNeed, []int, error) {
+	width := 2 + 3*most
+	words := make([]uint64, width)
+	words[0], words[1] = uint64(s.rank), uint64(len(missing))
+	for i, fi := range missing {
+		k := keyOf(int(st.rank), st.files[fi])
+		words[2+3*i] = uint64(k.src)<<32 | uint64(k.crc)
+		words[3+3*i] = uint64(k.size)
+		words[4+3*i] = k.pairs
+	}
+	all, err := pgas.Allgather(ctx, s.rt, nil, words)
+	if err != nil {
+		return nil, nil, err
+	}
+	var needs []fileNeed
+	var ranks []int
+	for x := 0; x+width <= len(all); x += width {
+		w := all[x : x+width]
+		ranks = append(ranks, int(w[0]))
+		for i := range min(int(w[1]), most) {
+			k := fileKey{src: uint32(w[2+3*i] >> 32), crc: uint32(w[2+3*i]), size: int64(w[3+3*i]), pairs: w[4+3*i]}
+			needs = append(needs, fileNeed{int(w[0]), k})
+		}
+	}
+	return needs, ranks, nil
+}
+
+// heldBits is, for each rank in the order of the gather, a bit set of
+// the needs it holds a copy of.
+type heldBits struct {
+	bits  []uint64 // words of all ranks, one after the other
+	width int      // words per rank
+}
+
+// holds reports whether the x-th rank of the gather holds need i.
+func (h heldBits) holds(x, i int) bool {
+	w := x*h.width + i/64
+	return w < len(h.bits) && h.bits[w]&(1<<(i%64)) != 0
+}
+
+// gatherHeld allgathers which of needs every rank holds a readable copy
+// of (a rank does not serve its own needs).
+func (s *Shuffle) gatherHeld(ctx context.Context, needs []fileNeed) (heldBits, error) {
+	bw := max((len(needs)+63)/64, 1)
+	bits := make([]uint64, bw)
+	for i, nd := range needs {
+		if path, ok := s.copies.has(nd.key); ok && nd.rank != s.rank {
+			if _, err := os.Stat(path); err == nil {
+				bits[i/64] |= 1 << (i % 64)
+			}
+		}
+	}
+	all, err := pgas.Allgather(ctx, s.rt, nil, bits)
+	if err != nil {
+		return heldBits{}, err
+	}
+	return heldBits{bits: all, width: bw}, nil
+}
+
+// fetchPlan chooses for every need the lowest rank of the gather that
+// holds it: the plan sends what this rank provides and receives from the
+// providers of its own needs. A need no rank holds is ErrLost.
+func (s *Shuffle) fetchPlan(st *state, needs []fileNeed, ranks []int, held heldBits) (*plan, error) {
+	me := s.rank
+	p := &plan{tag: xferTag{op: opFetch, gen: s.gen.Load(), c: st.c}, out: make(map[int][]copyItem)}
+	var lost []string
+	from := make(map[int]bool)
+	for i, nd := range needs {
+		provider := -1
+		for x, r := range ranks {
+			if held.holds(x, i) {
+				provider = r
+				break
+			}
+		}
+		switch {
+		case provider < 0:
+			lost = append(lost, fmt.Sprintf("rank %d's %s", nd.rank, nd.key.name()))
+		case provider == me:
+			path, _ := s.copies.has(nd.key)
+			p.out[nd.rank] = append(p.out[nd.rank], copyItem{key: nd.key, path: path})
+		case nd.rank == me:
+			from[provider] = true
+		}
+	}
+	if len(lost) > 0 {
+		return nil, fmt.Errorf("checkpoint %d: spill files unreadable where their rank runs now, and no rank holds a copy: %s (the job's ranks share one host label, so files are kept by reference: run a spare on the same host, or label the hosts with PGAS_HOST): %w",
+			st.c, lost, ErrLost)
+	}
+	p.from = slices.Sorted(maps.Keys(from))
+	return p, nil
 }

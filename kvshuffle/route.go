@@ -281,23 +281,59 @@ type routeUnit struct {
 	total  uint64
 }
 
-// routeTable computes the table from every rank's digest (in rank order).
+// routeTable computes the table from every rank's digest (in rank order):
+// the heavy keys and the buckets, largest first, each to the A rank that
+// holds most of it among those it does not fill past the bound.
 func routeTable(digests [][]byte, aRanks []int, c RouteConfig) (*RouteTable, error) {
-	n, parts := len(digests), len(aRanks)
+	heavy, buckets, err := readDigests(digests, c.Buckets)
+	if err != nil {
+		return nil, err
+	}
+	units, total := sortUnits(heavy, buckets)
+	parts := len(aRanks)
+	t := &RouteTable{parts: parts, heavy: make(map[string]int32, len(heavy)), buckets: make([]int32, c.Buckets)}
+	pl := placer{
+		aRanks: aRanks,
+		n:      len(digests),
+		bound:  uint64((1 + c.Slack) * float64(total) / float64(parts)),
+		load:   make([]uint64, parts),
+		order:  make([]int, parts),
+	}
+	for _, u := range units {
+		p := u.bucket % parts // heavy keys always hold bytes
+		if u.total > 0 {
+			var kept uint64
+			p, kept = pl.place(u)
+			t.Kept += kept
+			t.Moved += u.total - kept
+		}
+		if u.key != nil {
+			t.heavy[string(u.key)] = int32(p)
+		} else {
+			t.buckets[u.bucket] = int32(p)
+		}
+	}
+	return t, nil
+}
+
+// readDigests adds up the digests (in rank order): the bytes of each
+// heavy key, by its key, and of each of nb buckets, per source rank.
+func readDigests(digests [][]byte, nb int) (map[string]*routeUnit, []*routeUnit, error) {
+	n := len(digests)
 	heavy := map[string]*routeUnit{}
-	buckets := make([]*routeUnit, c.Buckets)
+	buckets := make([]*routeUnit, nb)
 	for i := range buckets {
 		buckets[i] = &routeUnit{bucket: i, bytes: make([]uint64, n)}
 	}
 	for r, b := range digests {
 		if len(b) < 4 {
-			return nil, fmt.Errorf("kvshuffle: build route: digest of rank %d: %w", r, ErrCorrupt)
+			return nil, nil, fmt.Errorf("kvshuffle: build route: digest of rank %d: %w", r, ErrCorrupt)
 		}
 		nh := binary.LittleEndian.Uint32(b)
 		b = b[4:]
 		for range nh {
 			if len(b) < 2 || len(b) < 18+int(binary.LittleEndian.Uint16(b)) {
-				return nil, fmt.Errorf("kvshuffle: build route: digest of rank %d: truncated: %w", r, ErrCorrupt)
+				return nil, nil, fmt.Errorf("kvshuffle: build route: digest of rank %d: truncated: %w", r, ErrCorrupt)
 			}
 			k := b[2 : 2+int(binary.LittleEndian.Uint16(b))]
 			u := heavy[string(k)]
@@ -308,13 +344,20 @@ func routeTable(digests [][]byte, aRanks []int, c RouteConfig) (*RouteTable, err
 			u.bytes[r] += binary.LittleEndian.Uint64(b[2+len(k)+8:])
 			b = b[18+len(k):]
 		}
-		if len(b) != 16*c.Buckets {
-			return nil, fmt.Errorf("kvshuffle: build route: digest of rank %d: %d bytes of buckets, want %d: %w", r, len(b), 16*c.Buckets, ErrMismatch)
+		if len(b) != 16*nb {
+			return nil, nil, fmt.Errorf("kvshuffle: build route: digest of rank %d: %d bytes of buckets, want %d: %w", r, len(b), 16*nb, ErrMismatch)
 		}
 		for i := range buckets {
 			buckets[i].bytes[r] += binary.LittleEndian.Uint64(b[16*i+8:])
 		}
 	}
+	return heavy, buckets, nil
+}
+
+// sortUnits returns the heavy keys and the buckets with their totals set,
+// largest first (then heavy keys before buckets, by key or bucket), and
+// the total of all.
+func sortUnits(heavy map[string]*routeUnit, buckets []*routeUnit) ([]*routeUnit, uint64) {
 	units := make([]*routeUnit, 0, len(heavy)+len(buckets))
 	for _, u := range heavy {
 		units = append(units, u)
@@ -339,50 +382,50 @@ func routeTable(digests [][]byte, aRanks []int, c RouteConfig) (*RouteTable, err
 		}
 		return cmp.Compare(a.bucket, b.bucket)
 	})
-	bound := uint64((1 + c.Slack) * float64(total) / float64(parts))
-	load := make([]uint64, parts)
-	t := &RouteTable{parts: parts, heavy: make(map[string]int32, len(heavy)), buckets: make([]int32, c.Buckets)}
-	order := make([]int, parts)
-	for _, u := range units {
-		p := -1
-		if u.total == 0 {
-			p = u.bucket % parts // heavy keys always hold bytes
-		} else {
-			for i := range order {
-				order[i] = i
-			}
-			held := func(p int) uint64 {
-				if r := aRanks[p]; r < n {
-					return u.bytes[r]
-				}
-				return 0
-			}
-			slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(held(b), held(a)) })
-			for _, q := range order {
-				if load[q]+u.total <= bound {
-					p = q
-					break
-				}
-			}
-			if p < 0 {
-				p = 0
-				for q := range load {
-					if load[q] < load[p] {
-						p = q
-					}
-				}
-			}
-			load[p] += u.total
-			t.Kept += held(p)
-			t.Moved += u.total - held(p)
+	return units, total
+}
+
+// placer places units on the A ranks' partitions, keeping each
+// partition's load within bound where it can.
+type placer struct {
+	aRanks []int    // partition p is A rank aRanks[p]
+	n      int      // the ranks that sent digests
+	bound  uint64   // the load a partition should not pass
+	load   []uint64 // per partition
+	order  []int    // scratch
+}
+
+// place returns the partition of u, the one whose rank holds most of it
+// among those it leaves within the bound (else the least loaded), and how
+// many of its bytes that rank holds.
+func (pl *placer) place(u *routeUnit) (p int, kept uint64) {
+	for i := range pl.order {
+		pl.order[i] = i
+	}
+	held := func(p int) uint64 {
+		if r := pl.aRanks[p]; r < pl.n {
+			return u.bytes[r]
 		}
-		if u.key != nil {
-			t.heavy[string(u.key)] = int32(p)
-		} else {
-			t.buckets[u.bucket] = int32(p)
+		return 0
+	}
+	slices.SortStableFunc(pl.order, func(a, b int) int { return cmp.Compare(held(b), held(a)) })
+	p = -1
+	for _, q := range pl.order {
+		if pl.load[q]+u.total <= pl.bound {
+			p = q
+			break
 		}
 	}
-	return t, nil
+	if p < 0 {
+		p = 0
+		for q := range pl.load {
+			if pl.load[q] < pl.load[p] {
+				p = q
+			}
+		}
+	}
+	pl.load[p] += u.total
+	return p, held(p)
 }
 
 func boolInt(b bool) int {

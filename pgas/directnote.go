@@ -24,21 +24,22 @@ import (
 // goes through the transport unless a waiter of the peer is parked (a
 // ctlWake frame, carrying nothing but the segment).
 //
-// Fencing (§3) is by epoch: the peer raises the epoch of its areas before
-// anything of its sees a newer view. A copy is made only between Enter,
-// which fails once the peer is in a newer epoch, and Exit, and the peer's
-// Recover waits for the copies it admitted; a slot set in an older epoch
-// reads as not set; Wait's fence (PeerNotes.Fence) fails once the peer is
-// in a newer epoch. So a process declared failed (never in the epoch that
-// declares it) and a survivor still in the older epoch change no slot the
-// peer reads from its view on, and no data once its Recover returned;
-// their Waits fail as a refused frame would.
+// Fencing (docs/design.md §3) is by epoch: the peer raises the epoch of its
+// areas before anything of its sees a newer view. A copy is made only
+// between Enter, which fails once the peer is in a newer epoch, and Exit,
+// and the peer's Recover waits for the copies it admitted; a slot set in an
+// older epoch reads as not set; Wait's fence (PeerNotes.Fence) fails once
+// the peer is in a newer epoch. So a process declared failed (never in the
+// epoch that declares it) and a survivor still in the older epoch change no
+// slot the peer reads from its view on, and no data once its Recover
+// returned; their Waits fail as a refused frame would.
 //
-// Order (§2.3) is kept by doing an operation in memory only when the peer
-// is quiet: no sequenced frame unacknowledged, no request unanswered.
-// Otherwise it goes by frame, data and all, behind what is on its way.
-// Operations in memory are complete when the call returns, so a frame sent
-// after them is behind them too.
+// Order (docs/design.md §2.3, "Ordering and notifications") is kept by
+// doing an operation in memory only when the peer is quiet: no sequenced
+// frame unacknowledged, no request unanswered. Otherwise it goes by frame,
+// data and all, behind what is on its way. Operations in memory are
+// complete when the call returns, so a frame sent after them is behind them
+// too.
 
 // ctlWake: a process set a notification of segment h.Seg directly and saw
 // a parked waiter.

@@ -59,27 +59,7 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 		rt.peers.get(from).ack(h.Ack) // a cumulative ack riding on this frame
 	}
 	if err := rt.admit(from, h); err != nil {
-		rt.stats.FramesRejected.Add(1)
-		p.Discard()
-		if errors.Is(err, ErrFenced) && rt.peers.get(from).toldFenced.CompareAndSwap(false, true) {
-			// A replaced process may never hear it from the membership (it
-			// left the Raft configuration) and its unacknowledged frames
-			// are dropped silently: tell it once.
-			rt.reply(from, transport.Header{Type: transport.FrameControl, A: ctlFenced}, nil)
-		}
-		switch {
-		case h.Flags&transport.FlagAck != 0:
-			rt.queueNack(from, h.Seq, codeOf(err))
-		case h.Type == transport.FrameReadReq:
-			rt.reply(from, transport.Header{Type: transport.FrameReadResp, Seq: h.Seq, A: codeOf(err)}, nil)
-		case h.Type == transport.FrameAtomicReq:
-			rt.reply(from, transport.Header{Type: transport.FrameAtomicResp, Seq: h.Seq, B: codeOf(err)}, nil)
-		case h.Type == transport.FrameReadResp || h.Type == transport.FrameAtomicResp:
-			// The answer to a request of an older epoch: its data is not
-			// applied, and the request fails (it would wait for ever).
-			rt.failRequests(func(r *request) bool { return r.id == h.Seq && r.proc == from }, err)
-		}
-		return err
+		return rt.refuse(from, h, p, err)
 	}
 	pr := rt.peers.get(from)
 	pr.landing.Store(uint64(h.Epoch) + 1)
@@ -125,32 +105,65 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 	case transport.FrameHeartbeat:
 		return rt.handleHeartbeat(from, p)
 	case transport.FrameControl:
-		switch h.A {
-		case ctlGoodbye:
-			pr.departed.Store(true)
-			rt.spareSeesEnd()
-		case ctlFenced:
-			rt.fence(fmt.Sprintf("proc %d refused a frame: its committed view declares this process failed", from))
-			return p.Discard()
-		case ctlCollWake:
-			rt.coll.Wake()
-			return p.Discard()
-		case ctlCollNoArea:
-			rt.log.Debug("a member has no collective area", "proc", from, "key", h.Off)
-			rt.recordNoArea(h.Off)
-			return p.Discard()
-		case ctlWake:
-			if seg, err := rt.localSeg(h.Seg); err == nil {
-				seg.Wake()
-			}
-			return p.Discard()
-		}
-		rt.applied(from, h, nil)
-		return p.Discard()
+		return rt.handleControl(from, pr, h, p)
 	}
 	rt.stats.FramesRejected.Add(1)
 	p.Discard()
 	return fmt.Errorf("pgas: unexpected frame type %d from proc %d", h.Type, from)
+}
+
+// refuse answers a frame that admit refused with err: the frame is
+// dropped; a fenced sender is told so once; a frame that wants an answer
+// (an acknowledgement, a read or an atomic) gets a refusal; a response to
+// a request of an older epoch fails that request.
+func (rt *Runtime) refuse(from transport.Proc, h *transport.Header, p transport.Payload, err error) error {
+	rt.stats.FramesRejected.Add(1)
+	p.Discard()
+	if errors.Is(err, ErrFenced) && rt.peers.get(from).toldFenced.CompareAndSwap(false, true) {
+		// A replaced process may never hear it from the membership (it
+		// left the Raft configuration) and its unacknowledged frames
+		// are dropped silently: tell it once.
+		rt.reply(from, transport.Header{Type: transport.FrameControl, A: ctlFenced}, nil)
+	}
+	switch {
+	case h.Flags&transport.FlagAck != 0:
+		rt.queueNack(from, h.Seq, codeOf(err))
+	case h.Type == transport.FrameReadReq:
+		rt.reply(from, transport.Header{Type: transport.FrameReadResp, Seq: h.Seq, A: codeOf(err)}, nil)
+	case h.Type == transport.FrameAtomicReq:
+		rt.reply(from, transport.Header{Type: transport.FrameAtomicResp, Seq: h.Seq, B: codeOf(err)}, nil)
+	case h.Type == transport.FrameReadResp || h.Type == transport.FrameAtomicResp:
+		// The answer to a request of an older epoch: its data is not
+		// applied, and the request fails (it would wait for ever).
+		rt.failRequests(func(r *request) bool { return r.id == h.Seq && r.proc == from }, err)
+	}
+	return err
+}
+
+// handleControl applies a FrameControl frame from a peer, by its h.A.
+func (rt *Runtime) handleControl(from transport.Proc, pr *peer, h *transport.Header, p transport.Payload) error {
+	switch h.A {
+	case ctlGoodbye:
+		pr.departed.Store(true)
+		rt.spareSeesEnd()
+	case ctlFenced:
+		rt.fence(fmt.Sprintf("proc %d refused a frame: its committed view declares this process failed", from))
+		return p.Discard()
+	case ctlCollWake:
+		rt.coll.Wake()
+		return p.Discard()
+	case ctlCollNoArea:
+		rt.log.Debug("a member has no collective area", "proc", from, "key", h.Off)
+		rt.recordNoArea(h.Off)
+		return p.Discard()
+	case ctlWake:
+		if seg, err := rt.localSeg(h.Seg); err == nil {
+			seg.Wake()
+		}
+		return p.Discard()
+	}
+	rt.applied(from, h, nil)
+	return p.Discard()
 }
 
 // knownSender reports whether from is a process of the job in the stored

@@ -12,10 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,46 +24,12 @@ import (
 // 2-core host, where these jobs take well under a second.
 const jobTimeout = 60 * time.Second
 
-var distBins struct {
-	once               sync.Once
-	dir                string
-	gaspirun, terasort string
-	err                error
-}
-
-// buildBins builds gaspirun and terasort once per test binary.
-func buildBins(t *testing.T) (gaspirun, terasort string) {
-	t.Helper()
-	if runtime.GOOS != "linux" || testing.Short() {
-		t.Skip("real-process tests need Linux and no -short")
-	}
-	distBins.once.Do(func() {
-		dir, err := os.MkdirTemp("", "terasort-dist-")
-		if err != nil {
-			distBins.err = err
-			return
-		}
-		distBins.dir = dir
-		cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-			"github.com/gaspigo/gaspigo/cmd/gaspirun", "github.com/gaspigo/gaspigo/apps/terasort/cmd/terasort")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			distBins.err = fmt.Errorf("go build: %v\n%s", err, out)
-			return
-		}
-		distBins.gaspirun = filepath.Join(dir, "gaspirun")
-		distBins.terasort = filepath.Join(dir, "terasort")
-	})
-	if distBins.err != nil {
-		t.Fatal(distBins.err)
-	}
-	return distBins.gaspirun, distBins.terasort
-}
+// bins builds gaspirun and terasort once per test binary.
+var bins = proctest.Program{Pkg: "./apps/terasort/cmd/terasort"}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if distBins.dir != "" {
-		os.RemoveAll(distBins.dir)
-	}
+	bins.Cleanup()
 	os.Exit(code)
 }
 
@@ -79,7 +43,7 @@ func job(t *testing.T, ranks, spares int, args ...string) (int, string) {
 // jobOn is job with more gaspirun flags (launch), such as host labels.
 func jobOn(t *testing.T, ranks, spares int, launch []string, args ...string) (int, string) {
 	t.Helper()
-	gaspirun, terasort := buildBins(t)
+	gaspirun, terasort := bins.Build(t)
 	full := append([]string{"-n", fmt.Sprint(ranks), "--spares", fmt.Sprint(spares), "--timeout", jobTimeout.String(),
 		"--grace", "1s"}, launch...)
 	full = append(append(full, "--", terasort, "sort"), args...)
@@ -466,7 +430,7 @@ func TestDistSortBadInput(t *testing.T) {
 	if code == 0 || !strings.Contains(log, want) || !strings.Contains(log, fmt.Sprint(499*RecordSize)) {
 		t.Fatalf("exit %d; want a failure naming %s and offset %d\n%s", code, bad, 499*RecordSize, log)
 	}
-	_, terasort := buildBins(t)
+	_, terasort := bins.Build(t)
 	for _, c := range []struct {
 		args []string
 		frag string
@@ -526,7 +490,7 @@ func TestDistSortOutputDir(t *testing.T) {
 
 	// A stale part beside a complete output: validate refuses it, and so
 	// does --replace (it cannot tell whose it is).
-	_, terasort := buildBins(t)
+	_, terasort := bins.Build(t)
 	stale := filepath.Join(out, PartName(3))
 	if err := os.WriteFile(stale, make([]byte, 10*RecordSize), 0o600); err != nil {
 		t.Fatal(err)
@@ -559,7 +523,7 @@ func TestDistSortOutputDir(t *testing.T) {
 // with nothing of the sort, says so once, without a recovery line, and a
 // second sort into the same --out works without --replace.
 func TestDistSortInterrupted(t *testing.T) {
-	gaspirun, terasort := buildBins(t)
+	gaspirun, terasort := bins.Build(t)
 	var in, out, log string
 	var sum Summary
 	// A sort that ended before the interrupt reached it tested nothing: a

@@ -182,60 +182,80 @@ func (j *sortJob) splittersFromHeader() error {
 // attempt sends this rank's records from Consumed() on (checkpointing on
 // the way), ends the stream, and writes the received partition to tmp.
 func (j *sortJob) attempt(ctx context.Context, tmp string) (Summary, error) {
-	var sum Summary
 	j.attemptStart = time.Now()
 	from := int64(j.sh.Consumed())
-	next := int64(-1) // the next checkpoint's record count
-	if j.ck != nil && j.c.CkptRecords > 0 {
-		next = (from/j.c.CkptRecords + 1) * j.c.CkptRecords
-		if next > j.maxCk {
-			next = -1
-		}
-	}
+	next := j.nextCheckpoint(from) // the next checkpoint's record count
 	err := ReadShards(ctx, j.shards, from, 0, func(blk []byte, first int64) error {
-		end := first + int64(len(blk)/RecordSize)
-		for i := first; i < end; {
-			if i == next {
-				if err := j.checkpoint(ctx, uint64(i)+1); err != nil {
-					return err
-				}
-				j.printf("sort: sent %d of %d records; checkpoint %d started\n", i, j.mine, i)
-				next += j.c.CkptRecords
-				if next > j.maxCk {
-					next = -1
-				}
-			}
-			if j.inject != nil && j.inject.Phase == "" && i == j.inject.At {
-				f := Fault{Rank: j.rt.Rank(), Sent: i, Records: j.mine, Shuffle: j.sh, SpillDir: j.cfg.SpillDir, Out: j.c.Stdout}
-				if err := j.inject.Fire(f); err != nil {
-					return fmt.Errorf("inject: %w", err)
-				}
-			}
-			// The records up to the next checkpoint or injection go in
-			// one call.
-			stop := end
-			if next > i && next < stop {
-				stop = next
-			}
-			if j.inject != nil && j.inject.Phase == "" && j.inject.At > i && j.inject.At < stop {
-				stop = j.inject.At
-			}
-			lo := int(i-first) * RecordSize
-			if _, err := j.sh.SendKeys(ctx, blk[lo:int(stop-first)*RecordSize], RecordSize); err != nil {
-				return err
-			}
-			i = stop
-		}
-		return j.sh.MarkConsumed(uint64(end))
+		return j.sendBlock(ctx, blk, first, &next)
 	})
 	if err != nil {
-		return sum, err
+		return Summary{}, err
 	}
 	if err := j.sh.CloseSend(ctx); err != nil {
-		return sum, err
+		return Summary{}, err
 	}
 	j.sendDur = time.Since(j.attemptStart)
 	j.printf("sort: sent %d of %d records; merging and writing\n", j.mine, j.mine)
+	return j.writePart(ctx, tmp)
+}
+
+// nextCheckpoint is the record count of the first checkpoint after record
+// i, or -1 when no checkpoint comes after it.
+func (j *sortJob) nextCheckpoint(i int64) int64 {
+	if j.ck == nil || j.c.CkptRecords <= 0 {
+		return -1
+	}
+	next := (i/j.c.CkptRecords + 1) * j.c.CkptRecords
+	if next > j.maxCk {
+		return -1
+	}
+	return next
+}
+
+// sendBlock sends the records of blk, the first of which is record
+// number first, and marks them consumed; on the way it takes the
+// checkpoint due at *next (then the next one) and fires the injection
+// due in the send phase.
+func (j *sortJob) sendBlock(ctx context.Context, blk []byte, first int64, next *int64) error {
+	end := first + int64(len(blk)/RecordSize)
+	sendInject := j.inject != nil && j.inject.Phase == ""
+	for i := first; i < end; {
+		if i == *next {
+			if err := j.checkpoint(ctx, uint64(i)+1); err != nil {
+				return err
+			}
+			j.printf("sort: sent %d of %d records; checkpoint %d started\n", i, j.mine, i)
+			*next = j.nextCheckpoint(i)
+		}
+		if sendInject && i == j.inject.At {
+			f := Fault{Rank: j.rt.Rank(), Sent: i, Records: j.mine, Shuffle: j.sh, SpillDir: j.cfg.SpillDir, Out: j.c.Stdout}
+			if err := j.inject.Fire(f); err != nil {
+				return fmt.Errorf("inject: %w", err)
+			}
+		}
+		// The records up to the next checkpoint or injection go in one
+		// call.
+		stop := end
+		if *next > i && *next < stop {
+			stop = *next
+		}
+		if sendInject && j.inject.At > i && j.inject.At < stop {
+			stop = j.inject.At
+		}
+		lo := int(i-first) * RecordSize
+		if _, err := j.sh.SendKeys(ctx, blk[lo:int(stop-first)*RecordSize], RecordSize); err != nil {
+			return err
+		}
+		i = stop
+	}
+	return j.sh.MarkConsumed(uint64(end))
+}
+
+// writePart writes the partition this rank receives to tmp and returns
+// its summary, once the shuffle ended and the checkpoint being committed
+// is.
+func (j *sortJob) writePart(ctx context.Context, tmp string) (Summary, error) {
+	var sum Summary
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return sum, fmt.Errorf("terasort: %w", err)
@@ -381,36 +401,14 @@ func (j *sortJob) recoverLoop(ctx context.Context, err error) error {
 	return nil
 }
 
+// run is the rank's whole sort: set up, create the checkpoints and the
+// shuffle (or join the survivors' recovery as a spare), then attempt
+// until every part is written and agreed, and finalize.
 func (j *sortJob) run(ctx context.Context) (err error) {
-	rank, n := j.rt.Rank(), j.rt.Size()
-	t0 := time.Now()
-	paths, err := ResolveInputs([]string{j.c.In})
-	if err != nil {
+	rank, t0 := j.rt.Rank(), time.Now()
+	if err := j.setUp(); err != nil {
 		return err
 	}
-	j.shards, j.total, err = SplitInputs(paths, n, rank)
-	if err != nil {
-		return err
-	}
-	j.mine = ShardRecords(j.shards)
-	if j.c.Inject != nil {
-		target := InjectTarget{Rank: rank, Size: n, Host: j.rt.Host(rank), Records: j.mine, Spare: j.rt.StartedAsSpare()}
-		if j.inject, err = j.c.Inject(target); err != nil {
-			return err
-		}
-	}
-	cfg := j.c.Shuffle
-	cfg.SpillDir = strings.ReplaceAll(cfg.SpillDir, "%h", hostDir(j.rt.Host(rank)))
-	// The partitioner is set once the splitters are known (a promoted
-	// spare learns them from the checkpoint, after New).
-	cfg.Partition = func(key []byte, parts int) int { return j.part.Partition(key[:KeySize]) }
-	if j.c.CkptRecords > 0 {
-		// Spill files a checkpoint names are copied to the rank's mirror
-		// holder when it is on another host (kvshuffle Config.Holders).
-		cfg.Holders = func(r int) []int { return j.ck.Holders(r) }
-	}
-	j.hdr = make([]byte, (n-1)*KeySize)
-	j.cfg = cfg
 	// The checkpoints come first, so that a failure anywhere after this
 	// point (the sampling included) is recovered: with no checkpoint
 	// committed yet, every rank starts over (errStartOver).
@@ -440,56 +438,18 @@ func (j *sortJob) run(ctx context.Context) (err error) {
 			j.sh.Close()
 		}
 	}()
-	tSample := time.Since(t0)
+	c := &completion{j: j, rank: rank, size: j.rt.Size(), t0: t0, tSample: time.Since(t0)}
 	if err = j.recoverLoop(ctx, err); err != nil {
 		return err
 	}
-
-	tmp := filepath.Join(j.c.Out, PartName(rank)+".tmp")
+	c.tmp = filepath.Join(j.c.Out, PartName(rank)+".tmp")
 	defer func() {
 		if err != nil {
-			j.leaveOutput(tmp)
+			j.leaveOutput(c.tmp)
 		}
 	}()
-	var sum Summary
-	var st kvshuffle.Stats
-	tShuffle := time.Now()
-	printed := false
-	// Until every rank's part is written and agreed (the final checkpoint,
-	// which records the totals): a failure anywhere on the way rolls every
-	// rank back and the attempt is made again.
-	complete := func(ctx context.Context) error {
-		for !j.done {
-			sum, err = j.attempt(ctx, tmp)
-			if err == nil {
-				st = j.sh.Stats()
-				err = j.finish(ctx, tmp, sum)
-			}
-			if err != nil {
-				if err = j.recoverLoop(ctx, err); err != nil {
-					return err
-				}
-			}
-		}
-		if printed {
-			return nil
-		}
-		printed = true
-		shuffleTime := time.Since(tShuffle)
-		if sum.Records > 0 || st.PairsSent > 0 {
-			fmt.Fprintf(j.c.Stdout, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d copied_bytes=%d held_bytes=%d fetched_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
-				rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.CopiedBytes, st.HeldBytes, st.FetchedBytes, st.MemoryPeak, j.c.Shuffle.MemoryBudget, kvjob.PeakRSS())
-		}
-		j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs (send %.3fs, merge+write %.3fs) total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) ckpt_background=%.3fs recoveries=%d\n",
-			n, j.total, tSample.Seconds(), shuffleTime.Seconds(), j.sendDur.Seconds(), time.Since(j.attemptStart.Add(j.sendDur)).Seconds(), time.Since(t0).Seconds(),
-			float64(j.total*RecordSize)/1e6/time.Since(t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.ckptBg.Seconds(), j.recov)
-		if err := j.markComplete(ctx); err != nil {
-			return err
-		}
-		j.printf("%s\n", j.totals)
-		return nil
-	}
-	if err := complete(ctx); err != nil {
+	c.tShuffle = time.Now()
+	if err := c.complete(ctx); err != nil {
 		return err
 	}
 	if j.ck == nil {
@@ -502,12 +462,105 @@ func (j *sortJob) run(ctx context.Context) (err error) {
 		if err := j.recoverLoop(ctx, cause); err != nil {
 			return err
 		}
-		return complete(ctx)
+		return c.complete(ctx)
 	})
 	if fe := (*recovery.FinalizeError)(nil); errors.As(err, &fe) {
 		return finalizeErr(fe.Err)
 	}
 	return err
+}
+
+// setUp finds this rank's shards of the input, draws its injection and
+// makes the shuffle's configuration.
+func (j *sortJob) setUp() error {
+	rank, n := j.rt.Rank(), j.rt.Size()
+	paths, err := ResolveInputs([]string{j.c.In})
+	if err != nil {
+		return err
+	}
+	j.shards, j.total, err = SplitInputs(paths, n, rank)
+	if err != nil {
+		return err
+	}
+	j.mine = ShardRecords(j.shards)
+	if j.c.Inject != nil {
+		target := InjectTarget{Rank: rank, Size: n, Host: j.rt.Host(rank), Records: j.mine, Spare: j.rt.StartedAsSpare()}
+		if j.inject, err = j.c.Inject(target); err != nil {
+			return err
+		}
+	}
+	cfg := j.c.Shuffle
+	cfg.SpillDir = strings.ReplaceAll(cfg.SpillDir, "%h", hostDir(j.rt.Host(rank)))
+	// The partitioner is set once the splitters are known (a promoted
+	// spare learns them from the checkpoint, after New).
+	cfg.Partition = func(key []byte, parts int) int { return j.part.Partition(key[:KeySize]) }
+	if j.c.CkptRecords > 0 {
+		// Spill files a checkpoint names are copied to the rank's mirror
+		// holder when it is on another host (kvshuffle Config.Holders).
+		cfg.Holders = func(r int) []int { return j.ck.Holders(r) }
+	}
+	j.hdr = make([]byte, (n-1)*KeySize)
+	j.cfg = cfg
+	return nil
+}
+
+// completion is the sort's last phase, which a recovery while the ranks
+// finalize runs again: until every rank's part is written and agreed (the
+// final checkpoint, which records the totals), a failure anywhere on the
+// way rolls every rank back and the attempt is made again; then, once,
+// the figures and the totals.
+type completion struct {
+	j          *sortJob
+	rank, size int
+	tmp        string        // this rank's part being written
+	t0         time.Time     // the run's start
+	tSample    time.Duration // the setup's time, the sampling included
+	tShuffle   time.Time     // the first attempt's start
+	sum        Summary       // the last attempt's part
+	st         kvshuffle.Stats
+	printed    bool
+}
+
+// complete attempts until the final checkpoint is in, then reports.
+func (c *completion) complete(ctx context.Context) error {
+	j := c.j
+	for !j.done {
+		var err error
+		c.sum, err = j.attempt(ctx, c.tmp)
+		if err == nil {
+			c.st = j.sh.Stats()
+			err = j.finish(ctx, c.tmp, c.sum)
+		}
+		if err != nil {
+			if err = j.recoverLoop(ctx, err); err != nil {
+				return err
+			}
+		}
+	}
+	if c.printed {
+		return nil
+	}
+	c.printed = true
+	c.report()
+	if err := j.markComplete(ctx); err != nil {
+		return err
+	}
+	j.printf("%s\n", j.totals)
+	return nil
+}
+
+// report prints this rank's figures (when it sent or received anything)
+// and rank 0's line of the job's times.
+func (c *completion) report() {
+	j, sum, st := c.j, c.sum, c.st
+	shuffleTime := time.Since(c.tShuffle)
+	if sum.Records > 0 || st.PairsSent > 0 {
+		fmt.Fprintf(j.c.Stdout, "sort: rank %d input=%d output=%d pairs_sent=%d pairs_received=%d spills=%d spill_bytes=%d copied_bytes=%d held_bytes=%d fetched_bytes=%d memory_peak=%d budget=%d rss_peak=%s\n",
+			c.rank, j.mine, sum.Records, st.PairsSent, st.PairsReceived, st.Spills, st.SpillBytes, st.CopiedBytes, st.HeldBytes, st.FetchedBytes, st.MemoryPeak, j.c.Shuffle.MemoryBudget, kvjob.PeakRSS())
+	}
+	j.printf("sort: ranks=%d records=%d sample=%.3fs shuffle+write=%.3fs (send %.3fs, merge+write %.3fs) total=%.3fs (%.0f MB/s) checkpoints=%d (%.3fs) ckpt_background=%.3fs recoveries=%d\n",
+		c.size, j.total, c.tSample.Seconds(), shuffleTime.Seconds(), j.sendDur.Seconds(), time.Since(j.attemptStart.Add(j.sendDur)).Seconds(), time.Since(c.t0).Seconds(),
+		float64(j.total*RecordSize)/1e6/time.Since(c.t0).Seconds(), j.ckpts, j.ckptDur.Seconds(), j.ckptBg.Seconds(), j.recov)
 }
 
 // leaveOutput tidies --out after a failed or interrupted run, so that it

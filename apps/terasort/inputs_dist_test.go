@@ -18,7 +18,7 @@ import (
 // records, checksum and duplicate keys (50 records are copied into a
 // second file, so 50 keys repeat).
 func TestDistSortArbitraryNames(t *testing.T) {
-	_, terasort := buildBins(t)
+	_, terasort := bins.Build(t)
 	gen, sum := genInput(t, 20000, 3)
 	in := filepath.Join(t.TempDir(), "gensort data")
 	if err := os.Mkdir(in, 0o700); err != nil {

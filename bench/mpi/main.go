@@ -83,29 +83,20 @@ var figures = []figure{
 	{"barrier", key{"barrier", 0}, key{"barrier", 0}, "us", false, 1.2},
 }
 
+// options are the command's flags.
+type options struct {
+	rounds         int
+	ranks          []int
+	minTime        time.Duration
+	spin, pollSpin time.Duration
+	bin            string
+}
+
+// results are the figures of every round: by rank count, system and key.
+type results map[int]map[system]map[key][]float64
+
 func main() {
-	rounds := flag.Int("rounds", 1, "runs of each system per rank count, taking turns; figures are medians over them")
-	ranksFlag := flag.String("ranks", "2,4", "comma-separated rank counts")
-	minTime := flag.Duration("min-time", 200*time.Millisecond, "least time per measurement (osc_bench and gaspibench --min-time)")
-	spin := flag.Duration("spin", 0, "gaspibench --spin (the runtime's SpinWait)")
-	pollSpin := flag.Duration("poll-spin", 0, "gaspibench --poll-spin (the TCP reader's PollSpin)")
-	bin := flag.String("bin", "", "directory holding gaspirun and gaspibench (default: build them)")
-	flag.Parse()
-	ranks, err := parseRanks(*ranksFlag)
-	if err == nil && (*rounds < 1 || *rounds > 100) {
-		err = fmt.Errorf("-rounds %d: want 1..100", *rounds)
-	}
-	if err == nil && (*minTime <= 0 || *minTime > 10*time.Second) {
-		err = fmt.Errorf("-min-time %v: want (0, 10s]", *minTime)
-	}
-	if err != nil {
-		fail(err)
-	}
-	for _, tool := range []string{"mpicc", "mpirun"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			fail(fmt.Errorf("%s not found: install Debian's Open MPI (apt-get install -y openmpi-bin libopenmpi-dev)", tool))
-		}
-	}
+	o := parseOptions()
 	tmp, err := os.MkdirTemp("", "mpibench-")
 	if err != nil {
 		fail(err)
@@ -115,7 +106,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	dir := *bin
+	dir := o.bin
 	if dir == "" {
 		d, cleanup, err := proctest.Build("mpibench", false, "./cmd/gaspirun", "./cmd/gaspibench")
 		if err != nil {
@@ -124,21 +115,65 @@ func main() {
 		defer cleanup()
 		dir = d
 	}
-
 	load := proctest.LoadAvg()
 	start := time.Now()
-	got := map[int]map[system]map[key][]float64{}
-	for _, n := range ranks {
+	got := measure(o, osc, dir)
+	fmt.Printf("# bench/mpi: Open MPI (%s) over shared memory (vader) and TCP loopback, and gaspibench over\n", mpiVersion())
+	fmt.Printf("# TCP loopback (PGAS_SHM=0) and shared memory, on this machine in one run; %d round(s) taking turns, medians over them.\n", o.rounds)
+	fmt.Printf("# gaspibench --spin %v --poll-spin %v; --min-time %v.\n", o.spin, o.pollSpin, o.minTime)
+	fmt.Printf("# Ratios are ours/theirs: higher is better for MiB/s, lower for us.\n")
+	fmt.Printf("# load average before: %s; after: %s; took %v\n", load, proctest.LoadAvg(), time.Since(start).Round(time.Second))
+	for _, n := range o.ranks {
+		printRanks(got, n)
+	}
+}
+
+// parseOptions reads and checks the flags, and that Open MPI is
+// installed; it ends the program when they are not right.
+func parseOptions() options {
+	var o options
+	flag.IntVar(&o.rounds, "rounds", 1, "runs of each system per rank count, taking turns; figures are medians over them")
+	ranksFlag := flag.String("ranks", "2,4", "comma-separated rank counts")
+	flag.DurationVar(&o.minTime, "min-time", 200*time.Millisecond, "least time per measurement (osc_bench and gaspibench --min-time)")
+	flag.DurationVar(&o.spin, "spin", 0, "gaspibench --spin (the runtime's SpinWait)")
+	flag.DurationVar(&o.pollSpin, "poll-spin", 0, "gaspibench --poll-spin (the TCP reader's PollSpin)")
+	flag.StringVar(&o.bin, "bin", "", "directory holding gaspirun and gaspibench (default: build them)")
+	flag.Parse()
+	var err error
+	o.ranks, err = parseRanks(*ranksFlag)
+	if err == nil && (o.rounds < 1 || o.rounds > 100) {
+		err = fmt.Errorf("-rounds %d: want 1..100", o.rounds)
+	}
+	if err == nil && (o.minTime <= 0 || o.minTime > 10*time.Second) {
+		err = fmt.Errorf("-min-time %v: want (0, 10s]", o.minTime)
+	}
+	if err != nil {
+		fail(err)
+	}
+	for _, tool := range []string{"mpicc", "mpirun"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			fail(fmt.Errorf("%s not found: install Debian's Open MPI (apt-get install -y openmpi-bin libopenmpi-dev)", tool))
+		}
+	}
+	return o
+}
+
+// measure runs every system for each rank count, o.rounds times, taking
+// turns: osc_bench (osc) under Open MPI, gaspibench from dir under
+// gaspirun.
+func measure(o options, osc, dir string) results {
+	got := results{}
+	for _, n := range o.ranks {
 		got[n] = map[system]map[key][]float64{}
-		for r := range *rounds {
+		for r := range o.rounds {
 			for i := range systems {
 				s := systems[(i+r)%len(systems)]
 				var rows map[key]float64
 				var err error
 				if s == ours || s == oursSM {
-					rows, err = runOurs(dir, s, n, *minTime, *spin, *pollSpin)
+					rows, err = runOurs(dir, s, n, o.minTime, o.spin, o.pollSpin)
 				} else {
-					rows, err = runMPI(osc, s, n, *minTime)
+					rows, err = runMPI(osc, s, n, o.minTime)
 				}
 				if err != nil {
 					fail(fmt.Errorf("%d ranks, round %d, %s: %w", n, r+1, s, err))
@@ -152,43 +187,45 @@ func main() {
 			}
 		}
 	}
+	return got
+}
 
-	fmt.Printf("# bench/mpi: Open MPI (%s) over shared memory (vader) and TCP loopback, and gaspibench over\n", mpiVersion())
-	fmt.Printf("# TCP loopback (PGAS_SHM=0) and shared memory, on this machine in one run; %d round(s) taking turns, medians over them.\n", *rounds)
-	fmt.Printf("# gaspibench --spin %v --poll-spin %v; --min-time %v.\n", *spin, *pollSpin, *minTime)
-	fmt.Printf("# Ratios are ours/theirs: higher is better for MiB/s, lower for us.\n")
-	fmt.Printf("# load average before: %s; after: %s; took %v\n", load, proctest.LoadAvg(), time.Since(start).Round(time.Second))
-	for _, n := range ranks {
-		fmt.Printf("\n# %d ranks\n", n)
-		fmt.Printf("%-36s %6s %11s %11s %11s %11s %12s %10s\n", "figure", "unit", "mpi-vader", "mpi-tcp", "ours-tcp", "ours-shm", "shm/vader", "tcp/tcp")
-		var checks []string
-		for _, f := range figures {
-			v := stats.Median(got[n][vader][f.mpi])
-			t := stats.Median(got[n][mpiTCP][f.mpi])
-			o := stats.Median(got[n][ours][f.ours])
-			m := stats.Median(got[n][oursSM][f.ours])
-			fmt.Printf("%-36s %6s %11s %11s %11s %11s %12s %10s\n", f.name, f.unit, num(v), num(t), num(o), num(m), ratio(m, v), ratio(o, t))
-			if f.target > 0 && n == 2 && t > 0 && o > 0 {
-				r := o / t
-				met := r <= f.target
-				cmp := "<="
-				if f.higher {
-					met, cmp = r >= f.target, ">="
-				}
-				word := "NOT met"
-				if met {
-					word = "met"
-				}
-				checks = append(checks, fmt.Sprintf("  %-36s ours/mpi-tcp %s %.1f: %.2f %s", f.name, cmp, f.target, r, word))
-			}
-		}
-		if len(checks) > 0 {
-			fmt.Println("# TCP targets of issue 11 (2 ranks)")
-			for _, c := range checks {
-				fmt.Println(c)
-			}
+// printRanks prints the table of n ranks: each figure's medians and
+// ratios, then, for 2 ranks, the TCP targets of issue 11.
+func printRanks(got results, n int) {
+	fmt.Printf("\n# %d ranks\n", n)
+	fmt.Printf("%-36s %6s %11s %11s %11s %11s %12s %10s\n", "figure", "unit", "mpi-vader", "mpi-tcp", "ours-tcp", "ours-shm", "shm/vader", "tcp/tcp")
+	var checks []string
+	for _, f := range figures {
+		v := stats.Median(got[n][vader][f.mpi])
+		t := stats.Median(got[n][mpiTCP][f.mpi])
+		o := stats.Median(got[n][ours][f.ours])
+		m := stats.Median(got[n][oursSM][f.ours])
+		fmt.Printf("%-36s %6s %11s %11s %11s %11s %12s %10s\n", f.name, f.unit, num(v), num(t), num(o), num(m), ratio(m, v), ratio(o, t))
+		if f.target > 0 && n == 2 && t > 0 && o > 0 {
+			checks = append(checks, f.check(o/t))
 		}
 	}
+	if len(checks) > 0 {
+		fmt.Println("# TCP targets of issue 11 (2 ranks)")
+		for _, c := range checks {
+			fmt.Println(c)
+		}
+	}
+}
+
+// check is the line that says whether r, ours/mpi-tcp, meets f's target.
+func (f figure) check(r float64) string {
+	met := r <= f.target
+	cmp := "<="
+	if f.higher {
+		met, cmp = r >= f.target, ">="
+	}
+	word := "NOT met"
+	if met {
+		word = "met"
+	}
+	return fmt.Sprintf("  %-36s ours/mpi-tcp %s %.1f: %.2f %s", f.name, cmp, f.target, r, word)
 }
 
 func fail(err error) {

@@ -126,6 +126,9 @@ type stamped struct {
 	at   time.Time
 }
 
+// runJob runs one K-means job of n ranks (with a SIGKILL when inject is
+// set), watching its processes' descriptors, memory and sockets at rest,
+// and returns its figures read from the job's lines.
 func runJob(dir string, n, spares, iters int, inject string, timeout time.Duration) result {
 	r := result{n: n, run: "clean", load: proctest.LoadAvg()}
 	args := []string{"-n", strconv.Itoa(n), "--spares", strconv.Itoa(spares), "--timeout", timeout.String(), "--",
@@ -139,70 +142,118 @@ func runJob(dir string, n, spares, iters int, inject string, timeout time.Durati
 	cmd := exec.Command(filepath.Join(dir, "gaspirun"), append([]string{"--job-id", jobID}, args...)...)
 	cmd.Env = append(os.Environ(), "PGAS_LOG=warn")
 	procs := proctest.NewProcs()
-	var lines []stamped // built by the job's OnLine, read once it ended
-	var socks []int
-	atRest := make(chan struct{})
-	onLine := func(pl proctest.Line) {
-		l := pl.Text
-		lines = append(lines, stamped{l, pl.Time})
-		if m := iterRE.FindStringSubmatch(l); m != nil && m[1] == restIter && socks == nil {
-			socks = []int{}
-			go func() {
-				defer close(atRest)
-				for _, pid := range procs.PIDs() {
-					if n, ok := sockets(pid); ok {
-						socks = append(socks, n)
-					}
-				}
-			}()
-		}
-	}
+	rec := &recorder{procs: procs, atRest: make(chan struct{})}
 	t0 := time.Now()
-	j, err := proctest.Start(proctest.JobConfig{OnLine: onLine, Bound: timeout + time.Minute}, cmd)
+	j, err := proctest.Start(proctest.JobConfig{OnLine: rec.onLine, Bound: timeout + time.Minute}, cmd)
 	if err != nil {
 		r.code = -1
 		return r
 	}
 	stopWatch := procs.Watch(jobID, cmd.Process.Pid, 100*time.Millisecond)
-	var (
-		mu    sync.Mutex
-		fds   int
-		peaks = map[int]int64{}
-	)
-	stopSample := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			for _, pid := range procs.PIDs() {
-				f, rss := sample(pid)
-				mu.Lock()
-				fds = max(fds, f)
-				peaks[pid] = max(peaks[pid], rss)
-				mu.Unlock()
-			}
-			select {
-			case <-stopSample:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	sm := startSampler(procs)
 	j.Wait(context.Background()) // the bound ends it
-	if socks != nil {
-		<-atRest
+	if rec.socks != nil {
+		<-rec.atRest
 	}
 	_, _, end, _ := j.Procs()[0].Exit()
-	close(stopSample)
-	<-sampled
+	fds, rss := sm.stop()
 	stopWatch()
 	r.left = len(procs.Leftovers(15 * time.Second))
 	r.code = cmd.ProcessState.ExitCode()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		r.code = -int(ws.Signal())
 	}
+	r.readLines(rec.lines, t0, end)
+	r.fdMax = fds
+	if socks := rec.socks; len(socks) > 0 {
+		slices.Sort(socks)
+		r.sockMed, r.sockMax = socks[len(socks)/2], socks[len(socks)-1]
+	}
+	if len(rss) > 0 {
+		slices.Sort(rss)
+		r.rssMax, r.rssMed = rss[len(rss)-1], rss[len(rss)/2]
+	}
+	r.reportTrouble(rec.lines)
+	return r
+}
+
+// recorder keeps a job's lines (its OnLine, read once the job ended) and
+// counts the sockets of every process once rank 0 has done restIter.
+type recorder struct {
+	procs  *proctest.Procs
+	lines  []stamped
+	socks  []int         // per process; nil until counted
+	atRest chan struct{} // closed once socks is complete
+}
+
+func (rec *recorder) onLine(pl proctest.Line) {
+	l := pl.Text
+	rec.lines = append(rec.lines, stamped{l, pl.Time})
+	if m := iterRE.FindStringSubmatch(l); m != nil && m[1] == restIter && rec.socks == nil {
+		rec.socks = []int{}
+		go func() {
+			defer close(rec.atRest)
+			for _, pid := range rec.procs.PIDs() {
+				if n, ok := sockets(pid); ok {
+					rec.socks = append(rec.socks, n)
+				}
+			}
+		}()
+	}
+}
+
+// sampler samples every process's descriptors and resident memory every
+// 200 ms.
+type sampler struct {
+	mu    sync.Mutex
+	fds   int           // the most descriptors of any process
+	peaks map[int]int64 // KiB, per pid
+	quit  chan struct{}
+	done  chan struct{}
+}
+
+func startSampler(procs *proctest.Procs) *sampler {
+	sm := &sampler{peaks: map[int]int64{}, quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(sm.done)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			for _, pid := range procs.PIDs() {
+				f, rss := sample(pid)
+				sm.mu.Lock()
+				sm.fds = max(sm.fds, f)
+				sm.peaks[pid] = max(sm.peaks[pid], rss)
+				sm.mu.Unlock()
+			}
+			select {
+			case <-sm.quit:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return sm
+}
+
+// stop ends the sampling and returns the most descriptors of any process
+// and each process's peak resident memory.
+func (sm *sampler) stop() (fds int, rss []int64) {
+	close(sm.quit)
+	<-sm.done
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	for _, v := range sm.peaks {
+		rss = append(rss, v)
+	}
+	return sm.fds, rss
+}
+
+// readLines sets r's times and counts from the job's lines (t0: the
+// job's start, end: gaspirun's exit): rank 0's first and median
+// iteration, the kill's recovery, the epochs, the exit after the result,
+// the warnings.
+func (r *result) readLines(lines []stamped, t0, end time.Time) {
 	var its []time.Duration
 	var killAt time.Time
 	recovered := false
@@ -244,23 +295,12 @@ func runJob(dir string, n, spares, iters int, inject string, timeout time.Durati
 		slices.Sort(its)
 		r.iter = its[len(its)/2]
 	}
-	mu.Lock()
-	r.fdMax = fds
-	var rss []int64
-	for _, v := range peaks {
-		rss = append(rss, v)
-	}
-	mu.Unlock()
-	if len(socks) > 0 {
-		slices.Sort(socks)
-		r.sockMed, r.sockMax = socks[len(socks)/2], socks[len(socks)-1]
-	}
-	if len(rss) > 0 {
-		slices.Sort(rss)
-		r.rssMax, r.rssMed = rss[len(rss)-1], rss[len(rss)/2]
-	}
+}
+
+// reportTrouble prints to stderr the kinds of warnings the job logged,
+// counted, with one example each, and its last lines when it failed.
+func (r *result) reportTrouble(lines []stamped) {
 	if r.warnings > 0 {
-		// What they were: the kinds, counted, with one example each.
 		kinds, first := map[string]int{}, map[string]string{}
 		for _, l := range lines {
 			if warnRE.MatchString(l.text) {
@@ -270,18 +310,17 @@ func runJob(dir string, n, spares, iters int, inject string, timeout time.Durati
 				}
 			}
 		}
-		fmt.Fprintf(os.Stderr, "procscale: N=%d %s: %d warnings\n", n, r.run, r.warnings)
+		fmt.Fprintf(os.Stderr, "procscale: N=%d %s: %d warnings\n", r.n, r.run, r.warnings)
 		for k, c := range kinds {
 			fmt.Fprintf(os.Stderr, "  %d x %s\n", c, first[k])
 		}
 	}
 	if r.code != 0 {
-		fmt.Fprintf(os.Stderr, "procscale: N=%d %s exited %d; last lines:\n", n, r.run, r.code)
+		fmt.Fprintf(os.Stderr, "procscale: N=%d %s exited %d; last lines:\n", r.n, r.run, r.code)
 		for _, l := range lines[max(0, len(lines)-15):] {
 			fmt.Fprintln(os.Stderr, "  "+l.text)
 		}
 	}
-	return r
 }
 
 // restIter is the iteration of rank 0 after which the sockets at rest are

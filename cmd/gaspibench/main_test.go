@@ -10,26 +10,22 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
-// build compiles gaspirun and gaspibench into a fresh directory.
+// build compiles gaspirun and gaspibench into a directory removed at the
+// end of the test.
 func build(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs real processes")
 	}
-	goBin, err := exec.LookPath("go")
+	dir, cleanup, err := proctest.Build("gaspibench", false, "./cmd/gaspirun", "./cmd/gaspibench")
 	if err != nil {
-		t.Skip("no go command on PATH")
+		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", dir+string(filepath.Separator),
-		"github.com/gaspigo/gaspigo/cmd/gaspirun", "github.com/gaspigo/gaspigo/cmd/gaspibench")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	t.Cleanup(cleanup)
 	return dir
 }
 

@@ -13,7 +13,7 @@ import (
 // external lists the commands of shell blocks that are not the
 // repository's: system tools and shell builtins the documents use.
 var external = []string{
-	"apt-get", "cat", "curl", "docker", "echo", "env", "eval", "exec", "export", "go", "grep", "head",
+	"apt-get", "cat", "cd", "curl", "docker", "echo", "env", "eval", "exec", "export", "go", "grep", "head",
 	"kind", "kubectl", "mkdir", "printf", "salloc", "sbatch", "scontrol", "sh", "srun",
 }
 

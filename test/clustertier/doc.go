@@ -3,6 +3,12 @@
 // hosts, and a real Slurm (deploy/slurm) on this machine. It holds tests
 // only.
 //
+// It is a module of its own (go.mod here, the root module replaced by
+// ../..), so that k8s.io/api and the YAML parser stay out of the library's
+// go.mod; the root's go test ./... leaves it out. Run it from here:
+//
+//	cd test/clustertier && go test ./...
+//
 // TestMain builds gaspirun, gaspipod and kmeans with deploy/build.sh, the
 // build the container image runs, and TestImageBinariesAreStatic checks
 // that they are static. Every job is K-means, 200,000 points, 40

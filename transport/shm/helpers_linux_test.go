@@ -5,6 +5,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
 
 // newCluster returns n transports for procs 0..n-1 that know each other's
@@ -12,27 +13,20 @@ import (
 func newCluster(t testing.TB, n int, mod func(*Config)) []*Transport {
 	t.Helper()
 	token := auth.NewToken()
-	ts := make([]*Transport, n)
-	addrs := make(map[transport.Proc]string, n)
-	for i := range ts {
+	return transporttest.NewCluster(t, n, func(self transport.Proc) (*Transport, error) {
 		cfg := DefaultConfig()
-		cfg.Self, cfg.Token = transport.Proc(i), token
+		cfg.Self, cfg.Token = self, token
 		cfg.RingSize = MinRingSize
 		if mod != nil {
 			mod(&cfg)
 		}
-		tr, err := New(cfg)
-		if err != nil {
-			t.Fatalf("New(proc %d): %v", i, err)
-		}
-		t.Cleanup(func() { _ = tr.Close() })
-		ts[i] = tr
-		addrs[transport.Proc(i)] = tr.Addr()
-	}
-	for i, tr := range ts {
-		if err := tr.SetPeers(addrs); err != nil {
-			t.Fatalf("SetPeers(proc %d): %v", i, err)
-		}
-	}
-	return ts
+		return New(cfg)
+	})
+}
+
+// startCluster is newCluster of n started, each with a Recorder.
+func startCluster(t *testing.T, n int) ([]*Transport, []*transporttest.Recorder) {
+	t.Helper()
+	ts := newCluster(t, n, nil)
+	return ts, transporttest.StartAll(t, ts)
 }

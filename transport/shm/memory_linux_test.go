@@ -8,6 +8,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
 
 // FetchMemory brings a peer's memfd over the authenticated socket: the
@@ -36,7 +37,7 @@ func TestFetchMemory(t *testing.T) {
 		key  uint64
 	}
 	asked := make(chan ask, 4)
-	ctx := testCtx(t)
+	ctx := transporttest.Context(t, transporttest.Timeout)
 	if _, _, err := asker.FetchMemory(ctx, 0, 7); err == nil {
 		t.Fatal("a peer that shares no memory yet answered a request")
 	}

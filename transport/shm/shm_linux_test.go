@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -16,25 +15,6 @@ import (
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
-
-func startCluster(t *testing.T, n int) ([]*Transport, []*transporttest.Recorder) {
-	t.Helper()
-	ts := newCluster(t, n, nil)
-	recs := make([]*transporttest.Recorder, n)
-	for i, tr := range ts {
-		recs[i] = transporttest.NewRecorder()
-		if err := tr.Start(recs[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ts, recs
-}
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), transporttest.Timeout)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // A process of another job (another token) gets no ring mapped: its Send
 // fails with ErrNoPath, the listener counts a refusal, and nothing is
@@ -55,12 +35,12 @@ func TestForeignTokenRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := transport.Header{Type: transport.FramePassive}
-	err = stranger.Send(testCtx(t), 0, &h, []byte("let me in"))
+	err = stranger.Send(transporttest.Context(t, transporttest.Timeout), 0, &h, []byte("let me in"))
 	if !errors.Is(err, ErrNoPath) || !errors.Is(err, transport.ErrAuth) {
 		t.Fatalf("Send with a foreign token: got %v, want ErrNoPath and ErrAuth", err)
 	}
 	// Proc 1 is not a peer of ts[0] either; both reasons refuse it.
-	ctx := testCtx(t)
+	ctx := transporttest.Context(t, transporttest.Timeout)
 	for ts[0].Stats().Refused.Load() == 0 {
 		runtime.Gosched()
 		if ctx.Err() != nil {
@@ -77,7 +57,7 @@ func TestForeignTokenRefused(t *testing.T) {
 // without reading out of bounds.
 func TestCorruptTail(t *testing.T) {
 	ts, recs := startCluster(t, 2)
-	ctx := testCtx(t)
+	ctx := transporttest.Context(t, transporttest.Timeout)
 	h := transport.Header{Type: transport.FramePassive}
 	if err := ts[0].Send(ctx, 1, &h, []byte("hello")); err != nil {
 		t.Fatal(err)
@@ -136,7 +116,7 @@ func TestRingsOnFirstUse(t *testing.T) {
 			}
 		}
 	}
-	ctx := testCtx(t)
+	ctx := transporttest.Context(t, transporttest.Timeout)
 	for i, tr := range ts {
 		h := transport.Header{Type: transport.FramePassive}
 		if err := tr.Send(ctx, transport.Proc((i+1)%n), &h, []byte("next")); err != nil {
@@ -165,7 +145,7 @@ func TestRingsOnFirstUse(t *testing.T) {
 // PeerDown, and the peer's frames keep arriving.
 func TestDialBackFailureKeepsPeer(t *testing.T) {
 	ts, recs := startCluster(t, 2)
-	ctx := testCtx(t)
+	ctx := transporttest.Context(t, transporttest.Timeout)
 	h := transport.Header{Type: transport.FramePassive, Seq: 1}
 	if err := ts[1].Send(ctx, 0, &h, []byte("first")); err != nil {
 		t.Fatal(err)
@@ -229,7 +209,7 @@ func TestUnconfirmedRingDropped(t *testing.T) {
 	}
 	c.Close() // no confirmation
 
-	ctx := testCtx(t)
+	ctx := transporttest.Context(t, transporttest.Timeout)
 	h := transport.Header{Type: transport.FramePassive, Seq: 7}
 	if err := ts[1].Send(ctx, 0, &h, []byte("the real ring")); err != nil {
 		t.Fatalf("Send 1->0 after an unconfirmed ring: %v", err)

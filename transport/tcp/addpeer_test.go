@@ -8,6 +8,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
 
 // Rule (transport.PeerAdder): AddPeer refuses what cannot be a peer's
@@ -38,7 +39,7 @@ func TestAddPeerBadInput(t *testing.T) {
 		}
 	}
 	h := transport.Header{Type: transport.FramePassive}
-	if err := tr.Send(ctxWait(t), 5, &h, nil); !errors.Is(err, transport.ErrUnknownPeer) {
+	if err := tr.Send(transporttest.Context(t, wait), 5, &h, nil); !errors.Is(err, transport.ErrUnknownPeer) {
 		t.Errorf("a refused AddPeer was applied: Send to 5 = %v, want ErrUnknownPeer", err)
 	}
 
@@ -82,7 +83,7 @@ func TestAddPeerJoiner(t *testing.T) {
 	if err := joiner.Start(rj); err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxWait(t)
+	ctx := transporttest.Context(t, wait)
 	h := transport.Header{Type: transport.FramePassive, Seq: 1}
 	if err := ts[0].Send(ctx, 5, &h, nil); !errors.Is(err, transport.ErrUnknownPeer) {
 		t.Fatalf("Send to the joiner before AddPeer = %v, want ErrUnknownPeer", err)
@@ -122,11 +123,11 @@ func TestAddPeerConcurrentSends(t *testing.T) {
 	if err := joiner.Start(rj); err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxWait(t)
+	ctx := transporttest.Context(t, wait)
 	const senders = 8
 	added := make(chan struct{})
 	var wg sync.WaitGroup
-	errs := &errList{}
+	errs := &transporttest.Errors{}
 	for i := range senders {
 		wg.Go(func() {
 			for {
@@ -142,13 +143,13 @@ func TestAddPeerConcurrentSends(t *testing.T) {
 				case err == nil:
 					return
 				case !errors.Is(err, transport.ErrUnknownPeer):
-					errs.add("sender %d: Send to the joiner = %v, want nil or ErrUnknownPeer", i, err)
+					errs.Add("sender %d: Send to the joiner = %v, want nil or ErrUnknownPeer", i, err)
 					return
 				case after:
-					errs.add("sender %d: ErrUnknownPeer after AddPeer returned: %v", i, err)
+					errs.Add("sender %d: ErrUnknownPeer after AddPeer returned: %v", i, err)
 					return
 				case ctx.Err() != nil:
-					errs.add("sender %d: %v", i, ctx.Err())
+					errs.Add("sender %d: %v", i, ctx.Err())
 					return
 				}
 			}
@@ -159,7 +160,7 @@ func TestAddPeerConcurrentSends(t *testing.T) {
 	}
 	close(added)
 	wg.Wait()
-	errs.report(t)
+	errs.Report(t)
 	got := map[uint64]bool{}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -138,7 +139,7 @@ func TestSetPeers(t *testing.T) {
 		}
 	}
 	h := transport.Header{Type: transport.FramePassive}
-	if err := t1.Send(ctxWait(t), 0, &h, nil); !errors.Is(err, transport.ErrUnknownPeer) {
+	if err := t1.Send(transporttest.Context(t, wait), 0, &h, nil); !errors.Is(err, transport.ErrUnknownPeer) {
 		t.Errorf("a rejected table was partly applied: Send to 0 = %v, want ErrUnknownPeer", err)
 	}
 
@@ -167,7 +168,7 @@ func TestSetPeers(t *testing.T) {
 
 func TestSendErrors(t *testing.T) {
 	ts := newCluster(t, 2, nil)
-	ctx := ctxWait(t)
+	ctx := transporttest.Context(t, wait)
 	h := transport.Header{Type: transport.FramePassive}
 	if err := ts[0].Send(ctx, 1, &h, nil); !errors.Is(err, ErrNotStarted) {
 		t.Errorf("Send before Start: %v, want ErrNotStarted", err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
 
 // writeCounter counts the writes made on a dialed connection.
@@ -27,7 +28,7 @@ func (w writeCounter) NetConn() net.Conn { return w.Conn }
 // connOf returns tr's connection to peer, which is up.
 func connOf(t *testing.T, tr *Transport, peer transport.Proc) *conn {
 	t.Helper()
-	c, err := tr.connTo(ctxWait(t), peer) // dials it, as a first Send would
+	c, err := tr.connTo(transporttest.Context(t, wait), peer) // dials it, as a first Send would
 	if err != nil {
 		t.Fatalf("connecting proc %d to %d: %v", tr.self, peer, err)
 	}
@@ -74,7 +75,7 @@ func TestBatchOneWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := connOf(t, ts[0], 1)
-	ctx := ctxWait(t)
+	ctx := transporttest.Context(t, wait)
 
 	c.wsem <- struct{}{} // hold the write token: nothing reaches the wire
 	before := writes.Load()
@@ -149,7 +150,7 @@ func TestBatchFlushedAtClose(t *testing.T) {
 	for seq := range uint64(frames) {
 		h := transport.Header{Type: transport.FramePassive, Seq: seq}
 		if seq%2 == 0 {
-			if err := ts[0].Send(ctxWait(t), 1, &h, []byte("x")); err != nil {
+			if err := ts[0].Send(transporttest.Context(t, wait), 1, &h, []byte("x")); err != nil {
 				t.Fatalf("Send %d: %v", seq, err)
 			}
 		} else if !ts[0].Queue(1, &h, []byte("y")) {

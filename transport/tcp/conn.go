@@ -193,8 +193,7 @@ func (c *conn) writeBatch() error {
 // held.
 func (c *conn) writeRaw(b []byte) error {
 	if !c.wdeadline.IsZero() {
-		_ = c.nc.SetWriteDeadline(time.Time{})
-		c.wdeadline = time.Time{}
+		c.resetWriteDeadline()
 	}
 	var err error
 	if c.sock != nil {
@@ -259,6 +258,10 @@ func (t *Transport) upLocked(p *peer, nc net.Conn, dialed bool) *conn {
 
 // send queues one small frame (Config.BatchFrame) or writes one frame,
 // with the batch queued before it. See Transport.Send for the ctx rules.
+// Its steps: queue a small frame; take the write token; clear a deadline
+// an earlier Send left; write the batch and the frame, the ctx's end
+// cutting the write short; then count the frames, or hand an unfinished
+// frame to a background writer, or fail the connection.
 func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) error {
 	t := c.t
 	if transport.HeaderSize+len(payload) <= t.cfg.BatchFrame && c.enqueue(h, payload) {
@@ -267,12 +270,8 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 	select {
 	case c.wsem <- struct{}{}:
 	default:
-		select {
-		case c.wsem <- struct{}{}:
-		case <-ctx.Done():
-			return fmt.Errorf("tcp: send to peer %d: waiting for the connection: %w", c.peer.id, ctx.Err())
-		case <-t.closing:
-			return transport.ErrClosed
+		if err := c.waitToken(ctx); err != nil {
+			return err
 		}
 	}
 	detached := false // the token passed to a background writer
@@ -288,12 +287,10 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 		return fmt.Errorf("tcp: send to peer %d: %w", c.peer.id, err)
 	}
 	c.touch()
-
 	if !c.wdeadline.IsZero() {
-		// A previous Send's ctx ended mid-write and left a deadline.
-		_ = c.nc.SetWriteDeadline(time.Time{})
-		c.wdeadline = time.Time{}
+		c.resetWriteDeadline() // a previous Send's ctx ended mid-write and left one
 	}
+
 	// The ctx's end (deadline or cancellation) sets a past write deadline,
 	// which unblocks the write in progress.
 	var stop func() bool
@@ -308,7 +305,6 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 
 	h.Encode(c.hdr[:])
 	pre, preFrames, prePayload := c.takeBatch()
-	total := int64(len(pre) + transport.HeaderSize + len(payload))
 	var n int64
 	var err error
 	if c.sock != nil {
@@ -326,67 +322,101 @@ func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) er
 	if n == 0 && err != nil {
 		c.requeue(pre, preFrames, prePayload) // its Sends returned: it must still leave
 		pre, preFrames, prePayload = nil, 0, 0
-		total = int64(transport.HeaderSize + len(payload))
 	}
 	if stop != nil && !stop() {
 		<-fired // the deadline is in the past now; the next send clears it
 		c.wdeadline = aLongTimeAgo
 	}
+	frames, pl := 1+preFrames, len(payload)+prePayload
 	if err == nil && c.sock != nil && c.sock.rest != nil {
-		// TLS: the ctx ended mid-frame; the frame's records are complete
-		// in rest, and a background writer puts them on the wire.
-		rest := c.sock.rest
-		c.sock.rest = nil
-		_ = c.nc.SetWriteDeadline(time.Time{})
-		c.wdeadline = time.Time{}
-		frames, pl := 1+preFrames, len(payload)+prePayload
-		if !t.goTracked(func() { c.finishWrite(c.sock.Conn, rest, frames, pl) }) {
-			return transport.ErrClosed
-		}
-		detached = true
-		ctxErr := ctx.Err()
-		if ctxErr == nil {
-			ctxErr = context.DeadlineExceeded // only the AfterFunc sets deadlines; not expected
-		}
-		t.log.Debug("tcp: send timed out mid-frame; finishing its TLS records in the background",
-			"peer", uint32(c.peer.id), "unwritten", len(rest), "err", ctxErr)
-		return fmt.Errorf("tcp: send to peer %d: %w (part of the frame was written; it is completed in the background)", c.peer.id, ctxErr)
+		detached, err = c.finishTLSLater(ctx, frames, pl)
+		return err
 	}
 	if err == nil {
-		t.stats.framesOut.Add(uint64(1 + preFrames))
-		t.stats.bytesOut.Add(uint64(len(payload) + prePayload))
+		t.stats.framesOut.Add(uint64(frames))
+		t.stats.bytesOut.Add(uint64(pl))
 		return nil
 	}
-	if t.isClosed() {
+	detached, err = c.writeFailed(ctx, err, n, pre, payload, frames, pl)
+	return err
+}
+
+// waitToken waits for the write token, which a write in progress holds,
+// until ctx ends or the transport closes.
+func (c *conn) waitToken(ctx context.Context) error {
+	select {
+	case c.wsem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("tcp: send to peer %d: waiting for the connection: %w", c.peer.id, ctx.Err())
+	case <-c.t.closing:
 		return transport.ErrClosed
 	}
+}
 
-	if c.sock == nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		ctxErr := ctx.Err()
-		if ctxErr == nil {
-			ctxErr = context.DeadlineExceeded // only the AfterFunc sets deadlines; not expected
-		}
-		if n == 0 {
-			return fmt.Errorf("tcp: send to peer %d: nothing written: %w", c.peer.id, ctxErr)
-		}
-		// Part of the frame is on the wire. Cutting the stream here would
-		// turn a timeout into a death, so the rest is copied (the caller
-		// gets its slice back now) and written in the background; the
-		// write token stays held until then.
-		rest := unwritten(n, pre, c.hdr[:], payload)
-		_ = c.nc.SetWriteDeadline(time.Time{})
-		c.wdeadline = time.Time{}
-		frames, pl := 1+preFrames, len(payload)+prePayload
-		if !t.goTracked(func() { c.finishWrite(c.nc, rest, frames, pl) }) {
-			return transport.ErrClosed
-		}
-		detached = true
-		t.log.Debug("tcp: send timed out mid-frame; finishing it in the background",
-			"peer", uint32(c.peer.id), "written", n, "total", total, "err", ctxErr)
-		return fmt.Errorf("tcp: send to peer %d: %w (%d of %d bytes were written; the frame is completed in the background)",
-			c.peer.id, ctxErr, n, total)
+// resetWriteDeadline removes nc's write deadline (a ctx's end leaves one
+// in the past). The write token is held.
+func (c *conn) resetWriteDeadline() {
+	_ = c.nc.SetWriteDeadline(time.Time{})
+	c.wdeadline = time.Time{}
+}
+
+// finishTLSLater is send's end when, under TLS, the ctx ended mid-frame:
+// the frame's records are complete in c.sock.rest, and a background
+// writer puts them on the wire. detached says that the write token went
+// with it.
+func (c *conn) finishTLSLater(ctx context.Context, frames, payloadLen int) (detached bool, err error) {
+	rest := c.sock.rest
+	c.sock.rest = nil
+	c.resetWriteDeadline()
+	if !c.t.goTracked(func() { c.finishWrite(c.sock.Conn, rest, frames, payloadLen) }) {
+		return false, transport.ErrClosed
 	}
-	return &PeerDownError{Peer: c.peer.id, Err: c.fail(fmt.Errorf("tcp: write to peer %d (%s): %w", c.peer.id, c.remote, err))}
+	ctxErr := sendCtxErr(ctx)
+	c.t.log.Debug("tcp: send timed out mid-frame; finishing its TLS records in the background",
+		"peer", uint32(c.peer.id), "unwritten", len(rest), "err", ctxErr)
+	return true, fmt.Errorf("tcp: send to peer %d: %w (part of the frame was written; it is completed in the background)", c.peer.id, ctxErr)
+}
+
+// writeFailed is send's end when the write of pre (the batch), the header
+// and payload failed after n bytes: the transport closed; the ctx ended,
+// with nothing written or with the rest of the frame handed to a
+// background writer (detached: the write token went with it); or the
+// connection failed.
+func (c *conn) writeFailed(ctx context.Context, err error, n int64, pre, payload []byte, frames, payloadLen int) (detached bool, _ error) {
+	t := c.t
+	if t.isClosed() {
+		return false, transport.ErrClosed
+	}
+	if c.sock != nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false, &PeerDownError{Peer: c.peer.id, Err: c.fail(fmt.Errorf("tcp: write to peer %d (%s): %w", c.peer.id, c.remote, err))}
+	}
+	ctxErr := sendCtxErr(ctx)
+	if n == 0 {
+		return false, fmt.Errorf("tcp: send to peer %d: nothing written: %w", c.peer.id, ctxErr)
+	}
+	// Part of the frame is on the wire. Cutting the stream here would turn
+	// a timeout into a death, so the rest is copied (the caller gets its
+	// slice back now) and written in the background; the write token
+	// stays held until then.
+	total := int64(len(pre) + transport.HeaderSize + len(payload))
+	rest := unwritten(n, pre, c.hdr[:], payload)
+	c.resetWriteDeadline()
+	if !t.goTracked(func() { c.finishWrite(c.nc, rest, frames, payloadLen) }) {
+		return false, transport.ErrClosed
+	}
+	t.log.Debug("tcp: send timed out mid-frame; finishing it in the background",
+		"peer", uint32(c.peer.id), "written", n, "total", total, "err", ctxErr)
+	return true, fmt.Errorf("tcp: send to peer %d: %w (%d of %d bytes were written; the frame is completed in the background)",
+		c.peer.id, ctxErr, n, total)
+}
+
+// sendCtxErr is the error of the ctx whose end cut a write short.
+func sendCtxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded // only the AfterFunc sets deadlines; not expected
 }
 
 // unwritten copies what is left of parts after their first n bytes were

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
 
 // Rule: when a peer's transport closes, PeerDown is called once within a
@@ -31,7 +32,7 @@ func TestPeerDownOnClose(t *testing.T) {
 	exchange(t, ts[1], ts[2], rs[1], rs[2], 2)
 	exchange(t, ts[0], ts[2], rs[0], rs[2], 3)
 
-	ctx := ctxWait(t)
+	ctx := transporttest.Context(t, wait)
 	for _, victim := range []transport.Proc{2, 0} { // the higher one, then the lower one
 		if err := ts[victim].Close(); err != nil {
 			t.Fatal(err)
@@ -72,14 +73,14 @@ func TestDialGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	hd := transport.Header{Type: transport.FramePassive}
-	if err := tr.Send(ctxWait(t), 1, &hd, nil); !errors.Is(err, transport.ErrPeerDown) {
+	if err := tr.Send(transporttest.Context(t, wait), 1, &hd, nil); !errors.Is(err, transport.ErrPeerDown) {
 		t.Errorf("first Send to a peer nobody listens for: %v, want ErrPeerDown once the dial gave up", err)
 	}
 	d := waitDown(t, h, 1)
 	if !strings.Contains(d.err.Error(), "nothing listens") {
 		t.Errorf("PeerDown cause %q does not say that nothing listens", d.err)
 	}
-	if err := tr.Send(ctxWait(t), 1, &hd, nil); !errors.Is(err, transport.ErrPeerDown) {
+	if err := tr.Send(transporttest.Context(t, wait), 1, &hd, nil); !errors.Is(err, transport.ErrPeerDown) {
 		t.Errorf("Send after the dial gave up: %v, want ErrPeerDown", err)
 	}
 	if st := tr.Stats(); st.DialAttempts != deadRefusals || st.PeersDown != 1 {
@@ -100,7 +101,7 @@ func TestHigherSideDials(t *testing.T) {
 		t.Fatalf("stats after Start %+v: nothing may be dialed before a Send", st)
 	}
 	h := transport.Header{Type: transport.FramePassive, Seq: 1}
-	if err := ts[1].Send(ctxWait(t), 0, &h, []byte("early")); err != nil {
+	if err := ts[1].Send(transporttest.Context(t, wait), 0, &h, []byte("early")); err != nil {
 		t.Fatalf("Send from the higher proc to one not started yet: %v", err)
 	}
 	r0 := newRecv()
@@ -205,7 +206,7 @@ func testStuckWrite(t *testing.T, tls bool) {
 		got <- r
 	}()
 	h = transport.Header{Type: transport.FramePassive, Seq: 5000}
-	if err := tr.Send(ctxWait(t), 0, &h, []byte("marker")); err != nil {
+	if err := tr.Send(transporttest.Context(t, wait), 0, &h, []byte("marker")); err != nil {
 		t.Fatalf("Send after the timeouts: %v", err)
 	}
 	r := <-got

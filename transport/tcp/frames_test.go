@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
 
 var orderSizes = []int{0, 1, 7, 48, 100, 4095, 4096, 65535, 65536, 65537, 300_000, 1 << 20, 4 << 20}
@@ -47,8 +48,8 @@ func testOrdering(t *testing.T, n int, spin time.Duration, tls bool) {
 		return orderSizes[(int(seq)*5+int(src))%len(orderSizes)]
 	}
 	ts := newCluster(t, n, func(c *Config) { c.PollSpin, c.TLS = spin, tls })
-	ctx := ctxWait(t)
-	var errs errList
+	ctx := transporttest.Context(t, wait)
+	var errs transporttest.Errors
 	var remaining atomic.Int64
 	remaining.Store(int64(n * (n - 1) * perPair))
 	allDone := make(chan struct{})
@@ -63,17 +64,17 @@ func testOrdering(t *testing.T, n int, spin time.Duration, tls bool) {
 				}
 			}()
 			if h.Src != from || int(from) >= n || from == transport.Proc(i) {
-				errs.add("proc %d: frame from %d with Src %d", i, from, h.Src)
+				errs.Add("proc %d: frame from %d with Src %d", i, from, h.Src)
 				return p.Discard()
 			}
 			if h.Seq != next[from] {
-				errs.add("proc %d: from %d got Seq %d, want %d", i, from, h.Seq, next[from])
+				errs.Add("proc %d: from %d got Seq %d, want %d", i, from, h.Seq, next[from])
 			}
 			next[from] = h.Seq + 1
 			want := sizeOf(from, h.Seq)
 			if int(h.Len) != want || p.Len() != want || h.Type != transport.FrameWrite ||
 				h.Off != h.Seq*3 || h.A != uint64(i) || h.B != ^h.Seq || h.Epoch != 7 || h.Seg != 9 {
-				errs.add("proc %d: from %d Seq %d: header %+v, payload len %d, want len %d", i, from, h.Seq, *h, p.Len(), want)
+				errs.Add("proc %d: from %d Seq %d: header %+v, payload len %d, want len %d", i, from, h.Seq, *h, p.Len(), want)
 				return p.Discard()
 			}
 			switch h.Seq % 5 {
@@ -81,18 +82,18 @@ func testOrdering(t *testing.T, n int, spin time.Duration, tls bool) {
 				return nil // not read: the transport discards it
 			case 4:
 				if err := p.Discard(); err != nil {
-					errs.add("proc %d: Discard: %v", i, err)
+					errs.Add("proc %d: Discard: %v", i, err)
 				}
 				return rejected
 			}
 			dst := make([]byte, want)
 			if err := p.ReadInto(dst); err != nil {
-				errs.add("proc %d: from %d Seq %d: ReadInto: %v", i, from, h.Seq, err)
+				errs.Add("proc %d: from %d Seq %d: ReadInto: %v", i, from, h.Seq, err)
 			} else if !bytes.Equal(dst, payloadFor(from, h.Seq, want)) {
-				errs.add("proc %d: from %d Seq %d: payload corrupted", i, from, h.Seq)
+				errs.Add("proc %d: from %d Seq %d: payload corrupted", i, from, h.Seq)
 			}
 			if err := p.ReadInto(dst); err == nil {
-				errs.add("proc %d: a second ReadInto of one payload succeeded", i)
+				errs.Add("proc %d: a second ReadInto of one payload succeeded", i)
 			}
 			return nil
 		})
@@ -110,7 +111,7 @@ func testOrdering(t *testing.T, n int, spin time.Duration, tls bool) {
 				for seq := range uint64(perPair) {
 					h := transport.Header{Type: transport.FrameWrite, Seg: 9, Epoch: 7, Src: 12345, Seq: seq, Off: seq * 3, A: uint64(to), B: ^seq}
 					if err := ts[from].Send(ctx, transport.Proc(to), &h, payloadFor(transport.Proc(from), seq, sizeOf(transport.Proc(from), seq))); err != nil {
-						errs.add("Send %d->%d Seq %d: %v", from, to, seq, err)
+						errs.Add("Send %d->%d Seq %d: %v", from, to, seq, err)
 						return
 					}
 				}
@@ -123,7 +124,7 @@ func testOrdering(t *testing.T, n int, spin time.Duration, tls bool) {
 	case <-ctx.Done():
 		t.Fatalf("%d frames missing after %v", remaining.Load(), wait)
 	}
-	errs.report(t)
+	errs.Report(t)
 	for i, h := range hs {
 		noDowns(t, h)
 		st := ts[i].Stats()
@@ -159,8 +160,8 @@ func TestConcurrentSenders(t *testing.T) {
 	)
 	sizes := []int{0, 5, 48, 1000, 16 << 10, 70_000}
 	ts := newCluster(t, 2, nil)
-	ctx := ctxWait(t)
-	var errs errList
+	ctx := transporttest.Context(t, wait)
+	var errs transporttest.Errors
 	var remaining atomic.Int64
 	remaining.Store(2 * senders * frames)
 	done := make(chan struct{})
@@ -174,18 +175,18 @@ func TestConcurrentSenders(t *testing.T) {
 			}()
 			g := h.A
 			if g >= senders {
-				errs.add("proc %d: sender id %d out of range", i, g)
+				errs.Add("proc %d: sender id %d out of range", i, g)
 				return p.Discard()
 			}
 			if h.Seq != next[g] {
-				errs.add("proc %d: goroutine %d: Seq %d, want %d", i, g, h.Seq, next[g])
+				errs.Add("proc %d: goroutine %d: Seq %d, want %d", i, g, h.Seq, next[g])
 			}
 			next[g] = h.Seq + 1
 			dst := make([]byte, p.Len())
 			if err := p.ReadInto(dst); err != nil {
-				errs.add("proc %d: ReadInto: %v", i, err)
+				errs.Add("proc %d: ReadInto: %v", i, err)
 			} else if !bytes.Equal(dst, payloadFor(transport.Proc(g), h.Seq, len(dst))) {
-				errs.add("proc %d: goroutine %d Seq %d: payload corrupted (interleaved frames?)", i, g, h.Seq)
+				errs.Add("proc %d: goroutine %d Seq %d: payload corrupted (interleaved frames?)", i, g, h.Seq)
 			}
 			return nil
 		})
@@ -201,7 +202,7 @@ func TestConcurrentSenders(t *testing.T) {
 					size := sizes[(seq+g)%uint64(len(sizes))]
 					h := transport.Header{Type: transport.FramePassive, A: g, Seq: seq}
 					if err := ts[i].Send(ctx, transport.Proc(1-i), &h, payloadFor(transport.Proc(g), seq, size)); err != nil {
-						errs.add("Send from %d goroutine %d: %v", i, g, err)
+						errs.Add("Send from %d goroutine %d: %v", i, g, err)
 						return
 					}
 				}
@@ -214,7 +215,7 @@ func TestConcurrentSenders(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("%d frames missing after %v", remaining.Load(), wait)
 	}
-	errs.report(t)
+	errs.Report(t)
 }
 
 // Rule: a receiver reads each payload straight into its destination (here
@@ -238,19 +239,19 @@ func TestPayloadIntoSegment(t *testing.T) {
 	rng.Shuffle(len(pieces), func(i, j int) { pieces[i], pieces[j] = pieces[j], pieces[i] })
 
 	ts := newCluster(t, 2, nil)
-	ctx := ctxWait(t)
+	ctx := transporttest.Context(t, wait)
 	seg := make([]byte, segSize)
-	var errs errList
+	var errs transporttest.Errors
 	var got atomic.Int64
 	done := make(chan struct{})
 	h1 := newHandler(func(_ transport.Proc, h *transport.Header, p transport.Payload) error {
 		end := h.Off + uint64(h.Len)
 		if end > segSize {
-			errs.add("frame writes [%d,%d) outside the segment", h.Off, end)
+			errs.Add("frame writes [%d,%d) outside the segment", h.Off, end)
 			return p.Discard()
 		}
 		if err := p.ReadInto(seg[h.Off:end]); err != nil {
-			errs.add("ReadInto: %v", err)
+			errs.Add("ReadInto: %v", err)
 		}
 		if got.Add(1) == int64(len(pieces)) {
 			close(done)
@@ -274,7 +275,7 @@ func TestPayloadIntoSegment(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("%d of %d pieces arrived", got.Load(), len(pieces))
 	}
-	errs.report(t)
+	errs.Report(t)
 	if !bytes.Equal(seg, src) {
 		t.Fatal("segment differs from the source")
 	}

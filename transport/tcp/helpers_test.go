@@ -1,19 +1,18 @@
 package tcp
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
 
 // wait bounds every wait on real sockets: generous for a busy 2-core box.
@@ -47,27 +46,13 @@ func testConfig(t testing.TB, self transport.Proc, token []byte) Config {
 func newCluster(t testing.TB, n int, mod func(*Config)) []*Transport {
 	t.Helper()
 	token := auth.NewToken()
-	ts := make([]*Transport, n)
-	addrs := make(map[transport.Proc]string, n)
-	for i := range ts {
-		cfg := testConfig(t, transport.Proc(i), token)
+	return transporttest.NewCluster(t, n, func(self transport.Proc) (*Transport, error) {
+		cfg := testConfig(t, self, token)
 		if mod != nil {
 			mod(&cfg)
 		}
-		tr, err := New(cfg)
-		if err != nil {
-			t.Fatalf("New(proc %d): %v", i, err)
-		}
-		t.Cleanup(func() { _ = tr.Close() })
-		ts[i] = tr
-		addrs[transport.Proc(i)] = tr.Addr()
-	}
-	for i, tr := range ts {
-		if err := tr.SetPeers(addrs); err != nil {
-			t.Fatalf("SetPeers(proc %d): %v", i, err)
-		}
-	}
-	return ts
+		return New(cfg)
+	})
 }
 
 // down is one PeerDown call.
@@ -130,35 +115,6 @@ func noDowns(t *testing.T, h *handler) {
 			return
 		}
 	}
-}
-
-// errList collects failures seen on transport goroutines.
-type errList struct {
-	mu   sync.Mutex
-	errs []string
-}
-
-func (e *errList) add(format string, args ...any) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.errs) < 20 {
-		e.errs = append(e.errs, fmt.Sprintf(format, args...))
-	}
-}
-
-func (e *errList) report(t *testing.T) {
-	t.Helper()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, s := range e.errs {
-		t.Error(s)
-	}
-}
-
-func ctxWait(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), wait)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // pattern is the source of payload bytes: windows of it at offsets derived
@@ -343,7 +299,7 @@ func deadAddr(t *testing.T) string {
 // exchange sends one frame each way between a and b and waits for both.
 func exchange(t *testing.T, a, b *Transport, ha, hb *recv, seq uint64) {
 	t.Helper()
-	ctx := ctxWait(t)
+	ctx := transporttest.Context(t, wait)
 	h := transport.Header{Type: transport.FramePassive, Seq: seq}
 	if err := a.Send(ctx, b.Self(), &h, []byte("ping")); err != nil {
 		t.Fatalf("Send %d->%d: %v", a.Self(), b.Self(), err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
 
 // waitStats polls tr's Stats until ok holds, for at most wait.
@@ -65,7 +66,7 @@ func TestIdleClosedPeerEndedThenSendFails(t *testing.T) {
 	waitStats(t, ts[0], "the idle connection closed", func(s Stats) bool { return s.Connections == 0 })
 	ts[1].Close()
 	h := transport.Header{Type: transport.FramePassive, Seq: 2}
-	err := ts[0].Send(ctxWait(t), 1, &h, []byte("anyone?"))
+	err := ts[0].Send(transporttest.Context(t, wait), 1, &h, []byte("anyone?"))
 	var pd *PeerDownError
 	if !errors.As(err, &pd) {
 		t.Fatalf("Send to the ended peer: %v, want a *PeerDownError", err)
@@ -93,7 +94,7 @@ func TestIdleCloseRacesSends(t *testing.T) {
 		replies sync.Map
 		nreply  atomic.Int64
 	}
-	var errs errList
+	var errs transporttest.Errors
 	sides := make([]*side, 2)
 	for i := range sides {
 		s := &side{}
@@ -102,7 +103,7 @@ func TestIdleCloseRacesSends(t *testing.T) {
 		s.h = newHandler(func(from transport.Proc, h *transport.Header, p transport.Payload) error {
 			if h.Type == transport.FrameAck {
 				if _, dup := s.replies.LoadOrStore(h.Seq, true); dup {
-					errs.add("proc %d: reply %d twice", me, h.Seq)
+					errs.Add("proc %d: reply %d twice", me, h.Seq)
 				}
 				s.nreply.Add(1)
 				return p.Discard()
@@ -112,11 +113,11 @@ func TestIdleCloseRacesSends(t *testing.T) {
 				return err
 			}
 			if want := s.next.Load(); h.Seq != want {
-				errs.add("proc %d: frame Seq %d from %d, want %d", me, h.Seq, from, want)
+				errs.Add("proc %d: frame Seq %d from %d, want %d", me, h.Seq, from, want)
 			}
 			s.next.Store(h.Seq + 1)
 			if !bytes.Equal(buf, payloadFor(from, h.Seq, len(buf))) {
-				errs.add("proc %d: frame Seq %d from %d: payload differs", me, h.Seq, from)
+				errs.Add("proc %d: frame Seq %d from %d: payload differs", me, h.Seq, from)
 			}
 			if h.Flags&transport.FlagAck != 0 {
 				r := transport.Header{Type: transport.FrameAck, Seq: h.Seq}
@@ -127,7 +128,7 @@ func TestIdleCloseRacesSends(t *testing.T) {
 						ctx, cancel := context.WithTimeout(context.Background(), wait)
 						defer cancel()
 						if err := ts[me].Send(ctx, from, &r, nil); err != nil {
-							errs.add("proc %d: reply %d: %v", me, r.Seq, err)
+							errs.Add("proc %d: reply %d: %v", me, r.Seq, err)
 						}
 					}()
 				}
@@ -165,7 +166,7 @@ func TestIdleCloseRacesSends(t *testing.T) {
 					err := ts[me].Send(sctx, to, &h, payloadFor(me, seq, size))
 					cancel()
 					if err != nil {
-						errs.add("proc %d: Send Seq %d: %v", me, seq, err)
+						errs.Add("proc %d: Send Seq %d: %v", me, seq, err)
 						return
 					}
 				}
@@ -175,7 +176,7 @@ func TestIdleCloseRacesSends(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	errs.report(t)
+	errs.Report(t)
 	if t.Failed() {
 		return
 	}
@@ -193,7 +194,7 @@ func TestIdleCloseRacesSends(t *testing.T) {
 		}
 		noDowns(t, s.h)
 	}
-	errs.report(t)
+	errs.Report(t)
 	closed := ts[0].Stats().IdleClosed + ts[1].Stats().IdleClosed
 	t.Logf("%d and %d frames, %d and %d replies in %v; %d idle closes (both ends counted)",
 		sent[0], sent[1], acked[0], acked[1], time.Since(start).Round(time.Millisecond), closed)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
 
 // Rule (package doc, Connections): when both ends of a pair dial each
@@ -43,22 +44,22 @@ func TestDialsCross(t *testing.T) {
 		}
 	}
 	const frames = 50
-	ctx := ctxWait(t)
+	ctx := transporttest.Context(t, wait)
 	var wg sync.WaitGroup
-	var errs errList
+	var errs transporttest.Errors
 	for i, tr := range ts {
 		wg.Go(func() {
 			for seq := range uint64(frames) {
 				h := transport.Header{Type: transport.FramePassive, Seq: seq}
 				if err := tr.Send(ctx, transport.Proc(1-i), &h, payloadFor(tr.Self(), seq, 100)); err != nil {
-					errs.add("Send %d->%d Seq %d: %v", i, 1-i, seq, err)
+					errs.Add("Send %d->%d Seq %d: %v", i, 1-i, seq, err)
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	errs.report(t)
+	errs.Report(t)
 	for i, r := range rs {
 		for want := range uint64(frames) {
 			select {
@@ -130,7 +131,7 @@ func TestConnectionsOnlyToPartners(t *testing.T) {
 		}
 		t.Cleanup(func() { noDowns(t, h) })
 	}
-	ctx := ctxWait(t)
+	ctx := transporttest.Context(t, wait)
 	barrier := func(i int) error {
 		mb := boxes[i]
 		for d, round := 1, uint64(0); d < n; d, round = d*2, round+1 {
@@ -156,16 +157,16 @@ func TestConnectionsOnlyToPartners(t *testing.T) {
 		return nil
 	}
 	var wg sync.WaitGroup
-	var errs errList
+	var errs transporttest.Errors
 	for i := range n {
 		wg.Go(func() {
 			if err := barrier(i); err != nil {
-				errs.add("proc %d: barrier: %v", i, err)
+				errs.Add("proc %d: barrier: %v", i, err)
 			}
 		})
 	}
 	wg.Wait()
-	errs.report(t)
+	errs.Report(t)
 	limit := 2 * bits.Len(n-1)
 	most := 0
 	for i, tr := range ts {
@@ -196,7 +197,7 @@ func TestUnconfirmedDialDropped(t *testing.T) {
 		}
 	}
 	token := ts[0].cfg.Token
-	ctx := ctxWait(t)
+	ctx := transporttest.Context(t, wait)
 
 	// Proc 0's dial to proc 1 accepted, never confirmed, then closed:
 	// proc 1's Send waits for it, then dials proc 0 itself.

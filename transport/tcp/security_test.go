@@ -10,6 +10,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
 
 // Rule (docs/design.md §9.6): a connection that fails the job-token handshake, or
@@ -166,7 +167,7 @@ func TestDialWrongJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	hd := transport.Header{Type: transport.FramePassive}
-	if err := tr.Send(ctxWait(t), 1, &hd, nil); !errors.Is(err, transport.ErrPeerDown) {
+	if err := tr.Send(transporttest.Context(t, wait), 1, &hd, nil); !errors.Is(err, transport.ErrPeerDown) {
 		t.Errorf("Send to a peer of another job: %v, want ErrPeerDown once the dialer gave up", err)
 	}
 	if err := ev.waitRefused(t); !errors.Is(err, transport.ErrAuth) {

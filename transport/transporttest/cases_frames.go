@@ -113,26 +113,26 @@ func testReadInto(t *testing.T, f Factory) {
 	ctx := timeoutCtx(t)
 	const size = 256 << 10
 	seg := make([]byte, size)
-	var errs errList
+	var errs Errors
 	done := make(chan struct{})
 	var got atomic.Int64
 	h1 := handlerFunc{
 		frame: func(from transport.Proc, h *transport.Header, p transport.Payload) error {
 			if p.Len() != int(h.Len) {
-				errs.add("Payload.Len() = %d, header Len = %d", p.Len(), h.Len)
+				errs.Add("Payload.Len() = %d, header Len = %d", p.Len(), h.Len)
 			}
 			if h.Flags&flagDiscard != 0 {
 				if err := p.Discard(); err != nil {
-					errs.add("Discard: %v", err)
+					errs.Add("Discard: %v", err)
 				}
 			} else {
 				end := h.Off + uint64(h.Len)
 				if end > size {
-					errs.add("frame writes [%d,%d) past the %d-byte destination", h.Off, end, size)
+					errs.Add("frame writes [%d,%d) past the %d-byte destination", h.Off, end, size)
 					return p.Discard()
 				}
 				if err := p.ReadInto(seg[h.Off:end]); err != nil {
-					errs.add("ReadInto: %v", err)
+					errs.Add("ReadInto: %v", err)
 				}
 			}
 			if got.Add(1) == 9 {
@@ -170,7 +170,7 @@ func testReadInto(t *testing.T, f Factory) {
 	case <-ctx.Done():
 		t.Fatalf("only %d of 9 frames arrived within %v", got.Load(), Timeout)
 	}
-	errs.report(t)
+	errs.Report(t)
 	if !bytes.Equal(seg, src) {
 		t.Error("destination buffer differs from the data sent")
 	}
@@ -213,7 +213,7 @@ func testFIFO(t *testing.T, f Factory) {
 		return fifoSizes[(int(seq)*7+int(src))%len(fifoSizes)]
 	}
 
-	var errs errList
+	var errs Errors
 	type peerState struct {
 		next     uint64
 		inFlight atomic.Int32
@@ -228,32 +228,32 @@ func testFIFO(t *testing.T, f Factory) {
 		h := handlerFunc{
 			frame: func(from transport.Proc, h *transport.Header, p transport.Payload) error {
 				if int(from) >= n {
-					errs.add("proc %d: frame from unknown proc %d", i, from)
+					errs.Add("proc %d: frame from unknown proc %d", i, from)
 					return p.Discard()
 				}
 				st := &states[from]
 				if st.inFlight.Add(1) != 1 {
-					errs.add("proc %d: HandleFrame called concurrently for sender %d", i, from)
+					errs.Add("proc %d: HandleFrame called concurrently for sender %d", i, from)
 				}
 				defer st.inFlight.Add(-1)
 				if h.Src != from {
-					errs.add("proc %d: frame from %d has Src %d", i, from, h.Src)
+					errs.Add("proc %d: frame from %d has Src %d", i, from, h.Src)
 				}
 				if h.Seq != st.next {
-					errs.add("proc %d: from %d got Seq %d, want %d (order broken or frame lost/duplicated)", i, from, h.Seq, st.next)
+					errs.Add("proc %d: from %d got Seq %d, want %d (order broken or frame lost/duplicated)", i, from, h.Seq, st.next)
 				}
 				st.next = h.Seq + 1
 				want := sizeOf(from, h.Seq)
 				if int(h.Len) != want || p.Len() != want {
-					errs.add("proc %d: from %d Seq %d: Len %d / Payload.Len %d, want %d", i, from, h.Seq, h.Len, p.Len(), want)
+					errs.Add("proc %d: from %d Seq %d: Len %d / Payload.Len %d, want %d", i, from, h.Seq, h.Len, p.Len(), want)
 					return p.Discard()
 				}
 				bufMu.Lock()
 				defer bufMu.Unlock()
 				if err := p.ReadInto(buf[:want]); err != nil {
-					errs.add("proc %d: from %d Seq %d: ReadInto: %v", i, from, h.Seq, err)
+					errs.Add("proc %d: from %d Seq %d: ReadInto: %v", i, from, h.Seq, err)
 				} else if !bytes.Equal(buf[:want], payloadFor(from, h.Seq, want)) {
-					errs.add("proc %d: from %d Seq %d: payload corrupted", i, from, h.Seq)
+					errs.Add("proc %d: from %d Seq %d: payload corrupted", i, from, h.Seq)
 				}
 				if remaining.Add(-1) == 0 {
 					close(allDone)
@@ -261,7 +261,7 @@ func testFIFO(t *testing.T, f Factory) {
 				return nil
 			},
 			down: func(peer transport.Proc, err error) {
-				errs.add("proc %d: unexpected PeerDown(%d): %v", i, peer, err)
+				errs.Add("proc %d: unexpected PeerDown(%d): %v", i, peer, err)
 			},
 		}
 		if err := ts[i].Start(h); err != nil {
@@ -275,7 +275,7 @@ func testFIFO(t *testing.T, f Factory) {
 		for seq := range uint64(count) {
 			h := transport.Header{Type: transport.FrameWrite, Seq: seq}
 			if err := ts[from].Send(ctx, to, &h, payloadFor(from, seq, sizeOf(from, seq))); err != nil {
-				errs.add("Send %d->%d Seq %d: %v", from, to, seq, err)
+				errs.Add("Send %d->%d Seq %d: %v", from, to, seq, err)
 				return
 			}
 		}
@@ -291,7 +291,7 @@ func testFIFO(t *testing.T, f Factory) {
 	case <-ctx.Done():
 		t.Errorf("%d frames still missing after %v", remaining.Load(), Timeout)
 	}
-	errs.report(t)
+	errs.Report(t)
 }
 
 // Rule: frames from one process to another arrive in order, each once,
@@ -305,7 +305,7 @@ func testFirstSendsCross(t *testing.T, f Factory) {
 	)
 	ts := newTransports(t, f, n)
 	ctx := timeoutCtx(t)
-	var errs errList
+	var errs Errors
 	var remaining atomic.Int64
 	remaining.Store(n * (n - 1) * perPair)
 	allDone := make(chan struct{})
@@ -314,18 +314,18 @@ func testFirstSendsCross(t *testing.T, f Factory) {
 		h := handlerFunc{
 			frame: func(from transport.Proc, h *transport.Header, p transport.Payload) error {
 				if int(from) >= n || int(from) == i {
-					errs.add("proc %d: frame from proc %d", i, from)
+					errs.Add("proc %d: frame from proc %d", i, from)
 					return p.Discard()
 				}
 				if h.Seq != next[from] {
-					errs.add("proc %d: from %d got Seq %d, want %d (order broken or frame lost/duplicated)", i, from, h.Seq, next[from])
+					errs.Add("proc %d: from %d got Seq %d, want %d (order broken or frame lost/duplicated)", i, from, h.Seq, next[from])
 				}
 				next[from] = h.Seq + 1
 				buf := make([]byte, p.Len())
 				if err := p.ReadInto(buf); err != nil {
-					errs.add("proc %d: from %d Seq %d: ReadInto: %v", i, from, h.Seq, err)
+					errs.Add("proc %d: from %d Seq %d: ReadInto: %v", i, from, h.Seq, err)
 				} else if !bytes.Equal(buf, payloadFor(from, h.Seq, len(buf))) {
-					errs.add("proc %d: from %d Seq %d: payload corrupted", i, from, h.Seq)
+					errs.Add("proc %d: from %d Seq %d: payload corrupted", i, from, h.Seq)
 				}
 				if remaining.Add(-1) == 0 {
 					close(allDone)
@@ -333,7 +333,7 @@ func testFirstSendsCross(t *testing.T, f Factory) {
 				return nil
 			},
 			down: func(peer transport.Proc, err error) {
-				errs.add("proc %d: unexpected PeerDown(%d): %v", i, peer, err)
+				errs.Add("proc %d: unexpected PeerDown(%d): %v", i, peer, err)
 			},
 		}
 		if err := ts[i].Start(h); err != nil {
@@ -352,7 +352,7 @@ func testFirstSendsCross(t *testing.T, f Factory) {
 				for seq := range uint64(perPair) {
 					h := transport.Header{Type: transport.FramePassive, Seq: seq}
 					if err := ts[from].Send(ctx, transport.Proc(to), &h, payloadFor(transport.Proc(from), seq, 64+int(seq))); err != nil {
-						errs.add("Send %d->%d Seq %d: %v", from, to, seq, err)
+						errs.Add("Send %d->%d Seq %d: %v", from, to, seq, err)
 						return
 					}
 				}
@@ -366,7 +366,7 @@ func testFirstSendsCross(t *testing.T, f Factory) {
 	case <-ctx.Done():
 		t.Errorf("%d frames still missing after %v", remaining.Load(), Timeout)
 	}
-	errs.report(t)
+	errs.Report(t)
 }
 
 // Rule: an error returned by HandleFrame drops that frame but the

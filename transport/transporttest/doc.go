@@ -1,5 +1,7 @@
 // Package transporttest is the conformance suite for transport.Transport
-// implementations, plus a recording Handler for tests of the layers above.
+// implementations, plus a recording Handler for tests of the layers above,
+// and what the transports' own tests share: NewCluster (transports that
+// know each other's addresses), StartAll, Context and Errors.
 //
 // Every transport runs the suite from its own tests:
 //

@@ -2,8 +2,6 @@ package transporttest
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -70,25 +68,14 @@ func newTransports(t *testing.T, f Factory, n int) []transport.Transport {
 	return ts
 }
 
-// startAll starts ts[i] with a new Recorder and returns the recorders.
+// startAll starts n transports of f with a new Recorder each.
 func startAll(t *testing.T, f Factory, n int) ([]transport.Transport, []*Recorder) {
 	t.Helper()
 	ts := newTransports(t, f, n)
-	recs := make([]*Recorder, n)
-	for i := range ts {
-		recs[i] = NewRecorder()
-		if err := ts[i].Start(recs[i]); err != nil {
-			t.Fatalf("Start(proc %d): %v", i, err)
-		}
-	}
-	return ts, recs
+	return ts, StartAll(t, ts)
 }
 
-func timeoutCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), Timeout)
-	t.Cleanup(cancel)
-	return ctx
-}
+func timeoutCtx(t *testing.T) context.Context { return Context(t, Timeout) }
 
 // pattern is the source of all payload bytes: payloads are windows of it at
 // an offset derived from (sender, seq), so that receivers can check them
@@ -108,30 +95,6 @@ var pattern = func() []byte {
 func payloadFor(src transport.Proc, seq uint64, size int) []byte {
 	off := int((seq*31 + uint64(src)*17) % 251)
 	return pattern[off : off+size]
-}
-
-// errList collects failures seen on transport goroutines, to be reported
-// from the test goroutine.
-type errList struct {
-	mu   sync.Mutex
-	errs []string
-}
-
-func (e *errList) add(format string, args ...any) {
-	e.mu.Lock()
-	if len(e.errs) < 20 {
-		e.errs = append(e.errs, fmt.Sprintf(format, args...))
-	}
-	e.mu.Unlock()
-}
-
-func (e *errList) report(t *testing.T) {
-	t.Helper()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, s := range e.errs {
-		t.Error(s)
-	}
 }
 
 func noDowns(t *testing.T, recs []*Recorder) {

@@ -61,20 +61,35 @@ func BuildInto(root, dir string, race bool, pkgs ...string) error {
 	return nil
 }
 
-// ModuleRoot finds the directory of go.mod above the working directory.
+// ModuleRoot finds the directory of the gaspigo module's go.mod above the
+// working directory, past the go.mod of a nested module (test/clustertier
+// is one: its tests build the root module's programs).
 func ModuleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && isRootModule(b) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("no go.mod above the working directory: run from inside the module")
+			return "", errors.New("no go.mod of " + modulePath + " above the working directory: run from inside the module")
 		}
 		dir = parent
 	}
+}
+
+// modulePath is the root module's path.
+const modulePath = "github.com/gaspigo/gaspigo"
+
+// isRootModule reports whether the go.mod file gomod declares modulePath.
+func isRootModule(gomod []byte) bool {
+	for _, l := range strings.Split(string(gomod), "\n") {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(l), "module "); ok {
+			return strings.Trim(strings.TrimSpace(p), `"`) == modulePath
+		}
+	}
+	return false
 }

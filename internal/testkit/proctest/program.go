@@ -1,7 +1,7 @@
 package proctest
 
-// Program runs an application (the key-value programs) as real jobs in
-// tests: gaspirun and the program are built once per test binary, and
+// Program runs an application (TeraSort, the key-value programs) as real
+// jobs in tests: gaspirun and the program are built once per test binary, and
 // Job runs them with ranks and spares and returns the exit status and
 // output.
 
@@ -40,7 +40,7 @@ func (b *Program) Build(t *testing.T) (gaspirun, prog string) {
 		t.Skip("real-process tests need Linux and no -short")
 	}
 	b.once.Do(func() {
-		b.dir, b.done, b.err = Build("kvapps", false, "./cmd/gaspirun", b.Pkg)
+		b.dir, b.done, b.err = Build(filepath.Base(b.Pkg), false, "./cmd/gaspirun", b.Pkg)
 	})
 	if b.err != nil {
 		t.Fatal(b.err)

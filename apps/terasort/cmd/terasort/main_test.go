@@ -10,25 +10,22 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
 var summaryLine = regexp.MustCompile(`^records=\d+ checksum=[0-9a-f]{16}$`)
 
-// buildBinary compiles the command once per test binary run.
+// buildBinary compiles the command into a directory removed at the end
+// of the test.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	gobin, err := exec.LookPath("go")
+	dir, cleanup, err := proctest.Build("terasort-cli", false, "./apps/terasort/cmd/terasort")
 	if err != nil {
-		t.Skip("go tool not on PATH")
+		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "terasort")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, gobin, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	t.Cleanup(cleanup)
+	return filepath.Join(dir, "terasort")
 }
 
 type result struct {

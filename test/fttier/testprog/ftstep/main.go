@@ -39,60 +39,56 @@ import (
 	"github.com/gaspigo/gaspigo/pgas"
 )
 
-func main() {
-	steps := flag.Int("steps", 50, "steps to run")
-	pause := flag.Duration("pause", 20*time.Millisecond, "time per step")
-	timeout := flag.Duration("timeout", 120*time.Second, "give up after this long")
-	resultDir := flag.String("result-dir", os.Getenv("FTSTEP_RESULT_DIR"), "also write pid, result and exit files into this directory")
-	stats := flag.Bool("stats", false, "print the runtime's counters after the result line")
-	leader := flag.Bool("leader", false, "print a line whenever this process becomes the Raft leader")
-	leaderOnRank := flag.Bool("leader-on-rank", false, "rank 0 moves the Raft leadership onto a rank (off an idle spare) after init")
-	finTimeout := flag.Duration("finalize-timeout", 0, "bound Finalize separately (0: only -timeout bounds it)")
-	progress := flag.Int64("progress", 0, "print a progress line every N steps (0: never)")
-	writes := flag.Duration("writes", 0, "also write a record into the right neighbour's segment this often and check for stale writes (0: never)")
-	suspicion := flag.Duration("suspicion", 0, "detector SuspicionTimeout (0: health.DefaultConfig's)")
-	probe := flag.Duration("probe", 0, "detector ProbeTimeout (0: health.DefaultConfig's)")
+// flags are the command's flags.
+type flags struct {
+	steps        int
+	pause        time.Duration
+	timeout      time.Duration
+	resultDir    string
+	stats        bool
+	leader       bool
+	leaderOnRank bool
+	finTimeout   time.Duration
+	progress     int64
+	writes       time.Duration
+	suspicion    time.Duration
+	probe        time.Duration
+}
+
+func parseFlags() flags {
+	var f flags
+	flag.IntVar(&f.steps, "steps", 50, "steps to run")
+	flag.DurationVar(&f.pause, "pause", 20*time.Millisecond, "time per step")
+	flag.DurationVar(&f.timeout, "timeout", 120*time.Second, "give up after this long")
+	flag.StringVar(&f.resultDir, "result-dir", os.Getenv("FTSTEP_RESULT_DIR"), "also write pid, result and exit files into this directory")
+	flag.BoolVar(&f.stats, "stats", false, "print the runtime's counters after the result line")
+	flag.BoolVar(&f.leader, "leader", false, "print a line whenever this process becomes the Raft leader")
+	flag.BoolVar(&f.leaderOnRank, "leader-on-rank", false, "rank 0 moves the Raft leadership onto a rank (off an idle spare) after init")
+	flag.DurationVar(&f.finTimeout, "finalize-timeout", 0, "bound Finalize separately (0: only -timeout bounds it)")
+	flag.Int64Var(&f.progress, "progress", 0, "print a progress line every N steps (0: never)")
+	flag.DurationVar(&f.writes, "writes", 0, "also write a record into the right neighbour's segment this often and check for stale writes (0: never)")
+	flag.DurationVar(&f.suspicion, "suspicion", 0, "detector SuspicionTimeout (0: health.DefaultConfig's)")
+	flag.DurationVar(&f.probe, "probe", 0, "detector ProbeTimeout (0: health.DefaultConfig's)")
 	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	return f
+}
+
+func main() {
+	f := parseFlags()
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	proc := os.Getenv("PGAS_PROC")
-	out := files{dir: *resultDir, proc: proc}
+	out := files{dir: f.resultDir, proc: proc}
 	fmt.Printf("pid %d proc %s\n", os.Getpid(), proc)
 	out.write("pid", strconv.Itoa(os.Getpid()))
-	opts := job.Options{FaultTolerant: true}
-	if err := out.logging(&opts, *leader); err != nil {
-		fmt.Fprintln(os.Stderr, "ftstep: -result-dir:", err)
-		os.Exit(2)
-	}
-	if *suspicion > 0 || *probe > 0 {
-		hc := health.DefaultConfig()
-		if *suspicion > 0 {
-			hc.SuspicionTimeout = *suspicion
-		}
-		if *probe > 0 {
-			hc.ProbeTimeout = *probe
-		}
-		if err := hc.Validate(); err != nil {
-			fmt.Fprintln(os.Stderr, "ftstep: -suspicion/-probe:", err)
-			os.Exit(2)
-		}
-		opts.Health = &hc
-	}
-	rt, err := job.Init(ctx, opts)
+	rt, err := job.Init(ctx, jobOptions(f, out))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)
 		out.exit(job.ExitCode(err), "init", err)
 	}
 	fmt.Printf("rank %d epoch %d\n", rt.Rank(), rt.Epoch())
-	if lm, ok := rt.Membership().(pgas.LeaderMover); ok && *leaderOnRank && rt.Rank() == 0 && !rt.StartedAsSpare() {
-		mctx, mcancel := context.WithTimeout(ctx, 30*time.Second)
-		p, err := lm.MoveLeaderToRank(mctx)
-		mcancel()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "ftstep: -leader-on-rank:", err)
-		} else {
-			fmt.Printf("leader-on-rank proc=%d\n", p)
-		}
+	if f.leaderOnRank && rt.Rank() == 0 && !rt.StartedAsSpare() {
+		moveLeaderToRank(ctx, rt)
 	}
 	printStats := func() {
 		st := rt.Stats()
@@ -100,37 +96,17 @@ func main() {
 			rt.Rank(), proc, st.FramesRejected, st.RemoteErrors, st.PeersDown, st.DirectWrites)
 	}
 	onStep := func(step int64) {
-		if *progress > 0 && step%*progress == 0 {
+		if f.progress > 0 && step%f.progress == 0 {
 			fmt.Printf("progress rank=%d step=%d epoch=%d\n", rt.Rank(), step, rt.Epoch())
-			if *stats {
+			if f.stats {
 				printStats()
 			}
 		}
 	}
-	w := newWriter(rt, *writes)
-	if w != nil && !rt.StartedAsSpare() {
-		if err := w.create(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "segment:", err)
-			rt.Close()
-			out.exit(job.ExitCode(err), "segment", err)
-		}
-	}
-	stopWriter := func() {}
-	if w != nil {
-		wctx, stop := context.WithCancel(ctx)
-		p, _ := strconv.Atoi(proc)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			w.run(wctx, p)
-		}()
-		// The writer uses the runtime and its segment's memory: it ends
-		// before Finalize or Close frees them (a write racing Close read
-		// a segment that Close was taking away, under the race detector).
-		stopWriter = func() { stop(); <-done }
-		defer stopWriter()
-	}
-	sum, err := run(ctx, rt, *steps, *pause, w, onStep)
+	w := newWriter(rt, f.writes)
+	stopWriter := startWriter(ctx, rt, w, out)
+	defer stopWriter()
+	sum, err := run(ctx, rt, f.steps, f.pause, w, onStep)
 	stopWriter()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: %v\n", rt.Rank(), err)
@@ -140,16 +116,91 @@ func main() {
 	res := fmt.Sprintf("result rank=%d sum=%d epoch=%d", rt.Rank(), sum, rt.Epoch())
 	out.write("result", res)
 	fmt.Println(res)
-	if *stats {
+	if f.stats {
 		printStats()
 	}
-	fctx := ctx
-	if *finTimeout > 0 {
-		var fcancel context.CancelFunc
-		fctx, fcancel = context.WithTimeout(ctx, *finTimeout)
-		defer fcancel()
+	finalize(ctx, rt, f.finTimeout, out)
+}
+
+// jobOptions are the runtime's options: fault-tolerant, logging as
+// -result-dir and -leader say, the detector's timeouts of -suspicion and
+// -probe. A bad flag ends the program with exit status 2.
+func jobOptions(f flags, out files) job.Options {
+	opts := job.Options{FaultTolerant: true}
+	if err := out.logging(&opts, f.leader); err != nil {
+		fmt.Fprintln(os.Stderr, "ftstep: -result-dir:", err)
+		os.Exit(2)
 	}
-	if err := rt.Finalize(fctx); err != nil {
+	if f.suspicion > 0 || f.probe > 0 {
+		hc := health.DefaultConfig()
+		if f.suspicion > 0 {
+			hc.SuspicionTimeout = f.suspicion
+		}
+		if f.probe > 0 {
+			hc.ProbeTimeout = f.probe
+		}
+		if err := hc.Validate(); err != nil {
+			fmt.Fprintln(os.Stderr, "ftstep: -suspicion/-probe:", err)
+			os.Exit(2)
+		}
+		opts.Health = &hc
+	}
+	return opts
+}
+
+// moveLeaderToRank moves the Raft leadership onto a rank (-leader-on-rank),
+// when the membership can.
+func moveLeaderToRank(ctx context.Context, rt *pgas.Runtime) {
+	lm, ok := rt.Membership().(pgas.LeaderMover)
+	if !ok {
+		return
+	}
+	mctx, mcancel := context.WithTimeout(ctx, 30*time.Second)
+	p, err := lm.MoveLeaderToRank(mctx)
+	mcancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ftstep: -leader-on-rank:", err)
+	} else {
+		fmt.Printf("leader-on-rank proc=%d\n", p)
+	}
+}
+
+// startWriter creates w's segment (not on a spare, which creates it when
+// it rejoins) and runs w (-writes) until the returned function, which
+// waits for it to end; without w it does nothing.
+func startWriter(ctx context.Context, rt *pgas.Runtime, w *writer, out files) (stop func()) {
+	if w == nil {
+		return func() {}
+	}
+	if !rt.StartedAsSpare() {
+		if err := w.create(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "segment:", err)
+			rt.Close()
+			out.exit(job.ExitCode(err), "segment", err)
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	p, _ := strconv.Atoi(out.proc)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.run(wctx, p)
+	}()
+	// The writer uses the runtime and its segment's memory: it ends
+	// before Finalize or Close frees them (a write racing Close read a
+	// segment that Close was taking away, under the race detector).
+	return func() { cancel(); <-done }
+}
+
+// finalize ends the job (bounded by timeout when it is set) and records
+// the exit; a failed Finalize still exits 0, with its error recorded.
+func finalize(ctx context.Context, rt *pgas.Runtime, timeout time.Duration, out files) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	if err := rt.Finalize(ctx); err != nil {
 		rt.Close() // Finalize leaves it open after a membership change
 		fmt.Fprintln(os.Stderr, "finalize:", err)
 		out.write("exit", "code=0 finalize_err="+strconv.Quote(err.Error()))

@@ -94,34 +94,102 @@ func faultDeath(ctx context.Context, p *prog) int {
 	if err := p.waitGate(ctx, "stopped"); err != nil {
 		return p.fail(name, err)
 	}
+	if err := deathStopped(ctx, p, victim); err != nil {
+		return p.fail(name, err)
+	}
+	say("RESULT case=stopped-timeout rank=%d PASS", p.me)
+	if err := deathBlocked(ctx, p, victim, g7); err != nil {
+		return p.fail(name, err)
+	}
+	if err := deathKnown(ctx, p, victim); err != nil {
+		return p.fail(name, err)
+	}
+	st := rt.Stats()
+	say("RESULT case=%s rank=%d PASS peers_down=%d", name, p.me, st.PeersDown)
+	// The survivors leave together: a collective on all ranks would fail
+	// on the dead one.
+	survivors, err := rt.NewGroup(12, all[:victim])
+	if err != nil {
+		return p.fail(name, err)
+	}
+	if err := rt.Barrier(ctx, survivors); err != nil {
+		return p.fail(name, fmt.Errorf("survivors' barrier: %w", err))
+	}
+	return 0
+}
 
-	// Phase A: the victim is stopped, not dead.
+// deathStopped is faultDeath's phase A: the victim is stopped, not dead.
+// A Wait and a FetchAdd on it with a short deadline time out, and the
+// timeouts alone make it no suspect.
+func deathStopped(ctx context.Context, p *prog, victim int) error {
 	const short = 300 * time.Millisecond
+	rt := p.rt
 	if err := rt.Write(ctx, 0, victim, loc(1, int64(8*p.me)), loc(1, 0), 8); err != nil {
-		return p.fail(name, fmt.Errorf("posting a write to the stopped rank: %w", err))
+		return fmt.Errorf("posting a write to the stopped rank: %w", err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, short)
-	err = rt.Wait(tctx, 0)
+	err := rt.Wait(tctx, 0)
 	cancel()
 	if !isTimeout(err) {
-		return p.fail(name, fmt.Errorf("Wait on a write to the stopped rank %d with a %v deadline: %v; want ErrTimeout and no RankError", victim, short, err))
+		return fmt.Errorf("Wait on a write to the stopped rank %d with a %v deadline: %v; want ErrTimeout and no RankError", victim, short, err)
 	}
 	tctx, cancel = context.WithTimeout(ctx, short)
 	_, err = rt.FetchAdd(tctx, victim, loc(1, 64), 1)
 	cancel()
 	if !isTimeout(err) {
-		return p.fail(name, fmt.Errorf("FetchAdd on the stopped rank %d with a %v deadline: %v; want ErrTimeout and no RankError", victim, short, err))
+		return fmt.Errorf("FetchAdd on the stopped rank %d with a %v deadline: %v; want ErrTimeout and no RankError", victim, short, err)
 	}
 	if sv := rt.StateVector(); sv[victim].Suspect {
-		return p.fail(name, fmt.Errorf("timeouts alone made rank %d suspect: %+v", victim, sv))
+		return fmt.Errorf("timeouts alone made rank %d suspect: %+v", victim, sv)
 	}
-	say("RESULT case=stopped-timeout rank=%d PASS", p.me)
+	return nil
+}
 
-	// Phase B: block on the victim in every way, then it is killed.
-	ops := []struct {
-		name string
-		f    func() error
-	}{
+// blockingOp is an operation of faultDeath's phase B.
+type blockingOp struct {
+	name string
+	f    func() error
+}
+
+// deathBlocked is faultDeath's phase B: block on the victim in every way
+// (BLOCKING lines), then it is killed and every operation must end in a
+// RankError naming it (RANKERR lines, with the time each returned).
+func deathBlocked(ctx context.Context, p *prog, victim int, g7 *pgas.Group) error {
+	ops := blockingOps(ctx, p.rt, victim, g7)
+	type outcome struct {
+		at  time.Time
+		err error
+	}
+	res := make([]outcome, len(ops))
+	var wg sync.WaitGroup
+	for i, op := range ops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			say("BLOCKING rank=%d op=%s", p.me, op.name)
+			err := op.f()
+			res[i] = outcome{time.Now(), err}
+		}()
+	}
+	wg.Wait()
+	failed := 0
+	for i, op := range ops {
+		ok := isRankError(res[i].err, victim)
+		if !ok {
+			failed++
+		}
+		say("RANKERR rank=%d op=%s peer=%d at=%d ok=%v err=%s", p.me, op.name, victim, res[i].at.UnixNano(), ok, errText(res[i].err))
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d operations did not end in a RankError naming rank %d", failed, victim)
+	}
+	return nil
+}
+
+// blockingOps are the operations of phase B, each of which waits on the
+// victim.
+func blockingOps(ctx context.Context, rt *pgas.Runtime, victim int, g7 *pgas.Group) []blockingOp {
+	return []blockingOp{
 		{"barrier", func() error { return rt.Barrier(ctx, nil) }},
 		// The write of phase A is still outstanding: Wait again.
 		{"wait_retry", func() error { return rt.Wait(ctx, 0) }},
@@ -162,35 +230,13 @@ func faultDeath(ctx context.Context, p *prog) int {
 			return err
 		}},
 	}
-	type outcome struct {
-		at  time.Time
-		err error
-	}
-	res := make([]outcome, len(ops))
-	var wg sync.WaitGroup
-	for i, op := range ops {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			say("BLOCKING rank=%d op=%s", p.me, op.name)
-			err := op.f()
-			res[i] = outcome{time.Now(), err}
-		}()
-	}
-	wg.Wait()
-	failed := 0
-	for i, op := range ops {
-		ok := isRankError(res[i].err, victim)
-		if !ok {
-			failed++
-		}
-		say("RANKERR rank=%d op=%s peer=%d at=%d ok=%v err=%s", p.me, op.name, victim, res[i].at.UnixNano(), ok, errText(res[i].err))
-	}
-	if failed > 0 {
-		return p.fail(name, fmt.Errorf("%d operations did not end in a RankError naming rank %d", failed, victim))
-	}
+}
 
-	// Phase C: once the death is known, new operations fail at once.
+// deathKnown is faultDeath's phase C: once the death is known, new
+// operations on the victim fail at once with a RankError, and the state
+// vector suspects it.
+func deathKnown(ctx context.Context, p *prog, victim int) error {
+	rt := p.rt
 	start := time.Now()
 	errs := map[string]error{}
 	errs["write"] = rt.Write(ctx, 3, victim, loc(1, 0), loc(1, 0), 8)
@@ -198,28 +244,17 @@ func faultDeath(ctx context.Context, p *prog) int {
 	errs["read"] = rt.Read(ctx, 3, victim, loc(1, 0), loc(1, 0), 8)
 	errs["passive_send"] = rt.PassiveSend(ctx, victim, []byte("x"))
 	if took := time.Since(start); took > 2*time.Second {
-		return p.fail(name, fmt.Errorf("operations on the dead rank took %v; they must fail at once", took))
+		return fmt.Errorf("operations on the dead rank took %v; they must fail at once", took)
 	}
 	for what, err := range errs {
 		if !isRankError(err, victim) {
-			return p.fail(name, fmt.Errorf("%s after the death: %v; want a RankError naming rank %d", what, err, victim))
+			return fmt.Errorf("%s after the death: %v; want a RankError naming rank %d", what, err, victim)
 		}
 	}
 	if sv := rt.StateVector(); !sv[victim].Suspect {
-		return p.fail(name, fmt.Errorf("state vector after the death does not suspect rank %d: %+v", victim, sv))
+		return fmt.Errorf("state vector after the death does not suspect rank %d: %+v", victim, sv)
 	}
-	st := rt.Stats()
-	say("RESULT case=%s rank=%d PASS peers_down=%d", name, p.me, st.PeersDown)
-	// The survivors leave together: a collective on all ranks would fail
-	// on the dead one.
-	survivors, err := rt.NewGroup(12, all[:victim])
-	if err != nil {
-		return p.fail(name, err)
-	}
-	if err := rt.Barrier(ctx, survivors); err != nil {
-		return p.fail(name, fmt.Errorf("survivors' barrier: %w", err))
-	}
-	return 0
+	return nil
 }
 
 func errText(err error) string {
