@@ -102,9 +102,15 @@ type Config struct {
 	// Impl picks the distance kernel. ImplAuto uses the fastest one this CPU
 	// supports; set ImplGo to rule out assembly, ImplNaive for the reference.
 	Impl Impl
-	// Algo picks how nearest centroids are found: AlgoLloyd (brute force)
-	// or an exact pruned algorithm; all give the same bits (doc.go).
+	// Algo picks how nearest centroids are found: AlgoLloyd (brute force),
+	// an exact pruned algorithm, or AlgoAuto; all give the same bits
+	// (doc.go).
 	Algo Algo
+	// BoundsMemory bounds the bytes a Kernel's pruning bounds may take
+	// (BoundsBytes); a pruned Algo whose bounds would not fit falls back to
+	// a cheaper one (AlgoYinyang to AlgoHamerly to AlgoLloyd: the same
+	// bits), Kernel.Algo says which. 0: no bound.
+	BoundsMemory int64
 	// Threads is how many goroutines a Kernel splits its shard over
 	// (1..MaxThreads). Results are bit-identical for every value, so this
 	// is purely a speed knob. 1 runs everything on the caller's goroutine; a
@@ -156,10 +162,13 @@ func (c Config) validateKernel() error {
 	if !Available(c.Impl) {
 		return configErr("Impl = %s is not available on this CPU/build; use %s (or auto)", c.Impl, Best())
 	}
-	if c.Algo < AlgoLloyd || c.Algo > AlgoYinyang {
+	if c.BoundsMemory < 0 {
+		return configErr("BoundsMemory = %d, want 0 (no bound) or a number of bytes", c.BoundsMemory)
+	}
+	if c.Algo < AlgoLloyd || c.Algo > AlgoAuto {
 		return configErr("Algo = %d is not a known algorithm", int(c.Algo))
 	}
-	if c.Algo != AlgoLloyd && c.Impl == ImplNaive {
+	if (c.Algo == AlgoHamerly || c.Algo == AlgoYinyang) && c.Impl == ImplNaive {
 		return configErr("Algo = %s needs a norm-expansion kernel (go, avx2, avx512 or auto), not %s", c.Algo, c.Impl)
 	}
 	if c.Threads < 1 || c.Threads > MaxThreads {

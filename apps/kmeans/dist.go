@@ -95,8 +95,11 @@ type RunResult struct {
 	Checkpoints    int
 	LoopTime       time.Duration
 	// Prune counts this rank's points by how the kernels settled them,
-	// summed over the iterations this process ran (Config.Algo).
+	// summed over the iterations this process ran; Algo is the algorithm
+	// of its kernels (Config.Algo, AlgoAuto's choice, or what fits
+	// Config.BoundsMemory; the cheapest if its kernels differ).
 	Prune PruneStats
+	Algo  Algo
 }
 
 // Job is one rank's part of a distributed K-means run. The data set is
@@ -274,6 +277,19 @@ func (j *Job) homeRank(s int) int {
 		r--
 	}
 	return r
+}
+
+// algo is the algorithm of this rank's kernels, the cheapest if they
+// differ (AlgoLloyd < AlgoHamerly < AlgoYinyang).
+func (j *Job) algo() Algo {
+	a := AlgoYinyang
+	for _, sh := range j.mine {
+		a = min(a, sh.kr.Algo())
+	}
+	if len(j.mine) == 0 {
+		return ChooseAlgo(j.opt.Kernel.Algo, j.opt.K, j.d)
+	}
+	return a
 }
 
 // addShard loads shard s and makes its kernel.
@@ -490,7 +506,7 @@ func (j *Job) Run(ctx context.Context) (RunResult, error) {
 		return RunResult{}, err
 	}
 	return RunResult{Centroids: slices.Clone(j.cent), SSE: j.sse, Iterations: j.iter, Recoveries: j.recov,
-		CheckpointTime: j.ckptTime, Checkpoints: j.commits, LoopTime: time.Since(j.loopStart), Prune: j.prune}, nil
+		CheckpointTime: j.ckptTime, Checkpoints: j.commits, LoopTime: time.Since(j.loopStart), Prune: j.prune, Algo: j.algo()}, nil
 }
 
 // iterate runs one Lloyd iteration; done reports the end of the run.

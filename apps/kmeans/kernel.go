@@ -142,13 +142,17 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 
 	kr.blockPts = max(4, min(1024, l1Budget/(8*(2*lanes+d)))&^3)
 	kr.chunkBlocks = max(2, l1Budget/(8*d*lanes)&^1)
+	algo := fitAlgo(ChooseAlgo(cfg.Algo, k, d), n, k, cfg.BoundsMemory)
+	if kr.impl == ImplNaive {
+		algo = AlgoLloyd // AlgoAuto: the naive kernel has no norm expansion to prune
+	}
 	kr.batchPts = kr.blockPts
-	if cfg.Algo == AlgoYinyang {
+	if algo == AlgoYinyang {
 		kr.batchPts = (yyBatch + kr.blockPts - 1) / kr.blockPts * kr.blockPts // whole blocks (accumulate)
 	}
 
-	if cfg.Algo != AlgoLloyd {
-		kr.pr = newPruner(points, n, d, k, cfg.Algo == AlgoYinyang)
+	if algo != AlgoLloyd {
+		kr.pr = newPruner(points, n, d, k, algo == AlgoYinyang)
 	}
 
 	threads := min(cfg.Threads, nch)
@@ -159,7 +163,7 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 			state: make([]float64, (kr.blockPts+4)*3*lanes),
 			best:  make([]int32, kr.batchPts+4),
 		}
-		if cfg.Algo != AlgoLloyd {
+		if algo != AlgoLloyd {
 			wk := kr.workers[w]
 			wk.gbuf = make([]float64, (kr.blockPts+4)*d)
 			wk.fidx = make([]int32, kr.batchPts)
@@ -333,6 +337,7 @@ func (kr *Kernel) runWorker(w *worker) {
 			} else {
 				kr.argmin(w, lo, hi)
 				w.stats.Scanned += int64(hi - lo)
+				w.stats.Distances += int64(hi-lo) * int64(kr.k)
 			}
 			// Accumulated block by block whatever the batch: the SSE is a
 			// sum of block sums, the same bits for every Algo.

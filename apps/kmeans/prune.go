@@ -24,17 +24,70 @@ const (
 	// global bounds fail compares itself only with the groups whose own
 	// bound fails, instead of with every centroid.
 	AlgoYinyang
+	// AlgoAuto picks by k and the dimension (ChooseAlgo): the same on every
+	// rank and for any number of ranks.
+	AlgoAuto
 )
 
-var algoNames = [...]string{"lloyd", "hamerly", "yinyang"}
+var algoNames = [...]string{"lloyd", "hamerly", "yinyang", "auto"}
 
 func (a Algo) String() string { return enumName(algoNames[:], int(a), "Algo") }
 
 // ParseAlgo parses the names printed by Algo.String ("lloyd", "hamerly",
-// "yinyang").
+// "yinyang", "auto").
 func ParseAlgo(s string) (Algo, error) {
 	a, err := parseEnum(algoNames[:], s, "algorithm")
 	return Algo(a), err
+}
+
+// autoWork is the k·d at and above which AlgoAuto prunes. Brute force
+// costs about 0.2 ns per distance in 10-D on the reference machine, 20-30
+// ns per point per iteration at k = 100, less than the bookkeeping of the
+// bounds; Yinyang was 2x ahead at k = 1,000 and behind at k = 300
+// (bench/RESULTS.md).
+const autoWork = 5000
+
+// ChooseAlgo is AlgoAuto's choice for k centroids in d dimensions:
+// AlgoYinyang when k·d ≥ autoWork, else AlgoLloyd. Any other a is
+// returned as it is.
+func ChooseAlgo(a Algo, k, d int) Algo {
+	if a != AlgoAuto {
+		return a
+	}
+	if int64(k)*int64(d) >= autoWork {
+		return AlgoYinyang
+	}
+	return AlgoLloyd
+}
+
+// BoundsBytes is the memory an Algo's bounds take for n points and k
+// centroids, on top of the assignments every Kernel keeps: per point,
+// AlgoHamerly two distance bounds, ||x||² and the centroid they refer to
+// (28 bytes); AlgoYinyang those and a float32 bound per group of centroids
+// (about k/64 groups) and a version stamp (28 + 4·(G+1) bytes).
+func BoundsBytes(a Algo, n, k int) int64 {
+	switch a {
+	case AlgoHamerly:
+		return int64(n) * 28
+	case AlgoYinyang:
+		return int64(n) * (28 + 4*int64(numGroups(k)+1))
+	}
+	return 0
+}
+
+// fitAlgo returns a, or the next cheaper Algo whose bounds for n points
+// fit in limit bytes (0: no limit): AlgoYinyang falls back to AlgoHamerly,
+// AlgoHamerly to AlgoLloyd.
+func fitAlgo(a Algo, n, k int, limit int64) Algo {
+	for limit > 0 && BoundsBytes(a, n, k) > limit {
+		switch a {
+		case AlgoYinyang:
+			a = AlgoHamerly
+		default:
+			return AlgoLloyd
+		}
+	}
+	return a
 }
 
 // PruneStats counts what the last Step did per point. Under AlgoLloyd every
@@ -52,20 +105,26 @@ type PruneStats struct {
 	GroupsScanned int64
 	// Scanned points were compared with every centroid.
 	Scanned int64
+	// Distances counts the distances (values v̂) computed, every kind of
+	// point together: k per scanned point, one per point whose bound was
+	// tightened, each member of each group scanned.
+	Distances int64
 }
 
-// String gives the shares of the points: "skipped 61.2% one-distance 9.1%
-// grouped 0.0% scanned 29.7% of N".
+// String gives the shares of the points and the distances per point:
+// "skipped 61.2% one-distance 9.1% grouped 0.0% scanned 29.7% of N;
+// 297.9 distances per point".
 func (s PruneStats) String() string {
 	n := s.Skipped + s.Tightened + s.Grouped + s.Scanned
 	pc := func(v int64) float64 { return 100 * float64(v) / float64(max(n, 1)) }
-	return fmt.Sprintf("skipped %.1f%% one-distance %.1f%% grouped %.1f%% scanned %.1f%% of %d", pc(s.Skipped), pc(s.Tightened), pc(s.Grouped), pc(s.Scanned), n)
+	return fmt.Sprintf("skipped %.1f%% one-distance %.1f%% grouped %.1f%% scanned %.1f%% of %d; %.1f distances per point",
+		pc(s.Skipped), pc(s.Tightened), pc(s.Grouped), pc(s.Scanned), n, float64(s.Distances)/float64(max(n, 1)))
 }
 
 // Add returns s + o.
 func (s PruneStats) Add(o PruneStats) PruneStats {
 	return PruneStats{s.Skipped + o.Skipped, s.Tightened + o.Tightened, s.Grouped + o.Grouped,
-		s.GroupsScanned + o.GroupsScanned, s.Scanned + o.Scanned}
+		s.GroupsScanned + o.GroupsScanned, s.Scanned + o.Scanned, s.Distances + o.Distances}
 }
 
 // tinyAbs is an absolute slack added to every widened bound. It covers
@@ -292,6 +351,7 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 			continue
 		}
 		va := kr.value(kr.points[i*d:i*d+d], int(a))
+		w.stats.Distances++
 		ub = pr.upperDist(va, pr.xsq[i], e)
 		pr.u[i] = ub
 		if pr.safe(max(lb, pr.down(h2-ub)), ub, e) {
@@ -300,13 +360,17 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 			continue
 		}
 		if pr.groups != nil {
-			kr.yyFilter(w, i, a, va, ub, e)
+			if kr.yyFilter(w, i, a, va, ub, e) {
+				best[i-lo] = a
+				w.stats.Grouped++
+			}
 			continue
 		}
 		w.fidx[nf] = int32(i)
 		nf++
 	}
 	w.stats.Scanned += int64(nf)
+	w.stats.Distances += int64(nf) * int64(kr.k)
 	for f0 := 0; f0 < nf; {
 		np := 0
 		for ; f0+np < nf && np < kr.blockPts; np++ {

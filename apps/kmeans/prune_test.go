@@ -326,8 +326,49 @@ func TestYinyangShortHistory(t *testing.T) {
 	}
 }
 
+// AlgoAuto prunes only where brute force costs more than the bounds'
+// bookkeeping (k·d ≥ autoWork), whatever the points; and a pruned Algo
+// whose bounds exceed Config.BoundsMemory falls back to a cheaper one.
+func TestAutoAndBoundsMemory(t *testing.T) {
+	for _, c := range []struct {
+		k, d int
+		want Algo
+	}{{10, 10, AlgoLloyd}, {100, 10, AlgoLloyd}, {499, 10, AlgoLloyd}, {500, 10, AlgoYinyang}, {1000, 10, AlgoYinyang}, {50, 100, AlgoYinyang}, {1000, 2, AlgoLloyd}} {
+		if got := ChooseAlgo(AlgoAuto, c.k, c.d); got != c.want {
+			t.Errorf("ChooseAlgo(auto, k=%d, d=%d) = %v, want %v", c.k, c.d, got, c.want)
+		}
+	}
+	if got := ChooseAlgo(AlgoHamerly, 1000, 10); got != AlgoHamerly {
+		t.Errorf("ChooseAlgo(hamerly) = %v", got)
+	}
+	const n, d, k = 2000, 10, 640
+	pts := randPoints(7, n, d)
+	yy, hm := BoundsBytes(AlgoYinyang, n, k), BoundsBytes(AlgoHamerly, n, k)
+	if hm != 28*n || yy != int64(n)*(28+4*(k/groupSize+1)) {
+		t.Fatalf("BoundsBytes: hamerly %d, yinyang %d", hm, yy)
+	}
+	for _, c := range []struct {
+		algo  Algo
+		limit int64
+		want  Algo
+	}{{AlgoYinyang, 0, AlgoYinyang}, {AlgoYinyang, yy, AlgoYinyang}, {AlgoYinyang, yy - 1, AlgoHamerly}, {AlgoAuto, hm, AlgoHamerly},
+		{AlgoHamerly, hm - 1, AlgoLloyd}, {AlgoYinyang, 1, AlgoLloyd}} {
+		kr, err := NewKernel(pts, d, k, Config{Algo: c.algo, BoundsMemory: c.limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := kr.Algo(); got != c.want {
+			t.Errorf("%v with BoundsMemory %d: %v, want %v", c.algo, c.limit, got, c.want)
+		}
+		kr.Close()
+	}
+	if _, err := NewKernel(pts, d, k, Config{Algo: AlgoAuto, Impl: ImplNaive}); err != nil {
+		t.Errorf("auto with the naive kernel: %v, want brute force", err)
+	}
+}
+
 func TestParseAlgo(t *testing.T) {
-	for _, a := range []Algo{AlgoLloyd, AlgoHamerly, AlgoYinyang} {
+	for _, a := range []Algo{AlgoLloyd, AlgoHamerly, AlgoYinyang, AlgoAuto} {
 		got, err := ParseAlgo(a.String())
 		if err != nil || got != a {
 			t.Fatalf("ParseAlgo(%q) = %v, %v", a.String(), got, err)

@@ -12,6 +12,7 @@ const groupSize = 64
 type groups struct {
 	n     int       // number of groups
 	of    []int32   // k: the group of each centroid
+	size  []int32   // n: the members of each group
 	blk   []int     // n+1: group g's packed blocks are [blk[g], blk[g+1])
 	idx   []int32   // packed position -> centroid index (-1: padding)
 	pos   []int32   // k: centroid index -> packed position
@@ -20,13 +21,17 @@ type groups struct {
 	dummy bool
 }
 
+// numGroups is the number of groups newGroups starts from (empty ones
+// are dropped), the most a Kernel has.
+func numGroups(k int) int { return max(1, k/groupSize) }
+
 // newGroups clusters the k centroids c into about k/groupSize groups with
 // a few rounds of Lloyd's algorithm on the centroids themselves (starting
 // from evenly spaced centroids), and lays each group out in blocks of
 // lanes, members in ascending index (so that, within a group, the first
 // of equal values is the lowest index).
 func newGroups(c []float64, k, d int) *groups {
-	ng := max(1, k/groupSize)
+	ng := numGroups(k)
 	ctr := make([]float64, ng*d)
 	for g := 0; g < ng; g++ {
 		j := g * k / ng
@@ -74,6 +79,10 @@ func newGroups(c []float64, k, d int) *groups {
 	for j := 0; j < k; j++ {
 		of[j] = dense[of[j]]
 		members[of[j]] = append(members[of[j]], int32(j))
+	}
+	gr.size = make([]int32, n)
+	for g := range members {
+		gr.size[g] = int32(len(members[g]))
 	}
 	for g := 0; g < n; g++ {
 		gr.blk[g+1] = gr.blk[g] + (len(members[g])+lanes-1)/lanes

@@ -94,8 +94,9 @@ const yyBatch = 2048
 func (pr *pruner) rebaseAge() int32 { return pr.hist / 2 }
 
 // yyFilter is step 1 for point i, whose global bounds failed: a is its
-// centroid, va its value, ub the bound on its distance, e the margin.
-func (kr *Kernel) yyFilter(w *worker, i int, a int32, va, ub, e float64) {
+// centroid, va its value, ub the bound on its distance, e the margin. It
+// reports true when every group is ruled out: a stays, settled at once.
+func (kr *Kernel) yyFilter(w *worker, i int, a int32, va, ub, e float64) bool {
 	pr := kr.pr
 	gr := pr.groups
 	yy := w.yy
@@ -135,13 +136,24 @@ func (kr *Kernel) yyFilter(w *worker, i int, a int32, va, ub, e float64) {
 			}
 		}
 	}
+	if int32(len(yy.pg)) == p.first {
+		// Every group ruled out: a stays, and only the global lower
+		// bound changes (and the stamp, if the bounds were rebased).
+		pr.l[i] = p.lmin
+		if p.rebase {
+			pr.stamp[i] = pr.ver
+		}
+		return true
+	}
 	yy.pts = append(yy.pts, p)
+	return false
 }
 
 // yyResolve runs steps 2 and 3 for the batch's points and writes each
 // one's nearest centroid into best (indexed from lo).
 func (kr *Kernel) yyResolve(w *worker, lo int, best []int32) {
 	yy := w.yy
+	gr := kr.pr.groups
 	if len(yy.pts) == 0 {
 		return
 	}
@@ -161,6 +173,9 @@ func (kr *Kernel) yyResolve(w *worker, lo int, best []int32) {
 		best[int(p.i)-lo] = p.bi
 		w.stats.Grouped++
 		w.stats.GroupsScanned += int64(end - p.first)
+		for q := p.first; q < end; q++ {
+			w.stats.Distances += int64(gr.size[yy.pg[q]])
+		}
 	}
 	yy.pts, yy.pg, yy.pp = yy.pts[:0], yy.pg[:0], yy.pp[:0]
 }

@@ -59,9 +59,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -100,20 +102,21 @@ func (i *injects) Set(s string) error {
 }
 
 type flags struct {
-	opt      kmeans.Options
-	generate int
-	output   string
-	impl     string
-	algo     string
-	seeding  string
-	mirrors  int
-	ckptDir  string
-	shrink   bool
-	quiet    bool
-	stamps   bool
-	history  string
-	skip     int
-	sep      string
+	opt       kmeans.Options
+	generate  int
+	output    string
+	impl      string
+	algo      string
+	seeding   string
+	mirrors   int
+	ckptDir   string
+	shrink    bool
+	quiet     bool
+	stamps    bool
+	history   string
+	skip      int
+	sep       string
+	boundsMem string
 }
 
 // parse reads the command line; its errors are usage errors (cli.Usage),
@@ -131,6 +134,38 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	fs := flag.NewFlagSet("kmeans", flag.ContinueOnError)
 	g := kmeans.DefaultGenConfig()
 	var inj injects
+	f.define(fs, &g, &inj)
+	pos, err := cli.Parse(fs, args, stdout)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: flags only", pos[0])
+	}
+	if err := f.checkValues(g); err != nil {
+		return nil, err
+	}
+	if err := f.checkInjects(inj); err != nil {
+		return nil, err
+	}
+	if err := f.resolve(fs); err != nil {
+		return nil, err
+	}
+	g.N = f.generate
+	f.opt.Gen = g
+	f.opt.Seed = g.Seed
+	f.opt.Injects, f.opt.Stores = inj.kills, inj.stores
+	f.opt.Shrink = f.shrink
+	if f.generate > 0 {
+		if err := g.Validate(); err != nil {
+			return nil, fmt.Errorf("--generate %d --dim %d: %w; give fewer points or dimensions", g.N, g.D, err)
+		}
+	}
+	return f, nil
+}
+
+// define declares the flags on fs, into f, g (the generator) and inj.
+func (f *flags) define(fs *flag.FlagSet, g *kmeans.GenConfig, inj *injects) {
 	fs.StringVar(&f.opt.Input, "input", "", "points `FILE`: CSV (one point per line) or the binary format (.bin, see apps/kmeans/doc.go)")
 	fs.IntVar(&f.skip, "skip-columns", 0, "leave out the first `N` columns of every line of a CSV --input: an index or id column (a data frame's to_csv writes one); giving it, even 0, turns off the check for such a column")
 	fs.StringVar(&f.sep, "sep", ",", "the `character` between the values of a CSV --input: ',', ';', '|', or tab")
@@ -147,103 +182,132 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	fs.StringVar(&f.ckptDir, "ckpt-dir", "", "also write committed checkpoints to `DIR` (disk level; resume with gaspirun --resume DIR)")
 	fs.BoolVar(&f.shrink, "shrink", false, "when a rank is lost and no spare is left, go on with fewer ranks: the next live rank takes over its shard (every rank must get this flag; the result is that of a --shrink run without failures)")
 	fs.StringVar(&f.output, "output", "", "write the centroids as CSV to `FILE` (one per line, in cluster order)")
-	fs.Var(&inj, "inject", "inject a failure: kill:rank=R,iter=I | kill:host=H,iter=I | kill:leader,iter=I | kill:mirror-of=R,iter=I, optionally ,phase=commit (iter=0,phase=commit: the starting checkpoint's commit); kill:rank=R,iter=0,phase=init|ckpt-new: in the setup, before the starting centroids or the checkpointer's creation; store:rank=R,iter=I[,mode=wait|cancel]: rank R keeps storing into its right neighbour's memory from iteration I on, which checks that what a replaced process stores stays unseen (the chaos suite's; repeatable)")
+	fs.Var(inj, "inject", "inject a failure: kill:rank=R,iter=I | kill:host=H,iter=I | kill:leader,iter=I | kill:mirror-of=R,iter=I, optionally ,phase=commit (iter=0,phase=commit: the starting checkpoint's commit); kill:rank=R,iter=0,phase=init|ckpt-new: in the setup, before the starting centroids or the checkpointer's creation; store:rank=R,iter=I[,mode=wait|cancel]: rank R keeps storing into its right neighbour's memory from iteration I on, which checks that what a replaced process stores stays unseen (the chaos suite's; repeatable)")
 	fs.StringVar(&f.impl, "impl", "auto", "distance kernel: auto, avx512, avx2, go, naive")
-	fs.StringVar(&f.algo, "algo", "lloyd", "nearest-centroid search: lloyd (brute force), hamerly or yinyang (exact pruning: the same centroids bit for bit)")
+	fs.StringVar(&f.algo, "algo", "lloyd", "nearest-centroid search: lloyd (brute force), hamerly or yinyang (exact pruning: the same centroids bit for bit), or auto (yinyang when k·dim ≥ 5000, else lloyd)")
+	fs.StringVar(&f.boundsMem, "bounds-memory", "2G", "most memory per kernel for the pruning bounds (`BYTES`, with an optional K, M or G suffix; 0: no bound): yinyang falls back to hamerly, hamerly to lloyd, when they would need more (the same centroids)")
 	fs.StringVar(&f.seeding, "seeding", "random", "starting centroids without --init: random (k distinct points) or kmeans++ (D² sampling); both depend only on --seed, never on the number of ranks")
 	fs.IntVar(&f.opt.Shards, "shards", 0, "fix the number of logical shards to `S` (0: one per rank): the result is then the same bits on any number of ranks up to S, and gaspirun --resume may use another number of ranks")
 	fs.IntVar(&f.opt.Kernel.Threads, "threads", 1, "goroutines per rank for the distance kernel")
 	fs.BoolVar(&f.quiet, "quiet", false, "no per-iteration lines")
 	fs.StringVar(&f.history, "history", "", "write one CSV line per iteration to `FILE` (sse, moved, shift, time, epoch, failure/recovery/checkpoint events; see kmeans.HistoryHeader); plot it with kmeans plot")
 	fs.BoolVar(&f.stamps, "timestamps", false, "start every per-iteration and recovery line with the time (RFC 3339, nanoseconds); the final line stays as it is")
-	pos, err := cli.Parse(fs, args, stdout)
-	if err != nil {
-		return nil, err
-	}
-	if len(pos) > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: flags only", pos[0])
-	}
+}
+
+// checkValues checks the numbers and the choice of input.
+func (f *flags) checkValues(g kmeans.GenConfig) error {
 	switch {
 	case f.opt.Input == "" && f.generate == 0:
-		return nil, errors.New("give --input FILE or --generate N")
+		return errors.New("give --input FILE or --generate N")
 	case f.opt.Input != "" && f.generate != 0:
-		return nil, errors.New("give either --input or --generate, not both")
+		return errors.New("give either --input or --generate, not both")
 	case f.generate < 0:
-		return nil, fmt.Errorf("--generate %d: want a positive number of points", f.generate)
+		return fmt.Errorf("--generate %d: want a positive number of points", f.generate)
 	case f.opt.K < 1:
-		return nil, fmt.Errorf("--k %d: want at least 1 cluster", f.opt.K)
+		return fmt.Errorf("--k %d: want at least 1 cluster", f.opt.K)
 	case f.opt.MaxIter < 1:
-		return nil, fmt.Errorf("--max-iter %d: want at least 1", f.opt.MaxIter)
+		return fmt.Errorf("--max-iter %d: want at least 1", f.opt.MaxIter)
 	case f.opt.Tol < 0 || f.opt.Tol != f.opt.Tol:
-		return nil, fmt.Errorf("--tol %v: want 0 or a positive distance", f.opt.Tol)
+		return fmt.Errorf("--tol %v: want 0 or a positive distance", f.opt.Tol)
 	case f.opt.Every < 0:
-		return nil, fmt.Errorf("--ckpt-every %d: want 0 (off) or a positive interval", f.opt.Every)
+		return fmt.Errorf("--ckpt-every %d: want 0 (off) or a positive interval", f.opt.Every)
 	case f.mirrors < 1:
-		return nil, fmt.Errorf("--mirrors %d: want at least 1", f.mirrors)
+		return fmt.Errorf("--mirrors %d: want at least 1", f.mirrors)
 	case g.D < 1:
-		return nil, fmt.Errorf("--dim %d: give a dimension of at least 1", g.D)
+		return fmt.Errorf("--dim %d: give a dimension of at least 1", g.D)
 	case g.D > kmeans.MaxDim:
-		return nil, fmt.Errorf("--dim %d: give at most %d dimensions", g.D, kmeans.MaxDim)
+		return fmt.Errorf("--dim %d: give at most %d dimensions", g.D, kmeans.MaxDim)
 	case g.Blobs < 1 || g.Blobs > 1<<24:
-		return nil, fmt.Errorf("--blobs %d: give 1 to %d blobs", g.Blobs, 1<<24)
+		return fmt.Errorf("--blobs %d: give 1 to %d blobs", g.Blobs, 1<<24)
 	case f.shrink && f.ckptDir != "":
-		return nil, errors.New("--shrink with --ckpt-dir: the disk level keeps one file per rank and cannot follow a job that shrank; drop one of them")
+		return errors.New("--shrink with --ckpt-dir: the disk level keeps one file per rank and cannot follow a job that shrank; drop one of them")
+	case f.opt.Shards < 0:
+		return fmt.Errorf("--shards %d: want 0 (one per rank) or a positive number of shards", f.opt.Shards)
+	case f.opt.Kernel.Threads < 1:
+		return fmt.Errorf("--threads %d: want at least 1", f.opt.Kernel.Threads)
 	}
+	return nil
+}
+
+// checkInjects checks that every injection can fire.
+func (f *flags) checkInjects(inj injects) error {
 	for _, st := range inj.stores {
 		if f.opt.Every == 0 {
-			return nil, errors.New("--inject store: needs checkpoints to recover from: set --ckpt-every")
+			return errors.New("--inject store: needs checkpoints to recover from: set --ckpt-every")
 		}
 		if st.Iter > f.opt.MaxIter {
-			return nil, fmt.Errorf("--inject store: at iteration %d never fires: --max-iter is %d", st.Iter, f.opt.MaxIter)
+			return fmt.Errorf("--inject store: at iteration %d never fires: --max-iter is %d", st.Iter, f.opt.MaxIter)
 		}
 	}
 	for _, in := range inj.kills {
 		if f.opt.Every == 0 {
-			return nil, errors.New("--inject needs checkpoints to recover from: set --ckpt-every")
+			return errors.New("--inject needs checkpoints to recover from: set --ckpt-every")
 		}
 		if in.Iter > f.opt.MaxIter {
-			return nil, fmt.Errorf("--inject at iteration %d never fires: --max-iter is %d", in.Iter, f.opt.MaxIter)
+			return fmt.Errorf("--inject at iteration %d never fires: --max-iter is %d", in.Iter, f.opt.MaxIter)
 		}
 	}
+	return nil
+}
+
+// resolve turns the flags given as names into options: outputs, kernel,
+// algorithm, its memory, seeding, CSV layout.
+func (f *flags) resolve(fs *flag.FlagSet) error {
 	for _, o := range []struct{ flag, path string }{{"--output", f.output}, {"--history", f.history}} {
 		if o.path != "" {
 			if err := checkOutput(o.flag, o.path); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	impl, err := kmeans.ParseImpl(f.impl)
-	if err != nil {
-		return nil, err
+	var err error
+	if f.opt.Kernel.Impl, err = kmeans.ParseImpl(f.impl); err != nil {
+		return err
 	}
-	f.opt.Kernel.Impl = impl
 	if f.opt.Kernel.Algo, err = kmeans.ParseAlgo(f.algo); err != nil {
-		return nil, err
+		return err
+	}
+	if f.opt.Kernel.BoundsMemory, err = parseBytes(f.boundsMem); err != nil {
+		return fmt.Errorf("--bounds-memory %q: %v", f.boundsMem, err)
 	}
 	if f.opt.Seeding, err = kmeans.ParseSeeding(f.seeding); err != nil {
-		return nil, err
-	}
-	if f.opt.Shards < 0 {
-		return nil, fmt.Errorf("--shards %d: want 0 (one per rank) or a positive number of shards", f.opt.Shards)
+		return err
 	}
 	f.opt.Kernel.MaxIter = f.opt.MaxIter
-	if f.opt.Kernel.Threads < 1 {
-		return nil, fmt.Errorf("--threads %d: want at least 1", f.opt.Kernel.Threads)
+	f.opt.CSV, err = csvLayout(fs, f)
+	return err
+}
+
+// algoNote names the algorithm the rank ran, and why when it is not the
+// one asked for: "yinyang", "auto: yinyang", "hamerly: yinyang's bounds
+// exceed --bounds-memory".
+func algoNote(c kmeans.Config, k int, res kmeans.RunResult) string {
+	want := c.Algo
+	note := res.Algo.String()
+	if want == kmeans.AlgoAuto {
+		note = "auto: " + note
+		want = kmeans.ChooseAlgo(want, k, len(res.Centroids)/k)
 	}
-	if f.opt.CSV, err = csvLayout(fs, f); err != nil {
-		return nil, err
+	if res.Algo != want {
+		note += fmt.Sprintf(": %s's bounds exceed --bounds-memory", want)
 	}
-	g.N = f.generate
-	f.opt.Gen = g
-	f.opt.Seed = g.Seed
-	f.opt.Injects, f.opt.Stores = inj.kills, inj.stores
-	f.opt.Shrink = f.shrink
-	if f.generate > 0 {
-		if err := g.Validate(); err != nil {
-			return nil, fmt.Errorf("--generate %d --dim %d: %w; give fewer points or dimensions", g.N, g.D, err)
+	return note
+}
+
+// parseBytes parses a size: a whole number, with an optional K, M, G or T
+// (binary: 1K = 1024).
+func parseBytes(s string) (int64, error) {
+	num, shift := strings.TrimSpace(s), 0
+	if i := len(num) - 1; i > 0 {
+		if p := strings.IndexByte("KMGT", num[i]&^0x20); p >= 0 {
+			num, shift = num[:i], 10*(p+1)
 		}
 	}
-	return f, nil
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || v < 0 || v > math.MaxInt64>>shift {
+		return 0, errors.New("want a size in bytes such as 512M or 4G, or 0 for no bound")
+	}
+	return v << shift, nil
 }
 
 // badInput reports whether err is about the input file (--input, --init):
@@ -406,7 +470,7 @@ func run(ctx context.Context, f *flags) int {
 			res.Checkpoints, res.CheckpointTime.Round(time.Microsecond), res.LoopTime.Round(time.Millisecond), 100*res.CheckpointTime.Seconds()/res.LoopTime.Seconds())
 	}
 	if f.opt.Progress != nil && reporter && f.opt.Kernel.Algo != kmeans.AlgoLloyd {
-		fmt.Fprintf(f.opt.Progress, "pruning (%s, this rank's points over its iterations): %v\n", f.opt.Kernel.Algo, res.Prune)
+		fmt.Fprintf(f.opt.Progress, "pruning (%s, this rank's points over its iterations): %v\n", algoNote(f.opt.Kernel, f.opt.K, res), res.Prune)
 	}
 	if reporter {
 		if f.output != "" {

@@ -70,6 +70,11 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--generate", "1000", "--output", dir}, "is a directory; give a file name"},
 		{[]string{"--generate", "1000", "--algo", "yinyang", "--shards", "12"}, ""},
 		{[]string{"--generate", "1000", "--algo", "elkan"}, `unknown algorithm "elkan"`},
+		{[]string{"--generate", "1000", "--algo", "auto", "--bounds-memory", "512m"}, ""},
+		{[]string{"--generate", "1000", "--bounds-memory", "0"}, ""},
+		{[]string{"--generate", "1000", "--bounds-memory", "2 GB"}, "--bounds-memory \"2 GB\": want a size in bytes"},
+		{[]string{"--generate", "1000", "--bounds-memory", "-1"}, "want a size in bytes"},
+		{[]string{"--generate", "1000", "--bounds-memory", "99999999999T"}, "want a size in bytes"},
 		{[]string{"--generate", "1000", "--shards", "-1"}, "--shards -1"},
 		{[]string{"--generate", "1000", "--seeding", "kmeans++"}, ""},
 		{[]string{"--generate", "1000", "--seeding", "kmeans||"}, `unknown seeding "kmeans||"`},
@@ -94,6 +99,19 @@ func TestParseFlags(t *testing.T) {
 		}
 		if err == nil && f.opt.CSV.KeepIndex != slices.Contains(c.args, "--skip-columns") {
 			t.Errorf("parse(%q): the index check is %v", c.args, !f.opt.CSV.KeepIndex)
+		}
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "4096": 4096, "3K": 3 << 10, "512m": 512 << 20, "2G": 2 << 30, " 1T ": 1 << 40} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "G", "1.5G", "1GB", "-3", "8E"} {
+		if got, err := parseBytes(in); err == nil {
+			t.Errorf("parseBytes(%q) = %d, want an error", in, got)
 		}
 	}
 }
