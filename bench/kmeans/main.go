@@ -26,12 +26,13 @@
 //	          1000) with 2 ranks and --ckpt-every 10: time per iteration,
 //	          printed next to the paper's Table 2.
 //	prune     exact pruning against brute force in the same run: 2 ranks,
-//	          --ckpt-every 10, k = 10, 100, 1000 (-prune-k), --algo lloyd
-//	          and each of -algos alternating; the loop time per iteration
-//	          (rank 0's first to last iteration line, over the iterations
-//	          in between: pruned iterations vary), the ratio brute force /
-//	          pruned, the CPU time of each whole job (less sensitive to the
-//	          other jobs on the machine than wall time) and its ratio, and a
+//	          --ckpt-every 10, --tol 0, k = 10, 100, 1000 (-prune-k), on
+//	          the seed's 10 blobs and a harder 1,000 (-prune-blobs),
+//	          --algo lloyd and each of -algos alternating; the whole job's
+//	          wall time (start-up and data generation included), the loop
+//	          time per iteration (rank 0's first to last iteration line),
+//	          the ratios brute force / pruned, the CPU time of each whole
+//	          job, the distances computed per point per iteration, and a
 //	          check that every run printed the same centroid checksum.
 //
 // -algo runs the jobs of overhead, recovery and seed with that --algo
@@ -72,6 +73,8 @@ type options struct {
 	algo    string
 	algos   []string
 	pruneK  []int
+	// pruneBlobs: the workloads of the prune experiment (--blobs)
+	pruneBlobs []int
 }
 
 func main() {
@@ -79,9 +82,10 @@ func main() {
 	var exps string
 	flag.StringVar(&exps, "exp", "overhead,recovery,runtime,kernel,seed,prune", "experiments to run, comma-separated: overhead, recovery, runtime, kernel, seed, prune")
 	flag.StringVar(&o.algo, "algo", "lloyd", "--algo of the overhead, recovery and seed jobs")
-	var algos, pruneK string
+	var algos, pruneK, pruneBlobs string
 	flag.StringVar(&algos, "algos", "hamerly,yinyang", "pruned algorithms the prune experiment compares with brute force")
 	flag.StringVar(&pruneK, "prune-k", "10,100,1000", "values of k of the prune experiment")
+	flag.StringVar(&pruneBlobs, "prune-blobs", "10,1000", "workloads of the prune experiment: Gaussian blobs generated (the seed's 10, a harder 1,000)")
 	flag.IntVar(&o.reps, "reps", 5, "repetitions of every measurement (medians are reported)")
 	flag.StringVar(&o.bin, "bin", "", "directory with gaspirun and kmeans binaries (default: build them into a temporary directory)")
 	flag.IntVar(&o.points, "points", 1_000_000, "points of the generated data set")
@@ -98,18 +102,27 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	for _, f := range strings.Split(pruneK, ",") {
-		k, err := strconv.Atoi(f)
-		if err != nil || k < 1 {
-			fmt.Fprintf(os.Stderr, "bench/kmeans: -prune-k %q: want positive integers separated by commas\n", pruneK)
-			os.Exit(2)
-		}
-		o.pruneK = append(o.pruneK, k)
-	}
+	o.pruneK = positives("-prune-k", pruneK)
+	o.pruneBlobs = positives("-prune-blobs", pruneBlobs)
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/kmeans:", err)
 		os.Exit(1)
 	}
+}
+
+// positives parses a comma-separated list of positive integers, or exits
+// with a usage error naming the flag.
+func positives(flag, list string) []int {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 1 {
+			fmt.Fprintf(os.Stderr, "bench/kmeans: %s %q: want positive integers separated by commas\n", flag, list)
+			os.Exit(2)
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 func run(o options) error {

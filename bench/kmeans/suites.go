@@ -14,62 +14,6 @@ import (
 	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
 
-// prune: brute force against each pruned algorithm, same workload, runs
-// alternating, 2 ranks.
-func (b *bench) prune() error {
-	fmt.Printf("\n## (f) exact pruning vs brute force: %d points, 10-D, 2 ranks under gaspirun, --ckpt-every 10, %d iterations (load %s)\n", b.o.points, b.o.iters, proctest.LoadAvg())
-	fmt.Printf("%6s %4s %-9s %14s %14s %8s %10s %10s %8s  %s\n", "k", "rep", "algo", "ms/iter", "lloyd ms/iter", "speed-up", "cpu", "lloyd cpu", "ratio", "load before")
-	algos := append([]string{"lloyd"}, b.o.algos...)
-	for _, k := range b.o.pruneK {
-		per, cpus := map[string][]float64{}, map[string][]float64{}
-		var sums []string
-		for r := 0; r < b.o.reps; r++ {
-			load := proctest.LoadAvg()
-			order := slices.Clone(algos)
-			if r%2 == 1 {
-				slices.Reverse(order)
-			}
-			got, cpu := map[string]float64{}, map[string]float64{}
-			for _, a := range order {
-				args := kmArgs(b.o.points, k, b.o.iters, 10)
-				args[len(args)-1] = a
-				j, err := b.runJob([]string{"-n", "2"}, args)
-				if err != nil {
-					return err
-				}
-				if err := j.ok(); err != nil {
-					return err
-				}
-				d, n := j.loop()
-				if n == 0 {
-					return fmt.Errorf("k=%d %s: no iterations timed", k, a)
-				}
-				got[a] = d.Seconds() / float64(n)
-				per[a] = append(per[a], got[a])
-				cpu[a] = j.cpu.Seconds()
-				cpus[a] = append(cpus[a], cpu[a])
-				sums = append(sums, a+": "+j.final)
-			}
-			for _, a := range b.o.algos {
-				fmt.Printf("%6d %4d %-9s %14s %14s %8.2f %9.1fs %9.1fs %8.2f  %s\n", k, r+1, a, ms(got[a]), ms(got["lloyd"]), got["lloyd"]/got[a],
-					cpu[a], cpu["lloyd"], cpu["lloyd"]/cpu[a], load)
-			}
-		}
-		for _, x := range sums {
-			if _, f, _ := strings.Cut(x, ": "); f != strings.SplitN(sums[0], ": ", 2)[1] {
-				return fmt.Errorf("k=%d: the runs ended with different centroids:\n%s", k, strings.Join(sums, "\n"))
-			}
-		}
-		for _, a := range b.o.algos {
-			fmt.Printf("k=%d %s: median %s ms per iteration, lloyd %s ms: speed-up %.2f (ratio of medians); CPU time of the whole job (start-up and data generation included) %.1f s, lloyd %.1f s: ratio %.2f; same centroids: %s\n",
-				k, a, ms(stats.Median(per[a])), ms(stats.Median(per["lloyd"])), stats.Median(per["lloyd"])/stats.Median(per[a]),
-				stats.Median(cpus[a]), stats.Median(cpus["lloyd"]), stats.Median(cpus["lloyd"])/stats.Median(cpus[a]), strings.SplitN(sums[0], ": ", 2)[1])
-		}
-	}
-	fmt.Printf("load after %s\n", proctest.LoadAvg())
-	return nil
-}
-
 // overhead: --ckpt-every 10 against --ckpt-every 0, alternating.
 func (b *bench) overhead() error {
 	fmt.Printf("\n## (a) checkpoint overhead: 4 ranks, %d points, 10-D, k=100, %d iterations, --ckpt-every 10 vs 0 (load %s)\n", b.o.points, b.o.iters, proctest.LoadAvg())
