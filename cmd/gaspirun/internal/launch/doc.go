@@ -35,6 +35,13 @@
 // (ParseHostfile), Slurm allocations (SlurmHosts) and placement (Place)
 // are pure functions.
 //
+// The loop (loop.go) goes through the job's life as a state machine,
+// each state a function: forming (not every process has registered),
+// running, recovering (a lost process not made up for yet: a rank
+// without a holder, a replacement queued, exits held), ending (the
+// outcome is decided). Its event handlers (events.go) feed the tracker
+// and apply its actions.
+//
 // Before the job forms, the tracker tells a plain program (one that never
 // registers with the rendezvous, such as hostname) from a gaspigo one
 // (early.go); Run feeds it the registrations it sees: a process connected
