@@ -2,20 +2,11 @@ package launch
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"log/slog"
-	"net"
 	"os"
-	"os/exec"
-	"runtime"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
 )
 
@@ -28,108 +19,28 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	kind := cfg.Backend()
-	var place *Placement
-	switch kind {
-	case LauncherSSH, LauncherSlurm:
-		var hosts []HostSlots
-		var err error
-		switch {
-		case kind == LauncherSSH && len(cfg.HostList) > 0:
-			hosts = cfg.HostList
-		case kind == LauncherSSH:
-			hosts, err = ReadHostfile(cfg.Hostfile)
-		default:
-			hosts, err = SlurmHosts(cfg.lookupEnv)
-		}
-		if err != nil {
-			return Result{}, err
-		}
-		p, err := Place(hosts, cfg.Ranks, cfg.Spares)
-		if err != nil {
-			if fe, ok := err.(*FlagError); ok && kind == LauncherSlurm {
-				fe.Flag = "the Slurm allocation"
-				fe.Fix = fmt.Sprintf("ask sbatch or salloc for at least %d tasks (-n %d), or run fewer processes", cfg.NumProcs(), cfg.NumProcs())
-			}
-			return Result{}, err
-		}
-		place = &p
+	place, err := placement(cfg, kind)
+	if err != nil {
+		return Result{}, err
 	}
 	out := newOutput(cfg.Stdout, cfg.Stderr)
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(out.noticeWriter(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
+	logger := jobLogger(cfg, out)
 	if cfg.StateDir != "" {
 		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 			return Result{}, fmt.Errorf("%w: --state-dir %s: %v; give a directory you can write", ErrStart, cfg.StateDir, err)
 		}
 	}
-	jobID := cfg.JobID
-	if jobID == "" {
-		var b [4]byte
-		rand.Read(b[:])
-		jobID = "gaspirun-" + hex.EncodeToString(b[:])
-	}
-	hostname, err := os.Hostname()
-	if err != nil || hostname == "" {
-		hostname = "localhost"
-	}
-
-	var hosts []HostSlots
-	if place != nil {
-		hosts = place.Hosts
-	}
-	bind, adv, err := rendezvousBind(ctx, cfg, kind, hosts)
+	id := jobID(cfg)
+	rv, err := startRendezvous(ctx, cfg, kind, place, id, logger)
 	if err != nil {
 		return Result{}, err
 	}
-	l, err := net.Listen("tcp", bind)
-	if err != nil {
-		return Result{}, fmt.Errorf("%w: rendezvous cannot listen on %s: %v", ErrStart, bind, err)
-	}
-	rendezvous := l.Addr().String()
-	if adv != "" {
-		_, port, _ := net.SplitHostPort(rendezvous)
-		rendezvous = net.JoinHostPort(adv, port)
-	}
-	token := auth.NewToken()
-	scfg := bootstrap.LocalServerConfig()
-	if kind != LauncherLocal {
-		scfg = bootstrap.DefaultServerConfig()
-	}
-	scfg.Listener = l
-	scfg.Token = token
-	scfg.TLS = cfg.TLSOn()
-	scfg.NumProcs = cfg.NumProcs()
-	scfg.NumRanks = cfg.Ranks
-	scfg.JobID = jobID
-	scfg.Logger = logger
-	scfg.ReportBuffer = 4096
-	scfg.RefillWait = cfg.RefillWait
-	srv := bootstrap.NewServer(scfg)
-	srvDone := make(chan struct{})
-	go func() {
-		defer close(srvDone)
-		if err := srv.Serve(context.Background()); err != nil {
-			logger.Error("rendezvous stopped", "err", err)
-		}
-	}()
-	defer func() {
-		srv.Close()
-		<-srvDone
-	}()
+	defer rv.close()
 	// Identical lines collapse once the job formed: a plain job's (one
 	// that never registers) are printed each with its prefix, as mpirun
 	// prints them.
-	out.collapse(cfg.Collapse, cfg.NumProcs(), func() bool {
-		select {
-		case <-srv.Complete():
-			return true
-		default:
-			return false
-		}
-	})
-	ob, obEnv, err := startObservability(cfg, srv)
+	out.collapse(cfg.Collapse, cfg.NumProcs(), func() bool { return complete(rv.srv) })
+	ob, obEnv, err := startObservability(cfg, rv.srv)
 	if err != nil {
 		return Result{}, err
 	}
@@ -138,83 +49,23 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if a := ob.MetricsAddr(); a != "" && !cfg.Quiet {
 		out.notice("metrics of the whole job at http://" + a + "/metrics")
 	}
-
-	var be backend
-	if kind == LauncherLocal {
-		path, err := exec.LookPath(cfg.Program)
-		if err != nil {
-			return Result{}, checkProgram(cfg.Program)
-		}
-		be = &localBackend{path: path, args: cfg.Args, nice: childNice(cfg.NumProcs(), runtime.NumCPU())}
-	} else if kind == LauncherSlurm {
-		sb, err := newStepBackend(cfg, cfg.NumProcs(), out.notice)
-		if err != nil {
-			return Result{}, fmt.Errorf("%w: %v", ErrStart, err)
-		}
-		be = sb
-	} else {
-		rb, err := newRemoteBackend(kind, cfg)
-		if err != nil {
-			return Result{}, fmt.Errorf("%w: %v", ErrStart, err)
-		}
-		be = rb
+	be, err := newBackend(cfg, kind, out)
+	if err != nil {
+		return Result{}, err
 	}
 	if cfg.JoinEnv != "" {
-		env := bootstrap.Env{Join: true, Proc: bootstrap.JoinerID, Rendezvous: rendezvous, Token: token, JobID: jobID, StateDir: cfg.StateDir, TLS: scfg.TLS}
+		env := bootstrap.Env{Join: true, Proc: bootstrap.JoinerID, Rendezvous: rv.addr, Token: rv.token, JobID: id, StateDir: cfg.StateDir, TLS: cfg.TLSOn()}
 		if err := writeJoinEnv(cfg.JoinEnv, env); err != nil {
 			return Result{}, err
 		}
 		defer os.Remove(cfg.JoinEnv)
 	}
-	j := &job{
-		cfg:   cfg,
-		be:    be,
-		place: place,
-		out:   out,
-		srv:   srv,
-		tr:    newTracker(cfg.Ranks, cfg.NumProcs(), cfg.Policy()),
-		exits: make(chan exitEvent, cfg.NumProcs()),
-		base: bootstrap.Env{
-			NumProcs: cfg.NumProcs(), NumRanks: cfg.Ranks, Rendezvous: rendezvous, Token: token,
-			JobID: jobID, StateDir: cfg.StateDir, Launcher: bootstrap.LauncherPGAS, TLS: scfg.TLS,
-			DeathAborts: cfg.OnDeath == DeathAbort,
-		},
-		hostname: hostname,
-		byID:     map[int]*proc{},
-	}
-	j.tr.maxRestarts = cfg.MaxRestarts
-	j.tr.autoAbort = cfg.OnDeath == DeathAuto
-	if cfg.Respawn() {
-		j.refill = newRespawner()
-	}
-	if place != nil {
-		j.tr.hosts = make([]string, cfg.NumProcs())
-		for p := range j.tr.hosts {
-			j.tr.hosts[p] = place.Host(p)
-		}
-		if !cfg.Quiet {
-			out.notice(fmt.Sprintf("%s launch, rendezvous %s; placement: %s", kind, rendezvous, place))
-		}
-		if u := place.Uncovered(); len(u) > 0 && cfg.Spares > 0 {
-			out.notice(fmt.Sprintf("warning: the spares cannot cover the loss of %s; give hosts fewer slots or add spares so that no host holds more than %d processes",
-				strings.Join(u, ", "), cfg.Spares))
-		}
-	}
+	j := newJob(cfg, be, place, out, rv, id)
+	noticePlacement(out, cfg, kind, rv.addr, place)
 	stopStatus := startStatus(out, cfg)
 	start := time.Now()
-	for p := 0; p < cfg.NumProcs(); p++ {
-		if err := j.start(p); err != nil {
-			j.signalAll(syscall.SIGKILL)
-			for range j.procs {
-				<-j.exits
-			}
-			j.closePumps()
-			be.close()
-			for _, w := range j.stdinCopies {
-				w.Close()
-			}
-			return Result{}, fmt.Errorf("%w: %v", ErrStart, err)
-		}
+	if err := j.startAll(); err != nil {
+		return Result{}, fmt.Errorf("%w: %v", ErrStart, err)
 	}
 	if len(j.stdinCopies) > 0 {
 		go copyStdin(cfg.Stdin, j.stdinCopies) // ends with gaspirun's input, or with its processes
