@@ -74,13 +74,7 @@ type Options struct {
 // MPI program runs without mpirun.
 func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 	bootstrap.SurviveLauncherExit()
-	env, err := bootstrap.FromEnv()
-	singleton := err != nil && bootstrap.NotLaunched(os.LookupEnv)
-	if singleton {
-		// Run from the shell alone, as an MPI program may be: a job of one
-		// rank, its own rendezvous and membership.
-		env, err = bootstrap.Singleton(), nil
-	}
+	env, singleton, err := environment()
 	if err != nil {
 		return nil, err
 	}
@@ -318,8 +312,27 @@ func newMembership(cfg spares.Config, f int, worst hostLoad) (*spares.Membership
 }
 
 // Listen binds a TCP listener on the interface the job's processes use to
-// reach each other, and returns it with the address they should dial.
-func Listen(env bootstrap.Env) (net.Listener, string, error) { return listen(env, nil) }
+// reach each other, and returns it with the address they should dial. It
+// reads the environment contract as Init does.
+func Listen() (net.Listener, string, error) {
+	env, _, err := environment()
+	if err != nil {
+		return nil, "", err
+	}
+	return listen(env, nil)
+}
+
+// environment reads the environment contract once: the launcher's, or,
+// for a process that no launcher started (bootstrap.NotLaunched: run from
+// the shell alone, as an MPI program may be), a job of one rank with its
+// own rendezvous and membership (bootstrap.Singleton).
+func environment() (env bootstrap.Env, singleton bool, err error) {
+	env, err = bootstrap.FromEnv()
+	if err != nil && bootstrap.NotLaunched(os.LookupEnv) {
+		return bootstrap.Singleton(), true, nil
+	}
+	return env, false, err
+}
 
 // listen is Listen, the listener wrapped by inj (nil: none).
 func listen(env bootstrap.Env, inj *netfault.Injector) (net.Listener, string, error) {

@@ -52,7 +52,7 @@ func startObserver(env bootstrap.Env, extra map[string]string) (*observer, error
 	var ln net.Listener
 	var addr string
 	if oenv.Metrics == "auto" {
-		ln, addr, err = Listen(env)
+		ln, addr, err = listen(env, nil)
 	} else if ln, err = net.Listen("tcp", oenv.Metrics); err == nil {
 		addr, err = advertise(ln.Addr().String(), env.Rendezvous)
 		if err != nil {

@@ -468,6 +468,6 @@
 //	srun -n 10 ./myprog
 //
 // The logic lives in cmd/gaspirun/internal/launch; this package only turns
-// flags into a launch.Config (and runs launch.RemoteExec for
-// --remote-exec).
+// flags into a launch.Config (and runs remote.Exec, from
+// cmd/gaspirun/internal/remote, for --remote-exec).
 package main

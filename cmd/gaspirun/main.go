@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/gaspigo/gaspigo/cmd/gaspirun/internal/launch"
+	"github.com/gaspigo/gaspigo/cmd/gaspirun/internal/remote"
 	"github.com/gaspigo/gaspigo/internal/auth"
 )
 
@@ -27,7 +28,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "--remote-exec" {
 		// The remote side of a process started through ssh or srun.
-		return launch.RemoteExec(os.Stdin, os.Stdout, os.Stderr)
+		return remote.Exec(os.Stdin, os.Stdout, os.Stderr)
 	}
 	cfg, what, err := parseFlags(args, stderr)
 	if err != nil {

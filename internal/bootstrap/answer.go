@@ -1,10 +1,73 @@
 package bootstrap
 
 // What an attempt got from the rendezvous, checked against this process:
-// the table's shape and this process's own entry, and the id a joiner was
-// given.
+// an ack, the table (its shape and this process's own entry, and the id a
+// joiner was given), or a refusal.
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// onAck: the rendezvous registered this process (a joiner learns its id)
+// and the table is to come once every process has registered. From here
+// the wait is bounded by ctx only: the other processes may take long to
+// start.
+func (r *registrar) onAck(ctx context.Context, c net.Conn, m *envelope) error {
+	if r.join {
+		if err := r.given(m.Proc); err != nil {
+			return backoff.Permanent(err)
+		}
+	}
+	r.mu.Lock()
+	r.acked = true
+	r.mu.Unlock()
+	c.SetDeadline(time.Time{})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	r.log.Debug("bootstrap: registered; waiting for the table", "proc", procAttr(r.presented()))
+	return nil
+}
+
+// onTable checks the table m (body as it came, for this process's relay)
+// and makes it the attempt's result: a process's own table, or a joiner's
+// with the id it was given.
+func (r *registrar) onTable(rw net.Conn, body []byte, m *envelope) (attemptResult, error) {
+	if (m.Kind == msgJoined) != r.join {
+		return attemptResult{}, backoff.Permanent(fmt.Errorf("%w: the rendezvous answered a joiner's registration with a process's table, or the other way round (message kind %d); run the same gaspigo build everywhere", ErrProtocol, m.Kind))
+	}
+	t, id := *m.Table, r.env.Proc
+	if r.join {
+		id = m.Proc
+		if err := r.given(id); err != nil {
+			return attemptResult{}, backoff.Permanent(err)
+		}
+	}
+	if err := r.checkTable(t, id); err != nil {
+		return attemptResult{}, backoff.Permanent(err)
+	}
+	return attemptResult{conn: rw, table: t, id: id, frame: framed(body)}, nil
+}
+
+// refusal is the error of an answer that ends the registration: a
+// rejection of this process (presented as id), the end of the job a
+// joiner came to join, or a message out of place.
+func (r *registrar) refusal(m *envelope, id uint32) error {
+	switch {
+	case m.Kind == msgReject:
+		return &RejectedError{Proc: id, Reason: m.Reason}
+	case m.Kind == msgFinished && r.join:
+		return fmt.Errorf("%w: the rendezvous at %s says the job this process came to join has ended", ErrJobFinished, r.env.Rendezvous)
+	case m.Kind == msgFinished:
+		return fmt.Errorf("%w: the rendezvous said the job finished while this process registered; run the same gaspigo build everywhere", ErrProtocol)
+	}
+	return fmt.Errorf("%w: unexpected message kind %d while waiting for the table", ErrProtocol, m.Kind)
+}
 
 // checkTable checks the table an attempt got, for this process as id.
 func (r *registrar) checkTable(t Table, id uint32) error {

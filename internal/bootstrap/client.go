@@ -437,6 +437,8 @@ func ended(ctx context.Context) bool {
 // aLongTimeAgo is a deadline in the past: it makes blocked I/O return.
 var aLongTimeAgo = time.Unix(1, 0)
 
+// attempt is one try at the registration: connect, prove the token and
+// present this process, then wait for the table.
 func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) {
 	r.attempts++
 	defer func() {
@@ -463,6 +465,28 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 	r.mu.Lock()
 	r.reached = true
 	r.mu.Unlock()
+	rw, id, err := r.handshake(ctx, c)
+	if err != nil {
+		return res, err
+	}
+	res, err = r.awaitTable(ctx, c, rw, id)
+	if err != nil {
+		return res, err
+	}
+	// The table is in: the connection stays, for the reports, unless ctx
+	// ended meanwhile.
+	if !stop() {
+		return attemptResult{}, ctx.Err()
+	}
+	c.SetDeadline(time.Time{})
+	ok = true
+	return res, nil
+}
+
+// handshake proves the token to the rendezvous over c and sends the
+// hello; it returns the connection the registration goes on over, and
+// the id presented.
+func (r *registrar) handshake(ctx context.Context, c net.Conn) (net.Conn, uint32, error) {
 	// The rendezvous answers registrations in parallel, but a job of
 	// thousands of processes on a few cores registers them at once: the
 	// handshake and the answer get perProcWait more per process.
@@ -473,7 +497,7 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 	rw, peer, err := auth.Dial(c, r.env.Token, auth.PurposeRendezvous, id, r.env.TLS)
 	if err != nil {
 		if ctx.Err() != nil {
-			return res, ctx.Err()
+			return nil, 0, ctx.Err()
 		}
 		if errors.Is(err, auth.ErrAuth) {
 			r.authFails++
@@ -482,90 +506,71 @@ func (r *registrar) attempt(ctx context.Context) (res attemptResult, err error) 
 				if errors.Is(err, auth.ErrTLS) {
 					fix = "and PGAS_RENDEZVOUS must point at this job's rendezvous" // err names PGAS_TLS
 				}
-				return res, backoff.Permanent(fmt.Errorf("%w (%d times in a row): %w; %s", ErrAuth, r.authFails, err, fix))
+				return nil, 0, backoff.Permanent(fmt.Errorf("%w (%d times in a row): %w; %s", ErrAuth, r.authFails, err, fix))
 			}
 		}
-		return res, fmt.Errorf("handshake: %w", err)
+		return nil, 0, fmt.Errorf("handshake: %w", err)
 	}
 	r.authFails = 0
 	if peer != ServerID {
-		return res, backoff.Permanent(fmt.Errorf("%w: the peer at %s presented id %d, not the rendezvous's; PGAS_RENDEZVOUS points at something else", ErrProtocol, r.env.Rendezvous, peer))
+		return nil, 0, backoff.Permanent(fmt.Errorf("%w: the peer at %s presented id %d, not the rendezvous's; PGAS_RENDEZVOUS points at something else", ErrProtocol, r.env.Rendezvous, peer))
 	}
 	if _, err := rw.Write(helloMsg); err != nil {
-		return res, fmt.Errorf("send hello: %w", err)
+		return nil, 0, fmt.Errorf("send hello: %w", err)
 	}
+	return rw, id, nil
+}
+
+// awaitTable reads the rendezvous's answers on rw (over c) until the
+// table: an ack first while the others register, or a relay notice that
+// sends this process to an ancestor for it. Anything else ends the
+// attempt (answer.go).
+func (r *registrar) awaitTable(ctx context.Context, c, rw net.Conn, id uint32) (attemptResult, error) {
 	for {
-		body, err := readFrame(rw, MaxServerMessage)
-		var m *envelope
-		if err == nil {
-			m, err = decodeBody(body)
-		}
+		body, m, err := r.nextMessage(ctx, rw)
 		if err != nil {
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
-			if errors.Is(err, ErrProtocol) || errors.Is(err, ErrTooLarge) {
-				return res, backoff.Permanent(err)
-			}
-			return res, fmt.Errorf("connection to the rendezvous lost while waiting for the table: %w", err)
+			return attemptResult{}, err
 		}
 		switch m.Kind {
 		case msgAck:
-			if r.join {
-				if err := r.given(m.Proc); err != nil {
-					return res, backoff.Permanent(err)
-				}
+			if err := r.onAck(ctx, c, m); err != nil {
+				return attemptResult{}, err
 			}
-			r.mu.Lock()
-			r.acked = true
-			r.mu.Unlock()
-			// From here the wait is bounded by ctx only: the other
-			// processes may take long to start.
-			c.SetDeadline(time.Time{})
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
-			r.log.Debug("bootstrap: registered; waiting for the table", "proc", procAttr(r.presented()))
-		case msgReject:
-			return res, backoff.Permanent(&RejectedError{Proc: id, Reason: m.Reason})
 		case msgRelay:
 			if r.join {
-				return res, backoff.Permanent(fmt.Errorf("%w: the rendezvous sent a joiner a relay notice; run the same gaspigo build everywhere", ErrProtocol))
+				return attemptResult{}, backoff.Permanent(fmt.Errorf("%w: the rendezvous sent a joiner a relay notice; run the same gaspigo build everywhere", ErrProtocol))
 			}
 			if body, m, err = r.relayed(ctx, rw, m.Relay); err != nil {
-				return res, err
+				return attemptResult{}, err
 			}
 			if m == nil {
 				continue // asked the rendezvous for it
 			}
-			fallthrough
+			return r.onTable(rw, body, m)
 		case msgTable, msgJoined:
-			if (m.Kind == msgJoined) != r.join {
-				return res, backoff.Permanent(fmt.Errorf("%w: the rendezvous answered a joiner's registration with a process's table, or the other way round (message kind %d); run the same gaspigo build everywhere", ErrProtocol, m.Kind))
-			}
-			t, id := *m.Table, r.env.Proc
-			if r.join {
-				id = m.Proc
-				if err := r.given(id); err != nil {
-					return res, backoff.Permanent(err)
-				}
-			}
-			if err := r.checkTable(t, id); err != nil {
-				return res, backoff.Permanent(err)
-			}
-			if !stop() {
-				return res, ctx.Err()
-			}
-			c.SetDeadline(time.Time{})
-			ok = true
-			return attemptResult{conn: rw, table: t, id: id, frame: framed(body)}, nil
-		case msgFinished:
-			if !r.join {
-				return res, backoff.Permanent(fmt.Errorf("%w: the rendezvous said the job finished while this process registered; run the same gaspigo build everywhere", ErrProtocol))
-			}
-			return res, backoff.Permanent(fmt.Errorf("%w: the rendezvous at %s says the job this process came to join has ended", ErrJobFinished, r.env.Rendezvous))
+			return r.onTable(rw, body, m)
 		default:
-			return res, backoff.Permanent(fmt.Errorf("%w: unexpected message kind %d while waiting for the table", ErrProtocol, m.Kind))
+			return attemptResult{}, backoff.Permanent(r.refusal(m, id))
 		}
 	}
+}
+
+// nextMessage reads the rendezvous's next message from rw. A connection
+// lost is worth another attempt; bytes that are not a message are not.
+func (r *registrar) nextMessage(ctx context.Context, rw net.Conn) ([]byte, *envelope, error) {
+	body, err := readFrame(rw, MaxServerMessage)
+	var m *envelope
+	if err == nil {
+		m, err = decodeBody(body)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		if errors.Is(err, ErrProtocol) || errors.Is(err, ErrTooLarge) {
+			return nil, nil, backoff.Permanent(err)
+		}
+		return nil, nil, fmt.Errorf("connection to the rendezvous lost while waiting for the table: %w", err)
+	}
+	return body, m, nil
 }

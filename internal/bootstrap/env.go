@@ -1,7 +1,6 @@
 package bootstrap
 
 import (
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -186,11 +185,11 @@ func FromEnv() (Env, error) { return FromLookup(os.LookupEnv) }
 // mpirun).
 func NotLaunched(lookup func(string) (string, bool)) bool {
 	set := func(name string) bool { v, ok := lookup(name); return ok && strings.TrimSpace(v) != "" }
-	if set(VarProc) || set(VarJoin) {
+	if set(VarJoin) {
 		return false
 	}
-	for _, f := range foreigns {
-		if set(f.procVar) {
+	for _, src := range sources {
+		if set(src.procVar) {
 			return false
 		}
 	}
@@ -210,59 +209,27 @@ func Singleton() Env {
 		Host: host, ServeRendezvous: true, Launcher: LauncherNone}
 }
 
-// foreign describes a launcher whose variables FromLookup also accepts.
-type foreign struct {
-	launcher Launcher
-	name     string   // for messages
-	procVar  string   // this process's index
-	sizeVars []string // the number of processes, first set wins; none: PGAS_NPROCS is required
-	jobVar   string   // job id, optional
-	hostVar  string   // host name, optional
-	example  string   // how to set PGAS_RENDEZVOUS under this launcher
-}
-
-var foreigns = []foreign{
-	// The step's task count first: SLURM_NTASKS may be the allocation's
-	// when srun runs a step of fewer tasks.
-	{LauncherSlurm, "Slurm", "SLURM_PROCID", []string{"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"}, "SLURM_JOB_ID", "SLURMD_NODENAME",
-		`e.g. export PGAS_RENDEZVOUS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):29400`},
-	{LauncherOpenMPI, "Open MPI", "OMPI_COMM_WORLD_RANK", []string{"OMPI_COMM_WORLD_SIZE"}, "", "",
-		"e.g. mpirun -x PGAS_RENDEZVOUS=firsthost:29400 -x PGAS_TOKEN ..."},
-	{LauncherPMI, "PMI", "PMI_RANK", []string{"PMI_SIZE"}, "", "",
-		"e.g. mpiexec -genv PGAS_RENDEZVOUS firsthost:29400 -genv PGAS_TOKEN ... "},
-	{LauncherKubernetes, "a Kubernetes Indexed Job", "JOB_COMPLETION_INDEX", nil, "", "",
-		"e.g. PGAS_RENDEZVOUS=<job>-0.<headless-service>:29400 in the pod template"},
-}
-
 // FromLookup builds an Env from the variables lookup returns (os.LookupEnv
-// in FromEnv). PGAS_PROC takes precedence; without it the Slurm, Open MPI,
-// PMI and Kubernetes variables are tried in that order. Empty values count
-// as unset. The result is validated; errors are *EnvError values naming the
-// variable, its value and what to do.
+// in FromEnv): the process's identity from the first of sources whose
+// variables are set (PGAS_PROC takes precedence; then the Slurm, Open MPI,
+// PMI and Kubernetes variables, in that order), or a joiner's; then each
+// of settings. Empty values count as unset. The result is validated;
+// errors are *EnvError values naming the variable, its value and what to
+// do.
 func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 	get := func(name string) (string, bool) {
 		v, ok := lookup(name)
 		v = strings.TrimSpace(v)
 		return v, ok && v != ""
 	}
-	join, err := parseJoin(get)
+	e, src, err := whoAmI(get)
 	if err != nil {
 		return Env{}, err
 	}
-	var (
-		e            Env
-		how, example string // for messages: what started us, how to set PGAS_RENDEZVOUS
-	)
-	if join {
-		e, err = joinerIdentity(get)
-	} else {
-		e, how, example, err = identity(get)
-	}
-	if err != nil {
-		return Env{}, err
-	}
-	if err := e.readRest(get, how, example); err != nil {
-		return Env{}, err
+	for _, s := range settings {
+		if err := s.apply(&e, get, src); err != nil {
+			return Env{}, err
+		}
 	}
 	if err := e.Validate(); err != nil {
 		return Env{}, err
@@ -273,137 +240,18 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 // getter looks up a variable; empty values count as unset.
 type getter func(name string) (string, bool)
 
-// readRest reads the variables every process reads the same way, the
-// rendezvous and token first, into e, whose identity is read already.
-func (e *Env) readRest(get getter, how, example string) error {
-	rv, ok := get(VarRendezvous)
-	if !ok {
-		fix := "set it to the host:port of the rendezvous (gaspirun sets it for you)"
-		switch {
-		case e.Join:
-			fix = "a joiner must be told where the running job's rendezvous is: set it to the PGAS_RENDEZVOUS the job's processes have"
-		case e.Launcher != LauncherPGAS:
-			fix = fmt.Sprintf("under %s you must set it yourself, to a host:port that process 0 can listen on and every process can reach; process 0 hosts the rendezvous there (%s)", how, example)
-		}
-		return &EnvError{Var: VarRendezvous, Unset: true, Problem: "processes cannot find each other without it", Fix: fix}
-	}
-	if err := checkAddr(rv); err != nil {
-		return &EnvError{Var: VarRendezvous, Value: rv, Problem: err.Error(), Fix: "use host:port, e.g. node1:29400 or 10.0.0.5:29400"}
-	}
-	e.Rendezvous = rv
-
-	tv, ok := get(VarToken)
-	if !ok {
-		fix := "gaspirun sets it for you"
-		switch {
-		case e.Join:
-			fix = "a joiner must prove it belongs to the running job: set it to the PGAS_TOKEN the job's processes have"
-		case e.Launcher != LauncherPGAS:
-			fix = fmt.Sprintf("under %s you must set it yourself, to the same secret in every process, e.g. export PGAS_TOKEN=$(gaspirun --new-token) or $(openssl rand -hex 32)", how)
-		}
-		return &EnvError{Var: VarToken, Unset: true, Problem: "the job's connections authenticate with it", Fix: fix}
-	}
-	tok, err := auth.ParseToken(tv)
+// whoAmI reads the process's identity: a joiner's (PGAS_JOIN=1), or that
+// of the first source whose variables are set.
+func whoAmI(get getter) (Env, *source, error) {
+	join, err := parseJoin(get)
 	if err != nil {
-		problem := "not a job token (want at least 32 hex digits)"
-		if tok, _ := hex.DecodeString(tv); len(tok) >= auth.MinTokenSize {
-			problem = "a weak job token: " + auth.TokenWeakness(tok)
-		}
-		return &EnvError{Var: VarToken, Value: redact(tv), Problem: problem,
-			Fix: "generate one with gaspirun --new-token or openssl rand -hex 32, and give every process the same"}
+		return Env{}, nil, err
 	}
-	e.Token = tok
-
-	if v, ok := get(VarHost); ok {
-		e.Host = v
+	if join {
+		e, err := joinerIdentity(get)
+		return e, joinerSource, err
 	}
-	if e.Host == "" {
-		h, err := os.Hostname()
-		if err != nil || h == "" {
-			return &EnvError{Var: VarHost, Unset: true, Problem: fmt.Sprintf("and the hostname is unknown (%v)", err),
-				Fix: "set PGAS_HOST to a label for this machine"}
-		}
-		e.Host = h
-	}
-	if v, ok := get(VarJobID); ok {
-		e.JobID = v
-	}
-	if v, ok := get(VarStateDir); ok {
-		e.StateDir = v
-	}
-	if e.Launcher != LauncherPGAS {
-		e.ServeRendezvous = e.Proc == 0
-	}
-	if v, ok := get(VarServeRendezvous); ok {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return &EnvError{Var: VarServeRendezvous, Value: v, Problem: "not a boolean",
-				Fix: "use 1 (this process hosts the rendezvous) or 0"}
-		}
-		e.ServeRendezvous = b
-	}
-	if v, ok := get(VarRendezvousTimeout); ok {
-		d, err := parseDuration(VarRendezvousTimeout, v, time.Second,
-			"give how long a process may wait for the rendezvous and the other processes, e.g. 60s or 5m (default 60s)")
-		if err != nil {
-			return err
-		}
-		e.RendezvousTimeout = d
-	}
-	if v, ok := get(VarRefillWait); ok {
-		d, err := parseDuration(VarRefillWait, v, 0,
-			"give how long a rank lost with no spare left may wait for a process that joins the job, e.g. 60s, or 0 for no wait")
-		if err != nil {
-			return err
-		}
-		e.RefillWait = d
-	}
-	if v, ok := get(VarCutOff); ok {
-		d, err := parseDuration(VarCutOff, v, minCutOff,
-			"give how long a process may be without contact with a membership quorum before it exits, e.g. 10s (the default) or 30s")
-		if err != nil {
-			return err
-		}
-		e.CutOff = d
-	}
-	if v, ok := get(VarOnDeath); ok {
-		switch v {
-		case "abort":
-			e.DeathAborts = true
-		case "", "continue":
-		default:
-			return &EnvError{Var: VarOnDeath, Value: v, Problem: "is not abort or continue",
-				Fix: "leave it to the launcher: gaspirun sets it with --on-death abort"}
-		}
-	}
-	if v, ok := get(VarTLS); ok {
-		switch v {
-		case "1":
-			e.TLS = true
-		case "0", "":
-		default:
-			return &EnvError{Var: VarTLS, Value: v, Problem: "not 1 or 0",
-				Fix: "use 1 for mutual TLS on every connection of the job (the same in every process; gaspirun --tls sets it), or 0 (or unset) for none"}
-		}
-	}
-	return nil
-}
-
-// parseDuration reads a duration variable: a Go duration ("90s", "2m") or
-// a whole number of seconds, at least min.
-func parseDuration(name, v string, min time.Duration, fix string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		n, nerr := strconv.ParseInt(v, 10, 32)
-		if nerr != nil {
-			return 0, &EnvError{Var: name, Value: v, Problem: "not a duration (e.g. 30s, 2m) or a number of seconds", Fix: fix}
-		}
-		d = time.Duration(n) * time.Second
-	}
-	if d < min {
-		return 0, &EnvError{Var: name, Value: v, Problem: fmt.Sprintf("below the minimum of %v", min), Fix: fix}
-	}
-	return d, nil
+	return identity(get)
 }
 
 // Validate checks e without changing it. Errors are *EnvError values that

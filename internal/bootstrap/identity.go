@@ -1,10 +1,11 @@
 package bootstrap
 
 // Who this process is: PGAS_JOIN, and the process id and the job's counts
-// from the PGAS variables or from the first launcher (Slurm, Open MPI,
-// PMI, Kubernetes) whose variables are set, or a joiner's.
+// from the first of the sources (the PGAS variables, Slurm, Open MPI, PMI,
+// Kubernetes) whose variables are set, or a joiner's.
 
 import (
+	"cmp"
 	"fmt"
 )
 
@@ -24,108 +25,148 @@ func parseJoin(get getter) (bool, error) {
 		Fix: "use 1 for a process started after the job formed, to join it as a spare (the launcher sets it), or 0 (or unset) for a process of the job as started"}
 }
 
+// A source is where a process the job was started with learns who it
+// is: the PGAS variables (gaspirun, or set by hand) or a launcher's own.
+type source struct {
+	launcher Launcher
+	name     string   // for messages
+	procVar  string   // this process's index: set when this source started the process
+	sizeVars []string // the number of processes, first set wins; none: PGAS_NPROCS is required
+	jobVar   string   // job id, optional
+	hostVar  string   // host name, optional
+	example  string   // how to set PGAS_RENDEZVOUS under this launcher
+	// noSize and noSizeFix say what is wrong, and what to do, when the
+	// number of processes is unknown; empty: the launchers' common words.
+	noSize, noSizeFix string
+}
+
+// sources are the sources FromLookup reads a process's identity from, in
+// the order it looks for them: PGAS_PROC takes precedence.
+var sources = []source{
+	{launcher: LauncherPGAS, name: "gaspirun", procVar: VarProc, sizeVars: []string{VarNumProcs},
+		noSize:    "PGAS_PROC is set, so the PGAS variables are in use",
+		noSizeFix: "set PGAS_NPROCS to the number of processes of the job (ranks plus spares), or start the program with gaspirun"},
+	// The step's task count first: SLURM_NTASKS may be the allocation's
+	// when srun runs a step of fewer tasks.
+	{launcher: LauncherSlurm, name: "Slurm", procVar: "SLURM_PROCID", sizeVars: []string{"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"},
+		jobVar: "SLURM_JOB_ID", hostVar: "SLURMD_NODENAME",
+		example: `e.g. export PGAS_RENDEZVOUS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):29400`},
+	{launcher: LauncherOpenMPI, name: "Open MPI", procVar: "OMPI_COMM_WORLD_RANK", sizeVars: []string{"OMPI_COMM_WORLD_SIZE"},
+		example: "e.g. mpirun -x PGAS_RENDEZVOUS=firsthost:29400 -x PGAS_TOKEN ..."},
+	{launcher: LauncherPMI, name: "PMI", procVar: "PMI_RANK", sizeVars: []string{"PMI_SIZE"},
+		example: "e.g. mpiexec -genv PGAS_RENDEZVOUS firsthost:29400 -genv PGAS_TOKEN ... "},
+	{launcher: LauncherKubernetes, name: "a Kubernetes Indexed Job", procVar: "JOB_COMPLETION_INDEX",
+		example:   "e.g. PGAS_RENDEZVOUS=<job>-0.<headless-service>:29400 in the pod template",
+		noSizeFix: "set PGAS_NPROCS to the Job's .spec.completions (Indexed Jobs do not export it)"},
+}
+
+// joinerSource is where a joiner's identity comes from: the PGAS
+// variables, read by joinerIdentity.
+var joinerSource = &source{launcher: LauncherPGAS, name: "a joiner", procVar: VarJoin}
+
+// how says, for messages, what started the process: "Slurm (SLURM_PROCID
+// is set)".
+func (s *source) how() string { return s.name + " (" + s.procVar + " is set)" }
+
 // identity reads the process id and the job's counts of a process the
-// job was started with: from the PGAS variables, or else from the first
-// launcher of foreigns whose variables are set. how and example are for
-// messages about the variables read after it.
-func identity(get getter) (e Env, how, example string, err error) {
-	var procVar, procVal, sizeVar, sizeVal string
-	if v, ok := get(VarProc); ok {
-		e.Launcher = LauncherPGAS
-		procVar, procVal = VarProc, v
-		how = "gaspirun (PGAS_PROC is set)"
-		sizeVar = VarNumProcs
-		var ok2 bool
-		if sizeVal, ok2 = get(VarNumProcs); !ok2 {
-			return Env{}, "", "", &EnvError{Var: VarNumProcs, Unset: true,
-				Problem: "PGAS_PROC is set, so the PGAS variables are in use",
-				Fix:     "set PGAS_NPROCS to the number of processes of the job (ranks plus spares), or start the program with gaspirun"}
-		}
-	} else {
-		var f *foreign
-		for i := range foreigns {
-			if v, ok := get(foreigns[i].procVar); ok {
-				f = &foreigns[i]
-				procVar, procVal = f.procVar, v
-				break
-			}
-		}
-		if f == nil {
-			return Env{}, "", "", &EnvError{Var: VarProc, Unset: true,
-				Problem: "the program was not started by gaspirun, and no Slurm (SLURM_PROCID), Open MPI (OMPI_COMM_WORLD_RANK), PMI (PMI_RANK) or Kubernetes (JOB_COMPLETION_INDEX) variables are set",
-				Fix:     "run it with gaspirun -n N PROGRAM, or set PGAS_PROC, PGAS_NPROCS, PGAS_RENDEZVOUS and PGAS_TOKEN yourself"}
-		}
-		e.Launcher = f.launcher
-		how = f.name + " (" + f.procVar + " is set)"
-		example = f.example
-		for _, sv := range f.sizeVars {
-			if v, ok := get(sv); ok {
-				sizeVar, sizeVal = sv, v
-				break
-			}
-		}
-		if pv, ok := get(VarNumProcs); ok {
-			if sizeVar != "" && pv != sizeVal {
-				return Env{}, "", "", &EnvError{Var: VarNumProcs, Value: pv,
-					Problem: fmt.Sprintf("disagrees with %s=%s", sizeVar, sizeVal),
-					Fix:     fmt.Sprintf("unset PGAS_NPROCS (it defaults to %s) or make the two equal", sizeVar)}
-			}
-			sizeVar, sizeVal = VarNumProcs, pv
-		}
-		if sizeVar == "" {
-			fix := "set PGAS_NPROCS to the number of processes of the job (ranks plus spares)"
-			if f.launcher == LauncherKubernetes {
-				fix = "set PGAS_NPROCS to the Job's .spec.completions (Indexed Jobs do not export it)"
-			}
-			return Env{}, "", "", &EnvError{Var: VarNumProcs, Unset: true,
-				Problem: "started by " + how + " but the number of processes is unknown", Fix: fix}
-		}
-		if v, ok := get(f.jobVar); ok && f.jobVar != "" {
-			e.JobID = v
-		}
-		if v, ok := get(f.hostVar); ok && f.hostVar != "" {
-			e.Host = v
+// job was started with, from the first of sources whose process variable
+// is set.
+func identity(get getter) (Env, *source, error) {
+	for i := range sources {
+		if v, ok := get(sources[i].procVar); ok {
+			e, err := sources[i].read(get, v)
+			return e, &sources[i], err
 		}
 	}
+	return Env{}, nil, &EnvError{Var: VarProc, Unset: true,
+		Problem: "the program was not started by gaspirun, and no Slurm (SLURM_PROCID), Open MPI (OMPI_COMM_WORLD_RANK), PMI (PMI_RANK) or Kubernetes (JOB_COMPLETION_INDEX) variables are set",
+		Fix:     "run it with gaspirun -n N PROGRAM, or set PGAS_PROC, PGAS_NPROCS, PGAS_RENDEZVOUS and PGAS_TOKEN yourself"}
+}
 
-	n, err := parseCount(sizeVar, sizeVal, 1, MaxProcs,
+// read reads the identity s gives, proc being the process's index.
+func (s *source) read(get getter, proc string) (Env, error) {
+	e := Env{Launcher: s.launcher}
+	sizeVar, size, err := s.size(get)
+	if err != nil {
+		return Env{}, err
+	}
+	if v, ok := get(s.jobVar); ok && s.jobVar != "" {
+		e.JobID = v
+	}
+	if v, ok := get(s.hostVar); ok && s.hostVar != "" {
+		e.Host = v
+	}
+	n, err := parseCount(sizeVar, size, 1, MaxProcs,
 		"set it to the number of processes of the job (ranks plus spares)")
 	if err != nil {
-		return Env{}, "", "", err
+		return Env{}, err
 	}
 	e.NumProcs = n
-	p, err := parseCount(procVar, procVal, 0, n-1,
+	p, err := parseCount(s.procVar, proc, 0, n-1,
 		fmt.Sprintf("process ids run from 0 to %d (%s=%d); give each process a distinct id in that range", n-1, sizeVar, n))
 	if err != nil {
-		return Env{}, "", "", err
+		return Env{}, err
 	}
 	e.Proc = uint32(p)
+	if e.NumRanks, err = ranks(get, n, sizeVar); err != nil {
+		return Env{}, err
+	}
+	return e, nil
+}
 
-	e.NumRanks = n
+// size finds the number of processes: the first of s's sizeVars that is
+// set, which PGAS_NPROCS, if set, must agree with (and stands in for).
+func (s *source) size(get getter) (name, value string, err error) {
+	for _, sv := range s.sizeVars {
+		if v, ok := get(sv); ok {
+			name, value = sv, v
+			break
+		}
+	}
+	if pv, ok := get(VarNumProcs); ok {
+		if name != "" && pv != value {
+			return "", "", &EnvError{Var: VarNumProcs, Value: pv,
+				Problem: fmt.Sprintf("disagrees with %s=%s", name, value),
+				Fix:     fmt.Sprintf("unset PGAS_NPROCS (it defaults to %s) or make the two equal", name)}
+		}
+		name, value = VarNumProcs, pv
+	}
+	if name == "" {
+		problem := cmp.Or(s.noSize, "started by "+s.how()+" but the number of processes is unknown")
+		fix := cmp.Or(s.noSizeFix, "set PGAS_NPROCS to the number of processes of the job (ranks plus spares)")
+		return "", "", &EnvError{Var: VarNumProcs, Unset: true, Problem: problem, Fix: fix}
+	}
+	return name, value, nil
+}
+
+// ranks reads the number of ranks of a job of n processes (sizeVar):
+// PGAS_NRANKS or n minus PGAS_SPARES, which must agree when both are set;
+// n when neither is.
+func ranks(get getter, n int, sizeVar string) (int, error) {
+	r := n
 	spares, haveSpares := get(VarSpares)
 	if haveSpares {
 		k, err := parseCount(VarSpares, spares, 0, n-1,
 			fmt.Sprintf("it must leave at least one rank: 0..%d for %s=%d", n-1, sizeVar, n))
 		if err != nil {
-			return Env{}, "", "", err
+			return 0, err
 		}
-		e.NumRanks = n - k
+		r = n - k
 	}
 	if v, ok := get(VarNumRanks); ok {
-		r, err := parseCount(VarNumRanks, v, 1, n,
+		nr, err := parseCount(VarNumRanks, v, 1, n,
 			fmt.Sprintf("it must be 1..%d (%s=%d; the rest are spares)", n, sizeVar, n))
 		if err != nil {
-			return Env{}, "", "", err
+			return 0, err
 		}
-		if haveSpares && r != e.NumRanks {
-			return Env{}, "", "", &EnvError{Var: VarNumRanks, Value: v,
-				Problem: fmt.Sprintf("disagrees with PGAS_SPARES=%s and %s=%d (%d+%s != %d)", spares, sizeVar, n, r, spares, n),
+		if haveSpares && nr != r {
+			return 0, &EnvError{Var: VarNumRanks, Value: v,
+				Problem: fmt.Sprintf("disagrees with PGAS_SPARES=%s and %s=%d (%d+%s != %d)", spares, sizeVar, n, nr, spares, n),
 				Fix:     "set only one of PGAS_NRANKS and PGAS_SPARES"}
 		}
-		e.NumRanks = r
+		r = nr
 	}
-
-	return e, how, example, nil
+	return r, nil
 }
 
 // joinerIdentity reads the id and counts of a joiner (PGAS_JOIN=1), a

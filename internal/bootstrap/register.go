@@ -103,8 +103,10 @@ func sameProcess(a, b Member) bool {
 	return a.Proc == b.Proc && a.Pid == b.Pid && a.Host == b.Host && a.Addr == b.Addr
 }
 
-// register adds sc and answers it (ack, or the table). It returns false
-// when sc was rejected or the server is closing.
+// register adds sc and answers it: with an ack while others have yet to
+// register, with the table once it is complete (the last process's
+// registration completes it, and every process gets it then). It returns
+// false when sc was rejected or the server is closing.
 func (s *Server) register(sc *srvConn) bool {
 	s.mu.Lock()
 	if s.closed {
@@ -112,26 +114,7 @@ func (s *Server) register(sc *srvConn) bool {
 		return false
 	}
 	if s.table != nil {
-		m := s.table.Members[sc.proc]
-		if !sameProcess(m, sc.member) {
-			s.mu.Unlock()
-			s.reject(sc, sc.proc, fmt.Sprintf("the member table is complete and process %d is pid %d on host %q; another process was started with the same id",
-				sc.proc, m.Pid, m.Host))
-			return false
-		}
-		old := s.regs[sc.proc]
-		s.regs[sc.proc] = sc
-		tbl := cloneTable(*s.table)
-		sc.wmu.Lock()
-		s.mu.Unlock()
-		if old != nil {
-			old.rw.Close()
-		}
-		err := s.writeLocked(sc, &envelope{Kind: msgTable, Table: &tbl})
-		sc.wmu.Unlock()
-		s.nTables.Add(1)
-		s.log.Info("rendezvous: process reconnected after the table was complete", "proc", sc.proc, "remote", sc.remote, "err", err)
-		return s.answered(sc, err)
+		return s.reconnectLocked(sc)
 	}
 	old, dup := s.regs[sc.proc]
 	if dup && !sameProcess(old.member, sc.member) {
@@ -142,20 +125,59 @@ func (s *Server) register(sc *srvConn) bool {
 	}
 	s.regs[sc.proc] = sc
 	if len(s.regs) < s.cfg.NumProcs {
-		n := len(s.regs)
-		sc.wmu.Lock()
-		s.mu.Unlock()
-		if dup {
-			old.rw.Close()
-		}
-		err := s.writeLocked(sc, &envelope{Kind: msgAck})
-		sc.wmu.Unlock()
-		s.log.Debug("rendezvous: registered", "proc", sc.proc, "host", sc.member.Host, "addr", sc.member.Addr,
-			"registered", n, "of", s.cfg.NumProcs)
-		return s.answered(sc, err)
+		return s.ackLocked(sc, old)
 	}
-	// The last process: fix the table and send it to everyone, and to
-	// the joiners that came before it was complete.
+	return s.completeLocked(old)
+}
+
+// reconnectLocked answers a process that registers again once the table
+// is complete (it lost its connection) with the table; another process
+// with its id is rejected. Called with s.mu held; it unlocks it.
+func (s *Server) reconnectLocked(sc *srvConn) bool {
+	m := s.table.Members[sc.proc]
+	if !sameProcess(m, sc.member) {
+		s.mu.Unlock()
+		s.reject(sc, sc.proc, fmt.Sprintf("the member table is complete and process %d is pid %d on host %q; another process was started with the same id",
+			sc.proc, m.Pid, m.Host))
+		return false
+	}
+	old := s.regs[sc.proc]
+	s.regs[sc.proc] = sc
+	tbl := cloneTable(*s.table)
+	sc.wmu.Lock()
+	s.mu.Unlock()
+	if old != nil {
+		old.rw.Close()
+	}
+	err := s.writeLocked(sc, &envelope{Kind: msgTable, Table: &tbl})
+	sc.wmu.Unlock()
+	s.nTables.Add(1)
+	s.log.Info("rendezvous: process reconnected after the table was complete", "proc", sc.proc, "remote", sc.remote, "err", err)
+	return s.answered(sc, err)
+}
+
+// ackLocked acknowledges sc's registration, and closes old, the same
+// process's earlier connection, if any. Called with s.mu held; it
+// unlocks it.
+func (s *Server) ackLocked(sc, old *srvConn) bool {
+	n := len(s.regs)
+	sc.wmu.Lock()
+	s.mu.Unlock()
+	if old != nil {
+		old.rw.Close()
+	}
+	err := s.writeLocked(sc, &envelope{Kind: msgAck})
+	sc.wmu.Unlock()
+	s.log.Debug("rendezvous: registered", "proc", sc.proc, "host", sc.member.Host, "addr", sc.member.Addr,
+		"registered", n, "of", s.cfg.NumProcs)
+	return s.answered(sc, err)
+}
+
+// completeLocked registers the last process: it fixes the table and sends
+// it to everyone, and to the joiners that came before it was complete;
+// old is the last process's earlier connection, if any. Called with s.mu
+// held; it unlocks it.
+func (s *Server) completeLocked(old *srvConn) bool {
 	t := Table{NumRanks: s.cfg.NumRanks, JobID: s.cfg.JobID, RefillWait: s.cfg.RefillWait, Members: make([]Member, s.cfg.NumProcs)}
 	targets := make([]*srvConn, s.cfg.NumProcs)
 	for p, r := range s.regs {
@@ -171,49 +193,12 @@ func (s *Server) register(sc *srvConn) bool {
 	s.bcast.Add(1)
 	s.mu.Unlock()
 	defer s.bcast.Done()
-	if dup {
+	if old != nil {
 		old.rw.Close()
 	}
 	s.log.Info("rendezvous: member table complete", "procs", s.cfg.NumProcs, "ranks", s.cfg.NumRanks, "job", s.cfg.JobID,
 		"joiners_waiting", len(joiners))
-	tbl := cloneTable(t)
-	msg, err := encodeMsg(&envelope{Kind: msgTable, Table: &tbl}, MaxServerMessage)
-	if err != nil {
-		s.log.Error("rendezvous: cannot encode the member table", "err", err)
-		return false
-	}
-	relayed, err := notices(targets, msg[4:])
-	if err != nil {
-		s.log.Error("rendezvous: cannot encode the relay notices", "err", err)
-		return false
-	}
-	s.mu.Lock()
-	s.tmsg = msg
-	s.mu.Unlock()
-	// The whole tables first: the others fetch theirs from these.
-	ds := make([]delivery, 0, len(targets)+len(joiners))
-	for p, r := range targets {
-		if relayed[p] == nil {
-			ds = append(ds, delivery{r, msg})
-		}
-	}
-	s.nTables.Add(uint64(len(ds)))
-	for p, r := range targets {
-		if relayed[p] != nil {
-			ds = append(ds, delivery{r, relayed[p]})
-		}
-	}
-	for _, j := range joiners {
-		jm, err := encodeMsg(&envelope{Kind: msgJoined, Table: &tbl, Proc: j.proc}, MaxServerMessage)
-		if err != nil {
-			s.log.Error("rendezvous: cannot encode the member table for a joiner", "proc", j.proc, "err", err)
-			j.rw.Close()
-			continue
-		}
-		ds = append(ds, delivery{j, jm})
-	}
-	s.broadcast(ds)
-	return true
+	return s.deliverTable(t, targets, joiners)
 }
 
 // answered finishes a registration whose answer was written with error

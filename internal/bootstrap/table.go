@@ -9,6 +9,52 @@ import (
 // broadcastWorkers bounds the table writes in flight at once.
 const broadcastWorkers = 64
 
+// deliverTable sends the complete table t: whole to the processes that get
+// it from the rendezvous (the roots of the relay tree) first, then a
+// relay notice to each other process of targets (by process id), then to
+// each joiner its own answer. It returns false when the table cannot be
+// encoded.
+func (s *Server) deliverTable(t Table, targets, joiners []*srvConn) bool {
+	tbl := cloneTable(t)
+	msg, err := encodeMsg(&envelope{Kind: msgTable, Table: &tbl}, MaxServerMessage)
+	if err != nil {
+		s.log.Error("rendezvous: cannot encode the member table", "err", err)
+		return false
+	}
+	relayed, err := notices(targets, msg[4:])
+	if err != nil {
+		s.log.Error("rendezvous: cannot encode the relay notices", "err", err)
+		return false
+	}
+	s.mu.Lock()
+	s.tmsg = msg
+	s.mu.Unlock()
+	// The whole tables first: the others fetch theirs from these.
+	ds := make([]delivery, 0, len(targets)+len(joiners))
+	for p, r := range targets {
+		if relayed[p] == nil {
+			ds = append(ds, delivery{r, msg})
+		}
+	}
+	s.nTables.Add(uint64(len(ds)))
+	for p, r := range targets {
+		if relayed[p] != nil {
+			ds = append(ds, delivery{r, relayed[p]})
+		}
+	}
+	for _, j := range joiners {
+		jm, err := encodeMsg(&envelope{Kind: msgJoined, Table: &tbl, Proc: j.proc}, MaxServerMessage)
+		if err != nil {
+			s.log.Error("rendezvous: cannot encode the member table for a joiner", "proc", j.proc, "err", err)
+			j.rw.Close()
+			continue
+		}
+		ds = append(ds, delivery{j, jm})
+	}
+	s.broadcast(ds)
+	return true
+}
+
 // delivery is one message for one connection.
 type delivery struct {
 	to  *srvConn

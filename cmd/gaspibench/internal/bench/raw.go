@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
-	"github.com/gaspigo/gaspigo/internal/bootstrap"
 	"github.com/gaspigo/gaspigo/internal/listen"
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
@@ -114,11 +113,7 @@ func listenRaw(rt *pgas.Runtime) (net.Listener, string, error) {
 		}
 		return ln, ln.Addr().String(), nil
 	}
-	env, err := bootstrap.FromEnv()
-	if err != nil {
-		return nil, "", err
-	}
-	return job.Listen(env)
+	return job.Listen()
 }
 
 // acceptRank0 takes the first connection that proves the token, within

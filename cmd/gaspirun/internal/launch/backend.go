@@ -5,10 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/gaspigo/gaspigo/cmd/gaspirun/internal/remote"
 )
 
 // backend starts the job's processes and signals them. Everything else,
@@ -174,48 +174,11 @@ func (p *localProc) wait() exitInfo {
 	return exitInfoOf(p.cmd.ProcessState)
 }
 
-func exitInfoOf(ps *os.ProcessState) exitInfo {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return exitInfo{Code: -1, Signal: ws.Signal()}
-	}
-	return exitInfo{Code: ps.ExitCode()}
-}
+func exitInfoOf(ps *os.ProcessState) exitInfo { return exitInfoFrom(remote.StatusOf(ps)) }
 
 // childEnviron is this process's environment without the contract's
 // variables (PGAS_LOG, PGAS_ADVERTISE_HOST and the like pass through),
 // then GOMAXPROCS unless the user set it, then env.
 func childEnviron(env []string, ranksOnHost int) []string {
-	return mergeEnviron(os.Environ(), env, runtime.NumCPU(), ranksOnHost)
-}
-
-// mergeEnviron is base without the contract's variables, then GOMAXPROCS
-// (each rank's share of cpus) unless base or env sets it, then env.
-func mergeEnviron(base, env []string, cpus, ranksOnHost int) []string {
-	var out []string
-	userProcs := false
-	for _, kv := range base {
-		k, _, _ := strings.Cut(kv, "=")
-		if isContractVar(k) {
-			continue
-		}
-		userProcs = userProcs || k == "GOMAXPROCS"
-		out = append(out, kv)
-	}
-	for _, kv := range env {
-		userProcs = userProcs || strings.HasPrefix(kv, "GOMAXPROCS=")
-	}
-	if !userProcs {
-		out = append(out, "GOMAXPROCS="+strconv.Itoa(procsPerRank(cpus, ranksOnHost)))
-	}
-	return append(out, env...)
-}
-
-// procsPerRank is each rank's share of the cores (at least 1), given to a
-// child as GOMAXPROCS unless the user set one. Ranks that each run as many
-// Go threads as there are cores oversubscribe the host: a message then
-// wakes a goroutine on another thread, which cost a small write+notify
-// round trip 2x (gaspibench: 53-57 us against 21-24 us with one thread per
-// rank, with 2 ranks on 2 cores).
-func procsPerRank(cpus, ranks int) int {
-	return max(1, cpus/max(1, ranks))
+	return remote.MergeEnviron(os.Environ(), env, runtime.NumCPU(), ranksOnHost)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/gaspigo/gaspigo/cmd/gaspirun/internal/remote"
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
 )
 
@@ -26,8 +27,9 @@ const (
 )
 
 // MaxProcs caps ranks plus spares: gaspirun starts every process, or its
-// ssh client, on this machine.
-const MaxProcs = 4096
+// ssh client, on this machine. The remote side's signal lines list up to
+// as many.
+const MaxProcs = remote.MaxProcs
 
 // LauncherKind names a back end: what starts the processes.
 type LauncherKind string
@@ -412,7 +414,7 @@ func (c Config) Validate() error {
 		if !ok || k == "" {
 			return &FlagError{Flag: "Env", Value: kv, Problem: "not KEY=VALUE"}
 		}
-		if isContractVar(k) {
+		if remote.IsContractVar(k) {
 			return &FlagError{Flag: "Env", Value: kv, Problem: k + " is set by gaspirun for each process", Fix: "use the matching flag instead"}
 		}
 	}
@@ -531,14 +533,4 @@ func checkProgram(p string) error {
 		return fe
 	}
 	return nil
-}
-
-// isContractVar reports whether k is one of the variables gaspirun sets.
-func isContractVar(k string) bool {
-	switch k {
-	case "PGAS_PROC", "PGAS_NPROCS", "PGAS_NRANKS", "PGAS_SPARES", "PGAS_RENDEZVOUS", "PGAS_TOKEN",
-		"PGAS_HOST", "PGAS_JOB_ID", "PGAS_STATE_DIR", "PGAS_SERVE_RENDEZVOUS", "PGAS_RESUME", "PGAS_TLS", "PGAS_JOIN":
-		return true
-	}
-	return false
 }

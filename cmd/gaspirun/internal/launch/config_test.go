@@ -91,13 +91,3 @@ func TestPolicy(t *testing.T) {
 		t.Errorf("explicit: %q", p)
 	}
 }
-
-func TestProcsPerRank(t *testing.T) {
-	for _, c := range []struct{ cpus, ranks, want int }{
-		{2, 1, 2}, {2, 2, 1}, {2, 4, 1}, {8, 2, 4}, {8, 3, 2}, {1, 0, 1},
-	} {
-		if got := procsPerRank(c.cpus, c.ranks); got != c.want {
-			t.Errorf("procsPerRank(%d cpus, %d ranks) = %d, want %d", c.cpus, c.ranks, got, c.want)
-		}
-	}
-}

@@ -23,17 +23,24 @@
 // interface (backend.go): localBackend forks here; remoteBackend runs each
 // process through the ssh client, and stepBackend (step.go) every process
 // as a task of one srun step, each as "gaspirun --remote-exec"
-// (RemoteExec) on its host. The protocol between the two (remoteproto.go)
-// carries the program and its environment over the connector's stdin,
-// never its argv (one header for all the tasks of a step), control lines
-// ("signal N", "signal N LIST" in a step, "ping") after it, and a final
-// status line with the real exit code or signal at the end of the
-// program's stdout; a remote process whose status never arrives counts as
-// killed (exitInfo.Lost). The step backend owns srun, a waiter, two
+// (remote.Exec, package cmd/gaspirun/internal/remote) on its host. The
+// protocol between the two (package remote) carries the program and its
+// environment over the connector's stdin, never its argv (one header for
+// all the tasks of a step), control lines ("signal N", "signal N LIST" in
+// a step, "ping") after it, and a final status line with the real exit
+// code or signal at the end of the program's stdout; a remote process
+// whose status never arrives counts as killed (exitInfo.Lost). The step backend owns srun, a waiter, two
 // relays (srun's stdout and stderr, split by task label), a pinger and a
 // signaller, all ended by srun's end or close. Hostfiles
 // (ParseHostfile), Slurm allocations (SlurmHosts) and placement (Place)
 // are pure functions.
+//
+// The loop (loop.go) goes through the job's life as a state machine,
+// each state a function: forming (not every process has registered),
+// running, recovering (a lost process not made up for yet: a rank
+// without a holder, a replacement queued, exits held), ending (the
+// outcome is decided). Its event handlers (events.go) feed the tracker
+// and apply its actions.
 //
 // Before the job forms, the tracker tells a plain program (one that never
 // registers with the rendezvous, such as hostname) from a gaspigo one
@@ -73,5 +80,5 @@
 // pumps have drained.
 // Local processes run in their own process groups without a parent-death
 // signal: a SIGKILLed launcher leaves them running. Remote ones end with
-// their connection (RemoteExec).
+// their connection (remote.Exec).
 package launch

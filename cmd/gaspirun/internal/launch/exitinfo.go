@@ -3,6 +3,8 @@ package launch
 import (
 	"fmt"
 	"syscall"
+
+	"github.com/gaspigo/gaspigo/cmd/gaspirun/internal/remote"
 )
 
 // exitInfo is how a process ended.
@@ -16,6 +18,9 @@ type exitInfo struct {
 	Lost     string
 	LostCode int
 }
+
+// exitInfoFrom is the exitInfo of a process that ended as st.
+func exitInfoFrom(st remote.Status) exitInfo { return exitInfo{Code: st.Code, Signal: st.Signal} }
 
 func (e exitInfo) ok() bool { return e.Signal == 0 && e.Code == 0 }
 

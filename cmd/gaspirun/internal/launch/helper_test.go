@@ -14,13 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gaspigo/gaspigo/cmd/gaspirun/internal/remote"
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
 )
 
 // The test binary doubles as the job's program and as a launcher, selected
 // by these variables (see TestMain).
 const (
-	roleVar = "GASPIRUN_TEST_ROLE" // "child", "plain", "usage", "sleeper", "pidsleeper", "partial", "launcher", "fakessh" or "fakesrun"
+	roleVar = "GASPIRUN_TEST_ROLE" // "child", "plain", "usage", "sleeper", "launcher", "fakessh" or "fakesrun"
 	modeVar = "GASPIRUN_TEST_MODE" // what a child does
 	dirVar  = "GASPIRUN_TEST_DIR"  // where "survive" children leave marks
 
@@ -32,7 +33,7 @@ const (
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "--remote-exec" {
 		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) // as gaspirun's main
-		os.Exit(RemoteExec(os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(remote.Exec(os.Stdin, os.Stdout, os.Stderr))
 	}
 	switch os.Getenv(roleVar) {
 	case "fakessh", "fakesrun":
@@ -54,13 +55,6 @@ func TestMain(m *testing.M) {
 	case "sleeper":
 		time.Sleep(time.Hour)
 		os.Exit(0)
-	case "pidsleeper":
-		fmt.Printf("pid %d\n", os.Getpid())
-		time.Sleep(time.Hour)
-		os.Exit(0)
-	case "partial":
-		fmt.Print("no newline at the end")
-		os.Exit(3)
 	case "launcher":
 		os.Exit(launcherMain())
 	}

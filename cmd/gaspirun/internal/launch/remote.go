@@ -14,18 +14,21 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gaspigo/gaspigo/cmd/gaspirun/internal/remote"
 )
 
 // remoteBackend starts each process on its host through a connector, the
-// ssh client, running "gaspirun --remote-exec" there (RemoteExec), and
-// talks to that over the connector's stdin and stdout. (Under Slurm,
+// ssh client, running "gaspirun --remote-exec" there (remote.Exec), and
+// talks to that over the connector's stdin and stdout (package remote's
+// protocol). (Under Slurm,
 // stepBackend runs the same remote side as the tasks of one srun step;
 // a replacement started later runs in a step of its own, through a
 // remoteBackend whose connector is srun: LauncherSlurm.)
 type remoteBackend struct {
 	kind LauncherKind
 	cfg  Config
-	// remote is the command that runs RemoteExec on a host.
+	// remote is the command that runs remote.Exec on a host.
 	remote []string
 	// program is what the remote side runs: an absolute path when the
 	// program was given with a directory, else a name for its PATH.
@@ -70,7 +73,7 @@ func forwardedEnv(environ []string) []string {
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case isContractVar(k):
+		case remote.IsContractVar(k):
 		case strings.HasPrefix(k, "PGAS_"):
 			out = append(out, kv)
 		case k == "GOMAXPROCS", k == "GOGC", k == "GOMEMLIMIT", k == "GODEBUG", k == "GORACE", k == "GOTRACEBACK":
@@ -129,28 +132,21 @@ func (b *remoteBackend) srunArgv(node string) []string {
 
 func (b *remoteBackend) start(spec procSpec) (process, error) {
 	defer spec.stderr.Close()
-	hdr := &remoteHeader{
+	hdr := &remote.Header{
 		Proc: spec.proc, Host: spec.host, Nonce: b.nonce, Dir: b.dir, Program: b.program, Args: b.cfg.Args,
 		Env: append(append([]string{}, b.forward...), spec.env...), RanksOnHost: spec.ranksOnHost,
 		PingTimeout: b.cfg.PingTimeout, Grace: b.cfg.Grace,
 	}
-	header, err := hdr.encode()
+	header, err := hdr.Encode()
 	if err != nil {
 		spec.stdout.Close()
 		return nil, fmt.Errorf("process %d: %v", spec.proc, err)
 	}
 	argv := b.argv(spec.host)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	// The connector's own environment never holds the contract (srun would
-	// pass a stale PGAS_TOKEN on); the token goes only through stdin.
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		// The job's step placed its tasks from a host file; a one-task
-		// step names its node instead.
-		if !isContractVar(k) && !(b.kind == LauncherSlurm && (k == "SLURM_HOSTFILE" || k == "SLURM_DISTRIBUTION")) {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+	// The job's step placed its tasks from a host file; a one-task step
+	// names its node instead.
+	cmd.Env = connectorEnviron(b.kind == LauncherSlurm)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -207,7 +203,7 @@ func (b *remoteBackend) pinger() {
 		b.mu.Unlock()
 		for _, p := range procs {
 			if !p.ended.Load() {
-				p.control([]byte("ping\n"))
+				p.control([]byte(remote.PingLine))
 			}
 		}
 	}
@@ -285,7 +281,7 @@ func (p *remoteProc) signal(sig syscall.Signal) {
 	if p.ended.Load() {
 		return
 	}
-	if err := p.control(fmt.Appendf(nil, "signal %d\n", int(sig))); err != nil {
+	if err := p.control(remote.SignalLine(sig, "")); err != nil {
 		p.killClient()
 		return
 	}
@@ -313,8 +309,9 @@ func (p *remoteProc) relay(r *bufio.Reader, w *os.File) {
 		chunk, err := r.ReadSlice('\n')
 		if len(chunk) > 0 {
 			complete := chunk[len(chunk)-1] == '\n'
-			if atStart && complete && bytes.HasPrefix(chunk, []byte(statusMark)) {
-				if ex, ok := parseStatus(strings.TrimSuffix(string(chunk), "\n"), p.b.nonce); ok {
+			if atStart && complete && bytes.HasPrefix(chunk, []byte(remote.StatusMark)) {
+				if st, ok := remote.ParseStatus(strings.TrimSuffix(string(chunk), "\n"), p.b.nonce); ok {
+					ex := exitInfoFrom(st)
 					p.status.Store(&ex)
 					continue
 				}
@@ -350,16 +347,8 @@ func (p *remoteProc) wait() exitInfo {
 		return *ex
 	}
 	how := exitInfoOf(p.cmd.ProcessState)
-	return exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: codeOf(how),
+	return exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: how.code(),
 		Lost: fmt.Sprintf("%s to %s %s without the process's exit status", p.b.connector(), p.host, how.how())}
-}
-
-// codeOf is the exit status a shell would report.
-func codeOf(ex exitInfo) int {
-	if ex.Signal != 0 {
-		return 128 + int(ex.Signal)
-	}
-	return ex.Code
 }
 
 // shellJoin quotes args for a POSIX shell (ssh hands the remote command to
@@ -430,6 +419,21 @@ func SplitCommand(s string) ([]string, error) {
 		words = append(words, cur.String())
 	}
 	return words, nil
+}
+
+// connectorEnviron is the environment of an ssh or srun client: this
+// process's, without the contract (srun would pass a stale PGAS_TOKEN
+// on; the token goes only through stdin), and with noSlurmPlacement
+// without the variables that place a step's tasks.
+func connectorEnviron(noSlurmPlacement bool) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if !remote.IsContractVar(k) && !(noSlurmPlacement && (k == "SLURM_HOSTFILE" || k == "SLURM_DISTRIBUTION")) {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // remoteSide returns what every remote launcher runs on the other side:

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
@@ -343,4 +345,42 @@ func fakeSlurm(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", filepath.Dir(srun)+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
+func TestSplitCommandAndShellJoin(t *testing.T) {
+	cases := []struct {
+		in   string
+		want []string
+	}{
+		{"ssh", []string{"ssh"}},
+		{"  ssh -p 2222\t-i key ", []string{"ssh", "-p", "2222", "-i", "key"}},
+		{`ssh -i "my key" -o 'ProxyJump=a b'`, []string{"ssh", "-i", "my key", "-o", "ProxyJump=a b"}},
+		{`a\ b "x\"y" ''`, []string{"a b", `x"y`, ""}},
+	}
+	for _, c := range cases {
+		got, err := SplitCommand(c.in)
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%q: got %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{`ssh "x`, `ssh 'x`} {
+		if _, err := SplitCommand(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	// shellJoin survives a real shell, whatever the bytes.
+	args := []string{"plain", "with space", "it's", `"dq"`, "$HOME", "a;b", "", "*", "ü"}
+	out, err := exec.Command("/bin/sh", "-c", "printf '%s\\n' "+shellJoin(args)).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n"); !reflect.DeepEqual(got, args) {
+		t.Errorf("shell saw %q, want %q", got, args)
+	}
+}
+
+func TestForwardedEnv(t *testing.T) {
+	if got := forwardedEnv([]string{"HOME=/root", "PGAS_LOG=debug", "PGAS_TOKEN=x", "GODEBUG=a=1", "SSH_AUTH_SOCK=/s"}); !reflect.DeepEqual(got, []string{"PGAS_LOG=debug", "GODEBUG=a=1"}) {
+		t.Errorf("forwarded %q", got)
+	}
 }

@@ -80,14 +80,7 @@ func (j *job) stallCheck(w *stallWatch, now time.Time) {
 
 // formed says whether every process has registered: the rendezvous
 // completed the member table.
-func (j *job) formed() bool {
-	select {
-	case <-j.srv.Complete():
-		return true
-	default:
-		return false
-	}
-}
+func (j *job) formed() bool { return complete(j.srv) }
 
 // registeredCount is how many of the processes gaspirun started are
 // registered with the rendezvous (or were, before they ended).

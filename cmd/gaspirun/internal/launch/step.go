@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gaspigo/gaspigo/cmd/gaspirun/internal/remote"
 )
 
 // stepBackend runs every process of a Slurm job as one task of a single
@@ -27,7 +29,7 @@ import (
 // Place chose for them.
 //
 // srun broadcasts its stdin to every task (--input=all): one header for
-// all (remoteHeader.Step lists each process's host, and each task takes
+// all (remote.Header's Step lists each process's host, and each task takes
 // its process id from SLURM_PROCID), one "ping" line a second for all,
 // and "signal N LIST" lines naming the processes (as ranges) that a
 // signal is for. srun prefixes every line of a task's output with its
@@ -168,14 +170,14 @@ func (b *stepBackend) start(spec procSpec) (process, error) {
 
 // stepHeader is the header every task gets: the environment common to
 // all, and each process's host and ranks on its host.
-func (b *stepBackend) stepHeader() (*remoteHeader, error) {
+func (b *stepBackend) stepHeader() (*remote.Header, error) {
 	common := func(env []string) []string {
 		return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
 			return strings.HasPrefix(kv, "PGAS_PROC=") || strings.HasPrefix(kv, "PGAS_HOST=") || isRankVar(kv)
 		})
 	}
 	env := common(b.specs[0].env)
-	st := &stepInfo{Hosts: make([]string, b.nprocs), RanksOnHost: make([]int, b.nprocs), Vars: make([][]string, b.nprocs)}
+	st := &remote.StepInfo{Hosts: make([]string, b.nprocs), RanksOnHost: make([]int, b.nprocs), Vars: make([][]string, b.nprocs)}
 	for i, s := range b.specs {
 		if s.proc != i {
 			return nil, fmt.Errorf("process %d started as the %d-th", s.proc, i)
@@ -186,7 +188,7 @@ func (b *stepBackend) stepHeader() (*remoteHeader, error) {
 		st.Hosts[i], st.RanksOnHost[i] = s.host, s.ranksOnHost
 		st.Vars[i] = slices.DeleteFunc(slices.Clone(s.env), func(kv string) bool { return !isRankVar(kv) })
 	}
-	return &remoteHeader{Proc: -1, Nonce: b.nonce, Dir: b.dir, Program: b.program, Args: b.cfg.Args, Env: env,
+	return &remote.Header{Proc: -1, Nonce: b.nonce, Dir: b.dir, Program: b.program, Args: b.cfg.Args, Env: env,
 		PingTimeout: b.cfg.PingTimeout, Grace: b.cfg.Grace, Step: st}, nil
 }
 
@@ -207,7 +209,7 @@ func (b *stepBackend) launch() error {
 	if err != nil {
 		return err
 	}
-	header, err := h.encode()
+	header, err := h.Encode()
 	if err != nil {
 		return err
 	}
@@ -225,14 +227,7 @@ func (b *stepBackend) launch() error {
 	}
 	argv := b.argv()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	// The connector's own environment never holds the contract; the token
-	// goes only through stdin.
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); !isContractVar(k) && k != "SLURM_HOSTFILE" && k != "SLURM_DISTRIBUTION" {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, "SLURM_HOSTFILE="+b.hostfile)
+	cmd.Env = append(connectorEnviron(true), "SLURM_HOSTFILE="+b.hostfile)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -307,7 +302,7 @@ func (b *stepBackend) waitStep(cmd *exec.Cmd, relays *sync.WaitGroup, outR, errR
 			p.finish(exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: 128 + int(syscall.SIGKILL), Lost: "srun: " + *why})
 			continue
 		}
-		p.finish(exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: codeOf(how),
+		p.finish(exitInfo{Code: -1, Signal: syscall.SIGKILL, LostCode: how.code(),
 			Lost: fmt.Sprintf("the srun step %s without the process's exit status", how.how())})
 	}
 	b.closeInput()
@@ -354,9 +349,9 @@ func (b *stepBackend) route(line []byte, stream int) {
 		return
 	}
 	p := b.procs[task]
-	if stream == streamStdout && bytes.HasPrefix(rest, []byte(statusMark)) {
-		if ex, ok := parseStatus(strings.TrimRight(string(rest), "\n"), b.nonce); ok {
-			p.finish(ex)
+	if stream == streamStdout && bytes.HasPrefix(rest, []byte(remote.StatusMark)) {
+		if st, ok := remote.ParseStatus(strings.TrimRight(string(rest), "\n"), b.nonce); ok {
+			p.finish(exitInfoFrom(st))
 			return
 		}
 	}
@@ -423,31 +418,8 @@ func endedTasks(line string) ([]int, bool) {
 	if !ok {
 		return nil, false
 	}
-	ts, err := parseRanges(list)
+	ts, err := remote.ParseRanges(list)
 	return ts, err == nil
-}
-
-// parseRanges parses "0-3,7,9-12" (formatRanges's form).
-func parseRanges(s string) ([]int, error) {
-	var out []int
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
-		if !isRange {
-			hi = lo
-		}
-		a, err1 := strconv.Atoi(lo)
-		c, err2 := strconv.Atoi(hi)
-		if err1 != nil || err2 != nil || a < 0 || c < a || c-a > MaxProcs {
-			return nil, fmt.Errorf("bad range %q", part)
-		}
-		for n := a; n <= c; n++ {
-			out = append(out, n)
-		}
-		if len(out) > MaxProcs {
-			return nil, fmt.Errorf("more than %d numbers", MaxProcs)
-		}
-	}
-	return out, nil
 }
 
 // write writes to srun's stdin (every task gets it), waiting at most
@@ -496,7 +468,7 @@ func (b *stepBackend) pinger() {
 		case <-b.srunDone:
 			return
 		case <-t.C:
-			b.write([]byte("ping\n"), time.Second)
+			b.write([]byte(remote.PingLine), time.Second)
 		}
 	}
 }
@@ -523,7 +495,7 @@ func (b *stepBackend) signaller() {
 		}
 		slices.Sort(sigs)
 		for _, s := range sigs {
-			if err := b.write(fmt.Appendf(nil, "signal %d %s\n", s, formatRanges(pending[syscall.Signal(s)])), time.Second); err != nil {
+			if err := b.write(remote.SignalLine(syscall.Signal(s), formatRanges(pending[syscall.Signal(s)])), time.Second); err != nil {
 				b.killStep()
 			}
 		}

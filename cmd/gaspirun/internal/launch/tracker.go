@@ -430,6 +430,21 @@ func (t *tracker) remaining() string {
 	return fmt.Sprintf("%d idle %s, %d replaced", spares, plural(spares, "spare", "spares"), replaced)
 }
 
+// recovering says whether the running job lost a process it has not made
+// up for yet: a rank has no holder (and was not left vacant), or a
+// replacement asked for has not started.
+func (t *tracker) recovering() bool {
+	if t.queued > 0 {
+		return true
+	}
+	for r, h := range t.holder {
+		if h < 0 && !t.vacant[r] {
+			return true
+		}
+	}
+	return false
+}
+
 // check decides whether the job is over.
 func (t *tracker) check() []action {
 	if t.phase != running {
