@@ -73,6 +73,7 @@ type worker struct {
 	tbest  []int32
 	tsub   []int32
 	v1, v2 []float64
+	t3     []float64 // lanesTop2's v1, at, v2 per point
 	// AlgoYinyang: the group filter's batch (yyfilter.go), and the full
 	// scan's per gathered point and group smallest and second smallest
 	// value.
@@ -171,6 +172,7 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 			wk.tsub = make([]int32, kr.blockPts)
 			wk.v1 = make([]float64, kr.blockPts)
 			wk.v2 = make([]float64, kr.blockPts)
+			wk.t3 = make([]float64, (kr.blockPts+4)*3)
 		}
 	}
 	kr.start = make([]chan struct{}, threads-1)

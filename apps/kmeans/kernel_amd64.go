@@ -85,3 +85,25 @@ func asmArgmin2(x []float64, np, d int, cp []float64, nb int, cn []float64, jbas
 	}
 	argmin2AVX512(&x[0], np, d, &cp[0], nb, &cn[0], jbase, &st[0], flags)
 }
+
+// laneTop2AVX512 is laneTop2 for n states at st (24 float64 each), writing
+// v1, at, v2 of each to out (3 float64 each).
+//
+//go:noescape
+func laneTop2AVX512(st *float64, n int, out *float64)
+
+// lanesTop2 runs laneTop2 over the first n states of st into out (3
+// values per state), in assembly where the CPU has AVX-512.
+func lanesTop2(st []float64, n int, out []float64) {
+	if n <= 0 {
+		return
+	}
+	if len(st) < n*3*lanes || len(out) < n*3 {
+		panic("kmeans: internal error: bad lanesTop2 arguments")
+	}
+	if hasAVX512 {
+		laneTop2AVX512(&st[0], n, &out[0])
+		return
+	}
+	lanesTop2Go(st, n, out)
+}

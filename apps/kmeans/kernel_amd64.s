@@ -788,3 +788,63 @@ top2xnext:
 	VZEROUPPER
 	RET
 
+
+// laneTop2AVX512 reduces n states of the two-smallest kernel (24 float64
+// per point: 8 lane minima, their indices, 8 lane second minima) as
+// laneTop2 does, writing v1, at, v2 per point to out (3 float64 each):
+// the smallest minimum, the smallest index among the lanes that hold it,
+// and the smaller of that lane's second minimum and the other minima.
+//
+// Register use: SI state, DI out, CX points left; Z0 minima, Z1 indices,
+// Z2 second minima, Z3 min broadcast, Z5 index candidates, Z6 index
+// broadcast, Z7 minima with the winner's lane's second, Z4/Z8 scratch,
+// Z27 +Inf.
+//
+// func laneTop2AVX512(st *float64, n int, out *float64)
+TEXT ·laneTop2AVX512(SB), NOSPLIT, $0-24
+	MOVQ st+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ out+16(FP), DI
+	VBROADCASTSD kmInf<>(SB), Z27
+	TESTQ CX, CX
+	JLE   lt2done
+
+lt2point:
+	VMOVUPD    (SI), Z0
+	VMOVUPD    64(SI), Z1
+	VMOVUPD    128(SI), Z2
+	VSHUFF64X2 $0x4e, Z0, Z0, Z3
+	VMINPD     Z3, Z0, Z3
+	VSHUFF64X2 $0xb1, Z3, Z3, Z4
+	VMINPD     Z4, Z3, Z3
+	VPERMILPD  $0x55, Z3, Z4
+	VMINPD     Z4, Z3, Z3
+	VCMPPD     $0, Z3, Z0, K1
+	VMOVAPD    Z27, Z5
+	VMOVAPD    Z1, K1, Z5
+	VSHUFF64X2 $0x4e, Z5, Z5, Z6
+	VMINPD     Z6, Z5, Z6
+	VSHUFF64X2 $0xb1, Z6, Z6, Z4
+	VMINPD     Z4, Z6, Z6
+	VPERMILPD  $0x55, Z6, Z4
+	VMINPD     Z4, Z6, Z6
+	VCMPPD     $0, Z6, Z5, K2
+	VMOVAPD    Z0, Z7
+	VMOVAPD    Z2, K2, Z7
+	VSHUFF64X2 $0x4e, Z7, Z7, Z8
+	VMINPD     Z8, Z7, Z8
+	VSHUFF64X2 $0xb1, Z8, Z8, Z4
+	VMINPD     Z4, Z8, Z8
+	VPERMILPD  $0x55, Z8, Z4
+	VMINPD     Z4, Z8, Z8
+	VMOVSD     X3, (DI)
+	VMOVSD     X6, 8(DI)
+	VMOVSD     X8, 16(DI)
+	ADDQ       $192, SI
+	ADDQ       $24, DI
+	DECQ       CX
+	JNZ        lt2point
+
+lt2done:
+	VZEROUPPER
+	RET

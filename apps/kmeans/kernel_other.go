@@ -19,3 +19,5 @@ func asmAccumulate(x []float64, d int, best, assign []int32, cent, sums []float6
 func asmArgmin2(x []float64, np, d int, cp []float64, nb int, cn []float64, jbase float64, st []float64, flags int) {
 	panic("kmeans: internal error: no assembly kernels in this build")
 }
+
+func lanesTop2(st []float64, n int, out []float64) { lanesTop2Go(st, n, out) }

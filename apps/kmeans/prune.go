@@ -220,30 +220,51 @@ func newPruner(points []float64, n, d, k int, yinyang bool) *pruner {
 func (pr *pruner) up(x float64) float64   { return x + math.Abs(x)*pr.rel + tinyAbs }
 func (pr *pruner) down(x float64) float64 { return x - math.Abs(x)*pr.rel - tinyAbs }
 
-// errBound is E for a point with upper bound xsq on ||x||².
+// upPos and downPos are up and down, the same bits, for x ≥ 0 (or ±0,
+// or NaN) only: they save the absolute value, which on amd64 crosses
+// from the vector registers to the integer ones and back.
+func (pr *pruner) upPos(x float64) float64   { return x + x*pr.rel + tinyAbs }
+func (pr *pruner) downPos(x float64) float64 { return x - x*pr.rel - tinyAbs }
+
+// errBound is E for a point with upper bound xsq on ||x||² (both terms of
+// the sum are ≥ 0).
 func (pr *pruner) errBound(xsq float64) float64 {
-	return pr.up(pr.gE * (xsq + pr.r2))
+	return pr.upPos(pr.gE * (xsq + pr.r2))
 }
 
 // safe reports m² − ub² > 2E with the rounding of the test itself covered.
 func (pr *pruner) safe(m, ub, e float64) bool {
-	return m > 0 && pr.down(m*m) > pr.up(ub*ub+2*e)
+	return m > 0 && pr.downPos(m*m) > pr.upPos(ub*ub+2*e)
+}
+
+// bestBound is the larger of two lower bounds; a NaN one (no bound) is
+// left out. A comparison rather than max, which orders NaNs and signed
+// zeros at a price.
+func bestBound(a, b float64) float64 {
+	if a > b {
+		return a
+	}
+	return b
 }
 
 // upperDist converts a computed value v̂ of the assigned centroid into an
 // upper bound on the distance; lowerDist converts the smallest computed
 // value of the other centroids into a lower bound on their distances.
 func (pr *pruner) upperDist(v, xsq, e float64) float64 {
-	return pr.up(math.Sqrt(max(0, pr.up(pr.up(v+xsq)+e))))
+	s := pr.up(pr.up(v+xsq) + e)
+	if s < 0 { // a NaN stays one: no bound, never a test passed
+		s = 0
+	}
+	return pr.upPos(math.Sqrt(s))
 }
 
 func (pr *pruner) lowerDist(v, xsq, e float64) float64 {
-	xlo := pr.down(xsq - 2*math.Abs(xsq)*pr.rel) // xsq is rounded up; undo with margin
+	xlo := pr.down(xsq - 2*xsq*pr.rel) // xsq (≥ 0) is rounded up; undo with margin
 	s := pr.down(pr.down(v+xlo) - e)
 	if s <= 0 {
 		return 0
 	}
-	return pr.down(math.Sqrt(s))
+	return pr.downPos(math.Sqrt(s))
 }
 
 // prepare runs before the new centroids c are packed (Kernel.cent still
@@ -335,7 +356,7 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 		ub := pr.u[i]
 		lb := pr.l[i]
 		if pr.have {
-			ub = pr.up(ub + pr.drift[a])
+			ub = pr.upPos(ub + pr.drift[a])
 			other := pr.dmax1
 			if int(a) == pr.darg {
 				other = pr.dmax2
@@ -344,7 +365,7 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 			pr.l[i] = lb
 		}
 		h2 := 2 * pr.half[a]
-		if pr.safe(max(lb, pr.down(h2-ub)), ub, e) {
+		if pr.safe(bestBound(lb, pr.down(h2-ub)), ub, e) {
 			pr.u[i] = ub
 			best[i-lo] = a
 			w.stats.Skipped++
@@ -354,7 +375,7 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 		w.stats.Distances++
 		ub = pr.upperDist(va, pr.xsq[i], e)
 		pr.u[i] = ub
-		if pr.safe(max(lb, pr.down(h2-ub)), ub, e) {
+		if pr.safe(bestBound(lb, pr.down(h2-ub)), ub, e) {
 			best[i-lo] = a
 			w.stats.Tightened++
 			continue
@@ -418,11 +439,12 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 // blocked kernel computes for this pair.
 func (kr *Kernel) value(x []float64, j int) float64 {
 	d := kr.d
-	b, l := j/lanes, j%lanes
-	blk := kr.cpack[b*d*lanes:]
+	// −2c from the row-major copy (one or two cache lines, not d): the
+	// same bits as Kernel.cpack, where setCentroids stores −2c too.
+	c := kr.cent[j*d : j*d+d]
 	acc := kr.cnorm[j]
-	for t, v := range x {
-		acc = math.FMA(v, blk[t*lanes+l], acc)
+	for t, v := range x[:d] {
+		acc = math.FMA(v, -2*c[t], acc)
 	}
 	return acc
 }
@@ -517,9 +539,10 @@ func (kr *Kernel) top2AVX512(w *worker, np int) {
 		asmArgmin2(w.gbuf[:npad*d], npad, d, kr.cpack[b0*d*lanes:(b0+cnt)*d*lanes], cnt,
 			kr.cnorm[b0*lanes:(b0+cnt)*lanes], float64(b0*lanes), st, flags)
 	}
+	t3 := w.t3[:3*np]
+	lanesTop2(st, np, t3)
 	for q := 0; q < np; q++ {
-		v1, at, v2 := laneTop2(st[q*3*lanes : (q+1)*3*lanes])
-		w.tbest[q], w.v1[q], w.v2[q] = int32(at), v1, v2
+		w.tbest[q], w.v1[q], w.v2[q] = int32(t3[3*q+1]), t3[3*q], t3[3*q+2]
 	}
 }
 
@@ -544,6 +567,13 @@ func laneTop2(s []float64) (v1, at, v2 float64) {
 		}
 	}
 	return s[r], s[lanes+r], v2
+}
+
+// lanesTop2Go is lanesTop2 in Go: laneTop2 per state.
+func lanesTop2Go(st []float64, n int, out []float64) {
+	for q := range n {
+		out[3*q], out[3*q+1], out[3*q+2] = laneTop2(st[q*3*lanes : (q+1)*3*lanes])
+	}
 }
 
 // pad fills w.gbuf up to a multiple of group points (the assembly

@@ -454,3 +454,43 @@ func TestPlusPlusSpreads(t *testing.T) {
 		}
 	}
 }
+
+// TestLanesTop2: the assembly reduction of the two-smallest kernel's
+// states gives laneTop2's bits, ties (equal minima in several lanes),
+// +Inf lanes and all-+Inf states included.
+func TestLanesTop2(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const n = 5000
+	st := make([]float64, n*3*lanes)
+	for q := range n {
+		s := st[q*3*lanes : (q+1)*3*lanes]
+		for l := range lanes {
+			switch rng.IntN(5) {
+			case 0:
+				s[l] = math.Inf(1)
+			case 1:
+				s[l] = 3 // a tie with other lanes
+			default:
+				s[l] = rng.NormFloat64() * 10
+			}
+			s[lanes+l] = float64(rng.IntN(4)*lanes + l)
+			s[2*lanes+l] = math.Inf(1)
+			if rng.IntN(2) == 0 && !math.IsInf(s[l], 1) {
+				s[2*lanes+l] = s[l] + rng.Float64()*4
+			}
+		}
+		if q%97 == 0 {
+			for l := range lanes {
+				s[l], s[2*lanes+l] = math.Inf(1), math.Inf(1)
+			}
+		}
+	}
+	out := make([]float64, 3*n)
+	lanesTop2(st, n, out)
+	for q := range n {
+		v1, at, v2 := laneTop2(st[q*3*lanes : (q+1)*3*lanes])
+		if math.Float64bits(out[3*q]) != math.Float64bits(v1) || out[3*q+1] != at || math.Float64bits(out[3*q+2]) != math.Float64bits(v2) {
+			t.Fatalf("state %d: %v %v %v, want %v %v %v", q, out[3*q], out[3*q+1], out[3*q+2], v1, at, v2)
+		}
+	}
+}

@@ -186,8 +186,10 @@ func (kr *Kernel) top2Groups(w *worker, np int) {
 	for g := 0; g < gr.n; g++ {
 		b0, b1 := gr.blk[g], gr.blk[g+1]
 		asmArgmin2(w.gbuf[:npad*d], npad, d, gr.pack[b0*d*lanes:b1*d*lanes], b1-b0, gr.norm[b0*lanes:b1*lanes], float64(b0*lanes), st, asmFirst)
+		t3 := w.t3[:3*np]
+		lanesTop2(st, np, t3)
 		for q := 0; q < np; q++ {
-			m1, at, m2 := laneTop2(st[q*3*lanes : (q+1)*3*lanes])
+			m1, at, m2 := t3[3*q], t3[3*q+1], t3[3*q+2]
 			w.gtmp[(q*gr.n+g)*2], w.gtmp[(q*gr.n+g)*2+1] = m1, m2
 			if m1 == inf {
 				continue

@@ -295,8 +295,10 @@ func (kr *Kernel) yyScanAVX512(w *worker, g int, run []int32) {
 	st := w.state[:npad*3*lanes]
 	b0, b1 := gr.blk[g], gr.blk[g+1]
 	asmArgmin2(w.gbuf[:npad*d], npad, d, gr.pack[b0*d*lanes:b1*d*lanes], b1-b0, gr.norm[b0*lanes:b1*lanes], float64(b0*lanes), st, asmFirst)
+	t3 := w.t3[:3*len(run)]
+	lanesTop2(st, len(run), t3)
 	for n, q := range run {
-		v1, at, v2 := laneTop2(st[n*3*lanes : (n+1)*3*lanes])
+		v1, at, v2 := t3[3*n], t3[3*n+1], t3[3*n+2]
 		yy.v1[q], yy.v2[q], yy.j1[q] = v1, v2, -1
 		if !math.IsInf(v1, 1) {
 			yy.j1[q] = gr.idx[int(at)]
