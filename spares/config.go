@@ -86,7 +86,8 @@ type Config struct {
 	// Each link costs two small messages per hold when nothing happens.
 	TreeHold time.Duration
 	// Network, when set, carries the Raft and control traffic instead of
-	// TCP (MemNetwork: thousands of nodes in one test process). Token,
+	// TCP (internal/testkit/memnet: thousands of nodes in one test
+	// process). Token,
 	// TLS, RaftListener, CtlListener and WrapConn are then unused.
 	Network Network
 

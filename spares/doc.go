@@ -34,8 +34,8 @@
 // "raft"), never on the data plane. Logs live in memory, or in raft-boltdb
 // under Config.StateDir. Everything there is owner-only: the proc-<Proc>
 // directories 0700, the Raft log 0600, the snapshots restricted once
-// written. Config.Network replaces TCP (MemNetwork runs thousands of nodes
-// in one test process, in a testing/synctest bubble).
+// written. Config.Network replaces TCP (the test kit's memnet runs
+// thousands of nodes in one test process, in a testing/synctest bubble).
 //
 // hashicorp/raft does not forward proposals, so each Node also serves a
 // small control RPC (job-token handshake with auth.PurposeControl, one
@@ -202,8 +202,8 @@
 //     HeartbeatTimeout/10 and per commit), every process holds a Raft
 //     connection to the leader and Shutdown stops N Raft nodes. Fine for
 //     tens to a few hundred processes.
-//   - Voters-only mode: the leader's Raft traffic is O(V) (measured over a
-//     MemNetwork at N = 512: about 6.7k appends and heartbeats to its 4
+//   - Voters-only mode: the leader's Raft traffic is O(V) (measured over
+//     memnet at N = 512: about 6.7k appends and heartbeats to its 4
 //     followers per 10s, the same at any N). Every process serves at most
 //     k children (a voter: k children and its Raft peers) and holds one
 //     connection to its parent: 2 small messages per child per h when
@@ -214,7 +214,7 @@
 //     (forwarded once if that voter does not lead). State per process: the
 //     state (O(N)), the last 256 changes and one tree per view.
 //   - Measured (a shared, busy 2-core machine). Simulated, voters-only,
-//     MemNetwork in fake time (TestSim*, -spares.simn=4096): a kill reaches
+//     memnet in fake time (TestSim*, -spares.simn=4096): a kill reaches
 //     all 4095 survivors in 9ms of fake time, 38s of wall time for the
 //     whole test, the leader's load as at 512. Real processes, one Node
 //     each over loopback TCP (TestProcsKillRankHolder, -spares.procs=512):

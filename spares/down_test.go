@@ -11,7 +11,7 @@ import (
 // silentUpstreams starts the job's layout of test/mhtier (4 ranks and 2
 // spares on 3 hosts) in the simulation, finds a client whose first two
 // upstream processes are ranks, waits until it follows, and silences
-// those two (MemNetwork.Silence: dials to them take the whole
+// those two (memnet.Network.Silence: dials to them take the whole
 // RPCTimeout, their connections go quiet), as a host cut off silently
 // with ranks 0 and 1 did in issue 31. It returns the client, the two
 // silenced processes and a live voter.

@@ -695,7 +695,7 @@ func measureEpochCommit(tb testing.TB, leader func(context.Context) *Node, live 
 
 // TestEpochCommitLatency bounds the time from a failure report on a
 // non-leader to every process having applied the new epoch, in fake time
-// (a synctest bubble over a MemNetwork: 4 ranks and 2 spares on 3 hosts,
+// (a synctest bubble over a memnet.Network: 4 ranks and 2 spares on 3 hosts,
 // 5 voters and a client of the tree, as in production). Work takes no
 // fake time there, so what is measured is what the membership waits for:
 // the commit of one entry on the voters, of which the followers learn on

@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Joiners and waits for them over a MemNetwork, in fake time (synctest).
+// Joiners and waits for them over a memnet.Network, in fake time (synctest).
 
 // join starts a process that joins the sim's running job (Config.Join)
 // with the next process id, given the job's original table, and returns

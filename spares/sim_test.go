@@ -11,26 +11,30 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/testkit/memnet"
 	"github.com/hashicorp/raft"
 )
 
 // The simulation tier: hundreds or thousands of Nodes of the voters-only
-// mode in one test process, over a MemNetwork, in a synctest bubble (fake
+// mode in one test process, over a memnet.Network, in a synctest bubble (fake
 // time: every wait below is in fake time and the run is deterministic up
 // to goroutine scheduling).
+
+// The test kit's memory network is a Network.
+var _ Network = (*memnet.Network)(nil)
 
 var simN = flag.Int("spares.simn", 0, "also run the simulation tests at this many processes (e.g. 4096)")
 
 type sim struct {
 	t     *testing.T
-	net   *MemNetwork
+	net   *memnet.Network
 	nodes []*Node // nil once shut down
 }
 
 // newSim starts n nodes (the last spares of them spares) on hosts hosts.
 func newSim(t *testing.T, n, spares, hosts int, mut func(*Config)) *sim {
 	t.Helper()
-	s := &sim{t: t, net: NewMemNetwork(500 * time.Millisecond)}
+	s := &sim{t: t, net: memnet.New(500 * time.Millisecond)}
 	members := make([]Member, n)
 	for i := range members {
 		members[i] = Member{
@@ -166,16 +170,16 @@ func (s *sim) raftNodes() int {
 
 // quietLoad returns every live node's messages over d of fake time in
 // which nothing changes.
-func (s *sim) quietLoad(d time.Duration) map[uint32]MsgCounts {
-	before := map[uint32]MsgCounts{}
+func (s *sim) quietLoad(d time.Duration) map[uint32]memnet.MsgCounts {
+	before := map[uint32]memnet.MsgCounts{}
 	for _, n := range s.live() {
 		before[n.Proc()] = s.net.Counts(n.Proc())
 	}
 	time.Sleep(d)
-	out := map[uint32]MsgCounts{}
+	out := map[uint32]memnet.MsgCounts{}
 	for _, n := range s.live() {
 		a, b := s.net.Counts(n.Proc()), before[n.Proc()]
-		out[n.Proc()] = MsgCounts{a.RaftSent - b.RaftSent, a.RaftReceived - b.RaftReceived, a.CtlSent - b.CtlSent, a.CtlReceived - b.CtlReceived}
+		out[n.Proc()] = memnet.MsgCounts{RaftSent: a.RaftSent - b.RaftSent, RaftReceived: a.RaftReceived - b.RaftReceived, CtlSent: a.CtlSent - b.CtlSent, CtlReceived: a.CtlReceived - b.CtlReceived}
 	}
 	return out
 }
@@ -191,7 +195,7 @@ func (s *sim) checkFlatLoad(d time.Duration, leader uint32) {
 	cfg := s.live()[0].cfg
 	rounds := uint64(d/cfg.treeHold()) + 1
 	ctlBound := 2 * rounds * uint64(cfg.TreeFanout+cfg.MaxVoters+1) * 2 // ×2: reconnections after a change
-	var most MsgCounts
+	var most memnet.MsgCounts
 	var mostProc uint32
 	for p, c := range load {
 		if c.CtlSent+c.CtlReceived > ctlBound {
