@@ -33,8 +33,8 @@ func TestNodeClientsOverTCP(t *testing.T) {
 		t.Fatalf("raft runs on %v, voters %v; want the voters 0 1 2 alone", got, st.Voters)
 	}
 	tr := newTree(&st, 2)
-	if p := tr.parent(9); p != 3 || tr.parent(3) != 0 {
-		t.Fatalf("tree: parent(9) = %d, parent(3) = %d", tr.parent(9), tr.parent(3))
+	if p := tr.Parent(9); p != 3 || tr.Parent(3) != 0 {
+		t.Fatalf("tree: parent(9) = %d, parent(3) = %d", tr.Parent(9), tr.Parent(3))
 	}
 
 	// A client with children dies; an orphan reports it through a voter.

@@ -57,14 +57,14 @@
 // replicates to MaxVoters-1 followers whatever the job's size. Every other
 // process is a client that holds the state without Raft:
 //
-//   - News travels down a dissemination tree (tree.go, a pure function of
-//     the state): the live voters are its roots, the other live processes
+//   - News travels down a dissemination tree (spares/internal/tree, a
+//     pure function of the state): the live voters are its roots, the other live processes
 //     hang below them in a k-ary heap order (Config.TreeFanout, default 8)
 //     by proc id, so a process's parent is computed, never negotiated.
 //   - A client keeps one control connection to its parent and asks on it,
 //     over and over, for what is newer than its version (follow.go). The
 //     version is the Raft index of the last change it applied; the parent
-//     answers at once with the changes since (the commands themselves,
+//     (parent.go) answers at once with the changes since (the commands themselves,
 //     applied with State.apply, which is deterministic) or its whole state
 //     when it no longer keeps them (news.go), and otherwise after
 //     Config.TreeHold with a keepalive. Every answer carries the leader

@@ -21,8 +21,8 @@ func silentUpstreams(t *testing.T, s *sim) (client uint32, gone []uint32, voter 
 	tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
 	client = NoProc
 	for p := range s.nodes {
-		up := tr.upstream(uint32(p))
-		if tr.position(uint32(p)) >= tr.voters && len(up) >= 3 && slices.Contains(st.Ranks, up[0]) && slices.Contains(st.Ranks, up[1]) {
+		up := tr.Upstream(uint32(p))
+		if tr.Parent(uint32(p)) != NoProc && len(up) >= 3 && slices.Contains(st.Ranks, up[0]) && slices.Contains(st.Ranks, up[1]) {
 			client, gone, voter = uint32(p), up[:2], up[2]
 			break
 		}
@@ -167,34 +167,5 @@ func TestDownMarks(t *testing.T) {
 	m.onMark(6, func() { fired++ })()
 	if fired != 1 {
 		t.Fatal("the watcher of a process already down did not fire")
-	}
-}
-
-// pickUpstream right after a failure lets no mark run out: with two
-// silent processes first, each failing only after a dial time-out longer
-// than a mark, the choice still reaches the third.
-func TestPickUpstreamAfterFailures(t *testing.T) {
-	up := []uint32{0, 1, 2}
-	bad := map[uint32]time.Time{}
-	now := time.Unix(1000, 0)
-	const dial, mark = 3 * time.Second, 2 * time.Second
-	var tried []uint32
-	failed := false
-	for range 4 {
-		p, _ := pickUpstream(up, bad, now, !failed)
-		tried = append(tried, p)
-		if p == 2 {
-			break
-		}
-		now = now.Add(dial)
-		bad[p], failed = now.Add(mark), true
-	}
-	if !slices.Equal(tried, []uint32{0, 1, 2}) {
-		t.Fatalf("tried %v, want [0 1 2]", tried)
-	}
-	// After a success the marks that ran out expire: the parent is tried
-	// again.
-	if p, _ := pickUpstream(up, bad, now.Add(10*time.Second), true); p != 0 {
-		t.Fatalf("after a success and the marks' end: %d, want 0", p)
 	}
 }

@@ -3,11 +3,10 @@ package spares
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"time"
 
+	"github.com/gaspigo/gaspigo/spares/internal/tree"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -108,108 +107,6 @@ func decodeFollowAnswer(b []byte) (followAnswer, error) {
 	return a, d.finish()
 }
 
-// serveFollow answers a child's follow requests on c until it hangs up,
-// the node closes or a request is bad. payload is the first request's.
-func (n *Node) serveFollow(c *authConn, payload []byte) {
-	for {
-		have, full, err := decodeFollowRequest(payload)
-		if err != nil {
-			n.log.Warn("spares: bad follow request", "peer", c.peer, "err", err)
-			return
-		}
-		a, ok := n.awaitNews(have, full)
-		if !ok {
-			return
-		}
-		body, err := encodeFollowAnswer(a)
-		if err == nil {
-			_ = c.SetDeadline(time.Now().Add(n.cfg.RPCTimeout))
-			err = writeFrame(c, body)
-		}
-		if err != nil {
-			n.log.Debug("spares: follow answer failed", "peer", c.peer, "err", err)
-			return
-		}
-		n.treeServed.Add(1)
-		// The child asks again as soon as it has applied the answer.
-		_ = c.SetDeadline(time.Now().Add(n.cfg.treeHold() + n.cfg.RPCTimeout))
-		req, err := readFrame(c)
-		var op uint64
-		if err == nil {
-			op, payload, err = decodeCtlRequest(req)
-		}
-		if err == nil && op != ctlOpFollow {
-			err = fmt.Errorf("%w: op %d on a follow connection", ErrProtocol, op)
-		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !n.isClosed() {
-				n.log.Debug("spares: follow connection ended", "peer", c.peer, "err", err)
-			}
-			return
-		}
-	}
-}
-
-// awaitNews waits up to TreeHold for a version above have and returns the
-// answer; false when the node closes.
-//
-// A parent without contact with the quorum when the request comes (at
-// start, before the first election, or while a leader is replaced)
-// also answers as soon as it regains contact, so that its children learn
-// it at once and do not start asking for their standing.
-func (n *Node) awaitNews(have uint64, full bool) (followAnswer, bool) {
-	t := time.NewTimer(n.cfg.treeHold())
-	defer t.Stop()
-	var poll <-chan time.Time
-	if !n.inContact(time.Now()) {
-		tk := time.NewTicker(max(n.cfg.treeHold()/16, time.Millisecond))
-		defer tk.Stop()
-		poll = tk.C
-	}
-	for {
-		u, changed, err := n.fsm.newsFor(have, full)
-		if err != nil {
-			return followAnswer{Code: codeOf(err)}, true
-		}
-		if u.Version > have || full {
-			return n.answer(u), true
-		}
-		select {
-		case <-changed:
-		case now := <-poll:
-			if n.inContact(now) {
-				return n.answer(u), true
-			}
-		case <-t.C:
-			return n.answer(u), true
-		case <-n.closeCh:
-			return followAnswer{}, false
-		}
-	}
-}
-
-// inContact: this process's last contact with the quorum is fresh.
-func (n *Node) inContact(now time.Time) bool {
-	t := n.contactTime(now)
-	window := n.cfg.HeartbeatTimeout
-	if n.raftNode() == nil {
-		window = treeFresh(&n.cfg)
-	}
-	return !t.IsZero() && now.Sub(t) <= window
-}
-
-func (n *Node) answer(u update) followAnswer {
-	a := followAnswer{Code: codeOK, Update: u, Leader: NoProc}
-	if p, ok := n.Leader(); ok {
-		a.Leader = p
-	}
-	now := time.Now()
-	if t := n.contactTime(now); !t.IsZero() {
-		a.Fresh, a.Age = true, now.Sub(t)
-	}
-	return a
-}
-
 // following reports whether this node learns its state from the tree: a
 // client, or a promoted voter whose Raft has not received anything yet.
 func (n *Node) following() bool {
@@ -238,7 +135,7 @@ func (n *Node) followLoop() {
 		// fails only at its time-out (RPCTimeout, longer than badFor), and
 		// two such hosts first in the list would otherwise take turns for
 		// ever and keep this process from the live ones after them.
-		target, fallback := pickUpstream(n.upstream(tr), bad, now, !failed)
+		target, fallback := tree.Pick(n.upstream(tr), bad, now, !failed)
 		if target == NoProc || fallback {
 			// Nobody to ask, or everybody failed us lately: wait a little.
 			t := time.NewTimer(n.cfg.treeHold() / 4)
@@ -265,14 +162,14 @@ func (n *Node) followLoop() {
 	}
 }
 
-// upstream is whom this node asks for news, best first (tree.upstream).
+// upstream is whom this node asks for news, best first (Tree.Upstream).
 // A joiner its state does not list yet (joining) knows only the voters of
 // the job's first state, and all of them may have been replaced since:
 // after them it asks the other processes of its state in tree order, any
 // of which answers with the news. That list is O(N), built per answer,
 // but only until the joiner's state lists it.
-func (n *Node) upstream(tr *tree) []uint32 {
-	up := tr.upstream(n.cfg.Proc)
+func (n *Node) upstream(tr *tree.Tree) []uint32 {
+	up := tr.Upstream(n.cfg.Proc)
 	joining := false
 	var later []uint32
 	n.fsm.read(func(st *State, _ uint64) {
@@ -287,28 +184,7 @@ func (n *Node) upstream(tr *tree) []uint32 {
 	// process (Config.Contacts: the likeliest to be alive when the first
 	// processes are gone), then the others of the first state.
 	up = append(up, later...)
-	return append(up, tr.order[tr.voters:]...)
-}
-
-// pickUpstream returns the first process of up not in bad, or, when all
-// are, the one whose mark ends first (fallback). With expire, the marks
-// that ended by now are dropped first.
-func pickUpstream(up []uint32, bad map[uint32]time.Time, now time.Time, expire bool) (uint32, bool) {
-	best := NoProc
-	for _, p := range up {
-		until, marked := bad[p]
-		if marked && expire && now.After(until) {
-			delete(bad, p)
-			marked = false
-		}
-		if !marked {
-			return p, false
-		}
-		if best == NoProc || until.Before(bad[best]) {
-			best = p
-		}
-	}
-	return best, best != NoProc
+	return append(up, tr.Clients()...)
 }
 
 // followFrom follows target on one connection until it fails, this node
@@ -364,7 +240,7 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 		if a.Code != codeOK {
 			return fmt.Errorf("spares: proc %d: follow answer %q", c.peer, a.Code)
 		}
-		n.treeHeard(a, got)
+		n.heard.Record(a.Leader, a.Fresh, a.Age, got)
 		if !n.following() {
 			return nil
 		}
@@ -392,25 +268,8 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 		tr, _ := n.fsm.tree(n.cfg.TreeFanout)
 		now := time.Now()
 		n.down.addTo(bad, now)
-		if p, _ := pickUpstream(n.upstream(tr), bad, now, true); p != target {
+		if p, _ := tree.Pick(n.upstream(tr), bad, now, true); p != target {
 			return nil // the tree moved, or a closer ancestor may answer again
-		}
-	}
-}
-
-// treeHeard records the contact and the leader an answer tells of.
-func (n *Node) treeHeard(a followAnswer, got time.Time) {
-	if a.Leader != NoProc {
-		n.treeLeader.Store(a.Leader)
-	}
-	if !a.Fresh {
-		return
-	}
-	t := got.Add(-a.Age).UnixNano()
-	for {
-		old := n.treeContact.Load()
-		if t <= old || n.treeContact.CompareAndSwap(old, t) {
-			return
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/gaspigo/gaspigo/obs"
+	"github.com/gaspigo/gaspigo/spares/internal/tree"
 )
 
 // fsm is the raft.FSM over State. Raft calls Apply, Snapshot and Restore
@@ -27,7 +28,7 @@ type fsm struct {
 	closed   bool
 	news     news // the version of st and the changes that led to it
 
-	treeCache *tree // the tree of st at version treeAt (see tree)
+	treeCache *tree.Tree // the tree of st at version treeAt (see tree)
 	treeAt    uint64
 }
 
@@ -124,7 +125,6 @@ func (f *fsm) publishLocked() {
 	}
 }
 
-// view returns a clone of the state and the channel closed on its next change.
 // ended reports whether the job's status is no longer running (finished
 // or failed), without copying the state.
 func (f *fsm) ended() bool {
@@ -133,10 +133,20 @@ func (f *fsm) ended() bool {
 	return f.st.Status != Running
 }
 
+// view returns a clone of the state and the channel closed on its next change.
 func (f *fsm) view() (State, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.st.Clone(), f.changed
+}
+
+// read runs fn on the applied state and its version under the lock,
+// without a copy (a state is O(N): the tree's hot paths must not clone
+// it). fn must not block, call back into f or keep st.
+func (f *fsm) read(fn func(st *State, version uint64)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(&f.st, f.news.version)
 }
 
 func (f *fsm) watch() <-chan State {

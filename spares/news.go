@@ -170,23 +170,3 @@ func (f *fsm) applyUpdate(u update) error {
 	}
 	return nil
 }
-
-// read runs fn on the applied state and its version under the lock,
-// without a copy (a state is O(N): the tree's hot paths must not clone
-// it). fn must not block, call back into f or keep st.
-func (f *fsm) read(fn func(st *State, version uint64)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	fn(&f.st, f.news.version)
-}
-
-// tree returns the dissemination tree of the applied state with fan-out
-// k, computed once per version, and the channel closed at the next change.
-func (f *fsm) tree(k int) (*tree, <-chan struct{}) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.treeCache == nil || f.treeAt != f.news.version || f.treeCache.k != k {
-		f.treeCache, f.treeAt = newTree(&f.st, k), f.news.version
-	}
-	return f.treeCache, f.changed
-}

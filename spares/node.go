@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/admit"
+	"github.com/gaspigo/gaspigo/spares/internal/tree"
 	"github.com/hashicorp/raft"
 )
 
@@ -44,11 +45,8 @@ type Node struct {
 	wg      sync.WaitGroup
 	futures sync.WaitGroup // waits for Raft futures (awaitCtx)
 
-	// The tree (VotersOnly): the leader and the freshest quorum contact
-	// (unix ns) its answers told of.
-	treeLeader  atomic.Uint32
-	treeContact atomic.Int64
-	treeServed  atomic.Uint64 // follow answers this node sent
+	heard      tree.Heard    // the leader and quorum contact the tree told of (VotersOnly)
+	treeServed atomic.Uint64 // follow answers this node sent
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -115,7 +113,6 @@ func NewNode(cfg Config) (_ *Node, err error) {
 
 	n.fsm = newFSM(initial, logger)
 	n.fsm.onChange = n.kickLeader
-	n.treeLeader.Store(NoProc)
 
 	if cfg.Network == nil {
 		raftLn := cfg.RaftListener
@@ -230,8 +227,7 @@ func (n *Node) Shutdown() error {
 func (n *Node) Leader() (proc uint32, ok bool) {
 	r := n.raftNode()
 	if r == nil {
-		p := n.treeLeader.Load()
-		return p, p != NoProc
+		return n.heard.Leader()
 	}
 	_, id := r.LeaderWithID()
 	if id == "" {
@@ -250,10 +246,7 @@ func (n *Node) IsLeader() bool {
 // alive: now for a leader, Raft's last contact with a leader, or what the
 // tree told of; zero: never.
 func (n *Node) contactTime(now time.Time) time.Time {
-	var t time.Time
-	if ns := n.treeContact.Load(); ns != 0 {
-		t = time.Unix(0, ns)
-	}
+	t := n.heard.Contact()
 	if r := n.raftNode(); r != nil {
 		if r.State() == raft.Leader {
 			return now
@@ -263,6 +256,21 @@ func (n *Node) contactTime(now time.Time) time.Time {
 		}
 	}
 	return t
+}
+
+// contactWindow is how old contactTime may be for contact: a Raft
+// follower's HeartbeatTimeout, or, on a client of the tree, treeFresh.
+func (n *Node) contactWindow() time.Duration {
+	if n.raftNode() == nil {
+		return treeFresh(&n.cfg)
+	}
+	return n.cfg.HeartbeatTimeout
+}
+
+// inContact: this process's last contact with the quorum is fresh.
+func (n *Node) inContact(now time.Time) bool {
+	t := n.contactTime(now)
+	return !t.IsZero() && now.Sub(t) <= n.contactWindow()
 }
 
 // TreeServed counts the tree's answers this node sent to its children.

@@ -261,9 +261,10 @@ func TestProcsKillRankHolder(t *testing.T) {
 	tr := newTree(&initial, DefaultConfig().TreeFanout)
 	// The first client with children (its first child reports), or the
 	// first client (the last one reports) in a job too small for that.
-	victim, kid := tr.order[tr.voters], tr.order[len(tr.order)-1]
-	for _, p := range tr.order[tr.voters:] {
-		if ch := tr.children(p); len(ch) > 0 {
+	clients := tr.Clients()
+	victim, kid := clients[0], clients[len(clients)-1]
+	for _, p := range clients {
+		if ch := tr.Children(p); len(ch) > 0 {
 			victim, kid = p, ch[0]
 			break
 		}

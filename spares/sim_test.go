@@ -118,11 +118,7 @@ func (s *sim) settle() {
 			if n.IsLeader() {
 				continue
 			}
-			window := n.cfg.HeartbeatTimeout
-			if n.raftNode() == nil {
-				window = treeFresh(&n.cfg)
-			}
-			if last := n.contactTime(now); last.IsZero() || now.Sub(last) > window {
+			if last := n.contactTime(now); last.IsZero() || now.Sub(last) > n.contactWindow() {
 				all = false
 				break
 			}
@@ -261,13 +257,13 @@ func simKillRankHolder(t *testing.T, n int) {
 	}
 	tr := newTree(&st, leader.cfg.TreeFanout)
 	// The first client: a rank holder with children of its own.
-	victim := tr.order[tr.voters]
+	victim := tr.Clients()[0]
 	rank, ok := st.RankOf(victim)
-	kids := tr.children(victim)
+	kids := tr.Children(victim)
 	if !ok || len(kids) == 0 {
 		t.Fatalf("victim %d holds no rank or has no children (%v)", victim, kids)
 	}
-	t.Logf("tree of %d processes: %d voters, fan-out %d, depth %d", len(tr.order), tr.voters, tr.k, tr.depth())
+	t.Logf("tree of %d processes: %d voters, fan-out %d, depth %d", len(tr.Roots())+len(tr.Clients()), len(tr.Roots()), tr.Fanout(), tr.Depth())
 	s.settle()
 	s.checkFlatLoad(10*time.Second, leader.Proc())
 
@@ -396,8 +392,8 @@ func TestSimClientCutOff(t *testing.T) {
 		defer s.shutdownAll()
 		st := s.leader().View()
 		tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
-		victim := tr.order[tr.voters]
-		kids := tr.children(victim)
+		victim := tr.Clients()[0]
+		kids := tr.Children(victim)
 		if len(kids) == 0 {
 			t.Fatalf("victim %d has no children", victim)
 		}
@@ -450,7 +446,7 @@ func TestSimClientReplacedWhileCutOff(t *testing.T) {
 		leader := s.leader()
 		st := leader.View()
 		tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
-		victim := tr.order[tr.voters+3]
+		victim := tr.Clients()[3]
 		s.net.Partition(victim)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
 		defer cancel()
@@ -487,8 +483,8 @@ func TestSimStaleParentIsSkipped(t *testing.T) {
 		leader := s.leader()
 		st := leader.View()
 		tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
-		parent := tr.order[tr.voters]
-		kids := tr.children(parent)
+		parent := tr.Clients()[0]
+		kids := tr.Children(parent)
 		if len(kids) == 0 {
 			t.Fatalf("proc %d has no children", parent)
 		}

@@ -282,11 +282,7 @@ func (n *Node) watchContact() {
 		}
 		now := time.Now()
 		last := n.contactTime(now)
-		window := n.cfg.HeartbeatTimeout
-		if n.raftNode() == nil {
-			window = treeFresh(&n.cfg)
-		}
-		step := core.tick(now, contactObs{Leader: n.IsLeader(), LastContact: last, Window: window})
+		step := core.tick(now, contactObs{Leader: n.IsLeader(), LastContact: last, Window: n.contactWindow()})
 		switch {
 		case step.CutOff:
 			st, _ := n.fsm.view()
