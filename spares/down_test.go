@@ -17,17 +17,17 @@ import (
 // silenced processes and a live voter.
 func silentUpstreams(t *testing.T, s *sim) (client uint32, gone []uint32, voter uint32) {
 	t.Helper()
-	st := s.leader().View()
+	st := s.leader().view()
 	tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
-	client = NoProc
+	client = noProc
 	for p := range s.nodes {
 		up := tr.Upstream(uint32(p))
-		if tr.Parent(uint32(p)) != NoProc && len(up) >= 3 && slices.Contains(st.Ranks, up[0]) && slices.Contains(st.Ranks, up[1]) {
+		if tr.Parent(uint32(p)) != noProc && len(up) >= 3 && slices.Contains(st.Ranks, up[0]) && slices.Contains(st.Ranks, up[1]) {
 			client, gone, voter = uint32(p), up[:2], up[2]
 			break
 		}
 	}
-	if client == NoProc {
+	if client == noProc {
 		t.Fatalf("no client whose first two upstream processes are ranks: voters %v", st.Voters)
 	}
 	for !s.nodes[client].inContact(time.Now()) {
@@ -46,15 +46,15 @@ func silentUpstreams(t *testing.T, s *sim) (client uint32, gone []uint32, voter 
 func reportAll(ctx context.Context, t *testing.T, s *sim, reporter uint32, gone []uint32) uint64 {
 	t.Helper()
 	n := s.nodes[reporter]
-	view := n.View().Epoch
+	view := n.view().Epoch
 	type answer struct {
-		res Result
+		res result
 		err error
 	}
 	ch := make(chan answer, len(gone))
 	for _, p := range gone {
 		go func() {
-			res, err := n.ReportFailure(ctx, p, reporter, view)
+			res, err := n.reportFailure(ctx, p, reporter, view)
 			ch <- answer{res, err}
 		}()
 	}
@@ -85,7 +85,7 @@ func TestSimSilentUpstreamsAreSkipped(t *testing.T) {
 		defer cancel()
 		epoch := reportAll(ctx, t, s, voter, gone)
 		at := time.Now()
-		if _, err := s.nodes[client].WaitEpoch(ctx, epoch); err != nil {
+		if _, err := s.nodes[client].waitEpoch(ctx, epoch); err != nil {
 			t.Fatalf("client %d never learnt epoch %d: %v", client, epoch, err)
 		}
 		cfg := &s.nodes[0].cfg
@@ -100,7 +100,7 @@ func TestSimSilentUpstreamsAreSkipped(t *testing.T) {
 }
 
 // When the client's own failure detector confirms the silent processes
-// failed (ReportFailure from the client), it drops the one it follows at
+// failed (reportFailure from the client), it drops the one it follows at
 // once and asks a live voter, and its proposal goes around the leader it
 // knew if that is one of them: it learns the epoch well within one dial
 // time-out of its report.
@@ -114,14 +114,14 @@ func TestSimConfirmedUpstreamsAreDropped(t *testing.T) {
 		defer cancel()
 		at := time.Now()
 		epoch := reportAll(ctx, t, s, client, gone)
-		if _, err := s.nodes[client].WaitEpoch(ctx, epoch); err != nil {
+		if _, err := s.nodes[client].waitEpoch(ctx, epoch); err != nil {
 			t.Fatalf("client %d never learnt epoch %d: %v", client, epoch, err)
 		}
 		bound := s.nodes[0].cfg.RPCTimeout / 2
 		if d := time.Since(at); d > bound {
 			t.Fatalf("client %d learnt epoch %d %v after its reports, want within %v", client, epoch, d, bound)
 		}
-		st := s.nodes[client].View()
+		st := s.nodes[client].view()
 		for _, p := range gone {
 			if _, failed := st.Failed[p]; !failed {
 				t.Fatalf("proc %d not failed in epoch %d: %s", p, st.Epoch, summarize(&st))

@@ -29,7 +29,7 @@ import (
 const ctlOpFollow = 3
 
 // maxFollowFrame caps an answer: a whole state and the changes kept.
-const maxFollowFrame = MaxStateSize + maxNews*(MaxCommandSize+32) + 1024
+const maxFollowFrame = maxStateSize + maxNews*(maxCommandSize+32) + 1024
 
 func encodeFollowRequest(have uint64, full bool) ([]byte, error) {
 	var buf bytes.Buffer
@@ -41,9 +41,9 @@ func encodeFollowRequest(have uint64, full bool) ([]byte, error) {
 }
 
 func decodeFollowRequest(payload []byte) (have uint64, full bool, err error) {
-	d := newDec(payload, ErrProtocol)
+	d := newDec(payload, errProtocol)
 	if n := d.arrayLen(2); d.err == nil && n != 2 {
-		return 0, false, fmt.Errorf("%w: follow request has %d fields, want 2", ErrProtocol, n)
+		return 0, false, fmt.Errorf("%w: follow request has %d fields, want 2", errProtocol, n)
 	}
 	have = d.uint(^uint64(0))
 	full = d.bool()
@@ -79,27 +79,27 @@ func encodeFollowAnswer(a followAnswer) ([]byte, error) {
 
 func decodeFollowAnswer(b []byte) (followAnswer, error) {
 	var a followAnswer
-	d := newDec(b, ErrProtocol)
+	d := newDec(b, errProtocol)
 	if n := d.arrayLen(7); d.err == nil && n != 7 {
-		return a, fmt.Errorf("%w: follow answer has %d fields, want 7", ErrProtocol, n)
+		return a, fmt.Errorf("%w: follow answer has %d fields, want 7", errProtocol, n)
 	}
 	a.Code = d.str(64)
 	a.Update.Version = d.uint(^uint64(0))
-	a.Leader = uint32(d.uint(uint64(NoProc)))
+	a.Leader = uint32(d.uint(uint64(noProc)))
 	a.Fresh = d.bool()
 	a.Age = time.Duration(d.uint(uint64(1<<62/time.Microsecond))) * time.Microsecond
-	if st := d.bin(MaxStateSize); len(st) > 0 {
+	if st := d.bin(maxStateSize); len(st) > 0 {
 		a.Update.State = st
 	}
 	n := d.arrayLen(maxNews)
 	last := uint64(0)
 	for i := 0; i < n && d.err == nil; i++ {
 		if m := d.arrayLen(2); d.err == nil && m != 2 {
-			return a, fmt.Errorf("%w: follow entry has %d fields, want 2", ErrProtocol, m)
+			return a, fmt.Errorf("%w: follow entry has %d fields, want 2", errProtocol, m)
 		}
-		en := newsEntry{Index: d.uint(^uint64(0)), Data: d.bin(MaxCommandSize)}
+		en := newsEntry{Index: d.uint(^uint64(0)), Data: d.bin(maxCommandSize)}
 		if d.err == nil && (en.Index <= last || en.Index > a.Update.Version) {
-			return a, fmt.Errorf("%w: follow entry index %d after %d, version %d", ErrProtocol, en.Index, last, a.Update.Version)
+			return a, fmt.Errorf("%w: follow entry index %d after %d, version %d", errProtocol, en.Index, last, a.Update.Version)
 		}
 		last = en.Index
 		a.Update.Entries = append(a.Update.Entries, en)
@@ -136,7 +136,7 @@ func (n *Node) followLoop() {
 		// two such hosts first in the list would otherwise take turns for
 		// ever and keep this process from the live ones after them.
 		target, fallback := tree.Pick(n.upstream(tr), bad, now, !failed)
-		if target == NoProc || fallback {
+		if target == noProc || fallback {
 			// Nobody to ask, or everybody failed us lately: wait a little.
 			t := time.NewTimer(n.cfg.treeHold() / 4)
 			select {
@@ -147,7 +147,7 @@ func (n *Node) followLoop() {
 				t.Stop()
 				return
 			}
-			if target == NoProc {
+			if target == noProc {
 				continue
 			}
 		}
@@ -172,7 +172,7 @@ func (n *Node) upstream(tr *tree.Tree) []uint32 {
 	up := tr.Upstream(n.cfg.Proc)
 	joining := false
 	var later []uint32
-	n.fsm.read(func(st *State, _ uint64) {
+	n.fsm.read(func(st *state, _ uint64) {
 		if joining = n.joining(st); joining {
 			later = n.unlistedContacts(st)
 		}
@@ -191,9 +191,9 @@ func (n *Node) upstream(tr *tree.Tree) []uint32 {
 // stops following, or target is no longer the one to ask.
 func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) error {
 	var addr string
-	n.fsm.read(func(st *State, _ uint64) { addr = n.ctlAddrOf(st, target) })
+	n.fsm.read(func(st *state, _ uint64) { addr = n.ctlAddrOf(st, target) })
 	if addr == "" {
-		return fmt.Errorf("%w: proc %d has no control address", ErrProtocol, target)
+		return fmt.Errorf("%w: proc %d has no control address", errProtocol, target)
 	}
 	ctx, cancel := context.WithCancel(n.ctx)
 	defer cancel()
@@ -261,7 +261,7 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 			*full = true
 		}
 		start := false
-		n.fsm.read(func(st *State, _ uint64) { start = n.shouldStartRaft(st) })
+		n.fsm.read(func(st *state, _ uint64) { start = n.shouldStartRaft(st) })
 		if start {
 			return nil
 		}

@@ -17,7 +17,7 @@ import (
 )
 
 // Node is one process's member of the membership. Every process of the
-// job runs one and holds the committed State locally: up to MaxVoters of
+// job runs one and holds the committed state locally: up to Config.MaxVoters of
 // them vote in Raft; the others replicate the log as non-voters, or, with
 // Config.VotersOnly, run no Raft and learn the state through the tree.
 type Node struct {
@@ -52,8 +52,8 @@ type Node struct {
 	shutdownErr  error
 	reconciles   atomic.Uint64
 
-	lost     chan struct{} // closed by lose: see Lost
-	lostErr  error         // set before lost is closed
+	lostCh   chan struct{} // closed by lose: see lost
+	lossErr  error         // set before lost is closed
 	lostOnce sync.Once
 	fo       failover
 	down     downMarks // processes this one's detector confirmed failed
@@ -61,18 +61,18 @@ type Node struct {
 
 // NewNode starts this process's Raft node (in the voters-only mode only on
 // a voter) and control RPC. Every process bootstraps the same
-// configuration from cfg.Members (voters per ChooseVoters, the rest
+// configuration from cfg.Members (voters per chooseVoters, the rest
 // non-voters, or in the voters-only mode the voters alone), so no join
 // step is needed; with a StateDir that already holds state, the node
 // resumes from it instead.
 // NewNode returns once the node listens; a leader is elected in the
 // background (within a few HeartbeatTimeouts).
 func NewNode(cfg Config) (_ *Node, err error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		closeListeners(cfg)
 		return nil, err
 	}
-	initial, err := InitialState(cfg.Members, cfg.NumRanks, cfg.Shrink, cfg.RefillWait, cfg.MaxVoters)
+	initial, err := initialState(cfg.Members, cfg.NumRanks, cfg.Shrink, cfg.RefillWait, cfg.MaxVoters)
 	if err != nil {
 		closeListeners(cfg)
 		return nil, err
@@ -96,7 +96,7 @@ func NewNode(cfg Config) (_ *Node, err error) {
 }
 
 // newNode is the node of cfg, at the initial state, before it listens.
-func newNode(cfg Config, initial State) *Node {
+func newNode(cfg Config, initial state) *Node {
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -108,7 +108,7 @@ func newNode(cfg Config, initial State) *Node {
 		closeCh: make(chan struct{}),
 		started: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
-		lost:    make(chan struct{}),
+		lostCh:  make(chan struct{}),
 	}
 	n.fo.changed = make(chan struct{})
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -181,7 +181,7 @@ func (n *Node) closeListening() {
 // configuration: all of them (voters and non-voters), or in the
 // voters-only mode the voters alone. A joining process does not
 // bootstrap: the leader adds it.
-func (n *Node) startRaftAtStart(initial *State) error {
+func (n *Node) startRaftAtStart(initial *state) error {
 	cfg := &n.cfg
 	var servers []raft.Server
 	for _, m := range cfg.Members {
@@ -205,7 +205,7 @@ func (n *Node) startRaftAtStart(initial *State) error {
 // run starts the node's own goroutines: the contact watch and, in the
 // voters-only mode, the follow loop. The control connections are
 // answered from here on.
-func (n *Node) run(initial *State) {
+func (n *Node) run(initial *state) {
 	close(n.started)
 	n.goFunc(n.watchContact)
 	if n.cfg.VotersOnly {
@@ -248,29 +248,29 @@ func (n *Node) isClosed() bool {
 	}
 }
 
-// Proc returns this node's process id.
-func (n *Node) Proc() uint32 { return n.cfg.Proc }
+// proc returns this node's process id.
+func (n *Node) proc() uint32 { return n.cfg.Proc }
 
 // Shutdown stops the control RPC, Raft and the node's goroutines, closes
-// the stores and every Watch channel. Blocking calls return ErrClosed. It is
+// the stores and every watch channel. Blocking calls return errClosed. It is
 // idempotent and returns the first shutdown's error.
 func (n *Node) Shutdown() error {
 	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown() })
 	return n.shutdownErr
 }
 
-// Leader returns the process the local Raft node believes leads, if any;
+// leader returns the process the local Raft node believes leads, if any;
 // on a client (VotersOnly) the leader the tree last told of. It may be
 // stale for up to a HeartbeatTimeout after the leader dies (on a client,
 // until the tree's next answer).
-func (n *Node) Leader() (proc uint32, ok bool) {
+func (n *Node) leader() (proc uint32, ok bool) {
 	r := n.raftNode()
 	if r == nil {
 		return n.heard.Leader()
 	}
 	_, id := r.LeaderWithID()
 	if id == "" {
-		return NoProc, false
+		return noProc, false
 	}
 	return procOfID(id)
 }
@@ -312,17 +312,17 @@ func (n *Node) inContact(now time.Time) bool {
 	return !t.IsZero() && now.Sub(t) <= n.contactWindow()
 }
 
-// TreeServed counts the tree's answers this node sent to its children.
-func (n *Node) TreeServed() uint64 { return n.treeServed.Load() }
+// followAnswers counts the tree's answers this node sent to its children.
+func (n *Node) followAnswers() uint64 { return n.treeServed.Load() }
 
-// Refused counts connections (Raft and control) refused by the job-token
+// refused counts connections (Raft and control) refused by the job-token
 // handshake, timeouts included. Connections shed unauthenticated by the
-// admission gate are not refusals; Admission counts them.
-func (n *Node) Refused() uint64 { return n.Admission().Refused }
+// admission gate are not refusals; admission counts them.
+func (n *Node) refused() uint64 { return n.admission().Refused }
 
-// Admission returns the admission counters of the Raft and control
+// admission returns the admission counters of the Raft and control
 // listeners, added up (see internal/admit).
-func (n *Node) Admission() admit.Stats {
+func (n *Node) admission() admit.Stats {
 	var s admit.Stats
 	if n.stream != nil {
 		s = s.Plus(n.stream.lis.Stats())
@@ -333,15 +333,15 @@ func (n *Node) Admission() admit.Stats {
 	return s
 }
 
-// View returns a copy of the locally applied state. It may lag the leader
-// by a commit; use WaitEpoch to wait for a given epoch.
-func (n *Node) View() State {
+// view returns a copy of the locally applied state. It may lag the leader
+// by a commit; use waitEpoch to wait for a given epoch.
+func (n *Node) view() state {
 	st, _ := n.fsm.view()
 	return st
 }
 
-// Watch returns a channel that holds the latest applied state: it is
+// watch returns a channel that holds the latest applied state: it is
 // filled with the current state at once and replaced (never queued) after
 // every change, so a slow reader sees the newest state and never blocks the
 // node. It is closed by Shutdown.
-func (n *Node) Watch() <-chan State { return n.fsm.watch() }
+func (n *Node) watch() <-chan state { return n.fsm.watch() }

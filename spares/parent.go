@@ -42,7 +42,7 @@ func (n *Node) serveFollow(c *authConn, payload []byte) {
 			op, payload, err = decodeCtlRequest(req)
 		}
 		if err == nil && op != ctlOpFollow {
-			err = fmt.Errorf("%w: op %d on a follow connection", ErrProtocol, op)
+			err = fmt.Errorf("%w: op %d on a follow connection", errProtocol, op)
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !n.isClosed() {
@@ -92,8 +92,8 @@ func (n *Node) awaitNews(have uint64, full bool) (followAnswer, bool) {
 }
 
 func (n *Node) answer(u update) followAnswer {
-	a := followAnswer{Code: codeOK, Update: u, Leader: NoProc}
-	if p, ok := n.Leader(); ok {
+	a := followAnswer{Code: codeOK, Update: u, Leader: noProc}
+	if p, ok := n.leader(); ok {
 		a.Leader = p
 	}
 	now := time.Now()

@@ -87,13 +87,13 @@ func runChild() int {
 		fmt.Printf(format+"\n", a...)
 	}
 	go func() {
-		for st := range node.Watch() {
+		for st := range node.watch() {
 			say("view %d %s", st.Epoch, st.Status)
 		}
 	}()
 	go func() {
-		<-node.Lost()
-		say("lost %v", node.LostErr())
+		<-node.lost()
+		say("lost %v", node.lostErr())
 	}()
 	ctx := context.Background()
 	in := bufio.NewScanner(os.Stdin)
@@ -104,17 +104,17 @@ func runChild() int {
 			p, _ := strconv.ParseUint(f[1], 10, 32)
 			e, _ := strconv.ParseUint(f[2], 10, 64)
 			c, cancel := context.WithTimeout(ctx, time.Minute)
-			_, err := node.ReportFailure(c, uint32(p), node.Proc(), e)
+			_, err := node.reportFailure(c, uint32(p), node.proc(), e)
 			cancel()
 			say("reported %v", err)
 		case len(f) == 1 && f[0] == "finish":
 			c, cancel := context.WithTimeout(ctx, time.Minute)
-			_, err := node.Propose(c, Finish{})
+			_, err := node.propose(c, finish{})
 			cancel()
 			say("finished %v", err)
 		}
 	}
-	raft, leader, served := node.raftNode() != nil, node.IsLeader(), node.TreeServed()
+	raft, leader, served := node.raftNode() != nil, node.IsLeader(), node.followAnswers()
 	start := time.Now()
 	err = node.Shutdown()
 	say("stats raft=%v leader=%v served=%d shutdown=%v err=%v", raft, leader, served, time.Since(start).Round(time.Millisecond), err)
@@ -234,7 +234,7 @@ func TestProcsKillRankHolder(t *testing.T) {
 			}
 		}
 	}
-	initial, err := InitialState(tab.Members, tab.NumRanks, false, 0, DefaultConfig().MaxVoters)
+	initial, err := initialState(tab.Members, tab.NumRanks, false, 0, DefaultConfig().MaxVoters)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,7 +147,7 @@ func (n *Node) newRaft(bootstrap bool, servers []raft.Server, s raftStores, tran
 	notifyCh := make(chan bool, 16)
 	rc := n.raftConfig(notifyCh, hlog)
 	if err := raft.ValidateConfig(rc); err != nil {
-		return nil, nil, fmt.Errorf("%w: raft: %v", ErrConfig, err)
+		return nil, nil, fmt.Errorf("%w: raft: %v", errConfig, err)
 	}
 	// The package-level bootstrap writes the same first log entry on every
 	// process it is given to, voter or not (Raft.BootstrapCluster refuses
@@ -167,13 +167,13 @@ func (n *Node) newRaft(bootstrap bool, servers []raft.Server, s raftStores, tran
 
 // adoptRaft makes r the node's Raft node, and its transport and bolt
 // store the node's to close, unless the node closed meanwhile: it then
-// stops r and returns ErrClosed.
+// stops r and returns errClosed.
 func (n *Node) adoptRaft(r *raft.Raft, trans raft.Transport, bolt *raftboltdb.BoltStore) error {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
 		_ = r.Shutdown().Error()
-		return ErrClosed
+		return errClosed
 	}
 	n.rft.Store(r)
 	if c, ok := trans.(raft.WithClose); ok {
@@ -218,7 +218,7 @@ func hasRaftState(cfg *Config) bool {
 
 // shouldStartRaft: a client of the voters-only mode that the state makes
 // a voter starts Raft (the leader adds it with AddVoter next).
-func (n *Node) shouldStartRaft(st *State) bool {
+func (n *Node) shouldStartRaft(st *state) bool {
 	if n.raftNode() != nil || !st.IsVoter(n.cfg.Proc) {
 		return false
 	}
@@ -231,12 +231,12 @@ func (n *Node) maybeStartRaft() {
 	n.startMu.Lock()
 	defer n.startMu.Unlock()
 	start, epoch := false, uint64(0)
-	n.fsm.read(func(st *State, _ uint64) { start, epoch = n.shouldStartRaft(st), st.Epoch })
+	n.fsm.read(func(st *state, _ uint64) { start, epoch = n.shouldStartRaft(st), st.Epoch })
 	if !start {
 		return
 	}
 	if err := n.startRaft(false, nil); err != nil {
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, errClosed) {
 			n.log.Warn("spares: could not start raft as a new voter", "err", err)
 		}
 		return
@@ -248,18 +248,18 @@ func serverID(proc uint32) raft.ServerID { return raft.ServerID(strconv.FormatUi
 
 func procOfID(id raft.ServerID) (uint32, bool) {
 	p, err := strconv.ParseUint(string(id), 10, 32)
-	if err != nil || uint32(p) == NoProc {
-		return NoProc, false
+	if err != nil || uint32(p) == noProc {
+		return noProc, false
 	}
 	return uint32(p), true
 }
 
-// await returns the answer to a Raft future, or ErrClosed once the node
+// await returns the answer to a Raft future, or errClosed once the node
 // is shut down, whichever comes first; see awaitCtx.
 func (n *Node) await(f raft.Future) error { return n.awaitCtx(context.Background(), f) }
 
 // awaitCtx returns the answer to a Raft future, or an error wrapping
-// ErrTimeout when ctx ends, or ErrClosed once the node is shut down,
+// errTimeout when ctx ends, or errClosed once the node is shut down,
 // whichever comes first. A goroutine of the node's must never wait on a
 // future's Error alone: hashicorp/raft answers an Apply, a Barrier or a
 // configuration change that it committed from its FSM goroutine, which
@@ -273,7 +273,7 @@ func (n *Node) awaitCtx(ctx context.Context, f raft.Future) error {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return ErrClosed // Shutdown stops Raft: no one waits for f
+		return errClosed // Shutdown stops Raft: no one waits for f
 	}
 	n.futures.Add(1)
 	n.mu.Unlock()
@@ -286,9 +286,9 @@ func (n *Node) awaitCtx(ctx context.Context, f raft.Future) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%w: waiting for commit: %w", ErrTimeout, ctx.Err())
+		return fmt.Errorf("%w: waiting for commit: %w", errTimeout, ctx.Err())
 	case <-n.closeCh:
-		return ErrClosed
+		return errClosed
 	}
 }
 

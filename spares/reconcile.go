@@ -40,7 +40,7 @@ func (n *Node) leaderLoop(notifyCh <-chan bool) {
 			refill.stop()
 			if leader {
 				needBarrier = true
-				n.log.Info("spares: became raft leader", "epoch", n.View().Epoch)
+				n.log.Info("spares: became raft leader", "epoch", n.view().Epoch)
 			}
 		case <-n.kick:
 		case <-t.C:
@@ -91,7 +91,7 @@ func (n *Node) reconcile(r *raft.Raft) {
 		if slices.Equal(recorded, plan.Voters) {
 			return true
 		}
-		data, err := encodeCommand(SetVoters{Voters: plan.Voters})
+		data, err := encodeCommand(setVoters{Voters: plan.Voters})
 		if err == nil {
 			ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RPCTimeout)
 			_, err = n.applyLocal(ctx, data)

@@ -9,7 +9,7 @@ import (
 // newTree lays out the dissemination tree of st with fan-out k (package
 // tree): the live voters are its roots, the other live processes that can
 // take requests (CtlAddr set) hang below them.
-func newTree(st *State, k int) *tree.Tree {
+func newTree(st *state, k int) *tree.Tree {
 	var voters, others []uint32
 	for _, v := range st.Voters {
 		if _, failed := st.Failed[v]; !failed {

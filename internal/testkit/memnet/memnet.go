@@ -61,7 +61,7 @@ func New(timeout time.Duration) *Network {
 		cut: map[uint32]bool{}, silent: map[uint32]bool{}, links: map[[2]uint32]bool{}, conns: map[*memConn]struct{}{}}
 }
 
-// noProc is the peer of a dial that failed (spares.NoProc).
+// noProc is the peer of a dial that failed (package spares's noProc).
 const noProc = ^uint32(0)
 
 // errMemCut is what a partitioned process's connections and dials fail

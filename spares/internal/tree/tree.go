@@ -24,7 +24,7 @@ import (
 	"slices"
 )
 
-// None names no process (spares.NoProc).
+// None names no process (package spares's noProc).
 const None = ^uint32(0)
 
 // Tree is the dissemination tree of one state, computed once per state.
