@@ -142,7 +142,7 @@ func joinMembership(ctx context.Context, env bootstrap.Env, table bootstrap.Tabl
 	}
 	jctx, cancel := context.WithTimeout(ctx, max(joinTimeout, mc.CutOff))
 	defer cancel()
-	if _, err := m.Node().JoinSelf(jctx); err != nil {
+	if err := m.Node().JoinSelf(jctx); err != nil {
 		m.Close()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("pgas: init: joining the running job: %w", ctx.Err())

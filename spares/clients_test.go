@@ -22,25 +22,25 @@ func TestNodeClientsOverTCP(t *testing.T) {
 	runningRaft := func() (procs []uint32) {
 		for _, n := range c.live() {
 			if n.raftNode() != nil {
-				procs = append(procs, n.Proc())
+				procs = append(procs, n.proc())
 			}
 		}
 		return procs
 	}
 	leader := c.leader(ctx) // every client agrees on the leader through the tree
-	st := leader.View()
+	st := leader.view()
 	if got := runningRaft(); !slices.Equal(got, []uint32{0, 1, 2}) || !slices.Equal(st.Voters, got) {
 		t.Fatalf("raft runs on %v, voters %v; want the voters 0 1 2 alone", got, st.Voters)
 	}
 	tr := newTree(&st, 2)
-	if p := tr.parent(9); p != 3 || tr.parent(3) != 0 {
-		t.Fatalf("tree: parent(9) = %d, parent(3) = %d", tr.parent(9), tr.parent(3))
+	if p := tr.Parent(9); p != 3 || tr.Parent(3) != 0 {
+		t.Fatalf("tree: parent(9) = %d, parent(3) = %d", tr.Parent(9), tr.Parent(3))
 	}
 
 	// A client with children dies; an orphan reports it through a voter.
 	rank, _ := st.RankOf(3)
 	c.kill(3)
-	res, err := c.nodes[9].ReportFailure(ctx, 3, 9, st.Epoch)
+	res, err := c.nodes[9].reportFailure(ctx, 3, 9, st.Epoch)
 	if err != nil || res.Promoted != 10 || res.Rank != rank {
 		t.Fatalf("ReportFailure(3) from its child: %+v, %v", res, err)
 	}
@@ -51,11 +51,11 @@ func TestNodeClientsOverTCP(t *testing.T) {
 
 	// The leader dies.
 	leader = c.leader(ctx)
-	st = leader.View()
-	victim := leader.Proc()
+	st = leader.view()
+	victim := leader.proc()
 	rank, _ = st.RankOf(victim)
 	c.kill(victim)
-	res, err = c.nodes[11].ReportFailure(ctx, victim, 11, st.Epoch)
+	res, err = c.nodes[11].reportFailure(ctx, victim, 11, st.Epoch)
 	if err != nil || res.Promoted != 11 || res.Rank != rank {
 		t.Fatalf("ReportFailure(leader %d): %+v, %v", victim, res, err)
 	}
@@ -73,12 +73,12 @@ func TestNodeClientsOverTCP(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// The new voter caught up through Raft: the membership still commits.
-	if _, err := c.nodes[9].Propose(ctx, Finish{}); err != nil {
+	if _, err := c.nodes[9].propose(ctx, finish{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range c.live() {
-		if _, err := n.Await(ctx, func(s *State) bool { return s.Status == Finished }); err != nil {
-			t.Fatalf("node %d: %v", n.Proc(), err)
+		if _, err := n.awaitState(ctx, func(s *state) bool { return s.Status == statusFinished }); err != nil {
+			t.Fatalf("node %d: %v", n.proc(), err)
 		}
 	}
 }

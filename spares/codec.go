@@ -18,16 +18,16 @@ import (
 // checked against a cap and against the bytes left before anything is
 // allocated, and no trailing bytes.
 //
-//	command   [kind, fields...]          at most MaxCommandSize bytes
-//	state     [stateVersion, fields...]  at most MaxStateSize bytes
+//	command   [kind, fields...]          at most maxCommandSize bytes
+//	state     [stateVersion, fields...]  at most maxStateSize bytes
 //	          fields: epoch, numRanks, ranks, [[proc, addr, host, raft, ctl]...],
 //	          spares, [[proc, epoch]...], status, reason, shrink, voters,
 //	          refillWait ns, [[rank, since]...]
 const (
-	// MaxCommandSize caps an encoded command.
-	MaxCommandSize = 4 << 10
-	// MaxStateSize caps an encoded state (a snapshot).
-	MaxStateSize = 256 << 20
+	// maxCommandSize caps an encoded command.
+	maxCommandSize = 4 << 10
+	// maxStateSize caps an encoded state (a snapshot).
+	maxStateSize = 256 << 20
 
 	// stateVersion 2 dropped version 1's last checkpoint id (kept by
 	// package ckpt alone); 3 added RefillWait and Awaiting at the end.
@@ -39,30 +39,30 @@ const (
 )
 
 // encodeCommand encodes cmd for the log (and the control RPC).
-func encodeCommand(cmd Command) ([]byte, error) {
+func encodeCommand(cmd command) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
 	var err error
 	switch c := cmd.(type) {
-	case DeclareFailed:
+	case declareFailed:
 		err = encAll(e.EncodeArrayLen(4), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Proc)),
 			e.EncodeUint(uint64(c.Reporter)), e.EncodeUint(c.Epoch))
-	case AddSpare:
+	case addSpare:
 		if verr := c.Info.validate(); verr != nil {
 			return nil, badCmd("AddSpare of proc %d: %v", c.Proc, verr)
 		}
 		err = encAll(e.EncodeArrayLen(6), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Proc)),
 			e.EncodeString(c.Info.Addr), e.EncodeString(c.Info.Host), e.EncodeString(c.Info.RaftAddr), e.EncodeString(c.Info.CtlAddr))
-	case Finish:
+	case finish:
 		err = encAll(e.EncodeArrayLen(1), e.EncodeUint(uint64(c.Kind())))
-	case SetVoters:
-		if len(c.Voters) > MaxVoters {
-			return nil, badCmd("SetVoters with %d voters, max %d", len(c.Voters), MaxVoters)
+	case setVoters:
+		if len(c.Voters) > voterCap {
+			return nil, badCmd("SetVoters with %d voters, max %d", len(c.Voters), voterCap)
 		}
 		err = encAll(e.EncodeArrayLen(2), e.EncodeUint(uint64(c.Kind())), encUints(e, c.Voters))
-	case EndWait:
-		if c.Rank < 0 || c.Rank >= MaxProcs {
-			return nil, badCmd("EndWait of rank %d, want 0..%d", c.Rank, MaxProcs-1)
+	case endWait:
+		if c.Rank < 0 || c.Rank >= maxProcs {
+			return nil, badCmd("EndWait of rank %d, want 0..%d", c.Rank, maxProcs-1)
 		}
 		err = encAll(e.EncodeArrayLen(3), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Rank)), e.EncodeUint(c.Since))
 	default:
@@ -76,15 +76,15 @@ func encodeCommand(cmd Command) ([]byte, error) {
 
 // decodeCommand decodes a command made by encodeCommand. Any deviation
 // (size, field count, type, range, trailing bytes) gives an error wrapping
-// ErrBadCommand that says what was wrong.
-func decodeCommand(b []byte) (Command, error) {
-	if len(b) > MaxCommandSize {
-		return nil, badCmd("encoded command is %d bytes, max %d", len(b), MaxCommandSize)
+// errBadCommand that says what was wrong.
+func decodeCommand(b []byte) (command, error) {
+	if len(b) > maxCommandSize {
+		return nil, badCmd("encoded command is %d bytes, max %d", len(b), maxCommandSize)
 	}
-	d := newDec(b, ErrBadCommand)
+	d := newDec(b, errBadCommand)
 	n := d.arrayLen(8)
-	kind := CommandKind(d.uint(255))
-	want := map[CommandKind]int{KindDeclareFailed: 4, KindAddSpare: 6, KindFinish: 1, KindSetVoters: 2, KindEndWait: 3}
+	kind := commandKind(d.uint(255))
+	want := map[commandKind]int{kindDeclareFailed: 4, kindAddSpare: 6, kindFinish: 1, kindSetVoters: 2, kindEndWait: 3}
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -93,20 +93,20 @@ func decodeCommand(b []byte) (Command, error) {
 	} else if n != w {
 		return nil, badCmd("%s has %d fields, want %d", kind, n, w)
 	}
-	var cmd Command
+	var cmd command
 	switch kind {
-	case KindDeclareFailed:
-		cmd = DeclareFailed{Proc: uint32(d.uint(uint64(NoProc))), Reporter: uint32(d.uint(uint64(NoProc))), Epoch: d.uint(^uint64(0))}
-	case KindAddSpare:
-		c := AddSpare{Proc: uint32(d.uint(uint64(NoProc)))}
-		c.Info = ProcInfo{Addr: d.str(MaxAddrLen), Host: d.str(MaxAddrLen), RaftAddr: d.str(MaxAddrLen), CtlAddr: d.str(MaxAddrLen)}
+	case kindDeclareFailed:
+		cmd = declareFailed{Proc: uint32(d.uint(uint64(noProc))), Reporter: uint32(d.uint(uint64(noProc))), Epoch: d.uint(^uint64(0))}
+	case kindAddSpare:
+		c := addSpare{Proc: uint32(d.uint(uint64(noProc)))}
+		c.Info = procInfo{Addr: d.str(maxAddrLen), Host: d.str(maxAddrLen), RaftAddr: d.str(maxAddrLen), CtlAddr: d.str(maxAddrLen)}
 		cmd = c
-	case KindFinish:
-		cmd = Finish{}
-	case KindSetVoters:
-		cmd = SetVoters{Voters: d.uint32s(MaxVoters)}
-	case KindEndWait:
-		cmd = EndWait{Rank: int(d.uint(MaxProcs - 1)), Since: d.uint(^uint64(0))}
+	case kindFinish:
+		cmd = finish{}
+	case kindSetVoters:
+		cmd = setVoters{Voters: d.uint32s(voterCap)}
+	case kindEndWait:
+		cmd = endWait{Rank: int(d.uint(maxProcs - 1)), Since: d.uint(^uint64(0))}
 	}
 	if err := d.finish(); err != nil {
 		return nil, err
@@ -116,7 +116,7 @@ func decodeCommand(b []byte) (Command, error) {
 
 // encodeState encodes s (a snapshot). Maps are written in key order, so
 // equal states give equal bytes.
-func encodeState(s *State) ([]byte, error) {
+func encodeState(s *state) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
 	errs := []error{e.EncodeArrayLen(stateFields), e.EncodeUint(stateVersion), e.EncodeUint(s.Epoch), e.EncodeUint(uint64(s.NumRanks)),
@@ -146,67 +146,67 @@ func encodeState(s *State) ([]byte, error) {
 }
 
 // decodeState decodes a state made by encodeState and checks its
-// invariants (State.Validate). Errors wrap ErrBadSnapshot.
-func decodeState(b []byte) (State, error) {
-	if len(b) > MaxStateSize {
-		return State{}, fmt.Errorf("%w: %d bytes, max %d", ErrBadSnapshot, len(b), MaxStateSize)
+// invariants (state.Validate). Errors wrap errBadSnapshot.
+func decodeState(b []byte) (state, error) {
+	if len(b) > maxStateSize {
+		return state{}, fmt.Errorf("%w: %d bytes, max %d", errBadSnapshot, len(b), maxStateSize)
 	}
-	d := newDec(b, ErrBadSnapshot)
+	d := newDec(b, errBadSnapshot)
 	n := d.arrayLen(stateFields)
 	v := d.uint(255)
 	switch {
 	case d.err != nil:
-		return State{}, d.err
+		return state{}, d.err
 	case v != stateVersion && v != 2:
-		return State{}, fmt.Errorf("%w: version %d, this build reads versions 2 and %d", ErrBadSnapshot, v, stateVersion)
+		return state{}, fmt.Errorf("%w: version %d, this build reads versions 2 and %d", errBadSnapshot, v, stateVersion)
 	case v == 2 && n != stateFieldsV2:
-		return State{}, fmt.Errorf("%w: version 2 with %d fields, want %d", ErrBadSnapshot, n, stateFieldsV2)
+		return state{}, fmt.Errorf("%w: version 2 with %d fields, want %d", errBadSnapshot, n, stateFieldsV2)
 	case v == stateVersion && n != stateFields:
-		return State{}, fmt.Errorf("%w: %d fields, want %d", ErrBadSnapshot, n, stateFields)
+		return state{}, fmt.Errorf("%w: %d fields, want %d", errBadSnapshot, n, stateFields)
 	}
-	var s State
+	var s state
 	s.Epoch = d.uint(^uint64(0))
-	s.NumRanks = int(d.uint(MaxProcs))
-	s.Ranks = d.uint32s(MaxProcs)
-	np := d.arrayLen(MaxProcs)
-	s.Procs = make(map[uint32]ProcInfo, min(np, 1024))
+	s.NumRanks = int(d.uint(maxProcs))
+	s.Ranks = d.uint32s(maxProcs)
+	np := d.arrayLen(maxProcs)
+	s.Procs = make(map[uint32]procInfo, min(np, 1024))
 	for i := 0; i < np && d.err == nil; i++ {
 		if d.arrayLen(5) != 5 && d.err == nil {
 			d.fail("proc entry %d: want 5 fields", i)
 		}
-		p := uint32(d.uint(uint64(NoProc)))
-		info := ProcInfo{Addr: d.str(MaxAddrLen), Host: d.str(MaxAddrLen), RaftAddr: d.str(MaxAddrLen), CtlAddr: d.str(MaxAddrLen)}
+		p := uint32(d.uint(uint64(noProc)))
+		info := procInfo{Addr: d.str(maxAddrLen), Host: d.str(maxAddrLen), RaftAddr: d.str(maxAddrLen), CtlAddr: d.str(maxAddrLen)}
 		if _, dup := s.Procs[p]; dup && d.err == nil {
 			d.fail("proc %d listed twice", p)
 		}
 		s.Procs[p] = info
 	}
-	s.Spares = d.uint32s(MaxProcs)
-	nf := d.arrayLen(MaxProcs)
+	s.Spares = d.uint32s(maxProcs)
+	nf := d.arrayLen(maxProcs)
 	s.Failed = make(map[uint32]uint64, min(nf, 1024))
 	for i := 0; i < nf && d.err == nil; i++ {
 		if d.arrayLen(2) != 2 && d.err == nil {
 			d.fail("failed entry %d: want 2 fields", i)
 		}
-		p := uint32(d.uint(uint64(NoProc)))
+		p := uint32(d.uint(uint64(noProc)))
 		s.Failed[p] = d.uint(^uint64(0))
 	}
-	s.Status = JobStatus(d.uint(uint64(Failed)))
-	s.StatusReason = d.str(MaxAddrLen)
+	s.Status = jobStatus(d.uint(uint64(statusFailed)))
+	s.StatusReason = d.str(maxAddrLen)
 	s.Shrink = d.bool()
-	s.Voters = d.uint32s(MaxVoters)
+	s.Voters = d.uint32s(voterCap)
 	if v == stateVersion {
 		s.RefillWait = time.Duration(d.uint(math.MaxInt64))
-		na := d.arrayLen(MaxProcs)
+		na := d.arrayLen(maxProcs)
 		for i := 0; i < na && d.err == nil; i++ {
 			if d.arrayLen(2) != 2 && d.err == nil {
 				d.fail("awaiting entry %d: want 2 fields", i)
 			}
-			s.Awaiting = append(s.Awaiting, Awaiting{Rank: int(d.uint(MaxProcs - 1)), Since: d.uint(^uint64(0))})
+			s.Awaiting = append(s.Awaiting, awaiting{Rank: int(d.uint(maxProcs - 1)), Since: d.uint(^uint64(0))})
 		}
 	}
 	if err := d.finish(); err != nil {
-		return State{}, err
+		return state{}, err
 	}
 	if len(s.Spares) == 0 {
 		s.Spares = nil
@@ -215,7 +215,7 @@ func decodeState(b []byte) (State, error) {
 		s.Voters = nil
 	}
 	if err := s.Validate(); err != nil {
-		return State{}, err
+		return state{}, err
 	}
 	return s, nil
 }

@@ -10,15 +10,15 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-func sampleCommands() []Command {
-	return []Command{
-		DeclareFailed{Proc: 3, Reporter: NoProc, Epoch: 7},
-		DeclareFailed{Proc: 0, Reporter: 1, Epoch: 0},
-		AddSpare{Proc: 9, Info: ProcInfo{Addr: "10.0.0.9:7000", Host: "n9", RaftAddr: "10.0.0.9:7001", CtlAddr: "10.0.0.9:7002"}},
-		Finish{},
-		SetVoters{Voters: []uint32{1, 2, 3, 4, 5}},
-		EndWait{Rank: 2, Since: 5},
-		EndWait{Rank: 0, Since: 0},
+func sampleCommands() []command {
+	return []command{
+		declareFailed{Proc: 3, Reporter: noProc, Epoch: 7},
+		declareFailed{Proc: 0, Reporter: 1, Epoch: 0},
+		addSpare{Proc: 9, Info: procInfo{Addr: "10.0.0.9:7000", Host: "n9", RaftAddr: "10.0.0.9:7001", CtlAddr: "10.0.0.9:7002"}},
+		finish{},
+		setVoters{Voters: []uint32{1, 2, 3, 4, 5}},
+		endWait{Rank: 2, Since: 5},
+		endWait{Rank: 0, Since: 0},
 	}
 }
 
@@ -51,7 +51,7 @@ func encodeRaw(t *testing.T, v ...any) []byte {
 }
 
 func TestDecodeCommandRejects(t *testing.T) {
-	good, _ := encodeCommand(DeclareFailed{Proc: 1, Reporter: 2, Epoch: 3})
+	good, _ := encodeCommand(declareFailed{Proc: 1, Reporter: 2, Epoch: 3})
 	tests := []struct {
 		name string
 		b    []byte
@@ -72,14 +72,14 @@ func TestDecodeCommandRejects(t *testing.T) {
 		{"too many voters", encodeRaw(t, 5, make([]uint32, 10)), "array of 10 elements"},
 		{"huge array claim", []byte{0x92, 0x05, 0xdd, 0xff, 0xff, 0xff, 0xff}, "array of 4294967295 elements"},
 		{"huge string claim", append(encodeRaw(t, 2, 1)[:0], 0x96, 0x02, 0x01, 0xdb, 0xff, 0xff, 0xff, 0xff), "string of 4294967295 bytes"},
-		{"oversized", make([]byte, MaxCommandSize+1), "max 4096"},
+		{"oversized", make([]byte, maxCommandSize+1), "max 4096"},
 		{"EndWait field count", encodeRaw(t, 6, 1), "EndWait has 2 fields, want 3"},
-		{"EndWait rank too big", encodeRaw(t, 6, MaxProcs, 1), "above the limit"},
+		{"EndWait rank too big", encodeRaw(t, 6, maxProcs, 1), "above the limit"},
 		{"EndWait negative since", encodeRaw(t, 6, 1, -1), "want an unsigned integer"},
 	}
 	for _, tc := range tests {
 		_, err := decodeCommand(tc.b)
-		if !errors.Is(err, ErrBadCommand) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, errBadCommand) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: decodeCommand = %v, want ErrBadCommand mentioning %q", tc.name, err, tc.want)
 		}
 	}
@@ -87,7 +87,7 @@ func TestDecodeCommandRejects(t *testing.T) {
 
 func TestStateRoundTripAndRejects(t *testing.T) {
 	st := mustState(t, 4, 2, 3, true)
-	if _, err := st.apply(DeclareFailed{Proc: 2, Reporter: NoProc}); err != nil {
+	if _, err := st.apply(declareFailed{Proc: 2, Reporter: noProc}); err != nil {
 		t.Fatal(err)
 	}
 	b1, err := encodeState(&st)
@@ -104,7 +104,7 @@ func TestStateRoundTripAndRejects(t *testing.T) {
 	}
 	// Every truncation is an error, never a panic.
 	for i := 0; i < len(b1); i++ {
-		if _, err := decodeState(b1[:i]); !errors.Is(err, ErrBadSnapshot) {
+		if _, err := decodeState(b1[:i]); !errors.Is(err, errBadSnapshot) {
 			t.Fatalf("truncated at %d: %v", i, err)
 		}
 	}
@@ -112,16 +112,16 @@ func TestStateRoundTripAndRejects(t *testing.T) {
 	bad := st.Clone()
 	bad.Spares = append(bad.Spares, bad.Ranks[0])
 	b, _ := encodeState(&bad)
-	if _, err := decodeState(b); !errors.Is(err, ErrBadSnapshot) || !strings.Contains(err.Error(), "is also rank 0") {
+	if _, err := decodeState(b); !errors.Is(err, errBadSnapshot) || !strings.Contains(err.Error(), "is also rank 0") {
 		t.Fatalf("inconsistent state: %v", err)
 	}
-	if _, err := decodeState(encodeRaw(t, 2)); !errors.Is(err, ErrBadSnapshot) {
+	if _, err := decodeState(encodeRaw(t, 2)); !errors.Is(err, errBadSnapshot) {
 		t.Fatalf("wrong field count: %v", err)
 	}
 }
 
 func TestCtlFrames(t *testing.T) {
-	cmd, _ := encodeCommand(Finish{})
+	cmd, _ := encodeCommand(finish{})
 	req, err := encodeCtlRequest(ctlOpPropose, cmd)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestCtlFrames(t *testing.T) {
 	if err != nil || op != ctlOpPropose || !bytes.Equal(back, cmd) {
 		t.Fatalf("request round trip: op %d %x, %v", op, back, err)
 	}
-	resp := ctlResponse{Code: "not-leader", Msg: "m", Leader: 4, Result: Result{Changed: true, Epoch: 5, Rank: 2, Promoted: 9, Status: Failed, Note: "n"}}
+	resp := ctlResponse{Code: "not-leader", Msg: "m", Leader: 4, Result: result{Changed: true, Epoch: 5, Rank: 2, Promoted: 9, Status: statusFailed, Note: "n"}}
 	b, _ := encodeCtlResponse(resp)
 	got, err := decodeCtlResponse(b)
 	if err != nil || !reflect.DeepEqual(got, resp) {
@@ -143,10 +143,10 @@ func TestCtlFrames(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	buf.Write([]byte{0xff, 0xff, 0xff, 0xff})
-	if _, err := readFrame(&buf); !errors.Is(err, ErrProtocol) {
+	if _, err := readFrame(&buf); !errors.Is(err, errProtocol) {
 		t.Fatalf("oversized frame: %v", err)
 	}
-	if _, _, err := decodeCtlRequest(encodeRaw(t, 2, 1, []byte{})); !errors.Is(err, ErrProtocol) {
+	if _, _, err := decodeCtlRequest(encodeRaw(t, 2, 1, []byte{})); !errors.Is(err, errProtocol) {
 		t.Fatalf("wrong version: %v", err)
 	}
 }
@@ -162,7 +162,7 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cmd, err := decodeCommand(b)
 		if err != nil {
-			if !errors.Is(err, ErrBadCommand) {
+			if !errors.Is(err, errBadCommand) {
 				t.Fatalf("error does not wrap ErrBadCommand: %v", err)
 			}
 			return
@@ -192,7 +192,7 @@ func FuzzDecodeState(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := decodeState(b)
 		if err != nil {
-			if !errors.Is(err, ErrBadSnapshot) {
+			if !errors.Is(err, errBadSnapshot) {
 				t.Fatalf("error does not wrap ErrBadSnapshot: %v", err)
 			}
 			return

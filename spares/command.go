@@ -5,190 +5,190 @@ import (
 	"slices"
 )
 
-// CommandKind numbers the commands; the values are part of the log format.
-type CommandKind uint8
+// commandKind numbers the commands; the values are part of the log format.
+type commandKind uint8
 
-// Command kinds.
+// The command kinds.
 const (
-	KindDeclareFailed CommandKind = 1
-	KindAddSpare      CommandKind = 2
+	kindDeclareFailed commandKind = 1
+	kindAddSpare      commandKind = 2
 	// Kind 3 is retired (it recorded a checkpoint id; package ckpt's
 	// agreement is the job's one record of the last checkpoint) and is not
 	// reused: a log holding it is refused as an unknown kind.
-	KindFinish    CommandKind = 4
-	KindSetVoters CommandKind = 5
-	KindEndWait   CommandKind = 6
+	kindFinish    commandKind = 4
+	kindSetVoters commandKind = 5
+	kindEndWait   commandKind = 6
 )
 
-func (k CommandKind) String() string {
+func (k commandKind) String() string {
 	switch k {
-	case KindDeclareFailed:
+	case kindDeclareFailed:
 		return "DeclareFailed"
-	case KindAddSpare:
+	case kindAddSpare:
 		return "AddSpare"
-	case KindFinish:
+	case kindFinish:
 		return "Finish"
-	case KindSetVoters:
+	case kindSetVoters:
 		return "SetVoters"
-	case KindEndWait:
+	case kindEndWait:
 		return "EndWait"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// Command is one entry of the replicated log. The set is closed: the
+// command is one entry of the replicated log. The set is closed: the
 // implementations are the value types below (pass values, not pointers).
-type Command interface {
-	Kind() CommandKind
+type command interface {
+	Kind() commandKind
 	isCommand()
 }
 
-// DeclareFailed declares Proc failed. Reporter is the process that
-// confirmed the failure (NoProc: the launcher or an operator), Epoch the
+// declareFailed declares Proc failed. Reporter is the process that
+// confirmed the failure (noProc: the launcher or an operator), Epoch the
 // epoch of the view in which it did (0: unknown, not checked).
 //
 // Applied to a rank holder it is one log entry doing the whole recovery
-// step: the epoch goes up, Proc moves to Failed and a spare of the pool
+// step: the epoch goes up, Proc moves to state.Failed and a spare of the pool
 // takes the rank (the first on another host than Proc, else the first).
-// With no spare left and State.RefillWait set, the rank awaits a joiner:
-// Proc keeps it, failed, until an AddSpare gives it to a joiner or the
-// leader's EndWait gives up on it. Otherwise (or then) the rank becomes
-// vacant and the job fails with ReasonSparesExhausted, or the rank stays
+// With no spare left and state.RefillWait set, the rank awaits a joiner:
+// Proc keeps it, failed, until an addSpare gives it to a joiner or the
+// leader's endWait gives up on it. Otherwise (or then) the rank becomes
+// vacant and the job fails with reasonSparesExhausted, or the rank stays
 // vacant when shrinking. Applied to a spare it removes the spare from
 // the pool (the epoch goes up too, since the view changed). It is a
 // no-op when Proc is already failed, when Reporter was itself declared
 // failed (a replaced, fenced process cannot evict live ones), or when the
 // job is no longer running. An Epoch newer than the view is rejected with
-// ErrBadCommand.
+// errBadCommand.
 //
 // The report's Epoch does not make a report about a live process stale: a
 // process seen dead while it was a spare is still dead after a promotion
 // committed meanwhile, so the next spare takes its rank in a later epoch.
-type DeclareFailed struct {
+type declareFailed struct {
 	Proc     uint32
 	Reporter uint32
 	Epoch    uint64
 }
 
-// AddSpare adds a new process to the job (a joiner: Config.Join). The
+// addSpare adds a new process to the job (a joiner: Config.Join). The
 // epoch goes up. While ranks await a joiner it takes the lowest of them at
 // once and holds it; otherwise it joins the spare pool (refilling it).
 // Adding a process that is already in the job with the same Info is a
-// no-op; with another Info, or after it failed, it is ErrBadCommand (a
+// no-op; with another Info, or after it failed, it is errBadCommand (a
 // replacement process needs a new id).
-type AddSpare struct {
+type addSpare struct {
 	Proc uint32
-	Info ProcInfo
+	Info procInfo
 }
 
-// EndWait ends the wait of Rank for a joiner that started in epoch Since
-// (State.Awaiting): the leader proposes it once the rank has waited
-// State.RefillWait on its clock. The rank then goes the way of a rank
+// endWait ends the wait of Rank for a joiner that started in epoch Since
+// (state.Awaiting): the leader proposes it once the rank has waited
+// state.RefillWait on its clock. The rank then goes the way of a rank
 // lost with an empty pool: vacant with Shrink, else the job fails with
-// ReasonSparesExhausted. The epoch goes up. It is a no-op when Rank does
+// reasonSparesExhausted. The epoch goes up. It is a no-op when Rank does
 // not await since Since (a joiner took it, or this wait already ended) or
 // the job is no longer running; a Rank out of range or a Since newer than
-// the view is ErrBadCommand.
-type EndWait struct {
+// the view is errBadCommand.
+type endWait struct {
 	Rank  int
 	Since uint64
 }
 
-// Finish marks the job Finished. Idempotent; a no-op on a failed job.
-type Finish struct{}
+// finish marks the job finished. Idempotent; a no-op on a failed job.
+type finish struct{}
 
-// SetVoters records the Raft voter set. The leader proposes it after it has
+// setVoters records the Raft voter set. The leader proposes it after it has
 // changed the Raft configuration; it does not change the epoch. Every voter
-// must be a known process that has not failed, at most MaxVoters of them,
+// must be a known process that has not failed, at most voterCap of them,
 // without repeats.
-type SetVoters struct {
+type setVoters struct {
 	Voters []uint32
 }
 
-func (DeclareFailed) Kind() CommandKind { return KindDeclareFailed }
-func (AddSpare) Kind() CommandKind      { return KindAddSpare }
-func (Finish) Kind() CommandKind        { return KindFinish }
-func (SetVoters) Kind() CommandKind     { return KindSetVoters }
-func (EndWait) Kind() CommandKind       { return KindEndWait }
-func (DeclareFailed) isCommand()        {}
-func (AddSpare) isCommand()             {}
-func (Finish) isCommand()               {}
-func (SetVoters) isCommand()            {}
-func (EndWait) isCommand()              {}
+func (declareFailed) Kind() commandKind { return kindDeclareFailed }
+func (addSpare) Kind() commandKind      { return kindAddSpare }
+func (finish) Kind() commandKind        { return kindFinish }
+func (setVoters) Kind() commandKind     { return kindSetVoters }
+func (endWait) Kind() commandKind       { return kindEndWait }
+func (declareFailed) isCommand()        {}
+func (addSpare) isCommand()             {}
+func (finish) isCommand()               {}
+func (setVoters) isCommand()            {}
+func (endWait) isCommand()              {}
 
-// Result says what a command did.
-type Result struct {
+// result says what a command did.
+type result struct {
 	// Changed is false for a no-op (see Note for why).
 	Changed bool
 	// Epoch is the epoch after the command.
 	Epoch uint64
-	// Rank is the rank the failed process held (DeclareFailed), the rank
-	// whose wait ended (EndWait) or the awaiting rank a joiner took
-	// (AddSpare); else -1.
+	// Rank is the rank the failed process held (declareFailed), the rank
+	// whose wait ended (endWait) or the awaiting rank a joiner took
+	// (addSpare); else -1.
 	Rank int
-	// Promoted is the spare or joiner that took Rank, NoProc if none.
+	// Promoted is the spare or joiner that took Rank, noProc if none.
 	Promoted uint32
 	// Status is the job status after the command.
-	Status JobStatus
+	Status jobStatus
 	// Note is a short human-readable account, e.g. "already failed in epoch 3".
 	Note string
 }
 
-func noop(s *State, format string, a ...any) Result {
-	return Result{Epoch: s.Epoch, Rank: -1, Promoted: NoProc, Status: s.Status, Note: fmt.Sprintf(format, a...)}
+func noop(s *state, format string, a ...any) result {
+	return result{Epoch: s.Epoch, Rank: -1, Promoted: noProc, Status: s.Status, Note: fmt.Sprintf(format, a...)}
 }
 
 func badCmd(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", ErrBadCommand, fmt.Sprintf(format, a...))
+	return fmt.Errorf("%w: %s", errBadCommand, fmt.Sprintf(format, a...))
 }
 
 // Apply applies cmd to s. It is deterministic and does no I/O: the same
 // state and command give the same result on every process, which is what
 // the Raft FSM relies on. An error means the command was rejected and s is
-// unchanged; errors wrap ErrBadCommand or ErrUnknownProc. Apply is
+// unchanged; errors wrap errBadCommand or errUnknownProc. Apply is
 // idempotent for every command: applying it again is a no-op, so a
 // proposal retried across a leader change is harmless.
-func (s *State) apply(cmd Command) (Result, error) {
+func (s *state) apply(cmd command) (result, error) {
 	if s.Procs == nil {
-		s.Procs = map[uint32]ProcInfo{}
+		s.Procs = map[uint32]procInfo{}
 	}
 	if s.Failed == nil {
 		s.Failed = map[uint32]uint64{}
 	}
 	switch c := cmd.(type) {
-	case DeclareFailed:
-		return s.declareFailed(c)
-	case AddSpare:
-		return s.addSpare(c)
-	case Finish:
-		if s.Status != Running {
+	case declareFailed:
+		return s.applyDeclareFailed(c)
+	case addSpare:
+		return s.applyAddSpare(c)
+	case finish:
+		if s.Status != statusRunning {
 			return noop(s, "job is already %s", s.Status), nil
 		}
-		s.Status = Finished
+		s.Status = statusFinished
 		r := noop(s, "job finished")
 		r.Changed = true
 		return r, nil
-	case SetVoters:
-		return s.setVoters(c)
-	case EndWait:
-		return s.endWait(c)
+	case setVoters:
+		return s.applySetVoters(c)
+	case endWait:
+		return s.applyEndWait(c)
 	case nil:
-		return Result{}, badCmd("nil command")
+		return result{}, badCmd("nil command")
 	}
-	return Result{}, badCmd("unknown command type %T (pass one of the command values)", cmd)
+	return result{}, badCmd("unknown command type %T (pass one of the command values)", cmd)
 }
 
-func (s *State) declareFailed(c DeclareFailed) (Result, error) {
+func (s *state) applyDeclareFailed(c declareFailed) (result, error) {
 	if c.Epoch > s.Epoch {
-		return Result{}, badCmd("DeclareFailed of proc %d reported in epoch %d, but the view is only at epoch %d", c.Proc, c.Epoch, s.Epoch)
+		return result{}, badCmd("DeclareFailed of proc %d reported in epoch %d, but the view is only at epoch %d", c.Proc, c.Epoch, s.Epoch)
 	}
 	if _, ok := s.Procs[c.Proc]; !ok {
-		return Result{}, fmt.Errorf("%w: DeclareFailed names proc %d", ErrUnknownProc, c.Proc)
+		return result{}, fmt.Errorf("%w: DeclareFailed names proc %d", errUnknownProc, c.Proc)
 	}
-	if _, ok := s.Procs[c.Reporter]; !ok && c.Reporter != NoProc {
-		return Result{}, fmt.Errorf("%w: DeclareFailed reported by proc %d", ErrUnknownProc, c.Reporter)
+	if _, ok := s.Procs[c.Reporter]; !ok && c.Reporter != noProc {
+		return result{}, fmt.Errorf("%w: DeclareFailed reported by proc %d", errUnknownProc, c.Reporter)
 	}
-	if s.Status != Running {
+	if s.Status != statusRunning {
 		return noop(s, "job is %s", s.Status), nil
 	}
 	if e, ok := s.Failed[c.Proc]; ok {
@@ -200,7 +200,7 @@ func (s *State) declareFailed(c DeclareFailed) (Result, error) {
 	s.Epoch++
 	s.Failed[c.Proc] = s.Epoch
 	s.Voters = slices.DeleteFunc(s.Voters, func(v uint32) bool { return v == c.Proc })
-	res := Result{Changed: true, Epoch: s.Epoch, Rank: -1, Promoted: NoProc}
+	res := result{Changed: true, Epoch: s.Epoch, Rank: -1, Promoted: noProc}
 	if i := slices.Index(s.Spares, c.Proc); i >= 0 {
 		s.Spares = slices.Delete(s.Spares, i, i+1)
 		res.Note = fmt.Sprintf("spare %d removed from the pool", c.Proc)
@@ -217,7 +217,7 @@ func (s *State) declareFailed(c DeclareFailed) (Result, error) {
 			// c.Proc keeps the rank, failed: the runtime sees it lost and
 			// not yet replaced, and survivors wait for a joiner.
 			i, _ := s.awaitIndex(r)
-			s.Awaiting = slices.Insert(s.Awaiting, i, Awaiting{Rank: r, Since: s.Epoch})
+			s.Awaiting = slices.Insert(s.Awaiting, i, awaiting{Rank: r, Since: s.Epoch})
 			res.Note = fmt.Sprintf("no spare left: rank %d awaits a joiner for %v", r, s.RefillWait)
 		default:
 			res.Note = s.loseRank(r)
@@ -232,15 +232,15 @@ func (s *State) declareFailed(c DeclareFailed) (Result, error) {
 // loseRank gives up on rank r, which no process will take: it becomes
 // vacant, and the job fails unless it shrinks and a live rank is left.
 // It returns the note of the result.
-func (s *State) loseRank(r int) string {
-	s.Ranks[r] = NoProc
+func (s *state) loseRank(r int) string {
+	s.Ranks[r] = noProc
 	switch {
 	case !s.Shrink:
-		s.Status, s.StatusReason = Failed, ReasonSparesExhausted
-		return fmt.Sprintf("no spare left for rank %d: job failed (%s)", r, ReasonSparesExhausted)
+		s.Status, s.StatusReason = statusFailed, reasonSparesExhausted
+		return fmt.Sprintf("no spare left for rank %d: job failed (%s)", r, reasonSparesExhausted)
 	case s.LiveRanks() == 0:
-		s.Status, s.StatusReason = Failed, ReasonAllRanksLost
-		return fmt.Sprintf("rank %d was the last live rank: job failed (%s)", r, ReasonAllRanksLost)
+		s.Status, s.StatusReason = statusFailed, reasonAllRanksLost
+		return fmt.Sprintf("rank %d was the last live rank: job failed (%s)", r, reasonAllRanksLost)
 	}
 	return fmt.Sprintf("no spare left: rank %d is vacant (shrink)", r)
 }
@@ -250,7 +250,7 @@ func (s *State) loseRank(r int) string {
 // first spare when all are on its host. A process often fails with its
 // host (a crash, a cut link): a spare there would be lost too, and its
 // loss found only one detection later, after the rank had waited for it.
-func (s *State) spareFor(failed uint32) int {
+func (s *state) spareFor(failed uint32) int {
 	host := s.Procs[failed].Host
 	if i := slices.IndexFunc(s.Spares, func(p uint32) bool { return s.Procs[p].Host != host }); i >= 0 {
 		return i
@@ -258,27 +258,27 @@ func (s *State) spareFor(failed uint32) int {
 	return 0
 }
 
-func (s *State) addSpare(c AddSpare) (Result, error) {
-	if c.Proc == NoProc {
-		return Result{}, badCmd("AddSpare of proc %d (NoProc is reserved)", c.Proc)
+func (s *state) applyAddSpare(c addSpare) (result, error) {
+	if c.Proc == noProc {
+		return result{}, badCmd("AddSpare of proc %d (NoProc is reserved)", c.Proc)
 	}
 	if err := c.Info.validate(); err != nil {
-		return Result{}, badCmd("AddSpare of proc %d: %v", c.Proc, err)
+		return result{}, badCmd("AddSpare of proc %d: %v", c.Proc, err)
 	}
 	if e, ok := s.Failed[c.Proc]; ok {
-		return Result{}, badCmd("AddSpare of proc %d, which was declared failed in epoch %d: give the replacement a new process id", c.Proc, e)
+		return result{}, badCmd("AddSpare of proc %d, which was declared failed in epoch %d: give the replacement a new process id", c.Proc, e)
 	}
 	if info, ok := s.Procs[c.Proc]; ok {
 		if info != c.Info {
-			return Result{}, badCmd("AddSpare of proc %d, which is already in the job with other addresses (%+v)", c.Proc, info)
+			return result{}, badCmd("AddSpare of proc %d, which is already in the job with other addresses (%+v)", c.Proc, info)
 		}
 		return noop(s, "proc %d is already in the job", c.Proc), nil
 	}
-	if s.Status != Running {
+	if s.Status != statusRunning {
 		return noop(s, "job is %s", s.Status), nil
 	}
-	if len(s.Procs) >= MaxProcs {
-		return Result{}, badCmd("AddSpare of proc %d: the job already has %d procs (max %d)", c.Proc, len(s.Procs), MaxProcs)
+	if len(s.Procs) >= maxProcs {
+		return result{}, badCmd("AddSpare of proc %d: the job already has %d procs (max %d)", c.Proc, len(s.Procs), maxProcs)
 	}
 	s.Procs[c.Proc] = c.Info
 	if len(s.Awaiting) > 0 {
@@ -301,14 +301,14 @@ func (s *State) addSpare(c AddSpare) (Result, error) {
 	return r, nil
 }
 
-func (s *State) endWait(c EndWait) (Result, error) {
+func (s *state) applyEndWait(c endWait) (result, error) {
 	if c.Rank < 0 || c.Rank >= len(s.Ranks) {
-		return Result{}, badCmd("EndWait of rank %d, but the job has ranks 0..%d", c.Rank, len(s.Ranks)-1)
+		return result{}, badCmd("EndWait of rank %d, but the job has ranks 0..%d", c.Rank, len(s.Ranks)-1)
 	}
 	if c.Since > s.Epoch {
-		return Result{}, badCmd("EndWait of rank %d waiting since epoch %d, but the view is only at epoch %d", c.Rank, c.Since, s.Epoch)
+		return result{}, badCmd("EndWait of rank %d waiting since epoch %d, but the view is only at epoch %d", c.Rank, c.Since, s.Epoch)
 	}
-	if s.Status != Running {
+	if s.Status != statusRunning {
 		return noop(s, "job is %s", s.Status), nil
 	}
 	i, ok := s.awaitIndex(c.Rank)
@@ -317,25 +317,25 @@ func (s *State) endWait(c EndWait) (Result, error) {
 	}
 	s.Awaiting = slices.Delete(s.Awaiting, i, i+1)
 	s.Epoch++
-	res := Result{Changed: true, Epoch: s.Epoch, Rank: c.Rank, Promoted: NoProc}
+	res := result{Changed: true, Epoch: s.Epoch, Rank: c.Rank, Promoted: noProc}
 	res.Note = fmt.Sprintf("no joiner came for rank %d within %v: %s", c.Rank, s.RefillWait, s.loseRank(c.Rank))
 	res.Status = s.Status
 	return res, nil
 }
 
-func (s *State) setVoters(c SetVoters) (Result, error) {
-	if len(c.Voters) > MaxVoters {
-		return Result{}, badCmd("SetVoters with %d voters, max %d", len(c.Voters), MaxVoters)
+func (s *state) applySetVoters(c setVoters) (result, error) {
+	if len(c.Voters) > voterCap {
+		return result{}, badCmd("SetVoters with %d voters, max %d", len(c.Voters), voterCap)
 	}
 	for i, v := range c.Voters {
 		if _, ok := s.Procs[v]; !ok {
-			return Result{}, fmt.Errorf("%w: SetVoters names proc %d", ErrUnknownProc, v)
+			return result{}, fmt.Errorf("%w: SetVoters names proc %d", errUnknownProc, v)
 		}
 		if e, ok := s.Failed[v]; ok {
-			return Result{}, badCmd("SetVoters names proc %d, declared failed in epoch %d", v, e)
+			return result{}, badCmd("SetVoters names proc %d, declared failed in epoch %d", v, e)
 		}
 		if slices.Contains(c.Voters[:i], v) {
-			return Result{}, badCmd("SetVoters names proc %d twice", v)
+			return result{}, badCmd("SetVoters names proc %d twice", v)
 		}
 	}
 	if slices.Equal(s.Voters, c.Voters) {

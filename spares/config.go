@@ -13,7 +13,7 @@ import (
 // Member is one process of the initial table. Every process of the job is
 // given the same table, in the same order.
 type Member struct {
-	Proc     uint32 // process id, unique, not NoProc
+	Proc     uint32 // process id, unique, not noProc
 	Host     string // host label: voters are spread over hosts
 	Addr     string // data-plane address, recorded in the view
 	RaftAddr string // host:port of the Raft transport
@@ -37,7 +37,7 @@ type Config struct {
 	// the job's original table (so the initial state is the same
 	// everywhere), Self describes this process and Proc is an id outside
 	// the table that the job never used. The node does not bootstrap: it
-	// proposes AddSpare for itself through the control RPC (JoinSelf) and
+	// proposes addSpare for itself through the control RPC (Node.JoinSelf) and
 	// learns the state from the tree (VotersOnly; it is a client), or,
 	// in the all-Raft mode, the leader adds it to Raft as a non-voter.
 	Join bool
@@ -65,7 +65,7 @@ type Config struct {
 	// joiners included, must be given the same value: it is part of the
 	// initial state.
 	RefillWait time.Duration
-	// MaxVoters is how many Raft voters to keep (1..MaxVoters, default 5).
+	// MaxVoters is how many Raft voters to keep (1..voterCap, default 5).
 	// The rest of the processes are non-voters: they hold the state but do
 	// not count toward a quorum, so Raft cost stays flat as the job grows.
 	MaxVoters int
@@ -86,7 +86,8 @@ type Config struct {
 	// Each link costs two small messages per hold when nothing happens.
 	TreeHold time.Duration
 	// Network, when set, carries the Raft and control traffic instead of
-	// TCP (MemNetwork: thousands of nodes in one test process). Token,
+	// TCP (internal/testkit/memnet: thousands of nodes in one test
+	// process). Token,
 	// TLS, RaftListener, CtlListener and WrapConn are then unused.
 	Network Network
 
@@ -131,10 +132,10 @@ type Config struct {
 	// hold a goroutine.
 	HandshakeTimeout time.Duration
 	// RPCTimeout bounds one control-RPC attempt (dial, handshake, commit on
-	// the leader, reply); Propose retries after it.
+	// the leader, reply); propose retries after it.
 	RPCTimeout time.Duration
 	// ProposeRetryMin and ProposeRetryMax bound the exponential backoff of
-	// Propose between attempts (during an election, say).
+	// propose between attempts (during an election, say).
 	ProposeRetryMin time.Duration
 	ProposeRetryMax time.Duration
 	// ReconcileInterval: how often the leader re-checks the voter set even
@@ -144,8 +145,8 @@ type Config struct {
 	SnapshotThreshold uint64
 	// CutOff (PGAS_CUTOFF): a process without contact with a membership
 	// quorum (a leader's message, or leading itself) for this long gives
-	// up with ErrCutOff (exit ExitCutOff), so that no process of the job
-	// runs forever on a host cut off from the others. Only time the
+	// up with ErrCutOff (exit code job.ExitCutOff), so that no process of
+	// the job runs forever on a host cut off from the others. Only time the
 	// process could run counts (see contact.go). It must exceed what a
 	// working membership ever goes without a leader: a leader's loss (HeartbeatTimeout) and
 	// an election (a few ElectionTimeouts) take about a second even on a
@@ -161,7 +162,7 @@ type Config struct {
 	// round of questions is bounded by the largest of twice the period,
 	// HandshakeTimeout and CutOff/4. Answers from a majority of the voters
 	// count as contact with a quorum. A process replaced while it was cut off thus
-	// learns it (and exits fenced, ExitDeclaredFailed) within about two
+	// learns it (and exits fenced, job.ExitDeclaredFailed) within about two
 	// periods of reaching any of them, even though it left the Raft
 	// configuration and gets no log entries any more.
 	StandingInterval time.Duration
@@ -209,7 +210,7 @@ func DefaultConfig() Config {
 		ProposeRetryMax:    500 * time.Millisecond,
 		ReconcileInterval:  500 * time.Millisecond,
 		SnapshotThreshold:  1024,
-		CutOff:             DefaultCutOff,
+		CutOff:             defaultCutOff,
 		StandingInterval:   500 * time.Millisecond,
 		ContactTick:        100 * time.Millisecond,
 		ShutdownTimeout:    3 * time.Second,
@@ -219,9 +220,9 @@ func DefaultConfig() Config {
 	}
 }
 
-// DefaultCutOff is Config.CutOff in DefaultConfig and LocalConfig; see
+// defaultCutOff is Config.CutOff in DefaultConfig and LocalConfig; see
 // there for why 10s.
-const DefaultCutOff = 10 * time.Second
+const defaultCutOff = 10 * time.Second
 
 // LocalConfig is for loopback and tests: faster elections, still tolerant
 // of a busy 2-core machine running the race detector.
@@ -237,11 +238,11 @@ func LocalConfig() Config {
 	return c
 }
 
-// Validate checks the fields and their relations. It never mutates c.
-func (c *Config) Validate() error {
+// validate checks the fields and their relations. It never mutates c.
+func (c *Config) validate() error {
 	var errs []error
 	bad := func(format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...)))
+		errs = append(errs, fmt.Errorf("%w: %s", errConfig, fmt.Sprintf(format, a...)))
 	}
 	if err := validateMembers(c.Members, c.NumRanks); err != nil {
 		errs = append(errs, err)
@@ -261,14 +262,14 @@ func (c *Config) Validate() error {
 		bad("Join with Self.Proc %d but Proc %d (they must match)", c.Self.Proc, c.Proc)
 	case c.Join && (c.Self.RaftAddr == "" || c.Self.CtlAddr == ""):
 		bad("joining proc %d needs Self.RaftAddr and Self.CtlAddr (got %q and %q)", c.Proc, c.Self.RaftAddr, c.Self.CtlAddr)
-	case c.Join && c.Proc == NoProc:
+	case c.Join && c.Proc == noProc:
 		bad("Proc %d is reserved (NoProc)", c.Proc)
 	}
 	if c.RefillWait < 0 {
 		bad("RefillWait is %v, want >= 0 (0: a lost rank does not wait for a joiner)", c.RefillWait)
 	}
-	if c.MaxVoters < 1 || c.MaxVoters > MaxVoters {
-		bad("MaxVoters is %d, want 1..%d (5 is usual)", c.MaxVoters, MaxVoters)
+	if c.MaxVoters < 1 || c.MaxVoters > voterCap {
+		bad("MaxVoters is %d, want 1..%d (5 is usual)", c.MaxVoters, voterCap)
 	}
 	if why := auth.TokenWeakness(c.Token); why != "" && c.Network == nil {
 		bad("Token is weak: %s (%s)", why, auth.TokenAdvice)
@@ -333,71 +334,71 @@ func (c *Config) treeHold() time.Duration {
 
 func validateMembers(members []Member, numRanks int) error {
 	if len(members) == 0 {
-		return fmt.Errorf("%w: Members is empty", ErrConfig)
+		return fmt.Errorf("%w: Members is empty", errConfig)
 	}
-	if len(members) > MaxProcs {
-		return fmt.Errorf("%w: %d members, max %d", ErrConfig, len(members), MaxProcs)
+	if len(members) > maxProcs {
+		return fmt.Errorf("%w: %d members, max %d", errConfig, len(members), maxProcs)
 	}
 	seen := make(map[uint32]bool, len(members))
 	raftAddrs := make(map[string]uint32, len(members))
 	ranks := 0
 	for i, m := range members {
-		if m.Proc == NoProc {
-			return fmt.Errorf("%w: Members[%d] has proc %d, which is reserved (NoProc)", ErrConfig, i, m.Proc)
+		if m.Proc == noProc {
+			return fmt.Errorf("%w: Members[%d] has proc %d, which is reserved (NoProc)", errConfig, i, m.Proc)
 		}
 		if seen[m.Proc] {
-			return fmt.Errorf("%w: proc %d appears twice in Members", ErrConfig, m.Proc)
+			return fmt.Errorf("%w: proc %d appears twice in Members", errConfig, m.Proc)
 		}
 		seen[m.Proc] = true
 		if m.RaftAddr == "" || m.CtlAddr == "" {
-			return fmt.Errorf("%w: proc %d needs both RaftAddr and CtlAddr (got %q and %q)", ErrConfig, m.Proc, m.RaftAddr, m.CtlAddr)
+			return fmt.Errorf("%w: proc %d needs both RaftAddr and CtlAddr (got %q and %q)", errConfig, m.Proc, m.RaftAddr, m.CtlAddr)
 		}
 		if p, dup := raftAddrs[m.RaftAddr]; dup {
-			return fmt.Errorf("%w: procs %d and %d share RaftAddr %q", ErrConfig, p, m.Proc, m.RaftAddr)
+			return fmt.Errorf("%w: procs %d and %d share RaftAddr %q", errConfig, p, m.Proc, m.RaftAddr)
 		}
 		raftAddrs[m.RaftAddr] = m.Proc
 		if err := m.info().validate(); err != nil {
-			return fmt.Errorf("%w: proc %d: %v", ErrConfig, m.Proc, err)
+			return fmt.Errorf("%w: proc %d: %v", errConfig, m.Proc, err)
 		}
 		if !m.Spare {
 			ranks++
 		}
 	}
 	if numRanks != ranks || numRanks == 0 {
-		return fmt.Errorf("%w: NumRanks is %d but Members has %d non-spare processes (want them equal and > 0)", ErrConfig, numRanks, ranks)
+		return fmt.Errorf("%w: NumRanks is %d but Members has %d non-spare processes (want them equal and > 0)", errConfig, numRanks, ranks)
 	}
 	return nil
 }
 
-func (m Member) info() ProcInfo {
-	return ProcInfo{Addr: m.Addr, Host: m.Host, RaftAddr: m.RaftAddr, CtlAddr: m.CtlAddr}
+func (m Member) info() procInfo {
+	return procInfo{Addr: m.Addr, Host: m.Host, RaftAddr: m.RaftAddr, CtlAddr: m.CtlAddr}
 }
 
-// InitialState builds the state every process starts from: non-spare
+// initialState builds the state every process starts from: non-spare
 // members hold ranks in table order, spares form the pool in table order,
-// epoch 1, Voters as chosen by ChooseVoters, and the policies for a lost
+// epoch 1, Voters as chosen by chooseVoters, and the policies for a lost
 // rank with an empty pool (shrink, refillWait; see Config). It is a pure
 // function of its arguments, which is why all processes agree on it
 // without a message.
-func InitialState(members []Member, numRanks int, shrink bool, refillWait time.Duration, maxVoters int) (State, error) {
+func initialState(members []Member, numRanks int, shrink bool, refillWait time.Duration, maxVoters int) (state, error) {
 	if err := validateMembers(members, numRanks); err != nil {
-		return State{}, err
+		return state{}, err
 	}
-	if maxVoters < 1 || maxVoters > MaxVoters {
-		return State{}, fmt.Errorf("%w: maxVoters is %d, want 1..%d", ErrConfig, maxVoters, MaxVoters)
+	if maxVoters < 1 || maxVoters > voterCap {
+		return state{}, fmt.Errorf("%w: maxVoters is %d, want 1..%d", errConfig, maxVoters, voterCap)
 	}
 	if refillWait < 0 {
-		return State{}, fmt.Errorf("%w: refillWait is %v, want >= 0", ErrConfig, refillWait)
+		return state{}, fmt.Errorf("%w: refillWait is %v, want >= 0", errConfig, refillWait)
 	}
-	s := State{
+	s := state{
 		Epoch:      1,
 		NumRanks:   numRanks,
 		Ranks:      make([]uint32, 0, numRanks),
-		Procs:      make(map[uint32]ProcInfo, len(members)),
+		Procs:      make(map[uint32]procInfo, len(members)),
 		Failed:     map[uint32]uint64{},
 		Shrink:     shrink,
 		RefillWait: refillWait,
-		Voters:     ChooseVoters(members, maxVoters),
+		Voters:     chooseVoters(members, maxVoters),
 	}
 	for _, m := range members {
 		s.Procs[m.Proc] = m.info()
@@ -410,11 +411,11 @@ func InitialState(members []Member, numRanks int, shrink bool, refillWait time.D
 	return s, nil
 }
 
-// ChooseVoters picks up to max voters from the table, round-robin over
+// chooseVoters picks up to max voters from the table, round-robin over
 // hosts: the first member of each host (hosts in order of first
 // appearance), then the second of each, and so on. Losing one host then
 // costs as few votes as the table allows.
-func ChooseVoters(members []Member, max int) []uint32 {
+func chooseVoters(members []Member, max int) []uint32 {
 	var hosts []string
 	byHost := map[string][]uint32{}
 	for _, m := range members {

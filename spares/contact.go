@@ -3,12 +3,13 @@ package spares
 import "time"
 
 // The cut-off rule. A process that hears from no membership quorum for
-// longer than Config.CutOff gives up (ErrCutOff, ExitCutOff), so that no
-// process of a job runs forever on a host cut off from the others. Before
+// longer than Config.CutOff gives up (ErrCutOff, exit code
+// job.ExitCutOff), so that no process of a job runs forever on a host cut
+// off from the others. Before
 // that, while it has no contact, it asks the processes it knows of (the
 // voters first) for its standing, so that a process that was replaced
 // while cut off learns it as soon as it reaches any of them, and exits
-// fenced (ExitDeclaredFailed) long before the bound.
+// fenced (job.ExitDeclaredFailed) long before the bound.
 //
 // "Contact" is first what Raft gives: a leader is in contact
 // (hashicorp/raft steps a leader down after LeaderLeaseTimeout without a
@@ -71,7 +72,7 @@ type contactStep struct {
 	Silent   time.Duration // awake time without contact so far
 	Lost     bool          // Raft contact has been missing for QueryAfter (once per loss)
 	Warn     bool          // silence has reached half the bound: say so (once per loss)
-	Regained bool          // contact is back after Lost
+	Regained bool          // contact is back after lost
 	Query    bool          // ask for this process's standing now; call queryDone after
 	CutOff   bool          // the bound has passed: give up (once; the core is done)
 	Bound    time.Duration // the bound in force (longer before the first contact)
@@ -84,7 +85,7 @@ type contactCore struct {
 	cfg       contactConfig
 	last      time.Time // the previous tick; zero before the first
 	silent    time.Duration
-	lost      bool // Raft contact lost (Lost reported)
+	lost      bool // Raft contact lost (lost reported)
 	contacted bool // there was contact once
 	warned    bool
 	querying  bool

@@ -182,9 +182,9 @@ func TestStandingVerdict(t *testing.T) {
 		{"healthy rank", standing{Code: codeOK, Known: true, Epoch: 3, Rank: 2}, nil},
 		{"healthy spare", standing{Code: codeOK, Known: true, Epoch: 3, Rank: -1}, nil},
 		{"declared failed", standing{Code: codeOK, Known: true, Epoch: 4, FailedIn: 3, Rank: -1}, ErrDeclaredFailed},
-		{"spares exhausted", standing{Code: codeOK, Known: true, Epoch: 5, Status: Failed, Reason: ReasonSparesExhausted, Rank: 1}, ErrSparesExhausted},
-		{"finished without the spare", standing{Code: codeOK, Known: true, Epoch: 2, Status: Finished, Rank: -1}, pgas.ErrNotPromoted},
-		{"finished holding a rank", standing{Code: codeOK, Known: true, Epoch: 2, Status: Finished, Rank: 1}, nil},
+		{"spares exhausted", standing{Code: codeOK, Known: true, Epoch: 5, Status: statusFailed, Reason: reasonSparesExhausted, Rank: 1}, ErrSparesExhausted},
+		{"finished without the spare", standing{Code: codeOK, Known: true, Epoch: 2, Status: statusFinished, Rank: -1}, pgas.ErrNotPromoted},
+		{"finished holding a rank", standing{Code: codeOK, Known: true, Epoch: 2, Status: statusFinished, Rank: 1}, nil},
 		{"unknown process", standing{Code: codeOK, FailedIn: 3, Rank: -1}, nil},
 		{"error answer", standing{Code: "internal", Known: true, FailedIn: 3}, nil},
 	}
@@ -208,9 +208,9 @@ func TestStandingVerdict(t *testing.T) {
 
 func TestStandingCodec(t *testing.T) {
 	for _, s := range []standing{
-		{Code: codeOK, Epoch: 9, Status: Failed, Reason: ReasonSparesExhausted, FailedIn: 4, Rank: -1, Known: true},
+		{Code: codeOK, Epoch: 9, Status: statusFailed, Reason: reasonSparesExhausted, FailedIn: 4, Rank: -1, Known: true},
 		{Code: codeOK, Epoch: 1, Rank: 0, Known: true},
-		{Code: "internal", Msg: "m", Rank: MaxProcs - 1},
+		{Code: "internal", Msg: "m", Rank: maxProcs - 1},
 	} {
 		b, err := encodeStanding(s)
 		if err != nil {
@@ -221,10 +221,10 @@ func TestStandingCodec(t *testing.T) {
 			t.Fatalf("round trip: %+v, %v; want %+v", got, err, s)
 		}
 	}
-	if _, err := decodeStanding(rawArray(t, "ok")); !errors.Is(err, ErrProtocol) {
+	if _, err := decodeStanding(rawArray(t, "ok")); !errors.Is(err, errProtocol) {
 		t.Fatalf("short standing: %v", err)
 	}
-	if _, err := decodeStanding(rawArray(t, "ok", "", 1, 9, "", 0, 0, true)); !errors.Is(err, ErrProtocol) {
+	if _, err := decodeStanding(rawArray(t, "ok", "", 1, 9, "", 0, 0, true)); !errors.Is(err, errProtocol) {
 		t.Fatalf("unknown status: %v", err)
 	}
 }
@@ -232,9 +232,9 @@ func TestStandingCodec(t *testing.T) {
 // Rule: every known voter is asked, plus two other processes in turn, never
 // this process or one already failed.
 func TestStandingTargets(t *testing.T) {
-	st := State{Procs: map[uint32]ProcInfo{}, Failed: map[uint32]uint64{5: 2}, Voters: []uint32{0, 1, 2}}
+	st := state{Procs: map[uint32]procInfo{}, Failed: map[uint32]uint64{5: 2}, Voters: []uint32{0, 1, 2}}
 	for p := uint32(0); p < 8; p++ {
-		st.Procs[p] = ProcInfo{CtlAddr: "x"}
+		st.Procs[p] = procInfo{CtlAddr: "x"}
 	}
 	seen := map[uint32]bool{}
 	for round := 0; round < 4; round++ {

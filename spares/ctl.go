@@ -29,11 +29,11 @@ import (
 //	          as to ctlOpPropose, with an empty result (lead.go)
 //
 // code is "ok" or one of the codes of errorCodes (or "internal"); leader is
-// the proc the responder believes leads (NoProc if none). A standing answer
+// the proc the responder believes leads (noProc if none). A standing answer
 // describes the asking process (the proc its handshake proved) in the
 // responder's applied state.
 const (
-	maxCtlFrame   = MaxCommandSize + 1024
+	maxCtlFrame   = maxCommandSize + 1024
 	ctlVersion    = 1
 	ctlOpPropose  = 1
 	ctlOpStanding = 2
@@ -42,7 +42,7 @@ const (
 
 func writeFrame(w io.Writer, body []byte) error {
 	if len(body) > maxFollowFrame {
-		return fmt.Errorf("%w: frame of %d bytes, max %d", ErrProtocol, len(body), maxFollowFrame)
+		return fmt.Errorf("%w: frame of %d bytes, max %d", errProtocol, len(body), maxFollowFrame)
 	}
 	b := make([]byte, 4+len(body))
 	binary.BigEndian.PutUint32(b, uint32(len(body)))
@@ -61,7 +61,7 @@ func readFrameMax(r io.Reader, max uint32) ([]byte, error) {
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n > max {
-		return nil, fmt.Errorf("%w: frame of %d bytes announced, max %d", ErrProtocol, n, max)
+		return nil, fmt.Errorf("%w: frame of %d bytes announced, max %d", errProtocol, n, max)
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(r, b); err != nil {
@@ -78,23 +78,23 @@ func encodeCtlRequest(op uint64, payload []byte) ([]byte, error) {
 }
 
 func decodeCtlRequest(b []byte) (op uint64, payload []byte, err error) {
-	d := newDec(b, ErrProtocol)
+	d := newDec(b, errProtocol)
 	if n := d.arrayLen(3); d.err == nil && n != 3 {
-		return 0, nil, fmt.Errorf("%w: request has %d fields, want 3", ErrProtocol, n)
+		return 0, nil, fmt.Errorf("%w: request has %d fields, want 3", errProtocol, n)
 	}
 	if v := d.uint(255); d.err == nil && v != ctlVersion {
-		return 0, nil, fmt.Errorf("%w: request version %d, this build speaks %d", ErrProtocol, v, ctlVersion)
+		return 0, nil, fmt.Errorf("%w: request version %d, this build speaks %d", errProtocol, v, ctlVersion)
 	}
 	op = d.uint(255)
 	if d.err == nil && op != ctlOpPropose && op != ctlOpStanding && op != ctlOpFollow && op != ctlOpLead {
-		return 0, nil, fmt.Errorf("%w: unknown request op %d", ErrProtocol, op)
+		return 0, nil, fmt.Errorf("%w: unknown request op %d", errProtocol, op)
 	}
-	payload = d.bin(MaxCommandSize)
+	payload = d.bin(maxCommandSize)
 	if d.err == nil && op == ctlOpStanding && len(payload) != 0 {
-		return 0, nil, fmt.Errorf("%w: standing request with a %d-byte payload, want none", ErrProtocol, len(payload))
+		return 0, nil, fmt.Errorf("%w: standing request with a %d-byte payload, want none", errProtocol, len(payload))
 	}
 	if d.err == nil && op == ctlOpLead && len(payload) != 4 {
-		return 0, nil, fmt.Errorf("%w: leadership request with a %d-byte payload, want 4", ErrProtocol, len(payload))
+		return 0, nil, fmt.Errorf("%w: leadership request with a %d-byte payload, want 4", errProtocol, len(payload))
 	}
 	return op, payload, d.finish()
 }
@@ -103,7 +103,7 @@ type ctlResponse struct {
 	Code   string
 	Msg    string
 	Leader uint32
-	Result Result
+	Result result
 }
 
 func encodeCtlResponse(r ctlResponse) ([]byte, error) {
@@ -127,18 +127,18 @@ func encodeCtlResponse(r ctlResponse) ([]byte, error) {
 
 func decodeCtlResponse(b []byte) (ctlResponse, error) {
 	var r ctlResponse
-	d := newDec(b, ErrProtocol)
+	d := newDec(b, errProtocol)
 	if n := d.arrayLen(9); d.err == nil && n != 9 {
-		return r, fmt.Errorf("%w: response has %d fields, want 9", ErrProtocol, n)
+		return r, fmt.Errorf("%w: response has %d fields, want 9", errProtocol, n)
 	}
 	r.Code = d.str(64)
 	r.Msg = d.str(1024)
-	r.Leader = uint32(d.uint(uint64(NoProc)))
+	r.Leader = uint32(d.uint(uint64(noProc)))
 	r.Result.Changed = d.bool()
 	r.Result.Epoch = d.uint(^uint64(0))
-	r.Result.Rank = int(d.uint(MaxProcs+1)) - 1
-	r.Result.Promoted = uint32(d.uint(uint64(NoProc)))
-	r.Result.Status = JobStatus(d.uint(uint64(Failed)))
+	r.Result.Rank = int(d.uint(maxProcs+1)) - 1
+	r.Result.Promoted = uint32(d.uint(uint64(noProc)))
+	r.Result.Status = jobStatus(d.uint(uint64(statusFailed)))
 	r.Result.Note = d.str(1024)
 	return r, d.finish()
 }
@@ -164,7 +164,7 @@ func (n *Node) handleCtl(c *authConn) {
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RPCTimeout)
 	defer cancel()
 	_ = c.SetDeadline(time.Now().Add(n.cfg.RPCTimeout))
-	resp := ctlResponse{Code: codeOK, Leader: NoProc}
+	resp := ctlResponse{Code: codeOK, Leader: noProc}
 	req, err := readFrame(c)
 	var (
 		op  uint64
@@ -201,7 +201,7 @@ func (n *Node) handleCtl(c *authConn) {
 		}
 		resp.Result = res
 	}
-	if p, ok := n.Leader(); ok {
+	if p, ok := n.leader(); ok {
 		resp.Leader = p
 	}
 	body, err := encodeCtlResponse(resp)
@@ -214,15 +214,15 @@ func (n *Node) handleCtl(c *authConn) {
 }
 
 // callCtl sends one proposal to the control RPC at addr.
-func (n *Node) callCtl(ctx context.Context, addr string, token []byte, cmd []byte) (Result, error) {
+func (n *Node) callCtl(ctx context.Context, addr string, token []byte, cmd []byte) (result, error) {
 	res, _, err := n.callCtlOp(ctx, addr, token, ctlOpPropose, cmd)
 	return res, err
 }
 
 // callCtlOp sends one request of op (ctlOpPropose or ctlOpLead) to the
 // control RPC at addr; on success it also returns the leader the answer
-// named (NoProc: none).
-func (n *Node) callCtlOp(ctx context.Context, addr string, token []byte, op uint64, payload []byte) (Result, uint32, error) {
+// named (noProc: none).
+func (n *Node) callCtlOp(ctx context.Context, addr string, token []byte, op uint64, payload []byte) (result, uint32, error) {
 	var c *authConn
 	var err error
 	if n.cfg.Network != nil {
@@ -231,7 +231,7 @@ func (n *Node) callCtlOp(ctx context.Context, addr string, token []byte, op uint
 		c, err = dialAuth(ctx, addr, token, n.cfg.TLS, auth.PurposeControl, n.cfg.Proc, n.cfg.RPCTimeout, n.cfg.WrapConn)
 	}
 	if err != nil {
-		return Result{}, NoProc, err
+		return result{}, noProc, err
 	}
 	defer c.Close()
 	deadline := time.Now().Add(n.cfg.RPCTimeout)
@@ -243,26 +243,26 @@ func (n *Node) callCtlOp(ctx context.Context, addr string, token []byte, op uint
 	defer stop()
 	req, err := encodeCtlRequest(op, payload)
 	if err != nil {
-		return Result{}, NoProc, err
+		return result{}, noProc, err
 	}
 	if err := writeFrame(c, req); err != nil {
-		return Result{}, NoProc, fmt.Errorf("spares: control request to %s: %w", addr, err)
+		return result{}, noProc, fmt.Errorf("spares: control request to %s: %w", addr, err)
 	}
 	body, err := readFrame(c)
 	if err != nil {
-		return Result{}, NoProc, fmt.Errorf("spares: control reply from %s: %w", addr, err)
+		return result{}, noProc, fmt.Errorf("spares: control reply from %s: %w", addr, err)
 	}
 	resp, err := decodeCtlResponse(body)
 	if err != nil {
-		return Result{}, NoProc, err
+		return result{}, noProc, err
 	}
 	if resp.Code == codeOK {
 		return resp.Result, resp.Leader, nil
 	}
 	if sentinel := errOfCode(resp.Code); sentinel != nil {
-		return Result{}, NoProc, &remoteError{Proc: c.peer, Code: resp.Code, Msg: resp.Msg, Leader: resp.Leader, err: sentinel}
+		return result{}, noProc, &remoteError{Proc: c.peer, Code: resp.Code, Msg: resp.Msg, Leader: resp.Leader, err: sentinel}
 	}
-	return Result{}, NoProc, &remoteError{Proc: c.peer, Code: resp.Code, Msg: resp.Msg, Leader: resp.Leader, err: errors.New(resp.Msg)}
+	return result{}, noProc, &remoteError{Proc: c.peer, Code: resp.Code, Msg: resp.Msg, Leader: resp.Leader, err: errors.New(resp.Msg)}
 }
 
 // remoteError is an error reported by another process over the control
@@ -271,7 +271,7 @@ type remoteError struct {
 	Proc   uint32 // the process that answered
 	Code   string
 	Msg    string
-	Leader uint32 // the leader it knows of, NoProc if none
+	Leader uint32 // the leader it knows of, noProc if none
 	err    error
 }
 

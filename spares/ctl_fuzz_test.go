@@ -17,7 +17,7 @@ func readCtlFrame(t *testing.T, b []byte) ([]byte, int, error) {
 	r := bytes.NewReader(b)
 	body, err := readFrame(r)
 	if err != nil {
-		if !errors.Is(err, ErrProtocol) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		if !errors.Is(err, errProtocol) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Fatalf("readFrame: %v, want ErrProtocol or a short read", err)
 		}
 		return nil, 0, err
@@ -58,9 +58,9 @@ func ctlFrame(t testing.TB, body []byte) []byte {
 }
 
 // FuzzCtlRequest: what the control-RPC server reads from a connection that
-// passed the job-token handshake. Framing errors are ErrProtocol or a short
-// read, decoding errors wrap ErrProtocol, the command handed on is within
-// MaxCommandSize, and an accepted request re-encodes to a request that
+// passed the job-token handshake. Framing errors are errProtocol or a short
+// read, decoding errors wrap errProtocol, the command handed on is within
+// maxCommandSize, and an accepted request re-encodes to a request that
 // decodes to the same command.
 func FuzzCtlRequest(f *testing.F) {
 	for _, cmd := range sampleCommands() {
@@ -85,12 +85,12 @@ func FuzzCtlRequest(f *testing.F) {
 		}
 		op, cmd, err := decodeCtlRequest(body)
 		if err != nil {
-			if !errors.Is(err, ErrProtocol) {
+			if !errors.Is(err, errProtocol) {
 				t.Fatalf("decodeCtlRequest: %v does not wrap ErrProtocol", err)
 			}
 			return
 		}
-		if len(cmd) > MaxCommandSize || (op == ctlOpStanding && len(cmd) != 0) {
+		if len(cmd) > maxCommandSize || (op == ctlOpStanding && len(cmd) != 0) {
 			t.Fatalf("accepted op %d with a %d-byte payload", op, len(cmd))
 		}
 		again, err := encodeCtlRequest(op, cmd)
@@ -105,14 +105,14 @@ func FuzzCtlRequest(f *testing.F) {
 }
 
 // FuzzCtlResponse: what a caller reads back from the control RPC. Errors
-// wrap ErrProtocol (or are a short read); an accepted response has every
-// field within its cap (code 64 bytes, messages 1 KiB, rank -1..MaxProcs,
+// wrap errProtocol (or are a short read); an accepted response has every
+// field within its cap (code 64 bytes, messages 1 KiB, rank -1..maxProcs,
 // a known status) and survives encode and decode unchanged.
 func FuzzCtlResponse(f *testing.F) {
 	for _, r := range []ctlResponse{
-		{Code: codeOK, Leader: NoProc, Result: Result{Rank: -1, Promoted: NoProc}},
-		{Code: "not-leader", Msg: "ask proc 2", Leader: 2, Result: Result{Rank: -1}},
-		{Code: codeOK, Leader: 1, Result: Result{Changed: true, Epoch: 7, Rank: 3, Promoted: 9, Status: Failed, Note: "promoted"}},
+		{Code: codeOK, Leader: noProc, Result: result{Rank: -1, Promoted: noProc}},
+		{Code: "not-leader", Msg: "ask proc 2", Leader: 2, Result: result{Rank: -1}},
+		{Code: codeOK, Leader: 1, Result: result{Changed: true, Epoch: 7, Rank: 3, Promoted: 9, Status: statusFailed, Note: "promoted"}},
 	} {
 		b, err := encodeCtlResponse(r)
 		if err != nil {
@@ -129,13 +129,13 @@ func FuzzCtlResponse(f *testing.F) {
 		}
 		r, err := decodeCtlResponse(body)
 		if err != nil {
-			if !errors.Is(err, ErrProtocol) {
+			if !errors.Is(err, errProtocol) {
 				t.Fatalf("decodeCtlResponse: %v does not wrap ErrProtocol", err)
 			}
 			return
 		}
 		if len(r.Code) > 64 || len(r.Msg) > 1024 || len(r.Result.Note) > 1024 ||
-			r.Result.Rank < -1 || r.Result.Rank > MaxProcs || r.Result.Status > Failed {
+			r.Result.Rank < -1 || r.Result.Rank > maxProcs || r.Result.Status > statusFailed {
 			t.Fatalf("accepted %+v", r)
 		}
 		again, err := encodeCtlResponse(r)

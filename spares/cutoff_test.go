@@ -53,8 +53,8 @@ func (fc *faultyCluster) setRules(t *testing.T, rules string) {
 func (fc *faultyCluster) partitionOne(t *testing.T, ctx context.Context) (leader, victim *Node) {
 	t.Helper()
 	leader = fc.leader(ctx)
-	victim = fc.other(leader.Proc())
-	fc.setRules(t, "proc="+itoa(victim.Proc())+" partition\n")
+	victim = fc.other(leader.proc())
+	fc.setRules(t, "proc="+itoa(victim.proc())+" partition\n")
 	return leader, victim
 }
 
@@ -62,10 +62,10 @@ func (fc *faultyCluster) partitionOne(t *testing.T, ctx context.Context) (leader
 func waitLost(t *testing.T, n *Node, d time.Duration) (error, time.Time) {
 	t.Helper()
 	select {
-	case <-n.Lost():
-		return n.LostErr(), time.Now()
+	case <-n.lost():
+		return n.lostErr(), time.Now()
 	case <-time.After(d):
-		t.Fatalf("node %d did not give up within %v", n.Proc(), d)
+		t.Fatalf("node %d did not give up within %v", n.proc(), d)
 	}
 	return nil, time.Time{}
 }
@@ -81,24 +81,24 @@ func TestNodeCutOffForGood(t *testing.T) {
 	_, victim := fc.partitionOne(t, ctx)
 	at := time.Now()
 	err, when := waitLost(t, victim, phase)
-	var ce *CutOffError
-	if !errors.As(err, &ce) || !errors.Is(err, ErrCutOff) || ce.Proc != victim.Proc() {
-		t.Fatalf("node %d gave up with %v, want a *CutOffError", victim.Proc(), err)
+	var ce *cutOffError
+	if !errors.As(err, &ce) || !errors.Is(err, ErrCutOff) || ce.Proc != victim.proc() {
+		t.Fatalf("node %d gave up with %v, want a *CutOffError", victim.proc(), err)
 	}
 	if d := when.Sub(at); d < cutOff || d > 3*cutOff+10*time.Second { // a starved host stretches the bound
 		t.Fatalf("cut off %v after the partition, want about %v", d, cutOff)
 	}
 	t.Logf("cut off %v after the partition: %v", when.Sub(at).Round(time.Millisecond), err)
-	if _, err := victim.WaitEpoch(ctx, 99); !errors.Is(err, ErrCutOff) {
+	if _, err := victim.waitEpoch(ctx, 99); !errors.Is(err, ErrCutOff) {
 		t.Fatalf("WaitEpoch after the cut-off: %v, want ErrCutOff", err)
 	}
 	for _, n := range fc.live() {
-		if n != victim && n.LostErr() != nil {
-			t.Fatalf("node %d, on the majority side, gave up: %v", n.Proc(), n.LostErr())
+		if n != victim && n.lostErr() != nil {
+			t.Fatalf("node %d, on the majority side, gave up: %v", n.proc(), n.lostErr())
 		}
 	}
 	// The majority still commits.
-	if _, err := fc.other(victim.Proc()).Propose(ctx, Finish{}); err != nil {
+	if _, err := fc.other(victim.proc()).propose(ctx, finish{}); err != nil {
 		t.Fatalf("the majority cannot commit: %v", err)
 	}
 }
@@ -114,20 +114,20 @@ func TestNodeReplacedWhileCutOff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), phase)
 	defer cancel()
 	leader := fc.leader(ctx)
-	st := leader.View()
-	rank := fc.rankHolder(st, leader.Proc())
+	st := leader.view()
+	rank := fc.rankHolder(st, leader.proc())
 	spare := st.Spares[len(st.Spares)-1]
-	if spare == leader.Proc() {
+	if spare == leader.proc() {
 		spare = st.Spares[0]
 	}
 	fc.setRules(t, "proc="+itoa(rank)+" partition\nproc="+itoa(spare)+" partition\n")
 	for _, p := range []uint32{rank, spare} {
-		if _, err := fc.other(rank, spare).ReportFailure(ctx, p, leader.Proc(), 0); err != nil {
+		if _, err := fc.other(rank, spare).reportFailure(ctx, p, leader.proc(), 0); err != nil {
 			t.Fatalf("declare %d failed: %v", p, err)
 		}
 	}
 	// The majority moved on: the rank has a new holder.
-	now, err := fc.other(rank, spare).Await(ctx, func(s *State) bool {
+	now, err := fc.other(rank, spare).awaitState(ctx, func(s *state) bool {
 		_, f1 := s.Failed[rank]
 		_, f2 := s.Failed[spare]
 		return f1 && f2
@@ -140,7 +140,7 @@ func TestNodeReplacedWhileCutOff(t *testing.T) {
 	}
 	time.Sleep(time.Second) // real processes: let the cut-off side ask in vain for a while
 	for _, p := range []uint32{rank, spare} {
-		if err := fc.nodes[p].LostErr(); err != nil {
+		if err := fc.nodes[p].lostErr(); err != nil {
 			t.Fatalf("node %d gave up while still cut off: %v", p, err)
 		}
 	}
@@ -168,15 +168,15 @@ func TestNodeShortPartitionIsNotCutOff(t *testing.T) {
 	leader, victim := fc.partitionOne(t, ctx)
 	time.Sleep(cutOff / 2) // real processes: the partition's own length
 	fc.setRules(t, "")
-	if _, err := leader.Propose(ctx, Finish{}); err != nil {
+	if _, err := leader.propose(ctx, finish{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := victim.Await(ctx, func(s *State) bool { return s.Status == Finished }); err != nil {
-		t.Fatalf("node %d never caught up after the heal: %v", victim.Proc(), err)
+	if _, err := victim.awaitState(ctx, func(s *state) bool { return s.Status == statusFinished }); err != nil {
+		t.Fatalf("node %d never caught up after the heal: %v", victim.proc(), err)
 	}
 	select {
-	case <-victim.Lost():
-		t.Fatalf("node %d gave up after a partition of %v (bound %v): %v", victim.Proc(), cutOff/2, cutOff, victim.LostErr())
+	case <-victim.lost():
+		t.Fatalf("node %d gave up after a partition of %v (bound %v): %v", victim.proc(), cutOff/2, cutOff, victim.lostErr())
 	case <-time.After(cutOff):
 	}
 }

@@ -6,17 +6,18 @@
 //
 // # Model
 //
-// State is plain replicated data and State.apply is a pure, deterministic
-// function of (state, command), tested without Raft from the scripts in
-// testdata/. The commands are DeclareFailed, AddSpare, Finish,
-// SetVoters and EndWait. The design's Promote and ReplaceVoter are not
-// separate entries: a DeclareFailed of a rank holder is the whole recovery
-// step in one log entry (epoch+1, the failed process moves to Failed, the
-// first spare on another host takes its rank), and the leader then repairs the Raft voter
-// set and records it with SetVoters. When the pool is empty the job fails
-// with ReasonSparesExhausted (ErrSparesExhausted, exit code
-// ExitSparesExhausted = 75), or, with Config.Shrink, the rank becomes
-// vacant: NumRanks never changes and State.Ranks[r] == NoProc, so an app
+// The state (type state) is plain replicated data and state.apply is a
+// pure, deterministic function of (state, command), tested without Raft
+// from the scripts in testdata/. The commands are declareFailed,
+// addSpare, finish, setVoters and endWait. The design's Promote and
+// ReplaceVoter are not separate entries: a declareFailed of a rank holder
+// is the whole recovery step in one log entry (epoch+1, the failed
+// process moves to state.Failed, the first spare on another host takes
+// its rank), and the leader then repairs the Raft voter set and records
+// it with setVoters. When the pool is empty the job fails with
+// reasonSparesExhausted (ErrSparesExhausted, exit code 75,
+// job.ExitSparesExhausted), or, with Config.Shrink, the rank becomes
+// vacant: NumRanks never changes and state.Ranks[r] == noProc, so an app
 // can hand the vacant rank's work to the others without renumbering.
 // With Config.RefillWait the rank first awaits a process that joins the
 // job (see "Joining a running job" below). Every command is idempotent,
@@ -29,44 +30,45 @@
 // mode the rest are non-voters that replicate the log. Every process
 // bootstraps the same configuration from the same member table, so there
 // is no join step at start (processes added later use Config.Join and
-// JoinSelf: see "Joining a running job").
+// Node.JoinSelf: see "Joining a running job").
 // Raft runs on its own TCP listener with the job-token handshake (purpose
 // "raft"), never on the data plane. Logs live in memory, or in raft-boltdb
 // under Config.StateDir. Everything there is owner-only: the proc-<Proc>
 // directories 0700, the Raft log 0600, the snapshots restricted once
-// written. Config.Network replaces TCP (MemNetwork runs thousands of nodes
-// in one test process, in a testing/synctest bubble).
+// written. Config.Network replaces TCP (the test kit's memnet runs
+// thousands of nodes in one test process, in a testing/synctest bubble).
 //
 // hashicorp/raft does not forward proposals, so each Node also serves a
 // small control RPC (job-token handshake with auth.PurposeControl, one
-// length-prefixed msgpack request per connection, except the tree's
-// follow requests, which reuse theirs): Propose from any process reaches
-// the leader, and is retried with backoff across elections until its
-// context ends.
+// length-prefixed msgpack request per connection, except the tree's follow
+// requests, which reuse theirs): a proposal (propose) from any process
+// reaches the leader, and is retried with backoff across elections until
+// its context ends.
 //
 // The leader keeps the Raft configuration in line with the state: after
 // every change and after winning an election it removes failed processes,
 // and, in the all-Raft mode, adds new ones as non-voters and promotes live
 // non-voters (in the voters-only mode: live clients, see below),
-// preferring hosts with the fewest voters, until there are MaxVoters
-// voters or no candidate is left.
+// preferring hosts with the fewest voters, until there are
+// Config.MaxVoters voters or no candidate is left.
 //
 // # Raft among the voters only
 //
 // With Config.VotersOnly only the voters run hashicorp/raft: the leader
-// replicates to MaxVoters-1 followers whatever the job's size. Every other
-// process is a client that holds the state without Raft:
+// replicates to Config.MaxVoters-1 followers whatever the job's size. Every
+// other process is a client that holds the state without Raft:
 //
-//   - News travels down a dissemination tree (tree.go, a pure function of
-//     the state): the live voters are its roots, the other live processes
-//     hang below them in a k-ary heap order (Config.TreeFanout, default 8)
-//     by proc id, so a process's parent is computed, never negotiated.
+//   - News travels down a dissemination tree (spares/internal/tree, a
+//     pure function of the state): the live voters are its roots, the
+//     other live processes hang below them in a k-ary heap order
+//     (Config.TreeFanout, default 8) by proc id, so a process's parent is
+//     computed, never negotiated.
 //   - A client keeps one control connection to its parent and asks on it,
 //     over and over, for what is newer than its version (follow.go). The
 //     version is the Raft index of the last change it applied; the parent
-//     answers at once with the changes since (the commands themselves,
-//     applied with State.apply, which is deterministic) or its whole state
-//     when it no longer keeps them (news.go), and otherwise after
+//     (parent.go) answers at once with the changes since (the commands
+//     themselves, applied with state.apply, which is deterministic) or its
+//     whole state when it no longer keeps them (news.go), and otherwise after
 //     Config.TreeHold with a keepalive. Every answer carries the leader
 //     the parent knows and how long ago its own contact with the quorum
 //     was, so a change reaches every process in depth = O(log_k N) hops,
@@ -78,17 +80,17 @@
 //     (a dial to a silent host fails only at RPCTimeout, longer than the
 //     skip), so the client always reaches the live processes after the
 //     dead ones.
-//   - A client's proposals (ReportFailure, Finish, ...) go through the
+//   - A client's proposals (reportFailure, finish, ...) go through the
 //     control RPC to the leader it heard of, or to a voter, which answers
 //     with the leader.
 //   - A process this one's own failure detector confirmed failed
-//     (ReportFailure) is asked for nothing until the state declares it
+//     (reportFailure) is asked for nothing until the state declares it
 //     failed, at most CutOff (down.go): the client drops it as parent at
 //     once and no proposal goes through it, instead of waiting on a
 //     connection to a host that was cut off silently (issue 31).
 //   - Voter replacement: when a voter fails, the leader picks a live
 //     client (hosts with the fewest voters first), records the new voter
-//     set with SetVoters, then adds it with AddVoter. The client learns
+//     set with setVoters, then adds it with AddVoter. The client learns
 //     from the tree that it votes, starts Raft with empty stores and
 //     catches up through Raft's log or snapshot; log entries it already
 //     holds from the tree are skipped by index. It follows the tree until
@@ -100,7 +102,7 @@
 // new process id from the rendezvous (ids past the original table, never
 // reused: fencing keys on them) and is given the job's original member
 // table, so it starts from the same initial state as everyone. It runs
-// no Raft: JoinSelf proposes AddSpare for itself through the control RPC
+// no Raft: Node.JoinSelf proposes addSpare for itself through the control RPC
 // and waits until its own state lists it. Its state is the job's first
 // one, whose voters may all have been replaced since, so until it is
 // listed it asks those voters first and then any other process of the
@@ -109,21 +111,21 @@
 // it is a client like any other: it follows the tree, and the leader may
 // make it a voter when one is lost (it registered RaftAddr and CtlAddr).
 //
-// AddSpare puts the joiner in the pool without a new epoch (no rank
+// addSpare puts the joiner in the pool without a new epoch (no rank
 // changes holder, so nothing is fenced and the ranks need not recover),
 // or, while ranks await a joiner, gives it the lowest such rank in the
 // same entry, with a new epoch. A rank awaits when it
 // is lost with an empty pool and Config.RefillWait is set (it is fixed in
-// the initial state, State.RefillWait, so every process applies the log
-// alike): the failed process keeps the rank, listed in State.Awaiting
+// the initial state, state.RefillWait, so every process applies the log
+// alike): the failed process keeps the rank, listed in state.Awaiting
 // with the epoch the wait began, so the runtime sees a rank failed and
 // not yet replaced and the survivors' recovery waits. The leader alone
 // keeps time (refill.go, a pure clock driven by the leader loop): from
-// when it first saw a wait, RefillWait later, it commits EndWait{Rank,
+// when it first saw a wait, RefillWait later, it commits endWait{Rank,
 // Since}, and the rank goes the way of a loss with an empty pool (vacant
 // with Shrink, else the job fails with ErrSparesExhausted). A new leader
 // times every wait afresh from its election: a leader change makes a wait
-// longer, never shorter, and since EndWait names the wait, a late one can
+// longer, never shorter, and since endWait names the wait, a late one can
 // neither end a later wait of the same rank nor take a rank a joiner
 // holds. Membership's views list the joiners (pgas.View.Joined) with
 // their data-plane addresses; a rank that awaits shows its failed holder.
@@ -137,51 +139,52 @@
 // (⌈log_k(N/V)⌉ + 1 hops); the joiner's first news is the changes since
 // the start or a whole state, O(N) bytes. Waiting costs the leader one
 // timer and O(ranks awaiting) work per round; the state grows by one
-// entry per awaiting rank and one ProcInfo per joiner, ever (ids are
-// never reused, so State.Procs holds every joiner the job had).
+// entry per awaiting rank and one procInfo per joiner, ever (ids are
+// never reused, so state.Procs holds every joiner the job had).
 //
 // # Usage
+//
+// Package job starts a node for every process of a fault-tolerant job and
+// hands it to the runtime, which reads views from it and reports failures
+// to it (pgas.Membership):
 //
 //	cfg := spares.DefaultConfig()
 //	cfg.Proc, cfg.Members, cfg.NumRanks, cfg.Token = me, table, n, token
 //	node, err := spares.NewNode(cfg)
 //	if err != nil { ... }
-//	defer node.Shutdown()
+//	m := spares.NewMembership(node) // for pgas.Config.Membership
 //
-//	// a spare waits for a rank
-//	rank, view, err := node.WaitPromotion(ctx)
-//	if err != nil { os.Exit(job.ExitCode(err)) } // job maps the errors to exit codes
-//
-//	// a survivor whose detector confirmed a failure
-//	res, err := node.ReportFailure(ctx, deadProc, me, view.Epoch)
-//	view, err = node.WaitEpoch(ctx, res.Epoch) // then restore from checkpoint
+// A joiner (Config.Join) first adds itself with node.JoinSelf. The errors
+// that end a process (ErrSparesExhausted, ErrJobFailed, ErrDeclaredFailed,
+// ErrCutOff) reach the program through the runtime, and job.ExitCode maps
+// each to its exit code.
 //
 // # Concurrency and ownership
 //
-// All Node methods are safe for concurrent use. Every blocking method
-// takes a context and returns ErrTimeout (wrapping the context's error)
-// when it ends, and ErrClosed after Shutdown; a timeout never means that a
-// process died. View and Watch values are private copies. Watch channels
-// hold only the latest state (a slow reader skips intermediate states and
-// never blocks the node) and are closed by Shutdown.
+// All Node methods are safe for concurrent use. Every blocking one takes
+// a context and returns errTimeout (wrapping the context's error) when it
+// ends, and errClosed after Shutdown; a timeout never means that a
+// process died. States from view and watch are private copies. Watch
+// channels hold only the latest state (a slow reader skips intermediate
+// states and never blocks the node) and are closed by Shutdown.
 //
 // Goroutines: Raft's own, on a process that runs Raft (stopped by
 // raft.Shutdown); per listener (internal/listen) one accept loop and one
-// handshake goroutine per pending connection (bounded by the process's admission gate,
-// internal/admit, which sheds the oldest pending connection when full;
-// each under HandshakeTimeout); the control server, one goroutine per
-// control connection (under RPCTimeout; a child's follow connection lives
-// as long as the child asks, at least once per TreeHold + RPCTimeout), one
-// waiter per local apply, the leader loop (with Raft; it also runs the
-// clock of the waits for joiners, refill.go), the contact
-// watcher and, on a client, the follow loop. All are owned by the Node
-// and stopped by Shutdown, which closes the control listener (and with it
-// the connections it accepted), shuts Raft down if it runs (closing its
+// handshake goroutine per pending connection (bounded by the process's
+// admission gate, internal/admit, which sheds the oldest pending connection
+// when full; each under HandshakeTimeout); the control server, one
+// goroutine per control connection (under RPCTimeout; a child's follow
+// connection lives as long as the child asks, at least once per TreeHold +
+// RPCTimeout), one waiter per local apply, the leader loop (with Raft; it
+// also runs the clock of the waits for joiners, refill.go), the contact
+// watcher and, on a client, the follow loop. All are owned by the Node and
+// stopped by Shutdown, which closes the control listener (and with it the
+// connections it accepted), shuts Raft down if it runs (closing its
 // transport), cancels the node's context (ending its own follow
-// connection), waits for the goroutines, then closes Watch channels and
-// stores. Shutdown is bounded (Config.ShutdownTimeout, shutdown.go): a
-// Raft that does not stop in time has its transport closed under it, and
-// is abandoned, stores and all, if even that does not stop it.
+// connection), waits for the goroutines, then closes watch channels and
+// stores. Shutdown is bounded (Config.ShutdownTimeout, shutdown.go): a Raft
+// that does not stop in time has its transport closed under it, and is
+// abandoned, stores and all, if even that does not stop it.
 //
 // Locks: Node.startMu (starting Raft on a promoted client) is taken
 // before Node.mu and fsm.mu, never while holding them. fsm.mu (state,
@@ -194,7 +197,7 @@
 //
 // # Costs and limits
 //
-// N processes, V ≤ MaxVoters voters, fan-out k (TreeFanout), hold h
+// N processes, V ≤ Config.MaxVoters voters, fan-out k (TreeFanout), hold h
 // (TreeHold).
 //
 //   - All-Raft mode: every process replicates the log, so the leader sends
@@ -202,8 +205,8 @@
 //     HeartbeatTimeout/10 and per commit), every process holds a Raft
 //     connection to the leader and Shutdown stops N Raft nodes. Fine for
 //     tens to a few hundred processes.
-//   - Voters-only mode: the leader's Raft traffic is O(V) (measured over a
-//     MemNetwork at N = 512: about 6.7k appends and heartbeats to its 4
+//   - Voters-only mode: the leader's Raft traffic is O(V) (measured over
+//     memnet at N = 512: about 6.7k appends and heartbeats to its 4
 //     followers per 10s, the same at any N). Every process serves at most
 //     k children (a voter: k children and its Raft peers) and holds one
 //     connection to its parent: 2 small messages per child per h when
@@ -211,10 +214,10 @@
 //     k = 8, h = 1s), and per change one answer per child carrying the
 //     command. A change reaches every process in ⌈log_k(N/V)⌉ + 1 hops, each
 //     one message; a proposal from a client is one control RPC to a voter
-//     (forwarded once if that voter does not lead). State per process: the
+//     (forwarded once if that voter does not lead). Per process: the
 //     state (O(N)), the last 256 changes and one tree per view.
 //   - Measured (a shared, busy 2-core machine). Simulated, voters-only,
-//     MemNetwork in fake time (TestSim*, -spares.simn=4096): a kill reaches
+//     memnet in fake time (TestSim*, -spares.simn=4096): a kill reaches
 //     all 4095 survivors in 9ms of fake time, 38s of wall time for the
 //     whole test, the leader's load as at 512. Real processes, one Node
 //     each over loopback TCP (TestProcsKillRankHolder, -spares.procs=512):
@@ -247,23 +250,25 @@
 //
 //   - After 2 × (HeartbeatTimeout + ElectionTimeout) (at least 1s) without
 //     contact the node asks, every StandingInterval, the voters it knows
-//     and two other processes in turn for its standing (control RPC op "standing",
-//     authenticated like every control connection). A process declared
-//     failed has left the Raft configuration and gets no log entries (a
-//     client has left the tree, though it may still hear the news from a
-//     voter), so this is how it learns its fate once the network heals: an answer
-//     that it was declared failed ends it fenced (ExitDeclaredFailed, 77);
-//     a failed job ends it with the job's code; an idle spare of a job
-//     that finished exits 0. Answers are committed facts, so a responder
-//     that is behind can only say too little. Answers from a majority of
-//     the voters count as contact: on a starved host Raft may go without
-//     a leader for seconds while every process still reaches the others.
+//     and two other processes in turn for its standing (control RPC op
+//     "standing", authenticated like every control connection). A process
+//     declared failed has left the Raft configuration and gets no log
+//     entries (a client has left the tree, though it may still hear the
+//     news from a voter), so this is how it learns its fate once the
+//     network heals: an answer that it was declared failed ends it fenced
+//     (exit code 77, job.ExitDeclaredFailed); a failed job ends it with the
+//     job's code; an idle spare of a job that finished exits 0. Answers are
+//     committed facts, so a responder that is behind can only say too
+//     little. Answers from a majority of the voters count as contact: on a
+//     starved host Raft may go without a leader for seconds while every
+//     process still reaches the others.
 //   - After Config.CutOff (PGAS_CUTOFF, default 10s) without contact the
-//     node gives up with a *CutOffError (ErrCutOff, ExitCutOff = 74) that
+//     node gives up with a *cutOffError (ErrCutOff, exit code 74,
+//     job.ExitCutOff) that
 //     names the voters, the time and the last contact. An idle spare is no
 //     exception: cut off, it cannot know whether the job still needs it.
 //
-// Node.Lost and LostErr report the verdict; Membership passes it to the
+// Node.lost and lostErr report the verdict; Membership passes it to the
 // runtime (pgas.MembershipLoss), which stops every call with it. The
 // default bound: a working membership is without a leader only during an
 // election (HeartbeatTimeout plus a few ElectionTimeouts, about a second

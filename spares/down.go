@@ -6,7 +6,7 @@ import (
 )
 
 // downMarks are the processes this process's failure detector confirmed
-// failed (ReportFailure), each until when it counts as down. Until the
+// failed (reportFailure), each until when it counts as down. Until the
 // state declares them failed (which removes them from the tree), a client
 // of the voters-only mode asks none of them for news and drops the one it
 // follows at once, and a proposal goes through none of them: a dial to a
@@ -37,7 +37,7 @@ func downFor(c *Config) time.Duration {
 	if c.CutOff > 0 {
 		return c.CutOff
 	}
-	return DefaultCutOff
+	return defaultCutOff
 }
 
 // mark records proc as down until now+d and calls the watchers of proc.

@@ -11,23 +11,23 @@ import (
 // silentUpstreams starts the job's layout of test/mhtier (4 ranks and 2
 // spares on 3 hosts) in the simulation, finds a client whose first two
 // upstream processes are ranks, waits until it follows, and silences
-// those two (MemNetwork.Silence: dials to them take the whole
+// those two (memnet.Network.Silence: dials to them take the whole
 // RPCTimeout, their connections go quiet), as a host cut off silently
 // with ranks 0 and 1 did in issue 31. It returns the client, the two
 // silenced processes and a live voter.
 func silentUpstreams(t *testing.T, s *sim) (client uint32, gone []uint32, voter uint32) {
 	t.Helper()
-	st := s.leader().View()
+	st := s.leader().view()
 	tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
-	client = NoProc
+	client = noProc
 	for p := range s.nodes {
-		up := tr.upstream(uint32(p))
-		if tr.position(uint32(p)) >= tr.voters && len(up) >= 3 && slices.Contains(st.Ranks, up[0]) && slices.Contains(st.Ranks, up[1]) {
+		up := tr.Upstream(uint32(p))
+		if tr.Parent(uint32(p)) != noProc && len(up) >= 3 && slices.Contains(st.Ranks, up[0]) && slices.Contains(st.Ranks, up[1]) {
 			client, gone, voter = uint32(p), up[:2], up[2]
 			break
 		}
 	}
-	if client == NoProc {
+	if client == noProc {
 		t.Fatalf("no client whose first two upstream processes are ranks: voters %v", st.Voters)
 	}
 	for !s.nodes[client].inContact(time.Now()) {
@@ -46,15 +46,15 @@ func silentUpstreams(t *testing.T, s *sim) (client uint32, gone []uint32, voter 
 func reportAll(ctx context.Context, t *testing.T, s *sim, reporter uint32, gone []uint32) uint64 {
 	t.Helper()
 	n := s.nodes[reporter]
-	view := n.View().Epoch
+	view := n.view().Epoch
 	type answer struct {
-		res Result
+		res result
 		err error
 	}
 	ch := make(chan answer, len(gone))
 	for _, p := range gone {
 		go func() {
-			res, err := n.ReportFailure(ctx, p, reporter, view)
+			res, err := n.reportFailure(ctx, p, reporter, view)
 			ch <- answer{res, err}
 		}()
 	}
@@ -85,7 +85,7 @@ func TestSimSilentUpstreamsAreSkipped(t *testing.T) {
 		defer cancel()
 		epoch := reportAll(ctx, t, s, voter, gone)
 		at := time.Now()
-		if _, err := s.nodes[client].WaitEpoch(ctx, epoch); err != nil {
+		if _, err := s.nodes[client].waitEpoch(ctx, epoch); err != nil {
 			t.Fatalf("client %d never learnt epoch %d: %v", client, epoch, err)
 		}
 		cfg := &s.nodes[0].cfg
@@ -100,7 +100,7 @@ func TestSimSilentUpstreamsAreSkipped(t *testing.T) {
 }
 
 // When the client's own failure detector confirms the silent processes
-// failed (ReportFailure from the client), it drops the one it follows at
+// failed (reportFailure from the client), it drops the one it follows at
 // once and asks a live voter, and its proposal goes around the leader it
 // knew if that is one of them: it learns the epoch well within one dial
 // time-out of its report.
@@ -114,14 +114,14 @@ func TestSimConfirmedUpstreamsAreDropped(t *testing.T) {
 		defer cancel()
 		at := time.Now()
 		epoch := reportAll(ctx, t, s, client, gone)
-		if _, err := s.nodes[client].WaitEpoch(ctx, epoch); err != nil {
+		if _, err := s.nodes[client].waitEpoch(ctx, epoch); err != nil {
 			t.Fatalf("client %d never learnt epoch %d: %v", client, epoch, err)
 		}
 		bound := s.nodes[0].cfg.RPCTimeout / 2
 		if d := time.Since(at); d > bound {
 			t.Fatalf("client %d learnt epoch %d %v after its reports, want within %v", client, epoch, d, bound)
 		}
-		st := s.nodes[client].View()
+		st := s.nodes[client].view()
 		for _, p := range gone {
 			if _, failed := st.Failed[p]; !failed {
 				t.Fatalf("proc %d not failed in epoch %d: %s", p, st.Epoch, summarize(&st))
@@ -167,34 +167,5 @@ func TestDownMarks(t *testing.T) {
 	m.onMark(6, func() { fired++ })()
 	if fired != 1 {
 		t.Fatal("the watcher of a process already down did not fire")
-	}
-}
-
-// pickUpstream right after a failure lets no mark run out: with two
-// silent processes first, each failing only after a dial time-out longer
-// than a mark, the choice still reaches the third.
-func TestPickUpstreamAfterFailures(t *testing.T) {
-	up := []uint32{0, 1, 2}
-	bad := map[uint32]time.Time{}
-	now := time.Unix(1000, 0)
-	const dial, mark = 3 * time.Second, 2 * time.Second
-	var tried []uint32
-	failed := false
-	for range 4 {
-		p, _ := pickUpstream(up, bad, now, !failed)
-		tried = append(tried, p)
-		if p == 2 {
-			break
-		}
-		now = now.Add(dial)
-		bad[p], failed = now.Add(mark), true
-	}
-	if !slices.Equal(tried, []uint32{0, 1, 2}) {
-		t.Fatalf("tried %v, want [0 1 2]", tried)
-	}
-	// After a success the marks that ran out expire: the parent is tried
-	// again.
-	if p, _ := pickUpstream(up, bad, now.Add(10*time.Second), true); p != 0 {
-		t.Fatalf("after a success and the marks' end: %d, want 0", p)
 	}
 }

@@ -22,14 +22,14 @@ import (
 // weak evidence (a leader closes surplus pooled connections too), so the
 // voter dials the leader's Raft address; a refused connection means no
 // process listens there any more. Then, and when this process's failure
-// detector confirms the leader's process dead (ReportFailure), the node
+// detector confirms the leader's process dead (reportFailure), the node
 // lowers its heartbeat and election timeouts to the leader lease
 // (ReloadConfig wakes the follower's timer), so it stands for election as
 // soon as the lease has run out, and restores them once a new leader is
 // known. A false alarm costs at most an election, never safety: Raft's own
 // rules still decide.
 //
-// failover also lets Propose retry at once when a leader appears, instead
+// failover also lets propose retry at once when a leader appears, instead
 // of after its backoff.
 
 // failover is owned by a Node.
@@ -89,7 +89,7 @@ func (n *Node) watchLeader(r *raft.Raft, obs <-chan raft.Observation) {
 // leaderConnLost is called when an authenticated Raft connection from
 // peer ended from the far side. If peer leads, probe its address.
 func (n *Node) leaderConnLost(peer uint32) {
-	leader, ok := n.Leader()
+	leader, ok := n.leader()
 	n.log.Debug("spares: raft connection ended by the peer", "peer", peer, "leader", leader)
 	if !ok || leader != peer || peer == n.cfg.Proc {
 		return
@@ -178,7 +178,7 @@ func (n *Node) expediteElection(proc uint32, why string) {
 	if r == nil {
 		return // a client of the voters-only mode has no election to hasten
 	}
-	leader, ok := n.Leader()
+	leader, ok := n.leader()
 	if !ok || leader != proc || proc == n.cfg.Proc {
 		return
 	}
@@ -254,9 +254,9 @@ func (n *Node) restoreHeartbeat(r *raft.Raft, why string, leader raft.ServerID) 
 	n.log.Debug("spares: raft heartbeat timeout restored", "why", why, "leader", string(leader))
 }
 
-// Expedites reports how many times this node lowered its heartbeat timeout
+// expedites reports how many times this node lowered its heartbeat timeout
 // for a fast failover.
-func (n *Node) Expedites() int {
+func (n *Node) expedites() int {
 	n.fo.mu.Lock()
 	defer n.fo.mu.Unlock()
 	return n.fo.expedites

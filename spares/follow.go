@@ -3,11 +3,10 @@ package spares
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"time"
 
+	"github.com/gaspigo/gaspigo/spares/internal/tree"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -30,7 +29,7 @@ import (
 const ctlOpFollow = 3
 
 // maxFollowFrame caps an answer: a whole state and the changes kept.
-const maxFollowFrame = MaxStateSize + maxNews*(MaxCommandSize+32) + 1024
+const maxFollowFrame = maxStateSize + maxNews*(maxCommandSize+32) + 1024
 
 func encodeFollowRequest(have uint64, full bool) ([]byte, error) {
 	var buf bytes.Buffer
@@ -42,9 +41,9 @@ func encodeFollowRequest(have uint64, full bool) ([]byte, error) {
 }
 
 func decodeFollowRequest(payload []byte) (have uint64, full bool, err error) {
-	d := newDec(payload, ErrProtocol)
+	d := newDec(payload, errProtocol)
 	if n := d.arrayLen(2); d.err == nil && n != 2 {
-		return 0, false, fmt.Errorf("%w: follow request has %d fields, want 2", ErrProtocol, n)
+		return 0, false, fmt.Errorf("%w: follow request has %d fields, want 2", errProtocol, n)
 	}
 	have = d.uint(^uint64(0))
 	full = d.bool()
@@ -80,134 +79,32 @@ func encodeFollowAnswer(a followAnswer) ([]byte, error) {
 
 func decodeFollowAnswer(b []byte) (followAnswer, error) {
 	var a followAnswer
-	d := newDec(b, ErrProtocol)
+	d := newDec(b, errProtocol)
 	if n := d.arrayLen(7); d.err == nil && n != 7 {
-		return a, fmt.Errorf("%w: follow answer has %d fields, want 7", ErrProtocol, n)
+		return a, fmt.Errorf("%w: follow answer has %d fields, want 7", errProtocol, n)
 	}
 	a.Code = d.str(64)
 	a.Update.Version = d.uint(^uint64(0))
-	a.Leader = uint32(d.uint(uint64(NoProc)))
+	a.Leader = uint32(d.uint(uint64(noProc)))
 	a.Fresh = d.bool()
 	a.Age = time.Duration(d.uint(uint64(1<<62/time.Microsecond))) * time.Microsecond
-	if st := d.bin(MaxStateSize); len(st) > 0 {
+	if st := d.bin(maxStateSize); len(st) > 0 {
 		a.Update.State = st
 	}
 	n := d.arrayLen(maxNews)
 	last := uint64(0)
 	for i := 0; i < n && d.err == nil; i++ {
 		if m := d.arrayLen(2); d.err == nil && m != 2 {
-			return a, fmt.Errorf("%w: follow entry has %d fields, want 2", ErrProtocol, m)
+			return a, fmt.Errorf("%w: follow entry has %d fields, want 2", errProtocol, m)
 		}
-		en := newsEntry{Index: d.uint(^uint64(0)), Data: d.bin(MaxCommandSize)}
+		en := newsEntry{Index: d.uint(^uint64(0)), Data: d.bin(maxCommandSize)}
 		if d.err == nil && (en.Index <= last || en.Index > a.Update.Version) {
-			return a, fmt.Errorf("%w: follow entry index %d after %d, version %d", ErrProtocol, en.Index, last, a.Update.Version)
+			return a, fmt.Errorf("%w: follow entry index %d after %d, version %d", errProtocol, en.Index, last, a.Update.Version)
 		}
 		last = en.Index
 		a.Update.Entries = append(a.Update.Entries, en)
 	}
 	return a, d.finish()
-}
-
-// serveFollow answers a child's follow requests on c until it hangs up,
-// the node closes or a request is bad. payload is the first request's.
-func (n *Node) serveFollow(c *authConn, payload []byte) {
-	for {
-		have, full, err := decodeFollowRequest(payload)
-		if err != nil {
-			n.log.Warn("spares: bad follow request", "peer", c.peer, "err", err)
-			return
-		}
-		a, ok := n.awaitNews(have, full)
-		if !ok {
-			return
-		}
-		body, err := encodeFollowAnswer(a)
-		if err == nil {
-			_ = c.SetDeadline(time.Now().Add(n.cfg.RPCTimeout))
-			err = writeFrame(c, body)
-		}
-		if err != nil {
-			n.log.Debug("spares: follow answer failed", "peer", c.peer, "err", err)
-			return
-		}
-		n.treeServed.Add(1)
-		// The child asks again as soon as it has applied the answer.
-		_ = c.SetDeadline(time.Now().Add(n.cfg.treeHold() + n.cfg.RPCTimeout))
-		req, err := readFrame(c)
-		var op uint64
-		if err == nil {
-			op, payload, err = decodeCtlRequest(req)
-		}
-		if err == nil && op != ctlOpFollow {
-			err = fmt.Errorf("%w: op %d on a follow connection", ErrProtocol, op)
-		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !n.isClosed() {
-				n.log.Debug("spares: follow connection ended", "peer", c.peer, "err", err)
-			}
-			return
-		}
-	}
-}
-
-// awaitNews waits up to TreeHold for a version above have and returns the
-// answer; false when the node closes.
-//
-// A parent without contact with the quorum when the request comes (at
-// start, before the first election, or while a leader is replaced)
-// also answers as soon as it regains contact, so that its children learn
-// it at once and do not start asking for their standing.
-func (n *Node) awaitNews(have uint64, full bool) (followAnswer, bool) {
-	t := time.NewTimer(n.cfg.treeHold())
-	defer t.Stop()
-	var poll <-chan time.Time
-	if !n.inContact(time.Now()) {
-		tk := time.NewTicker(max(n.cfg.treeHold()/16, time.Millisecond))
-		defer tk.Stop()
-		poll = tk.C
-	}
-	for {
-		u, changed, err := n.fsm.newsFor(have, full)
-		if err != nil {
-			return followAnswer{Code: codeOf(err)}, true
-		}
-		if u.Version > have || full {
-			return n.answer(u), true
-		}
-		select {
-		case <-changed:
-		case now := <-poll:
-			if n.inContact(now) {
-				return n.answer(u), true
-			}
-		case <-t.C:
-			return n.answer(u), true
-		case <-n.closeCh:
-			return followAnswer{}, false
-		}
-	}
-}
-
-// inContact: this process's last contact with the quorum is fresh.
-func (n *Node) inContact(now time.Time) bool {
-	t := n.contactTime(now)
-	window := n.cfg.HeartbeatTimeout
-	if n.raftNode() == nil {
-		window = treeFresh(&n.cfg)
-	}
-	return !t.IsZero() && now.Sub(t) <= window
-}
-
-func (n *Node) answer(u update) followAnswer {
-	a := followAnswer{Code: codeOK, Update: u, Leader: NoProc}
-	if p, ok := n.Leader(); ok {
-		a.Leader = p
-	}
-	now := time.Now()
-	if t := n.contactTime(now); !t.IsZero() {
-		a.Fresh, a.Age = true, now.Sub(t)
-	}
-	return a
 }
 
 // following reports whether this node learns its state from the tree: a
@@ -238,8 +135,8 @@ func (n *Node) followLoop() {
 		// fails only at its time-out (RPCTimeout, longer than badFor), and
 		// two such hosts first in the list would otherwise take turns for
 		// ever and keep this process from the live ones after them.
-		target, fallback := pickUpstream(n.upstream(tr), bad, now, !failed)
-		if target == NoProc || fallback {
+		target, fallback := tree.Pick(n.upstream(tr), bad, now, !failed)
+		if target == noProc || fallback {
 			// Nobody to ask, or everybody failed us lately: wait a little.
 			t := time.NewTimer(n.cfg.treeHold() / 4)
 			select {
@@ -250,7 +147,7 @@ func (n *Node) followLoop() {
 				t.Stop()
 				return
 			}
-			if target == NoProc {
+			if target == noProc {
 				continue
 			}
 		}
@@ -265,17 +162,17 @@ func (n *Node) followLoop() {
 	}
 }
 
-// upstream is whom this node asks for news, best first (tree.upstream).
+// upstream is whom this node asks for news, best first (Tree.Upstream).
 // A joiner its state does not list yet (joining) knows only the voters of
 // the job's first state, and all of them may have been replaced since:
 // after them it asks the other processes of its state in tree order, any
 // of which answers with the news. That list is O(N), built per answer,
 // but only until the joiner's state lists it.
-func (n *Node) upstream(tr *tree) []uint32 {
-	up := tr.upstream(n.cfg.Proc)
+func (n *Node) upstream(tr *tree.Tree) []uint32 {
+	up := tr.Upstream(n.cfg.Proc)
 	joining := false
 	var later []uint32
-	n.fsm.read(func(st *State, _ uint64) {
+	n.fsm.read(func(st *state, _ uint64) {
 		if joining = n.joining(st); joining {
 			later = n.unlistedContacts(st)
 		}
@@ -287,37 +184,16 @@ func (n *Node) upstream(tr *tree) []uint32 {
 	// process (Config.Contacts: the likeliest to be alive when the first
 	// processes are gone), then the others of the first state.
 	up = append(up, later...)
-	return append(up, tr.order[tr.voters:]...)
-}
-
-// pickUpstream returns the first process of up not in bad, or, when all
-// are, the one whose mark ends first (fallback). With expire, the marks
-// that ended by now are dropped first.
-func pickUpstream(up []uint32, bad map[uint32]time.Time, now time.Time, expire bool) (uint32, bool) {
-	best := NoProc
-	for _, p := range up {
-		until, marked := bad[p]
-		if marked && expire && now.After(until) {
-			delete(bad, p)
-			marked = false
-		}
-		if !marked {
-			return p, false
-		}
-		if best == NoProc || until.Before(bad[best]) {
-			best = p
-		}
-	}
-	return best, best != NoProc
+	return append(up, tr.Clients()...)
 }
 
 // followFrom follows target on one connection until it fails, this node
 // stops following, or target is no longer the one to ask.
 func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) error {
 	var addr string
-	n.fsm.read(func(st *State, _ uint64) { addr = n.ctlAddrOf(st, target) })
+	n.fsm.read(func(st *state, _ uint64) { addr = n.ctlAddrOf(st, target) })
 	if addr == "" {
-		return fmt.Errorf("%w: proc %d has no control address", ErrProtocol, target)
+		return fmt.Errorf("%w: proc %d has no control address", errProtocol, target)
 	}
 	ctx, cancel := context.WithCancel(n.ctx)
 	defer cancel()
@@ -364,7 +240,7 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 		if a.Code != codeOK {
 			return fmt.Errorf("spares: proc %d: follow answer %q", c.peer, a.Code)
 		}
-		n.treeHeard(a, got)
+		n.heard.Record(a.Leader, a.Fresh, a.Age, got)
 		if !n.following() {
 			return nil
 		}
@@ -385,32 +261,15 @@ func (n *Node) followFrom(target uint32, full *bool, bad map[uint32]time.Time) e
 			*full = true
 		}
 		start := false
-		n.fsm.read(func(st *State, _ uint64) { start = n.shouldStartRaft(st) })
+		n.fsm.read(func(st *state, _ uint64) { start = n.shouldStartRaft(st) })
 		if start {
 			return nil
 		}
 		tr, _ := n.fsm.tree(n.cfg.TreeFanout)
 		now := time.Now()
 		n.down.addTo(bad, now)
-		if p, _ := pickUpstream(n.upstream(tr), bad, now, true); p != target {
+		if p, _ := tree.Pick(n.upstream(tr), bad, now, true); p != target {
 			return nil // the tree moved, or a closer ancestor may answer again
-		}
-	}
-}
-
-// treeHeard records the contact and the leader an answer tells of.
-func (n *Node) treeHeard(a followAnswer, got time.Time) {
-	if a.Leader != NoProc {
-		n.treeLeader.Store(a.Leader)
-	}
-	if !a.Fresh {
-		return
-	}
-	t := got.Add(-a.Age).UnixNano()
-	for {
-		old := n.treeContact.Load()
-		if t <= old || n.treeContact.CompareAndSwap(old, t) {
-			return
 		}
 	}
 }

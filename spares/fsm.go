@@ -10,9 +10,10 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/gaspigo/gaspigo/obs"
+	"github.com/gaspigo/gaspigo/spares/internal/tree"
 )
 
-// fsm is the raft.FSM over State. Raft calls Apply, Snapshot and Restore
+// fsm is the raft.FSM over state. Raft calls Apply, Snapshot and Restore
 // from its own FSM goroutine; readers take a clone under mu. Watchers are
 // fed without blocking (latest value wins), so a slow reader never stalls
 // the log.
@@ -21,13 +22,13 @@ type fsm struct {
 	onChange func() // called after a change, outside mu; must not block
 
 	mu       sync.Mutex
-	st       State
+	st       state
 	changed  chan struct{} // closed and replaced on every change
-	watchers []chan State
+	watchers []chan state
 	closed   bool
 	news     news // the version of st and the changes that led to it
 
-	treeCache *tree // the tree of st at version treeAt (see tree)
+	treeCache *tree.Tree // the tree of st at version treeAt (see tree)
 	treeAt    uint64
 }
 
@@ -35,11 +36,11 @@ var _ raft.FSM = (*fsm)(nil)
 
 // applyResponse is what FSM.Apply returns to raft's ApplyFuture.
 type applyResponse struct {
-	Result Result
+	Result result
 	Err    error
 }
 
-func newFSM(initial State, log *slog.Logger) *fsm {
+func newFSM(initial state, log *slog.Logger) *fsm {
 	return &fsm{st: initial, changed: make(chan struct{}), log: log}
 }
 
@@ -84,28 +85,28 @@ func (f *fsm) Apply(l *raft.Log) any {
 }
 
 // recordChange logs a change this process applied and counts it.
-func (f *fsm) recordChange(cmd Command, res Result) {
+func (f *fsm) recordChange(cmd command, res result) {
 	attrs := []any{"epoch", res.Epoch, "status", res.Status.String(), "note", res.Note}
 	switch c := cmd.(type) {
-	case DeclareFailed:
+	case declareFailed:
 		attrs = append(attrs, "failed_proc", c.Proc, "reporter", c.Reporter)
 		if res.Rank >= 0 {
 			attrs = append(attrs, "rank", res.Rank)
 		}
-		if res.Promoted != NoProc {
+		if res.Promoted != noProc {
 			attrs = append(attrs, "promoted", res.Promoted)
 		}
 		f.log.Info("spares: failure committed", attrs...)
-	case AddSpare:
+	case addSpare:
 		obs.SparesJoined.Inc()
 		if res.Rank >= 0 {
 			f.log.Info("spares: joiner took an awaiting rank", append(attrs, "proc", c.Proc, "rank", res.Rank)...)
 		} else {
 			f.log.Info("spares: spare added", append(attrs, "proc", c.Proc)...)
 		}
-	case EndWait:
+	case endWait:
 		f.log.Info("spares: no joiner came for a rank", append(attrs, "rank", c.Rank, "since", c.Since)...)
-	case SetVoters:
+	case setVoters:
 		f.log.Debug("spares: voters recorded", append(attrs, "voters", c.Voters)...)
 	default:
 		f.log.Debug("spares: "+cmd.Kind().String()+" committed", attrs...)
@@ -124,25 +125,34 @@ func (f *fsm) publishLocked() {
 	}
 }
 
-// view returns a clone of the state and the channel closed on its next change.
 // ended reports whether the job's status is no longer running (finished
 // or failed), without copying the state.
 func (f *fsm) ended() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.st.Status != Running
+	return f.st.Status != statusRunning
 }
 
-func (f *fsm) view() (State, <-chan struct{}) {
+// view returns a clone of the state and the channel closed on its next change.
+func (f *fsm) view() (state, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.st.Clone(), f.changed
 }
 
-func (f *fsm) watch() <-chan State {
+// read runs fn on the applied state and its version under the lock,
+// without a copy (a state is O(N): the tree's hot paths must not clone
+// it). fn must not block, call back into f or keep st.
+func (f *fsm) read(fn func(st *state, version uint64)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	w := make(chan State, 1)
+	fn(&f.st, f.news.version)
+}
+
+func (f *fsm) watch() <-chan state {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := make(chan state, 1)
 	if f.closed {
 		close(w)
 		return w
@@ -176,9 +186,9 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 // Restore replaces the state with a snapshot's.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, MaxStateSize+int64(len(snapshotMagic))+9))
+	b, err := io.ReadAll(io.LimitReader(rc, maxStateSize+int64(len(snapshotMagic))+9))
 	if err != nil {
-		return fmt.Errorf("%w: reading: %v", ErrBadSnapshot, err)
+		return fmt.Errorf("%w: reading: %v", errBadSnapshot, err)
 	}
 	version, b := splitSnapshot(b)
 	st, err := decodeState(b)
@@ -205,7 +215,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 }
 
 type fsmSnapshot struct {
-	st      State
+	st      state
 	version uint64
 }
 

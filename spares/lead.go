@@ -18,7 +18,7 @@ import (
 // wins the first one. For the job that is as good as any, and a leader no
 // failure of a rank touches is even better; but a program or test that
 // means to see the leader of the membership die with a rank (kill:leader)
-// needs it on a rank. TransferLeadership puts it there, through Raft's
+// needs it on a rank. transferLeadership puts it there, through Raft's
 // leadership transfer: the leader brings the target's log up to date and
 // tells it to stand at once, so the target wins the next term without an
 // election timeout and nothing is proposed meanwhile.
@@ -27,32 +27,32 @@ import (
 // payload (4 bytes, big-endian); see ctl.go for the framing.
 const ctlOpLead = 4
 
-// TransferLeadership moves the Raft leadership to the voter to, or, with
-// to = NoProc, onto a rank: a leader that holds one stays, else the
+// transferLeadership moves the Raft leadership to the voter to, or, with
+// to = noProc, onto a rank: a leader that holds one stays, else the
 // leadership goes to the lowest live voter that holds a rank. It returns
 // once
 // this node sees that voter lead; it returns the new leader. From a
 // process other than the leader the request goes through the leader's
 // control RPC. A leader change, a leader that cannot be reached or a
 // transfer that did not complete is retried until ctx ends (an error
-// wrapping ErrTimeout); a target that is not a live voter returns
-// ErrBadCommand at once, and after Shutdown ErrClosed.
-func (n *Node) TransferLeadership(ctx context.Context, to uint32) (uint32, error) {
+// wrapping errTimeout); a target that is not a live voter returns
+// errBadCommand at once, and after Shutdown errClosed.
+func (n *Node) transferLeadership(ctx context.Context, to uint32) (uint32, error) {
 	tick := time.NewTicker(max(n.cfg.ProposeRetryMin, 5*time.Millisecond))
 	defer tick.Stop()
 	var last error
 	for {
 		if n.isClosed() {
-			return NoProc, ErrClosed
+			return noProc, errClosed
 		}
 		st, _ := n.fsm.view()
-		l, known := n.Leader()
+		l, known := n.leader()
 		if !known {
-			l = NoProc
+			l = noProc
 		}
 		target, err := leadTarget(&st, to, l)
 		if err != nil {
-			return NoProc, err
+			return noProc, err
 		}
 		if l == target {
 			return target, nil
@@ -65,8 +65,8 @@ func (n *Node) TransferLeadership(ctx context.Context, to uint32) (uint32, error
 			return target, nil
 		}
 		if err != nil {
-			if errors.Is(err, ErrBadCommand) || errors.Is(err, ErrClosed) {
-				return NoProc, err
+			if errors.Is(err, errBadCommand) || errors.Is(err, errClosed) {
+				return noProc, err
 			}
 			last = err
 			n.log.Debug("spares: leadership transfer retry", "to", target, "err", err)
@@ -75,23 +75,23 @@ func (n *Node) TransferLeadership(ctx context.Context, to uint32) (uint32, error
 		case <-changed:
 		case <-tick.C:
 		case <-ctx.Done():
-			return NoProc, fmt.Errorf("%w: moving the leadership to proc %d (last error: %v): %w", ErrTimeout, target, last, ctx.Err())
+			return noProc, fmt.Errorf("%w: moving the leadership to proc %d (last error: %v): %w", errTimeout, target, last, ctx.Err())
 		case <-n.closeCh:
-			return NoProc, ErrClosed
+			return noProc, errClosed
 		}
 	}
 }
 
-// leadTarget resolves TransferLeadership's to in st, with leader the
-// leader known now (NoProc: none).
-func leadTarget(st *State, to, leader uint32) (uint32, error) {
+// leadTarget resolves transferLeadership's to in st, with leader the
+// leader known now (noProc: none).
+func leadTarget(st *state, to, leader uint32) (uint32, error) {
 	live := func(p uint32) bool {
 		_, failed := st.Failed[p]
 		return st.IsVoter(p) && !failed
 	}
-	if to != NoProc {
+	if to != noProc {
 		if !live(to) {
-			return NoProc, badCmd("proc %d is not a live voter (voters %v)", to, st.Voters)
+			return noProc, badCmd("proc %d is not a live voter (voters %v)", to, st.Voters)
 		}
 		return to, nil
 	}
@@ -105,27 +105,27 @@ func leadTarget(st *State, to, leader uint32) (uint32, error) {
 			return v, nil
 		}
 	}
-	return NoProc, badCmd("no live voter holds a rank (voters %v)", st.Voters)
+	return noProc, badCmd("no live voter holds a rank (voters %v)", st.Voters)
 }
 
 // leadOnce makes one attempt, locally on the leader, else through the
 // control RPC of the leader this node knows. It returns the leader that
 // the old leader knows of afterwards.
-func (n *Node) leadOnce(ctx context.Context, st *State, target uint32) (uint32, error) {
+func (n *Node) leadOnce(ctx context.Context, st *state, target uint32) (uint32, error) {
 	if n.IsLeader() {
 		if err := n.leadLocal(target); err != nil {
-			return NoProc, err
+			return noProc, err
 		}
-		l, _ := n.Leader()
+		l, _ := n.leader()
 		return l, nil
 	}
-	leader, ok := n.Leader()
+	leader, ok := n.leader()
 	if !ok {
-		return NoProc, ErrNoLeader
+		return noProc, errNoLeader
 	}
 	addr := n.ctlAddrOf(st, leader)
 	if addr == "" {
-		return NoProc, fmt.Errorf("%w: proc %d has no control address", ErrNoLeader, leader)
+		return noProc, fmt.Errorf("%w: proc %d has no control address", errNoLeader, leader)
 	}
 	var payload [4]byte
 	binary.BigEndian.PutUint32(payload[:], target)
@@ -140,7 +140,7 @@ func (n *Node) leadOnce(ctx context.Context, st *State, target uint32) (uint32, 
 func (n *Node) leadLocal(target uint32) error {
 	r := n.raftNode()
 	if r == nil || r.State() != raft.Leader {
-		return ErrNotLeader
+		return errNotLeader
 	}
 	if target == n.cfg.Proc {
 		return nil
@@ -165,7 +165,7 @@ func (n *Node) leadLocal(target uint32) error {
 	defer t.Stop()
 	for {
 		changed := n.leaderChanged()
-		if l, ok := n.Leader(); ok && l == target {
+		if l, ok := n.leader(); ok && l == target {
 			return nil
 		}
 		select {
@@ -173,7 +173,7 @@ func (n *Node) leadLocal(target uint32) error {
 		case <-t.C:
 			return nil
 		case <-n.closeCh:
-			return ErrClosed
+			return errClosed
 		}
 	}
 }

@@ -12,37 +12,28 @@ import (
 // Network carries a Node's traffic: the Raft transport and the control
 // connections (proposals, standing questions, the tree's news). nil in
 // Config.Network means TCP with the job-token handshake (Config.Token,
-// RaftListener, CtlListener, WrapConn); MemNetwork runs thousands of nodes
-// in one process.
+// RaftListener, CtlListener, WrapConn); internal/testkit/memnet runs
+// thousands of nodes in one process.
 type Network interface {
 	// RaftTransport returns the Raft transport of proc, reachable by the
 	// others at addr. The node calls it when it starts Raft (at once for a
 	// voter, on promotion for a client) and Raft closes it on shutdown.
 	RaftTransport(proc uint32, addr string) (raft.Transport, error)
 	// ServeCtl takes control connections to proc at addr and gives each
-	// to serve, which starts its handler and returns at once. Closing the
-	// returned Closer stops it and closes the connections it gave out.
-	ServeCtl(proc uint32, addr string, serve func(PeerConn)) (io.Closer, error)
+	// to serve with the process at its other end, and serve starts its
+	// handler and returns at once. Closing the returned Closer stops it
+	// and closes the connections it gave out.
+	ServeCtl(proc uint32, addr string, serve func(c net.Conn, peer uint32)) (io.Closer, error)
 	// DialCtl connects proc from to the control listener at addr and
 	// returns the connection and the proc that listens there.
 	DialCtl(ctx context.Context, from uint32, addr string) (net.Conn, uint32, error)
 }
 
-// PeerConn is an accepted control connection that knows its peer's
-// process (proved by the job-token handshake over TCP).
-type PeerConn interface {
-	net.Conn
-	Peer() uint32
-}
-
-// Peer is the process at the other end.
-func (c *authConn) Peer() uint32 { return c.peer }
-
 // listenCtl starts taking the node's control connections: over the
 // network's, or over TCP with the handshake (internal/listen).
 func (n *Node) listenCtl() (io.Closer, error) {
 	if nw := n.cfg.Network; nw != nil {
-		return nw.ServeCtl(n.cfg.Proc, n.self.CtlAddr, func(pc PeerConn) { n.serveCtl(asPeerConn(pc)) })
+		return nw.ServeCtl(n.cfg.Proc, n.self.CtlAddr, func(c net.Conn, peer uint32) { n.serveCtl(&authConn{Conn: c, peer: peer}) })
 	}
 	ln := n.cfg.CtlListener
 	if ln == nil {
@@ -72,15 +63,4 @@ func (n *Node) dialCtl(ctx context.Context, addr string) (*authConn, error) {
 		return &authConn{Conn: c, peer: peer}, nil
 	}
 	return dialAuth(ctx, addr, n.cfg.Token, n.cfg.TLS, auth.PurposeControl, n.cfg.Proc, n.cfg.RPCTimeout, n.cfg.WrapConn)
-}
-
-// asPeerConn gives an accepted connection the shape the handlers use.
-func asPeerConn(c net.Conn) *authConn {
-	switch pc := c.(type) {
-	case *authConn:
-		return pc
-	case PeerConn:
-		return &authConn{Conn: pc, peer: pc.Peer()}
-	}
-	return &authConn{Conn: c, peer: NoProc}
 }

@@ -12,7 +12,7 @@ import (
 // state (0: the initial state). Indexes are those of one committed log, so
 // two processes at the same version hold the same state, a higher version
 // is a newer state, and a process at version v that applies, in order,
-// every change with a higher index reaches the sender's state: State.apply
+// every change with a higher index reaches the sender's state: state.apply
 // is deterministic. A child whose version is older than the oldest change
 // kept gets the whole state instead.
 type news struct {
@@ -27,13 +27,13 @@ type news struct {
 type newsEntry struct {
 	Index  uint64
 	Data   []byte // the encoded command
-	Result Result // what it did here (for a proposer whose entry Raft replays)
+	Result result // what it did here (for a proposer whose entry Raft replays)
 }
 
 // maxNews bounds the changes a process keeps to pass on.
 const maxNews = 256
 
-func (n *news) add(index uint64, data []byte, res Result) {
+func (n *news) add(index uint64, data []byte, res result) {
 	n.entries = append(n.entries, newsEntry{Index: index, Data: slices.Clone(data), Result: res})
 	if len(n.entries) > maxNews {
 		n.base = n.entries[0].Index
@@ -46,7 +46,7 @@ func (n *news) reset(version uint64) {
 	n.version, n.base, n.entries = version, version, nil
 }
 
-func (n *news) result(index uint64) (Result, bool) {
+func (n *news) result(index uint64) (result, bool) {
 	i, ok := slices.BinarySearchFunc(n.entries, index, func(e newsEntry, x uint64) int {
 		switch {
 		case e.Index < x:
@@ -57,7 +57,7 @@ func (n *news) result(index uint64) (Result, bool) {
 		return 0
 	})
 	if !ok {
-		return Result{}, false
+		return result{}, false
 	}
 	return n.entries[i].Result, true
 }
@@ -120,8 +120,8 @@ func (f *fsm) version() uint64 {
 // applied in order. An error means the update does not fit this state
 // (the caller asks for the whole state next).
 func (f *fsm) applyUpdate(u update) error {
-	var applied []Command
-	var results []Result
+	var applied []command
+	var results []result
 	f.mu.Lock()
 	changed := false
 	if u.State != nil && u.Version > f.news.version {
@@ -140,7 +140,7 @@ func (f *fsm) applyUpdate(u update) error {
 		}
 		cmd, err := decodeCommand(e.Data)
 		if err == nil {
-			var res Result
+			var res result
 			res, err = f.st.apply(cmd)
 			if err == nil && res.Changed {
 				f.news.add(e.Index, e.Data, res)
@@ -149,7 +149,7 @@ func (f *fsm) applyUpdate(u update) error {
 				continue
 			}
 			if err == nil {
-				err = fmt.Errorf("%w: change at index %d was a no-op here: %s", ErrProtocol, e.Index, res.Note)
+				err = fmt.Errorf("%w: change at index %d was a no-op here: %s", errProtocol, e.Index, res.Note)
 			}
 		}
 		if changed {
@@ -169,24 +169,4 @@ func (f *fsm) applyUpdate(u update) error {
 		f.onChange()
 	}
 	return nil
-}
-
-// read runs fn on the applied state and its version under the lock,
-// without a copy (a state is O(N): the tree's hot paths must not clone
-// it). fn must not block, call back into f or keep st.
-func (f *fsm) read(fn func(st *State, version uint64)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	fn(&f.st, f.news.version)
-}
-
-// tree returns the dissemination tree of the applied state with fan-out
-// k, computed once per version, and the channel closed at the next change.
-func (f *fsm) tree(k int) (*tree, <-chan struct{}) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.treeCache == nil || f.treeAt != f.news.version || f.treeCache.k != k {
-		f.treeCache, f.treeAt = newTree(&f.st, k), f.news.version
-	}
-	return f.treeCache, f.changed
 }

@@ -17,11 +17,11 @@ func TestNewsReachesTheSameState(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	initial := mustState(t, 4, 3, 2, false)
 	parent, child := newFSM(initial.Clone(), log), newFSM(initial.Clone(), log)
-	cmds := []Command{
-		DeclareFailed{Proc: 1, Reporter: NoProc, Epoch: 1},
-		SetVoters{Voters: []uint32{0, 2}},
-		DeclareFailed{Proc: 0, Reporter: NoProc, Epoch: 2},
-		AddSpare{Proc: 900, Info: ProcInfo{Host: "y"}},
+	cmds := []command{
+		declareFailed{Proc: 1, Reporter: noProc, Epoch: 1},
+		setVoters{Voters: []uint32{0, 2}},
+		declareFailed{Proc: 0, Reporter: noProc, Epoch: 2},
+		addSpare{Proc: 900, Info: procInfo{Host: "y"}},
 	}
 	for i, c := range cmds {
 		parent.Apply(logOf(t, uint64(10+3*i), c))
@@ -52,7 +52,7 @@ func TestNewsReachesTheSameState(t *testing.T) {
 	}
 	// Older than the changes kept: the whole state.
 	for i := 0; i < maxNews+5; i++ {
-		parent.Apply(logOf(t, uint64(100+i), AddSpare{Proc: uint32(1000 + i), Info: ProcInfo{Host: "x"}}))
+		parent.Apply(logOf(t, uint64(100+i), addSpare{Proc: uint32(1000 + i), Info: procInfo{Host: "x"}}))
 	}
 	full, _, err := parent.newsFor(19, false)
 	if err != nil || full.State == nil || full.Entries != nil {
@@ -67,9 +67,9 @@ func TestNewsReachesTheSameState(t *testing.T) {
 		t.Fatalf("after the whole state: child v%d, parent v%d", child.version(), parent.version())
 	}
 	// A change that does not apply here is refused (the caller then asks for the whole state).
-	bad := update{Version: 10_000, Entries: []newsEntry{{Index: 9_999, Data: mustEncode(t, DeclareFailed{Proc: 77, Reporter: NoProc, Epoch: 1})}}}
+	bad := update{Version: 10_000, Entries: []newsEntry{{Index: 9_999, Data: mustEncode(t, declareFailed{Proc: 77, Reporter: noProc, Epoch: 1})}}}
 	before := child.version()
-	if err := child.applyUpdate(bad); !errors.Is(err, ErrUnknownProc) && !errors.Is(err, ErrBadCommand) {
+	if err := child.applyUpdate(bad); !errors.Is(err, errUnknownProc) && !errors.Is(err, errBadCommand) {
 		t.Fatalf("news that does not apply: %v", err)
 	}
 	if child.version() != before {
@@ -83,12 +83,12 @@ func TestFSMSkipsEntriesHeldFromTheTree(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	initial := mustState(t, 4, 2, 2, false)
 	parent, child := newFSM(initial.Clone(), log), newFSM(initial.Clone(), log)
-	first := parent.Apply(logOf(t, 5, DeclareFailed{Proc: 1, Reporter: NoProc, Epoch: 1})).(applyResponse)
+	first := parent.Apply(logOf(t, 5, declareFailed{Proc: 1, Reporter: noProc, Epoch: 1})).(applyResponse)
 	u, _, _ := parent.newsFor(0, false)
 	if err := child.applyUpdate(u); err != nil {
 		t.Fatal(err)
 	}
-	again := child.Apply(logOf(t, 5, DeclareFailed{Proc: 1, Reporter: NoProc, Epoch: 1})).(applyResponse)
+	again := child.Apply(logOf(t, 5, declareFailed{Proc: 1, Reporter: noProc, Epoch: 1})).(applyResponse)
 	if !reflect.DeepEqual(again, first) {
 		t.Fatalf("replayed entry: %+v, want the original %+v", again, first)
 	}
@@ -102,7 +102,7 @@ func TestFSMSkipsEntriesHeldFromTheTree(t *testing.T) {
 	if err := snap.Persist(sink); err != nil {
 		t.Fatal(err)
 	}
-	child.Apply(logOf(t, 8, DeclareFailed{Proc: 0, Reporter: NoProc, Epoch: 2}))
+	child.Apply(logOf(t, 8, declareFailed{Proc: 0, Reporter: noProc, Epoch: 2}))
 	if err := child.Restore(sink.reader()); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestFollowCodec(t *testing.T) {
 		t.Fatalf("follow request: %d %v %v", have, full, err)
 	}
 	a := followAnswer{Code: codeOK, Leader: 3, Fresh: true, Age: 1500000, Update: update{Version: 9,
-		Entries: []newsEntry{{Index: 7, Data: mustEncode(t, Finish{})}, {Index: 9, Data: mustEncode(t, Finish{})}}}}
+		Entries: []newsEntry{{Index: 7, Data: mustEncode(t, finish{})}, {Index: 9, Data: mustEncode(t, finish{})}}}}
 	b, err := encodeFollowAnswer(a)
 	if err != nil {
 		t.Fatal(err)
@@ -141,13 +141,13 @@ func TestFollowCodec(t *testing.T) {
 	// Entries out of order, or beyond the version, are refused.
 	a.Update.Entries[0].Index = 9
 	b, _ = encodeFollowAnswer(a)
-	if _, err := decodeFollowAnswer(b); !errors.Is(err, ErrProtocol) {
+	if _, err := decodeFollowAnswer(b); !errors.Is(err, errProtocol) {
 		t.Fatalf("entries out of order: %v", err)
 	}
 	a.Update.Entries = a.Update.Entries[:1]
 	a.Update.Version = 3
 	b, _ = encodeFollowAnswer(a)
-	if _, err := decodeFollowAnswer(b); !errors.Is(err, ErrProtocol) {
+	if _, err := decodeFollowAnswer(b); !errors.Is(err, errProtocol) {
 		t.Fatalf("entry beyond the version: %v", err)
 	}
 	for cut := range len(b) {
@@ -160,7 +160,7 @@ func TestFollowCodec(t *testing.T) {
 	}
 }
 
-func mustEncode(t *testing.T, c Command) []byte {
+func mustEncode(t *testing.T, c command) []byte {
 	t.Helper()
 	b, err := encodeCommand(c)
 	if err != nil {

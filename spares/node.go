@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/admit"
+	"github.com/gaspigo/gaspigo/spares/internal/tree"
 	"github.com/hashicorp/raft"
 )
 
 // Node is one process's member of the membership. Every process of the
-// job runs one and holds the committed State locally: up to MaxVoters of
+// job runs one and holds the committed state locally: up to Config.MaxVoters of
 // them vote in Raft; the others replicate the log as non-voters, or, with
 // Config.VotersOnly, run no Raft and learn the state through the tree.
 type Node struct {
@@ -44,18 +45,15 @@ type Node struct {
 	wg      sync.WaitGroup
 	futures sync.WaitGroup // waits for Raft futures (awaitCtx)
 
-	// The tree (VotersOnly): the leader and the freshest quorum contact
-	// (unix ns) its answers told of.
-	treeLeader  atomic.Uint32
-	treeContact atomic.Int64
-	treeServed  atomic.Uint64 // follow answers this node sent
+	heard      tree.Heard    // the leader and quorum contact the tree told of (VotersOnly)
+	treeServed atomic.Uint64 // follow answers this node sent
 
 	shutdownOnce sync.Once
 	shutdownErr  error
 	reconciles   atomic.Uint64
 
-	lost     chan struct{} // closed by lose: see Lost
-	lostErr  error         // set before lost is closed
+	lostCh   chan struct{} // closed by lose: see lost
+	lossErr  error         // set before lost is closed
 	lostOnce sync.Once
 	fo       failover
 	down     downMarks // processes this one's detector confirmed failed
@@ -63,22 +61,42 @@ type Node struct {
 
 // NewNode starts this process's Raft node (in the voters-only mode only on
 // a voter) and control RPC. Every process bootstraps the same
-// configuration from cfg.Members (voters per ChooseVoters, the rest
+// configuration from cfg.Members (voters per chooseVoters, the rest
 // non-voters, or in the voters-only mode the voters alone), so no join
 // step is needed; with a StateDir that already holds state, the node
 // resumes from it instead.
 // NewNode returns once the node listens; a leader is elected in the
 // background (within a few HeartbeatTimeouts).
 func NewNode(cfg Config) (_ *Node, err error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		closeListeners(cfg)
 		return nil, err
 	}
-	initial, err := InitialState(cfg.Members, cfg.NumRanks, cfg.Shrink, cfg.RefillWait, cfg.MaxVoters)
+	initial, err := initialState(cfg.Members, cfg.NumRanks, cfg.Shrink, cfg.RefillWait, cfg.MaxVoters)
 	if err != nil {
 		closeListeners(cfg)
 		return nil, err
 	}
+	n := newNode(cfg, initial)
+	defer func() {
+		if err != nil {
+			n.cancel()
+			n.closeListening()
+			closeListeners(cfg)
+		}
+	}()
+	if err := n.listen(); err != nil {
+		return nil, err
+	}
+	if err := n.startRaftAtStart(&initial); err != nil {
+		return nil, err
+	}
+	n.run(&initial)
+	return n, nil
+}
+
+// newNode is the node of cfg, at the initial state, before it listens.
+func newNode(cfg Config, initial state) *Node {
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -90,7 +108,7 @@ func NewNode(cfg Config) (_ *Node, err error) {
 		closeCh: make(chan struct{}),
 		started: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
-		lost:    make(chan struct{}),
+		lostCh:  make(chan struct{}),
 	}
 	n.fo.changed = make(chan struct{})
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -102,49 +120,69 @@ func NewNode(cfg Config) (_ *Node, err error) {
 	if cfg.Join {
 		n.self = cfg.Self
 	}
-	var cleanup []func()
-	defer func() {
-		if err != nil {
-			n.cancel()
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				cleanup[i]()
-			}
-			closeListeners(cfg)
-		}
-	}()
-
 	n.fsm = newFSM(initial, logger)
 	n.fsm.onChange = n.kickLeader
-	n.treeLeader.Store(NoProc)
+	return n
+}
 
-	if cfg.Network == nil {
-		raftLn := cfg.RaftListener
-		if raftLn == nil {
-			if raftLn, err = net.Listen("tcp", n.self.RaftAddr); err != nil {
-				return nil, fmt.Errorf("spares: raft listener: %w", err)
-			}
+// listen opens the node's listeners: Raft's (over TCP; a Network brings
+// its own) and the control RPC's.
+func (n *Node) listen() error {
+	if n.cfg.Network == nil {
+		if err := n.listenRaft(); err != nil {
+			return err
 		}
-		al, lerr := newAuthListener(raftLn, cfg.Token, cfg.TLS, purposeRaft, cfg.Proc, cfg.HandshakeTimeout, len(cfg.Members), logger, nil)
-		if lerr != nil {
-			return nil, fmt.Errorf("spares: raft listener: %w", lerr)
-		}
-		n.stream = &raftStream{
-			authListener: al,
-			timeout:      cfg.TransportTimeout,
-			advertise:    n.self.RaftAddr,
-			wrap:         cfg.WrapConn,
-		}
-		cleanup = append(cleanup, func() { n.stream.Close() })
 	}
-	if n.ctl, err = n.listenCtl(); err != nil {
-		return nil, fmt.Errorf("spares: control listener: %w", err)
+	ctl, err := n.listenCtl()
+	if err != nil {
+		return fmt.Errorf("spares: control listener: %w", err)
 	}
-	cleanup = append(cleanup, func() { n.ctl.Close() })
+	n.ctl = ctl
+	return nil
+}
 
-	// Every process bootstraps the same configuration: all of them (voters
-	// and non-voters), or in the voters-only mode the voters alone. A
-	// joining process does not bootstrap: the leader adds it.
-	voter := slices.Contains(initial.Voters, cfg.Proc)
+// listenRaft opens the TCP listener of Raft's transport, with the
+// job-token handshake.
+func (n *Node) listenRaft() error {
+	cfg := &n.cfg
+	raftLn := cfg.RaftListener
+	if raftLn == nil {
+		var err error
+		if raftLn, err = net.Listen("tcp", n.self.RaftAddr); err != nil {
+			return fmt.Errorf("spares: raft listener: %w", err)
+		}
+	}
+	al, err := newAuthListener(raftLn, cfg.Token, cfg.TLS, purposeRaft, cfg.Proc, cfg.HandshakeTimeout, len(cfg.Members), n.log, nil)
+	if err != nil {
+		return fmt.Errorf("spares: raft listener: %w", err)
+	}
+	n.stream = &raftStream{
+		authListener: al,
+		timeout:      cfg.TransportTimeout,
+		advertise:    n.self.RaftAddr,
+		wrap:         cfg.WrapConn,
+	}
+	return nil
+}
+
+// closeListening closes what listen opened, for a NewNode that fails.
+func (n *Node) closeListening() {
+	if n.ctl != nil {
+		n.ctl.Close()
+	}
+	if n.stream != nil {
+		n.stream.Close()
+	}
+}
+
+// startRaftAtStart starts Raft where it runs from the start: on every
+// process in the all-Raft mode or when StateDir holds a Raft log to
+// resume, else on the initial voters. Every process bootstraps the same
+// configuration: all of them (voters and non-voters), or in the
+// voters-only mode the voters alone. A joining process does not
+// bootstrap: the leader adds it.
+func (n *Node) startRaftAtStart(initial *state) error {
+	cfg := &n.cfg
 	var servers []raft.Server
 	for _, m := range cfg.Members {
 		s := raft.Server{ID: serverID(m.Proc), Address: raft.ServerAddress(m.RaftAddr), Suffrage: raft.Nonvoter}
@@ -156,27 +194,25 @@ func NewNode(cfg Config) (_ *Node, err error) {
 		servers = append(servers, s)
 	}
 	switch {
-	case !cfg.VotersOnly || hasRaftState(&cfg):
-		err = n.startRaft(!cfg.Join, servers)
-	case voter && !cfg.Join:
-		err = n.startRaft(true, servers)
+	case !cfg.VotersOnly || hasRaftState(cfg):
+		return n.startRaft(!cfg.Join, servers)
+	case slices.Contains(initial.Voters, cfg.Proc) && !cfg.Join:
+		return n.startRaft(true, servers)
 	}
-	if err != nil {
-		return nil, err
-	}
-	cleanup = append(cleanup, func() {
-		if r := n.raftNode(); r != nil {
-			r.Shutdown().Error()
-		}
-	})
-	close(n.started) // the control connections are answered from here on
+	return nil
+}
+
+// run starts the node's own goroutines: the contact watch and, in the
+// voters-only mode, the follow loop. The control connections are
+// answered from here on.
+func (n *Node) run(initial *state) {
+	close(n.started)
 	n.goFunc(n.watchContact)
-	if cfg.VotersOnly {
+	if n.cfg.VotersOnly {
 		n.goFunc(n.followLoop)
 	}
-	logger.Debug("spares: node started", "raft_addr", n.self.RaftAddr, "ctl_addr", n.self.CtlAddr,
-		"voter", voter, "raft", n.raftNode() != nil)
-	return n, nil
+	n.log.Debug("spares: node started", "raft_addr", n.self.RaftAddr, "ctl_addr", n.self.CtlAddr,
+		"voter", slices.Contains(initial.Voters, n.cfg.Proc), "raft", n.raftNode() != nil)
 }
 
 func closeListeners(cfg Config) {
@@ -212,30 +248,29 @@ func (n *Node) isClosed() bool {
 	}
 }
 
-// Proc returns this node's process id.
-func (n *Node) Proc() uint32 { return n.cfg.Proc }
+// proc returns this node's process id.
+func (n *Node) proc() uint32 { return n.cfg.Proc }
 
 // Shutdown stops the control RPC, Raft and the node's goroutines, closes
-// the stores and every Watch channel. Blocking calls return ErrClosed. It is
+// the stores and every watch channel. Blocking calls return errClosed. It is
 // idempotent and returns the first shutdown's error.
 func (n *Node) Shutdown() error {
 	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown() })
 	return n.shutdownErr
 }
 
-// Leader returns the process the local Raft node believes leads, if any;
+// leader returns the process the local Raft node believes leads, if any;
 // on a client (VotersOnly) the leader the tree last told of. It may be
 // stale for up to a HeartbeatTimeout after the leader dies (on a client,
 // until the tree's next answer).
-func (n *Node) Leader() (proc uint32, ok bool) {
+func (n *Node) leader() (proc uint32, ok bool) {
 	r := n.raftNode()
 	if r == nil {
-		p := n.treeLeader.Load()
-		return p, p != NoProc
+		return n.heard.Leader()
 	}
 	_, id := r.LeaderWithID()
 	if id == "" {
-		return NoProc, false
+		return noProc, false
 	}
 	return procOfID(id)
 }
@@ -250,10 +285,7 @@ func (n *Node) IsLeader() bool {
 // alive: now for a leader, Raft's last contact with a leader, or what the
 // tree told of; zero: never.
 func (n *Node) contactTime(now time.Time) time.Time {
-	var t time.Time
-	if ns := n.treeContact.Load(); ns != 0 {
-		t = time.Unix(0, ns)
-	}
+	t := n.heard.Contact()
 	if r := n.raftNode(); r != nil {
 		if r.State() == raft.Leader {
 			return now
@@ -265,17 +297,32 @@ func (n *Node) contactTime(now time.Time) time.Time {
 	return t
 }
 
-// TreeServed counts the tree's answers this node sent to its children.
-func (n *Node) TreeServed() uint64 { return n.treeServed.Load() }
+// contactWindow is how old contactTime may be for contact: a Raft
+// follower's HeartbeatTimeout, or, on a client of the tree, treeFresh.
+func (n *Node) contactWindow() time.Duration {
+	if n.raftNode() == nil {
+		return treeFresh(&n.cfg)
+	}
+	return n.cfg.HeartbeatTimeout
+}
 
-// Refused counts connections (Raft and control) refused by the job-token
+// inContact: this process's last contact with the quorum is fresh.
+func (n *Node) inContact(now time.Time) bool {
+	t := n.contactTime(now)
+	return !t.IsZero() && now.Sub(t) <= n.contactWindow()
+}
+
+// followAnswers counts the tree's answers this node sent to its children.
+func (n *Node) followAnswers() uint64 { return n.treeServed.Load() }
+
+// refused counts connections (Raft and control) refused by the job-token
 // handshake, timeouts included. Connections shed unauthenticated by the
-// admission gate are not refusals; Admission counts them.
-func (n *Node) Refused() uint64 { return n.Admission().Refused }
+// admission gate are not refusals; admission counts them.
+func (n *Node) refused() uint64 { return n.admission().Refused }
 
-// Admission returns the admission counters of the Raft and control
+// admission returns the admission counters of the Raft and control
 // listeners, added up (see internal/admit).
-func (n *Node) Admission() admit.Stats {
+func (n *Node) admission() admit.Stats {
 	var s admit.Stats
 	if n.stream != nil {
 		s = s.Plus(n.stream.lis.Stats())
@@ -286,106 +333,15 @@ func (n *Node) Admission() admit.Stats {
 	return s
 }
 
-// View returns a copy of the locally applied state. It may lag the leader
-// by a commit; use WaitEpoch to wait for a given epoch.
-func (n *Node) View() State {
+// view returns a copy of the locally applied state. It may lag the leader
+// by a commit; use waitEpoch to wait for a given epoch.
+func (n *Node) view() state {
 	st, _ := n.fsm.view()
 	return st
 }
 
-// Watch returns a channel that holds the latest applied state: it is
+// watch returns a channel that holds the latest applied state: it is
 // filled with the current state at once and replaced (never queued) after
 // every change, so a slow reader sees the newest state and never blocks the
 // node. It is closed by Shutdown.
-func (n *Node) Watch() <-chan State { return n.fsm.watch() }
-
-// Await blocks until cond holds for the locally applied state and returns
-// that state. cond runs on a private copy, under no lock. It returns
-// ErrTimeout (with the context's error) when ctx ends and ErrClosed after
-// Shutdown, each with the last state seen.
-func (n *Node) Await(ctx context.Context, cond func(*State) bool) (State, error) {
-	return n.wait(ctx, func(st *State) (bool, error) { return cond(st), nil })
-}
-
-func (n *Node) wait(ctx context.Context, check func(*State) (bool, error)) (State, error) {
-	for {
-		st, changed := n.fsm.view()
-		if done, err := check(&st); done || err != nil {
-			return st, err
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return st, fmt.Errorf("%w: waiting at epoch %d: %w", ErrTimeout, st.Epoch, ctx.Err())
-		case <-n.closeCh:
-			return st, ErrClosed
-		case <-n.lost:
-			return st, n.lostErr
-		}
-	}
-}
-
-func statusErr(st *State) error {
-	switch {
-	case st.Status == Failed && st.StatusReason == ReasonSparesExhausted:
-		return fmt.Errorf("%w in epoch %d", ErrSparesExhausted, st.Epoch)
-	case st.Status == Failed:
-		return fmt.Errorf("%w in epoch %d: %s", ErrJobFailed, st.Epoch, st.StatusReason)
-	}
-	return nil
-}
-
-// WaitEpoch blocks until the locally applied epoch is at least min and
-// returns that state. When the job has failed it returns the state with
-// ErrSparesExhausted (or ErrJobFailed), whatever the epoch; when it finished
-// before reaching min, ErrJobFinished.
-func (n *Node) WaitEpoch(ctx context.Context, min uint64) (State, error) {
-	return n.wait(ctx, func(st *State) (bool, error) { return epochReached(st, min) })
-}
-
-func epochReached(st *State, min uint64) (bool, error) {
-	if err := statusErr(st); err != nil {
-		return true, err
-	}
-	if st.Epoch >= min {
-		return true, nil
-	}
-	if st.Status == Finished {
-		return true, fmt.Errorf("%w at epoch %d, before epoch %d", ErrJobFinished, st.Epoch, min)
-	}
-	return false, nil
-}
-
-// WaitPromotion is for spares: it blocks until this process holds a rank
-// and returns the rank and the state that gave it. It returns
-// ErrSparesExhausted or ErrJobFailed when the job failed, ErrJobFinished
-// when it finished, and ErrDeclaredFailed when this process was itself
-// declared failed, all without a rank. A rank holder returns at once.
-func (n *Node) WaitPromotion(ctx context.Context) (rank int, st State, err error) {
-	rank = -1
-	st, err = n.wait(ctx, func(st *State) (bool, error) {
-		var done bool
-		rank, done, err = promotion(st, n.cfg.Proc)
-		return done, err
-	})
-	return rank, st, err
-}
-
-func promotion(st *State, self uint32) (rank int, done bool, err error) {
-	// A failed process may still hold its rank while the rank awaits a
-	// joiner (State.Awaiting): that is no promotion.
-	_, failed := st.Failed[self]
-	if r, ok := st.RankOf(self); ok && !failed {
-		return r, true, nil
-	}
-	if err := statusErr(st); err != nil {
-		return -1, true, err
-	}
-	if st.Status == Finished {
-		return -1, true, fmt.Errorf("%w at epoch %d without promoting proc %d", ErrJobFinished, st.Epoch, self)
-	}
-	if e, failed := st.Failed[self]; failed {
-		return -1, true, fmt.Errorf("%w in epoch %d", ErrDeclaredFailed, e)
-	}
-	return -1, false, nil
-}
+func (n *Node) watch() <-chan state { return n.fsm.watch() }

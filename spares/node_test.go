@@ -23,7 +23,7 @@ var verboseLog = flag.Bool("spares.log", false, "print node and raft logs of the
 
 // Node tests run real hashicorp/raft nodes over loopback TCP in one test
 // process. Deadlines are generous (the machine may be a busy 2-core box);
-// waits are event-driven (WaitEpoch, Await) except for leader discovery,
+// waits are event-driven (waitEpoch, awaitState) except for leader discovery,
 // which polls Raft's own state with a deadline.
 const phase = 30 * time.Second
 
@@ -149,7 +149,7 @@ func (c *cluster) leader(ctx context.Context) *Node {
 		if len(leaders) == 1 {
 			agree := true
 			for _, n := range c.live() {
-				if p, ok := n.Leader(); !ok || p != leaders[0].Proc() {
+				if p, ok := n.leader(); !ok || p != leaders[0].proc() {
 					agree = false
 				}
 			}
@@ -168,7 +168,7 @@ func (c *cluster) leader(ctx context.Context) *Node {
 // other returns a live node that is none of the excluded procs.
 func (c *cluster) other(exclude ...uint32) *Node {
 	for _, n := range c.live() {
-		if !slices.Contains(exclude, n.Proc()) {
+		if !slices.Contains(exclude, n.proc()) {
 			return n
 		}
 	}
@@ -178,24 +178,24 @@ func (c *cluster) other(exclude ...uint32) *Node {
 
 // converge waits until every live node has applied epoch and returns the
 // common membership; it fails if two nodes disagree.
-func (c *cluster) converge(ctx context.Context, epoch uint64) State {
+func (c *cluster) converge(ctx context.Context, epoch uint64) state {
 	c.t.Helper()
 	awaitPool(c.t, ctx, c.live(), epoch)
-	var first State
+	var first state
 	for i, n := range c.live() {
-		st, err := n.WaitEpoch(ctx, epoch)
+		st, err := n.waitEpoch(ctx, epoch)
 		if err != nil && !errors.Is(err, ErrSparesExhausted) {
-			c.t.Fatalf("node %d WaitEpoch(%d): %v", n.Proc(), epoch, err)
+			c.t.Fatalf("node %d WaitEpoch(%d): %v", n.proc(), epoch, err)
 		}
 		if st.Epoch != epoch {
-			c.t.Fatalf("node %d is at epoch %d, want %d", n.Proc(), st.Epoch, epoch)
+			c.t.Fatalf("node %d is at epoch %d, want %d", n.proc(), st.Epoch, epoch)
 		}
 		if i == 0 {
 			first = st
 			continue
 		}
 		if !slices.Equal(st.Ranks, first.Ranks) || !slices.Equal(st.Spares, first.Spares) || fmt.Sprint(st.Failed) != fmt.Sprint(first.Failed) || st.Status != first.Status {
-			c.t.Fatalf("nodes disagree at epoch %d:\n%d: %s\n%d: %s", epoch, c.live()[0].Proc(), summarize(&first), n.Proc(), summarize(&st))
+			c.t.Fatalf("nodes disagree at epoch %d:\n%d: %s\n%d: %s", epoch, c.live()[0].proc(), summarize(&first), n.proc(), summarize(&st))
 		}
 	}
 	return first
@@ -203,19 +203,19 @@ func (c *cluster) converge(ctx context.Context, epoch uint64) State {
 
 // awaitPool waits until every node of live is at epoch or later and holds
 // as many processes as the one that holds most: a join into the pool
-// changes the state without a new epoch, so WaitEpoch alone may return a
+// changes the state without a new epoch, so waitEpoch alone may return a
 // state that has not learnt it yet.
 func awaitPool(t testing.TB, ctx context.Context, live []*Node, epoch uint64) {
 	t.Helper()
 	most := 0
 	for _, n := range live {
-		if st, err := n.WaitEpoch(ctx, epoch); err == nil || errors.Is(err, ErrSparesExhausted) {
+		if st, err := n.waitEpoch(ctx, epoch); err == nil || errors.Is(err, ErrSparesExhausted) {
 			most = max(most, len(st.Procs))
 		}
 	}
 	for _, n := range live {
-		if _, err := n.Await(ctx, func(st *State) bool { return len(st.Procs) >= most }); err != nil {
-			t.Fatalf("node %d never learnt the %d processes another holds: %v", n.Proc(), most, err)
+		if _, err := n.awaitState(ctx, func(st *state) bool { return len(st.Procs) >= most }); err != nil {
+			t.Fatalf("node %d never learnt the %d processes another holds: %v", n.proc(), most, err)
 		}
 	}
 }
@@ -226,7 +226,7 @@ func (c *cluster) votersRepaired(ctx context.Context, want int) []uint32 {
 	c.t.Helper()
 	var voters []uint32
 	for _, n := range c.live() {
-		st, err := n.Await(ctx, func(s *State) bool {
+		st, err := n.awaitState(ctx, func(s *state) bool {
 			for _, v := range s.Voters {
 				if _, failed := s.Failed[v]; failed {
 					return false
@@ -235,7 +235,7 @@ func (c *cluster) votersRepaired(ctx context.Context, want int) []uint32 {
 			return len(s.Voters) == want
 		})
 		if err != nil {
-			c.t.Fatalf("node %d: voters never repaired to %d: %v (have %v)", n.Proc(), want, err, st.Voters)
+			c.t.Fatalf("node %d: voters never repaired to %d: %v (have %v)", n.proc(), want, err, st.Voters)
 		}
 		voters = st.Voters
 	}
@@ -267,14 +267,14 @@ func (c *cluster) votersRepaired(ctx context.Context, want int) []uint32 {
 }
 
 // rankHolder returns a live rank holder that is not excluded.
-func (c *cluster) rankHolder(st State, exclude ...uint32) uint32 {
+func (c *cluster) rankHolder(st state, exclude ...uint32) uint32 {
 	for _, p := range st.Ranks {
-		if p != NoProc && c.nodes[p] != nil && !slices.Contains(exclude, p) {
+		if p != noProc && c.nodes[p] != nil && !slices.Contains(exclude, p) {
 			return p
 		}
 	}
 	c.t.Fatalf("no live rank holder outside %v in %s", exclude, summarize(&st))
-	return NoProc
+	return noProc
 }
 
 // TestNodeFailuresUseSparesThenExhaust: 4 ranks + 2 spares on 3 hosts. Each
@@ -293,11 +293,11 @@ func nodeFailures(t *testing.T, mut func(*Config)) {
 	c := newCluster(t, 4, 2, 3, mut)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*phase)
 	defer cancel()
-	watch := c.nodes[3].Watch()
+	watch := c.nodes[3].watch()
 	promoted := make(chan string, 2)
 	for _, spare := range []uint32{4, 5} {
 		go func() {
-			rank, st, err := c.nodes[spare].WaitPromotion(ctx)
+			rank, st, err := c.nodes[spare].waitPromotion(ctx)
 			promoted <- fmt.Sprintf("spare %d: rank %d epoch %d err %v", spare, rank, st.Epoch, err)
 		}()
 	}
@@ -305,15 +305,15 @@ func nodeFailures(t *testing.T, mut func(*Config)) {
 	wantVoters := []int{5, 4}
 	for i := range 2 {
 		leader := c.leader(ctx)
-		st := leader.View()
-		victim := c.rankHolder(st, leader.Proc())
+		st := leader.view()
+		victim := c.rankHolder(st, leader.proc())
 		rank, _ := st.RankOf(victim)
 		spare := st.Spares[st.spareFor(victim)] // pinned by testdata/spare_host.txt
-		proposer := c.other(leader.Proc(), victim)
+		proposer := c.other(leader.proc(), victim)
 		c.kill(victim)
-		res, err := proposer.ReportFailure(ctx, victim, proposer.Proc(), st.Epoch)
+		res, err := proposer.reportFailure(ctx, victim, proposer.proc(), st.Epoch)
 		if err != nil {
-			t.Fatalf("failure %d: ReportFailure(%d) from non-leader %d: %v", i+1, victim, proposer.Proc(), err)
+			t.Fatalf("failure %d: ReportFailure(%d) from non-leader %d: %v", i+1, victim, proposer.proc(), err)
 		}
 		if !res.Changed || res.Rank != rank || res.Promoted != spare || res.Epoch != st.Epoch+1 {
 			t.Fatalf("failure %d: result %+v, want rank %d promoted %d epoch %d", i+1, res, rank, spare, st.Epoch+1)
@@ -330,35 +330,35 @@ func nodeFailures(t *testing.T, mut func(*Config)) {
 			t.Fatalf("failed proc %d is still a voter: %v", victim, voters)
 		}
 		// A repeated report of the same failure is a no-op.
-		if res, err := c.other().ReportFailure(ctx, victim, NoProc, st.Epoch); err != nil || res.Changed {
+		if res, err := c.other().reportFailure(ctx, victim, noProc, st.Epoch); err != nil || res.Changed {
 			t.Fatalf("repeated report: %+v, %v", res, err)
 		}
 	}
 
 	// Third failure: no spare left.
 	leader := c.leader(ctx)
-	st := leader.View()
-	victim := c.rankHolder(st, leader.Proc())
-	proposer := c.other(leader.Proc(), victim)
+	st := leader.view()
+	victim := c.rankHolder(st, leader.proc())
+	proposer := c.other(leader.proc(), victim)
 	c.kill(victim)
-	res, err := proposer.ReportFailure(ctx, victim, proposer.Proc(), st.Epoch)
-	if err != nil || res.Status != Failed || res.Promoted != NoProc {
+	res, err := proposer.reportFailure(ctx, victim, proposer.proc(), st.Epoch)
+	if err != nil || res.Status != statusFailed || res.Promoted != noProc {
 		t.Fatalf("third failure: %+v, %v", res, err)
 	}
 	for _, n := range c.live() {
-		final, err := n.WaitEpoch(ctx, st.Epoch+1)
+		final, err := n.waitEpoch(ctx, st.Epoch+1)
 		if !errors.Is(err, ErrSparesExhausted) {
-			t.Fatalf("node %d: WaitEpoch after exhaustion: %v", n.Proc(), err)
+			t.Fatalf("node %d: WaitEpoch after exhaustion: %v", n.proc(), err)
 		}
-		if final.Status != Failed || final.StatusReason != ReasonSparesExhausted {
-			t.Fatalf("node %d: %s", n.Proc(), summarize(&final))
+		if final.Status != statusFailed || final.StatusReason != reasonSparesExhausted {
+			t.Fatalf("node %d: %s", n.proc(), summarize(&final))
 		}
-		if _, _, err := n.WaitPromotion(ctx); err != nil && !errors.Is(err, ErrSparesExhausted) {
-			t.Fatalf("node %d: WaitPromotion: %v", n.Proc(), err)
+		if _, _, err := n.waitPromotion(ctx); err != nil && !errors.Is(err, ErrSparesExhausted) {
+			t.Fatalf("node %d: WaitPromotion: %v", n.proc(), err)
 		}
 	}
 	// The watcher was never read: it holds only the latest state.
-	if got := <-watch; got.Epoch != st.Epoch+1 || got.Status != Failed {
+	if got := <-watch; got.Epoch != st.Epoch+1 || got.Status != statusFailed {
 		t.Fatalf("watch holds epoch %d status %s, want the latest (epoch %d, failed)", got.Epoch, got.Status, st.Epoch+1)
 	}
 }
@@ -371,7 +371,7 @@ func TestNodeLeaderFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), phase)
 	defer cancel()
 	old := c.leader(ctx)
-	if st := old.View(); !slices.Contains(st.Ranks, old.Proc()) {
+	if st := old.view(); !slices.Contains(st.Ranks, old.proc()) {
 		// Move leadership to a voter holding a rank, so its death needs a promotion.
 		target := slices.IndexFunc(st.Voters, func(v uint32) bool { _, ok := st.RankOf(v); return ok })
 		v := st.Voters[target]
@@ -380,15 +380,15 @@ func TestNodeLeaderFailure(t *testing.T) {
 		}
 		old = c.leader(ctx)
 	}
-	victim := old.Proc()
-	st := old.View()
+	victim := old.proc()
+	st := old.view()
 	rank, _ := st.RankOf(victim)
 	wasVoters := len(st.Voters)
 	c.kill(victim)
 
 	proposer := c.other(victim)
 	start := time.Now()
-	res, err := proposer.ReportFailure(ctx, victim, proposer.Proc(), st.Epoch)
+	res, err := proposer.reportFailure(ctx, victim, proposer.proc(), st.Epoch)
 	if err != nil {
 		t.Fatalf("ReportFailure of the leader: %v", err)
 	}
@@ -400,10 +400,10 @@ func TestNodeLeaderFailure(t *testing.T) {
 	if p, _ := got.ProcOf(rank); p != 4 {
 		t.Fatalf("rank %d held by %d, want 4", rank, p)
 	}
-	if r, _, err := c.nodes[4].WaitPromotion(ctx); err != nil || r != rank {
+	if r, _, err := c.nodes[4].waitPromotion(ctx); err != nil || r != rank {
 		t.Fatalf("WaitPromotion = %d, %v", r, err)
 	}
-	if l := c.leader(ctx); l.Proc() == victim {
+	if l := c.leader(ctx); l.proc() == victim {
 		t.Fatal("dead leader still leads")
 	}
 	voters := c.votersRepaired(ctx, wasVoters)
@@ -414,18 +414,18 @@ func TestNodeLeaderFailure(t *testing.T) {
 
 // TestNodeControlPlane: the control RPC refuses a wrong token and stray
 // clients, rejections by the state come back typed and unretried, a
-// proposal without quorum times out with ErrTimeout, and Shutdown is
+// proposal without quorum times out with errTimeout, and Shutdown is
 // idempotent.
 func TestNodeControlPlane(t *testing.T) {
 	c := newCluster(t, 2, 1, 1, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), phase)
 	defer cancel()
 	leader := c.leader(ctx)
-	follower := c.other(leader.Proc())
-	ctlAddr := leader.View().Procs[leader.Proc()].CtlAddr
-	raftAddr := leader.View().Procs[leader.Proc()].RaftAddr
+	follower := c.other(leader.proc())
+	ctlAddr := leader.view().Procs[leader.proc()].CtlAddr
+	raftAddr := leader.view().Procs[leader.proc()].RaftAddr
 
-	cmd, _ := encodeCommand(Finish{})
+	cmd, _ := encodeCommand(finish{})
 	_, err := follower.callCtl(ctx, ctlAddr, auth.NewToken(), cmd)
 	if !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("wrong token: %v, want auth.ErrAuth", err)
@@ -450,47 +450,47 @@ func TestNodeControlPlane(t *testing.T) {
 	}
 	stray.Close()
 	deadline := time.Now().Add(phase)
-	for leader.Refused() < 4 && time.Now().Before(deadline) {
+	for leader.refused() < 4 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond) // the refusal is counted after the client already saw it
 	}
-	if n := leader.Refused(); n < 4 {
+	if n := leader.refused(); n < 4 {
 		t.Fatalf("leader counted %d refused connections, want 4", n)
 	}
-	if st := follower.View(); st.Status != Running || st.Epoch != 1 {
+	if st := follower.view(); st.Status != statusRunning || st.Epoch != 1 {
 		t.Fatalf("state changed by refused clients: %s", summarize(&st))
 	}
 
 	// A command the state rejects comes back typed through the control RPC, at once.
-	if _, err := follower.ReportFailure(ctx, 99, follower.Proc(), 1); !errors.Is(err, ErrUnknownProc) {
+	if _, err := follower.reportFailure(ctx, 99, follower.proc(), 1); !errors.Is(err, errUnknownProc) {
 		t.Fatalf("unknown proc via ctl: %v", err)
 	}
-	if _, err := follower.Propose(ctx, DeclareFailed{Proc: 0, Reporter: NoProc, Epoch: 50}); !errors.Is(err, ErrBadCommand) {
+	if _, err := follower.propose(ctx, declareFailed{Proc: 0, Reporter: noProc, Epoch: 50}); !errors.Is(err, errBadCommand) {
 		t.Fatalf("future epoch via ctl: %v", err)
 	}
 	// A command the state accepts is committed through the control RPC
 	// (the voters as recorded: a no-op, but one that went through the log).
-	if res, err := follower.Propose(ctx, SetVoters{Voters: follower.View().Voters}); err != nil || res.Changed || res.Note != "voters unchanged" {
+	if res, err := follower.propose(ctx, setVoters{Voters: follower.view().Voters}); err != nil || res.Changed || res.Note != "voters unchanged" {
 		t.Fatalf("voters via ctl: %+v, %v", res, err)
 	}
 
 	// Without a quorum nothing commits: the proposal times out, typed.
 	for _, n := range c.live() {
 		if n != follower {
-			c.kill(n.Proc())
+			c.kill(n.proc())
 		}
 	}
 	short, cancelShort := context.WithTimeout(ctx, 700*time.Millisecond)
-	_, err = follower.ReportFailure(short, 0, follower.Proc(), 1)
+	_, err = follower.reportFailure(short, 0, follower.proc(), 1)
 	cancelShort()
-	var pe *ProposeError
-	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &pe) || pe.Attempts < 1 {
+	var pe *proposeError
+	if !errors.Is(err, errTimeout) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &pe) || pe.Attempts < 1 {
 		t.Fatalf("proposal without quorum: %v", err)
 	}
-	if _, err := follower.WaitEpoch(short, 2); !errors.Is(err, ErrTimeout) {
+	if _, err := follower.waitEpoch(short, 2); !errors.Is(err, errTimeout) {
 		t.Fatalf("WaitEpoch with an ended context: %v", err)
 	}
 
-	w := follower.Watch()
+	w := follower.watch()
 	<-w
 	if err := follower.Shutdown(); err != nil {
 		t.Fatal(err)
@@ -501,10 +501,10 @@ func TestNodeControlPlane(t *testing.T) {
 	if _, ok := <-w; ok {
 		t.Fatal("Watch channel still open after Shutdown")
 	}
-	if _, err := follower.WaitEpoch(ctx, 9); !errors.Is(err, ErrClosed) {
+	if _, err := follower.waitEpoch(ctx, 9); !errors.Is(err, errClosed) {
 		t.Fatalf("WaitEpoch after Shutdown: %v", err)
 	}
-	if _, err := follower.Propose(ctx, Finish{}); !errors.Is(err, ErrClosed) {
+	if _, err := follower.propose(ctx, finish{}); !errors.Is(err, errClosed) {
 		t.Fatalf("Propose after Shutdown: %v", err)
 	}
 }
@@ -518,9 +518,9 @@ func TestNodeBoltPersistence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*phase)
 	defer cancel()
 	leader := c.leader(ctx)
-	victim := c.rankHolder(leader.View(), leader.Proc())
+	victim := c.rankHolder(leader.view(), leader.proc())
 	c.kill(victim)
-	if _, err := c.other(victim).ReportFailure(ctx, victim, NoProc, 1); err != nil {
+	if _, err := c.other(victim).reportFailure(ctx, victim, noProc, 1); err != nil {
 		t.Fatal(err)
 	}
 	before := c.converge(ctx, 2)
@@ -528,12 +528,12 @@ func TestNodeBoltPersistence(t *testing.T) {
 	// A command after the configuration change, so a snapshot may be taken
 	// (Raft refuses while the last configuration entry is newer than the
 	// FSM's last applied command).
-	if _, err := c.other(victim).Propose(ctx, Finish{}); err != nil {
+	if _, err := c.other(victim).propose(ctx, finish{}); err != nil {
 		t.Fatal(err)
 	}
-	hasCkpt := func(s *State) bool { return s.Status == Finished }
+	hasCkpt := func(s *state) bool { return s.Status == statusFinished }
 	for _, n := range c.live() {
-		if _, err := n.Await(ctx, hasCkpt); err != nil {
+		if _, err := n.awaitState(ctx, hasCkpt); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -556,27 +556,27 @@ func TestNodeBoltPersistence(t *testing.T) {
 			t.Fatalf("restart %d: %v", p, err)
 		}
 		c.nodes[p] = n
-		if st := n.View(); st.Epoch != 1 && st.Epoch != 2 {
+		if st := n.view(); st.Epoch != 1 && st.Epoch != 2 {
 			t.Fatalf("restart %d: unexpected epoch %d", p, st.Epoch)
 		}
 	}
 	for _, n := range c.live() {
-		if _, err := n.Await(ctx, hasCkpt); err != nil {
-			t.Fatalf("node %d after restart: %v", n.Proc(), err)
+		if _, err := n.awaitState(ctx, hasCkpt); err != nil {
+			t.Fatalf("node %d after restart: %v", n.proc(), err)
 		}
 	}
 	after := c.converge(ctx, 2)
-	if !slices.Equal(after.Ranks, before.Ranks) || after.Status != Finished {
+	if !slices.Equal(after.Ranks, before.Ranks) || after.Status != statusFinished {
 		t.Fatalf("after restart: %s, before: %s", summarize(&after), summarize(&before))
 	}
 	// The restarted group still commits.
-	if _, err := c.other().Propose(ctx, Finish{}); err != nil { // a no-op, but committed
+	if _, err := c.other().propose(ctx, finish{}); err != nil { // a no-op, but committed
 		t.Fatal(err)
 	}
 }
 
 // TestNodeJoinRefillsPool: a process started after the job joins with
-// Join, proposes its own AddSpare through a member, is added to Raft by the
+// Join, proposes its own addSpare through a member, is added to Raft by the
 // leader, catches up, and is promoted when its turn comes.
 func TestNodeJoinRefillsPool(t *testing.T) {
 	c := newCluster(t, 2, 1, 2, nil)
@@ -599,9 +599,9 @@ func TestNodeJoinRefillsPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.cfgs, c.nodes = append(c.cfgs, cfg), append(c.nodes, joiner)
-	st, err := joiner.JoinSelf(ctx)
+	st, err := joiner.joinSelf(ctx)
 	if err != nil {
-		t.Fatalf("JoinSelf: %v", err)
+		t.Fatalf("joinSelf: %v", err)
 	}
 	if !slices.Equal(st.Spares, []uint32{2, 3}) {
 		t.Fatalf("joiner's view after joining: %s", summarize(&st))
@@ -614,11 +614,11 @@ func TestNodeJoinRefillsPool(t *testing.T) {
 	// answers with a no-op: each loss is checked in the state it left.
 	for i := range 2 {
 		leader := c.leader(ctx)
-		st := leader.View()
-		victim := c.rankHolder(st, leader.Proc())
+		st := leader.view()
+		victim := c.rankHolder(st, leader.proc())
 		rank, _ := st.RankOf(victim)
 		c.kill(victim)
-		if _, err := c.other(victim).ReportFailure(ctx, victim, NoProc, st.Epoch); err != nil {
+		if _, err := c.other(victim).reportFailure(ctx, victim, noProc, st.Epoch); err != nil {
 			t.Fatalf("failure %d: %v", i+1, err)
 		}
 		got := c.converge(ctx, st.Epoch+1)
@@ -626,7 +626,7 @@ func TestNodeJoinRefillsPool(t *testing.T) {
 			t.Fatalf("failure %d: rank %d went to %d, not to a spare of %v (%s)", i+1, rank, p, st.Spares, summarize(&got))
 		}
 	}
-	if rank, st, err := joiner.WaitPromotion(ctx); err != nil || st.Ranks[rank] != 3 {
+	if rank, st, err := joiner.waitPromotion(ctx); err != nil || st.Ranks[rank] != 3 {
 		t.Fatalf("joiner WaitPromotion: %d, %v (%s)", rank, err, summarize(&st))
 	}
 	c.votersRepaired(ctx, 2)
@@ -643,7 +643,7 @@ func TestNodeConfigErrors(t *testing.T) {
 	cfg.Members = testMembers(2, 0, 1)
 	cfg.NumRanks = 2
 	cfg.RaftListener = ln
-	if _, err := NewNode(cfg); !errors.Is(err, ErrConfig) {
+	if _, err := NewNode(cfg); !errors.Is(err, errConfig) {
 		t.Fatalf("NewNode without a token: %v", err)
 	}
 	if _, err := ln.Accept(); err == nil {
@@ -651,17 +651,17 @@ func TestNodeConfigErrors(t *testing.T) {
 	}
 }
 
-// measureEpochCommit returns, per sample, the time from ReportFailure on a
+// measureEpochCommit returns, per sample, the time from reportFailure on a
 // non-leader to every node having applied the new epoch. Each sample adds
 // a process that runs no Raft node as a spare, then declares it failed:
-// one DeclareFailed log entry through the control RPC, as in production.
+// one declareFailed log entry through the control RPC, as in production.
 // leader waits for the leader; live lists the live nodes.
 func measureEpochCommit(tb testing.TB, leader func(context.Context) *Node, live func() []*Node, samples int) []time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*phase)
 	defer cancel()
 	all := func(epoch uint64) {
 		for _, n := range live() {
-			if _, err := n.WaitEpoch(ctx, epoch); err != nil {
+			if _, err := n.waitEpoch(ctx, epoch); err != nil {
 				tb.Fatal(err)
 			}
 		}
@@ -677,13 +677,13 @@ func measureEpochCommit(tb testing.TB, leader func(context.Context) *Node, live 
 			}
 		}
 		p := uint32(1000 + i)
-		if _, err := l.Propose(ctx, AddSpare{Proc: p, Info: ProcInfo{Host: "bench"}}); err != nil {
+		if _, err := l.propose(ctx, addSpare{Proc: p, Info: procInfo{Host: "bench"}}); err != nil {
 			tb.Fatal(err)
 		}
-		epoch := l.View().Epoch
+		epoch := l.view().Epoch
 		all(epoch)
 		start := time.Now()
-		if _, err := proposer.ReportFailure(ctx, p, proposer.Proc(), epoch); err != nil {
+		if _, err := proposer.reportFailure(ctx, p, proposer.proc(), epoch); err != nil {
 			tb.Fatal(err)
 		}
 		all(epoch + 1)
@@ -695,7 +695,7 @@ func measureEpochCommit(tb testing.TB, leader func(context.Context) *Node, live 
 
 // TestEpochCommitLatency bounds the time from a failure report on a
 // non-leader to every process having applied the new epoch, in fake time
-// (a synctest bubble over a MemNetwork: 4 ranks and 2 spares on 3 hosts,
+// (a synctest bubble over a memnet.Network: 4 ranks and 2 spares on 3 hosts,
 // 5 voters and a client of the tree, as in production). Work takes no
 // fake time there, so what is measured is what the membership waits for:
 // the commit of one entry on the voters, of which the followers learn on
@@ -720,7 +720,7 @@ func TestEpochCommitLatency(t *testing.T) {
 	})
 }
 
-// BenchmarkEpochCommit reports the median time from ReportFailure on a
+// BenchmarkEpochCommit reports the median time from reportFailure on a
 // non-leader to all 6 nodes having applied the epoch, for both timing
 // profiles (followers learn a commit on the leader's next append, which
 // comes within 1-2 CommitTimeouts).
@@ -753,7 +753,7 @@ func TestNodeShutdownLeavesNoGoroutines(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), phase)
 	defer cancel()
 	l := c.leader(ctx)
-	if _, err := c.other(l.Proc()).Propose(ctx, Finish{}); err != nil {
+	if _, err := c.other(l.proc()).propose(ctx, finish{}); err != nil {
 		t.Fatal(err)
 	}
 	c.shutdownAll()
@@ -781,20 +781,20 @@ func TestNodeFastFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), phase)
 	defer cancel()
 	old := c.leader(ctx)
-	victim := old.Proc()
-	st := old.View()
+	victim := old.proc()
+	st := old.view()
 	start := time.Now()
 	stopped := c.crash(victim)
 	defer stopped()
 	nl := c.leader(ctx)
 	took := time.Since(start)
-	t.Logf("leader %d crashed; proc %d leads after %v (heartbeat timeout %v)", victim, nl.Proc(), took.Round(time.Millisecond), hb)
+	t.Logf("leader %d crashed; proc %d leads after %v (heartbeat timeout %v)", victim, nl.proc(), took.Round(time.Millisecond), hb)
 	if took >= hb {
 		t.Fatalf("a new leader took %v, not less than the heartbeat timeout %v: no fast failover", took, hb)
 	}
 	expedited := 0
 	for _, n := range c.live() {
-		expedited += n.Expedites()
+		expedited += n.expedites()
 	}
 	if expedited == 0 {
 		t.Fatal("no node lowered its heartbeat timeout")
@@ -802,7 +802,7 @@ func TestNodeFastFailover(t *testing.T) {
 	// The timeout is restored once the new leader is known, and the
 	// membership still works: the dead leader is declared failed.
 	proposer := c.other(victim)
-	if _, err := proposer.ReportFailure(ctx, victim, proposer.Proc(), st.Epoch); err != nil {
+	if _, err := proposer.reportFailure(ctx, victim, proposer.proc(), st.Epoch); err != nil {
 		t.Fatalf("ReportFailure of the old leader: %v", err)
 	}
 	c.converge(ctx, st.Epoch+1)
@@ -810,7 +810,7 @@ func TestNodeFastFailover(t *testing.T) {
 		deadline := time.Now().Add(2 * hb)
 		for n.raftNode().ReloadableConfig().HeartbeatTimeout != hb {
 			if time.Now().After(deadline) {
-				t.Fatalf("proc %d: heartbeat timeout %v, not restored to %v", n.Proc(), n.raftNode().ReloadableConfig().HeartbeatTimeout, hb)
+				t.Fatalf("proc %d: heartbeat timeout %v, not restored to %v", n.proc(), n.raftNode().ReloadableConfig().HeartbeatTimeout, hb)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

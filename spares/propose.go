@@ -13,32 +13,32 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// ReportFailure proposes DeclareFailed{proc, reporter, epoch}: proc was
-// confirmed failed by reporter in the view of the given epoch. See Propose.
-func (n *Node) ReportFailure(ctx context.Context, proc, reporter uint32, epoch uint64) (Result, error) {
+// reportFailure proposes declareFailed{proc, reporter, epoch}: proc was
+// confirmed failed by reporter in the view of the given epoch. See propose.
+func (n *Node) reportFailure(ctx context.Context, proc, reporter uint32, epoch uint64) (result, error) {
 	if reporter == n.cfg.Proc {
 		n.down.mark(proc, time.Now(), downFor(&n.cfg))
 	}
 	n.expediteElection(proc, "the failure detector confirmed its process dead")
-	return n.Propose(ctx, DeclareFailed{Proc: proc, Reporter: reporter, Epoch: epoch})
+	return n.propose(ctx, declareFailed{Proc: proc, Reporter: reporter, Epoch: epoch})
 }
 
-// Propose commits cmd through the Raft leader and returns what it did.
+// propose commits cmd through the Raft leader and returns what it did.
 // From a non-leader it goes through the leader's control RPC. Attempts
 // that fail because there is no leader, the leader changed or could not be
 // reached are retried with exponential backoff until ctx ends; this is safe
 // because Apply is idempotent (a retried command that had committed is a
-// no-op the second time, and its Result says so). A command the state
-// rejects returns at once with an error wrapping ErrBadCommand or
-// ErrUnknownProc. When ctx ends it returns a *ProposeError wrapping
-// ErrTimeout; after Shutdown one wrapping ErrClosed.
-func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
+// no-op the second time, and its result says so). A command the state
+// rejects returns at once with an error wrapping errBadCommand or
+// errUnknownProc. When ctx ends it returns a *proposeError wrapping
+// errTimeout; after Shutdown one wrapping errClosed.
+func (n *Node) propose(ctx context.Context, cmd command) (result, error) {
 	if cmd == nil {
-		return Result{}, badCmd("nil command")
+		return result{}, badCmd("nil command")
 	}
 	data, err := encodeCommand(cmd)
 	if err != nil {
-		return Result{}, err
+		return result{}, err
 	}
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(n.cfg.ProposeRetryMin),
@@ -46,10 +46,10 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 		backoff.WithMaxElapsedTime(0),
 	)
 	var last error
-	hint, unreachable := NoProc, NoProc
+	hint, unreachable := noProc, noProc
 	for attempt := 1; ; attempt++ {
 		if n.isClosed() {
-			return Result{}, &ProposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Err: ErrClosed}
+			return result{}, &proposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Err: errClosed}
 		}
 		changed := n.leaderChanged()
 		res, err := n.proposeOnce(ctx, data, &hint, &unreachable, attempt)
@@ -57,11 +57,11 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 			return res, nil
 		}
 		if !retryable(err) {
-			return Result{}, err
+			return result{}, err
 		}
 		last = err
 		if ctx.Err() != nil {
-			return Result{}, &ProposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Cause: ctx.Err(), Err: ErrTimeout}
+			return result{}, &proposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Cause: ctx.Err(), Err: errTimeout}
 		}
 		n.log.Debug("spares: proposal retry", "kind", cmd.Kind().String(), "attempt", attempt, "err", err)
 		t := time.NewTimer(b.NextBackOff())
@@ -71,10 +71,10 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 			t.Stop() // a leader is known now: try it at once
 		case <-ctx.Done():
 			t.Stop()
-			return Result{}, &ProposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Cause: ctx.Err(), Err: ErrTimeout}
+			return result{}, &proposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Cause: ctx.Err(), Err: errTimeout}
 		case <-n.closeCh:
 			t.Stop()
-			return Result{}, &ProposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Err: ErrClosed}
+			return result{}, &proposeError{Op: cmd.Kind().String(), Attempts: attempt, Last: last, Err: errClosed}
 		}
 	}
 }
@@ -82,41 +82,41 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 // retryable: anything but a rejection by the state (a command that would be
 // rejected again) and a local shutdown.
 func retryable(err error) bool {
-	if errors.Is(err, ErrBadCommand) || errors.Is(err, ErrUnknownProc) {
+	if errors.Is(err, errBadCommand) || errors.Is(err, errUnknownProc) {
 		return false
 	}
 	var re *remoteError
 	if errors.As(err, &re) {
 		return true // the remote end closing or timing out is a leader change to us
 	}
-	return !errors.Is(err, ErrClosed)
+	return !errors.Is(err, errClosed)
 }
 
 // proposeOnce makes one attempt. hint is the leader named by the last
 // answer; unreachable the process the last attempt could not reach.
-func (n *Node) proposeOnce(ctx context.Context, data []byte, hint, unreachable *uint32, attempt int) (Result, error) {
+func (n *Node) proposeOnce(ctx context.Context, data []byte, hint, unreachable *uint32, attempt int) (result, error) {
 	if n.IsLeader() {
 		return n.applyLocal(ctx, data)
 	}
 	st, _ := n.fsm.view()
-	target, ok := n.Leader()
+	target, ok := n.leader()
 	// None known, or stale: we led a moment ago, or the last attempt could
 	// not reach it. A client's leader is the tree's news, older than a
 	// voter's answer: the hint goes first.
 	client := n.raftNode() == nil
-	if !ok || target == n.cfg.Proc || target == *unreachable || (client && *hint != NoProc) {
+	if !ok || target == n.cfg.Proc || target == *unreachable || (client && *hint != noProc) {
 		target = *hint
 	}
-	*hint = NoProc
-	if target == *unreachable || (target != NoProc && n.down.is(target, time.Now())) {
-		target = NoProc // this process's detector confirmed it failed
+	*hint = noProc
+	if target == *unreachable || (target != noProc && n.down.is(target, time.Now())) {
+		target = noProc // this process's detector confirmed it failed
 	}
-	if target == NoProc {
+	if target == noProc {
 		// No leader known (an election, or a joining process that has no
 		// log yet): ask a member, who answers with its leader as a hint.
 		target = n.someMember(&st, attempt)
-		if target == NoProc {
-			return Result{}, ErrNoLeader
+		if target == noProc {
+			return result{}, errNoLeader
 		}
 	}
 	addr := n.ctlAddrOf(&st, target)
@@ -128,7 +128,7 @@ func (n *Node) proposeOnce(ctx context.Context, data []byte, hint, unreachable *
 		addr = n.ctlAddrOf(&st, target)
 	}
 	if addr == "" {
-		return Result{}, fmt.Errorf("%w: proc %d has no control address", ErrNoLeader, target)
+		return result{}, fmt.Errorf("%w: proc %d has no control address", errNoLeader, target)
 	}
 	// This process's detector confirming target failed ends the attempt
 	// at once: a dial to a host cut off silently would wait for its
@@ -140,10 +140,10 @@ func (n *Node) proposeOnce(ctx context.Context, data []byte, hint, unreachable *
 	stop()
 	cancel()
 	var re *remoteError
-	*unreachable = NoProc
+	*unreachable = noProc
 	switch {
 	case errors.As(err, &re):
-		if re.Leader != NoProc && re.Leader != target {
+		if re.Leader != noProc && re.Leader != target {
 			*hint = re.Leader
 		}
 	case err != nil && ctx.Err() == nil:
@@ -159,7 +159,7 @@ func (n *Node) proposeOnce(ctx context.Context, data []byte, hint, unreachable *
 // first and then any other process, which answers with the leader it
 // knows: its state is the job's first, and every voter in it may have
 // been replaced since.
-func (n *Node) someMember(st *State, attempt int) uint32 {
+func (n *Node) someMember(st *state, attempt int) uint32 {
 	var procs, down []uint32
 	anyone := n.joining(st)
 	now := time.Now()
@@ -195,7 +195,7 @@ func (n *Node) someMember(st *State, attempt int) uint32 {
 		procs = slices.Insert(procs, v, n.unlistedContacts(st)...)
 	}
 	if len(procs) == 0 {
-		return NoProc
+		return noProc
 	}
 	return procs[attempt%len(procs)]
 }
@@ -203,12 +203,12 @@ func (n *Node) someMember(st *State, attempt int) uint32 {
 // joining: this node joins the job (Config.Join) and its state does not
 // list it yet, so the state is the job's first one or a later one that
 // does not know of this process.
-func (n *Node) joining(st *State) bool {
+func (n *Node) joining(st *state) bool {
 	_, known := st.Procs[n.cfg.Proc]
 	return n.cfg.Join && !known
 }
 
-func (n *Node) ctlAddrOf(st *State, p uint32) string {
+func (n *Node) ctlAddrOf(st *state, p uint32) string {
 	if info, ok := st.Procs[p]; ok {
 		return info.CtlAddr
 	}
@@ -236,7 +236,7 @@ func (n *Node) contacts() []Member {
 
 // unlistedContacts returns the contacts that st does not list, in the
 // order given: processes that joined after the state this joiner has.
-func (n *Node) unlistedContacts(st *State) []uint32 {
+func (n *Node) unlistedContacts(st *state) []uint32 {
 	var out []uint32
 	for _, m := range n.contacts() {
 		if _, ok := st.Procs[m.Proc]; !ok && m.Proc != n.cfg.Proc && m.CtlAddr != "" {
@@ -246,50 +246,60 @@ func (n *Node) unlistedContacts(st *State) []uint32 {
 	return out
 }
 
-// JoinSelf proposes AddSpare for this process (a node started with Join)
+// JoinSelf adds this process, a node started with Config.Join, to the
+// job: it proposes addSpare for itself and waits until the local view
+// holds it (joinSelf). A job that no longer runs ends it with the job's
+// error (ErrSparesExhausted, ErrJobFailed, or errJobFinished) once this
+// node has learnt it; ctx ending, with errTimeout.
+func (n *Node) JoinSelf(ctx context.Context) error {
+	_, err := n.joinSelf(ctx)
+	return err
+}
+
+// joinSelf proposes addSpare for this process (a node started with Join)
 // and waits until the local view holds it: until the tree's news (or, in
 // the all-Raft mode, the log) has brought this node the commit. The
 // returned state says whether it joined the pool or took a rank that
-// awaited a joiner (WaitPromotion then returns at once). Errors are those
-// of Propose and Await; a job that no longer runs makes AddSpare a no-op,
-// and the wait then ends with the job's error (ErrJobFinished, or
+// awaited a joiner (waitPromotion then returns at once). Errors are those
+// of propose and awaitState; a job that no longer runs makes addSpare a
+// no-op, and the wait then ends with the job's error (errJobFinished, or
 // ErrSparesExhausted / ErrJobFailed) once this node has learnt it.
-func (n *Node) JoinSelf(ctx context.Context) (State, error) {
-	if _, err := n.Propose(ctx, AddSpare{Proc: n.cfg.Proc, Info: n.self.info()}); err != nil {
-		return State{}, err
+func (n *Node) joinSelf(ctx context.Context) (state, error) {
+	if _, err := n.propose(ctx, addSpare{Proc: n.cfg.Proc, Info: n.self.info()}); err != nil {
+		return state{}, err
 	}
-	return n.wait(ctx, func(st *State) (bool, error) {
+	return n.wait(ctx, func(st *state) (bool, error) {
 		if _, ok := st.Procs[n.cfg.Proc]; ok {
 			return true, nil
 		}
 		if err := statusErr(st); err != nil {
 			return true, err
 		}
-		if st.Status == Finished {
-			return true, fmt.Errorf("%w at epoch %d, before proc %d joined", ErrJobFinished, st.Epoch, n.cfg.Proc)
+		if st.Status == statusFinished {
+			return true, fmt.Errorf("%w at epoch %d, before proc %d joined", errJobFinished, st.Epoch, n.cfg.Proc)
 		}
 		return false, nil
 	})
 }
 
 // applyLocal commits data through the local Raft node, which must lead.
-func (n *Node) applyLocal(ctx context.Context, data []byte) (Result, error) {
+func (n *Node) applyLocal(ctx context.Context, data []byte) (result, error) {
 	r := n.raftNode()
 	if r == nil || r.State() != raft.Leader {
-		return Result{}, ErrNotLeader
+		return result{}, errNotLeader
 	}
 	sp := obs.Begin("membership", "raft commit")
 	defer sp.End()
 	f := r.Apply(data, n.cfg.RPCTimeout)
 	if err := n.awaitCtx(ctx, f); err != nil {
-		if errors.Is(err, ErrTimeout) || errors.Is(err, ErrClosed) {
-			return Result{}, err
+		if errors.Is(err, errTimeout) || errors.Is(err, errClosed) {
+			return result{}, err
 		}
-		return Result{}, mapRaftErr(err)
+		return result{}, mapRaftErr(err)
 	}
 	resp, ok := f.Response().(applyResponse)
 	if !ok {
-		return Result{}, fmt.Errorf("spares: unexpected apply response %T", f.Response())
+		return result{}, fmt.Errorf("spares: unexpected apply response %T", f.Response())
 	}
 	return resp.Result, resp.Err
 }
@@ -298,11 +308,11 @@ func mapRaftErr(err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrAbortedByRestore):
-		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+		return fmt.Errorf("%w: %v", errNotLeader, err)
 	case errors.Is(err, raft.ErrRaftShutdown):
-		return ErrClosed
+		return errClosed
 	case errors.Is(err, raft.ErrEnqueueTimeout):
-		return fmt.Errorf("%w: %v", ErrTimeout, err)
+		return fmt.Errorf("%w: %v", errTimeout, err)
 	}
 	return err
 }

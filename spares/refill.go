@@ -11,33 +11,33 @@ import (
 
 // Waiting for a joiner (Config.RefillWait).
 //
-// A rank lost with an empty pool awaits a joiner (State.Awaiting) instead
+// A rank lost with an empty pool awaits a joiner (state.Awaiting) instead
 // of becoming vacant or failing the job. Only the leader keeps time: it
 // notes when it first saw each wait and, RefillWait later, commits
-// EndWait for it. The clock is this leader's own, so nothing about it is
+// endWait for it. The clock is this leader's own, so nothing about it is
 // replicated: a new leader (or one that lost the leadership and won it
 // back) starts every wait it finds afresh. That only ever makes a wait
-// longer, never shorter, and EndWait names the wait (rank and starting
+// longer, never shorter, and endWait names the wait (rank and starting
 // epoch), so a late or repeated one cannot end a later wait or take a
 // rank a joiner already holds.
 
 // refillClock is the leader's clock of the waits: a pure state machine
-// (states and times in, due EndWait commands out), driven by the leader
+// (states and times in, due endWait commands out), driven by the leader
 // loop, which owns the real clock.
 type refillClock struct {
-	seen map[Awaiting]time.Time // when this leader first saw each wait
+	seen map[awaiting]time.Time // when this leader first saw each wait
 }
 
 // observe notes the waits of st first seen at now, forgets those that
-// ended, and returns the EndWait commands due at now (in rank order) and
+// ended, and returns the endWait commands due at now (in rank order) and
 // when the next wait falls due (zero: none left).
-func (c *refillClock) observe(st *State, now time.Time) (due []EndWait, next time.Time) {
-	if st.Status != Running || len(st.Awaiting) == 0 || st.RefillWait <= 0 {
+func (c *refillClock) observe(st *state, now time.Time) (due []endWait, next time.Time) {
+	if st.Status != statusRunning || len(st.Awaiting) == 0 || st.RefillWait <= 0 {
 		c.reset()
 		return nil, time.Time{}
 	}
 	if c.seen == nil {
-		c.seen = make(map[Awaiting]time.Time, len(st.Awaiting))
+		c.seen = make(map[awaiting]time.Time, len(st.Awaiting))
 	}
 	for a := range c.seen {
 		if since, ok := st.AwaitingSince(a.Rank); !ok || since != a.Since {
@@ -52,7 +52,7 @@ func (c *refillClock) observe(st *State, now time.Time) (due []EndWait, next tim
 		}
 		switch end := at.Add(st.RefillWait); {
 		case !end.After(now):
-			due = append(due, EndWait(a))
+			due = append(due, endWait(a))
 		case next.IsZero() || end.Before(next):
 			next = end
 		}
@@ -64,7 +64,7 @@ func (c *refillClock) observe(st *State, now time.Time) (due []EndWait, next tim
 func (c *refillClock) reset() { clear(c.seen) }
 
 // refillDriver runs the leader's refill clock inside the leader loop:
-// after every round it commits the EndWait commands that fell due and
+// after every round it commits the endWait commands that fell due and
 // arms its timer for the next one, or for a retry after a failed commit
 // (exponential backoff between ProposeRetryMin and ProposeRetryMax, as
 // for proposals).
@@ -88,7 +88,7 @@ func newRefillDriver(cfg *Config) *refillDriver {
 	}
 }
 
-// C fires when a wait falls due or a failed EndWait is to be retried.
+// C fires when a wait falls due or a failed endWait is to be retried.
 func (d *refillDriver) C() <-chan time.Time { return d.timer.C }
 
 // stop forgets every wait and disarms the timer: this node does not lead.
@@ -99,19 +99,19 @@ func (d *refillDriver) stop() {
 	d.retryAt = time.Time{}
 }
 
-// runRefill commits on the leader r the EndWait commands that are due
+// runRefill commits on the leader r the endWait commands that are due
 // and arms the driver's timer for the next wait, or for a retry. The loop
-// ends: a committed EndWait takes its wait out of the state (or found it
+// ends: a committed endWait takes its wait out of the state (or found it
 // gone already), so the next look no longer finds it due.
 func (n *Node) runRefill(d *refillDriver, r *raft.Raft) {
 	d.timer.Stop()
 	for {
-		var due []EndWait
+		var due []endWait
 		var next time.Time
 		now := time.Now()
 		// Under the state's lock, without a copy: the state is O(N), the
 		// look at it O(ranks awaiting).
-		n.fsm.read(func(st *State, _ uint64) { due, next = d.clock.observe(st, now) })
+		n.fsm.read(func(st *state, _ uint64) { due, next = d.clock.observe(st, now) })
 		if len(due) == 0 {
 			if !next.IsZero() {
 				d.timer.Reset(time.Until(next))
@@ -128,8 +128,8 @@ func (n *Node) runRefill(d *refillDriver, r *raft.Raft) {
 				d.stop()
 				return
 			}
-			if err := n.endWait(cmd); err != nil {
-				if errors.Is(err, ErrClosed) {
+			if err := n.commitEndWait(cmd); err != nil {
+				if errors.Is(err, errClosed) {
 					return
 				}
 				n.log.Warn("spares: ending a rank's wait for a joiner; retrying", "rank", cmd.Rank, "since", cmd.Since, "err", err)
@@ -144,8 +144,8 @@ func (n *Node) runRefill(d *refillDriver, r *raft.Raft) {
 	}
 }
 
-// endWait commits one EndWait through this leader's Raft.
-func (n *Node) endWait(cmd EndWait) error {
+// commitEndWait commits one endWait through this leader's Raft.
+func (n *Node) commitEndWait(cmd endWait) error {
 	data, err := encodeCommand(cmd)
 	if err != nil {
 		return err

@@ -14,17 +14,17 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Joiners and waits for them over a MemNetwork, in fake time (synctest).
+// Joiners and waits for them over a memnet.Network, in fake time (synctest).
 
 // join starts a process that joins the sim's running job (Config.Join)
 // with the next process id, given the job's original table, and returns
-// it once JoinSelf has seen it in the state.
-func (s *sim) join(ctx context.Context, host string) (*Node, State) {
+// it once joinSelf has seen it in the state.
+func (s *sim) join(ctx context.Context, host string) (*Node, state) {
 	s.t.Helper()
 	node := s.startJoiner(host)
-	st, err := node.JoinSelf(ctx)
+	st, err := node.joinSelf(ctx)
 	if err != nil {
-		s.t.Fatalf("joiner %d: JoinSelf: %v", node.Proc(), err)
+		s.t.Fatalf("joiner %d: joinSelf: %v", node.proc(), err)
 	}
 	return node, st
 }
@@ -68,11 +68,11 @@ func (s *sim) firstConfig() Config {
 
 // lose kills victim and has a survivor report it; it returns the state
 // that committed the failure, once every survivor applied it.
-func (s *sim) lose(ctx context.Context, victim uint32) State {
+func (s *sim) lose(ctx context.Context, victim uint32) state {
 	s.t.Helper()
 	s.kill(victim)
 	reporter := s.live()[len(s.live())-1]
-	res, err := reporter.ReportFailure(ctx, victim, reporter.Proc(), reporter.View().Epoch)
+	res, err := reporter.reportFailure(ctx, victim, reporter.proc(), reporter.view().Epoch)
 	if err != nil || !res.Changed {
 		s.t.Fatalf("ReportFailure(%d): %+v, %v", victim, res, err)
 	}
@@ -81,16 +81,16 @@ func (s *sim) lose(ctx context.Context, victim uint32) State {
 
 // clientRankHolder is a live rank holder that is no voter (and so does
 // not lead): its loss costs no election.
-func clientRankHolder(st *State, skip int) uint32 {
+func clientRankHolder(st *state, skip int) uint32 {
 	for _, p := range st.Ranks {
-		if _, failed := st.Failed[p]; p != NoProc && !failed && !st.IsVoter(p) {
+		if _, failed := st.Failed[p]; p != noProc && !failed && !st.IsVoter(p) {
 			if skip == 0 {
 				return p
 			}
 			skip--
 		}
 	}
-	return NoProc
+	return noProc
 }
 
 // Rule (refill): a rank lost with an empty pool awaits a joiner; its
@@ -104,10 +104,10 @@ func TestSimRefillJoinerTakesAwaitingRank(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
 		defer cancel()
 		s.leader()
-		victim := clientRankHolder(ptr(s.live()[0].View()), 0)
+		victim := clientRankHolder(ptr(s.live()[0].view()), 0)
 		st := s.lose(ctx, victim)
 		rank, _ := st.RankOf(victim)
-		if since, ok := st.AwaitingSince(rank); !ok || since != st.Epoch || st.Ranks[rank] != victim || st.Status != Running {
+		if since, ok := st.AwaitingSince(rank); !ok || since != st.Epoch || st.Ranks[rank] != victim || st.Status != statusRunning {
 			t.Fatalf("rank %d does not await a joiner after its loss: %s", rank, summarize(&st))
 		}
 		m := NewMembership(s.nodes[0])
@@ -118,18 +118,18 @@ func TestSimRefillJoinerTakesAwaitingRank(t *testing.T) {
 
 		time.Sleep(2 * time.Second)
 		joiner, jst := s.join(ctx, "hj")
-		if p, _ := jst.ProcOf(rank); p != joiner.Proc() {
-			t.Fatalf("joiner %d did not take awaiting rank %d: %s", joiner.Proc(), rank, summarize(&jst))
+		if p, _ := jst.ProcOf(rank); p != joiner.proc() {
+			t.Fatalf("joiner %d did not take awaiting rank %d: %s", joiner.proc(), rank, summarize(&jst))
 		}
-		if r, _, err := joiner.WaitPromotion(ctx); err != nil || r != rank {
+		if r, _, err := joiner.waitPromotion(ctx); err != nil || r != rank {
 			t.Fatalf("joiner WaitPromotion: %d, %v", r, err)
 		}
 		got := s.converge(ctx, st.Epoch+1)
-		if len(got.Awaiting) != 0 || got.Ranks[rank] != joiner.Proc() || got.Epoch != st.Epoch+1 {
+		if len(got.Awaiting) != 0 || got.Ranks[rank] != joiner.proc() || got.Epoch != st.Epoch+1 {
 			t.Fatalf("after the join: %s", summarize(&got))
 		}
 		v := m.Current()
-		if len(v.Joined) != 1 || uint32(v.Joined[0].Proc) != joiner.Proc() || v.Joined[0].Addr != joiner.self.Addr || v.Joined[0].Host != "hj" {
+		if len(v.Joined) != 1 || uint32(v.Joined[0].Proc) != joiner.proc() || v.Joined[0].Addr != joiner.self.Addr || v.Joined[0].Host != "hj" {
 			t.Fatalf("view's joiners: %+v", v.Joined)
 		}
 		if d := obs.SparesJoined.Value() - joinedBefore; d < uint64(len(s.live())-1) {
@@ -138,7 +138,7 @@ func TestSimRefillJoinerTakesAwaitingRank(t *testing.T) {
 		// The wait ended with the join: the leader's clock does not end it
 		// again when RefillWait runs out.
 		time.Sleep(wait)
-		if after := s.converge(ctx, got.Epoch); after.Epoch != got.Epoch || after.Status != Running {
+		if after := s.converge(ctx, got.Epoch); after.Epoch != got.Epoch || after.Status != statusRunning {
 			t.Fatalf("the state moved on after the wait ran out: %s", summarize(&after))
 		}
 	})
@@ -158,7 +158,7 @@ func TestSimRefillWaitEnds(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
 				defer cancel()
 				s.leader()
-				victim := clientRankHolder(ptr(s.live()[0].View()), 0)
+				victim := clientRankHolder(ptr(s.live()[0].view()), 0)
 				// The leader's clock starts when it applies the loss,
 				// between the report and its answer.
 				reported := time.Now()
@@ -168,12 +168,12 @@ func TestSimRefillWaitEnds(t *testing.T) {
 					t.Fatalf("rank %d does not await: %s", rank, summarize(&st))
 				}
 				for _, n := range s.live() {
-					got, err := n.WaitEpoch(ctx, st.Epoch+1)
-					if shrink && (err != nil || got.Ranks[rank] != NoProc || got.Status != Running || len(got.Awaiting) != 0) {
-						t.Fatalf("node %d after the wait: %s, %v; want rank %d vacant", n.Proc(), summarize(&got), err, rank)
+					got, err := n.waitEpoch(ctx, st.Epoch+1)
+					if shrink && (err != nil || got.Ranks[rank] != noProc || got.Status != statusRunning || len(got.Awaiting) != 0) {
+						t.Fatalf("node %d after the wait: %s, %v; want rank %d vacant", n.proc(), summarize(&got), err, rank)
 					}
 					if !shrink && !errors.Is(err, ErrSparesExhausted) {
-						t.Fatalf("node %d after the wait: %s, %v; want ErrSparesExhausted", n.Proc(), summarize(&got), err)
+						t.Fatalf("node %d after the wait: %s, %v; want ErrSparesExhausted", n.proc(), summarize(&got), err)
 					}
 				}
 				took := time.Since(reported)
@@ -195,37 +195,37 @@ func TestSimJoinerPromotedLater(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
 		defer cancel()
 		s.leader()
-		first := s.live()[0].View().Spares[0]
+		first := s.live()[0].view().Spares[0]
 		joiner, jst := s.join(ctx, "hj")
-		if !slices.Equal(jst.Spares, []uint32{first, joiner.Proc()}) {
+		if !slices.Equal(jst.Spares, []uint32{first, joiner.proc()}) {
 			t.Fatalf("joiner's view: %s", summarize(&jst))
 		}
 		if joiner.raftNode() != nil {
 			t.Fatal("a joiner that is not a voter runs raft")
 		}
 		for i := range 2 {
-			s.lose(ctx, clientRankHolder(ptr(s.live()[0].View()), 0))
+			s.lose(ctx, clientRankHolder(ptr(s.live()[0].view()), 0))
 			if i == 0 {
-				if _, _, err := s.nodes[first].WaitPromotion(ctx); err != nil {
+				if _, _, err := s.nodes[first].waitPromotion(ctx); err != nil {
 					t.Fatalf("first spare: %v", err)
 				}
 			}
 		}
-		rank, st, err := joiner.WaitPromotion(ctx)
-		if err != nil || st.Ranks[rank] != joiner.Proc() {
+		rank, st, err := joiner.waitPromotion(ctx)
+		if err != nil || st.Ranks[rank] != joiner.proc() {
 			t.Fatalf("joiner WaitPromotion: %d, %v (%s)", rank, err, summarize(&st))
 		}
-		if _, err := joiner.Propose(ctx, Finish{}); err != nil {
+		if _, err := joiner.propose(ctx, finish{}); err != nil {
 			t.Fatalf("Finish from the joiner: %v", err)
 		}
 		for _, n := range s.live() {
-			if _, err := n.Await(ctx, func(s *State) bool { return s.Status == Finished }); err != nil {
-				t.Fatalf("node %d: %v", n.Proc(), err)
+			if _, err := n.awaitState(ctx, func(s *state) bool { return s.Status == statusFinished }); err != nil {
+				t.Fatalf("node %d: %v", n.proc(), err)
 			}
 		}
 		// A joiner that comes after the end is told so and does not wait.
 		late := s.startJoiner("hj")
-		if st, err := late.JoinSelf(ctx); !errors.Is(err, ErrJobFinished) {
+		if st, err := late.joinSelf(ctx); !errors.Is(err, errJobFinished) {
 			t.Fatalf("late joiner: %v (%s), want ErrJobFinished", err, summarize(&st))
 		}
 	})
@@ -242,13 +242,13 @@ func TestSimJoinersRepairVoters(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
 		defer cancel()
 		leader := s.leader()
-		st := leader.View()
+		st := leader.view()
 		if len(st.Voters) != 5 {
 			t.Fatalf("voters %v, want all five processes", st.Voters)
 		}
 		for range 2 {
-			st := s.live()[0].View()
-			victim := st.Ranks[slices.IndexFunc(st.Ranks, func(p uint32) bool { return p != leader.Proc() && p != NoProc && st.Failed[p] == 0 })]
+			st := s.live()[0].view()
+			victim := st.Ranks[slices.IndexFunc(st.Ranks, func(p uint32) bool { return p != leader.proc() && p != noProc && st.Failed[p] == 0 })]
 			s.lose(ctx, victim)
 		}
 		st = s.converge(ctx, 3)
@@ -258,14 +258,14 @@ func TestSimJoinersRepairVoters(t *testing.T) {
 		var joiners []uint32
 		for range 2 {
 			j, _ := s.join(ctx, "hj")
-			joiners = append(joiners, j.Proc())
+			joiners = append(joiners, j.proc())
 		}
 		want := append(slices.Clone(st.Voters), joiners...)
 		slices.Sort(want)
 		for _, n := range s.live() {
-			got, err := n.Await(ctx, func(s *State) bool { return slices.Equal(sorted(s.Voters), want) })
+			got, err := n.awaitState(ctx, func(s *state) bool { return slices.Equal(sorted(s.Voters), want) })
 			if err != nil {
-				t.Fatalf("node %d: voters %v, want %v: %v", n.Proc(), got.Voters, want, err)
+				t.Fatalf("node %d: voters %v, want %v: %v", n.proc(), got.Voters, want, err)
 			}
 		}
 		// Raft's configuration says the same, and the joiners run Raft.
@@ -284,12 +284,12 @@ func TestSimJoinersRepairVoters(t *testing.T) {
 			}
 		}
 		// The repaired quorum commits a joiner's proposal.
-		if _, err := s.nodes[joiners[0]].Propose(ctx, Finish{}); err != nil {
+		if _, err := s.nodes[joiners[0]].propose(ctx, finish{}); err != nil {
 			t.Fatalf("Finish: %v", err)
 		}
 		for _, n := range s.live() {
-			if _, err := n.Await(ctx, func(s *State) bool { return s.Status == Finished }); err != nil {
-				t.Fatalf("node %d: %v", n.Proc(), err)
+			if _, err := n.awaitState(ctx, func(s *state) bool { return s.Status == statusFinished }); err != nil {
+				t.Fatalf("node %d: %v", n.proc(), err)
 			}
 		}
 	})
@@ -304,31 +304,31 @@ func TestSimJoinerAfterOriginalVotersGone(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // fake time: fail, never hang
 		defer cancel()
 		s.leader()
-		original := slices.Clone(s.live()[0].View().Voters)
+		original := slices.Clone(s.live()[0].view().Voters)
 		for _, v := range original {
 			st := s.lose(ctx, v)
 			// Wait for the voter set's repair before the next loss, so
 			// that the quorum is never lost.
 			for _, n := range s.live() {
-				if _, err := n.Await(ctx, func(s *State) bool { return len(s.Voters) == len(original) }); err != nil {
-					t.Fatalf("node %d: voters not repaired after losing %d: %v", n.Proc(), v, err)
+				if _, err := n.awaitState(ctx, func(s *state) bool { return len(s.Voters) == len(original) }); err != nil {
+					t.Fatalf("node %d: voters not repaired after losing %d: %v", n.proc(), v, err)
 				}
 			}
 			s.leader()
 			t.Logf("voter %d lost: %s", v, summarize(&st))
 		}
-		st := s.live()[0].View()
+		st := s.live()[0].view()
 		awaiting := len(st.Awaiting)
 		if awaiting == 0 || slices.ContainsFunc(st.Voters, func(v uint32) bool { return slices.Contains(original, v) }) {
 			t.Fatalf("after losing every original voter: %s", summarize(&st))
 		}
 		for range awaiting {
 			j, jst := s.join(ctx, "hj")
-			if _, ok := jst.RankOf(j.Proc()); !ok {
-				t.Fatalf("joiner %d holds no rank: %s", j.Proc(), summarize(&jst))
+			if _, ok := jst.RankOf(j.proc()); !ok {
+				t.Fatalf("joiner %d holds no rank: %s", j.proc(), summarize(&jst))
 			}
 		}
-		if got := s.converge(ctx, st.Epoch+uint64(awaiting)); len(got.Awaiting) != 0 || got.Status != Running {
+		if got := s.converge(ctx, st.Epoch+uint64(awaiting)); len(got.Awaiting) != 0 || got.Status != statusRunning {
 			t.Fatalf("after the joins: %s", summarize(&got))
 		}
 	})
@@ -347,27 +347,27 @@ func TestSimJoinerAfterEveryOriginalProcessGone(t *testing.T) {
 		defer cancel()
 		s.leader()
 		for round := range 8 {
-			victim := s.live()[0].Proc() // the oldest live process
+			victim := s.live()[0].proc() // the oldest live process
 			st := s.lose(ctx, victim)
 			for _, n := range s.live() {
-				if _, err := n.Await(ctx, func(st *State) bool { return len(st.Voters) == min(5, len(s.live())) }); err != nil {
-					t.Fatalf("round %d: node %d: voters not repaired after losing %d: %v", round, n.Proc(), victim, err)
+				if _, err := n.awaitState(ctx, func(st *state) bool { return len(st.Voters) == min(5, len(s.live())) }); err != nil {
+					t.Fatalf("round %d: node %d: voters not repaired after losing %d: %v", round, n.proc(), victim, err)
 				}
 			}
 			j, jst := s.join(ctx, "hj")
-			t.Logf("round %d: lost %d, joiner %d: %s", round, victim, j.Proc(), summarize(&jst))
-			if st.Status != Running {
+			t.Logf("round %d: lost %d, joiner %d: %s", round, victim, j.proc(), summarize(&jst))
+			if st.Status != statusRunning {
 				t.Fatalf("round %d: the job stopped: %s", round, summarize(&st))
 			}
 			s.leader()
 		}
-		st := s.converge(ctx, s.live()[0].View().Epoch)
+		st := s.converge(ctx, s.live()[0].view().Epoch)
 		for p := range uint32(5) {
 			if _, failed := st.Failed[p]; !failed {
 				t.Fatalf("original process %d not failed after eight losses: %s", p, summarize(&st))
 			}
 		}
-		if len(st.Awaiting) != 0 || st.Status != Running || len(st.Spares)+len(st.Ranks) < 5 {
+		if len(st.Awaiting) != 0 || st.Status != statusRunning || len(st.Spares)+len(st.Ranks) < 5 {
 			t.Fatalf("after the joins: %s", summarize(&st))
 		}
 	})
@@ -406,7 +406,7 @@ func TestSimRefillLeaderChangeRestartsClock(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
 		defer cancel()
 		old := s.leader()
-		victim := clientRankHolder(ptr(old.View()), 0)
+		victim := clientRankHolder(ptr(old.view()), 0)
 		reported := time.Now()
 		st := s.lose(ctx, victim)
 		rank, _ := st.RankOf(victim)
@@ -415,13 +415,13 @@ func TestSimRefillLeaderChangeRestartsClock(t *testing.T) {
 		// The next leader is elected after the kill, and only then
 		// starts its clock.
 		killed := time.Now()
-		s.lose(ctx, old.Proc()) // its rank awaits too
+		s.lose(ctx, old.proc()) // its rank awaits too
 		newLeader := s.leader()
 		time.Sleep(time.Until(reported.Add(wait + time.Second)))
-		if v := newLeader.View(); !slices.Contains(v.Awaiting, Awaiting{Rank: rank, Since: st.Epoch}) {
+		if v := newLeader.view(); !slices.Contains(v.Awaiting, awaiting{Rank: rank, Since: st.Epoch}) {
 			t.Fatalf("rank %d's wait ended %v after the loss, before the new leader's clock ran out: %s", rank, time.Since(reported), summarize(&v))
 		}
-		got, err := newLeader.Await(ctx, func(s *State) bool { return s.Ranks[rank] == NoProc })
+		got, err := newLeader.awaitState(ctx, func(s *state) bool { return s.Ranks[rank] == noProc })
 		if err != nil {
 			t.Fatalf("rank %d never became vacant: %v (%s)", rank, err, summarize(&got))
 		}

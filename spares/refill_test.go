@@ -14,14 +14,14 @@ import (
 
 // refillState is ranks 0..ranks-1 and no spare, waiting wait for joiners,
 // with the ranks in lost declared failed one after the other.
-func refillState(t *testing.T, ranks int, wait time.Duration, shrink bool, lost ...int) State {
+func refillState(t *testing.T, ranks int, wait time.Duration, shrink bool, lost ...int) state {
 	t.Helper()
-	st, err := InitialState(testMembers(ranks, 0, 2), ranks, shrink, wait, 5)
+	st, err := initialState(testMembers(ranks, 0, 2), ranks, shrink, wait, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range lost {
-		if _, err := st.apply(DeclareFailed{Proc: st.Ranks[r], Reporter: NoProc, Epoch: st.Epoch}); err != nil {
+		if _, err := st.apply(declareFailed{Proc: st.Ranks[r], Reporter: noProc, Epoch: st.Epoch}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -35,24 +35,24 @@ func TestValidateAwaiting(t *testing.T) {
 	if st := refillState(t, 4, time.Second, false, 0, 2); st.Validate() != nil || len(st.Awaiting) != 2 {
 		t.Fatalf("two ranks awaiting: %s, %v", summarize(&st), st.Validate())
 	}
-	breakers := map[string]func(*State){
-		"awaiting without RefillWait": func(s *State) { s.RefillWait = 0 },
-		"negative RefillWait":         func(s *State) { s.RefillWait = -time.Second },
-		"awaiting with a spare": func(s *State) {
+	breakers := map[string]func(*state){
+		"awaiting without RefillWait": func(s *state) { s.RefillWait = 0 },
+		"negative RefillWait":         func(s *state) { s.RefillWait = -time.Second },
+		"awaiting with a spare": func(s *state) {
 			s.Procs[9] = infoFor(9, "h1")
 			s.Spares = []uint32{9}
 		},
-		"wait since another epoch":   func(s *State) { s.Awaiting[0].Since = 1 },
-		"live holder awaiting":       func(s *State) { s.Awaiting = append(s.Awaiting, Awaiting{Rank: 3, Since: 2}) },
-		"awaiting rank out of range": func(s *State) { s.Awaiting = append(s.Awaiting, Awaiting{Rank: 7, Since: 2}) },
-		"awaiting out of order":      func(s *State) { s.Awaiting[0], s.Awaiting[1] = s.Awaiting[1], s.Awaiting[0] },
-		"failed holder not awaiting": func(s *State) { s.Awaiting = s.Awaiting[1:] },
-		"vacant rank awaiting":       func(s *State) { s.Ranks[0] = NoProc },
+		"wait since another epoch":   func(s *state) { s.Awaiting[0].Since = 1 },
+		"live holder awaiting":       func(s *state) { s.Awaiting = append(s.Awaiting, awaiting{Rank: 3, Since: 2}) },
+		"awaiting rank out of range": func(s *state) { s.Awaiting = append(s.Awaiting, awaiting{Rank: 7, Since: 2}) },
+		"awaiting out of order":      func(s *state) { s.Awaiting[0], s.Awaiting[1] = s.Awaiting[1], s.Awaiting[0] },
+		"failed holder not awaiting": func(s *state) { s.Awaiting = s.Awaiting[1:] },
+		"vacant rank awaiting":       func(s *state) { s.Ranks[0] = noProc },
 	}
 	for name, br := range breakers {
 		st := refillState(t, 4, time.Second, false, 0, 2)
 		br(&st)
-		if err := st.Validate(); !errors.Is(err, ErrBadSnapshot) {
+		if err := st.Validate(); !errors.Is(err, errBadSnapshot) {
 			t.Errorf("%s: Validate = %v, want ErrBadSnapshot", name, err)
 		}
 	}
@@ -67,22 +67,22 @@ func TestApplyRandomLogsWithRefill(t *testing.T) {
 			rng = rng*6364136223846793005 + 1442695040888963407
 			return int((rng >> 33) % uint64(n))
 		}
-		st, err := InitialState(testMembers(5, next(3), 2), 5, seed%2 == 0, time.Second, 5)
+		st, err := initialState(testMembers(5, next(3), 2), 5, seed%2 == 0, time.Second, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
 		a, b := st, st.Clone()
 		joiner := uint32(100)
 		for i := 0; i < 40; i++ {
-			var cmd Command
+			var cmd command
 			switch next(5) {
 			case 0, 1:
-				cmd = DeclareFailed{Proc: uint32(next(8)), Reporter: NoProc, Epoch: a.Epoch}
+				cmd = declareFailed{Proc: uint32(next(8)), Reporter: noProc, Epoch: a.Epoch}
 			case 2:
 				if next(3) == 0 && len(a.Procs) > 0 {
-					cmd = DeclareFailed{Proc: joiner - 1, Reporter: NoProc, Epoch: a.Epoch}
+					cmd = declareFailed{Proc: joiner - 1, Reporter: noProc, Epoch: a.Epoch}
 				} else {
-					cmd = AddSpare{Proc: joiner, Info: infoFor(joiner, "hj")}
+					cmd = addSpare{Proc: joiner, Info: infoFor(joiner, "hj")}
 					joiner++
 				}
 			case 3:
@@ -91,9 +91,9 @@ func TestApplyRandomLogsWithRefill(t *testing.T) {
 				if !ok || next(4) == 0 {
 					since = uint64(next(int(a.Epoch) + 1))
 				}
-				cmd = EndWait{Rank: r, Since: since}
+				cmd = endWait{Rank: r, Since: since}
 			default:
-				cmd = Finish{}
+				cmd = finish{}
 				if next(4) != 0 {
 					continue
 				}
@@ -130,7 +130,7 @@ func TestStateCodecWithAwaiting(t *testing.T) {
 		t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, st)
 	}
 	for i := 0; i < len(b); i++ {
-		if _, err := decodeState(b[:i]); !errors.Is(err, ErrBadSnapshot) {
+		if _, err := decodeState(b[:i]); !errors.Is(err, errBadSnapshot) {
 			t.Fatalf("truncated at %d: %v", i, err)
 		}
 	}
@@ -145,15 +145,15 @@ func TestStateCodecWithAwaiting(t *testing.T) {
 		"awaiting entry of 1 field": encodeRaw(t, 3, 2, 1, []uint32{0}, [][]any{{0, "d0", "h0", "r0", "c0"}}, []uint32{}, [][]any{{0, 2}}, 0, "", false, []uint32{},
 			1000, [][]any{{0}}),
 	} {
-		if _, err := decodeState(raw); !errors.Is(err, ErrBadSnapshot) {
+		if _, err := decodeState(raw); !errors.Is(err, errBadSnapshot) {
 			t.Errorf("%s: decodeState = %v, want ErrBadSnapshot", name, err)
 		}
 	}
-	if _, err := encodeCommand(EndWait{Rank: -1}); !errors.Is(err, ErrBadCommand) {
+	if _, err := encodeCommand(endWait{Rank: -1}); !errors.Is(err, errBadCommand) {
 		t.Errorf("EndWait of rank -1 encoded: %v", err)
 	}
-	if KindEndWait.String() != "EndWait" || (EndWait{}).Kind() != KindEndWait {
-		t.Errorf("EndWait's kind is %v", KindEndWait)
+	if kindEndWait.String() != "EndWait" || (endWait{}).Kind() != kindEndWait {
+		t.Errorf("EndWait's kind is %v", kindEndWait)
 	}
 }
 
@@ -167,7 +167,7 @@ func TestRefillClock(t *testing.T) {
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	st := refillState(t, 4, wait, false, 0)
 	var c refillClock
-	check := func(now time.Duration, wantDue []EndWait, wantNext time.Duration) {
+	check := func(now time.Duration, wantDue []endWait, wantNext time.Duration) {
 		t.Helper()
 		due, next := c.observe(&st, at(now))
 		if !slices.Equal(due, wantDue) || (wantNext < 0) != next.IsZero() || (wantNext >= 0 && !next.Equal(at(wantNext))) {
@@ -176,13 +176,13 @@ func TestRefillClock(t *testing.T) {
 	}
 	check(0, nil, wait)
 	check(time.Second, nil, wait) // not restarted by a later look
-	if _, err := st.apply(DeclareFailed{Proc: st.Ranks[2], Reporter: NoProc, Epoch: st.Epoch}); err != nil {
+	if _, err := st.apply(declareFailed{Proc: st.Ranks[2], Reporter: noProc, Epoch: st.Epoch}); err != nil {
 		t.Fatal(err)
 	}
 	check(1500*time.Millisecond, nil, wait) // the earliest end first
-	check(wait, []EndWait{{Rank: 0, Since: 2}}, 3500*time.Millisecond)
-	check(wait+time.Millisecond, []EndWait{{Rank: 0, Since: 2}}, 3500*time.Millisecond) // due until it ends
-	if _, err := st.apply(EndWait{Rank: 0, Since: 2}); err == nil && st.Status == Running {
+	check(wait, []endWait{{Rank: 0, Since: 2}}, 3500*time.Millisecond)
+	check(wait+time.Millisecond, []endWait{{Rank: 0, Since: 2}}, 3500*time.Millisecond) // due until it ends
+	if _, err := st.apply(endWait{Rank: 0, Since: 2}); err == nil && st.Status == statusRunning {
 		t.Fatalf("EndWait without shrink left the job running: %s", summarize(&st))
 	}
 	// The job failed: nothing is timed any more.
@@ -197,15 +197,15 @@ func TestRefillClock(t *testing.T) {
 	check(0, nil, wait)
 	c.reset()
 	check(time.Second, nil, time.Second+wait) // later, never sooner
-	if _, err := st.apply(AddSpare{Proc: 9, Info: infoFor(9, "hj")}); err != nil {
+	if _, err := st.apply(addSpare{Proc: 9, Info: infoFor(9, "hj")}); err != nil {
 		t.Fatal(err)
 	}
 	check(1500*time.Millisecond, nil, -1)
-	if _, err := st.apply(DeclareFailed{Proc: 9, Reporter: NoProc, Epoch: st.Epoch}); err != nil {
+	if _, err := st.apply(declareFailed{Proc: 9, Reporter: noProc, Epoch: st.Epoch}); err != nil {
 		t.Fatal(err)
 	}
 	check(4*time.Second, nil, 4*time.Second+wait)
-	check(4*time.Second+wait, []EndWait{{Rank: 1, Since: st.Epoch}}, -1)
+	check(4*time.Second+wait, []endWait{{Rank: 1, Since: st.Epoch}}, -1)
 }
 
 // A failed process that still holds its rank (awaiting a joiner) is not
@@ -229,11 +229,11 @@ func TestPromotionOfFailedHolder(t *testing.T) {
 func TestViewJoined(t *testing.T) {
 	st := refillState(t, 3, time.Second, false, 0, 2)
 	for _, p := range []uint32{5, 3} {
-		if _, err := st.apply(AddSpare{Proc: p, Info: infoFor(p, "hj")}); err != nil {
+		if _, err := st.apply(addSpare{Proc: p, Info: infoFor(p, "hj")}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.apply(DeclareFailed{Proc: 5, Reporter: NoProc, Epoch: st.Epoch}); err != nil {
+	if _, err := st.apply(declareFailed{Proc: 5, Reporter: noProc, Epoch: st.Epoch}); err != nil {
 		t.Fatal(err)
 	}
 	m := &Membership{node: &Node{cfg: Config{Members: testMembers(3, 0, 2)}}}
@@ -251,10 +251,10 @@ func TestViewJoined(t *testing.T) {
 }
 
 func TestInitialStateRefillWait(t *testing.T) {
-	if _, err := InitialState(testMembers(2, 0, 1), 2, false, -time.Second, 5); !errors.Is(err, ErrConfig) {
+	if _, err := initialState(testMembers(2, 0, 1), 2, false, -time.Second, 5); !errors.Is(err, errConfig) {
 		t.Fatalf("InitialState with a negative wait: %v", err)
 	}
-	if st, err := InitialState(testMembers(2, 0, 1), 2, false, time.Minute, 5); err != nil || st.RefillWait != time.Minute {
+	if st, err := initialState(testMembers(2, 0, 1), 2, false, time.Minute, 5); err != nil || st.RefillWait != time.Minute {
 		t.Fatalf("InitialState: RefillWait %v, %v", st.RefillWait, err)
 	}
 }

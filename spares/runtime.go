@@ -33,13 +33,13 @@ func NewMembership(n *Node) *Membership { return &Membership{node: n} }
 func (m *Membership) Node() *Node { return m.node }
 
 // Current returns the locally applied state as a view.
-func (m *Membership) Current() pgas.View { return m.toView(m.node.View()) }
+func (m *Membership) Current() pgas.View { return m.toView(m.node.view()) }
 
 // Watch converts the node's states to views. Only one reader may use it.
 func (m *Membership) Watch() <-chan pgas.View {
 	m.once.Do(func() {
 		m.ch = make(chan pgas.View, 1)
-		src := m.node.Watch()
+		src := m.node.watch()
 		go func() {
 			defer close(m.ch)
 			for st := range src {
@@ -55,15 +55,16 @@ func (m *Membership) Watch() <-chan pgas.View {
 	return m.ch
 }
 
-// ReportFailure proposes DeclareFailed for proc through the leader.
+// ReportFailure proposes declareFailed for proc through the leader
+// (pgas.Membership).
 func (m *Membership) ReportFailure(ctx context.Context, proc transport.Proc, epoch uint64) error {
-	_, err := m.node.ReportFailure(ctx, uint32(proc), m.node.Proc(), epoch)
+	_, err := m.node.reportFailure(ctx, uint32(proc), m.node.proc(), epoch)
 	return err
 }
 
 // Finish marks the job finished, so idle spares stop waiting and exit.
 func (m *Membership) Finish(ctx context.Context) error {
-	_, err := m.node.Propose(ctx, Finish{})
+	_, err := m.node.propose(ctx, finish{})
 	return err
 }
 
@@ -73,24 +74,24 @@ func (m *Membership) Close() error { return m.node.Shutdown() }
 // Leader returns the process that leads the membership, as this node
 // knows it (pgas.Leading).
 func (m *Membership) Leader() (transport.Proc, bool) {
-	p, ok := m.node.Leader()
+	p, ok := m.node.leader()
 	return transport.Proc(p), ok
 }
 
 // MoveLeaderToRank moves the Raft leadership onto a rank: a leader that
 // holds one stays, else the lowest live voter that holds a rank takes
-// over (Node.TransferLeadership with NoProc; pgas.LeaderMover).
+// over (Node.TransferLeadership with noProc; pgas.LeaderMover).
 func (m *Membership) MoveLeaderToRank(ctx context.Context) (transport.Proc, error) {
-	p, err := m.node.TransferLeadership(ctx, NoProc)
+	p, err := m.node.transferLeadership(ctx, noProc)
 	return transport.Proc(p), err
 }
 
-// Lost is closed when the node gives up on this process (Node.Lost): the
-// runtime then stops with LostErr.
-func (m *Membership) Lost() <-chan struct{} { return m.node.Lost() }
+// Lost is closed when the node gives up on this process (Node.lost): the
+// runtime then stops with LostErr (pgas.MembershipLoss).
+func (m *Membership) Lost() <-chan struct{} { return m.node.lost() }
 
-// LostErr is why (Node.LostErr).
-func (m *Membership) LostErr() error { return m.node.LostErr() }
+// LostErr is why (Node.lostErr).
+func (m *Membership) LostErr() error { return m.node.lostErr() }
 
 // toView converts a state to the runtime's view. The joiners are the
 // processes whose ids are past the node's original member table (the
@@ -98,8 +99,8 @@ func (m *Membership) LostErr() error { return m.node.LostErr() }
 // joiner after them, never reusing an id). A rank that awaits a joiner is
 // still held by its failed process, so the runtime sees that process
 // failed and not replaced yet.
-func (m *Membership) toView(st State) pgas.View {
-	v := pgas.View{Epoch: st.Epoch, Ranks: make([]transport.Proc, len(st.Ranks)), Finished: st.Status == Finished, Err: st.Err()}
+func (m *Membership) toView(st state) pgas.View {
+	v := pgas.View{Epoch: st.Epoch, Ranks: make([]transport.Proc, len(st.Ranks)), Finished: st.Status == statusFinished, Err: st.Err()}
 	for r, p := range st.Ranks {
 		v.Ranks[r] = transport.Proc(p)
 	}
@@ -112,7 +113,7 @@ func (m *Membership) toView(st State) pgas.View {
 
 // joinersOf lists the processes of st with an id from first on, in id
 // order, failed ones included.
-func joinersOf(st *State, first uint32) []pgas.Joiner {
+func joinersOf(st *state, first uint32) []pgas.Joiner {
 	var ids []uint32
 	for p := range st.Procs {
 		if p >= first {

@@ -13,7 +13,7 @@ import (
 	"github.com/gaspigo/gaspigo/internal/testkit/script"
 )
 
-// TestScenarios runs the scripts testdata/*.txt through State.apply and
+// TestScenarios runs the scripts testdata/*.txt through state.apply and
 // compares the trace with testdata/*.golden (go test -run TestScenarios
 // -rewrite regenerates them). Script language, one step per line, several
 // steps on one line separated by ';' happen in the same detection interval
@@ -23,12 +23,12 @@ import (
 //	init ranks=R spares=S [hosts=H] [shrink] [refill=D]
 //	                         procs 0..R-1 hold ranks, R..R+S-1 are spares;
 //	                         refill: RefillWait (a Go duration)
-//	fail P [by=Q] [at=E]     DeclareFailed of proc P by Q (default: none) reported in epoch E
+//	fail P [by=Q] [at=E]     declareFailed of proc P by Q (default: none) reported in epoch E
 //	fail rank R ...          fail the proc holding rank R
 //	fail spare P ...         fail proc P, which must be a spare
 //	exhaust                  fail the lowest live rank until the job stops running
-//	add P [host=H]           AddSpare
-//	endwait R [since=E]      EndWait of rank R's wait since E (default: the
+//	add P [host=H]           addSpare
+//	endwait R [since=E]      endWait of rank R's wait since E (default: the
 //	                         wait the interval's view shows, else its epoch)
 //	finish | voters P...
 //
@@ -41,7 +41,7 @@ func TestScenarios(t *testing.T) {
 
 type scenario struct {
 	t   *testing.T
-	st  *State
+	st  *state
 	out io.Writer // the trace
 }
 
@@ -83,9 +83,9 @@ func (s *scenario) line(line string) error {
 			}
 			s.apply(cmd)
 		case "exhaust":
-			for s.st.Status == Running {
-				r := slices.IndexFunc(s.st.Ranks, func(p uint32) bool { return p != NoProc })
-				s.apply(DeclareFailed{Proc: s.st.Ranks[r], Reporter: NoProc, Epoch: s.st.Epoch})
+			for s.st.Status == statusRunning {
+				r := slices.IndexFunc(s.st.Ranks, func(p uint32) bool { return p != noProc })
+				s.apply(declareFailed{Proc: s.st.Ranks[r], Reporter: noProc, Epoch: s.st.Epoch})
 			}
 		case "add":
 			if len(f) < 2 {
@@ -101,7 +101,7 @@ func (s *scenario) line(line string) error {
 					host = v
 				}
 			}
-			s.apply(AddSpare{Proc: uint32(p), Info: infoFor(uint32(p), host)})
+			s.apply(addSpare{Proc: uint32(p), Info: infoFor(uint32(p), host)})
 		case "endwait":
 			cmd, err := parseEndWait(&view, f[1:])
 			if err != nil {
@@ -109,7 +109,7 @@ func (s *scenario) line(line string) error {
 			}
 			s.apply(cmd)
 		case "finish":
-			s.apply(Finish{})
+			s.apply(finish{})
 		case "voters":
 			var v []uint32
 			for _, a := range f[1:] {
@@ -119,7 +119,7 @@ func (s *scenario) line(line string) error {
 				}
 				v = append(v, uint32(p))
 			}
-			s.apply(SetVoters{Voters: v})
+			s.apply(setVoters{Voters: v})
 		default:
 			return fmt.Errorf("unknown step %q", f[0])
 		}
@@ -151,7 +151,7 @@ func (s *scenario) init(args []string) error {
 			return fmt.Errorf("unknown init argument %q", a)
 		}
 	}
-	st, err := InitialState(testMembers(ranks, spares, hosts), ranks, shrink, refill, 5)
+	st, err := initialState(testMembers(ranks, spares, hosts), ranks, shrink, refill, 5)
 	if err != nil {
 		return err
 	}
@@ -159,8 +159,8 @@ func (s *scenario) init(args []string) error {
 	return nil
 }
 
-func infoFor(p uint32, host string) ProcInfo {
-	return ProcInfo{Addr: fmt.Sprintf("%s:d%d", host, p), Host: host, RaftAddr: fmt.Sprintf("%s:r%d", host, p), CtlAddr: fmt.Sprintf("%s:c%d", host, p)}
+func infoFor(p uint32, host string) procInfo {
+	return procInfo{Addr: fmt.Sprintf("%s:d%d", host, p), Host: host, RaftAddr: fmt.Sprintf("%s:r%d", host, p), CtlAddr: fmt.Sprintf("%s:c%d", host, p)}
 }
 
 func testMembers(ranks, spares, hosts int) []Member {
@@ -175,8 +175,8 @@ func testMembers(ranks, spares, hosts int) []Member {
 
 // parseFail resolves a fail step in the interval's view. A non-empty note
 // means the step is refused by the script (e.g. "fail spare" of a non-spare).
-func parseFail(view *State, args []string) (Command, string, error) {
-	cmd := DeclareFailed{Reporter: NoProc, Epoch: view.Epoch}
+func parseFail(view *state, args []string) (command, string, error) {
+	cmd := declareFailed{Reporter: noProc, Epoch: view.Epoch}
 	mode := ""
 	if len(args) > 0 && (args[0] == "rank" || args[0] == "spare") {
 		mode, args = args[0], args[1:]
@@ -222,7 +222,7 @@ func parseFail(view *State, args []string) (Command, string, error) {
 }
 
 // parseEndWait resolves an endwait step in the interval's view.
-func parseEndWait(view *State, args []string) (Command, error) {
+func parseEndWait(view *state, args []string) (command, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("endwait needs a rank")
 	}
@@ -230,7 +230,7 @@ func parseEndWait(view *State, args []string) (Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := EndWait{Rank: r, Since: view.Epoch}
+	cmd := endWait{Rank: r, Since: view.Epoch}
 	if since, ok := view.AwaitingSince(r); ok {
 		cmd.Since = since
 	}
@@ -246,7 +246,7 @@ func parseEndWait(view *State, args []string) (Command, error) {
 	return cmd, nil
 }
 
-func (s *scenario) apply(cmd Command) {
+func (s *scenario) apply(cmd command) {
 	t := s.t
 	t.Helper()
 	b, err := encodeCommand(cmd)
@@ -285,14 +285,14 @@ func (s *scenario) apply(cmd Command) {
 	}
 }
 
-func normalize(c Command) Command {
-	if v, ok := c.(SetVoters); ok && len(v.Voters) == 0 {
-		return SetVoters{}
+func normalize(c command) command {
+	if v, ok := c.(setVoters); ok && len(v.Voters) == 0 {
+		return setVoters{}
 	}
 	return c
 }
 
-func normState(s State) State {
+func normState(s state) state {
 	c := s.Clone()
 	if len(c.Spares) == 0 {
 		c.Spares = nil
@@ -307,29 +307,29 @@ func normState(s State) State {
 }
 
 func procName(p uint32) string {
-	if p == NoProc {
+	if p == noProc {
 		return "none"
 	}
 	return strconv.FormatUint(uint64(p), 10)
 }
 
-func describe(cmd Command) string {
+func describe(cmd command) string {
 	switch c := cmd.(type) {
-	case DeclareFailed:
+	case declareFailed:
 		return fmt.Sprintf("DeclareFailed proc=%d by=%s at=%d", c.Proc, procName(c.Reporter), c.Epoch)
-	case AddSpare:
+	case addSpare:
 		return fmt.Sprintf("AddSpare proc=%d host=%s", c.Proc, c.Info.Host)
-	case Finish:
+	case finish:
 		return "Finish"
-	case SetVoters:
+	case setVoters:
 		return fmt.Sprintf("SetVoters %v", c.Voters)
-	case EndWait:
+	case endWait:
 		return fmt.Sprintf("EndWait rank=%d since=%d", c.Rank, c.Since)
 	}
 	return fmt.Sprintf("%T", cmd)
 }
 
-func describeResult(r Result) string {
+func describeResult(r result) string {
 	var b strings.Builder
 	if r.Changed {
 		b.WriteString("changed")
@@ -344,11 +344,11 @@ func describeResult(r Result) string {
 	return b.String()
 }
 
-func summarize(s *State) string {
+func summarize(s *state) string {
 	ranks := make([]string, len(s.Ranks))
 	for i, p := range s.Ranks {
 		ranks[i] = procName(p)
-		if p == NoProc {
+		if p == noProc {
 			ranks[i] = "-"
 		}
 	}

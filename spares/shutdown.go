@@ -107,7 +107,7 @@ func (n *Node) shutdown() error {
 		n.log.Warn("spares: shutdown abandoned "+what+"; the process's exit ends it", "bound", n.cfg.ShutdownTimeout+n.cfg.ShutdownTimeout/4,
 			"leader", leader, "blocked_in", strings.Join(blocked, ", "))
 		return fmt.Errorf("%w: %s did not stop within %v of Shutdown (blocked in %s); abandoned",
-			ErrTimeout, what, n.cfg.ShutdownTimeout+n.cfg.ShutdownTimeout/4, strings.Join(blocked, ", "))
+			errTimeout, what, n.cfg.ShutdownTimeout+n.cfg.ShutdownTimeout/4, strings.Join(blocked, ", "))
 	}
 	n.mu.Lock()
 	stores := n.stores

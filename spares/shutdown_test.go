@@ -103,7 +103,7 @@ func TestShutdownAbandonsStuckRaft(t *testing.T) {
 		t.Fatal("Raft never dialed its peer")
 	}
 	took, err := shutdownWithin(t, n)
-	if !errors.Is(err, ErrTimeout) {
+	if !errors.Is(err, errTimeout) {
 		t.Fatalf("Shutdown = %v, want an error wrapping ErrTimeout (Raft abandoned)", err)
 	}
 	if took < n.cfg.ShutdownTimeout {
@@ -112,7 +112,7 @@ func TestShutdownAbandonsStuckRaft(t *testing.T) {
 	if again := n.Shutdown(); again != err {
 		t.Errorf("second Shutdown = %v, want the first one's %v", again, err)
 	}
-	if _, ok := <-n.Watch(); ok {
+	if _, ok := <-n.watch(); ok {
 		t.Error("Watch channel still open after an abandoned Shutdown")
 	}
 }
@@ -185,7 +185,7 @@ func (f neverAnswered) Error() error { <-f.release; return raft.ErrRaftShutdown 
 // A goroutine of the node's that waits on a Raft future must not hold
 // Shutdown: the leader's reconcile waiting on a RemoveServer that Raft
 // dropped at Shutdown made Shutdown run into its bound and return
-// ErrTimeout (TestNodeFailuresUseSparesThenExhaust/all-raft under load).
+// errTimeout (TestNodeFailuresUseSparesThenExhaust/all-raft under load).
 func TestShutdownDoesNotWaitForUnansweredFuture(t *testing.T) {
 	c := newCluster(t, 2, 0, 1, func(cfg *Config) { cfg.ShutdownTimeout = 500 * time.Millisecond })
 	n := c.nodes[0]
@@ -205,7 +205,7 @@ func TestShutdownDoesNotWaitForUnansweredFuture(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Shutdown = %v after %v, want nil: a node goroutine waited on a future Raft never answers", err, took)
 	}
-	if err := <-got; !errors.Is(err, ErrClosed) {
+	if err := <-got; !errors.Is(err, errClosed) {
 		t.Fatalf("await = %v, want ErrClosed", err)
 	}
 }

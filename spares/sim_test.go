@@ -11,26 +11,30 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/testkit/memnet"
 	"github.com/hashicorp/raft"
 )
 
 // The simulation tier: hundreds or thousands of Nodes of the voters-only
-// mode in one test process, over a MemNetwork, in a synctest bubble (fake
+// mode in one test process, over a memnet.Network, in a synctest bubble (fake
 // time: every wait below is in fake time and the run is deterministic up
 // to goroutine scheduling).
+
+// The test kit's memory network is a Network.
+var _ Network = (*memnet.Network)(nil)
 
 var simN = flag.Int("spares.simn", 0, "also run the simulation tests at this many processes (e.g. 4096)")
 
 type sim struct {
 	t     *testing.T
-	net   *MemNetwork
+	net   *memnet.Network
 	nodes []*Node // nil once shut down
 }
 
 // newSim starts n nodes (the last spares of them spares) on hosts hosts.
 func newSim(t *testing.T, n, spares, hosts int, mut func(*Config)) *sim {
 	t.Helper()
-	s := &sim{t: t, net: NewMemNetwork(500 * time.Millisecond)}
+	s := &sim{t: t, net: memnet.New(500 * time.Millisecond)}
 	members := make([]Member, n)
 	for i := range members {
 		members[i] = Member{
@@ -114,11 +118,7 @@ func (s *sim) settle() {
 			if n.IsLeader() {
 				continue
 			}
-			window := n.cfg.HeartbeatTimeout
-			if n.raftNode() == nil {
-				window = treeFresh(&n.cfg)
-			}
-			if last := n.contactTime(now); last.IsZero() || now.Sub(last) > window {
+			if last := n.contactTime(now); last.IsZero() || now.Sub(last) > n.contactWindow() {
 				all = false
 				break
 			}
@@ -133,21 +133,21 @@ func (s *sim) settle() {
 
 // converge waits until every live node has applied epoch and checks that
 // they agree.
-func (s *sim) converge(ctx context.Context, epoch uint64) State {
+func (s *sim) converge(ctx context.Context, epoch uint64) state {
 	s.t.Helper()
 	awaitPool(s.t, ctx, s.live(), epoch)
-	var first State
+	var first state
 	for i, n := range s.live() {
-		st, err := n.WaitEpoch(ctx, epoch)
+		st, err := n.waitEpoch(ctx, epoch)
 		if err != nil {
-			s.t.Fatalf("node %d WaitEpoch(%d): %v (at %d)", n.Proc(), epoch, err, st.Epoch)
+			s.t.Fatalf("node %d WaitEpoch(%d): %v (at %d)", n.proc(), epoch, err, st.Epoch)
 		}
 		if i == 0 {
 			first = st
 			continue
 		}
 		if st.Epoch != first.Epoch || !slices.Equal(st.Ranks, first.Ranks) || !slices.Equal(st.Spares, first.Spares) || len(st.Failed) != len(first.Failed) {
-			s.t.Fatalf("nodes disagree:\n%d: %s\n%d: %s", s.live()[0].Proc(), summarize(&first), n.Proc(), summarize(&st))
+			s.t.Fatalf("nodes disagree:\n%d: %s\n%d: %s", s.live()[0].proc(), summarize(&first), n.proc(), summarize(&st))
 		}
 	}
 	return first
@@ -166,16 +166,16 @@ func (s *sim) raftNodes() int {
 
 // quietLoad returns every live node's messages over d of fake time in
 // which nothing changes.
-func (s *sim) quietLoad(d time.Duration) map[uint32]MsgCounts {
-	before := map[uint32]MsgCounts{}
+func (s *sim) quietLoad(d time.Duration) map[uint32]memnet.MsgCounts {
+	before := map[uint32]memnet.MsgCounts{}
 	for _, n := range s.live() {
-		before[n.Proc()] = s.net.Counts(n.Proc())
+		before[n.proc()] = s.net.Counts(n.proc())
 	}
 	time.Sleep(d)
-	out := map[uint32]MsgCounts{}
+	out := map[uint32]memnet.MsgCounts{}
 	for _, n := range s.live() {
-		a, b := s.net.Counts(n.Proc()), before[n.Proc()]
-		out[n.Proc()] = MsgCounts{a.RaftSent - b.RaftSent, a.RaftReceived - b.RaftReceived, a.CtlSent - b.CtlSent, a.CtlReceived - b.CtlReceived}
+		a, b := s.net.Counts(n.proc()), before[n.proc()]
+		out[n.proc()] = memnet.MsgCounts{RaftSent: a.RaftSent - b.RaftSent, RaftReceived: a.RaftReceived - b.RaftReceived, CtlSent: a.CtlSent - b.CtlSent, CtlReceived: a.CtlReceived - b.CtlReceived}
 	}
 	return out
 }
@@ -191,7 +191,7 @@ func (s *sim) checkFlatLoad(d time.Duration, leader uint32) {
 	cfg := s.live()[0].cfg
 	rounds := uint64(d/cfg.treeHold()) + 1
 	ctlBound := 2 * rounds * uint64(cfg.TreeFanout+cfg.MaxVoters+1) * 2 // ×2: reconnections after a change
-	var most MsgCounts
+	var most memnet.MsgCounts
 	var mostProc uint32
 	for p, c := range load {
 		if c.CtlSent+c.CtlReceived > ctlBound {
@@ -251,27 +251,27 @@ func simKillRankHolder(t *testing.T, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
 	defer cancel()
 	leader := s.leader()
-	st := leader.View()
+	st := leader.view()
 	if got := s.raftNodes(); got != len(st.Voters) {
 		t.Fatalf("%d nodes run raft, want the %d voters", got, len(st.Voters))
 	}
 	tr := newTree(&st, leader.cfg.TreeFanout)
 	// The first client: a rank holder with children of its own.
-	victim := tr.order[tr.voters]
+	victim := tr.Clients()[0]
 	rank, ok := st.RankOf(victim)
-	kids := tr.children(victim)
+	kids := tr.Children(victim)
 	if !ok || len(kids) == 0 {
 		t.Fatalf("victim %d holds no rank or has no children (%v)", victim, kids)
 	}
-	t.Logf("tree of %d processes: %d voters, fan-out %d, depth %d", len(tr.order), tr.voters, tr.k, tr.depth())
+	t.Logf("tree of %d processes: %d voters, fan-out %d, depth %d", len(tr.Roots())+len(tr.Clients()), len(tr.Roots()), tr.Fanout(), tr.Depth())
 	s.settle()
-	s.checkFlatLoad(10*time.Second, leader.Proc())
+	s.checkFlatLoad(10*time.Second, leader.proc())
 
 	spare := st.Spares[0]
 	s.kill(victim)
 	reporter := s.nodes[kids[0]] // an orphan reports (through a voter)
 	t0 := time.Now()
-	res, err := reporter.ReportFailure(ctx, victim, reporter.Proc(), st.Epoch)
+	res, err := reporter.reportFailure(ctx, victim, reporter.proc(), st.Epoch)
 	if err != nil || res.Promoted != spare || res.Rank != rank {
 		t.Fatalf("ReportFailure(%d): %+v, %v", victim, res, err)
 	}
@@ -280,22 +280,22 @@ func simKillRankHolder(t *testing.T, n int) {
 	if p, _ := got.ProcOf(rank); p != spare {
 		t.Fatalf("rank %d held by %d, want spare %d", rank, p, spare)
 	}
-	if r, _, err := s.nodes[spare].WaitPromotion(ctx); err != nil || r != rank {
+	if r, _, err := s.nodes[spare].waitPromotion(ctx); err != nil || r != rank {
 		t.Fatalf("spare %d WaitPromotion: %d, %v", spare, r, err)
 	}
 	for _, k := range kids {
-		if s.nodes[k].LostErr() != nil {
-			t.Fatalf("orphan %d gave up: %v", k, s.nodes[k].LostErr())
+		if s.nodes[k].lostErr() != nil {
+			t.Fatalf("orphan %d gave up: %v", k, s.nodes[k].lostErr())
 		}
 	}
-	s.checkFlatLoad(10*time.Second, s.leader().Proc())
+	s.checkFlatLoad(10*time.Second, s.leader().proc())
 }
 
 // TestSimKillLeader: the Raft leader (a rank holder) dies among N
 // processes. The voters elect another, a survivor's report commits the
 // promotion, every survivor reaches the new epoch, and the new leader
 // promotes a client to voter: it starts Raft and catches up, so the
-// recorded voters and Raft's configuration are MaxVoters live processes
+// recorded voters and Raft's configuration are Config.MaxVoters live processes
 // again.
 func TestSimKillLeader(t *testing.T) {
 	for _, n := range simSizes() {
@@ -314,8 +314,8 @@ func simKillLeader(t *testing.T, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
 	defer cancel()
 	old := s.leader()
-	st := old.View()
-	victim := old.Proc()
+	st := old.view()
+	victim := old.proc()
 	rank, ok := st.RankOf(victim)
 	if !ok {
 		t.Fatalf("leader %d holds no rank", victim)
@@ -324,7 +324,7 @@ func simKillLeader(t *testing.T, n int) {
 	s.kill(victim)
 	reporter := s.nodes[st.Ranks[len(st.Ranks)-1]] // a deep client
 	t0 := time.Now()
-	res, err := reporter.ReportFailure(ctx, victim, reporter.Proc(), st.Epoch)
+	res, err := reporter.reportFailure(ctx, victim, reporter.proc(), st.Epoch)
 	if err != nil || res.Promoted != spare || res.Rank != rank {
 		t.Fatalf("ReportFailure(%d): %+v, %v", victim, res, err)
 	}
@@ -333,14 +333,14 @@ func simKillLeader(t *testing.T, n int) {
 	if p, _ := got.ProcOf(rank); p != spare {
 		t.Fatalf("rank %d held by %d, want spare %d", rank, p, spare)
 	}
-	// Voter repair: MaxVoters live voters recorded everywhere, the same in
+	// Voter repair: Config.MaxVoters live voters recorded everywhere, the same in
 	// the leader's Raft configuration, and each runs Raft.
 	want := old.cfg.MaxVoters
 	var voters []uint32
 	for _, nd := range s.live() {
-		st, err := nd.Await(ctx, func(s *State) bool { return len(s.Voters) == want && !slices.Contains(s.Voters, victim) })
+		st, err := nd.awaitState(ctx, func(s *state) bool { return len(s.Voters) == want && !slices.Contains(s.Voters, victim) })
 		if err != nil {
-			t.Fatalf("node %d: voters %v: %v", nd.Proc(), st.Voters, err)
+			t.Fatalf("node %d: voters %v: %v", nd.proc(), st.Voters, err)
 		}
 		voters = st.Voters
 	}
@@ -371,15 +371,15 @@ func simKillLeader(t *testing.T, n int) {
 		t.Fatalf("%d nodes run raft, want %d", got, want)
 	}
 	// The new voter caught up through Raft and the membership commits.
-	if _, err := reporter.Propose(ctx, Finish{}); err != nil {
+	if _, err := reporter.propose(ctx, finish{}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
 	for _, nd := range s.live() {
-		if _, err := nd.Await(ctx, func(s *State) bool { return s.Status == Finished }); err != nil {
-			t.Fatalf("node %d never saw Finish: %v", nd.Proc(), err)
+		if _, err := nd.awaitState(ctx, func(s *state) bool { return s.Status == statusFinished }); err != nil {
+			t.Fatalf("node %d never saw Finish: %v", nd.proc(), err)
 		}
 	}
-	s.checkFlatLoad(10*time.Second, s.leader().Proc())
+	s.checkFlatLoad(10*time.Second, s.leader().proc())
 }
 
 // Rule (liveness), for a client: cut off from every process for good, it
@@ -390,10 +390,10 @@ func TestSimClientCutOff(t *testing.T) {
 		const cutOff = 3 * time.Second
 		s := newSim(t, 64, 4, 8, func(c *Config) { c.CutOff = cutOff })
 		defer s.shutdownAll()
-		st := s.leader().View()
+		st := s.leader().view()
 		tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
-		victim := tr.order[tr.voters]
-		kids := tr.children(victim)
+		victim := tr.Clients()[0]
+		kids := tr.Children(victim)
 		if len(kids) == 0 {
 			t.Fatalf("victim %d has no children", victim)
 		}
@@ -404,12 +404,12 @@ func TestSimClientCutOff(t *testing.T) {
 		s.net.Partition(victim)
 		at := time.Now()
 		select {
-		case <-s.nodes[victim].Lost():
+		case <-s.nodes[victim].lost():
 		case <-time.After(10 * cutOff):
 			t.Fatalf("client %d cut off for good did not give up", victim)
 		}
-		err, d := s.nodes[victim].LostErr(), time.Since(at)
-		var ce *CutOffError
+		err, d := s.nodes[victim].lostErr(), time.Since(at)
+		var ce *cutOffError
 		if !errors.As(err, &ce) || !errors.Is(err, ErrCutOff) {
 			t.Fatalf("client %d gave up with %v, want a *CutOffError", victim, err)
 		}
@@ -418,17 +418,17 @@ func TestSimClientCutOff(t *testing.T) {
 		}
 		t.Logf("client %d gave up %v after the partition: %v", victim, d, err)
 		for _, k := range kids {
-			if err := s.nodes[k].LostErr(); err != nil {
+			if err := s.nodes[k].lostErr(); err != nil {
 				t.Fatalf("child %d of the cut-off client gave up: %v", k, err)
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
 		defer cancel()
-		if _, err := s.nodes[kids[0]].Propose(ctx, Finish{}); err != nil {
+		if _, err := s.nodes[kids[0]].propose(ctx, finish{}); err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range kids {
-			if _, err := s.nodes[k].Await(ctx, func(s *State) bool { return s.Status == Finished }); err != nil {
+			if _, err := s.nodes[k].awaitState(ctx, func(s *state) bool { return s.Status == statusFinished }); err != nil {
 				t.Fatalf("child %d: %v", k, err)
 			}
 		}
@@ -444,25 +444,25 @@ func TestSimClientReplacedWhileCutOff(t *testing.T) {
 		s := newSim(t, 64, 4, 8, func(c *Config) { c.CutOff = cutOff })
 		defer s.shutdownAll()
 		leader := s.leader()
-		st := leader.View()
+		st := leader.view()
 		tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
-		victim := tr.order[tr.voters+3]
+		victim := tr.Clients()[3]
 		s.net.Partition(victim)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fake time: fail, never hang
 		defer cancel()
-		if _, err := leader.ReportFailure(ctx, victim, leader.Proc(), st.Epoch); err != nil {
+		if _, err := leader.reportFailure(ctx, victim, leader.proc(), st.Epoch); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Second)
-		if _, failed := s.nodes[victim].View().Failed[victim]; failed || s.nodes[victim].LostErr() != nil {
-			t.Fatalf("cut-off client %d learnt its fate through the partition (%v)", victim, s.nodes[victim].LostErr())
+		if _, failed := s.nodes[victim].view().Failed[victim]; failed || s.nodes[victim].lostErr() != nil {
+			t.Fatalf("cut-off client %d learnt its fate through the partition (%v)", victim, s.nodes[victim].lostErr())
 		}
 		s.net.Heal(victim)
 		healed := time.Now()
 		// The news (the view declares it failed: pgas fences on it) or the
-		// standing answer (Lost), whichever comes first.
-		_, err := s.nodes[victim].Await(ctx, func(s *State) bool { _, f := s.Failed[victim]; return f })
-		lost := s.nodes[victim].LostErr()
+		// standing answer (lost), whichever comes first.
+		_, err := s.nodes[victim].awaitState(ctx, func(s *state) bool { _, f := s.Failed[victim]; return f })
+		lost := s.nodes[victim].lostErr()
 		if err != nil && !errors.Is(err, ErrDeclaredFailed) {
 			t.Fatalf("healed client %d: %v; want its view to declare it failed, or ErrDeclaredFailed", victim, err)
 		}
@@ -481,10 +481,10 @@ func TestSimStaleParentIsSkipped(t *testing.T) {
 		s := newSim(t, 64, 4, 8, nil)
 		defer s.shutdownAll()
 		leader := s.leader()
-		st := leader.View()
+		st := leader.view()
 		tr := newTree(&st, s.nodes[0].cfg.TreeFanout)
-		parent := tr.order[tr.voters]
-		kids := tr.children(parent)
+		parent := tr.Clients()[0]
+		kids := tr.Children(parent)
 		if len(kids) == 0 {
 			t.Fatalf("proc %d has no children", parent)
 		}
@@ -497,16 +497,16 @@ func TestSimStaleParentIsSkipped(t *testing.T) {
 		time.Sleep(time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // fake time
 		defer cancel()
-		if _, err := leader.Propose(ctx, Finish{}); err != nil {
+		if _, err := leader.propose(ctx, finish{}); err != nil {
 			t.Fatal(err)
 		}
 		at := time.Now()
 		for _, k := range kids {
-			if _, err := s.nodes[k].Await(ctx, func(s *State) bool { return s.Status == Finished }); err != nil {
+			if _, err := s.nodes[k].awaitState(ctx, func(s *state) bool { return s.Status == statusFinished }); err != nil {
 				t.Fatalf("child %d: %v", k, err)
 			}
 		}
-		if _, f := s.nodes[parent].View().Failed[parent]; s.nodes[parent].View().Status == Finished && !f {
+		if _, f := s.nodes[parent].view().Failed[parent]; s.nodes[parent].view().Status == statusFinished && !f {
 			t.Fatalf("the cut-off parent %d got the news", parent)
 		}
 		bound := 3*s.nodes[0].cfg.treeHold() + treeFresh(&s.nodes[0].cfg)

@@ -20,8 +20,8 @@ type standing struct {
 	Code     string // codeOK, or why there is no answer
 	Msg      string
 	Epoch    uint64    // the responder's applied epoch
-	Status   JobStatus // the job's status there
-	Reason   string    // State.StatusReason
+	Status   jobStatus // the job's status there
+	Reason   string    // state.StatusReason
 	FailedIn uint64    // epoch in which the asker was declared failed; 0: it was not
 	Rank     int       // the rank the asker holds there; -1: none
 	Known    bool      // the asker is in the responder's Procs
@@ -47,23 +47,23 @@ func encodeStanding(s standing) ([]byte, error) {
 
 func decodeStanding(b []byte) (standing, error) {
 	var s standing
-	d := newDec(b, ErrProtocol)
+	d := newDec(b, errProtocol)
 	if n := d.arrayLen(8); d.err == nil && n != 8 {
-		return s, fmt.Errorf("%w: standing has %d fields, want 8", ErrProtocol, n)
+		return s, fmt.Errorf("%w: standing has %d fields, want 8", errProtocol, n)
 	}
 	s.Code = d.str(64)
 	s.Msg = d.str(1024)
 	s.Epoch = d.uint(^uint64(0))
-	s.Status = JobStatus(d.uint(uint64(Failed)))
+	s.Status = jobStatus(d.uint(uint64(statusFailed)))
 	s.Reason = d.str(1024)
 	s.FailedIn = d.uint(^uint64(0))
-	s.Rank = int(d.uint(MaxProcs+1)) - 1
+	s.Rank = int(d.uint(maxProcs+1)) - 1
 	s.Known = d.bool()
 	return s, d.finish()
 }
 
 // standingOf describes proc in st.
-func standingOf(st *State, proc uint32) standing {
+func standingOf(st *state, proc uint32) standing {
 	s := standing{Code: codeOK, Epoch: st.Epoch, Status: st.Status, Reason: st.StatusReason, Rank: -1}
 	_, s.Known = st.Procs[proc]
 	s.FailedIn, _ = st.IsFailed(proc)
@@ -84,12 +84,12 @@ func verdict(s standing, from uint32) error {
 	case s.FailedIn > 0:
 		return fmt.Errorf("%w in epoch %d (proc %d's committed view, asked while out of contact with the membership): %w",
 			ErrDeclaredFailed, s.FailedIn, from, pgas.ErrFenced)
-	case s.Status == Failed:
-		st := State{Epoch: s.Epoch, Status: s.Status, StatusReason: s.Reason}
+	case s.Status == statusFailed:
+		st := state{Epoch: s.Epoch, Status: s.Status, StatusReason: s.Reason}
 		return fmt.Errorf("%w (proc %d's committed view, asked while out of contact with the membership)", statusErr(&st), from)
-	case s.Status == Finished && s.Rank < 0:
+	case s.Status == statusFinished && s.Rank < 0:
 		return fmt.Errorf("%w at epoch %d without promoting this process (proc %d's committed view, asked while out of contact with the membership): %w",
-			ErrJobFinished, s.Epoch, from, pgas.ErrNotPromoted)
+			errJobFinished, s.Epoch, from, pgas.ErrNotPromoted)
 	}
 	return nil
 }
@@ -98,7 +98,7 @@ func verdict(s standing, from uint32) error {
 // proved the asker's proc.
 func (n *Node) answerStanding(c *authConn) {
 	var s standing
-	n.fsm.read(func(st *State, _ uint64) { s = standingOf(st, c.peer) })
+	n.fsm.read(func(st *state, _ uint64) { s = standingOf(st, c.peer) })
 	body, err := encodeStanding(s)
 	if err == nil {
 		err = writeFrame(c, body)
@@ -112,7 +112,7 @@ func (n *Node) answerStanding(c *authConn) {
 func (n *Node) askStanding(ctx context.Context, addr string) (standing, uint32, error) {
 	c, err := n.dialCtl(ctx, addr)
 	if err != nil {
-		return standing{}, NoProc, err
+		return standing{}, noProc, err
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -138,7 +138,7 @@ func (n *Node) askStanding(ctx context.Context, addr string) (standing, uint32, 
 // standingTargets picks whom to ask in round: every voter this process
 // knows of, and two other live processes in turn (the voters may have
 // changed while it was cut off).
-func standingTargets(st *State, self uint32, round int) []uint32 {
+func standingTargets(st *state, self uint32, round int) []uint32 {
 	var voters, others []uint32
 	for p, info := range st.Procs {
 		if p == self || info.CtlAddr == "" {
@@ -230,20 +230,20 @@ func standingTimeout(c *Config) time.Duration {
 	return max(2*c.StandingInterval, c.HandshakeTimeout, c.CutOff/4)
 }
 
-// Lost is closed when this node gives up on its process: cut off from the
+// lost is closed when this node gives up on its process: cut off from the
 // membership's quorum for longer than Config.CutOff, or told by another
 // process, while out of contact, that it was declared failed (or that the
-// job ended without it). LostErr says which.
-func (n *Node) Lost() <-chan struct{} { return n.lost }
+// job ended without it). lostErr says which.
+func (n *Node) lost() <-chan struct{} { return n.lostCh }
 
-// LostErr is why Lost was closed: a *CutOffError (ErrCutOff), an error
+// lostErr is why lost was closed: a *cutOffError (ErrCutOff), an error
 // wrapping ErrDeclaredFailed and pgas.ErrFenced, ErrSparesExhausted or
-// ErrJobFailed, or ErrJobFinished with pgas.ErrNotPromoted (an idle spare
-// of a job that finished). nil while Lost is open.
-func (n *Node) LostErr() error {
+// ErrJobFailed, or errJobFinished with pgas.ErrNotPromoted (an idle spare
+// of a job that finished). nil while lost is open.
+func (n *Node) lostErr() error {
 	select {
-	case <-n.lost:
-		return n.lostErr
+	case <-n.lostCh:
+		return n.lossErr
 	default:
 		return nil
 	}
@@ -252,8 +252,8 @@ func (n *Node) LostErr() error {
 // lose gives up on this process with err; the first call wins.
 func (n *Node) lose(err error) {
 	n.lostOnce.Do(func() {
-		n.lostErr = err
-		close(n.lost)
+		n.lossErr = err
+		close(n.lostCh)
 		n.log.Error("spares: giving up on this process", "err", err)
 	})
 }
@@ -270,7 +270,7 @@ func (n *Node) watchContact() {
 		select {
 		case <-n.closeCh:
 			return
-		case <-n.lost:
+		case <-n.lostCh:
 			return
 		case <-quorum:
 			core.reached()
@@ -282,16 +282,12 @@ func (n *Node) watchContact() {
 		}
 		now := time.Now()
 		last := n.contactTime(now)
-		window := n.cfg.HeartbeatTimeout
-		if n.raftNode() == nil {
-			window = treeFresh(&n.cfg)
-		}
-		step := core.tick(now, contactObs{Leader: n.IsLeader(), LastContact: last, Window: window})
+		step := core.tick(now, contactObs{Leader: n.IsLeader(), LastContact: last, Window: n.contactWindow()})
 		switch {
 		case step.CutOff:
 			st, _ := n.fsm.view()
-			leader, _ := n.Leader()
-			n.lose(&CutOffError{Proc: n.cfg.Proc, Silent: step.Silent, Bound: step.Bound, LastContact: last, Leader: leader, Voters: slices.Clone(st.Voters)})
+			leader, _ := n.leader()
+			n.lose(&cutOffError{Proc: n.cfg.Proc, Silent: step.Silent, Bound: step.Bound, LastContact: last, Leader: leader, Voters: slices.Clone(st.Voters)})
 			return
 		case step.Warn:
 			n.log.Warn("spares: no contact with a membership quorum; asking the other processes whether this one was replaced, and giving up if none answers in time",

@@ -7,126 +7,126 @@ import (
 	"time"
 )
 
-// NoProc names no process: a vacant rank (after shrinking or when the job
+// noProc names no process: a vacant rank (after shrinking or when the job
 // failed for lack of spares) or an external reporter. It has the value of
 // transport.NoProc.
-const NoProc uint32 = ^uint32(0)
+const noProc uint32 = ^uint32(0)
 
 // Limits on the replicated state. Decoders reject anything larger before
 // allocating; Apply refuses commands that would exceed them.
 const (
-	// MaxProcs caps the processes of one job (ranks plus spares).
-	MaxProcs = 1 << 20
-	// MaxVoters caps Config.MaxVoters and a SetVoters command. Raft gains
+	// maxProcs caps the processes of one job (ranks plus spares).
+	maxProcs = 1 << 20
+	// voterCap caps Config.MaxVoters and a setVoters command. Raft gains
 	// nothing from more voters; 5 is the usual choice.
-	MaxVoters = 9
-	// MaxAddrLen caps every ProcInfo string (addresses and host label).
-	MaxAddrLen = 255
+	voterCap = 9
+	// maxAddrLen caps every procInfo string (addresses and host label).
+	maxAddrLen = 255
 )
 
-// JobStatus is the job's lifecycle state as the membership agrees on it.
-type JobStatus uint8
+// jobStatus is the job's lifecycle state as the membership agrees on it.
+type jobStatus uint8
 
 const (
-	// Running: the job is in progress.
-	Running JobStatus = iota
-	// Finished: a Finish command was committed; membership changes stop.
-	Finished
-	// Failed: the job cannot continue; see State.StatusReason.
-	Failed
+	// statusRunning: the job is in progress.
+	statusRunning jobStatus = iota
+	// statusFinished: a finish command was committed; membership changes stop.
+	statusFinished
+	// statusFailed: the job cannot continue; see state.StatusReason.
+	statusFailed
 )
 
-func (s JobStatus) String() string {
+func (s jobStatus) String() string {
 	switch s {
-	case Running:
+	case statusRunning:
 		return "running"
-	case Finished:
+	case statusFinished:
 		return "finished"
-	case Failed:
+	case statusFailed:
 		return "failed"
 	}
 	return fmt.Sprintf("status(%d)", uint8(s))
 }
 
-// Reasons recorded in State.StatusReason.
+// Reasons recorded in state.StatusReason.
 const (
-	// ReasonSparesExhausted: a rank was lost, the pool was empty and
-	// shrinking was off. WaitEpoch and friends return ErrSparesExhausted.
-	ReasonSparesExhausted = "spares-exhausted"
-	// ReasonAllRanksLost: shrinking was on and the last live rank was lost.
-	ReasonAllRanksLost = "all-ranks-lost"
+	// reasonSparesExhausted: a rank was lost, the pool was empty and
+	// shrinking was off. waitEpoch and friends return ErrSparesExhausted.
+	reasonSparesExhausted = "spares-exhausted"
+	// reasonAllRanksLost: shrinking was on and the last live rank was lost.
+	reasonAllRanksLost = "all-ranks-lost"
 )
 
-// ProcInfo is what the job knows about one process.
-type ProcInfo struct {
+// procInfo is what the job knows about one process.
+type procInfo struct {
 	Addr     string // data-plane address (transport), may be empty
 	Host     string // host label, used to spread voters and mirrors
 	RaftAddr string // Raft transport address; empty: runs no Raft node
 	CtlAddr  string // control-RPC address; empty: takes no proposals
 }
 
-// State is the replicated membership: the same on every process once the
+// state is the replicated membership: the same on every process once the
 // same log prefix is applied. It is plain data: Apply is its only mutator
 // and does no I/O, so it can be tested without Raft.
 //
 // Invariants (checked by Validate): len(Ranks) == NumRanks; every proc in
-// Ranks (other than NoProc), Spares, Failed and Voters is in Procs; a proc
+// Ranks (other than noProc), Spares, Failed and Voters is in Procs; a proc
 // holds at most one rank; no proc is both a rank holder and a spare; no
 // failed proc is a spare or a voter, and a failed proc holds a rank only
 // while that rank awaits a joiner (Awaiting, sorted by rank, each entry
 // since the epoch its holder failed in); ranks await only with RefillWait
 // set and while the pool is empty.
-type State struct {
+type state struct {
 	// Epoch counts membership changes. It starts at 1 and goes up by one
 	// with every committed change to Ranks, Spares or Failed (a failure, a
 	// promotion, a spare added or lost). Frames of the data plane carry it.
 	Epoch uint64
 	// NumRanks is the job's size. It never changes, even when shrinking:
-	// a lost rank becomes vacant (NoProc) so apps can redistribute its work.
+	// a lost rank becomes vacant (noProc) so apps can redistribute its work.
 	NumRanks int
-	// Ranks maps rank -> proc; NoProc marks a vacant rank.
+	// Ranks maps rank -> proc; noProc marks a vacant rank.
 	Ranks []uint32
 	// Procs is every process the job ever had, failed ones included.
-	Procs map[uint32]ProcInfo
+	Procs map[uint32]procInfo
 	// Spares is the ordered pool: the first spare on another host than the
 	// lost process (else the first) takes its rank.
 	Spares []uint32
 	// Failed maps proc -> the epoch in which it was declared failed.
 	Failed map[uint32]uint64
 	// Status and StatusReason are the job's lifecycle state.
-	Status       JobStatus
+	Status       jobStatus
 	StatusReason string
 	// Shrink: when the pool is empty, a lost rank becomes vacant instead of
 	// failing the job. Fixed at start (Config.Shrink).
 	Shrink bool
 	// Voters are the procs that vote in Raft, as last recorded by the
-	// leader (SetVoters); failed procs are dropped from it at once.
+	// leader (setVoters); failed procs are dropped from it at once.
 	Voters []uint32
 	// RefillWait: when the pool is empty, a lost rank waits this long for
-	// a process that joins the job (AddSpare) before it becomes vacant
+	// a process that joins the job (addSpare) before it becomes vacant
 	// (Shrink) or the job fails; 0: it does not wait. Fixed at start
 	// (Config.RefillWait), so every process applies the log alike. The
-	// leader keeps the clock (refill.go) and ends a wait with EndWait.
+	// leader keeps the clock (refill.go) and ends a wait with endWait.
 	RefillWait time.Duration
 	// Awaiting lists the ranks that wait for a joiner, in rank order. Such
 	// a rank is still held by its failed process, so the runtime sees it
 	// failed and not yet replaced (survivors' Recover waits) rather than
 	// vacant.
-	Awaiting []Awaiting
+	Awaiting []awaiting
 }
 
-// Awaiting is a rank that waits for a joiner (State.Awaiting).
-type Awaiting struct {
+// awaiting is a rank that waits for a joiner (state.Awaiting).
+type awaiting struct {
 	Rank int
 	// Since is the epoch the wait started in: the one its holder was
 	// declared failed in. A rank that waits again later (its joiner failed
-	// too) waits since a later epoch, so an EndWait names one wait.
+	// too) waits since a later epoch, so an endWait names one wait.
 	Since uint64
 }
 
 // AwaitingSince reports whether rank awaits a joiner, and since which
 // epoch.
-func (s *State) AwaitingSince(rank int) (since uint64, ok bool) {
+func (s *state) AwaitingSince(rank int) (since uint64, ok bool) {
 	i, ok := s.awaitIndex(rank)
 	if !ok {
 		return 0, false
@@ -134,13 +134,13 @@ func (s *State) AwaitingSince(rank int) (since uint64, ok bool) {
 	return s.Awaiting[i].Since, true
 }
 
-func (s *State) awaitIndex(rank int) (int, bool) {
-	return slices.BinarySearchFunc(s.Awaiting, rank, func(a Awaiting, r int) int { return a.Rank - r })
+func (s *state) awaitIndex(rank int) (int, bool) {
+	return slices.BinarySearchFunc(s.Awaiting, rank, func(a awaiting, r int) int { return a.Rank - r })
 }
 
 // RankOf returns the rank proc holds, if any.
-func (s *State) RankOf(proc uint32) (int, bool) {
-	if proc == NoProc {
+func (s *state) RankOf(proc uint32) (int, bool) {
+	if proc == noProc {
 		return -1, false
 	}
 	for r, p := range s.Ranks {
@@ -153,40 +153,40 @@ func (s *State) RankOf(proc uint32) (int, bool) {
 
 // ProcOf returns the proc holding rank, false when rank is out of range or
 // vacant.
-func (s *State) ProcOf(rank int) (uint32, bool) {
-	if rank < 0 || rank >= len(s.Ranks) || s.Ranks[rank] == NoProc {
-		return NoProc, false
+func (s *state) ProcOf(rank int) (uint32, bool) {
+	if rank < 0 || rank >= len(s.Ranks) || s.Ranks[rank] == noProc {
+		return noProc, false
 	}
 	return s.Ranks[rank], true
 }
 
 // IsSpare reports whether proc is in the spare pool.
-func (s *State) IsSpare(proc uint32) bool { return slices.Contains(s.Spares, proc) }
+func (s *state) IsSpare(proc uint32) bool { return slices.Contains(s.Spares, proc) }
 
 // IsFailed reports whether proc was declared failed, and in which epoch.
-func (s *State) IsFailed(proc uint32) (epoch uint64, failed bool) {
+func (s *state) IsFailed(proc uint32) (epoch uint64, failed bool) {
 	epoch, failed = s.Failed[proc]
 	return epoch, failed
 }
 
 // IsVoter reports whether proc is in Voters.
-func (s *State) IsVoter(proc uint32) bool { return slices.Contains(s.Voters, proc) }
+func (s *state) IsVoter(proc uint32) bool { return slices.Contains(s.Voters, proc) }
 
 // FailedProcs returns the failed processes in increasing order.
-func (s *State) FailedProcs() []uint32 {
+func (s *state) FailedProcs() []uint32 {
 	return slices.Sorted(maps.Keys(s.Failed))
 }
 
 // Err returns nil while the job runs or after it finished, and
 // ErrSparesExhausted or ErrJobFailed (with the epoch and reason) once it
-// failed: what a process should exit with (see ExitCode).
-func (s *State) Err() error { return statusErr(s) }
+// failed: what a process should exit with (see job.ExitCode).
+func (s *state) Err() error { return statusErr(s) }
 
 // LiveRanks counts the ranks that are not vacant.
-func (s *State) LiveRanks() int {
+func (s *state) LiveRanks() int {
 	n := 0
 	for _, p := range s.Ranks {
-		if p != NoProc {
+		if p != noProc {
 			n++
 		}
 	}
@@ -194,7 +194,7 @@ func (s *State) LiveRanks() int {
 }
 
 // Clone returns a deep copy.
-func (s *State) Clone() State {
+func (s *state) Clone() state {
 	c := *s
 	c.Ranks = slices.Clone(s.Ranks)
 	c.Spares = slices.Clone(s.Spares)
@@ -203,7 +203,7 @@ func (s *State) Clone() State {
 	c.Procs = maps.Clone(s.Procs)
 	c.Failed = maps.Clone(s.Failed)
 	if c.Procs == nil {
-		c.Procs = map[uint32]ProcInfo{}
+		c.Procs = map[uint32]procInfo{}
 	}
 	if c.Failed == nil {
 		c.Failed = map[uint32]uint64{}
@@ -211,22 +211,22 @@ func (s *State) Clone() State {
 	return c
 }
 
-// Validate checks the invariants listed on State. Apply keeps them; a
+// Validate checks the invariants listed on state. apply keeps them; a
 // decoded snapshot is checked with it before use.
-func (s *State) Validate() error {
+func (s *state) Validate() error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", ErrBadSnapshot, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s", errBadSnapshot, fmt.Sprintf(format, a...))
 	}
-	if s.NumRanks < 0 || s.NumRanks > MaxProcs || len(s.Ranks) != s.NumRanks {
-		return bad("NumRanks %d but %d rank entries (max %d)", s.NumRanks, len(s.Ranks), MaxProcs)
+	if s.NumRanks < 0 || s.NumRanks > maxProcs || len(s.Ranks) != s.NumRanks {
+		return bad("NumRanks %d but %d rank entries (max %d)", s.NumRanks, len(s.Ranks), maxProcs)
 	}
-	if len(s.Procs) > MaxProcs {
-		return bad("%d procs, max %d", len(s.Procs), MaxProcs)
+	if len(s.Procs) > maxProcs {
+		return bad("%d procs, max %d", len(s.Procs), maxProcs)
 	}
 	if s.Epoch == 0 {
 		return bad("epoch 0 (epochs start at 1)")
 	}
-	if s.Status > Failed {
+	if s.Status > statusFailed {
 		return bad("unknown status %d", s.Status)
 	}
 	if err := s.validateAwaiting(); err != nil {
@@ -234,7 +234,7 @@ func (s *State) Validate() error {
 	}
 	role := make(map[uint32]string, len(s.Ranks)+len(s.Spares))
 	for r, p := range s.Ranks {
-		if p == NoProc {
+		if p == noProc {
 			continue
 		}
 		if _, ok := s.Procs[p]; !ok {
@@ -270,8 +270,8 @@ func (s *State) Validate() error {
 			return bad("proc %d failed in epoch %d, view at %d", p, e, s.Epoch)
 		}
 	}
-	if len(s.Voters) > MaxVoters {
-		return bad("%d voters, max %d", len(s.Voters), MaxVoters)
+	if len(s.Voters) > voterCap {
+		return bad("%d voters, max %d", len(s.Voters), voterCap)
 	}
 	seen := map[uint32]bool{}
 	for _, v := range s.Voters {
@@ -284,7 +284,7 @@ func (s *State) Validate() error {
 		seen[v] = true
 	}
 	for p, info := range s.Procs {
-		if p == NoProc {
+		if p == noProc {
 			return bad("proc id %d is reserved (NoProc)", p)
 		}
 		if err := info.validate(); err != nil {
@@ -295,7 +295,7 @@ func (s *State) Validate() error {
 }
 
 // validateAwaiting checks Awaiting against the rest of the state.
-func (s *State) validateAwaiting() error {
+func (s *state) validateAwaiting() error {
 	if s.RefillWait < 0 {
 		return fmt.Errorf("RefillWait is %v, want >= 0", s.RefillWait)
 	}
@@ -316,7 +316,7 @@ func (s *State) validateAwaiting() error {
 			return fmt.Errorf("awaiting ranks not in increasing order (%d after %d)", a.Rank, s.Awaiting[i-1].Rank)
 		}
 		p := s.Ranks[a.Rank]
-		if e, f := s.Failed[p]; p == NoProc || !f || e != a.Since {
+		if e, f := s.Failed[p]; p == noProc || !f || e != a.Since {
 			return fmt.Errorf("rank %d awaits a joiner since epoch %d, but its holder %s was not declared failed then", a.Rank, a.Since, procLabel(p))
 		}
 	}
@@ -324,16 +324,16 @@ func (s *State) validateAwaiting() error {
 }
 
 func procLabel(p uint32) string {
-	if p == NoProc {
+	if p == noProc {
 		return "(none)"
 	}
 	return fmt.Sprintf("proc %d", p)
 }
 
-func (i ProcInfo) validate() error {
+func (i procInfo) validate() error {
 	for _, f := range []struct{ name, v string }{{"Addr", i.Addr}, {"Host", i.Host}, {"RaftAddr", i.RaftAddr}, {"CtlAddr", i.CtlAddr}} {
-		if len(f.v) > MaxAddrLen {
-			return fmt.Errorf("%s is %d bytes long, max %d", f.name, len(f.v), MaxAddrLen)
+		if len(f.v) > maxAddrLen {
+			return fmt.Errorf("%s is %d bytes long, max %d", f.name, len(f.v), maxAddrLen)
 		}
 	}
 	return nil

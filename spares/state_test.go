@@ -13,9 +13,9 @@ import (
 	"github.com/gaspigo/gaspigo/internal/auth"
 )
 
-func mustState(t *testing.T, ranks, spares, hosts int, shrink bool) State {
+func mustState(t *testing.T, ranks, spares, hosts int, shrink bool) state {
 	t.Helper()
-	st, err := InitialState(testMembers(ranks, spares, hosts), ranks, shrink, 0, 5)
+	st, err := initialState(testMembers(ranks, spares, hosts), ranks, shrink, 0, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func mustState(t *testing.T, ranks, spares, hosts int, shrink bool) State {
 
 func TestHelpers(t *testing.T) {
 	st := mustState(t, 4, 2, 2, false)
-	if _, err := st.apply(DeclareFailed{Proc: 1, Reporter: 0, Epoch: 1}); err != nil {
+	if _, err := st.apply(declareFailed{Proc: 1, Reporter: 0, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -34,7 +34,7 @@ func TestHelpers(t *testing.T) {
 		spare bool
 	}{
 		{0, 0, true, false}, {1, -1, false, false}, {4, 1, true, false}, {5, -1, false, true},
-		{3, 3, true, false}, {99, -1, false, false}, {NoProc, -1, false, false},
+		{3, 3, true, false}, {99, -1, false, false}, {noProc, -1, false, false},
 	}
 	for _, tc := range tests {
 		r, ok := st.RankOf(tc.proc)
@@ -48,7 +48,7 @@ func TestHelpers(t *testing.T) {
 		}
 	}
 	for _, bad := range []int{-1, 4, 1 << 30} {
-		if p, ok := st.ProcOf(bad); ok || p != NoProc {
+		if p, ok := st.ProcOf(bad); ok || p != noProc {
 			t.Errorf("ProcOf(%d) = %d,%v, want NoProc,false", bad, p, ok)
 		}
 	}
@@ -58,7 +58,7 @@ func TestHelpers(t *testing.T) {
 	// Clone is deep: mutating the clone leaves the original alone.
 	c := st.Clone()
 	c.Ranks[0], c.Spares[0], c.Voters[0] = 77, 77, 77
-	c.Procs[77] = ProcInfo{}
+	c.Procs[77] = procInfo{}
 	c.Failed[77] = 1
 	if st.Ranks[0] == 77 || st.Spares[0] == 77 || st.Voters[0] == 77 || len(st.Procs) != 6 || len(st.Failed) != 1 {
 		t.Fatalf("Clone shares memory with the original: %+v", st)
@@ -69,27 +69,27 @@ func TestHelpers(t *testing.T) {
 	if got := st.FailedProcs(); !slices.Equal(got, []uint32{1}) || st.Err() != nil {
 		t.Fatalf("FailedProcs = %v, Err = %v", got, st.Err())
 	}
-	st.Status, st.StatusReason = Failed, ReasonSparesExhausted
+	st.Status, st.StatusReason = statusFailed, reasonSparesExhausted
 	if !errors.Is(st.Err(), ErrSparesExhausted) {
 		t.Fatalf("Err of an exhausted job: %v", st.Err())
 	}
 }
 
 func TestValidateCatchesBrokenStates(t *testing.T) {
-	breakers := map[string]func(*State){
-		"rank holder also spare": func(s *State) { s.Spares = append(s.Spares, s.Ranks[0]) },
-		"two ranks":              func(s *State) { s.Ranks[1] = s.Ranks[0] },
-		"failed holds rank":      func(s *State) { s.Failed[s.Ranks[0]] = 1 },
-		"unknown voter":          func(s *State) { s.Voters = append(s.Voters, 1000) },
-		"NumRanks mismatch":      func(s *State) { s.NumRanks++ },
-		"failed in the future":   func(s *State) { s.Failed[s.Spares[0]] = 9; s.Spares = s.Spares[1:] },
-		"epoch zero":             func(s *State) { s.Epoch = 0 },
-		"long host":              func(s *State) { s.Procs[0] = ProcInfo{Host: strings.Repeat("x", MaxAddrLen+1)} },
+	breakers := map[string]func(*state){
+		"rank holder also spare": func(s *state) { s.Spares = append(s.Spares, s.Ranks[0]) },
+		"two ranks":              func(s *state) { s.Ranks[1] = s.Ranks[0] },
+		"failed holds rank":      func(s *state) { s.Failed[s.Ranks[0]] = 1 },
+		"unknown voter":          func(s *state) { s.Voters = append(s.Voters, 1000) },
+		"NumRanks mismatch":      func(s *state) { s.NumRanks++ },
+		"failed in the future":   func(s *state) { s.Failed[s.Spares[0]] = 9; s.Spares = s.Spares[1:] },
+		"epoch zero":             func(s *state) { s.Epoch = 0 },
+		"long host":              func(s *state) { s.Procs[0] = procInfo{Host: strings.Repeat("x", maxAddrLen+1)} },
 	}
 	for name, br := range breakers {
 		st := mustState(t, 3, 2, 1, false)
 		br(&st)
-		if err := st.Validate(); !errors.Is(err, ErrBadSnapshot) {
+		if err := st.Validate(); !errors.Is(err, errBadSnapshot) {
 			t.Errorf("%s: Validate = %v, want ErrBadSnapshot", name, err)
 		}
 	}
@@ -98,16 +98,16 @@ func TestValidateCatchesBrokenStates(t *testing.T) {
 func TestApplyRejectsWithoutMutating(t *testing.T) {
 	st := mustState(t, 3, 1, 1, false)
 	before := st.Clone()
-	for _, cmd := range []Command{
-		DeclareFailed{Proc: 9, Reporter: NoProc},
-		DeclareFailed{Proc: 0, Reporter: 9},
-		DeclareFailed{Proc: 0, Reporter: NoProc, Epoch: 2},
-		AddSpare{Proc: NoProc},
-		AddSpare{Proc: 0, Info: ProcInfo{Host: "other"}},
-		AddSpare{Proc: 8, Info: ProcInfo{Addr: strings.Repeat("a", 300)}},
-		SetVoters{Voters: make([]uint32, MaxVoters+1)},
+	for _, cmd := range []command{
+		declareFailed{Proc: 9, Reporter: noProc},
+		declareFailed{Proc: 0, Reporter: 9},
+		declareFailed{Proc: 0, Reporter: noProc, Epoch: 2},
+		addSpare{Proc: noProc},
+		addSpare{Proc: 0, Info: procInfo{Host: "other"}},
+		addSpare{Proc: 8, Info: procInfo{Addr: strings.Repeat("a", 300)}},
+		setVoters{Voters: make([]uint32, voterCap+1)},
 		nil,
-		&Finish{},
+		&finish{},
 	} {
 		if _, err := st.apply(cmd); err == nil {
 			t.Errorf("Apply(%#v) succeeded", cmd)
@@ -130,15 +130,15 @@ func TestApplyDeterministicRandomLogs(t *testing.T) {
 		a := mustState(t, 5, 3, 2, seed%2 == 0)
 		b := a.Clone()
 		for i := 0; i < 30; i++ {
-			var cmd Command
+			var cmd command
 			switch next(4) {
 			case 0, 1:
-				cmd = DeclareFailed{Proc: uint32(next(10)), Reporter: uint32(next(9)), Epoch: uint64(next(int(a.Epoch) + 1))}
+				cmd = declareFailed{Proc: uint32(next(10)), Reporter: uint32(next(9)), Epoch: uint64(next(int(a.Epoch) + 1))}
 			case 2:
 				p := uint32(8 + next(4))
-				cmd = AddSpare{Proc: p, Info: infoFor(p, "h1")}
+				cmd = addSpare{Proc: p, Info: infoFor(p, "h1")}
 			default:
-				cmd = SetVoters{Voters: []uint32{uint32(next(12)), uint32(next(12))}}
+				cmd = setVoters{Voters: []uint32{uint32(next(12)), uint32(next(12))}}
 			}
 			ra, ea := a.apply(cmd)
 			rb, eb := b.apply(cmd)
@@ -173,7 +173,7 @@ func TestChooseVoters(t *testing.T) {
 		{mk("a", "a", "a", "b"), 1, []uint32{0}},
 	}
 	for _, tc := range tests {
-		if got := ChooseVoters(tc.members, tc.max); !slices.Equal(got, tc.want) {
+		if got := chooseVoters(tc.members, tc.max); !slices.Equal(got, tc.want) {
 			t.Errorf("ChooseVoters(%v, %d) = %v, want %v", tc.members, tc.max, got, tc.want)
 		}
 	}
@@ -181,7 +181,7 @@ func TestChooseVoters(t *testing.T) {
 
 func TestPlanVoters(t *testing.T) {
 	// 8 procs over hosts h0,h1,h2 (proc i on h(i%3)); ranks 0..5, spares 6,7.
-	base := func() State { return mustStateT(8, 6) }
+	base := func() state { return mustStateT(8, 6) }
 	srv := func(voters []uint32, nonvoters ...uint32) []raftServer {
 		var out []raftServer
 		for _, v := range voters {
@@ -194,21 +194,21 @@ func TestPlanVoters(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		mutate  func(*State)
+		mutate  func(*state)
 		servers []raftServer
 		self    uint32
 		want    voterPlan
 	}{
 		{"in line", nil, srv([]uint32{0, 1, 2, 3, 4}, 5, 6, 7), 0,
 			voterPlan{Voters: []uint32{0, 1, 2, 3, 4}}},
-		{"failed voter replaced on its host", func(s *State) { s.Failed[1] = 2; s.Epoch = 2 }, srv([]uint32{0, 1, 2, 3, 4}, 5, 6, 7), 0,
+		{"failed voter replaced on its host", func(s *state) { s.Failed[1] = 2; s.Epoch = 2 }, srv([]uint32{0, 1, 2, 3, 4}, 5, 6, 7), 0,
 			// voters left: 0(h0) 2(h2) 3(h0) 4(h1); candidates 5(h2) 6(h0) 7(h1): h1 and h2 have one voter each, lowest id wins
 			voterPlan{Remove: []uint32{1}, Promote: []uint32{5}, Voters: []uint32{0, 2, 3, 4, 5}}},
-		{"leader removes itself last", func(s *State) { s.Failed[0] = 2; s.Failed[2] = 2; s.Epoch = 2 }, srv([]uint32{0, 1, 2, 3, 4}, 5, 6, 7), 0,
+		{"leader removes itself last", func(s *state) { s.Failed[0] = 2; s.Failed[2] = 2; s.Epoch = 2 }, srv([]uint32{0, 1, 2, 3, 4}, 5, 6, 7), 0,
 			voterPlan{Remove: []uint32{2, 0}, Promote: []uint32{5, 6}, Voters: []uint32{1, 3, 4, 5, 6}}},
-		{"failed non-voter removed, missing proc added", func(s *State) { s.Failed[6] = 2; s.Epoch = 2 }, srv([]uint32{0, 1, 2, 3, 4}, 5, 6), 0,
+		{"failed non-voter removed, missing proc added", func(s *state) { s.Failed[6] = 2; s.Epoch = 2 }, srv([]uint32{0, 1, 2, 3, 4}, 5, 6), 0,
 			voterPlan{Remove: []uint32{6}, AddNonvoter: []uint32{7}, Voters: []uint32{0, 1, 2, 3, 4}}},
-		{"not enough candidates", func(s *State) { s.Failed[0] = 2; s.Failed[1] = 2; s.Epoch = 2 }, srv([]uint32{0, 1, 2}), 2,
+		{"not enough candidates", func(s *state) { s.Failed[0] = 2; s.Failed[1] = 2; s.Epoch = 2 }, srv([]uint32{0, 1, 2}), 2,
 			voterPlan{Remove: []uint32{0, 1}, AddNonvoter: []uint32{3, 4, 5, 6, 7}, Voters: []uint32{2}}},
 		{"unknown server removed", nil, srv([]uint32{0, 1, 2, 3, 4, 40}, 5, 6, 7), 0,
 			voterPlan{Remove: []uint32{40}, Voters: []uint32{0, 1, 2, 3, 4}}},
@@ -225,8 +225,8 @@ func TestPlanVoters(t *testing.T) {
 	}
 }
 
-func mustStateT(procs, ranks int) State {
-	st, err := InitialState(testMembers(ranks, procs-ranks, 3), ranks, false, 0, 5)
+func mustStateT(procs, ranks int) state {
+	st, err := initialState(testMembers(ranks, procs-ranks, 3), ranks, false, 0, 5)
 	if err != nil {
 		panic(err)
 	}
@@ -235,13 +235,13 @@ func mustStateT(procs, ranks int) State {
 
 func TestPromotionAndEpochOutcomes(t *testing.T) {
 	st := mustState(t, 2, 2, 1, false) // ranks 0,1; spares 2,3
-	run := func(mut func(*State)) *State { s := st.Clone(); mut(&s); return &s }
-	failed := run(func(s *State) { s.Status, s.StatusReason = Failed, ReasonSparesExhausted })
-	lost := run(func(s *State) { s.Status, s.StatusReason = Failed, ReasonAllRanksLost })
-	finished := run(func(s *State) { s.Status = Finished })
-	declared := run(func(s *State) { s.Epoch = 2; s.Failed[3] = 2; s.Spares = []uint32{2} })
+	run := func(mut func(*state)) *state { s := st.Clone(); mut(&s); return &s }
+	failed := run(func(s *state) { s.Status, s.StatusReason = statusFailed, reasonSparesExhausted })
+	lost := run(func(s *state) { s.Status, s.StatusReason = statusFailed, reasonAllRanksLost })
+	finished := run(func(s *state) { s.Status = statusFinished })
+	declared := run(func(s *state) { s.Epoch = 2; s.Failed[3] = 2; s.Spares = []uint32{2} })
 	tests := []struct {
-		st       *State
+		st       *state
 		self     uint32
 		rank     int
 		done     bool
@@ -255,8 +255,8 @@ func TestPromotionAndEpochOutcomes(t *testing.T) {
 		{failed, 2, -1, true, ErrSparesExhausted, 1, ErrSparesExhausted, true},
 		{failed, 1, 1, true, nil, 9, ErrSparesExhausted, true},
 		{lost, 2, -1, true, ErrJobFailed, 1, ErrJobFailed, true},
-		{finished, 3, -1, true, ErrJobFinished, 2, ErrJobFinished, true},
-		{finished, 3, -1, true, ErrJobFinished, 1, nil, true},
+		{finished, 3, -1, true, errJobFinished, 2, errJobFinished, true},
+		{finished, 3, -1, true, errJobFinished, 1, nil, true},
 		{declared, 3, -1, true, ErrDeclaredFailed, 2, nil, true},
 	}
 	for i, tc := range tests {
@@ -277,7 +277,7 @@ func TestConfigValidate(t *testing.T) {
 		c.Proc, c.NumRanks, c.Members, c.Token = 0, 4, testMembers(4, 2, 2), auth.NewToken()
 		return c
 	}
-	if err := func() error { c := good(); return c.Validate() }(); err != nil {
+	if err := func() error { c := good(); return c.validate() }(); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
 	if c := DefaultConfig(); c.HeartbeatTimeout > time.Second || c.HeartbeatTimeout < 50*time.Millisecond {
@@ -298,7 +298,7 @@ func TestConfigValidate(t *testing.T) {
 		{"dup proc", func(c *Config) { c.Members[1].Proc = 0 }, "proc 0 appears twice"},
 		{"dup raft addr", func(c *Config) { c.Members[1].RaftAddr = c.Members[0].RaftAddr }, "share RaftAddr"},
 		{"no ctl addr", func(c *Config) { c.Members[2].CtlAddr = "" }, "needs both RaftAddr and CtlAddr"},
-		{"reserved proc", func(c *Config) { c.Members[3].Proc = NoProc }, "reserved"},
+		{"reserved proc", func(c *Config) { c.Members[3].Proc = noProc }, "reserved"},
 		{"retry", func(c *Config) { c.ProposeRetryMax = time.Microsecond }, "ProposeRetryMax"},
 		{"zero", func(c *Config) { c.RPCTimeout = 0 }, "RPCTimeout is 0s"},
 		{"refill wait", func(c *Config) { c.RefillWait = -time.Second }, "RefillWait is -1s"},
@@ -310,8 +310,8 @@ func TestConfigValidate(t *testing.T) {
 		c := good()
 		tc.mut(&c)
 		snapshot := fmt.Sprintf("%+v", c)
-		err := c.Validate()
-		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+		err := c.validate()
+		if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Validate = %v, want ErrConfig mentioning %q", tc.name, err, tc.want)
 		}
 		if fmt.Sprintf("%+v", c) != snapshot {

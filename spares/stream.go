@@ -153,7 +153,7 @@ func (l *authListener) accepted(c net.Conn, peer uint32) {
 	}
 }
 
-// Accept returns the next authenticated connection, or net.ErrClosed after Close.
+// Accept returns the next authenticated connection, or net.errClosed after Close.
 func (l *authListener) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.conns:

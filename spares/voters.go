@@ -35,7 +35,7 @@ func (p voterPlan) empty() bool {
 // With clients (Config.VotersOnly) the configuration holds voters only:
 // no process is added as a non-voter, and the candidates are the live
 // processes outside the configuration that can run Raft.
-func planVoters(s *State, servers []raftServer, maxVoters int, self uint32, clients bool) voterPlan {
+func planVoters(s *state, servers []raftServer, maxVoters int, self uint32, clients bool) voterPlan {
 	var p voterPlan
 	inConf := make(map[uint32]bool, len(servers))
 	votersOnHost := map[string]int{}

@@ -3,7 +3,7 @@
 // runtime, the real failure detector (package health), the real
 // checkpoints (package ckpt) and the real membership (package spares:
 // Raft among the voters, the other processes clients of its tree, over a
-// spares.MemNetwork), under testing/synctest fake time. Above -scale.real
+// internal/testkit/memnet), under testing/synctest fake time. Above -scale.real
 // ranks (4,096: each membership node keeps the whole state, about 400 KB
 // at that size) the membership is pgastest's, which turns a confirmed
 // failure into a view at once. Every data-plane frame takes one hop

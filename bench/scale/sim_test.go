@@ -14,6 +14,7 @@ import (
 
 	"github.com/gaspigo/gaspigo/ckpt"
 	"github.com/gaspigo/gaspigo/health"
+	"github.com/gaspigo/gaspigo/internal/testkit/memnet"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/pgas/pgastest"
 	"github.com/gaspigo/gaspigo/segments"
@@ -90,7 +91,7 @@ type sim struct {
 	n        int
 	nw       *mem.Network
 	fm       *pgastest.Membership // the fake membership, or nil
-	mn       *spares.MemNetwork   // the real membership's network, or nil
+	mn       *memnet.Network      // the real membership's network, or nil
 	nodes    []*spares.Node       // the real membership's nodes, by process
 	cnt      *counter
 	ctx      context.Context
@@ -127,8 +128,8 @@ type initFigures struct {
 
 // newSim starts the job. With real, the membership is package spares'
 // (Raft among the voters, the other processes clients of its tree) over
-// a spares.MemNetwork; otherwise pgastest's, which turns a report into a
-// view at once.
+// a memnet.Network; otherwise pgastest's, which turns a report into a view
+// at once.
 func newSim(t testing.TB, n, nspares int, real bool) (*sim, initFigures) {
 	return newSimOpts(t, n, nspares, real, false)
 }
@@ -154,7 +155,7 @@ func newSimOpts(t testing.TB, n, nspares int, real, restOnly bool) (*sim, initFi
 	s.nw.Delay(mem.Any, mem.Any, hop, 0)
 	var members []spares.Member
 	if real {
-		s.mn = spares.NewMemNetwork(500 * time.Millisecond)
+		s.mn = memnet.New(500 * time.Millisecond)
 		s.nodes = make([]*spares.Node, procs)
 		members = make([]spares.Member, procs)
 		for i := range members {

@@ -14,6 +14,8 @@
 //   - hostfault: the host scenarios (crash, rendezvous host crash, cut
 //     off, cut and healed) that every multi-host launcher's tier runs.
 //   - procnet: the TCP listeners of a process, from /proc.
+//   - memnet: a network for package spares's membership nodes inside one
+//     process (spares.Config.Network), with cut links and message counts.
 //   - script: scenario scripts with golden traces (go test -rewrite).
 //   - stats: medians and percentiles for benchmarks and the chaos suite.
 package testkit

@@ -7,7 +7,7 @@
 // spare takes the failed rank; with no spare left the rank becomes vacant
 // (SetShrink) or the view carries an error that stops the job. Join adds
 // a process that joined the running job (View.Joined) to the end of the
-// spare pool, as spares.AddSpare does. Every
+// spare pool, as spares' Node.JoinSelf does. Every
 // process gets a Handle (its pgas.Config.Membership); views reach the
 // handles with latest-value semantics, as spares delivers them.
 //
@@ -149,7 +149,7 @@ func (m *Membership) Advance() uint64 {
 }
 
 // Join adds a process that joined the job after it formed (a joiner, as
-// spares.AddSpare does): a new epoch lists it in View.Joined with addr
+// spares' Node.JoinSelf does): a new epoch lists it in View.Joined with addr
 // (its transport's address: mem.Transport.Addr over transport/mem) and
 // host, it goes to the end of the spare pool, and the view is published
 // unless held (Hold). It returns the new epoch. Ids are the caller's to

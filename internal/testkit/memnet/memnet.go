@@ -1,4 +1,10 @@
-package spares
+// Package memnet is a network for package spares's membership nodes
+// inside one process (spares.Config.Network): Raft over
+// raft.InmemTransport, control connections over net.Pipe, no handshake.
+// It lets a test or a benchmark run thousands of nodes in one process,
+// inside a testing/synctest bubble, counts every process's messages, and
+// cuts processes and links off on demand.
+package memnet
 
 import (
 	"context"
@@ -14,13 +20,13 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// MemNetwork is a Network inside one process: Raft over
+// Network is a spares.Network inside one process: Raft over
 // raft.InmemTransport, control connections over net.Pipe, no handshake
 // (the job token is not checked). It lets a test run thousands of Nodes
 // in one process, inside a testing/synctest bubble when it is created
 // there, and counts every process's messages. Addresses are arbitrary
 // strings, unique per network. Safe for concurrent use.
-type MemNetwork struct {
+type Network struct {
 	timeout time.Duration
 
 	mu     sync.Mutex
@@ -33,9 +39,7 @@ type MemNetwork struct {
 	conns  map[*memConn]struct{}
 }
 
-var _ Network = (*MemNetwork)(nil)
-
-// MsgCounts is what one process sent and received on a MemNetwork: Raft
+// MsgCounts is what one process sent and received on a Network: Raft
 // RPCs (an append, a heartbeat, a vote, a snapshot each count one) and
 // control frames (a request or an answer each count one).
 type MsgCounts struct {
@@ -50,12 +54,15 @@ type memCounts struct {
 	raftSent, raftRecv, ctlSent, ctlRecv atomic.Uint64
 }
 
-// NewMemNetwork returns an empty network whose Raft RPCs time out after
+// New returns an empty network whose Raft RPCs time out after
 // timeout (a peer that does not take a message: 500ms is raft's default).
-func NewMemNetwork(timeout time.Duration) *MemNetwork {
-	return &MemNetwork{timeout: timeout, ctl: map[string]*memListener{}, raft: map[string]*memRaft{}, counts: map[uint32]*memCounts{},
+func New(timeout time.Duration) *Network {
+	return &Network{timeout: timeout, ctl: map[string]*memListener{}, raft: map[string]*memRaft{}, counts: map[uint32]*memCounts{},
 		cut: map[uint32]bool{}, silent: map[uint32]bool{}, links: map[[2]uint32]bool{}, conns: map[*memConn]struct{}{}}
 }
+
+// noProc is the peer of a dial that failed (package spares's noProc).
+const noProc = ^uint32(0)
 
 // errMemCut is what a partitioned process's connections and dials fail
 // with.
@@ -63,7 +70,7 @@ var errMemCut = errors.New("spares: memory network: partitioned")
 
 // Partition cuts proc off: its control connections end, and until Heal
 // every dial and Raft RPC from or to it fails.
-func (m *MemNetwork) Partition(proc uint32) {
+func (m *Network) Partition(proc uint32) {
 	m.mu.Lock()
 	m.cut[proc] = true
 	var cut []*memConn
@@ -83,14 +90,14 @@ func (m *MemNetwork) Partition(proc uint32) {
 // carry nothing more either way (a reader waits for its deadline), a
 // control dial from or to it waits until its context ends (over TCP: the
 // connect time-out), and its Raft RPCs fail as under Partition.
-func (m *MemNetwork) Silence(proc uint32) {
+func (m *Network) Silence(proc uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.silent[proc] = true
 }
 
 // Heal ends proc's partition or silence.
-func (m *MemNetwork) Heal(proc uint32) {
+func (m *Network) Heal(proc uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.cut, proc)
@@ -99,7 +106,7 @@ func (m *MemNetwork) Heal(proc uint32) {
 
 // CutLink cuts the link between a and b only: their connections end and,
 // until HealLink, dials and Raft RPCs between them fail.
-func (m *MemNetwork) CutLink(a, b uint32) {
+func (m *Network) CutLink(a, b uint32) {
 	m.mu.Lock()
 	m.links[linkKey(a, b)] = true
 	var cut []*memConn
@@ -115,7 +122,7 @@ func (m *MemNetwork) CutLink(a, b uint32) {
 }
 
 // HealLink ends the cut of the link between a and b.
-func (m *MemNetwork) HealLink(a, b uint32) {
+func (m *Network) HealLink(a, b uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.links, linkKey(a, b))
@@ -123,29 +130,29 @@ func (m *MemNetwork) HealLink(a, b uint32) {
 
 func linkKey(a, b uint32) [2]uint32 { return [2]uint32{min(a, b), max(a, b)} }
 
-func (m *MemNetwork) isCut(a, b uint32) bool {
+func (m *Network) isCut(a, b uint32) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.cutLocked(a, b)
 }
 
-func (m *MemNetwork) cutLocked(a, b uint32) bool {
+func (m *Network) cutLocked(a, b uint32) bool {
 	return m.cut[a] || m.cut[b] || m.silent[a] || m.silent[b] || m.links[linkKey(a, b)]
 }
 
-func (m *MemNetwork) isSilent(a, b uint32) bool {
+func (m *Network) isSilent(a, b uint32) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.silent[a] || m.silent[b]
 }
 
 // Counts returns proc's message counts so far.
-func (m *MemNetwork) Counts(proc uint32) MsgCounts {
+func (m *Network) Counts(proc uint32) MsgCounts {
 	c := m.counter(proc)
 	return MsgCounts{RaftSent: c.raftSent.Load(), RaftReceived: c.raftRecv.Load(), CtlSent: c.ctlSent.Load(), CtlReceived: c.ctlRecv.Load()}
 }
 
-func (m *MemNetwork) counter(proc uint32) *memCounts {
+func (m *Network) counter(proc uint32) *memCounts {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := m.counts[proc]
@@ -156,9 +163,9 @@ func (m *MemNetwork) counter(proc uint32) *memCounts {
 	return c
 }
 
-// RaftTransport implements Network: an InmemTransport connected both ways
+// RaftTransport implements spares.Network: an InmemTransport connected both ways
 // to every open one.
-func (m *MemNetwork) RaftTransport(proc uint32, addr string) (raft.Transport, error) {
+func (m *Network) RaftTransport(proc uint32, addr string) (raft.Transport, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, dup := m.raft[addr]; dup {
@@ -174,8 +181,9 @@ func (m *MemNetwork) RaftTransport(proc uint32, addr string) (raft.Transport, er
 	return t, nil
 }
 
-// ServeCtl implements Network.
-func (m *MemNetwork) ServeCtl(proc uint32, addr string, serve func(PeerConn)) (io.Closer, error) {
+// ServeCtl implements spares.Network: serve is given each connection
+// dialed to addr, with the dialing process.
+func (m *Network) ServeCtl(proc uint32, addr string, serve func(c net.Conn, peer uint32)) (io.Closer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, dup := m.ctl[addr]; dup {
@@ -186,21 +194,21 @@ func (m *MemNetwork) ServeCtl(proc uint32, addr string, serve func(PeerConn)) (i
 	return l, nil
 }
 
-// DialCtl implements Network. An address nobody listens on is refused
+// DialCtl implements spares.Network. An address nobody listens on is refused
 // (syscall.ECONNREFUSED), as over TCP.
-func (m *MemNetwork) DialCtl(ctx context.Context, from uint32, addr string) (net.Conn, uint32, error) {
+func (m *Network) DialCtl(ctx context.Context, from uint32, addr string) (net.Conn, uint32, error) {
 	m.mu.Lock()
 	l := m.ctl[addr]
 	m.mu.Unlock()
 	if l == nil {
-		return nil, NoProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, syscall.ECONNREFUSED)
+		return nil, noProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, syscall.ECONNREFUSED)
 	}
 	if m.isSilent(from, l.proc) {
 		<-ctx.Done()
-		return nil, NoProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, ctx.Err())
+		return nil, noProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, ctx.Err())
 	}
 	if m.isCut(from, l.proc) {
-		return nil, NoProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, errMemCut)
+		return nil, noProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, errMemCut)
 	}
 	a, b := net.Pipe()
 	client := &memConn{Conn: a, net: m, self: m.counter(from), peer: m.counter(l.proc), selfProc: from, peerProc: l.proc}
@@ -213,14 +221,14 @@ func (m *MemNetwork) DialCtl(ctx context.Context, from uint32, addr string) (net
 	if !l.track(server) {
 		a.Close()
 		b.Close()
-		return nil, NoProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, syscall.ECONNREFUSED)
+		return nil, noProc, fmt.Errorf("spares: memory network: dial %s: %w", addr, syscall.ECONNREFUSED)
 	}
 	if err := ctx.Err(); err != nil {
 		a.Close()
 		b.Close()
-		return nil, NoProc, err
+		return nil, noProc, err
 	}
-	l.serve(server)
+	l.serve(server, from)
 	return client, l.proc, nil
 }
 
@@ -228,7 +236,7 @@ func (m *MemNetwork) DialCtl(ctx context.Context, from uint32, addr string) (net
 // Close, so that its peers are refused at once, as a dead process's are.
 type memRaft struct {
 	*raft.InmemTransport
-	net  *MemNetwork
+	net  *Network
 	proc uint32
 	addr string
 	once sync.Once
@@ -331,13 +339,13 @@ func (p *memPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.
 }
 
 // memListener takes the control connections to one address of a
-// MemNetwork. Close closes the connections it gave out, as authListener
-// does.
+// Network. Close closes the connections it gave out, as the node's own
+// listener does over TCP.
 type memListener struct {
-	net   *MemNetwork
+	net   *Network
 	proc  uint32
 	addr  string
-	serve func(PeerConn)
+	serve func(net.Conn, uint32)
 	done  chan struct{}
 	once  sync.Once
 
@@ -377,18 +385,14 @@ func (l *memListener) Close() error {
 }
 
 // memConn is one end of a control connection: it counts the frames
-// written (writeFrame writes a frame in one call) on both ends.
+// written (spares writes a frame in one call) on both ends.
 type memConn struct {
 	net.Conn
-	net                *MemNetwork
+	net                *Network
 	self, peer         *memCounts
 	selfProc, peerProc uint32
 	l                  *memListener
 }
-
-var _ PeerConn = (*memConn)(nil)
-
-func (c *memConn) Peer() uint32 { return c.peerProc }
 
 func (c *memConn) Write(p []byte) (int, error) {
 	if c.net.isSilent(c.selfProc, c.peerProc) {
