@@ -107,3 +107,20 @@ func lanesTop2(st []float64, n int, out []float64) {
 	}
 	lanesTop2Go(st, n, out)
 }
+
+// ruleOutAVX512 is ruleOutGo over n8 blocks of 8 groups.
+//
+//go:noescape
+func ruleOutAVX512(lbs *float32, mv *float64, n8 int, thr float64, scan *uint8) float64
+
+// ruleOut is ruleOutGo, in assembly where the CPU has AVX-512.
+func ruleOut(lbs []float32, mv []float64, thr float64, scan []uint8) float64 {
+	n8 := len(lbs) / 8
+	if !hasAVX512 || n8 == 0 {
+		return ruleOutGo(lbs, mv, thr, scan)
+	}
+	if len(lbs)%8 != 0 || len(mv) < len(lbs) || len(scan) < n8 {
+		panic("kmeans: internal error: bad ruleOut arguments")
+	}
+	return ruleOutAVX512(&lbs[0], &mv[0], n8, thr, &scan[0])
+}

@@ -848,3 +848,48 @@ lt2point:
 lt2done:
 	VZEROUPPER
 	RET
+
+// ruleOutAVX512 is ruleOutGo for n8 blocks of 8 groups: per block, the
+// eight float32 bounds widened to float64, minus the moves, compared
+// with thr (greater, ordered: a NaN is not ruled out); the groups not
+// ruled out set their bits in one byte of scan, the others are folded
+// into a running minimum, returned.
+//
+// Register use: SI lbs, DX mv, CX blocks left, DI scan; Z0 moved bounds,
+// Z2 thr, Z3 running minimum, Z4 scratch, K1 ruled out, AX its bits.
+//
+// func ruleOutAVX512(lbs *float32, mv *float64, n8 int, thr float64, scan *uint8) float64
+TEXT ·ruleOutAVX512(SB), NOSPLIT, $0-48
+	MOVQ         lbs+0(FP), SI
+	MOVQ         mv+8(FP), DX
+	MOVQ         n8+16(FP), CX
+	VBROADCASTSD thr+24(FP), Z2
+	MOVQ         scan+32(FP), DI
+	VBROADCASTSD kmInf<>(SB), Z3
+	TESTQ        CX, CX
+	JLE          roDone
+
+roBlock:
+	VCVTPS2PD (SI), Z0
+	VSUBPD    (DX), Z0, Z0
+	VCMPPD    $0x1e, Z2, Z0, K1
+	VMINPD    Z0, Z3, K1, Z3
+	KMOVW     K1, AX
+	NOTL      AX
+	MOVB      AX, (DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DX
+	INCQ      DI
+	DECQ      CX
+	JNZ       roBlock
+
+roDone:
+	VSHUFF64X2 $0x4e, Z3, Z3, Z4
+	VMINPD     Z4, Z3, Z3
+	VSHUFF64X2 $0xb1, Z3, Z3, Z4
+	VMINPD     Z4, Z3, Z3
+	VPERMILPD  $0x55, Z3, Z4
+	VMINPD     Z4, Z3, Z3
+	VMOVSD     X3, ret+40(FP)
+	VZEROUPPER
+	RET

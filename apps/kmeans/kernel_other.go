@@ -21,3 +21,7 @@ func asmArgmin2(x []float64, np, d int, cp []float64, nb int, cn []float64, jbas
 }
 
 func lanesTop2(st []float64, n int, out []float64) { lanesTop2Go(st, n, out) }
+
+func ruleOut(lbs []float32, mv []float64, thr float64, scan []uint8) float64 {
+	return ruleOutGo(lbs, mv, thr, scan)
+}

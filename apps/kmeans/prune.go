@@ -64,13 +64,14 @@ func ChooseAlgo(a Algo, k, d int) Algo {
 // centroids, on top of the assignments every Kernel keeps: per point,
 // AlgoHamerly two distance bounds, ||x||² and the centroid they refer to
 // (28 bytes); AlgoYinyang those and a float32 bound per group of centroids
-// (about k/64 groups) and a version stamp (28 + 4·(G+1) bytes).
+// (about k/64 groups, rounded up to a multiple of 8) and a version stamp
+// (28 + 4·(G+1) bytes).
 func BoundsBytes(a Algo, n, k int) int64 {
 	switch a {
 	case AlgoHamerly:
 		return int64(n) * 28
 	case AlgoYinyang:
-		return int64(n) * (28 + 4*int64(numGroups(k)+1))
+		return int64(n) * (28 + 4*int64((numGroups(k)+7)&^7+1))
 	}
 	return 0
 }
@@ -174,10 +175,11 @@ type pruner struct {
 	// distance to every member other than pa (float32, rounded down),
 	// relative to the point's stamp: at version v it is
 	// glb[i*G+g] − (cumUp(v) − cumLo(stamp[i])) (yyfilter.go).
-	groups *groups
-	gdrift []float64 // G
-	glb    []float32 // n*G
-	stamp  []int32   // n
+	groups  *groups
+	gdrift  []float64 // G
+	glb     []float32 // n*gstride: G groups, padded with +Inf to a multiple of 8
+	gstride int
+	stamp   []int32 // n
 	// ver counts the Steps; cumUp and cumLo hold, for the last histLen
 	// versions v (at v%histLen), every group's drifts summed over versions
 	// 1..v, rounded up and down: the members of group g moved at most
@@ -310,12 +312,22 @@ func (kr *Kernel) prepareCentroids(w *worker) {
 			gr := newGroups(kr.cent, kr.k, d)
 			pr.groups = gr
 			pr.gdrift = make([]float64, gr.n)
-			pr.glb = make([]float32, kr.n*gr.n)
+			// Each point's group bounds are padded to a multiple of 8
+			// with +Inf (always ruled out) for ruleOut's vectors.
+			pr.gstride = (gr.n + 7) &^ 7
+			pr.glb = make([]float32, kr.n*pr.gstride)
+			if pr.gstride > gr.n {
+				for i := range kr.n {
+					for g := gr.n; g < pr.gstride; g++ {
+						pr.glb[i*pr.gstride+g] = float32(math.Inf(1))
+					}
+				}
+			}
 			pr.stamp = make([]int32, kr.n)
 			pr.cumUp = make([]float64, int(pr.hist)*gr.n)
 			pr.cumLo = make([]float64, int(pr.hist)*gr.n)
 			for _, wk := range kr.workers {
-				wk.yy = newYYWork(gr.n)
+				wk.yy = newYYWork(gr.n, pr.gstride)
 				wk.gtmp = make([]float64, kr.blockPts*gr.n*2)
 			}
 		}
@@ -422,7 +434,7 @@ func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
 						}
 						lb = f32down(pr.lowerDist(m, pr.xsq[i], e))
 					}
-					pr.glb[i*gr.n+g] = lb
+					pr.glb[i*pr.gstride+g] = lb
 				}
 				pr.stamp[i] = pr.ver
 			}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -344,7 +345,7 @@ func TestAutoAndBoundsMemory(t *testing.T) {
 	const n, d, k = 2000, 10, 640
 	pts := randPoints(7, n, d)
 	yy, hm := BoundsBytes(AlgoYinyang, n, k), BoundsBytes(AlgoHamerly, n, k)
-	if hm != 28*n || yy != int64(n)*(28+4*(k/groupSize+1)) {
+	if hm != 28*n || yy != int64(n)*(28+4*((k/groupSize+7)/8*8+1)) {
 		t.Fatalf("BoundsBytes: hamerly %d, yinyang %d", hm, yy)
 	}
 	for _, c := range []struct {
@@ -491,6 +492,39 @@ func TestLanesTop2(t *testing.T) {
 		v1, at, v2 := laneTop2(st[q*3*lanes : (q+1)*3*lanes])
 		if math.Float64bits(out[3*q]) != math.Float64bits(v1) || out[3*q+1] != at || math.Float64bits(out[3*q+2]) != math.Float64bits(v2) {
 			t.Fatalf("state %d: %v %v %v, want %v %v %v", q, out[3*q], out[3*q+1], out[3*q+2], v1, at, v2)
+		}
+	}
+}
+
+// TestRuleOut: the filter's test in assembly gives ruleOutGo's bits and
+// scan bits, NaN bounds (never ruled out), +Inf padding and bounds equal
+// to the threshold (not ruled out) included.
+func TestRuleOut(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 1))
+	for round := range 2000 {
+		n := 8 * (1 + rng.IntN(9))
+		lbs, mv := make([]float32, n), make([]float64, n)
+		thr := rng.Float64() * 5
+		for g := range n {
+			switch rng.IntN(8) {
+			case 0:
+				lbs[g] = float32(math.NaN())
+			case 1:
+				lbs[g] = float32(math.Inf(1))
+			case 2:
+				lbs[g], mv[g] = float32(thr), 0
+				continue
+			default:
+				lbs[g] = float32(rng.Float64() * 10)
+			}
+			mv[g] = rng.Float64() * 3
+		}
+		want := make([]uint8, n/8)
+		got := make([]uint8, n/8)
+		wl := ruleOutGo(lbs, mv, thr, want)
+		gl := ruleOut(lbs, mv, thr, got)
+		if math.Float64bits(wl) != math.Float64bits(gl) || !slices.Equal(got, want) {
+			t.Fatalf("round %d: %v %08b, want %v %08b", round, gl, got, wl, want)
 		}
 	}
 }

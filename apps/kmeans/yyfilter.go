@@ -1,6 +1,9 @@
 package kmeans
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // AlgoYinyang's group filter, batched. A point whose global bounds fail
 // (assignPruned) is settled in three steps over a batch of points:
@@ -42,6 +45,7 @@ type yyWork struct {
 	// (mvVer): most points share their stamp.
 	mv               []float64
 	off              []float64 // the same stamp: cumLo(now) − cumLo(stamp), rounded down
+	scan             []uint8   // ruleOut's groups to scan, a bit each
 	mvStamp, mvVer   int32
 	mvValid, mvStale bool
 }
@@ -56,8 +60,30 @@ type yyPoint struct {
 	rebase  bool    // its stamp is moved to the current version
 }
 
-func newYYWork(g int) *yyWork {
-	return &yyWork{mv: make([]float64, g), off: make([]float64, g), cnt: make([]int32, g+1)}
+func newYYWork(g, stride int) *yyWork {
+	return &yyWork{mv: make([]float64, stride), off: make([]float64, stride), cnt: make([]int32, g+1), scan: make([]uint8, stride/8)}
+}
+
+// ruleOut is the filter's test over one point's group bounds lbs (a
+// multiple of 8 of them, the padding +Inf) moved by mv (padding 0): group
+// g is ruled out when lbs[g] − mv[g] > thr (NaN is not). It sets bit g%8
+// of scan[g/8] for each group that is not, and returns the smallest moved
+// bound of those that are (+Inf if none). ruleOutGo is the definition;
+// on AVX-512 it runs eight groups to an instruction, the same bits.
+func ruleOutGo(lbs []float32, mv []float64, thr float64, scan []uint8) float64 {
+	lmin := math.Inf(1)
+	clear(scan)
+	for g, s := range lbs {
+		lb := float64(s) - mv[g]
+		if lb > thr {
+			if lb < lmin { // not min: no NaN or signed zero to care for here
+				lmin = lb
+			}
+			continue
+		}
+		scan[g/8] |= 1 << (g % 8)
+	}
+	return lmin
 }
 
 // yyMoves fills w.yy.mv (and off) for points stamped stamp; it reports
@@ -77,7 +103,7 @@ func (kr *Kernel) yyMoves(yy *yyWork, stamp int32) bool {
 	}
 	cur := int(pr.ver%pr.hist) * gr.n
 	old := int(stamp%pr.hist) * gr.n
-	for g := range yy.mv {
+	for g := range gr.n { // the padding's moves stay 0
 		yy.mv[g] = pr.up(pr.cumUp[cur+g] - pr.cumLo[old+g])
 		yy.off[g] = max(0, pr.down(pr.cumLo[cur+g]-pr.cumLo[old+g]))
 	}
@@ -100,7 +126,7 @@ func (kr *Kernel) yyFilter(w *worker, i int, a int32, va, ub, e float64) bool {
 	pr := kr.pr
 	gr := pr.groups
 	yy := w.yy
-	lbs := pr.glb[i*gr.n : (i+1)*gr.n]
+	lbs := pr.glb[i*pr.gstride : (i+1)*pr.gstride]
 	p := yyPoint{i: int32(i), a: a, bi: a, va: va, bv: va, e: e, lmin: math.Inf(1), first: int32(len(yy.pg))}
 	slot := int32(len(yy.pts))
 	known := kr.yyMoves(yy, pr.stamp[i])
@@ -112,16 +138,19 @@ func (kr *Kernel) yyFilter(w *worker, i int, a int32, va, ub, e float64) bool {
 	thr := pr.up(pr.up(math.Sqrt(pr.up(ub*ub + 2*e))))
 	mv := yy.mv[:len(lbs)]
 	lmin := math.Inf(1)
-	for g, s := range lbs {
-		lb := float64(s) - mv[g]
-		if known && lb > thr {
-			if lb < lmin { // not min: no NaN or signed zero to care for here
-				lmin = lb
+	if known {
+		lmin = ruleOut(lbs, mv, thr, yy.scan)
+		for b, m := range yy.scan {
+			for ; m != 0; m &= m - 1 {
+				yy.pg = append(yy.pg, int32(8*b+bits.TrailingZeros8(m)))
+				yy.pp = append(yy.pp, slot)
 			}
-			continue
 		}
-		yy.pg = append(yy.pg, int32(g))
-		yy.pp = append(yy.pp, slot)
+	} else {
+		for g := range gr.n {
+			yy.pg = append(yy.pg, int32(g))
+			yy.pp = append(yy.pp, slot)
+		}
 	}
 	if !math.IsInf(lmin, 1) {
 		lmin = pr.down(lmin)
@@ -130,7 +159,7 @@ func (kr *Kernel) yyFilter(w *worker, i int, a int32, va, ub, e float64) bool {
 	if p.rebase && known {
 		// Ruled-out groups keep their moved bound, now relative to the
 		// current version; scanned ones get fresh bounds (yyResolve).
-		for g, s := range lbs {
+		for g, s := range lbs[:gr.n] {
 			if lb := float64(s) - mv[g]; lb > thr {
 				lbs[g] = f32down(pr.down(lb))
 			}
@@ -188,7 +217,7 @@ func (kr *Kernel) yyBounds(yy *yyWork, p *yyPoint, q0, q1 int32) {
 	pr := kr.pr
 	gr := pr.groups
 	i := int(p.i)
-	lbs := pr.glb[i*gr.n : (i+1)*gr.n]
+	lbs := pr.glb[i*pr.gstride : (i+1)*pr.gstride]
 	xsq := pr.xsq[i]
 	off := yy.off
 	if p.rebase {
