@@ -123,7 +123,11 @@ func TestRelayPastABadParent(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			j := startServer(t, n, n)
 			startFakeRelay(t, j, bad, how)
-			fast := func(_ *Env, _ *Member, c *ClientConfig) { c.HandshakeTimeout = 300 * time.Millisecond }
+			// Short enough that a silent relay is passed quickly, long
+			// enough that process 0, the good relay, answers in time on
+			// a busy machine (300 ms did not: its children then asked
+			// the rendezvous).
+			fast := func(_ *Env, _ *Member, c *ClientConfig) { c.HandshakeTimeout = 2 * time.Second }
 			chans := map[uint32]<-chan regResult{}
 			for p := range uint32(n) {
 				if p != bad {

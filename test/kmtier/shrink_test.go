@@ -131,7 +131,7 @@ func TestShrinkKillRank(t *testing.T) {
 // which would end the job at the first death, is refused at start with
 // the fix, exit 2, instead of promised and broken.
 func TestShrinkRefusedUnderAbort(t *testing.T) {
-	res := run(t, spec{launcher: []string{"--on-death", "abort"}, args: shrinkWorkload, extra: []string{"--inject", "kill:rank=2,iter=12"}})
+	res := run(t, spec{launcher: []string{"--on-death", "abort"}, args: shrinkWorkload, extra: []string{"--inject", "kill:rank=2,iter=12"}, refused: true})
 	if res.code != 2 || !res.has("drop --on-death abort, or do not shrink") || res.has("centroids sha256") {
 		t.Fatalf("exit %d, want 2 with the refusal before any iteration\n%s", res.code, res.text())
 	}
