@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 	"github.com/gaspigo/gaspigo/internal/testkit/stats"
@@ -42,6 +43,7 @@ func (b *bench) pruneCase(blobs, k int) error {
 	algos := append([]string{"lloyd"}, b.o.algos...)
 	runs := map[string][]pruneRun{}
 	for r := 0; r < b.o.reps; r++ {
+		proctest.SettleLoad(2 * time.Minute) // each round from below 1.5, as far as it goes
 		load := proctest.LoadAvg()
 		order := slices.Clone(algos)
 		if r%2 == 1 {
