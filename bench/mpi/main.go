@@ -9,6 +9,7 @@
 //	apt-get install -y openmpi-bin libopenmpi-dev   # Debian's Open MPI: mpicc, mpirun
 //	go run ./bench/mpi                              # 2 and 4 ranks, one round, ~1 min
 //	go run ./bench/mpi -rounds 3 -ranks 2           # medians over 3 rounds taking turns
+//	go run ./bench/mpi -hosts 3 -per-host 4         # across 3 simulated hosts (root: network namespaces)
 //
 // It builds osc_bench with mpicc and gaspirun and gaspibench with go
 // build, into a temporary directory. Under root it passes
@@ -90,6 +91,7 @@ type options struct {
 	minTime        time.Duration
 	spin, pollSpin time.Duration
 	bin            string
+	hosts, perHost int // -hosts: simulated hosts (0: this host only), -per-host ranks on each
 }
 
 // results are the figures of every round: by rank count, system and key.
@@ -115,6 +117,10 @@ func main() {
 		defer cleanup()
 		dir = d
 	}
+	if o.hosts > 0 {
+		acrossHosts(o, tmp, osc, dir)
+		return
+	}
 	load := proctest.LoadAvg()
 	start := time.Now()
 	got := measure(o, osc, dir)
@@ -128,6 +134,27 @@ func main() {
 	}
 }
 
+// acrossHosts is main's second half for -hosts: the rig, the runs, the
+// table.
+func acrossHosts(o options, tmp, osc, dir string) {
+	r, err := newHostsRig(tmp, o.hosts, o.perHost)
+	if err != nil {
+		fail(err)
+	}
+	defer r.c.Close()
+	load := proctest.LoadAvg()
+	start := time.Now()
+	got, err := measureHosts(o, r, osc, dir)
+	if err != nil {
+		r.c.Close()
+		fail(err)
+	}
+	fmt.Printf("# bench/mpi -hosts %d: Open MPI (%s, btl self,vader,tcp, osc pt2pt) and gaspibench under gaspirun (shared memory inside a\n", o.hosts, mpiVersion())
+	fmt.Printf("# host, TCP between), across %d simulated hosts on a bridge, launched through ip netns exec; %d round(s) taking turns.\n", o.hosts, o.rounds)
+	fmt.Printf("# load average before: %s; after: %s; took %v\n", load, proctest.LoadAvg(), time.Since(start).Round(time.Second))
+	printHosts(got, o.hosts, o.perHost)
+}
+
 // parseOptions reads and checks the flags, and that Open MPI is
 // installed; it ends the program when they are not right.
 func parseOptions() options {
@@ -138,6 +165,8 @@ func parseOptions() options {
 	flag.DurationVar(&o.spin, "spin", 0, "gaspibench --spin (the runtime's SpinWait)")
 	flag.DurationVar(&o.pollSpin, "poll-spin", 0, "gaspibench --poll-spin (the TCP reader's PollSpin)")
 	flag.StringVar(&o.bin, "bin", "", "directory holding gaspirun and gaspibench (default: build them)")
+	flag.IntVar(&o.hosts, "hosts", 0, "run across `N` simulated hosts (network namespaces; needs root) instead of on this host: Open MPI and ours, -per-host ranks on each")
+	flag.IntVar(&o.perHost, "per-host", 4, "ranks per simulated host (-hosts)")
 	flag.Parse()
 	var err error
 	o.ranks, err = parseRanks(*ranksFlag)
@@ -146,6 +175,9 @@ func parseOptions() options {
 	}
 	if err == nil && (o.minTime <= 0 || o.minTime > 10*time.Second) {
 		err = fmt.Errorf("-min-time %v: want (0, 10s]", o.minTime)
+	}
+	if err == nil && (o.hosts < 0 || o.hosts == 1 || o.hosts > 16 || o.perHost < 1 || o.perHost > 16) {
+		err = fmt.Errorf("-hosts %d -per-host %d: want 0 (this host) or 2..16 hosts, 1..16 ranks each", o.hosts, o.perHost)
 	}
 	if err != nil {
 		fail(err)
@@ -308,6 +340,12 @@ func runMPI(exe string, s system, n int, minTime time.Duration) (map[key]float64
 	if err != nil {
 		return nil, err
 	}
+	return parseOSC(out)
+}
+
+// parseOSC returns rank 0's figures from osc_bench's output, by MPI test
+// name and size.
+func parseOSC(out string) (map[key]float64, error) {
 	rows := map[key]float64{}
 	for l := range strings.SplitSeq(out, "\n") {
 		f := strings.Split(strings.TrimSpace(l), ",")
