@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gaspigo/gaspigo/bench/internal/benchutil"
 	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
 	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
@@ -135,18 +134,7 @@ func (r *hostsRig) runOurs(dir string, n int, o options) (map[key]float64, error
 	if err != nil {
 		return nil, err
 	}
-	rows := map[key]float64{}
-	for l := range strings.SplitSeq(out, "\n") {
-		if l, ok := strings.CutPrefix(l, "[r0] "); ok {
-			if m, ok := benchutil.ParseMeasurement(l); ok {
-				rows[key{m.Test, m.Size}] = m.PGAS
-			}
-		}
-	}
-	if len(rows) == 0 {
-		return nil, fmt.Errorf("no measurements in rank 0's output\n%s", out)
-	}
-	return rows, nil
+	return parseOurs(out)
 }
 
 // printHosts prints the across-hosts table and the targets of the issue

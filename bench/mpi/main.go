@@ -379,6 +379,11 @@ func runOurs(dir string, s system, n int, minTime, spin, pollSpin time.Duration)
 	if err != nil {
 		return nil, err
 	}
+	return parseOurs(out)
+}
+
+// parseOurs returns rank 0's figures from gaspibench's output.
+func parseOurs(out string) (map[key]float64, error) {
 	rows := map[key]float64{}
 	for l := range strings.SplitSeq(out, "\n") {
 		if l, ok := strings.CutPrefix(l, "[r0] "); ok {
