@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/gaspigo/gaspigo/apps/kmeans/internal/kmtest"
+	"github.com/gaspigo/gaspigo/apps/kmeans/kernel"
 	"github.com/gaspigo/gaspigo/ckpt"
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/pgas"
@@ -69,10 +71,10 @@ func (l *lockedBuf) String() string {
 // shrinkOptions is the workload of the in-memory shrink tests: uneven
 // shards (6001 points over 4 ranks), a checkpoint every 3 iterations.
 func shrinkOptions() Options {
-	g := DefaultGenConfig()
+	g := kernel.DefaultGenConfig()
 	g.N, g.D, g.Blobs, g.Seed = 6001, 4, 6, 11
-	kc := DefaultConfig()
-	kc.Impl = ImplGo
+	kc := kernel.DefaultConfig()
+	kc.Impl = kernel.ImplGo
 	return Options{Gen: g, K: 6, MaxIter: 15, Seed: 11, Every: 3, Kernel: kc, Shrink: true}
 }
 
@@ -97,7 +99,7 @@ func runShrinkJob(t *testing.T, opt Options, kills map[int]int) (RunResult, stri
 		}
 		if first == nil {
 			first = &results[r]
-		} else if sameBits(first.Centroids, results[r].Centroids) >= 0 || first.SSE != results[r].SSE {
+		} else if kmtest.SameBits(first.Centroids, results[r].Centroids) >= 0 || first.SSE != results[r].SSE {
 			t.Fatalf("ranks ended with different results")
 		}
 	}
@@ -279,29 +281,29 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 func shardOrderLloyd(t *testing.T, opt Options, ranks int) []float64 {
 	t.Helper()
 	g, k := opt.Gen, opt.K
-	idx, err := InitIndices(opt.Seed, g.N, k)
+	idx, err := kernel.InitIndices(opt.Seed, g.N, k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cent := make([]float64, k*g.D)
 	for c, i := range idx {
-		if err := Generate(g, i, i+1, cent[c*g.D:(c+1)*g.D]); err != nil {
+		if err := kernel.Generate(g, i, i+1, cent[c*g.D:(c+1)*g.D]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	kernels := make([]*Kernel, ranks)
-	parts := make([]*Partial, ranks)
+	kernels := make([]*kernel.Kernel, ranks)
+	parts := make([]*kernel.Partial, ranks)
 	for s := range kernels {
 		lo, hi := g.N*s/ranks, g.N*(s+1)/ranks
 		pts := make([]float64, (hi-lo)*g.D)
-		if err := Generate(g, lo, hi, pts); err != nil {
+		if err := kernel.Generate(g, lo, hi, pts); err != nil {
 			t.Fatal(err)
 		}
-		if kernels[s], err = NewKernel(pts, g.D, k, opt.Kernel); err != nil {
+		if kernels[s], err = kernel.NewKernel(pts, g.D, k, opt.Kernel); err != nil {
 			t.Fatal(err)
 		}
 		defer kernels[s].Close()
-		parts[s] = NewPartial(k, g.D)
+		parts[s] = kernel.NewPartial(k, g.D)
 	}
 	kd := k * g.D
 	buf := make([]float64, kd+k+2)
@@ -325,7 +327,7 @@ func shardOrderLloyd(t *testing.T, opt Options, ranks int) []float64 {
 		for i := range counts {
 			counts[i] = int64(buf[kd+i])
 		}
-		if _, err := Update(next, cent, buf[:kd], counts, k, g.D); err != nil {
+		if _, err := kernel.Update(next, cent, buf[:kd], counts, k, g.D); err != nil {
 			t.Fatal(err)
 		}
 		copy(cent, next)
@@ -347,7 +349,7 @@ func TestShrinkSameBits(t *testing.T) {
 			t.Fatalf("a recovery without a failure\n%s", out)
 		}
 	})
-	if i := sameBits(base.Centroids, want); i >= 0 {
+	if i := kmtest.SameBits(base.Centroids, want); i >= 0 {
 		t.Fatalf("failure-free --shrink run differs from the shard-order sums at %d: %v vs %v", i, base.Centroids[i], want[i])
 	}
 	for _, c := range []struct {
@@ -378,7 +380,7 @@ func TestShrinkSameBits(t *testing.T) {
 						t.Fatalf("no line %q\n%s", l, out)
 					}
 				}
-				if i := sameBits(got.Centroids, base.Centroids); i >= 0 || got.SSE != base.SSE {
+				if i := kmtest.SameBits(got.Centroids, base.Centroids); i >= 0 || got.SSE != base.SSE {
 					t.Fatalf("after the kills: sse %v, failure-free sse %v; centroids differ at %d\n%s", got.SSE, base.SSE, i, out)
 				}
 			})

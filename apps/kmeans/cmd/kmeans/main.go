@@ -71,6 +71,8 @@ import (
 	"github.com/gaspigo/gaspigo/apps/internal/cli"
 	"github.com/gaspigo/gaspigo/apps/internal/inject"
 	"github.com/gaspigo/gaspigo/apps/kmeans"
+	"github.com/gaspigo/gaspigo/apps/kmeans/kernel"
+	"github.com/gaspigo/gaspigo/apps/kmeans/points"
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/spares"
@@ -132,7 +134,7 @@ func parse(args []string, stdout io.Writer) (*flags, error) {
 func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("kmeans", flag.ContinueOnError)
-	g := kmeans.DefaultGenConfig()
+	g := kernel.DefaultGenConfig()
 	var inj injects
 	f.define(fs, &g, &inj)
 	pos, err := cli.Parse(fs, args, stdout)
@@ -165,8 +167,8 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 }
 
 // define declares the flags on fs, into f, g (the generator) and inj.
-func (f *flags) define(fs *flag.FlagSet, g *kmeans.GenConfig, inj *injects) {
-	fs.StringVar(&f.opt.Input, "input", "", "points `FILE`: CSV (one point per line) or the binary format (.bin, see apps/kmeans/doc.go)")
+func (f *flags) define(fs *flag.FlagSet, g *kernel.GenConfig, inj *injects) {
+	fs.StringVar(&f.opt.Input, "input", "", "points `FILE`: CSV (one point per line) or the binary format (.bin, see apps/kmeans/points/doc.go)")
 	fs.IntVar(&f.skip, "skip-columns", 0, "leave out the first `N` columns of every line of a CSV --input: an index or id column (a data frame's to_csv writes one); giving it, even 0, turns off the check for such a column")
 	fs.StringVar(&f.sep, "sep", ",", "the `character` between the values of a CSV --input: ',', ';', '|', or tab")
 	fs.IntVar(&f.generate, "generate", 0, "generate `N` points (Gaussian blobs) instead of reading --input")
@@ -195,7 +197,7 @@ func (f *flags) define(fs *flag.FlagSet, g *kmeans.GenConfig, inj *injects) {
 }
 
 // checkValues checks the numbers and the choice of input.
-func (f *flags) checkValues(g kmeans.GenConfig) error {
+func (f *flags) checkValues(g kernel.GenConfig) error {
 	switch {
 	case f.opt.Input == "" && f.generate == 0:
 		return errors.New("give --input FILE or --generate N")
@@ -215,8 +217,8 @@ func (f *flags) checkValues(g kmeans.GenConfig) error {
 		return fmt.Errorf("--mirrors %d: want at least 1", f.mirrors)
 	case g.D < 1:
 		return fmt.Errorf("--dim %d: give a dimension of at least 1", g.D)
-	case g.D > kmeans.MaxDim:
-		return fmt.Errorf("--dim %d: give at most %d dimensions", g.D, kmeans.MaxDim)
+	case g.D > kernel.MaxDim:
+		return fmt.Errorf("--dim %d: give at most %d dimensions", g.D, kernel.MaxDim)
 	case g.Blobs < 1 || g.Blobs > 1<<24:
 		return fmt.Errorf("--blobs %d: give 1 to %d blobs", g.Blobs, 1<<24)
 	case f.shrink && f.ckptDir != "":
@@ -261,16 +263,16 @@ func (f *flags) resolve(fs *flag.FlagSet) error {
 		}
 	}
 	var err error
-	if f.opt.Kernel.Impl, err = kmeans.ParseImpl(f.impl); err != nil {
+	if f.opt.Kernel.Impl, err = kernel.ParseImpl(f.impl); err != nil {
 		return err
 	}
-	if f.opt.Kernel.Algo, err = kmeans.ParseAlgo(f.algo); err != nil {
+	if f.opt.Kernel.Algo, err = kernel.ParseAlgo(f.algo); err != nil {
 		return err
 	}
 	if f.opt.Kernel.BoundsMemory, err = parseBytes(f.boundsMem); err != nil {
 		return fmt.Errorf("--bounds-memory %q: %v", f.boundsMem, err)
 	}
-	if f.opt.Seeding, err = kmeans.ParseSeeding(f.seeding); err != nil {
+	if f.opt.Seeding, err = kernel.ParseSeeding(f.seeding); err != nil {
 		return err
 	}
 	f.opt.Kernel.MaxIter = f.opt.MaxIter
@@ -281,12 +283,12 @@ func (f *flags) resolve(fs *flag.FlagSet) error {
 // algoNote names the algorithm the rank ran, and why when it is not the
 // one asked for: "yinyang", "auto: yinyang", "hamerly: yinyang's bounds
 // exceed --bounds-memory".
-func algoNote(c kmeans.Config, k int, res kmeans.RunResult) string {
+func algoNote(c kernel.Config, k int, res kmeans.RunResult) string {
 	want := c.Algo
 	note := res.Algo.String()
-	if want == kmeans.AlgoAuto {
+	if want == kernel.AlgoAuto {
 		note = "auto: " + note
-		want = kmeans.ChooseAlgo(want, k, len(res.Centroids)/k)
+		want = kernel.ChooseAlgo(want, k, len(res.Centroids)/k)
 	}
 	if res.Algo != want {
 		note += fmt.Sprintf(": %s's bounds exceed --bounds-memory", want)
@@ -313,14 +315,14 @@ func parseBytes(s string) (int64, error) {
 // badInput reports whether err is about the input file (--input, --init):
 // missing, unreadable or malformed.
 func badInput(err error) bool {
-	var fe *kmeans.FileError
+	var fe *points.FileError
 	return errors.As(err, &fe) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission)
 }
 
 // csvLayout is the layout --skip-columns and --sep give; --skip-columns
 // given, even as 0, says what the first column is (no index check).
-func csvLayout(fs *flag.FlagSet, f *flags) (kmeans.CSVLayout, error) {
-	l := kmeans.CSVLayout{Skip: f.skip}
+func csvLayout(fs *flag.FlagSet, f *flags) (points.CSVLayout, error) {
+	l := points.CSVLayout{Skip: f.skip}
 	fs.Visit(func(fl *flag.Flag) { l.KeepIndex = l.KeepIndex || fl.Name == "skip-columns" })
 	switch sep := []rune(f.sep); {
 	case strings.EqualFold(f.sep, "tab") || f.sep == `\t`:
@@ -378,11 +380,11 @@ func run(ctx context.Context, f *flags) int {
 		if ie := cli.Interrupted(ctx, err); ie != err {
 			return cli.Status("kmeans", ie, os.Stderr)
 		}
-		if errors.Is(err, kmeans.ErrConfig) {
+		if errors.Is(err, kernel.ErrConfig) {
 			// As a bad flag: every rank refuses the same way, in the
 			// same words (no rank), which gaspirun prints once.
 			// ErrConfig's errors name the flag: its own words add nothing.
-			msg := strings.Replace(err.Error(), kmeans.ErrConfig.Error()+": ", "", 1)
+			msg := strings.Replace(err.Error(), kernel.ErrConfig.Error()+": ", "", 1)
 			return cli.Status("kmeans", cli.Usage("%s", msg), os.Stderr)
 		}
 		if badInput(err) {
@@ -469,7 +471,7 @@ func run(ctx context.Context, f *flags) int {
 		fmt.Fprintf(f.opt.Progress, "checkpoints: %d committed in the loop; %v of rank 0's loop time %v in Start and Commit (%.2f%%)\n",
 			res.Checkpoints, res.CheckpointTime.Round(time.Microsecond), res.LoopTime.Round(time.Millisecond), 100*res.CheckpointTime.Seconds()/res.LoopTime.Seconds())
 	}
-	if f.opt.Progress != nil && reporter && f.opt.Kernel.Algo != kmeans.AlgoLloyd {
+	if f.opt.Progress != nil && reporter && f.opt.Kernel.Algo != kernel.AlgoLloyd {
 		fmt.Fprintf(f.opt.Progress, "pruning (%s, this rank's points over its iterations): %v\n", algoNote(f.opt.Kernel, f.opt.K, res), res.Prune)
 	}
 	if reporter {
@@ -478,7 +480,7 @@ func run(ctx context.Context, f *flags) int {
 				return fail(err)
 			}
 		}
-		fmt.Printf("centroids sha256=%s sse=%s iterations=%d\n", kmeans.Checksum(res.Centroids), formatFloat(res.SSE), res.Iterations)
+		fmt.Printf("centroids sha256=%s sse=%s iterations=%d\n", kernel.Checksum(res.Centroids), formatFloat(res.SSE), res.Iterations)
 	}
 	if err := job.Finalize(ctx); err != nil && !errors.Is(err, pgas.ErrClosed) {
 		fmt.Fprintln(os.Stderr, cli.Line("kmeans", "finalize: "+err.Error()))
@@ -542,7 +544,7 @@ func writeCentroids(path string, c []float64, k int) error {
 		out.Close()
 		return err
 	}
-	if err := kmeans.WriteCentroidsCSV(out, c, k, len(c)/k); err != nil {
+	if err := points.WriteCentroidsCSV(out, c, k, len(c)/k); err != nil {
 		out.Close()
 		return err
 	}
