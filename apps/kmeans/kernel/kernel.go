@@ -83,8 +83,9 @@ type worker struct {
 
 // NewKernel prepares a Kernel over points (n*d float64, row-major) for k
 // centroids. points is kept, not copied: the caller must not modify it while
-// the Kernel is in use. Every coordinate must be finite. Only cfg.Impl and
-// cfg.Threads are used (Threads 0 is taken as 1, so Config{} works).
+// the Kernel is in use. Every coordinate must be finite. Only cfg.Impl,
+// cfg.Algo, cfg.BoundsMemory and cfg.Threads are used (Threads 0 is taken
+// as 1, so Config{} works).
 func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 	if cfg.Threads == 0 {
 		cfg.Threads = 1
@@ -92,23 +93,9 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 	if err := cfg.validateKernel(); err != nil {
 		return nil, err
 	}
-	if d < 1 || k < 1 {
-		return nil, shapeErr("NewKernel: d = %d and k = %d, both must be ≥ 1", d, k)
-	}
-	if len(points)%d != 0 {
-		return nil, shapeErr("NewKernel: len(points) = %d is not a multiple of d = %d", len(points), d)
-	}
-	n := len(points) / d
-	if n > math.MaxInt32 {
-		return nil, shapeErr("NewKernel: %d points in one shard; at most %d are supported", n, math.MaxInt32)
-	}
-	if k > 1<<24 {
-		return nil, shapeErr("NewKernel: k = %d; at most %d clusters are supported", k, 1<<24)
-	}
-	for i, v := range points {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, shapeErrNotFinite(i/d, i%d, v)
-		}
+	n, err := checkPoints(points, d, k)
+	if err != nil {
+		return nil, err
 	}
 	kr := &Kernel{
 		n: n, d: d, k: k,
@@ -127,19 +114,7 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 	kr.cpack = make([]float64, kr.kpad*d)
 	kr.cnorm = make([]float64, kr.kpad)
 	kr.cent = make([]float64, k*d)
-
-	// Fixed accumulation chunks: a function of n, k and d only, so the
-	// combine order (and hence every bit of the result) does not depend on
-	// Threads.
-	nch := max(1, min(maxChunks, (n+minChunkPoints-1)/minChunkPoints, partialBudget/(k*d+k)))
-	kr.chunkLo = make([]int, nch+1)
-	for c := 0; c <= nch; c++ {
-		kr.chunkLo[c] = int(int64(n) * int64(c) / int64(nch))
-	}
-	kr.parts = make([]Partial, nch)
-	for c := range kr.parts {
-		kr.parts[c] = *NewPartial(k, d)
-	}
+	kr.makeChunks()
 
 	kr.blockPts = max(4, min(1024, l1Budget/(8*(2*lanes+d)))&^3)
 	kr.chunkBlocks = max(2, l1Budget/(8*d*lanes)&^1)
@@ -151,12 +126,58 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 	if algo == AlgoYinyang {
 		kr.batchPts = (yyBatch + kr.blockPts - 1) / kr.blockPts * kr.blockPts // whole blocks (accumulate)
 	}
-
 	if algo != AlgoLloyd {
 		kr.pr = newPruner(points, n, d, k, algo == AlgoYinyang)
 	}
+	kr.startWorkers(min(cfg.Threads, len(kr.parts)), algo != AlgoLloyd)
+	return kr, nil
+}
 
-	threads := min(cfg.Threads, nch)
+// checkPoints checks the shape of a shard of points and that every
+// coordinate is finite, and returns the number of points.
+func checkPoints(points []float64, d, k int) (n int, err error) {
+	if d < 1 || k < 1 {
+		return 0, shapeErr("NewKernel: d = %d and k = %d, both must be ≥ 1", d, k)
+	}
+	if len(points)%d != 0 {
+		return 0, shapeErr("NewKernel: len(points) = %d is not a multiple of d = %d", len(points), d)
+	}
+	n = len(points) / d
+	if n > math.MaxInt32 {
+		return 0, shapeErr("NewKernel: %d points in one shard; at most %d are supported", n, math.MaxInt32)
+	}
+	if k > 1<<24 {
+		return 0, shapeErr("NewKernel: k = %d; at most %d clusters are supported", k, 1<<24)
+	}
+	for i, v := range points {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return 0, shapeErrNotFinite(i/d, i%d, v)
+		}
+	}
+	return n, nil
+}
+
+// makeChunks cuts the shard into its fixed accumulation chunks, a
+// function of n, k and d only, so that the combine order (and hence every
+// bit of the result) does not depend on Threads, and gives each a Partial.
+func (kr *Kernel) makeChunks() {
+	n, k, d := kr.n, kr.k, kr.d
+	nch := max(1, min(maxChunks, (n+minChunkPoints-1)/minChunkPoints, partialBudget/(k*d+k)))
+	kr.chunkLo = make([]int, nch+1)
+	for c := 0; c <= nch; c++ {
+		kr.chunkLo[c] = int(int64(n) * int64(c) / int64(nch))
+	}
+	kr.parts = make([]Partial, nch)
+	for c := range kr.parts {
+		kr.parts[c] = *NewPartial(k, d)
+	}
+}
+
+// startWorkers makes the state of threads workers (with the buffers of the
+// full scans when pruned) and starts the goroutines of all but the first,
+// which is the caller's.
+func (kr *Kernel) startWorkers(threads int, pruned bool) {
+	d := kr.d
 	kr.workers = make([]*worker, threads)
 	for w := range kr.workers {
 		kr.workers[w] = &worker{
@@ -164,7 +185,7 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 			state: make([]float64, (kr.blockPts+4)*3*lanes),
 			best:  make([]int32, kr.batchPts+4),
 		}
-		if algo != AlgoLloyd {
+		if pruned {
 			wk := kr.workers[w]
 			wk.gbuf = make([]float64, (kr.blockPts+4)*d)
 			wk.fidx = make([]int32, kr.batchPts)
@@ -189,7 +210,6 @@ func NewKernel(points []float64, d, k int, cfg Config) (*Kernel, error) {
 			}
 		}()
 	}
-	return kr, nil
 }
 
 func shapeErrNotFinite(point, dim int, v float64) error {
