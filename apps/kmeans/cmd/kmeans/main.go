@@ -356,99 +356,28 @@ func main() {
 // of a run.
 const diskVerifyTimeout = 2 * time.Minute
 
+// run is one process of the job: it joins the job, runs K-means with
+// its checkpoints, reports and finalizes, and returns the exit status.
 func run(ctx context.Context, f *flags) int {
-	opts := job.Options{FaultTolerant: true}
-	if f.shrink {
-		opts.Membership = func(c *spares.Config) { c.Shrink = true }
-	}
-	rt, err := job.Init(ctx, opts)
-	if err != nil {
-		if ctx.Err() != nil {
-			// A signal before this process got going: gaspirun stopping
-			// an idle spare at the end of the job, or tearing the job
-			// down. Nothing to add to gaspirun's own account.
-			return 128 + int(syscall.SIGTERM)
-		}
-		if code := job.ExitCode(err); code != 0 {
-			fmt.Fprintln(os.Stderr, cli.Line("kmeans", err.Error()))
-			return code
-		}
-		return 0 // a spare the job did not need
+	rt, code := start(ctx, f)
+	if rt == nil {
+		return code
 	}
 	defer rt.Close()
-	fail := func(err error) int {
-		if ie := cli.Interrupted(ctx, err); ie != err {
-			return cli.Status("kmeans", ie, os.Stderr)
-		}
-		if errors.Is(err, kernel.ErrConfig) {
-			// As a bad flag: every rank refuses the same way, in the
-			// same words (no rank), which gaspirun prints once.
-			// ErrConfig's errors name the flag: its own words add nothing.
-			msg := strings.Replace(err.Error(), kernel.ErrConfig.Error()+": ", "", 1)
-			return cli.Status("kmeans", cli.Usage("%s", msg), os.Stderr)
-		}
-		if badInput(err) {
-			// The same file for every rank, so the same words (no rank,
-			// which gaspirun prints once), and the status of a bad flag.
-			return cli.Status("kmeans", cli.Usage("%s", err.Error()), os.Stderr)
-		}
-		fmt.Fprintln(os.Stderr, cli.Line("kmeans", fmt.Sprintf("rank %d: %v", rt.Rank(), err)))
-		return job.ExitCode(err)
-	}
-	if !f.quiet {
-		f.opt.Progress = os.Stdout
-		if f.stamps {
-			f.opt.Progress = &stampWriter{w: os.Stdout}
-		}
-	}
-	if f.history != "" {
-		h := &historyFile{path: f.history, first: rt.Rank() == 0 && !rt.StartedAsSpare()}
-		defer h.Close()
-		f.opt.History = h
-	}
-	if _, ok := rt.Membership().(pgas.Leading); ok {
-		f.opt.Leader = func() (int, bool) {
-			p, ok := rt.Leader()
-			return int(p), ok
-		}
-	}
-	if lm, ok := rt.Membership().(pgas.LeaderMover); ok {
-		f.opt.MoveLeader = func(ctx context.Context) (int, error) {
-			p, err := lm.MoveLeaderToRank(ctx)
-			return int(p), err
-		}
-	}
-	f.opt.Kill = kill
+	fail := func(err error) int { return failure(ctx, rt, err) }
+	closeHistory := f.wire(rt)
+	defer closeHistory()
 	job, err := kmeans.NewJob(ctx, rt, f.opt)
 	if err != nil {
 		return fail(err)
 	}
 	defer job.Close()
-	var ck *checkpoints
-	if f.opt.Every > 0 {
-		// A failure of another rank during a setup step is recovered when
-		// the job runs (kmeans Job.SetupFailed).
-		err := job.SetupCheckpoints(ctx, func(ctx context.Context, joining bool) (kmeans.Checkpoints, error) {
-			c, err := newCheckpoints(ctx, rt, job, f, joining)
-			if c == nil {
-				return nil, err
-			}
-			ck = c
-			return c, err
-		})
-		if ck != nil {
-			defer ck.Close()
-		}
-		if err != nil {
-			return fail(err)
-		}
-		if !job.Joining() {
-			if err := job.SetupFailed(resume(ctx, ck, job)); err != nil {
-				return fail(err)
-			}
-		}
-	} else if os.Getenv("PGAS_RESUME") != "" {
-		return fail(errors.New("--resume needs checkpoints: set --ckpt-every"))
+	ck, err := setupCheckpoints(ctx, rt, job, f)
+	if ck != nil {
+		defer ck.Close()
+	}
+	if err != nil {
+		return fail(err)
 	}
 	res, err := job.Run(ctx)
 	if err != nil {
@@ -465,27 +394,141 @@ func run(ctx context.Context, f *flags) int {
 			return fail(fmt.Errorf("the disk level in %s lost checkpoints: %w", f.ckptDir, err))
 		}
 	}
-	// The lowest live rank reports: rank 0 unless the job shrank.
-	reporter := slices.Index(rt.LiveRanks(), rt.Rank()) == 0
-	if f.opt.Progress != nil && reporter && f.opt.Every > 0 {
-		fmt.Fprintf(f.opt.Progress, "checkpoints: %d committed in the loop; %v of rank 0's loop time %v in Start and Commit (%.2f%%)\n",
-			res.Checkpoints, res.CheckpointTime.Round(time.Microsecond), res.LoopTime.Round(time.Millisecond), 100*res.CheckpointTime.Seconds()/res.LoopTime.Seconds())
-	}
-	if f.opt.Progress != nil && reporter && f.opt.Kernel.Algo != kernel.AlgoLloyd {
-		fmt.Fprintf(f.opt.Progress, "pruning (%s, this rank's points over its iterations): %v\n", algoNote(f.opt.Kernel, f.opt.K, res), res.Prune)
-	}
-	if reporter {
-		if f.output != "" {
-			if err := writeCentroids(f.output, res.Centroids, f.opt.K); err != nil {
-				return fail(err)
-			}
-		}
-		fmt.Printf("centroids sha256=%s sse=%s iterations=%d\n", kernel.Checksum(res.Centroids), formatFloat(res.SSE), res.Iterations)
+	if err := report(rt, f, res); err != nil {
+		return fail(err)
 	}
 	if err := job.Finalize(ctx); err != nil && !errors.Is(err, pgas.ErrClosed) {
 		fmt.Fprintln(os.Stderr, cli.Line("kmeans", "finalize: "+err.Error()))
 	}
 	return 0
+}
+
+// start joins the job (job.Init, with a membership that shrinks for
+// --shrink). When this process takes no part, rt is nil and code is its
+// exit status.
+func start(ctx context.Context, f *flags) (rt *pgas.Runtime, code int) {
+	opts := job.Options{FaultTolerant: true}
+	if f.shrink {
+		opts.Membership = func(c *spares.Config) { c.Shrink = true }
+	}
+	rt, err := job.Init(ctx, opts)
+	if err == nil {
+		return rt, 0
+	}
+	if ctx.Err() != nil {
+		// A signal before this process got going: gaspirun stopping
+		// an idle spare at the end of the job, or tearing the job
+		// down. Nothing to add to gaspirun's own account.
+		return nil, 128 + int(syscall.SIGTERM)
+	}
+	if code := job.ExitCode(err); code != 0 {
+		fmt.Fprintln(os.Stderr, cli.Line("kmeans", err.Error()))
+		return nil, code
+	}
+	return nil, 0 // a spare the job did not need
+}
+
+// failure says why the job failed, as its kind of error wants, and
+// returns the exit status.
+func failure(ctx context.Context, rt *pgas.Runtime, err error) int {
+	if ie := cli.Interrupted(ctx, err); ie != err {
+		return cli.Status("kmeans", ie, os.Stderr)
+	}
+	if errors.Is(err, kernel.ErrConfig) {
+		// As a bad flag: every rank refuses the same way, in the
+		// same words (no rank), which gaspirun prints once.
+		// ErrConfig's errors name the flag: its own words add nothing.
+		msg := strings.Replace(err.Error(), kernel.ErrConfig.Error()+": ", "", 1)
+		return cli.Status("kmeans", cli.Usage("%s", msg), os.Stderr)
+	}
+	if badInput(err) {
+		// The same file for every rank, so the same words (no rank,
+		// which gaspirun prints once), and the status of a bad flag.
+		return cli.Status("kmeans", cli.Usage("%s", err.Error()), os.Stderr)
+	}
+	fmt.Fprintln(os.Stderr, cli.Line("kmeans", fmt.Sprintf("rank %d: %v", rt.Rank(), err)))
+	return job.ExitCode(err)
+}
+
+// wire gives the job its writers (progress, history), the membership's
+// leader for kill:leader, and the kill of an injection. It returns what
+// closes the history file.
+func (f *flags) wire(rt *pgas.Runtime) (closeHistory func()) {
+	closeHistory = func() {}
+	if !f.quiet {
+		f.opt.Progress = os.Stdout
+		if f.stamps {
+			f.opt.Progress = &stampWriter{w: os.Stdout}
+		}
+	}
+	if f.history != "" {
+		h := &historyFile{path: f.history, first: rt.Rank() == 0 && !rt.StartedAsSpare()}
+		closeHistory = func() { h.Close() }
+		f.opt.History = h
+	}
+	if _, ok := rt.Membership().(pgas.Leading); ok {
+		f.opt.Leader = func() (int, bool) {
+			p, ok := rt.Leader()
+			return int(p), ok
+		}
+	}
+	if lm, ok := rt.Membership().(pgas.LeaderMover); ok {
+		f.opt.MoveLeader = func(ctx context.Context) (int, error) {
+			p, err := lm.MoveLeaderToRank(ctx)
+			return int(p), err
+		}
+	}
+	f.opt.Kill = kill
+	return closeHistory
+}
+
+// setupCheckpoints makes the job's checkpoints (--ckpt-every) and resumes
+// from a disk checkpoint (--resume). A failure of another rank during a
+// setup step is recovered when the job runs (kmeans Job.SetupFailed). ck
+// is nil without checkpoints; when it is not, the caller closes it, error
+// or not.
+func setupCheckpoints(ctx context.Context, rt *pgas.Runtime, job *kmeans.Job, f *flags) (ck *checkpoints, err error) {
+	if f.opt.Every <= 0 {
+		if os.Getenv("PGAS_RESUME") != "" {
+			return nil, errors.New("--resume needs checkpoints: set --ckpt-every")
+		}
+		return nil, nil
+	}
+	err = job.SetupCheckpoints(ctx, func(ctx context.Context, joining bool) (kmeans.Checkpoints, error) {
+		c, err := newCheckpoints(ctx, rt, job, f, joining)
+		if c == nil {
+			return nil, err
+		}
+		ck = c
+		return c, err
+	})
+	if err != nil || job.Joining() {
+		return ck, err
+	}
+	return ck, job.SetupFailed(resume(ctx, ck, job))
+}
+
+// report prints the lowest live rank's lines (rank 0 unless the job
+// shrank): the checkpoints' cost, the pruning and the centroids'
+// checksum, and writes its --output.
+func report(rt *pgas.Runtime, f *flags, res kmeans.RunResult) error {
+	if slices.Index(rt.LiveRanks(), rt.Rank()) != 0 {
+		return nil
+	}
+	if f.opt.Progress != nil && f.opt.Every > 0 {
+		fmt.Fprintf(f.opt.Progress, "checkpoints: %d committed in the loop; %v of rank 0's loop time %v in Start and Commit (%.2f%%)\n",
+			res.Checkpoints, res.CheckpointTime.Round(time.Microsecond), res.LoopTime.Round(time.Millisecond), 100*res.CheckpointTime.Seconds()/res.LoopTime.Seconds())
+	}
+	if f.opt.Progress != nil && f.opt.Kernel.Algo != kernel.AlgoLloyd {
+		fmt.Fprintf(f.opt.Progress, "pruning (%s, this rank's points over its iterations): %v\n", algoNote(f.opt.Kernel, f.opt.K, res), res.Prune)
+	}
+	if f.output != "" {
+		if err := writeCentroids(f.output, res.Centroids, f.opt.K); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("centroids sha256=%s sse=%s iterations=%d\n", kernel.Checksum(res.Centroids), formatFloat(res.SSE), res.Iterations)
+	return nil
 }
 
 // stampWriter starts every line written through it with the time. The
