@@ -148,93 +148,10 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// A membership that shrinks once no spare is left: a reported failure
-	// becomes, at once, a new epoch in which a spare holds the rank, or
-	// the rank is vacant.
-	m := pgastest.New(ranks, procs)
-	m.SetShrink(true)
-	var out lockedBuf
-	killed := map[int]bool{}
-	out.onLine = func(line string) {
-		var it int
-		if _, err := fmt.Sscanf(line, "iter %d", &it); err != nil {
-			return
-		}
-		if r, ok := kills[it]; ok && !killed[it] {
-			killed[it] = true
-			nw.Kill(transport.Proc(r)) // process r holds rank r: no spares
-		}
-	}
-	hc := health.LocalConfig()
-	cfgs := make([]pgas.Config, procs)
-	for p := range cfgs {
-		cfg := pgas.LocalConfig()
-		cfg.Proc = transport.Proc(p)
-		cfg.NumProcs, cfg.NumRanks = procs, ranks
-		cfg.Transport = nw.Endpoint(transport.Proc(p))
-		cfg.Membership = m.Handle(transport.Proc(p))
-		cfg.Health = &hc
-		cfgs[p] = cfg
-	}
-	results := make([]RunResult, procs)
-	errs := make([]error, procs)
-	// run is a process's life after Init, as the command's: the job, its
-	// checkpointer (SetupCheckpoints), the hook, Run.
-	var mu sync.Mutex
-	var opened []*pgas.Runtime // closed once every process is done
-	defer func() {
-		for _, rt := range opened {
-			rt.Close()
-		}
-	}()
-	run := func(p int, rt *pgas.Runtime) {
-		mu.Lock()
-		opened = append(opened, rt)
-		mu.Unlock()
-		o := opt
-		o.Progress = &out
-		o.Kill = func(Kill) { nw.Kill(transport.Proc(p)) }
-		job, err := NewJob(ctx, rt, o)
-		if err != nil {
-			errs[p] = err
-			return
-		}
-		defer job.Close()
-		var ck *ckpt.Checkpointer
-		err = job.SetupCheckpoints(ctx, func(ctx context.Context, joining bool) (Checkpoints, error) {
-			cc := ckpt.LocalConfig()
-			cc.MaxBytes = job.StateBytes()
-			if h.ckpt != nil {
-				h.ckpt(&cc)
-			}
-			mk := ckpt.New
-			if joining {
-				mk = ckpt.NewJoining
-			}
-			c, err := mk(ctx, rt, cc)
-			if c == nil {
-				return nil, err
-			}
-			ck = c
-			return c, err
-		})
-		if ck != nil {
-			defer ck.Close()
-		}
-		if err != nil {
-			errs[p] = err
-			return
-		}
-		if h.before != nil && !job.Joining() {
-			if errs[p] = h.before(ctx, p, job, ck); errs[p] != nil {
-				return
-			}
-		}
-		results[p], errs[p] = job.Run(ctx)
-		if errs[p] == nil && h.after != nil {
-			results[p], errs[p] = h.after(ctx, p, job, results[p])
-		}
-	}
+	mj := &memJob{ctx: ctx, nw: nw, opt: opt, h: h, results: make([]RunResult, procs), errs: make([]error, procs)}
+	defer mj.closeRuntimes()
+	killed := mj.killAt(kills)
+	cfgs := memConfigs(nw, ranks, procs)
 	rts := make([]*pgas.Runtime, ranks)
 	for r := range rts {
 		if rts[r], err = pgas.Init(ctx, cfgs[r]); err != nil {
@@ -249,7 +166,7 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 		go func() {
 			defer spares.Done()
 			if rt, err := pgas.Init(ctx, cfgs[p]); err == nil {
-				run(p, rt)
+				mj.process(p, rt)
 			}
 		}()
 	}
@@ -258,7 +175,7 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			run(r, rt)
+			mj.process(r, rt)
 		}()
 	}
 	wg.Wait()
@@ -270,9 +187,119 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 		spares.Wait()
 	}
 	if len(killed) != len(kills) {
-		t.Fatalf("%d of %d kills fired\n%s", len(killed), len(kills), out.String())
+		t.Fatalf("%d of %d kills fired\n%s", len(killed), len(kills), mj.out.String())
 	}
-	return results, errs, out.String()
+	return mj.results, mj.errs, mj.out.String()
+}
+
+// memJob is one job of runMemJobWith: its network, its processes'
+// output, results and errors.
+type memJob struct {
+	ctx     context.Context
+	nw      *mem.Network
+	opt     Options
+	h       memHooks
+	out     lockedBuf
+	results []RunResult
+	errs    []error
+	mu      sync.Mutex
+	opened  []*pgas.Runtime // closed once every process is done
+}
+
+// memConfigs are the runtime configs of the job's processes, over a
+// membership that shrinks once no spare is left: a reported failure
+// becomes, at once, a new epoch in which a spare holds the rank, or the
+// rank is vacant.
+func memConfigs(nw *mem.Network, ranks, procs int) []pgas.Config {
+	m := pgastest.New(ranks, procs)
+	m.SetShrink(true)
+	hc := health.LocalConfig()
+	cfgs := make([]pgas.Config, procs)
+	for p := range cfgs {
+		cfg := pgas.LocalConfig()
+		cfg.Proc = transport.Proc(p)
+		cfg.NumProcs, cfg.NumRanks = procs, ranks
+		cfg.Transport = nw.Endpoint(transport.Proc(p))
+		cfg.Membership = m.Handle(transport.Proc(p))
+		cfg.Health = &hc
+		cfgs[p] = cfg
+	}
+	return cfgs
+}
+
+// killAt kills process r once the progress shows iteration it, for every
+// it, r of kills, and returns the iterations whose kill fired.
+func (mj *memJob) killAt(kills map[int]int) map[int]bool {
+	killed := map[int]bool{}
+	mj.out.onLine = func(line string) {
+		var it int
+		if _, err := fmt.Sscanf(line, "iter %d", &it); err != nil {
+			return
+		}
+		if r, ok := kills[it]; ok && !killed[it] {
+			killed[it] = true
+			mj.nw.Kill(transport.Proc(r)) // process r holds rank r: no spares
+		}
+	}
+	return killed
+}
+
+func (mj *memJob) closeRuntimes() {
+	for _, rt := range mj.opened {
+		rt.Close()
+	}
+}
+
+// process is process p's life after Init, as the command's: the job, its
+// checkpointer (SetupCheckpoints), the hook, Run.
+func (mj *memJob) process(p int, rt *pgas.Runtime) {
+	mj.mu.Lock()
+	mj.opened = append(mj.opened, rt)
+	mj.mu.Unlock()
+	ctx, h := mj.ctx, mj.h
+	o := mj.opt
+	o.Progress = &mj.out
+	o.Kill = func(Kill) { mj.nw.Kill(transport.Proc(p)) }
+	job, err := NewJob(ctx, rt, o)
+	if err != nil {
+		mj.errs[p] = err
+		return
+	}
+	defer job.Close()
+	var ck *ckpt.Checkpointer
+	err = job.SetupCheckpoints(ctx, func(ctx context.Context, joining bool) (Checkpoints, error) {
+		cc := ckpt.LocalConfig()
+		cc.MaxBytes = job.StateBytes()
+		if h.ckpt != nil {
+			h.ckpt(&cc)
+		}
+		mk := ckpt.New
+		if joining {
+			mk = ckpt.NewJoining
+		}
+		c, err := mk(ctx, rt, cc)
+		if c == nil {
+			return nil, err
+		}
+		ck = c
+		return c, err
+	})
+	if ck != nil {
+		defer ck.Close()
+	}
+	if err != nil {
+		mj.errs[p] = err
+		return
+	}
+	if h.before != nil && !job.Joining() {
+		if mj.errs[p] = h.before(ctx, p, job, ck); mj.errs[p] != nil {
+			return
+		}
+	}
+	mj.results[p], mj.errs[p] = job.Run(ctx)
+	if mj.errs[p] == nil && h.after != nil {
+		mj.results[p], mj.errs[p] = h.after(ctx, p, job, mj.results[p])
+	}
 }
 
 // shardOrderLloyd is what a --shrink run computes, done in one process:
