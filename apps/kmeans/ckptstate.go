@@ -173,13 +173,16 @@ const maxShardRegions = 64
 func (j *Job) registerPacked(ck Checkpoints) error {
 	total := 0
 	for _, sh := range j.mine {
-		total += len(sh.kr.assign)
+		total += sh.kr.N()
 	}
-	buf := make([]int32, 0, total)
+	buf := make([]int32, total)
+	off := 0
 	for _, sh := range j.mine {
-		off := len(buf)
-		buf = append(buf, sh.kr.assign...)
-		sh.kr.assign = buf[off:len(buf):len(buf)]
+		n := sh.kr.N()
+		if err := sh.kr.UseAssignments(buf[off : off+n : off+n]); err != nil {
+			return err
+		}
+		off += n
 	}
 	name := fmt.Sprintf("assignments of shards %d-%d", j.mine[0].idx, j.mine[len(j.mine)-1].idx)
 	return ck.Register(name, bytesOf(buf))

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/apps/internal/recovery"
+	"github.com/gaspigo/gaspigo/apps/kmeans/kernel"
+	"github.com/gaspigo/gaspigo/apps/kmeans/points"
 	"github.com/gaspigo/gaspigo/pgas"
 )
 
@@ -35,19 +37,19 @@ type Checkpoints interface {
 
 // Options describe one K-means run.
 type Options struct {
-	Input   string    // points file (CSV or binary by extension); or Generate
-	CSV     CSVLayout // how a CSV Input is laid out
-	Gen     GenConfig // used when Input is ""
+	Input   string           // points file (CSV or binary by extension); or Generate
+	CSV     points.CSVLayout // how a CSV Input is laid out
+	Gen     kernel.GenConfig // used when Input is ""
 	K       int
 	MaxIter int
-	Tol     float64 // stop once no centroid moved farther; 0: run MaxIter
-	Init    string  // starting centroids CSV; "" picks points by Seed (Seeding)
-	Seeding Seeding // how Init == "" picks them: SeedRandom or SeedPlusPlus
-	Seed    uint64  // for the choice of starting points
-	Every   int     // checkpoint every Every iterations; 0: never
+	Tol     float64        // stop once no centroid moved farther; 0: run MaxIter
+	Init    string         // starting centroids CSV; "" picks points by Seed (Seeding)
+	Seeding kernel.Seeding // how Init == "" picks them: kernel.SeedRandom or SeedPlusPlus
+	Seed    uint64         // for the choice of starting points
+	Every   int            // checkpoint every Every iterations; 0: never
 	Injects []Inject
 	Stores  []Store // store injections (store.go): same-host stores that must stay fenced
-	Kernel  Config
+	Kernel  kernel.Config
 	// Shrink: the job goes on when a rank is lost with no spare left (the
 	// membership must shrink too: spares.Config.Shrink). The vacant rank's
 	// shard goes to the next live rank in ring order, which regenerates or
@@ -96,10 +98,10 @@ type RunResult struct {
 	LoopTime       time.Duration
 	// Prune counts this rank's points by how the kernels settled them,
 	// summed over the iterations this process ran; Algo is the algorithm
-	// of its kernels (Config.Algo, AlgoAuto's choice, or what fits
+	// of its kernels (kernel.Config.Algo, AlgoAuto's choice, or what fits
 	// Config.BoundsMemory; the cheapest if its kernels differ).
-	Prune PruneStats
-	Algo  Algo
+	Prune kernel.PruneStats
+	Algo  kernel.Algo
 }
 
 // Job is one rank's part of a distributed K-means run. The data set is
@@ -167,7 +169,7 @@ type Job struct {
 	loopStart time.Time
 	hist      history
 
-	prune PruneStats
+	prune kernel.PruneStats
 }
 
 // NewJob checks the injections (CheckInjects), then loads this rank's
@@ -222,7 +224,7 @@ func NewJob(ctx context.Context, rt *pgas.Runtime, opt Options) (*Job, error) {
 
 func (j *Job) load() error {
 	if j.opt.Input != "" {
-		info, err := Inspect(j.opt.Input, j.opt.CSV)
+		info, err := points.Inspect(j.opt.Input, j.opt.CSV)
 		if err != nil {
 			return err
 		}
@@ -281,13 +283,13 @@ func (j *Job) homeRank(s int) int {
 
 // algo is the algorithm of this rank's kernels, the cheapest if they
 // differ (AlgoLloyd < AlgoHamerly < AlgoYinyang).
-func (j *Job) algo() Algo {
-	a := AlgoYinyang
+func (j *Job) algo() kernel.Algo {
+	a := kernel.AlgoYinyang
 	for _, sh := range j.mine {
 		a = min(a, sh.kr.Algo())
 	}
 	if len(j.mine) == 0 {
-		return ChooseAlgo(j.opt.Kernel.Algo, j.opt.K, j.d)
+		return kernel.ChooseAlgo(j.opt.Kernel.Algo, j.opt.K, j.d)
 	}
 	return a
 }
@@ -298,11 +300,11 @@ func (j *Job) addShard(s int) error {
 	if err != nil {
 		return err
 	}
-	kr, err := NewKernel(pts, j.d, j.opt.K, j.opt.Kernel)
+	kr, err := kernel.NewKernel(pts, j.d, j.opt.K, j.opt.Kernel)
 	if err != nil {
 		return err
 	}
-	j.mine = append(j.mine, &shard{idx: s, lo: lo, hi: hi, pts: pts, kr: kr, part: NewPartial(j.opt.K, j.d)})
+	j.mine = append(j.mine, &shard{idx: s, lo: lo, hi: hi, pts: pts, kr: kr, part: kernel.NewPartial(j.opt.K, j.d)})
 	slices.SortFunc(j.mine, func(a, b *shard) int { return a.idx - b.idx })
 	return nil
 }
@@ -317,19 +319,19 @@ func (j *Job) shardRange(s int) (lo, hi int) {
 func (j *Job) loadShard(s int) (lo, hi int, pts []float64, err error) {
 	lo, hi = j.shardRange(s)
 	if j.opt.Input != "" {
-		pts, _, err = ReadShard(j.opt.Input, lo, hi, j.opt.CSV)
+		pts, _, err = points.ReadShard(j.opt.Input, lo, hi, j.opt.CSV)
 		return lo, hi, pts, err
 	}
 	pts = make([]float64, (hi-lo)*j.d)
-	return lo, hi, pts, Generate(j.opt.Gen, lo, hi, pts)
+	return lo, hi, pts, kernel.Generate(j.opt.Gen, lo, hi, pts)
 }
 
 // shard is a logical shard this rank computes.
 type shard struct {
 	idx, lo, hi int
 	pts         []float64
-	kr          *Kernel
-	part        *Partial
+	kr          *kernel.Kernel
+	part        *kernel.Partial
 }
 
 // Close stops the kernels' worker goroutines. It is idempotent.
@@ -346,60 +348,6 @@ func (j *Job) Close() error {
 func (j *Job) reporter() bool {
 	live := j.rt.LiveRanks()
 	return len(live) > 0 && live[0] == j.rt.Rank()
-}
-
-func (j *Job) initCentroids(ctx context.Context) error {
-	k, d := j.opt.K, j.d
-	if j.opt.Init != "" {
-		c, err := ReadCentroidsCSV(j.opt.Init, k, d)
-		if err != nil {
-			return err
-		}
-		copy(j.cent, c)
-		return nil
-	}
-	if j.opt.Seeding == SeedPlusPlus {
-		return j.initPlusPlus(ctx)
-	}
-	idx, err := InitIndices(j.opt.Seed, j.n, k)
-	if err != nil {
-		return err
-	}
-	if j.opt.Input == "" {
-		// Generated data: any rank can make any point.
-		for c, i := range idx {
-			if err := Generate(j.opt.Gen, i, i+1, j.cent[c*d:(c+1)*d]); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	// From a file: each row comes from the rank that owns it. Rows travel
-	// with an ownership flag and are taken, never added, so the bits
-	// (a -0 included) are exactly the file's.
-	rows := make([]float64, k*(d+1))
-	for c, i := range idx {
-		for _, sh := range j.mine {
-			if i >= sh.lo && i < sh.hi {
-				rows[c*(d+1)] = 1
-				copy(rows[c*(d+1)+1:], sh.pts[(i-sh.lo)*d:(i-sh.lo+1)*d])
-			}
-		}
-	}
-	err = pgas.AllreduceFunc(ctx, j.rt, nil, rows, func(dst, src []float64) {
-		for c := 0; c < k; c++ {
-			if src[c*(d+1)] == 1 {
-				copy(dst[c*(d+1):(c+1)*(d+1)], src[c*(d+1):(c+1)*(d+1)])
-			}
-		}
-	})
-	if err != nil {
-		return err
-	}
-	for c := 0; c < k; c++ {
-		copy(j.cent[c*d:(c+1)*d], rows[c*(d+1)+1:(c+1)*(d+1)])
-	}
-	return nil
 }
 
 func (j *Job) printf(format string, args ...any) {
@@ -546,7 +494,7 @@ func (j *Job) iterate(ctx context.Context) (done bool, err error) {
 	for i := range j.counts {
 		j.counts[i] = int64(j.buf[kd+i])
 	}
-	shift, err := Update(j.next, j.cent, j.buf[:kd], j.counts, k, d)
+	shift, err := kernel.Update(j.next, j.cent, j.buf[:kd], j.counts, k, d)
 	if err != nil {
 		return false, err
 	}

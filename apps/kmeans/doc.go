@@ -1,200 +1,32 @@
-// Package kmeans is the compute core of the fault-tolerant K-means app: the
-// assignment kernel, the data generator, point and centroid files, the
-// initial-centroid choice and single-process Lloyd's algorithm. The
-// distributed driver (ranks, allreduce, checkpoints) is built on top of it:
-// Job (NewJob, SetupCheckpoints, Run, Finalize), whose recovery loop is
-// package apps/internal/recovery's, shared with TeraSort. A failure during
-// a collective step of the setup (the starting centroids, ckpt.New, a
-// resume from disk) goes through the same loop when Run starts
-// (Job.SetupFailed, Job.Joining; see setup.go). Failures to inject
-// (Options.Injects) are chosen by the driver, collectively where needed
-// (kill:leader, kill:mirror-of), and carried out by the command's
-// Options.Kill hook: the library never kills a process.
-//
-// # Usage
-//
-// One rank, one shard of the global data set:
-//
-//	g := kmeans.DefaultGenConfig()              // or kmeans.ReadShard(path, lo, hi, kmeans.CSVLayout{})
-//	shard := make([]float64, (hi-lo)*g.D)
-//	err := kmeans.Generate(g, lo, hi, shard)
-//	idx, err := kmeans.InitIndices(seed, g.N, k) // or kmeans.ReadCentroidsCSV(path, k, d)
-//	// each rank: kmeans.FillFromShard(cent, idx, shard, lo, d), then combine
-//	kr, err := kmeans.NewKernel(shard, g.D, k, kmeans.DefaultConfig())
-//	defer kr.Close()
-//	p := kmeans.NewPartial(k, g.D)
-//	for it := 0; it < maxIter; it++ {
-//		err = kr.Step(cent, p)                   // this shard's sums, counts, SSE, changes
-//		// allreduce p.Sums, p.Counts, p.SSE, p.Changed over the ranks
-//		shift, err := kmeans.Update(cent, cent, p.Sums, p.Counts, k, g.D)
-//		if shift <= tol { break }
-//	}
-//	fmt.Println(kmeans.Checksum(cent))
-//
-// Single process: kmeans.Lloyd(ctx, points, d, init, kmeans.LocalConfig()).
-//
-// # The kernel's arithmetic
-//
-// For point x and centroid c the blocked kernels evaluate
-//
-//	v(x, c) = ||c||² + Σ_t x_t·(−2c_t)
-//
-// (the point's own ||x||² is the same for every centroid and is left out of
-// the comparison): ||c||² is a chain of fused multiply-adds over t in
-// dimension order, and v starts from ||c||² and adds one fused multiply-add
-// per dimension in dimension order. The pure-Go kernel (math.FMA) and the
-// AVX2 and AVX-512 assembly perform exactly these operations, so they
-// choose the same centroids bit for bit; tests require it. The nearest
-// centroid is the smallest v, ties going to the lowest index.
-//
-// Near-ties: the expansion rounds differently from the direct distance
-// Σ(x_t−c_t)², which the naive kernel (ImplNaive) and Reference use. When
-// two centroids are at almost the same distance from a point (relative
-// difference around 1e-16 times (||x||²+||c||²)/||x−c||²) the two methods
-// may pick different ones. Both answers are equally good; tests compare
-// the chosen distances with a tolerance, and demand identical assignments
-// only on well-separated data. Data far from the origin relative to its
-// spread makes the expansion less accurate; centre such data first.
-// Coordinates so large that their squares overflow (|x| above about 1e154)
-// are not supported.
-//
-// Sums, counts and SSE are then accumulated from the assigned points, by
-// the same arithmetic in every implementation (Go, or AVX2 assembly for
-// the assembly kernels): sums[a] += x elementwise in point order, and the
-// SSE is the direct Σ(x_t−c_t)² (accurate and never negative, unlike a
-// value derived from the expansion), summed as four interleaved partial
-// sums over the first d&^3 dimensions, combined (p0+p2)+(p1+p3), then the
-// remaining dimensions, with no fused operations. Because the point's own
-// ||x||² is needed neither for the comparison nor for the SSE, no point
-// norms are stored.
+// Package kmeans is the fault-tolerant K-means app's distributed driver:
+// Job (NewJob, SetupCheckpoints, Run, Finalize) runs Lloyd's algorithm
+// over the ranks of a pgas job, one or more logical shards per rank, with
+// the numeric core of package kernel (apps/kmeans/kernel: the assignment
+// kernel, the update, the seeding, the data generator) and the point files
+// of package points (apps/kmeans/points). Its recovery loop is package
+// apps/internal/recovery's, shared with TeraSort. A failure during a
+// collective step of the setup (the starting centroids, ckpt.New, a resume
+// from disk) goes through the same loop when Run starts (Job.SetupFailed,
+// Job.Joining; see setup.go). Failures to inject (Options.Injects) are
+// chosen by the driver, collectively where needed (kill:leader,
+// kill:mirror-of), and carried out by the command's Options.Kill hook: the
+// library never kills a process.
 //
 // # Determinism
 //
-// A shard is cut into fixed accumulation chunks, a function of the shard
-// size, k and d only (at most 64 chunks of at least 8192 points, fewer when
-// k·d is so large that 64 partials would exceed 32 MiB). Each chunk's sums
-// start from zero and add its points in point order; the shard's result is
-// the chunks' partials added in chunk order. Threads only decide which
-// goroutine computes which chunk, so the result is bit-identical for any
-// Config.Threads and any scheduling, on every run. Different shardings of a
-// data set (different numbers of ranks) add in different orders and agree
-// only to rounding; the distributed app must combine rank partials in a
-// fixed order too.
+// The job combines the partials of its logical shards (Options.Shards, or
+// one per rank) in shard order, each shard with its own kernel.Kernel, so
+// a job with Shards set gives the same bits on any number of ranks (see
+// package kernel, "Determinism", for a shard's own result).
 //
-// The distributed Job combines the partials of its logical shards
-// (Options.Shards, or one per rank) in shard order, each shard with its
-// own Kernel, so a job with Shards set gives the same bits on any number
-// of ranks.
+// # Checkpoints
 //
-// Empty clusters keep their previous centroid (Update and Reference).
-// Convergence is decided on the centroid shift only (not on Changed), so a
-// rank restored from a checkpoint with a stale assignment memory still
-// follows the failure-free run; Changed is informational.
-//
-// # Exact pruning
-//
-// Config.Algo AlgoHamerly and AlgoYinyang find the same nearest centroid
-// as brute force (AlgoLloyd) for every point, so sums, counts, SSE and
-// centroids are the same bits. Per point the kernel keeps u, an upper
-// bound on the Euclidean distance to its centroid a, and l, a lower bound
-// on the distance to every other centroid (AlgoYinyang: also one lower
-// bound per group of centroids, float32 rounded down, moved by the
-// group's summed drifts since the point's bounds were set). After the
-// centroids move by δ_j, u grows by δ_a and l shrinks by the largest other
-// drift; half the distance from a to its nearest other centroid is a
-// second lower bound. The rounding margin: with u = 2^-53 and
-// γ_n = nu/(1−nu), the computed v̂ = ||c||² − 2x·c (the FMA chain above)
-// is within
-//
-//	E = 2γ_{2d+1}·(||x||² + R²),  R² ≥ max_j ||c_j||²
-//
-// of the exact value. A point keeps a when m² − u² > 2E, m the lower bound:
-// then v̂_j > v̂_a strictly for every j ≠ a, whatever the rounding, so brute
-// force picks a too. Every bound and test is rounded outwards by a relative
-// (2d+16)·u plus 2^-1000 (for underflow). A point that fails the test
-// first recomputes v̂_a (the same bits as the blocked kernels: one FMA chain
-// per centroid) and tries again; then AlgoYinyang scans the groups its
-// bounds do not rule out, and AlgoHamerly scans every centroid (on AVX-512
-// with a variant of the kernel that keeps each lane's two smallest values;
-// elsewhere in Go) and takes the smallest v̂, ties to the lowest index,
-// exactly as brute force.
-//
-// The bounds are derived state and are not checkpointed: they refer to the
-// Kernel's own copy of the centroids of its previous Step and to its own
-// record of each point's centroid, so a Step with any centroids (restored
-// from a checkpoint, say) is still exact, and a new Kernel (a promoted
-// spare, a taken-over shard, a resumed job) starts with one full scan.
-// Checkpointing them would add 16 bytes per point (8·G more for
-// AlgoYinyang) to every checkpoint for a saving of one iteration's work
-// per recovery. PruneStats counts the points skipped, settled after one
-// distance, settled by their groups and fully scanned.
-//
-// # Seeding
-//
-// SeedPlusPlus is k-means++ without sums over the points: draw c takes the
-// point with the smallest key −ln(u)/w (w its squared distance to the
-// nearest chosen centroid, u hashed from seed, c and the point's index),
-// the lowest index among equal keys; that is point i with probability
-// w_i/Σw. The minimum does not depend on the order points are visited in,
-// so InitPlusPlus and a Job on any number of ranks and shards choose the
-// same centroids.
-//
-// # Files
-//
-// CSV point files (RFC 4180, read with encoding/csv): one point per
-// record, values separated by commas, each optionally quoted ("1.5", a
-// quote inside doubled), surrounding blanks allowed, blank lines ignored,
-// optional trailing newline, CRLF accepted, UTF-8 byte order mark ignored.
-// A first non-blank record with a non-empty field that is not a number is
-// a header, and skipped ("x,y,z", as spreadsheets and data-frame
-// libraries write); a file with a header and quoted values gives the same
-// points, bit for bit, as the plain file. The dimension is the number of
-// fields of the first record, the header's if there is one. Shards count
-// points (records after the header) from 0. NaN and infinities are
-// rejected.
-//
-// A first column that is a row index is refused (ErrIndexColumn), since
-// clustered as a coordinate it would outweigh the others without a word:
-// one named as an index in the header (empty, as a data frame's to_csv
-// writes it, or "id", "index"), or one that counts 0, 1, 2, ... (or from 1)
-// over the first 1,000 points. CSVLayout.Skip (kmeans --skip-columns 1)
-// leaves it out; KeepIndex (--skip-columns 0) clusters it all the same.
-// CSVLayout.Sep (--sep ';', --sep tab) reads other separators; a file of
-// one value per line with a semicolon, tab or bar inside is refused with
-// that hint.
-//
-// Binary point files, little-endian (a file named *.bin must be one: a
-// wrong magic there is an ErrHeader, not a CSV file):
-//
-//	offset  size  field
-//	0       8     magic "GGKMPTS\x00"
-//	8       4     version, uint32 = 1
-//	12      4     reserved, uint32 = 0
-//	16      8     n, uint64: number of points, ≥ 1
-//	24      8     d, uint64: dimension, 1..65536
-//	32      8·n·d float64 values, IEEE 754 bits, point-major (row-major)
-//
-// The file size must be exactly 32 + 8·n·d. Point i, dimension t is at
-// offset 32 + 8·(i·d + t), so a rank reads its shard with one seek.
-//
-// Centroid files are CSV with exactly k lines of d values, in cluster
-// order, written with strconv 'g' −1 so they round-trip exactly. Checksum
-// is the hex SHA-256 of the centroids' float64 bits, little-endian, in
-// order.
-//
-// # Concurrency and ownership
-//
-// A Kernel is used by one goroutine at a time. It keeps (does not copy)
-// the points slice, which must not change while the Kernel lives. It owns
-// Threads−1 worker goroutines, started by NewKernel and stopped by Close
-// (idempotent). Step allocates nothing (except AlgoYinyang's first Step,
-// which forms the groups from the centroids); the slice from Assignments is owned
-// by the Kernel and valid until the next Step. All other functions are
-// safe for concurrent use on distinct arguments.
-//
-// # Assembly
-//
-// On amd64 the AVX-512F and AVX2+FMA kernels are chosen at run time
-// (golang.org/x/sys/cpu); the build tag purego removes them, and every
-// build keeps the pure-Go kernel. ImplAuto picks the fastest available.
+// The checkpointed state is a header (the iteration, the SSE and what a
+// resume checks: ckptstate.go), the centroids and the home shards'
+// assignments (the kernels' own memory, registered in place;
+// kernel.Kernel.UseAssignments packs many shards into one region). The
+// pruning bounds are derived state and are not checkpointed
+// (package kernel, "Exact pruning"). A job may resume from a disk
+// checkpoint (ResumeFrom), on another number of ranks when it has logical
+// shards.
 package kmeans

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/gaspigo/gaspigo/apps/kmeans/internal/kmtest"
+	"github.com/gaspigo/gaspigo/apps/kmeans/kernel"
 	"github.com/gaspigo/gaspigo/ckpt"
 )
 
@@ -30,7 +32,7 @@ func sameResult(t *testing.T, what string, got []RunResult, errs []error, want R
 			t.Fatalf("%s: rank %d: %v\n%s", what, r, errs[r], out)
 		}
 		g := got[r]
-		if i := sameBits(g.Centroids, want.Centroids); i >= 0 {
+		if i := kmtest.SameBits(g.Centroids, want.Centroids); i >= 0 {
 			t.Fatalf("%s: rank %d: centroids differ at %d", what, r, i)
 		}
 		if math.Float64bits(g.SSE) != math.Float64bits(want.SSE) || g.Iterations != want.Iterations {
@@ -200,7 +202,7 @@ func TestCheckInjects(t *testing.T) {
 		{Inject{Rank: -1, MirrorOf: -1, Leader: true, Iter: 1}, ""},
 	} {
 		err := CheckInjects([]Inject{c.in}, 4, hosts)
-		if c.bad == "" && err != nil || c.bad != "" && (!errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.bad)) {
+		if c.bad == "" && err != nil || c.bad != "" && (!errors.Is(err, kernel.ErrConfig) || !strings.Contains(err.Error(), c.bad)) {
 			t.Errorf("CheckInjects(%+v) = %v, want %q", c.in, err, c.bad)
 		}
 	}
@@ -217,7 +219,7 @@ func TestNewJobRefusesMissingRank(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, errs, out := runMemJob(t, opt, nil)
 		for r, err := range errs {
-			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "kill:rank=4,iter=2: the job has ranks 0..3") {
+			if !errors.Is(err, kernel.ErrConfig) || !strings.Contains(err.Error(), "kill:rank=4,iter=2: the job has ranks 0..3") {
 				t.Fatalf("rank %d: %v, want the injection refused", r, err)
 			}
 		}

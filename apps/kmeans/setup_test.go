@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/gaspigo/gaspigo/apps/kmeans/internal/kmtest"
+	"github.com/gaspigo/gaspigo/apps/kmeans/kernel"
 	"github.com/gaspigo/gaspigo/transport"
 	"github.com/gaspigo/gaspigo/transport/mem"
 )
@@ -23,20 +25,20 @@ var startOver = []string{"recovery: the setup failed", "every rank starts over f
 func TestKillDuringSetup(t *testing.T) {
 	for _, c := range []struct {
 		name, inject string
-		seeding      Seeding
+		seeding      kernel.Seeding
 		lines        []string
 	}{
 		// ckpt.New: the survivors are inside its segment creation.
-		{"ckpt-new", "kill:rank=2,iter=0,phase=ckpt-new", SeedRandom, startOver},
+		{"ckpt-new", "kill:rank=2,iter=0,phase=ckpt-new", kernel.SeedRandom, startOver},
 		// k-means++ seeding is collective: the survivors fail there and
 		// make their checkpointer with ckpt.NewJoining.
-		{"init", "kill:rank=1,iter=0,phase=init", SeedPlusPlus, startOver},
+		{"init", "kill:rank=1,iter=0,phase=init", kernel.SeedPlusPlus, startOver},
 		// Not the setup: a kill inside a commit carried by the
 		// iteration's reduction (ckpt Vote), for comparison. A survivor
 		// finds it in iteration 7, or in 6 when rank 2 was still on the
 		// path of iteration 6's result (the goroutines' order decides):
 		// either way a loop's recovery, not the setup's.
-		{"commit", "kill:rank=2,iter=6,phase=commit", SeedRandom, []string{"recovery: iteration "}},
+		{"commit", "kill:rank=2,iter=6,phase=commit", kernel.SeedRandom, []string{"recovery: iteration "}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			opt := shrinkOptions()
@@ -70,7 +72,7 @@ func TestKillDuringSetup(t *testing.T) {
 					if err != nil {
 						t.Fatalf("process %d: %v\n%s", p, err, out)
 					}
-					if got := res[p]; sameBits(got.Centroids, base.Centroids) >= 0 || got.SSE != base.SSE || got.Iterations != base.Iterations {
+					if got := res[p]; kmtest.SameBits(got.Centroids, base.Centroids) >= 0 || got.SSE != base.SSE || got.Iterations != base.Iterations {
 						t.Fatalf("process %d: sse %v after %d iterations, failure-free %v after %d\n%s", p, got.SSE, got.Iterations, base.SSE, base.Iterations, out)
 					}
 				}

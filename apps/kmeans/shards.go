@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gaspigo/gaspigo/apps/kmeans/kernel"
 	"github.com/gaspigo/gaspigo/pgas"
 )
 
@@ -87,7 +88,7 @@ func (j *Job) redistribute() ([]string, error) {
 
 // putPartial lays p out as the iteration's reduction vector: sums, counts,
 // SSE, changed points.
-func putPartial(b []float64, p *Partial) {
+func putPartial(b []float64, p *kernel.Partial) {
 	kd := len(p.Sums)
 	copy(b[:kd], p.Sums)
 	for i, c := range p.Counts {
@@ -115,7 +116,7 @@ func (j *Job) reduceShards(ctx context.Context, vote float64) (votes float64, er
 	}
 	clear(j.slots)
 	j.slots[n*slot] = vote
-	put := func(s int, p *Partial) {
+	put := func(s int, p *kernel.Partial) {
 		j.slots[s*slot] = 1
 		putPartial(j.slots[s*slot+1:(s+1)*slot], p)
 	}

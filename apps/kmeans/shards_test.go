@@ -9,6 +9,9 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/gaspigo/gaspigo/apps/kmeans/internal/kmtest"
+	"github.com/gaspigo/gaspigo/apps/kmeans/kernel"
+	"github.com/gaspigo/gaspigo/apps/kmeans/points"
 	"github.com/gaspigo/gaspigo/ckpt"
 )
 
@@ -40,12 +43,12 @@ func memRun(t *testing.T, opt Options, ranks int, h memHooks) (RunResult, string
 func TestShardsAnyRanks(t *testing.T) {
 	opt := shardsOptions()
 	want := shardOrderLloyd(t, opt, opt.Shards)
-	for _, algo := range []Algo{AlgoLloyd, AlgoHamerly, AlgoYinyang} {
+	for _, algo := range []kernel.Algo{kernel.AlgoLloyd, kernel.AlgoHamerly, kernel.AlgoYinyang} {
 		for _, ranks := range []int{1, 2, 3, 4} {
 			o := opt
 			o.Kernel.Algo = algo
 			got, out := memRun(t, o, ranks, memHooks{})
-			if i := sameBits(got.Centroids, want); i >= 0 {
+			if i := kmtest.SameBits(got.Centroids, want); i >= 0 {
 				t.Fatalf("%v on %d ranks: centroids differ from the shard-order sums at %d\n%s", algo, ranks, i, out)
 			}
 		}
@@ -111,7 +114,7 @@ func TestManyShardsFewRanks(t *testing.T) {
 	opt := resumeOptions()
 	opt.Shards = 600
 	want, _ := memRun(t, opt, 2, memHooks{})
-	if got, out := memRun(t, opt, 1, memHooks{}); sameBits(got.Centroids, want.Centroids) >= 0 {
+	if got, out := memRun(t, opt, 1, memHooks{}); kmtest.SameBits(got.Centroids, want.Centroids) >= 0 {
 		t.Fatalf("1 rank and 2 ranks differ\n%s", out)
 	}
 	dir := t.TempDir()
@@ -153,14 +156,14 @@ func resumeOn(t *testing.T, opt Options, dir string, ranks int) ([]RunResult, []
 // file, and they are InitPlusPlus's on the whole data set.
 func TestPlusPlusAnyRanks(t *testing.T) {
 	opt := shardsOptions()
-	opt.Seeding = SeedPlusPlus
+	opt.Seeding = kernel.SeedPlusPlus
 	opt.MaxIter = 2
 	g := opt.Gen
 	pts := make([]float64, g.N*g.D)
-	if err := Generate(g, 0, g.N, pts); err != nil {
+	if err := kernel.Generate(g, 0, g.N, pts); err != nil {
 		t.Fatal(err)
 	}
-	want, err := InitPlusPlus(pts, g.D, opt.K, opt.Seed)
+	want, err := kernel.InitPlusPlus(pts, g.D, opt.K, opt.Seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +172,7 @@ func TestPlusPlusAnyRanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteBinary(f, pts, g.D); err != nil {
+	if err := points.WriteBinary(f, pts, g.D); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -186,7 +189,7 @@ func TestPlusPlusAnyRanks(t *testing.T) {
 				o := opt
 				o.Input, o.Shards = input, shards
 				memRun(t, o, ranks, memHooks{before: func(_ context.Context, r int, job *Job, _ *ckpt.Checkpointer) error {
-					if i := sameBits(job.cent, want); i >= 0 {
+					if i := kmtest.SameBits(job.cent, want); i >= 0 {
 						t.Errorf("input %q shards %d, %d ranks: rank %d's starting centroids differ at %d", input, shards, ranks, r, i)
 					}
 					return nil
@@ -202,7 +205,7 @@ func TestPlusPlusAnyRanks(t *testing.T) {
 func TestShardsShrink(t *testing.T) {
 	opt := shrinkOptions()
 	opt.Shards = 12
-	opt.Kernel.Algo = AlgoHamerly
+	opt.Kernel.Algo = kernel.AlgoHamerly
 	want := shardOrderLloyd(t, opt, opt.Shards)
 	synctest.Test(t, func(t *testing.T) {
 		got, out := runShrinkJob(t, opt, map[int]int{4: 2, 10: 3})
@@ -217,7 +220,7 @@ func TestShardsShrink(t *testing.T) {
 				t.Fatalf("no line %q\n%s", l, out)
 			}
 		}
-		if i := sameBits(got.Centroids, want); i >= 0 {
+		if i := kmtest.SameBits(got.Centroids, want); i >= 0 {
 			t.Fatalf("centroids differ from the shard-order sums at %d\n%s", i, out)
 		}
 	})

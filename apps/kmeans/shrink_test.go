@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/gaspigo/gaspigo/apps/kmeans/internal/kmtest"
+	"github.com/gaspigo/gaspigo/apps/kmeans/kernel"
 	"github.com/gaspigo/gaspigo/ckpt"
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/pgas"
@@ -69,10 +71,10 @@ func (l *lockedBuf) String() string {
 // shrinkOptions is the workload of the in-memory shrink tests: uneven
 // shards (6001 points over 4 ranks), a checkpoint every 3 iterations.
 func shrinkOptions() Options {
-	g := DefaultGenConfig()
+	g := kernel.DefaultGenConfig()
 	g.N, g.D, g.Blobs, g.Seed = 6001, 4, 6, 11
-	kc := DefaultConfig()
-	kc.Impl = ImplGo
+	kc := kernel.DefaultConfig()
+	kc.Impl = kernel.ImplGo
 	return Options{Gen: g, K: 6, MaxIter: 15, Seed: 11, Every: 3, Kernel: kc, Shrink: true}
 }
 
@@ -97,7 +99,7 @@ func runShrinkJob(t *testing.T, opt Options, kills map[int]int) (RunResult, stri
 		}
 		if first == nil {
 			first = &results[r]
-		} else if sameBits(first.Centroids, results[r].Centroids) >= 0 || first.SSE != results[r].SSE {
+		} else if kmtest.SameBits(first.Centroids, results[r].Centroids) >= 0 || first.SSE != results[r].SSE {
 			t.Fatalf("ranks ended with different results")
 		}
 	}
@@ -146,93 +148,10 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// A membership that shrinks once no spare is left: a reported failure
-	// becomes, at once, a new epoch in which a spare holds the rank, or
-	// the rank is vacant.
-	m := pgastest.New(ranks, procs)
-	m.SetShrink(true)
-	var out lockedBuf
-	killed := map[int]bool{}
-	out.onLine = func(line string) {
-		var it int
-		if _, err := fmt.Sscanf(line, "iter %d", &it); err != nil {
-			return
-		}
-		if r, ok := kills[it]; ok && !killed[it] {
-			killed[it] = true
-			nw.Kill(transport.Proc(r)) // process r holds rank r: no spares
-		}
-	}
-	hc := health.LocalConfig()
-	cfgs := make([]pgas.Config, procs)
-	for p := range cfgs {
-		cfg := pgas.LocalConfig()
-		cfg.Proc = transport.Proc(p)
-		cfg.NumProcs, cfg.NumRanks = procs, ranks
-		cfg.Transport = nw.Endpoint(transport.Proc(p))
-		cfg.Membership = m.Handle(transport.Proc(p))
-		cfg.Health = &hc
-		cfgs[p] = cfg
-	}
-	results := make([]RunResult, procs)
-	errs := make([]error, procs)
-	// run is a process's life after Init, as the command's: the job, its
-	// checkpointer (SetupCheckpoints), the hook, Run.
-	var mu sync.Mutex
-	var opened []*pgas.Runtime // closed once every process is done
-	defer func() {
-		for _, rt := range opened {
-			rt.Close()
-		}
-	}()
-	run := func(p int, rt *pgas.Runtime) {
-		mu.Lock()
-		opened = append(opened, rt)
-		mu.Unlock()
-		o := opt
-		o.Progress = &out
-		o.Kill = func(Kill) { nw.Kill(transport.Proc(p)) }
-		job, err := NewJob(ctx, rt, o)
-		if err != nil {
-			errs[p] = err
-			return
-		}
-		defer job.Close()
-		var ck *ckpt.Checkpointer
-		err = job.SetupCheckpoints(ctx, func(ctx context.Context, joining bool) (Checkpoints, error) {
-			cc := ckpt.LocalConfig()
-			cc.MaxBytes = job.StateBytes()
-			if h.ckpt != nil {
-				h.ckpt(&cc)
-			}
-			mk := ckpt.New
-			if joining {
-				mk = ckpt.NewJoining
-			}
-			c, err := mk(ctx, rt, cc)
-			if c == nil {
-				return nil, err
-			}
-			ck = c
-			return c, err
-		})
-		if ck != nil {
-			defer ck.Close()
-		}
-		if err != nil {
-			errs[p] = err
-			return
-		}
-		if h.before != nil && !job.Joining() {
-			if errs[p] = h.before(ctx, p, job, ck); errs[p] != nil {
-				return
-			}
-		}
-		results[p], errs[p] = job.Run(ctx)
-		if errs[p] == nil && h.after != nil {
-			results[p], errs[p] = h.after(ctx, p, job, results[p])
-		}
-	}
+	mj := &memJob{ctx: ctx, nw: nw, opt: opt, h: h, results: make([]RunResult, procs), errs: make([]error, procs)}
+	defer mj.closeRuntimes()
+	killed := mj.killAt(kills)
+	cfgs := memConfigs(nw, ranks, procs)
 	rts := make([]*pgas.Runtime, ranks)
 	for r := range rts {
 		if rts[r], err = pgas.Init(ctx, cfgs[r]); err != nil {
@@ -247,7 +166,7 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 		go func() {
 			defer spares.Done()
 			if rt, err := pgas.Init(ctx, cfgs[p]); err == nil {
-				run(p, rt)
+				mj.process(p, rt)
 			}
 		}()
 	}
@@ -256,7 +175,7 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			run(r, rt)
+			mj.process(r, rt)
 		}()
 	}
 	wg.Wait()
@@ -268,9 +187,119 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 		spares.Wait()
 	}
 	if len(killed) != len(kills) {
-		t.Fatalf("%d of %d kills fired\n%s", len(killed), len(kills), out.String())
+		t.Fatalf("%d of %d kills fired\n%s", len(killed), len(kills), mj.out.String())
 	}
-	return results, errs, out.String()
+	return mj.results, mj.errs, mj.out.String()
+}
+
+// memJob is one job of runMemJobWith: its network, its processes'
+// output, results and errors.
+type memJob struct {
+	ctx     context.Context
+	nw      *mem.Network
+	opt     Options
+	h       memHooks
+	out     lockedBuf
+	results []RunResult
+	errs    []error
+	mu      sync.Mutex
+	opened  []*pgas.Runtime // closed once every process is done
+}
+
+// memConfigs are the runtime configs of the job's processes, over a
+// membership that shrinks once no spare is left: a reported failure
+// becomes, at once, a new epoch in which a spare holds the rank, or the
+// rank is vacant.
+func memConfigs(nw *mem.Network, ranks, procs int) []pgas.Config {
+	m := pgastest.New(ranks, procs)
+	m.SetShrink(true)
+	hc := health.LocalConfig()
+	cfgs := make([]pgas.Config, procs)
+	for p := range cfgs {
+		cfg := pgas.LocalConfig()
+		cfg.Proc = transport.Proc(p)
+		cfg.NumProcs, cfg.NumRanks = procs, ranks
+		cfg.Transport = nw.Endpoint(transport.Proc(p))
+		cfg.Membership = m.Handle(transport.Proc(p))
+		cfg.Health = &hc
+		cfgs[p] = cfg
+	}
+	return cfgs
+}
+
+// killAt kills process r once the progress shows iteration it, for every
+// it, r of kills, and returns the iterations whose kill fired.
+func (mj *memJob) killAt(kills map[int]int) map[int]bool {
+	killed := map[int]bool{}
+	mj.out.onLine = func(line string) {
+		var it int
+		if _, err := fmt.Sscanf(line, "iter %d", &it); err != nil {
+			return
+		}
+		if r, ok := kills[it]; ok && !killed[it] {
+			killed[it] = true
+			mj.nw.Kill(transport.Proc(r)) // process r holds rank r: no spares
+		}
+	}
+	return killed
+}
+
+func (mj *memJob) closeRuntimes() {
+	for _, rt := range mj.opened {
+		rt.Close()
+	}
+}
+
+// process is process p's life after Init, as the command's: the job, its
+// checkpointer (SetupCheckpoints), the hook, Run.
+func (mj *memJob) process(p int, rt *pgas.Runtime) {
+	mj.mu.Lock()
+	mj.opened = append(mj.opened, rt)
+	mj.mu.Unlock()
+	ctx, h := mj.ctx, mj.h
+	o := mj.opt
+	o.Progress = &mj.out
+	o.Kill = func(Kill) { mj.nw.Kill(transport.Proc(p)) }
+	job, err := NewJob(ctx, rt, o)
+	if err != nil {
+		mj.errs[p] = err
+		return
+	}
+	defer job.Close()
+	var ck *ckpt.Checkpointer
+	err = job.SetupCheckpoints(ctx, func(ctx context.Context, joining bool) (Checkpoints, error) {
+		cc := ckpt.LocalConfig()
+		cc.MaxBytes = job.StateBytes()
+		if h.ckpt != nil {
+			h.ckpt(&cc)
+		}
+		mk := ckpt.New
+		if joining {
+			mk = ckpt.NewJoining
+		}
+		c, err := mk(ctx, rt, cc)
+		if c == nil {
+			return nil, err
+		}
+		ck = c
+		return c, err
+	})
+	if ck != nil {
+		defer ck.Close()
+	}
+	if err != nil {
+		mj.errs[p] = err
+		return
+	}
+	if h.before != nil && !job.Joining() {
+		if mj.errs[p] = h.before(ctx, p, job, ck); mj.errs[p] != nil {
+			return
+		}
+	}
+	mj.results[p], mj.errs[p] = job.Run(ctx)
+	if mj.errs[p] == nil && h.after != nil {
+		mj.results[p], mj.errs[p] = h.after(ctx, p, job, mj.results[p])
+	}
 }
 
 // shardOrderLloyd is what a --shrink run computes, done in one process:
@@ -279,29 +308,29 @@ func runMemJobWith(t *testing.T, opt Options, kills map[int]int, h memHooks) ([]
 func shardOrderLloyd(t *testing.T, opt Options, ranks int) []float64 {
 	t.Helper()
 	g, k := opt.Gen, opt.K
-	idx, err := InitIndices(opt.Seed, g.N, k)
+	idx, err := kernel.InitIndices(opt.Seed, g.N, k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cent := make([]float64, k*g.D)
 	for c, i := range idx {
-		if err := Generate(g, i, i+1, cent[c*g.D:(c+1)*g.D]); err != nil {
+		if err := kernel.Generate(g, i, i+1, cent[c*g.D:(c+1)*g.D]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	kernels := make([]*Kernel, ranks)
-	parts := make([]*Partial, ranks)
+	kernels := make([]*kernel.Kernel, ranks)
+	parts := make([]*kernel.Partial, ranks)
 	for s := range kernels {
 		lo, hi := g.N*s/ranks, g.N*(s+1)/ranks
 		pts := make([]float64, (hi-lo)*g.D)
-		if err := Generate(g, lo, hi, pts); err != nil {
+		if err := kernel.Generate(g, lo, hi, pts); err != nil {
 			t.Fatal(err)
 		}
-		if kernels[s], err = NewKernel(pts, g.D, k, opt.Kernel); err != nil {
+		if kernels[s], err = kernel.NewKernel(pts, g.D, k, opt.Kernel); err != nil {
 			t.Fatal(err)
 		}
 		defer kernels[s].Close()
-		parts[s] = NewPartial(k, g.D)
+		parts[s] = kernel.NewPartial(k, g.D)
 	}
 	kd := k * g.D
 	buf := make([]float64, kd+k+2)
@@ -325,7 +354,7 @@ func shardOrderLloyd(t *testing.T, opt Options, ranks int) []float64 {
 		for i := range counts {
 			counts[i] = int64(buf[kd+i])
 		}
-		if _, err := Update(next, cent, buf[:kd], counts, k, g.D); err != nil {
+		if _, err := kernel.Update(next, cent, buf[:kd], counts, k, g.D); err != nil {
 			t.Fatal(err)
 		}
 		copy(cent, next)
@@ -347,7 +376,7 @@ func TestShrinkSameBits(t *testing.T) {
 			t.Fatalf("a recovery without a failure\n%s", out)
 		}
 	})
-	if i := sameBits(base.Centroids, want); i >= 0 {
+	if i := kmtest.SameBits(base.Centroids, want); i >= 0 {
 		t.Fatalf("failure-free --shrink run differs from the shard-order sums at %d: %v vs %v", i, base.Centroids[i], want[i])
 	}
 	for _, c := range []struct {
@@ -378,7 +407,7 @@ func TestShrinkSameBits(t *testing.T) {
 						t.Fatalf("no line %q\n%s", l, out)
 					}
 				}
-				if i := sameBits(got.Centroids, base.Centroids); i >= 0 || got.SSE != base.SSE {
+				if i := kmtest.SameBits(got.Centroids, base.Centroids); i >= 0 || got.SSE != base.SSE {
 					t.Fatalf("after the kills: sse %v, failure-free sse %v; centroids differ at %d\n%s", got.SSE, base.SSE, i, out)
 				}
 			})

@@ -20,8 +20,9 @@
 //	          single-process Lloyd loop of the same kernel with Threads=2
 //	          in this process, on the same data and starting centroids:
 //	          median time per iteration.
-//	kernel    go test -bench Kernel ./apps/kmeans: distance evaluations per
-//	          second of one core's CPU time and the fraction of the FP64 peak.
+//	kernel    go test -bench Kernel ./apps/kmeans/kernel: distance
+//	          evaluations per second of one core's CPU time and the
+//	          fraction of the FP64 peak.
 //	seed      the seed paper's workload (1M points, 10-D, k = 10, 100,
 //	          1000) with 2 ranks and --ckpt-every 10: time per iteration,
 //	          printed next to the paper's Table 2.
@@ -57,7 +58,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gaspigo/gaspigo/apps/kmeans"
+	"github.com/gaspigo/gaspigo/apps/kmeans/kernel"
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
@@ -97,7 +98,7 @@ func main() {
 	o.exps = strings.Split(exps, ",")
 	o.algos = strings.Split(algos, ",")
 	for _, a := range append([]string{o.algo}, o.algos...) {
-		if _, err := kmeans.ParseAlgo(a); err != nil {
+		if _, err := kernel.ParseAlgo(a); err != nil {
 			fmt.Fprintln(os.Stderr, "bench/kmeans: -algo/-algos:", err)
 			os.Exit(2)
 		}

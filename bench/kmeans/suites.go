@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gaspigo/gaspigo/apps/kmeans"
+	"github.com/gaspigo/gaspigo/apps/kmeans/kernel"
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
@@ -197,19 +197,19 @@ func (b *bench) runtimeOverhead() error {
 	const k = 100
 	iters := b.o.iters
 	fmt.Printf("\n## (c) runtime overhead: 2 ranks under gaspirun (--ckpt-every 0, 1 kernel thread each) vs one process, kernel with Threads=2; %d points, 10-D, k=%d, %d iterations (load %s)\n", b.o.points, k, iters, proctest.LoadAvg())
-	g := kmeans.DefaultGenConfig()
+	g := kernel.DefaultGenConfig()
 	g.N = b.o.points
 	pts := make([]float64, g.N*g.D)
-	if err := kmeans.Generate(g, 0, g.N, pts); err != nil {
+	if err := kernel.Generate(g, 0, g.N, pts); err != nil {
 		return err
 	}
-	idx, err := kmeans.InitIndices(g.Seed, g.N, k)
+	idx, err := kernel.InitIndices(g.Seed, g.N, k)
 	if err != nil {
 		return err
 	}
 	init := make([]float64, k*g.D)
 	for c, i := range idx {
-		if err := kmeans.Generate(g, i, i+1, init[c*g.D:(c+1)*g.D]); err != nil {
+		if err := kernel.Generate(g, i, i+1, init[c*g.D:(c+1)*g.D]); err != nil {
 			return err
 		}
 	}
@@ -267,21 +267,21 @@ func order2(r int) []int {
 // SSE.
 func singleProcess(pts []float64, d int, init []float64, iters int) ([]time.Duration, float64, error) {
 	k := len(init) / d
-	kr, err := kmeans.NewKernel(pts, d, k, kmeans.Config{Impl: kmeans.ImplAuto, Threads: 2, MaxIter: iters})
+	kr, err := kernel.NewKernel(pts, d, k, kernel.Config{Impl: kernel.ImplAuto, Threads: 2, MaxIter: iters})
 	if err != nil {
 		return nil, 0, err
 	}
 	defer kr.Close()
 	cent := slices.Clone(init)
 	next := make([]float64, len(cent))
-	p := kmeans.NewPartial(k, d)
+	p := kernel.NewPartial(k, d)
 	var per []time.Duration
 	for it := 0; it < iters; it++ {
 		t0 := time.Now()
 		if err := kr.Step(cent, p); err != nil {
 			return nil, 0, err
 		}
-		if _, err := kmeans.Update(next, cent, p.Sums, p.Counts, k, d); err != nil {
+		if _, err := kernel.Update(next, cent, p.Sums, p.Counts, k, d); err != nil {
 			return nil, 0, err
 		}
 		copy(cent, next)
@@ -292,14 +292,14 @@ func singleProcess(pts []float64, d int, init []float64, iters int) ([]time.Dura
 	return per, p.SSE, nil
 }
 
-// kernel runs the apps/kmeans kernel benchmarks.
+// kernel runs the apps/kmeans/kernel benchmarks.
 func (b *bench) kernel() error {
-	fmt.Printf("\n## (d) kernel: go test -run XXX -bench Kernel -benchtime 20x ./apps/kmeans (load %s)\n", proctest.LoadAvg())
+	fmt.Printf("\n## (d) kernel: go test -run XXX -bench Kernel -benchtime 20x ./apps/kmeans/kernel (load %s)\n", proctest.LoadAvg())
 	root, err := proctest.ModuleRoot()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("go", "test", "-run", "XXX", "-bench", "Kernel", "-benchtime", "20x", "./apps/kmeans")
+	cmd := exec.Command("go", "test", "-run", "XXX", "-bench", "Kernel", "-benchtime", "20x", "./apps/kmeans/kernel")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -318,7 +318,7 @@ func (b *bench) kernel() error {
 		name := strings.TrimSuffix(strings.TrimPrefix(f[0], "BenchmarkKernel/"), "-2")
 		fmt.Printf("%-32s %14s %10s %8s %9s\n", name, metric["dist/s"], metric["GFLOP/s"], metric["%peak"], metric["x_naive"])
 	}
-	fmt.Printf("(rates per second of the benchmark thread's CPU time; %%peak against 120 GFLOP/s per core, the constant in apps/kmeans/bench_test.go; load after %s)\n", proctest.LoadAvg())
+	fmt.Printf("(rates per second of the benchmark thread's CPU time; %%peak against 120 GFLOP/s per core, the constant in apps/kmeans/kernel/bench_test.go; load after %s)\n", proctest.LoadAvg())
 	return nil
 }
 

@@ -52,6 +52,8 @@ var layers = []layer{
 		"pgas/pgastest (test doubles for pgas's seams) -> pgas and the layers below it"},
 	{"apps/internal/...", append([]string{"apps/internal/recovery", "apps/internal/inject", "apps/internal/cli", "internal/buildinfo"}, libraries...),
 		"apps/internal helpers (the recovery loop, the failure injection, the command line, the key-value programs' frame on them) -> the libraries above, the recovery loop, the injection and the command line (which names the build for --version)"},
+	{"apps/kmeans/kernel", nil, "apps/kmeans/kernel (K-means's numeric core) imports nothing of the project: never the point files or the job above it"},
+	{"apps/kmeans/points", []string{"apps/kmeans/kernel"}, "apps/kmeans/points (K-means's point files) -> apps/kmeans/kernel (its errors and bounds): never the job above it"},
 	{"apps/...", append([]string{"~/...", "apps/internal/...", "internal/durable", "internal/directio"}, libraries...), "apps -> the libraries above and apps/internal"},
 	{"cmd/...", append([]string{"~/...", "internal/..."}, libraries...), "commands -> libraries and internal helpers, their own subpackages"},
 	{"bench/...", append([]string{"~/...", "bench/internal/...", "internal/...", "apps/..."}, libraries...),

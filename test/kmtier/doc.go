@@ -54,7 +54,7 @@
 //     other permission bit.
 //   - TestMatchesReference: points in a CSV and a binary file, --init
 //     centroids, --output CSV: the distributed result equals
-//     kmeans.Reference within rounding, and a run with a kill gives the
+//     kernel.Reference within rounding, and a run with a kill gives the
 //     same bits as without.
 //   - TestPrunedKillRank, TestYinyangKillTwoRanks: --algo hamerly and
 //     --algo yinyang (k = 64) with kills end with the brute-force

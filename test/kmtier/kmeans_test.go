@@ -10,7 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gaspigo/gaspigo/apps/kmeans"
+	"github.com/gaspigo/gaspigo/apps/kmeans/kernel"
+	"github.com/gaspigo/gaspigo/apps/kmeans/points"
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
@@ -293,14 +294,14 @@ func checkResumed(t *testing.T, res *result) {
 
 // TestMatchesReference: on a small data set in a file, with starting
 // centroids from --init, the distributed result (read back from
-// --output) matches kmeans.Reference, the plain single-process
+// --output) matches kernel.Reference, the plain single-process
 // algorithm, within rounding (the ranks add their partial sums in another
 // order). With a kill on the way it is the same bits as without.
 func TestMatchesReference(t *testing.T) {
 	const n, d, k, iters = 3001, 4, 5, 30 // 3001 points: uneven shards
-	g := kmeans.GenConfig{Seed: 7, N: n, D: d, Blobs: 3 * k, Spread: 10, Sigma: 3}
+	g := kernel.GenConfig{Seed: 7, N: n, D: d, Blobs: 3 * k, Spread: 10, Sigma: 3}
 	pts := make([]float64, n*d)
-	if err := kmeans.Generate(g, 0, n, pts); err != nil {
+	if err := kernel.Generate(g, 0, n, pts); err != nil {
 		t.Fatal(err)
 	}
 	// Start from k points of the data (the kmeans default choice, made
@@ -308,7 +309,7 @@ func TestMatchesReference(t *testing.T) {
 	// cluster Lloyd needs about two dozen iterations to converge; the
 	// checks below allow for the rounding differences of partial sums, not
 	// for near-ties.
-	idx, err := kmeans.InitIndices(3, n, k)
+	idx, err := kernel.InitIndices(3, n, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +317,7 @@ func TestMatchesReference(t *testing.T) {
 	for _, i := range idx {
 		init = append(init, pts[i*d:(i+1)*d]...)
 	}
-	ref, err := kmeans.Reference(pts, d, init, iters, 0)
+	ref, err := kernel.Reference(pts, d, init, iters, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +333,7 @@ func TestMatchesReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := kmeans.WriteCentroidsCSV(f, init, k, d); err != nil {
+	if err := points.WriteCentroidsCSV(f, init, k, d); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {
@@ -341,16 +342,16 @@ func TestMatchesReference(t *testing.T) {
 	var first final
 	for _, c := range []struct {
 		name   string
-		format kmeans.Format
+		format points.Format
 		inject []string
 	}{
-		{"csv", kmeans.FormatCSV, nil},
-		{"binary", kmeans.FormatBinary, nil},
-		{"binary+kill", kmeans.FormatBinary, []string{"--inject", "kill:rank=3,iter=13"}},
+		{"csv", points.FormatCSV, nil},
+		{"binary", points.FormatBinary, nil},
+		{"binary+kill", points.FormatBinary, []string{"--inject", "kill:rank=3,iter=13"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			in := filepath.Join(dir, "points."+map[kmeans.Format]string{kmeans.FormatCSV: "csv", kmeans.FormatBinary: "bin"}[c.format])
-			if err := kmeans.WriteFile(in, c.format, pts, d); err != nil {
+			in := filepath.Join(dir, "points."+map[points.Format]string{points.FormatCSV: "csv", points.FormatBinary: "bin"}[c.format])
+			if err := points.WriteFile(in, c.format, pts, d); err != nil {
 				t.Fatal(err)
 			}
 			out := filepath.Join(dir, c.name+".out.csv")
@@ -364,11 +365,11 @@ func TestMatchesReference(t *testing.T) {
 			if len(c.inject) > 0 && len(res.kills()) != 1 {
 				t.Fatalf("want one kill\n%s", res.text())
 			}
-			got, err := kmeans.ReadCentroidsCSV(out, k, d)
+			got, err := points.ReadCentroidsCSV(out, k, d)
 			if err != nil {
 				t.Fatalf("--output: %v", err)
 			}
-			if sum := kmeans.Checksum(got); sum != fin.sum {
+			if sum := kernel.Checksum(got); sum != fin.sum {
 				t.Fatalf("--output's checksum %s, final line's %s", sum, fin.sum)
 			}
 			for i := range got {

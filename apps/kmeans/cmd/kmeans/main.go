@@ -71,6 +71,8 @@ import (
 	"github.com/gaspigo/gaspigo/apps/internal/cli"
 	"github.com/gaspigo/gaspigo/apps/internal/inject"
 	"github.com/gaspigo/gaspigo/apps/kmeans"
+	"github.com/gaspigo/gaspigo/apps/kmeans/kernel"
+	"github.com/gaspigo/gaspigo/apps/kmeans/points"
 	"github.com/gaspigo/gaspigo/job"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/spares"
@@ -132,7 +134,7 @@ func parse(args []string, stdout io.Writer) (*flags, error) {
 func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("kmeans", flag.ContinueOnError)
-	g := kmeans.DefaultGenConfig()
+	g := kernel.DefaultGenConfig()
 	var inj injects
 	f.define(fs, &g, &inj)
 	pos, err := cli.Parse(fs, args, stdout)
@@ -165,8 +167,8 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 }
 
 // define declares the flags on fs, into f, g (the generator) and inj.
-func (f *flags) define(fs *flag.FlagSet, g *kmeans.GenConfig, inj *injects) {
-	fs.StringVar(&f.opt.Input, "input", "", "points `FILE`: CSV (one point per line) or the binary format (.bin, see apps/kmeans/doc.go)")
+func (f *flags) define(fs *flag.FlagSet, g *kernel.GenConfig, inj *injects) {
+	fs.StringVar(&f.opt.Input, "input", "", "points `FILE`: CSV (one point per line) or the binary format (.bin, see apps/kmeans/points/doc.go)")
 	fs.IntVar(&f.skip, "skip-columns", 0, "leave out the first `N` columns of every line of a CSV --input: an index or id column (a data frame's to_csv writes one); giving it, even 0, turns off the check for such a column")
 	fs.StringVar(&f.sep, "sep", ",", "the `character` between the values of a CSV --input: ',', ';', '|', or tab")
 	fs.IntVar(&f.generate, "generate", 0, "generate `N` points (Gaussian blobs) instead of reading --input")
@@ -195,7 +197,7 @@ func (f *flags) define(fs *flag.FlagSet, g *kmeans.GenConfig, inj *injects) {
 }
 
 // checkValues checks the numbers and the choice of input.
-func (f *flags) checkValues(g kmeans.GenConfig) error {
+func (f *flags) checkValues(g kernel.GenConfig) error {
 	switch {
 	case f.opt.Input == "" && f.generate == 0:
 		return errors.New("give --input FILE or --generate N")
@@ -215,8 +217,8 @@ func (f *flags) checkValues(g kmeans.GenConfig) error {
 		return fmt.Errorf("--mirrors %d: want at least 1", f.mirrors)
 	case g.D < 1:
 		return fmt.Errorf("--dim %d: give a dimension of at least 1", g.D)
-	case g.D > kmeans.MaxDim:
-		return fmt.Errorf("--dim %d: give at most %d dimensions", g.D, kmeans.MaxDim)
+	case g.D > kernel.MaxDim:
+		return fmt.Errorf("--dim %d: give at most %d dimensions", g.D, kernel.MaxDim)
 	case g.Blobs < 1 || g.Blobs > 1<<24:
 		return fmt.Errorf("--blobs %d: give 1 to %d blobs", g.Blobs, 1<<24)
 	case f.shrink && f.ckptDir != "":
@@ -261,16 +263,16 @@ func (f *flags) resolve(fs *flag.FlagSet) error {
 		}
 	}
 	var err error
-	if f.opt.Kernel.Impl, err = kmeans.ParseImpl(f.impl); err != nil {
+	if f.opt.Kernel.Impl, err = kernel.ParseImpl(f.impl); err != nil {
 		return err
 	}
-	if f.opt.Kernel.Algo, err = kmeans.ParseAlgo(f.algo); err != nil {
+	if f.opt.Kernel.Algo, err = kernel.ParseAlgo(f.algo); err != nil {
 		return err
 	}
 	if f.opt.Kernel.BoundsMemory, err = parseBytes(f.boundsMem); err != nil {
 		return fmt.Errorf("--bounds-memory %q: %v", f.boundsMem, err)
 	}
-	if f.opt.Seeding, err = kmeans.ParseSeeding(f.seeding); err != nil {
+	if f.opt.Seeding, err = kernel.ParseSeeding(f.seeding); err != nil {
 		return err
 	}
 	f.opt.Kernel.MaxIter = f.opt.MaxIter
@@ -281,12 +283,12 @@ func (f *flags) resolve(fs *flag.FlagSet) error {
 // algoNote names the algorithm the rank ran, and why when it is not the
 // one asked for: "yinyang", "auto: yinyang", "hamerly: yinyang's bounds
 // exceed --bounds-memory".
-func algoNote(c kmeans.Config, k int, res kmeans.RunResult) string {
+func algoNote(c kernel.Config, k int, res kmeans.RunResult) string {
 	want := c.Algo
 	note := res.Algo.String()
-	if want == kmeans.AlgoAuto {
+	if want == kernel.AlgoAuto {
 		note = "auto: " + note
-		want = kmeans.ChooseAlgo(want, k, len(res.Centroids)/k)
+		want = kernel.ChooseAlgo(want, k, len(res.Centroids)/k)
 	}
 	if res.Algo != want {
 		note += fmt.Sprintf(": %s's bounds exceed --bounds-memory", want)
@@ -313,14 +315,14 @@ func parseBytes(s string) (int64, error) {
 // badInput reports whether err is about the input file (--input, --init):
 // missing, unreadable or malformed.
 func badInput(err error) bool {
-	var fe *kmeans.FileError
+	var fe *points.FileError
 	return errors.As(err, &fe) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission)
 }
 
 // csvLayout is the layout --skip-columns and --sep give; --skip-columns
 // given, even as 0, says what the first column is (no index check).
-func csvLayout(fs *flag.FlagSet, f *flags) (kmeans.CSVLayout, error) {
-	l := kmeans.CSVLayout{Skip: f.skip}
+func csvLayout(fs *flag.FlagSet, f *flags) (points.CSVLayout, error) {
+	l := points.CSVLayout{Skip: f.skip}
 	fs.Visit(func(fl *flag.Flag) { l.KeepIndex = l.KeepIndex || fl.Name == "skip-columns" })
 	switch sep := []rune(f.sep); {
 	case strings.EqualFold(f.sep, "tab") || f.sep == `\t`:
@@ -354,99 +356,28 @@ func main() {
 // of a run.
 const diskVerifyTimeout = 2 * time.Minute
 
+// run is one process of the job: it joins the job, runs K-means with
+// its checkpoints, reports and finalizes, and returns the exit status.
 func run(ctx context.Context, f *flags) int {
-	opts := job.Options{FaultTolerant: true}
-	if f.shrink {
-		opts.Membership = func(c *spares.Config) { c.Shrink = true }
-	}
-	rt, err := job.Init(ctx, opts)
-	if err != nil {
-		if ctx.Err() != nil {
-			// A signal before this process got going: gaspirun stopping
-			// an idle spare at the end of the job, or tearing the job
-			// down. Nothing to add to gaspirun's own account.
-			return 128 + int(syscall.SIGTERM)
-		}
-		if code := job.ExitCode(err); code != 0 {
-			fmt.Fprintln(os.Stderr, cli.Line("kmeans", err.Error()))
-			return code
-		}
-		return 0 // a spare the job did not need
+	rt, code := start(ctx, f)
+	if rt == nil {
+		return code
 	}
 	defer rt.Close()
-	fail := func(err error) int {
-		if ie := cli.Interrupted(ctx, err); ie != err {
-			return cli.Status("kmeans", ie, os.Stderr)
-		}
-		if errors.Is(err, kmeans.ErrConfig) {
-			// As a bad flag: every rank refuses the same way, in the
-			// same words (no rank), which gaspirun prints once.
-			// ErrConfig's errors name the flag: its own words add nothing.
-			msg := strings.Replace(err.Error(), kmeans.ErrConfig.Error()+": ", "", 1)
-			return cli.Status("kmeans", cli.Usage("%s", msg), os.Stderr)
-		}
-		if badInput(err) {
-			// The same file for every rank, so the same words (no rank,
-			// which gaspirun prints once), and the status of a bad flag.
-			return cli.Status("kmeans", cli.Usage("%s", err.Error()), os.Stderr)
-		}
-		fmt.Fprintln(os.Stderr, cli.Line("kmeans", fmt.Sprintf("rank %d: %v", rt.Rank(), err)))
-		return job.ExitCode(err)
-	}
-	if !f.quiet {
-		f.opt.Progress = os.Stdout
-		if f.stamps {
-			f.opt.Progress = &stampWriter{w: os.Stdout}
-		}
-	}
-	if f.history != "" {
-		h := &historyFile{path: f.history, first: rt.Rank() == 0 && !rt.StartedAsSpare()}
-		defer h.Close()
-		f.opt.History = h
-	}
-	if _, ok := rt.Membership().(pgas.Leading); ok {
-		f.opt.Leader = func() (int, bool) {
-			p, ok := rt.Leader()
-			return int(p), ok
-		}
-	}
-	if lm, ok := rt.Membership().(pgas.LeaderMover); ok {
-		f.opt.MoveLeader = func(ctx context.Context) (int, error) {
-			p, err := lm.MoveLeaderToRank(ctx)
-			return int(p), err
-		}
-	}
-	f.opt.Kill = kill
+	fail := func(err error) int { return failure(ctx, rt, err) }
+	closeHistory := f.wire(rt)
+	defer closeHistory()
 	job, err := kmeans.NewJob(ctx, rt, f.opt)
 	if err != nil {
 		return fail(err)
 	}
 	defer job.Close()
-	var ck *checkpoints
-	if f.opt.Every > 0 {
-		// A failure of another rank during a setup step is recovered when
-		// the job runs (kmeans Job.SetupFailed).
-		err := job.SetupCheckpoints(ctx, func(ctx context.Context, joining bool) (kmeans.Checkpoints, error) {
-			c, err := newCheckpoints(ctx, rt, job, f, joining)
-			if c == nil {
-				return nil, err
-			}
-			ck = c
-			return c, err
-		})
-		if ck != nil {
-			defer ck.Close()
-		}
-		if err != nil {
-			return fail(err)
-		}
-		if !job.Joining() {
-			if err := job.SetupFailed(resume(ctx, ck, job)); err != nil {
-				return fail(err)
-			}
-		}
-	} else if os.Getenv("PGAS_RESUME") != "" {
-		return fail(errors.New("--resume needs checkpoints: set --ckpt-every"))
+	ck, err := setupCheckpoints(ctx, rt, job, f)
+	if ck != nil {
+		defer ck.Close()
+	}
+	if err != nil {
+		return fail(err)
 	}
 	res, err := job.Run(ctx)
 	if err != nil {
@@ -463,27 +394,141 @@ func run(ctx context.Context, f *flags) int {
 			return fail(fmt.Errorf("the disk level in %s lost checkpoints: %w", f.ckptDir, err))
 		}
 	}
-	// The lowest live rank reports: rank 0 unless the job shrank.
-	reporter := slices.Index(rt.LiveRanks(), rt.Rank()) == 0
-	if f.opt.Progress != nil && reporter && f.opt.Every > 0 {
-		fmt.Fprintf(f.opt.Progress, "checkpoints: %d committed in the loop; %v of rank 0's loop time %v in Start and Commit (%.2f%%)\n",
-			res.Checkpoints, res.CheckpointTime.Round(time.Microsecond), res.LoopTime.Round(time.Millisecond), 100*res.CheckpointTime.Seconds()/res.LoopTime.Seconds())
-	}
-	if f.opt.Progress != nil && reporter && f.opt.Kernel.Algo != kmeans.AlgoLloyd {
-		fmt.Fprintf(f.opt.Progress, "pruning (%s, this rank's points over its iterations): %v\n", algoNote(f.opt.Kernel, f.opt.K, res), res.Prune)
-	}
-	if reporter {
-		if f.output != "" {
-			if err := writeCentroids(f.output, res.Centroids, f.opt.K); err != nil {
-				return fail(err)
-			}
-		}
-		fmt.Printf("centroids sha256=%s sse=%s iterations=%d\n", kmeans.Checksum(res.Centroids), formatFloat(res.SSE), res.Iterations)
+	if err := report(rt, f, res); err != nil {
+		return fail(err)
 	}
 	if err := job.Finalize(ctx); err != nil && !errors.Is(err, pgas.ErrClosed) {
 		fmt.Fprintln(os.Stderr, cli.Line("kmeans", "finalize: "+err.Error()))
 	}
 	return 0
+}
+
+// start joins the job (job.Init, with a membership that shrinks for
+// --shrink). When this process takes no part, rt is nil and code is its
+// exit status.
+func start(ctx context.Context, f *flags) (rt *pgas.Runtime, code int) {
+	opts := job.Options{FaultTolerant: true}
+	if f.shrink {
+		opts.Membership = func(c *spares.Config) { c.Shrink = true }
+	}
+	rt, err := job.Init(ctx, opts)
+	if err == nil {
+		return rt, 0
+	}
+	if ctx.Err() != nil {
+		// A signal before this process got going: gaspirun stopping
+		// an idle spare at the end of the job, or tearing the job
+		// down. Nothing to add to gaspirun's own account.
+		return nil, 128 + int(syscall.SIGTERM)
+	}
+	if code := job.ExitCode(err); code != 0 {
+		fmt.Fprintln(os.Stderr, cli.Line("kmeans", err.Error()))
+		return nil, code
+	}
+	return nil, 0 // a spare the job did not need
+}
+
+// failure says why the job failed, as its kind of error wants, and
+// returns the exit status.
+func failure(ctx context.Context, rt *pgas.Runtime, err error) int {
+	if ie := cli.Interrupted(ctx, err); ie != err {
+		return cli.Status("kmeans", ie, os.Stderr)
+	}
+	if errors.Is(err, kernel.ErrConfig) {
+		// As a bad flag: every rank refuses the same way, in the
+		// same words (no rank), which gaspirun prints once.
+		// ErrConfig's errors name the flag: its own words add nothing.
+		msg := strings.Replace(err.Error(), kernel.ErrConfig.Error()+": ", "", 1)
+		return cli.Status("kmeans", cli.Usage("%s", msg), os.Stderr)
+	}
+	if badInput(err) {
+		// The same file for every rank, so the same words (no rank,
+		// which gaspirun prints once), and the status of a bad flag.
+		return cli.Status("kmeans", cli.Usage("%s", err.Error()), os.Stderr)
+	}
+	fmt.Fprintln(os.Stderr, cli.Line("kmeans", fmt.Sprintf("rank %d: %v", rt.Rank(), err)))
+	return job.ExitCode(err)
+}
+
+// wire gives the job its writers (progress, history), the membership's
+// leader for kill:leader, and the kill of an injection. It returns what
+// closes the history file.
+func (f *flags) wire(rt *pgas.Runtime) (closeHistory func()) {
+	closeHistory = func() {}
+	if !f.quiet {
+		f.opt.Progress = os.Stdout
+		if f.stamps {
+			f.opt.Progress = &stampWriter{w: os.Stdout}
+		}
+	}
+	if f.history != "" {
+		h := &historyFile{path: f.history, first: rt.Rank() == 0 && !rt.StartedAsSpare()}
+		closeHistory = func() { h.Close() }
+		f.opt.History = h
+	}
+	if _, ok := rt.Membership().(pgas.Leading); ok {
+		f.opt.Leader = func() (int, bool) {
+			p, ok := rt.Leader()
+			return int(p), ok
+		}
+	}
+	if lm, ok := rt.Membership().(pgas.LeaderMover); ok {
+		f.opt.MoveLeader = func(ctx context.Context) (int, error) {
+			p, err := lm.MoveLeaderToRank(ctx)
+			return int(p), err
+		}
+	}
+	f.opt.Kill = kill
+	return closeHistory
+}
+
+// setupCheckpoints makes the job's checkpoints (--ckpt-every) and resumes
+// from a disk checkpoint (--resume). A failure of another rank during a
+// setup step is recovered when the job runs (kmeans Job.SetupFailed). ck
+// is nil without checkpoints; when it is not, the caller closes it, error
+// or not.
+func setupCheckpoints(ctx context.Context, rt *pgas.Runtime, job *kmeans.Job, f *flags) (ck *checkpoints, err error) {
+	if f.opt.Every <= 0 {
+		if os.Getenv("PGAS_RESUME") != "" {
+			return nil, errors.New("--resume needs checkpoints: set --ckpt-every")
+		}
+		return nil, nil
+	}
+	err = job.SetupCheckpoints(ctx, func(ctx context.Context, joining bool) (kmeans.Checkpoints, error) {
+		c, err := newCheckpoints(ctx, rt, job, f, joining)
+		if c == nil {
+			return nil, err
+		}
+		ck = c
+		return c, err
+	})
+	if err != nil || job.Joining() {
+		return ck, err
+	}
+	return ck, job.SetupFailed(resume(ctx, ck, job))
+}
+
+// report prints the lowest live rank's lines (rank 0 unless the job
+// shrank): the checkpoints' cost, the pruning and the centroids'
+// checksum, and writes its --output.
+func report(rt *pgas.Runtime, f *flags, res kmeans.RunResult) error {
+	if slices.Index(rt.LiveRanks(), rt.Rank()) != 0 {
+		return nil
+	}
+	if f.opt.Progress != nil && f.opt.Every > 0 {
+		fmt.Fprintf(f.opt.Progress, "checkpoints: %d committed in the loop; %v of rank 0's loop time %v in Start and Commit (%.2f%%)\n",
+			res.Checkpoints, res.CheckpointTime.Round(time.Microsecond), res.LoopTime.Round(time.Millisecond), 100*res.CheckpointTime.Seconds()/res.LoopTime.Seconds())
+	}
+	if f.opt.Progress != nil && f.opt.Kernel.Algo != kernel.AlgoLloyd {
+		fmt.Fprintf(f.opt.Progress, "pruning (%s, this rank's points over its iterations): %v\n", algoNote(f.opt.Kernel, f.opt.K, res), res.Prune)
+	}
+	if f.output != "" {
+		if err := writeCentroids(f.output, res.Centroids, f.opt.K); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("centroids sha256=%s sse=%s iterations=%d\n", kernel.Checksum(res.Centroids), formatFloat(res.SSE), res.Iterations)
+	return nil
 }
 
 // stampWriter starts every line written through it with the time. The
@@ -542,7 +587,7 @@ func writeCentroids(path string, c []float64, k int) error {
 		out.Close()
 		return err
 	}
-	if err := kmeans.WriteCentroidsCSV(out, c, k, len(c)/k); err != nil {
+	if err := points.WriteCentroidsCSV(out, c, k, len(c)/k); err != nil {
 		out.Close()
 		return err
 	}

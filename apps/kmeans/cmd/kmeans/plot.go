@@ -148,12 +148,27 @@ func historyPlot(rows []historyRow, title string) (*plot.Plot, error) {
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Legend.Top = true
-	var all, redo plotter.XYs
+	all, redo, lo, hi := sseAboveLowest(rows)
+	if len(all) == 0 {
+		return nil, errors.New("every iteration has the same SSE: nothing to draw")
+	}
+	if err := addSSE(p, all, redo); err != nil {
+		return nil, err
+	}
+	if err := addEvents(p, rows, lo, hi); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// sseAboveLowest returns the points of the SSE line (every step's SSE
+// above the run's lowest, which itself has no place on a log scale), those
+// of the redone steps, and the smallest and largest value drawn.
+func sseAboveLowest(rows []historyRow) (all, redo plotter.XYs, lo, hi float64) {
 	best := rows[0].sse
 	for _, r := range rows {
 		best = min(best, r.sse)
 	}
-	lo, hi := 0.0, 0.0
 	for _, r := range rows {
 		y := r.sse - best
 		if y <= 0 {
@@ -168,12 +183,14 @@ func historyPlot(rows []historyRow, title string) (*plot.Plot, error) {
 		}
 		hi = max(hi, y)
 	}
-	if len(all) == 0 {
-		return nil, errors.New("every iteration has the same SSE: nothing to draw")
-	}
+	return all, redo, lo, hi
+}
+
+// addSSE draws the SSE line and marks the redone steps on it.
+func addSSE(p *plot.Plot, all, redo plotter.XYs) error {
 	line, err := plotter.NewLine(all)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	line.Color, line.Width = blue, vg.Points(1.5)
 	p.Add(line)
@@ -181,12 +198,20 @@ func historyPlot(rows []historyRow, title string) (*plot.Plot, error) {
 	if len(redo) > 0 {
 		sc, err := plotter.NewScatter(redo)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		sc.Color, sc.Shape, sc.Radius = orange, draw.CircleGlyph{}, vg.Points(3)
 		p.Add(sc)
 		p.Legend.Add("redone after a recovery", sc)
 	}
+	return nil
+}
+
+// addEvents draws the events of the history between the lines they
+// follow: a failure and its recovery as vertical lines across [lo, hi]
+// (the first of each kind in the legend), a committed checkpoint as a tick
+// at the bottom.
+func addEvents(p *plot.Plot, rows []historyRow, lo, hi float64) error {
 	var legendFail, legendRec, legendCk bool
 	for i, r := range rows {
 		for _, ev := range r.events {
@@ -211,7 +236,7 @@ func historyPlot(rows []historyRow, title string) (*plot.Plot, error) {
 			case "checkpoint":
 				tick, err := plotter.NewLine(plotter.XYs{{X: x, Y: lo}, {X: x, Y: lo * math.Pow(hi/lo, 0.04)}})
 				if err != nil {
-					return nil, err
+					return err
 				}
 				tick.Color, tick.Width = grey, vg.Points(1)
 				p.Add(tick)
@@ -225,7 +250,7 @@ func historyPlot(rows []historyRow, title string) (*plot.Plot, error) {
 			}
 			v, err := plotter.NewLine(plotter.XYs{{X: x, Y: lo}, {X: x, Y: hi}})
 			if err != nil {
-				return nil, err
+				return err
 			}
 			v.Color, v.Width, v.Dashes = c, vg.Points(1.5), dash
 			p.Add(v)
@@ -239,5 +264,5 @@ func historyPlot(rows []historyRow, title string) (*plot.Plot, error) {
 			}
 		}
 	}
-	return p, nil
+	return nil
 }

@@ -1,0 +1,634 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+)
+
+// Algo selects how a Kernel finds each point's nearest centroid. Every
+// Algo gives the same assignments, sums, counts and SSE bit for bit (for a
+// given Impl); they differ only in speed. See doc.go, "Exact pruning".
+type Algo int
+
+const (
+	// AlgoLloyd compares every point with every centroid (brute force).
+	AlgoLloyd Algo = iota
+	// AlgoHamerly keeps, per point, an upper bound on the distance to its
+	// centroid and a lower bound on the distance to every other one
+	// (Hamerly 2010), widened by a margin that covers the rounding of the
+	// kernel's arithmetic, and skips the points whose bounds prove that
+	// their centroid has not changed.
+	AlgoHamerly
+	// AlgoYinyang adds to AlgoHamerly's bounds one lower bound per point
+	// and group of nearby centroids (Ding et al. 2015): a point whose
+	// global bounds fail compares itself only with the groups whose own
+	// bound fails, instead of with every centroid.
+	AlgoYinyang
+	// AlgoAuto picks by k and the dimension (ChooseAlgo): the same on every
+	// rank and for any number of ranks.
+	AlgoAuto
+)
+
+var algoNames = [...]string{"lloyd", "hamerly", "yinyang", "auto"}
+
+func (a Algo) String() string { return enumName(algoNames[:], int(a), "Algo") }
+
+// ParseAlgo parses the names printed by Algo.String ("lloyd", "hamerly",
+// "yinyang", "auto").
+func ParseAlgo(s string) (Algo, error) {
+	a, err := parseEnum(algoNames[:], s, "algorithm")
+	return Algo(a), err
+}
+
+// autoWork is the k·d at and above which AlgoAuto prunes. Brute force
+// costs about 0.2 ns per distance in 10-D on the reference machine, 20-30
+// ns per point per iteration at k = 100, less than the bookkeeping of the
+// bounds; Yinyang was 2x ahead at k = 1,000 and behind at k = 300
+// (bench/RESULTS.md).
+const autoWork = 5000
+
+// ChooseAlgo is AlgoAuto's choice for k centroids in d dimensions:
+// AlgoYinyang when k·d ≥ autoWork, else AlgoLloyd. Any other a is
+// returned as it is.
+func ChooseAlgo(a Algo, k, d int) Algo {
+	if a != AlgoAuto {
+		return a
+	}
+	if int64(k)*int64(d) >= autoWork {
+		return AlgoYinyang
+	}
+	return AlgoLloyd
+}
+
+// BoundsBytes is the memory an Algo's bounds take for n points and k
+// centroids, on top of the assignments every Kernel keeps: per point,
+// AlgoHamerly two distance bounds, ||x||² and the centroid they refer to
+// (28 bytes); AlgoYinyang those and a float32 bound per group of centroids
+// (about k/64 groups, rounded up to a multiple of 8) and a version stamp
+// (28 + 4·(G+1) bytes).
+func BoundsBytes(a Algo, n, k int) int64 {
+	switch a {
+	case AlgoHamerly:
+		return int64(n) * 28
+	case AlgoYinyang:
+		return int64(n) * (28 + 4*int64((numGroups(k)+7)&^7+1))
+	}
+	return 0
+}
+
+// fitAlgo returns a, or the next cheaper Algo whose bounds for n points
+// fit in limit bytes (0: no limit): AlgoYinyang falls back to AlgoHamerly,
+// AlgoHamerly to AlgoLloyd.
+func fitAlgo(a Algo, n, k int, limit int64) Algo {
+	for limit > 0 && BoundsBytes(a, n, k) > limit {
+		switch a {
+		case AlgoYinyang:
+			a = AlgoHamerly
+		default:
+			return AlgoLloyd
+		}
+	}
+	return a
+}
+
+// PruneStats counts what the last Step did per point. Under AlgoLloyd every
+// point is Scanned.
+type PruneStats struct {
+	// Skipped points kept their centroid on the carried bounds alone.
+	Skipped int64
+	// Tightened points kept it after one distance (to their own centroid)
+	// was recomputed.
+	Tightened int64
+	// Grouped points (AlgoYinyang) were compared with the centroids of
+	// the groups their bounds could not rule out; GroupsScanned counts
+	// those groups.
+	Grouped       int64
+	GroupsScanned int64
+	// Scanned points were compared with every centroid.
+	Scanned int64
+	// Distances counts the distances (values v̂) computed, every kind of
+	// point together: k per scanned point, one per point whose bound was
+	// tightened, each member of each group scanned.
+	Distances int64
+}
+
+// String gives the shares of the points and the distances per point:
+// "skipped 61.2% one-distance 9.1% grouped 0.0% scanned 29.7% of N;
+// 297.9 distances per point".
+func (s PruneStats) String() string {
+	n := s.Skipped + s.Tightened + s.Grouped + s.Scanned
+	pc := func(v int64) float64 { return 100 * float64(v) / float64(max(n, 1)) }
+	return fmt.Sprintf("skipped %.1f%% one-distance %.1f%% grouped %.1f%% scanned %.1f%% of %d; %.1f distances per point",
+		pc(s.Skipped), pc(s.Tightened), pc(s.Grouped), pc(s.Scanned), n, float64(s.Distances)/float64(max(n, 1)))
+}
+
+// Add returns s + o.
+func (s PruneStats) Add(o PruneStats) PruneStats {
+	return PruneStats{s.Skipped + o.Skipped, s.Tightened + o.Tightened, s.Grouped + o.Grouped,
+		s.GroupsScanned + o.GroupsScanned, s.Scanned + o.Scanned, s.Distances + o.Distances}
+}
+
+// tinyAbs is an absolute slack added to every widened bound. It covers
+// the absolute error of results that underflow (at most 2^-1075 per
+// operation, a few hundred thousand operations at most), which a relative
+// margin alone would not.
+const tinyAbs = 0x1p-1000
+
+// subBlocks is the number of centroid blocks per sub-group of a full scan
+// (see top2).
+const subBlocks = 8
+
+// pruner is the state of AlgoHamerly: per point bounds on true Euclidean
+// distances, valid for the centroids in Kernel.cent and the assignment pa.
+//
+// The kernel compares v(x, c) = ||c||² − 2x·c as a chain of fused
+// multiply-adds (doc.go). With u = 2^-53 and γ_n = nu/(1−nu), the computed
+// value differs from the exact one by at most
+//
+//	γ_{2d+1}·(||c||² + 2||x||·||c||) ≤ 2γ_{2d+1}·(||x||² + ||c||²) =: E(x)
+//
+// when ||c||² ≤ R² for every centroid (γ_d for ||c||², γ_d for the chain
+// of d fused operations on top of it). So if the squared distances satisfy
+// D_j − D_a > 2E for every j ≠ a, the computed values satisfy v̂_j > v̂_a
+// strictly and the kernel picks a. The bounds m ≤ min_{j≠a} √D_j and
+// ub ≥ √D_a decide it: m² − ub² > 2E. Every bound is rounded outwards by a
+// relative margin rel (≥ 16u, more than the handful of roundings behind
+// each) plus tinyAbs.
+type pruner struct {
+	yinyang bool
+	rel     float64 // relative outward rounding margin
+	gE      float64 // E(x) = gE·(||x||²_up + R²_up)
+
+	u, l  []float64 // n: bound on the distance to pa, and to every other centroid
+	xsq   []float64 // n: upper bound on ||x||²
+	pa    []int32   // n: the centroid the bounds refer to; -1: no bounds yet
+	have  bool      // Kernel.cent holds the centroids the bounds refer to
+	drift []float64 // k: upper bound on how far each centroid moved in this Step
+	half  []float64 // k: lower bound on half the distance to the nearest other centroid
+	r2    float64   // upper bound on max ||c||²
+	dmax1 float64   // the largest drift, that of centroid darg
+	dmax2 float64   // the largest drift of any other centroid
+	darg  int
+
+	// AlgoYinyang: the groups of centroids (fixed at the first Step), the
+	// largest drift in each, and per point and group a lower bound on the
+	// distance to every member other than pa (float32, rounded down),
+	// relative to the point's stamp: at version v it is
+	// glb[i*G+g] − (cumUp(v) − cumLo(stamp[i])) (yyfilter.go).
+	groups  *groups
+	gdrift  []float64 // G
+	glb     []float32 // n*gstride: G groups, padded with +Inf to a multiple of 8
+	gstride int
+	stamp   []int32 // n
+	// ver counts the Steps; cumUp and cumLo hold, for the last histLen
+	// versions v (at v%histLen), every group's drifts summed over versions
+	// 1..v, rounded up and down: the members of group g moved at most
+	// cumUp(v)−cumLo(v0) between versions v0 and v.
+	ver          int32
+	hist         int32 // versions kept: histLen (tests make it shorter)
+	cumUp, cumLo []float64
+}
+
+// histLen is how many versions of group drift sums are kept; a point
+// whose group bounds are older takes them as 0 (still valid).
+const histLen = 1024
+
+func newPruner(points []float64, n, d, k int, yinyang bool) *pruner {
+	pr := &pruner{
+		yinyang: yinyang,
+		rel:     float64(2*d+16) * 0x1p-53,
+		gE:      float64(4*d+8) * 0x1p-53,
+		u:       make([]float64, n),
+		l:       make([]float64, n),
+		xsq:     make([]float64, n),
+		pa:      make([]int32, n),
+		drift:   make([]float64, k),
+		half:    make([]float64, k),
+		hist:    histLen,
+	}
+	for i := range pr.pa {
+		pr.pa[i] = -1
+		var s float64
+		for _, v := range points[i*d : i*d+d] {
+			s = math.FMA(v, v, s)
+		}
+		pr.xsq[i] = pr.up(s)
+	}
+	return pr
+}
+
+// up and down round a computed value outwards: up(x) ≥ the exact value
+// when x carries a few roundings, down(x) ≤ it.
+func (pr *pruner) up(x float64) float64   { return x + math.Abs(x)*pr.rel + tinyAbs }
+func (pr *pruner) down(x float64) float64 { return x - math.Abs(x)*pr.rel - tinyAbs }
+
+// upPos and downPos are up and down, the same bits, for x ≥ 0 (or ±0,
+// or NaN) only: they save the absolute value, which on amd64 crosses
+// from the vector registers to the integer ones and back.
+func (pr *pruner) upPos(x float64) float64   { return x + x*pr.rel + tinyAbs }
+func (pr *pruner) downPos(x float64) float64 { return x - x*pr.rel - tinyAbs }
+
+// errBound is E for a point with upper bound xsq on ||x||² (both terms of
+// the sum are ≥ 0).
+func (pr *pruner) errBound(xsq float64) float64 {
+	return pr.upPos(pr.gE * (xsq + pr.r2))
+}
+
+// safe reports m² − ub² > 2E with the rounding of the test itself covered.
+func (pr *pruner) safe(m, ub, e float64) bool {
+	return m > 0 && pr.downPos(m*m) > pr.upPos(ub*ub+2*e)
+}
+
+// bestBound is the larger of two lower bounds; a NaN one (no bound) is
+// left out. A comparison rather than max, which orders NaNs and signed
+// zeros at a price.
+func bestBound(a, b float64) float64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// upperDist converts a computed value v̂ of the assigned centroid into an
+// upper bound on the distance; lowerDist converts the smallest computed
+// value of the other centroids into a lower bound on their distances.
+func (pr *pruner) upperDist(v, xsq, e float64) float64 {
+	s := pr.up(pr.up(v+xsq) + e)
+	if s < 0 { // a NaN stays one: no bound, never a test passed
+		s = 0
+	}
+	return pr.upPos(math.Sqrt(s))
+}
+
+func (pr *pruner) lowerDist(v, xsq, e float64) float64 {
+	xlo := pr.down(xsq - 2*xsq*pr.rel) // xsq (≥ 0) is rounded up; undo with margin
+	s := pr.down(pr.down(v+xlo) - e)
+	if s <= 0 {
+		return 0
+	}
+	return pr.downPos(math.Sqrt(s))
+}
+
+// prepare runs before the new centroids c are packed (Kernel.cent still
+// holds the previous ones): it bounds how far each centroid moved.
+func (kr *Kernel) prepare(c []float64) {
+	pr, d := kr.pr, kr.d
+	pr.dmax1, pr.dmax2, pr.darg = 0, 0, -1
+	if !pr.have {
+		return
+	}
+	for j := 0; j < kr.k; j++ {
+		var s float64
+		for t := 0; t < d; t++ {
+			e := c[j*d+t] - kr.cent[j*d+t]
+			s = math.FMA(e, e, s)
+		}
+		dj := 0.0
+		if s > 0 {
+			dj = pr.up(math.Sqrt(pr.up(s)))
+		}
+		pr.drift[j] = dj
+		switch {
+		case dj > pr.dmax1:
+			pr.dmax2, pr.dmax1, pr.darg = pr.dmax1, dj, j
+		case dj > pr.dmax2:
+			pr.dmax2 = dj
+		}
+	}
+}
+
+// prepareCentroids runs after the new centroids are packed: R² and, per
+// centroid, half the distance to its nearest neighbour (from a full scan
+// of the centroids themselves, on worker w's buffers).
+func (kr *Kernel) prepareCentroids(w *worker) {
+	pr, d := kr.pr, kr.d
+	r2 := 0.0
+	for j := 0; j < kr.k; j++ {
+		r2 = max(r2, kr.cnorm[j])
+	}
+	pr.r2 = pr.up(r2)
+	if pr.yinyang {
+		if pr.groups == nil {
+			gr := newGroups(kr.cent, kr.k, d)
+			pr.groups = gr
+			pr.gdrift = make([]float64, gr.n)
+			// Each point's group bounds are padded to a multiple of 8
+			// with +Inf (always ruled out) for ruleOut's vectors.
+			pr.gstride = (gr.n + 7) &^ 7
+			pr.glb = make([]float32, kr.n*pr.gstride)
+			if pr.gstride > gr.n {
+				for i := range kr.n {
+					for g := gr.n; g < pr.gstride; g++ {
+						pr.glb[i*pr.gstride+g] = float32(math.Inf(1))
+					}
+				}
+			}
+			pr.stamp = make([]int32, kr.n)
+			pr.cumUp = make([]float64, int(pr.hist)*gr.n)
+			pr.cumLo = make([]float64, int(pr.hist)*gr.n)
+			for _, wk := range kr.workers {
+				wk.yy = newYYWork(gr.n, pr.gstride)
+				wk.gtmp = make([]float64, kr.blockPts*gr.n*2)
+			}
+		}
+		pr.groups.fill(kr)
+		kr.yinyangPrepare()
+	}
+	for lo := 0; lo < kr.k; lo += kr.blockPts {
+		hi := min(lo+kr.blockPts, kr.k)
+		np := hi - lo
+		copy(w.gbuf, kr.cent[lo*d:hi*d])
+		kr.top2(w, np)
+		for i := 0; i < np; i++ {
+			j := lo + i
+			if int(w.tbest[i]) != j {
+				pr.half[j] = 0 // a duplicate (or rounding) beat the centroid itself
+				continue
+			}
+			xsq := pr.up(kr.cnorm[j])
+			pr.half[j] = 0.5 * pr.lowerDist(w.v2[i], xsq, pr.errBound(xsq))
+		}
+	}
+}
+
+// assignPruned writes the nearest centroid of points [lo, hi) into w.best,
+// the same as argmin would, using and updating the bounds.
+func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
+	pr, d := kr.pr, kr.d
+	best := w.best[:hi-lo]
+	nf := 0
+	for i := lo; i < hi; i++ {
+		a := pr.pa[i]
+		if a < 0 {
+			w.fidx[nf] = int32(i)
+			nf++
+			continue
+		}
+		e := pr.errBound(pr.xsq[i])
+		ub := pr.u[i]
+		lb := pr.l[i]
+		if pr.have {
+			ub = pr.upPos(ub + pr.drift[a])
+			other := pr.dmax1
+			if int(a) == pr.darg {
+				other = pr.dmax2
+			}
+			lb = pr.down(lb - other)
+			pr.l[i] = lb
+		}
+		h2 := 2 * pr.half[a]
+		if pr.safe(bestBound(lb, pr.down(h2-ub)), ub, e) {
+			pr.u[i] = ub
+			best[i-lo] = a
+			w.stats.Skipped++
+			continue
+		}
+		va := kr.value(kr.points[i*d:i*d+d], int(a))
+		w.stats.Distances++
+		ub = pr.upperDist(va, pr.xsq[i], e)
+		pr.u[i] = ub
+		if pr.safe(bestBound(lb, pr.down(h2-ub)), ub, e) {
+			best[i-lo] = a
+			w.stats.Tightened++
+			continue
+		}
+		if pr.groups != nil {
+			if kr.yyFilter(w, i, a, va, ub, e) {
+				best[i-lo] = a
+				w.stats.Grouped++
+			}
+			continue
+		}
+		w.fidx[nf] = int32(i)
+		nf++
+	}
+	w.stats.Scanned += int64(nf)
+	w.stats.Distances += int64(nf) * int64(kr.k)
+	for f0 := 0; f0 < nf; {
+		np := 0
+		for ; f0+np < nf && np < kr.blockPts; np++ {
+			i := int(w.fidx[f0+np])
+			copy(w.gbuf[np*d:np*d+d], kr.points[i*d:i*d+d])
+		}
+		grouped := pr.groups != nil && kr.impl == ImplAVX512
+		if grouped {
+			kr.top2Groups(w, np)
+		} else {
+			kr.top2(w, np)
+		}
+		for q := 0; q < np; q++ {
+			i := int(w.fidx[f0+q])
+			e := pr.errBound(pr.xsq[i])
+			a := w.tbest[q]
+			pr.pa[i] = a
+			pr.u[i] = pr.upperDist(w.v1[q], pr.xsq[i], e)
+			pr.l[i] = pr.lowerDist(w.v2[q], pr.xsq[i], e)
+			best[i-lo] = a
+			if gr := pr.groups; gr != nil {
+				lb := f32down(pr.l[i])
+				for g := range gr.n {
+					if grouped { // each group's own smallest value
+						m := w.gtmp[(q*gr.n+g)*2]
+						if g == int(gr.of[a]) {
+							m = w.gtmp[(q*gr.n+g)*2+1]
+						}
+						lb = f32down(pr.lowerDist(m, pr.xsq[i], e))
+					}
+					pr.glb[i*pr.gstride+g] = lb
+				}
+				pr.stamp[i] = pr.ver
+			}
+		}
+		f0 += np
+	}
+	if pr.groups != nil {
+		kr.yyResolve(w, lo, best)
+	}
+}
+
+// value is the kernel's value v̂(x, c_j): ||c_j||² then one fused
+// multiply-add per dimension in dimension order, the same bits as every
+// blocked kernel computes for this pair.
+func (kr *Kernel) value(x []float64, j int) float64 {
+	d := kr.d
+	// −2c from the row-major copy (one or two cache lines, not d): the
+	// same bits as Kernel.cpack, where setCentroids stores −2c too.
+	c := kr.cent[j*d : j*d+d]
+	acc := kr.cnorm[j]
+	for t, v := range x[:d] {
+		acc = math.FMA(v, -2*c[t], acc)
+	}
+	return acc
+}
+
+// top2 is a full scan of the np points in w.gbuf: per point the centroid
+// the brute-force kernel picks (w.tbest; the smallest v̂, ties to the
+// lowest index), its v̂ (w.v1) and the smallest v̂ of all other centroids
+// (w.v2). The assembly kernels scan the centroids in sub-groups of
+// subBlocks blocks, keeping their per-lane minima (state without the final
+// reduction); the other members of the winner's lane in its sub-group are
+// then evaluated one by one.
+func (kr *Kernel) top2(w *worker, np int) {
+	d := kr.d
+	x := w.gbuf[:np*d]
+	if kr.impl != ImplAVX512 && kr.impl != ImplAVX2 {
+		for q := 0; q < np; q++ {
+			w.tbest[q], w.v1[q], w.v2[q] = kr.top2Go(x[q*d : q*d+d])
+		}
+		return
+	}
+	if kr.impl == ImplAVX512 {
+		kr.top2AVX512(w, np)
+		return
+	}
+	group, width := 4, lanes
+	if kr.impl == ImplAVX2 {
+		group, width = 2, 4
+	}
+	npad := w.pad(np, d, group)
+	inf := math.Inf(1)
+	for q := 0; q < np; q++ {
+		w.v1[q], w.v2[q], w.tbest[q], w.tsub[q] = inf, inf, -1, 0
+	}
+	nb := kr.kpad / lanes
+	sb := min(subBlocks, kr.chunkBlocks)
+	st := w.state[:npad*2*width]
+	for b0 := 0; b0 < nb; b0 += sb {
+		cnt := min(sb, nb-b0)
+		asmArgmin(kr.impl, w.gbuf[:npad*d], npad, d, kr.cpack[b0*d*lanes:(b0+cnt)*d*lanes], cnt,
+			kr.cnorm[b0*lanes:(b0+cnt)*lanes], float64(b0*lanes), st, w.best[:npad], asmFirst)
+		for q := 0; q < np; q++ {
+			s := st[q*2*width : (q+1)*2*width]
+			bv, bi, v2 := w.v1[q], w.tbest[q], w.v2[q]
+			for r := 0; r < width; r++ {
+				v := s[r]
+				if v == inf {
+					continue
+				}
+				j := int32(s[width+r])
+				if v < bv || (v == bv && j < bi) {
+					v2 = min(v2, bv)
+					bv, bi = v, j
+					w.tsub[q] = int32(b0)
+				} else {
+					v2 = min(v2, v)
+				}
+			}
+			w.v1[q], w.tbest[q], w.v2[q] = bv, bi, v2
+		}
+	}
+	// The winner's lane in its sub-group held only its own minimum: the
+	// other centroids of that lane and sub-group are evaluated here.
+	for q := 0; q < np; q++ {
+		a := int(w.tbest[q])
+		b0 := int(w.tsub[q])
+		xq := x[q*d : q*d+d]
+		v2 := w.v2[q]
+		for j := b0 * lanes; j < min((b0+sb)*lanes, kr.k); j++ {
+			if j != a && (j-a)%width == 0 {
+				v2 = min(v2, kr.value(xq, j))
+			}
+		}
+		w.v2[q] = v2
+	}
+}
+
+// top2AVX512 is top2 with the AVX-512 kernel that keeps each lane's two
+// smallest values: the winner is the smallest lane minimum (ties to the
+// lowest index), the runner-up the smaller of the winner's lane's second
+// minimum and the other lanes' minima.
+func (kr *Kernel) top2AVX512(w *worker, np int) {
+	d := kr.d
+	npad := w.pad(np, d, 4)
+	st := w.state[:npad*3*lanes]
+	nb := kr.kpad / lanes
+	for b0 := 0; b0 < nb; b0 += kr.chunkBlocks {
+		cnt := min(kr.chunkBlocks, nb-b0)
+		flags := 0
+		if b0 == 0 {
+			flags = asmFirst
+		}
+		asmArgmin2(w.gbuf[:npad*d], npad, d, kr.cpack[b0*d*lanes:(b0+cnt)*d*lanes], cnt,
+			kr.cnorm[b0*lanes:(b0+cnt)*lanes], float64(b0*lanes), st, flags)
+	}
+	t3 := w.t3[:3*np]
+	lanesTop2(st, np, t3)
+	for q := 0; q < np; q++ {
+		w.tbest[q], w.v1[q], w.v2[q] = int32(t3[3*q+1]), t3[3*q], t3[3*q+2]
+	}
+}
+
+// laneTop2 reduces one point's state of the two-smallest kernel (lane
+// minima, their indices, lane second minima): the smallest minimum (ties
+// to the lowest index) with its index, and the runner-up, the smaller of
+// that lane's second minimum and the other lanes' minima.
+func laneTop2(s []float64) (v1, at, v2 float64) {
+	s = s[:3*lanes]
+	r := 0
+	for l := 1; l < lanes; l++ {
+		if s[l] < s[r] || (s[l] == s[r] && s[lanes+l] < s[lanes+r]) {
+			r = l
+		}
+	}
+	// Comparisons rather than min, which would also order NaNs and
+	// signed zeros: the kernel's values are finite or +Inf.
+	v2 = s[2*lanes+r]
+	for l := 0; l < lanes; l++ {
+		if l != r && s[l] < v2 {
+			v2 = s[l]
+		}
+	}
+	return s[r], s[lanes+r], v2
+}
+
+// lanesTop2Go is lanesTop2 in Go: laneTop2 per state.
+func lanesTop2Go(st []float64, n int, out []float64) {
+	for q := range n {
+		out[3*q], out[3*q+1], out[3*q+2] = laneTop2(st[q*3*lanes : (q+1)*3*lanes])
+	}
+}
+
+// pad fills w.gbuf up to a multiple of group points (the assembly
+// kernels' point group) with copies of the last of its np points, and
+// returns the padded count.
+func (w *worker) pad(np, d, group int) int {
+	npad := (np + group - 1) / group * group
+	for q := np; q < npad; q++ {
+		copy(w.gbuf[q*d:q*d+d], w.gbuf[(np-1)*d:np*d])
+	}
+	return npad
+}
+
+// top2Go is top2 for one point without assembly: every v̂ in index order.
+func (kr *Kernel) top2Go(x []float64) (best int32, v1, v2 float64) {
+	v1, v2 = math.Inf(1), math.Inf(1)
+	for j := 0; j < kr.k; j++ {
+		v := kr.value(x, j)
+		if v < v1 {
+			v2, v1, best = v1, v, int32(j)
+		} else if v < v2 {
+			v2 = v
+		}
+	}
+	return best, v1, v2
+}
+
+// PruneStats returns the counts of the last Step.
+func (kr *Kernel) PruneStats() PruneStats {
+	var s PruneStats
+	for _, w := range kr.workers {
+		s = s.Add(w.stats)
+	}
+	return s
+}
+
+// Algo is the algorithm in use.
+func (kr *Kernel) Algo() Algo {
+	switch {
+	case kr.pr == nil:
+		return AlgoLloyd
+	case kr.pr.yinyang:
+		return AlgoYinyang
+	}
+	return AlgoHamerly
+}
