@@ -23,9 +23,10 @@ import (
 // one or two groups, and a group's few blocks through the kernel cost a
 // fraction of its call when the kernel sees one point at a time.
 //
-// Stored bounds are relative (yyBase): the bound of point i and group g at
-// version v is glb[i*G+g] − (cumUp(v) − cumLo(stamp[i])), so a group that
-// is ruled out costs a read, not a write.
+// Stored bounds are relative to the point's stamp (pruner.glb): the bound
+// of point i and group g at version v is glb[i*gstride+g] − (cumUp(v) −
+// cumLo(stamp[i])), so a group that is ruled out costs a read, not a
+// write.
 
 // yyWork is a worker's state for one batch of the group filter.
 type yyWork struct {
@@ -87,7 +88,7 @@ func ruleOutGo(lbs []float32, mv []float64, thr float64, scan []uint8) float64 {
 }
 
 // yyMoves fills w.yy.mv (and off) for points stamped stamp; it reports
-// false when stamp is too old for the drift history (histLen), so that
+// false when stamp is too old for the drift history (pruner.hist), so that
 // the point's bounds must be taken as 0.
 func (kr *Kernel) yyMoves(yy *yyWork, stamp int32) bool {
 	pr := kr.pr
@@ -105,7 +106,9 @@ func (kr *Kernel) yyMoves(yy *yyWork, stamp int32) bool {
 	old := int(stamp%pr.hist) * gr.n
 	for g := range gr.n { // the padding's moves stay 0
 		yy.mv[g] = pr.up(pr.cumUp[cur+g] - pr.cumLo[old+g])
-		yy.off[g] = max(0, pr.down(pr.cumLo[cur+g]-pr.cumLo[old+g]))
+		// Not clamped at 0: down may lower a sum a little when a group
+		// does not move, and a stored bound must never rise by it.
+		yy.off[g] = pr.down(pr.cumLo[cur+g] - pr.cumLo[old+g])
 	}
 	return true
 }
