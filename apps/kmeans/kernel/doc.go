@@ -115,6 +115,16 @@
 // elsewhere in Go) and takes the smallest v̂, ties to the lowest index,
 // exactly as brute force.
 //
+// AlgoYinyang's groups (about k/64 of them, formed once by a few rounds of
+// Lloyd's algorithm on the first centroids) hold the points' bounds
+// relative to a version stamp: the bound of a point and a group at version
+// v is the stored one minus the group's drifts summed from the point's
+// stamp to v (running sums, rounded up and down, kept for the last
+// histLen versions), so a group that is ruled out is read, never written.
+// The filter's test runs eight groups to an AVX-512 instruction; a batch
+// of 2,048 points queues its (point, group) pairs and scans them group by
+// group, the gathered points through the two-smallest kernel (yyfilter.go).
+//
 // The bounds are derived state and are not checkpointed: they refer to the
 // Kernel's own copy of the centroids of its previous Step and to its own
 // record of each point's centroid, so a Step with any centroids (restored
