@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/spares/internal/tree"
+	"github.com/gaspigo/gaspigo/spares/internal/wire"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -34,20 +35,20 @@ const maxFollowFrame = maxStateSize + maxNews*(maxCommandSize+32) + 1024
 func encodeFollowRequest(have uint64, full bool) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
-	if err := encAll(e.EncodeArrayLen(2), e.EncodeUint(have), e.EncodeBool(full)); err != nil {
+	if err := wire.EncAll(e.EncodeArrayLen(2), e.EncodeUint(have), e.EncodeBool(full)); err != nil {
 		return nil, err
 	}
 	return encodeCtlRequest(ctlOpFollow, buf.Bytes())
 }
 
 func decodeFollowRequest(payload []byte) (have uint64, full bool, err error) {
-	d := newDec(payload, errProtocol)
-	if n := d.arrayLen(2); d.err == nil && n != 2 {
+	d := wire.NewDec(payload, errProtocol)
+	if n := d.ArrayLen(2); d.Err() == nil && n != 2 {
 		return 0, false, fmt.Errorf("%w: follow request has %d fields, want 2", errProtocol, n)
 	}
-	have = d.uint(^uint64(0))
-	full = d.bool()
-	return have, full, d.finish()
+	have = d.Uint(^uint64(0))
+	full = d.Bool()
+	return have, full, d.Finish()
 }
 
 // followAnswer is a parent's answer.
@@ -66,45 +67,45 @@ func encodeFollowAnswer(a followAnswer) ([]byte, error) {
 	if state == nil {
 		state = []byte{}
 	}
-	err := encAll(e.EncodeArrayLen(7), e.EncodeString(a.Code), e.EncodeUint(a.Update.Version), e.EncodeUint(uint64(a.Leader)),
+	err := wire.EncAll(e.EncodeArrayLen(7), e.EncodeString(a.Code), e.EncodeUint(a.Update.Version), e.EncodeUint(uint64(a.Leader)),
 		e.EncodeBool(a.Fresh), e.EncodeUint(uint64(max(a.Age, 0)/time.Microsecond)), e.EncodeBytes(state), e.EncodeArrayLen(len(a.Update.Entries)))
 	for _, en := range a.Update.Entries {
 		if err != nil {
 			break
 		}
-		err = encAll(e.EncodeArrayLen(2), e.EncodeUint(en.Index), e.EncodeBytes(en.Data))
+		err = wire.EncAll(e.EncodeArrayLen(2), e.EncodeUint(en.Index), e.EncodeBytes(en.Data))
 	}
 	return buf.Bytes(), err
 }
 
 func decodeFollowAnswer(b []byte) (followAnswer, error) {
 	var a followAnswer
-	d := newDec(b, errProtocol)
-	if n := d.arrayLen(7); d.err == nil && n != 7 {
+	d := wire.NewDec(b, errProtocol)
+	if n := d.ArrayLen(7); d.Err() == nil && n != 7 {
 		return a, fmt.Errorf("%w: follow answer has %d fields, want 7", errProtocol, n)
 	}
-	a.Code = d.str(64)
-	a.Update.Version = d.uint(^uint64(0))
-	a.Leader = uint32(d.uint(uint64(noProc)))
-	a.Fresh = d.bool()
-	a.Age = time.Duration(d.uint(uint64(1<<62/time.Microsecond))) * time.Microsecond
-	if st := d.bin(maxStateSize); len(st) > 0 {
+	a.Code = d.Str(64)
+	a.Update.Version = d.Uint(^uint64(0))
+	a.Leader = uint32(d.Uint(uint64(noProc)))
+	a.Fresh = d.Bool()
+	a.Age = time.Duration(d.Uint(uint64(1<<62/time.Microsecond))) * time.Microsecond
+	if st := d.Bin(maxStateSize); len(st) > 0 {
 		a.Update.State = st
 	}
-	n := d.arrayLen(maxNews)
+	n := d.ArrayLen(maxNews)
 	last := uint64(0)
-	for i := 0; i < n && d.err == nil; i++ {
-		if m := d.arrayLen(2); d.err == nil && m != 2 {
+	for i := 0; i < n && d.Err() == nil; i++ {
+		if m := d.ArrayLen(2); d.Err() == nil && m != 2 {
 			return a, fmt.Errorf("%w: follow entry has %d fields, want 2", errProtocol, m)
 		}
-		en := newsEntry{Index: d.uint(^uint64(0)), Data: d.bin(maxCommandSize)}
-		if d.err == nil && (en.Index <= last || en.Index > a.Update.Version) {
+		en := newsEntry{Index: d.Uint(^uint64(0)), Data: d.Bin(maxCommandSize)}
+		if d.Err() == nil && (en.Index <= last || en.Index > a.Update.Version) {
 			return a, fmt.Errorf("%w: follow entry index %d after %d, version %d", errProtocol, en.Index, last, a.Update.Version)
 		}
 		last = en.Index
 		a.Update.Entries = append(a.Update.Entries, en)
 	}
-	return a, d.finish()
+	return a, d.Finish()
 }
 
 // following reports whether this node learns its state from the tree: a

@@ -42,7 +42,7 @@ var layers = []layer{
 		"pgas/internal (the same-host data plane) -> segments, transport: never pgas, which it serves"},
 	{"spares", []string{"spares/internal/...", "pgas", "health", "transport", "segments", "obs", "internal/admit", "internal/auth", "internal/listen", "internal/tcpopt", "internal/bootstrap", "internal/netfault"},
 		"spares -> its dissemination tree, pgas, health (+ internal helpers); ckpt and spares never import each other"},
-	{"spares/internal/...", nil, "spares/internal (the pure part of the dissemination tree) imports nothing of the project: never spares, which it serves"},
+	{"spares/internal/...", nil, "spares/internal (the pure part of the dissemination tree, the strict msgpack reader) imports nothing of the project: never spares, which it serves"},
 	{"ckpt", []string{"pgas", "segments", "obs", "internal/durable"},
 		"ckpt -> pgas, segments (+ internal/durable); ckpt and spares never import each other"},
 	{"kvshuffle", []string{"pgas", "ckpt", "health", "segments", "obs", "internal/directio"}, "kvshuffle -> pgas, ckpt, health, segments (+ internal/directio)"},
