@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/spares/internal/follow"
 	"github.com/gaspigo/gaspigo/spares/internal/wire"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -25,7 +26,8 @@ import (
 //	          [code, message, leader, changed, epoch, rank+1, promoted, status, note]
 //	response to ctlOpStanding (payload: empty)
 //	          [code, message, epoch, status, reason, failed-in epoch, rank+1, known]
-//	ctlOpFollow: the tree's news, many requests on one connection (follow.go)
+//	ctlOpFollow: the tree's news, many requests on one connection
+//	          (spares/internal/follow)
 //	response to ctlOpLead (payload: the target proc, 4 bytes big-endian)
 //	          as to ctlOpPropose, with an empty result (lead.go)
 //
@@ -38,38 +40,22 @@ const (
 	ctlVersion    = 1
 	ctlOpPropose  = 1
 	ctlOpStanding = 2
-	codeOK        = "ok"
+	ctlOpFollow   = follow.Op
+	codeOK        = wire.CodeOK
 )
 
-func writeFrame(w io.Writer, body []byte) error {
-	if len(body) > maxFollowFrame {
-		return fmt.Errorf("%w: frame of %d bytes, max %d", errProtocol, len(body), maxFollowFrame)
-	}
-	b := make([]byte, 4+len(body))
-	binary.BigEndian.PutUint32(b, uint32(len(body)))
-	copy(b[4:], body)
-	_, err := w.Write(b)
-	return err
-}
+// followLimits bound an answer of the tree's news; maxFollowFrame, the
+// largest frame, caps one.
+var (
+	followLimits   = follow.Limits{State: maxStateSize, Command: maxCommandSize, Entries: maxNews}
+	maxFollowFrame = followLimits.Frame()
+)
 
-func readFrame(r io.Reader) ([]byte, error) { return readFrameMax(r, maxCtlFrame) }
+// writeFrame writes body as one frame of at most the largest (an answer
+// of the tree's news).
+func writeFrame(w io.Writer, body []byte) error { return wire.WriteFrame(w, body, maxFollowFrame) }
 
-// readFrameMax reads a frame of at most max bytes.
-func readFrameMax(r io.Reader, max uint32) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n > max {
-		return nil, fmt.Errorf("%w: frame of %d bytes announced, max %d", errProtocol, n, max)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
+func readFrame(r io.Reader) ([]byte, error) { return wire.ReadFrame(r, maxCtlFrame) }
 
 func encodeCtlRequest(op uint64, payload []byte) ([]byte, error) {
 	var buf bytes.Buffer
@@ -179,7 +165,7 @@ func (n *Node) handleCtl(c *authConn) {
 		return
 	}
 	if err == nil && op == ctlOpFollow {
-		n.serveFollow(c, cmd)
+		n.follow.Serve(c, cmd)
 		return
 	}
 	if err != nil {
