@@ -2,14 +2,13 @@ package spares
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
 	"time"
 
+	"github.com/gaspigo/gaspigo/spares/internal/wire"
 	"github.com/vmihailenco/msgpack/v5"
-	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // Encodings. Everything is a msgpack array with positional fields, written
@@ -45,26 +44,26 @@ func encodeCommand(cmd command) ([]byte, error) {
 	var err error
 	switch c := cmd.(type) {
 	case declareFailed:
-		err = encAll(e.EncodeArrayLen(4), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Proc)),
+		err = wire.EncAll(e.EncodeArrayLen(4), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Proc)),
 			e.EncodeUint(uint64(c.Reporter)), e.EncodeUint(c.Epoch))
 	case addSpare:
 		if verr := c.Info.validate(); verr != nil {
 			return nil, badCmd("AddSpare of proc %d: %v", c.Proc, verr)
 		}
-		err = encAll(e.EncodeArrayLen(6), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Proc)),
+		err = wire.EncAll(e.EncodeArrayLen(6), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Proc)),
 			e.EncodeString(c.Info.Addr), e.EncodeString(c.Info.Host), e.EncodeString(c.Info.RaftAddr), e.EncodeString(c.Info.CtlAddr))
 	case finish:
-		err = encAll(e.EncodeArrayLen(1), e.EncodeUint(uint64(c.Kind())))
+		err = wire.EncAll(e.EncodeArrayLen(1), e.EncodeUint(uint64(c.Kind())))
 	case setVoters:
 		if len(c.Voters) > voterCap {
 			return nil, badCmd("SetVoters with %d voters, max %d", len(c.Voters), voterCap)
 		}
-		err = encAll(e.EncodeArrayLen(2), e.EncodeUint(uint64(c.Kind())), encUints(e, c.Voters))
+		err = wire.EncAll(e.EncodeArrayLen(2), e.EncodeUint(uint64(c.Kind())), encUints(e, c.Voters))
 	case endWait:
 		if c.Rank < 0 || c.Rank >= maxProcs {
 			return nil, badCmd("EndWait of rank %d, want 0..%d", c.Rank, maxProcs-1)
 		}
-		err = encAll(e.EncodeArrayLen(3), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Rank)), e.EncodeUint(c.Since))
+		err = wire.EncAll(e.EncodeArrayLen(3), e.EncodeUint(uint64(c.Kind())), e.EncodeUint(uint64(c.Rank)), e.EncodeUint(c.Since))
 	default:
 		return nil, badCmd("cannot encode %T (pass one of the command values)", cmd)
 	}
@@ -81,12 +80,12 @@ func decodeCommand(b []byte) (command, error) {
 	if len(b) > maxCommandSize {
 		return nil, badCmd("encoded command is %d bytes, max %d", len(b), maxCommandSize)
 	}
-	d := newDec(b, errBadCommand)
-	n := d.arrayLen(8)
-	kind := commandKind(d.uint(255))
+	d := wire.NewDec(b, errBadCommand)
+	n := d.ArrayLen(8)
+	kind := commandKind(d.Uint(255))
 	want := map[commandKind]int{kindDeclareFailed: 4, kindAddSpare: 6, kindFinish: 1, kindSetVoters: 2, kindEndWait: 3}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
 	if w, ok := want[kind]; !ok {
 		return nil, badCmd("unknown command kind %d", kind)
@@ -96,19 +95,19 @@ func decodeCommand(b []byte) (command, error) {
 	var cmd command
 	switch kind {
 	case kindDeclareFailed:
-		cmd = declareFailed{Proc: uint32(d.uint(uint64(noProc))), Reporter: uint32(d.uint(uint64(noProc))), Epoch: d.uint(^uint64(0))}
+		cmd = declareFailed{Proc: uint32(d.Uint(uint64(noProc))), Reporter: uint32(d.Uint(uint64(noProc))), Epoch: d.Uint(^uint64(0))}
 	case kindAddSpare:
-		c := addSpare{Proc: uint32(d.uint(uint64(noProc)))}
-		c.Info = procInfo{Addr: d.str(maxAddrLen), Host: d.str(maxAddrLen), RaftAddr: d.str(maxAddrLen), CtlAddr: d.str(maxAddrLen)}
+		c := addSpare{Proc: uint32(d.Uint(uint64(noProc)))}
+		c.Info = procInfo{Addr: d.Str(maxAddrLen), Host: d.Str(maxAddrLen), RaftAddr: d.Str(maxAddrLen), CtlAddr: d.Str(maxAddrLen)}
 		cmd = c
 	case kindFinish:
 		cmd = finish{}
 	case kindSetVoters:
-		cmd = setVoters{Voters: d.uint32s(voterCap)}
+		cmd = setVoters{Voters: d.Uint32s(voterCap)}
 	case kindEndWait:
-		cmd = endWait{Rank: int(d.uint(maxProcs - 1)), Since: d.uint(^uint64(0))}
+		cmd = endWait{Rank: int(d.Uint(maxProcs - 1)), Since: d.Uint(^uint64(0))}
 	}
-	if err := d.finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return nil, err
 	}
 	return cmd, nil
@@ -139,7 +138,7 @@ func encodeState(s *state) ([]byte, error) {
 	for _, a := range s.Awaiting {
 		errs = append(errs, e.EncodeArrayLen(2), e.EncodeUint(uint64(max(a.Rank, 0))), e.EncodeUint(a.Since))
 	}
-	if err := encAll(errs...); err != nil {
+	if err := wire.EncAll(errs...); err != nil {
 		return nil, fmt.Errorf("spares: encode state: %w", err)
 	}
 	return buf.Bytes(), nil
@@ -151,12 +150,12 @@ func decodeState(b []byte) (state, error) {
 	if len(b) > maxStateSize {
 		return state{}, fmt.Errorf("%w: %d bytes, max %d", errBadSnapshot, len(b), maxStateSize)
 	}
-	d := newDec(b, errBadSnapshot)
-	n := d.arrayLen(stateFields)
-	v := d.uint(255)
+	d := wire.NewDec(b, errBadSnapshot)
+	n := d.ArrayLen(stateFields)
+	v := d.Uint(255)
 	switch {
-	case d.err != nil:
-		return state{}, d.err
+	case d.Err() != nil:
+		return state{}, d.Err()
 	case v != stateVersion && v != 2:
 		return state{}, fmt.Errorf("%w: version %d, this build reads versions 2 and %d", errBadSnapshot, v, stateVersion)
 	case v == 2 && n != stateFieldsV2:
@@ -165,47 +164,47 @@ func decodeState(b []byte) (state, error) {
 		return state{}, fmt.Errorf("%w: %d fields, want %d", errBadSnapshot, n, stateFields)
 	}
 	var s state
-	s.Epoch = d.uint(^uint64(0))
-	s.NumRanks = int(d.uint(maxProcs))
-	s.Ranks = d.uint32s(maxProcs)
-	np := d.arrayLen(maxProcs)
+	s.Epoch = d.Uint(^uint64(0))
+	s.NumRanks = int(d.Uint(maxProcs))
+	s.Ranks = d.Uint32s(maxProcs)
+	np := d.ArrayLen(maxProcs)
 	s.Procs = make(map[uint32]procInfo, min(np, 1024))
-	for i := 0; i < np && d.err == nil; i++ {
-		if d.arrayLen(5) != 5 && d.err == nil {
-			d.fail("proc entry %d: want 5 fields", i)
+	for i := 0; i < np && d.Err() == nil; i++ {
+		if d.ArrayLen(5) != 5 && d.Err() == nil {
+			d.Fail("proc entry %d: want 5 fields", i)
 		}
-		p := uint32(d.uint(uint64(noProc)))
-		info := procInfo{Addr: d.str(maxAddrLen), Host: d.str(maxAddrLen), RaftAddr: d.str(maxAddrLen), CtlAddr: d.str(maxAddrLen)}
-		if _, dup := s.Procs[p]; dup && d.err == nil {
-			d.fail("proc %d listed twice", p)
+		p := uint32(d.Uint(uint64(noProc)))
+		info := procInfo{Addr: d.Str(maxAddrLen), Host: d.Str(maxAddrLen), RaftAddr: d.Str(maxAddrLen), CtlAddr: d.Str(maxAddrLen)}
+		if _, dup := s.Procs[p]; dup && d.Err() == nil {
+			d.Fail("proc %d listed twice", p)
 		}
 		s.Procs[p] = info
 	}
-	s.Spares = d.uint32s(maxProcs)
-	nf := d.arrayLen(maxProcs)
+	s.Spares = d.Uint32s(maxProcs)
+	nf := d.ArrayLen(maxProcs)
 	s.Failed = make(map[uint32]uint64, min(nf, 1024))
-	for i := 0; i < nf && d.err == nil; i++ {
-		if d.arrayLen(2) != 2 && d.err == nil {
-			d.fail("failed entry %d: want 2 fields", i)
+	for i := 0; i < nf && d.Err() == nil; i++ {
+		if d.ArrayLen(2) != 2 && d.Err() == nil {
+			d.Fail("failed entry %d: want 2 fields", i)
 		}
-		p := uint32(d.uint(uint64(noProc)))
-		s.Failed[p] = d.uint(^uint64(0))
+		p := uint32(d.Uint(uint64(noProc)))
+		s.Failed[p] = d.Uint(^uint64(0))
 	}
-	s.Status = jobStatus(d.uint(uint64(statusFailed)))
-	s.StatusReason = d.str(maxAddrLen)
-	s.Shrink = d.bool()
-	s.Voters = d.uint32s(voterCap)
+	s.Status = jobStatus(d.Uint(uint64(statusFailed)))
+	s.StatusReason = d.Str(maxAddrLen)
+	s.Shrink = d.Bool()
+	s.Voters = d.Uint32s(voterCap)
 	if v == stateVersion {
-		s.RefillWait = time.Duration(d.uint(math.MaxInt64))
-		na := d.arrayLen(maxProcs)
-		for i := 0; i < na && d.err == nil; i++ {
-			if d.arrayLen(2) != 2 && d.err == nil {
-				d.fail("awaiting entry %d: want 2 fields", i)
+		s.RefillWait = time.Duration(d.Uint(math.MaxInt64))
+		na := d.ArrayLen(maxProcs)
+		for i := 0; i < na && d.Err() == nil; i++ {
+			if d.ArrayLen(2) != 2 && d.Err() == nil {
+				d.Fail("awaiting entry %d: want 2 fields", i)
 			}
-			s.Awaiting = append(s.Awaiting, awaiting{Rank: int(d.uint(maxProcs - 1)), Since: d.uint(^uint64(0))})
+			s.Awaiting = append(s.Awaiting, awaiting{Rank: int(d.Uint(maxProcs - 1)), Since: d.Uint(^uint64(0))})
 		}
 	}
-	if err := d.finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return state{}, err
 	}
 	if len(s.Spares) == 0 {
@@ -230,15 +229,6 @@ func mapsKeys[V any](m map[uint32]V) func(func(uint32) bool) {
 	}
 }
 
-func encAll(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func encUints(e *msgpack.Encoder, v []uint32) error {
 	if err := e.EncodeArrayLen(len(v)); err != nil {
 		return err
@@ -249,185 +239,4 @@ func encUints(e *msgpack.Encoder, v []uint32) error {
 		}
 	}
 	return nil
-}
-
-// dec is a strict msgpack reader over a byte slice. The first error sticks;
-// later reads return zero values, and finish reports it.
-type dec struct {
-	b    []byte
-	r    *bytes.Reader
-	d    *msgpack.Decoder
-	err  error
-	kind error // sentinel wrapped by every error
-}
-
-func newDec(b []byte, kind error) *dec {
-	r := bytes.NewReader(b)
-	d := msgpack.NewDecoder(r) // a *bytes.Reader is read directly, unbuffered
-	return &dec{b: b, r: r, d: d, kind: kind}
-}
-
-func (d *dec) fail(format string, a ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: at byte %d: %s", d.kind, d.pos(), fmt.Sprintf(format, a...))
-	}
-}
-
-func (d *dec) pos() int       { return len(d.b) - d.r.Len() }
-func (d *dec) rest() []byte   { return d.b[d.pos():] }
-func (d *dec) remaining() int { return d.r.Len() }
-
-func (d *dec) peek() (byte, bool) {
-	if d.err != nil {
-		return 0, false
-	}
-	if d.remaining() == 0 {
-		d.fail("unexpected end of input")
-		return 0, false
-	}
-	return d.rest()[0], true
-}
-
-// uint reads an unsigned integer no larger than max.
-func (d *dec) uint(max uint64) uint64 {
-	c, ok := d.peek()
-	if !ok {
-		return 0
-	}
-	positiveFixnum := c <= msgpcode.PosFixedNumHigh
-	if !positiveFixnum && c != msgpcode.Uint8 && c != msgpcode.Uint16 && c != msgpcode.Uint32 && c != msgpcode.Uint64 {
-		d.fail("want an unsigned integer, got code 0x%02x", c)
-		return 0
-	}
-	v, err := d.d.DecodeUint64()
-	if err != nil {
-		d.fail("%v", err)
-		return 0
-	}
-	if v > max {
-		d.fail("value %d is above the limit %d", v, max)
-		return 0
-	}
-	return v
-}
-
-// arrayLen reads an array header of at most max elements (and no more
-// elements than bytes left, since each takes at least one).
-func (d *dec) arrayLen(max int) int {
-	c, ok := d.peek()
-	if !ok {
-		return 0
-	}
-	if !msgpcode.IsFixedArray(c) && c != msgpcode.Array16 && c != msgpcode.Array32 {
-		d.fail("want an array, got code 0x%02x", c)
-		return 0
-	}
-	n, err := d.d.DecodeArrayLen()
-	if err != nil {
-		d.fail("%v", err)
-		return 0
-	}
-	if n < 0 || n > max || n > d.remaining() {
-		d.fail("array of %d elements (limit %d, %d bytes left)", n, max, d.remaining())
-		return 0
-	}
-	return n
-}
-
-func (d *dec) uint32s(max int) []uint32 {
-	n := d.arrayLen(max)
-	if d.err != nil || n == 0 {
-		return nil
-	}
-	out := make([]uint32, n)
-	for i := range out {
-		out[i] = uint32(d.uint(uint64(^uint32(0))))
-	}
-	return out
-}
-
-// str reads a string of at most max bytes; the length is checked from the
-// header before the decoder allocates.
-func (d *dec) str(max int) string {
-	c, ok := d.peek()
-	if !ok {
-		return ""
-	}
-	rest := d.rest()
-	var n, hdr int
-	switch {
-	case msgpcode.IsFixedString(c):
-		n, hdr = int(c&msgpcode.FixedStrMask), 1
-	case c == msgpcode.Str8 && len(rest) >= 2:
-		n, hdr = int(rest[1]), 2
-	case c == msgpcode.Str16 && len(rest) >= 3:
-		n, hdr = int(binary.BigEndian.Uint16(rest[1:])), 3
-	case c == msgpcode.Str32 && len(rest) >= 5:
-		n, hdr = int(binary.BigEndian.Uint32(rest[1:])), 5
-	default:
-		d.fail("want a string, got code 0x%02x", c)
-		return ""
-	}
-	if n > max || n > len(rest)-hdr {
-		d.fail("string of %d bytes (limit %d, %d bytes left)", n, max, len(rest)-hdr)
-		return ""
-	}
-	s, err := d.d.DecodeString()
-	if err != nil {
-		d.fail("%v", err)
-	}
-	return s
-}
-
-// bin reads a byte string of at most max bytes.
-func (d *dec) bin(max int) []byte {
-	c, ok := d.peek()
-	if !ok {
-		return nil
-	}
-	rest := d.rest()
-	var n, hdr int
-	switch {
-	case c == msgpcode.Bin8 && len(rest) >= 2:
-		n, hdr = int(rest[1]), 2
-	case c == msgpcode.Bin16 && len(rest) >= 3:
-		n, hdr = int(binary.BigEndian.Uint16(rest[1:])), 3
-	case c == msgpcode.Bin32 && len(rest) >= 5:
-		n, hdr = int(binary.BigEndian.Uint32(rest[1:])), 5
-	default:
-		d.fail("want a byte string, got code 0x%02x", c)
-		return nil
-	}
-	if n > max || n > len(rest)-hdr {
-		d.fail("byte string of %d bytes (limit %d, %d bytes left)", n, max, len(rest)-hdr)
-		return nil
-	}
-	b, err := d.d.DecodeBytes()
-	if err != nil {
-		d.fail("%v", err)
-	}
-	return b
-}
-
-func (d *dec) bool() bool {
-	c, ok := d.peek()
-	if !ok {
-		return false
-	}
-	if c != msgpcode.True && c != msgpcode.False {
-		d.fail("want a bool, got code 0x%02x", c)
-		return false
-	}
-	v, err := d.d.DecodeBool()
-	if err != nil {
-		d.fail("%v", err)
-	}
-	return v
-}
-
-func (d *dec) finish() error {
-	if d.err == nil && d.remaining() != 0 {
-		d.fail("%d trailing bytes", d.remaining())
-	}
-	return d.err
 }

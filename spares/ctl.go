@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
+	"github.com/gaspigo/gaspigo/spares/internal/follow"
+	"github.com/gaspigo/gaspigo/spares/internal/wire"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -24,7 +26,8 @@ import (
 //	          [code, message, leader, changed, epoch, rank+1, promoted, status, note]
 //	response to ctlOpStanding (payload: empty)
 //	          [code, message, epoch, status, reason, failed-in epoch, rank+1, known]
-//	ctlOpFollow: the tree's news, many requests on one connection (follow.go)
+//	ctlOpFollow: the tree's news, many requests on one connection
+//	          (spares/internal/follow)
 //	response to ctlOpLead (payload: the target proc, 4 bytes big-endian)
 //	          as to ctlOpPropose, with an empty result (lead.go)
 //
@@ -37,66 +40,50 @@ const (
 	ctlVersion    = 1
 	ctlOpPropose  = 1
 	ctlOpStanding = 2
-	codeOK        = "ok"
+	ctlOpFollow   = follow.Op
+	codeOK        = wire.CodeOK
 )
 
-func writeFrame(w io.Writer, body []byte) error {
-	if len(body) > maxFollowFrame {
-		return fmt.Errorf("%w: frame of %d bytes, max %d", errProtocol, len(body), maxFollowFrame)
-	}
-	b := make([]byte, 4+len(body))
-	binary.BigEndian.PutUint32(b, uint32(len(body)))
-	copy(b[4:], body)
-	_, err := w.Write(b)
-	return err
-}
+// followLimits bound an answer of the tree's news; maxFollowFrame, the
+// largest frame, caps one.
+var (
+	followLimits   = follow.Limits{State: maxStateSize, Command: maxCommandSize, Entries: maxNews}
+	maxFollowFrame = followLimits.Frame()
+)
 
-func readFrame(r io.Reader) ([]byte, error) { return readFrameMax(r, maxCtlFrame) }
+// writeFrame writes body as one frame of at most the largest (an answer
+// of the tree's news).
+func writeFrame(w io.Writer, body []byte) error { return wire.WriteFrame(w, body, maxFollowFrame) }
 
-// readFrameMax reads a frame of at most max bytes.
-func readFrameMax(r io.Reader, max uint32) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n > max {
-		return nil, fmt.Errorf("%w: frame of %d bytes announced, max %d", errProtocol, n, max)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
+func readFrame(r io.Reader) ([]byte, error) { return wire.ReadFrame(r, maxCtlFrame) }
 
 func encodeCtlRequest(op uint64, payload []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
-	err := encAll(e.EncodeArrayLen(3), e.EncodeUint(ctlVersion), e.EncodeUint(op), e.EncodeBytes(payload))
+	err := wire.EncAll(e.EncodeArrayLen(3), e.EncodeUint(ctlVersion), e.EncodeUint(op), e.EncodeBytes(payload))
 	return buf.Bytes(), err
 }
 
 func decodeCtlRequest(b []byte) (op uint64, payload []byte, err error) {
-	d := newDec(b, errProtocol)
-	if n := d.arrayLen(3); d.err == nil && n != 3 {
+	d := wire.NewDec(b, errProtocol)
+	if n := d.ArrayLen(3); d.Err() == nil && n != 3 {
 		return 0, nil, fmt.Errorf("%w: request has %d fields, want 3", errProtocol, n)
 	}
-	if v := d.uint(255); d.err == nil && v != ctlVersion {
+	if v := d.Uint(255); d.Err() == nil && v != ctlVersion {
 		return 0, nil, fmt.Errorf("%w: request version %d, this build speaks %d", errProtocol, v, ctlVersion)
 	}
-	op = d.uint(255)
-	if d.err == nil && op != ctlOpPropose && op != ctlOpStanding && op != ctlOpFollow && op != ctlOpLead {
+	op = d.Uint(255)
+	if d.Err() == nil && op != ctlOpPropose && op != ctlOpStanding && op != ctlOpFollow && op != ctlOpLead {
 		return 0, nil, fmt.Errorf("%w: unknown request op %d", errProtocol, op)
 	}
-	payload = d.bin(maxCommandSize)
-	if d.err == nil && op == ctlOpStanding && len(payload) != 0 {
+	payload = d.Bin(maxCommandSize)
+	if d.Err() == nil && op == ctlOpStanding && len(payload) != 0 {
 		return 0, nil, fmt.Errorf("%w: standing request with a %d-byte payload, want none", errProtocol, len(payload))
 	}
-	if d.err == nil && op == ctlOpLead && len(payload) != 4 {
+	if d.Err() == nil && op == ctlOpLead && len(payload) != 4 {
 		return 0, nil, fmt.Errorf("%w: leadership request with a %d-byte payload, want 4", errProtocol, len(payload))
 	}
-	return op, payload, d.finish()
+	return op, payload, d.Finish()
 }
 
 type ctlResponse struct {
@@ -119,7 +106,7 @@ func encodeCtlResponse(r ctlResponse) ([]byte, error) {
 	if r.Result.Rank >= 0 {
 		rank = uint64(r.Result.Rank) + 1
 	}
-	err := encAll(e.EncodeArrayLen(9), e.EncodeString(r.Code), e.EncodeString(r.Msg), e.EncodeUint(uint64(r.Leader)),
+	err := wire.EncAll(e.EncodeArrayLen(9), e.EncodeString(r.Code), e.EncodeString(r.Msg), e.EncodeUint(uint64(r.Leader)),
 		e.EncodeBool(r.Result.Changed), e.EncodeUint(r.Result.Epoch), e.EncodeUint(rank), e.EncodeUint(uint64(r.Result.Promoted)),
 		e.EncodeUint(uint64(r.Result.Status)), e.EncodeString(r.Result.Note))
 	return buf.Bytes(), err
@@ -127,20 +114,20 @@ func encodeCtlResponse(r ctlResponse) ([]byte, error) {
 
 func decodeCtlResponse(b []byte) (ctlResponse, error) {
 	var r ctlResponse
-	d := newDec(b, errProtocol)
-	if n := d.arrayLen(9); d.err == nil && n != 9 {
+	d := wire.NewDec(b, errProtocol)
+	if n := d.ArrayLen(9); d.Err() == nil && n != 9 {
 		return r, fmt.Errorf("%w: response has %d fields, want 9", errProtocol, n)
 	}
-	r.Code = d.str(64)
-	r.Msg = d.str(1024)
-	r.Leader = uint32(d.uint(uint64(noProc)))
-	r.Result.Changed = d.bool()
-	r.Result.Epoch = d.uint(^uint64(0))
-	r.Result.Rank = int(d.uint(maxProcs+1)) - 1
-	r.Result.Promoted = uint32(d.uint(uint64(noProc)))
-	r.Result.Status = jobStatus(d.uint(uint64(statusFailed)))
-	r.Result.Note = d.str(1024)
-	return r, d.finish()
+	r.Code = d.Str(64)
+	r.Msg = d.Str(1024)
+	r.Leader = uint32(d.Uint(uint64(noProc)))
+	r.Result.Changed = d.Bool()
+	r.Result.Epoch = d.Uint(^uint64(0))
+	r.Result.Rank = int(d.Uint(maxProcs+1)) - 1
+	r.Result.Promoted = uint32(d.Uint(uint64(noProc)))
+	r.Result.Status = jobStatus(d.Uint(uint64(statusFailed)))
+	r.Result.Note = d.Str(1024)
+	return r, d.Finish()
 }
 
 // serveCtl answers one control connection in a goroutine of the node's,
@@ -178,7 +165,7 @@ func (n *Node) handleCtl(c *authConn) {
 		return
 	}
 	if err == nil && op == ctlOpFollow {
-		n.serveFollow(c, cmd)
+		n.follow.Serve(c, cmd)
 		return
 	}
 	if err != nil {

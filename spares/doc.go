@@ -64,9 +64,10 @@
 //     (Config.TreeFanout, default 8) by proc id, so a process's parent is
 //     computed, never negotiated.
 //   - A client keeps one control connection to its parent and asks on it,
-//     over and over, for what is newer than its version (follow.go). The
-//     version is the Raft index of the last change it applied; the parent
-//     (parent.go) answers at once with the changes since (the commands
+//     over and over, for what is newer than its version
+//     (spares/internal/follow, the tree's network side, which reaches the
+//     node through tree.go's treeSide). The version is the Raft index of
+//     the last change it applied; the parent answers at once with the changes since (the commands
 //     themselves, applied with state.apply, which is deterministic) or its
 //     whole state when it no longer keeps them (news.go), and otherwise after
 //     Config.TreeHold with a keepalive. Every answer carries the leader

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gaspigo/gaspigo/spares/internal/wire"
 )
 
 // The errors a job sees: the membership's views (Membership.Current and
@@ -70,7 +72,7 @@ var (
 	errConfig = errors.New("spares: invalid config")
 	// errProtocol: a control-RPC peer sent a frame that is too large or
 	// cannot be decoded. Returned inside a *proposeError's Last.
-	errProtocol = errors.New("spares: control protocol error")
+	errProtocol = wire.ErrProtocol
 )
 
 // proposeError is returned by propose and reportFailure when the command

@@ -3,6 +3,8 @@ package spares
 import (
 	"fmt"
 	"slices"
+
+	"github.com/gaspigo/gaspigo/spares/internal/follow"
 )
 
 // news is the version of a process's state and the recent changes that
@@ -63,7 +65,7 @@ func (n *news) result(index uint64) (result, bool) {
 }
 
 // since returns the changes after have, false when some were dropped.
-func (n *news) since(have uint64) ([]newsEntry, bool) {
+func (n *news) since(have uint64) ([]follow.Entry, bool) {
 	if have < n.base {
 		return nil, false
 	}
@@ -71,16 +73,15 @@ func (n *news) since(have uint64) ([]newsEntry, bool) {
 	for i < len(n.entries) && n.entries[i].Index <= have {
 		i++
 	}
-	return slices.Clone(n.entries[i:]), true
+	var out []follow.Entry
+	for _, e := range n.entries[i:] {
+		out = append(out, follow.Entry{Index: e.Index, Data: e.Data})
+	}
+	return out, true
 }
 
-// update is what a parent sends a child: nothing new (Version not above
-// the child's), the changes after the child's version, or the whole state.
-type update struct {
-	Version uint64
-	Entries []newsEntry
-	State   []byte // the encoded state at Version, when Entries cannot do
-}
+// update is what a parent sends a child (follow.Update).
+type update = follow.Update
 
 // newsFor returns what a child at version have needs, and the channel
 // closed at the next change. full asks for the whole state.

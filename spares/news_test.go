@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/gaspigo/gaspigo/spares/internal/follow"
 )
 
 // A child that applies, in order, the changes its parent kept reaches the
@@ -67,7 +69,7 @@ func TestNewsReachesTheSameState(t *testing.T) {
 		t.Fatalf("after the whole state: child v%d, parent v%d", child.version(), parent.version())
 	}
 	// A change that does not apply here is refused (the caller then asks for the whole state).
-	bad := update{Version: 10_000, Entries: []newsEntry{{Index: 9_999, Data: mustEncode(t, declareFailed{Proc: 77, Reporter: noProc, Epoch: 1})}}}
+	bad := update{Version: 10_000, Entries: []follow.Entry{{Index: 9_999, Data: mustEncode(t, declareFailed{Proc: 77, Reporter: noProc, Epoch: 1})}}}
 	before := child.version()
 	if err := child.applyUpdate(bad); !errors.Is(err, errUnknownProc) && !errors.Is(err, errBadCommand) {
 		t.Fatalf("news that does not apply: %v", err)
@@ -117,7 +119,11 @@ func TestFSMSkipsEntriesHeldFromTheTree(t *testing.T) {
 }
 
 func TestFollowCodec(t *testing.T) {
-	req, err := encodeFollowRequest(42, true)
+	payload, err := follow.EncodeRequest(42, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := treeSide{}.Request(payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,33 +131,33 @@ func TestFollowCodec(t *testing.T) {
 	if err != nil || op != ctlOpFollow {
 		t.Fatalf("follow request: op %d, %v", op, err)
 	}
-	if have, full, err := decodeFollowRequest(payload); have != 42 || !full || err != nil {
+	if have, full, err := follow.DecodeRequest(payload); have != 42 || !full || err != nil {
 		t.Fatalf("follow request: %d %v %v", have, full, err)
 	}
-	a := followAnswer{Code: codeOK, Leader: 3, Fresh: true, Age: 1500000, Update: update{Version: 9,
-		Entries: []newsEntry{{Index: 7, Data: mustEncode(t, finish{})}, {Index: 9, Data: mustEncode(t, finish{})}}}}
-	b, err := encodeFollowAnswer(a)
+	a := follow.Answer{Code: codeOK, Leader: 3, Fresh: true, Age: 1500000, Update: update{Version: 9,
+		Entries: []follow.Entry{{Index: 7, Data: mustEncode(t, finish{})}, {Index: 9, Data: mustEncode(t, finish{})}}}}
+	b, err := follow.EncodeAnswer(a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := decodeFollowAnswer(b)
+	got, err := follow.DecodeAnswer(b, followLimits)
 	if err != nil || got.Leader != 3 || !got.Fresh || got.Age != a.Age || got.Update.Version != 9 || len(got.Update.Entries) != 2 || got.Update.State != nil {
 		t.Fatalf("follow answer: %+v, %v", got, err)
 	}
 	// Entries out of order, or beyond the version, are refused.
 	a.Update.Entries[0].Index = 9
-	b, _ = encodeFollowAnswer(a)
-	if _, err := decodeFollowAnswer(b); !errors.Is(err, errProtocol) {
+	b, _ = follow.EncodeAnswer(a)
+	if _, err := follow.DecodeAnswer(b, followLimits); !errors.Is(err, errProtocol) {
 		t.Fatalf("entries out of order: %v", err)
 	}
 	a.Update.Entries = a.Update.Entries[:1]
 	a.Update.Version = 3
-	b, _ = encodeFollowAnswer(a)
-	if _, err := decodeFollowAnswer(b); !errors.Is(err, errProtocol) {
+	b, _ = follow.EncodeAnswer(a)
+	if _, err := follow.DecodeAnswer(b, followLimits); !errors.Is(err, errProtocol) {
 		t.Fatalf("entry beyond the version: %v", err)
 	}
 	for cut := range len(b) {
-		if _, err := decodeFollowAnswer(b[:cut]); err == nil {
+		if _, err := follow.DecodeAnswer(b[:cut], followLimits); err == nil {
 			t.Fatalf("truncated answer (%d of %d bytes) decoded", cut, len(b))
 		}
 	}

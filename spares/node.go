@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/admit"
+	"github.com/gaspigo/gaspigo/spares/internal/follow"
 	"github.com/gaspigo/gaspigo/spares/internal/tree"
 	"github.com/hashicorp/raft"
 )
@@ -45,8 +46,8 @@ type Node struct {
 	wg      sync.WaitGroup
 	futures sync.WaitGroup // waits for Raft futures (awaitCtx)
 
-	heard      tree.Heard    // the leader and quorum contact the tree told of (VotersOnly)
-	treeServed atomic.Uint64 // follow answers this node sent
+	heard  tree.Heard   // the leader and quorum contact the tree told of (VotersOnly)
+	follow *follow.Proc // the tree's network side (VotersOnly): following, answering children
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -122,6 +123,16 @@ func newNode(cfg Config, initial state) *Node {
 	}
 	n.fsm = newFSM(initial, logger)
 	n.fsm.onChange = n.kickLeader
+	n.follow = follow.New(follow.Config{
+		Hold:       cfg.treeHold(),
+		RPCTimeout: cfg.RPCTimeout,
+		Fresh:      treeFresh(&cfg),
+		Limits:     followLimits,
+		Log:        logger,
+		Heard:      &n.heard,
+		Ctx:        n.ctx,
+		Closed:     n.closeCh,
+	}, treeSide{n})
 	return n
 }
 
@@ -209,7 +220,7 @@ func (n *Node) run(initial *state) {
 	close(n.started)
 	n.goFunc(n.watchContact)
 	if n.cfg.VotersOnly {
-		n.goFunc(n.followLoop)
+		n.goFunc(n.follow.Follow)
 	}
 	n.log.Debug("spares: node started", "raft_addr", n.self.RaftAddr, "ctl_addr", n.self.CtlAddr,
 		"voter", slices.Contains(initial.Voters, n.cfg.Proc), "raft", n.raftNode() != nil)
@@ -313,7 +324,7 @@ func (n *Node) inContact(now time.Time) bool {
 }
 
 // followAnswers counts the tree's answers this node sent to its children.
-func (n *Node) followAnswers() uint64 { return n.treeServed.Load() }
+func (n *Node) followAnswers() uint64 { return n.follow.Served() }
 
 // refused counts connections (Raft and control) refused by the job-token
 // handshake, timeouts included. Connections shed unauthenticated by the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/pgas"
+	"github.com/gaspigo/gaspigo/spares/internal/wire"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -40,26 +41,26 @@ func encodeStanding(s standing) ([]byte, error) {
 	if s.Rank >= 0 {
 		rank = uint64(s.Rank) + 1
 	}
-	err := encAll(e.EncodeArrayLen(8), e.EncodeString(s.Code), e.EncodeString(s.Msg), e.EncodeUint(s.Epoch),
+	err := wire.EncAll(e.EncodeArrayLen(8), e.EncodeString(s.Code), e.EncodeString(s.Msg), e.EncodeUint(s.Epoch),
 		e.EncodeUint(uint64(s.Status)), e.EncodeString(s.Reason), e.EncodeUint(s.FailedIn), e.EncodeUint(rank), e.EncodeBool(s.Known))
 	return buf.Bytes(), err
 }
 
 func decodeStanding(b []byte) (standing, error) {
 	var s standing
-	d := newDec(b, errProtocol)
-	if n := d.arrayLen(8); d.err == nil && n != 8 {
+	d := wire.NewDec(b, errProtocol)
+	if n := d.ArrayLen(8); d.Err() == nil && n != 8 {
 		return s, fmt.Errorf("%w: standing has %d fields, want 8", errProtocol, n)
 	}
-	s.Code = d.str(64)
-	s.Msg = d.str(1024)
-	s.Epoch = d.uint(^uint64(0))
-	s.Status = jobStatus(d.uint(uint64(statusFailed)))
-	s.Reason = d.str(1024)
-	s.FailedIn = d.uint(^uint64(0))
-	s.Rank = int(d.uint(maxProcs+1)) - 1
-	s.Known = d.bool()
-	return s, d.finish()
+	s.Code = d.Str(64)
+	s.Msg = d.Str(1024)
+	s.Epoch = d.Uint(^uint64(0))
+	s.Status = jobStatus(d.Uint(uint64(statusFailed)))
+	s.Reason = d.Str(1024)
+	s.FailedIn = d.Uint(^uint64(0))
+	s.Rank = int(d.Uint(maxProcs+1)) - 1
+	s.Known = d.Bool()
+	return s, d.Finish()
 }
 
 // standingOf describes proc in st.

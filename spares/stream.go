@@ -262,3 +262,6 @@ func purposeName(p auth.Purpose) string {
 	}
 	return string(p[:n])
 }
+
+// Peer is the process the handshake proved.
+func (c *authConn) Peer() uint32 { return c.peer }

@@ -1,8 +1,12 @@
 package spares
 
 import (
+	"context"
+	"fmt"
 	"slices"
+	"time"
 
+	"github.com/gaspigo/gaspigo/spares/internal/follow"
 	"github.com/gaspigo/gaspigo/spares/internal/tree"
 )
 
@@ -35,3 +39,99 @@ func (f *fsm) tree(k int) (*tree.Tree, <-chan struct{}) {
 	}
 	return f.treeCache, f.changed
 }
+
+// following reports whether this node learns its state from the tree: a
+// client, or a promoted voter whose Raft has not received anything yet.
+func (n *Node) following() bool {
+	r := n.raftNode()
+	return r == nil || r.LastIndex() == 0
+}
+
+// upstream is whom this node asks for news, best first (Tree.Upstream).
+// A joiner its state does not list yet (joining) knows only the voters of
+// the job's first state, and all of them may have been replaced since:
+// after them it asks the other processes of its state in tree order, any
+// of which answers with the news. That list is O(N), built per answer,
+// but only until the joiner's state lists it.
+func (n *Node) upstream(tr *tree.Tree) []uint32 {
+	up := tr.Upstream(n.cfg.Proc)
+	joining := false
+	var later []uint32
+	n.fsm.read(func(st *state, _ uint64) {
+		if joining = n.joining(st); joining {
+			later = n.unlistedContacts(st)
+		}
+	})
+	if !joining {
+		return up
+	}
+	// The voters of the first state, then those who joined before this
+	// process (Config.Contacts: the likeliest to be alive when the first
+	// processes are gone), then the others of the first state.
+	up = append(up, later...)
+	return append(up, tr.Clients()...)
+}
+
+// treeSide is the node as the tree's network side (package follow) sees
+// it: the applied state, Raft, the failure detector's marks and the
+// control connections.
+type treeSide struct{ n *Node }
+
+func (s treeSide) Following() bool { return s.n.following() }
+func (s treeSide) MaybeStartRaft() { s.n.maybeStartRaft() }
+
+func (s treeSide) StartsRaft() bool {
+	start := false
+	s.n.fsm.read(func(st *state, _ uint64) { start = s.n.shouldStartRaft(st) })
+	return start
+}
+
+func (s treeSide) Upstream() ([]uint32, <-chan struct{}) {
+	tr, changed := s.n.fsm.tree(s.n.cfg.TreeFanout)
+	return s.n.upstream(tr), changed
+}
+
+func (s treeSide) SkipDown(bad map[uint32]time.Time, now time.Time) { s.n.down.addTo(bad, now) }
+func (s treeSide) OnDown(proc uint32, f func()) func()              { return s.n.down.onMark(proc, f) }
+
+func (s treeSide) Dial(ctx context.Context, proc uint32) (follow.Conn, error) {
+	var addr string
+	s.n.fsm.read(func(st *state, _ uint64) { addr = s.n.ctlAddrOf(st, proc) })
+	if addr == "" {
+		return nil, fmt.Errorf("%w: proc %d has no control address", errProtocol, proc)
+	}
+	c, err := s.n.dialCtl(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (s treeSide) Request(payload []byte) ([]byte, error) {
+	return encodeCtlRequest(ctlOpFollow, payload)
+}
+
+func (s treeSide) Next(c follow.Conn) ([]byte, error) {
+	req, err := readFrame(c)
+	var op uint64
+	var payload []byte
+	if err == nil {
+		op, payload, err = decodeCtlRequest(req)
+	}
+	if err == nil && op != ctlOpFollow {
+		err = fmt.Errorf("%w: op %d on a follow connection", errProtocol, op)
+	}
+	return payload, err
+}
+
+func (s treeSide) Version() uint64         { return s.n.fsm.version() }
+func (s treeSide) Apply(u update) error    { return s.n.fsm.applyUpdate(u) }
+func (s treeSide) CodeOf(err error) string { return codeOf(err) }
+
+func (s treeSide) News(have uint64, full bool) (update, <-chan struct{}, error) {
+	return s.n.fsm.newsFor(have, full)
+}
+
+func (s treeSide) Leader() (uint32, bool)              { return s.n.leader() }
+func (s treeSide) ContactTime(now time.Time) time.Time { return s.n.contactTime(now) }
+func (s treeSide) InContact(now time.Time) bool        { return s.n.inContact(now) }

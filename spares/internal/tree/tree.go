@@ -2,8 +2,8 @@
 // spares's voters-only mode (docs/design.md §5.2): the layout of one
 // state's tree, the choice of whom to ask for news, and what a process
 // heard from the tree. The protocol that runs on it, over the node's
-// control connections, is package spares's (follow.go, news.go): this
-// package knows processes only by their ids and imports nothing of the
+// control connections, is package follow's (spares/internal/follow), and
+// the news kept to pass on package spares's (news.go): this package knows processes only by their ids and imports nothing of the
 // project.
 //
 // The voters are the tree's roots and every other live process hangs
