@@ -217,13 +217,16 @@ func (n *Node) startRaftAtStart(initial *state) error {
 // voters-only mode, the follow loop. The control connections are
 // answered from here on.
 func (n *Node) run(initial *state) {
+	// Read before the follow loop starts: it applies the tree's news to
+	// the state, whose voter list shares its array with initial's.
+	voter := slices.Contains(initial.Voters, n.cfg.Proc)
 	close(n.started)
 	n.goFunc(n.watchContact)
 	if n.cfg.VotersOnly {
 		n.goFunc(n.follow.Follow)
 	}
 	n.log.Debug("spares: node started", "raft_addr", n.self.RaftAddr, "ctl_addr", n.self.CtlAddr,
-		"voter", slices.Contains(initial.Voters, n.cfg.Proc), "raft", n.raftNode() != nil)
+		"voter", voter, "raft", n.raftNode() != nil)
 }
 
 func closeListeners(cfg Config) {
