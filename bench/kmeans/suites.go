@@ -22,6 +22,7 @@ func (b *bench) overhead() error {
 	fmt.Printf("%4s %12s %12s %8s %8s %12s %10s %10s %8s  %s\n", "rep", "ckpt10 loop", "ckpt0 loop", "ratio", "iters", "in ckpt", "cpu10", "cpu0", "ratio", "load before")
 	var shares, cpuRatios []float64
 	for r := 0; r < b.o.reps; r++ {
+		proctest.SettleLoad(2 * time.Minute) // each round from below 1.5, as far as it goes
 		order := []int{10, 0}
 		if r%2 == 1 {
 			order = []int{0, 10}
@@ -74,6 +75,7 @@ func (b *bench) recovery() error {
 	var noticed, view, restored, next, caught, lost, per []float64
 	var sums []string
 	for r := 0; r < b.o.reps; r++ {
+		proctest.SettleLoad(2 * time.Minute)
 		load := proctest.LoadAvg()
 		args := kmArgs(b.o.points, 100, iters, every)
 		var jf, jk *job
@@ -216,6 +218,7 @@ func (b *bench) runtimeOverhead() error {
 	fmt.Printf("%4s %14s %14s %8s  %s\n", "rep", "gaspirun -n 2", "1 process", "ratio", "load before")
 	var dist, single, ratios []float64
 	for r := 0; r < b.o.reps; r++ {
+		proctest.SettleLoad(2 * time.Minute)
 		load := proctest.LoadAvg()
 		var d, s float64
 		var sse float64
@@ -338,6 +341,7 @@ func (b *bench) seed() error {
 		var per []float64
 		load := proctest.LoadAvg()
 		for r := 0; r < b.o.reps; r++ {
+			proctest.SettleLoad(2 * time.Minute)
 			j, err := b.runJob([]string{"-n", "2"}, kmArgs(b.o.points, k, iters, 10))
 			if err != nil {
 				return err
