@@ -88,6 +88,9 @@ type stores struct {
 	rt   *pgas.Runtime
 	list []Store
 	have bool // this process created the segment (a promoted spare has none)
+	// waiting: the injections (by index in list) whose waiter this
+	// process runs.
+	waiting map[int]bool
 
 	epoch uint64 // of snap
 	snap  []byte // the record as this rank first saw it in epoch
@@ -129,28 +132,47 @@ func (s *stores) create(ctx context.Context) error {
 }
 
 // tick runs after every iteration on every rank: it checks the segment,
-// and fires the injections due (fresh: the iteration was never completed
-// before; quiet: a promoted spare's first iteration, see Job.inject).
+// keeps the waiters running, and fires the writers due (fresh: the
+// iteration was never completed before; quiet: a promoted spare's first
+// iteration, see Job.inject).
 func (s *stores) tick(iter int, fresh, quiet bool) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	if !fresh || quiet || !s.have {
+	if !s.have {
+		return nil
+	}
+	s.keepWaiters(iter)
+	if !fresh || quiet {
 		return nil
 	}
 	me, size := s.rt.Rank(), s.rt.Size()
 	for _, in := range s.list {
-		if in.Iter != iter {
-			continue
-		}
-		if in.Rank == me {
+		if in.Iter == iter && in.Rank == me {
 			s.goFunc(func() { s.write(in, (me+1)%size) })
-		}
-		if in.Mode != "" && (in.Rank+1)%size == me && in.Rank != me {
-			s.goFunc(func() { s.wait(in) })
 		}
 	}
 	return nil
+}
+
+// keepWaiters starts the waiter of every injection with one whose
+// iteration has come, in whichever process holds the writer's right
+// neighbour now: the one that held it at that iteration, or the spare
+// that took its rank since (a waiter is a role of the rank, and without
+// it in the new process a writer that goes on storing never finds one
+// parked: a kill-store-wake whose waiter's rank was lost never fired).
+func (s *stores) keepWaiters(iter int) {
+	me, size := s.rt.Rank(), s.rt.Size()
+	for i, in := range s.list {
+		if in.Mode == "" || (in.Rank+1)%size != me || in.Rank == me || iter < in.Iter || s.waiting[i] {
+			continue
+		}
+		if s.waiting == nil {
+			s.waiting = map[int]bool{}
+		}
+		s.waiting[i] = true
+		s.goFunc(func() { s.wait(in) })
+	}
 }
 
 func (s *stores) goFunc(f func()) {
