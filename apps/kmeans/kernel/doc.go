@@ -124,6 +124,14 @@
 // The filter's test runs eight groups to an AVX-512 instruction; a batch
 // of 2,048 points queues its (point, group) pairs and scans them group by
 // group, the gathered points through the two-smallest kernel (yyfilter.go).
+// A point's first bounds come from its full scan and the centroids'
+// distances to each other: for group g, the larger of its distance to the
+// second-nearest centroid and, by the triangle inequality, the distance
+// from its centroid c_a to g's nearest other member less its distance to
+// c_a; the groups near c_a are scanned by the next Step if it needs them.
+// Each Step runs in stages over a batch (assign.go), each a loop whose
+// iterations do not depend on each other and whose outcome is a list of
+// points rather than a branch per point.
 //
 // The bounds are derived state and are not checkpointed: they refer to the
 // Kernel's own copy of the centroids of its previous Step and to its own

@@ -68,17 +68,18 @@ type worker struct {
 	// Full scans of the pruned algorithm (top2): the gathered points (with
 	// room to pad a point group), their indices, and per point the winner,
 	// its sub-group, its value and the smallest other value.
-	gbuf   []float64
-	fidx   []int32
-	tbest  []int32
-	tsub   []int32
-	v1, v2 []float64
-	t3     []float64 // lanesTop2's v1, at, v2 per point
-	// AlgoYinyang: the group filter's batch (yyfilter.go), and the full
-	// scan's per gathered point and group smallest and second smallest
-	// value.
-	yy   *yyWork
-	gtmp []float64
+	gbuf []float64
+	fidx []int32
+	// The pruned stages' list of points (assign.go), with each one's
+	// value for its own centroid and its error bound.
+	vidx        []int32
+	va, ev, thr []float64
+	tbest       []int32
+	tsub        []int32
+	v1, v2      []float64
+	t3          []float64 // lanesTop2's v1, at, v2 per point
+	// AlgoYinyang: the group filter's batch (yyfilter.go).
+	yy *yyWork
 }
 
 // NewKernel prepares a Kernel over points (n*d float64, row-major) for k
@@ -189,6 +190,9 @@ func (kr *Kernel) startWorkers(threads int, pruned bool) {
 			wk := kr.workers[w]
 			wk.gbuf = make([]float64, (kr.blockPts+4)*d)
 			wk.fidx = make([]int32, kr.batchPts)
+			wk.vidx = make([]int32, kr.batchPts)
+			wk.va = make([]float64, kr.batchPts)
+			wk.ev = make([]float64, kr.batchPts)
 			wk.tbest = make([]int32, kr.blockPts)
 			wk.tsub = make([]int32, kr.blockPts)
 			wk.v1 = make([]float64, kr.blockPts)

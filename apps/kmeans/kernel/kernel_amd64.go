@@ -124,3 +124,13 @@ func ruleOut(lbs []float32, mv []float64, thr float64, scan []uint8) float64 {
 	}
 	return ruleOutAVX512(&lbs[0], &mv[0], n8, thr, &scan[0])
 }
+
+// ownValuesFMA is the loop of ownValues in assembly (values_amd64.s).
+//
+//go:noescape
+func ownValuesFMA(points *float64, d int, cpack *float64, cnorm *float64, idx *int32, pa *int32, n int, out *float64)
+
+// hasFMA is whether ownValuesFMA can run: Go code calls math.FMA behind a
+// test of the processor at each call, and spills its registers around
+// the fallback.
+var hasFMA = cpu.X86.HasFMA

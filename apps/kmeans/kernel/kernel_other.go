@@ -25,3 +25,9 @@ func lanesTop2(st []float64, n int, out []float64) { lanesTop2Go(st, n, out) }
 func ruleOut(lbs []float32, mv []float64, thr float64, scan []uint8) float64 {
 	return ruleOutGo(lbs, mv, thr, scan)
 }
+
+var hasFMA = false
+
+func ownValuesFMA(points *float64, d int, cpack *float64, cnorm *float64, idx *int32, pa *int32, n int, out *float64) {
+	panic("kmeans: internal error: no assembly kernels in this build")
+}

@@ -184,6 +184,11 @@ type pruner struct {
 	// versions v (at v%histLen), every group's drifts summed over versions
 	// 1..v, rounded up and down: the members of group g moved at most
 	// cumUp(v)−cumLo(v0) between versions v0 and v.
+	// ccg holds, for the first Step's full scans (freshGroupBounds), per
+	// centroid a and group g a lower bound on the distance from c_a to
+	// g's members other than a: k*G.
+	ccg []float64
+
 	ver          int32
 	hist         int32 // versions kept: histLen (tests make it shorter)
 	cumUp, cumLo []float64
@@ -219,12 +224,26 @@ func newPruner(points []float64, n, d, k int, yinyang bool) *pruner {
 
 // up and down round a computed value outwards: up(x) ≥ the exact value
 // when x carries a few roundings, down(x) ≤ it.
-func (pr *pruner) up(x float64) float64   { return x + math.Abs(x)*pr.rel + tinyAbs }
-func (pr *pruner) down(x float64) float64 { return x - math.Abs(x)*pr.rel - tinyAbs }
+// They are x ± |x|·rel ± tinyAbs, the absolute value taken by the sign's
+// test (the same bits: rounding is symmetric), which costs less than
+// math.Abs: on amd64 that crosses from the vector registers to the
+// integer ones and back.
+func (pr *pruner) up(x float64) float64 {
+	if x < 0 {
+		return x - x*pr.rel + tinyAbs
+	}
+	return x + x*pr.rel + tinyAbs
+}
+
+func (pr *pruner) down(x float64) float64 {
+	if x < 0 {
+		return x + x*pr.rel - tinyAbs
+	}
+	return x - x*pr.rel - tinyAbs
+}
 
 // upPos and downPos are up and down, the same bits, for x ≥ 0 (or ±0,
-// or NaN) only: they save the absolute value, which on amd64 crosses
-// from the vector registers to the integer ones and back.
+// or NaN) only: they save the test of the sign.
 func (pr *pruner) upPos(x float64) float64   { return x + x*pr.rel + tinyAbs }
 func (pr *pruner) downPos(x float64) float64 { return x - x*pr.rel - tinyAbs }
 
@@ -234,19 +253,18 @@ func (pr *pruner) errBound(xsq float64) float64 {
 	return pr.upPos(pr.gE * (xsq + pr.r2))
 }
 
-// safe reports m² − ub² > 2E with the rounding of the test itself covered.
-func (pr *pruner) safe(m, ub, e float64) bool {
-	return m > 0 && pr.downPos(m*m) > pr.upPos(ub*ub+2*e)
-}
-
-// bestBound is the larger of two lower bounds; a NaN one (no bound) is
-// left out. A comparison rather than max, which orders NaNs and signed
-// zeros at a price.
-func bestBound(a, b float64) float64 {
-	if a > b {
-		return a
-	}
-	return b
+// settled reports whether a point's bounds prove its centroid a the
+// nearest: lb bounds its distance to every other centroid from below, h
+// is twice pr.half[a] (every other centroid is at least h − ub away), ub
+// bounds its distance to a from above and e is its E; the test is
+// m² − ub² > 2E for m the better of the two lower bounds, with its own
+// rounding covered. Without a branch: the builtin max is branch-free on
+// amd64 (a NaN lb, which no bound is, fails the test, which is always
+// allowed); h − ub rounded down as if it were ≥ 0 stays below 0 when it
+// is not, and m is taken at least 0, where the test fails.
+func (pr *pruner) settled(lb, h, ub, e float64) bool {
+	m := max(lb, pr.downPos(h-ub), 0)
+	return pr.downPos(m*m) > pr.upPos(ub*ub+2*e)
 }
 
 // upperDist converts a computed value v̂ of the assigned centroid into an
@@ -261,7 +279,7 @@ func (pr *pruner) upperDist(v, xsq, e float64) float64 {
 }
 
 func (pr *pruner) lowerDist(v, xsq, e float64) float64 {
-	xlo := pr.down(xsq - 2*xsq*pr.rel) // xsq (≥ 0) is rounded up; undo with margin
+	xlo := pr.downPos(xsq - 2*xsq*pr.rel) // xsq (≥ 0) is rounded up; undo with margin
 	s := pr.down(pr.down(v+xlo) - e)
 	if s <= 0 {
 		return 0
@@ -328,10 +346,12 @@ func (kr *Kernel) prepareCentroids(w *worker) {
 			pr.cumLo = make([]float64, int(pr.hist)*gr.n)
 			for _, wk := range kr.workers {
 				wk.yy = newYYWork(gr.n, pr.gstride)
-				wk.gtmp = make([]float64, kr.blockPts*gr.n*2)
 			}
 		}
 		pr.groups.fill(kr)
+		if !pr.have {
+			kr.centroidGroupBounds() // the first Step's full scans need them
+		}
 		kr.yinyangPrepare()
 	}
 	for lo := 0; lo < kr.k; lo += kr.blockPts {
@@ -348,101 +368,6 @@ func (kr *Kernel) prepareCentroids(w *worker) {
 			xsq := pr.up(kr.cnorm[j])
 			pr.half[j] = 0.5 * pr.lowerDist(w.v2[i], xsq, pr.errBound(xsq))
 		}
-	}
-}
-
-// assignPruned writes the nearest centroid of points [lo, hi) into w.best,
-// the same as argmin would, using and updating the bounds.
-func (kr *Kernel) assignPruned(w *worker, lo, hi int) {
-	pr, d := kr.pr, kr.d
-	best := w.best[:hi-lo]
-	nf := 0
-	for i := lo; i < hi; i++ {
-		a := pr.pa[i]
-		if a < 0 {
-			w.fidx[nf] = int32(i)
-			nf++
-			continue
-		}
-		e := pr.errBound(pr.xsq[i])
-		ub := pr.u[i]
-		lb := pr.l[i]
-		if pr.have {
-			ub = pr.upPos(ub + pr.drift[a])
-			other := pr.dmax1
-			if int(a) == pr.darg {
-				other = pr.dmax2
-			}
-			lb = pr.down(lb - other)
-			pr.l[i] = lb
-		}
-		h2 := 2 * pr.half[a]
-		if pr.safe(bestBound(lb, pr.down(h2-ub)), ub, e) {
-			pr.u[i] = ub
-			best[i-lo] = a
-			w.stats.Skipped++
-			continue
-		}
-		va := kr.value(kr.points[i*d:i*d+d], int(a))
-		w.stats.Distances++
-		ub = pr.upperDist(va, pr.xsq[i], e)
-		pr.u[i] = ub
-		if pr.safe(bestBound(lb, pr.down(h2-ub)), ub, e) {
-			best[i-lo] = a
-			w.stats.Tightened++
-			continue
-		}
-		if pr.groups != nil {
-			if kr.yyFilter(w, i, a, va, ub, e) {
-				best[i-lo] = a
-				w.stats.Grouped++
-			}
-			continue
-		}
-		w.fidx[nf] = int32(i)
-		nf++
-	}
-	w.stats.Scanned += int64(nf)
-	w.stats.Distances += int64(nf) * int64(kr.k)
-	for f0 := 0; f0 < nf; {
-		np := 0
-		for ; f0+np < nf && np < kr.blockPts; np++ {
-			i := int(w.fidx[f0+np])
-			copy(w.gbuf[np*d:np*d+d], kr.points[i*d:i*d+d])
-		}
-		grouped := pr.groups != nil && kr.impl == ImplAVX512
-		if grouped {
-			kr.top2Groups(w, np)
-		} else {
-			kr.top2(w, np)
-		}
-		for q := 0; q < np; q++ {
-			i := int(w.fidx[f0+q])
-			e := pr.errBound(pr.xsq[i])
-			a := w.tbest[q]
-			pr.pa[i] = a
-			pr.u[i] = pr.upperDist(w.v1[q], pr.xsq[i], e)
-			pr.l[i] = pr.lowerDist(w.v2[q], pr.xsq[i], e)
-			best[i-lo] = a
-			if gr := pr.groups; gr != nil {
-				lb := f32down(pr.l[i])
-				for g := range gr.n {
-					if grouped { // each group's own smallest value
-						m := w.gtmp[(q*gr.n+g)*2]
-						if g == int(gr.of[a]) {
-							m = w.gtmp[(q*gr.n+g)*2+1]
-						}
-						lb = f32down(pr.lowerDist(m, pr.xsq[i], e))
-					}
-					pr.glb[i*pr.gstride+g] = lb
-				}
-				pr.stamp[i] = pr.ver
-			}
-		}
-		f0 += np
-	}
-	if pr.groups != nil {
-		kr.yyResolve(w, lo, best)
 	}
 }
 

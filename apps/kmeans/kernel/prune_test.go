@@ -530,3 +530,100 @@ func TestRuleOut(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnValues: the assembly loop of ownValues gives Kernel.value's bits
+// for every listed point, with points listed in any order and centroids in
+// every lane of their block.
+func TestOwnValues(t *testing.T) {
+	const d, k = 7, 29
+	pts := genData(t, GenConfig{Seed: 5, N: 300, D: d, Blobs: 4, Spread: 5, Sigma: 1})
+	for _, impl := range fastImpls() {
+		kr, err := NewKernel(pts, d, k, Config{Impl: impl, Threads: 1, Algo: AlgoHamerly})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cent, err := InitCentroids(pts, d, k, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kr.Step(cent, NewPartial(k, d)); err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(3, 4))
+		for i := range kr.pr.pa {
+			kr.pr.pa[i] = int32(rng.IntN(k)) // any centroid, not only the nearest
+		}
+		idx := make([]int32, 0, kr.N())
+		for _, i := range rng.Perm(kr.N()) {
+			idx = append(idx, int32(i))
+		}
+		va := make([]float64, len(idx))
+		kr.ownValues(idx, va)
+		for s, i := range idx {
+			want := kr.value(pts[int(i)*d:int(i)*d+d], int(kr.pr.pa[i]))
+			if math.Float64bits(va[s]) != math.Float64bits(want) {
+				t.Fatalf("%v: point %d centroid %d: %v, want %v", impl, i, kr.pr.pa[i], va[s], want)
+			}
+		}
+		kr.Close()
+	}
+}
+
+// TestFirstGroupBoundsHold: after Yinyang's first Step, whose group bounds
+// come from the centroids' distances to each other, every point's bound
+// for every group is at most its distance to each member of the group
+// other than its centroid (computed exactly).
+func TestFirstGroupBoundsHold(t *testing.T) {
+	const d, k = 6, 300
+	pts := genData(t, GenConfig{Seed: 12, N: 2000, D: d, Blobs: 5, Spread: 8, Sigma: 1})
+	for _, impl := range fastImpls() {
+		kr, err := NewKernel(pts, d, k, Config{Impl: impl, Threads: 1, Algo: AlgoYinyang})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cent, err := InitCentroids(pts, d, k, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kr.Step(cent, NewPartial(k, d)); err != nil {
+			t.Fatal(err)
+		}
+		pr, gr := kr.pr, kr.pr.groups
+		tight := 0
+		for i := range kr.N() {
+			a := pr.pa[i]
+			for j := range k {
+				if int32(j) == a {
+					continue
+				}
+				g := gr.of[j]
+				lb := float64(pr.glb[i*pr.gstride+int(g)])
+				near := math.Sqrt(sqDistRow(pts[i*d:i*d+d], cent[j*d:j*d+d]))
+				if lb > 0.5*near {
+					tight++
+				}
+				if lb < near*(1-1e-9) {
+					continue // clearly below: no need of the exact distance
+				}
+				if exact := exactDist(pts[i*d:i*d+d], cent[j*d:j*d+d]); big.NewFloat(lb).Cmp(exact) > 0 {
+					t.Fatalf("%v: point %d group %d bound %v above the distance %v to centroid %d", impl, i, g, lb, exact, j)
+				}
+			}
+		}
+		if tight == 0 {
+			t.Fatalf("%v: no bound above half the distance: the test checks nothing", impl)
+		}
+		kr.Close()
+	}
+}
+
+// exactDist is the Euclidean distance between x and c, to 200 bits.
+func exactDist(x, c []float64) *big.Float {
+	s := new(big.Float).SetPrec(200)
+	for t := range x {
+		e := new(big.Float).SetPrec(200).SetFloat64(x[t])
+		e.Sub(e, new(big.Float).SetPrec(200).SetFloat64(c[t]))
+		s.Add(s, e.Mul(e, e))
+	}
+	return s.Sqrt(s)
+}

@@ -169,52 +169,6 @@ func (gr *groups) scan(x []float64, d, g int, skip int32) (m1 float64, i1 int32,
 	return m1, i1, m2
 }
 
-// top2Groups is top2 for AlgoYinyang on AVX-512: the np points in w.gbuf
-// are scanned group by group with the two-smallest kernel, which gives
-// each group's smallest and second smallest value (w.gtmp) as well as the
-// overall winner (the smallest value, ties to the lowest index: within a
-// group the lowest position, which is the lowest index; across groups
-// the lower index) and the overall runner-up.
-func (kr *Kernel) top2Groups(w *worker, np int) {
-	gr, d := kr.pr.groups, kr.d
-	npad := w.pad(np, d, 4)
-	st := w.state[:npad*3*lanes]
-	inf := math.Inf(1)
-	for q := 0; q < np; q++ {
-		w.v1[q], w.tbest[q] = inf, -1
-	}
-	for g := 0; g < gr.n; g++ {
-		b0, b1 := gr.blk[g], gr.blk[g+1]
-		asmArgmin2(w.gbuf[:npad*d], npad, d, gr.pack[b0*d*lanes:b1*d*lanes], b1-b0, gr.norm[b0*lanes:b1*lanes], float64(b0*lanes), st, asmFirst)
-		t3 := w.t3[:3*np]
-		lanesTop2(st, np, t3)
-		for q := 0; q < np; q++ {
-			m1, at, m2 := t3[3*q], t3[3*q+1], t3[3*q+2]
-			w.gtmp[(q*gr.n+g)*2], w.gtmp[(q*gr.n+g)*2+1] = m1, m2
-			if m1 == inf {
-				continue
-			}
-			if j := gr.idx[int(at)]; m1 < w.v1[q] || (m1 == w.v1[q] && j < w.tbest[q]) {
-				w.v1[q], w.tbest[q] = m1, j
-			}
-		}
-	}
-	// The runner-up: the smallest of the other groups' minima and the
-	// winner's group's second value.
-	for q := 0; q < np; q++ {
-		ga := int(gr.of[w.tbest[q]])
-		v2 := inf
-		for g := 0; g < gr.n; g++ {
-			m := w.gtmp[(q*gr.n+g)*2]
-			if g == ga {
-				m = w.gtmp[(q*gr.n+g)*2+1]
-			}
-			v2 = min(v2, m)
-		}
-		w.v2[q] = v2
-	}
-}
-
 // f32down rounds a non-negative bound down to float32.
 func f32down(x float64) float32 {
 	if x <= 0 {
@@ -222,7 +176,9 @@ func f32down(x float64) float32 {
 	}
 	f := float32(x)
 	if float64(f) > x {
-		f = math.Nextafter32(f, 0)
+		// f > 0: the next float32 toward 0 is one ulp down (from +Inf,
+		// the largest finite one), as math.Nextafter32(f, 0) gives.
+		f = math.Float32frombits(math.Float32bits(f) - 1)
 	}
 	return f
 }

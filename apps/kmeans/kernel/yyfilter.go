@@ -122,10 +122,20 @@ const yyBatch = 2048
 // drift history.
 func (pr *pruner) rebaseAge() int32 { return pr.hist / 2 }
 
+// yyThreshold is the filter's threshold for a point whose distance to its
+// centroid is at most ub, its margin e: a group is ruled out when its
+// moved bound exceeds it, as it is at least √(ub² + 2E): then every
+// member's v̂ is above the centroid's (see pruner). float64(lbs[g]) −
+// mv[g] is computed with one rounding, covered by the threshold's margin
+// and by the rounding down of lmin.
+func (pr *pruner) yyThreshold(ub, e float64) float64 {
+	return pr.upPos(pr.upPos(math.Sqrt(pr.upPos(ub*ub + 2*e)))) // ub, e ≥ 0
+}
+
 // yyFilter is step 1 for point i, whose global bounds failed: a is its
-// centroid, va its value, ub the bound on its distance, e the margin. It
-// reports true when every group is ruled out: a stays, settled at once.
-func (kr *Kernel) yyFilter(w *worker, i int, a int32, va, ub, e float64) bool {
+// centroid, va its value, e the margin, thr its threshold (yyThreshold).
+// It reports true when every group is ruled out: a stays, settled at once.
+func (kr *Kernel) yyFilter(w *worker, i int, a int32, va, e, thr float64) bool {
 	pr := kr.pr
 	gr := pr.groups
 	yy := w.yy
@@ -134,11 +144,6 @@ func (kr *Kernel) yyFilter(w *worker, i int, a int32, va, ub, e float64) bool {
 	slot := int32(len(yy.pts))
 	known := kr.yyMoves(yy, pr.stamp[i])
 	p.rebase = !known || pr.ver-pr.stamp[i] >= pr.rebaseAge()
-	// A group is ruled out when its moved bound exceeds thr, which is at
-	// least √(ub² + 2E): then every member's v̂ is above va (see pruner).
-	// float64(lbs[g]) − mv[g] is computed with one rounding, covered by
-	// thr's margin and by the rounding down of lmin.
-	thr := pr.up(pr.up(math.Sqrt(pr.up(ub*ub + 2*e))))
 	mv := yy.mv[:len(lbs)]
 	lmin := math.Inf(1)
 	if known {
@@ -182,25 +187,41 @@ func (kr *Kernel) yyFilter(w *worker, i int, a int32, va, ub, e float64) bool {
 }
 
 // yyResolve runs steps 2 and 3 for the batch's points and writes each
-// one's nearest centroid into best (indexed from lo).
+// one's nearest centroid into best (indexed from lo). Step 3 goes in three
+// loops over the batch (the winners, every pair's bound, the stores), so
+// that the pairs' square roots overlap.
 func (kr *Kernel) yyResolve(w *worker, lo int, best []int32) {
 	yy := w.yy
-	gr := kr.pr.groups
+	pr := kr.pr
+	gr := pr.groups
 	if len(yy.pts) == 0 {
 		return
 	}
 	kr.yyScan(w)
 	for s := range yy.pts {
 		p := &yy.pts[s]
-		end := int32(len(yy.pg))
-		if s+1 < len(yy.pts) {
-			end = yy.pts[s+1].first
-		}
-		for q := p.first; q < end; q++ {
+		for q := p.first; q < yy.end(s); q++ {
 			if v, j := yy.v1[q], yy.j1[q]; v < p.bv || (v == p.bv && j < p.bi) {
 				p.bv, p.bi = v, j
 			}
 		}
+	}
+	// Each pair's bound, into v1: the smallest value of a member other
+	// than the winner, as a lower bound on the distance.
+	for q, s := range yy.pp {
+		p := &yy.pts[s]
+		m := yy.v1[q]
+		if yy.j1[q] == p.bi {
+			m = yy.v2[q]
+		}
+		if !math.IsInf(m, 1) { // else no member but the winner: +Inf
+			m = pr.lowerDist(m, pr.xsq[p.i], p.e)
+		}
+		yy.v1[q] = m
+	}
+	for s := range yy.pts {
+		p := &yy.pts[s]
+		end := yy.end(s)
 		kr.yyBounds(yy, p, p.first, end)
 		best[int(p.i)-lo] = p.bi
 		w.stats.Grouped++
@@ -212,10 +233,18 @@ func (kr *Kernel) yyResolve(w *worker, lo int, best []int32) {
 	yy.pts, yy.pg, yy.pp = yy.pts[:0], yy.pg[:0], yy.pp[:0]
 }
 
+// end is the end of the pairs of the batch's point s.
+func (yy *yyWork) end(s int) int32 {
+	if s+1 < len(yy.pts) {
+		return yy.pts[s+1].first
+	}
+	return int32(len(yy.pg))
+}
+
 // yyBounds stores point p's new bounds once its nearest centroid is known:
-// per scanned group (pairs [q0, q1)) the smallest value of a member other
-// than the winner; a's group, when a lost and its group was not scanned,
-// also covers a; the global lower bound l is the smallest of all.
+// per scanned group (pairs [q0, q1)) the bound yyResolve put in v1; a's
+// group, when a lost and its group was not scanned, also covers a; the
+// global lower bound l is the smallest of all.
 func (kr *Kernel) yyBounds(yy *yyWork, p *yyPoint, q0, q1 int32) {
 	pr := kr.pr
 	gr := pr.groups
@@ -238,14 +267,7 @@ func (kr *Kernel) yyBounds(yy *yyWork, p *yyPoint, q0, q1 int32) {
 	scannedA := false
 	for q := q0; q < q1; q++ {
 		g := yy.pg[q]
-		m := yy.v1[q]
-		if yy.j1[q] == p.bi {
-			m = yy.v2[q]
-		}
-		b := math.Inf(1) // no member but the winner
-		if !math.IsInf(m, 1) {
-			b = pr.lowerDist(m, xsq, p.e)
-		}
+		b := yy.v1[q]
 		store(g, b)
 		l = min(l, b)
 		scannedA = scannedA || g == ga
