@@ -32,12 +32,12 @@ TEXT ·ownValuesFMA(SB), NOSPLIT, $0-64
 	SHLQ  $6, R12
 
 ovPoint:
-	// Fetch the row of the point eight ahead (its first two cache
+	// Fetch the row of the point 32 ahead (its first two cache
 	// lines): the listed points are in order but with gaps, which the
 	// hardware's own prefetch follows poorly.
-	CMPQ       CX, $8
+	CMPQ       CX, $32
 	JLE        ovNow
-	MOVLQSX    32(R10), AX
+	MOVLQSX    128(R10), AX
 	IMULQ      BX, AX
 	PREFETCHT0 (SI)(AX*8)
 	PREFETCHT0 64(SI)(AX*8)
