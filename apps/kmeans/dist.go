@@ -322,7 +322,7 @@ func (j *Job) loadShard(s int) (lo, hi int, pts []float64, err error) {
 		pts, _, err = points.ReadShard(j.opt.Input, lo, hi, j.opt.CSV)
 		return lo, hi, pts, err
 	}
-	pts = make([]float64, (hi-lo)*j.d)
+	pts = kernel.NewPoints(hi-lo, j.d)
 	return lo, hi, pts, kernel.Generate(j.opt.Gen, lo, hi, pts)
 }
 

@@ -211,6 +211,9 @@ func newPruner(points []float64, n, d, k int, yinyang bool) *pruner {
 		half:    make([]float64, k),
 		hist:    histLen,
 	}
+	hugePages(pr.u)
+	hugePages(pr.l)
+	hugePages(pr.xsq)
 	for i := range pr.pa {
 		pr.pa[i] = -1
 		var s float64
@@ -334,6 +337,7 @@ func (kr *Kernel) prepareCentroids(w *worker) {
 			// with +Inf (always ruled out) for ruleOut's vectors.
 			pr.gstride = (gr.n + 7) &^ 7
 			pr.glb = make([]float32, kr.n*pr.gstride)
+			hugePages(pr.glb)
 			if pr.gstride > gr.n {
 				for i := range kr.n {
 					for g := gr.n; g < pr.gstride; g++ {
