@@ -287,6 +287,14 @@ func (c *coll) nudge(ctx context.Context, i int) {
 	if err != nil {
 		return
 	}
+	if ctx.Err() != nil {
+		// This member stored its stamp after its caller gave up: the
+		// member that sleeps on it must still hear of it, or it would
+		// sleep until its own context ends (a lost wake-up).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(c.rt.life, samehost.ShareTimeout)
+		defer cancel()
+	}
 	h := transport.Header{Type: transport.FrameControl, A: ctlCollWake}
 	c.rt.sendErr(ctx, c.rt.send(ctx, p, &h, nil), rank, p, c.op) // a lost peer is noted there
 }
