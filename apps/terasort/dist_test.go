@@ -560,7 +560,11 @@ func TestDistSortInterrupted(t *testing.T) {
 func interruptSort(t *testing.T, gaspirun, terasort, in, out string) (finished bool, output string) {
 	t.Helper()
 	var log bytes.Buffer
-	cmd := exec.Command(gaspirun, "-n", "2", "--timeout", jobTimeout.String(), "--grace", "5s", "--", terasort, "sort", "--in", in, "--out", out)
+	// --collapse 2s: the two ranks handle their SIGTERM up to several
+	// hundred milliseconds apart on a busy machine, past the default
+	// window of 200 ms; what is checked is that one interruption is said
+	// once, not how close together the ranks said it.
+	cmd := exec.Command(gaspirun, "-n", "2", "--timeout", jobTimeout.String(), "--grace", "5s", "--collapse", "2s", "--", terasort, "sort", "--in", in, "--out", out)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
