@@ -2,9 +2,11 @@ package pgas
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unique"
 
 	"github.com/gaspigo/gaspigo/pgas/internal/samehost"
 	"github.com/gaspigo/gaspigo/segments"
@@ -16,7 +18,7 @@ import (
 // before anything is sent.
 type segInfo struct {
 	seg   *segments.Segment
-	sizes atomic.Pointer[[]int64] // by rank; nil for a segment created locally only
+	sizes atomic.Pointer[sizeTable] // by rank; nil for a segment created locally only
 
 	// use pins the memory: handlers that read or write it for a peer hold
 	// it shared until they are done with it (a read reply until it is
@@ -148,10 +150,10 @@ func (rt *Runtime) checkRemote(rank int, l Loc, n int64, op string) error {
 		return nil
 	}
 	sizes := si.sizes.Load()
-	if sizes == nil || rank >= len(*sizes) {
+	if sizes == nil || rank >= sizes.len() {
 		return nil
 	}
-	size := (*sizes)[rank]
+	size := sizes.at(rank)
 	if size < 0 && rt.Vacant(rank) {
 		// Vacant when the segment was created: the operation fails with
 		// ErrVacant once it is checked against the program's view.
@@ -223,7 +225,7 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 	for i, r := range members {
 		full[r] = samehost.DescSize(descs, i)
 	}
-	si.sizes.Store(&full)
+	si.sizes.Store(newSizeTable(full))
 	rt.mapPeers(si, rt.view.Load(), members, descs)
 	return si.seg, nil
 }
@@ -252,4 +254,30 @@ func (rt *Runtime) SegmentDelete(id segments.ID) error {
 	si.deleted = true
 	si.use.Unlock()
 	return si.seg.Close()
+}
+
+// sizeTable is one segment's size on every rank, -1 for a rank that did
+// not create it, as SegmentCreate's allgather taught it. It is read-only
+// and interned (package unique): the runtimes of one process that learnt
+// the same sizes share one copy, so a simulation of N ranks holds O(N)
+// bytes per segment, not O(N²). Nothing can write it: its only
+// representation is an immutable string.
+type sizeTable struct{ h unique.Handle[string] }
+
+func newSizeTable(sizes []int64) *sizeTable {
+	b := make([]byte, 8*len(sizes))
+	for i, s := range sizes {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(s))
+	}
+	return &sizeTable{h: unique.Make(string(b))}
+}
+
+// len is the number of ranks in the table.
+func (t *sizeTable) len() int { return len(t.h.Value()) / 8 }
+
+// at is rank r's size; r is in [0, len).
+func (t *sizeTable) at(r int) int64 {
+	s := t.h.Value()[8*r : 8*r+8]
+	return int64(uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56)
 }

@@ -394,20 +394,21 @@ func initialState(members []Member, numRanks int, shrink bool, refillWait time.D
 		Epoch:      1,
 		NumRanks:   numRanks,
 		Ranks:      make([]uint32, 0, numRanks),
-		Procs:      make(map[uint32]procInfo, len(members)),
 		Failed:     map[uint32]uint64{},
 		Shrink:     shrink,
 		RefillWait: refillWait,
 		Voters:     chooseVoters(members, maxVoters),
 	}
+	procs := make(map[uint32]procInfo, len(members))
 	for _, m := range members {
-		s.Procs[m.Proc] = m.info()
+		procs[m.Proc] = m.info()
 		if m.Spare {
 			s.Spares = append(s.Spares, m.Proc)
 		} else {
 			s.Ranks = append(s.Ranks, m.Proc)
 		}
 	}
+	s.Procs = newProcTable(procs)
 	return s, nil
 }
 

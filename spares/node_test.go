@@ -210,11 +210,11 @@ func awaitPool(t testing.TB, ctx context.Context, live []*Node, epoch uint64) {
 	most := 0
 	for _, n := range live {
 		if st, err := n.waitEpoch(ctx, epoch); err == nil || errors.Is(err, ErrSparesExhausted) {
-			most = max(most, len(st.Procs))
+			most = max(most, st.Procs.len())
 		}
 	}
 	for _, n := range live {
-		if _, err := n.awaitState(ctx, func(st *state) bool { return len(st.Procs) >= most }); err != nil {
+		if _, err := n.awaitState(ctx, func(st *state) bool { return st.Procs.len() >= most }); err != nil {
 			t.Fatalf("node %d never learnt the %d processes another holds: %v", n.proc(), most, err)
 		}
 	}
@@ -375,7 +375,7 @@ func TestNodeLeaderFailure(t *testing.T) {
 		// Move leadership to a voter holding a rank, so its death needs a promotion.
 		target := slices.IndexFunc(st.Voters, func(v uint32) bool { _, ok := st.RankOf(v); return ok })
 		v := st.Voters[target]
-		if err := old.raftNode().LeadershipTransferToServer(serverID(v), raft.ServerAddress(st.Procs[v].RaftAddr)).Error(); err != nil {
+		if err := old.raftNode().LeadershipTransferToServer(serverID(v), raft.ServerAddress(st.Procs.info(v).RaftAddr)).Error(); err != nil {
 			t.Fatalf("leadership transfer: %v", err)
 		}
 		old = c.leader(ctx)
@@ -422,8 +422,8 @@ func TestNodeControlPlane(t *testing.T) {
 	defer cancel()
 	leader := c.leader(ctx)
 	follower := c.other(leader.proc())
-	ctlAddr := leader.view().Procs[leader.proc()].CtlAddr
-	raftAddr := leader.view().Procs[leader.proc()].RaftAddr
+	ctlAddr := leader.view().Procs.info(leader.proc()).CtlAddr
+	raftAddr := leader.view().Procs.info(leader.proc()).RaftAddr
 
 	cmd, _ := encodeCommand(finish{})
 	_, err := follower.callCtl(ctx, ctlAddr, auth.NewToken(), cmd)

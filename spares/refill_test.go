@@ -39,7 +39,7 @@ func TestValidateAwaiting(t *testing.T) {
 		"awaiting without RefillWait": func(s *state) { s.RefillWait = 0 },
 		"negative RefillWait":         func(s *state) { s.RefillWait = -time.Second },
 		"awaiting with a spare": func(s *state) {
-			s.Procs[9] = infoFor(9, "h1")
+			s.Procs.set(9, infoFor(9, "h1"))
 			s.Spares = []uint32{9}
 		},
 		"wait since another epoch":   func(s *state) { s.Awaiting[0].Since = 1 },
@@ -79,7 +79,7 @@ func TestApplyRandomLogsWithRefill(t *testing.T) {
 			case 0, 1:
 				cmd = declareFailed{Proc: uint32(next(8)), Reporter: noProc, Epoch: a.Epoch}
 			case 2:
-				if next(3) == 0 && len(a.Procs) > 0 {
+				if next(3) == 0 && a.Procs.len() > 0 {
 					cmd = declareFailed{Proc: joiner - 1, Reporter: noProc, Epoch: a.Epoch}
 				} else {
 					cmd = addSpare{Proc: joiner, Info: infoFor(joiner, "hj")}

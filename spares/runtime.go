@@ -115,7 +115,7 @@ func (m *Membership) toView(st state) pgas.View {
 // order, failed ones included.
 func joinersOf(st *state, first uint32) []pgas.Joiner {
 	var ids []uint32
-	for p := range st.Procs {
+	for p := range st.Procs.all() {
 		if p >= first {
 			ids = append(ids, p)
 		}
@@ -123,7 +123,7 @@ func joinersOf(st *state, first uint32) []pgas.Joiner {
 	slices.Sort(ids)
 	var out []pgas.Joiner
 	for _, p := range ids {
-		info := st.Procs[p]
+		info := st.Procs.info(p)
 		out = append(out, pgas.Joiner{Proc: transport.Proc(p), Addr: info.Addr, Host: info.Host})
 	}
 	return out

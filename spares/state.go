@@ -87,7 +87,7 @@ type state struct {
 	// Ranks maps rank -> proc; noProc marks a vacant rank.
 	Ranks []uint32
 	// Procs is every process the job ever had, failed ones included.
-	Procs map[uint32]procInfo
+	Procs procTable
 	// Spares is the ordered pool: the first spare on another host than the
 	// lost process (else the first) takes its rank.
 	Spares []uint32
@@ -200,11 +200,7 @@ func (s *state) Clone() state {
 	c.Spares = slices.Clone(s.Spares)
 	c.Voters = slices.Clone(s.Voters)
 	c.Awaiting = slices.Clone(s.Awaiting)
-	c.Procs = maps.Clone(s.Procs)
 	c.Failed = maps.Clone(s.Failed)
-	if c.Procs == nil {
-		c.Procs = map[uint32]procInfo{}
-	}
 	if c.Failed == nil {
 		c.Failed = map[uint32]uint64{}
 	}
@@ -220,8 +216,8 @@ func (s *state) Validate() error {
 	if s.NumRanks < 0 || s.NumRanks > maxProcs || len(s.Ranks) != s.NumRanks {
 		return bad("NumRanks %d but %d rank entries (max %d)", s.NumRanks, len(s.Ranks), maxProcs)
 	}
-	if len(s.Procs) > maxProcs {
-		return bad("%d procs, max %d", len(s.Procs), maxProcs)
+	if s.Procs.len() > maxProcs {
+		return bad("%d procs, max %d", s.Procs.len(), maxProcs)
 	}
 	if s.Epoch == 0 {
 		return bad("epoch 0 (epochs start at 1)")
@@ -237,7 +233,7 @@ func (s *state) Validate() error {
 		if p == noProc {
 			continue
 		}
-		if _, ok := s.Procs[p]; !ok {
+		if !s.Procs.has(p) {
 			return bad("rank %d held by unknown proc %d", r, p)
 		}
 		if prev, dup := role[p]; dup {
@@ -251,7 +247,7 @@ func (s *state) Validate() error {
 		role[p] = fmt.Sprintf("rank %d", r)
 	}
 	for _, p := range s.Spares {
-		if _, ok := s.Procs[p]; !ok {
+		if !s.Procs.has(p) {
 			return bad("unknown proc %d in spare pool", p)
 		}
 		if prev, dup := role[p]; dup {
@@ -263,7 +259,7 @@ func (s *state) Validate() error {
 		role[p] = "a spare"
 	}
 	for p, e := range s.Failed {
-		if _, ok := s.Procs[p]; !ok {
+		if !s.Procs.has(p) {
 			return bad("unknown proc %d in failed set", p)
 		}
 		if e == 0 || e > s.Epoch {
@@ -275,7 +271,7 @@ func (s *state) Validate() error {
 	}
 	seen := map[uint32]bool{}
 	for _, v := range s.Voters {
-		if _, ok := s.Procs[v]; !ok || seen[v] {
+		if !s.Procs.has(v) || seen[v] {
 			return bad("voter %d unknown or repeated", v)
 		}
 		if _, f := s.Failed[v]; f {
@@ -283,7 +279,7 @@ func (s *state) Validate() error {
 		}
 		seen[v] = true
 	}
-	for p, info := range s.Procs {
+	for p, info := range s.Procs.all() {
 		if p == noProc {
 			return bad("proc id %d is reserved (NoProc)", p)
 		}

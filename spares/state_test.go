@@ -58,9 +58,9 @@ func TestHelpers(t *testing.T) {
 	// Clone is deep: mutating the clone leaves the original alone.
 	c := st.Clone()
 	c.Ranks[0], c.Spares[0], c.Voters[0] = 77, 77, 77
-	c.Procs[77] = procInfo{}
+	c.Procs.set(77, procInfo{})
 	c.Failed[77] = 1
-	if st.Ranks[0] == 77 || st.Spares[0] == 77 || st.Voters[0] == 77 || len(st.Procs) != 6 || len(st.Failed) != 1 {
+	if st.Ranks[0] == 77 || st.Spares[0] == 77 || st.Voters[0] == 77 || st.Procs.len() != 6 || len(st.Failed) != 1 {
 		t.Fatalf("Clone shares memory with the original: %+v", st)
 	}
 	if err := st.Validate(); err != nil {
@@ -84,7 +84,7 @@ func TestValidateCatchesBrokenStates(t *testing.T) {
 		"NumRanks mismatch":      func(s *state) { s.NumRanks++ },
 		"failed in the future":   func(s *state) { s.Failed[s.Spares[0]] = 9; s.Spares = s.Spares[1:] },
 		"epoch zero":             func(s *state) { s.Epoch = 0 },
-		"long host":              func(s *state) { s.Procs[0] = procInfo{Host: strings.Repeat("x", maxAddrLen+1)} },
+		"long host":              func(s *state) { s.Procs.set(0, procInfo{Host: strings.Repeat("x", maxAddrLen+1)}) },
 	}
 	for name, br := range breakers {
 		st := mustState(t, 3, 2, 1, false)

@@ -20,7 +20,7 @@ func newTree(st *state, k int) *tree.Tree {
 			voters = append(voters, v)
 		}
 	}
-	for p, info := range st.Procs {
+	for p, info := range st.Procs.all() {
 		if _, failed := st.Failed[p]; failed || info.CtlAddr == "" || slices.Contains(voters, p) {
 			continue
 		}

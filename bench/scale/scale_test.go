@@ -24,6 +24,7 @@ var (
 	realN    = flag.Int("scale.real", 4096, "TestScaleTable: up to this many ranks the membership is package spares' (Raft among the voters, a tree for the others); above it the fake one, which turns a report into a view at once")
 	restN    = flag.String("scale.rest", "", "comma-separated rank counts for TestRestTraffic (e.g. 256,4096,16384)")
 	killLead = flag.Bool("scale.killleader", false, "TestScaleTable: kill the Raft leader's rank instead of rank N/3 (with the real membership)")
+	heapProf = flag.String("scale.heapprofile", "", "TestScaleTable: write a heap profile taken after setup (Init, ckpt.New and the first checkpoint) to this file, suffixed with -N")
 )
 
 // figures is one row of the table.

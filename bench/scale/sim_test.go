@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,6 +236,9 @@ func newSimOpts(t testing.TB, n, nspares int, real, restOnly bool) (*sim, initFi
 	runtime.ReadMemStats(&ms1)
 	f.allocsPerRank = float64(ms1.Mallocs-ms0.Mallocs) / float64(n)
 	f.heapPerRank = float64(int64(ms1.HeapAlloc)-int64(ms0.HeapAlloc)) / float64(n)
+	if *heapProf != "" {
+		writeHeapProfile(t, fmt.Sprintf("%s-%d", *heapProf, n))
+	}
 	return s, f
 }
 
@@ -499,6 +504,18 @@ func (s *sim) kill(victim int) killFigures {
 		msgsPerSurvivor: float64(fr-hb) / float64(s.n),
 		byType:          d,
 		wall:            wallNow() - w0,
+	}
+}
+
+// writeHeapProfile writes the live heap, as of the last GC, to path.
+func writeHeapProfile(t testing.TB, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatalf("heap profile: %v", err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		t.Fatalf("heap profile: %v", err)
 	}
 }
 
