@@ -119,7 +119,7 @@ func encodeState(s *state) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
 	errs := []error{e.EncodeArrayLen(stateFields), e.EncodeUint(stateVersion), e.EncodeUint(s.Epoch), e.EncodeUint(uint64(s.NumRanks)),
-		encUints(e, s.Ranks)}
+		encUints(e, s.Ranks.slice())}
 	procs := s.Procs.sorted()
 	errs = append(errs, e.EncodeArrayLen(len(procs)))
 	for _, p := range procs {
@@ -166,7 +166,7 @@ func decodeState(b []byte) (state, error) {
 	var s state
 	s.Epoch = d.Uint(^uint64(0))
 	s.NumRanks = int(d.Uint(maxProcs))
-	s.Ranks = d.Uint32s(maxProcs)
+	s.Ranks = newRankTable(d.Uint32s(maxProcs))
 	np := d.ArrayLen(maxProcs)
 	procs := make(map[uint32]procInfo, min(np, 1024))
 	for i := 0; i < np && d.Err() == nil; i++ {

@@ -207,7 +207,7 @@ func (s *state) applyDeclareFailed(c declareFailed) (result, error) {
 		case len(s.Spares) > 0:
 			i := s.spareFor(c.Proc)
 			res.Promoted = s.Spares[i]
-			s.Ranks[r] = s.Spares[i]
+			s.Ranks = s.Ranks.with(r, s.Spares[i])
 			s.Spares = slices.Delete(s.Spares, i, i+1)
 			res.Note = fmt.Sprintf("spare %d takes rank %d", res.Promoted, r)
 		case s.RefillWait > 0:
@@ -230,7 +230,7 @@ func (s *state) applyDeclareFailed(c declareFailed) (result, error) {
 // vacant, and the job fails unless it shrinks and a live rank is left.
 // It returns the note of the result.
 func (s *state) loseRank(r int) string {
-	s.Ranks[r] = noProc
+	s.Ranks = s.Ranks.with(r, noProc)
 	switch {
 	case !s.Shrink:
 		s.Status, s.StatusReason = statusFailed, reasonSparesExhausted
@@ -283,7 +283,7 @@ func (s *state) applyAddSpare(c addSpare) (result, error) {
 		s.Epoch++
 		a := s.Awaiting[0]
 		s.Awaiting = slices.Delete(s.Awaiting, 0, 1)
-		s.Ranks[a.Rank] = c.Proc
+		s.Ranks = s.Ranks.with(a.Rank, c.Proc)
 		r := noop(s, "joiner %d takes rank %d, which awaited a joiner since epoch %d", c.Proc, a.Rank, a.Since)
 		r.Changed, r.Rank, r.Promoted = true, a.Rank, c.Proc
 		return r, nil
@@ -299,8 +299,8 @@ func (s *state) applyAddSpare(c addSpare) (result, error) {
 }
 
 func (s *state) applyEndWait(c endWait) (result, error) {
-	if c.Rank < 0 || c.Rank >= len(s.Ranks) {
-		return result{}, badCmd("EndWait of rank %d, but the job has ranks 0..%d", c.Rank, len(s.Ranks)-1)
+	if c.Rank < 0 || c.Rank >= s.Ranks.len() {
+		return result{}, badCmd("EndWait of rank %d, but the job has ranks 0..%d", c.Rank, s.Ranks.len()-1)
 	}
 	if c.Since > s.Epoch {
 		return result{}, badCmd("EndWait of rank %d waiting since epoch %d, but the view is only at epoch %d", c.Rank, c.Since, s.Epoch)

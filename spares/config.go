@@ -393,22 +393,22 @@ func initialState(members []Member, numRanks int, shrink bool, refillWait time.D
 	s := state{
 		Epoch:      1,
 		NumRanks:   numRanks,
-		Ranks:      make([]uint32, 0, numRanks),
 		Failed:     map[uint32]uint64{},
 		Shrink:     shrink,
 		RefillWait: refillWait,
 		Voters:     chooseVoters(members, maxVoters),
 	}
 	procs := make(map[uint32]procInfo, len(members))
+	ranks := make([]uint32, 0, numRanks)
 	for _, m := range members {
 		procs[m.Proc] = m.info()
 		if m.Spare {
 			s.Spares = append(s.Spares, m.Proc)
 		} else {
-			s.Ranks = append(s.Ranks, m.Proc)
+			ranks = append(ranks, m.Proc)
 		}
 	}
-	s.Procs = newProcTable(procs)
+	s.Procs, s.Ranks = newProcTable(procs), newRankTable(ranks)
 	return s, nil
 }
 

@@ -7,7 +7,7 @@ import (
 )
 
 // Every node of one process that starts from the same member table
-// shares one process table, and a change on one node (a joiner) is never
+// shares one process table, rank table and tree, and a change on one node (a joiner) is never
 // visible on another.
 func TestProcTableShared(t *testing.T) {
 	members := make([]Member, 6)
@@ -22,7 +22,14 @@ func TestProcTableShared(t *testing.T) {
 	if a.Procs.base == nil || a.Procs.base != b.Procs.base {
 		t.Fatal("two nodes' equal member tables are not shared")
 	}
+	if a.Ranks != b.Ranks || newTree(&a, 8) != newTree(&b, 8) {
+		t.Fatal("two nodes' equal rank tables or trees are not shared")
+	}
 	c := b.Clone()
+	c.Ranks = c.Ranks.with(0, 5)
+	if a.Ranks.at(0) != 0 || b.Ranks.at(0) != 0 || c.Ranks.at(0) != 5 || newTree(&c, 8) != newTree(&a, 8) {
+		t.Fatal("a rank moved on one node is visible on another")
+	}
 	c.Procs.set(9, procInfo{Host: "h2", CtlAddr: "c9"})
 	if a.Procs.has(9) || b.Procs.has(9) || a.Procs.len() != 6 || !c.Procs.has(9) || c.Procs.info(9).Host != "h2" {
 		t.Fatal("a joiner added on one node is visible on another")

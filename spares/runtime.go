@@ -100,8 +100,8 @@ func (m *Membership) LostErr() error { return m.node.lostErr() }
 // still held by its failed process, so the runtime sees that process
 // failed and not replaced yet.
 func (m *Membership) toView(st state) pgas.View {
-	v := pgas.View{Epoch: st.Epoch, Ranks: make([]transport.Proc, len(st.Ranks)), Finished: st.Status == statusFinished, Err: st.Err()}
-	for r, p := range st.Ranks {
+	v := pgas.View{Epoch: st.Epoch, Ranks: make([]transport.Proc, st.Ranks.len()), Finished: st.Status == statusFinished, Err: st.Err()}
+	for r, p := range st.Ranks.all() {
 		v.Ranks[r] = transport.Proc(p)
 	}
 	for _, p := range st.FailedProcs() {

@@ -85,7 +85,7 @@ type state struct {
 	// a lost rank becomes vacant (noProc) so apps can redistribute its work.
 	NumRanks int
 	// Ranks maps rank -> proc; noProc marks a vacant rank.
-	Ranks []uint32
+	Ranks rankTable
 	// Procs is every process the job ever had, failed ones included.
 	Procs procTable
 	// Spares is the ordered pool: the first spare on another host than the
@@ -143,7 +143,7 @@ func (s *state) RankOf(proc uint32) (int, bool) {
 	if proc == noProc {
 		return -1, false
 	}
-	for r, p := range s.Ranks {
+	for r, p := range s.Ranks.all() {
 		if p == proc {
 			return r, true
 		}
@@ -154,10 +154,10 @@ func (s *state) RankOf(proc uint32) (int, bool) {
 // ProcOf returns the proc holding rank, false when rank is out of range or
 // vacant.
 func (s *state) ProcOf(rank int) (uint32, bool) {
-	if rank < 0 || rank >= len(s.Ranks) || s.Ranks[rank] == noProc {
+	if rank < 0 || rank >= s.Ranks.len() || s.Ranks.at(rank) == noProc {
 		return noProc, false
 	}
-	return s.Ranks[rank], true
+	return s.Ranks.at(rank), true
 }
 
 // IsSpare reports whether proc is in the spare pool.
@@ -185,7 +185,7 @@ func (s *state) Err() error { return statusErr(s) }
 // LiveRanks counts the ranks that are not vacant.
 func (s *state) LiveRanks() int {
 	n := 0
-	for _, p := range s.Ranks {
+	for _, p := range s.Ranks.all() {
 		if p != noProc {
 			n++
 		}
@@ -196,7 +196,6 @@ func (s *state) LiveRanks() int {
 // Clone returns a deep copy.
 func (s *state) Clone() state {
 	c := *s
-	c.Ranks = slices.Clone(s.Ranks)
 	c.Spares = slices.Clone(s.Spares)
 	c.Voters = slices.Clone(s.Voters)
 	c.Awaiting = slices.Clone(s.Awaiting)
@@ -213,8 +212,8 @@ func (s *state) Validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", errBadSnapshot, fmt.Sprintf(format, a...))
 	}
-	if s.NumRanks < 0 || s.NumRanks > maxProcs || len(s.Ranks) != s.NumRanks {
-		return bad("NumRanks %d but %d rank entries (max %d)", s.NumRanks, len(s.Ranks), maxProcs)
+	if s.NumRanks < 0 || s.NumRanks > maxProcs || s.Ranks.len() != s.NumRanks {
+		return bad("NumRanks %d but %d rank entries (max %d)", s.NumRanks, s.Ranks.len(), maxProcs)
 	}
 	if s.Procs.len() > maxProcs {
 		return bad("%d procs, max %d", s.Procs.len(), maxProcs)
@@ -228,8 +227,8 @@ func (s *state) Validate() error {
 	if err := s.validateAwaiting(); err != nil {
 		return bad("%v", err)
 	}
-	role := make(map[uint32]string, len(s.Ranks)+len(s.Spares))
-	for r, p := range s.Ranks {
+	role := make(map[uint32]string, s.Ranks.len()+len(s.Spares))
+	for r, p := range s.Ranks.all() {
 		if p == noProc {
 			continue
 		}
@@ -305,13 +304,13 @@ func (s *state) validateAwaiting() error {
 		return fmt.Errorf("ranks await a joiner while the pool holds %v", s.Spares)
 	}
 	for i, a := range s.Awaiting {
-		if a.Rank < 0 || a.Rank >= len(s.Ranks) {
+		if a.Rank < 0 || a.Rank >= s.Ranks.len() {
 			return fmt.Errorf("awaiting rank %d out of range (NumRanks %d)", a.Rank, s.NumRanks)
 		}
 		if i > 0 && a.Rank <= s.Awaiting[i-1].Rank {
 			return fmt.Errorf("awaiting ranks not in increasing order (%d after %d)", a.Rank, s.Awaiting[i-1].Rank)
 		}
-		p := s.Ranks[a.Rank]
+		p := s.Ranks.at(a.Rank)
 		if e, f := s.Failed[p]; p == noProc || !f || e != a.Since {
 			return fmt.Errorf("rank %d awaits a joiner since epoch %d, but its holder %s was not declared failed then", a.Rank, a.Since, procLabel(p))
 		}

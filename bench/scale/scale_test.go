@@ -48,6 +48,7 @@ func measure(t *testing.T, n int, real, killLeader bool) figures {
 	f.n, f.real = n, real
 	s, fi := newSim(t, n, 2, real)
 	f.init = fi
+	t.Logf("N=%d after setup: %s", n, memLine())
 	f.goPerRank = float64(runtime.NumGoroutine()) / float64(n)
 	f.rest = s.rest(5 * time.Second)
 	ctx := context.Background()
@@ -67,7 +68,28 @@ func measure(t *testing.T, n int, real, killLeader bool) figures {
 		}
 	}
 	f.kill = s.kill(f.victim)
+	t.Logf("N=%d after the kill's recovery: %s", n, memLine())
 	return f
+}
+
+// memLine describes the process's memory: resident now and at its
+// peak (VmRSS, VmHWM), and the Go heap and goroutine stacks.
+func memLine() string {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	rss, hwm := "?", "?"
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				rss = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				hwm = strings.TrimSpace(v)
+			}
+		}
+	}
+	return fmt.Sprintf("rss %s (peak %s), heap in use %d MiB, heap held %d MiB, stacks %d MiB, goroutines %d",
+		rss, hwm, ms.HeapInuse>>20, (ms.HeapSys-ms.HeapReleased)>>20, ms.StackInuse>>20, runtime.NumGoroutine())
 }
 
 // check holds the figures to the protocols' stated costs.
