@@ -54,3 +54,19 @@ func TestSizeTableShared(t *testing.T) {
 		t.Fatal("another rank's sizes are visible in a shared table")
 	}
 }
+
+// When every member passes the same size, the size table is the size and
+// the view's member list: O(1) per runtime, and the vacant ranks still
+// read as not created.
+func TestUniformSizeTable(t *testing.T) {
+	members := []int{0, 1, 3}
+	st := &sizeTable{size: 64, members: members, n: 4}
+	for r, want := range []int64{64, 64, -1, 64} {
+		if got := st.at(r); got != want {
+			t.Errorf("rank %d: size %d, want %d", r, got, want)
+		}
+	}
+	if st.len() != 4 {
+		t.Errorf("len %d, want 4", st.len())
+	}
+}
