@@ -51,3 +51,30 @@ func TestProcTableShared(t *testing.T) {
 		t.Fatal("a decoded snapshot does not share the table it encodes")
 	}
 }
+
+// Nodes started from the same member slice share its validation and the
+// first state's tables; a caller that changes its slice afterwards
+// changes neither what the nodes started from nor what they keep.
+func TestStartTableShared(t *testing.T) {
+	members := make([]Member, 5)
+	for i := range members {
+		members[i] = Member{Proc: uint32(i), Host: "h", CtlAddr: fmt.Sprint("c", i), RaftAddr: fmt.Sprint("r", i), Spare: i == 4}
+	}
+	a, b := startOf(members, 4), startOf(members, 4)
+	if a != b || a.err != nil {
+		t.Fatalf("the same member slice gave two start tables (or %v)", a.err)
+	}
+	members[1].Host = "h2"
+	c := startOf(members, 4)
+	if c == a || a.members[1].Host != "h" || c.members[1].Host != "h2" {
+		t.Fatal("a change to the caller's slice is visible in a start table, or not seen by the next node")
+	}
+	if startOf(members, 3).err == nil {
+		t.Fatal("4 non-spares accepted for 3 ranks")
+	}
+	va := a.votersFor(3)
+	va[0] = 99
+	if a.votersFor(3)[0] == 99 {
+		t.Fatal("a node's voters change the start table's")
+	}
+}

@@ -24,7 +24,7 @@ var (
 	realN    = flag.Int("scale.real", 4096, "TestScaleTable: up to this many ranks the membership is package spares' (Raft among the voters, a tree for the others); above it the fake one, which turns a report into a view at once")
 	restN    = flag.String("scale.rest", "", "comma-separated rank counts for TestRestTraffic (e.g. 256,4096,16384)")
 	killLead = flag.Bool("scale.killleader", false, "TestScaleTable: kill the Raft leader's rank instead of rank N/3 (with the real membership)")
-	heapProf = flag.String("scale.heapprofile", "", "TestScaleTable: write a heap profile taken after setup (Init, ckpt.New and the first checkpoint) to this file, suffixed with -N")
+	heapProf = flag.String("scale.heapprofile", "", "TestScaleTable: write heap profiles taken after setup (Init, ckpt.New and the first checkpoint) and after the kill's recovery to this file, suffixed with -N and -N-kill")
 )
 
 // figures is one row of the table.
@@ -69,6 +69,10 @@ func measure(t *testing.T, n int, real, killLeader bool) figures {
 	}
 	f.kill = s.kill(f.victim)
 	t.Logf("N=%d after the kill's recovery: %s", n, memLine())
+	if *heapProf != "" {
+		runtime.GC()
+		writeHeapProfile(t, fmt.Sprintf("%s-%d-kill", *heapProf, n))
+	}
 	return f
 }
 
