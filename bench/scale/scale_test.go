@@ -21,7 +21,7 @@ import (
 
 var (
 	tableN   = flag.String("scale.n", "", "comma-separated rank counts for TestScaleTable (e.g. 64,256,1024,4096,16384)")
-	realN    = flag.Int("scale.real", 4096, "TestScaleTable: up to this many ranks the membership is package spares' (Raft among the voters, a tree for the others); above it the fake one, which turns a report into a view at once")
+	realN    = flag.Int("scale.real", 65536, "TestScaleTable: up to this many ranks the membership is package spares' (Raft among the voters, a tree for the others); above it the fake one, which turns a report into a view at once")
 	restN    = flag.String("scale.rest", "", "comma-separated rank counts for TestRestTraffic (e.g. 256,4096,16384)")
 	killLead = flag.Bool("scale.killleader", false, "TestScaleTable: kill the Raft leader's rank instead of rank N/3 (with the real membership)")
 	heapProf = flag.String("scale.heapprofile", "", "TestScaleTable: write heap profiles taken after setup (Init, ckpt.New and the first checkpoint) and after the kill's recovery to this file, suffixed with -N and -N-kill")
@@ -173,6 +173,9 @@ func TestScaleTable(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := measure(t, n, n <= *realN, *killLead)
 				rows = append(rows, f)
+				// Before the job is closed, which at tens of thousands of
+				// ranks takes minutes.
+				t.Logf("\n%s\n%s", header(), f.String())
 				t.Logf("recovery frames per rank by type: %s", byType(f.kill.byType, n))
 				check(t, f)
 			})

@@ -507,15 +507,19 @@ func (s *sim) kill(victim int) killFigures {
 	}
 }
 
-// writeHeapProfile writes the live heap, as of the last GC, to path.
+// writeHeapProfile writes the live heap, as of the last GC, to path, and
+// the goroutines to path.goroutines.
 func writeHeapProfile(t testing.TB, path string) {
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatalf("heap profile: %v", err)
-	}
-	defer f.Close()
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		t.Fatalf("heap profile: %v", err)
+	for _, p := range []struct{ name, path string }{{"heap", path}, {"goroutine", path + ".goroutines"}} {
+		f, err := os.Create(p.path)
+		if err != nil {
+			t.Fatalf("%s profile: %v", p.name, err)
+		}
+		err = pprof.Lookup(p.name).WriteTo(f, 0)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s profile: %v", p.name, err)
+		}
 	}
 }
 
