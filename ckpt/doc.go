@@ -126,13 +126,15 @@
 // Config.Mirrors holders (a few frames each) and runs one allreduce
 // (O(log N) frames), none with Vote and Agreed. A restore runs, besides
 // pgas's two SegmentCreate exchanges (the local and the mirror segment,
-// which pgas requires after Recover; an allgather over every rank, O(N)
-// frames per rank today),
+// which pgas requires after Recover; an agreement of constant size when
+// every rank passes the same size, else an allgather, O(N) bytes per
+// rank),
 // three allreduces of constant size, and per rank whose copies this rank
 // holds one FetchAdd and one Write of a few dozen bytes. A survivor
 // restores from its own buffer; only a promoted spare reads its snapshot,
 // from a holder. State per peer: the disk board on rank 0 (4 records per
-// rank); the layout tables are computed once per restore.
+// rank); the layout tables are computed once per restore, and shared by
+// the checkpointers of one process that derive the same layout.
 //
 // # Calls, blocking and ownership
 //

@@ -1,6 +1,13 @@
 package ckpt
 
-import "slices"
+import (
+	"encoding/binary"
+	"runtime"
+	"slices"
+	"sync"
+	"unique"
+	"weak"
+)
 
 // Place returns, for every rank, the ranks that hold its mirrors, given
 // each rank's host label (hosts[r]; "" everywhere when unknown).
@@ -90,9 +97,64 @@ func interleave(hosts []string) []int {
 // layout is a placement plus where each snapshot sits at its holders:
 // holder h keeps, for each source in sources[h] (ascending), a pair of
 // slots at position index(source).
+//
+// A layout is read-only once built, and shared: the checkpointers of one
+// process that derive a layout from the same hosts, mirrors and live
+// ranks get one copy (sharedLayout), so a simulation of N ranks holds
+// O(N × Mirrors) for the layout, not that per rank. Nothing writes
+// holders or sources after newLayout; Holders hands out a copy.
 type layout struct {
 	holders [][]int
 	sources [][]int
+	key     unique.Handle[string] // its interned inputs, when shared
+}
+
+// layouts maps the interned inputs of a layout to the layout built from
+// them, while it lives (a cleanup removes the entry when it is collected).
+var layouts sync.Map // unique.Handle[string] -> weak.Pointer[layout]
+
+// sharedLayout is newLayout(hosts, k, live), built once per content for
+// the whole process while it is in use. The inputs are interned (package
+// unique), so a hit is equal inputs, not a hash that happens to match.
+func sharedLayout(hosts []string, k int, live []int) *layout {
+	key := unique.Make(layoutInputs(hosts, k, live))
+	if w, ok := layouts.Load(key); ok {
+		if l := w.(weak.Pointer[layout]).Value(); l != nil {
+			return l
+		}
+	}
+	l := newLayout(hosts, k, live)
+	l.key = key
+	w := weak.Make(l)
+	if prev, loaded := layouts.LoadOrStore(key, w); loaded {
+		if pl := prev.(weak.Pointer[layout]).Value(); pl != nil {
+			return pl
+		}
+		layouts.Store(key, w)
+	}
+	runtime.AddCleanup(l, func(e layoutEntry) { layouts.CompareAndDelete(e.key, e.w) }, layoutEntry{key, w})
+	return l
+}
+
+type layoutEntry struct {
+	key unique.Handle[string]
+	w   weak.Pointer[layout]
+}
+
+// layoutInputs encodes what a layout is derived from.
+func layoutInputs(hosts []string, k int, live []int) string {
+	b := make([]byte, 0, 16+4*len(live)+8*len(hosts))
+	b = binary.AppendUvarint(b, uint64(k))
+	b = binary.AppendUvarint(b, uint64(len(live)))
+	for _, r := range live {
+		b = binary.AppendUvarint(b, uint64(r))
+	}
+	b = binary.AppendUvarint(b, uint64(len(hosts)))
+	for _, h := range hosts {
+		b = binary.AppendUvarint(b, uint64(len(h)))
+		b = append(b, h...)
+	}
+	return string(b)
 }
 
 // newLayout places the snapshots of the ranks in live (ascending) on each

@@ -118,7 +118,7 @@ func (c *Checkpointer) beginRestore(ctx context.Context, op string, fromDisk boo
 	if r.mine, err = c.myEntry(); err != nil {
 		return nil, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
 	}
-	r.lay = newLayout(c.hosts(), c.cfg.Mirrors, live)
+	r.lay = sharedLayout(c.hosts(), c.cfg.Mirrors, live)
 	if r.ag, r.hs, err = c.agree(ctx, r.mine, live, r.lay); err != nil {
 		return nil, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
 	}

@@ -111,7 +111,7 @@ func (c *Checkpointer) setup(ctx context.Context) error {
 	if err := c.createLocal(ctx); err != nil {
 		return err
 	}
-	lay := newLayout(c.hosts(), c.cfg.Mirrors, c.rt.LiveRanks())
+	lay := sharedLayout(c.hosts(), c.cfg.Mirrors, c.rt.LiveRanks())
 	id := c.cfg.SegmentID + 1
 	cp := lay.capacity(c.rt.Rank())
 	if _, err := c.rt.SegmentCreate(ctx, id, c.mirrorSize(cp), nil); err != nil {

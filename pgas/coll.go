@@ -302,22 +302,29 @@ func (rt *Runtime) Barrier(ctx context.Context, g *Group) error {
 // KiB), it runs in two levels: the host leaders gather the vectors and
 // each reduces them in that same order (see hier.go).
 func (rt *Runtime) AllreduceBytes(ctx context.Context, g *Group, buf []byte, combine func(dst, src []byte)) error {
+	_, err := rt.allreduceRanks(ctx, g, buf, combine)
+	return err
+}
+
+// allreduceRanks is AllreduceBytes that also returns the members, in
+// group order (the view's table: read-only).
+func (rt *Runtime) allreduceRanks(ctx context.Context, g *Group, buf []byte, combine func(dst, src []byte)) ([]int, error) {
 	defer collStart("allreduce").done()
 	c, err := rt.startColl(g, "allreduce")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(c.ranks) == 1 {
-		return nil
+		return c.ranks, nil
 	}
 	if a, st, err := c.shmArea(ctx); err != nil {
-		return err
+		return nil, err
 	} else if a != nil {
 		if done, err := c.shmAllreduce(ctx, a, st, buf, combine); done || err != nil {
-			return err
+			return c.ranks, err
 		}
 	}
-	return c.allreduceFrames(ctx, buf, combine)
+	return c.ranks, c.allreduceFrames(ctx, buf, combine)
 }
 
 // allreduceFrames is AllreduceBytes through frames.

@@ -2,9 +2,12 @@ package pgas
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"unique"
 
 	"github.com/gaspigo/gaspigo/pgas/internal/samehost"
 	"github.com/gaspigo/gaspigo/segments"
@@ -16,7 +19,7 @@ import (
 // before anything is sent.
 type segInfo struct {
 	seg   *segments.Segment
-	sizes atomic.Pointer[[]int64] // by rank; nil for a segment created locally only
+	sizes atomic.Pointer[sizeTable] // by rank; nil for a segment created locally only
 
 	// use pins the memory: handlers that read or write it for a peer hold
 	// it shared until they are done with it (a read reply until it is
@@ -148,10 +151,10 @@ func (rt *Runtime) checkRemote(rank int, l Loc, n int64, op string) error {
 		return nil
 	}
 	sizes := si.sizes.Load()
-	if sizes == nil || rank >= len(*sizes) {
+	if sizes == nil || rank >= sizes.len() {
 		return nil
 	}
-	size := (*sizes)[rank]
+	size := sizes.at(rank)
 	if size < 0 && rt.Vacant(rank) {
 		// Vacant when the segment was created: the operation fails with
 		// ErrVacant once it is checked against the program's view.
@@ -208,13 +211,63 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 		si.seg.SetEpoch(rt.view.Load().epoch)
 		rt.viewMu.Unlock()
 	}
-	// Every member sends its size and where its memory is (sharedDesc).
-	descs, members, err := allgatherRanks(ctx, rt, g, sharedDesc(si))
+	// Every member learns every member's size and where its memory is
+	// (sharedDesc): by an agreement of constant size when they all say the
+	// same (segUniform), else by an allgather.
+	desc := sharedDesc(si)
+	descs, members, sizes, err := rt.exchangeDescs(ctx, g, desc)
 	if err != nil {
 		if fresh {
 			rt.SegmentDelete(id)
 		}
 		return nil, err
+	}
+	si.sizes.Store(sizes)
+	rt.mapPeers(si, rt.view.Load(), members, descs)
+	return si.seg, nil
+}
+
+// exchangeDescs gives every member of g every member's segment
+// descriptor: the members in group order, their descriptors (nil when
+// nobody's memory is shared: only the sizes are needed then) and their
+// sizes by rank. First a reduction of constant size says whether every
+// member sent the same descriptor, or the same size with no memory
+// shared (the usual case: one size for all, as a simulation of N ranks
+// in one process has it); only if not does it allgather the
+// descriptors, O(N) bytes per member.
+func (rt *Runtime) exchangeDescs(ctx context.Context, g *Group, desc []int64) ([]int64, []int, *sizeTable, error) {
+	agg := make([]int64, 2*len(desc)) // minima, then maxima
+	copy(agg, desc)
+	copy(agg[len(desc):], desc)
+	members, err := rt.allreduceRanks(ctx, g, asBytes(agg), func(dst, src []byte) {
+		d, s := fromBytes[int64](dst), fromBytes[int64](src)
+		for i := range len(d) / 2 {
+			d[i] = min(d[i], s[i])
+		}
+		for i := len(d) / 2; i < len(d); i++ {
+			d[i] = max(d[i], s[i])
+		}
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mins, maxs := agg[:len(desc)], agg[len(desc):]
+	same := slices.Equal(mins, maxs)
+	if noneShared := maxs[1] == 0; mins[0] == maxs[0] && (same || noneShared) && slices.IsSorted(members) {
+		var descs []int64
+		if !noneShared {
+			// Every member shares its memory the same way: mapPeers
+			// needs a descriptor per member, all equal.
+			descs = make([]int64, 0, len(desc)*len(members))
+			for range members {
+				descs = append(descs, desc...)
+			}
+		}
+		return descs, members, &sizeTable{size: mins[0], members: members, n: rt.Size()}, nil
+	}
+	descs, members, err := allgatherRanks(ctx, rt, g, desc)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	full := make([]int64, rt.Size())
 	for i := range full {
@@ -223,9 +276,7 @@ func (rt *Runtime) SegmentCreate(ctx context.Context, id segments.ID, size int64
 	for i, r := range members {
 		full[r] = samehost.DescSize(descs, i)
 	}
-	si.sizes.Store(&full)
-	rt.mapPeers(si, rt.view.Load(), members, descs)
-	return si.seg, nil
+	return descs, members, newSizeTable(full), nil
 }
 
 // Segment returns local segment id.
@@ -252,4 +303,49 @@ func (rt *Runtime) SegmentDelete(id segments.ID) error {
 	si.deleted = true
 	si.use.Unlock()
 	return si.seg.Close()
+}
+
+// sizeTable is one segment's size on every rank, -1 for a rank that did
+// not create it, as SegmentCreate's exchange taught it. It is read-only,
+// and takes O(1) memory per runtime in the usual case: one size for
+// every member of the group (members: the view's table, shared by the
+// runtimes of one process, sorted). Otherwise it is a table interned by
+// content (package unique): the runtimes of one process that learnt the
+// same sizes share one copy. Nothing can write it: its fields are set
+// once, and its table is an immutable string.
+type sizeTable struct {
+	h unique.Handle[string] // 8 bytes per rank, when the sizes differ
+
+	size    int64 // every member's size, when they agree
+	members []int // the members then, ascending; read-only
+	n       int   // the ranks then
+}
+
+func newSizeTable(sizes []int64) *sizeTable {
+	b := make([]byte, 8*len(sizes))
+	for i, s := range sizes {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(s))
+	}
+	return &sizeTable{h: unique.Make(string(b))}
+}
+
+// len is the number of ranks in the table.
+func (t *sizeTable) len() int {
+	if t.members != nil {
+		return t.n
+	}
+	return len(t.h.Value()) / 8
+}
+
+// at is rank r's size; r is in [0, len).
+func (t *sizeTable) at(r int) int64 {
+	if t.members != nil {
+		if _, ok := slices.BinarySearch(t.members, r); ok {
+			return t.size
+		}
+		return -1
+	}
+	s := t.h.Value()[8*r : 8*r+8]
+	return int64(uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56)
 }

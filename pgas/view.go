@@ -9,7 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"unsafe"
+	"unique"
 	"weak"
 
 	"github.com/gaspigo/gaspigo/transport"
@@ -41,6 +41,7 @@ type view struct {
 	liveOnce  sync.Once
 	procsLive []transport.Proc // liveProcs, built on first use
 	src       View             // the View this view was built from (sharedView)
+	key       viewKey          // its interned content, when shared (sharedView)
 
 	allShape atomic.Pointer[groupShape] // GroupAll's shape in this view (Group.shapeIn)
 
@@ -396,16 +397,48 @@ func (rt *Runtime) learnJoiners(mv View) {
 	}
 }
 
-// viewKey names a View by the identity of its tables: a membership that
-// hands the same View to several runtimes of one process (a simulation of
-// thousands of ranks, pgastest) gets one view built for all of them.
+// viewKey names a View by its content: a membership that hands equal
+// Views to several runtimes of one process (a simulation of thousands of
+// ranks, each with its own membership node, or pgastest's one View for
+// all) gets one view built for all of them. The content is interned
+// (package unique), so equal keys are equal Views, never a hash that
+// happens to match; the view holds its key, so the key's canonical copy
+// lives while the view does.
 type viewKey struct {
-	epoch                  uint64
-	ranks, failed          *transport.Proc
-	joined                 *Joiner
-	nRanks, nFail, nJoined int
-	base, size             int
-	finished, errs         bool
+	content    unique.Handle[string] // viewContent
+	base, size int
+}
+
+// viewContent encodes what a view is built from: epoch, rank table,
+// failed processes, joined processes, status.
+func viewContent(mv View) string {
+	b := make([]byte, 0, 32+4*len(mv.Ranks)+4*len(mv.Failed)+16*len(mv.Joined))
+	b = binary.LittleEndian.AppendUint64(b, mv.Epoch)
+	var flags byte
+	if mv.Finished {
+		flags |= 1
+	}
+	if mv.Err != nil {
+		flags |= 2
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(len(mv.Ranks)))
+	for _, p := range mv.Ranks {
+		b = binary.LittleEndian.AppendUint32(b, uint32(p))
+	}
+	b = binary.AppendUvarint(b, uint64(len(mv.Failed)))
+	for _, p := range mv.Failed {
+		b = binary.LittleEndian.AppendUint32(b, uint32(p))
+	}
+	b = binary.AppendUvarint(b, uint64(len(mv.Joined)))
+	for _, j := range mv.Joined {
+		b = binary.LittleEndian.AppendUint32(b, uint32(j.Proc))
+		b = binary.AppendUvarint(b, uint64(len(j.Addr)))
+		b = append(b, j.Addr...)
+		b = binary.AppendUvarint(b, uint64(len(j.Host)))
+		b = append(b, j.Host...)
+	}
+	return string(b)
 }
 
 // sharedViews maps a viewKey to the view built from it, while that view
@@ -413,29 +446,31 @@ type viewKey struct {
 var sharedViews sync.Map // viewKey -> weak.Pointer[view]
 
 // sharedView returns the view of mv for a job that formed with base
-// processes, with tables for size process ids, built once per View
-// value: the runtimes of one process that apply the same View (same
-// tables) share it. Views are immutable; the view keeps mv's tables
-// alive, so a key cannot name two different tables while its view lives.
+// processes, with tables for size process ids, built once per content:
+// the runtimes of one process that apply equal Views share it. Views are
+// immutable (unexported tables that nothing writes once built), so
+// sharing them is sharing values. A View with an error is built for the
+// runtime alone: the error is compared by identity, not content.
 func sharedView(mv View, base, size int) *view {
-	if len(mv.Ranks) == 0 {
+	if len(mv.Ranks) == 0 || mv.Err != nil {
 		return buildView(mv, base, size)
 	}
-	key := viewKey{epoch: mv.Epoch, ranks: unsafe.SliceData(mv.Ranks), nRanks: len(mv.Ranks),
-		failed: unsafe.SliceData(mv.Failed), nFail: len(mv.Failed),
-		joined: unsafe.SliceData(mv.Joined), nJoined: len(mv.Joined), base: base, size: size,
-		finished: mv.Finished, errs: mv.Err != nil}
+	key := viewKey{content: unique.Make(viewContent(mv)), base: base, size: size}
 	if w, ok := sharedViews.Load(key); ok {
-		if v := w.(weak.Pointer[view]).Value(); v != nil && v.err == mv.Err {
+		if v := w.(weak.Pointer[view]).Value(); v != nil {
 			return v
 		}
 	}
 	v := buildView(mv, base, size)
-	if mv.Err == nil {
-		w := weak.Make(v)
+	v.key = key
+	w := weak.Make(v)
+	if prev, loaded := sharedViews.LoadOrStore(key, w); loaded {
+		if pv := prev.(weak.Pointer[view]).Value(); pv != nil {
+			return pv
+		}
 		sharedViews.Store(key, w)
-		runtime.AddCleanup(v, func(e sharedEntry) { sharedViews.CompareAndDelete(e.key, e.w) }, sharedEntry{key, w})
 	}
+	runtime.AddCleanup(v, func(e sharedEntry) { sharedViews.CompareAndDelete(e.key, e.w) }, sharedEntry{key, w})
 	return v
 }
 

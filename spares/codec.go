@@ -119,11 +119,11 @@ func encodeState(s *state) ([]byte, error) {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
 	errs := []error{e.EncodeArrayLen(stateFields), e.EncodeUint(stateVersion), e.EncodeUint(s.Epoch), e.EncodeUint(uint64(s.NumRanks)),
-		encUints(e, s.Ranks)}
-	procs := slices.Sorted(mapsKeys(s.Procs))
+		encUints(e, s.Ranks.slice())}
+	procs := s.Procs.sorted()
 	errs = append(errs, e.EncodeArrayLen(len(procs)))
 	for _, p := range procs {
-		i := s.Procs[p]
+		i := s.Procs.info(p)
 		errs = append(errs, e.EncodeArrayLen(5), e.EncodeUint(uint64(p)), e.EncodeString(i.Addr), e.EncodeString(i.Host),
 			e.EncodeString(i.RaftAddr), e.EncodeString(i.CtlAddr))
 	}
@@ -166,20 +166,21 @@ func decodeState(b []byte) (state, error) {
 	var s state
 	s.Epoch = d.Uint(^uint64(0))
 	s.NumRanks = int(d.Uint(maxProcs))
-	s.Ranks = d.Uint32s(maxProcs)
+	s.Ranks = newRankTable(d.Uint32s(maxProcs))
 	np := d.ArrayLen(maxProcs)
-	s.Procs = make(map[uint32]procInfo, min(np, 1024))
+	procs := make(map[uint32]procInfo, min(np, 1024))
 	for i := 0; i < np && d.Err() == nil; i++ {
 		if d.ArrayLen(5) != 5 && d.Err() == nil {
 			d.Fail("proc entry %d: want 5 fields", i)
 		}
 		p := uint32(d.Uint(uint64(noProc)))
 		info := procInfo{Addr: d.Str(maxAddrLen), Host: d.Str(maxAddrLen), RaftAddr: d.Str(maxAddrLen), CtlAddr: d.Str(maxAddrLen)}
-		if _, dup := s.Procs[p]; dup && d.Err() == nil {
+		if _, dup := procs[p]; dup && d.Err() == nil {
 			d.Fail("proc %d listed twice", p)
 		}
-		s.Procs[p] = info
+		procs[p] = info
 	}
+	s.Procs = newProcTable(procs)
 	s.Spares = d.Uint32s(maxProcs)
 	nf := d.ArrayLen(maxProcs)
 	s.Failed = make(map[uint32]uint64, min(nf, 1024))

@@ -110,7 +110,7 @@ func TestStateRoundTripAndRejects(t *testing.T) {
 	}
 	// A state that decodes but breaks an invariant is refused.
 	bad := st.Clone()
-	bad.Spares = append(bad.Spares, bad.Ranks[0])
+	bad.Spares = append(bad.Spares, bad.Ranks.at(0))
 	b, _ := encodeState(&bad)
 	if _, err := decodeState(b); !errors.Is(err, errBadSnapshot) || !strings.Contains(err.Error(), "is also rank 0") {
 		t.Fatalf("inconsistent state: %v", err)

@@ -149,9 +149,6 @@ func badCmd(format string, a ...any) error {
 // idempotent for every command: applying it again is a no-op, so a
 // proposal retried across a leader change is harmless.
 func (s *state) apply(cmd command) (result, error) {
-	if s.Procs == nil {
-		s.Procs = map[uint32]procInfo{}
-	}
 	if s.Failed == nil {
 		s.Failed = map[uint32]uint64{}
 	}
@@ -182,10 +179,10 @@ func (s *state) applyDeclareFailed(c declareFailed) (result, error) {
 	if c.Epoch > s.Epoch {
 		return result{}, badCmd("DeclareFailed of proc %d reported in epoch %d, but the view is only at epoch %d", c.Proc, c.Epoch, s.Epoch)
 	}
-	if _, ok := s.Procs[c.Proc]; !ok {
+	if !s.Procs.has(c.Proc) {
 		return result{}, fmt.Errorf("%w: DeclareFailed names proc %d", errUnknownProc, c.Proc)
 	}
-	if _, ok := s.Procs[c.Reporter]; !ok && c.Reporter != noProc {
+	if !s.Procs.has(c.Reporter) && c.Reporter != noProc {
 		return result{}, fmt.Errorf("%w: DeclareFailed reported by proc %d", errUnknownProc, c.Reporter)
 	}
 	if s.Status != statusRunning {
@@ -210,7 +207,7 @@ func (s *state) applyDeclareFailed(c declareFailed) (result, error) {
 		case len(s.Spares) > 0:
 			i := s.spareFor(c.Proc)
 			res.Promoted = s.Spares[i]
-			s.Ranks[r] = s.Spares[i]
+			s.Ranks = s.Ranks.with(r, s.Spares[i])
 			s.Spares = slices.Delete(s.Spares, i, i+1)
 			res.Note = fmt.Sprintf("spare %d takes rank %d", res.Promoted, r)
 		case s.RefillWait > 0:
@@ -233,7 +230,7 @@ func (s *state) applyDeclareFailed(c declareFailed) (result, error) {
 // vacant, and the job fails unless it shrinks and a live rank is left.
 // It returns the note of the result.
 func (s *state) loseRank(r int) string {
-	s.Ranks[r] = noProc
+	s.Ranks = s.Ranks.with(r, noProc)
 	switch {
 	case !s.Shrink:
 		s.Status, s.StatusReason = statusFailed, reasonSparesExhausted
@@ -251,8 +248,8 @@ func (s *state) loseRank(r int) string {
 // host (a crash, a cut link): a spare there would be lost too, and its
 // loss found only one detection later, after the rank had waited for it.
 func (s *state) spareFor(failed uint32) int {
-	host := s.Procs[failed].Host
-	if i := slices.IndexFunc(s.Spares, func(p uint32) bool { return s.Procs[p].Host != host }); i >= 0 {
+	host := s.Procs.info(failed).Host
+	if i := slices.IndexFunc(s.Spares, func(p uint32) bool { return s.Procs.info(p).Host != host }); i >= 0 {
 		return i
 	}
 	return 0
@@ -268,7 +265,7 @@ func (s *state) applyAddSpare(c addSpare) (result, error) {
 	if e, ok := s.Failed[c.Proc]; ok {
 		return result{}, badCmd("AddSpare of proc %d, which was declared failed in epoch %d: give the replacement a new process id", c.Proc, e)
 	}
-	if info, ok := s.Procs[c.Proc]; ok {
+	if info, ok := s.Procs.get(c.Proc); ok {
 		if info != c.Info {
 			return result{}, badCmd("AddSpare of proc %d, which is already in the job with other addresses (%+v)", c.Proc, info)
 		}
@@ -277,16 +274,16 @@ func (s *state) applyAddSpare(c addSpare) (result, error) {
 	if s.Status != statusRunning {
 		return noop(s, "job is %s", s.Status), nil
 	}
-	if len(s.Procs) >= maxProcs {
-		return result{}, badCmd("AddSpare of proc %d: the job already has %d procs (max %d)", c.Proc, len(s.Procs), maxProcs)
+	if s.Procs.len() >= maxProcs {
+		return result{}, badCmd("AddSpare of proc %d: the job already has %d procs (max %d)", c.Proc, s.Procs.len(), maxProcs)
 	}
-	s.Procs[c.Proc] = c.Info
+	s.Procs.set(c.Proc, c.Info)
 	if len(s.Awaiting) > 0 {
 		// A rank changes holder: a new epoch fences the old one.
 		s.Epoch++
 		a := s.Awaiting[0]
 		s.Awaiting = slices.Delete(s.Awaiting, 0, 1)
-		s.Ranks[a.Rank] = c.Proc
+		s.Ranks = s.Ranks.with(a.Rank, c.Proc)
 		r := noop(s, "joiner %d takes rank %d, which awaited a joiner since epoch %d", c.Proc, a.Rank, a.Since)
 		r.Changed, r.Rank, r.Promoted = true, a.Rank, c.Proc
 		return r, nil
@@ -302,8 +299,8 @@ func (s *state) applyAddSpare(c addSpare) (result, error) {
 }
 
 func (s *state) applyEndWait(c endWait) (result, error) {
-	if c.Rank < 0 || c.Rank >= len(s.Ranks) {
-		return result{}, badCmd("EndWait of rank %d, but the job has ranks 0..%d", c.Rank, len(s.Ranks)-1)
+	if c.Rank < 0 || c.Rank >= s.Ranks.len() {
+		return result{}, badCmd("EndWait of rank %d, but the job has ranks 0..%d", c.Rank, s.Ranks.len()-1)
 	}
 	if c.Since > s.Epoch {
 		return result{}, badCmd("EndWait of rank %d waiting since epoch %d, but the view is only at epoch %d", c.Rank, c.Since, s.Epoch)
@@ -328,7 +325,7 @@ func (s *state) applySetVoters(c setVoters) (result, error) {
 		return result{}, badCmd("SetVoters with %d voters, max %d", len(c.Voters), voterCap)
 	}
 	for i, v := range c.Voters {
-		if _, ok := s.Procs[v]; !ok {
+		if !s.Procs.has(v) {
 			return result{}, fmt.Errorf("%w: SetVoters names proc %d", errUnknownProc, v)
 		}
 		if e, ok := s.Failed[v]; ok {

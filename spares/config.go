@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/auth"
@@ -244,7 +245,7 @@ func (c *Config) validate() error {
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s", errConfig, fmt.Sprintf(format, a...)))
 	}
-	if err := validateMembers(c.Members, c.NumRanks); err != nil {
+	if err := startOf(c.Members, c.NumRanks).err; err != nil {
 		errs = append(errs, err)
 	}
 	found := false
@@ -381,8 +382,13 @@ func (m Member) info() procInfo {
 // function of its arguments, which is why all processes agree on it
 // without a message.
 func initialState(members []Member, numRanks int, shrink bool, refillWait time.Duration, maxVoters int) (state, error) {
-	if err := validateMembers(members, numRanks); err != nil {
-		return state{}, err
+	return startOf(members, numRanks).state(shrink, refillWait, maxVoters)
+}
+
+// state is initialState of the table t.
+func (t *startTable) state(shrink bool, refillWait time.Duration, maxVoters int) (state, error) {
+	if t.err != nil {
+		return state{}, t.err
 	}
 	if maxVoters < 1 || maxVoters > voterCap {
 		return state{}, fmt.Errorf("%w: maxVoters is %d, want 1..%d", errConfig, maxVoters, voterCap)
@@ -390,25 +396,17 @@ func initialState(members []Member, numRanks int, shrink bool, refillWait time.D
 	if refillWait < 0 {
 		return state{}, fmt.Errorf("%w: refillWait is %v, want >= 0", errConfig, refillWait)
 	}
-	s := state{
+	return state{
 		Epoch:      1,
-		NumRanks:   numRanks,
-		Ranks:      make([]uint32, 0, numRanks),
-		Procs:      make(map[uint32]procInfo, len(members)),
+		NumRanks:   t.numRanks,
+		Ranks:      t.ranks,
+		Procs:      t.procs,
+		Spares:     slices.Clone(t.spares),
 		Failed:     map[uint32]uint64{},
 		Shrink:     shrink,
 		RefillWait: refillWait,
-		Voters:     chooseVoters(members, maxVoters),
-	}
-	for _, m := range members {
-		s.Procs[m.Proc] = m.info()
-		if m.Spare {
-			s.Spares = append(s.Spares, m.Proc)
-		} else {
-			s.Ranks = append(s.Ranks, m.Proc)
-		}
-	}
-	return s, nil
+		Voters:     t.votersFor(maxVoters),
+	}, nil
 }
 
 // chooseVoters picks up to max voters from the table, round-robin over

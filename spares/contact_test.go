@@ -232,9 +232,9 @@ func TestStandingCodec(t *testing.T) {
 // Rule: every known voter is asked, plus two other processes in turn, never
 // this process or one already failed.
 func TestStandingTargets(t *testing.T) {
-	st := state{Procs: map[uint32]procInfo{}, Failed: map[uint32]uint64{5: 2}, Voters: []uint32{0, 1, 2}}
+	st := state{Failed: map[uint32]uint64{5: 2}, Voters: []uint32{0, 1, 2}}
 	for p := uint32(0); p < 8; p++ {
-		st.Procs[p] = procInfo{CtlAddr: "x"}
+		st.Procs.set(p, procInfo{CtlAddr: "x"})
 	}
 	seen := map[uint32]bool{}
 	for round := 0; round < 4; round++ {

@@ -135,7 +135,7 @@ func TestNodeReplacedWhileCutOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if now.Ranks[st.Ranks[0]] == rank {
+	if now.Ranks.at(int(st.Ranks.at(0))) == rank {
 		t.Fatalf("rank still held by %d", rank)
 	}
 	time.Sleep(time.Second) // real processes: let the cut-off side ask in vain for a while

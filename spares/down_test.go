@@ -22,7 +22,7 @@ func silentUpstreams(t *testing.T, s *sim) (client uint32, gone []uint32, voter 
 	client = noProc
 	for p := range s.nodes {
 		up := tr.Upstream(uint32(p))
-		if tr.Parent(uint32(p)) != noProc && len(up) >= 3 && slices.Contains(st.Ranks, up[0]) && slices.Contains(st.Ranks, up[1]) {
+		if tr.Parent(uint32(p)) != noProc && len(up) >= 3 && slices.Contains(st.Ranks.slice(), up[0]) && slices.Contains(st.Ranks.slice(), up[1]) {
 			client, gone, voter = uint32(p), up[:2], up[2]
 			break
 		}

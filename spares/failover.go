@@ -159,7 +159,7 @@ func listenerGone(ctx context.Context, addr string, timeout time.Duration) bool 
 
 func (n *Node) raftAddrOf(p uint32) string {
 	st, _ := n.fsm.view()
-	if info, ok := st.Procs[p]; ok && info.RaftAddr != "" {
+	if info, ok := st.Procs.get(p); ok && info.RaftAddr != "" {
 		return info.RaftAddr
 	}
 	for _, m := range n.cfg.Members {

@@ -57,7 +57,8 @@ type Node struct {
 	lossErr  error         // set before lost is closed
 	lostOnce sync.Once
 	fo       failover
-	down     downMarks // processes this one's detector confirmed failed
+	down     downMarks   // processes this one's detector confirmed failed
+	start    *startTable // the member table it started from, shared (startOf)
 }
 
 // NewNode starts this process's Raft node (in the voters-only mode only on
@@ -73,12 +74,18 @@ func NewNode(cfg Config) (_ *Node, err error) {
 		closeListeners(cfg)
 		return nil, err
 	}
-	initial, err := initialState(cfg.Members, cfg.NumRanks, cfg.Shrink, cfg.RefillWait, cfg.MaxVoters)
+	start := startOf(cfg.Members, cfg.NumRanks)
+	initial, err := start.state(cfg.Shrink, cfg.RefillWait, cfg.MaxVoters)
 	if err != nil {
 		closeListeners(cfg)
 		return nil, err
 	}
+	// The node keeps the start table's copy of the members: shared with
+	// the other nodes of this process that start from the same table,
+	// and never changed by what the caller does with its slice.
+	cfg.Members = start.members
 	n := newNode(cfg, initial)
+	n.start = start
 	defer func() {
 		if err != nil {
 			n.cancel()

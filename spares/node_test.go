@@ -194,7 +194,7 @@ func (c *cluster) converge(ctx context.Context, epoch uint64) state {
 			first = st
 			continue
 		}
-		if !slices.Equal(st.Ranks, first.Ranks) || !slices.Equal(st.Spares, first.Spares) || fmt.Sprint(st.Failed) != fmt.Sprint(first.Failed) || st.Status != first.Status {
+		if !slices.Equal(st.Ranks.slice(), first.Ranks.slice()) || !slices.Equal(st.Spares, first.Spares) || fmt.Sprint(st.Failed) != fmt.Sprint(first.Failed) || st.Status != first.Status {
 			c.t.Fatalf("nodes disagree at epoch %d:\n%d: %s\n%d: %s", epoch, c.live()[0].proc(), summarize(&first), n.proc(), summarize(&st))
 		}
 	}
@@ -210,11 +210,11 @@ func awaitPool(t testing.TB, ctx context.Context, live []*Node, epoch uint64) {
 	most := 0
 	for _, n := range live {
 		if st, err := n.waitEpoch(ctx, epoch); err == nil || errors.Is(err, ErrSparesExhausted) {
-			most = max(most, len(st.Procs))
+			most = max(most, st.Procs.len())
 		}
 	}
 	for _, n := range live {
-		if _, err := n.awaitState(ctx, func(st *state) bool { return len(st.Procs) >= most }); err != nil {
+		if _, err := n.awaitState(ctx, func(st *state) bool { return st.Procs.len() >= most }); err != nil {
 			t.Fatalf("node %d never learnt the %d processes another holds: %v", n.proc(), most, err)
 		}
 	}
@@ -268,7 +268,7 @@ func (c *cluster) votersRepaired(ctx context.Context, want int) []uint32 {
 
 // rankHolder returns a live rank holder that is not excluded.
 func (c *cluster) rankHolder(st state, exclude ...uint32) uint32 {
-	for _, p := range st.Ranks {
+	for _, p := range st.Ranks.slice() {
 		if p != noProc && c.nodes[p] != nil && !slices.Contains(exclude, p) {
 			return p
 		}
@@ -371,11 +371,11 @@ func TestNodeLeaderFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), phase)
 	defer cancel()
 	old := c.leader(ctx)
-	if st := old.view(); !slices.Contains(st.Ranks, old.proc()) {
+	if st := old.view(); !slices.Contains(st.Ranks.slice(), old.proc()) {
 		// Move leadership to a voter holding a rank, so its death needs a promotion.
 		target := slices.IndexFunc(st.Voters, func(v uint32) bool { _, ok := st.RankOf(v); return ok })
 		v := st.Voters[target]
-		if err := old.raftNode().LeadershipTransferToServer(serverID(v), raft.ServerAddress(st.Procs[v].RaftAddr)).Error(); err != nil {
+		if err := old.raftNode().LeadershipTransferToServer(serverID(v), raft.ServerAddress(st.Procs.info(v).RaftAddr)).Error(); err != nil {
 			t.Fatalf("leadership transfer: %v", err)
 		}
 		old = c.leader(ctx)
@@ -422,8 +422,8 @@ func TestNodeControlPlane(t *testing.T) {
 	defer cancel()
 	leader := c.leader(ctx)
 	follower := c.other(leader.proc())
-	ctlAddr := leader.view().Procs[leader.proc()].CtlAddr
-	raftAddr := leader.view().Procs[leader.proc()].RaftAddr
+	ctlAddr := leader.view().Procs.info(leader.proc()).CtlAddr
+	raftAddr := leader.view().Procs.info(leader.proc()).RaftAddr
 
 	cmd, _ := encodeCommand(finish{})
 	_, err := follower.callCtl(ctx, ctlAddr, auth.NewToken(), cmd)
@@ -566,7 +566,7 @@ func TestNodeBoltPersistence(t *testing.T) {
 		}
 	}
 	after := c.converge(ctx, 2)
-	if !slices.Equal(after.Ranks, before.Ranks) || after.Status != statusFinished {
+	if !slices.Equal(after.Ranks.slice(), before.Ranks.slice()) || after.Status != statusFinished {
 		t.Fatalf("after restart: %s, before: %s", summarize(&after), summarize(&before))
 	}
 	// The restarted group still commits.
@@ -622,11 +622,11 @@ func TestNodeJoinRefillsPool(t *testing.T) {
 			t.Fatalf("failure %d: %v", i+1, err)
 		}
 		got := c.converge(ctx, st.Epoch+1)
-		if p := got.Ranks[rank]; !slices.Contains(st.Spares, p) {
+		if p := got.Ranks.at(rank); !slices.Contains(st.Spares, p) {
 			t.Fatalf("failure %d: rank %d went to %d, not to a spare of %v (%s)", i+1, rank, p, st.Spares, summarize(&got))
 		}
 	}
-	if rank, st, err := joiner.waitPromotion(ctx); err != nil || st.Ranks[rank] != 3 {
+	if rank, st, err := joiner.waitPromotion(ctx); err != nil || st.Ranks.at(rank) != 3 {
 		t.Fatalf("joiner WaitPromotion: %d, %v (%s)", rank, err, summarize(&st))
 	}
 	c.votersRepaired(ctx, 2)

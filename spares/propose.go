@@ -163,7 +163,7 @@ func (n *Node) someMember(st *state, attempt int) uint32 {
 	var procs, down []uint32
 	anyone := n.joining(st)
 	now := time.Now()
-	for p, info := range st.Procs {
+	for p, info := range st.Procs.all() {
 		if _, failed := st.Failed[p]; !failed && p != n.cfg.Proc && info.CtlAddr != "" && (!n.cfg.VotersOnly || anyone || st.IsVoter(p)) {
 			if n.down.is(p, now) {
 				down = append(down, p)
@@ -204,12 +204,12 @@ func (n *Node) someMember(st *state, attempt int) uint32 {
 // list it yet, so the state is the job's first one or a later one that
 // does not know of this process.
 func (n *Node) joining(st *state) bool {
-	_, known := st.Procs[n.cfg.Proc]
+	known := st.Procs.has(n.cfg.Proc)
 	return n.cfg.Join && !known
 }
 
 func (n *Node) ctlAddrOf(st *state, p uint32) string {
-	if info, ok := st.Procs[p]; ok {
+	if info, ok := st.Procs.get(p); ok {
 		return info.CtlAddr
 	}
 	for _, m := range n.cfg.Members {
@@ -239,7 +239,7 @@ func (n *Node) contacts() []Member {
 func (n *Node) unlistedContacts(st *state) []uint32 {
 	var out []uint32
 	for _, m := range n.contacts() {
-		if _, ok := st.Procs[m.Proc]; !ok && m.Proc != n.cfg.Proc && m.CtlAddr != "" {
+		if !st.Procs.has(m.Proc) && m.Proc != n.cfg.Proc && m.CtlAddr != "" {
 			out = append(out, m.Proc)
 		}
 	}
@@ -269,7 +269,7 @@ func (n *Node) joinSelf(ctx context.Context) (state, error) {
 		return state{}, err
 	}
 	return n.wait(ctx, func(st *state) (bool, error) {
-		if _, ok := st.Procs[n.cfg.Proc]; ok {
+		if st.Procs.has(n.cfg.Proc) {
 			return true, nil
 		}
 		if err := statusErr(st); err != nil {

@@ -117,7 +117,7 @@ func (n *Node) reconcile(r *raft.Raft) {
 		n.log.Info("spares: failed process removed from raft", "failed_proc", p)
 	}
 	for _, p := range plan.AddNonvoter {
-		if err := n.await(r.AddNonvoter(serverID(p), raft.ServerAddress(st.Procs[p].RaftAddr), 0, n.cfg.RPCTimeout)); err != nil {
+		if err := n.await(r.AddNonvoter(serverID(p), raft.ServerAddress(st.Procs.info(p).RaftAddr), 0, n.cfg.RPCTimeout)); err != nil {
 			n.log.Warn("spares: adding non-voter", "new_proc", p, "err", err)
 			return
 		}
@@ -129,11 +129,11 @@ func (n *Node) reconcile(r *raft.Raft) {
 		return
 	}
 	for _, p := range plan.Promote {
-		if err := n.await(r.AddVoter(serverID(p), raft.ServerAddress(st.Procs[p].RaftAddr), 0, n.cfg.RPCTimeout)); err != nil {
+		if err := n.await(r.AddVoter(serverID(p), raft.ServerAddress(st.Procs.info(p).RaftAddr), 0, n.cfg.RPCTimeout)); err != nil {
 			n.log.Warn("spares: promoting to voter", "voter", p, "err", err)
 			return
 		}
-		n.log.Info("spares: process promoted to raft voter", "voter", p, "host", st.Procs[p].Host)
+		n.log.Info("spares: process promoted to raft voter", "voter", p, "host", st.Procs.info(p).Host)
 	}
 	if !record() {
 		return

@@ -82,7 +82,7 @@ func (s *sim) lose(ctx context.Context, victim uint32) state {
 // clientRankHolder is a live rank holder that is no voter (and so does
 // not lead): its loss costs no election.
 func clientRankHolder(st *state, skip int) uint32 {
-	for _, p := range st.Ranks {
+	for _, p := range st.Ranks.slice() {
 		if _, failed := st.Failed[p]; p != noProc && !failed && !st.IsVoter(p) {
 			if skip == 0 {
 				return p
@@ -107,7 +107,7 @@ func TestSimRefillJoinerTakesAwaitingRank(t *testing.T) {
 		victim := clientRankHolder(ptr(s.live()[0].view()), 0)
 		st := s.lose(ctx, victim)
 		rank, _ := st.RankOf(victim)
-		if since, ok := st.AwaitingSince(rank); !ok || since != st.Epoch || st.Ranks[rank] != victim || st.Status != statusRunning {
+		if since, ok := st.AwaitingSince(rank); !ok || since != st.Epoch || st.Ranks.at(rank) != victim || st.Status != statusRunning {
 			t.Fatalf("rank %d does not await a joiner after its loss: %s", rank, summarize(&st))
 		}
 		m := NewMembership(s.nodes[0])
@@ -125,7 +125,7 @@ func TestSimRefillJoinerTakesAwaitingRank(t *testing.T) {
 			t.Fatalf("joiner WaitPromotion: %d, %v", r, err)
 		}
 		got := s.converge(ctx, st.Epoch+1)
-		if len(got.Awaiting) != 0 || got.Ranks[rank] != joiner.proc() || got.Epoch != st.Epoch+1 {
+		if len(got.Awaiting) != 0 || got.Ranks.at(rank) != joiner.proc() || got.Epoch != st.Epoch+1 {
 			t.Fatalf("after the join: %s", summarize(&got))
 		}
 		v := m.Current()
@@ -169,7 +169,7 @@ func TestSimRefillWaitEnds(t *testing.T) {
 				}
 				for _, n := range s.live() {
 					got, err := n.waitEpoch(ctx, st.Epoch+1)
-					if shrink && (err != nil || got.Ranks[rank] != noProc || got.Status != statusRunning || len(got.Awaiting) != 0) {
+					if shrink && (err != nil || got.Ranks.at(rank) != noProc || got.Status != statusRunning || len(got.Awaiting) != 0) {
 						t.Fatalf("node %d after the wait: %s, %v; want rank %d vacant", n.proc(), summarize(&got), err, rank)
 					}
 					if !shrink && !errors.Is(err, ErrSparesExhausted) {
@@ -212,7 +212,7 @@ func TestSimJoinerPromotedLater(t *testing.T) {
 			}
 		}
 		rank, st, err := joiner.waitPromotion(ctx)
-		if err != nil || st.Ranks[rank] != joiner.proc() {
+		if err != nil || st.Ranks.at(rank) != joiner.proc() {
 			t.Fatalf("joiner WaitPromotion: %d, %v (%s)", rank, err, summarize(&st))
 		}
 		if _, err := joiner.propose(ctx, finish{}); err != nil {
@@ -248,7 +248,7 @@ func TestSimJoinersRepairVoters(t *testing.T) {
 		}
 		for range 2 {
 			st := s.live()[0].view()
-			victim := st.Ranks[slices.IndexFunc(st.Ranks, func(p uint32) bool { return p != leader.proc() && p != noProc && st.Failed[p] == 0 })]
+			victim := st.Ranks.at(slices.IndexFunc(st.Ranks.slice(), func(p uint32) bool { return p != leader.proc() && p != noProc && st.Failed[p] == 0 }))
 			s.lose(ctx, victim)
 		}
 		st = s.converge(ctx, 3)
@@ -375,7 +375,7 @@ func TestSimJoinerAfterEveryOriginalProcessGone(t *testing.T) {
 				t.Fatalf("original process %d not failed after eight losses: %s", p, summarize(&st))
 			}
 		}
-		if len(st.Awaiting) != 0 || st.Status != statusRunning || len(st.Spares)+len(st.Ranks) < 5 {
+		if len(st.Awaiting) != 0 || st.Status != statusRunning || len(st.Spares)+st.Ranks.len() < 5 {
 			t.Fatalf("after the joins: %s", summarize(&st))
 		}
 	})
@@ -429,7 +429,7 @@ func TestSimRefillLeaderChangeRestartsClock(t *testing.T) {
 		if v := newLeader.view(); !slices.Contains(v.Awaiting, awaiting{Rank: rank, Since: st.Epoch}) {
 			t.Fatalf("rank %d's wait ended %v after the loss, before the new leader's clock ran out: %s", rank, time.Since(reported), summarize(&v))
 		}
-		got, err := newLeader.awaitState(ctx, func(s *state) bool { return s.Ranks[rank] == noProc })
+		got, err := newLeader.awaitState(ctx, func(s *state) bool { return s.Ranks.at(rank) == noProc })
 		if err != nil {
 			t.Fatalf("rank %d never became vacant: %v (%s)", rank, err, summarize(&got))
 		}

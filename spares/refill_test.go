@@ -21,7 +21,7 @@ func refillState(t *testing.T, ranks int, wait time.Duration, shrink bool, lost 
 		t.Fatal(err)
 	}
 	for _, r := range lost {
-		if _, err := st.apply(declareFailed{Proc: st.Ranks[r], Reporter: noProc, Epoch: st.Epoch}); err != nil {
+		if _, err := st.apply(declareFailed{Proc: st.Ranks.at(r), Reporter: noProc, Epoch: st.Epoch}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -39,7 +39,7 @@ func TestValidateAwaiting(t *testing.T) {
 		"awaiting without RefillWait": func(s *state) { s.RefillWait = 0 },
 		"negative RefillWait":         func(s *state) { s.RefillWait = -time.Second },
 		"awaiting with a spare": func(s *state) {
-			s.Procs[9] = infoFor(9, "h1")
+			s.Procs.set(9, infoFor(9, "h1"))
 			s.Spares = []uint32{9}
 		},
 		"wait since another epoch":   func(s *state) { s.Awaiting[0].Since = 1 },
@@ -47,7 +47,7 @@ func TestValidateAwaiting(t *testing.T) {
 		"awaiting rank out of range": func(s *state) { s.Awaiting = append(s.Awaiting, awaiting{Rank: 7, Since: 2}) },
 		"awaiting out of order":      func(s *state) { s.Awaiting[0], s.Awaiting[1] = s.Awaiting[1], s.Awaiting[0] },
 		"failed holder not awaiting": func(s *state) { s.Awaiting = s.Awaiting[1:] },
-		"vacant rank awaiting":       func(s *state) { s.Ranks[0] = noProc },
+		"vacant rank awaiting":       func(s *state) { s.Ranks = s.Ranks.with(0, noProc) },
 	}
 	for name, br := range breakers {
 		st := refillState(t, 4, time.Second, false, 0, 2)
@@ -79,7 +79,7 @@ func TestApplyRandomLogsWithRefill(t *testing.T) {
 			case 0, 1:
 				cmd = declareFailed{Proc: uint32(next(8)), Reporter: noProc, Epoch: a.Epoch}
 			case 2:
-				if next(3) == 0 && len(a.Procs) > 0 {
+				if next(3) == 0 && a.Procs.len() > 0 {
 					cmd = declareFailed{Proc: joiner - 1, Reporter: noProc, Epoch: a.Epoch}
 				} else {
 					cmd = addSpare{Proc: joiner, Info: infoFor(joiner, "hj")}
@@ -136,7 +136,7 @@ func TestStateCodecWithAwaiting(t *testing.T) {
 	}
 	v2 := encodeRaw(t, 2, 1, 1, []uint32{0}, [][]any{{0, "d0", "h0", "r0", "c0"}}, []uint32{}, [][]any{}, 0, "", false, []uint32{0})
 	old, err := decodeState(v2)
-	if err != nil || old.RefillWait != 0 || old.Awaiting != nil || old.Ranks[0] != 0 {
+	if err != nil || old.RefillWait != 0 || old.Awaiting != nil || old.Ranks.at(0) != 0 {
 		t.Fatalf("version 2 state: %+v, %v", old, err)
 	}
 	for name, raw := range map[string][]byte{
@@ -176,7 +176,7 @@ func TestRefillClock(t *testing.T) {
 	}
 	check(0, nil, wait)
 	check(time.Second, nil, wait) // not restarted by a later look
-	if _, err := st.apply(declareFailed{Proc: st.Ranks[2], Reporter: noProc, Epoch: st.Epoch}); err != nil {
+	if _, err := st.apply(declareFailed{Proc: st.Ranks.at(2), Reporter: noProc, Epoch: st.Epoch}); err != nil {
 		t.Fatal(err)
 	}
 	check(1500*time.Millisecond, nil, wait) // the earliest end first

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/transport"
@@ -99,11 +100,12 @@ func (m *Membership) LostErr() error { return m.node.lostErr() }
 // joiner after them, never reusing an id). A rank that awaits a joiner is
 // still held by its failed process, so the runtime sees that process
 // failed and not replaced yet.
+//
+// The view's Ranks is shared with the other views of the same rank table
+// (viewRanks): the runtime never writes a View's tables (pgastest hands
+// one View to every runtime alike).
 func (m *Membership) toView(st state) pgas.View {
-	v := pgas.View{Epoch: st.Epoch, Ranks: make([]transport.Proc, len(st.Ranks)), Finished: st.Status == statusFinished, Err: st.Err()}
-	for r, p := range st.Ranks {
-		v.Ranks[r] = transport.Proc(p)
-	}
+	v := pgas.View{Epoch: st.Epoch, Ranks: viewRanks(st.Ranks), Finished: st.Status == statusFinished, Err: st.Err()}
 	for _, p := range st.FailedProcs() {
 		v.Failed = append(v.Failed, transport.Proc(p))
 	}
@@ -115,7 +117,7 @@ func (m *Membership) toView(st state) pgas.View {
 // order, failed ones included.
 func joinersOf(st *state, first uint32) []pgas.Joiner {
 	var ids []uint32
-	for p := range st.Procs {
+	for p := range st.Procs.all() {
 		if p >= first {
 			ids = append(ids, p)
 		}
@@ -123,8 +125,33 @@ func joinersOf(st *state, first uint32) []pgas.Joiner {
 	slices.Sort(ids)
 	var out []pgas.Joiner
 	for _, p := range ids {
-		info := st.Procs[p]
+		info := st.Procs.info(p)
 		out = append(out, pgas.Joiner{Proc: transport.Proc(p), Addr: info.Addr, Host: info.Host})
 	}
+	return out
+}
+
+// lastRanks is the rank table last converted by viewRanks, process-wide.
+var lastRanks atomic.Pointer[rankView]
+
+type rankView struct {
+	t     rankTable
+	ranks []transport.Proc // read-only
+}
+
+// viewRanks returns t as the runtime's rank table. The nodes of one
+// process that convert the same table in turn (a simulation of N nodes,
+// each handing its runtime every view) share the last one converted,
+// rather than each making an O(N) copy at the same moment; a real job's
+// process keeps one table more.
+func viewRanks(t rankTable) []transport.Proc {
+	if rv := lastRanks.Load(); rv != nil && rv.t == t {
+		return rv.ranks
+	}
+	out := make([]transport.Proc, t.len())
+	for r, p := range t.all() {
+		out[r] = transport.Proc(p)
+	}
+	lastRanks.Store(&rankView{t: t, ranks: out})
 	return out
 }

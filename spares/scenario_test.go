@@ -84,8 +84,8 @@ func (s *scenario) line(line string) error {
 			s.apply(cmd)
 		case "exhaust":
 			for s.st.Status == statusRunning {
-				r := slices.IndexFunc(s.st.Ranks, func(p uint32) bool { return p != noProc })
-				s.apply(declareFailed{Proc: s.st.Ranks[r], Reporter: noProc, Epoch: s.st.Epoch})
+				r := slices.IndexFunc(s.st.Ranks.slice(), func(p uint32) bool { return p != noProc })
+				s.apply(declareFailed{Proc: s.st.Ranks.at(r), Reporter: noProc, Epoch: s.st.Epoch})
 			}
 		case "add":
 			if len(f) < 2 {
@@ -345,8 +345,8 @@ func describeResult(r result) string {
 }
 
 func summarize(s *state) string {
-	ranks := make([]string, len(s.Ranks))
-	for i, p := range s.Ranks {
+	ranks := make([]string, s.Ranks.len())
+	for i, p := range s.Ranks.slice() {
 		ranks[i] = procName(p)
 		if p == noProc {
 			ranks[i] = "-"

@@ -146,7 +146,7 @@ func (s *sim) converge(ctx context.Context, epoch uint64) state {
 			first = st
 			continue
 		}
-		if st.Epoch != first.Epoch || !slices.Equal(st.Ranks, first.Ranks) || !slices.Equal(st.Spares, first.Spares) || len(st.Failed) != len(first.Failed) {
+		if st.Epoch != first.Epoch || !slices.Equal(st.Ranks.slice(), first.Ranks.slice()) || !slices.Equal(st.Spares, first.Spares) || len(st.Failed) != len(first.Failed) {
 			s.t.Fatalf("nodes disagree:\n%d: %s\n%d: %s", s.live()[0].proc(), summarize(&first), n.proc(), summarize(&st))
 		}
 	}
@@ -322,7 +322,7 @@ func simKillLeader(t *testing.T, n int) {
 	}
 	spare := st.Spares[0]
 	s.kill(victim)
-	reporter := s.nodes[st.Ranks[len(st.Ranks)-1]] // a deep client
+	reporter := s.nodes[st.Ranks.at(st.Ranks.len()-1)] // a deep client
 	t0 := time.Now()
 	res, err := reporter.reportFailure(ctx, victim, reporter.proc(), st.Epoch)
 	if err != nil || res.Promoted != spare || res.Rank != rank {

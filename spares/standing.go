@@ -66,7 +66,7 @@ func decodeStanding(b []byte) (standing, error) {
 // standingOf describes proc in st.
 func standingOf(st *state, proc uint32) standing {
 	s := standing{Code: codeOK, Epoch: st.Epoch, Status: st.Status, Reason: st.StatusReason, Rank: -1}
-	_, s.Known = st.Procs[proc]
+	s.Known = st.Procs.has(proc)
 	s.FailedIn, _ = st.IsFailed(proc)
 	if r, ok := st.RankOf(proc); ok {
 		s.Rank = r
@@ -141,7 +141,7 @@ func (n *Node) askStanding(ctx context.Context, addr string) (standing, uint32, 
 // changed while it was cut off).
 func standingTargets(st *state, self uint32, round int) []uint32 {
 	var voters, others []uint32
-	for p, info := range st.Procs {
+	for p, info := range st.Procs.all() {
 		if p == self || info.CtlAddr == "" {
 			continue
 		}
@@ -196,7 +196,7 @@ func (n *Node) queryStanding(round int, quorum, done chan<- struct{}) {
 	answers := make(chan answer, len(targets))
 	asked := 0
 	for _, p := range targets {
-		addr := st.Procs[p].CtlAddr
+		addr := st.Procs.info(p).CtlAddr
 		if n.goFunc(func() {
 			s, from, err := n.askStanding(ctx, addr)
 			answers <- answer{s, from, err}

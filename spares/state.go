@@ -85,9 +85,9 @@ type state struct {
 	// a lost rank becomes vacant (noProc) so apps can redistribute its work.
 	NumRanks int
 	// Ranks maps rank -> proc; noProc marks a vacant rank.
-	Ranks []uint32
+	Ranks rankTable
 	// Procs is every process the job ever had, failed ones included.
-	Procs map[uint32]procInfo
+	Procs procTable
 	// Spares is the ordered pool: the first spare on another host than the
 	// lost process (else the first) takes its rank.
 	Spares []uint32
@@ -143,7 +143,7 @@ func (s *state) RankOf(proc uint32) (int, bool) {
 	if proc == noProc {
 		return -1, false
 	}
-	for r, p := range s.Ranks {
+	for r, p := range s.Ranks.all() {
 		if p == proc {
 			return r, true
 		}
@@ -154,10 +154,10 @@ func (s *state) RankOf(proc uint32) (int, bool) {
 // ProcOf returns the proc holding rank, false when rank is out of range or
 // vacant.
 func (s *state) ProcOf(rank int) (uint32, bool) {
-	if rank < 0 || rank >= len(s.Ranks) || s.Ranks[rank] == noProc {
+	if rank < 0 || rank >= s.Ranks.len() || s.Ranks.at(rank) == noProc {
 		return noProc, false
 	}
-	return s.Ranks[rank], true
+	return s.Ranks.at(rank), true
 }
 
 // IsSpare reports whether proc is in the spare pool.
@@ -185,7 +185,7 @@ func (s *state) Err() error { return statusErr(s) }
 // LiveRanks counts the ranks that are not vacant.
 func (s *state) LiveRanks() int {
 	n := 0
-	for _, p := range s.Ranks {
+	for _, p := range s.Ranks.all() {
 		if p != noProc {
 			n++
 		}
@@ -196,15 +196,10 @@ func (s *state) LiveRanks() int {
 // Clone returns a deep copy.
 func (s *state) Clone() state {
 	c := *s
-	c.Ranks = slices.Clone(s.Ranks)
 	c.Spares = slices.Clone(s.Spares)
 	c.Voters = slices.Clone(s.Voters)
 	c.Awaiting = slices.Clone(s.Awaiting)
-	c.Procs = maps.Clone(s.Procs)
 	c.Failed = maps.Clone(s.Failed)
-	if c.Procs == nil {
-		c.Procs = map[uint32]procInfo{}
-	}
 	if c.Failed == nil {
 		c.Failed = map[uint32]uint64{}
 	}
@@ -217,11 +212,11 @@ func (s *state) Validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", errBadSnapshot, fmt.Sprintf(format, a...))
 	}
-	if s.NumRanks < 0 || s.NumRanks > maxProcs || len(s.Ranks) != s.NumRanks {
-		return bad("NumRanks %d but %d rank entries (max %d)", s.NumRanks, len(s.Ranks), maxProcs)
+	if s.NumRanks < 0 || s.NumRanks > maxProcs || s.Ranks.len() != s.NumRanks {
+		return bad("NumRanks %d but %d rank entries (max %d)", s.NumRanks, s.Ranks.len(), maxProcs)
 	}
-	if len(s.Procs) > maxProcs {
-		return bad("%d procs, max %d", len(s.Procs), maxProcs)
+	if s.Procs.len() > maxProcs {
+		return bad("%d procs, max %d", s.Procs.len(), maxProcs)
 	}
 	if s.Epoch == 0 {
 		return bad("epoch 0 (epochs start at 1)")
@@ -232,12 +227,12 @@ func (s *state) Validate() error {
 	if err := s.validateAwaiting(); err != nil {
 		return bad("%v", err)
 	}
-	role := make(map[uint32]string, len(s.Ranks)+len(s.Spares))
-	for r, p := range s.Ranks {
+	role := make(map[uint32]string, s.Ranks.len()+len(s.Spares))
+	for r, p := range s.Ranks.all() {
 		if p == noProc {
 			continue
 		}
-		if _, ok := s.Procs[p]; !ok {
+		if !s.Procs.has(p) {
 			return bad("rank %d held by unknown proc %d", r, p)
 		}
 		if prev, dup := role[p]; dup {
@@ -251,7 +246,7 @@ func (s *state) Validate() error {
 		role[p] = fmt.Sprintf("rank %d", r)
 	}
 	for _, p := range s.Spares {
-		if _, ok := s.Procs[p]; !ok {
+		if !s.Procs.has(p) {
 			return bad("unknown proc %d in spare pool", p)
 		}
 		if prev, dup := role[p]; dup {
@@ -263,7 +258,7 @@ func (s *state) Validate() error {
 		role[p] = "a spare"
 	}
 	for p, e := range s.Failed {
-		if _, ok := s.Procs[p]; !ok {
+		if !s.Procs.has(p) {
 			return bad("unknown proc %d in failed set", p)
 		}
 		if e == 0 || e > s.Epoch {
@@ -275,7 +270,7 @@ func (s *state) Validate() error {
 	}
 	seen := map[uint32]bool{}
 	for _, v := range s.Voters {
-		if _, ok := s.Procs[v]; !ok || seen[v] {
+		if !s.Procs.has(v) || seen[v] {
 			return bad("voter %d unknown or repeated", v)
 		}
 		if _, f := s.Failed[v]; f {
@@ -283,7 +278,7 @@ func (s *state) Validate() error {
 		}
 		seen[v] = true
 	}
-	for p, info := range s.Procs {
+	for p, info := range s.Procs.all() {
 		if p == noProc {
 			return bad("proc id %d is reserved (NoProc)", p)
 		}
@@ -309,13 +304,13 @@ func (s *state) validateAwaiting() error {
 		return fmt.Errorf("ranks await a joiner while the pool holds %v", s.Spares)
 	}
 	for i, a := range s.Awaiting {
-		if a.Rank < 0 || a.Rank >= len(s.Ranks) {
+		if a.Rank < 0 || a.Rank >= s.Ranks.len() {
 			return fmt.Errorf("awaiting rank %d out of range (NumRanks %d)", a.Rank, s.NumRanks)
 		}
 		if i > 0 && a.Rank <= s.Awaiting[i-1].Rank {
 			return fmt.Errorf("awaiting ranks not in increasing order (%d after %d)", a.Rank, s.Awaiting[i-1].Rank)
 		}
-		p := s.Ranks[a.Rank]
+		p := s.Ranks.at(a.Rank)
 		if e, f := s.Failed[p]; p == noProc || !f || e != a.Since {
 			return fmt.Errorf("rank %d awaits a joiner since epoch %d, but its holder %s was not declared failed then", a.Rank, a.Since, procLabel(p))
 		}

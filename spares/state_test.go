@@ -57,10 +57,11 @@ func TestHelpers(t *testing.T) {
 	}
 	// Clone is deep: mutating the clone leaves the original alone.
 	c := st.Clone()
-	c.Ranks[0], c.Spares[0], c.Voters[0] = 77, 77, 77
-	c.Procs[77] = procInfo{}
+	c.Ranks = c.Ranks.with(0, 77)
+	c.Spares[0], c.Voters[0] = 77, 77
+	c.Procs.set(77, procInfo{})
 	c.Failed[77] = 1
-	if st.Ranks[0] == 77 || st.Spares[0] == 77 || st.Voters[0] == 77 || len(st.Procs) != 6 || len(st.Failed) != 1 {
+	if st.Ranks.at(0) == 77 || st.Spares[0] == 77 || st.Voters[0] == 77 || st.Procs.len() != 6 || len(st.Failed) != 1 {
 		t.Fatalf("Clone shares memory with the original: %+v", st)
 	}
 	if err := st.Validate(); err != nil {
@@ -77,14 +78,14 @@ func TestHelpers(t *testing.T) {
 
 func TestValidateCatchesBrokenStates(t *testing.T) {
 	breakers := map[string]func(*state){
-		"rank holder also spare": func(s *state) { s.Spares = append(s.Spares, s.Ranks[0]) },
-		"two ranks":              func(s *state) { s.Ranks[1] = s.Ranks[0] },
-		"failed holds rank":      func(s *state) { s.Failed[s.Ranks[0]] = 1 },
+		"rank holder also spare": func(s *state) { s.Spares = append(s.Spares, s.Ranks.at(0)) },
+		"two ranks":              func(s *state) { s.Ranks = s.Ranks.with(1, s.Ranks.at(0)) },
+		"failed holds rank":      func(s *state) { s.Failed[s.Ranks.at(0)] = 1 },
 		"unknown voter":          func(s *state) { s.Voters = append(s.Voters, 1000) },
 		"NumRanks mismatch":      func(s *state) { s.NumRanks++ },
 		"failed in the future":   func(s *state) { s.Failed[s.Spares[0]] = 9; s.Spares = s.Spares[1:] },
 		"epoch zero":             func(s *state) { s.Epoch = 0 },
-		"long host":              func(s *state) { s.Procs[0] = procInfo{Host: strings.Repeat("x", maxAddrLen+1)} },
+		"long host":              func(s *state) { s.Procs.set(0, procInfo{Host: strings.Repeat("x", maxAddrLen+1)}) },
 	}
 	for name, br := range breakers {
 		st := mustState(t, 3, 2, 1, false)

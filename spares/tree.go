@@ -2,9 +2,13 @@ package spares
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/gaspigo/gaspigo/spares/internal/follow"
 	"github.com/gaspigo/gaspigo/spares/internal/tree"
@@ -12,15 +16,65 @@ import (
 
 // newTree lays out the dissemination tree of st with fan-out k (package
 // tree): the live voters are its roots, the other live processes that can
-// take requests (CtlAddr set) hang below them.
+// take requests (CtlAddr set) hang below them. A tree is read-only, and
+// the nodes of one process whose states have the same processes, voters
+// and failures share it (trees): a simulation of N nodes in one process
+// holds one, not N, and finds it in O(voters + failed) rather than O(N).
 func newTree(st *state, k int) *tree.Tree {
-	var voters, others []uint32
+	var voters []uint32
 	for _, v := range st.Voters {
 		if _, failed := st.Failed[v]; !failed {
 			voters = append(voters, v)
 		}
 	}
-	for p, info := range st.Procs {
+	key := treeKey{procs: st.Procs.base, k: k, voters: u32s(voters), failed: u32s(st.FailedProcs())}
+	if w, ok := trees.Load(key); ok {
+		if t := w.(weak.Pointer[tree.Tree]).Value(); t != nil {
+			return t
+		}
+	}
+	t := layTree(st, voters, k)
+	w := weak.Make(t)
+	if prev, loaded := trees.LoadOrStore(key, w); loaded {
+		if pt := prev.(weak.Pointer[tree.Tree]).Value(); pt != nil {
+			return pt
+		}
+		trees.Store(key, w)
+	}
+	runtime.AddCleanup(t, func(e treeEntry) { trees.CompareAndDelete(e.key, e.w) }, treeEntry{key, w})
+	return t
+}
+
+// treeKey is what a tree is a function of: the process table (shared
+// by content, so its identity is its content), the live voters in
+// order, the failed processes in order, the fan-out.
+type treeKey struct {
+	procs          *procBase
+	k              int
+	voters, failed string
+}
+
+type treeEntry struct {
+	key treeKey
+	w   weak.Pointer[tree.Tree]
+}
+
+// trees maps a treeKey to the tree laid out from it while that tree lives.
+var trees sync.Map // treeKey -> weak.Pointer[tree.Tree]
+
+// u32s encodes ps as a string, for a map key.
+func u32s(ps []uint32) string {
+	b := make([]byte, 0, 4*len(ps))
+	for _, p := range ps {
+		b = binary.LittleEndian.AppendUint32(b, p)
+	}
+	return string(b)
+}
+
+// layTree is newTree without the sharing.
+func layTree(st *state, voters []uint32, k int) *tree.Tree {
+	var others []uint32
+	for p, info := range st.Procs.all() {
 		if _, failed := st.Failed[p]; failed || info.CtlAddr == "" || slices.Contains(voters, p) {
 			continue
 		}

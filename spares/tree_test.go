@@ -9,9 +9,9 @@ import (
 )
 
 func treeState(procs []uint32, voters []uint32, failed ...uint32) state {
-	st := state{Epoch: 2, Procs: map[uint32]procInfo{}, Failed: map[uint32]uint64{}, Voters: voters}
+	st := state{Epoch: 2, Failed: map[uint32]uint64{}, Voters: voters}
 	for _, p := range procs {
-		st.Procs[p] = procInfo{Host: "h", CtlAddr: fmt.Sprintf("c%d", p), RaftAddr: fmt.Sprintf("r%d", p)}
+		st.Procs.set(p, procInfo{Host: "h", CtlAddr: fmt.Sprintf("c%d", p), RaftAddr: fmt.Sprintf("r%d", p)})
 	}
 	for _, p := range failed {
 		st.Failed[p] = 1
@@ -36,7 +36,7 @@ func TestTreeOfState(t *testing.T) {
 	// 3 voters (7, 3 and 2, which failed), fan-out 2, procs 0..9, proc 5
 	// failed, proc 9 has no control address.
 	st := treeState(seq(10), []uint32{7, 3, 2}, 5, 2)
-	st.Procs[9] = procInfo{Host: "h"}
+	st.Procs.set(9, procInfo{Host: "h"})
 	tr := newTree(&st, 2)
 	if !slices.Equal(tr.Roots(), []uint32{3, 7}) || !slices.Equal(tr.Clients(), []uint32{0, 1, 4, 6, 8}) || tr.Fanout() != 2 {
 		t.Fatalf("roots %v, clients %v, fan-out %d", tr.Roots(), tr.Clients(), tr.Fanout())

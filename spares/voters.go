@@ -43,7 +43,7 @@ func planVoters(s *state, servers []raftServer, maxVoters int, self uint32, clie
 	removeSelf := false
 	for _, srv := range servers {
 		inConf[srv.Proc] = true
-		_, known := s.Procs[srv.Proc]
+		known := s.Procs.has(srv.Proc)
 		_, failed := s.Failed[srv.Proc]
 		switch {
 		case !known || failed:
@@ -54,7 +54,7 @@ func planVoters(s *state, servers []raftServer, maxVoters int, self uint32, clie
 			}
 		case srv.Voter:
 			p.Voters = append(p.Voters, srv.Proc)
-			votersOnHost[s.Procs[srv.Proc].Host]++
+			votersOnHost[s.Procs.info(srv.Proc).Host]++
 		default:
 			candidates = append(candidates, srv.Proc)
 		}
@@ -63,7 +63,7 @@ func planVoters(s *state, servers []raftServer, maxVoters int, self uint32, clie
 	if removeSelf {
 		p.Remove = append(p.Remove, self)
 	}
-	for proc, info := range s.Procs {
+	for proc, info := range s.Procs.all() {
 		if _, failed := s.Failed[proc]; failed || inConf[proc] || info.RaftAddr == "" {
 			continue
 		}
@@ -80,14 +80,14 @@ func planVoters(s *state, servers []raftServer, maxVoters int, self uint32, clie
 	for len(p.Voters)+len(p.Promote) < maxVoters && len(candidates) > 0 {
 		best := 0
 		for i, c := range candidates {
-			if votersOnHost[s.Procs[c].Host] < votersOnHost[s.Procs[candidates[best]].Host] {
+			if votersOnHost[s.Procs.info(c).Host] < votersOnHost[s.Procs.info(candidates[best]).Host] {
 				best = i
 			}
 		}
 		c := candidates[best]
 		candidates = slices.Delete(candidates, best, best+1)
 		p.Promote = append(p.Promote, c)
-		votersOnHost[s.Procs[c].Host]++
+		votersOnHost[s.Procs.info(c).Host]++
 	}
 	p.Voters = append(p.Voters, p.Promote...)
 	slices.Sort(p.Voters)

@@ -4,10 +4,20 @@
 // checkpoints (package ckpt) and the real membership (package spares:
 // Raft among the voters, the other processes clients of its tree, over a
 // internal/testkit/memnet), under testing/synctest fake time. Above -scale.real
-// ranks (4,096: each membership node keeps the whole state, about 400 KB
-// at that size) the membership is pgastest's, which turns a confirmed
-// failure into a view at once. Every data-plane frame takes one hop
-// (100 µs) of fake time, so fake time counts rounds. Messages, bytes, rounds and allocations are counted; fake time is
+// ranks (65,536 by default) the membership is pgastest's, which turns a
+// confirmed failure into a view at once. The tables that are the same on
+// every rank (views, size tables, checkpoint layouts, the membership's
+// process and rank tables and tree) are shared within the process
+// (docs/design.md §13), so the heap per rank does not grow with N; a
+// kill's figures at 65,536 need about 13 GB live and more held, so run
+// it with a memory limit (bench/RESULTS.md):
+//
+//	go test -c -o /tmp/scale.test ./bench/scale && cd bench/scale
+//	GOMEMLIMIT=18GiB /usr/bin/time -v /tmp/scale.test -test.run 'TestScaleTable$' -scale.n=65536 -test.v -test.timeout 300m
+//
+// Every data-plane frame takes one hop (100 µs) of fake time, so fake
+// time counts rounds. Messages, bytes, rounds and allocations are
+// counted; fake time is
 // what the protocols' timers make of them; wall time on 2 cores is a
 // second check. Everything is in its tests:
 //

@@ -21,9 +21,10 @@ import (
 
 var (
 	tableN   = flag.String("scale.n", "", "comma-separated rank counts for TestScaleTable (e.g. 64,256,1024,4096,16384)")
-	realN    = flag.Int("scale.real", 4096, "TestScaleTable: up to this many ranks the membership is package spares' (Raft among the voters, a tree for the others); above it the fake one, which turns a report into a view at once")
+	realN    = flag.Int("scale.real", 65536, "TestScaleTable: up to this many ranks the membership is package spares' (Raft among the voters, a tree for the others); above it the fake one, which turns a report into a view at once")
 	restN    = flag.String("scale.rest", "", "comma-separated rank counts for TestRestTraffic (e.g. 256,4096,16384)")
 	killLead = flag.Bool("scale.killleader", false, "TestScaleTable: kill the Raft leader's rank instead of rank N/3 (with the real membership)")
+	heapProf = flag.String("scale.heapprofile", "", "TestScaleTable: write heap profiles taken after setup (Init, ckpt.New and the first checkpoint) and after the kill's recovery to this file, suffixed with -N and -N-kill")
 )
 
 // figures is one row of the table.
@@ -47,6 +48,7 @@ func measure(t *testing.T, n int, real, killLeader bool) figures {
 	f.n, f.real = n, real
 	s, fi := newSim(t, n, 2, real)
 	f.init = fi
+	t.Logf("N=%d after setup: %s", n, memLine())
 	f.goPerRank = float64(runtime.NumGoroutine()) / float64(n)
 	f.rest = s.rest(5 * time.Second)
 	ctx := context.Background()
@@ -66,7 +68,32 @@ func measure(t *testing.T, n int, real, killLeader bool) figures {
 		}
 	}
 	f.kill = s.kill(f.victim)
+	t.Logf("N=%d after the kill's recovery: %s", n, memLine())
+	if *heapProf != "" {
+		runtime.GC()
+		writeHeapProfile(t, fmt.Sprintf("%s-%d-kill", *heapProf, n))
+	}
 	return f
+}
+
+// memLine describes the process's memory: resident now and at its
+// peak (VmRSS, VmHWM), and the Go heap and goroutine stacks.
+func memLine() string {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	rss, hwm := "?", "?"
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				rss = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				hwm = strings.TrimSpace(v)
+			}
+		}
+	}
+	return fmt.Sprintf("rss %s (peak %s), heap in use %d MiB, heap held %d MiB, stacks %d MiB, goroutines %d",
+		rss, hwm, ms.HeapInuse>>20, (ms.HeapSys-ms.HeapReleased)>>20, ms.StackInuse>>20, runtime.NumGoroutine())
 }
 
 // check holds the figures to the protocols' stated costs.
@@ -146,6 +173,9 @@ func TestScaleTable(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := measure(t, n, n <= *realN, *killLead)
 				rows = append(rows, f)
+				// Before the job is closed, which at tens of thousands of
+				// ranks takes minutes.
+				t.Logf("\n%s\n%s", header(), f.String())
 				t.Logf("recovery frames per rank by type: %s", byType(f.kill.byType, n))
 				check(t, f)
 			})

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,6 +236,9 @@ func newSimOpts(t testing.TB, n, nspares int, real, restOnly bool) (*sim, initFi
 	runtime.ReadMemStats(&ms1)
 	f.allocsPerRank = float64(ms1.Mallocs-ms0.Mallocs) / float64(n)
 	f.heapPerRank = float64(int64(ms1.HeapAlloc)-int64(ms0.HeapAlloc)) / float64(n)
+	if *heapProf != "" {
+		writeHeapProfile(t, fmt.Sprintf("%s-%d", *heapProf, n))
+	}
 	return s, f
 }
 
@@ -499,6 +504,22 @@ func (s *sim) kill(victim int) killFigures {
 		msgsPerSurvivor: float64(fr-hb) / float64(s.n),
 		byType:          d,
 		wall:            wallNow() - w0,
+	}
+}
+
+// writeHeapProfile writes the live heap, as of the last GC, to path, and
+// the goroutines to path.goroutines.
+func writeHeapProfile(t testing.TB, path string) {
+	for _, p := range []struct{ name, path string }{{"heap", path}, {"goroutine", path + ".goroutines"}} {
+		f, err := os.Create(p.path)
+		if err != nil {
+			t.Fatalf("%s profile: %v", p.name, err)
+		}
+		err = pprof.Lookup(p.name).WriteTo(f, 0)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s profile: %v", p.name, err)
+		}
 	}
 }
 

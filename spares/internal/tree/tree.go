@@ -28,6 +28,9 @@ import (
 const None = ^uint32(0)
 
 // Tree is the dissemination tree of one state, computed once per state.
+// It is read-only once built, so the nodes of one process that lay out
+// the same tree may share it (package spares does): nothing hands out its
+// order but copies.
 type Tree struct {
 	k      int
 	order  []uint32 // voters (sorted), then the other live procs (sorted)
@@ -50,12 +53,12 @@ func New(voters, others []uint32, k int) *Tree {
 // Fanout is the tree's k.
 func (t *Tree) Fanout() int { return t.k }
 
-// Roots returns the voters in order. The caller must not modify it.
-func (t *Tree) Roots() []uint32 { return t.order[:t.voters:t.voters] }
+// Roots returns the voters in order, a copy.
+func (t *Tree) Roots() []uint32 { return slices.Clone(t.order[:t.voters]) }
 
-// Clients returns the processes below the roots in tree order. The
-// caller must not modify it.
-func (t *Tree) Clients() []uint32 { return t.order[t.voters:] }
+// Clients returns the processes below the roots in tree order, a copy:
+// O(N).
+func (t *Tree) Clients() []uint32 { return slices.Clone(t.order[t.voters:]) }
 
 // position returns proc's place in the order, -1 if it has none.
 func (t *Tree) position(proc uint32) int {
