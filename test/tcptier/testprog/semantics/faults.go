@@ -73,6 +73,11 @@ func faultDeath(ctx context.Context, p *prog) int {
 	if err != nil {
 		return p.fail(name, err)
 	}
+	if p.me != victim {
+		if err := reachVictim(ctx, rt, victim); err != nil {
+			return p.fail(name, err)
+		}
+	}
 	if err := rt.Barrier(ctx, nil); err != nil {
 		return p.fail(name, err)
 	}
@@ -116,6 +121,24 @@ func faultDeath(ctx context.Context, p *prog) int {
 		return p.fail(name, fmt.Errorf("survivors' barrier: %w", err))
 	}
 	return 0
+}
+
+// reachVictim makes a survivor's first contact with the victim before the
+// test stops it (segments are not shared in this case: every operation
+// goes by frames). The phases below are about a peer that stops, and then
+// dies, once it is known; a first contact with a peer already stopped
+// waits for the handshakes' bounds first (docs/design.md §9.3).
+func reachVictim(ctx context.Context, rt *pgas.Runtime, victim int) error {
+	if err := rt.Write(ctx, 3, victim, loc(1, 1024), loc(1, 1024), 8); err != nil {
+		return fmt.Errorf("first write to rank %d: %w", victim, err)
+	}
+	if err := rt.Wait(ctx, 3); err != nil {
+		return fmt.Errorf("first write to rank %d: %w", victim, err)
+	}
+	if _, err := rt.FetchAdd(ctx, victim, loc(1, 80), 1); err != nil {
+		return fmt.Errorf("first atomic on rank %d: %w", victim, err)
+	}
+	return nil
 }
 
 // deathStopped is faultDeath's phase A: the victim is stopped, not dead.

@@ -130,7 +130,7 @@ func run() int {
 	defer cancel()
 	base := pgas.LocalConfig()
 	base.QueueDepth = *depth
-	if *caseFlag == "seqreuse" {
+	if *caseFlag == "seqreuse" || *caseFlag == "death" {
 		// The case needs a write whose send cannot finish while the
 		// target is stopped; a direct copy into its segment would.
 		os.Setenv(job.VarShmSegments, "0")
