@@ -45,12 +45,12 @@ import (
 	"github.com/gaspigo/gaspigo/internal/tcpopt"
 )
 
-// relayRoots is how many processes the rendezvous writes the whole table
-// to: 64 tables, 19.7 MB at 4,096 processes, where all 4,096 took 1.26 GB.
-const relayRoots = 64
-
-// relayFanout is how many processes one relay serves below the roots.
-const relayFanout = 8
+// The relay tree's shape: relayRoots is how many processes the rendezvous
+// writes the whole table to (64 tables, 19.7 MB at 4,096 processes, where
+// all 4,096 took 1.26 GB), relayFanout how many processes one relay serves
+// below the roots. Variables only so that tests can run the tree's rules
+// on a few processes; nothing else changes them.
+var relayRoots, relayFanout = 64, 8
 
 // relaySources is how many ancestors a notice names.
 const relaySources = 3
@@ -59,7 +59,7 @@ const relaySources = 3
 // own: its children, and the descendants that skip a parent that does not
 // answer. (In one test process of thousands of relays, the process's
 // shared gate would shed them.)
-const relayGate = relayFanout * relayFanout
+func relayGate() int { return relayFanout * relayFanout }
 
 // relayLeaf reports whether process p has no children in the relay tree
 // of a job of n processes: nobody asks it, so it needs no relay (7 of 8
@@ -184,7 +184,7 @@ func startRelay(env Env, self Member, wait time.Duration, lg *slog.Logger) *rela
 		if ln, err = lc.Listen(context.Background(), "tcp", net.JoinHostPort(host, "0")); err == nil {
 			rl := &relay{addr: ln.Addr().String(), wait: wait, log: lg, ready: make(chan struct{}), done: make(chan struct{})}
 			var gate *admit.Gate
-			if gate, err = admit.NewGate(admit.Limits{MaxPending: relayGate, MaxPerSource: relayGate}); err != nil {
+			if gate, err = admit.NewGate(admit.Limits{MaxPending: relayGate(), MaxPerSource: relayGate()}); err != nil {
 				ln.Close()
 				return nil
 			}

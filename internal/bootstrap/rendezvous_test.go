@@ -78,7 +78,14 @@ type testJob struct {
 	srv *Server
 	env Env // for proc 0; copy and set Proc
 	log *logRecorder
+	// deadline bounds each registration (testDeadline when 0): a job of
+	// hundreds of processes registered by goroutines of one test binary,
+	// under the race detector on a busy machine, needs longer.
+	deadline time.Duration
 }
+
+// manyDeadline is testJob.deadline for jobs of hundreds of processes.
+const manyDeadline = 60 * time.Second
 
 func startServer(t *testing.T, nprocs, nranks int, mut ...func(*ServerConfig)) *testJob {
 	t.Helper()
@@ -143,7 +150,11 @@ func (j *testJob) registerAsync(t *testing.T, p uint32, mut ...func(*Env, *Membe
 		m(&env, &self, &cfg)
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
+		d := testDeadline
+		if j.deadline > 0 {
+			d = j.deadline
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
 		s, tb, err := RegisterWith(ctx, cfg, env, self)
 		ch <- regResult{s, tb, err}
@@ -159,7 +170,7 @@ func recv(t *testing.T, ch <-chan regResult) regResult {
 			t.Cleanup(func() { r.sess.Close() })
 		}
 		return r
-	case <-time.After(2 * testDeadline):
+	case <-time.After(2 * manyDeadline): // past every registration's own deadline
 		t.Fatal("registration did not finish")
 		return regResult{}
 	}

@@ -146,10 +146,10 @@ func TestRendezvousScale(t *testing.T) {
 			}
 			// The whole table to the tree's first relayRoots processes; the
 			// handshake, the ack and a notice (a few hundred bytes) to each.
-			if st.Tables != relayRoots || st.Asked != 0 {
+			if st.Tables != uint64(relayRoots) || st.Asked != 0 {
 				t.Errorf("the rendezvous wrote the whole table %d times (%d asked for), want %d (the relay tree's first level)", st.Tables, st.Asked, relayRoots)
 			}
-			if max := relayRoots*tb + int64(n)*1024; written > max {
+			if max := int64(relayRoots)*tb + int64(n)*1024; written > max {
 				t.Errorf("the server wrote %d bytes, more than %d (the table of %d bytes %d times and 1 KiB per process)", written, max, tb, relayRoots)
 			}
 		})

@@ -67,12 +67,13 @@ func (l *launcher) Check(t *testing.T, s hostfault.Scenario, killed []int) {
 		case h != s.Host:
 		case s.Crash:
 			want[p] = killedBy9
-		case s.Heal > 0 && p >= len(layout)-nspares && !declaredFailed(l.job, p):
+		case s.Heal > 0 && p >= len(layout)-nspares:
 			// An idle spare of a healed host that nobody declared failed
-			// before the heal (the cut lasts until the host's ranks are
-			// taken over, which a loaded machine may do before it gets to
-			// the spare) is a spare in good standing again: it ends with
-			// the job.
+			// (the cut lasts until the host's ranks are taken over, which
+			// a loaded machine may do before it gets to the spare) is a
+			// spare in good standing again: it ends with the job. One
+			// declared failed, even after the heal, is fenced.
+			want[p] = healedSpare
 		default:
 			want[p] = cutOff
 		}
