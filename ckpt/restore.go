@@ -108,6 +108,7 @@ func (c *Checkpointer) beginRestore(ctx context.Context, op string, fromDisk boo
 	c.mu.Lock()
 	r.n, r.me, r.committed = c.n, c.rank, c.committed
 	c.mu.Unlock()
+	at := c.rt.Placement()
 	live := c.rt.LiveRanks()
 	if len(live) < r.n && (fromDisk || c.cfg.Dir != "") {
 		// Every disk checkpoint has one file per rank, and its manifest
@@ -118,7 +119,9 @@ func (c *Checkpointer) beginRestore(ctx context.Context, op string, fromDisk boo
 	if r.mine, err = c.myEntry(); err != nil {
 		return nil, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
 	}
-	r.lay = sharedLayout(c.hosts(), c.cfg.Mirrors, live)
+	if r.lay = c.layoutNow(); c.rt.Placement() != at {
+		r.lay = sharedLayout(c.hosts(), c.cfg.Mirrors, live) // a view came meanwhile: live's own
+	}
 	if r.ag, r.hs, err = c.agree(ctx, r.mine, live, r.lay); err != nil {
 		return nil, fmt.Errorf("ckpt: %s: inventory: %w", op, err)
 	}

@@ -3,6 +3,7 @@ package ckpt
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/gaspigo/gaspigo/pgas"
 )
@@ -111,7 +112,7 @@ func (c *Checkpointer) setup(ctx context.Context) error {
 	if err := c.createLocal(ctx); err != nil {
 		return err
 	}
-	lay := sharedLayout(c.hosts(), c.cfg.Mirrors, c.rt.LiveRanks())
+	lay := c.layoutNow()
 	id := c.cfg.SegmentID + 1
 	cp := lay.capacity(c.rt.Rank())
 	if _, err := c.rt.SegmentCreate(ctx, id, c.mirrorSize(cp), nil); err != nil {
@@ -148,6 +149,32 @@ func (c *Checkpointer) createLocal(ctx context.Context) error {
 	c.mu.Unlock()
 	return nil
 }
+
+// layoutNow is sharedLayout for the runtime's placement now (its live
+// ranks and their hosts). The checkpointers of one process that ask for
+// the same placement in turn (the ranks of a simulation, one after the
+// other) take the last layout built, without reading every rank's host
+// and encoding the inputs again: O(1) each, not O(N).
+func (c *Checkpointer) layoutNow() *layout {
+	at := c.rt.Placement()
+	if m := lastPlaced.Load(); m != nil && m.at == at && m.k == c.cfg.Mirrors {
+		return m.lay
+	}
+	lay := sharedLayout(c.hosts(), c.cfg.Mirrors, c.rt.LiveRanks())
+	if c.rt.Placement() == at { // no other view came in between
+		lastPlaced.Store(&placedLayout{at: at, k: c.cfg.Mirrors, lay: lay})
+	}
+	return lay
+}
+
+// placedLayout is the layout last built for a placement and mirror count.
+type placedLayout struct {
+	at  pgas.Placement
+	k   int
+	lay *layout
+}
+
+var lastPlaced atomic.Pointer[placedLayout]
 
 func (c *Checkpointer) hosts() []string {
 	n := c.rt.Size()

@@ -11,7 +11,10 @@ import (
 
 // View is a committed membership view, as the membership layer (package
 // spares) agrees it. Every process that applies the same Epoch sees the
-// same View.
+// same View. A View's slices are read-only once a membership handed it
+// out: neither the runtime nor the membership writes them after (equal
+// Views may share them, and the runtime recognises a View it applied by
+// its rank table's identity).
 type View struct {
 	// Epoch increases with every change to the rank table.
 	Epoch uint64

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
+	"weak"
 
 	"github.com/gaspigo/gaspigo/health"
 	"github.com/gaspigo/gaspigo/pgas/internal/samehost"
@@ -283,6 +285,23 @@ func (rt *Runtime) hostOf(v *view, p transport.Proc) string {
 		return j.Host
 	}
 	return ""
+}
+
+// Placement names what LiveRanks and Host answer now: two runtimes of one
+// process with equal Placements (the same view, built once per content,
+// and the same Config.Hosts) give the same answers for every rank. It is
+// for the callers that derive a table from those answers, so that the
+// runtimes of a simulation of thousands of ranks in one process derive
+// it once and not once each, at O(N) apiece. It holds nothing alive.
+type Placement struct {
+	v     weak.Pointer[view]
+	hosts *string
+	n     int
+}
+
+// Placement returns the current view's Placement.
+func (rt *Runtime) Placement() Placement {
+	return Placement{v: weak.Make(rt.view.Load()), hosts: unsafe.SliceData(rt.cfg.Hosts), n: len(rt.cfg.Hosts)}
 }
 
 // HostLabels returns every process's host label, indexed by process ID

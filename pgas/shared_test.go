@@ -36,6 +36,32 @@ func TestSharedViewByContent(t *testing.T) {
 	}
 }
 
+// A View applied again, or another runtime's View with the same rank
+// table (one slice, as the membership hands it out), finds the last view
+// without encoding its content; any other field that differs is another
+// view.
+func TestSharedViewBySource(t *testing.T) {
+	ranks := []transport.Proc{0, 1, 2, 3}
+	a := View{Epoch: 7, Ranks: ranks}
+	va := sharedView(a, 4, 4)
+	if vb := sharedView(View{Epoch: 7, Ranks: ranks}, 4, 4); vb != va {
+		t.Fatal("the same View built twice")
+	}
+	for _, other := range []View{
+		{Epoch: 8, Ranks: ranks},
+		{Epoch: 7, Ranks: ranks, Failed: []transport.Proc{3}},
+		{Epoch: 7, Ranks: ranks, Finished: true},
+		{Epoch: 7, Ranks: ranks[:3]},
+	} {
+		if v := sharedView(other, 4, 4); v == va || v.epoch != uint32(other.Epoch) || len(v.ranks) != len(other.Ranks) || v.finished != other.Finished {
+			t.Fatalf("View %+v got the view of %+v", other, a)
+		}
+	}
+	if sharedView(a, 4, 5) == va {
+		t.Fatal("a view of 5 process ids shared with one of 4")
+	}
+}
+
 // Segment size tables are shared by content and read-only: a rank that
 // learnt other sizes has its own table, and the slice a table was built
 // from can change without changing it.

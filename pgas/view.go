@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"unique"
+	"unsafe"
 	"weak"
 
 	"github.com/gaspigo/gaspigo/transport"
@@ -455,6 +456,38 @@ func sharedView(mv View, base, size int) *view {
 	if len(mv.Ranks) == 0 || mv.Err != nil {
 		return buildView(mv, base, size)
 	}
+	if lv := lastView.Load(); lv != nil && lv.base == base && lv.size == size {
+		if v := lv.v.Value(); v != nil && sameSource(mv, v.src) {
+			return v
+		}
+	}
+	v := internView(mv, base, size)
+	lastView.Store(&builtView{v: weak.Make(v), base: base, size: size})
+	return v
+}
+
+// lastView is the view sharedView returned last: the runtimes of one
+// process that apply the same View in turn (a simulation's ranks, each
+// told by its own membership node, whose Views share their rank table)
+// find it without encoding the View's content, O(N), again.
+var lastView atomic.Pointer[builtView]
+
+type builtView struct {
+	v          weak.Pointer[view]
+	base, size int
+}
+
+// sameSource reports whether a and b are the same View: the same rank
+// table (one slice: a membership never writes a View's tables once it
+// handed the View out), and equal small fields.
+func sameSource(a, b View) bool {
+	return a.Epoch == b.Epoch && a.Finished == b.Finished && a.Err == nil && b.Err == nil &&
+		len(a.Ranks) == len(b.Ranks) && unsafe.SliceData(a.Ranks) == unsafe.SliceData(b.Ranks) &&
+		slices.Equal(a.Failed, b.Failed) && slices.Equal(a.Joined, b.Joined)
+}
+
+// internView is sharedView by content.
+func internView(mv View, base, size int) *view {
 	key := viewKey{content: unique.Make(viewContent(mv)), base: base, size: size}
 	if w, ok := sharedViews.Load(key); ok {
 		if v := w.(weak.Pointer[view]).Value(); v != nil {

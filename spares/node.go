@@ -201,23 +201,31 @@ func (n *Node) closeListening() {
 // bootstrap: the leader adds it.
 func (n *Node) startRaftAtStart(initial *state) error {
 	cfg := &n.cfg
+	switch {
+	case !cfg.VotersOnly || hasRaftState(cfg):
+		return n.startRaft(!cfg.Join, raftServers(cfg, initial.Voters))
+	case slices.Contains(initial.Voters, cfg.Proc) && !cfg.Join:
+		return n.startRaft(true, raftServers(cfg, initial.Voters))
+	}
+	return nil
+}
+
+// raftServers is Raft's first configuration: the voters, and unless
+// VotersOnly every other member as a nonvoter. Built only by a node that
+// starts Raft (O(N)), so that the non-voters of a large job pay nothing
+// for it.
+func raftServers(cfg *Config, voters []uint32) []raft.Server {
 	var servers []raft.Server
 	for _, m := range cfg.Members {
 		s := raft.Server{ID: serverID(m.Proc), Address: raft.ServerAddress(m.RaftAddr), Suffrage: raft.Nonvoter}
-		if slices.Contains(initial.Voters, m.Proc) {
+		if slices.Contains(voters, m.Proc) {
 			s.Suffrage = raft.Voter
 		} else if cfg.VotersOnly {
 			continue
 		}
 		servers = append(servers, s)
 	}
-	switch {
-	case !cfg.VotersOnly || hasRaftState(cfg):
-		return n.startRaft(!cfg.Join, servers)
-	case slices.Contains(initial.Voters, cfg.Proc) && !cfg.Join:
-		return n.startRaft(true, servers)
-	}
-	return nil
+	return servers
 }
 
 // run starts the node's own goroutines: the contact watch and, in the

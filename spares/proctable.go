@@ -28,6 +28,7 @@ type procTable struct {
 type procBase struct {
 	m   map[uint32]procInfo
 	key unique.Handle[string] // its interned content (procBases)
+	top uint32                // the highest process id in m
 }
 
 // procBases maps the interned content of a base to the base built from
@@ -47,7 +48,7 @@ func newProcTable(m map[uint32]procInfo) procTable {
 			return procTable{base: b}
 		}
 	}
-	b := &procBase{m: m, key: key}
+	b := &procBase{m: m, key: key, top: slices.Max(slices.Collect(maps.Keys(m)))}
 	w := weak.Make(b)
 	if prev, loaded := procBases.LoadOrStore(key, w); loaded {
 		if pb := prev.(weak.Pointer[procBase]).Value(); pb != nil {
@@ -97,6 +98,14 @@ func (t procTable) has(p uint32) bool {
 func (t procTable) info(p uint32) procInfo {
 	i, _ := t.get(p)
 	return i
+}
+
+// top is the highest process id in the table (0 when it is empty).
+func (t procTable) top() uint32 {
+	if t.base == nil {
+		return 0
+	}
+	return t.base.top
 }
 
 // len is the number of processes in the table.

@@ -116,6 +116,9 @@ func (m *Membership) toView(st state) pgas.View {
 // joinersOf lists the processes of st with an id from first on, in id
 // order, failed ones included.
 func joinersOf(st *state, first uint32) []pgas.Joiner {
+	if st.Procs.len() == 0 || st.Procs.top() < first {
+		return nil // nobody joined: O(1), not a pass over every process
+	}
 	var ids []uint32
 	for p := range st.Procs.all() {
 		if p >= first {
