@@ -141,9 +141,13 @@ func (c *Checkpointer) createLocal(ctx context.Context) error {
 	if err := c.clearInbox(); err != nil {
 		return fmt.Errorf("ckpt: local segment %d: %w", c.local, err)
 	}
-	if _, err := c.rt.SegmentCreate(ctx, c.local, c.localSize(n), nil); err != nil {
+	seg, err := c.rt.SegmentCreate(ctx, c.local, c.localSize(n), nil)
+	if err != nil {
 		return fmt.Errorf("ckpt: local segment %d: %w", c.local, err)
 	}
+	// The disk board (a few records per rank, used on rank 0 with a disk
+	// level) makes it O(N) bytes, nearly all of them never touched.
+	seg.Sparse()
 	c.mu.Lock()
 	c.n, c.rank = n, rank
 	c.mu.Unlock()

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // ID names a segment. IDs are chosen by the program and are the same on
@@ -157,6 +159,17 @@ func (s *Segment) NumNotifications() int { return len(s.notif) }
 
 // Bytes returns the whole segment memory. It aliases the segment.
 func (s *Segment) Bytes() []byte { return s.mem }
+
+// Sparse tells the kernel that most of the segment's memory is never
+// touched, so that it backs it with small pages only: a segment from
+// HugePageThreshold up asks for transparent huge pages, and then a touch
+// of a few bytes costs 2 MiB. (The checkpoint's local segment holds a
+// board of records for every rank, which only rank 0 reads and only with
+// a disk level: at 32,768 ranks huge pages made it 4 MiB of memory per
+// rank for a few bytes used.) Advisory; a memory renewed for sharing
+// (MemfdBacking.Renew) is shared memory, which the kernel backs with
+// small pages unless the host's shmem setting says otherwise.
+func (s *Segment) Sparse() { _ = unix.Madvise(s.mem, unix.MADV_NOHUGEPAGE) }
 
 // Close releases the memory and wakes every waiter with ErrClosed. The
 // segment must not be used afterwards; Close is idempotent.

@@ -1,12 +1,17 @@
 package segments
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 )
 
 func newSeg(t *testing.T, size int64, opt Options) *Segment {
@@ -210,4 +215,62 @@ func TestFileBackingSharesMemory(t *testing.T) {
 	if got := string(b.Bytes()[100:106]); got != "shared" {
 		t.Fatalf("second mapping sees %q", got)
 	}
+}
+
+// A sparse segment from HugePageThreshold up is backed by small pages:
+// touching a byte at each end costs two pages, not two huge pages. (Where
+// the host turned transparent huge pages off, every segment passes; the
+// test says so.)
+func TestSparseSegmentSmallPages(t *testing.T) {
+	thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil || !bytes.Contains(thp, []byte("[always]")) && !bytes.Contains(thp, []byte("[madvise]")) {
+		t.Logf("transparent huge pages are off here (%q, %v): no segment gets them", thp, err)
+	}
+	for _, sparse := range []bool{false, true} {
+		s, err := New(1, 2*HugePageThreshold, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sparse {
+			s.Sparse()
+		}
+		mem := s.Bytes()
+		mem[0], mem[len(mem)-1] = 1, 1
+		kb := anonHugeKB(t, mem)
+		s.Close()
+		t.Logf("sparse=%v: %d kB in huge pages", sparse, kb)
+		if sparse && kb != 0 {
+			t.Errorf("a sparse segment holds %d kB in huge pages after two one-byte stores", kb)
+		}
+	}
+}
+
+// anonHugeKB is the AnonHugePages of the mapping that holds mem, from
+// /proc/self/smaps.
+func anonHugeKB(t *testing.T, mem []byte) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no /proc/self/smaps: %v", err)
+	}
+	start := uint64(uintptr(unsafe.Pointer(&mem[0])))
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if lo, hi, ok := strings.Cut(f[0], "-"); ok && len(f) >= 5 {
+			a, err1 := strconv.ParseUint(lo, 16, 64)
+			z, err2 := strconv.ParseUint(hi, 16, 64)
+			in = err1 == nil && err2 == nil && a <= start && start < z
+			continue
+		}
+		if in && f[0] == "AnonHugePages:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb
+		}
+	}
+	t.Fatalf("no mapping holds %#x in /proc/self/smaps", start)
+	return 0
 }
