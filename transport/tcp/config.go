@@ -83,17 +83,22 @@ type Config struct {
 	WrapConn func(net.Conn) net.Conn
 
 	// PollSpin, when > 0, makes each connection's reader poll the socket
-	// with non-blocking reads for up to this long before it parks in the
-	// network poller. It trades CPU for small-message latency; keep it 0
-	// on oversubscribed hosts. 0..10ms.
+	// with non-blocking reads for up to this long after its last frame
+	// before it parks in the network poller. It trades CPU for
+	// small-message latency; keep it 0 on oversubscribed hosts (package
+	// job chooses it: PGAS_TCP_SPIN). SetPollSpin changes it for the
+	// connections made afterwards. 0..10ms.
 	PollSpin time.Duration
 	// BatchFrame is the largest frame, header included, in bytes, that
-	// Send queues instead of writing: its bytes are copied to the
-	// connection's batch and Send returns at once; the connection's writer
-	// puts everything queued on the wire with one system call. A stream of
-	// small writes, notifications and acknowledgements thus costs one
-	// system call per batch, not per frame. 0 disables batching (every
-	// Send writes its frame itself, as larger ones always do); otherwise
+	// Send never blocks on: when the connection is idle the caller writes
+	// it, with what is queued, by one non-blocking write (what the socket
+	// does not take goes to the connection's writer); when a write is in
+	// progress its bytes are copied to the connection's batch and Send
+	// returns at once, and the connection's writer puts everything queued
+	// on the wire with one system call. A stream of small writes,
+	// notifications and acknowledgements thus costs one system call per
+	// batch, not per frame. 0 disables batching (every Send writes its
+	// frame itself, as larger ones always do); otherwise
 	// transport.HeaderSize..BatchBytes.
 	BatchFrame int
 	// BatchBytes caps the bytes queued on one connection. A Send that

@@ -32,10 +32,12 @@ type conn struct {
 	hdr       [transport.HeaderSize]byte
 	iov       [3][]byte
 	bufs      net.Buffers
-	wdeadline time.Time  // the write deadline set on nc (zero, or aLongTimeAgo after a ctx ended)
-	sock      *tlsSocket // under nc when it is TLS (Config.TLS), else nil
-	scratch   []byte     // a small frame in one piece, for one TLS record
-	wbuf      []byte     // the batch being written; swapped with batch
+	wdeadline time.Time     // the write deadline set on nc (zero, or aLongTimeAgo after a ctx ended)
+	sock      *tlsSocket    // under nc when it is TLS (Config.TLS), else nil
+	scratch   []byte        // a small frame in one piece, for one TLS record
+	now       *socketWriter // non-blocking writes of small frames (writeNow); nil without a raw socket
+	nowShort  atomic.Int64  // writeNow calls that left bytes to the writer (the socket was full)
+	wbuf      []byte        // the batch being written; swapped with batch
 
 	// The batch (Config.BatchFrame): small frames queued by Send, encoded,
 	// in Send order, under bmu (a leaf). Whoever holds the write token
@@ -72,7 +74,7 @@ func (c *conn) touch() {
 var aLongTimeAgo = time.Unix(1, 0)
 
 func (t *Transport) newConn(p *peer, nc net.Conn, remote string) *conn {
-	br := bufio.NewReaderSize(newSocketReader(nc, t.cfg.PollSpin), t.cfg.ReadBufferSize)
+	br := bufio.NewReaderSize(newSocketReader(nc, time.Duration(t.spin.Load())), t.cfg.ReadBufferSize)
 	c := &conn{
 		t:       t,
 		peer:    p,
@@ -85,6 +87,9 @@ func (t *Transport) newConn(p *peer, nc net.Conn, remote string) *conn {
 		retired: make(chan struct{}),
 	}
 	c.fr = newFrameReader(br, p.id, &t.stats, c.onLink, c.touch)
+	if t.cfg.BatchFrame > 0 {
+		c.now = newSocketWriter(nc)
+	}
 	return c
 }
 
@@ -98,21 +103,71 @@ func (c *conn) enqueue(h *transport.Header, payload []byte) bool {
 		return false
 	}
 	first := len(c.batch) == 0
+	c.appendFrame(h, payload)
+	c.bmu.Unlock()
+	c.touch()
+	if first {
+		c.kickWriter()
+	}
+	return true
+}
+
+// appendFrame encodes a frame at the end of the batch. bmu is held.
+func (c *conn) appendFrame(h *transport.Header, payload []byte) {
 	n := len(c.batch)
-	c.batch = slices.Grow(c.batch, size)[:n+transport.HeaderSize]
+	c.batch = slices.Grow(c.batch, transport.HeaderSize+len(payload))[:n+transport.HeaderSize]
 	h.Encode(c.batch[n:])
 	c.batch = append(c.batch, payload...)
 	c.batchFrames++
 	c.batchPayload += len(payload)
+}
+
+func (c *conn) kickWriter() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeNow writes a small frame that must leave now, with the batch
+// before it, from the caller, when the connection is idle (the write
+// token is free): one non-blocking write, no goroutine in between. What
+// the socket does not take at once goes to the connection's writer, ahead
+// of anything queued since, as a failed write does (the writer's own
+// write then fails the connection). It reports false when it did nothing:
+// no raw socket, the token is held (a write is in progress and the frame
+// is queued behind it), or the connection is closing for idleness.
+func (c *conn) writeNow(h *transport.Header, payload []byte) (bool, error) {
+	if c.now == nil {
+		return false, nil
+	}
+	select {
+	case c.wsem <- struct{}{}:
+	default:
+		return false, nil
+	}
+	defer func() { <-c.wsem }()
+	if c.retiring {
+		return true, errRetired
+	}
+	c.bmu.Lock()
+	if c.batchShut {
+		c.bmu.Unlock()
+		return false, nil
+	}
+	c.appendFrame(h, payload)
 	c.bmu.Unlock()
 	c.touch()
-	if first {
-		select {
-		case c.kick <- struct{}{}:
-		default:
-		}
+	b, frames, pl := c.takeBatch()
+	n, err := c.now.write(b)
+	if err != nil || n < len(b) {
+		c.nowShort.Add(1)
+		c.requeue(b[n:], frames, pl) // counted once the writer wrote them
+		return true, nil
 	}
-	return true
+	c.t.stats.framesOut.Add(uint64(frames))
+	c.t.stats.bytesOut.Add(uint64(pl))
+	return true, nil
 }
 
 // takeBatch hands the batch to the holder of the write token, which
@@ -138,10 +193,7 @@ func (c *conn) requeue(b []byte, frames, payload int) {
 	c.batchFrames += frames
 	c.batchPayload += payload
 	c.bmu.Unlock()
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
+	c.kickWriter()
 }
 
 // writeLoop is the connection's writer: each time the batch becomes
@@ -264,8 +316,13 @@ func (t *Transport) upLocked(p *peer, nc net.Conn, dialed bool) *conn {
 // frame to a background writer, or fail the connection.
 func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) error {
 	t := c.t
-	if transport.HeaderSize+len(payload) <= t.cfg.BatchFrame && c.enqueue(h, payload) {
-		return nil
+	if transport.HeaderSize+len(payload) <= t.cfg.BatchFrame {
+		if done, err := c.writeNow(h, payload); done {
+			return err
+		}
+		if c.enqueue(h, payload) {
+			return nil
+		}
 	}
 	select {
 	case c.wsem <- struct{}{}:

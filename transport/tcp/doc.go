@@ -154,18 +154,33 @@
 //
 // With Config.PollSpin > 0 the reader polls its socket with non-blocking
 // reads for that long before it parks in the network poller, yielding to
-// the process's goroutines and then the CPU (sched_yield on Linux) between
-// attempts, as an MPI polls on an oversubscribed host. On the 2-core
-// development host (shared, load 6-12) BenchmarkPingPong measured 8-byte
-// round trips of about 19-32 us parked, 30-40 us with 10 us of spin, 50-87
-// us with 50 us and 110-180 us with 200 us before the OS yield was added:
-// a spinning reader took the CPU that the loopback's packet processing and
-// the peer need. With the yield, gaspibench measured 2-rank barriers of
-// about 25 us with 50 us of spin against 32 us parked (load 10-12), and
-// mixed results with 4 ranks on 2 cores. It stays off by default; it may
-// pay on hosts with idle cores. Spinning belongs here rather than in the
-// runtime's waits (pgas SpinWait): with one P, a goroutine spinning on a
-// channel keeps the scheduler from polling the network at all.
+// the process's goroutines (not the CPU) between attempts: a frame then
+// lands in a running reader, with no wake-up through the kernel and the
+// scheduler, and the goroutine it completes runs next on the same P. Both
+// ends poll: the dialed socket and the accepted one (rawSocket finds the
+// file descriptor under the transport's own wrapper, never under a
+// wrapper it does not know, such as a fault injector's). It is for hosts
+// with a CPU per process (package job turns it on there, PGAS_TCP_SPIN).
+// Measured on the 2-core development host with 2 processes (bench/mpi,
+// bench/RESULTS.md): 8-byte round trip 54 to 15 us, barrier 32 to 12 us,
+// against Open MPI TCP's 22 and 13 us in the same run. An earlier version
+// gave the CPU away between attempts (sched_yield) and polled only on the
+// dialed end; the yielded CPU came back tens of microseconds late and the
+// other end still slept, so it gained little. Spinning belongs here
+// rather than in the runtime's waits (pgas SpinWait): with one P, a
+// goroutine spinning on a channel keeps the scheduler from polling the
+// network at all.
+//
+// A small frame that must leave is written by its caller when the
+// connection is idle (its write token free), with the batch before it,
+// with one non-blocking write (conn.writeNow): no goroutine between the
+// caller and the socket, as with Queue from the reader (an acknowledgement
+// answered where the request was read). What the socket does not take at
+// once goes to the connection's writer ahead of anything queued since, so
+// the order of frames is that of their Sends, and a caller never blocks on
+// a peer that stopped reading. A write in progress (the token held) still
+// gets the frame queued behind it, which is how a stream of small frames
+// leaves in batches.
 //
 // # Concurrency and ownership
 //

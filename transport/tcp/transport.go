@@ -72,6 +72,7 @@ type Transport struct {
 	stats counters
 	lis   *listen.Listener // accepts, admits and authenticates the incoming connections
 	hs    atomic.Int64     // Config.HandshakeTimeout, or SetHandshakeTimeout's
+	spin  atomic.Int64     // Config.PollSpin, or SetPollSpin's
 
 	hooks hooks
 }
@@ -116,6 +117,7 @@ func newTransport(cfg Config, hk hooks) (*Transport, error) {
 		hooks:   hk,
 	}
 	t.hs.Store(int64(cfg.HandshakeTimeout))
+	t.spin.Store(int64(cfg.PollSpin))
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.lis, err = listen.New(ln, listen.Config{
 		Name: "tcp", Purpose: auth.PurposeData, Token: cfg.Token, Self: uint32(cfg.Self), TLS: cfg.TLS,
@@ -145,6 +147,13 @@ func (t *Transport) SetHandshakeTimeout(d time.Duration) {
 	d = max(d, time.Millisecond)
 	t.hs.Store(int64(d))
 	t.lis.SetHandshakeTimeout(d)
+}
+
+// SetPollSpin sets Config.PollSpin for the connections made from now on:
+// the job chooses it once it knows how many of its processes share this
+// host. Outside 0..10ms it is clamped.
+func (t *Transport) SetPollSpin(d time.Duration) {
+	t.spin.Store(int64(min(max(d, 0), maxPollSpin)))
 }
 
 // Addr returns the address the listener is bound to, e.g. "127.0.0.1:40123".
@@ -530,9 +539,10 @@ func (t *Transport) Connected(peer transport.Proc) bool {
 	return p != nil && p.state == stateUp
 }
 
-// Queue hands a small frame (at most Config.BatchFrame bytes with its
-// header) to the connection's batch without blocking, and reports whether
-// it did: false when batching is off, the frame is too large, the peer is
+// Queue sends a small frame (at most Config.BatchFrame bytes with its
+// header) without blocking, as Send does one (written at once when the
+// connection is idle, else queued to its batch), and reports whether it
+// did: false when batching is off, the frame is too large, the peer is
 // not connected (or down), or the batch is full. A Handler may call it
 // from HandleFrame, even for the peer it is reading from; on false the
 // caller sends the frame with Send from a goroutine that may block. h.Len
@@ -551,6 +561,9 @@ func (t *Transport) Queue(to transport.Proc, h *transport.Header, payload []byte
 	t.mu.Unlock()
 	h.Len = uint32(len(payload))
 	h.Src = t.self
+	if done, err := c.writeNow(h, payload); done {
+		return err == nil
+	}
 	return c.enqueue(h, payload)
 }
 

@@ -1,7 +1,0 @@
-package tcp
-
-import "syscall"
-
-// osYield gives the CPU to another runnable thread or process, if any
-// (sched_yield).
-func osYield() { _, _, _ = syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
