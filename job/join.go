@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/gaspigo/gaspigo/internal/bootstrap"
@@ -101,9 +102,12 @@ func joinerTransport(env bootstrap.Env, table bootstrap.Table, ln net.Listener, 
 		tc.WrapConn = inj.Wrap
 	}
 	tc.Logger = log.With("proc", int(env.Proc), "layer", "tcp")
-	if adjust != nil {
-		adjust(&tc)
+	spin, auto, err := tcpSpin(os.LookupEnv)
+	if err != nil {
+		ln.Close()
+		return nil, err
 	}
+	auto = adjustTCP(&tc, adjust, spin, auto)
 	tr, err := tcp.New(tc)
 	if err != nil {
 		ln.Close()
@@ -119,6 +123,9 @@ func joinerTransport(env bootstrap.Env, table bootstrap.Table, ln net.Listener, 
 	}
 	if f, _ := stretch(table); f > 1 {
 		tr.SetHandshakeTimeout(time.Duration(f) * tr.HandshakeTimeout()) // as connect does
+	}
+	if auto {
+		tr.SetPollSpin(autoTCPSpin(localMembers(table, env.Host)+1, runtime.NumCPU())) // the table is the job's before this process
 	}
 	return tr, nil
 }

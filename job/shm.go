@@ -88,10 +88,11 @@ func shmSegments(lookup func(string) (string, bool)) (bool, error) {
 // process, and shared memory (transport/shm) to the processes of this
 // host unless PGAS_SHM=0, joined by a router (transport/route).
 type dataPlane struct {
-	tcp      *tcp.Transport
-	shm      *shm.Transport // nil when shared memory is off
-	autoSpin bool           // PGAS_SHM_SPIN is unset
-	segments bool           // PGAS_SHM_SEGMENTS (on unless 0)
+	tcp         *tcp.Transport
+	shm         *shm.Transport // nil when shared memory is off
+	autoSpin    bool           // PGAS_SHM_SPIN is unset
+	autoTCPSpin bool           // PGAS_TCP_SPIN is unset and Options.TCP left PollSpin alone
+	segments    bool           // PGAS_SHM_SEGMENTS (on unless 0)
 
 	// The transports' handshake bounds before the job's stretch (connect).
 	tcpHandshake, shmHandshake time.Duration
@@ -112,16 +113,18 @@ func newDataPlane(env bootstrap.Env, inj *netfault.Injector, log *slog.Logger, a
 	if err != nil {
 		return nil, err
 	}
+	spinTCP, autoTCP, err := tcpSpin(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
 	tr, err := newTransport(env, inj, log, func(c *tcp.Config) {
 		c.IdleTimeout = idle
-		if adjust != nil {
-			adjust(c)
-		}
+		autoTCP = adjustTCP(c, adjust, spinTCP, autoTCP)
 	})
 	if err != nil {
 		return nil, err
 	}
-	d := &dataPlane{tcp: tr, segments: segs, tcpHandshake: tr.HandshakeTimeout()}
+	d := &dataPlane{tcp: tr, segments: segs, tcpHandshake: tr.HandshakeTimeout(), autoTCPSpin: autoTCP}
 	if !on {
 		return d, nil
 	}
@@ -178,6 +181,9 @@ func (d *dataPlane) connect(self uint32, host string, table bootstrap.Table) (tr
 	if err := d.tcp.SetPeers(peers); err != nil {
 		return nil, err
 	}
+	if d.autoTCPSpin {
+		d.tcp.SetPollSpin(autoTCPSpin(localMembers(table, host), runtime.NumCPU()))
+	}
 	f, _ := stretch(table)
 	if f > 1 {
 		// A starved peer proves itself late, not never: a handshake that
@@ -210,6 +216,18 @@ func (d *dataPlane) Close() {
 	if d.shm != nil {
 		d.shm.Close()
 	}
+}
+
+// localMembers counts the members of table on host, this process's
+// host label.
+func localMembers(table bootstrap.Table, host string) int {
+	n := 0
+	for _, m := range table.Members {
+		if m.Host == host {
+			n++
+		}
+	}
+	return n
 }
 
 // autoSpin is the shared-memory spin when PGAS_SHM_SPIN is unset, for a

@@ -91,3 +91,45 @@ func TestTCPIdleVariable(t *testing.T) {
 		}
 	}
 }
+
+func TestTCPSpinVariable(t *testing.T) {
+	type want struct {
+		spin time.Duration
+		auto bool
+	}
+	for v, w := range map[string]want{"": {0, true}, "0": {0, false}, "50us": {50 * time.Microsecond, false}, " 2ms ": {2 * time.Millisecond, false}} {
+		spin, auto, err := tcpSpin(func(string) (string, bool) { return v, true })
+		if err != nil || spin != w.spin || auto != w.auto {
+			t.Errorf("PGAS_TCP_SPIN=%q: %v, %v, %v; want %v, %v", v, spin, auto, err, w.spin, w.auto)
+		}
+	}
+	if _, auto, err := tcpSpin(func(string) (string, bool) { return "", false }); err != nil || !auto {
+		t.Errorf("PGAS_TCP_SPIN unset: auto %v, %v; want the job's choice", auto, err)
+	}
+	for _, v := range []string{"soon", "-1us", "1s"} {
+		if _, _, err := tcpSpin(func(string) (string, bool) { return v, true }); err == nil || !strings.Contains(err.Error(), VarTCPSpin) {
+			t.Errorf("PGAS_TCP_SPIN=%q: %v, want an error naming the variable", v, err)
+		}
+	}
+}
+
+// The job polls its sockets only where each process of the host has a
+// CPU, and Options.TCP's PollSpin, even 0, is the program's choice.
+func TestTCPSpinChoice(t *testing.T) {
+	if got := autoTCPSpin(2, 2); got != AutoTCPSpin {
+		t.Errorf("2 processes on 2 CPUs: %v, want %v", got, AutoTCPSpin)
+	}
+	if got := autoTCPSpin(3, 2); got != 0 {
+		t.Errorf("3 processes on 2 CPUs: %v, want 0", got)
+	}
+	var c tcp.Config
+	if auto := adjustTCP(&c, nil, 0, true); !auto || c.PollSpin != 0 {
+		t.Errorf("nothing set: auto %v, PollSpin %v; want the job's choice", auto, c.PollSpin)
+	}
+	if auto := adjustTCP(&c, nil, 20*time.Microsecond, false); auto || c.PollSpin != 20*time.Microsecond {
+		t.Errorf("PGAS_TCP_SPIN=20us: auto %v, PollSpin %v", auto, c.PollSpin)
+	}
+	if auto := adjustTCP(&c, func(c *tcp.Config) { c.PollSpin = 0 }, 20*time.Microsecond, true); auto || c.PollSpin != 0 {
+		t.Errorf("Options.TCP set 0: auto %v, PollSpin %v; want 0, not the job's choice", auto, c.PollSpin)
+	}
+}

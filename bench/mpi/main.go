@@ -163,7 +163,7 @@ func parseOptions() options {
 	ranksFlag := flag.String("ranks", "2,4", "comma-separated rank counts")
 	flag.DurationVar(&o.minTime, "min-time", 200*time.Millisecond, "least time per measurement (osc_bench and gaspibench --min-time)")
 	flag.DurationVar(&o.spin, "spin", 0, "gaspibench --spin (the runtime's SpinWait)")
-	flag.DurationVar(&o.pollSpin, "poll-spin", 0, "gaspibench --poll-spin (the TCP reader's PollSpin)")
+	flag.DurationVar(&o.pollSpin, "poll-spin", -1, "gaspibench --poll-spin (the TCP reader's PollSpin); -1ns: the job's choice (it polls when each process of the host has a CPU)")
 	flag.StringVar(&o.bin, "bin", "", "directory holding gaspirun and gaspibench (default: build them)")
 	flag.IntVar(&o.hosts, "hosts", 0, "run across `N` simulated hosts (network namespaces; needs root) instead of on this host: Open MPI and ours, -per-host ranks on each")
 	flag.IntVar(&o.perHost, "per-host", 4, "ranks per simulated host (-hosts)")

@@ -50,8 +50,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	base := pgas.DefaultConfig()
 	base.SpinWait = opts.Config.Spin
-	pollSpin := opts.Config.PollSpin
-	rt, err := job.Init(ctx, job.Options{Runtime: &base, TCP: func(c *tcp.Config) { c.PollSpin = pollSpin }})
+	jo := job.Options{Runtime: &base}
+	if pollSpin := opts.Config.PollSpin; pollSpin != bench.AutoPollSpin {
+		jo.TCP = func(c *tcp.Config) { c.PollSpin = pollSpin }
+	}
+	rt, err := job.Init(ctx, jo)
 	if err != nil {
 		fmt.Fprintf(stderr, "gaspibench: joining the job: %v\n", err)
 		return 1

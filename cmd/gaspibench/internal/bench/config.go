@@ -138,8 +138,9 @@ type Config struct {
 	Spin time.Duration
 	// PollSpin is the TCP transport's PollSpin: how long a connection's
 	// reader polls its socket before it parks in the network poller.
-	// 0..10ms (--poll-spin). Applied, like Spin, by the program that
-	// creates the runtime.
+	// 0..10ms, or AutoPollSpin for the job's choice (PGAS_TCP_SPIN, else
+	// polling when each process of the host has a CPU) (--poll-spin).
+	// Applied, like Spin, by the program that creates the runtime.
 	PollSpin time.Duration
 	// CSV selects machine-readable output (--csv): one header line and one
 	// line per measurement.
@@ -148,6 +149,10 @@ type Config struct {
 	// (--timeout). Must be > 0.
 	Timeout time.Duration
 }
+
+// AutoPollSpin as Config.PollSpin leaves the reader's polling to the job
+// (PGAS_TCP_SPIN, else polling when each process of the host has a CPU).
+const AutoPollSpin = -1 * time.Nanosecond
 
 // DefaultConfig measures everything with sizes from 8 B to 4 MiB, about
 // 200 ms per measurement: some 12-15 s for a job of 2 or 4 ranks on 2 cores.
@@ -167,6 +172,7 @@ func DefaultConfig() Config {
 		Window:      64,
 		WindowBytes: 8 << 20,
 		Spin:        pgas.DefaultConfig().SpinWait,
+		PollSpin:    AutoPollSpin,
 		Timeout:     5 * time.Minute,
 	}
 }
@@ -226,8 +232,8 @@ func (c *Config) Validate() error {
 	if c.Spin < 0 || c.Spin > maxSpin {
 		add("Spin (--spin) is %v; want 0..%v", c.Spin, maxSpin)
 	}
-	if c.PollSpin < 0 || c.PollSpin > maxSpin {
-		add("PollSpin (--poll-spin) is %v; want 0..%v", c.PollSpin, maxSpin)
+	if (c.PollSpin < 0 && c.PollSpin != AutoPollSpin) || c.PollSpin > maxSpin {
+		add("PollSpin (--poll-spin) is %v; want 0..%v, or %v for the job's choice", c.PollSpin, maxSpin, AutoPollSpin)
 	}
 	if c.Timeout <= 0 {
 		add("Timeout (--timeout) is %v; want > 0, e.g. 5m", c.Timeout)

@@ -52,7 +52,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.DurationVar(&c.MinTime, "min-time", def.MinTime, "least time per measurement: more than --iters iterations are timed until it is filled; 0 times exactly --iters")
 	fs.IntVar(&c.Window, "window", def.Window, "writes or reads posted before each Wait in the bandwidth tests (fewer for large messages: at most 8 MiB per window)")
 	fs.DurationVar(&c.Spin, "spin", def.Spin, "runtime SpinWait: how long waiting calls poll before parking (0 on oversubscribed hosts)")
-	fs.DurationVar(&c.PollSpin, "poll-spin", def.PollSpin, "TCP PollSpin: how long each connection's reader polls its socket before parking (0 on oversubscribed hosts)")
+	fs.DurationVar(&c.PollSpin, "poll-spin", def.PollSpin, "TCP PollSpin: how long each connection's reader polls its socket before parking; -1ns: the job's choice (PGAS_TCP_SPIN, else polling when each process of the host has a CPU)")
 	fs.BoolVar(&c.CSV, "csv", false, "machine-readable output: one CSV line per measurement")
 	fs.DurationVar(&c.Timeout, "timeout", def.Timeout, "bound on the whole run")
 	fs.StringVar(&o.Out, "out", "", "also write rank 0's report to this file (no launcher prefixes)")
