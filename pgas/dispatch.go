@@ -58,12 +58,17 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 	if h.Ack != 0 && h.Type != transport.FrameAck && !rt.view.Load().failed[from] {
 		rt.peers.get(from).ack(h.Ack) // a cumulative ack riding on this frame
 	}
-	if err := rt.admit(from, h); err != nil {
-		return rt.refuse(from, h, p, err)
-	}
+	// Landing is published before the view is read (admit), never after:
+	// either admit sees a view that refuses the frame, or a Recover of
+	// that view sees the frame landing and waits for it (drainLanding).
+	// Published after admit, a frame admitted just before the view
+	// changed could begin to land once Recover had looked and returned.
 	pr := rt.peers.get(from)
 	pr.landing.Store(uint64(h.Epoch) + 1)
 	defer pr.landing.Store(0)
+	if err := rt.admit(from, h); err != nil {
+		return rt.refuse(from, h, p, err)
+	}
 	switch h.Type {
 	case transport.FrameWrite:
 		return rt.handleWrite(from, h, p)

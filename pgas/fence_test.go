@@ -96,6 +96,35 @@ func TestDirectFenceHoldsAgainstConcurrentOlderEpochWriter(t *testing.T) {
 		rounds = 500
 	}
 	rts, _, _, fm, handles := newFTJobOn(t, 2, 0, nil, pgas.Direct)
+	olderEpochWriterRounds(t, rts, fm, handles, rounds, func(writer *pgas.Runtime) string {
+		if writer.Stats().DirectNotes == 0 {
+			return "the writer wrote nothing in memory"
+		}
+		return ""
+	})
+	// In the new epoch the writer is admitted again, in memory.
+	owner, writer := rts[0], rts[1]
+	seg0, _ := owner.Segment(1)
+	ctx := t.Context()
+	n := writer.Stats().DirectNotes
+	if err := writer.Notify(ctx, 0, 0, 1, 5, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.Wait(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := seg0.Notification(5); v != 7 || writer.Stats().DirectNotes != n+1 {
+		t.Fatalf("slot 5 = %d after the recovery, notes in memory %d -> %d", v, n, writer.Stats().DirectNotes)
+	}
+}
+
+// olderEpochWriterRounds runs the rounds of the fence against a writer of
+// the older epoch (TestDirectFenceHoldsAgainstConcurrentOlderEpochWriter)
+// on rts[0] (the owner) and rts[1] (the writer). untested, after the
+// first round's writes, says why the round tested nothing ("" when it
+// did).
+func olderEpochWriterRounds(t *testing.T, rts []*pgas.Runtime, fm *pgastest.Membership, handles []*pgastest.Handle, rounds int, untested func(writer *pgas.Runtime) string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	create := func() {
@@ -110,14 +139,16 @@ func TestDirectFenceHoldsAgainstConcurrentOlderEpochWriter(t *testing.T) {
 	var stop atomic.Bool
 	var posted atomic.Int64
 	var wg sync.WaitGroup
+	defer wg.Wait() // a failed round stops its writer before the cleanup closes the runtimes
+	defer stop.Store(true)
 	for r := 0; r < rounds; r++ {
 		handles[1].Pause(true)
 		stop.Store(false)
 		wg.Add(1)
 		go func() { defer wg.Done(); writeLoop(writer, &stop, &posted) }()
 		waitPosted(t, &posted, 3)
-		if r == 0 && writer.Stats().DirectNotes == 0 {
-			t.Fatal("the writer wrote nothing in memory: the test tests nothing")
+		if why := untested(writer); r == 0 && why != "" {
+			t.Fatal(why + ": the test tests nothing")
 		}
 		e := fm.Advance()
 		for owner.Epoch() != e {
@@ -151,17 +182,6 @@ func TestDirectFenceHoldsAgainstConcurrentOlderEpochWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 		create()
-	}
-	// In the new epoch the writer is admitted again, in memory.
-	n := writer.Stats().DirectNotes
-	if err := writer.Notify(ctx, 0, 0, 1, 5, 7); err != nil {
-		t.Fatal(err)
-	}
-	if err := writer.Wait(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := seg0.Notification(5); v != 7 || writer.Stats().DirectNotes != n+1 {
-		t.Fatalf("slot 5 = %d after the recovery, notes in memory %d -> %d", v, n, writer.Stats().DirectNotes)
 	}
 }
 
