@@ -25,10 +25,12 @@ import (
 var (
 	_ transport.Disconnector = (*tcp.Transport)(nil)
 	_ transport.Queuer       = (*tcp.Transport)(nil)
+	_ transport.Lingerer     = (*tcp.Transport)(nil)
 	_ transport.Disconnector = (*shm.Transport)(nil)
 	_ transport.MemorySharer = (*shm.Transport)(nil)
 	_ transport.Disconnector = (*route.Router)(nil)
 	_ transport.Queuer       = (*route.Router)(nil)
+	_ transport.Lingerer     = (*route.Router)(nil)
 	_ transport.Locality     = (*route.Router)(nil)
 	_ transport.MemorySharer = (*route.Router)(nil)
 	_ pgas.Launcher          = launcher{}

@@ -469,7 +469,20 @@ func (rt *Runtime) send(ctx context.Context, p transport.Proc, h *transport.Head
 	h.Epoch = rt.view.Load().epoch
 	rt.stampAck(p, h)
 	rt.frames.to(p).Sent(uint8(h.Type), len(payload))
+	if l, ok := rt.tr.(Lingerer); ok && mayLinger(h) {
+		return l.SendLater(ctx, p, h, payload)
+	}
 	return rt.tr.Send(ctx, p, h, payload)
+}
+
+// mayLinger reports whether a frame may wait in the transport for the
+// next one to the same process: a write that sets no notification and
+// rings no doorbell. Nothing waits for it until a Wait asks for its
+// acknowledgement, and that request, a frame of its own, takes it along;
+// a notification after it does too, and the transport's linger bounds
+// the wait of one that nothing follows (a program polling its memory).
+func mayLinger(h *transport.Header) bool {
+	return h.Type == transport.FrameWrite && h.Flags&(transport.FlagNotify|transport.FlagDirect) == 0
 }
 
 // sendErr turns a transport error on an operation addressed to rank, sent

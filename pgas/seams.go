@@ -32,12 +32,17 @@ type Launcher interface {
 // peer when this process stops (fenced); Queue to answer a peer's request
 // for acknowledgement straight from the reader, sparing a goroutine
 // hand-off on every Wait; Connected to send goodbyes and fenced notices
-// only over connections that are up. transport.Locality and
-// transport.MemorySharer serve direct writes (direct.go).
+// only over connections that are up; SendLater (Lingerer) for a write
+// without a notification, which the transport may hold back until the
+// next frame that must leave now (a notification, the Wait's request for
+// acknowledgement), so that a window of small writes leaves as one train.
+// transport.Locality and transport.MemorySharer serve direct writes
+// (direct.go).
 type (
 	Disconnector = transport.Disconnector
 	Queuer       = transport.Queuer
 	Connector    = transport.Connector
+	Lingerer     = transport.Lingerer
 )
 
 // Leading is an optional capability of a Membership: Leader returns the

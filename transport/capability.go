@@ -35,6 +35,17 @@ type Queuer interface {
 	Queue(to Proc, h *Header, payload []byte) bool
 }
 
+// Lingerer: SendLater is Send for a frame that nobody waits for yet (for
+// package pgas, a write without a notification): a small one may wait in
+// the connection's batch, for at most the transport's linger, until a
+// frame that must leave now follows it to the same peer, so that a stream
+// of them leaves as one train of frames. The order of frames to a peer is
+// that of the calls, as with Send (transport/tcp, transport/route for its
+// far peers).
+type Lingerer interface {
+	SendLater(ctx context.Context, to Proc, h *Header, payload []byte) error
+}
+
 // Locality answers the one question of where a peer is: IsNear reports
 // whether frames to peer go through shared memory on this host now
 // (transport/route). Only such peers can share memory (MemorySharer).

@@ -141,6 +141,16 @@ func (r *Router) Send(ctx context.Context, to transport.Proc, h *transport.Heade
 	return r.far.Send(ctx, to, h, payload)
 }
 
+// SendLater hands a frame to Far's SendLater when the peer is reached
+// through Far and Far can hold frames back (transport.Lingerer); every
+// other frame takes Send.
+func (r *Router) SendLater(ctx context.Context, to transport.Proc, h *transport.Header, payload []byte) error {
+	if l, ok := r.far.(transport.Lingerer); ok && !r.IsNear(to) {
+		return l.SendLater(ctx, to, h, payload)
+	}
+	return r.Send(ctx, to, h, payload)
+}
+
 // FetchMemory asks a near peer for its memory (transport.MemorySharer)
 // through Near; it fails with transport.ErrNoSharedMemory for a peer that
 // is not near (on another host, or moved to Far when Near could not reach

@@ -106,6 +106,13 @@ type Config struct {
 	// by its ctx, so a peer that stops reading holds at most this much
 	// here. At most 64 MiB.
 	BatchBytes int
+	// Linger is how long a small frame sent with SendLater may wait in the
+	// batch for a frame that must leave now (Send, Queue) before the
+	// connection's writer takes it anyway: a window of writes then leaves
+	// with the Wait's request for their acknowledgement, in one system
+	// call, where writing each at once would cost a system call per
+	// frame. 0 makes SendLater a Send; 0..10ms.
+	Linger time.Duration
 
 	// IdleTimeout closes a connection that carried no frame either way
 	// for this long (at most half as long again): both ends agree on it
@@ -133,9 +140,15 @@ func DefaultConfig() Config {
 		ReadBufferSize:      64 << 10,
 		BatchFrame:          4 << 10,
 		BatchBytes:          256 << 10,
+		Linger:              DefaultLinger,
 		IdleTimeout:         DefaultIdleTimeout,
 	}
 }
+
+// DefaultLinger is DefaultConfig's Linger: longer than a window of small
+// writes takes to post (64 take about 20 µs), short against the round
+// trip that a program polling its memory for such a write pays anyway.
+const DefaultLinger = 50 * time.Microsecond
 
 // DefaultIdleTimeout is DefaultConfig's IdleTimeout: a process keeps the
 // connections to the peers it works with (its collective and heartbeat
@@ -212,6 +225,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BatchBytes < 0 || c.BatchBytes > transport.MaxPayload {
 		add("BatchBytes %d outside 0..%d", c.BatchBytes, transport.MaxPayload)
+	}
+	if c.Linger < 0 || c.Linger > maxPollSpin {
+		add("Linger %v outside 0..%v", c.Linger, maxPollSpin)
 	}
 	if c.IdleTimeout < 0 {
 		add("IdleTimeout %v must be >= 0 (0 never closes an idle connection)", c.IdleTimeout)

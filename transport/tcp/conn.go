@@ -47,7 +47,10 @@ type conn struct {
 	batch        []byte
 	batchFrames  int
 	batchPayload int
-	kick         chan struct{} // capacity 1: the batch became non-empty
+	kick         chan struct{} // capacity 1: the batch holds a frame that must leave now
+	kicked       bool          // under bmu: kick was sent since the writer last took the batch
+	lingering    bool          // under bmu: lingerTimer is set (a SendLater frame waits)
+	lingerTimer  *time.Timer   // kicks the writer Config.Linger after a SendLater frame
 	dead         chan struct{} // closed when the reader ends: the connection is gone
 	batchShut    bool          // under bmu: closed for idleness, nothing more is batched
 
@@ -93,23 +96,56 @@ func (t *Transport) newConn(p *peer, nc net.Conn, remote string) *conn {
 	return c
 }
 
-// enqueue adds a small frame to the batch and wakes the writer; false when
-// the batch has no room for it (the caller writes it itself).
-func (c *conn) enqueue(h *transport.Header, payload []byte) bool {
+// enqueue adds a small frame to the batch and wakes the writer, or, for a
+// frame that may linger (SendLater), sets the timer that wakes it unless
+// a frame that must leave now comes first. False when the batch has no
+// room for it (the caller writes it itself).
+func (c *conn) enqueue(h *transport.Header, payload []byte, linger bool) bool {
 	size := transport.HeaderSize + len(payload)
 	c.bmu.Lock()
 	if c.batchShut || len(c.batch)+size > c.t.cfg.BatchBytes {
 		c.bmu.Unlock()
 		return false
 	}
-	first := len(c.batch) == 0
 	c.appendFrame(h, payload)
+	kick := false
+	switch {
+	case c.kicked:
+	case !linger || c.t.cfg.Linger == 0:
+		c.kicked, kick = true, true
+	case !c.lingering:
+		c.lingering = true
+		c.armLinger()
+	}
 	c.bmu.Unlock()
 	c.touch()
-	if first {
+	if kick {
 		c.kickWriter()
 	}
 	return true
+}
+
+// armLinger sets the timer that sends the batch's lingering frames. bmu
+// is held.
+func (c *conn) armLinger() {
+	if c.lingerTimer == nil {
+		c.lingerTimer = time.AfterFunc(c.t.cfg.Linger, c.lingerEnded)
+		return
+	}
+	c.lingerTimer.Reset(c.t.cfg.Linger)
+}
+
+// lingerEnded wakes the writer for frames that lingered Config.Linger,
+// unless a frame that must leave now did already.
+func (c *conn) lingerEnded() {
+	c.bmu.Lock()
+	c.lingering = false
+	kick := !c.kicked && len(c.batch) > 0
+	c.kicked = c.kicked || kick
+	c.bmu.Unlock()
+	if kick {
+		c.kickWriter()
+	}
 }
 
 // appendFrame encodes a frame at the end of the batch. bmu is held.
@@ -177,6 +213,7 @@ func (c *conn) takeBatch() (b []byte, frames, payload int) {
 	b, frames, payload = c.batch, c.batchFrames, c.batchPayload
 	c.batch, c.wbuf = c.wbuf[:0], b
 	c.batchFrames, c.batchPayload = 0, 0
+	c.kicked = false
 	c.bmu.Unlock()
 	return b, frames, payload
 }
@@ -192,6 +229,7 @@ func (c *conn) requeue(b []byte, frames, payload int) {
 	c.batch = append(append(nb, b...), c.batch...)
 	c.batchFrames += frames
 	c.batchPayload += payload
+	c.kicked = true
 	c.bmu.Unlock()
 	c.kickWriter()
 }
@@ -314,13 +352,15 @@ func (t *Transport) upLocked(p *peer, nc net.Conn, dialed bool) *conn {
 // an earlier Send left; write the batch and the frame, the ctx's end
 // cutting the write short; then count the frames, or hand an unfinished
 // frame to a background writer, or fail the connection.
-func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte) error {
+func (c *conn) send(ctx context.Context, h *transport.Header, payload []byte, linger bool) error {
 	t := c.t
 	if transport.HeaderSize+len(payload) <= t.cfg.BatchFrame {
-		if done, err := c.writeNow(h, payload); done {
-			return err
+		if !linger || t.cfg.Linger == 0 {
+			if done, err := c.writeNow(h, payload); done {
+				return err
+			}
 		}
-		if c.enqueue(h, payload) {
+		if c.enqueue(h, payload, linger) {
 			return nil
 		}
 	}

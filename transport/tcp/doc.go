@@ -180,7 +180,12 @@
 // the order of frames is that of their Sends, and a caller never blocks on
 // a peer that stopped reading. A write in progress (the token held) still
 // gets the frame queued behind it, which is how a stream of small frames
-// leaves in batches.
+// leaves in batches. A frame sent with SendLater (for package pgas, a
+// write without a notification) is only queued: it leaves with the next
+// small frame that must (the Wait's request for acknowledgement, a
+// notification), or after Config.Linger (50 us) if none comes, so that a
+// window of 64 small writes costs one system call, not 64 (a write per
+// frame cut the 8-byte message rate to a quarter; bench/RESULTS.md).
 //
 // # Concurrency and ownership
 //

@@ -328,6 +328,21 @@ func (t *Transport) Start(h transport.Handler) error {
 // wraps ctx.Err(). A write that fails otherwise makes the peer down: the
 // error is a *PeerDownError.
 func (t *Transport) Send(ctx context.Context, to transport.Proc, h *transport.Header, payload []byte) error {
+	return t.send(ctx, to, h, payload, false)
+}
+
+// SendLater is Send for a frame that nobody waits for yet
+// (transport.Lingerer): a small one stays in the connection's batch until
+// a Send or Queue of a small frame to the same peer takes it along (when
+// the connection is idle, the caller writes the batch and its own frame
+// with one system call), or for Config.Linger at most, so that a stream
+// of them leaves with one system call. A larger one is written at once,
+// with the batch before it, as by Send.
+func (t *Transport) SendLater(ctx context.Context, to transport.Proc, h *transport.Header, payload []byte) error {
+	return t.send(ctx, to, h, payload, true)
+}
+
+func (t *Transport) send(ctx context.Context, to transport.Proc, h *transport.Header, payload []byte, linger bool) error {
 	if len(payload) > transport.MaxPayload {
 		return fmt.Errorf("%w: %d bytes to peer %d, cap %d; split the transfer", transport.ErrTooLarge, len(payload), to, transport.MaxPayload)
 	}
@@ -338,7 +353,7 @@ func (t *Transport) Send(ctx context.Context, to transport.Proc, h *transport.He
 		}
 		h.Len = uint32(len(payload))
 		h.Src = t.self
-		if err := c.send(ctx, h, payload); err != errRetired {
+		if err := c.send(ctx, h, payload, linger); err != errRetired {
 			return err
 		}
 		// Closed for idleness since connTo found it: the next one.
@@ -564,7 +579,7 @@ func (t *Transport) Queue(to transport.Proc, h *transport.Header, payload []byte
 	if done, err := c.writeNow(h, payload); done {
 		return err == nil
 	}
-	return c.enqueue(h, payload)
+	return c.enqueue(h, payload, false)
 }
 
 // Disconnect closes the connection to peer for good, as if it had failed

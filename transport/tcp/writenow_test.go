@@ -71,6 +71,62 @@ func (r *seqRecorder) inOrder() {
 	}
 }
 
+// Rule (Config.Linger): a frame sent with SendLater waits in the batch
+// until a small frame sent with Send follows it to the same peer, and
+// leaves before it, in call order.
+func TestSendLaterWaitsForAFrameThatMustLeave(t *testing.T) {
+	ts := newCluster(t, 2, nil)
+	rec := newSeqRecorder(t, 4)
+	if err := ts[1].Start(rec.handler()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Start(newHandler(nil)); err != nil {
+		t.Fatal(err)
+	}
+	connOf(t, ts[0], 1)
+	ts[0].cfg.Linger = time.Hour // no timer within the test: only the Send takes them
+	ctx := transporttest.Context(t, wait)
+	for seq := uint64(1); seq <= 3; seq++ {
+		h := transport.Header{Type: transport.FrameWrite, Seq: seq}
+		if err := ts[0].SendLater(ctx, 1, &h, payloadFor(0, seq, 64)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := rec.count(); n != 0 {
+		t.Fatalf("%d lingering frames arrived with no frame after them", n)
+	}
+	if out := ts[0].Stats().FramesOut; out != 0 {
+		t.Fatalf("%d frames written with no frame after them", out)
+	}
+	h := transport.Header{Type: transport.FrameNotify, Seq: 4}
+	if err := ts[0].Send(ctx, 1, &h, payloadFor(0, 4, 8)); err != nil {
+		t.Fatal(err)
+	}
+	rec.inOrder()
+}
+
+// Rule (Config.Linger): a frame sent with SendLater and nothing after it
+// leaves once Linger has passed.
+func TestSendLaterLeavesAfterLinger(t *testing.T) {
+	ts := newCluster(t, 2, func(c *Config) { c.Linger = time.Millisecond })
+	rec := newSeqRecorder(t, 2)
+	if err := ts[1].Start(rec.handler()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Start(newHandler(nil)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := transporttest.Context(t, wait)
+	for seq := uint64(1); seq <= 2; seq++ {
+		h := transport.Header{Type: transport.FrameWrite, Seq: seq}
+		if err := ts[0].SendLater(ctx, 1, &h, payloadFor(0, seq, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec.inOrder()
+}
+
 // Rule (conn.writeNow): small frames that must leave now are written by
 // their callers while the connection is idle; when the socket is full the
 // rest goes to the connection's writer, ahead of what is queued since, so
