@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,19 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gaspigo/gaspigo/internal/testkit/simhost"
+	"github.com/gaspigo/gaspigo/bench/internal/hostsrig"
 	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
 
-// Across simulated hosts (-hosts N): network namespaces on a bridge
-// (internal/testkit/simhost), each a host with its own address. Both
-// launchers reach them through one launch agent, a script that runs the
-// remote command in the host's namespace (ip netns exec), with a host
-// name of its own (unshare --uts: Open MPI's shared-memory files carry
-// it, and hosts that share one collide), instead of over ssh: mpirun's
-// plm_rsh_agent and gaspirun's --ssh take the same form (host, then the
-// command). Ranks fill the hosts in order (-per-host on
-// each), so ranks 0 and 1 share a host; the collectives span them all.
+// Across simulated hosts (-hosts N): the rig of bench/internal/hostsrig,
+// both launchers through its launch agent. Ranks fill the hosts in order
+// (-per-host on each), so ranks 0 and 1 share a host; the collectives
+// span them all.
 //
 // Open MPI runs with btl self,vader,tcp (shared memory inside a host, TCP
 // between hosts, on the bridge only) and osc pt2pt; ours with its
@@ -41,47 +35,10 @@ var hostFigures = []figure{
 	{"put/write bandwidth, 1 MiB, same host", key{"put", 1 << 20}, key{"write", 1 << 20}, "MiB/s", true, 0},
 }
 
-// hostsRig is the simulated cluster and the files both launchers use.
-type hostsRig struct {
-	c        *simhost.Cluster
-	agent    string // the launch agent script
-	hostfile string // "ADDR slots=P" per host
-}
-
-// newHostsRig builds n simulated hosts, the agent and the hostfile in tmp.
-func newHostsRig(tmp string, n, perHost int) (*hostsRig, error) {
-	if reason := simhost.Unavailable(); reason != "" {
-		return nil, fmt.Errorf("-hosts needs simulated hosts: %s", reason)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := simhost.New(ctx, simhost.Config{Hosts: n, SelfAddr: true})
-	if err != nil {
-		return nil, err
-	}
-	r := &hostsRig{c: c, agent: filepath.Join(tmp, "netns-agent"), hostfile: filepath.Join(tmp, "hosts")}
-	var script, hosts strings.Builder
-	script.WriteString("#!/bin/sh\n# A launch agent: the host, then the command, run in that host's network namespace.\nhost=$1; shift\ncase \"$host\" in\n")
-	for _, h := range c.Hosts() {
-		fmt.Fprintf(&script, "%s|%s) ns=%s name=%s ;;\n", h.Addr(), h.Name(), h.Namespace(), h.Name())
-		fmt.Fprintf(&hosts, "%s slots=%d\n", h.Addr(), perHost)
-	}
-	script.WriteString("*) echo \"netns-agent: unknown host $host\" >&2; exit 255 ;;\nesac\n# A host name of its own (a UTS namespace): Open MPI names its shared-memory files after it.\nexec ip netns exec \"$ns\" unshare --uts /bin/sh -c 'hostname \"$0\" && exec /bin/sh -c \"$1\"' \"$name\" \"$*\"\n")
-	if err := os.WriteFile(r.agent, []byte(script.String()), 0o755); err != nil {
-		c.Close()
-		return nil, err
-	}
-	if err := os.WriteFile(r.hostfile, []byte(hosts.String()), 0o644); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return r, nil
-}
-
 // measureHosts runs Open MPI and ours across the rig's hosts, o.rounds
 // times taking turns.
-func measureHosts(o options, r *hostsRig, osc, dir string) (map[system]map[key][]float64, error) {
-	n := len(r.c.Hosts()) * o.perHost
+func measureHosts(o options, r *hostsrig.Rig, osc, dir string) (map[system]map[key][]float64, error) {
+	n := len(r.C.Hosts()) * o.perHost
 	got := map[system]map[key][]float64{mpiHosts: {}, oursHosts: {}}
 	for round := range o.rounds {
 		for i := range 2 {
@@ -89,9 +46,9 @@ func measureHosts(o options, r *hostsRig, osc, dir string) (map[system]map[key][
 			var rows map[key]float64
 			var err error
 			if s == mpiHosts {
-				rows, err = r.runMPI(osc, n, o.minTime)
+				rows, err = runMPIHosts(r, osc, n, o.minTime)
 			} else {
-				rows, err = r.runOurs(dir, n, o)
+				rows, err = runOursHosts(r, dir, n, o)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", round+1, s, err)
@@ -104,10 +61,10 @@ func measureHosts(o options, r *hostsRig, osc, dir string) (map[system]map[key][
 	return got, nil
 }
 
-// runMPI runs osc_bench under mpirun across the hosts.
-func (r *hostsRig) runMPI(exe string, n int, minTime time.Duration) (map[key]float64, error) {
-	subnet := r.c.Subnet().String()
-	args := []string{"--hostfile", r.hostfile, "--mca", "plm_rsh_agent", r.agent, "--bind-to", "none", "-np", strconv.Itoa(n),
+// runMPIHosts runs osc_bench under mpirun across the hosts.
+func runMPIHosts(r *hostsrig.Rig, exe string, n int, minTime time.Duration) (map[key]float64, error) {
+	subnet := r.C.Subnet().String()
+	args := []string{"--hostfile", r.Hostfile, "--mca", "plm_rsh_agent", r.Agent, "--bind-to", "none", "-np", strconv.Itoa(n),
 		"--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", subnet, "--mca", "oob_tcp_if_include", subnet,
 		"--mca", "pml", "ob1", "--mca", "osc", "pt2pt",
 		// The hosts' slots add up to more ranks than this machine has
@@ -125,9 +82,9 @@ func (r *hostsRig) runMPI(exe string, n int, minTime time.Duration) (map[key]flo
 	return parseOSC(out)
 }
 
-// runOurs runs gaspibench under gaspirun across the hosts.
-func (r *hostsRig) runOurs(dir string, n int, o options) (map[key]float64, error) {
-	out, err := run(filepath.Join(dir, "gaspirun"), "-n", strconv.Itoa(n), "--hostfile", r.hostfile, "--ssh", r.agent,
+// runOursHosts runs gaspibench under gaspirun across the hosts.
+func runOursHosts(r *hostsrig.Rig, dir string, n int, o options) (map[key]float64, error) {
+	out, err := run(filepath.Join(dir, "gaspirun"), "-n", strconv.Itoa(n), "--hostfile", r.Hostfile, "--ssh", r.Agent,
 		"--quiet", "--timeout", "5m", "--", filepath.Join(dir, "gaspibench"), "--csv", "--tests", "bw,lat,barrier,allreduce",
 		"--sizes", "1M", "--lat-sizes", "8", "--coll-sizes", "8", "--min-time", o.minTime.String(),
 		"--spin", o.spin.String(), "--poll-spin", o.pollSpin.String())

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/gaspigo/gaspigo/bench/internal/benchutil"
+	"github.com/gaspigo/gaspigo/bench/internal/hostsrig"
 	"github.com/gaspigo/gaspigo/internal/testkit/proctest"
 	"github.com/gaspigo/gaspigo/internal/testkit/stats"
 )
@@ -137,16 +138,16 @@ func main() {
 // acrossHosts is main's second half for -hosts: the rig, the runs, the
 // table.
 func acrossHosts(o options, tmp, osc, dir string) {
-	r, err := newHostsRig(tmp, o.hosts, o.perHost)
+	r, err := hostsrig.New(tmp, o.hosts, o.perHost)
 	if err != nil {
-		fail(err)
+		fail(fmt.Errorf("-hosts: %w", err))
 	}
-	defer r.c.Close()
+	defer r.Close()
 	load := proctest.LoadAvg()
 	start := time.Now()
 	got, err := measureHosts(o, r, osc, dir)
 	if err != nil {
-		r.c.Close()
+		r.Close()
 		fail(err)
 	}
 	fmt.Printf("# bench/mpi -hosts %d: Open MPI (%s, btl self,vader,tcp, osc pt2pt) and gaspibench under gaspirun (shared memory inside a\n", o.hosts, mpiVersion())
