@@ -63,12 +63,15 @@ func (rt *Runtime) handleFrame(from transport.Proc, h *transport.Header, p trans
 	// that view sees the frame landing and waits for it (drainLanding).
 	// Published after admit, a frame admitted just before the view
 	// changed could begin to land once Recover had looked and returned.
+	// A refused frame lands nothing: its mark goes before its payload is
+	// discarded, which Recover has no reason to wait for.
 	pr := rt.peers.get(from)
 	pr.landing.Store(uint64(h.Epoch) + 1)
-	defer pr.landing.Store(0)
 	if err := rt.admit(from, h); err != nil {
+		pr.landing.Store(0)
 		return rt.refuse(from, h, p, err)
 	}
+	defer pr.landing.Store(0)
 	switch h.Type {
 	case transport.FrameWrite:
 		return rt.handleWrite(from, h, p)
