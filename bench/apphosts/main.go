@@ -74,7 +74,8 @@ func main() {
 		for i := range o.bins {
 			b := (i + round) % len(o.bins)
 			for _, j := range jobs {
-				load := quiet()
+				proctest.SettleLoad(2 * time.Minute)
+				load := proctest.LoadAvg()
 				ans, wall, err := j.run(o.bins[b], round)
 				if err != nil {
 					r.Close()
@@ -201,26 +202,10 @@ func report(o options, jobs []job, walls map[string][][]float64, answers map[str
 	}
 }
 
-// quiet waits up to two minutes for the load average to fall below 1.5
-// and returns it as read last.
-func quiet() string {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		load := proctest.LoadAvg()
-		if f, err := strconv.ParseFloat(strings.Fields(load + " x")[0], 64); err != nil || f < 1.5 || time.Now().After(deadline) {
-			return load
-		}
-		time.Sleep(5 * time.Second)
-	}
-}
-
+// lastLine runs cmd and returns the last line of its output.
 func lastLine(cmd *exec.Cmd) (string, error) {
 	out, err := cmd.Output()
-	if err != nil {
-		return "", err
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1], nil
+	return proctest.LastLine(string(out)), err
 }
 
 func tail(out []byte) string {
