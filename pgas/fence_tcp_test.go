@@ -1,7 +1,9 @@
 package pgas_test
 
 import (
+	"context"
 	"encoding/binary"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -60,4 +62,28 @@ func TestFrameFenceHoldsAgainstConcurrentOlderEpochWriterTCP(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// As TestFrameFenceHoldsAgainstConcurrentOlderEpochWriterTCP, with a
+// writer whose every call is cancelled after a random 0-100 us: a frame
+// whose Send ended with the context still leaves (whole, in the
+// background, or from the connection's batch), so it may land while the
+// view changes, and the fence must judge it as any other.
+func TestFrameFenceHoldsAgainstCancelledOlderEpochWriterTCP(t *testing.T) {
+	rounds := 3000
+	if raceOn || testing.Short() {
+		rounds = 200
+	}
+	rts, _, _, fm, handles := newFTJobOn(t, 2, 0, nil, overTCP(t, 2, 50*time.Microsecond))
+	newCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), time.Duration(rand.IntN(100))*time.Microsecond)
+	}
+	olderEpochWriterRoundsCtx(t, rts, fm, handles, rounds, func(writer *pgas.Runtime) string {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if seg0, _ := rts[0].Segment(1); binary.LittleEndian.Uint64(seg0.Bytes()[64:]) != 0 {
+				return ""
+			}
+		}
+		return "none of the cancelled writer's frames landed before the view"
+	}, newCtx)
 }
