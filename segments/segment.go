@@ -345,8 +345,13 @@ func Poll(p WaitPolicy, ready func() bool) bool {
 			return true
 		}
 		if p.Yield {
+			// The clock after every yield: on a host with more runnable
+			// threads than CPUs one yield can last a time slice of
+			// another process, milliseconds, and a look every 16 let a
+			// waiter overrun its budget a thousandfold and never park
+			// (a writer then never found it parked).
 			osYield()
-			if spins&15 == 15 && time.Now().After(deadline) {
+			if time.Now().After(deadline) {
 				return false
 			}
 			continue

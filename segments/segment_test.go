@@ -150,6 +150,28 @@ func TestWaitSomeWakesTimesOutAndCloses(t *testing.T) {
 	})
 }
 
+// A poll that yields keeps to its budget when every yield gives the CPU
+// away for a time slice (a host with more runnable threads than CPUs):
+// it looks at the clock after each one, and parks after the first that
+// ran past the budget, instead of after the sixteenth.
+func TestYieldingPollKeepsToItsBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		yields := 0
+		defer func(y func()) { osYield = y }(osYield)
+		osYield = func() {
+			yields++
+			time.Sleep(time.Millisecond) // another process's time slice
+		}
+		start := time.Now()
+		if Poll(WaitPolicy{Spin: 20 * time.Microsecond, Yield: true}, func() bool { return false }) {
+			t.Fatal("Poll reported a slot that was never set")
+		}
+		if yields != 1 || time.Since(start) != time.Millisecond {
+			t.Fatalf("a 20us poll yielded %d times over %v, want once over 1ms", yields, time.Since(start))
+		}
+	})
+}
+
 // A waiter whose slot was stored without a wake-up (the writer died
 // between its store and its wake) and then dropped by a newer epoch
 // returns ErrDropped at that epoch instead of sleeping on; an epoch change

@@ -18,7 +18,8 @@ func TestDrawDeterministic(t *testing.T) {
 
 // Rule: every schedule is one the harness can run: targets in range,
 // trigger points within the workload, durations where the kind needs one,
-// spares that cover the losses unless the schedule expects exhaustion.
+// spares that cover the losses unless the schedule expects exhaustion, a
+// kill-store-wake last (it fires at At or later, even much later).
 func TestDrawValid(t *testing.T) {
 	km := kmWorkload().lastAt()
 	for seed := uint64(1); seed <= 2000; seed++ {
@@ -31,7 +32,7 @@ func TestDrawValid(t *testing.T) {
 			t.Fatalf("seed %d: %d faults", seed, len(s.Faults))
 		}
 		losses, net := 0, false
-		for _, f := range s.Faults {
+		for i, f := range s.Faults {
 			if f.Rank < 0 || f.Rank >= Ranks || f.At < 0 || f.At > last {
 				t.Errorf("seed %d: fault out of range: %s (last %d)", seed, f, last)
 			}
@@ -46,6 +47,9 @@ func TestDrawValid(t *testing.T) {
 			}
 			if f.Kind == HostLoss && s.RanksPerHost != 2 {
 				t.Errorf("seed %d: host loss without host labels", seed)
+			}
+			if f.Kind == KillStoreWake && i != len(s.Faults)-1 {
+				t.Errorf("seed %d: %s is followed by another fault, which its open-ended timing may make coincide with it", seed, f)
 			}
 			losses += f.Kind.losses()
 			net = net || f.Kind.netFault() || f.Kind == PauseShort
