@@ -19,8 +19,12 @@ const VarTCPSpin = "PGAS_TCP_SPIN"
 // a CPU of its own and PGAS_TCP_SPIN is unset. A frame then lands in a
 // running reader: no wake-up through the kernel and the scheduler, which
 // made the 8-byte round trip over TCP take 2-4 times as long on a 2-core
-// host (bench/RESULTS.md, issue 35).
-const AutoTCPSpin = 50 * time.Microsecond
+// host (bench/RESULTS.md, issue 35). 200 µs rather than shared memory's 50:
+// between two windows of writes a receiver waits for the ack to reach the
+// writer and the writer's next window to leave, often longer than 50 µs,
+// and a reader that slept by then cost the 8-byte message rate half its
+// figure (bench/RESULTS.md, "A longer poll").
+const AutoTCPSpin = 200 * time.Microsecond
 
 // tcpSpin reads PGAS_TCP_SPIN; auto is true when it is unset.
 func tcpSpin(lookup func(string) (string, bool)) (spin time.Duration, auto bool, err error) {
