@@ -177,7 +177,8 @@ func (rt *Runtime) postFrame(ctx context.Context, qu *queue, pr *peer, proc tran
 	h.Flags |= transport.FlagAck
 	pr.sendMu.Lock()
 	h.Seq = pr.nextSeq.Add(1)
-	err := rt.send(ctx, proc, &h, payload)
+	pr.sendHdr = h // (a transport keeps no Header after Send)
+	err := rt.send(ctx, proc, &pr.sendHdr, payload)
 	pr.sendMu.Unlock()
 	if err != nil {
 		// The sequence number stays used: a send cut by ctx may still

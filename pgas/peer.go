@@ -17,7 +17,8 @@ type peer struct {
 	// sendMu serialises frames that carry a sequence number, so that
 	// sequence order is wire order and one cumulative ack covers a prefix.
 	sendMu  sync.Mutex
-	nextSeq atomic.Uint64 // the last sequence number sent; added to under sendMu
+	nextSeq atomic.Uint64    // the last sequence number sent; added to under sendMu
+	sendHdr transport.Header // postFrame's header, under sendMu: a frame allocates nothing
 
 	mu      sync.Mutex
 	sent    ackOut        // what the peer acknowledged and refused

@@ -20,8 +20,11 @@
 //     senders. It must read or discard the whole payload before returning,
 //     and must not block on sending to the same peer (reply through a
 //     goroutine of its own), since the transport's reader for that peer is
-//     what it would be waiting on.
-//   - Send returns once the payload slice may be reused. It never blocks
+//     what it would be waiting on. The Header is lent for the call: a
+//     handler that keeps it after returning keeps a copy (a transport may
+//     reuse it for its next frame).
+//   - Send returns once the payload slice and the Header may be reused
+//     (a transport keeps neither: it copies what it queues). It never blocks
 //     past ctx; after Close it returns ErrClosed; to a peer whose
 //     connection failed it returns an error wrapping ErrPeerDown.
 //   - Handler.PeerDown is called at most once per peer connection that

@@ -98,6 +98,7 @@ type frameReader struct {
 	from  transport.Proc
 	stats *counters
 	hdr   [transport.HeaderSize]byte
+	cur   transport.Header // the frame being handled: lent to the handler for the call
 	pl    payload
 	link  func(*transport.Header) error // a FrameLink's handling (nil: refused as malformed)
 	touch func()                        // a frame came
@@ -125,11 +126,16 @@ func (r *frameReader) run(h transport.Handler, onHandlerErr func(*transport.Head
 		if _, err := io.ReadFull(r.br, r.hdr[:]); err != nil {
 			return err // io.EOF between frames, io.ErrUnexpectedEOF inside a header
 		}
-		hd, err := transport.DecodeHeader(r.hdr[:])
+		// The same Header for every frame: a handler that keeps it
+		// copies it (the transport package's contract), and a stream of
+		// small frames allocates nothing here.
+		var err error
+		r.cur, err = transport.DecodeHeader(r.hdr[:])
 		if err != nil {
 			r.stats.badFrames.Add(1)
 			return err
 		}
+		hd := &r.cur
 		hd.Src = r.from // the authenticated peer, whatever the wire says
 		if hd.Type == transport.FrameLink {
 			// The connection's own business, not the handler's (idle.go).
@@ -137,7 +143,7 @@ func (r *frameReader) run(h transport.Handler, onHandlerErr func(*transport.Head
 				r.stats.badFrames.Add(1)
 				return fmt.Errorf("%w: link frame with %d payload bytes", transport.ErrBadFrame, hd.Len)
 			}
-			if err := r.link(&hd); err != nil {
+			if err := r.link(hd); err != nil {
 				if errors.Is(err, transport.ErrBadFrame) {
 					r.stats.badFrames.Add(1)
 				}
@@ -148,13 +154,10 @@ func (r *frameReader) run(h transport.Handler, onHandlerErr func(*transport.Head
 		if r.touch != nil {
 			r.touch()
 		}
-		// A fresh Header per frame: a handler may keep h after it returns.
-		hp := new(transport.Header)
-		*hp = hd
 		r.pl = payload{br: r.br, n: int(hd.Len), left: int(hd.Len), live: true}
 		r.stats.framesIn.Add(1)
 		r.stats.bytesIn.Add(uint64(hd.Len))
-		herr := h.HandleFrame(r.from, hp, &r.pl)
+		herr := h.HandleFrame(r.from, hd, &r.pl)
 		r.pl.live = false
 		if err := r.pl.skip(); err != nil {
 			return err
@@ -162,7 +165,7 @@ func (r *frameReader) run(h transport.Handler, onHandlerErr func(*transport.Head
 		if herr != nil {
 			r.stats.handlerErrors.Add(1)
 			if onHandlerErr != nil {
-				onHandlerErr(hp, herr)
+				onHandlerErr(hd, herr)
 			}
 		}
 	}
