@@ -31,8 +31,17 @@ const (
 var hostFigures = []figure{
 	{"barrier", key{"barrier", 0}, key{"barrier", 0}, "us", false, 1.5},
 	{"8 B allreduce", key{"allreduce", 8}, key{"allreduce", 8}, "us", false, 1.5},
-	{"8 B put+flush vs write+notify RTT, same host", key{"put_flush", 8}, key{"write_notify_rtt", 8}, "us", false, 0},
-	{"put/write bandwidth, 1 MiB, same host", key{"put", 1 << 20}, key{"write", 1 << 20}, "MiB/s", true, 0},
+	{"8 B put+flush vs write+notify RTT, ranks 0-1", key{"put_flush", 8}, key{"write_notify_rtt", 8}, "us", false, 0},
+	{"put/write bandwidth, 1 MiB, ranks 0-1", key{"put", 1 << 20}, key{"write", 1 << 20}, "MiB/s", true, 0},
+}
+
+// pairPlace says where ranks 0 and 1, the pair of the two-rank figures,
+// run: on one host when each host has more than one rank, else on two.
+func pairPlace(perHost int) string {
+	if perHost > 1 {
+		return "on one host"
+	}
+	return "on two hosts"
 }
 
 // measureHosts runs Open MPI and ours across the rig's hosts, o.rounds
@@ -97,7 +106,7 @@ func runOursHosts(r *hostsrig.Rig, dir string, n int, o options) (map[key]float6
 // printHosts prints the across-hosts table and the targets of the issue
 // (barrier and 8 B allreduce at most 1.5x Open MPI's).
 func printHosts(got map[system]map[key][]float64, hosts, perHost int) {
-	fmt.Printf("\n# %d simulated hosts x %d ranks\n", hosts, perHost)
+	fmt.Printf("\n# %d simulated hosts x %d ranks (ranks 0 and 1 %s)\n", hosts, perHost, pairPlace(perHost))
 	fmt.Printf("%-46s %6s %11s %11s %10s\n", "figure", "unit", "mpi-hosts", "ours-hosts", "ours/mpi")
 	var checks []string
 	for _, f := range hostFigures {

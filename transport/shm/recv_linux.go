@@ -20,6 +20,7 @@ func (t *Transport) consume(p *peer, in *inbound) {
 	defer close(in.done)
 	defer in.cancel()
 	var hb [transport.HeaderSize]byte
+	var h transport.Header // lent to the handler for each frame: one for the ring's life
 	pl := &ringPayload{t: t, p: p, in: in}
 	for {
 		if err := t.avail(in, transport.HeaderSize); err != nil {
@@ -29,7 +30,8 @@ func (t *Transport) consume(p *peer, in *inbound) {
 			return
 		}
 		in.take(hb[:])
-		h, err := transport.DecodeHeader(hb[:])
+		var err error
+		h, err = transport.DecodeHeader(hb[:])
 		if err != nil {
 			t.fail(p, fmt.Errorf("%w: from proc %d: %w", ErrCorrupt, p.id, err))
 			return
