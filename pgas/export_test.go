@@ -85,3 +85,15 @@ func ViewProcs(rt *Runtime) (live, spares []transport.Proc) {
 	v := rt.view.Load()
 	return v.liveProcs(), v.spares
 }
+
+// SetViewWaitHook makes f run where Recover and a spare's wait for
+// promotion have taken the view and before they look at the halt, until
+// the test ends.
+func SetViewWaitHook(t interface{ Cleanup(func()) }, f func(*Runtime)) {
+	old := viewWaitHook
+	viewWaitHook = f
+	t.Cleanup(func() { viewWaitHook = old })
+}
+
+// Halted is why rt stopped for good (nil while it has not).
+func Halted(rt *Runtime) error { return rt.halted() }

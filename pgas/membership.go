@@ -176,13 +176,19 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 	}
 	start := time.Now()
 	for {
+		// The view and its channel first, then the halt: stopWith sets
+		// the halt before it closes the channel, so either this look sees
+		// the halt or the channel taken is closed (the other order lost
+		// the wake-up of a halt between the two reads: a fenced spare
+		// waited for ever).
+		v, ch := rt.viewAndChan()
+		viewWaitHook(rt)
 		if rt.isClosed() {
 			return ErrClosed
 		}
 		if err := rt.halted(); err != nil {
 			return err
 		}
-		v, ch := rt.viewAndChan()
 		if v.err != nil {
 			return v.err
 		}
@@ -232,16 +238,22 @@ func (rt *Runtime) ranksLive(v *view) bool {
 	return true
 }
 
+// viewWaitHook runs in Recover and waitPromotion between taking the view
+// with its channel and looking at the halt: the tests stop the process
+// there. A no-op otherwise.
+var viewWaitHook = func(*Runtime) {}
+
 // waitPromotion blocks a spare until a view gives it a rank.
 func (rt *Runtime) waitPromotion(ctx context.Context) error {
 	for {
+		v, ch := rt.viewAndChan() // before the halt: see Recover
+		viewWaitHook(rt)
 		if rt.isClosed() {
 			return ErrClosed
 		}
 		if err := rt.halted(); err != nil {
 			return err
 		}
-		v, ch := rt.viewAndChan()
 		if v.rankOf[rt.self] >= 0 {
 			return nil
 		}
