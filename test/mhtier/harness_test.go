@@ -220,9 +220,10 @@ func finish(t *testing.T, j *mhjob.Job, want map[int]end, ref string) string {
 	defer cancel()
 	j.Wait(ctx)
 	left := j.Running()
+	dumpStacks(left)
 	j.Kill()
 	for _, p := range left {
-		t.Errorf("process %d on %s was still running %v after the job's end; killed it", p.ID, j.Host(p.ID).Name(), endWait)
+		t.Errorf("process %d on %s was still running %v after the job's end; killed it (its goroutines, from SIGQUIT, are in the output)", p.ID, j.Host(p.ID).Name(), endWait)
 	}
 	for _, p := range j.Procs() {
 		code, sig, at, _ := p.Exit()
@@ -271,4 +272,22 @@ func output(j *mhjob.Job) string {
 		}
 	}
 	return b.String()
+}
+
+// dumpStacks asks each of procs, processes that should have ended by
+// themselves, for its goroutines (SIGQUIT: the Go runtime writes them to
+// its output and exits), and waits a few seconds for them, so that the
+// output says where each was stuck.
+func dumpStacks(procs []*proctest.Proc) {
+	for _, p := range procs {
+		p.Cmd.Process.Signal(syscall.SIGQUIT)
+	}
+	bound := time.After(5 * time.Second)
+	for _, p := range procs {
+		select {
+		case <-p.Done():
+		case <-bound:
+			return
+		}
+	}
 }
