@@ -10,7 +10,9 @@ import (
 	"github.com/gaspigo/gaspigo/internal/auth"
 	"github.com/gaspigo/gaspigo/pgas"
 	"github.com/gaspigo/gaspigo/transport"
+	"github.com/gaspigo/gaspigo/transport/shm"
 	"github.com/gaspigo/gaspigo/transport/tcp"
+	"github.com/gaspigo/gaspigo/transport/transporttest"
 )
 
 // overTCP returns a Config change that gives process i of n the i-th of
@@ -19,23 +21,29 @@ import (
 func overTCP(t *testing.T, n int, spin time.Duration) func(*pgas.Config) {
 	t.Helper()
 	token := auth.NewToken()
-	trs := make([]*tcp.Transport, n)
-	addrs := map[transport.Proc]string{}
-	for i := range trs {
+	return over(t, n, func(self transport.Proc) (*tcp.Transport, error) {
 		cfg := tcp.LocalConfig()
-		cfg.Self, cfg.Token, cfg.PollSpin = transport.Proc(i), token, spin
-		tr, err := tcp.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tr.Close() })
-		trs[i], addrs[transport.Proc(i)] = tr, tr.Addr()
-	}
-	for _, tr := range trs {
-		if err := tr.SetPeers(addrs); err != nil {
-			t.Fatal(err)
-		}
-	}
+		cfg.Self, cfg.Token, cfg.PollSpin = self, token, spin
+		return tcp.New(cfg)
+	})
+}
+
+// overShm is overTCP with shared-memory rings: every frame goes through a
+// ring and its reader (segments are not shared: no DirectShm).
+func overShm(t *testing.T, n int) func(*pgas.Config) {
+	t.Helper()
+	token := auth.NewToken()
+	return over(t, n, func(self transport.Proc) (*shm.Transport, error) {
+		cfg := shm.DefaultConfig()
+		cfg.Self, cfg.Token = self, token
+		return shm.New(cfg)
+	})
+}
+
+// over gives process i of n the i-th of n transports made by newT, which
+// know each other.
+func over[T transporttest.Addressed](t *testing.T, n int, newT func(transport.Proc) (T, error)) func(*pgas.Config) {
+	trs := transporttest.NewCluster(t, n, newT)
 	return func(c *pgas.Config) { c.Transport = trs[c.Proc] }
 }
 
@@ -57,6 +65,27 @@ func TestFrameFenceHoldsAgainstConcurrentOlderEpochWriterTCP(t *testing.T) {
 		switch {
 		case writer.Stats().DirectNotes != 0:
 			return "the writer wrote in memory, not over TCP"
+		case binary.LittleEndian.Uint64(seg0.Bytes()[64:]) == 0:
+			return "none of the writer's frames landed before the view"
+		}
+		return ""
+	})
+}
+
+// The same through shared-memory rings: the frames land in the ring's
+// reader (which lends the handler one header for all of them) while the
+// owner applies the view and recovers.
+func TestFrameFenceHoldsAgainstConcurrentOlderEpochWriterShm(t *testing.T) {
+	rounds := 5000
+	if raceOn || testing.Short() {
+		rounds = 300
+	}
+	rts, _, _, fm, handles := newFTJobOn(t, 2, 0, nil, overShm(t, 2))
+	olderEpochWriterRounds(t, rts, fm, handles, rounds, func(writer *pgas.Runtime) string {
+		seg0, _ := rts[0].Segment(1)
+		switch {
+		case writer.Stats().DirectNotes != 0 || writer.Stats().DirectWrites != 0:
+			return "the writer wrote in memory, not through a ring"
 		case binary.LittleEndian.Uint64(seg0.Bytes()[64:]) == 0:
 			return "none of the writer's frames landed before the view"
 		}
