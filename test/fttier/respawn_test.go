@@ -290,22 +290,6 @@ func (a *appJob) sortSent(from int) {
 	a.after("rank 0's next checkpoint", from+1, func(x rec) bool { return sortSentRE.MatchString(x.raw) })
 }
 
-// verdictRE matches the output lines that say why a process was taken
-// for failed or fenced: what a test needs to tell a false suspicion on a
-// starved machine from a fence without cause.
-var verdictRE = regexp.MustCompile(`suspected|failure confirmed|failure committed|fenced|declared failed|giving up|exited with code|was killed`)
-
-// logVerdicts logs the job's verdict lines (verdictRE), at most 80.
-func (a *appJob) logVerdicts() {
-	n := 0
-	for _, l := range a.run.Texts() {
-		if verdictRE.MatchString(l) && n < 80 {
-			a.t.Logf("verdict: %s", l)
-			n++
-		}
-	}
-}
-
 func (a *appJob) elapsed() time.Duration { return time.Since(a.run.Begin()).Round(time.Millisecond) }
 
 // finish waits for gaspirun (bounded) and for every process of the job
@@ -404,6 +388,8 @@ func (a *appJob) checkRefilled(code int, kills []appKill) {
 			killed = c
 		case how == "stopped by gaspirun":
 			a.t.Logf("known: %d idle spares were stopped by gaspirun after --grace", c)
+		case how == "exited with code 77":
+			a.checkFalseFailures(c)
 		case how != "exited 0":
 			a.errorf("gaspirun's summary %q: %d processes %s; want every process not killed by the test to end with exit 0", summary, c, how)
 			a.logVerdicts()
