@@ -133,6 +133,7 @@ func (g *Group) timedOut(epoch uint32) {
 type groupShape struct {
 	v      *view
 	hosts  *string // the host labels it was placed with (Config.Hosts)
+	racks  *string // and the rack labels (Config.Racks)
 	ranks  []int   // the group's members in v
 	vacant int     // a member rank that no process holds in v, or -1
 	topo   topology
@@ -144,16 +145,16 @@ func (g *Group) shapeIn(rt *Runtime, v *view) *groupShape {
 	if s := g.shape.Load(); s != nil && s.v == v {
 		return s
 	}
-	hosts := unsafe.SliceData(rt.cfg.Hosts)
+	hosts, racks := unsafe.SliceData(rt.cfg.Hosts), unsafe.SliceData(rt.cfg.Racks)
 	if g.rt != nil {
-		// GroupAll's shape depends on the view and the host labels only:
-		// the runtimes of one process that share the view share it too.
-		if s := v.allShape.Load(); s != nil && s.hosts == hosts {
+		// GroupAll's shape depends on the view and the labels only: the
+		// runtimes of one process that share the view share it too.
+		if s := v.allShape.Load(); s != nil && s.hosts == hosts && s.racks == racks {
 			g.shape.Store(s)
 			return s
 		}
 	}
-	s := &groupShape{v: v, hosts: hosts, ranks: g.members(v), vacant: -1}
+	s := &groupShape{v: v, hosts: hosts, racks: racks, ranks: g.members(v), vacant: -1}
 	for _, r := range s.ranks {
 		if r < len(v.ranks) && v.ranks[r] == transport.NoProc {
 			s.vacant = r
@@ -161,6 +162,7 @@ func (g *Group) shapeIn(rt *Runtime, v *view) *groupShape {
 		}
 	}
 	s.topo = placeOnHosts(s.ranks, v, rt.cfg.Hosts)
+	s.topo.placeOnRacks(s.ranks, v, rt.cfg.Racks)
 	g.shape.Store(s)
 	if g.rt != nil {
 		v.allShape.Store(s)
@@ -536,10 +538,11 @@ func (rt *Runtime) allgather(ctx context.Context, g *Group, block []byte, alloc 
 	case n*b <= hierGatherMax:
 		return out, c.ranks, c.bruck(ctx, out, b)
 	}
-	// A ring ordered by host: it crosses each host boundary once.
+	// A ring ordered by host, rack by rack: it crosses each host (and
+	// rack) boundary once.
 	ring := make([]int, 0, n)
-	for _, ms := range t.hosts {
-		ring = append(ring, ms...)
+	for _, h := range t.hostsByRack(0) {
+		ring = append(ring, t.hosts[h]...)
 	}
 	pos := 0
 	for i, m := range ring {

@@ -37,6 +37,13 @@ type Config struct {
 	// on a host of its own for collectives and shares memory with no one
 	// (Runtime.Host gives its label from the view).
 	Hosts []string
+	// Racks gives the rack (or switch) label of each of those processes,
+	// indexed like Hosts, which it needs: collectives whose hosts share
+	// racks add a level, so that one process per rack talks across racks
+	// (docs/design.md §6.3). The processes of one host have one rack.
+	// Nil means no rack level; a process that joined later is on a rack
+	// of its own, as on a host of its own.
+	Racks []string
 
 	// NumQueues is the number of queues, 0..NumQueues-1.
 	NumQueues int
@@ -160,6 +167,29 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: Health is set but Membership is nil: confirmed failures would go nowhere", ErrConfig)
 	case c.Hosts != nil && len(c.Hosts) != c.NumProcs:
 		return fmt.Errorf("%w: %d host labels for %d processes (a joiner passes the job's first NumProcs labels)", ErrConfig, len(c.Hosts), c.NumProcs)
+	}
+	return c.validateRacks()
+}
+
+// validateRacks checks Racks against Hosts: one label per process, and
+// one rack for all the processes of a host.
+func (c *Config) validateRacks() error {
+	if c.Racks == nil {
+		return nil
+	}
+	if c.Hosts == nil || len(c.Racks) != len(c.Hosts) {
+		return fmt.Errorf("%w: %d rack labels for %d host labels: give a rack label for every process, with its host label", ErrConfig, len(c.Racks), len(c.Hosts))
+	}
+	rackOf := map[string]string{}
+	for p, h := range c.Hosts {
+		r, seen := rackOf[h]
+		switch {
+		case c.Racks[p] == "":
+			return fmt.Errorf("%w: process %d (host %q) has an empty rack label", ErrConfig, p, h)
+		case seen && r != c.Racks[p]:
+			return fmt.Errorf("%w: host %q is on racks %q and %q: a host is on one rack", ErrConfig, h, r, c.Racks[p])
+		}
+		rackOf[h] = c.Racks[p]
 	}
 	return nil
 }

@@ -43,7 +43,10 @@
 //     the result back), and a large Bcast (256 KiB and up, over three
 //     members or more) is pipelined in chunks along a chain ordered by
 //     host. The placement is read from the view each collective runs in,
-//     so a spare promoted on another host changes it after Recover.
+//     so a spare promoted on another host changes it after Recover. With
+//     rack labels (Config.Racks) a rack level comes on top: the host
+//     leaders of a rack meet at its leader, and only rack leaders talk
+//     across racks.
 //   - Small frames (writes, notifications, acknowledgements) are batched
 //     by a transport that can (transport/tcp): a Wait's request for
 //     acknowledgement is answered from the target's reader (Queuer).

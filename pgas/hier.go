@@ -25,10 +25,12 @@ import (
 
 // Rounds of the two-level collectives, apart from those of the flat ones.
 const (
-	roundUp      = 1 << 40 // a member's block to its host's leader
-	roundLeaders = 1 << 41 // + step: the leaders' exchange
-	roundDown    = 1 << 42 // the outcome from a leader to its host
-	roundChunk   = 1 << 43 // + chunk: the pipelined broadcast
+	roundUp       = 1 << 40 // a member's block to its host's leader
+	roundLeaders  = 1 << 41 // + step: the leaders' exchange
+	roundDown     = 1 << 42 // the outcome from a leader to its host
+	roundChunk    = 1 << 43 // + chunk: the pipelined broadcast
+	roundRackUp   = 1 << 44 // a host leader's blocks to its rack's leader
+	roundRackDown = 1 << 45 // from a rack's leader to its host leaders
 )
 
 // Sizes that pick the algorithm.
@@ -49,6 +51,11 @@ const (
 type topology struct {
 	hostOf []int   // member index -> host number; hosts are numbered by their lowest member
 	hosts  [][]int // host number -> its member indices, ascending; hosts[h][0] leads host h
+	// With a rack level (rack.go; nil without): host number -> rack
+	// number, and rack number -> its host numbers, ascending; racks are
+	// numbered by their lowest host, and racks[r][0]'s leader leads rack r.
+	rackOf []int
+	racks  [][]int
 }
 
 // placeOnHosts places the members (ranks, in view v) on their hosts
@@ -99,9 +106,12 @@ func placeOnHosts(ranks []int, v *view, hosts []string) topology {
 	return t
 }
 
-// twoLevel reports whether the two levels pay: more than one host, and a
-// host with more than one member.
-func (t topology) twoLevel() bool { return len(t.hosts) > 1 && len(t.hosts) < len(t.hostOf) }
+// twoLevel reports whether the levels pay: more than one host, and a
+// host with more than one member or a rack level (placeOnRacks keeps one
+// only with a rack of more than one host).
+func (t topology) twoLevel() bool {
+	return len(t.hosts) > 1 && (len(t.hosts) < len(t.hostOf) || t.racks != nil)
+}
 
 // leaders returns the leader of each host, in host order (ascending).
 func (t topology) leaders() []int {
@@ -189,19 +199,8 @@ func (c *coll) hostGather(ctx context.Context, t topology, block []byte) ([][]by
 		}
 		blocks[m] = d
 	}
-	leaders := t.leaders()
-	nh, lp := len(leaders), t.hostOf[me]
-	for k, d := 0, 1; d < nh; k, d = k+1, d*2 {
-		if err := c.send(ctx, leaders[(lp+d)%nh], roundLeaders+uint64(k), encodeBlocks(blocks)); err != nil {
-			return nil, err
-		}
-		msg, err := c.recv(ctx, leaders[(lp-d+nh)%nh], roundLeaders+uint64(k))
-		if err != nil {
-			return nil, err
-		}
-		if err := c.decodeBlocks(msg, size, blocks); err != nil {
-			return nil, err
-		}
+	if err := c.leadersGather(ctx, t, blocks, size); err != nil {
+		return nil, err
 	}
 	for i, b := range blocks {
 		if b == nil {
@@ -209,6 +208,37 @@ func (c *coll) hostGather(ctx context.Context, t topology, block []byte) ([][]by
 		}
 	}
 	return blocks, nil
+}
+
+// leadersGather completes blocks at every host leader, each holding its
+// host's: the leaders exchange what they hold by dissemination
+// (ceil(log2 hosts) rounds), or, with a rack level, through their racks'
+// leaders (rackGather).
+func (c *coll) leadersGather(ctx context.Context, t topology, blocks [][]byte, size int) error {
+	if t.racks != nil {
+		return c.rackGather(ctx, t, blocks, size)
+	}
+	return c.disseminate(ctx, t.leaders(), t.hostOf[c.me], blocks, size)
+}
+
+// disseminate completes blocks at every member of list (group positions;
+// this member is list[pos]): in round k each sends what it holds to the
+// member 2^k after it and adds what the one 2^k before it sent.
+func (c *coll) disseminate(ctx context.Context, list []int, pos int, blocks [][]byte, size int) error {
+	n := len(list)
+	for k, d := 0, 1; d < n; k, d = k+1, d*2 {
+		if err := c.send(ctx, list[(pos+d)%n], roundLeaders+uint64(k), encodeBlocks(blocks)); err != nil {
+			return err
+		}
+		msg, err := c.recv(ctx, list[(pos-d+n)%n], roundLeaders+uint64(k))
+		if err != nil {
+			return err
+		}
+		if err := c.decodeBlocks(msg, size, blocks); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // hostDown hands out from each leader to the other members of its host;
@@ -309,16 +339,16 @@ func (c *coll) binomial(ctx context.Context, t tree, root int, buf []byte, round
 	return nil
 }
 
-// bcastHosts broadcasts buf from group position root: down a binomial tree
-// over one process per host (root for its own host), then down a binomial
-// tree inside each host.
+// bcastHosts broadcasts buf from group position root: to one process per
+// host (root for its own host: bcastHeads), then down a binomial tree
+// inside each host.
 func (c *coll) bcastHosts(ctx context.Context, t topology, buf []byte, root int) error {
 	rh := t.hostOf[root]
 	heads := t.leaders()
 	heads[rh] = root
 	myHost := t.hostOf[c.me]
 	if c.me == heads[myHost] {
-		if err := c.binomial(ctx, c.listTree(heads), rh, buf, roundLeaders); err != nil {
+		if err := c.bcastHeads(ctx, t, heads, rh, buf); err != nil {
 			return err
 		}
 	}
@@ -327,22 +357,18 @@ func (c *coll) bcastHosts(ctx context.Context, t topology, buf []byte, root int)
 }
 
 // bcastPipeline broadcasts a large buf from group position root along a
-// chain ordered by host (root, its host, then the other hosts), in chunks:
-// each member forwards chunk k while chunk k+1 is on its way, so the time
-// is about one transfer of buf plus one chunk per hop, and the chain
-// crosses each host boundary once.
+// chain ordered by host (root, its host, then the other hosts, rack by
+// rack: hostsByRack), in chunks: each member forwards chunk k while chunk
+// k+1 is on its way, so the time is about one transfer of buf plus one
+// chunk per hop, and the chain crosses each host (and rack) boundary once.
 func (c *coll) bcastPipeline(ctx context.Context, t topology, buf []byte, root int) error {
 	chain := make([]int, 0, len(c.ranks))
-	rh := t.hostOf[root]
 	chain = append(chain, root)
-	for _, m := range t.hosts[rh] {
-		if m != root {
-			chain = append(chain, m)
-		}
-	}
-	for h, ms := range t.hosts {
-		if h != rh {
-			chain = append(chain, ms...)
+	for _, h := range t.hostsByRack(t.hostOf[root]) {
+		for _, m := range t.hosts[h] {
+			if m != root {
+				chain = append(chain, m)
+			}
 		}
 	}
 	pos := 0

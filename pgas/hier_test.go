@@ -13,25 +13,32 @@ import (
 	"github.com/gaspigo/gaspigo/transport/mem"
 )
 
+// layout is a named placement of a job's processes on hosts, and on racks.
+type layout struct {
+	name         string
+	hosts, racks []string
+}
+
 // placements returns named host layouts of n processes: one host (no
 // labels: the flat algorithms), a host each (flat too), pairs, two hosts
-// round robin, and a seeded random spread over three hosts.
-func placements(n int) []struct {
-	name  string
-	hosts []string
-} {
-	each, pairs, rr, random := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+// round robin, and a seeded random spread over three hosts; then, with
+// a rack level, a host each, pairs and a random spread over five hosts,
+// their hosts two to a rack.
+func placements(n int) []layout {
+	each, pairs, rr, random, five := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	eachRack, pairsRack, fiveRack := make([]string, n), make([]string, n), make([]string, n)
 	rng := rand.New(rand.NewPCG(uint64(n), 7))
 	for i := range n {
 		each[i] = fmt.Sprintf("h%d", i)
 		pairs[i] = fmt.Sprintf("h%d", i/2)
 		rr[i] = fmt.Sprintf("h%d", i%2)
 		random[i] = fmt.Sprintf("h%d", rng.IntN(3))
+		h := rng.IntN(5)
+		five[i] = fmt.Sprintf("h%d", h)
+		eachRack[i], pairsRack[i], fiveRack[i] = fmt.Sprintf("r%d", i/2), fmt.Sprintf("r%d", i/4), fmt.Sprintf("r%d", h/2)
 	}
-	return []struct {
-		name  string
-		hosts []string
-	}{{"one-host", nil}, {"host-each", each}, {"pairs", pairs}, {"round-robin", rr}, {"random", random}}
+	return []layout{{"one-host", nil, nil}, {"host-each", each, nil}, {"pairs", pairs, nil}, {"round-robin", rr, nil}, {"random", random, nil},
+		{"racks-host-each", each, eachRack}, {"racks-pairs", pairs, pairsRack}, {"racks-random", five, fiveRack}}
 }
 
 // inputs gives rank r's vector: values of widely spread magnitudes, so
@@ -57,7 +64,7 @@ func TestAllreduceSameBitsAnyPlacement(t *testing.T) {
 				t.Run(fmt.Sprintf("ranks=%d/len=%d/%s", n, size, pl.name), func(t *testing.T) {
 					got := make([][]float64, n)
 					synctest.Test(t, func(t *testing.T) {
-						rts, nw := newJob(t, n, int64(n*size), func(c *Config) { c.Hosts = pl.hosts })
+						rts, nw := newJob(t, n, int64(n*size), func(c *Config) { c.Hosts, c.Racks = pl.hosts, pl.racks })
 						nw.Delay(mem.Any, mem.Any, 10*time.Microsecond, 300*time.Microsecond)
 						each(t, rts, func(rt *Runtime) error {
 							data := inputs(rt.Rank(), size)
@@ -129,7 +136,7 @@ func TestCollectivesAnyPlacement(t *testing.T) {
 		for _, pl := range placements(n) {
 			t.Run(fmt.Sprintf("ranks=%d/%s", n, pl.name), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					rts, nw := newJob(t, n, int64(n), func(c *Config) { c.Hosts = pl.hosts })
+					rts, nw := newJob(t, n, int64(n), func(c *Config) { c.Hosts, c.Racks = pl.hosts, pl.racks })
 					nw.Delay(mem.Any, mem.Any, 10*time.Microsecond, 300*time.Microsecond)
 					ctx := context.Background()
 					each(t, rts, func(rt *Runtime) error {

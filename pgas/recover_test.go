@@ -202,12 +202,24 @@ func TestFinalizeAfterSpareLoss(t *testing.T) {
 }
 
 // Rule: after Recover, a spare on another host holds the lost rank and
-// the collectives go on in two levels over the new placement; Allreduce
-// gives the bits it gave before the failure.
+// the collectives go on in two levels over the new placement (three with
+// racks, the lost one a rack's leader); Allreduce gives the bits it gave
+// before the failure.
 func TestCollectivesAfterRecoverOnAnotherHost(t *testing.T) {
+	t.Run("hosts", func(t *testing.T) { collectivesAfterRecover(t, []string{"a", "a", "b", "b", "c"}, nil, 1) })
+	// Racks x (hosts a and b) and y (c and, with the spare, d), before and
+	// after: the victim leads host a and rack x.
+	t.Run("racks", func(t *testing.T) {
+		collectivesAfterRecover(t, []string{"a", "a", "b", "c", "d"}, []string{"x", "x", "x", "y", "y"}, 0)
+	})
+}
+
+// collectivesAfterRecover runs 4 ranks and a spare (process 4, alone on
+// its host, the last of hosts) on hosts, with racks by process if not
+// nil, and kills process victim.
+func collectivesAfterRecover(t *testing.T, hosts, racks []string, victim int) {
 	synctest.Test(t, func(t *testing.T) {
-		hosts := []string{"a", "a", "b", "b", "c"} // proc 4, the spare, alone on host c
-		rts, promoted, nw, _, _ := newFTJobOn(t, 4, 1, hosts)
+		rts, promoted, nw, _, _ := newFTJobOn(t, 4, 1, hosts, func(c *pgas.Config) { c.Racks = racks })
 		ctx := context.Background()
 		before := make([][]float64, 4)
 		pgas.Each(t, rts, func(rt *pgas.Runtime) error {
@@ -218,8 +230,13 @@ func TestCollectivesAfterRecoverOnAnotherHost(t *testing.T) {
 			before[rt.Rank()] = data
 			return nil
 		})
-		nw.Kill(1)
-		survivors := []*pgas.Runtime{rts[0], rts[2], rts[3]}
+		nw.Kill(transport.Proc(victim))
+		var survivors []*pgas.Runtime
+		for p, rt := range rts {
+			if p != victim {
+				survivors = append(survivors, rt)
+			}
+		}
 		pgas.Each(t, survivors, func(rt *pgas.Runtime) error {
 			if err := rt.Barrier(ctx, nil); !pgas.NeedsRecovery(err) {
 				t.Errorf("barrier with a dead rank returned %v, want an error needing recovery", err)
@@ -227,10 +244,10 @@ func TestCollectivesAfterRecoverOnAnotherHost(t *testing.T) {
 			return rt.Recover(ctx)
 		})
 		spare := <-promoted
-		if spare.Rank() != 1 || spare.Host(1) != "c" {
-			t.Fatalf("promoted spare holds rank %d on host %q", spare.Rank(), spare.Host(1))
+		if spare.Rank() != victim || spare.Host(victim) != hosts[4] {
+			t.Fatalf("promoted spare holds rank %d on host %q", spare.Rank(), spare.Host(victim))
 		}
-		job := []*pgas.Runtime{rts[0], spare, rts[2], rts[3]}
+		job := append([]*pgas.Runtime{spare}, survivors...)
 		pgas.Each(t, job, func(rt *pgas.Runtime) error {
 			if err := rt.Barrier(ctx, nil); err != nil {
 				return err
@@ -243,10 +260,10 @@ func TestCollectivesAfterRecoverOnAnotherHost(t *testing.T) {
 				t.Errorf("rank %d: allreduce after recovery differs from before", rt.Rank())
 			}
 			buf := []byte{0, 0, 0}
-			if rt.Rank() == 1 {
+			if rt.Rank() == victim {
 				copy(buf, "abc")
 			}
-			if err := rt.Bcast(ctx, nil, buf, 1); err != nil {
+			if err := rt.Bcast(ctx, nil, buf, victim); err != nil {
 				return err
 			}
 			if string(buf) != "abc" {
