@@ -201,6 +201,7 @@ func runtimeConfig(env bootstrap.Env, table bootstrap.Table, opts Options, data 
 	cfg.NumProcs, cfg.NumRanks = table.NumProcs(), table.NumRanks
 	cfg.Transport = data
 	cfg.Hosts = hosts
+	cfg.Racks = racksOf(hosts, env.Racks)
 	cfg.Logger = logs.runtime
 	cfg.Launcher = launcher{sess: sess, proc: env.Proc, obs: o}
 	var err error

@@ -25,6 +25,7 @@ import (
 const (
 	mpiHosts  system = "mpi-hosts"
 	oursHosts system = "ours-hosts"
+	oursRacks system = "ours-racks" // ours with a rack level (-racks)
 )
 
 // hostFigures are the figures compared across hosts.
@@ -48,16 +49,26 @@ func pairPlace(perHost int) string {
 // times taking turns.
 func measureHosts(o options, r *hostsrig.Rig, osc, dir string) (map[system]map[key][]float64, error) {
 	n := len(r.C.Hosts()) * o.perHost
-	got := map[system]map[key][]float64{mpiHosts: {}, oursHosts: {}}
+	systems := []system{mpiHosts, oursHosts}
+	if o.racks != nil {
+		systems = append(systems, oursRacks)
+	}
+	got := map[system]map[key][]float64{}
+	for _, s := range systems {
+		got[s] = map[key][]float64{}
+	}
 	for round := range o.rounds {
-		for i := range 2 {
-			s := []system{mpiHosts, oursHosts}[(i+round)%2]
+		for i := range systems {
+			s := systems[(i+round)%len(systems)]
 			var rows map[key]float64
 			var err error
-			if s == mpiHosts {
+			switch s {
+			case mpiHosts:
 				rows, err = runMPIHosts(r, osc, n, o.minTime)
-			} else {
-				rows, err = runOursHosts(r, dir, n, o)
+			case oursHosts:
+				rows, err = runOursHosts(r, dir, n, o, "")
+			default:
+				rows, err = runOursHosts(r, dir, n, o, racksSpec(r, o.racks))
 			}
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", round+1, s, err)
@@ -91,12 +102,17 @@ func runMPIHosts(r *hostsrig.Rig, exe string, n int, minTime time.Duration) (map
 	return parseOSC(out)
 }
 
-// runOursHosts runs gaspibench under gaspirun across the hosts.
-func runOursHosts(r *hostsrig.Rig, dir string, n int, o options) (map[key]float64, error) {
-	out, err := run(filepath.Join(dir, "gaspirun"), "-n", strconv.Itoa(n), "--hostfile", r.Hostfile, "--ssh", r.Agent,
-		"--quiet", "--timeout", "5m", "--", filepath.Join(dir, "gaspibench"), "--csv", "--tests", "bw,lat,barrier,allreduce",
+// runOursHosts runs gaspibench under gaspirun across the hosts, with
+// gaspirun --racks racks unless it is empty.
+func runOursHosts(r *hostsrig.Rig, dir string, n int, o options, racks string) (map[key]float64, error) {
+	args := []string{"-n", strconv.Itoa(n), "--hostfile", r.Hostfile, "--ssh", r.Agent, "--quiet", "--timeout", "5m"}
+	if racks != "" {
+		args = append(args, "--racks", racks)
+	}
+	args = append(args, "--", filepath.Join(dir, "gaspibench"), "--csv", "--tests", "bw,lat,barrier,allreduce",
 		"--sizes", "1M", "--lat-sizes", "8", "--coll-sizes", "8", "--min-time", o.minTime.String(),
 		"--spin", o.spin.String(), "--poll-spin", o.pollSpin.String())
+	out, err := run(filepath.Join(dir, "gaspirun"), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -121,4 +137,49 @@ func printHosts(got map[system]map[key][]float64, hosts, perHost int) {
 	for _, c := range checks {
 		fmt.Println(strings.Replace(c, "ours/mpi-tcp", "ours/mpi-hosts", 1))
 	}
+	if len(got[oursRacks]) == 0 {
+		return
+	}
+	fmt.Printf("\n# ours with a rack level (-racks) against ours without, same run\n")
+	fmt.Printf("%-46s %6s %11s %11s %12s\n", "figure", "unit", "ours-hosts", "ours-racks", "racks/hosts")
+	for _, f := range hostFigures {
+		h, k := stats.Median(got[oursHosts][f.ours]), stats.Median(got[oursRacks][f.ours])
+		fmt.Printf("%-46s %6s %11s %11s %12s\n", f.name, f.unit, num(h), num(k), ratio(k, h))
+	}
+}
+
+// parseRacks reads -racks: counts of hosts per rack that add up to hosts.
+func parseRacks(v string, hosts int) ([]int, error) {
+	var counts []int
+	sum := 0
+	for _, f := range strings.Split(v, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			return nil, fmt.Errorf("-racks %q: %q is not a count of hosts (1 or more)", v, f)
+		}
+		counts = append(counts, c)
+		sum += c
+	}
+	if sum != hosts || len(counts) < 2 {
+		return nil, fmt.Errorf("-racks %q: want 2 racks or more whose counts add up to -hosts %d", v, hosts)
+	}
+	return counts, nil
+}
+
+// racksSpec is gaspirun's --racks for the rig's hosts (their labels are
+// their addresses, as in the hostfile), counts[i] hosts on rack i in
+// host order.
+func racksSpec(r *hostsrig.Rig, counts []int) string {
+	hosts := r.C.Hosts()
+	var parts []string
+	next := 0
+	for i, c := range counts {
+		var names []string
+		for _, h := range hosts[next : next+c] {
+			names = append(names, h.Addr().String())
+		}
+		next += c
+		parts = append(parts, fmt.Sprintf("rack%d=%s", i, strings.Join(names, ",")))
+	}
+	return strings.Join(parts, ";")
 }

@@ -92,7 +92,8 @@ type options struct {
 	minTime        time.Duration
 	spin, pollSpin time.Duration
 	bin            string
-	hosts, perHost int // -hosts: simulated hosts (0: this host only), -per-host ranks on each
+	hosts, perHost int   // -hosts: simulated hosts (0: this host only), -per-host ranks on each
+	racks          []int // -racks: hosts per rack, in order (nil: no rack level measured)
 }
 
 // results are the figures of every round: by rank count, system and key.
@@ -168,6 +169,7 @@ func parseOptions() options {
 	flag.StringVar(&o.bin, "bin", "", "directory holding gaspirun and gaspibench (default: build them)")
 	flag.IntVar(&o.hosts, "hosts", 0, "run across `N` simulated hosts (network namespaces; needs root) instead of on this host: Open MPI and ours, -per-host ranks on each")
 	flag.IntVar(&o.perHost, "per-host", 4, "ranks per simulated host (-hosts)")
+	racksFlag := flag.String("racks", "", "with -hosts, also run ours with a rack level (gaspirun --racks): comma-separated `counts` of hosts per rack, in host order, e.g. 2,1")
 	flag.Parse()
 	var err error
 	o.ranks, err = parseRanks(*ranksFlag)
@@ -179,6 +181,9 @@ func parseOptions() options {
 	}
 	if err == nil && (o.hosts < 0 || o.hosts == 1 || o.hosts > 16 || o.perHost < 1 || o.perHost > 16) {
 		err = fmt.Errorf("-hosts %d -per-host %d: want 0 (this host) or 2..16 hosts, 1..16 ranks each", o.hosts, o.perHost)
+	}
+	if err == nil && *racksFlag != "" {
+		o.racks, err = parseRacks(*racksFlag, o.hosts)
 	}
 	if err != nil {
 		fail(err)

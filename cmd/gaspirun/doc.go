@@ -369,6 +369,12 @@
 //	                       Every process of a job must agree; one that does not is refused
 //	                       during the handshake with an error naming PGAS_TLS. Under
 //	                       srun, mpirun or Kubernetes, set it in every process yourself.
+//	PGAS_RACKS             the racks (or switches) of the job's hosts, RACK=HOST,HOST;RACK=HOST
+//	                       with the labels of PGAS_HOST: collectives whose hosts share racks
+//	                       add a level, so that one process per rack talks across racks; a
+//	                       host it does not name is a rack of its own. Set by gaspirun
+//	                       --racks, or passed on from gaspirun's own environment; the same
+//	                       in every process (under srun, mpirun or Kubernetes, set it yourself).
 //	PGAS_METRICS           set to auto by gaspirun --metrics: the process serves its
 //	                       Prometheus metrics on a free port of the job's interface and
 //	                       publishes the address in the member table; HOST:PORT or :0

@@ -71,6 +71,7 @@ func newFlagSet(cfg *launch.Config, v *flagVars) *flag.FlagSet {
 	fs.StringVar(&cfg.Resume, "resume", "", "resume from the disk-level checkpoints in `DIR` (passed to every process as PGAS_RESUME)")
 	fs.StringVar(&v.onDeath, "on-death", "", "`policy` for a process killed by a signal: continue (the runtime recovers) or abort; default: continue with spares or --respawn, abort without")
 	fs.BoolVar(&cfg.TLS, "tls", false, "mutual TLS 1.3 on every connection of the job (rendezvous, data plane, Raft, control), keyed by the job token; sets PGAS_TLS=1 for every process (PGAS_TLS=1 in gaspirun's environment does the same)")
+	fs.StringVar(&cfg.Racks, "racks", "", "the racks (or switches) of the job's hosts, `RACK=HOST,HOST;RACK=HOST`: collectives add a level so that one process per rack talks across racks; sets PGAS_RACKS for every process (PGAS_RACKS in gaspirun's environment does the same)")
 	fs.DurationVar(&cfg.Collapse, "collapse", cfg.Collapse, "print identical lines that several processes print within `D` of each other once, as \"[r0-255] line\" (a line is held at most 5 D); 0: every line with its own prefix")
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only failures, no progress lines or final summary")
 	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "time `D` between SIGTERM and SIGKILL when stopping processes, and that idle spares get to end by themselves after the last rank")

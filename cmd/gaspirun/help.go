@@ -31,7 +31,7 @@ var helpSections = []struct {
 	flags []string
 }{
 	{"Job", []string{"n", "spares", "respawn", "max-restarts", "refill-wait", "join-env", "timeout", "on-death", "grace", "job-id", "state-dir", "resume", "x", "tls"}},
-	{"Hosts and launchers", []string{"host", "hostfile", "launcher", "ssh", "srun", "rendezvous-addr", "remote-gaspirun", "host-labels", "ranks-per-host"}},
+	{"Hosts and launchers", []string{"host", "hostfile", "launcher", "ssh", "srun", "rendezvous-addr", "remote-gaspirun", "host-labels", "ranks-per-host", "racks"}},
 	{"Output", []string{"quiet", "v", "stdin", "output-filename", "collapse", "metrics", "metrics-file", "metrics-linger", "trace"}},
 	{"Other", []string{"new-token", "version", "help"}},
 }

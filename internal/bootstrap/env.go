@@ -46,6 +46,10 @@ const (
 	// VarJoin marks a process started after the job formed (a joiner):
 	// 1 or 0. See JoinRunning.
 	VarJoin = "PGAS_JOIN"
+	// VarRacks names the racks (or switches) of the job's hosts, for the
+	// collectives' rack level: RACK=HOST,HOST;RACK=HOST (ParseRacks).
+	// Every process of a job must have the same.
+	VarRacks = "PGAS_RACKS"
 )
 
 // minCutOff is the smallest PGAS_CUTOFF accepted: below it a Raft election
@@ -133,6 +137,9 @@ type Env struct {
 	// NumRanks are 0 when the environment does not give them (the member
 	// table does).
 	Join bool
+	// Racks (PGAS_RACKS) maps host labels to rack labels (ParseRacks); nil
+	// when unset. A host it does not name is a rack of its own.
+	Racks map[string]string
 }
 
 // NumSpares is the number of spare processes: NumProcs - NumRanks.
@@ -378,6 +385,9 @@ func (e Env) Environ() []string {
 	}
 	if e.TLS {
 		out = append(out, VarTLS+"=1")
+	}
+	if e.Racks != nil {
+		out = append(out, VarRacks+"="+FormatRacks(e.Racks))
 	}
 	return out
 }

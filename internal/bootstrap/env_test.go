@@ -164,6 +164,11 @@ func TestFromLookupErrors(t *testing.T) {
 		{"bad cutoff", with(native, "PGAS_CUTOFF", "-3s"), "PGAS_CUTOFF", []string{"minimum of 1s", "10s"}},
 		{"cutoff not a duration", with(native, "PGAS_CUTOFF", "ten"), "PGAS_CUTOFF", []string{"not a duration"}},
 		{"tls not 0 or 1", with(native, "PGAS_TLS", "yes"), "PGAS_TLS", []string{"not 1 or 0", "gaspirun --tls"}},
+		{"racks without =", with(native, "PGAS_RACKS", "rack1:node1"), "PGAS_RACKS", []string{"no '='", "RACK=HOST,HOST"}},
+		{"a host on two racks", with(native, "PGAS_RACKS", "r1=a,b;r2=b"), "PGAS_RACKS", []string{`host "b" is on racks "r1" and "r2"`}},
+		{"an empty host", with(native, "PGAS_RACKS", "r1=a,,b"), "PGAS_RACKS", []string{"empty host label"}},
+		{"an empty rack", with(native, "PGAS_RACKS", "=a"), "PGAS_RACKS", []string{"empty rack label"}},
+		{"racks of nothing", with(native, "PGAS_RACKS", " ; "), "PGAS_RACKS", []string{"names no rack"}},
 		{"slurm without rendezvous", with(slurm, "PGAS_RENDEZVOUS", "<unset>"), "PGAS_RENDEZVOUS", []string{"under Slurm", "must set it yourself", "process 0"}},
 		{"slurm without token", with(slurm, "PGAS_TOKEN", "<unset>"), "PGAS_TOKEN", []string{"under Slurm", "must set it yourself", "same secret"}},
 		{"slurm nprocs disagrees", with(slurm, "PGAS_NPROCS", "5"), "PGAS_NPROCS", []string{"SLURM_NTASKS=4"}},
@@ -217,6 +222,22 @@ func TestFromLookupDurations(t *testing.T) {
 	}
 }
 
+// PGAS_RACKS maps host labels to rack labels; spaces around separators
+// and empty entries are ignored.
+func TestFromLookupRacks(t *testing.T) {
+	e, err := FromLookup(lookupMap(with(native, "PGAS_RACKS", " rack1 = node1, node2 ;rack2=node3; ")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"node1": "rack1", "node2": "rack1", "node3": "rack2"}
+	if !reflect.DeepEqual(e.Racks, want) {
+		t.Fatalf("Racks %v, want %v", e.Racks, want)
+	}
+	if got := FormatRacks(want); got != "rack1=node1,node2;rack2=node3" {
+		t.Fatalf("FormatRacks: %q", got)
+	}
+}
+
 func TestEnvironRoundTrip(t *testing.T) {
 	tok := auth.NewToken()
 	for _, e := range []Env{
@@ -225,6 +246,8 @@ func TestEnvironRoundTrip(t *testing.T) {
 		{Proc: 0, NumProcs: 1, NumRanks: 1, Rendezvous: "n:9", Token: tok, Host: "h", Launcher: LauncherPGAS, RendezvousTimeout: 90 * time.Second, CutOff: 2500 * time.Millisecond},
 		{Proc: 1, NumProcs: 2, NumRanks: 2, Rendezvous: "n:9", Token: tok, Host: "h", Launcher: LauncherPGAS, TLS: true},
 		{Proc: 1, NumProcs: 2, NumRanks: 2, Rendezvous: "n:9", Token: tok, Host: "h", Launcher: LauncherPGAS, DeathAborts: true},
+		{Proc: 1, NumProcs: 2, NumRanks: 2, Rendezvous: "n:9", Token: tok, Host: "h", Launcher: LauncherPGAS,
+			Racks: map[string]string{"node1": "r1", "node2": "r1", "h": "r2"}},
 	} {
 		m := map[string]string{}
 		for _, kv := range e.Environ() {

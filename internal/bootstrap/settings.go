@@ -64,6 +64,7 @@ var settings = []setting{
 		"is not abort or continue", "leave it to the launcher: gaspirun sets it with --on-death abort"),
 	flagSetting(VarTLS, "1", []string{"0"}, func(e *Env) *bool { return &e.TLS }, "not 1 or 0",
 		"use 1 for mutual TLS on every connection of the job (the same in every process; gaspirun --tls sets it), or 0 (or unset) for none"),
+	{VarRacks, readRacks, nil},
 }
 
 func readRendezvous(e *Env, v string) error {

@@ -60,7 +60,7 @@ func TestSemantics(t *testing.T) {
 // whatever the order in which the processes start, the pauses before each
 // call, and the placement of ranks on hosts (two-level collectives). Runs:
 // natural start order, reversed start order, random per-rank pauses with
-// two seeds, and two placements on labelled hosts; each run repeats the
+// two seeds, two placements on labelled hosts, and one on racks; each run repeats the
 // allreduce three times (the program checks those agree). The bits of the float64 sums are
 // printed as hex and compared here.
 func TestAllreduceBitsAcrossRuns(t *testing.T) {
@@ -75,6 +75,8 @@ func TestAllreduceBitsAcrossRuns(t *testing.T) {
 		{"jitter-seed-2", []string{"-jitter", "40ms", "-seed", "2"}, nil},
 		{"two-per-host", nil, []string{"--ranks-per-host", "2"}},
 		{"hosts-b-a", []string{"-jitter", "40ms", "-seed", "3"}, []string{"--host-labels", "b,a"}},
+		// A host each, hosts two to a rack: the rack level (PGAS_RACKS).
+		{"racks", []string{"-jitter", "40ms", "-seed", "4"}, []string{"--ranks-per-host", "1", "--racks", "r0=host0,host1;r1=host2,host3"}},
 	}
 	for _, n := range []int{3, 4} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {

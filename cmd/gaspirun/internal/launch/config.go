@@ -148,6 +148,11 @@ type Config struct {
 	// and control RPC. PGAS_TLS=1 in gaspirun's environment turns it on
 	// too.
 	TLS bool
+	// Racks (--racks) names the racks of the job's hosts,
+	// RACK=HOST,HOST;RACK=HOST (bootstrap.ParseRacks), for the
+	// collectives' rack level: every process gets it as PGAS_RACKS.
+	// PGAS_RACKS in gaspirun's environment does the same.
+	Racks string
 	// Grace is how long processes get between SIGTERM and SIGKILL when the
 	// job is torn down or idle spares are stopped.
 	Grace time.Duration
@@ -259,6 +264,28 @@ func (c Config) TLSOn() bool {
 	return c.TLS || v == "1"
 }
 
+// RacksOn returns the job's racks by host label (Config.Racks, else
+// PGAS_RACKS in gaspirun's environment), nil for none. Validate has
+// checked them.
+func (c Config) RacksOn() map[string]string {
+	m, _, _ := c.racks()
+	return m
+}
+
+// racks parses the job's racks and names where they came from.
+func (c Config) racks() (map[string]string, string, error) {
+	v, from := c.Racks, "--racks"
+	if v == "" {
+		v, _ = c.lookupEnv(bootstrap.VarRacks)
+		from = bootstrap.VarRacks
+	}
+	if strings.TrimSpace(v) == "" {
+		return nil, from, nil
+	}
+	m, err := bootstrap.ParseRacks(v)
+	return m, from, err
+}
+
 func (c Config) lookupEnv(k string) (string, bool) {
 	if c.LookupEnv != nil {
 		return c.LookupEnv(k)
@@ -350,6 +377,14 @@ func (c Config) Validate() error {
 	if v, _ := c.lookupEnv("PGAS_TLS"); v != "" && v != "0" && v != "1" {
 		return &FlagError{Flag: "PGAS_TLS", Value: v, Problem: "in gaspirun's environment is not 1 or 0",
 			Fix: "use --tls (or PGAS_TLS=1) for mutual TLS on every connection of the job, or unset PGAS_TLS"}
+	}
+	if _, from, err := c.racks(); err != nil {
+		v := c.Racks
+		if from != "--racks" {
+			v, _ = c.lookupEnv(bootstrap.VarRacks)
+		}
+		return &FlagError{Flag: from, Value: v, Problem: err.Error(),
+			Fix: "write RACK=HOST,HOST;RACK=HOST with the job's host names, e.g. --racks 'rack1=node1,node2;rack2=node3,node4'"}
 	}
 	if c.Backend() == LauncherLocal {
 		if err := checkProgram(c.Program); err != nil {

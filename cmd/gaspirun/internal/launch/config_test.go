@@ -43,6 +43,8 @@ func TestConfigValidate(t *testing.T) {
 		{"bad policy", func(c *Config) { c.OnDeath = "retry" }, "--on-death", "continue or abort"},
 		{"contract var", func(c *Config) { c.Env = []string{"PGAS_PROC=3"} }, "Env", "set by gaspirun"},
 		{"bad env", func(c *Config) { c.Env = []string{"novalue"} }, "Env", "KEY=VALUE"},
+		{"racks without =", func(c *Config) { c.Racks = "node1,node2" }, "--racks", "RACK=HOST,HOST"},
+		{"a host on two racks", func(c *Config) { c.Racks = "r1=a;r2=a" }, "--racks", `host "a" is on racks "r1" and "r2"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -54,7 +54,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	if cfg.JoinEnv != "" {
-		env := bootstrap.Env{Join: true, Proc: bootstrap.JoinerID, Rendezvous: rv.addr, Token: rv.token, JobID: id, StateDir: cfg.StateDir, TLS: cfg.TLSOn()}
+		env := bootstrap.Env{Join: true, Proc: bootstrap.JoinerID, Rendezvous: rv.addr, Token: rv.token, JobID: id, StateDir: cfg.StateDir, TLS: cfg.TLSOn(), Racks: cfg.RacksOn()}
 		if err := writeJoinEnv(cfg.JoinEnv, env); err != nil {
 			return Result{}, err
 		}

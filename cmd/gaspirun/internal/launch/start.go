@@ -179,6 +179,7 @@ func newJob(cfg Config, be backend, place *Placement, out *output, rv *rendezvou
 		base: bootstrap.Env{
 			NumProcs: cfg.NumProcs(), NumRanks: cfg.Ranks, Rendezvous: rv.addr, Token: rv.token,
 			JobID: id, StateDir: cfg.StateDir, Launcher: bootstrap.LauncherPGAS, TLS: cfg.TLSOn(),
+			Racks:       cfg.RacksOn(),
 			DeathAborts: cfg.OnDeath == DeathAbort,
 		},
 		hostname: hostname,

@@ -13,7 +13,7 @@ import (
 func IsContractVar(k string) bool {
 	switch k {
 	case "PGAS_PROC", "PGAS_NPROCS", "PGAS_NRANKS", "PGAS_SPARES", "PGAS_RENDEZVOUS", "PGAS_TOKEN",
-		"PGAS_HOST", "PGAS_JOB_ID", "PGAS_STATE_DIR", "PGAS_SERVE_RENDEZVOUS", "PGAS_RESUME", "PGAS_TLS", "PGAS_JOIN":
+		"PGAS_HOST", "PGAS_JOB_ID", "PGAS_STATE_DIR", "PGAS_SERVE_RENDEZVOUS", "PGAS_RESUME", "PGAS_TLS", "PGAS_JOIN", "PGAS_RACKS":
 		return true
 	}
 	return false
