@@ -8,8 +8,8 @@
 //     loopback for a one-host job and to every interface otherwise, with
 //     the fault injection of PGAS_NETFAULT_DIR (internal/netfault), its
 //     readers polling their sockets for PGAS_TCP_SPIN (unset: AutoTCPSpin
-//     when the host runs no more of the job's processes than it has
-//     CPUs, tcpspin.go);
+//     when the machine runs no more of the job's processes than it has
+//     CPUs, whatever their host labels: tcpspin.go, machine.go);
 //   - the runtime's fault point of PGAS_FAULTPOINT (internal/faultpoint:
 //     a SIGKILL at a named point, pgas.Config.FaultPoint), for the chaos
 //     suite;

@@ -86,6 +86,7 @@ func Init(ctx context.Context, opts Options) (*pgas.Runtime, error) {
 	}
 	var raftLn, ctlLn net.Listener
 	extra := map[string]string{}
+	publishMachine(extra, thisMachine())
 	o, err := startObserver(env, extra)
 	if err != nil {
 		return nil, err

@@ -125,7 +125,7 @@ func joinerTransport(env bootstrap.Env, table bootstrap.Table, ln net.Listener, 
 		tr.SetHandshakeTimeout(time.Duration(f) * tr.HandshakeTimeout()) // as connect does
 	}
 	if auto {
-		tr.SetPollSpin(autoTCPSpin(localMembers(table, env.Host)+1, runtime.NumCPU())) // the table is the job's before this process
+		tr.SetPollSpin(autoTCPSpin(machineMembers(table, env.Host, thisMachine())+1, runtime.NumCPU())) // the table is the job's before this process
 	}
 	return tr, nil
 }

@@ -25,9 +25,10 @@ const (
 	VarShm = "PGAS_SHM"
 	// VarShmSpin is how long a shared-memory receiver (or a sender facing
 	// a full ring) polls before it sleeps, as a Go duration, e.g. "20us";
-	// "0" sleeps at once. Unset: 20us when this host runs no more of the
-	// job's processes than it has CPUs, else 0 (a polling process would
-	// take the CPU that another one needs).
+	// "0" sleeps at once. Unset: 20us when this machine runs no more of
+	// the job's processes than it has CPUs, whatever their host labels
+	// (machine.go), else 0 (a polling process would take the CPU that
+	// another one needs).
 	VarShmSpin = "PGAS_SHM_SPIN"
 	// VarShmSegments puts segments in shared memory (1, the default)
 	// that the processes of one host map, so that a one-sided write to a
@@ -182,7 +183,7 @@ func (d *dataPlane) connect(self uint32, host string, table bootstrap.Table) (tr
 		return nil, err
 	}
 	if d.autoTCPSpin {
-		d.tcp.SetPollSpin(autoTCPSpin(localMembers(table, host), runtime.NumCPU()))
+		d.tcp.SetPollSpin(autoTCPSpin(machineMembers(table, host, thisMachine()), runtime.NumCPU()))
 	}
 	f, _ := stretch(table)
 	if f > 1 {
@@ -197,7 +198,7 @@ func (d *dataPlane) connect(self uint32, host string, table bootstrap.Table) (tr
 		return nil, err
 	}
 	if d.autoSpin {
-		d.shm.SetSpin(autoSpin(len(near)+1, runtime.NumCPU()))
+		d.shm.SetSpin(autoSpin(max(len(near)+1, machineMembers(table, host, thisMachine())), runtime.NumCPU()))
 	}
 	if f > 1 {
 		d.shm.SetNap(time.Duration(f) * shm.DefaultNap) // idle rings wake their process less often
@@ -216,18 +217,6 @@ func (d *dataPlane) Close() {
 	if d.shm != nil {
 		d.shm.Close()
 	}
-}
-
-// localMembers counts the members of table on host, this process's
-// host label.
-func localMembers(table bootstrap.Table, host string) int {
-	n := 0
-	for _, m := range table.Members {
-		if m.Host == host {
-			n++
-		}
-	}
-	return n
 }
 
 // autoSpin is the shared-memory spin when PGAS_SHM_SPIN is unset, for a

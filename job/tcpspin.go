@@ -11,8 +11,9 @@ import (
 // VarTCPSpin is how long each data-plane TCP connection's reader polls its
 // socket before it sleeps in the network poller (tcp.Config.PollSpin), as
 // a Go duration of at most 10ms; "0" never polls. Unset, the job chooses
-// (autoTCPSpin): AutoTCPSpin when this host runs no more of the job's
-// processes than it has CPUs, 0 otherwise. Options.TCP overrides both.
+// (autoTCPSpin): AutoTCPSpin when this machine runs no more of the job's
+// processes than it has CPUs, whatever their host labels (machine.go), 0
+// otherwise. Options.TCP overrides both.
 const VarTCPSpin = "PGAS_TCP_SPIN"
 
 // AutoTCPSpin is the reader's polling when every process of the host has
