@@ -178,6 +178,14 @@ const leaderWait = time.Minute
 // injection.
 const leaderMoves = 3
 
+// moveWait bounds the wait for the leader the leadership was moved to.
+// Every membership names it within milliseconds as a rule; under a flood
+// of connections the leadership flapped for a minute (kmtier's
+// TestFloodKillLeader in CI), a rank that waited the whole leaderWait for
+// it held the job past its deadline. After moveWait the ranks agree on
+// the leader they know, and move again if it is a spare.
+const moveWait = 5 * time.Second
+
 // isAgreedLeader decides a kill:leader injection collectively: every rank
 // waits until its membership knows a leader (the election may still be
 // under way early in a run), the ranks agree on one leader process (the
@@ -238,19 +246,21 @@ func (j *Job) isAgreedLeader(ctx context.Context) (bool, error) {
 }
 
 // agreeLeader waits until this rank's membership knows a leader (want, if
-// it is not -1, as long as leaderWait allows) and returns the leader the
-// ranks agree on (the highest seen) and 1 if it is this process, else 0.
+// it is not -1, for moveWait, then any) for up to leaderWait, and returns
+// the leader the ranks agree on (the highest seen) and 1 if it is this
+// process, else 0.
 func (j *Job) agreeLeader(ctx context.Context, want int64) (leader, mine int64, err error) {
 	wctx, cancel := context.WithTimeout(ctx, leaderWait)
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
+	moved := time.Now().Add(moveWait)
 	seen := int64(-1)
 	for {
 		if p, ok := j.opt.Leader(); ok {
 			seen = int64(p)
-			if want < 0 || seen == want {
-				break
+			if want < 0 || seen == want || time.Now().After(moved) {
+				break // the moved leader, or after moveWait the one known
 			}
 		}
 		select {
