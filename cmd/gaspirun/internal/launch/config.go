@@ -286,6 +286,21 @@ func (c Config) racks() (map[string]string, string, error) {
 	return m, from, err
 }
 
+// validateRacks checks the job's racks (--racks, else PGAS_RACKS in
+// gaspirun's environment) as every process will read them.
+func (c Config) validateRacks() error {
+	_, from, err := c.racks()
+	if err == nil {
+		return nil
+	}
+	v := c.Racks
+	if from != "--racks" {
+		v, _ = c.lookupEnv(bootstrap.VarRacks)
+	}
+	return &FlagError{Flag: from, Value: v, Problem: err.Error(),
+		Fix: "write RACK=HOST,HOST;RACK=HOST with the job's host names, e.g. --racks 'rack1=node1,node2;rack2=node3,node4'"}
+}
+
 func (c Config) lookupEnv(k string) (string, bool) {
 	if c.LookupEnv != nil {
 		return c.LookupEnv(k)
@@ -378,13 +393,8 @@ func (c Config) Validate() error {
 		return &FlagError{Flag: "PGAS_TLS", Value: v, Problem: "in gaspirun's environment is not 1 or 0",
 			Fix: "use --tls (or PGAS_TLS=1) for mutual TLS on every connection of the job, or unset PGAS_TLS"}
 	}
-	if _, from, err := c.racks(); err != nil {
-		v := c.Racks
-		if from != "--racks" {
-			v, _ = c.lookupEnv(bootstrap.VarRacks)
-		}
-		return &FlagError{Flag: from, Value: v, Problem: err.Error(),
-			Fix: "write RACK=HOST,HOST;RACK=HOST with the job's host names, e.g. --racks 'rack1=node1,node2;rack2=node3,node4'"}
+	if err := c.validateRacks(); err != nil {
+		return err
 	}
 	if c.Backend() == LauncherLocal {
 		if err := checkProgram(c.Program); err != nil {
