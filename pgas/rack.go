@@ -88,22 +88,17 @@ func (t topology) hostsByRack(first int) []int {
 		return out
 	}
 	fr := t.rackOf[first]
-	for _, r := range append([]int{fr}, withoutIndex(len(t.racks), fr)...) {
+	order := []int{fr}
+	for r := range t.racks {
+		if r != fr {
+			order = append(order, r)
+		}
+	}
+	for _, r := range order {
 		for _, h := range t.racks[r] {
 			if h != first {
 				out = append(out, h)
 			}
-		}
-	}
-	return out
-}
-
-// withoutIndex returns 0..n-1 without i.
-func withoutIndex(n, i int) []int {
-	out := make([]int, 0, n)
-	for k := range n {
-		if k != i {
-			out = append(out, k)
 		}
 	}
 	return out
