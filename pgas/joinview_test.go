@@ -3,6 +3,7 @@ package pgas
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -227,12 +228,15 @@ func TestJoinerConfig(t *testing.T) {
 			t.Fatal("Init of a joiner its membership does not list succeeded")
 		}
 		// A membership may hand a joiner a rank at once (one that waited
-		// for a replacement): Init returns without waiting as a spare.
+		// for a replacement, or whose promotion committed before Init):
+		// Init returns without waiting as a spare and logs the promotion.
 		ep, err = nw.AddEndpoint()
 		if err != nil {
 			t.Fatal(err)
 		}
+		var logs lockedLog
 		cfg.Proc, cfg.Transport = ep.Self(), ep
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		cfg.Membership = &fixedMembership{v: View{Epoch: 2, Ranks: []transport.Proc{0, ep.Self()}, Failed: []transport.Proc{1},
 			Joined: []Joiner{{Proc: ep.Self(), Addr: ep.Addr()}}}}
 		rt, err := Init(context.Background(), cfg)
@@ -242,6 +246,9 @@ func TestJoinerConfig(t *testing.T) {
 		defer rt.Close()
 		if rt.Rank() != 1 || !rt.StartedAsSpare() || rt.Epoch() != 2 || rt.Usable() != nil {
 			t.Fatalf("joiner: rank %d, epoch %d, usable %v; want rank 1 in epoch 2", rt.Rank(), rt.Epoch(), rt.Usable())
+		}
+		if want := fmt.Sprintf(`msg="spare promoted" proc=%d rank=1 epoch=2`, ep.Self()); !strings.Contains(logs.String(), want) {
+			t.Fatalf("the joiner promoted before Init did not log %q:\n%s", want, logs.String())
 		}
 	})
 }

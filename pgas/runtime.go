@@ -192,6 +192,10 @@ func Init(ctx context.Context, cfg Config) (*Runtime, error) {
 				rt.Close()
 				return nil, err
 			}
+		}
+		// Also a spare whose promotion committed before Init read the
+		// view (a joiner on a busy machine) was promoted: say so.
+		if rt.StartedAsSpare() {
 			rt.log.Info("spare promoted", "rank", rt.Rank(), "epoch", rt.Epoch())
 		}
 	} else if rt.Rank() < 0 {
