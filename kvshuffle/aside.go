@@ -499,6 +499,7 @@ func (a *aside) takeBlockLocked() *chunk {
 		c.data, a.freeData = a.freeData[k-1][:0], a.freeData[:k-1]
 	} else {
 		c.data = make([]byte, 0, a.s.cfg.RunSize)
+		a.s.st.blocks.Add(1)
 	}
 	if k := len(a.freeEnts); k > 0 {
 		c.ents, a.freeEnts = a.freeEnts[k-1][:0], a.freeEnts[:k-1]

@@ -459,6 +459,19 @@ func (s *Shuffle) resetTo(st *state) error {
 	return nil
 }
 
+// abandonedLocked lists the batches that hold the aside's blocks: the
+// sealed ones, the builder (unless sealed) and the post blocks.
+func (a *aside) abandonedLocked() []*batch {
+	bs := slices.Clone(a.sealed)
+	if a.builder != nil && !slices.Contains(bs, a.builder) {
+		bs = append(bs, a.builder)
+	}
+	if a.post != nil {
+		bs = append(bs, a.post)
+	}
+	return bs
+}
+
 // testHookRejoin, when set (by tests), is called by RollBack right before
 // it rejoins the segment in a new epoch.
 var testHookRejoin func(*Shuffle)
@@ -524,7 +537,10 @@ func (a *aside) load(st *state) error {
 		}
 	}
 	a.unpinLocked(func(id uint64) bool { return id > st.c })
-	// In-memory data.
+	// In-memory data. The abandoned timeline's blocks go back to the pool
+	// (its workers have stopped): dropped, they would be collected and
+	// their memory zeroed again, all of it resident, for the next blocks.
+	a.recycleLocked(a.abandonedLocked())
 	a.runs, a.sealed, a.builder, a.open, a.unsorted, a.mem, a.cuts = nil, nil, &batch{}, nil, nil, 0, nil
 	a.post, a.postOpen = nil, nil
 	for _, r := range st.runs {

@@ -533,3 +533,61 @@ func r2(st *state, runs []stateRun, unsorted [][]byte, b []byte) bool {
 	}
 	return bytes.Equal(cp.encode(unsorted), b)
 }
+
+// Rule (blocks reused across roll backs): RollBack returns the abandoned
+// timeline's receive blocks to the pool, so that a job rolled back again
+// and again receives into the same blocks instead of new ones (whose
+// memory the runtime would zero again, all of it resident): the blocks
+// allocated over six rounds of send-and-roll-back stay within twice one
+// round's, and the result is the failure-free one.
+func TestRollBackReusesBlocks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n, nrec, rounds = 3, 4000, 6
+		rts, _ := newJob(t, n, 77)
+		shs := newShuffles(t, rts, func(c *Config) { c.Mode = ModeMapReduce })
+		recs := make([][][]kv, n)
+		var inputs [][]kv
+		for i := range n {
+			recs[i] = records(i, nrec, 300, rand.New(rand.NewPCG(7, uint64(i))))
+			inputs = append(inputs, recs[i]...)
+		}
+		first := make([]uint64, n)
+		got := make([][]kv, n)
+		each(t, n, func(i int) error {
+			ctx := context.Background()
+			s := shs[i]
+			for round := range rounds {
+				if err := sendRecords(s, recs[i], 0, nrec); err != nil {
+					return err
+				}
+				if err := s.CloseSend(ctx); err != nil {
+					return err
+				}
+				// Every rank has received everything before any rolls back.
+				if err := s.rt.Barrier(ctx, nil); err != nil {
+					return err
+				}
+				if err := s.RollBack(ctx, nil); err != nil {
+					return err
+				}
+				if round == 0 {
+					first[i] = s.Stats().Blocks
+				}
+			}
+			var err error
+			got[i], err = finishSend(t, s, recs[i])
+			return err
+		})
+		expectPartitioned(t, inputs, got, HashPartition)
+		for i, s := range shs {
+			blocks := s.Stats().Blocks
+			t.Logf("rank %d: %d blocks in the first round, %d after %d roll backs", i, first[i], blocks, rounds)
+			if first[i] < 3 {
+				t.Fatalf("rank %d received into %d blocks in a round: too little data to tell reuse", i, first[i])
+			}
+			if blocks > 2*first[i] {
+				t.Errorf("rank %d allocated %d receive blocks over %d rounds, %d in the first: the roll backs dropped their blocks", i, blocks, rounds, first[i])
+			}
+		}
+	})
+}

@@ -471,6 +471,7 @@ type stats struct {
 	pairsRecv, bytesRecv, framesRecv, budgetWaits            atomic.Uint64
 	spills, spillBytes, merges                               atomic.Uint64
 	blockSpills                                              atomic.Uint64 // spills of one block as it lies (spillBlock)
+	blocks                                                   atomic.Uint64 // receive blocks allocated (takeBlockLocked)
 	copyBytes, copyFiles, fetchBytes, fetchFiles             atomic.Uint64
 }
 
@@ -493,6 +494,7 @@ type Stats struct {
 	SpillBytes     uint64 // bytes written to spill files
 	SpillFiles     int    // spill files live now
 	Merges         uint64 // in-memory sorts and merges
+	Blocks         uint64 // receive blocks allocated; the others were reused from the pool
 
 	CopiedBytes  uint64 // bytes of checkpoint spill files sent to holders on other hosts
 	CopiedFiles  uint64
@@ -517,6 +519,7 @@ func (s *Shuffle) Stats() Stats {
 		Spills:         s.st.spills.Load(),
 		SpillBytes:     s.st.spillBytes.Load(),
 		Merges:         s.st.merges.Load(),
+		Blocks:         s.st.blocks.Load(),
 		CopiedBytes:    s.st.copyBytes.Load(),
 		CopiedFiles:    s.st.copyFiles.Load(),
 		FetchedBytes:   s.st.fetchBytes.Load(),

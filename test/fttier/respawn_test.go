@@ -447,10 +447,10 @@ func TestRespawnTeraSortFiveKills(t *testing.T) {
 	}
 }
 
-// wordCountArgs is WordCount on 800,000 generated lines, 24 checkpoints
+// wordCountArgs is WordCount on 400,000 generated lines, 24 checkpoints
 // during each rank's share, into out.
 func wordCountArgs(out string) []string {
-	return []string{"run", "--generate", "800000", "--ckpts", "24", "--out", out}
+	return []string{"run", "--generate", "400000", "--ckpts", "24", "--out", out}
 }
 
 var wordCountResultRE = regexp.MustCompile(`^words=\d+ total=\d+ digest=[0-9a-f]{16}$`)
