@@ -209,7 +209,6 @@ type appKill struct {
 // over.
 func (a *appJob) killSpaced() []appKill {
 	a.t.Helper()
-	holder := map[int]int{} // rank -> process; at the start, rank r is process r's
 	var kills []appKill
 	// settle waits for k's takeover and rank 0's recovery, and returns
 	// the index of the later of the two records.
@@ -224,7 +223,6 @@ func (a *appJob) killSpaced() []appKill {
 			epoch, _ = strconv.Atoi(m[3])
 			return true
 		})
-		holder[k.rank] = k.takenBy
 		j := a.after(fmt.Sprintf("rank 0's recovery into epoch %d", epoch), k.at, func(x rec) bool {
 			m := rankZeroRE.FindStringSubmatch(x.raw)
 			if m == nil {
@@ -245,10 +243,7 @@ func (a *appJob) killSpaced() []appKill {
 		if line, done := a.finished(); done {
 			a.fatalf("the job printed its result (%s) before kill %d of %d: the workload is too short for this machine", line, n+1, len(killRanks))
 		}
-		p, ok := holder[r]
-		if !ok {
-			p = r
-		}
+		p := holderOf(r, takeoversIn(a.run.Texts()))
 		a.procs.Scan(a.id, a.launcher)
 		at := len(a.snapshot())
 		pid, sent := a.procs.Signal(p, syscall.SIGKILL)
@@ -260,6 +255,35 @@ func (a *appJob) killSpaced() []appKill {
 	}
 	settle(&kills[len(kills)-1])
 	return kills
+}
+
+// takeover is one of gaspirun's notices that a spare took a rank over:
+// after a kill of the test's, or after a false failure on a busy machine.
+type takeover struct{ proc, rank int }
+
+// takeoversIn returns the takeover notices among lines, in order.
+func takeoversIn(lines []string) []takeover {
+	var out []takeover
+	for _, l := range lines {
+		if m := takeoverRE.FindStringSubmatch(l); m != nil {
+			p, _ := strconv.Atoi(m[1])
+			r, _ := strconv.Atoi(m[2])
+			out = append(out, takeover{proc: p, rank: r})
+		}
+	}
+	return out
+}
+
+// holderOf is the process that holds rank r after takeovers: the last
+// that took it over, else process r, which held it at the start.
+func holderOf(r int, takeovers []takeover) int {
+	p := r
+	for _, o := range takeovers {
+		if o.rank == r {
+			p = o.proc
+		}
+	}
+	return p
 }
 
 // finished returns rank 0's result line if it was printed.
@@ -357,16 +381,20 @@ func (a *appJob) checkRefilled(code int, kills []appKill) {
 			a.fatalf("replacement ids %v, want %d, %d, ... in turn: an id is never reused", ids, first, first+1)
 		}
 	}
-	// The job's spare is the pool at the first kill; after it, only
+	// The job's spare is the pool at the first loss; after it, only
 	// replacements are, each taking one rank (whichever joined first).
+	// The losses are the kills and any false failure (checked below).
 	var took []int
-	for _, k := range kills {
-		took = append(took, k.takenBy)
+	for _, o := range takeoversIn(a.run.Texts()) {
+		took = append(took, o.proc)
+	}
+	if len(took) < len(kills) {
+		a.fatalf("gaspirun noticed %d takeovers %v, want one per kill (%d) at least", len(took), took, len(kills))
 	}
 	later := slices.Clone(took[1:])
 	slices.Sort(later)
 	distinct := slices.Compact(later)
-	if took[0] != ranks || distinct[0] < first || len(distinct) != len(kills)-1 {
+	if took[0] != ranks || distinct[0] < first || len(distinct) != len(took)-1 {
 		a.errorf("the lost ranks were taken over by processes %v, want the job's spare (%d) first, then a different replacement (from %d up) each time", took, ranks, first)
 	}
 	m := summaryRE.FindStringSubmatch(summary)

@@ -130,3 +130,24 @@ func TestFalseFailuresTellsACauseFromNone(t *testing.T) {
 		t.Fatalf("a fenced process never declared failed: err %v, want one naming process 12", err)
 	}
 }
+
+// Rule: the test kills the current holder of a rank, whoever took it over:
+// after a false failure moved rank 3 to process 9 and a kill moved rank 1
+// to process 4, the holders are 9, 4, and process 2 for a rank never lost.
+func TestHolderFollowsEveryTakeover(t *testing.T) {
+	lines := []string{
+		`gaspirun: spare process 4 now holds rank 1 (epoch 2)`,
+		`[r0] recovery: epoch 2 in force after 12ms; restored checkpoint 3 after 80ms`,
+		`gaspirun: spare process 9 now holds rank 3 (epoch 5)`,
+		`[s9] gaspirun: spare process 7 now holds rank 2 (epoch 6)`,
+	}
+	got := takeoversIn(lines)
+	if want := []takeover{{proc: 4, rank: 1}, {proc: 9, rank: 3}}; !slices.Equal(got, want) {
+		t.Fatalf("takeoversIn = %v, want %v (a process's own line is not gaspirun's notice)", got, want)
+	}
+	for r, want := range map[int]int{1: 4, 3: 9, 2: 2} {
+		if p := holderOf(r, got); p != want {
+			t.Errorf("holderOf(%d) = %d, want %d", r, p, want)
+		}
+	}
+}
