@@ -540,7 +540,11 @@ func (a *aside) load(st *state) error {
 	// In-memory data. The abandoned timeline's blocks go back to the pool
 	// (its workers have stopped): dropped, they would be collected and
 	// their memory zeroed again, all of it resident, for the next blocks.
-	a.recycleLocked(a.abandonedLocked())
+	// Not after Recv began: an iterator not run to its end may still read
+	// them (the garbage collector keeps them for it).
+	if !a.recvStarted {
+		a.recycleLocked(a.abandonedLocked())
+	}
 	a.runs, a.sealed, a.builder, a.open, a.unsorted, a.mem, a.cuts = nil, nil, &batch{}, nil, nil, 0, nil
 	a.post, a.postOpen = nil, nil
 	for _, r := range st.runs {
