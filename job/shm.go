@@ -182,8 +182,9 @@ func (d *dataPlane) connect(self uint32, host string, table bootstrap.Table) (tr
 	if err := d.tcp.SetPeers(peers); err != nil {
 		return nil, err
 	}
+	onMachine := machineMembers(table, host, thisMachine())
 	if d.autoTCPSpin {
-		d.tcp.SetPollSpin(autoTCPSpin(machineMembers(table, host, thisMachine()), runtime.NumCPU()))
+		d.tcp.SetPollSpin(autoTCPSpin(onMachine, runtime.NumCPU()))
 	}
 	f, _ := stretch(table)
 	if f > 1 {
@@ -198,7 +199,7 @@ func (d *dataPlane) connect(self uint32, host string, table bootstrap.Table) (tr
 		return nil, err
 	}
 	if d.autoSpin {
-		d.shm.SetSpin(autoSpin(max(len(near)+1, machineMembers(table, host, thisMachine())), runtime.NumCPU()))
+		d.shm.SetSpin(autoSpin(max(len(near)+1, onMachine), runtime.NumCPU()))
 	}
 	if f > 1 {
 		d.shm.SetNap(time.Duration(f) * shm.DefaultNap) // idle rings wake their process less often

@@ -268,34 +268,31 @@ func (c Config) TLSOn() bool {
 // PGAS_RACKS in gaspirun's environment), nil for none. Validate has
 // checked them.
 func (c Config) RacksOn() map[string]string {
-	m, _, _ := c.racks()
+	m, _, _, _ := c.racks()
 	return m
 }
 
-// racks parses the job's racks and names where they came from.
-func (c Config) racks() (map[string]string, string, error) {
-	v, from := c.Racks, "--racks"
+// racks parses the job's racks and says where they came from (from) and
+// what was written there (v).
+func (c Config) racks() (m map[string]string, from, v string, err error) {
+	v, from = c.Racks, "--racks"
 	if v == "" {
 		v, _ = c.lookupEnv(bootstrap.VarRacks)
 		from = bootstrap.VarRacks
 	}
 	if strings.TrimSpace(v) == "" {
-		return nil, from, nil
+		return nil, from, v, nil
 	}
-	m, err := bootstrap.ParseRacks(v)
-	return m, from, err
+	m, err = bootstrap.ParseRacks(v)
+	return m, from, v, err
 }
 
 // validateRacks checks the job's racks (--racks, else PGAS_RACKS in
 // gaspirun's environment) as every process will read them.
 func (c Config) validateRacks() error {
-	_, from, err := c.racks()
+	_, from, v, err := c.racks()
 	if err == nil {
 		return nil
-	}
-	v := c.Racks
-	if from != "--racks" {
-		v, _ = c.lookupEnv(bootstrap.VarRacks)
 	}
 	return &FlagError{Flag: from, Value: v, Problem: err.Error(),
 		Fix: "write RACK=HOST,HOST;RACK=HOST with the job's host names, e.g. --racks 'rack1=node1,node2;rack2=node3,node4'"}
